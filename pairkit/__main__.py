@@ -1,0 +1,3 @@
+from pairkit.cli.main import main
+
+main()

@@ -1,0 +1,121 @@
+"""Shared CLI plumbing: stderr console, progress bars, error handling.
+
+Data goes to stdout; everything meant for a person goes to stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from pairkit.errors import PairkitError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+_CONSOLE: Console | None = None
+
+
+def console() -> Console:
+    """The stderr console (rich), created on first use."""
+    global _CONSOLE
+    if _CONSOLE is None:
+        from rich.console import Console
+
+        _CONSOLE = Console(stderr=True, highlight=False, soft_wrap=True)
+    return _CONSOLE
+
+
+def say(message: str, quiet: bool = False) -> None:
+    """One line for a person, on stderr (silenced by ``--quiet``)."""
+    if not quiet:
+        console().print(message, markup=False)
+
+
+def warn(message: str) -> None:
+    """A warning line on stderr; never silenced."""
+    console().print(f"warning: {message}", markup=False, style="yellow")
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``error: message`` on stderr and return the Exit to raise."""
+    console().print(f"error: {message}", markup=False, style="red")
+    return typer.Exit(code)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn expected failures into one line on stderr and the right exit code."""
+    try:
+        yield
+    except PairkitError as exc:
+        raise fail(str(exc), getattr(exc, "exit_code", 1)) from None
+    except MemoryError:
+        raise fail("out of memory: try a smaller --batch-size or a smaller input") from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", 130) from None
+    except Exception as exc:
+        if _is_cuda_oom(exc):
+            raise fail("CUDA out of memory: try a smaller --batch-size") from None
+        if os.environ.get("PAIRKIT_DEBUG"):
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise fail(
+            f"internal error: {type(exc).__name__}: {first} "
+            "(rerun with PAIRKIT_DEBUG=1 for the traceback and report it)"
+        ) from None
+
+
+def _is_cuda_oom(exc: BaseException) -> bool:
+    return type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(exc)
+
+
+def make_progress(quiet: bool, unit: str = "images") -> Progress | None:
+    """A rich progress bar on stderr with a rate column, or None when quiet."""
+    if quiet:
+        return None
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text(f"{speed:,.1f} {unit}/s" if speed else f"- {unit}/s")
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console(),
+        transient=not sys.stderr.isatty(),
+    )
+
+
+def parse_int_list(text: str, option: str) -> list[int]:
+    """Parse ``1,5,10`` into ints, with an error naming ``option``."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise PairkitError(
+            f"{option} must be a comma-separated list of integers, got {text!r}"
+        ) from None
+    if not values:
+        raise PairkitError(f"{option} must not be empty")
+    return values

@@ -1,0 +1,119 @@
+"""pairkit embed: image folder -> embedding store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from pairkit.cli.common import make_progress, say, user_errors, warn
+
+
+class _BarHook:
+    def __init__(self, progress: Any, quiet: bool) -> None:
+        self.progress = progress
+        self.task: Any = None
+        self.quiet = quiet
+
+    def start(self, total: int, description: str) -> None:
+        if self.progress is not None:
+            self.progress.start()
+            self.task = self.progress.add_task(description, total=total)
+
+    def advance(self, images: int) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.advance(self.task, images)
+
+    def note(self, message: str) -> None:
+        warn(message)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def embed(
+    images: Path = typer.Argument(..., help="Folder of images (searched recursively)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Store folder to create or resume."),
+    model: str = typer.Option(
+        "openclip/ViT-B-32", "--model", "-m",
+        help="Encoder: openclip/NAME, timm/NAME, or pixels (weight-free, offline).",
+    ),
+    pretrained: str | None = typer.Option(
+        None, "--pretrained",
+        help="Weights tag (open_clip tag / timm tag); default: the model's default "
+        "(laion2b_s34b_b79k for ViT-B-32); 'none' = random weights.",
+    ),
+    checkpoint: Path | None = typer.Option(
+        None, "--checkpoint", help="Local weights: .safetensors or a torch state dict."
+    ),
+    views: int = typer.Option(1, "--views", help="Views per image: 0 is plain, 1.. augmented."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the augmentations (and random weights)."),
+    labels: str | None = typer.Option(
+        None, "--labels",
+        help="'folder' (first sub-folder = label) or a CSV/parquet/JSONL with path,label.",
+    ),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda (all GPUs) or cuda:N."),
+    precision: str = typer.Option(
+        "auto", "--precision", help="auto (fp16 on CUDA, fp32 on CPU), fp32, fp16 or bf16."
+    ),
+    batch_size: int = typer.Option(64, "--batch-size", help="Rows (views) per encoder batch."),
+    workers: int | None = typer.Option(
+        None, "--workers", help="Decoding processes (default: 0 on <=2 CPUs, more beside a GPU)."
+    ),
+    dtype: str = typer.Option("float16", "--dtype", help="Storage dtype: float16 or float32."),
+    shard_rows: int = typer.Option(8192, "--shard-rows", help="Rows per shard (resume unit)."),
+    force: bool = typer.Option(False, "--force", help="Replace a store made with other options."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+    json_summary: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+) -> None:
+    """Embed an image folder into a store (resumable: a rerun embeds only what is missing).
+
+    Example: pairkit embed photos/ -o store --model pixels --views 2 --labels folder
+    """
+    from pairkit.encode.embedder import EmbedConfig, embed_folder, summary_dict
+
+    with user_errors():
+        cfg = EmbedConfig(
+            images=images,
+            store=output,
+            model=model,
+            pretrained=pretrained,
+            checkpoint=str(checkpoint) if checkpoint else None,
+            views=views,
+            seed=seed,
+            labels=labels,
+            device=device,
+            precision=precision,
+            batch_size=batch_size,
+            workers=workers,
+            dtype=dtype,
+            force=force,
+            shard_rows=max(1, shard_rows),
+        )
+        hook = _BarHook(make_progress(quiet), quiet)
+        try:
+            summary = embed_folder(cfg, hook)
+        finally:
+            hook.stop()
+        if summary.images == 0 and not summary.skipped:
+            say(
+                f"nothing to embed: all {summary.already} images are already in {output}",
+                quiet,
+            )
+        else:
+            say(
+                f"embedded {summary.images} images ({summary.views} views), "
+                f"skipped {summary.skipped}, already in store {summary.already}, "
+                f"{summary.seconds:.1f} s, {summary.images_per_second:.1f} images/s "
+                f"on {summary.device} -> {output} ({summary.store_rows} rows)",
+                quiet,
+            )
+        if summary.skipped:
+            say(f"{summary.skipped} files skipped: see {output / 'errors.jsonl'}", quiet)
+        if summary.missing_from_folder:
+            warn(f"{summary.missing_from_folder} images in the store are no longer in {images}")
+        if json_summary:
+            typer.echo(json.dumps(summary_dict(summary)))

@@ -1,0 +1,62 @@
+"""The ``pairkit`` command: a Typer app with one module per subcommand.
+
+Subcommand modules import only light modules at top level; torch, faiss and
+open_clip are imported inside the functions that need them, so ``--help`` is
+instant.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from pairkit import __version__
+from pairkit.cli import embed as embed_cmd
+from pairkit.cli import import_ as import_cmd
+
+app = typer.Typer(
+    name="pairkit",
+    help=(
+        "Contrastive-learning data toolkit: embed image folders, mine hard negatives, "
+        "flag false negatives and near-duplicates, train heads, evaluate.\n\n"
+        "Example: pairkit embed photos/ -o store --model pixels"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"pairkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """pairkit command line."""
+
+
+app.command("embed", no_args_is_help=True)(embed_cmd.embed)
+app.command("import", no_args_is_help=True)(import_cmd.import_store)
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        app()
+    except BrokenPipeError:
+        # The reader of stdout went away (e.g. `| head`): not an error.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)

@@ -1,0 +1,1 @@
+"""The pairing core: items, relations, pair tables and the store."""

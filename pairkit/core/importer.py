@@ -1,0 +1,69 @@
+"""Import embeddings computed elsewhere as a store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pairkit.core.store import Store, sha256_file, write_store
+from pairkit.core.tables import read_table
+from pairkit.errors import PairkitError
+
+
+def load_npy(path: str | Path) -> np.ndarray:
+    """A 2-D numeric array from a .npy file (memory-mapped), with clear errors."""
+    p = Path(path)
+    if not p.is_file():
+        raise PairkitError(f"embeddings file {p} not found")
+    try:
+        arr = np.load(p, mmap_mode="r", allow_pickle=False)
+    except Exception as exc:
+        raise PairkitError(f"{p} is not a readable .npy file ({exc})") from exc
+    if arr.ndim != 2 or arr.shape[1] == 0:
+        raise PairkitError(f"{p} must hold a 2-D array (N, dim), got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.number):
+        raise PairkitError(f"{p} holds {arr.dtype}, expected numbers")
+    return arr
+
+
+def bad_rows(vectors: np.ndarray, block: int = 65536) -> np.ndarray:
+    """Row numbers holding NaN or inf, shape (k,)."""
+    out = []
+    for start in range(0, len(vectors), block):
+        chunk = np.asarray(vectors[start : start + block], dtype=np.float32)
+        out.append(np.flatnonzero(~np.isfinite(chunk).all(axis=1)) + start)
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+def import_embeddings(
+    embeddings: str | Path,
+    items: str | Path,
+    output: str | Path,
+    *,
+    dtype: str = "float16",
+    encoder: str = "imported",
+    force: bool = False,
+) -> Store:
+    """Write ``embeddings`` (N, dim) with ``items`` (N rows, ``path`` required) as a store."""
+    vectors = load_npy(embeddings)
+    table = read_table(items)
+    if "path" not in table.columns:
+        raise PairkitError(f"items {items} need a 'path' column (found: "
+                           f"{', '.join(map(str, table.columns))})")
+    if len(table) != len(vectors):
+        raise PairkitError(f"{embeddings} has {len(vectors)} rows but {items} has {len(table)}")
+    if len(vectors) == 0:
+        raise PairkitError(f"{embeddings} has no rows")
+    bad = bad_rows(vectors)
+    if len(bad):
+        shown = ", ".join(str(i) for i in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        raise PairkitError(f"{len(bad)} rows contain NaN or inf (rows {shown}); fix or drop them")
+    norms = np.linalg.norm(np.asarray(vectors, dtype=np.float32), axis=1)
+    if (norms == 0).any():
+        zero = np.flatnonzero(norms == 0)
+        raise PairkitError(f"{len(zero)} rows are all zeros (row {zero[0]}): no direction")
+    info = {"name": encoder, "imported_from": Path(embeddings).name,
+            "sha256": sha256_file(embeddings)}
+    return write_store(output, vectors, table, encoder=info, dtype=dtype, force=force,
+                       extra={"views": int(table["view"].max()) + 1 if "view" in table else 1})

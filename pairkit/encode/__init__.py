@@ -1,0 +1,1 @@
+"""Encoders, image discovery and decoding, views, and the embedding loop."""

@@ -1,0 +1,451 @@
+"""The embedding loop: image folder -> store, resumable, shard by shard.
+
+reader (DataLoader workers: read, hash, decode, render views as uint8)
+-> encoder (device, autocast) -> writer (one atomic shard at a time).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pairkit.core.atomic import atomic_open
+from pairkit.core.store import (
+    ERRORS,
+    MANIFEST,
+    StoreWriter,
+    prepare_store_dir,
+    read_manifest,
+    sha256_file,
+)
+from pairkit.encode.images import DecodeError, ImageFile, discover_images, load_image
+from pairkit.encode.registry import DEFAULT_MODEL, Encoder, EncoderRequest, load_encoder
+from pairkit.encode.views import render_views
+from pairkit.errors import PairkitError
+
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    images: Path
+    store: Path
+    model: str = DEFAULT_MODEL
+    pretrained: str | None = None
+    checkpoint: str | None = None
+    views: int = 1
+    seed: int = 0
+    labels: str | None = None  # None, "folder" or a CSV/parquet/JSONL path -> label
+    device: str = "auto"
+    precision: str = "auto"
+    batch_size: int = 64
+    workers: int | None = None
+    dtype: str = "float16"
+    force: bool = False
+    shard_rows: int = 8192
+    shard_seconds: float = 120.0
+
+
+@dataclass
+class EmbedSummary:
+    images: int = 0  # embedded in this run
+    views: int = 0  # rows written in this run
+    skipped: int = 0  # files that could not be embedded
+    already: int = 0  # sources already in the store
+    missing_from_folder: int = 0  # sources in the store no longer in the folder
+    seconds: float = 0.0
+    device: str = "cpu"
+    store_rows: int = 0
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def images_per_second(self) -> float:
+        return self.images / self.seconds if self.seconds > 0 else 0.0
+
+
+class ProgressHook:
+    """What the loop reports; the CLI passes one that drives a progress bar."""
+
+    def start(self, total: int, description: str) -> None: ...
+
+    def advance(self, images: int) -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+
+# -- configuration checks -------------------------------------------------------------
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``; checks cuda:N exists."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if device == "cuda" or device.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise PairkitError(f"--device {device}: no CUDA GPU is visible (use --device cpu)")
+        if ":" in device:
+            try:
+                index = int(device.split(":", 1)[1])
+            except ValueError:
+                raise PairkitError(
+                    f"--device must be auto, cpu, cuda or cuda:N, got {device}"
+                ) from None
+            if index >= torch.cuda.device_count():
+                raise PairkitError(
+                    f"--device {device}: only {torch.cuda.device_count()} GPU(s) visible"
+                )
+        return device
+    raise PairkitError(f"--device must be auto, cpu, cuda or cuda:N, got {device}")
+
+
+def embedding_identity(cfg: EmbedConfig) -> dict[str, Any]:
+    """The options that change the embeddings: a store only mixes rows with equal identity."""
+    ident: dict[str, Any] = {
+        "model": cfg.model,
+        "pretrained": cfg.pretrained or "default",
+        "views": cfg.views,
+        "seed": cfg.seed,
+        "dtype": cfg.dtype,
+    }
+    if cfg.checkpoint:
+        if not Path(cfg.checkpoint).is_file():
+            raise PairkitError(f"checkpoint {cfg.checkpoint} not found")
+        ident["checkpoint_sha256"] = sha256_file(cfg.checkpoint)
+    return ident
+
+
+def _check_config(cfg: EmbedConfig) -> None:
+    if cfg.views < 1:
+        raise PairkitError(f"--views must be >= 1, got {cfg.views}")
+    if cfg.batch_size < 1:
+        raise PairkitError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    if cfg.workers is not None and cfg.workers < 0:
+        raise PairkitError(f"--workers must be >= 0, got {cfg.workers}")
+    if cfg.precision not in PRECISIONS:
+        raise PairkitError(f"--precision must be one of {', '.join(PRECISIONS)}, got "
+                           f"{cfg.precision}")
+    if cfg.dtype not in ("float16", "float32"):
+        raise PairkitError(f"--dtype must be float16 or float32, got {cfg.dtype}")
+
+
+def resolve_labels(
+    spec: str | None, images: list[ImageFile], root: Path
+) -> tuple[dict[str, str | None], int]:
+    """Label per relative path, and how many images got none.
+
+    ``folder``: the first sub-folder name (ImageFolder convention).
+    A table path (CSV/parquet/JSONL with ``path`` and ``label``): paths relative to
+    the image root, or absolute inside it.
+    """
+    if spec is None:
+        return {f.path: None for f in images}, 0
+    if spec == "folder":
+        out = {f.path: (f.path.split("/", 1)[0] if "/" in f.path else None) for f in images}
+        return out, sum(v is None for v in out.values())
+    from pairkit.core.tables import read_table
+
+    table = read_table(spec)
+    if "path" not in table.columns or "label" not in table.columns:
+        raise PairkitError(f"--labels {spec}: the table needs 'path' and 'label' columns")
+    mapping: dict[str, str] = {}
+    root_abs = root.resolve()
+    for path, label in zip(table["path"].astype(str), table["label"], strict=True):
+        p = Path(path)
+        if p.is_absolute():
+            try:
+                p = p.resolve().relative_to(root_abs)
+            except ValueError:
+                continue
+        if label is None or (isinstance(label, float) and math.isnan(label)):
+            continue
+        mapping[p.as_posix()] = str(label)
+    out = {f.path: mapping.get(f.path) for f in images}
+    return out, sum(v is None for v in out.values())
+
+
+# -- the data pipeline ----------------------------------------------------------------
+
+
+class _SourceDataset:
+    """Item i = all views of image i: (index, uint8 (V,3,S,S) or None, sha256, error)."""
+
+    def __init__(self, files: list[ImageFile], views: int, pre: Any, seed: int) -> None:
+        self.files = files
+        self.views = views
+        self.pre = pre
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> tuple[int, np.ndarray | None, str | None, str | None]:
+        f = self.files[i]
+        try:
+            img, digest = load_image(f.abs_path, draft_size=2 * self.pre.size)
+            arr = render_views(img, f.path, self.views, self.pre, self.seed)
+            return i, arr, digest, None
+        except DecodeError as exc:
+            return i, None, None, str(exc)
+        except Exception as exc:  # an unexpected decoder failure skips the file, not the run
+            return i, None, None, f"can't decode ({type(exc).__name__}: {exc})"
+
+
+def _collate(batch: list[Any]) -> list[Any]:
+    return batch
+
+
+def _worker_init(_: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def default_workers(device: str) -> int:
+    """Decoding processes: none on a small CPU box (they would steal the encoder's
+    cores), up to 8 beside a GPU."""
+    cpus = os.cpu_count() or 1
+    if device.startswith("cuda"):
+        return max(1, min(8, cpus - 1))
+    return 0 if cpus <= 2 else min(4, cpus // 2)
+
+
+def _batches(n: int, per_batch: int) -> list[list[int]]:
+    return [list(range(i, min(i + per_batch, n))) for i in range(0, n, per_batch)]
+
+
+class _Runner:
+    """Moves uint8 batches to the device, normalises, runs the encoder."""
+
+    def __init__(self, encoder: Encoder, device: str, precision: str) -> None:
+        import torch
+
+        self.encoder = encoder
+        self.device = torch.device(device)
+        module = encoder.module.to(self.device).eval()
+        if device == "cuda" and torch.cuda.device_count() > 1:
+            module = torch.nn.DataParallel(module)  # one replica per visible GPU
+        self.module = module
+        pre = encoder.preprocess
+        self.mean = torch.tensor(pre.mean, device=self.device).view(1, 3, 1, 1) * 255.0
+        self.std = torch.tensor(pre.std, device=self.device).view(1, 3, 1, 1) * 255.0
+        if precision == "auto":
+            precision = "fp16" if self.device.type == "cuda" else "fp32"
+        if self.device.type == "cpu" and precision == "fp16":
+            precision = "fp32"  # CPU autocast to fp16 is slow and lossy; bf16 is supported
+        self.precision = precision
+
+    def __call__(self, pixels: np.ndarray) -> np.ndarray:
+        import torch
+
+        x = torch.from_numpy(pixels)
+        if self.device.type == "cuda":
+            x = x.pin_memory().to(self.device, non_blocking=True)
+        x = (x.float() - self.mean) / self.std
+        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.precision)
+        with torch.inference_mode(), torch.autocast(
+            self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None
+        ):
+            out = self.module(x)
+        return out.float().cpu().numpy()
+
+
+# -- the loop -------------------------------------------------------------------------
+
+
+def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSummary:
+    """Embed every image under ``cfg.images`` into the store ``cfg.store``.
+
+    Resumes an existing store made with the same embedding options (only
+    missing sources are embedded); refuses one made with other options unless
+    ``cfg.force``. Files that can't be embedded are skipped and listed in
+    STORE/errors.jsonl. Raises PairkitError when nothing at all could be embedded.
+    """
+    import pandas as pd
+    import torch
+
+    hook = hook or ProgressHook()
+    _check_config(cfg)
+    t0 = time.perf_counter()
+    files, problems = discover_images(cfg.images)
+    if not files:
+        raise PairkitError(
+            f"no images found in {cfg.images} (looked for .jpg, .jpeg, .png, .webp, .bmp, "
+            ".gif, .tif, .ppm ...)"
+        )
+    cfg_store = Path(cfg.store)
+    if cfg_store.exists() and not cfg_store.is_dir():
+        raise PairkitError(f"output {cfg_store} is an existing file, expected a store folder")
+    labels, unlabeled = resolve_labels(cfg.labels, files, Path(cfg.images))
+    if cfg.labels and unlabeled:
+        hook.note(f"{unlabeled} of {len(files)} images have no label")
+    identity = embedding_identity(cfg)
+    device = resolve_device(cfg.device)
+
+    writer: StoreWriter | None = None
+    done: set[str] = set()
+    if (cfg_store / MANIFEST).exists() and not cfg.force:
+        old = read_manifest(cfg_store).get("embedding")
+        if old != identity:
+            diff = sorted(k for k in set(identity) | set(old or {})
+                          if (old or {}).get(k) != identity.get(k))
+            raise PairkitError(
+                f"store {cfg_store} was made with other options ({', '.join(diff)} differ); "
+                "pass --force to replace it, or choose another -o"
+            )
+        writer = _resume(cfg_store)
+        done = set(writer.items["source"].astype(str))
+    else:
+        prepare_store_dir(cfg_store, cfg.force)
+
+    todo = [f for f in files if f.path not in done]
+    summary = EmbedSummary(device=device)
+    summary.already = len(files) - len(todo)
+    summary.missing_from_folder = len(done - {f.path for f in files})
+    errors: list[dict[str, str]] = [{"path": p, "reason": r} for p, r in problems]
+    if not todo:
+        summary.seconds = time.perf_counter() - t0
+        summary.store_rows = writer.count if writer else 0
+        summary.errors = errors
+        _write_errors(cfg_store, errors)
+        return summary
+
+    encoder = load_encoder(
+        EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint, device, cfg.seed)
+    )
+    if writer is None:
+        writer = StoreWriter.create(
+            cfg_store,
+            encoder.dim,
+            cfg.dtype,
+            encoder.describe(),
+            {"embedding": identity, "views": cfg.views, "seed": cfg.seed},
+        )
+    elif writer.manifest["dim"] != encoder.dim:
+        raise PairkitError(f"store {cfg_store} has dim {writer.manifest['dim']}, the encoder "
+                           f"gives {encoder.dim}; pass --force to replace it")
+    writer.update(
+        image_root=str(Path(cfg.images).resolve()),
+        labels=cfg.labels if cfg.labels in (None, "folder") else "file",
+    )
+    runner = _Runner(encoder, device, cfg.precision)
+
+    workers = default_workers(device) if cfg.workers is None else cfg.workers
+    per_batch = max(1, cfg.batch_size // cfg.views)
+    dataset = _SourceDataset(todo, cfg.views, encoder.preprocess, cfg.seed)
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_sampler=_batches(len(todo), per_batch),
+        num_workers=workers,
+        collate_fn=_collate,
+        worker_init_fn=_worker_init if workers else None,
+        prefetch_factor=4 if workers else None,
+        persistent_workers=False,
+    )
+
+    pending_vecs: list[np.ndarray] = []
+    pending_items: list[dict[str, Any]] = []
+    pending_rows = 0
+    last_flush = time.perf_counter()
+
+    def flush() -> None:
+        nonlocal pending_vecs, pending_items, pending_rows, last_flush
+        if pending_rows:
+            writer.append(np.concatenate(pending_vecs), pd.DataFrame(pending_items))
+            _write_errors(cfg_store, errors)
+        pending_vecs, pending_items, pending_rows = [], [], 0
+        last_flush = time.perf_counter()
+
+    hook.start(len(todo), "embedding")
+    for batch in loader:
+        ok = [(i, arr, digest) for i, arr, digest, err in batch if err is None]
+        for i, _, _, err in batch:
+            if err is not None:
+                errors.append({"path": todo[i].path, "reason": err})
+        if ok:
+            pixels = np.concatenate([arr for _, arr, _ in ok])
+            pending_vecs.append(runner(pixels))
+            for i, _, digest in ok:
+                f = todo[i]
+                for v in range(cfg.views):
+                    pending_items.append({"path": f.path, "source": f.path, "view": v,
+                                          "label": labels.get(f.path), "file_sha256": digest})
+            pending_rows += len(pixels)
+            summary.images += len(ok)
+            summary.views += len(pixels)
+        hook.advance(len(batch))
+        if pending_rows >= cfg.shard_rows or (
+            pending_rows and time.perf_counter() - last_flush > cfg.shard_seconds
+        ):
+            flush()
+    flush()
+    _write_errors(cfg_store, errors)
+    summary.skipped = sum(1 for e in errors if not e["reason"].startswith("symlink loop"))
+    summary.errors = errors
+    summary.seconds = time.perf_counter() - t0
+    summary.store_rows = writer.count
+    writer.update(last_run=_run_record(cfg, summary))
+    if writer.count == 0:
+        raise PairkitError(
+            f"no image could be embedded: all {len(todo)} failed (see {cfg_store / ERRORS})"
+        )
+    return summary
+
+
+def _resume(root: Path) -> StoreWriter:
+    """Reopen a store for appending, dropping item rows of a shard whose manifest
+    entry was never written (an interrupted run)."""
+    import pandas as pd
+
+    manifest = read_manifest(root)
+    items_path = root / "items.parquet"
+    if items_path.is_file():
+        items = pd.read_parquet(items_path)
+        if len(items) > manifest["count"]:
+            from pairkit.core.atomic import atomic_path
+
+            items = items.iloc[: manifest["count"]].reset_index(drop=True)
+            with atomic_path(items_path) as tmp:
+                items.to_parquet(tmp, index=False)
+    return StoreWriter.resume(root)
+
+
+def _write_errors(root: Path, errors: list[dict[str, str]]) -> None:
+    path = root / ERRORS
+    if not errors:
+        if path.exists():
+            path.unlink()
+        return
+    with atomic_open(path) as fh:
+        for e in errors:
+            fh.write(json.dumps(e, ensure_ascii=False) + "\n")
+
+
+def _run_record(cfg: EmbedConfig, s: EmbedSummary) -> dict[str, Any]:
+    return {
+        "images": s.images,
+        "views": s.views,
+        "skipped": s.skipped,
+        "seconds": round(s.seconds, 3),
+        "device": s.device,
+        "batch_size": cfg.batch_size,
+        "precision": cfg.precision,
+    }
+
+
+def summary_dict(s: EmbedSummary) -> dict[str, Any]:
+    d = asdict(s)
+    d.pop("errors")
+    d["images_per_second"] = round(s.images_per_second, 2)
+    return d
+

@@ -1,0 +1,291 @@
+"""Built-in encoders: open_clip, timm and the weight-free ``pixels`` encoder.
+
+Weights: ``--pretrained TAG`` loads through the library's own loading (the
+Hugging Face hub cache first, without touching the network; then a download
+unless HF_HUB_OFFLINE is set). ``--pretrained none`` builds random weights from
+``--seed``. ``--checkpoint PATH`` loads a local safetensors file or a state
+dict (``torch.load(weights_only=True)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pairkit.encode.registry import (
+    DEFAULT_OPENCLIP_TAG,
+    Encoder,
+    EncoderRequest,
+    Preprocess,
+    register_encoder,
+)
+from pairkit.errors import PairkitError
+
+WEIGHT_OPTIONS = (
+    "pass --checkpoint PATH for local weights, --pretrained none for random weights, "
+    "or --model pixels for the weight-free encoder"
+)
+
+
+def _is_random(tag: str | None) -> bool:
+    return tag is not None and tag.lower() in ("none", "random")
+
+
+@contextlib.contextmanager
+def _hub_offline(offline: bool) -> Iterator[None]:
+    """Make huggingface_hub use its cache only (no network) inside the block."""
+    try:
+        from huggingface_hub import constants
+    except ImportError:  # pragma: no cover - hub is a dependency of open_clip and timm
+        yield
+        return
+    old = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = offline or old
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = old
+
+
+def _env_offline() -> bool:
+    return any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PAIRKIT_OFFLINE")
+    )
+
+
+def _load_with_cache_first(build: Any, what: str) -> Any:
+    """Call ``build()`` with the hub cache only; if the weights are not cached and we
+    may go online, call it again allowing a download. One-line error otherwise."""
+    from pairkit.cli.common import say
+
+    try:
+        with _hub_offline(True):
+            return build()
+    except PairkitError:
+        raise
+    except Exception as first:
+        if _env_offline():
+            raise PairkitError(
+                f"weights for {what} are not in the local cache and HF_HUB_OFFLINE is set: "
+                f"{WEIGHT_OPTIONS}"
+            ) from first
+    say(f"downloading weights for {what} (set HF_HUB_OFFLINE=1 to fail fast when offline)")
+    try:
+        return build()
+    except Exception as exc:
+        raise PairkitError(
+            f"weights for {what} could not be loaded (not cached, download failed: "
+            f"{_first_line(exc)}): {WEIGHT_OPTIONS}"
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:160]
+
+
+def load_state_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a checkpoint: safetensors, or a torch state dict with ``weights_only=True``.
+
+    A dict wrapping the weights under ``state_dict`` / ``model`` is unwrapped and a
+    ``module.`` prefix (DataParallel/DDP) is stripped.
+    """
+    import torch
+
+    p = Path(path)
+    if not p.is_file():
+        raise PairkitError(f"checkpoint {p} not found")
+    try:
+        if p.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state: Any = load_file(str(p), device="cpu")
+        else:
+            state = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise PairkitError(f"checkpoint {p} is unreadable: {_first_line(exc)}") from exc
+    for key in ("state_dict", "model", "module"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+    if not isinstance(state, dict):
+        raise PairkitError(f"checkpoint {p} does not hold a state dict")
+    if state and all(k.startswith("module.") for k in state):
+        state = {k[len("module.") :]: v for k, v in state.items()}
+    return state
+
+
+def _apply_checkpoint(module: Any, path: str, what: str) -> str:
+    from pairkit.core.store import sha256_file
+
+    state = load_state_dict(path)
+    try:
+        module.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise PairkitError(
+            f"checkpoint {path} does not fit {what}: {_first_line(exc)}"
+        ) from exc
+    return sha256_file(path)
+
+
+# -- open_clip ---------------------------------------------------------------------
+
+
+def _openclip(name: str, req: EncoderRequest) -> Encoder:
+    import open_clip
+    import torch
+
+    if not name:
+        raise PairkitError("name the open_clip model: --model openclip/ViT-B-32")
+    if name not in open_clip.list_models():
+        raise PairkitError(
+            f"open_clip has no model {name!r} (see open_clip.list_models(); e.g. ViT-B-32)"
+        )
+    what = f"openclip/{name}"
+    identity: dict[str, Any] = {"library": "open_clip", "library_version": open_clip.__version__}
+    tag = req.pretrained
+    if req.checkpoint or _is_random(tag):
+        torch.manual_seed(req.seed)
+        model = open_clip.create_model(name, pretrained=None)
+        if req.checkpoint:
+            identity["checkpoint_sha256"] = _apply_checkpoint(model, req.checkpoint, what)
+            identity["checkpoint"] = os.path.basename(req.checkpoint)
+        else:
+            identity["pretrained"] = "none"
+            identity["seed"] = req.seed
+    else:
+        known = open_clip.list_pretrained_tags_by_model(name)
+        if tag is None:
+            tag = DEFAULT_OPENCLIP_TAG.get(name) or (known[0] if known else None)
+            if tag is None:
+                raise PairkitError(f"open_clip knows no pretrained weights for {name}: "
+                                   f"{WEIGHT_OPTIONS}")
+        if tag not in known and not Path(tag).is_file():
+            raise PairkitError(
+                f"open_clip has no pretrained tag {tag!r} for {name} "
+                f"(known: {', '.join(known) or 'none'}); {WEIGHT_OPTIONS}"
+            )
+        model = _load_with_cache_first(
+            lambda: open_clip.create_model(name, pretrained=tag, require_pretrained=True),
+            f"{what} ({tag})",
+        )
+        identity["pretrained"] = tag
+    model.eval()
+    cfg = dict(getattr(model.visual, "preprocess_cfg", {}) or {})
+    size = cfg.get("size", 224)
+    size = int(size[0] if isinstance(size, (tuple, list)) else size)
+    preprocess = Preprocess(
+        size=size,
+        mean=tuple(cfg.get("mean", (0.48145466, 0.4578275, 0.40821073))),
+        std=tuple(cfg.get("std", (0.26862954, 0.26130258, 0.27577711))),
+        interpolation=str(cfg.get("interpolation", "bicubic")),
+        resize="squash" if cfg.get("resize_mode") == "squash" else "shortest",
+    )
+    visual = _VisualOnly(model)
+    dim = _probe_dim(visual, size)
+    return Encoder(name=what, dim=dim, preprocess=preprocess, module=visual, identity=identity)
+
+
+def _probe_dim(module: Any, size: int) -> int:
+    import torch
+
+    with torch.no_grad():
+        out = module(torch.zeros(1, 3, size, size))
+    return int(out.shape[-1])
+
+
+def _visual_only_cls() -> Any:
+    import torch
+
+    class VisualOnly(torch.nn.Module):
+        """Keeps only the image tower of a CLIP model; forward = encode_image."""
+
+        def __init__(self, clip: Any) -> None:
+            super().__init__()
+            self.visual = clip.visual
+
+        def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+            return self.visual(pixels)
+
+    return VisualOnly
+
+
+def _VisualOnly(clip: Any) -> Any:  # noqa: N802 - reads like a class at the call site
+    return _visual_only_cls()(clip)
+
+
+# -- timm --------------------------------------------------------------------------
+
+
+def _timm(name: str, req: EncoderRequest) -> Encoder:
+    import timm
+    import torch
+
+    if not name:
+        raise PairkitError("name the timm model: --model timm/resnet50")
+    base = name.split(".")[0]
+    if not timm.list_models(base):
+        raise PairkitError(f"timm has no model {base!r} (see timm.list_models())")
+    what = f"timm/{name}"
+    identity: dict[str, Any] = {"library": "timm", "library_version": timm.__version__}
+    tag = req.pretrained
+    full = name if tag is None or _is_random(tag) else f"{base}.{tag}"
+    if req.checkpoint or _is_random(tag):
+        torch.manual_seed(req.seed)
+        model = timm.create_model(full, pretrained=False, num_classes=0)
+        if req.checkpoint:
+            identity["checkpoint_sha256"] = _apply_checkpoint(model, req.checkpoint, what)
+            identity["checkpoint"] = os.path.basename(req.checkpoint)
+        else:
+            identity["pretrained"] = "none"
+            identity["seed"] = req.seed
+    else:
+        model = _load_with_cache_first(
+            lambda: timm.create_model(full, pretrained=True, num_classes=0), what
+        )
+        identity["pretrained"] = getattr(model, "pretrained_cfg", {}).get("tag") or tag or "default"
+    model.eval()
+    cfg = timm.data.resolve_data_config({}, model=model)
+    size = int(cfg["input_size"][-1])
+    preprocess = Preprocess(
+        size=size,
+        mean=tuple(float(v) for v in cfg["mean"]),
+        std=tuple(float(v) for v in cfg["std"]),
+        interpolation=str(cfg.get("interpolation", "bicubic")),
+    )
+    dim = _probe_dim(model, size)
+    return Encoder(name=f"timm/{full}", dim=dim, preprocess=preprocess, module=model,
+                   identity=identity)
+
+
+# -- pixels ------------------------------------------------------------------------
+
+
+def _pixels(name: str, req: EncoderRequest) -> Encoder:
+    from pairkit.encode.pixels import PIXELS_PREPROCESS, PixelFeatures
+
+    if name:
+        raise PairkitError("the pixels encoder takes no sub-name: --model pixels")
+    if req.checkpoint:
+        raise PairkitError("--checkpoint does not apply to --model pixels (it has no weights)")
+    module = PixelFeatures()
+    return Encoder(
+        name="pixels",
+        dim=module.dim,
+        preprocess=PIXELS_PREPROCESS,
+        module=module,
+        identity={"version": module.version},
+    )
+
+
+def register_builtins() -> None:
+    """Register openclip/, timm/ and pixels (idempotent)."""
+    register_encoder("openclip", _openclip)
+    register_encoder("timm", _timm)
+    register_encoder("pixels", _pixels)
+
+
+register_builtins()

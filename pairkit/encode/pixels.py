@@ -1,0 +1,66 @@
+"""``pixels``: a weight-free, offline encoder of low-level image features.
+
+It describes what an image *looks like*, not what it *is*: use it for
+near-duplicate detection, smoke runs and tests, not for semantic similarity.
+
+Features of a 64x64 image, each block L2-normalised, then concatenated:
+
+- a 16x16 grey thumbnail, mean-subtracted (invariant to brightness shifts and
+  contrast scaling);
+- 4x4 cells x 8 gradient orientations (a coarse HOG);
+- a 4x4 thumbnail of the two chroma channels (weight 0.5; zero for grey images).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pairkit.encode.registry import Preprocess
+
+PIXELS_PREPROCESS = Preprocess(size=64, interpolation="bilinear", resize="shortest")
+
+
+def _module_base() -> Any:
+    import torch
+
+    return torch.nn.Module
+
+
+class PixelFeatures(_module_base()):  # type: ignore[misc]
+    """(B, 3, 64, 64) floats in [0, 1] -> (B, 432) features."""
+
+    version = 1
+    dim = 256 + 128 + 48
+
+    def __init__(self) -> None:
+        import torch
+
+        super().__init__()
+        sobel = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]])
+        self.register_buffer("kernels", torch.stack([sobel, sobel.t()]).unsqueeze(1))
+
+    def forward(self, x: Any) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        x = x.float()
+        r, g, b = x[:, 0:1], x[:, 1:2], x[:, 2:3]
+        grey = 0.299 * r + 0.587 * g + 0.114 * b
+        thumb = F.adaptive_avg_pool2d(grey, 16).flatten(1)
+        thumb = thumb - thumb.mean(dim=1, keepdim=True)
+        thumb = F.normalize(thumb, dim=1)
+
+        grad = F.conv2d(F.pad(grey, (1, 1, 1, 1), mode="replicate"), self.kernels)
+        gx, gy = grad[:, 0], grad[:, 1]
+        magnitude = torch.sqrt(gx * gx + gy * gy + 1e-12)
+        angle = torch.remainder(torch.atan2(gy, gx), torch.pi)  # unsigned orientation
+        bins = torch.clamp((angle / torch.pi * 8).long(), max=7)
+        hist = torch.zeros(x.shape[0], 8, *gx.shape[1:], device=x.device)
+        hist.scatter_(1, bins.unsqueeze(1), magnitude.unsqueeze(1))
+        hog = F.adaptive_avg_pool2d(hist, 4).flatten(1)
+        hog = F.normalize(hog, dim=1)
+
+        chroma = torch.cat([r - grey, g - grey, b - grey], dim=1)
+        colour = F.adaptive_avg_pool2d(chroma, 4).flatten(1) * 0.5
+
+        return F.normalize(torch.cat([thumb, hog, colour], dim=1), dim=1)

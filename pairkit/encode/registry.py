@@ -1,0 +1,110 @@
+"""Encoder registry: a model name maps to a factory that builds an :class:`Encoder`.
+
+Names are ``openclip/MODEL``, ``timm/MODEL``, ``pixels`` and anything a
+plugin or test suite registers with :func:`register_encoder`. The factory gets
+one frozen :class:`EncoderRequest` and returns an :class:`Encoder` whose
+:class:`Preprocess` says how images must be prepared (size, mean, std), so the
+data pipeline and the model agree in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pairkit.errors import PairkitError
+
+if TYPE_CHECKING:
+    import torch
+
+DEFAULT_MODEL = "openclip/ViT-B-32"
+DEFAULT_OPENCLIP_TAG = {"ViT-B-32": "laion2b_s34b_b79k"}
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How an image becomes the encoder's input: square ``size`` pixels, then
+    ``(x / 255 - mean) / std`` per channel. ``resize`` is ``shortest`` (resize the
+    short side, centre-crop) or ``squash`` (resize both sides)."""
+
+    size: int
+    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    interpolation: str = "bicubic"
+    resize: str = "shortest"
+
+
+@dataclass(frozen=True)
+class EncoderRequest:
+    """What the user asked for on the command line."""
+
+    model: str
+    pretrained: str | None = None  # None: the model's default tag; "none": random weights
+    checkpoint: str | None = None
+    device: str = "cpu"
+    seed: int = 0
+
+
+@dataclass
+class Encoder:
+    """A loaded encoder: ``forward`` maps a float batch (B, 3, S, S), already
+    normalised with ``preprocess``, to embeddings (B, dim)."""
+
+    name: str
+    dim: int
+    preprocess: Preprocess
+    module: torch.nn.Module
+    identity: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        """What the manifest records about this encoder."""
+        return {"name": self.name, **self.identity, "preprocess": asdict(self.preprocess)}
+
+
+EncoderFactory = Callable[[str, EncoderRequest], Encoder]
+_REGISTRY: dict[str, EncoderFactory] = {}
+
+
+def register_encoder(prefix: str, factory: EncoderFactory) -> None:
+    """Register ``factory`` for names equal to ``prefix`` or starting with ``prefix/``.
+
+    The factory is called with the part after ``prefix/`` (or "") and the request.
+    """
+    _REGISTRY[prefix] = factory
+
+
+def unregister_encoder(prefix: str) -> None:
+    _REGISTRY.pop(prefix, None)
+
+
+def registered_prefixes() -> list[str]:
+    _ensure_builtins()
+    return sorted(_REGISTRY)
+
+
+def split_model_name(model: str) -> tuple[str, str]:
+    """``openclip/ViT-B-32`` -> (``openclip``, ``ViT-B-32``); ``pixels`` -> (``pixels``, "")."""
+    prefix, _, rest = model.partition("/")
+    return prefix, rest
+
+
+def load_encoder(request: EncoderRequest) -> Encoder:
+    """Build the encoder a request names; raise PairkitError with a one-line reason."""
+    _ensure_builtins()
+    prefix, rest = split_model_name(request.model)
+    factory = _REGISTRY.get(prefix)
+    if factory is None:
+        raise PairkitError(
+            f"unknown model {request.model!r}: use openclip/NAME, timm/NAME or pixels "
+            f"(registered: {', '.join(sorted(_REGISTRY))})"
+        )
+    return factory(rest, request)
+
+
+def _ensure_builtins() -> None:
+    if "openclip" in _REGISTRY and "timm" in _REGISTRY and "pixels" in _REGISTRY:
+        return
+    from pairkit.encode.models import register_builtins
+
+    register_builtins()

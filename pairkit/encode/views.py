@@ -1,0 +1,121 @@
+"""Views: view 0 is the plain image, views 1.. are random meaning-preserving edits.
+
+Every random choice of a view comes from a generator seeded by
+``(seed, source, view)``, so a view is the same whatever the batch, the
+worker, the order or an interrupted-and-resumed run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pairkit.encode.registry import Preprocess
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+
+@dataclass(frozen=True)
+class Augment:
+    """The random edits of views 1.. (torchvision/SimCLR-style, milder colour)."""
+
+    min_area: float = 0.35
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: float = 0.5
+    brightness: float = 0.2
+    contrast: float = 0.2
+    saturation: float = 0.2
+    hue: float = 0.02
+
+
+def view_rng(seed: int, source: str, view: int) -> np.random.Generator:
+    """A generator that depends only on (seed, source, view)."""
+    digest = hashlib.blake2b(f"{seed}\0{source}\0{view}".encode(), digest_size=8).digest()
+    return np.random.default_rng(int.from_bytes(digest, "little"))
+
+
+def _resample(name: str) -> int:
+    from PIL import Image
+
+    return {
+        "bicubic": Image.Resampling.BICUBIC,
+        "bilinear": Image.Resampling.BILINEAR,
+        "nearest": Image.Resampling.NEAREST,
+        "lanczos": Image.Resampling.LANCZOS,
+    }.get(name, Image.Resampling.BICUBIC)
+
+
+def plain_view(img: Image.Image, pre: Preprocess) -> Image.Image:
+    """Resize (short side to ``pre.size``, centre crop; or squash) to size x size."""
+    size = pre.size
+    resample = _resample(pre.interpolation)
+    w, h = img.size
+    if pre.resize == "squash":
+        return img.resize((size, size), resample)
+    scale = size / min(w, h)
+    nw, nh = max(size, round(w * scale)), max(size, round(h * scale))
+    img = img.resize((nw, nh), resample, reducing_gap=3.0)
+    left, top = (nw - size) // 2, (nh - size) // 2
+    return img.crop((left, top, left + size, top + size))
+
+
+def crop_box(
+    width: int, height: int, rng: np.random.Generator, aug: Augment
+) -> tuple[int, int, int, int]:
+    """A random-resized-crop box (left, top, right, bottom) covering >= min_area."""
+    area = width * height
+    log_lo, log_hi = math.log(aug.ratio[0]), math.log(aug.ratio[1])
+    for _ in range(10):
+        target = area * rng.uniform(aug.min_area, 1.0)
+        ratio = math.exp(rng.uniform(log_lo, log_hi))
+        w = round(math.sqrt(target * ratio))
+        h = round(math.sqrt(target / ratio))
+        if 0 < w <= width and 0 < h <= height:
+            left = int(rng.integers(0, width - w + 1))
+            top = int(rng.integers(0, height - h + 1))
+            return left, top, left + w, top + h
+    side = min(width, height)
+    left, top = (width - side) // 2, (height - side) // 2
+    return left, top, left + side, top + side
+
+
+def augmented_view(
+    img: Image.Image, pre: Preprocess, rng: np.random.Generator, aug: Augment = Augment()
+) -> Image.Image:
+    """Random resized crop to size x size, horizontal flip, mild colour jitter."""
+    from PIL import Image, ImageEnhance
+
+    box = crop_box(img.width, img.height, rng, aug)
+    out = img.resize((pre.size, pre.size), _resample(pre.interpolation), box=box)
+    if rng.uniform() < aug.flip:
+        out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    b = rng.uniform(1 - aug.brightness, 1 + aug.brightness)
+    c = rng.uniform(1 - aug.contrast, 1 + aug.contrast)
+    s = rng.uniform(1 - aug.saturation, 1 + aug.saturation)
+    hue = rng.uniform(-aug.hue, aug.hue)
+    out = ImageEnhance.Brightness(out).enhance(b)
+    out = ImageEnhance.Contrast(out).enhance(c)
+    out = ImageEnhance.Color(out).enhance(s)
+    if hue:
+        hsv = np.asarray(out.convert("HSV")).copy()
+        hsv[..., 0] = (hsv[..., 0].astype(np.int16) + round(hue * 255)) % 256
+        out = Image.fromarray(hsv, "HSV").convert("RGB")
+    return out
+
+
+def render_views(
+    img: Image.Image, source: str, views: int, pre: Preprocess, seed: int
+) -> np.ndarray:
+    """All views of one image as uint8 array (views, 3, size, size)."""
+    out = np.empty((views, 3, pre.size, pre.size), dtype=np.uint8)
+    for v in range(views):
+        rendered = plain_view(img, pre) if v == 0 else augmented_view(
+            img, pre, view_rng(seed, source, v)
+        )
+        out[v] = np.asarray(rendered, dtype=np.uint8).transpose(2, 0, 1)
+    return out

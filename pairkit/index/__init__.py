@@ -1,0 +1,1 @@
+"""FAISS indices: build, GPU placement, batched exact and approximate search."""
