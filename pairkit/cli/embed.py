@@ -98,9 +98,11 @@ def embed(
             summary = embed_folder(cfg, hook)
         finally:
             hook.stop()
-        if summary.images == 0 and not summary.skipped:
+        if summary.images == 0 and summary.already:
             say(
-                f"nothing to embed: all {summary.already} images are already in {output}",
+                f"nothing to embed: all {summary.already} images are already in {output}"
+                + (f"; {summary.skipped} files still can't be embedded" if summary.skipped
+                   else ""),
                 quiet,
             )
         else:

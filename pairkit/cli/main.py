@@ -12,7 +12,9 @@ import sys
 import typer
 
 from pairkit import __version__
+from pairkit.cli import dedup as dedup_cmd
 from pairkit.cli import embed as embed_cmd
+from pairkit.cli import eval as eval_cmd
 from pairkit.cli import import_ as import_cmd
 
 app = typer.Typer(
@@ -47,6 +49,8 @@ def _root(
 
 app.command("embed", no_args_is_help=True)(embed_cmd.embed)
 app.command("import", no_args_is_help=True)(import_cmd.import_store)
+app.command("eval", no_args_is_help=True)(eval_cmd.eval_store)
+app.command("dedup", no_args_is_help=True)(dedup_cmd.dedup)
 
 
 def main() -> None:

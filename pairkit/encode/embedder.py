@@ -60,14 +60,16 @@ class EmbedSummary:
     skipped: int = 0  # files that could not be embedded
     already: int = 0  # sources already in the store
     missing_from_folder: int = 0  # sources in the store no longer in the folder
-    seconds: float = 0.0
+    seconds: float = 0.0  # whole run, model loading included
+    loop_seconds: float = 0.0  # decoding + encoding + writing only
     device: str = "cpu"
     store_rows: int = 0
     errors: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def images_per_second(self) -> float:
-        return self.images / self.seconds if self.seconds > 0 else 0.0
+        """Steady rate of the embedding loop (model loading excluded)."""
+        return self.images / self.loop_seconds if self.loop_seconds > 0 else 0.0
 
 
 class ProgressHook:
@@ -367,6 +369,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
         last_flush = time.perf_counter()
 
     hook.start(len(todo), "embedding")
+    t_loop = time.perf_counter()
     for batch in loader:
         ok = [(i, arr, digest) for i, arr, digest, err in batch if err is None]
         for i, _, _, err in batch:
@@ -389,6 +392,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
         ):
             flush()
     flush()
+    summary.loop_seconds = time.perf_counter() - t_loop
     _write_errors(cfg_store, errors)
     summary.skipped = sum(1 for e in errors if not e["reason"].startswith("symlink loop"))
     summary.errors = errors

@@ -50,6 +50,19 @@ def _hub_offline(offline: bool) -> Iterator[None]:
         constants.HF_HUB_OFFLINE = old
 
 
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    import logging
+
+    root = logging.getLogger()
+    old = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(old)
+
+
 def _env_offline() -> bool:
     return any(
         os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
@@ -149,7 +162,8 @@ def _openclip(name: str, req: EncoderRequest) -> Encoder:
     tag = req.pretrained
     if req.checkpoint or _is_random(tag):
         torch.manual_seed(req.seed)
-        model = open_clip.create_model(name, pretrained=None)
+        with _quiet_root_logger():  # open_clip logs "initialized randomly": we asked for it
+            model = open_clip.create_model(name, pretrained=None)
         if req.checkpoint:
             identity["checkpoint_sha256"] = _apply_checkpoint(model, req.checkpoint, what)
             identity["checkpoint"] = os.path.basename(req.checkpoint)

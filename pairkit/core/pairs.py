@@ -1,0 +1,204 @@
+"""Pair tables: mined anchors, positives and negatives as a DataFrame.
+
+Formats (agreed with ``train``; see docs/formats.md):
+
+- ``triplet``: store_id, anchor_id, positive_id, negative_id, anchor_path,
+  positive_path, negative_path, pos_score, neg_score, neg_rank; one row per
+  negative.
+- ``n-tuple``: store_id, anchor_id, positive_id, anchor_path, positive_path,
+  pos_score, negative_id_1..K, negative_path_1..K, neg_score_1..K; one row per
+  anchor (missing negatives: id -1, path and score null).
+- ``labeled-pair``: store_id, anchor_id, other_id, anchor_path, other_path,
+  label (1 positive, 0 negative), score.
+
+With flags kept, columns ``false_negative`` (bool) and ``fn_reason`` (str or
+null; several reasons joined with ``|``). In ``attract`` mode each flagged
+candidate is an extra row with ``false_negative=True`` (labeled-pair: label 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pairkit.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FORMATS = ("triplet", "n-tuple", "labeled-pair")
+TRIPLET_COLUMNS = ("store_id", "anchor_id", "positive_id", "negative_id", "anchor_path",
+                   "positive_path", "negative_path", "pos_score", "neg_score", "neg_rank")
+LABELED_PAIR_COLUMNS = ("store_id", "anchor_id", "other_id", "anchor_path", "other_path",
+                        "label", "score")
+FLAG_COLUMNS = ("false_negative", "fn_reason")
+
+
+@dataclass
+class MinedPairs:
+    """What mining chose, as arrays (n anchors, K negatives per anchor at most).
+
+    ``neg_ids`` (n, K) int64 (-1: none), ``neg_scores`` (n, K) float32 (NaN: none),
+    ``neg_ranks`` (n, K) int64 rank among the anchor's valid candidates (-1: none
+    or an easy negative); ``neg_flags``/``neg_reasons`` (n, K) when flags are kept.
+    ``fn_rows``/``fn_ids``/``fn_scores``/``fn_ranks``/``fn_reasons`` list the
+    flagged candidates attracted as extra positives (index into anchors, item id, ...).
+    """
+
+    anchors: np.ndarray
+    positives: np.ndarray
+    pos_scores: np.ndarray
+    neg_ids: np.ndarray
+    neg_scores: np.ndarray
+    neg_ranks: np.ndarray
+    neg_flags: np.ndarray | None = None
+    neg_reasons: np.ndarray | None = None
+    fn_rows: np.ndarray | None = None
+    fn_ids: np.ndarray | None = None
+    fn_scores: np.ndarray | None = None
+    fn_ranks: np.ndarray | None = None
+    fn_reasons: np.ndarray | None = None
+
+    @property
+    def negatives_per_anchor(self) -> np.ndarray:
+        """(n,) int64: negatives found for each anchor."""
+        return (self.neg_ids >= 0).sum(axis=1).astype(np.int64)
+
+
+def _paths(paths: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    out = np.empty(ids.shape, dtype=object)
+    ok = ids >= 0
+    out[ok] = paths[ids[ok]]
+    out[~ok] = None
+    return out
+
+
+def build_pair_table(
+    mined: MinedPairs, fmt: str, store_id: str, paths: np.ndarray, flag_columns: bool = False
+) -> pd.DataFrame:
+    """The pair table of ``mined`` in ``fmt`` (one of :data:`FORMATS`).
+
+    ``paths`` (N,) object: the store's item paths. ``flag_columns`` adds
+    ``false_negative`` and ``fn_reason`` (always added when attracted rows exist).
+    Rows are ordered by anchor, then by negative rank.
+    """
+    import pandas as pd
+
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt}")
+    paths = np.asarray(paths, dtype=object)
+    n, k = mined.neg_ids.shape
+    has_attract = mined.fn_ids is not None and len(mined.fn_ids) > 0
+    flags = flag_columns or has_attract
+    neg_flags = mined.neg_flags if mined.neg_flags is not None else np.zeros((n, k), bool)
+    neg_reasons = (mined.neg_reasons if mined.neg_reasons is not None
+                   else np.full((n, k), None, dtype=object))
+    if has_attract:
+        fr = mined.fn_rows
+        fn = (fr, mined.fn_ids, mined.fn_scores, mined.fn_ranks, mined.fn_reasons)
+    else:
+        e = np.zeros(0, dtype=np.int64)
+        fn = (e, e, np.zeros(0, np.float32), e, np.zeros(0, dtype=object))
+    fn_rows, fn_ids, fn_scores, fn_ranks, fn_reasons = fn  # type: ignore[misc]
+    fn_rows = np.asarray(fn_rows, dtype=np.int64)
+
+    if fmt == "triplet":
+        r, c = np.nonzero(mined.neg_ids >= 0)
+        rows = np.concatenate([r, fn_rows])
+        neg = np.concatenate([mined.neg_ids[r, c], fn_ids]).astype(np.int64)
+        df = pd.DataFrame({
+            "store_id": store_id,
+            "anchor_id": mined.anchors[rows],
+            "positive_id": mined.positives[rows],
+            "negative_id": neg,
+            "anchor_path": paths[mined.anchors[rows]],
+            "positive_path": paths[mined.positives[rows]],
+            "negative_path": paths[neg],
+            "pos_score": mined.pos_scores[rows].astype(np.float32),
+            "neg_score": np.concatenate([mined.neg_scores[r, c], fn_scores]).astype(np.float32),
+            "neg_rank": np.concatenate([mined.neg_ranks[r, c], fn_ranks]).astype(np.int64),
+        })
+        if flags:
+            df["false_negative"] = np.concatenate(
+                [neg_flags[r, c], np.ones(len(fn_rows), bool)])
+            df["fn_reason"] = np.concatenate([neg_reasons[r, c], fn_reasons]).astype(object)
+        order = np.argsort(rows, kind="stable")
+        return df.iloc[order].reset_index(drop=True)
+
+    if fmt == "labeled-pair":
+        r, c = np.nonzero(mined.neg_ids >= 0)
+        pos_rows = np.arange(n)
+        rows = np.concatenate([pos_rows, r, fn_rows])
+        other = np.concatenate([mined.positives, mined.neg_ids[r, c], fn_ids]).astype(np.int64)
+        label = np.concatenate([np.ones(n, np.int64), np.zeros(len(r), np.int64),
+                                np.ones(len(fn_rows), np.int64)])
+        score = np.concatenate([mined.pos_scores, mined.neg_scores[r, c], fn_scores])
+        # within an anchor: the positive first, then negatives by rank, then attracted
+        kind_order = np.concatenate([np.zeros(n), np.ones(len(r)), np.full(len(fn_rows), 2)])
+        df = pd.DataFrame({
+            "store_id": store_id,
+            "anchor_id": mined.anchors[rows],
+            "other_id": other,
+            "anchor_path": paths[mined.anchors[rows]],
+            "other_path": paths[other],
+            "label": label,
+            "score": score.astype(np.float32),
+        })
+        if flags:
+            df["false_negative"] = np.concatenate(
+                [np.zeros(n, bool), neg_flags[r, c], np.ones(len(fn_rows), bool)])
+            df["fn_reason"] = np.concatenate(
+                [np.full(n, None, dtype=object), neg_reasons[r, c], fn_reasons]).astype(object)
+        order = np.lexsort((kind_order, rows))
+        return df.iloc[order].reset_index(drop=True)
+
+    # n-tuple: one row per anchor, then one row per attracted candidate
+    data: dict[str, object] = {
+        "store_id": store_id,
+        "anchor_id": mined.anchors,
+        "positive_id": mined.positives,
+        "anchor_path": paths[mined.anchors],
+        "positive_path": paths[mined.positives],
+        "pos_score": mined.pos_scores.astype(np.float32),
+    }
+    neg_scores = np.where(mined.neg_ids >= 0, mined.neg_scores, np.nan)
+    for j in range(k):
+        data[f"negative_id_{j + 1}"] = mined.neg_ids[:, j]
+    for j in range(k):
+        data[f"negative_path_{j + 1}"] = _paths(paths, mined.neg_ids[:, j])
+    for j in range(k):
+        data[f"neg_score_{j + 1}"] = neg_scores[:, j].astype(np.float32)
+    df = pd.DataFrame(data)
+    if flags:
+        df["false_negative"] = neg_flags.any(axis=1)
+        df["fn_reason"] = [
+            "|".join(sorted({p for x in row if x for p in str(x).split("|")})) or None
+            for row in neg_reasons
+        ]
+    if has_attract:
+        extra: dict[str, object] = {
+            "store_id": store_id,
+            "anchor_id": mined.anchors[fn_rows],
+            "positive_id": mined.positives[fn_rows],
+            "anchor_path": paths[mined.anchors[fn_rows]],
+            "positive_path": paths[mined.positives[fn_rows]],
+            "pos_score": mined.pos_scores[fn_rows].astype(np.float32),
+        }
+        m = len(fn_rows)
+        for j in range(k):
+            extra[f"negative_id_{j + 1}"] = fn_ids if j == 0 else np.full(m, -1, np.int64)
+        for j in range(k):
+            extra[f"negative_path_{j + 1}"] = (paths[fn_ids] if j == 0
+                                               else np.full(m, None, dtype=object))
+        for j in range(k):
+            extra[f"neg_score_{j + 1}"] = (np.asarray(fn_scores, np.float32) if j == 0
+                                           else np.full(m, np.nan, np.float32))
+        extra["false_negative"] = np.ones(m, bool)
+        extra["fn_reason"] = np.asarray(fn_reasons, dtype=object)
+        all_rows = np.concatenate([np.arange(n), fn_rows])
+        df = pd.concat([df, pd.DataFrame(extra)], ignore_index=True)
+        order = np.argsort(all_rows, kind="stable")
+        df = df.iloc[order].reset_index(drop=True)
+    return df

@@ -1,0 +1,281 @@
+"""Relations: which items of a store are positives of each other.
+
+- ``instance``: items with the same ``source`` (the views of one image).
+- ``label``: items with the same (non-missing) ``label``.
+- ``pairs:FILE``: an explicit table of anchor/positive paths. Paths are resolved
+  against the store's ``path`` column (every view of a path takes part);
+  a path that leaves the image root (absolute, or ``../x``) is an error.
+
+Anchors of mining are the items that have at least one positive. Everything
+that is not a positive of an anchor is a candidate negative of it; the
+anchor itself and the other views of its source are never negatives (see
+:mod:`pairkit.mine.hard_negatives`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pairkit.errors import PairkitError, UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+RELATION_KINDS = ("instance", "label", "pairs")
+
+
+@dataclass
+class Relation:
+    """Positives of each item of a store of ``n`` rows.
+
+    Group relations (instance, label) hold ``group`` (N,) int64 codes (-1: no
+    group): items with the same code are positives. The pairs relation holds
+    ``pair_keys``: sorted int64 keys ``a * N + p`` for every listed pair, both
+    directions (a positive is never handed out as a negative either way), and
+    ``pair_anchors``/``pair_positives`` as listed (anchor -> positive).
+    """
+
+    kind: str
+    n: int
+    description: str
+    group: np.ndarray | None = None
+    pair_anchors: np.ndarray | None = None
+    pair_positives: np.ndarray | None = None
+    pair_keys: np.ndarray | None = None
+    rows_total: int = 0
+    rows_unknown: int = 0
+    unknown_examples: tuple[str, ...] = ()
+
+    # -- anchors --------------------------------------------------------------------
+    def anchors(self) -> np.ndarray:
+        """Sorted int64 ids of the items that have at least one positive."""
+        if self.group is not None:
+            g = self.group
+            valid = g >= 0
+            if not valid.any():
+                return np.zeros(0, dtype=np.int64)
+            sizes = np.bincount(g[valid])
+            has = np.zeros(self.n, dtype=bool)
+            has[valid] = sizes[g[valid]] >= 2
+            return np.flatnonzero(has).astype(np.int64)
+        assert self.pair_anchors is not None
+        return np.unique(self.pair_anchors).astype(np.int64)
+
+    # -- membership -----------------------------------------------------------------
+    def is_positive(self, anchors: np.ndarray, cand: np.ndarray) -> np.ndarray:
+        """(n, k) bool: ``cand[i, j]`` is a positive of ``anchors[i]`` (never the anchor
+        itself; -1 padding is False)."""
+        anchors = np.asarray(anchors, dtype=np.int64)
+        cand = np.asarray(cand, dtype=np.int64)
+        valid = (cand >= 0) & (cand != anchors[:, None])
+        safe = np.maximum(cand, 0)
+        if self.group is not None:
+            ga = self.group[anchors][:, None]
+            return valid & (ga >= 0) & (ga == self.group[safe])
+        assert self.pair_keys is not None
+        keys = anchors[:, None] * self.n + safe
+        pos = np.searchsorted(self.pair_keys, keys)
+        pos = np.minimum(pos, max(len(self.pair_keys) - 1, 0))
+        found = self.pair_keys[pos] == keys if len(self.pair_keys) else np.zeros_like(valid)
+        return valid & found
+
+    # -- positive sets --------------------------------------------------------------
+    def positive_sets(
+        self, anchors: np.ndarray, seed: int = 0, max_positives: int = 64
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The positives considered for each anchor, as a ragged array.
+
+        Returns ``(offsets, ids)``: ``ids[offsets[i]:offsets[i+1]]`` are the
+        positives of ``anchors[i]`` (int64). A group larger than
+        ``max_positives + 1`` contributes a seeded random sample of
+        ``max_positives`` members (label relation with big classes); instance
+        groups and listed pairs are complete.
+        """
+        anchors = np.asarray(anchors, dtype=np.int64)
+        if self.group is not None:
+            return _group_positive_sets(self.group, anchors, seed, max_positives)
+        assert self.pair_anchors is not None and self.pair_positives is not None
+        order = np.argsort(self.pair_anchors, kind="stable")
+        pa = self.pair_anchors[order]
+        pp = self.pair_positives[order]
+        lo = np.searchsorted(pa, anchors, side="left")
+        hi = np.searchsorted(pa, anchors, side="right")
+        counts = hi - lo
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        idx = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi, strict=True)]) if len(
+            anchors) else np.zeros(0, dtype=np.int64)
+        return offsets, pp[idx.astype(np.int64)].astype(np.int64)
+
+
+def _group_positive_sets(
+    group: np.ndarray, anchors: np.ndarray, seed: int, max_positives: int
+) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(group, kind="stable")
+    sorted_g = group[order]
+    lo = np.searchsorted(sorted_g, group[anchors], side="left")
+    hi = np.searchsorted(sorted_g, group[anchors], side="right")
+    sizes = hi - lo  # group size, anchor included
+    big = sizes > max_positives + 1
+    counts = np.where(big, max_positives, sizes - 1).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    ids = np.empty(int(offsets[-1]), dtype=np.int64)
+    # small groups, vectorised: every member except the anchor
+    small = np.flatnonzero(~big)
+    if len(small):
+        sz = sizes[small]
+        starts = np.repeat(lo[small], sz)
+        within = np.arange(int(sz.sum())) - np.repeat(np.cumsum(sz) - sz, sz)
+        members = order[starts + within]
+        owner = np.repeat(anchors[small], sz)
+        keep = members != owner
+        dest = np.repeat(offsets[small], sz - 1)
+        dest = dest + (np.arange(len(dest)) - np.repeat(np.cumsum(sz - 1) - (sz - 1), sz - 1))
+        ids[dest] = members[keep]
+    # big groups (label relation): a seeded sample of max_positives members
+    rng = np.random.default_rng(seed)
+    for i in np.flatnonzero(big):
+        members = order[lo[i]:hi[i]]
+        members = members[members != anchors[i]]
+        pick = np.sort(rng.choice(members, size=max_positives, replace=False))
+        ids[offsets[i]:offsets[i + 1]] = pick
+    return offsets, ids
+
+
+def parse_relation(text: str) -> tuple[str, str | None]:
+    """``instance`` | ``label`` | ``pairs:FILE`` -> ``(kind, file or None)``."""
+    if text in ("instance", "label"):
+        return text, None
+    if text.startswith("pairs:") and len(text) > len("pairs:"):
+        return "pairs", text[len("pairs:"):]
+    raise UsageError(f"--relation must be instance, label or pairs:FILE, got {text!r}")
+
+
+def default_relation(items: pd.DataFrame) -> str:
+    """``instance`` when some source has several views, else ``label`` when labels
+    exist, else an error saying what to pass."""
+    if len(items) and items["source"].duplicated().any():
+        return "instance"
+    if len(items) and items["label"].notna().any():
+        return "label"
+    raise PairkitError(
+        "can't choose a relation: every source has one view and the store has no labels; "
+        "pass --relation pairs:FILE (or embed with --views 2 or --labels)"
+    )
+
+
+def build_relation(
+    kind: str, items: pd.DataFrame, pairs: pd.DataFrame | None = None
+) -> Relation:
+    """Make the :class:`Relation` ``kind`` over a store's item table.
+
+    ``pairs`` (for ``kind='pairs'``): a table with columns ``anchor``/``positive``
+    (or ``anchor_path``/``positive_path``) of image paths relative to the root.
+    """
+    import pandas as pd
+
+    n = len(items)
+    if kind == "instance":
+        codes, _ = pd.factorize(items["source"])
+        return Relation("instance", n, "instance (views of the same source)",
+                        group=codes.astype(np.int64))
+    if kind == "label":
+        if not items["label"].notna().any():
+            raise PairkitError("--relation label: the store has no labels")
+        codes, _ = pd.factorize(items["label"], use_na_sentinel=True)
+        return Relation("label", n, "label (same label)", group=codes.astype(np.int64))
+    if kind == "pairs":
+        if pairs is None:
+            raise UsageError("--relation pairs needs a file: pairs:FILE")
+        return _pairs_relation(items, pairs)
+    raise UsageError(f"--relation must be instance, label or pairs:FILE, got {kind!r}")
+
+
+def normalize_rel_path(path: str) -> str:
+    """Normalise a relative image path (``a/./b`` -> ``a/b``); reject paths that leave
+    the image root (absolute, ``..``) with a one-line error."""
+    p = str(path).replace("\\", "/")
+    if p.startswith("/") or (len(p) > 1 and p[1] == ":"):
+        raise PairkitError(f"pairs file: path {path!r} is absolute; paths must be relative "
+                           "to the image root")
+    norm = posixpath.normpath(p)
+    if norm == ".." or norm.startswith("../"):
+        raise PairkitError(f"pairs file: path {path!r} escapes the image root")
+    return norm
+
+
+def _pairs_relation(items: pd.DataFrame, pairs: pd.DataFrame) -> Relation:
+    cols = set(pairs.columns)
+    if {"anchor", "positive"} <= cols:
+        a_col, p_col = "anchor", "positive"
+    elif {"anchor_path", "positive_path"} <= cols:
+        a_col, p_col = "anchor_path", "positive_path"
+    else:
+        raise PairkitError(
+            "pairs file needs columns anchor,positive (or anchor_path,positive_path), got "
+            + ",".join(map(str, pairs.columns))
+        )
+    n = len(items)
+    index: dict[str, list[int]] = {}
+    for i, p in enumerate(items["path"].to_numpy(dtype=object)):
+        index.setdefault(posixpath.normpath(str(p).replace("\\", "/")), []).append(i)
+    anchors: list[int] = []
+    positives: list[int] = []
+    unknown = 0
+    examples: list[str] = []
+    for a_raw, p_raw in zip(pairs[a_col].to_numpy(dtype=object),
+                            pairs[p_col].to_numpy(dtype=object), strict=True):
+        if a_raw is None or p_raw is None or (isinstance(a_raw, float)) or isinstance(
+                p_raw, float):
+            unknown += 1
+            continue
+        a_ids = index.get(normalize_rel_path(a_raw))
+        p_ids = index.get(normalize_rel_path(p_raw))
+        if not a_ids or not p_ids:
+            unknown += 1
+            if len(examples) < 3:
+                examples.append(str(a_raw if not a_ids else p_raw))
+            continue
+        for a in a_ids:
+            for p in p_ids:
+                if a != p:
+                    anchors.append(a)
+                    positives.append(p)
+    total = len(pairs)
+    if not anchors:
+        if total == 0:
+            raise PairkitError("pairs file is empty")
+        raise PairkitError(
+            f"pairs file: none of its {total} rows match store paths "
+            f"(e.g. {', '.join(repr(e) for e in examples)})" if examples else
+            f"pairs file: none of its {total} rows give a pair of two different store items"
+        )
+    pa = np.asarray(anchors, dtype=np.int64)
+    pp = np.asarray(positives, dtype=np.int64)
+    keys = np.unique(np.concatenate([pa * n + pp, pp * n + pa]))
+    return Relation(
+        "pairs", n, f"pairs ({total - unknown} of {total} rows matched)",
+        pair_anchors=pa, pair_positives=pp, pair_keys=keys, rows_total=total,
+        rows_unknown=unknown, unknown_examples=tuple(examples),
+    )
+
+
+def load_relation(text: str | None, items: pd.DataFrame) -> Relation:
+    """Parse ``--relation`` (None = the default for this store) and build it.
+
+    Reads the pairs file for ``pairs:FILE``.
+    """
+    from pairkit.core.tables import read_table
+
+    kind, file = parse_relation(text) if text else (default_relation(items), None)
+    pairs = None
+    if kind == "pairs":
+        assert file is not None
+        if file != "-" and not Path(file).is_file():
+            raise PairkitError(f"pairs file {file} not found")
+        pairs = read_table(file)
+    return build_relation(kind, items, pairs)

@@ -1,0 +1,97 @@
+"""Sample data for ``pairkit demo``: scikit-learn's handwritten digits as an image folder.
+
+The digits ship inside scikit-learn, so the demo needs no network. Images are
+upscaled to RGB, one sub-folder per label; some are planted again as
+near-duplicates (re-encoded, resized, brightened) and a few broken files are
+added, so every step of the pipeline has something real to find.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pairkit.errors import PairkitError
+
+EDITS = ("reencode", "resize", "brightness")
+
+
+@dataclass
+class DemoImages:
+    images: int = 0
+    duplicates: dict[str, int] = field(default_factory=dict)
+    broken: int = 0
+    planted: list[tuple[str, str, str]] = field(default_factory=list)  # (copy, original, edit)
+
+
+def digit_image(pixels_8x8: np.ndarray, size: int, rng: np.random.Generator):
+    """One digit (8x8 values 0..16) as an RGB PIL image of size x size, ink colour varied."""
+    from PIL import Image, ImageFilter
+
+    grey = (pixels_8x8 / 16.0 * 255).astype(np.uint8)
+    img = Image.fromarray(grey, "L").resize((size, size), Image.Resampling.BICUBIC)
+    img = img.filter(ImageFilter.GaussianBlur(size / 48))
+    ink = rng.integers(0, 90, 3)
+    paper = 255 - rng.integers(0, 40, 3)
+    a = np.asarray(img, dtype=np.float32)[..., None] / 255.0
+    rgb = paper * (1 - a) + ink * a
+    return Image.fromarray(rgb.clip(0, 255).astype(np.uint8), "RGB")
+
+
+def make_demo_images(
+    root: str | Path,
+    *,
+    size: int = 64,
+    duplicate_fraction: float = 0.04,
+    limit: int | None = None,
+    seed: int = 0,
+) -> DemoImages:
+    """Write the digits under ``root/<label>/digit-NNNN.png`` with planted copies and broken files."""
+    from PIL import Image, ImageEnhance
+    from sklearn.datasets import load_digits
+
+    root = Path(root)
+    if root.exists() and any(root.iterdir()):
+        raise PairkitError(f"{root} exists and is not empty; choose a new folder")
+    rng = np.random.default_rng(seed)
+    digits = load_digits()
+    n = len(digits.images) if limit is None else min(limit, len(digits.images))
+    out = DemoImages()
+    originals: list[tuple[Path, int]] = []
+    for i in range(n):
+        label = int(digits.target[i])
+        folder = root / str(label)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"digit-{i:04d}.png"
+        digit_image(digits.images[i], size, rng).save(path)
+        originals.append((path, label))
+    out.images = n
+    picks = rng.choice(n, size=max(3, int(duplicate_fraction * n)), replace=False)
+    for j, idx in enumerate(picks):
+        src, _ = originals[int(idx)]
+        edit = EDITS[j % len(EDITS)]
+        img = Image.open(src).convert("RGB")
+        if edit == "reencode":
+            dst = src.with_name(src.stem + "-copy.jpg")
+            img.save(dst, quality=int(rng.integers(55, 75)))
+        elif edit == "resize":
+            dst = src.with_name(src.stem + "-small.png")
+            s = int(size * rng.uniform(0.6, 0.8))
+            img.resize((s, s), Image.Resampling.BILINEAR).save(dst)
+        else:
+            dst = src.with_name(src.stem + "-bright.png")
+            ImageEnhance.Brightness(img).enhance(float(rng.uniform(1.1, 1.2))).save(dst)
+        out.duplicates[edit] = out.duplicates.get(edit, 0) + 1
+        out.planted.append((dst.relative_to(root).as_posix(), src.relative_to(root).as_posix(),
+                            edit))
+    broken = root / "0"
+    (broken / "empty.png").write_bytes(b"")
+    buf = io.BytesIO()
+    digit_image(digits.images[0], size, rng).save(buf, "JPEG")
+    (broken / "truncated.jpg").write_bytes(buf.getvalue()[: len(buf.getvalue()) // 3])
+    (broken / "notes.png").write_text("this is not an image\n")
+    out.broken = 3
+    return out

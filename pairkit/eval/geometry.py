@@ -1,0 +1,103 @@
+"""Alignment and uniformity (Wang & Isola 2020, "Understanding Contrastive
+Representation Learning through Alignment and Uniformity on the Hypersphere"),
+and the pair samples they and the score histograms use.
+
+- alignment (alpha = 2): E over positive pairs (views of one source) of ||f(x) - f(y)||^alpha.
+  Lower is better; 0 means the views coincide.
+- uniformity (t = 2): log E over pairs of distinct items of exp(-t ||f(x) - f(y)||^2).
+  Lower (more negative) is better; -4 is the limit on a high-dimensional sphere.
+
+When a set has at most ``max_pairs`` pairs, every pair is used (exact);
+otherwise ``max_pairs`` pairs are drawn uniformly at random (with replacement).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def positive_pairs(
+    groups: np.ndarray, max_pairs: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (i, j), i != j, of rows with the same group code (>= 0).
+
+    All such unordered pairs when there are at most ``max_pairs``, else ``max_pairs``
+    drawn uniformly among them. Returns two int64 arrays of equal length.
+    """
+    groups = np.asarray(groups, dtype=np.int64)
+    rows = np.flatnonzero(groups >= 0)
+    order = rows[np.argsort(groups[rows], kind="stable")]
+    g = groups[order]
+    if len(g) < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    sizes = np.diff(np.r_[starts, len(g)])
+    per_group = sizes * (sizes - 1) // 2
+    total = int(per_group.sum())
+    if total == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if total <= max_pairs:
+        ii, jj = [], []
+        for d in range(1, int(sizes.max())):
+            same = g[d:] == g[:-d]
+            ii.append(order[:-d][same])
+            jj.append(order[d:][same])
+        return np.concatenate(ii), np.concatenate(jj)
+    pick = rng.choice(len(starts), size=max_pairs, p=per_group / total)
+    m = sizes[pick]
+    a = rng.integers(0, m)
+    b = rng.integers(0, m - 1)
+    b = b + (b >= a)
+    return order[starts[pick] + a], order[starts[pick] + b]
+
+
+def random_pairs(
+    n: int, max_pairs: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (i, j), i != j, among ``n`` rows: all when n(n-1)/2 <= max_pairs, else a sample."""
+    if n < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if n * (n - 1) // 2 <= max_pairs:
+        i, j = np.triu_indices(n, k=1)
+        return i.astype(np.int64), j.astype(np.int64)
+    i = rng.integers(0, n, size=max_pairs)
+    j = rng.integers(0, n - 1, size=max_pairs)
+    j = j + (j >= i)
+    return i.astype(np.int64), j.astype(np.int64)
+
+
+def pair_dots(x: np.ndarray, i: np.ndarray, j: np.ndarray, chunk: int = 65536) -> np.ndarray:
+    """Inner products x[i] . x[j] (float64 (len(i),)), computed in chunks."""
+    out = np.empty(len(i), dtype=np.float64)
+    for s in range(0, len(i), chunk):
+        a = np.asarray(x[i[s : s + chunk]], dtype=np.float64)
+        b = np.asarray(x[j[s : s + chunk]], dtype=np.float64)
+        out[s : s + chunk] = np.einsum("ij,ij->i", a, b)
+    return out
+
+
+def pair_sq_dists(x: np.ndarray, i: np.ndarray, j: np.ndarray, chunk: int = 65536) -> np.ndarray:
+    """Squared distances ||x[i] - x[j]||^2 (float64 (len(i),)), computed in chunks."""
+    out = np.empty(len(i), dtype=np.float64)
+    for s in range(0, len(i), chunk):
+        diff = np.asarray(x[i[s : s + chunk]], np.float64) - np.asarray(x[j[s : s + chunk]],
+                                                                        np.float64)
+        out[s : s + chunk] = np.einsum("ij,ij->i", diff, diff)
+    return out
+
+
+def alignment(x: np.ndarray, i: np.ndarray, j: np.ndarray, alpha: float = 2.0) -> float | None:
+    """Mean ||x_i - x_j||^alpha over the given positive pairs; None without pairs."""
+    if len(i) == 0:
+        return None
+    d2 = pair_sq_dists(x, i, j)
+    return float(np.mean(np.maximum(d2, 0.0) ** (alpha / 2.0)))
+
+
+def uniformity(x: np.ndarray, i: np.ndarray, j: np.ndarray, t: float = 2.0) -> float | None:
+    """log mean exp(-t ||x_i - x_j||^2) over the given pairs; None without pairs."""
+    if len(i) == 0:
+        return None
+    a = -t * pair_sq_dists(x, i, j)
+    top = a.max()
+    return float(top + np.log(np.mean(np.exp(a - top))))

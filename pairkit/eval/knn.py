@@ -1,0 +1,91 @@
+"""Weighted kNN classification on neighbour lists.
+
+Score of class c for a query (Wu et al. 2018, "Unsupervised Feature Learning via
+Non-Parametric Instance Discrimination"; the protocol of DINO, Caron et al. 2021)::
+
+    score_c = sum over the k nearest references j with label c of exp(sim_j / T)
+
+Classes are ranked by score; equal scores are broken by the smaller class code
+(deterministic). Only classes that occur among the k neighbours are ranked: a
+class with no neighbour never enters the top 5, and a query whose class is
+absent from the references is always wrong.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+WEIGHTINGS = ("exp", "uniform")
+
+
+def knn_rank_classes(
+    neighbour_labels: np.ndarray,
+    neighbour_scores: np.ndarray,
+    k: int,
+    temperature: float = 0.07,
+    *,
+    weighting: str = "exp",
+    top: int = 5,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rank classes for each query from its first ``k`` neighbours.
+
+    ``neighbour_labels`` int64 (nq, K >= k): class code of each neighbour, -1 for a
+    missing neighbour or an unlabelled one (ignored); ``neighbour_scores`` (nq, K):
+    similarities, best first. ``weighting`` "exp" uses exp(sim/T), "uniform" 1.
+
+    Returns ``(classes, scores)``, both (nq, top): class codes best first (-1 where
+    fewer classes occur) and their scores as float64. With "exp" the scores of a row
+    are scaled by exp(-max_sim/T) of that row (avoids overflow; the ranking and the
+    ratios between classes are the formula's).
+    """
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+    labels = np.asarray(neighbour_labels[:, :k], dtype=np.int64)
+    sims = np.asarray(neighbour_scores[:, :k], dtype=np.float64)
+    nq = len(labels)
+    valid = labels >= 0
+    if weighting == "exp":
+        shifted = np.where(valid, sims, -np.inf)
+        row_max = shifted.max(axis=1, initial=-np.inf, keepdims=True)
+        row_max = np.where(np.isfinite(row_max), row_max, 0.0)
+        weights = np.where(valid, np.exp((np.where(valid, sims, 0.0) - row_max) / temperature),
+                           0.0)
+    else:
+        weights = valid.astype(np.float64)
+    # Segment sums per (row, class): sort each row by class code, sum runs.
+    sort_key = np.where(valid, labels, np.iinfo(np.int64).max)
+    order = np.argsort(sort_key, axis=1, kind="stable")
+    sl = np.take_along_axis(sort_key, order, axis=1)
+    sw = np.take_along_axis(weights, order, axis=1)
+    csum = np.cumsum(sw, axis=1)
+    is_end = np.ones_like(sl, dtype=bool)
+    is_end[:, :-1] = sl[:, 1:] != sl[:, :-1]
+    is_start = np.ones_like(sl, dtype=bool)
+    is_start[:, 1:] = sl[:, 1:] != sl[:, :-1]
+    # cumulative sum before each run's start, carried to its end
+    before = np.where(is_start, csum - sw, 0.0)
+    run_start_idx = np.where(is_start, np.arange(sl.shape[1])[None, :], 0)
+    run_start_idx = np.maximum.accumulate(run_start_idx, axis=1)
+    before = np.take_along_axis(before, run_start_idx, axis=1)
+    run_sum = csum - before
+    usable = is_end & (sl != np.iinfo(np.int64).max)
+    class_score = np.where(usable, run_sum, -np.inf)
+    # rank: score descending; ties keep class-code ascending order (stable sort)
+    rank = np.argsort(-class_score, axis=1, kind="stable")[:, :top]
+    out_scores = np.take_along_axis(class_score, rank, axis=1)
+    out_classes = np.take_along_axis(sl, rank, axis=1)
+    missing = ~np.isfinite(out_scores)
+    out_classes = np.where(missing, -1, out_classes)
+    out_scores = np.where(missing, 0.0, out_scores)
+    if out_classes.shape[1] < top:
+        pad = top - out_classes.shape[1]
+        out_classes = np.pad(out_classes, ((0, 0), (0, pad)), constant_values=-1)
+        out_scores = np.pad(out_scores, ((0, 0), (0, pad)), constant_values=0.0)
+    return out_classes.reshape(nq, top), out_scores.reshape(nq, top)
+
+
+def knn_hits(ranked_classes: np.ndarray, true_labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query top-1 and top-5 hits (bool (nq,), bool (nq,)) from ranked classes (nq, >=5)."""
+    true = np.asarray(true_labels, dtype=np.int64)[:, None]
+    match = (ranked_classes == true) & (true >= 0)
+    return match[:, 0], match[:, :5].any(axis=1)

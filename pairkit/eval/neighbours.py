@@ -1,0 +1,105 @@
+"""Neighbours of queries among references, with excluded rows removed.
+
+A query never counts itself, and (by default) never counts another view of its
+own source: those are the trivial matches. To still return ``k`` neighbours
+after removing them, the search fetches ``k + e`` rows where ``e`` bounds the
+number of excluded rows of any query (largest source group among the
+references, plus one for the query itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pairkit.index.search import as_float32, flat_index, knn_search
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Which reference rows each query must not see.
+
+    ``self_rows`` (nq,): the query's own row among the references, -1 if it is not
+    one. ``query_groups`` (nq,) and ``ref_groups`` (n_ref,): source codes in one
+    code space; a reference whose code equals the query's is excluded (codes < 0
+    never match). Either part may be None.
+    """
+
+    self_rows: np.ndarray | None = None
+    query_groups: np.ndarray | None = None
+    ref_groups: np.ndarray | None = None
+
+    def max_excluded(self) -> int:
+        """Upper bound on the rows excluded for any one query."""
+        extra = 0
+        if self.query_groups is not None and self.ref_groups is not None:
+            ref = self.ref_groups[self.ref_groups >= 0]
+            if len(ref):
+                counts = np.bincount(ref)
+                q = self.query_groups[(self.query_groups >= 0) & (self.query_groups < len(counts))]
+                if len(q):
+                    extra = int(counts[q].max())
+        if self.self_rows is not None and bool((self.self_rows >= 0).any()):
+            extra += 1
+        return extra
+
+
+def reference_index(blocks: Iterable[np.ndarray]) -> Any:
+    """An exact inner-product index filled block by block (bounded extra memory).
+
+    ``blocks`` yields (n_i, d) arrays in reference-row order. Returns the FAISS index,
+    or None when there were no rows.
+    """
+    index = None
+    for block in blocks:
+        if len(block) == 0:
+            continue
+        if index is None:
+            index = flat_index(block)
+        else:
+            index.add(as_float32(block))
+    return index
+
+
+def search_excluding(
+    queries: np.ndarray,
+    index: Any,
+    n_ref: int,
+    k: int,
+    exclusion: Exclusion | None = None,
+    *,
+    block_rows: int = 4096,
+) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Yield ``(start, scores, ids)`` per block of queries, best first.
+
+    ``scores`` float32 (b, k) and ``ids`` int64 (b, k) hold the ``k`` nearest
+    references that are not excluded; where fewer remain the tail is id -1,
+    score -inf. Memory is O(block_rows x (k + excluded)).
+    """
+    exclusion = exclusion or Exclusion()
+    k_fetch = min(n_ref, k + exclusion.max_excluded())
+    for start in range(0, len(queries), block_rows):
+        stop = min(start + block_rows, len(queries))
+        scores, ids = knn_search(queries[start:stop], index, k_fetch, batch_size=block_rows)
+        keep = ids >= 0
+        if exclusion.self_rows is not None:
+            keep &= ids != exclusion.self_rows[start:stop, None]
+        if exclusion.query_groups is not None and exclusion.ref_groups is not None:
+            qg = exclusion.query_groups[start:stop, None]
+            rg = exclusion.ref_groups[np.maximum(ids, 0)]
+            keep &= ~((rg == qg) & (qg >= 0))
+        # Stable compaction: kept rows first, in their original (best-first) order.
+        order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
+        scores = np.take_along_axis(scores, order, axis=1)
+        ids = np.take_along_axis(ids, order, axis=1)
+        kept = np.take_along_axis(keep, order, axis=1)
+        scores[~kept] = -np.inf
+        ids[~kept] = -1
+        if scores.shape[1] < k:
+            pad = k - scores.shape[1]
+            scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+            ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
+        yield start, scores, ids

@@ -1,0 +1,349 @@
+"""One evaluation: queries against references, every metric that can be computed.
+
+:func:`evaluate` takes two :class:`EvalSide` (arrays in memory) and an
+:class:`EvalConfig`, runs the neighbour search block by block through
+``pairkit.index.search.knn_search`` and returns an :class:`EvalReport`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pairkit.errors import PairkitError
+from pairkit.eval.geometry import (
+    alignment,
+    pair_dots,
+    positive_pairs,
+    random_pairs,
+    uniformity,
+)
+from pairkit.eval.knn import knn_hits, knn_rank_classes
+from pairkit.eval.neighbours import Exclusion, reference_index, search_excluding
+from pairkit.eval.retrieval import relevant_counts, retrieval_scores
+
+METRICS = ("knn", "linear", "retrieval", "geometry")
+LABEL_METRICS = ("knn", "linear", "retrieval")
+GALLERIES = ("reference", "queries")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Options of one evaluation (defaults are the CLI's)."""
+
+    knn_ks: tuple[int, ...] = (20,)
+    knn_temperature: float = 0.07
+    recall_ks: tuple[int, ...] = (1, 5, 10)
+    max_r: int = 1000
+    exclude_same_source: bool = True
+    gallery: str = "reference"
+    metrics: tuple[str, ...] | None = None  # None: every metric the data allows
+    pair_sample: int = 100_000
+    probe_max_train: int = 200_000
+    probe_weight_decays: tuple[float, ...] = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
+    probe_max_iter: int = 300
+    seed: int = 0
+    device: str = "cpu"
+    block_rows: int = 4096
+    collect_scores: bool = False
+
+
+@dataclass(frozen=True)
+class EvalSide:
+    """One side of an evaluation: vectors (n, d), labels (object (n,) or None), sources (n,)."""
+
+    vectors: np.ndarray
+    labels: np.ndarray | None
+    sources: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.vectors)
+
+
+@dataclass
+class EvalReport:
+    """``metrics``: the JSON keys; ``notes``: lines for a person; ``scores``: score samples
+    by kind (positive, random_negative, mined_negative) for histograms; ``details``:
+    extra numbers (probe weight decay, capped R count)."""
+
+    metrics: dict[str, object] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    scores: dict[str, np.ndarray] = field(default_factory=dict)
+    details: dict[str, object] = field(default_factory=dict)
+
+
+def _codes(values_a: np.ndarray | None, values_b: np.ndarray | None,
+           na_missing: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Joint integer codes of two object arrays (-1 for None). Returns (a, b, uniques)."""
+    import pandas as pd
+
+    a = np.asarray(values_a, dtype=object)
+    b = np.asarray(values_b, dtype=object)
+    codes, uniques = pd.factorize(pd.Series(np.concatenate([a, b]), dtype=object),
+                                  use_na_sentinel=na_missing)
+    codes = codes.astype(np.int64)
+    return codes[: len(a)], codes[len(a):], np.asarray(uniques, dtype=object)
+
+
+def _check_metrics(cfg: EvalConfig) -> tuple[str, ...]:
+    chosen = METRICS if cfg.metrics is None else tuple(cfg.metrics)
+    bad = [m for m in chosen if m not in METRICS]
+    if bad:
+        raise PairkitError(f"--metrics must be among {', '.join(METRICS)}, got {', '.join(bad)}")
+    if cfg.gallery not in GALLERIES:
+        raise PairkitError(f"--retrieval-gallery must be one of {', '.join(GALLERIES)}, "
+                           f"got {cfg.gallery}")
+    if any(k < 1 for k in cfg.knn_ks):
+        raise PairkitError(f"--knn-k values must be >= 1, got {min(cfg.knn_ks)}")
+    if any(k < 1 for k in cfg.recall_ks):
+        raise PairkitError(f"--recall-k values must be >= 1, got {min(cfg.recall_ks)}")
+    if cfg.knn_temperature <= 0:
+        raise PairkitError(f"--knn-temperature must be > 0, got {cfg.knn_temperature}")
+    if cfg.max_r < 1:
+        raise PairkitError(f"--max-r must be >= 1, got {cfg.max_r}")
+    if cfg.pair_sample < 1:
+        raise PairkitError(f"--pair-sample must be >= 1, got {cfg.pair_sample}")
+    return chosen
+
+
+def evaluate(queries: EvalSide, references: EvalSide, cfg: EvalConfig,
+             *, self_rows: np.ndarray | None = None) -> EvalReport:
+    """Every requested (or, by default, every computable) metric of ``queries`` against
+    ``references``.
+
+    ``self_rows`` (nq,): the row of each query among the references (-1 if none), for
+    when the two sides share rows. A metric that cannot be computed is left out of
+    ``report.metrics`` with a note, unless it was asked for in ``cfg.metrics``: then
+    PairkitError.
+    """
+    chosen = _check_metrics(cfg)
+    explicit = cfg.metrics is not None
+    report = EvalReport()
+    report.metrics["n_queries"] = len(queries)
+    report.metrics["n_references"] = len(references)
+    if len(queries) == 0:
+        raise PairkitError("no queries to evaluate (the query side is empty)")
+    if queries.vectors.shape[1] != references.vectors.shape[1]:
+        raise PairkitError(f"queries have dim {queries.vectors.shape[1]}, references "
+                           f"{references.vectors.shape[1]}")
+    rng = np.random.default_rng(cfg.seed)
+    qsrc, rsrc, _ = _codes(queries.sources, references.sources, na_missing=True)
+
+    label_ok, why = _label_status(queries, references, cfg)
+    wanted_label = [m for m in chosen if m in LABEL_METRICS]
+    if wanted_label and not label_ok:
+        if explicit:
+            raise PairkitError(f"--metrics {','.join(wanted_label)} {why}")
+        report.notes.append(f"{why}: only label-free metrics (alignment, uniformity) computed")
+        wanted_label = []
+
+    if wanted_label:
+        _label_metrics(queries, references, qsrc, rsrc, self_rows, wanted_label, cfg, rng,
+                       report)
+    elif cfg.collect_scores and len(references):
+        _mined_unlabelled(queries, references, qsrc, rsrc, self_rows, cfg, report)
+    if "geometry" in chosen:
+        _geometry(queries, qsrc, cfg, rng, report, explicit)
+    return report
+
+
+def _label_status(queries: EvalSide, references: EvalSide, cfg: EvalConfig) -> tuple[bool, str]:
+    if queries.labels is None or (cfg.gallery == "reference" and references.labels is None):
+        side = "queries" if queries.labels is None else "references"
+        return False, f"need labels, the {side} have none"
+    ref_labels = references.labels if references.labels is not None else queries.labels
+    present = {v for v in ref_labels if v is not None}
+    if len(present) < 2:
+        return False, (f"need at least 2 classes on the reference side, found {len(present)}"
+                       + (f" ({next(iter(present))})" if present else ""))
+    return True, ""
+
+
+def _subset_self_rows(self_rows: np.ndarray | None, q_keep: np.ndarray,
+                      r_keep: np.ndarray) -> np.ndarray | None:
+    if self_rows is None:
+        return None
+    new_pos = np.full(len(r_keep), -1, dtype=np.int64)
+    new_pos[r_keep] = np.arange(int(r_keep.sum()))
+    s = self_rows[q_keep]
+    return np.where(s >= 0, new_pos[np.maximum(s, 0)], -1)
+
+
+def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
+                   rsrc: np.ndarray, self_rows: np.ndarray | None, wanted: list[str],
+                   cfg: EvalConfig, rng: np.random.Generator, report: EvalReport) -> None:
+    ref_labels = references.labels if references.labels is not None else np.full(
+        len(references), None, dtype=object)
+    ql_all, rl_all, classes = _codes(queries.labels, ref_labels, na_missing=True)
+    q_keep = ql_all >= 0
+    r_keep = rl_all >= 0
+    if not q_keep.all() or not r_keep.all():
+        report.notes.append(
+            f"label metrics use labelled items only: {int(q_keep.sum())} of {len(q_keep)} "
+            f"queries, {int(r_keep.sum())} of {len(r_keep)} references")
+    qx = queries.vectors[q_keep] if not q_keep.all() else queries.vectors
+    ql = ql_all[q_keep]
+    qg = qsrc[q_keep]
+    absent = np.setdiff1d(np.unique(ql), np.unique(rl_all[r_keep]))
+    if len(absent) and ("knn" in wanted or "linear" in wanted):
+        report.notes.append(
+            f"{len(absent)} query class(es) have no reference (e.g. {classes[absent[0]]}): "
+            "their queries count as wrong for kNN and the linear probe")
+
+    need_ref_search = ("knn" in wanted) or ("retrieval" in wanted and cfg.gallery == "reference")
+    if need_ref_search:
+        rx = references.vectors[r_keep] if not r_keep.all() else references.vectors
+        rl = rl_all[r_keep]
+        rg = rsrc[r_keep]
+        srows = _subset_self_rows(self_rows, q_keep, r_keep)
+        excl = Exclusion(srows, qg if cfg.exclude_same_source else None,
+                         rg if cfg.exclude_same_source else None)
+        ks = cfg.knn_ks if "knn" in wanted else ()
+        rks = cfg.recall_ks if ("retrieval" in wanted and cfg.gallery == "reference") else ()
+        _check_k(ks, rks, len(rx), "reference set")
+        r_counts = relevant_counts(ql, rl, excl) if rks else None
+        k_search = max([*ks, *rks, 1])
+        if r_counts is not None:
+            k_search = max(k_search, min(int(r_counts.max(initial=0)), cfg.max_r))
+        k_search = min(k_search, len(rx))
+        index = reference_index(rx[s : s + 65536] for s in range(0, len(rx), 65536))
+        _search_pass(qx, ql, index, len(rx), rl, k_search, excl, ks, rks, r_counts, cfg, report)
+        del index
+    if "retrieval" in wanted and cfg.gallery == "queries":
+        if len(np.unique(ql)) < 2:
+            report.notes.append("retrieval among queries needs 2+ classes on the query side")
+        else:
+            excl = Exclusion(np.arange(len(qx)), qg if cfg.exclude_same_source else None,
+                             qg if cfg.exclude_same_source else None)
+            _check_k((), cfg.recall_ks, len(qx) - 1, "query set (less the query itself)")
+            r_counts = relevant_counts(ql, ql, excl)
+            k_search = min(max(max(cfg.recall_ks), min(int(r_counts.max(initial=0)), cfg.max_r)),
+                           len(qx))
+            index = reference_index(qx[s : s + 65536] for s in range(0, len(qx), 65536))
+            _search_pass(qx, ql, index, len(qx), ql, k_search, excl, (), cfg.recall_ks, r_counts,
+                         cfg, report)
+    if "linear" in wanted:
+        _probe(queries, references, ql_all, rl_all, q_keep, r_keep, rsrc, cfg, rng, report)
+
+
+def _check_k(ks: tuple[int, ...], rks: tuple[int, ...], n: int, what: str) -> None:
+    if ks and max(ks) > n:
+        raise PairkitError(f"--knn-k {max(ks)} is larger than the {what} ({n} items)")
+    if rks and max(rks) > n:
+        raise PairkitError(f"--recall-k {max(rks)} is larger than the {what} ({n} items)")
+
+
+def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
+                 rl: np.ndarray, k_search: int, excl: Exclusion, ks: tuple[int, ...],
+                 rks: tuple[int, ...], r_counts: np.ndarray | None, cfg: EvalConfig,
+                 report: EvalReport) -> None:
+    knn_top1 = dict.fromkeys(ks, 0)
+    knn_top5 = dict.fromkeys(ks, 0)
+    sums = {"precision_at_1": 0.0, "r_precision": 0.0, "map_at_r": 0.0}
+    recall = dict.fromkeys(rks, 0)
+    n_valid = n_capped = 0
+    mined: list[np.ndarray] = []
+    for start, scores, ids in search_excluding(qx, index, n_ref, k_search, excl,
+                                               block_rows=cfg.block_rows):
+        stop = start + len(ids)
+        labels = np.where(ids >= 0, rl[np.maximum(ids, 0)], -1)
+        true = ql[start:stop]
+        for k in ks:
+            ranked, _ = knn_rank_classes(labels, scores, k, cfg.knn_temperature)
+            h1, h5 = knn_hits(ranked, true)
+            knn_top1[k] += int(h1.sum())
+            knn_top5[k] += int(h5.sum())
+        if rks and r_counts is not None:
+            out = retrieval_scores(labels, true, r_counts[start:stop], rks, cfg.max_r)
+            v = out["valid"]
+            n_valid += int(v.sum())
+            n_capped += int(out["capped"].sum())
+            for key in sums:
+                sums[key] += float(out[key][v].sum())
+            for k in rks:
+                recall[k] += int(out[f"recall_at_{k}"][v].sum())
+        if cfg.collect_scores and ks:
+            neg = (labels != true[:, None]) & (ids >= 0)
+            first = np.argmax(neg, axis=1)
+            has = neg[np.arange(len(neg)), first]
+            mined.append(scores[np.arange(len(neg)), first][has])
+    nq = len(qx)
+    if ks:
+        report.metrics["knn"] = {str(k): {"top1": knn_top1[k] / nq, "top5": knn_top5[k] / nq}
+                                 for k in ks}
+        report.metrics["knn_top1"] = knn_top1[ks[0]] / nq
+        report.metrics["knn_top5"] = knn_top5[ks[0]] / nq
+    if rks:
+        if n_valid == 0:
+            report.notes.append("retrieval: no query has a relevant reference")
+        else:
+            for key, total in sums.items():
+                report.metrics[key] = total / n_valid
+            report.metrics["recall_at_k"] = {str(k): recall[k] / n_valid for k in rks}
+        left = nq - n_valid
+        if left:
+            report.notes.append(f"retrieval: {left} queries without a relevant reference left out")
+        if n_capped:
+            report.notes.append(f"retrieval: R capped at --max-r {cfg.max_r} for {n_capped} "
+                                "queries (R-precision and MAP@R use R = max-r for them)")
+        report.details["retrieval_queries"] = n_valid
+        report.details["retrieval_capped"] = n_capped
+    if mined:
+        report.scores["mined_negative"] = np.concatenate(mined).astype(np.float64)
+
+
+def _mined_unlabelled(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
+                      rsrc: np.ndarray, self_rows: np.ndarray | None, cfg: EvalConfig,
+                      report: EvalReport) -> None:
+    """Without labels the hardest negative is the nearest reference of another source."""
+    excl = Exclusion(self_rows, qsrc, rsrc)
+    rx = references.vectors
+    index = reference_index(rx[s : s + 65536] for s in range(0, len(rx), 65536))
+    out = []
+    for _, scores, _ids in search_excluding(queries.vectors, index, len(rx), 1, excl,
+                                            block_rows=cfg.block_rows):
+        out.append(scores[:, 0][np.isfinite(scores[:, 0])])
+    report.scores["mined_negative"] = np.concatenate(out).astype(np.float64)
+
+
+def _probe(queries: EvalSide, references: EvalSide, ql_all: np.ndarray, rl_all: np.ndarray,
+           q_keep: np.ndarray, r_keep: np.ndarray, rsrc: np.ndarray, cfg: EvalConfig,
+           rng: np.random.Generator, report: EvalReport) -> None:
+    from pairkit.eval.linear_probe import linear_probe, resolve_device
+
+    train_rows = np.flatnonzero(r_keep)
+    if len(train_rows) > cfg.probe_max_train:
+        train_rows = np.sort(rng.choice(train_rows, size=cfg.probe_max_train, replace=False))
+        report.notes.append(f"linear probe trained on a random {cfg.probe_max_train} of "
+                            f"{int(r_keep.sum())} references (--probe-max-train)")
+    test_rows = np.flatnonzero(q_keep)
+    res = linear_probe(
+        np.asarray(references.vectors[train_rows], dtype=np.float32), rl_all[train_rows],
+        rsrc[train_rows], np.asarray(queries.vectors[test_rows], dtype=np.float32),
+        ql_all[test_rows], weight_decays=cfg.probe_weight_decays, seed=cfg.seed,
+        device=resolve_device(cfg.device), max_iter=cfg.probe_max_iter)
+    report.metrics["linear_top1"] = res.top1
+    report.metrics["linear_mean_per_class_recall"] = res.mean_per_class_recall
+    report.details["linear_weight_decay"] = res.weight_decay
+
+
+def _geometry(queries: EvalSide, qsrc: np.ndarray, cfg: EvalConfig,
+              rng: np.random.Generator, report: EvalReport, explicit: bool) -> None:
+    x = queries.vectors
+    pi, pj = positive_pairs(qsrc, cfg.pair_sample, rng)
+    if len(pi):
+        report.metrics["alignment"] = alignment(x, pi, pj)
+        if cfg.collect_scores:
+            report.scores["positive"] = pair_dots(x, pi, pj)
+    else:
+        msg = "alignment needs 2+ views of a source (embed with --views 2)"
+        if explicit:
+            raise PairkitError(f"--metrics geometry: {msg}")
+        report.notes.append(msg)
+    ui, uj = random_pairs(len(x), cfg.pair_sample, rng)
+    if len(ui):
+        report.metrics["uniformity"] = uniformity(x, ui, uj)
+        if cfg.collect_scores:
+            other = qsrc[ui] != qsrc[uj]
+            report.scores["random_negative"] = pair_dots(x, ui[other], uj[other])

@@ -1,0 +1,96 @@
+"""Stores in, reports out: the I/O edge of ``pairkit eval`` (reading stores, a head,
+writing plots). The metrics themselves live in :mod:`pairkit.eval.run`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pairkit.errors import PairkitError
+from pairkit.eval.run import EvalConfig, EvalReport, EvalSide, evaluate
+
+
+@dataclass(frozen=True)
+class Sides:
+    """Queries and references read from stores; ``self_rows`` when they share rows."""
+
+    queries: EvalSide
+    references: EvalSide
+    self_rows: np.ndarray | None
+    dim: int
+
+
+def _side(store: Any, rows: np.ndarray | None = None) -> EvalSide:
+    vectors = store.vectors(store.dtype)
+    sources = store.items["source"].to_numpy(dtype=object)
+    labels = store.labels()
+    if rows is not None:
+        vectors = vectors[rows]
+        sources = sources[rows]
+        labels = None if labels is None else labels[rows]
+        if labels is not None and all(v is None for v in labels):
+            labels = None
+    return EvalSide(vectors, labels, sources)
+
+
+def load_sides(store_path: Path, against: Path | None, test_fraction: float,
+               seed: int) -> Sides:
+    """Open the store(s) and split them into queries and references."""
+    from pairkit.core.store import Store
+    from pairkit.eval.split import check_compatible, split_by_source
+
+    store = Store.open(store_path)
+    if store.count == 0:
+        raise PairkitError(f"store {store_path} is empty")
+    if against is not None:
+        test = Store.open(against)
+        if test.count == 0:
+            raise PairkitError(f"store {against} is empty")
+        check_compatible(store.dim, store.encoder, test.dim, test.encoder, str(store_path),
+                         str(against))
+        same = test.content_id == store.content_id
+        return Sides(_side(test), _side(store), np.arange(test.count) if same else None,
+                     store.dim)
+    is_test = split_by_source(store.source_codes(), test_fraction, seed)
+    return Sides(_side(store, np.flatnonzero(is_test)), _side(store, np.flatnonzero(~is_test)),
+                 None, store.dim)
+
+
+def _with_head(side: EvalSide, head: Any, device: str) -> EvalSide:
+    return EvalSide(head.apply(side.vectors, device=device), side.labels, side.sources)
+
+
+def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: bool,
+             plot: Path | None) -> tuple[dict[str, dict[str, Any]], dict[str, EvalReport]]:
+    """Evaluate raw and/or head vectors. Returns (metrics by name, reports by name);
+    names are "raw" and "head"."""
+    from pairkit.eval.linear_probe import resolve_device
+
+    runs: dict[str, tuple[EvalSide, EvalSide]] = {}
+    if head_path is None or compare:
+        runs["raw"] = (sides.queries, sides.references)
+    if head_path is not None:
+        from pairkit.train.head import load_head
+
+        head = load_head(head_path)
+        if head.in_dim != sides.dim:
+            raise PairkitError(f"head {head_path} takes vectors of dim {head.in_dim}, the "
+                               f"store has dim {sides.dim}")
+        device = resolve_device(cfg.device)
+        runs["head"] = (_with_head(sides.queries, head, device),
+                        _with_head(sides.references, head, device))
+    results: dict[str, dict[str, Any]] = {}
+    reports: dict[str, EvalReport] = {}
+    for name, (q, r) in runs.items():
+        report = evaluate(q, r, cfg, self_rows=sides.self_rows)
+        reports[name] = report
+        results[name] = report.metrics
+        if plot is not None:
+            from pairkit.eval.plots import write_plots
+
+            write_plots(plot, report.scores, q.vectors, q.labels,
+                        prefix=f"{name}_" if len(runs) > 1 else "", seed=cfg.seed)
+    return results, reports

@@ -1,0 +1,51 @@
+"""Splitting items into queries and references, and checking two stores match."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from pairkit.errors import PairkitError, UsageError
+
+
+def split_by_source(source_codes: np.ndarray, test_fraction: float, seed: int) -> np.ndarray:
+    """Bool mask (N,): True for rows whose source falls in the test part.
+
+    ``round(test_fraction * n_sources)`` sources (at least 1, at most all but one)
+    are drawn with ``seed``; all views of a source land on the same side.
+    """
+    if not 0.0 < test_fraction < 1.0:
+        raise UsageError(f"--test-fraction must be > 0 and < 1, got {test_fraction}")
+    codes = np.asarray(source_codes, dtype=np.int64)
+    uniq = np.unique(codes)
+    if len(uniq) < 2:
+        raise PairkitError(
+            f"a split by source needs at least 2 sources, the store has {len(uniq)}"
+        )
+    n_test = int(min(max(round(test_fraction * len(uniq)), 1), len(uniq) - 1))
+    rng = np.random.default_rng(seed)
+    test_sources = rng.choice(uniq, size=n_test, replace=False)
+    return np.isin(codes, test_sources)
+
+
+def _encoder_key(encoder: dict[str, Any]) -> str:
+    return json.dumps(encoder, sort_keys=True, default=str)
+
+
+def check_compatible(ref_dim: int, ref_encoder: dict[str, Any], test_dim: int,
+                     test_encoder: dict[str, Any], ref_name: str, test_name: str) -> None:
+    """Raise PairkitError unless the two stores have one dimension and one encoder."""
+    if ref_dim != test_dim:
+        raise PairkitError(
+            f"--against store {test_name} has dim {test_dim}, store {ref_name} has dim "
+            f"{ref_dim}: both must come from the same encoder"
+        )
+    if _encoder_key(ref_encoder) != _encoder_key(test_encoder):
+        raise PairkitError(
+            f"--against store {test_name} was made by encoder "
+            f"{test_encoder.get('name', '?')!s} {_encoder_key(test_encoder)}, store {ref_name} "
+            f"by {ref_encoder.get('name', '?')!s} {_encoder_key(ref_encoder)}: vectors of "
+            "different encoders are not comparable"
+        )

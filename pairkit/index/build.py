@@ -1,0 +1,367 @@
+"""Building, placing and saving FAISS indices over a store's vectors.
+
+Kinds (all inner product; on L2-normalised rows that is cosine similarity):
+
+- ``flat``: exact (``IndexFlatIP``).
+- ``ivf``: inverted lists over k-means cells (``IndexIVFFlat``); ``nprobe`` cells
+  are scanned per query. Stored vectors are exact, only the candidate set is
+  approximate.
+- ``ivfpq``: IVF with product-quantised codes (``IndexIVFPQ``): smallest memory,
+  approximate scores (callers re-score the candidates exactly).
+- ``hnsw``: graph search (``IndexHNSWFlat``), ``ef_search`` sets the beam.
+
+``auto`` is exact up to ``exact_max_rows`` rows and ``ivf`` above.
+
+GPU: when FAISS sees GPUs (and ``gpu`` is not False) a CPU-built index is cloned
+onto all visible GPUs, sharded (each GPU holds 1/n of the rows), optionally with
+float16 storage. FAISS GPU search handles k <= 2048 only; :func:`knn_search`
+falls back to a CPU copy above that.
+
+A saved index lives in ``STORE/index/<kind>.faiss`` beside ``<kind>.json``,
+which records the store ``content_id`` it was built for; :func:`load_index`
+refuses (returns None for) an index built for other rows.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pairkit.core.atomic import atomic_open, atomic_path
+from pairkit.errors import PairkitError
+
+KINDS = ("flat", "ivf", "ivfpq", "hnsw")
+INDEX_CHOICES = ("auto", *KINDS)
+EXACT_MAX_ROWS_CPU = 50_000
+EXACT_MAX_ROWS_GPU = 1_000_000
+INDEX_DIR = "index"
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """What index to build and how to search it. ``None`` fields get size-based defaults."""
+
+    kind: str = "flat"
+    nlist: int | None = None
+    nprobe: int | None = None
+    pq_m: int | None = None
+    hnsw_m: int = 32
+    ef_construction: int = 80
+    ef_search: int | None = None
+    float16: bool = False
+    seed: int = 0
+
+    def resolved(self, n: int, dim: int) -> IndexSpec:
+        """This spec with every size-dependent default filled in for ``n`` rows of ``dim``."""
+        if self.kind not in KINDS:
+            raise PairkitError(f"--kind must be one of {', '.join(KINDS)}, got {self.kind}")
+        spec = self
+        if self.kind in ("ivf", "ivfpq"):
+            nlist = self.nlist or default_nlist(n)
+            nlist = max(1, min(nlist, n))
+            nprobe = self.nprobe or default_nprobe(nlist)
+            spec = replace(spec, nlist=nlist, nprobe=max(1, min(nprobe, nlist)))
+        if self.kind == "ivfpq":
+            spec = replace(spec, pq_m=self.pq_m or default_pq_m(dim))
+            if dim % spec.pq_m:  # type: ignore[operator]
+                raise PairkitError(f"--pq-m must divide the store dim {dim}, got {spec.pq_m}")
+        if self.kind == "hnsw":
+            spec = replace(spec, ef_search=self.ef_search or 128)
+        return spec
+
+    def describe(self) -> str:
+        """Short human description, e.g. ``ivf(nlist=447, nprobe=28)``."""
+        parts = []
+        if self.kind in ("ivf", "ivfpq"):
+            parts += [f"nlist={self.nlist}", f"nprobe={self.nprobe}"]
+        if self.kind == "ivfpq":
+            parts.append(f"m={self.pq_m}")
+        if self.kind == "hnsw":
+            parts += [f"M={self.hnsw_m}", f"ef_search={self.ef_search}"]
+        if self.float16:
+            parts.append("float16")
+        return f"{self.kind}({', '.join(parts)})" if parts else self.kind
+
+
+def default_nlist(n: int) -> int:
+    """IVF cells for ``n`` rows: about sqrt(n), at least 1 (FAISS guide: 1..16 x sqrt(n))."""
+    return max(1, int(round(math.sqrt(max(n, 1)))))
+
+
+def default_nprobe(nlist: int) -> int:
+    """Cells scanned per query: 1/16 of the cells, at least 8 (recall >= 0.95 on
+    clustered embeddings in tests/benchmarks/mine_speed.py)."""
+    return max(8, nlist // 16)
+
+
+def default_pq_m(dim: int) -> int:
+    """PQ sub-quantisers: the largest divisor of ``dim`` giving >= 4 dims per code, <= 64."""
+    for m in range(min(64, max(1, dim // 4)), 0, -1):
+        if dim % m == 0:
+            return m
+    return 1
+
+
+def choose_kind(n: int, exact_max_rows: int) -> tuple[str, str]:
+    """Resolve ``--index auto``: ``(kind, reason)``; exact up to ``exact_max_rows`` rows."""
+    if n <= exact_max_rows:
+        return "flat", f"auto: {n:,} rows <= {exact_max_rows:,}, exact search"
+    return "ivf", f"auto: {n:,} rows > {exact_max_rows:,}, approximate search (ivf)"
+
+
+def gpu_count() -> int:
+    """Number of GPUs FAISS can use (0 with a CPU-only FAISS or no GPU)."""
+    try:
+        import faiss
+
+        return int(faiss.get_num_gpus())
+    except Exception:  # faiss built without GPU support
+        return 0
+
+
+def use_gpu(requested: bool | None) -> bool:
+    """``None`` = auto (GPU when FAISS sees one); True without a GPU is an error."""
+    n = gpu_count()
+    if requested is True and n == 0:
+        raise PairkitError("--gpu was given but FAISS sees no GPU (use --no-gpu)")
+    return n > 0 if requested is None else bool(requested)
+
+
+def is_lossy(spec: IndexSpec) -> bool:
+    """True when the index returns approximate scores (callers should re-score)."""
+    return spec.kind == "ivfpq" or spec.float16
+
+
+def build_index(vectors: np.ndarray, spec: IndexSpec) -> Any:
+    """Build a CPU FAISS index of ``spec.kind`` over ``vectors`` (N, d) (rows in id order).
+
+    ``spec`` must be :meth:`IndexSpec.resolved`. IVF training uses a seeded sample of
+    at most 64 x nlist rows. Returns the FAISS index (ids = row numbers).
+    """
+    import faiss
+
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    n, d = x.shape
+    metric = faiss.METRIC_INNER_PRODUCT
+    sq16 = faiss.ScalarQuantizer.QT_fp16
+    if spec.kind == "flat":
+        index = (
+            faiss.IndexScalarQuantizer(d, sq16, metric) if spec.float16 else faiss.IndexFlatIP(d)
+        )
+    elif spec.kind in ("ivf", "ivfpq"):
+        quantizer = faiss.IndexFlatIP(d)
+        if spec.kind == "ivfpq":
+            index = faiss.IndexIVFPQ(quantizer, d, spec.nlist, spec.pq_m, 8, metric)
+        elif spec.float16:
+            index = faiss.IndexIVFScalarQuantizer(quantizer, d, spec.nlist, sq16, metric)
+        else:
+            index = faiss.IndexIVFFlat(quantizer, d, spec.nlist, metric)
+        index.cp.seed = spec.seed
+        max_train = max(64 * int(spec.nlist), 256 * 4)  # PQ wants >= 256 per codebook
+        if n > max_train:
+            rng = np.random.default_rng(spec.seed)
+            train = x[np.sort(rng.choice(n, size=max_train, replace=False))]
+        else:
+            train = x
+        if spec.kind == "ivfpq" and len(train) < 256:
+            raise PairkitError(f"--index ivfpq needs at least 256 rows, the store has {n}")
+        index.train(train)
+        index.nprobe = spec.nprobe
+    elif spec.kind == "hnsw":
+        if spec.float16:
+            index = faiss.IndexHNSWSQ(d, sq16, spec.hnsw_m, metric)
+        else:
+            index = faiss.IndexHNSWFlat(d, spec.hnsw_m, metric)
+        index.hnsw.efConstruction = spec.ef_construction
+        index.hnsw.efSearch = spec.ef_search
+    else:  # pragma: no cover - resolved() rejects it
+        raise PairkitError(f"unknown index kind {spec.kind}")
+    index.add(x)
+    return index
+
+
+def set_search_params(index: Any, spec: IndexSpec) -> None:
+    """Apply the search-time knobs (nprobe, ef_search) of ``spec`` to ``index``."""
+    import faiss
+
+    if spec.kind in ("ivf", "ivfpq") and spec.nprobe:
+        ivf = faiss.extract_index_ivf(index)
+        ivf.nprobe = int(spec.nprobe)
+    if spec.kind == "hnsw" and spec.ef_search:
+        faiss.downcast_index(index).hnsw.efSearch = int(spec.ef_search)
+
+
+def to_gpu(index: Any, float16: bool = False) -> Any:
+    """Clone a CPU index onto all visible GPUs, rows sharded across them.
+
+    ``float16`` stores vectors (and IVF lists) in half precision on the GPUs.
+    Returns the GPU index; HNSW has no GPU version and is returned unchanged.
+    """
+    import faiss
+
+    if isinstance(faiss.downcast_index(index), faiss.IndexHNSW):
+        return index
+    co = faiss.GpuMultipleClonerOptions()
+    co.shard = True
+    co.useFloat16 = bool(float16)
+    return faiss.index_cpu_to_all_gpus(index, co=co)
+
+
+@dataclass
+class LoadedIndex:
+    """An index ready to search, with where it came from (for summaries)."""
+
+    index: Any
+    spec: IndexSpec
+    origin: str  # "built" or the path it was loaded from
+    gpu: bool = False
+    reason: str = ""
+    cpu_index: Any = field(default=None, repr=False)
+
+    def describe(self) -> str:
+        where = "GPU" if self.gpu else "CPU"
+        src = "built now" if self.origin == "built" else f"loaded from {self.origin}"
+        text = f"{self.spec.describe()} on {where}, {src}"
+        return f"{text} ({self.reason})" if self.reason else text
+
+
+def index_paths(store_root: str | os.PathLike[str], kind: str) -> tuple[Path, Path]:
+    """``(STORE/index/<kind>.faiss, STORE/index/<kind>.json)``."""
+    folder = Path(store_root) / INDEX_DIR
+    return folder / f"{kind}.faiss", folder / f"{kind}.json"
+
+
+def save_index(
+    index: Any, spec: IndexSpec, store_root: str | os.PathLike[str], content_id: str,
+    count: int, dim: int, force: bool = False,
+) -> Path:
+    """Write a CPU ``index`` and its description atomically under ``STORE/index/``.
+
+    Refuses to replace an index built for the same rows unless ``force``.
+    Returns the path of the ``.faiss`` file.
+    """
+    import faiss
+
+    fpath, jpath = index_paths(store_root, spec.kind)
+    if fpath.exists() and not force:
+        meta = read_index_meta(jpath)
+        if meta is not None and meta.get("content_id") == content_id:
+            raise PairkitError(f"index {fpath} exists; pass --force to rebuild it")
+    if not _is_cpu(index):
+        index = faiss.index_gpu_to_cpu(index)
+    with atomic_path(fpath) as tmp:
+        faiss.write_index(index, str(tmp))
+    meta = {
+        "format": "pairkit-index",
+        "kind": spec.kind,
+        "spec": asdict(spec),
+        "content_id": content_id,
+        "count": int(count),
+        "dim": int(dim),
+        "metric": "inner_product",
+        "faiss_version": faiss.__version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    with atomic_open(jpath) as fh:
+        json.dump(meta, fh, indent=2)
+        fh.write("\n")
+    return fpath
+
+
+def read_index_meta(jpath: Path) -> dict[str, Any] | None:
+    """The JSON description of a saved index, or None when missing/unreadable."""
+    try:
+        meta = json.loads(Path(jpath).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def load_index(
+    store_root: str | os.PathLike[str], kind: str, content_id: str, count: int
+) -> tuple[Any, IndexSpec] | None:
+    """Load ``STORE/index/<kind>.faiss`` if it was built for these rows, else None.
+
+    An index whose recorded ``content_id`` or row count differs from the store's
+    (the store was rebuilt) is never used.
+    """
+    import faiss
+
+    fpath, jpath = index_paths(store_root, kind)
+    meta = read_index_meta(jpath)
+    if meta is None or not fpath.is_file():
+        return None
+    if meta.get("content_id") != content_id or int(meta.get("count", -1)) != count:
+        return None
+    try:
+        index = faiss.read_index(str(fpath))
+    except Exception as exc:
+        raise PairkitError(f"saved index {fpath} is unreadable ({exc}); rebuild it") from None
+    if index.ntotal != count:
+        return None
+    fields = {k: v for k, v in (meta.get("spec") or {}).items() if k in IndexSpec.__annotations__}
+    return index, IndexSpec(**fields)
+
+
+def _is_cpu(index: Any) -> bool:
+    return "Gpu" not in type(index).__name__ and "IndexShards" not in type(index).__name__
+
+
+def prepare_index(
+    vectors: np.ndarray,
+    kind: str,
+    *,
+    store_root: str | os.PathLike[str] | None = None,
+    content_id: str | None = None,
+    exact_max_rows: int | None = None,
+    nlist: int | None = None,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+    pq_m: int | None = None,
+    float16: bool = False,
+    gpu: bool | None = None,
+    seed: int = 0,
+) -> LoadedIndex:
+    """Resolve ``kind`` (``auto`` too), reuse a saved index for these rows or build one.
+
+    Returns a :class:`LoadedIndex` placed on all GPUs when ``gpu`` (None = auto).
+    """
+    if kind not in INDEX_CHOICES:
+        raise PairkitError(f"--index must be one of {', '.join(INDEX_CHOICES)}, got {kind}")
+    n, dim = vectors.shape
+    on_gpu = use_gpu(gpu)
+    reason = ""
+    if kind == "auto":
+        limit = exact_max_rows
+        if limit is None:
+            limit = EXACT_MAX_ROWS_GPU if on_gpu else EXACT_MAX_ROWS_CPU
+        kind, reason = choose_kind(n, limit)
+    spec = IndexSpec(kind=kind, nlist=nlist, nprobe=nprobe, ef_search=ef_search, pq_m=pq_m,
+                     float16=float16, seed=seed)
+    index = None
+    origin = "built"
+    if store_root is not None and content_id is not None and kind != "flat":
+        loaded = load_index(store_root, kind, content_id, n)
+        if loaded is not None:
+            index, saved = loaded
+            # search-time knobs from the command line win over the saved ones
+            spec = replace(saved, nprobe=nprobe or saved.nprobe,
+                           ef_search=ef_search or saved.ef_search)
+            set_search_params(index, spec)
+            origin = str(index_paths(store_root, kind)[0])
+    if index is None:
+        spec = spec.resolved(n, dim)
+        # float16 on GPU is done by the cloner; the CPU index stays float32 then
+        index = build_index(vectors, replace(spec, float16=spec.float16 and not on_gpu))
+    cpu_index = index
+    if on_gpu:
+        index = to_gpu(index, float16=spec.float16)
+    return LoadedIndex(index=index, spec=spec, origin=origin, gpu=on_gpu and index is not
+                       cpu_index, reason=reason, cpu_index=cpu_index)

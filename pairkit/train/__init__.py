@@ -1,0 +1,1 @@
+"""Contrastive heads on stored embeddings: heads, losses, pair batches, the training loop."""

@@ -1,0 +1,258 @@
+"""Training examples from a pair table or from a relation, as id arrays.
+
+A batch is built by index gathers into the store's vector matrix (see
+:mod:`pairkit.train.loop`); nothing here touches vectors.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pairkit.errors import PairkitError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FN_MODES = ("eliminate", "attract", "keep")
+RELATIONS = ("instance", "label")
+
+
+@dataclass(frozen=True)
+class PairArrays:
+    """M training examples: ``anchor``, ``positive`` (M,) int64 store ids,
+    ``negatives`` (M, K) int64 (-1 = none), ``neg_attract`` (M, K) bool
+    (a flagged false negative to be treated as a positive)."""
+
+    anchor: np.ndarray
+    positive: np.ndarray
+    negatives: np.ndarray
+    neg_attract: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.anchor)
+
+    def subset(self, rows: np.ndarray) -> PairArrays:
+        """The examples at ``rows`` (int or bool index)."""
+        return PairArrays(self.anchor[rows], self.positive[rows], self.negatives[rows],
+                          self.neg_attract[rows])
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """What was read from a table: its format, counts and notes for the user."""
+
+    kind: str
+    rows: int
+    flagged: int
+    notes: tuple[str, ...]
+
+
+def _int_column(df: pd.DataFrame, col: str, allow_missing: bool) -> np.ndarray:
+    import pandas as pd
+
+    values = pd.to_numeric(df[col], errors="coerce")
+    if allow_missing:
+        values = values.fillna(-1)
+    bad = values.isna() | (values != values.round())
+    if bool(bad.any()):
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise PairkitError(f"pair table: column {col} must hold integer ids (row {row})")
+    return values.to_numpy(dtype=np.int64)
+
+
+def _bool_column(df: pd.DataFrame, col: str) -> np.ndarray:
+    values = df[col]
+    if values.dtype == bool:
+        return values.to_numpy()
+    mapped = values.map(lambda v: str(v).strip().lower() in ("true", "1", "1.0", "yes"))
+    return mapped.to_numpy(dtype=bool)
+
+
+def table_kind(df: pd.DataFrame) -> str:
+    """``triplet``, ``n-tuple`` or ``labeled-pair`` from a table's columns."""
+    cols = set(df.columns)
+    if "negative_id" in cols:
+        return "triplet"
+    if "negative_id_1" in cols:
+        return "n-tuple"
+    if "other_id" in cols:
+        return "labeled-pair"
+    raise PairkitError(
+        "pair table has neither negative_id (triplet) nor negative_id_1.. (n-tuple) columns: "
+        f"got {', '.join(map(str, df.columns))}"
+    )
+
+
+def pairs_from_table(df: pd.DataFrame, store_count: int, content_id: str,
+                     fn_mode: str = "eliminate") -> tuple[PairArrays, TableInfo]:
+    """Read a triplet or n-tuple table into :class:`PairArrays`.
+
+    Triplet rows that share (anchor_id, positive_id) are gathered into one
+    example with all their negatives. Rows flagged ``false_negative`` are
+    dropped from the negatives (``eliminate``), made positives (``attract``) or
+    used as ordinary negatives (``keep``). Raises PairkitError on a table from
+    another store, ids out of range, or missing columns.
+    """
+    if fn_mode not in FN_MODES:
+        raise PairkitError(f"--fn-mode must be one of {', '.join(FN_MODES)}, got {fn_mode}")
+    if len(df) == 0:
+        raise PairkitError("pair table is empty")
+    notes: list[str] = []
+    if "store_id" in df.columns:
+        ids = {str(v) for v in df["store_id"].dropna().unique()}
+        other = sorted(ids - {content_id})
+        if other:
+            raise PairkitError(
+                f"pair table came from another store (store_id {other[0]}, this store is "
+                f"{content_id}): mine pairs on this store"
+            )
+    else:
+        notes.append("pair table has no store_id column: can't check it belongs to this store")
+    kind = table_kind(df)
+    if kind == "labeled-pair":
+        raise PairkitError(
+            "train reads triplet or n-tuple pair tables; this is a labeled-pair table "
+            "(mine with --format triplet or n-tuple)"
+        )
+    for col in ("anchor_id", "positive_id"):
+        if col not in df.columns:
+            raise PairkitError(f"pair table lacks column {col}")
+    anchor = _int_column(df, "anchor_id", False)
+    positive = _int_column(df, "positive_id", False)
+    if kind == "triplet":
+        neg = _int_column(df, "negative_id", True)[:, None]
+        flags = (_bool_column(df, "false_negative")[:, None] if "false_negative" in df.columns
+                 else np.zeros_like(neg, dtype=bool))
+    else:
+        cols = sorted((c for c in df.columns if re.fullmatch(r"negative_id_\d+", str(c))),
+                      key=lambda c: int(str(c).rsplit("_", 1)[1]))
+        neg = np.stack([_int_column(df, c, True) for c in cols], axis=1)
+        flag_cols = [c.replace("negative_id_", "false_negative_") for c in cols]
+        if all(c in df.columns for c in flag_cols):
+            flags = np.stack([_bool_column(df, c) for c in flag_cols], axis=1)
+        else:
+            flags = np.zeros_like(neg, dtype=bool)
+            if "false_negative" in df.columns:
+                notes.append("n-tuple table has one false_negative column, not false_negative_1..K:"
+                             " flags ignored")
+    for name, values in (("anchor_id", anchor), ("positive_id", positive), ("negative_id", neg)):
+        low = -1 if name == "negative_id" else 0
+        bad = (values < low) | (values >= store_count)
+        if bool(bad.any()):
+            row = int(np.flatnonzero(bad.reshape(len(values), -1).any(axis=1))[0])
+            value = int(values.reshape(len(values), -1)[row][bad.reshape(len(values), -1)[row]][0])
+            raise PairkitError(
+                f"pair table: {name} {value} is out of range for a store of {store_count} "
+                f"items (row {row}): the table doesn't fit this store"
+            )
+    flags = flags & (neg >= 0)
+    n_flagged = int(flags.sum())
+    attract = np.zeros_like(flags)
+    if fn_mode == "eliminate":
+        neg = np.where(flags, -1, neg)
+    elif fn_mode == "attract":
+        attract = flags.copy()
+    if kind == "triplet":
+        anchor, positive, neg, attract = _group_triplets(anchor, positive, neg[:, 0],
+                                                         attract[:, 0])
+    info = TableInfo(kind=kind, rows=len(df), flagged=n_flagged, notes=tuple(notes))
+    return PairArrays(anchor, positive, neg, attract), info
+
+
+def _group_triplets(anchor: np.ndarray, positive: np.ndarray, neg: np.ndarray,
+                    attract: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Gather triplet rows sharing (anchor, positive) into rows of K negatives (-1 padded)."""
+    keys = np.stack([anchor, positive], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(inverse, kind="stable")
+    counts = np.bincount(inverse, minlength=len(uniq))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    slot = np.empty(len(inverse), dtype=np.int64)
+    slot[order] = np.arange(len(inverse)) - np.repeat(starts, counts)
+    k = int(counts.max())
+    negs = np.full((len(uniq), k), -1, dtype=np.int64)
+    att = np.zeros((len(uniq), k), dtype=bool)
+    negs[inverse, slot] = neg
+    att[inverse, slot] = attract
+    # a row of only eliminated negatives keeps its pair: in-batch negatives still apply
+    return uniq[:, 0].copy(), uniq[:, 1].copy(), negs, att
+
+
+def relation_groups(sources: np.ndarray, labels: np.ndarray | None, relation: str) -> np.ndarray:
+    """Group id per item (N,) int64: items sharing an id are positives of each other.
+
+    ``instance``: the source code; ``label``: the label (an unlabelled item is
+    a group of its own).
+    """
+    if relation not in RELATIONS:
+        raise PairkitError(f"--relation must be one of {', '.join(RELATIONS)}, got {relation}")
+    if relation == "instance":
+        return np.asarray(sources, dtype=np.int64)
+    if labels is None:
+        raise PairkitError("--relation label needs a store with labels (embed --labels ...)")
+    import pandas as pd
+
+    codes, uniques = pd.factorize(pd.Series(labels, dtype=object), use_na_sentinel=True)
+    codes = codes.astype(np.int64)
+    missing = codes < 0
+    codes[missing] = len(uniques) + np.flatnonzero(missing)
+    return codes
+
+
+def sample_relation_pairs(groups: np.ndarray, eligible: np.ndarray,
+                          rng: np.random.Generator) -> PairArrays:
+    """One example per eligible item that has another eligible item in its group.
+
+    The positive is a uniformly drawn other member of the group. Returns
+    :class:`PairArrays` with K = 0 negatives (in-batch negatives only).
+    """
+    ids = np.flatnonzero(eligible)
+    g = groups[ids]
+    order = np.lexsort((ids, g))
+    ids, g = ids[order], g[order]
+    _, starts, counts = np.unique(g, return_index=True, return_counts=True)
+    size = np.repeat(counts, counts)
+    start = np.repeat(starts, counts)
+    pos_in_group = np.arange(len(ids)) - start
+    keep = size > 1
+    offset = 1 + np.floor(rng.random(len(ids)) * np.maximum(size - 1, 1)).astype(np.int64)
+    partner = start + (pos_in_group + offset) % np.maximum(size, 1)
+    anchor = ids[keep]
+    positive = ids[partner[keep]]
+    m = len(anchor)
+    return PairArrays(anchor, positive, np.full((m, 0), -1, dtype=np.int64),
+                      np.zeros((m, 0), dtype=bool))
+
+
+def split_by_source(sources: np.ndarray, val_fraction: float, seed: int) -> np.ndarray:
+    """Bool (N,): True for items of the validation sources (all views of a source together)."""
+    if not 0 <= val_fraction < 1:
+        raise PairkitError(f"--val-fraction must be in [0, 1), got {val_fraction}")
+    val = np.zeros(len(sources), dtype=bool)
+    if val_fraction == 0:
+        return val
+    uniq = np.unique(sources)
+    n_val = int(round(val_fraction * len(uniq)))
+    n_val = min(max(n_val, 1), len(uniq) - 1)
+    if n_val < 1:
+        raise PairkitError("--val-fraction needs at least 2 sources in the store")
+    rng = np.random.default_rng([seed, 7919])
+    chosen = rng.choice(uniq, size=n_val, replace=False)
+    return np.isin(sources, chosen)
+
+
+def restrict(pairs: PairArrays, allowed: np.ndarray) -> PairArrays:
+    """Examples whose anchor and positive are ``allowed`` items; other negatives -> -1.
+
+    ``allowed``: bool (N,) over store items.
+    """
+    rows = allowed[pairs.anchor] & allowed[pairs.positive]
+    sub = pairs.subset(rows)
+    ok = (sub.negatives >= 0) & allowed[np.maximum(sub.negatives, 0)]
+    return PairArrays(sub.anchor, sub.positive, np.where(ok, sub.negatives, -1),
+                      sub.neg_attract & ok)

@@ -1,0 +1,179 @@
+"""Projection heads: build, save, load and apply.
+
+A head folder holds ``head.safetensors`` (the weights), ``config.json``
+(architecture, loss, options, the store it was trained on), ``train_log.jsonl``
+and a plot. :func:`load_head` is the one way to read it back (``project``,
+``eval --head``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pairkit.core.atomic import atomic_open, atomic_path
+from pairkit.errors import PairkitError
+
+if TYPE_CHECKING:
+    import torch
+
+HEAD_FORMAT = "pairkit-head"
+HEAD_FORMAT_VERSION = 1
+WEIGHTS = "head.safetensors"
+CONFIG = "config.json"
+HEAD_KINDS = ("linear", "mlp")
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """Architecture of a head: ``linear`` (in -> out, no bias) or ``mlp`` (in -> hidden -> out)."""
+
+    kind: str
+    in_dim: int
+    out_dim: int
+    hidden: int | None = None
+
+    def check(self) -> None:
+        """Raise :class:`PairkitError` naming the first bad field."""
+        if self.kind not in HEAD_KINDS:
+            raise PairkitError(f"--head must be one of {', '.join(HEAD_KINDS)}, got {self.kind}")
+        if self.in_dim < 1:
+            raise PairkitError(f"head input dim must be >= 1, got {self.in_dim}")
+        if self.out_dim < 1:
+            raise PairkitError(f"--out-dim must be >= 1, got {self.out_dim}")
+        if self.kind == "mlp" and (self.hidden is None or self.hidden < 1):
+            raise PairkitError(f"--hidden must be >= 1, got {self.hidden}")
+
+
+def build_module(spec: HeadSpec) -> torch.nn.Module:
+    """The torch module for ``spec`` (weights from torch's current RNG)."""
+    import torch
+
+    spec.check()
+    if spec.kind == "linear":
+        return torch.nn.Sequential(torch.nn.Linear(spec.in_dim, spec.out_dim, bias=False))
+    assert spec.hidden is not None
+    return torch.nn.Sequential(
+        torch.nn.Linear(spec.in_dim, spec.hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(spec.hidden, spec.out_dim),
+    )
+
+
+def save_weights(folder: Path, module: torch.nn.Module) -> None:
+    """Write ``head.safetensors`` atomically (float32, CPU tensors)."""
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().float().cpu().contiguous() for k, v in module.state_dict().items()}
+    with atomic_path(folder / WEIGHTS) as tmp:
+        save_file(tensors, str(tmp))
+
+
+def write_config(folder: Path, config: dict[str, Any]) -> None:
+    """Write ``config.json`` atomically."""
+    with atomic_open(folder / CONFIG) as fh:
+        json.dump(config, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+
+
+class Head:
+    """A trained head, ready to project vectors. Read one with :func:`load_head`."""
+
+    def __init__(self, path: Path, spec: HeadSpec, module: torch.nn.Module,
+                 config: dict[str, Any]) -> None:
+        self.path = path
+        self.spec = spec
+        self.module = module.eval()
+        self.config = config
+
+    @property
+    def in_dim(self) -> int:
+        return self.spec.in_dim
+
+    @property
+    def out_dim(self) -> int:
+        return self.spec.out_dim
+
+    @property
+    def complete(self) -> bool:
+        """False when training stopped before its last epoch (weights of the last epoch done)."""
+        return bool(self.config.get("complete", False))
+
+    def apply(self, vectors: np.ndarray, device: str = "cpu",
+              batch_size: int = 65536) -> np.ndarray:
+        """Project ``vectors`` (n, in_dim) -> float32 (n, out_dim), rows L2-normalised."""
+        import torch
+
+        vectors = np.asarray(vectors)
+        if vectors.ndim != 2 or vectors.shape[1] != self.in_dim:
+            raise PairkitError(
+                f"head {self.path} takes vectors of dim {self.in_dim}, got shape "
+                f"{tuple(vectors.shape)}"
+            )
+        if batch_size < 1:
+            raise PairkitError(f"batch_size must be >= 1, got {batch_size}")
+        out = np.empty((len(vectors), self.out_dim), dtype=np.float32)
+        module = self.module.to(device)
+        with torch.no_grad():
+            for start in range(0, len(vectors), batch_size):
+                block = torch.from_numpy(
+                    np.ascontiguousarray(vectors[start : start + batch_size], dtype=np.float32)
+                ).to(device)
+                z = torch.nn.functional.normalize(module(block).float(), dim=1)
+                out[start : start + len(block)] = z.cpu().numpy()
+        return out
+
+
+def load_head(path: str | os.PathLike[str]) -> Head:
+    """Open a head folder written by ``pairkit train``; raise PairkitError naming the problem."""
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    root = Path(path)
+    if not root.is_dir():
+        raise PairkitError(f"head {root} not found (expected a folder written by pairkit train)")
+    cfg_path = root / CONFIG
+    if not cfg_path.is_file():
+        raise PairkitError(f"{root} is not a pairkit head: no {CONFIG}")
+    try:
+        config = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PairkitError(f"head {root}: {CONFIG} is unreadable ({exc})") from None
+    if not isinstance(config, dict) or config.get("format") != HEAD_FORMAT:
+        raise PairkitError(f"{cfg_path} is not a pairkit head config")
+    if int(config.get("format_version", 0)) > HEAD_FORMAT_VERSION:
+        raise PairkitError(
+            f"head {root} has format version {config.get('format_version')}; this pairkit reads "
+            f"up to {HEAD_FORMAT_VERSION}: upgrade pairkit"
+        )
+    try:
+        spec = HeadSpec(**config["head"])
+        spec.check()
+    except (KeyError, TypeError) as exc:
+        raise PairkitError(f"head {root}: {CONFIG} has a bad 'head' entry ({exc})") from None
+    weights = root / WEIGHTS
+    if not weights.is_file():
+        raise PairkitError(f"head {root}: {WEIGHTS} is missing")
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise PairkitError(f"head {root}: {WEIGHTS} is unreadable ({exc})") from None
+    module = build_module(spec)
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0]
+        raise PairkitError(f"head {root}: weights don't match config.json ({first})") from None
+    module = module.to(torch.float32)
+    return Head(root, spec, module, config)
+
+
+def spec_dict(spec: HeadSpec) -> dict[str, Any]:
+    """``spec`` as the JSON object stored under ``head`` in config.json."""
+    return asdict(spec)

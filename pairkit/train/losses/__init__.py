@@ -1,0 +1,90 @@
+"""Contrastive losses, one module each, and the batch dispatcher the training loop uses.
+
+Every module exposes a pure ``compute_loss_from_embeddings`` (tests check it on
+hand-written tensors); :func:`batch_loss` only routes a batch of projected
+embeddings to the chosen loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pairkit.errors import PairkitError
+
+if TYPE_CHECKING:
+    import torch
+
+LOSSES = ("infonce", "triplet", "supcon", "debiased", "hard")
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Which loss and its parameters (each is used only by the losses that read it)."""
+
+    name: str = "infonce"
+    temperature: float = 0.1
+    symmetric: bool = False
+    margin: float = 0.2
+    tau_plus: float = 0.1
+    beta: float = 1.0
+
+    def check(self) -> None:
+        """Raise :class:`PairkitError` naming the first bad value."""
+        if self.name not in LOSSES:
+            raise PairkitError(f"--loss must be one of {', '.join(LOSSES)}, got {self.name}")
+        if not self.temperature > 0:
+            raise PairkitError(f"--temperature must be > 0, got {self.temperature}")
+        if not self.margin >= 0:
+            raise PairkitError(f"--margin must be >= 0, got {self.margin}")
+        if not 0 <= self.tau_plus < 1:
+            raise PairkitError(f"--tau-plus must be in [0, 1), got {self.tau_plus}")
+        if not self.beta >= 0:
+            raise PairkitError(f"--beta must be >= 0, got {self.beta}")
+
+
+def batch_loss(
+    cfg: LossConfig,
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    negatives: torch.Tensor,
+    neg_valid: torch.Tensor,
+    neg_attract: torch.Tensor,
+    groups: torch.Tensor,
+    neg_groups: torch.Tensor,
+) -> torch.Tensor:
+    """The loss of one batch: anchors/positives (B, d), negatives (B, K, d), masks (B, K).
+
+    ``groups`` (B,): relation group of each anchor; ``neg_groups`` (B, K): of each
+    negative (used by supcon, where features of one group are positives).
+    """
+    import torch
+
+    from pairkit.train.losses import debiased, hard, infonce, supcon, triplet
+
+    if cfg.name == "infonce":
+        return infonce.compute_loss_from_embeddings(
+            anchors, positives, negatives, neg_valid, neg_attract, groups,
+            temperature=cfg.temperature, symmetric=cfg.symmetric)
+    if cfg.name == "triplet":
+        return triplet.compute_loss_from_embeddings(
+            anchors, positives, negatives, neg_valid, neg_attract, groups, margin=cfg.margin)
+    if cfg.name == "debiased":
+        return debiased.compute_loss_from_embeddings(
+            anchors, positives, negatives, neg_valid, neg_attract, groups,
+            temperature=cfg.temperature, tau_plus=cfg.tau_plus, symmetric=cfg.symmetric)
+    if cfg.name == "hard":
+        return hard.compute_loss_from_embeddings(
+            anchors, positives, negatives, neg_valid, neg_attract, groups,
+            temperature=cfg.temperature, tau_plus=cfg.tau_plus, beta=cfg.beta,
+            symmetric=cfg.symmetric)
+    # supcon: anchors and positives share the anchor's group; mined negatives keep their
+    # own group unless attracted (then the anchor's); eliminated ones are dropped.
+    b, k = neg_valid.shape
+    features = torch.cat([anchors, positives, negatives.reshape(b * k, -1)], dim=0)
+    neg_labels = torch.where(neg_attract, groups[:, None].expand(b, k), neg_groups)
+    labels = torch.cat([groups, groups, neg_labels.reshape(-1)])
+    valid = torch.cat([torch.ones(2 * b, dtype=torch.bool, device=anchors.device),
+                       neg_valid.reshape(-1)])
+    return supcon.compute_loss_from_embeddings(features, labels, valid,
+                                               temperature=cfg.temperature)

@@ -1,0 +1,102 @@
+"""Candidate scores for one batch: who is a positive and who is a negative of each anchor.
+
+Every pairwise loss here (infonce, triplet, debiased, hard) is a function of
+three (R, C) tensors: cosine ``scores`` of row anchors against candidates, and
+boolean ``pos`` / ``neg`` masks. A candidate that is in neither mask (the
+anchor itself, an in-batch item of the anchor's own group, an eliminated false
+negative, a padding slot) takes no part in the loss.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+def build_candidates(
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    negatives: torch.Tensor | None = None,
+    neg_valid: torch.Tensor | None = None,
+    neg_attract: torch.Tensor | None = None,
+    groups: torch.Tensor | None = None,
+    *,
+    symmetric: bool = False,
+    in_batch: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Scores and masks for a batch of B pairs with K mined negatives each.
+
+    ``anchors``, ``positives``: (B, d) L2-normalised; ``negatives``: (B, K, d);
+    ``neg_valid``: (B, K) bool (False = padding or eliminated false negative);
+    ``neg_attract``: (B, K) bool (flagged false negatives treated as positives);
+    ``groups``: (B,) int, in-batch candidates of the anchor's own group are not
+    negatives (default: every pair is its own group).
+
+    Not symmetric: rows are the B anchors, candidates are the B positives of the
+    batch, then the anchor's own K negatives -> (B, B + K).
+    Symmetric (SimCLR's NT-Xent): rows are all 2B views (anchors, then
+    positives), candidates are the 2B views without the row itself, then the
+    pair's K negatives -> (2B, 2B + K).
+    ``in_batch=False`` keeps only the pair's own positive as in-batch candidate.
+
+    Returns ``(scores, pos, neg)``, each (R, C): float cosine scores, bool masks.
+    """
+    import torch
+
+    b = anchors.shape[0]
+    device = anchors.device
+    if groups is None:
+        groups = torch.arange(b, device=device)
+    if symmetric:
+        views = torch.cat([anchors, positives], dim=0)
+        g = torch.cat([groups, groups])
+        batch_scores = views @ views.T
+        rows = torch.arange(2 * b, device=device)
+        partner = (rows + b) % (2 * b)
+        batch_pos = torch.zeros(2 * b, 2 * b, dtype=torch.bool, device=device)
+        batch_pos[rows, partner] = True
+        batch_neg = g[:, None] != g[None, :]
+        row_vecs = views
+    else:
+        batch_scores = anchors @ positives.T
+        batch_pos = torch.eye(b, dtype=torch.bool, device=device)
+        batch_neg = groups[:, None] != groups[None, :]
+        row_vecs = anchors
+    if not in_batch:
+        batch_neg = torch.zeros_like(batch_neg)
+    if negatives is None or negatives.shape[1] == 0:
+        return batch_scores, batch_pos, batch_neg
+    k = negatives.shape[1]
+    if neg_valid is None:
+        neg_valid = torch.ones(b, k, dtype=torch.bool, device=device)
+    if neg_attract is None:
+        neg_attract = torch.zeros(b, k, dtype=torch.bool, device=device)
+    if symmetric:
+        negatives = torch.cat([negatives, negatives], dim=0)
+        neg_valid = torch.cat([neg_valid, neg_valid], dim=0)
+        neg_attract = torch.cat([neg_attract, neg_attract], dim=0)
+    hard_scores = torch.einsum("rd,rkd->rk", row_vecs, negatives)
+    hard_pos = neg_valid & neg_attract
+    hard_neg = neg_valid & ~neg_attract
+    return (
+        torch.cat([batch_scores, hard_scores], dim=1),
+        torch.cat([batch_pos, hard_pos], dim=1),
+        torch.cat([batch_neg, hard_neg], dim=1),
+    )
+
+
+def packed(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pack the masked entries of each row: returns (R, M) values and (R, M) mask.
+
+    M is the largest number of True entries in a row (at least 1).
+    """
+    import torch
+
+    counts = mask.sum(dim=1)
+    width = max(int(counts.max().item()) if mask.numel() else 0, 1)
+    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)[:, :width]
+    out = torch.gather(values, 1, order)
+    out_mask = torch.arange(width, device=values.device)[None, :] < counts[:, None]
+    return out, out_mask

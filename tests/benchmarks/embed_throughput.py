@@ -1,0 +1,158 @@
+"""Throughput of `pairkit embed` against the encoder alone and the decoder alone.
+
+    python tests/benchmarks/embed_throughput.py            # CPU, small open_clip model
+    python tests/benchmarks/embed_throughput.py --quick
+    python tests/benchmarks/embed_throughput.py --device cuda --model openclip/ViT-B-32
+
+All in one run, on the same generated JPEG folder and the same random-weight model:
+1. encoder alone: forward passes on pre-made tensors of the same batch size (the ceiling);
+2. data pipeline alone: read + decode + resize to uint8 batches, no model;
+3. `pairkit embed` as a subprocess, whole command (startup and model build included), and
+   its steady rate from the progress summary.
+Prints a markdown table; `--out FILE` writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def make_jpegs(root: Path, n: int, size: tuple[int, int], seed: int = 0) -> None:
+    """Photo-like smooth random JPEGs (quality 90)."""
+    from PIL import Image, ImageFilter
+
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        small = rng.integers(0, 255, (size[1] // 16, size[0] // 16, 3), dtype=np.uint8)
+        img = Image.fromarray(small).resize(size, Image.Resampling.BILINEAR)
+        img = img.filter(ImageFilter.GaussianBlur(1))
+        img.save(root / f"img{i:05d}.jpg", quality=90)
+
+
+def encoder_alone(model: str, device: str, batch: int, precision: str, seconds: float) -> float:
+    import torch
+
+    from pairkit.encode.embedder import _Runner
+    from pairkit.encode.registry import EncoderRequest, load_encoder
+
+    enc = load_encoder(EncoderRequest(model, pretrained="none", device=device))
+    runner = _Runner(enc, device, precision)
+    size = enc.preprocess.size
+    pixels = np.random.default_rng(0).integers(0, 255, (batch, 3, size, size), dtype=np.uint8)
+    runner(pixels)  # warm-up
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    done, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        runner(pixels)
+        done += batch
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return done / (time.perf_counter() - t0)
+
+
+def pipeline_alone(folder: Path, model: str, batch: int, workers: int) -> float:
+    import torch
+
+    from pairkit.encode.embedder import _batches, _collate, _SourceDataset, _worker_init
+    from pairkit.encode.images import discover_images
+    from pairkit.encode.registry import EncoderRequest, load_encoder
+
+    pre = load_encoder(EncoderRequest(model, pretrained="none")).preprocess
+    files, _ = discover_images(folder)
+    loader = torch.utils.data.DataLoader(
+        _SourceDataset(files, 1, pre, 0), batch_sampler=_batches(len(files), batch),
+        num_workers=workers, collate_fn=_collate,
+        worker_init_fn=_worker_init if workers else None,
+    )
+    t0 = time.perf_counter()
+    n = sum(len(b) for b in loader)
+    return n / (time.perf_counter() - t0)
+
+
+def whole_command(folder: Path, model: str, device: str, batch: int, workers: int | None,
+                  precision: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pairkit", "embed", str(folder), "-o", f"{tmp}/store",
+               "--model", model, "--pretrained", "none", "--device", device,
+               "--batch-size", str(batch), "--precision", precision, "--quiet", "--json"]
+        if workers is not None:
+            cmd += ["--workers", str(workers)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        wall = time.perf_counter() - t0
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"wall_s": wall, "images": summary["images"],
+            "images_per_s_wall": summary["images"] / wall,
+            "images_per_s_run": summary["images_per_second"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="openclip/ViT-S-32")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--n", type=int, default=1500, help="images in the generated folder")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--workers", default="default,0,1", help="comma list; 'default' = pairkit's")
+    ap.add_argument("--image-size", default="400x300")
+    ap.add_argument("--quick", action="store_true", help="300 images, short timings")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    n = 300 if args.quick else args.n
+    w, h = (int(v) for v in args.image_size.split("x"))
+    precision = args.precision
+    if precision == "auto":
+        precision = "fp16" if args.device.startswith("cuda") else "fp32"
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "images"
+        make_jpegs(folder, n, (w, h))
+        enc_rate = encoder_alone(args.model, args.device, args.batch_size, precision,
+                                 5.0 if args.quick else 20.0)
+        rows = []
+        for spec in args.workers.split(","):
+            workers = None if spec == "default" else int(spec)
+            from pairkit.encode.embedder import default_workers
+
+            used = default_workers(args.device) if workers is None else workers
+            pipe = pipeline_alone(folder, args.model, args.batch_size, used)
+            run = whole_command(folder, args.model, args.device, args.batch_size, workers,
+                                precision)
+            rows.append({"workers": f"{used}" + (" (default)" if workers is None else ""),
+                         "pipeline_images_per_s": pipe, **run,
+                         "ratio_run": run["images_per_s_run"] / enc_rate,
+                         "ratio_wall": run["images_per_s_wall"] / enc_rate})
+    result = {
+        "model": args.model, "device": args.device, "precision": precision,
+        "batch_size": args.batch_size, "images": n, "image_size": args.image_size,
+        "cpus": os.cpu_count(), "machine": platform.machine(),
+        "encoder_alone_images_per_s": enc_rate, "runs": rows,
+    }
+    print(f"model {args.model}, {args.device} {precision}, batch {args.batch_size}, "
+          f"{n} JPEGs {args.image_size}, {os.cpu_count()} CPUs")
+    print(f"encoder alone: {enc_rate:.1f} images/s\n")
+    print("| workers | decode+resize alone (img/s) | embed run (img/s) | ratio to encoder "
+          "| whole command wall (img/s) | ratio (wall) |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['workers']} | {r['pipeline_images_per_s']:.1f} | "
+              f"{r['images_per_s_run']:.1f} | {r['ratio_run']:.2f} | "
+              f"{r['images_per_s_wall']:.1f} | {r['ratio_wall']:.2f} |")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Tables: formats by extension, stdin/stdout JSON Lines, atomic no-overwrite writes."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pairkit.core.tables import read_table, write_table
+from pairkit.errors import PairkitError
+
+
+@pytest.mark.parametrize("ext", ["parquet", "csv", "jsonl"])
+def test_round_trip(tmp_path, ext):
+    df = pd.DataFrame({"a": [1, 2], "b": ["x", "ü"], "c": [0.5, np.nan]})
+    path = tmp_path / f"t.{ext}"
+    write_table(df, path)
+    back = read_table(path)
+    assert back["a"].tolist() == [1, 2]
+    assert back["b"].tolist() == ["x", "ü"]
+    assert back["c"].iloc[0] == 0.5 and pd.isna(back["c"].iloc[1])
+
+
+def test_refuses_overwrite_and_keeps_old(tmp_path):
+    path = tmp_path / "t.csv"
+    write_table(pd.DataFrame({"a": [1]}), path)
+    with pytest.raises(PairkitError, match="--force"):
+        write_table(pd.DataFrame({"a": [2]}), path)
+    assert read_table(path)["a"].tolist() == [1]
+    write_table(pd.DataFrame({"a": [2]}), path, force=True)
+    assert read_table(path)["a"].tolist() == [2]
+    assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]  # no temp files left
+
+
+def test_stdout_and_stdin(monkeypatch, capsys):
+    write_table(pd.DataFrame({"a": [1, 2], "b": [np.float32(0.25), np.nan]}), "-")
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(x) for x in lines] == [{"a": 1, "b": 0.25}, {"a": 2, "b": None}]
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+    assert read_table("-")["a"].tolist() == [1, 2]
+
+
+def test_errors(tmp_path, monkeypatch):
+    with pytest.raises(PairkitError, match="can't tell the table format"):
+        read_table(tmp_path / "t.xlsx")
+    with pytest.raises(PairkitError, match="not found"):
+        read_table(tmp_path / "missing.csv")
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(PairkitError, match="can't read table"):
+        read_table(tmp_path / "bad.parquet")
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    with pytest.raises(PairkitError, match="no table on stdin"):
+        read_table("-")

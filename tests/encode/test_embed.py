@@ -1,0 +1,214 @@
+"""pairkit embed end to end: store, errors report, resume, option changes, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.core.store import Store
+from tests.conftest import make_images
+
+runner = CliRunner()
+
+
+def embed(*args: str):
+    return runner.invoke(app, ["embed", *map(str, args), "--model", "fake", "--quiet"])
+
+
+def by_key(store: Store) -> dict[tuple[str, int], np.ndarray]:
+    vecs = store.vectors()
+    items = store.items
+    pairs = zip(items["path"], items["view"], strict=True)
+    return {(p, int(v)): vecs[i] for i, (p, v) in enumerate(pairs)}
+
+
+def test_embed_folder_with_views_and_labels(image_folder, tmp_path):
+    out = tmp_path / "store"
+    result = runner.invoke(app, ["embed", str(image_folder), "-o", str(out), "--model", "fake",
+                                 "--views", "2", "--labels", "folder"])
+    assert result.exit_code == 0, result.output
+    assert "embedded 12 images (24 views), skipped 0" in result.output
+    store = Store.open(out)
+    assert store.count == 24 and store.dim == 48 and store.dtype == "float16"
+    items = store.items
+    assert items["view"].tolist() == [0, 1] * 12
+    assert (items.groupby("source")["view"].count() == 2).all()
+    assert items["label"].tolist()[:2] == ["class0", "class0"]
+    assert items["file_sha256"].str.len().eq(64).all()
+    np.testing.assert_allclose(np.linalg.norm(store.vectors(), axis=1), 1.0, atol=2e-3)
+    assert store.manifest["embedding"]["views"] == 2
+    assert not (out / "errors.jsonl").exists()
+
+
+def test_broken_files_are_recorded_and_run_goes_on(image_folder, tmp_path):
+    (image_folder / "class0" / "empty.jpg").write_bytes(b"")
+    (image_folder / "class1" / "text.png").write_text("not an image")
+    good = (image_folder / "class2" / "img0.jpg").read_bytes()
+    (image_folder / "class2" / "cut.jpg").write_bytes(good[: len(good) // 2])
+    (image_folder / "readme.txt").write_text("ignored silently")
+    out = tmp_path / "store"
+    result = runner.invoke(app, ["embed", str(image_folder), "-o", str(out), "--model", "fake"])
+    assert result.exit_code == 0, result.output
+    assert "skipped 3" in result.output
+    errors = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
+    reasons = {e["path"]: e["reason"] for e in errors}
+    assert set(reasons) == {"class0/empty.jpg", "class1/text.png", "class2/cut.jpg"}
+    assert "empty file" in reasons["class0/empty.jpg"]
+    assert "not an image" in reasons["class1/text.png"]
+    assert "truncated" in reasons["class2/cut.jpg"]
+    assert Store.open(out).count == 12
+
+
+def test_rerun_embeds_nothing_and_new_files_only(image_folder, tmp_path):
+    out = tmp_path / "store"
+    assert embed(image_folder, "-o", out).exit_code == 0
+    first = Store.open(out)
+    shards_before = len(first.shards)
+    result = runner.invoke(app, ["embed", str(image_folder), "-o", str(out), "--model", "fake"])
+    assert result.exit_code == 0
+    assert "nothing to embed: all 12 images are already in" in result.output
+    assert len(Store.open(out).shards) == shards_before
+    Image.new("RGB", (20, 20), (10, 200, 30)).save(image_folder / "class1" / "new.png")
+    result = runner.invoke(app, ["embed", str(image_folder), "-o", str(out), "--model", "fake"])
+    assert "embedded 1 images" in result.output and "already in store 12" in result.output
+    store = Store.open(out)
+    assert store.count == 13 and store.items["path"].iloc[-1] == "class1/new.png"
+
+
+def test_changed_options_refuse_without_force(image_folder, tmp_path):
+    out = tmp_path / "store"
+    assert embed(image_folder, "-o", out).exit_code == 0
+    result = embed(image_folder, "-o", out, "--views", "2")
+    assert result.exit_code == 1
+    assert "made with other options (views differ)" in result.output
+    assert Store.open(out).count == 12
+    result = embed(image_folder, "-o", out, "--views", "2", "--force")
+    assert result.exit_code == 0 and Store.open(out).count == 24
+
+
+def test_interrupted_run_resumes_to_the_same_store(image_folder, tmp_path, monkeypatch):
+    make_images(image_folder, n_per_class=6, classes=3, seed=5)
+    clean = tmp_path / "clean"
+    assert embed(image_folder, "-o", clean, "--views", "2", "--batch-size", "4").exit_code == 0
+
+    from pairkit.encode import embedder
+
+    real_call = embedder._Runner.__call__
+    calls = {"n": 0}
+
+    def flaky(self, pixels):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real_call(self, pixels)
+
+    monkeypatch.setattr(embedder._Runner, "__call__", flaky)
+    out = tmp_path / "resumed"
+    result = embed(image_folder, "-o", out, "--views", "2", "--batch-size", "4",
+                   "--shard-rows", "4")
+    assert result.exit_code == 130 and "interrupted" in result.output
+    partial = Store.open(out)
+    assert 0 < partial.count < 36
+    monkeypatch.setattr(embedder._Runner, "__call__", real_call)
+    result = embed(image_folder, "-o", out, "--views", "2", "--batch-size", "4")
+    assert result.exit_code == 0
+    resumed, reference = by_key(Store.open(out)), by_key(Store.open(clean))
+    assert resumed.keys() == reference.keys()
+    for key, vec in reference.items():
+        np.testing.assert_array_equal(resumed[key], vec)
+
+
+def test_batch_size_and_workers_do_not_change_embeddings(image_folder, tmp_path):
+    embed(image_folder, "-o", tmp_path / "a", "--views", "3", "--batch-size", "1")
+    embed(image_folder, "-o", tmp_path / "b", "--views", "3", "--batch-size", "64",
+          "--workers", "2")
+    a, b = Store.open(tmp_path / "a"), Store.open(tmp_path / "b")
+    np.testing.assert_allclose(a.vectors(), b.vectors(), atol=1e-3)
+    assert a.items.equals(b.items)
+
+
+def test_labels_from_csv(image_folder, tmp_path):
+    table = pd.DataFrame({"path": ["class0/img0.jpg", str(image_folder / "class1/img1.png")],
+                          "label": ["zero", "one"]})
+    table.to_csv(tmp_path / "labels.csv", index=False)
+    result = embed(image_folder, "-o", tmp_path / "s", "--labels", tmp_path / "labels.csv")
+    assert result.exit_code == 0, result.output
+    assert "10 of 12 images have no label" in result.output
+    items = Store.open(tmp_path / "s").items.set_index("path")
+    assert items.loc["class0/img0.jpg", "label"] == "zero"
+    assert items.loc["class1/img1.png", "label"] == "one"
+    assert pd.isna(items.loc["class2/img0.jpg", "label"])
+
+
+def test_unicode_names_and_vanished_files(image_folder, tmp_path, monkeypatch):
+    Image.new("RGB", (20, 20), (200, 10, 30)).save(image_folder / "class0" / "ünï 画像.png")
+    from pairkit.encode import embedder
+
+    real = embedder.discover_images
+
+    def with_ghost(root):
+        images, problems = real(root)
+        ghost = embedder.ImageFile("class0/ghost.jpg", Path(root) / "class0" / "ghost.jpg")
+        return sorted([*images, ghost], key=lambda f: f.path), problems
+
+    monkeypatch.setattr(embedder, "discover_images", with_ghost)
+    result = embed(image_folder, "-o", tmp_path / "s")
+    assert result.exit_code == 0, result.output
+    store = Store.open(tmp_path / "s")
+    assert "class0/ünï 画像.png" in set(store.items["path"])
+    errors = (tmp_path / "s" / "errors.jsonl").read_text(encoding="utf-8")
+    assert "vanished" in errors
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "file_output", "all_broken"])
+def test_bad_input_is_one_line_exit_1(tmp_path, case):
+    images = tmp_path / "imgs"
+    out = tmp_path / "store"
+    if case != "missing":
+        images.mkdir()
+    if case == "file_output":
+        make_images(images, 1, 1)
+        out.write_text("precious")
+    if case == "all_broken":
+        (images / "a.jpg").write_bytes(b"")
+        (images / "b.png").write_bytes(b"xx")
+    result = embed(images, "-o", out)
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    if case == "file_output":
+        assert out.read_text() == "precious"
+
+
+def test_tiny_openclip_through_the_cli(image_folder, tmp_path):
+    import open_clip
+
+    open_clip.add_model_config(Path(__file__).parent / "data" / "pairkit-tiny-clip.json")
+    result = runner.invoke(app, ["embed", str(image_folder), "-o", str(tmp_path / "s"),
+                                 "--model", "openclip/pairkit-tiny-clip", "--pretrained", "none",
+                                 "--quiet", "--dtype", "float32"])
+    assert result.exit_code == 0, result.output
+    store = Store.open(tmp_path / "s")
+    assert store.dim == 32 and store.encoder["pretrained"] == "none"
+
+
+def test_no_traceback_and_fast_help():
+    proc = subprocess.run([sys.executable, "-m", "pairkit", "embed", "/no/such/dir", "-o",
+                           "/tmp/pairkit-never"], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "error: image folder /no/such/dir not found"
+    code = ("import sys, pairkit.cli.main; "
+            "heavy = [m for m in ('torch', 'faiss', 'open_clip', 'pandas', 'sklearn') "
+            "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -1,0 +1,116 @@
+"""Encoders: open_clip and timm with random weights, local checkpoints, offline errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pairkit.encode.models import load_state_dict
+from pairkit.encode.registry import EncoderRequest, load_encoder
+from pairkit.errors import PairkitError
+
+TINY = "pairkit-tiny-clip"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_clip_config():
+    import open_clip
+
+    open_clip.add_model_config(Path(__file__).parent / "data" / f"{TINY}.json")
+
+
+def test_openclip_random_weights_reproducible():
+    a = load_encoder(EncoderRequest(f"openclip/{TINY}", pretrained="none", seed=3))
+    b = load_encoder(EncoderRequest(f"openclip/{TINY}", pretrained="none", seed=3))
+    assert a.dim == 32 and a.preprocess.size == 32
+    x = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(a.module(x), b.module(x))
+    assert a.describe()["pretrained"] == "none"
+
+
+def test_openclip_checkpoint_safetensors_and_state_dict(tmp_path):
+    from safetensors.torch import save_file
+
+    src = load_encoder(EncoderRequest(f"openclip/{TINY}", pretrained="none", seed=7))
+    import open_clip
+
+    torch.manual_seed(7)
+    full = open_clip.create_model(TINY, pretrained=None)
+    save_file({k: v.contiguous() for k, v in full.state_dict().items()},
+              str(tmp_path / "w.safetensors"))
+    torch.save({"state_dict": {f"module.{k}": v for k, v in full.state_dict().items()}},
+               tmp_path / "w.pt")
+    x = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        want = src.module(x)
+        for name in ("w.safetensors", "w.pt"):
+            enc = load_encoder(EncoderRequest(f"openclip/{TINY}", checkpoint=str(tmp_path / name),
+                                              seed=0))
+            torch.testing.assert_close(enc.module(x), want)
+            assert len(enc.identity["checkpoint_sha256"]) == 64
+
+
+def test_checkpoint_that_does_not_fit(tmp_path):
+    torch.save({"weight": torch.zeros(2, 2)}, tmp_path / "bad.pt")
+    with pytest.raises(PairkitError, match="does not fit"):
+        load_encoder(EncoderRequest(f"openclip/{TINY}", checkpoint=str(tmp_path / "bad.pt")))
+
+
+class _Evil:
+    def __reduce__(self):
+        return (print, ("code ran while loading a checkpoint",))
+
+
+def test_state_dict_refuses_pickled_code(tmp_path, capsys):
+    torch.save({"weights": _Evil()}, tmp_path / "evil.pt")
+    with pytest.raises(PairkitError, match="unreadable"):
+        load_state_dict(tmp_path / "evil.pt")
+    assert "code ran" not in capsys.readouterr().out
+
+
+def test_missing_weights_offline_is_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(PairkitError) as info:
+        load_encoder(EncoderRequest("openclip/ViT-B-32"))
+    message = str(info.value)
+    assert "laion2b_s34b_b79k" in message
+    for option in ("--checkpoint", "--pretrained none", "--model pixels"):
+        assert option in message
+
+
+def test_unknown_models_and_tags():
+    with pytest.raises(PairkitError, match="unknown model"):
+        load_encoder(EncoderRequest("nosuch/thing"))
+    with pytest.raises(PairkitError, match="open_clip has no model"):
+        load_encoder(EncoderRequest("openclip/NoSuchNet", pretrained="none"))
+    with pytest.raises(PairkitError, match="no pretrained tag"):
+        load_encoder(EncoderRequest("openclip/ViT-B-32", pretrained="bogus"))
+    with pytest.raises(PairkitError, match="timm has no model"):
+        load_encoder(EncoderRequest("timm/no_such_net", pretrained="none"))
+
+
+def test_timm_random_weights():
+    enc = load_encoder(EncoderRequest("timm/test_vit", pretrained="none"))
+    size = enc.preprocess.size
+    with torch.no_grad():
+        out = enc.module(torch.rand(2, 3, size, size))
+    assert out.shape == (2, enc.dim)
+
+
+def test_pixels_features_invariances():
+    enc = load_encoder(EncoderRequest("pixels"))
+    rng = np.random.default_rng(0)
+    base = torch.from_numpy(rng.uniform(0.2, 0.8, (1, 3, 64, 64)).astype(np.float32))
+    brighter = (base + 0.1).clamp(0, 1)
+    other = torch.from_numpy(rng.uniform(0.2, 0.8, (1, 3, 64, 64)).astype(np.float32))
+    with torch.no_grad():
+        a, b, c = (enc.module(t)[0] for t in (base, brighter, other))
+    assert a.shape == (enc.dim,)
+    torch.testing.assert_close(a.norm(), torch.tensor(1.0))
+    assert float(a @ b) > 0.99  # brightness shift: (almost) the same picture
+    assert float(a @ c) < 0.8  # another random picture
