@@ -22,6 +22,7 @@ EDITS = ("reencode", "resize", "brightness")
 @dataclass
 class DemoImages:
     images: int = 0
+    test_images: int = 0
     duplicates: dict[str, int] = field(default_factory=dict)
     broken: int = 0
     planted: list[tuple[str, str, str]] = field(default_factory=list)  # (copy, original, edit)
@@ -48,8 +49,15 @@ def make_demo_images(
     duplicate_fraction: float = 0.04,
     limit: int | None = None,
     seed: int = 0,
+    test_root: str | Path | None = None,
+    test_fraction: float = 0.3,
 ) -> DemoImages:
-    """Write the digits under ``root/<label>/digit-NNNN.png`` with planted copies and broken files."""
+    """Write the digits as ``root/<label>/digit-NNNN.png``, plus planted copies and broken files.
+
+    With ``test_root``, a random ``test_fraction`` of the digits goes to
+    ``test_root/<label>/`` instead (clean: no copies, no broken files), for an
+    evaluation on images that training never saw.
+    """
     from PIL import Image, ImageEnhance
     from sklearn.datasets import load_digits
 
@@ -60,15 +68,22 @@ def make_demo_images(
     digits = load_digits()
     n = len(digits.images) if limit is None else min(limit, len(digits.images))
     out = DemoImages()
+    in_test = np.zeros(n, dtype=bool)
+    if test_root is not None:
+        in_test[rng.choice(n, size=int(round(test_fraction * n)), replace=False)] = True
     originals: list[tuple[Path, int]] = []
     for i in range(n):
         label = int(digits.target[i])
-        folder = root / str(label)
+        folder = (Path(test_root) if in_test[i] else root) / str(label)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"digit-{i:04d}.png"
         digit_image(digits.images[i], size, rng).save(path)
-        originals.append((path, label))
-    out.images = n
+        if in_test[i]:
+            out.test_images += 1
+        else:
+            originals.append((path, label))
+    out.images = len(originals)
+    n = len(originals)
     picks = rng.choice(n, size=max(3, int(duplicate_fraction * n)), replace=False)
     for j, idx in enumerate(picks):
         src, _ = originals[int(idx)]
@@ -88,6 +103,7 @@ def make_demo_images(
         out.planted.append((dst.relative_to(root).as_posix(), src.relative_to(root).as_posix(),
                             edit))
     broken = root / "0"
+    broken.mkdir(parents=True, exist_ok=True)
     (broken / "empty.png").write_bytes(b"")
     buf = io.BytesIO()
     digit_image(digits.images[0], size, rng).save(buf, "JPEG")

@@ -60,6 +60,8 @@ def user_errors() -> Iterator[None]:
         raise fail("out of memory: try a smaller --batch-size or a smaller input") from None
     except KeyboardInterrupt:
         raise fail("interrupted", 130) from None
+    except BrokenPipeError:
+        raise  # the reader of stdout went away (`| head`): main() exits quietly
     except Exception as exc:
         if _is_cuda_oom(exc):
             raise fail("CUDA out of memory: try a smaller --batch-size") from None

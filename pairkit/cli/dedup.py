@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # Keep in step with pairkit.mine.near_duplicates.DEFAULT_THRESHOLD (a test checks it).
-DEFAULT_THRESHOLD_TEXT = "0.95"
+DEFAULT_THRESHOLD_TEXT = "0.965"
 
 
 @dataclass(frozen=True)
@@ -86,14 +86,20 @@ def dedup(
         table, summary = run_dedup(cfg, absolute)
         if drop:
             table = table[~table["keep"]].reset_index(drop=True)
-        if paths_only:
-            _write_paths(table["path"].tolist(), output, force, "\0" if print0 else "\n")
-        else:
-            from pairkit.core.tables import write_table
+        try:
+            if paths_only:
+                _write_paths(table["path"].tolist(), output, force, "\0" if print0 else "\n")
+            else:
+                from pairkit.core.tables import write_table
 
-            write_table(table, output, force)
+                write_table(table, output, force)
+            reader_gone = False
+        except BrokenPipeError:
+            reader_gone = True  # `| head`: not an error; main() exits quietly
         summary["seconds"] = time.perf_counter() - t0
         say(_summary_line(summary), quiet)
+    if reader_gone:
+        raise BrokenPipeError
 
 
 def run_dedup(cfg: DedupConfig, absolute: bool) -> tuple[pd.DataFrame, dict[str, Any]]:

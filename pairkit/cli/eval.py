@@ -33,7 +33,14 @@ def _fmt(value: Any) -> str:
     return f"{value:.4f}"
 
 
-def _table(results: dict[str, dict[str, Any]]) -> Any:
+_SCORE_ROWS = (
+    ("positive", "score: positive pairs, mean +- sd"),
+    ("mined_negative", "score: mined negatives, mean +- sd"),
+    ("random_negative", "score: random negatives, mean +- sd"),
+)
+
+
+def _table(results: dict[str, dict[str, Any]], reports: dict[str, Any]) -> Any:
     from rich.table import Table
 
     table = Table(title="pairkit eval")
@@ -43,17 +50,25 @@ def _table(results: dict[str, dict[str, Any]]) -> Any:
     first = next(iter(results.values()))
     rows: list[tuple[str, list[Any]]] = []
     for key, title in _ROWS:
-        if key == "n_queries":
+        if any(key in r for r in results.values()):
+            rows.append((title, [_fmt(r.get(key)) for r in results.values()]))
+        if key == "knn_top5":
             for k in first.get("knn", {}):
                 rows.append((f"kNN k={k} top-1 / top-5",
                              [f"{_fmt(r.get('knn', {}).get(k, {}).get('top1'))} / "
                               f"{_fmt(r.get('knn', {}).get(k, {}).get('top5'))}"
                               for r in results.values()]))
+        if key == "map_at_r":
             for k in first.get("recall_at_k", {}):
                 rows.append((f"recall@{k}", [_fmt(r.get("recall_at_k", {}).get(k))
                                              for r in results.values()]))
-        if any(key in r for r in results.values()):
-            rows.append((title, [_fmt(r.get(key)) for r in results.values()]))
+    for kind, title in _SCORE_ROWS:
+        cells = []
+        for report in reports.values():
+            v = report.scores.get(kind)
+            cells.append(f"{v.mean():.3f} +- {v.std():.3f}" if v is not None and len(v) else "-")
+        if any(c != "-" for c in cells):
+            rows.append((title, cells))
     for title, values in rows:
         table.add_row(title, *values)
     return table
@@ -85,7 +100,10 @@ def eval_store(
     knn_temperature: float = typer.Option(0.07, "--knn-temperature",
                                           help="T in exp(sim/T) of the weighted kNN vote."),
     recall_k: str = typer.Option("1,5,10", "--recall-k", help="k values of recall@k."),
-    max_r: int = typer.Option(1000, "--max-r", help="Cap on R for R-precision and MAP@R."),
+    max_r: int = typer.Option(
+        1000, "--max-r",
+        help="Neighbours looked at for R-precision and MAP@R; queries with more relevant "
+        "references than this get lower bounds (the output says how many)."),
     gallery: str = typer.Option(
         "reference", "--retrieval-gallery",
         help="reference: queries retrieve from the references; queries: from the other "
@@ -98,8 +116,11 @@ def eval_store(
     probe_max_train: int = typer.Option(200_000, "--probe-max-train",
                                         help="Most reference rows the linear probe trains on."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda (probe and head)."),
+    gpu: bool | None = typer.Option(
+        None, "--gpu/--no-gpu", help="FAISS search on all GPUs (default: when FAISS sees one)."),
     batch_size: int = typer.Option(4096, "--batch-size", help="Queries per search block."),
     plot: Path | None = typer.Option(None, "--plot", help="Folder for PNG histograms and map."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing PNGs in --plot."),
     json_out: bool = typer.Option(False, "--json", help="Print the metrics as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No table or notes on stderr."),
 ) -> None:
@@ -131,11 +152,12 @@ def eval_store(
             probe_max_train=probe_max_train,
             seed=seed,
             device=device,
+            gpu=gpu,
             block_rows=batch_size,
-            collect_scores=plot is not None,
+            collect_scores=True,
         )
         sides = load_sides(store, against, 0.2 if test_fraction is None else test_fraction, seed)
-        results, reports = run_eval(sides, cfg, head, compare, plot)
+        results, reports = run_eval(sides, cfg, head, compare, plot, force)
         if not quiet:
             for name, report in reports.items():
                 prefix = f"{name}: " if len(reports) > 1 else ""
@@ -144,7 +166,7 @@ def eval_store(
                 wd = report.details.get("linear_weight_decay")
                 if wd is not None:
                     say(f"{prefix}linear probe weight decay {wd:g} (chosen on validation)")
-            console().print(_table(results))
+            console().print(_table(results, reports))
             if plot is not None:
                 say(f"plots -> {plot}")
         if json_out:

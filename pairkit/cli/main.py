@@ -13,16 +13,23 @@ import typer
 
 from pairkit import __version__
 from pairkit.cli import dedup as dedup_cmd
+from pairkit.cli import demo as demo_cmd
 from pairkit.cli import embed as embed_cmd
 from pairkit.cli import eval as eval_cmd
 from pairkit.cli import import_ as import_cmd
+from pairkit.cli import index as index_cmd
+from pairkit.cli import mine as mine_cmd
+from pairkit.cli import project as project_cmd
+from pairkit.cli import train as train_cmd
 
 app = typer.Typer(
     name="pairkit",
     help=(
         "Contrastive-learning data toolkit: embed image folders, mine hard negatives, "
         "flag false negatives and near-duplicates, train heads, evaluate.\n\n"
-        "Example: pairkit embed photos/ -o store --model pixels"
+        "Start here: pairkit demo demo-run  (the whole pipeline on sample data, offline)\n\n"
+        "Example: pairkit embed photos/ -o store --model pixels && "
+        "pairkit mine store --hard --filter-false-negatives -o pairs.parquet"
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -47,10 +54,16 @@ def _root(
     """pairkit command line."""
 
 
+# in pipeline order, as `pairkit --help` lists them
 app.command("embed", no_args_is_help=True)(embed_cmd.embed)
 app.command("import", no_args_is_help=True)(import_cmd.import_store)
-app.command("eval", no_args_is_help=True)(eval_cmd.eval_store)
+app.command("index", no_args_is_help=True)(index_cmd.index)
+app.command("mine", no_args_is_help=True)(mine_cmd.mine)
 app.command("dedup", no_args_is_help=True)(dedup_cmd.dedup)
+app.command("train", no_args_is_help=True)(train_cmd.train)
+app.command("project", no_args_is_help=True)(project_cmd.project)
+app.command("eval", no_args_is_help=True)(eval_cmd.eval_store)
+app.command("demo", no_args_is_help=True)(demo_cmd.demo)
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ candidate is an extra row with ``false_negative=True`` (labeled-pair: label 1).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -67,12 +67,19 @@ class MinedPairs:
         return (self.neg_ids >= 0).sum(axis=1).astype(np.int64)
 
 
-def _paths(paths: np.ndarray, ids: np.ndarray) -> np.ndarray:
+def _paths(paths: np.ndarray, ids: np.ndarray) -> Any:
     out = np.empty(ids.shape, dtype=object)
     ok = ids >= 0
     out[ok] = paths[ids[ok]]
     out[~ok] = None
-    return out
+    return _nullable(out)
+
+
+def _nullable(values: Any) -> Any:
+    """An object column that keeps None for missing values (pandas would infer str + NaN)."""
+    import pandas as pd
+
+    return pd.Series(np.asarray(values, dtype=object), dtype=object)
 
 
 def build_pair_table(
@@ -123,7 +130,7 @@ def build_pair_table(
         if flags:
             df["false_negative"] = np.concatenate(
                 [neg_flags[r, c], np.ones(len(fn_rows), bool)])
-            df["fn_reason"] = np.concatenate([neg_reasons[r, c], fn_reasons]).astype(object)
+            df["fn_reason"] = _nullable(np.concatenate([neg_reasons[r, c], fn_reasons]))
         order = np.argsort(rows, kind="stable")
         return df.iloc[order].reset_index(drop=True)
 
@@ -149,8 +156,8 @@ def build_pair_table(
         if flags:
             df["false_negative"] = np.concatenate(
                 [np.zeros(n, bool), neg_flags[r, c], np.ones(len(fn_rows), bool)])
-            df["fn_reason"] = np.concatenate(
-                [np.full(n, None, dtype=object), neg_reasons[r, c], fn_reasons]).astype(object)
+            df["fn_reason"] = _nullable(np.concatenate(
+                [np.full(n, None, dtype=object), neg_reasons[r, c], fn_reasons]))
         order = np.lexsort((kind_order, rows))
         return df.iloc[order].reset_index(drop=True)
 
@@ -173,10 +180,10 @@ def build_pair_table(
     df = pd.DataFrame(data)
     if flags:
         df["false_negative"] = neg_flags.any(axis=1)
-        df["fn_reason"] = [
+        df["fn_reason"] = _nullable([
             "|".join(sorted({p for x in row if x for p in str(x).split("|")})) or None
             for row in neg_reasons
-        ]
+        ])
     if has_attract:
         extra: dict[str, object] = {
             "store_id": store_id,
@@ -190,13 +197,13 @@ def build_pair_table(
         for j in range(k):
             extra[f"negative_id_{j + 1}"] = fn_ids if j == 0 else np.full(m, -1, np.int64)
         for j in range(k):
-            extra[f"negative_path_{j + 1}"] = (paths[fn_ids] if j == 0
-                                               else np.full(m, None, dtype=object))
+            extra[f"negative_path_{j + 1}"] = _nullable(paths[fn_ids] if j == 0
+                                                        else np.full(m, None, dtype=object))
         for j in range(k):
             extra[f"neg_score_{j + 1}"] = (np.asarray(fn_scores, np.float32) if j == 0
                                            else np.full(m, np.nan, np.float32))
         extra["false_negative"] = np.ones(m, bool)
-        extra["fn_reason"] = np.asarray(fn_reasons, dtype=object)
+        extra["fn_reason"] = _nullable(fn_reasons)
         all_rows = np.concatenate([np.arange(n), fn_rows])
         df = pd.concat([df, pd.DataFrame(extra)], ignore_index=True)
         order = np.argsort(all_rows, kind="stable")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DEFAULT_WEIGHT_DECAYS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
+DEFAULT_WEIGHT_DECAYS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,22 @@ class ProbeResult:
 
 
 def resolve_device(device: str) -> str:
-    """"auto" -> "cuda" when available, else "cpu"; anything else unchanged."""
-    if device != "auto":
-        return device
+    """"auto" -> "cuda" when available, else "cpu"; "cpu", "cuda", "cuda:N" checked."""
+    import re
+
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    from pairkit.errors import PairkitError
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise PairkitError(f"--device must be auto, cpu, cuda or cuda:N, got {device}")
+    if not torch.cuda.is_available():
+        raise PairkitError(f"--device {device} was given but torch sees no GPU (use --device cpu)")
+    return device
 
 
 def fit_logistic(
@@ -48,9 +58,14 @@ def fit_logistic(
     *,
     device: str = "cpu",
     max_iter: int = 300,
+    tolerance: float = 1e-7,
     chunk: int = 65536,
+    init: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fit the objective above. ``x`` (n, d), ``y`` int codes in [0, n_classes).
+
+    Stops after ``max_iter`` L-BFGS iterations or when the gradient's largest entry
+    falls below ``tolerance``.
 
     Returns ``(W, b)``: float32 (d, n_classes) and (n_classes,).
     """
@@ -60,10 +75,14 @@ def fit_logistic(
     xt = torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32), device=dev)
     yt = torch.as_tensor(np.asarray(y, dtype=np.int64), device=dev)
     n, d = xt.shape
-    w = torch.zeros(d, n_classes, dtype=torch.float32, device=dev, requires_grad=True)
-    b = torch.zeros(n_classes, dtype=torch.float32, device=dev, requires_grad=True)
+    if init is None:
+        w = torch.zeros(d, n_classes, dtype=torch.float32, device=dev, requires_grad=True)
+        b = torch.zeros(n_classes, dtype=torch.float32, device=dev, requires_grad=True)
+    else:
+        w = torch.tensor(init[0], dtype=torch.float32, device=dev, requires_grad=True)
+        b = torch.tensor(init[1], dtype=torch.float32, device=dev, requires_grad=True)
     opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=max_iter, history_size=20,
-                            tolerance_grad=1e-9, tolerance_change=1e-12,
+                            tolerance_grad=tolerance, tolerance_change=tolerance * 1e-3,
                             line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
@@ -123,17 +142,22 @@ def linear_probe(
     n_classes = len(classes)
     decays = tuple(weight_decays)
     val_top1: dict[float, float] = {}
+    solutions: dict[float, tuple[np.ndarray, np.ndarray]] = {}
     if len(decays) > 1 and len(np.unique(train_groups)) >= 2:
         is_val = split_by_source(train_groups, val_fraction, seed)
         fit = ~is_val
         if len(np.unique(y_train[fit])) >= 2 and is_val.any():
-            for wd in decays:
-                w, b = fit_logistic(train_x[fit], y_train[fit], n_classes, wd, device=device,
-                                    max_iter=max_iter)
-                val_top1[wd] = float(np.mean(predict_logistic(train_x[is_val], w, b)
+            # regularisation path: strongest decay first, each fit warm-starts the next
+            init = None
+            for wd in sorted(decays, reverse=True):
+                init = fit_logistic(train_x[fit], y_train[fit], n_classes, wd, device=device,
+                                    max_iter=max_iter, init=init)
+                solutions[wd] = init
+                val_top1[wd] = float(np.mean(predict_logistic(train_x[is_val], *init)
                                              == y_train[is_val]))
     best = max(val_top1, key=lambda wd: (val_top1[wd], wd)) if val_top1 else decays[0]
-    w, b = fit_logistic(train_x, y_train, n_classes, best, device=device, max_iter=max_iter)
+    w, b = fit_logistic(train_x, y_train, n_classes, best, device=device, max_iter=max_iter,
+                        init=solutions.get(best))
     pred = classes[predict_logistic(test_x, w, b)]
     test_y = np.asarray(test_y, dtype=np.int64)
     return ProbeResult(

@@ -47,11 +47,12 @@ class Exclusion:
         return extra
 
 
-def reference_index(blocks: Iterable[np.ndarray]) -> Any:
+def reference_index(blocks: Iterable[np.ndarray], gpu: bool | None = False) -> Any:
     """An exact inner-product index filled block by block (bounded extra memory).
 
-    ``blocks`` yields (n_i, d) arrays in reference-row order. Returns the FAISS index,
-    or None when there were no rows.
+    ``blocks`` yields (n_i, d) arrays in reference-row order. ``gpu``: True = put the
+    index on all GPUs (:func:`pairkit.index.build.to_gpu`), None = when FAISS sees
+    one. Returns the FAISS index, or None when there were no rows.
     """
     index = None
     for block in blocks:
@@ -61,6 +62,11 @@ def reference_index(blocks: Iterable[np.ndarray]) -> Any:
             index = flat_index(block)
         else:
             index.add(as_float32(block))
+    if index is not None and gpu is not False:
+        from pairkit.index.build import to_gpu, use_gpu
+
+        if use_gpu(gpu):
+            index = to_gpu(index)
     return index
 
 

@@ -11,8 +11,11 @@ query may see (itself and excluded rows do not count).
 - recall@k: at least one of the first k neighbours has label y (the "Recall@K" of
   deep metric learning papers, e.g. Song et al. 2016).
 
-R is capped at ``max_r``: a query with more relevant references is scored with
-R = max_r (as AccuracyCalculator does with an integer ``k``). Queries with R = 0
+Only the first ``max_r`` neighbours are looked at. For a query with R > max_r
+the ranks after max_r count as misses while the denominator stays R, so its
+R-precision and MAP@R are lower bounds of the true values (exact whenever
+R <= max_r; AccuracyCalculator's MAP@R with an integer ``k`` is the same lower
+bound). Queries with R = 0
 (their class has no reference) are left out of every retrieval metric, as in
 AccuracyCalculator.
 """
@@ -73,10 +76,11 @@ def retrieval_scores(
 
     ``neighbour_labels`` int64 (b, K): labels of the neighbours best first (-1 none);
     ``query_labels`` (b,), ``r_counts`` (b,) from :func:`relevant_counts`. R is capped
-    at ``min(max_r, K)``.
+    at ``min(max_r, K)`` for looking, not for dividing (see the module docstring).
 
     Returns a dict of (b,) arrays: ``valid`` (bool: R > 0), ``precision_at_1``,
-    ``r_precision``, ``map_at_r`` (float64), ``capped`` (bool: R was cut) and
+    ``r_precision``, ``map_at_r`` (float64), ``capped`` (bool: R > the ranks looked at,
+    so the two are lower bounds) and
     ``recall_at_{k}`` (bool) for each k. Average them over ``valid`` rows.
     """
     labels = np.asarray(neighbour_labels, dtype=np.int64)
@@ -88,7 +92,7 @@ def retrieval_scores(
     rel = (labels == ql[:, None]) & valid[:, None]
     in_r = np.arange(kk)[None, :] < r_eff[:, None]
     rel_r = rel & in_r
-    denom = np.maximum(r_eff, 1).astype(np.float64)
+    denom = np.maximum(r, 1).astype(np.float64)
     cum = np.cumsum(rel_r, axis=1)
     prec_at_i = cum / np.arange(1, kk + 1)[None, :]
     out: dict[str, np.ndarray] = {

@@ -41,10 +41,11 @@ class EvalConfig:
     metrics: tuple[str, ...] | None = None  # None: every metric the data allows
     pair_sample: int = 100_000
     probe_max_train: int = 200_000
-    probe_weight_decays: tuple[float, ...] = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
+    probe_weight_decays: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
     probe_max_iter: int = 300
     seed: int = 0
     device: str = "cpu"
+    gpu: bool | None = False  # FAISS search on GPUs: True, False, None = when present
     block_rows: int = 4096
     collect_scores: bool = False
 
@@ -207,7 +208,7 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
         if r_counts is not None:
             k_search = max(k_search, min(int(r_counts.max(initial=0)), cfg.max_r))
         k_search = min(k_search, len(rx))
-        index = reference_index(rx[s : s + 65536] for s in range(0, len(rx), 65536))
+        index = _index(rx, cfg)
         _search_pass(qx, ql, index, len(rx), rl, k_search, excl, ks, rks, r_counts, cfg, report)
         del index
     if "retrieval" in wanted and cfg.gallery == "queries":
@@ -220,11 +221,16 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
             r_counts = relevant_counts(ql, ql, excl)
             k_search = min(max(max(cfg.recall_ks), min(int(r_counts.max(initial=0)), cfg.max_r)),
                            len(qx))
-            index = reference_index(qx[s : s + 65536] for s in range(0, len(qx), 65536))
+            index = _index(qx, cfg)
             _search_pass(qx, ql, index, len(qx), ql, k_search, excl, (), cfg.recall_ks, r_counts,
                          cfg, report)
     if "linear" in wanted:
         _probe(queries, references, ql_all, rl_all, q_keep, r_keep, rsrc, cfg, rng, report)
+
+
+def _index(x: np.ndarray, cfg: EvalConfig) -> object:
+    """Exact index over ``x``, filled in blocks of 65,536 rows (on GPUs per ``cfg.gpu``)."""
+    return reference_index((x[s : s + 65536] for s in range(0, len(x), 65536)), cfg.gpu)
 
 
 def _check_k(ks: tuple[int, ...], rks: tuple[int, ...], n: int, what: str) -> None:
@@ -285,8 +291,8 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
         if left:
             report.notes.append(f"retrieval: {left} queries without a relevant reference left out")
         if n_capped:
-            report.notes.append(f"retrieval: R capped at --max-r {cfg.max_r} for {n_capped} "
-                                "queries (R-precision and MAP@R use R = max-r for them)")
+            report.notes.append(f"retrieval: R > --max-r {cfg.max_r} for {n_capped} queries: "
+                                "R-precision and MAP@R are lower bounds (raise --max-r)")
         report.details["retrieval_queries"] = n_valid
         report.details["retrieval_capped"] = n_capped
     if mined:
@@ -299,7 +305,7 @@ def _mined_unlabelled(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
     """Without labels the hardest negative is the nearest reference of another source."""
     excl = Exclusion(self_rows, qsrc, rsrc)
     rx = references.vectors
-    index = reference_index(rx[s : s + 65536] for s in range(0, len(rx), 65536))
+    index = _index(rx, cfg)
     out = []
     for _, scores, _ids in search_excluding(queries.vectors, index, len(rx), 1, excl,
                                             block_rows=cfg.block_rows):

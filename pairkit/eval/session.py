@@ -63,11 +63,26 @@ def _with_head(side: EvalSide, head: Any, device: str) -> EvalSide:
     return EvalSide(head.apply(side.vectors, device=device), side.labels, side.sources)
 
 
+def plot_names(names: list[str]) -> list[str]:
+    """File names ``--plot`` writes for these runs ("raw", "head")."""
+    prefixes = [f"{n}_" for n in names] if len(names) > 1 else [""]
+    return [f"{p}{f}" for p in prefixes for f in ("scores.png", "map.png")]
+
+
 def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: bool,
-             plot: Path | None) -> tuple[dict[str, dict[str, Any]], dict[str, EvalReport]]:
+             plot: Path | None, force: bool = False,
+             ) -> tuple[dict[str, dict[str, Any]], dict[str, EvalReport]]:
     """Evaluate raw and/or head vectors. Returns (metrics by name, reports by name);
-    names are "raw" and "head"."""
+    names are "raw" and "head". Existing plot files are kept unless ``force``."""
     from pairkit.eval.linear_probe import resolve_device
+
+    names = (["raw"] if head_path is None or compare else []) + (["head"] if head_path else [])
+    if plot is not None:
+        if plot.exists() and not plot.is_dir():
+            raise PairkitError(f"--plot {plot} is a file, expected a folder")
+        existing = [n for n in plot_names(names) if (plot / n).exists()]
+        if existing and not force:
+            raise PairkitError(f"{plot / existing[0]} exists; pass --force to overwrite it")
 
     runs: dict[str, tuple[EvalSide, EvalSide]] = {}
     if head_path is None or compare:

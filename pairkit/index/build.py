@@ -91,8 +91,9 @@ class IndexSpec:
 
 
 def default_nlist(n: int) -> int:
-    """IVF cells for ``n`` rows: about sqrt(n), at least 1 (FAISS guide: 1..16 x sqrt(n))."""
-    return max(1, int(round(math.sqrt(max(n, 1)))))
+    """IVF cells for ``n`` rows: about sqrt(n) (FAISS guide: 1..16 x sqrt(n)), but at most
+    n / 39 so that k-means has the 39 training points per cell FAISS asks for."""
+    return max(1, min(int(round(math.sqrt(max(n, 1)))), n // 39))
 
 
 def default_nprobe(nlist: int) -> int:
@@ -158,20 +159,22 @@ def build_index(vectors: np.ndarray, spec: IndexSpec) -> Any:
     elif spec.kind in ("ivf", "ivfpq"):
         quantizer = faiss.IndexFlatIP(d)
         if spec.kind == "ivfpq":
-            index = faiss.IndexIVFPQ(quantizer, d, spec.nlist, spec.pq_m, 8, metric)
+            if n < 1000:
+                raise PairkitError(f"an ivfpq index needs at least 1000 rows, the store has {n}")
+            # 8-bit codebooks want 39 x 256 training rows; smaller stores get fewer bits
+            nbits = max(4, min(8, int(math.log2(min(n, 64 * int(spec.nlist), 10_000) / 39))))
+            index = faiss.IndexIVFPQ(quantizer, d, spec.nlist, spec.pq_m, nbits, metric)
         elif spec.float16:
             index = faiss.IndexIVFScalarQuantizer(quantizer, d, spec.nlist, sq16, metric)
         else:
             index = faiss.IndexIVFFlat(quantizer, d, spec.nlist, metric)
         index.cp.seed = spec.seed
-        max_train = max(64 * int(spec.nlist), 256 * 4)  # PQ wants >= 256 per codebook
+        max_train = max(64 * int(spec.nlist), 10_000 if spec.kind == "ivfpq" else 0)
         if n > max_train:
             rng = np.random.default_rng(spec.seed)
             train = x[np.sort(rng.choice(n, size=max_train, replace=False))]
         else:
             train = x
-        if spec.kind == "ivfpq" and len(train) < 256:
-            raise PairkitError(f"--index ivfpq needs at least 256 rows, the store has {n}")
         index.train(train)
         index.nprobe = spec.nprobe
     elif spec.kind == "hnsw":
@@ -211,7 +214,10 @@ def to_gpu(index: Any, float16: bool = False) -> Any:
     co = faiss.GpuMultipleClonerOptions()
     co.shard = True
     co.useFloat16 = bool(float16)
-    return faiss.index_cpu_to_all_gpus(index, co=co)
+    resources = [faiss.StandardGpuResources() for _ in range(faiss.get_num_gpus())]
+    gpu_index = faiss.index_cpu_to_gpu_multiple_py(resources, index, co)
+    gpu_index.referenced_objects = resources  # the GPU resources must outlive the index
+    return gpu_index
 
 
 @dataclass
@@ -224,6 +230,33 @@ class LoadedIndex:
     gpu: bool = False
     reason: str = ""
     cpu_index: Any = field(default=None, repr=False)
+
+    def searcher(self, vectors: np.ndarray, batch_size: int = 8192) -> Any:
+        """``search(queries, k) -> (scores, ids)`` over this index, best first.
+
+        Candidates of a lossy index (ivfpq, float16) are re-scored exactly against
+        ``vectors`` (N, d) and re-sorted, so scores are always true inner products.
+        """
+        from pairkit.index.search import IvfListMajor, exact_scores, knn_search, sort_results
+
+        lossy = is_lossy(self.spec)
+        # many queries against IVF-Flat: list-major batches use BLAS (same results)
+        target = IvfListMajor(self.index) if IvfListMajor.worthwhile(self.index) else self.index
+        # PQ scores are coarse: fetch 4x the candidates, re-score exactly, keep the best k
+        refine = 4 if self.spec.kind == "ivfpq" else 1
+
+        def search(queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+            s, i = knn_search(queries, target, min(k * refine, len(vectors)),
+                              batch_size=batch_size, cpu_fallback=self.cpu_index)
+            if lossy:
+                s, i = sort_results(exact_scores(queries, vectors, i), i)
+            if s.shape[1] < k:
+                pad = k - s.shape[1]
+                s = np.pad(s, ((0, 0), (0, pad)), constant_values=-np.inf)
+                i = np.pad(i, ((0, 0), (0, pad)), constant_values=-1)
+            return s[:, :k], i[:, :k]
+
+        return search
 
     def describe(self) -> str:
         where = "GPU" if self.gpu else "CPU"
@@ -249,11 +282,8 @@ def save_index(
     """
     import faiss
 
-    fpath, jpath = index_paths(store_root, spec.kind)
-    if fpath.exists() and not force:
-        meta = read_index_meta(jpath)
-        if meta is not None and meta.get("content_id") == content_id:
-            raise PairkitError(f"index {fpath} exists; pass --force to rebuild it")
+    fpath = check_saved(store_root, spec.kind, content_id, force)
+    _, jpath = index_paths(store_root, spec.kind)
     if not _is_cpu(index):
         index = faiss.index_gpu_to_cpu(index)
     with atomic_path(fpath) as tmp:
@@ -272,6 +302,18 @@ def save_index(
     with atomic_open(jpath) as fh:
         json.dump(meta, fh, indent=2)
         fh.write("\n")
+    return fpath
+
+
+def check_saved(store_root: str | os.PathLike[str], kind: str, content_id: str,
+                force: bool) -> Path:
+    """Refuse (one-line error) to replace a saved ``kind`` index built for these rows
+    unless ``force``; an index of other rows is stale and may be replaced. Returns its path."""
+    fpath, jpath = index_paths(store_root, kind)
+    if fpath.exists() and not force:
+        meta = read_index_meta(jpath)
+        if meta is not None and meta.get("content_id") == content_id:
+            raise PairkitError(f"index {fpath} exists; pass --force to rebuild it")
     return fpath
 
 
@@ -347,7 +389,7 @@ def prepare_index(
                      float16=float16, seed=seed)
     index = None
     origin = "built"
-    if store_root is not None and content_id is not None and kind != "flat":
+    if store_root is not None and content_id is not None:
         loaded = load_index(store_root, kind, content_id, n)
         if loaded is not None:
             index, saved = loaded

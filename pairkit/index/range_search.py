@@ -129,7 +129,7 @@ def _knn_block(
     """kNN with k per query; queries with k hits >= threshold are re-searched exactly."""
     d, i = knn_index.search(block, k)
     keep = (d >= t32) & (i >= 0)
-    saturated = keep[:, -1] if k < cpu_index.ntotal else np.zeros(len(block), dtype=bool)
+    saturated = keep[:, -1].copy() if k < cpu_index.ntotal else np.zeros(len(block), bool)
     keep[saturated] = False
     rows = np.nonzero(keep)[0].astype(np.int64)
     ids = i[keep].astype(np.int64)

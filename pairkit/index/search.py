@@ -35,10 +35,12 @@ def flat_index(base: np.ndarray) -> Any:
 
 def is_gpu_index(index: Any) -> bool:
     """True for FAISS GPU indices (and shards of them), whose search caps k at 2048."""
-    name = type(index).__name__
-    return name.startswith("Gpu") or name.startswith("IndexShards") or (
-        name.startswith("IndexReplicas")
-    )
+    names = {type(index).__name__}
+    if hasattr(index, "this"):  # a SWIG object: look at its concrete type too
+        import faiss
+
+        names.add(type(faiss.downcast_index(index)).__name__)
+    return any(n.startswith(("Gpu", "IndexShards", "IndexReplicas")) for n in names)
 
 
 def cpu_copy(index: Any) -> Any:
@@ -75,8 +77,11 @@ def knn_search(
     k rows (or an approximate index finds fewer) the tail is padded with id -1
     and score -inf.
 
-    On a GPU index, k > 2048 is searched on ``cpu_fallback`` (a CPU index with the
-    same rows) or on a CPU copy of the index, never passed to the GPU.
+    Ties at the k-th place are resolved like a stable sort (lowest ids kept): one
+    extra neighbour is fetched, and rows whose k-th and (k+1)-th scores tie are
+    searched again deeper. On a GPU index, k > 2048 is searched on
+    ``cpu_fallback`` (a CPU index with the same rows) or on a CPU copy of the
+    index, never passed to the GPU.
     """
     if isinstance(index, np.ndarray):
         index = flat_index(index)
@@ -85,19 +90,39 @@ def knn_search(
     ids = np.full((nq, k), -1, dtype=np.int64)
     if nq == 0 or k == 0:
         return scores, ids
-    if k > GPU_MAX_K and is_gpu_index(index):
-        index = cpu_fallback if cpu_fallback is not None else cpu_copy(index)
     ntotal = int(index.ntotal)
-    kk = min(k, ntotal)  # FAISS pads itself, but asking for fewer saves heap work
+    kk = min(k, ntotal)
     if kk == 0:
         return scores, ids
+    fallback: list[Any] = [cpu_fallback]
+
+    def run(block: np.ndarray, kq: int) -> tuple[np.ndarray, np.ndarray]:
+        target = index
+        if kq > GPU_MAX_K and is_gpu_index(index):
+            if fallback[0] is None:
+                fallback[0] = cpu_copy(index)
+            target = fallback[0]
+        d, i = target.search(block, kq)
+        d = np.where(i >= 0, d, -np.inf).astype(np.float32)
+        return sort_results(d, i)
+
     for start in range(0, nq, batch_size):
         block = as_float32(queries[start : start + batch_size])
-        d, i = index.search(block, kk)
-        d = np.where(i >= 0, d, -np.inf).astype(np.float32)
-        d, i = sort_results(d, i)
-        scores[start : start + len(block), :kk] = d
-        ids[start : start + len(block), :kk] = i
+        kq = min(kk + 1, ntotal)
+        d, i = run(block, kq)
+        out_d, out_i = d[:, :kk].copy(), i[:, :kk].copy()
+        if kq > kk:
+            tied = np.flatnonzero((d[:, kk] == d[:, kk - 1]) & (i[:, kk] >= 0))
+            while len(tied):
+                kq = min(2 * kq, ntotal)
+                d2, i2 = run(block[tied], kq)
+                out_d[tied], out_i[tied] = d2[:, :kk], i2[:, :kk]
+                if kq >= ntotal:
+                    break
+                # the whole tie group is in only when the last fetched score is lower
+                tied = tied[(d2[:, -1] == d2[:, kk - 1]) & (i2[:, -1] >= 0)]
+        scores[start : start + len(block), :kk] = out_d
+        ids[start : start + len(block), :kk] = out_i
     return scores, ids
 
 
@@ -117,3 +142,90 @@ def exact_scores(queries: np.ndarray, base: np.ndarray, ids: np.ndarray,
         s = np.einsum("nkd,nd->nk", vec, q, dtype=np.float32)
         out[start : start + len(blk)] = np.where(blk < 0, -np.inf, s)
     return out
+
+
+class IvfListMajor:
+    """Batch search of an ``IndexIVFFlat`` list by list (BLAS instead of per-query scans).
+
+    FAISS scans an IVF index query by query; with many queries (mining searches
+    every row) it is faster to gather, for each inverted list, the queries that
+    probe it and score them against the list with one matrix product, merging
+    into a k-heap per query (the method of faiss ``contrib/big_batch_search.py``).
+    Results equal ``index.search`` with the same ``nprobe`` (up to float rounding).
+    Exposes ``ntotal`` and ``search(x, k)`` so :func:`knn_search` can use it.
+    """
+
+    def __init__(self, index: Any) -> None:
+        import faiss
+
+        self.ivf = faiss.extract_index_ivf(index)
+        self.ntotal = int(index.ntotal)
+        self.d = int(self.ivf.d)
+        self._lists: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    @staticmethod
+    def supports(index: Any) -> bool:
+        """True for a CPU IndexIVFFlat (raw float32 codes) with inner product."""
+        import faiss
+
+        if is_gpu_index(index):
+            return False
+        try:
+            ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+        except Exception:
+            return False
+        return (type(ivf) is faiss.IndexIVFFlat
+                and ivf.metric_type == faiss.METRIC_INNER_PRODUCT)
+
+    @staticmethod
+    def worthwhile(index: Any) -> bool:
+        """True when the lists are long enough (>= 256 rows on average) for per-list
+        matrix products to beat FAISS's per-query scan (measured: 2-3x faster at
+        N = 100,000-200,000 with nlist ~ sqrt(N), 2x slower at N = 20,000)."""
+        import faiss
+
+        if not IvfListMajor.supports(index):
+            return False
+        return int(index.ntotal) >= 256 * int(faiss.extract_index_ivf(index).nlist)
+
+    def _list(self, lid: int) -> tuple[np.ndarray, np.ndarray]:
+        import faiss
+
+        if lid not in self._lists:
+            inv = self.ivf.invlists
+            n = int(inv.list_size(lid))
+            if n == 0:
+                vec, ids = np.zeros((0, self.d), np.float32), np.zeros(0, np.int64)
+            else:
+                codes = faiss.rev_swig_ptr(inv.get_codes(lid), n * self.d * 4)
+                vec = np.frombuffer(codes, dtype=np.float32).reshape(n, self.d).copy()
+                ids = faiss.rev_swig_ptr(inv.get_ids(lid), n).astype(np.int64).copy()
+            self._lists[lid] = (vec, ids)
+        return self._lists[lid]
+
+    def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(D, I)`` (nq, k) like ``index.search``: best first, -1/-inf padded."""
+        import faiss
+
+        x = as_float32(x)
+        nq = len(x)
+        nprobe = int(self.ivf.nprobe)
+        _, assign = self.ivf.quantizer.search(x, nprobe)
+        flat = assign.ravel()
+        qids = np.repeat(np.arange(nq, dtype=np.int64), nprobe)
+        keep = flat >= 0
+        flat, qids = flat[keep], qids[keep]
+        order = np.argsort(flat, kind="stable")
+        flat, qids = flat[order], qids[order]
+        bounds = np.flatnonzero(np.diff(flat)) + 1
+        heap = faiss.ResultHeap(nq, k, keep_max=True)
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(flat)], strict=True):
+            if hi <= lo:
+                continue
+            vec, ids = self._list(int(flat[lo]))
+            if len(ids) == 0:
+                continue
+            sub = qids[lo:hi]
+            heap.add_result_subset(sub, x[sub] @ vec.T, ids)
+        heap.finalize()
+        return np.where(heap.I >= 0, heap.D, -np.inf).astype(np.float32), heap.I

@@ -18,6 +18,9 @@ Rules (names as on the command line, reasons as written in ``fn_reason``):
 - ``support`` (``support``): candidate's similarity to the anchor's support
   views (all views of its source), aggregated by max or mean, is above a
   threshold (false-negative cancellation).
+- ``community`` (``community``): candidate is in the anchor's community of the
+  kNN graph (weighted label propagation over each item's nearest other
+  sources); communities adapt to unequal class sizes.
 
 Everything is vectorised over anchors and processed in blocks; nothing is
 N x N.
@@ -32,18 +35,23 @@ import numpy as np
 
 from pairkit.errors import UsageError
 
-RULES: tuple[str, ...] = ("label", "near-duplicate", "margin", "cluster", "support")
+RULES: tuple[str, ...] = ("label", "near-duplicate", "margin", "cluster", "support", "community")
 REASONS: dict[str, str] = {
     "label": "label",
     "near-duplicate": "near_duplicate",
     "margin": "margin",
     "cluster": "cluster",
     "support": "support",
+    "community": "community",
 }
+# Rules that judge by similarity; with trust_labels, labelled pairs skip them.
+SIMILARITY_RULES: tuple[str, ...] = ("margin", "cluster", "support", "community")
 # Chosen by measurement: docs/benchmarks.md ("False negatives").
-DEFAULT_RULES: tuple[str, ...] = ("label", "near-duplicate", "cluster")
+DEFAULT_RULES: tuple[str, ...] = ("label", "near-duplicate", "community")
 SUPPORT_AGGREGATES: tuple[str, ...] = ("max", "mean")
 
+# Used only when pairkit.mine.near_duplicates (and its measured default) is absent.
+_NEAR_DUPLICATE_FALLBACK = 0.965
 # Bytes of float32 scratch per block in the support / positive-similarity loops.
 _BLOCK_BYTES = 1 << 26
 
@@ -54,19 +62,26 @@ class FalseNegativeConfig:
 
     ``cluster_ks`` (explicit cluster counts) overrides ``cluster_sizes`` (wanted
     mean cluster size in items, one per granularity: ``k = round(N / size)``).
+    ``trust_labels``: with the ``label`` rule on, a pair whose anchor and
+    candidate both carry a label is decided by the labels (and near-duplicate
+    groups) alone; the similarity rules (margin, cluster, support, community) judge only
+    pairs with a missing label.
     """
 
     rules: tuple[str, ...] = DEFAULT_RULES
     margin: float = 0.95
-    near_duplicate_threshold: float = 0.95
-    cluster_sizes: tuple[int, ...] = (16, 32, 64)
+    near_duplicate_threshold: float | None = None  # None: `pairkit dedup`'s default
+    cluster_sizes: tuple[int, ...] = (64, 128, 256)
     cluster_ks: tuple[int, ...] = ()
     cluster_votes: int = 2
-    cluster_niter: int = 20
-    support_aggregate: str = "mean"
-    support_threshold: float = 0.8
+    cluster_niter: int = 10
+    support_aggregate: str = "max"
+    support_threshold: float = 0.5
     support_top: int = 0
     support_include_anchor: bool = True
+    community_neighbors: int = 15
+    community_iters: int = 50
+    trust_labels: bool = True
 
     def __post_init__(self) -> None:
         validate_config(self)
@@ -83,9 +98,10 @@ def validate_config(config: FalseNegativeConfig) -> None:
         raise UsageError(f"false-negative rules repeat: {','.join(config.rules)}")
     if not 0.0 < config.margin <= 1.0:
         raise UsageError(f"margin must be in (0, 1], got {config.margin}")
-    if not -1.0 <= config.near_duplicate_threshold <= 1.0:
+    t = config.near_duplicate_threshold
+    if t is not None and not 0.0 < t <= 1.0:
         raise UsageError(
-            f"near-duplicate threshold must be in [-1, 1], got {config.near_duplicate_threshold}"
+            f"near-duplicate threshold must be in (0, 1], got {t}"
         )
     if not config.cluster_ks and not config.cluster_sizes:
         raise UsageError("cluster rule needs cluster_sizes or cluster_ks")
@@ -110,6 +126,12 @@ def validate_config(config: FalseNegativeConfig) -> None:
         raise UsageError(f"support threshold must be in [-1, 1], got {config.support_threshold}")
     if config.support_top < 0:
         raise UsageError(f"support top must be >= 0 (0 = no limit), got {config.support_top}")
+    if config.community_neighbors < 1:
+        raise UsageError(
+            f"community neighbors must be >= 1, got {config.community_neighbors}"
+        )
+    if config.community_iters < 1:
+        raise UsageError(f"community iterations must be >= 1, got {config.community_iters}")
 
 
 def parse_rules(text: str) -> tuple[str, ...]:
@@ -132,7 +154,11 @@ class FnContext:
     ``vectors`` (N, d) float32 L2-normalised, ``labels`` (N,) object or None,
     ``sources`` (N,) int64 source codes, ``groups`` (N,) int64 near-duplicate
     group per item (-1: none) or None (computed on first use), ``file_sha256``
-    (N,) object or None (joins exact copies into groups).
+    (N,) object or None (joins exact copies into groups), ``views`` (N,) view
+    numbers or None (which view of a source stands for it in grouping),
+    ``neighbours`` optional ``(ids, scores)`` (N, m): every row's nearest rows
+    of other sources, best first, -1 padded (reused by the ``community`` rule
+    instead of a search of its own).
     """
 
     vectors: np.ndarray
@@ -140,10 +166,13 @@ class FnContext:
     sources: np.ndarray
     groups: np.ndarray | None = None
     file_sha256: np.ndarray | None = None
+    views: np.ndarray | None = None
     seed: int = 0
     label_codes: np.ndarray | None = None
-    cluster_assign: np.ndarray | None = None  # (G, N) int64
+    cluster_assign: np.ndarray | None = None  # (G, N) int64; set by hand to skip k-means
     source_views: np.ndarray | None = None  # (n_sources, max_views) int64, -1 padded
+    neighbours: tuple[np.ndarray, np.ndarray] | None = None  # (ids, scores), each (N, m)
+    communities: np.ndarray | None = None  # (N,) int64
     cache: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -160,6 +189,8 @@ def build_context(
     *,
     groups: np.ndarray | None = None,
     file_sha256: np.ndarray | None = None,
+    views: np.ndarray | None = None,
+    neighbours: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> FnContext:
     """Prepare an :class:`FnContext` for ``config``'s rules.
 
@@ -187,14 +218,25 @@ def build_context(
         sources=sources,
         groups=groups,
         file_sha256=file_sha256,
+        views=None if views is None else np.asarray(views),
         seed=seed,
+        neighbours=neighbours,
     )
+    if neighbours is not None and (
+        neighbours[0].shape != neighbours[1].shape or len(neighbours[0]) != len(vectors)
+    ):
+        raise UsageError(
+            f"neighbours must be two ({len(vectors)}, m) arrays, got "
+            f"{neighbours[0].shape} and {neighbours[1].shape}"
+        )
     if "label" in config.rules:
         label_codes(ctx)
     if "cluster" in config.rules:
         cluster_assignments(ctx, config)
     if "support" in config.rules or "near-duplicate" in config.rules:
         source_views(ctx)
+    if "community" in config.rules:
+        community_labels(ctx, config)
     return ctx
 
 
@@ -226,7 +268,8 @@ def cluster_assignments(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarr
 
     ks = cluster_ks(ctx.count, config)
     key = ("cluster", ks, config.cluster_niter)
-    if ctx.cache.get("cluster_key") != key or ctx.cluster_assign is None:
+    given = ctx.cluster_assign is not None and "cluster_key" not in ctx.cache
+    if not given and ctx.cache.get("cluster_key") != key:
         rows = [
             spherical_kmeans(ctx.vectors, k, seed=ctx.seed + g, niter=config.cluster_niter)[0]
             for g, k in enumerate(ks)
@@ -234,6 +277,24 @@ def cluster_assignments(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarr
         ctx.cluster_assign = np.stack(rows) if rows else np.zeros((0, ctx.count), np.int64)
         ctx.cache["cluster_key"] = key
     return ctx.cluster_assign
+
+
+def community_labels(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray:
+    """(N,) int64 community of each item in the kNN graph (``community_neighbors``
+    nearest other sources, weighted by similarity), by label propagation."""
+    from pairkit.mine.clusters import knn_graph, label_propagation
+
+    if ctx.communities is None:
+        m = config.community_neighbors
+        if ctx.neighbours is not None and ctx.neighbours[0].shape[1] >= m:
+            nb, w = ctx.neighbours[0][:, :m], ctx.neighbours[1][:, :m]
+        else:
+            nb, w = knn_graph(ctx.vectors, ctx.sources, m)
+        ctx.communities = label_propagation(
+            np.asarray(nb, dtype=np.int64), np.asarray(w, dtype=np.float32),
+            iters=config.community_iters, seed=ctx.seed,
+        )
+    return ctx.communities
 
 
 def source_views(ctx: FnContext) -> np.ndarray:
@@ -256,6 +317,18 @@ def source_views(ctx: FnContext) -> np.ndarray:
     return ctx.source_views
 
 
+def near_duplicate_threshold(config: FalseNegativeConfig) -> float:
+    """The cosine threshold of the near-duplicate rule: the config's, else
+    ``pairkit dedup``'s measured default."""
+    if config.near_duplicate_threshold is not None:
+        return float(config.near_duplicate_threshold)
+    try:
+        from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD
+    except ImportError:
+        return _NEAR_DUPLICATE_FALLBACK
+    return float(DEFAULT_THRESHOLD)
+
+
 def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray | None:
     """Near-duplicate group per item ((N,) int64, -1 none), or None when
     ``pairkit.mine.near_duplicates`` is not available (the rule then falls back
@@ -268,7 +341,11 @@ def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.
         return None
     ctx.groups = np.asarray(
         near_duplicate_groups(
-            ctx.vectors, config.near_duplicate_threshold, file_sha256=ctx.file_sha256
+            ctx.vectors,
+            near_duplicate_threshold(config),
+            file_sha256=ctx.file_sha256,
+            sources=ctx.sources,
+            views=ctx.views,
         ),
         dtype=np.int64,
     )
@@ -308,7 +385,7 @@ def _similarity_to_rows(
         c = cand[s : s + step]
         xr = vectors[np.maximum(r, 0)]
         xc = vectors[np.maximum(c, 0)]
-        sim = np.einsum("bmd,bkd->bmk", xr, xc, optimize=True).astype(np.float32, copy=False)
+        sim = np.matmul(xr, xc.transpose(0, 2, 1)).astype(np.float32, copy=False)
         sim[np.broadcast_to((r < 0)[:, :, None], sim.shape)] = np.nan
         out[s : s + step] = sim
     return out
@@ -357,7 +434,7 @@ def rule_near_duplicate(
             g = gp[:, j : j + 1]
             flag |= (g >= 0) & (g == gc)
         return valid & flag
-    thr = config.near_duplicate_threshold
+    thr = near_duplicate_threshold(config)
     flag = scores >= thr
     if pos.shape[1] and (pos >= 0).any():
         sim = _similarity_to_rows(ctx.vectors, pos, cand)
@@ -376,8 +453,11 @@ def rule_margin(
     """
     pos = np.asarray(pos_scores, dtype=np.float64)[:, None]
     finite = np.isfinite(pos)
-    thr = np.where(finite, pos - (1.0 - margin) * np.abs(pos), np.inf)
-    return (cand >= 0) & finite & (scores > thr)
+    # compared in float32, the scores' precision, so a score equal to the
+    # threshold (as the user would compute it) counts as a tie, not above it
+    with np.errstate(invalid="ignore"):
+        thr = np.where(finite, pos - (1.0 - margin) * np.abs(pos), np.inf).astype(np.float32)
+    return (cand >= 0) & finite & (np.asarray(scores, dtype=np.float32) > thr)
 
 
 def rule_cluster(
@@ -390,6 +470,14 @@ def rule_cluster(
     for g in range(assign.shape[0]):
         votes += assign[g][anchors][:, None] == assign[g][safe]
     return (cand >= 0) & (votes >= min(config.cluster_votes, max(assign.shape[0], 1)))
+
+
+def rule_community(
+    ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, config: FalseNegativeConfig
+) -> np.ndarray:
+    """(n, k) bool: candidate in the anchor's kNN-graph community."""
+    comm = community_labels(ctx, config)
+    return (cand >= 0) & (comm[anchors][:, None] == comm[np.maximum(cand, 0)])
 
 
 def support_scores(
@@ -473,8 +561,17 @@ def flag_false_negatives(
             masks.append(rule_cluster(ctx, anchors, cand, config))
         elif rule == "support":
             masks.append(rule_support(ctx, anchors, cand, config))
+        elif rule == "community":
+            masks.append(rule_community(ctx, anchors, cand, config))
         else:  # pragma: no cover - validated in the config
             raise UsageError(f"unknown false-negative rule {rule!r}")
+    if config.trust_labels and "label" in config.rules:
+        codes = label_codes(ctx)
+        if codes is not None:
+            both = (codes[anchors][:, None] >= 0) & (codes[np.maximum(cand, 0)] >= 0)
+            for i, rule in enumerate(config.rules):
+                if rule in SIMILARITY_RULES:
+                    masks[i] = masks[i] & ~both
     return combine_reasons(masks, [REASONS[r] for r in config.rules], cand.shape)
 
 
@@ -483,14 +580,13 @@ def combine_reasons(
 ) -> tuple[np.ndarray, np.ndarray]:
     """OR of ``masks`` (each bool ``shape``) and, per cell, the fired ``names``
     joined with ``|`` (None where none fired). Returns ``(flags, reasons)``."""
-    code = np.zeros(shape, dtype=np.int64)
+    code = np.zeros(shape, dtype=np.int16)
     for bit, mask in enumerate(masks):
-        code |= mask.astype(np.int64) << bit
+        code |= mask.astype(np.int16) << bit
     flags = code > 0
-    uniq, inverse = np.unique(code, return_inverse=True)
-    table = np.empty(len(uniq), dtype=object)
-    for u, c in enumerate(uniq):
-        fired = [names[b] for b in range(len(names)) if (int(c) >> b) & 1]
-        table[u] = "|".join(fired) if fired else None
-    reasons = table[inverse.reshape(shape)] if code.size else np.empty(shape, dtype=object)
-    return flags, reasons
+    # one string per combination of fired rules (2 ** rules of them), looked up by code
+    table = np.empty(1 << len(names), dtype=object)
+    for c in range(len(table)):
+        fired = [names[b] for b in range(len(names)) if (c >> b) & 1]
+        table[c] = "|".join(fired) if fired else None
+    return flags, table[code]

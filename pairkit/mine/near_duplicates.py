@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 # Measured on the planted-copy benchmark (tests/benchmarks/near_duplicates.py,
 # docs/_bench_dedup.md) with the offline ``pixels`` encoder.
-DEFAULT_THRESHOLD = 0.95
+DEFAULT_THRESHOLD = 0.965
 KEEP_RULES = ("first", "largest", "central")
 TABLE_COLUMNS = ("group", "id", "keep", "similarity", "match")
 
@@ -118,14 +118,6 @@ def _merge_edges(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray
     return remap[labels]
 
 
-def _is_missing(value: Any) -> bool:
-    if value is None:
-        return True
-    if isinstance(value, float) and np.isnan(value):
-        return True
-    return isinstance(value, str) and value == ""
-
-
 # -- the grouping ----------------------------------------------------------------------
 def find_near_duplicates(
     vectors: np.ndarray,
@@ -186,7 +178,9 @@ def find_near_duplicates(
     # 2. exact duplicates: nodes with one file hash form one unit
     if file_sha256 is not None:
         hashes = np.asarray(file_sha256, dtype=object)[node_item]
-        missing = np.array([_is_missing(h) for h in hashes], dtype=bool)
+        as_series = pd.Series(hashes, dtype=object)
+        empty = as_series.map(lambda h: isinstance(h, str) and not h)
+        missing = (as_series.isna() | empty).to_numpy(dtype=bool)
         keys = np.where(missing, None, hashes)
         codes, _ = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=True)
         node_unit = np.empty(n_nodes, dtype=np.int64)
@@ -236,10 +230,9 @@ def find_near_duplicates(
     unit_best = np.full(n_units, -1, dtype=np.int64)
     unit_rank = np.full(n_units, np.inf)
     cand_order = candidate_nodes[np.argsort(rank[candidate_nodes], kind="stable")]
-    for node in cand_order[::-1]:  # last write wins: the best rank
-        u = node_unit[node]
-        unit_best[u] = node
-        unit_rank[u] = rank[node]
+    units_seen, first_pos = np.unique(node_unit[cand_order], return_index=True)
+    unit_best[units_seen] = cand_order[first_pos]  # best rank comes first in cand_order
+    unit_rank[units_seen] = rank[cand_order[first_pos]]
 
     # 4. chain guard: split each component greedily around representatives
     groups: list[tuple[int, np.ndarray]] = []  # (leader unit, member units)
@@ -294,7 +287,8 @@ def find_near_duplicates(
         rows_group.append(np.full(len(nodes), gid, dtype=np.int64))
         rows_node.append(nodes[order])
         rows_keep.append(is_rep[order])
-        sims = sims.astype(np.float32)
+        # float16-stored rows have norms within ~1e-3 of 1: keep scores in [-1, 1]
+        sims = np.clip(sims.astype(np.float32), -1.0, 1.0)
         sims[is_rep] = np.float32(1.0)
         rows_sim.append(sims[order])
         rows_match.append(

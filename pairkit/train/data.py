@@ -131,14 +131,21 @@ def pairs_from_table(df: pd.DataFrame, store_count: int, content_id: str,
         cols = sorted((c for c in df.columns if re.fullmatch(r"negative_id_\d+", str(c))),
                       key=lambda c: int(str(c).rsplit("_", 1)[1]))
         neg = np.stack([_int_column(df, c, True) for c in cols], axis=1)
-        flag_cols = [c.replace("negative_id_", "false_negative_") for c in cols]
-        if all(c in df.columns for c in flag_cols):
-            flags = np.stack([_bool_column(df, c) for c in flag_cols], axis=1)
-        else:
-            flags = np.zeros_like(neg, dtype=bool)
-            if "false_negative" in df.columns:
-                notes.append("n-tuple table has one false_negative column, not false_negative_1..K:"
-                             " flags ignored")
+        flags = np.zeros_like(neg, dtype=bool)
+        if "false_negative" in df.columns:
+            # mine flags n-tuple rows, not slots: a flagged row with one negative (an
+            # attracted candidate, or a row with one negative left) flags that negative;
+            # with several negatives we can't tell which one, so none is used as a negative.
+            row_flag = _bool_column(df, "false_negative")
+            n_valid = (neg >= 0).sum(axis=1)
+            flags = row_flag[:, None] & (neg >= 0) & (n_valid == 1)[:, None]
+            ambiguous = row_flag & (n_valid > 1)
+            if ambiguous.any() and fn_mode != "keep":
+                neg = np.where(ambiguous[:, None], -1, neg)
+                notes.append(
+                    f"{int(ambiguous.sum())} n-tuple rows are flagged false_negative with several"
+                    " negatives (which one is unknown): their negatives are not used; mine with "
+                    "--format triplet for per-negative flags")
     for name, values in (("anchor_id", anchor), ("positive_id", positive), ("negative_id", neg)):
         low = -1 if name == "negative_id" else 0
         bad = (values < low) | (values >= store_count)
@@ -156,16 +163,26 @@ def pairs_from_table(df: pd.DataFrame, store_count: int, content_id: str,
         neg = np.where(flags, -1, neg)
     elif fn_mode == "attract":
         attract = flags.copy()
-    if kind == "triplet":
-        anchor, positive, neg, attract = _group_triplets(anchor, positive, neg[:, 0],
-                                                         attract[:, 0])
+    # rows sharing (anchor, positive) become one example holding all their negatives
+    k = neg.shape[1]
+    anchor, positive, neg, attract = _group_triplets(
+        np.repeat(anchor, k), np.repeat(positive, k), neg.reshape(-1), attract.reshape(-1))
     info = TableInfo(kind=kind, rows=len(df), flagged=n_flagged, notes=tuple(notes))
     return PairArrays(anchor, positive, neg, attract), info
 
 
 def _group_triplets(anchor: np.ndarray, positive: np.ndarray, neg: np.ndarray,
                     attract: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Gather triplet rows sharing (anchor, positive) into rows of K negatives (-1 padded)."""
+    """Gather (anchor, positive, negative) rows sharing (anchor, positive) into rows of K
+    negatives (-1 padded; padding and eliminated slots are dropped first)."""
+    real = neg >= 0
+    # keep one padded row for pairs whose negatives are all gone: in-batch negatives apply
+    first = np.zeros(len(neg), dtype=bool)
+    if len(neg):
+        _, idx = np.unique(np.stack([anchor, positive], axis=1), axis=0, return_index=True)
+        first[idx] = True
+    keep = real | first
+    anchor, positive, neg, attract = anchor[keep], positive[keep], neg[keep], attract[keep]
     keys = np.stack([anchor, positive], axis=1)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
@@ -179,8 +196,12 @@ def _group_triplets(anchor: np.ndarray, positive: np.ndarray, neg: np.ndarray,
     att = np.zeros((len(uniq), k), dtype=bool)
     negs[inverse, slot] = neg
     att[inverse, slot] = attract
-    # a row of only eliminated negatives keeps its pair: in-batch negatives still apply
-    return uniq[:, 0].copy(), uniq[:, 1].copy(), negs, att
+    # left-pack real negatives (the kept padding slot may sit before them)
+    order = np.argsort(negs < 0, axis=1, kind="stable")
+    negs = np.take_along_axis(negs, order, axis=1)
+    att = np.take_along_axis(att, order, axis=1)
+    width = max(int((negs >= 0).sum(axis=1).max()), 0)
+    return uniq[:, 0].copy(), uniq[:, 1].copy(), negs[:, :width], att[:, :width]
 
 
 def relation_groups(sources: np.ndarray, labels: np.ndarray | None, relation: str) -> np.ndarray:

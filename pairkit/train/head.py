@@ -122,7 +122,7 @@ class Head:
         with torch.no_grad():
             for start in range(0, len(vectors), batch_size):
                 block = torch.from_numpy(
-                    np.ascontiguousarray(vectors[start : start + batch_size], dtype=np.float32)
+                    np.array(vectors[start : start + batch_size], dtype=np.float32, order="C")
                 ).to(device)
                 z = torch.nn.functional.normalize(module(block).float(), dim=1)
                 out[start : start + len(block)] = z.cpu().numpy()

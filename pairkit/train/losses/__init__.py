@@ -81,7 +81,7 @@ def batch_loss(
     # supcon: anchors and positives share the anchor's group; mined negatives keep their
     # own group unless attracted (then the anchor's); eliminated ones are dropped.
     b, k = neg_valid.shape
-    features = torch.cat([anchors, positives, negatives.reshape(b * k, -1)], dim=0)
+    features = torch.cat([anchors, positives, negatives.reshape(b * k, anchors.shape[1])], dim=0)
     neg_labels = torch.where(neg_attract, groups[:, None].expand(b, k), neg_groups)
     labels = torch.cat([groups, groups, neg_labels.reshape(-1)])
     valid = torch.cat([torch.ones(2 * b, dtype=torch.bool, device=anchors.device),

@@ -3,7 +3,8 @@
 Over M normalised features z with labels y, A(i) = all valid features but i,
 P(i) = members of A(i) with label y_i::
 
-    L = mean over i with |P(i)| > 0 of  -1/|P(i)| sum_{p in P(i)} log( exp(z_i.z_p/t) / sum_{a in A(i)} exp(z_i.z_a/t) )
+    L = mean over i with |P(i)| > 0 of
+        -1/|P(i)| sum_{p in P(i)} log( exp(z_i.z_p/t) / sum_{a in A(i)} exp(z_i.z_a/t) )
 """
 
 from __future__ import annotations

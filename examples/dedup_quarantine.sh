@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Find near-duplicates and move every copy but one into a quarantine folder.
+set -euo pipefail
+work=${1:?usage: $0 NEW_WORK_DIR}
+
+pairkit demo "$work" --images-only --limit 300
+pairkit embed "$work/images" -o "$work/store" --model pixels --quiet
+
+mkdir -p "$work/quarantine"
+moved=0
+# --paths-only --drop: one path per line (relative to the image folder), the keepers left out
+while IFS= read -r path; do
+  mkdir -p "$work/quarantine/$(dirname "$path")"
+  mv -- "$work/images/$path" "$work/quarantine/$path"
+  moved=$((moved + 1))
+done < <(pairkit dedup "$work/store" --paths-only --drop --quiet)
+
+echo "moved $moved near-duplicates to $work/quarantine"

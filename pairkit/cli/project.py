@@ -1,0 +1,37 @@
+"""pairkit project: a store through a trained head -> a new store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pairkit.cli.common import say, user_errors
+
+
+def project(
+    store: Path = typer.Argument(..., help="Store folder to project."),
+    head: Path = typer.Option(..., "--head", help="Head folder written by pairkit train."),
+    output: Path = typer.Option(..., "-o", "--output", help="New store folder."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    batch_size: int = typer.Option(65536, "--batch-size", help="Rows per forward pass."),
+    dtype: str | None = typer.Option(
+        None, "--dtype", help="Storage dtype: float16 or float32 (default: the input's)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing store."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line."),
+) -> None:
+    """Write the head's projected, L2-normalised embeddings as a new store (same items).
+
+    Example: pairkit project store --head head -o store-projected
+    """
+    from pairkit.train.project import project_store
+
+    with user_errors():
+        result = project_store(store, head, output, device=device, batch_size=batch_size,
+                               dtype=dtype, force=force)
+        if not result.head_complete:
+            from pairkit.cli.common import warn
+
+            warn(f"head {head} did not finish training (its last completed epoch is used)")
+        say(f"projected {result.count} rows {result.in_dim}->{result.out_dim} with head {head} "
+            f"-> {output}", quiet)

@@ -1,0 +1,144 @@
+"""pairkit train: a contrastive head on a store's embeddings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from pairkit.cli.common import make_progress, say, user_errors, warn
+
+
+class _TrainBar:
+    """Progress bar on stderr: pairs done, pairs/s, current epoch and loss."""
+
+    def __init__(self, progress: Any, quiet: bool) -> None:
+        self.progress = progress
+        self.task: Any = None
+        self.quiet = quiet
+
+    def start(self, total: int, description: str) -> None:
+        self.description = description
+        if self.progress is not None:
+            self.progress.start()
+            self.task = self.progress.add_task(description, total=total)
+
+    def advance(self, pairs: int, loss: float, epoch: int) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, advance=pairs,
+                                 description=f"epoch {epoch} loss {loss:.4f}")
+
+    def epoch_done(self, record: dict[str, Any]) -> None:
+        if self.quiet:
+            return
+        line = (f"epoch {record['epoch']}: loss {record['loss']:.4f}, "
+                f"{record['metrics_on']} loss {record['eval_loss']:.4f}, "
+                f"gap {record['gap']:.3f}, alignment {record['alignment']:.3f}, "
+                f"uniformity {record['uniformity']:.3f}, {record['pairs_per_s']:,.0f} pairs/s")
+        if self.progress is not None:
+            self.progress.console.print(line, markup=False)
+        else:
+            say(line)
+
+    def note(self, message: str) -> None:
+        if self.progress is not None and self.progress.live.is_started:
+            self.progress.console.print(f"warning: {message}", markup=False, style="yellow")
+        else:
+            warn(message)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def train(
+    store: Path = typer.Argument(..., help="Store folder (from embed or import)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Head folder to create."),
+    pairs: str | None = typer.Option(
+        None, "--pairs", "-p", help="Pair table from mine (triplet or n-tuple; - = stdin)."),
+    relation: str | None = typer.Option(
+        None, "--relation",
+        help="instance or label: positives from the store, in-batch negatives (no table); with "
+        "--pairs: which in-batch items are not negatives (default instance)."),
+    head: str = typer.Option("mlp", "--head", help="linear or mlp."),
+    out_dim: int = typer.Option(128, "--out-dim", help="Output dimension of the head."),
+    hidden: int | None = typer.Option(None, "--hidden",
+                                      help="Hidden width of the mlp (default: input dim)."),
+    loss: str = typer.Option("infonce", "--loss",
+                             help="infonce, triplet, supcon, debiased or hard."),
+    temperature: float = typer.Option(0.1, "--temperature",
+                                      help="Softmax temperature (all but triplet)."),
+    symmetric: bool = typer.Option(False, "--symmetric",
+                                   help="NT-Xent over both views (infonce, debiased, hard)."),
+    margin: float = typer.Option(0.2, "--margin", help="Triplet margin on cosine distance."),
+    tau_plus: float = typer.Option(0.1, "--tau-plus",
+                                   help="Class prior for debiasing (debiased, hard)."),
+    beta: float = typer.Option(1.0, "--beta", help="Hardness concentration (hard)."),
+    fn_mode: str = typer.Option(
+        "eliminate", "--fn-mode",
+        help="Rows flagged false_negative: eliminate (out of the denominator), attract (as "
+        "positives) or keep (as negatives)."),
+    epochs: int = typer.Option(10, "--epochs", help="Passes over the pairs."),
+    batch_size: int = typer.Option(256, "--batch-size", help="Pairs per batch."),
+    lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate (AdamW)."),
+    weight_decay: float = typer.Option(1e-4, "--weight-decay", help="AdamW weight decay."),
+    warmup: float = typer.Option(0.1, "--warmup", help="Fraction of steps of linear warmup."),
+    seed: int = typer.Option(0, "--seed", help="Seed of init, shuffling, split, sampling."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    precision: str = typer.Option(
+        "auto", "--precision", help="auto (fp16 on CUDA, fp32 on CPU), fp32, fp16 or bf16."),
+    val_fraction: float = typer.Option(
+        0.0, "--val-fraction", help="Fraction of sources held out for validation."),
+    stop_on_collapse: bool = typer.Option(False, "--stop-on-collapse",
+                                          help="Stop when the embeddings collapse."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing head."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or per-epoch lines."),
+    json_summary: bool = typer.Option(False, "--json", help="Print the last epoch as JSON."),
+) -> None:
+    """Train a projection head on frozen embeddings with a contrastive loss.
+
+    Example: pairkit mine store --hard -o - | pairkit train store --pairs - -o head
+    """
+    from pairkit.core.store import Store
+    from pairkit.core.tables import read_table
+    from pairkit.errors import UsageError
+    from pairkit.train.loop import TrainConfig, train_head
+    from pairkit.train.losses import LossConfig
+
+    with user_errors():
+        if pairs is None and relation is None:
+            raise UsageError("give a pair table with --pairs or a relation with --relation "
+                             "instance|label")
+        if resume and force:
+            raise UsageError("--resume and --force contradict each other: pick one")
+        cfg = TrainConfig(
+            head=head, out_dim=out_dim, hidden=hidden,
+            loss=LossConfig(name=loss, temperature=temperature, symmetric=symmetric,
+                            margin=margin, tau_plus=tau_plus, beta=beta),
+            fn_mode=fn_mode, relation=relation, epochs=epochs, batch_size=batch_size, lr=lr,
+            weight_decay=weight_decay, warmup=warmup, seed=seed, device=device,
+            precision=precision, val_fraction=val_fraction, stop_on_collapse=stop_on_collapse,
+        )
+        cfg.check()
+        st = Store.open(store)
+        table = read_table(pairs) if pairs is not None else None
+        bar = _TrainBar(make_progress(quiet, unit="pairs"), quiet)
+        try:
+            result = train_head(st, output, cfg, table=table, table_name=pairs, resume=resume,
+                                force=force, hook=bar)
+        finally:
+            bar.stop()
+        last = result.records[-1]
+        if json_summary:
+            typer.echo(json.dumps(last))
+        if result.stopped == "collapse":
+            from pairkit.errors import PairkitError
+
+            raise PairkitError(f"stopped at epoch {last['epoch']}: the embeddings collapsed "
+                               f"(--stop-on-collapse); weights of that epoch are in {output}")
+        say(f"trained {head} head {st.dim}->{out_dim} with {loss} for {last['epoch']} epochs on "
+            f"{result.device} ({result.examples} pairs/epoch, {last['pairs_per_s']:,.0f} "
+            f"pairs/s): {last['metrics_on']} gap {last['gap']:.3f} -> {output}", quiet)

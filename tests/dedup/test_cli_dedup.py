@@ -1,0 +1,212 @@
+"""`pairkit dedup`: table output, paths for pipelines, keep rules, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.core.store import write_store
+
+runner = CliRunner()
+
+
+def dup_store(tmp_path: Path, image_root: Path | None = None) -> Path:
+    """A store of 6 sources x 2 views with known duplicates (see the asserts below).
+
+    Sources (view 0 vectors): a, b = a's near copy (cos 0.98), c = a byte copy of d
+    (same file_sha256), d, e and f far from everything. View 1 of e equals a.
+    """
+    e = np.eye(8, dtype=np.float32)
+    near_a = np.float32(0.98) * e[0] + np.float32(np.sqrt(1 - 0.98**2)) * e[7]
+    view0 = {"a.jpg": e[0], "b.jpg": near_a, "c.jpg": e[2], "d.jpg": e[2],
+             "e.jpg": e[4], "f.jpg": e[5]}
+    sha = {"a.jpg": "1", "b.jpg": "2", "c.jpg": "3", "d.jpg": "3", "e.jpg": "4", "f.jpg": None}
+    rows, items = [], []
+    for view in (0, 1):
+        for name, vec in view0.items():
+            v = e[0] if (view == 1 and name == "e.jpg") else vec
+            if view == 1 and name != "e.jpg":
+                v = vec + 0.05 * e[6]
+            rows.append(v)
+            items.append({"path": f"img/{name}", "source": f"img/{name}", "view": view,
+                          "file_sha256": sha[name]})
+    extra = {"image_root": str(image_root)} if image_root else None
+    store = tmp_path / "store"
+    write_store(store, np.stack(rows), pd.DataFrame(items), encoder={"name": "test"},
+                dtype="float32", extra=extra)
+    return store
+
+
+def jsonl(text: str) -> pd.DataFrame:
+    return pd.DataFrame([json.loads(line) for line in text.splitlines() if line.strip()])
+
+
+def test_table_on_stdout_by_default(tmp_path: Path) -> None:
+    store = dup_store(tmp_path)
+    r = runner.invoke(app, ["dedup", str(store), "--threshold", "0.9"])
+    assert r.exit_code == 0, r.output
+    t = jsonl(r.stdout)
+    assert list(t.columns) == ["group", "id", "path", "keep", "similarity", "match"]
+    assert t["path"].tolist() == ["img/a.jpg", "img/b.jpg", "img/c.jpg", "img/d.jpg"]
+    assert t["group"].tolist() == [0, 0, 1, 1]
+    assert t["keep"].tolist() == [True, False, True, False]
+    assert t["match"].tolist() == ["keep", "near", "keep", "exact"]
+    assert t["id"].tolist() == [0, 1, 2, 3]  # view-0 rows
+    assert t["similarity"].tolist() == pytest.approx([1.0, 0.98, 1.0, 1.0], abs=1e-6)
+    assert "2 groups: 4 of 6 sources in groups (8 items with views), 66.7% of the store" \
+        in r.stderr
+    assert "2 to drop (1 exact, 1 near copies)" in r.stderr
+
+
+def test_default_threshold_and_exact_only(tmp_path: Path) -> None:
+    store = dup_store(tmp_path)
+    r = runner.invoke(app, ["dedup", str(store), "-q"])  # 0.98 >= default 0.965
+    assert r.exit_code == 0 and r.stderr == ""
+    assert len(jsonl(r.stdout)) == 4
+    r = runner.invoke(app, ["dedup", str(store), "--threshold", "0.99"])
+    assert jsonl(r.stdout)["path"].tolist() == ["img/c.jpg", "img/d.jpg"]
+    r = runner.invoke(app, ["dedup", str(store), "--exact-only"])
+    assert jsonl(r.stdout)["path"].tolist() == ["img/c.jpg", "img/d.jpg"]
+    assert "exact only" in r.stderr
+
+
+def test_help_states_the_measured_default() -> None:
+    from pairkit.cli.dedup import DEFAULT_THRESHOLD_TEXT
+    from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD
+
+    assert float(DEFAULT_THRESHOLD_TEXT) == DEFAULT_THRESHOLD
+
+
+@pytest.mark.parametrize("name", ["groups.csv", "groups.parquet", "groups.jsonl"])
+def test_table_file_and_force(tmp_path: Path, name: str) -> None:
+    from pairkit.core.tables import read_table
+
+    store = dup_store(tmp_path)
+    out = tmp_path / name
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "-o", str(out)])
+    assert r.exit_code == 0 and r.stdout == ""
+    t = read_table(out)
+    assert t["path"].tolist() == ["img/a.jpg", "img/b.jpg", "img/c.jpg", "img/d.jpg"]
+    r = runner.invoke(app, ["dedup", str(store), "-o", str(out)])
+    assert r.exit_code == 1
+    assert "exists; pass --force to overwrite it" in r.stderr
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.99", "-o", str(out), "--force"])
+    assert r.exit_code == 0
+    assert len(read_table(out)) == 2
+
+
+def test_paths_only_drop(tmp_path: Path) -> None:
+    root = tmp_path / "images"
+    store = dup_store(tmp_path, image_root=root)
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "--paths-only", "--drop", "-q"])
+    assert r.exit_code == 0
+    assert r.stdout == "img/b.jpg\nimg/d.jpg\n"
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "--paths-only", "-q"])
+    assert r.stdout.splitlines() == ["img/a.jpg", "img/b.jpg", "img/c.jpg", "img/d.jpg"]
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "--paths-only", "--drop",
+                            "--absolute", "--print0", "-q"])
+    assert r.stdout == f"{root / 'img/b.jpg'}\0{root / 'img/d.jpg'}\0"
+    out = tmp_path / "drop.txt"
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "--paths-only", "--drop",
+                            "-o", str(out)])
+    assert r.exit_code == 0 and out.read_text() == "img/b.jpg\nimg/d.jpg\n"
+    # --drop on the table: only the rows to remove
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "--drop", "-q"])
+    assert jsonl(r.stdout)["keep"].tolist() == [False, False]
+
+
+def test_keep_largest_reads_image_sizes(tmp_path: Path) -> None:
+    from PIL import Image
+
+    root = tmp_path / "images"
+    (root / "img").mkdir(parents=True)
+    for name, side in [("a", 10), ("b", 30), ("c", 12), ("d", 12), ("e", 5), ("f", 5)]:
+        Image.new("RGB", (side, side), (200, 10, 10)).save(root / "img" / f"{name}.jpg")
+    store = dup_store(tmp_path, image_root=root)
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "--keep", "largest"])
+    assert r.exit_code == 0, r.output
+    t = jsonl(r.stdout)
+    assert t.loc[t["keep"], "path"].tolist() == ["img/b.jpg", "img/c.jpg"]  # c/d tie: first
+    assert "keep largest" in r.stderr
+    shutil.rmtree(root / "img")
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "--keep", "largest"])
+    assert r.exit_code == 0
+    assert "unreadable under" in r.stderr and "keep first" in r.stderr
+    assert jsonl(r.stdout).loc[lambda t: t["keep"], "path"].tolist() == ["img/a.jpg",
+                                                                         "img/c.jpg"]
+
+
+def test_keep_largest_without_image_root_falls_back(tmp_path: Path) -> None:
+    store = dup_store(tmp_path)
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "--keep", "largest"])
+    assert r.exit_code == 0
+    assert "image_root is unset; using --keep first" in r.stderr
+
+
+def test_keep_central(tmp_path: Path) -> None:
+    store = dup_store(tmp_path)
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "--keep", "central"])
+    assert r.exit_code == 0
+    assert jsonl(r.stdout)["group"].tolist() == [0, 0, 1, 1]
+
+
+def test_end_to_end_with_embed(tmp_path: Path, image_folder: Path) -> None:
+    first = sorted(image_folder.glob("class0/*"))[0]
+    shutil.copy(first, image_folder / f"zz{first.suffix}")
+    store = tmp_path / "store"
+    r = runner.invoke(app, ["embed", str(image_folder), "-o", str(store), "--model", "fake",
+                            "--views", "2", "-q"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["dedup", str(store), "--exact-only", "--paths-only", "--drop"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout == f"zz{first.suffix}\n"
+    assert "1 groups: 2 of 13 sources" in r.stderr
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9"])
+    t = jsonl(r.stdout)
+    assert r.exit_code == 0 and len(t) >= 2
+    assert (t["similarity"] <= 1.0).all()  # float16 rows: clipped, never 1.00005
+
+
+def test_device_cuda_without_gpu(tmp_path: Path) -> None:
+    from pairkit.index.range_search import gpu_count
+
+    if gpu_count():
+        pytest.skip("a GPU is visible")
+    r = runner.invoke(app, ["dedup", str(dup_store(tmp_path)), "--device", "cuda"])
+    assert r.exit_code == 1 and "FAISS sees no GPU" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args,code,message",
+    [
+        (["-t", "1.5"], 2, "--threshold must be in (0, 1], got 1.5"),
+        (["-t", "0"], 2, "--threshold must be in (0, 1], got 0"),
+        (["--keep", "biggest"], 2, "--keep must be one of first, largest, central, got biggest"),
+        (["--print0"], 2, "--print0 needs --paths-only"),
+        (["--batch-size", "0"], 2, "--batch-size must be >= 1, got 0"),
+        (["--device", "tpu"], 2, "--device must be auto, cpu or cuda, got tpu"),
+        (["--absolute"], 2, "--absolute needs the store's image_root"),
+        (["-o", "groups.txt"], 1, "can't tell the table format of groups.txt"),
+    ],
+)
+def test_bad_options(tmp_path: Path, args: list[str], code: int, message: str) -> None:
+    store = dup_store(tmp_path)
+    r = runner.invoke(app, ["dedup", str(store), *args])
+    assert r.exit_code == code, r.output
+    assert r.stderr.startswith("error: ") and message in r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_missing_and_broken_store(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["dedup", str(tmp_path / "nope")])
+    assert r.exit_code == 1 and "not found" in r.stderr
+    (tmp_path / "empty").mkdir()
+    r = runner.invoke(app, ["dedup", str(tmp_path / "empty")])
+    assert r.exit_code == 1 and "is not a pairkit store" in r.stderr

@@ -1,0 +1,213 @@
+"""`pairkit eval` end to end: JSON keys, direct checks, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.core.store import Store, write_store
+
+runner = CliRunner()
+
+ALL_KEYS = {"knn_top1", "knn_top5", "knn", "linear_top1", "linear_mean_per_class_recall",
+            "precision_at_1", "r_precision", "map_at_r", "recall_at_k", "alignment",
+            "uniformity", "n_queries", "n_references"}
+FAST = ["--probe-max-train", "500"]
+
+
+def noisy_store(path: Path, n_sources: int = 60, views: int = 2, dim: int = 8,
+                classes: int = 4, seed: int = 0, labels: bool = True,
+                encoder: str = "random", noise: float = 1.0) -> Store:
+    """Overlapping clusters, so metrics are between 0 and 1."""
+    centres = np.random.default_rng(99).normal(size=(classes, dim))  # shared by all seeds
+    rng = np.random.default_rng(seed)
+    rows, items = [], []
+    for s in range(n_sources):
+        c = s % classes
+        base = centres[c] + noise * rng.normal(size=dim)
+        for v in range(views):
+            rows.append(base + 0.3 * rng.normal(size=dim))
+            item = {"path": f"{seed}/s{s}_{v}.jpg", "source": f"{seed}/s{s}", "view": v}
+            if labels:
+                item["label"] = f"c{c}"
+            items.append(item)
+    return write_store(path, np.asarray(rows, dtype=np.float32), pd.DataFrame(items),
+                       encoder={"name": encoder}, dtype="float32")
+
+
+def _run(*args: str):
+    return runner.invoke(app, ["eval", *args])
+
+
+def _json(result) -> dict:
+    assert result.exit_code == 0, result.output + result.stderr
+    return json.loads(result.stdout)
+
+
+def test_split_json_has_the_agreed_keys(tmp_path: Path) -> None:
+    noisy_store(tmp_path / "s")
+    out = _json(_run(str(tmp_path / "s"), "--json", "--knn-k", "3,7", *FAST))
+    assert set(out) == ALL_KEYS
+    assert out["n_queries"] + out["n_references"] == 120
+    assert out["n_queries"] == 24  # 12 of 60 sources, 2 views each
+    assert set(out["knn"]) == {"3", "7"}
+    assert out["knn_top1"] == out["knn"]["3"]["top1"]
+    assert set(out["recall_at_k"]) == {"1", "5", "10"}
+    for key in ALL_KEYS - {"knn", "recall_at_k", "n_queries", "n_references", "uniformity"}:
+        assert 0.0 <= out[key] <= 4.0, key
+    assert "pairkit eval" in _run(str(tmp_path / "s"), *FAST).stderr
+
+
+def test_against_matches_a_direct_computation(tmp_path: Path) -> None:
+    ref = noisy_store(tmp_path / "ref", seed=0)
+    test = noisy_store(tmp_path / "test", n_sources=30, seed=1)
+    out = _json(_run(str(tmp_path / "ref"), "--against", str(tmp_path / "test"), "--json",
+                     "--knn-k", "5", "--metrics", "knn,retrieval"))
+    r, q = ref.vectors(np.float32).astype(np.float64), test.vectors(np.float32).astype(np.float64)
+    rl, ql = ref.labels(), test.labels()
+    sims = q @ r.T
+    top1 = p1 = 0
+    for i in range(len(q)):
+        nn = np.argsort(-sims[i])[:5]
+        votes: dict[str, float] = {}
+        for j in nn:
+            votes[rl[j]] = votes.get(rl[j], 0.0) + np.exp(sims[i, j] / 0.07)
+        top1 += max(sorted(votes), key=lambda c: votes[c]) == ql[i]
+        p1 += rl[nn[0]] == ql[i]
+    assert out["knn_top1"] == pytest.approx(top1 / len(q))
+    assert out["precision_at_1"] == pytest.approx(p1 / len(q))
+    assert set(out) == {"knn_top1", "knn_top5", "knn", "precision_at_1", "r_precision",
+                        "map_at_r", "recall_at_k", "n_queries", "n_references"}
+    assert 0.2 < out["knn_top1"] < 1.0
+
+
+def test_against_itself_excludes_the_query(tmp_path: Path) -> None:
+    s = noisy_store(tmp_path / "s", views=1)
+    out = _json(_run(str(tmp_path / "s"), "--against", str(tmp_path / "s"), "--json",
+                     "--metrics", "retrieval", "--include-same-source"))
+    x = s.vectors(np.float32)
+    labels = s.labels()
+    sims = x @ x.T
+    np.fill_diagonal(sims, -np.inf)
+    p1 = np.mean([labels[np.argmax(sims[i])] == labels[i] for i in range(len(x))])
+    assert out["precision_at_1"] == pytest.approx(p1)
+    assert out["precision_at_1"] < 1.0
+
+
+def test_gallery_of_queries(tmp_path: Path) -> None:
+    noisy_store(tmp_path / "s")
+    out = _json(_run(str(tmp_path / "s"), "--json", "--metrics", "retrieval",
+                     "--retrieval-gallery", "queries", "--recall-k", "1,2"))
+    assert set(out["recall_at_k"]) == {"1", "2"}
+    assert 0.0 < out["map_at_r"] <= 1.0
+
+
+def test_no_labels_gives_label_free_metrics(tmp_path: Path) -> None:
+    noisy_store(tmp_path / "s", labels=False)
+    res = _run(str(tmp_path / "s"), "--json")
+    out = _json(res)
+    assert set(out) == {"alignment", "uniformity", "n_queries", "n_references"}
+    assert "need labels" in res.stderr and "only label-free metrics" in res.stderr
+    res = _run(str(tmp_path / "s"), "--metrics", "knn")
+    assert res.exit_code == 1
+    assert res.stderr.strip() == "error: --metrics knn need labels, the queries have none"
+
+
+def test_one_view_has_no_alignment(tmp_path: Path) -> None:
+    noisy_store(tmp_path / "s", views=1, labels=False)
+    res = _run(str(tmp_path / "s"), "--json")
+    assert set(_json(res)) == {"uniformity", "n_queries", "n_references"}
+    assert "alignment needs 2+ views" in res.stderr
+
+
+def test_one_class(tmp_path: Path) -> None:
+    noisy_store(tmp_path / "s", classes=1)
+    res = _run(str(tmp_path / "s"), "--json")
+    assert set(_json(res)) == {"alignment", "uniformity", "n_queries", "n_references"}
+    assert "need at least 2 classes on the reference side, found 1 (c0)" in res.stderr
+    res = _run(str(tmp_path / "s"), "--metrics", "linear")
+    assert res.exit_code == 1
+    assert "at least 2 classes" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_bad_input_messages(tmp_path: Path) -> None:
+    noisy_store(tmp_path / "s")
+    noisy_store(tmp_path / "d4", dim=4)
+    noisy_store(tmp_path / "enc", encoder="other")
+    s = str(tmp_path / "s")
+    cases = [
+        (["--against", str(tmp_path / "d4")], 1, "has dim 4, store"),
+        (["--against", str(tmp_path / "enc")], 1, "different encoders are not comparable"),
+        (["--knn-k", "500"], 1, "--knn-k 500 is larger than the reference set (96 items)"),
+        (["--recall-k", "1,500", "--metrics", "retrieval"], 1, "--recall-k 500 is larger"),
+        (["--knn-k", "a"], 1, "--knn-k must be a comma-separated list of integers"),
+        (["--knn-temperature", "0"], 1, "--knn-temperature must be > 0, got 0.0"),
+        (["--compare"], 2, "--compare needs --head"),
+        (["--against", s, "--test-fraction", "0.1"], 2, "exclude each other"),
+        (["--test-fraction", "1.5"], 2, "--test-fraction must be > 0 and < 1, got 1.5"),
+        (["--metrics", "knn,foo"], 1, "--metrics must be among"),
+        (["--against", str(tmp_path / "missing")], 1, "not found"),
+        (["--head", str(tmp_path / "nohead")], 1, "not found"),
+        (["--device", "tpu", "--metrics", "linear"], 1, "--device must be auto, cpu, cuda"),
+    ]
+    for args, code, message in cases:
+        res = _run(s, *args)
+        assert res.exit_code == code, (args, res.stderr)
+        assert message in res.stderr, (args, res.stderr)
+        assert "Traceback" not in res.stderr
+
+
+def test_plots(tmp_path: Path) -> None:
+    noisy_store(tmp_path / "s")
+    res = _run(str(tmp_path / "s"), "--plot", str(tmp_path / "plots"), "--metrics",
+               "knn,geometry")
+    assert res.exit_code == 0, res.stderr
+    for name in ("scores.png", "map.png"):
+        data = (tmp_path / "plots" / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+    res = _run(str(tmp_path / "s"), "--plot", str(tmp_path / "plots"), "--metrics", "knn")
+    assert res.exit_code == 1
+    assert "scores.png exists; pass --force to overwrite it" in res.stderr
+    res = _run(str(tmp_path / "s"), "--plot", str(tmp_path / "plots"), "--metrics", "knn",
+               "--force")
+    assert res.exit_code == 0, res.stderr
+
+
+def _write_head(folder: Path, weight: np.ndarray) -> None:
+    head_mod = pytest.importorskip("pairkit.train.head",
+                                   reason="pairkit/train/head.py (load_head) not available")
+    import torch
+
+    spec = head_mod.HeadSpec(kind="linear", in_dim=weight.shape[1], out_dim=weight.shape[0])
+    module = head_mod.build_module(spec)
+    with torch.no_grad():
+        module[0].weight.copy_(torch.from_numpy(weight))
+    folder.mkdir()
+    head_mod.save_weights(folder, module)
+    head_mod.write_config(folder, {"format": head_mod.HEAD_FORMAT, "format_version": 1,
+                                   "head": head_mod.spec_dict(spec), "complete": True})
+
+
+def test_head_compare(tmp_path: Path) -> None:
+    noisy_store(tmp_path / "s")
+    _write_head(tmp_path / "identity", np.eye(8, dtype=np.float32))
+    s = str(tmp_path / "s")
+    args = ["--json", "--metrics", "knn,retrieval,geometry"]
+    out = _json(_run(s, "--head", str(tmp_path / "identity"), "--compare", *args))
+    assert set(out) == {"raw", "head"}
+    for key in ("knn_top1", "precision_at_1", "map_at_r", "alignment", "uniformity"):
+        assert out["head"][key] == pytest.approx(out["raw"][key], abs=1e-6), key
+    rng = np.random.default_rng(0)
+    _write_head(tmp_path / "proj", rng.normal(size=(3, 8)).astype(np.float32))
+    head_only = _json(_run(s, "--head", str(tmp_path / "proj"), *args))
+    assert "raw" not in head_only and "knn_top1" in head_only
+    _write_head(tmp_path / "wrong", np.eye(5, dtype=np.float32))
+    res = _run(s, "--head", str(tmp_path / "wrong"))
+    assert res.exit_code == 1
+    assert "takes vectors of dim 5, the store has dim 8" in res.stderr

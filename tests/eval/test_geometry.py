@@ -1,0 +1,52 @@
+"""Alignment and uniformity against the formulas on hand-made vectors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pairkit.eval.geometry import alignment, positive_pairs, random_pairs, uniformity
+
+
+def test_hand_made_square() -> None:
+    x = np.array([[1, 0], [0, 1], [-1, 0], [0, -1]], dtype=np.float32)
+    groups = np.array([0, 0, 1, 1])
+    rng = np.random.default_rng(0)
+    pi, pj = positive_pairs(groups, 100, rng)
+    assert sorted(zip(pi.tolist(), pj.tolist(), strict=True)) == [(0, 1), (2, 3)]
+    assert alignment(x, pi, pj) == pytest.approx(2.0)  # ||e1 - e2||^2 = 2
+    assert alignment(x, pi, pj, alpha=1) == pytest.approx(math.sqrt(2))
+    ui, uj = random_pairs(4, 100, rng)
+    assert len(ui) == 6
+    # squared distances: four pairs at 2, two opposite pairs at 4
+    expect = math.log((4 * math.exp(-4) + 2 * math.exp(-8)) / 6)
+    assert uniformity(x, ui, uj) == pytest.approx(expect)
+
+
+def test_identical_views_align_perfectly_and_no_pairs_is_none() -> None:
+    x = np.array([[0.6, 0.8], [0.6, 0.8], [1, 0]], dtype=np.float32)
+    rng = np.random.default_rng(0)
+    pi, pj = positive_pairs(np.array([0, 0, 1]), 10, rng)
+    assert alignment(x, pi, pj) == pytest.approx(0.0, abs=1e-12)
+    none_i, none_j = positive_pairs(np.array([0, 1, 2]), 10, rng)
+    assert alignment(x, none_i, none_j) is None
+    assert uniformity(x[:1], *random_pairs(1, 10, rng)) is None
+
+
+def test_sampled_pairs_are_valid_and_close_to_exact() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(400, 6))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    groups = np.repeat(np.arange(40), 10)
+    all_i, all_j = positive_pairs(groups, 10**6, rng)
+    assert len(all_i) == 40 * 45
+    si, sj = positive_pairs(groups, 1500, rng)
+    assert len(si) == 1500
+    assert (si != sj).all() and (groups[si] == groups[sj]).all()
+    assert alignment(x, si, sj) == pytest.approx(alignment(x, all_i, all_j), rel=0.05)
+    ei, ej = random_pairs(400, 10**6, rng)
+    ri, rj = random_pairs(400, 20000, rng)
+    assert (ri != rj).all()
+    assert uniformity(x, ri, rj) == pytest.approx(uniformity(x, ei, ej), abs=0.03)

@@ -1,0 +1,90 @@
+"""Weighted kNN against a direct numpy computation and scikit-learn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pairkit.eval.knn import knn_hits, knn_rank_classes
+from pairkit.eval.neighbours import Exclusion, search_excluding
+from pairkit.index.search import flat_index
+
+
+def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _neighbours(q: np.ndarray, r: np.ndarray, k: int, excl: Exclusion | None = None):
+    blocks = list(search_excluding(q, flat_index(r), len(r), k, excl, block_rows=7))
+    return (np.concatenate([b[1] for b in blocks]), np.concatenate([b[2] for b in blocks]))
+
+
+@pytest.mark.parametrize("k,temperature", [(1, 0.07), (10, 0.07), (25, 0.5)])
+def test_weighted_knn_matches_the_formula(k: int, temperature: float) -> None:
+    rng = np.random.default_rng(0)
+    refs, queries = _unit(rng, 300, 8), _unit(rng, 40, 8)
+    ref_labels = rng.integers(0, 6, size=300)
+    scores, ids = _neighbours(queries, refs, k)
+    classes, class_scores = knn_rank_classes(ref_labels[ids], scores, k, temperature)
+    sims = queries.astype(np.float64) @ refs.T.astype(np.float64)
+    for qi in range(len(queries)):
+        nn = np.argsort(-sims[qi])[:k]
+        direct = np.zeros(6)
+        for j in nn:
+            direct[ref_labels[j]] += np.exp(sims[qi, j] / temperature)
+        order = sorted(np.flatnonzero(direct), key=lambda c: (-direct[c], c))[:5]
+        got = [c for c in classes[qi] if c >= 0]
+        assert got == order
+        # scores are the formula's up to the per-row factor exp(-max_sim/T)
+        scale = np.exp(sims[qi, nn].max() / temperature)
+        np.testing.assert_allclose(class_scores[qi, : len(order)] * scale, direct[order],
+                                   rtol=1e-4)
+
+
+def test_uniform_knn_matches_sklearn() -> None:
+    from sklearn.neighbors import KNeighborsClassifier
+
+    rng = np.random.default_rng(1)
+    refs, queries = _unit(rng, 400, 6), _unit(rng, 100, 6)
+    ref_labels = rng.integers(0, 5, size=400)
+    for k in (1, 4, 15):
+        scores, ids = _neighbours(queries, refs, k)
+        classes, _ = knn_rank_classes(ref_labels[ids], scores, k, weighting="uniform")
+        clf = KNeighborsClassifier(n_neighbors=k, algorithm="brute").fit(refs, ref_labels)
+        # even k gives count ties: both break them towards the smaller class
+        np.testing.assert_array_equal(classes[:, 0], clf.predict(queries))
+
+
+def test_ties_and_absent_classes() -> None:
+    labels = np.array([[3, 1, 1, 3], [2, 2, -1, -1]])
+    sims = np.array([[0.5, 0.5, 0.5, 0.5], [0.9, 0.1, -np.inf, -np.inf]])
+    classes, scores = knn_rank_classes(labels, sims, 4, 0.1)
+    assert classes[0].tolist() == [1, 3, -1, -1, -1]  # tie -> smaller class code first
+    np.testing.assert_allclose(scores[0, :2], [2.0, 2.0])
+    assert classes[1].tolist() == [2, -1, -1, -1, -1]  # missing neighbours ignored
+    top1, top5 = knn_hits(classes, np.array([3, 7]))  # class 7 has no reference
+    assert top1.tolist() == [False, False]
+    assert top5.tolist() == [True, False]
+
+
+def test_exclusion_matches_brute_force() -> None:
+    rng = np.random.default_rng(2)
+    x = _unit(rng, 120, 5)
+    groups = rng.integers(0, 30, size=120)  # sources with up to ~9 views
+    excl = Exclusion(np.arange(120), groups, groups)
+    scores, ids = _neighbours(x, x, 10, excl)
+    sims = x @ x.T
+    for i in range(120):
+        allowed = np.flatnonzero(groups != groups[i])
+        expect = allowed[np.argsort(-sims[i, allowed], kind="stable")][:10]
+        np.testing.assert_allclose(scores[i], sims[i, expect], rtol=1e-5)
+        assert set(ids[i]) == set(expect)
+
+
+def test_exclusion_pads_when_too_few_remain() -> None:
+    x = _unit(np.random.default_rng(3), 4, 3)
+    groups = np.array([0, 0, 0, 1])
+    scores, ids = _neighbours(x, x, 3, Exclusion(np.arange(4), groups, groups))
+    assert ids[0].tolist() == [3, -1, -1]
+    assert np.isneginf(scores[0, 1:]).all()

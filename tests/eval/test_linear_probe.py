@@ -1,0 +1,63 @@
+"""The torch linear probe against scikit-learn's LogisticRegression."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pairkit.eval.linear_probe import (
+    fit_logistic,
+    linear_probe,
+    mean_per_class_recall,
+    predict_logistic,
+)
+
+
+def _blobs(seed: int, n: int, classes: int = 4, d: int = 10, noise: float = 1.5):
+    centres = np.random.default_rng(100).normal(size=(classes, d))  # shared by all seeds
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, size=n)
+    x = centres[y] + noise * rng.normal(size=(n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x.astype(np.float32), y
+
+
+@pytest.mark.parametrize("weight_decay", [1e-3, 1e-2])
+def test_matches_sklearn_logistic_regression(weight_decay: float) -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = _blobs(0, 600)
+    xt, yt = _blobs(5, 300)
+    w, b = fit_logistic(x, y, 4, weight_decay, max_iter=500, tolerance=1e-9)
+    ours = predict_logistic(xt, w, b)
+    sk = LogisticRegression(C=1.0 / (weight_decay * len(x)), max_iter=5000, tol=1e-10)
+    sk.fit(x, y)
+    theirs = sk.predict(xt)
+    assert np.mean(ours == theirs) >= 0.99
+    assert abs(np.mean(ours == yt) - np.mean(theirs == yt)) <= 0.01
+    # same convex objective -> same weights (up to the softmax's shared shift)
+    ours_logits = xt @ w + b
+    sk_logits = sk.decision_function(xt)
+    np.testing.assert_allclose(ours_logits - ours_logits.mean(1, keepdims=True),
+                               sk_logits - sk_logits.mean(1, keepdims=True), atol=2e-2)
+
+
+def test_probe_selects_weight_decay_and_handles_absent_classes() -> None:
+    x, y = _blobs(1, 400, classes=3, noise=2.5)
+    groups = np.arange(400) // 2
+    xt, yt = _blobs(2, 100, classes=3, noise=2.5)
+    yt = yt.copy()
+    yt[:10] = 7  # a class the training side never saw
+    res = linear_probe(x, y, groups, xt, yt, weight_decays=(1e-4, 1e-2), max_iter=200)
+    assert res.weight_decay in (1e-4, 1e-2)
+    assert set(res.val_top1) == {1e-4, 1e-2}
+    assert not (res.predictions == 7).any()
+    assert res.top1 == pytest.approx(np.mean(res.predictions == yt))
+    assert res.mean_per_class_recall == pytest.approx(mean_per_class_recall(res.predictions, yt))
+    assert res.top1 > 0.5
+
+
+def test_mean_per_class_recall_by_hand() -> None:
+    true = np.array([0, 0, 0, 1, 2, 2])
+    pred = np.array([0, 1, 0, 1, 0, 0])
+    assert mean_per_class_recall(pred, true) == pytest.approx((2 / 3 + 1 + 0) / 3)

@@ -1,0 +1,80 @@
+"""evaluate(): batching does not change results; partial labels; exclusion on splits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pairkit.errors import PairkitError
+from pairkit.eval.run import EvalConfig, EvalSide, evaluate
+
+
+def _side(seed: int, n: int, classes: int = 5, d: int = 12, views: int = 2,
+          prefix: str = "") -> EvalSide:
+    centres = np.random.default_rng(7).normal(size=(classes, d))
+    rng = np.random.default_rng(seed)
+    src = np.repeat(np.arange(n // views), views)
+    lab = src % classes
+    x = centres[lab] + 1.5 * rng.normal(size=(n // views, d))[src] + 0.4 * rng.normal(size=(n, d))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    return EvalSide(x, np.array([f"c{v}" for v in lab], dtype=object),
+                    np.array([f"{prefix}{v}" for v in src], dtype=object))
+
+
+def test_block_size_does_not_change_results() -> None:
+    q, r = _side(1, 90, prefix="q"), _side(2, 300, prefix="r")
+    base = dict(knn_ks=(3, 10), recall_ks=(1, 4), metrics=("knn", "retrieval", "geometry"))
+    small = evaluate(q, r, EvalConfig(block_rows=7, **base)).metrics
+    big = evaluate(q, r, EvalConfig(block_rows=10_000, **base)).metrics
+    assert small == big
+    assert 0.2 < small["knn_top1"] < 1.0
+
+
+def test_gallery_of_queries_excludes_own_source() -> None:
+    q = _side(3, 80)
+    cfg = EvalConfig(metrics=("retrieval",), gallery="queries", recall_ks=(1,))
+    excl = evaluate(q, q, cfg).metrics
+    incl = evaluate(q, q, EvalConfig(metrics=("retrieval",), gallery="queries",
+                                     recall_ks=(1,), exclude_same_source=False)).metrics
+    # the other view of the source is the easiest match: including it inflates P@1
+    assert incl["precision_at_1"] > excl["precision_at_1"]
+    x, labels, src = q.vectors, q.labels, q.sources
+    sims = x @ x.T
+    sims[src[:, None] == src[None, :]] = -np.inf
+    p1 = np.mean(labels[np.argmax(sims, axis=1)] == labels)
+    assert excl["precision_at_1"] == pytest.approx(p1)
+
+
+def test_partially_labelled_items_are_left_out_of_label_metrics() -> None:
+    q, r = _side(4, 60, prefix="q"), _side(5, 200, prefix="r")
+    ql = q.labels.copy()
+    ql[:10] = None
+    rl = r.labels.copy()
+    rl[::3] = None
+    rep = evaluate(EvalSide(q.vectors, ql, q.sources), EvalSide(r.vectors, rl, r.sources),
+                   EvalConfig(metrics=("knn", "retrieval"), knn_ks=(5,)))
+    assert any("labelled items only: 50 of 60 queries" in n for n in rep.notes)
+    keep_q, keep_r = ql != None, rl != None  # noqa: E711 - elementwise
+    ref = evaluate(EvalSide(q.vectors[keep_q], ql[keep_q], q.sources[keep_q]),
+                   EvalSide(r.vectors[keep_r], rl[keep_r], r.sources[keep_r]),
+                   EvalConfig(metrics=("knn", "retrieval"), knn_ks=(5,)))
+    for key in ("knn_top1", "precision_at_1", "map_at_r"):
+        assert rep.metrics[key] == pytest.approx(ref.metrics[key])
+
+
+def test_max_r_notes_and_exact_when_large_enough() -> None:
+    q, r = _side(6, 40, classes=2, prefix="q"), _side(7, 200, classes=2, prefix="r")
+    exact = evaluate(q, r, EvalConfig(metrics=("retrieval",), max_r=1000))
+    capped = evaluate(q, r, EvalConfig(metrics=("retrieval",), max_r=20))
+    assert not any("lower bounds" in n for n in exact.notes)
+    assert any("R > --max-r 20 for 40 queries" in n for n in capped.notes)
+    assert capped.metrics["map_at_r"] <= exact.metrics["map_at_r"]
+
+
+def test_empty_queries_and_bad_config() -> None:
+    r = _side(8, 20)
+    empty = EvalSide(np.zeros((0, 12), np.float32), None, np.zeros(0, dtype=object))
+    with pytest.raises(PairkitError, match="no queries"):
+        evaluate(empty, r, EvalConfig())
+    with pytest.raises(PairkitError, match="--retrieval-gallery must be one of"):
+        evaluate(r, r, EvalConfig(gallery="all"))

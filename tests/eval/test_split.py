@@ -1,0 +1,34 @@
+"""Splitting by source and checking --against stores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pairkit.errors import PairkitError, UsageError
+from pairkit.eval.split import check_compatible, split_by_source
+
+
+def test_views_of_a_source_never_cross() -> None:
+    codes = np.repeat(np.arange(50), 3)
+    mask = split_by_source(codes, 0.2, seed=4)
+    assert len(np.unique(codes[mask])) == 10
+    assert not set(codes[mask]) & set(codes[~mask])
+    np.testing.assert_array_equal(mask, split_by_source(codes, 0.2, seed=4))
+    assert not np.array_equal(mask, split_by_source(codes, 0.2, seed=5))
+
+
+def test_bad_splits() -> None:
+    with pytest.raises(UsageError, match="--test-fraction must be > 0 and < 1, got 1.0"):
+        split_by_source(np.arange(5), 1.0, 0)
+    with pytest.raises(PairkitError, match="at least 2 sources"):
+        split_by_source(np.zeros(4, dtype=np.int64), 0.5, 0)
+    assert split_by_source(np.arange(2), 0.01, 0).sum() == 1
+
+
+def test_check_compatible() -> None:
+    check_compatible(8, {"name": "a"}, 8, {"name": "a"}, "s", "t")
+    with pytest.raises(PairkitError, match="has dim 4, store s has dim 8"):
+        check_compatible(8, {"name": "a"}, 4, {"name": "a"}, "s", "t")
+    with pytest.raises(PairkitError, match="different encoders"):
+        check_compatible(8, {"name": "a"}, 8, {"name": "b"}, "s", "t")

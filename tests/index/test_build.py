@@ -1,0 +1,188 @@
+"""Index kinds: recall against exact search, auto choice, save/load tied to the store rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.errors import PairkitError
+from pairkit.index.build import (
+    IndexSpec,
+    build_index,
+    choose_kind,
+    default_pq_m,
+    index_paths,
+    load_index,
+    prepare_index,
+    save_index,
+    use_gpu,
+)
+from pairkit.index.search import knn_search
+from tests.conftest import random_store
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_faiss_thread():
+    """k-means training is ~10x slower with OpenMP threads fighting on a busy 2-core box."""
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(before)
+
+
+def clustered(n: int, d: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(max(2, n // 100), d))
+    x = centers[rng.integers(0, len(centers), n)] + 0.5 * rng.normal(size=(n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def recall(ids: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(ids, ref, strict=True)]))
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    x = clustered(1500, 16)
+    _, ref = knn_search(x, x, 10)
+    return x, ref
+
+
+@pytest.mark.parametrize(
+    ("kind", "float16", "floor"),
+    [("flat", False, 1.0), ("flat", True, 0.99), ("ivf", False, 0.95), ("ivf", True, 0.95),
+     ("hnsw", False, 0.95), ("ivfpq", False, 0.85)],
+)
+def test_recall_against_exact(data, kind: str, float16: bool, floor: float) -> None:
+    x, ref = data
+    loaded = prepare_index(x, kind, float16=float16, gpu=False)
+    scores, ids = loaded.searcher(x)(x, 10)
+    assert recall(ids, ref) >= floor
+    # scores are true inner products (re-scored for lossy indices), best first
+    valid = ids >= 0
+    true = np.einsum("nd,nkd->nk", x, x[np.maximum(ids, 0)])
+    np.testing.assert_allclose(scores[valid], true[valid], atol=1e-5)
+    assert (np.diff(np.where(valid, scores, -np.inf), axis=1) <= 1e-6).all()
+
+
+def test_list_major_ivf_equals_faiss_ivf_search(data) -> None:
+    from pairkit.index.search import IvfListMajor
+
+    x, _ = data
+    loaded = prepare_index(x, "ivf", nprobe=3, gpu=False)
+    assert IvfListMajor.supports(loaded.index)
+    assert not IvfListMajor.worthwhile(loaded.index)  # 1500 rows: lists too short
+    assert IvfListMajor.worthwhile(prepare_index(x, "ivf", nlist=4, gpu=False).index)
+    assert not IvfListMajor.supports(prepare_index(x, "flat", gpu=False).index)
+    assert not IvfListMajor.supports(prepare_index(x, "ivf", float16=True, gpu=False).index)
+    ref_s, ref_i = knn_search(x, loaded.index, 12)
+    got_s, got_i = knn_search(x, IvfListMajor(loaded.index), 12, batch_size=500)
+    np.testing.assert_allclose(got_s, ref_s, atol=1e-5)
+    assert (got_i == ref_i).mean() > 0.999  # only float-rounding near-ties may swap
+    # fewer rows reachable than k: padded like FAISS
+    s, i = IvfListMajor(loaded.index).search(x[:3], 1500)
+    assert (i[:, -1] == -1).all() and np.isneginf(s[:, -1]).all()
+
+
+def test_more_nprobe_more_recall(data) -> None:
+    x, ref = data
+    low = prepare_index(x, "ivf", nprobe=1, gpu=False).searcher(x)(x, 10)[1]
+    high = prepare_index(x, "ivf", nprobe=64, gpu=False).searcher(x)(x, 10)[1]
+    assert recall(high, ref) >= recall(low, ref)
+    assert recall(high, ref) == 1.0  # every cell scanned = exact
+
+
+def test_auto_choice_is_stated() -> None:
+    assert choose_kind(100, 1000)[0] == "flat"
+    kind, reason = choose_kind(5000, 1000)
+    assert kind == "ivf" and "approximate" in reason and "5,000" in reason
+    x = clustered(600, 8)
+    small = prepare_index(x, "auto", gpu=False)
+    assert small.spec.kind == "flat" and "exact" in small.describe()
+    big = prepare_index(x, "auto", exact_max_rows=100, gpu=False)
+    assert big.spec.kind == "ivf" and "approximate" in big.describe()
+
+
+def test_spec_defaults_and_errors() -> None:
+    spec = IndexSpec(kind="ivf").resolved(10_000, 64)
+    assert spec.nlist == 100 and spec.nprobe == 8
+    assert IndexSpec(kind="ivf").resolved(200_000, 64).nlist == 447
+    assert default_pq_m(512) == 64 and default_pq_m(48) == 12
+    with pytest.raises(PairkitError, match="--pq-m must divide"):
+        IndexSpec(kind="ivfpq", pq_m=5).resolved(10_000, 16)
+    with pytest.raises(PairkitError, match="--kind must be one of"):
+        IndexSpec(kind="lsh").resolved(10, 4)
+    with pytest.raises(PairkitError, match="ivfpq index needs at least 1000 rows"):
+        build_index(clustered(200, 8), IndexSpec(kind="ivfpq").resolved(200, 8))
+
+
+def test_gpu_requested_without_gpu() -> None:
+    import faiss
+
+    if faiss.get_num_gpus() > 0:
+        pytest.skip("a GPU is visible")
+    assert use_gpu(None) is False
+    with pytest.raises(PairkitError, match="FAISS sees no GPU"):
+        use_gpu(True)
+
+
+def test_save_load_tied_to_store_rows(tmp_path: Path) -> None:
+    store = random_store(tmp_path / "s", n_sources=200, views=2, dim=8)
+    x = store.vectors(np.float32)
+    spec = IndexSpec(kind="hnsw").resolved(store.count, store.dim)
+    built = build_index(x, spec)
+    path = save_index(built, spec, store.root, store.content_id, store.count, store.dim)
+    meta = json.loads(index_paths(store.root, "hnsw")[1].read_text())
+    assert path.is_file() and meta["content_id"] == store.content_id
+    loaded = load_index(store.root, "hnsw", store.content_id, store.count)
+    assert loaded is not None and loaded[1].ef_search == 128
+    np.testing.assert_array_equal(knn_search(x, loaded[0], 5)[1], knn_search(x, built, 5)[1])
+    # prepare_index reuses it, with a search-time override
+    p = prepare_index(x, "hnsw", store_root=store.root, content_id=store.content_id,
+                      ef_search=64, gpu=False)
+    assert p.origin == str(path) and p.spec.ef_search == 64
+    # other rows: never reused
+    assert load_index(store.root, "hnsw", "0" * 16, store.count) is None
+    with pytest.raises(PairkitError, match="exists; pass --force"):
+        save_index(built, spec, store.root, store.content_id, store.count, store.dim)
+
+
+def test_stale_index_after_store_rewrite_is_not_used(tmp_path: Path) -> None:
+    from pairkit.core.store import write_store
+
+    store = random_store(tmp_path / "s", n_sources=200, views=2, dim=8)
+    runner = CliRunner()
+    r = runner.invoke(app, ["index", str(store.root), "--kind", "ivf", "-q"])
+    assert r.exit_code == 0, r.output
+    assert index_paths(store.root, "ivf")[0].is_file()
+    # rewrite the store with other vectors in place (same folder)
+    new = write_store(store.root, np.random.default_rng(9).normal(size=(400, 8)),
+                      store.items.drop(columns=["id"]), force=True, dtype="float32")
+    assert new.content_id != store.content_id
+    x = new.vectors(np.float32)
+    assert load_index(new.root, "ivf", new.content_id, new.count) is None
+    p = prepare_index(x, "ivf", store_root=new.root, content_id=new.content_id, gpu=False)
+    assert p.origin == "built"
+
+
+def test_index_cli(tmp_path: Path) -> None:
+    store = random_store(tmp_path / "s", n_sources=100, views=2, dim=8)
+    runner = CliRunner()
+    r = runner.invoke(app, ["index", str(store.root)])
+    assert r.exit_code == 0, r.output
+    assert "flat" in r.output and "exact" in r.output
+    r = runner.invoke(app, ["index", str(store.root)])
+    assert r.exit_code == 1 and "pass --force" in r.output
+    r = runner.invoke(app, ["index", str(store.root), "--force", "--kind", "hnsw"])
+    assert r.exit_code == 0 and index_paths(store.root, "hnsw")[0].is_file()
+    r = runner.invoke(app, ["index", str(store.root), "--kind", "lsh"])
+    assert r.exit_code == 1 and r.output.strip().splitlines()[-1].startswith("error: --kind")
+    r = runner.invoke(app, ["index", str(tmp_path / "missing")])
+    assert r.exit_code == 1 and "not found" in r.output

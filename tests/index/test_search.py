@@ -1,0 +1,131 @@
+"""knn_search against a brute-force numpy reference (the one search every command uses)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pairkit.index import search as search_mod
+from pairkit.index.search import exact_scores, flat_index, knn_search, sort_results
+from tests.conftest import random_store
+
+
+def brute_force(queries: np.ndarray, base: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Reference: all scores, stable sort by score descending (ties: lower id first)."""
+    s = queries.astype(np.float64) @ base.astype(np.float64).T
+    order = np.argsort(-s, axis=1, kind="stable")[:, :k]
+    scores = np.take_along_axis(s, order, 1).astype(np.float32)
+    pad = k - order.shape[1]
+    if pad > 0:
+        order = np.pad(order, ((0, 0), (0, pad)), constant_values=-1)
+        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+    return scores, order.astype(np.int64)
+
+
+def _unit(n: int, d: int, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("k", [1, 7, 300, 305])
+def test_matches_brute_force(k: int) -> None:
+    base = _unit(300, 16)
+    queries = _unit(50, 16, seed=1)
+    scores, ids = knn_search(queries, base, k, batch_size=13)
+    ref_s, ref_i = brute_force(queries, base, k)
+    np.testing.assert_array_equal(ids, ref_i)
+    np.testing.assert_allclose(scores, ref_s, atol=1e-5)
+    if k > 300:  # more than the index holds: padded
+        assert (ids[:, 300:] == -1).all() and np.isneginf(scores[:, 300:]).all()
+
+
+def test_ties_ordered_by_id_like_a_stable_sort() -> None:
+    rng = np.random.default_rng(3)
+    base = rng.integers(-1, 2, size=(200, 4)).astype(np.float32)  # many exact ties
+    queries = rng.integers(-1, 2, size=(40, 4)).astype(np.float32)
+    for k in (1, 5, 37):
+        scores, ids = knn_search(queries, base, k, batch_size=16 if k < 30 else 64)
+        ref_s, ref_i = brute_force(queries, base, k)
+        np.testing.assert_array_equal(ids, ref_i)
+        np.testing.assert_array_equal(scores, ref_s)
+
+
+def test_float16_store_matches_brute_force(tmp_path: Path) -> None:
+    store = random_store(tmp_path / "s", n_sources=60, views=2, dim=16, dtype="float16")
+    x = store.vectors(np.float32)
+    assert store.dtype == "float16"
+    scores, ids = knn_search(x, x, 11)
+    ref_s, ref_i = brute_force(x, x, 11)
+    np.testing.assert_allclose(scores, ref_s, atol=1e-5)
+    # compare ids where neighbouring scores are not (near-)ties
+    gap = np.abs(np.diff(ref_s.astype(np.float64), axis=1)) > 1e-5
+    ok = np.ones_like(ids, dtype=bool)
+    ok[:, 1:] &= gap
+    ok[:, :-1] &= gap
+    np.testing.assert_array_equal(ids[ok], ref_i[ok])
+
+
+def test_batch_size_does_not_change_results() -> None:
+    base = _unit(400, 8)
+    a = knn_search(base, base, 9, batch_size=1)
+    b = knn_search(base, base, 9, batch_size=4096)
+    np.testing.assert_array_equal(a[1], b[1])
+    np.testing.assert_array_equal(a[0], b[0])
+
+
+def test_empty_queries_and_k_zero() -> None:
+    base = _unit(10, 4)
+    s, i = knn_search(base[:0], base, 3)
+    assert s.shape == (0, 3) and i.shape == (0, 3)
+    s, i = knn_search(base, base, 0)
+    assert s.shape == (10, 0)
+
+
+class GpuFakeIndex:
+    """Stands in for a FAISS GPU index: refuses k > 2048 like the real one."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.ntotal = inner.ntotal  # type: ignore[attr-defined]
+
+    def search(self, x: np.ndarray, k: int):  # noqa: ANN201
+        if k > search_mod.GPU_MAX_K:
+            raise AssertionError("k > 2048 reached the GPU index")
+        return self.inner.search(x, k)  # type: ignore[attr-defined]
+
+
+def test_gpu_k_limit_falls_back_to_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = _unit(2200, 4)
+    queries = base[:5]
+    cpu = flat_index(base)
+    gpu = GpuFakeIndex(cpu)
+    assert search_mod.is_gpu_index(gpu)
+    ref_s, ref_i = brute_force(queries, base, 2100)
+    # explicit CPU twin
+    s, i = knn_search(queries, gpu, 2100, cpu_fallback=cpu)
+    np.testing.assert_array_equal(i[:, :50], ref_i[:, :50])
+    # no twin: a CPU copy of the GPU index is made
+    monkeypatch.setattr(search_mod, "cpu_copy", lambda index: index.inner)
+    s2, i2 = knn_search(queries, gpu, 2100)
+    np.testing.assert_array_equal(i2, i)
+    # within the limit the GPU index itself answers
+    s3, i3 = knn_search(queries, gpu, 2048)
+    np.testing.assert_array_equal(i3[:, :50], ref_i[:, :50])
+
+
+def test_exact_scores_and_sort_results() -> None:
+    base = _unit(30, 8)
+    q = _unit(4, 8, seed=5)
+    ids = np.array([[3, -1, 7], [0, 1, 2], [29, 29, -1], [5, 6, 7]])
+    got = exact_scores(q, base, ids, batch_size=3)
+    for r in range(4):
+        for c in range(3):
+            if ids[r, c] < 0:
+                assert np.isneginf(got[r, c])
+            else:
+                assert got[r, c] == pytest.approx(float(q[r] @ base[ids[r, c]]), abs=1e-6)
+    s, i = sort_results(np.array([[0.5, 0.9, 0.5, -np.inf]], np.float32),
+                        np.array([[4, 2, 1, -1]]))
+    assert i.tolist() == [[2, 1, 4, -1]]

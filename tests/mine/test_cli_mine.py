@@ -1,0 +1,235 @@
+"""pairkit mine end to end: formats, streaming, reproducibility, stats and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.core.pairs import TRIPLET_COLUMNS
+from tests.conftest import random_store
+
+runner = CliRunner()
+
+
+def mine(*args: str):  # noqa: ANN201
+    return runner.invoke(app, ["mine", *map(str, args)])
+
+
+def last_line(result) -> str:  # noqa: ANN001
+    return result.output.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory):
+    return random_store(tmp_path_factory.mktemp("cli") / "store", n_sources=40, views=2,
+                        dim=16, classes=4)
+
+
+def test_triplet_parquet_with_stats(store, tmp_path: Path) -> None:
+    out, stats = tmp_path / "p.parquet", tmp_path / "s.json"
+    r = mine(store.root, "--hard", "-o", out, "--stats", stats)
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(out)
+    assert tuple(df.columns) == TRIPLET_COLUMNS
+    assert len(df) == 80 * 5 and (df["store_id"] == store.content_id).all()
+    assert (df["anchor_path"] == df["positive_path"]).all()  # instance: views of one source
+    items = store.items
+    assert (items["source"].to_numpy()[df["negative_id"]] !=
+            items["source"].to_numpy()[df["anchor_id"]]).all()
+    s = json.loads(stats.read_text())
+    assert s["anchors"] == 80 and s["rows"] == 400 and s["negatives_per_anchor"]["min"] == 5
+    assert "exact" in s["index"] and set(s["removed"]) >= {"self", "positive", "same_source"}
+    assert s["neg_score"]["q50"] < s["pos_score"]["q50"]
+    assert sum(s["rank_histogram"].values()) == 400
+    assert "mined 400 rows (triplet) for 80 anchors" in r.output
+    assert "auto: 80 rows <= 50,000, exact search" in r.output
+
+
+def test_same_seed_same_output(store, tmp_path: Path) -> None:
+    args = ["--hard", "--sampling", "softmax", "--range-max", "30", "--seed", "5"]
+    assert mine(store.root, *args, "-o", tmp_path / "a.csv").exit_code == 0
+    assert mine(store.root, *args, "-o", tmp_path / "b.csv").exit_code == 0
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    assert mine(store.root, "-o", tmp_path / "e1.csv", "--seed", "1").exit_code == 0
+    assert mine(store.root, "-o", tmp_path / "e2.csv", "--seed", "1").exit_code == 0
+    assert (tmp_path / "e1.csv").read_bytes() == (tmp_path / "e2.csv").read_bytes()
+    assert mine(store.root, "-o", tmp_path / "e3.csv", "--seed", "2").exit_code == 0
+    assert (tmp_path / "e1.csv").read_bytes() != (tmp_path / "e3.csv").read_bytes()
+
+
+def test_stdout_json_lines_and_formats(store) -> None:
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "-o", "-", "-q",
+                            "--format", "labeled-pair", "-k", "3"])
+    assert r.exit_code == 0
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(rows) == 80 * 4
+    assert [x["label"] for x in rows[:4]] == [1, 0, 0, 0]
+    assert set(rows[0]) == {"store_id", "anchor_id", "other_id", "anchor_path", "other_path",
+                            "label", "score"}
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "-o", "-", "-q",
+                            "--format", "n-tuple", "-k", "3", "--min-score", "0.97"])
+    assert r.exit_code == 0
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(rows) == 80
+    short = [x for x in rows if x["negative_id_3"] == -1]
+    assert short and all(x["negative_path_3"] is None and x["neg_score_3"] is None
+                          for x in short)
+
+
+def test_filter_false_negatives_cli(store, tmp_path: Path) -> None:
+    out, stats = tmp_path / "p.jsonl", tmp_path / "s.json"
+    r = mine(store.root, "--hard", "--filter-false-negatives", "--fn-rules", "label",
+             "-o", out, "--stats", stats)
+    assert r.exit_code == 0, r.output
+    df = pd.read_json(out, lines=True)
+    labels = store.items["label"].to_numpy()
+    assert (labels[df["negative_id"]] != labels[df["anchor_id"]]).all()
+    s = json.loads(stats.read_text())
+    assert s["fn_flagged"]["label"] > 0 and s["false_negative_rules"] == ["label"]
+    assert "false negatives flagged (eliminate): label" in r.output
+    r = mine(store.root, "--hard", "--filter-false-negatives", "--fn-rules", "label",
+             "--keep-flagged", "-o", tmp_path / "k.jsonl")
+    df = pd.read_json(tmp_path / "k.jsonl", lines=True)
+    assert {"false_negative", "fn_reason"} <= set(df.columns)
+    same = labels[df["negative_id"]] == labels[df["anchor_id"]]
+    assert (df["false_negative"] == same).all() and same.any()
+    assert set(df.loc[df["false_negative"], "fn_reason"]) == {"label"}
+    r = mine(store.root, "--hard", "--filter-false-negatives", "--fn-rules", "label,margin",
+             "--fn-margin", "0.9", "--fn-mode", "attract", "--format", "labeled-pair",
+             "-o", tmp_path / "a.jsonl")
+    assert r.exit_code == 0, r.output
+    df = pd.read_json(tmp_path / "a.jsonl", lines=True)
+    extra = df[df["false_negative"]]
+    assert len(extra) and (extra["label"] == 1).all()
+
+
+def test_pairs_relation_cli(store, tmp_path: Path) -> None:
+    paths = store.items["path"].drop_duplicates().tolist()
+    f = tmp_path / "pairs.csv"
+    pd.DataFrame({"anchor": paths[:10] + ["missing.jpg"],
+                  "positive": paths[10:20] + [paths[0]]}).to_csv(f, index=False)
+    r = mine(store.root, "--hard", "--relation", f"pairs:{f}", "-o", tmp_path / "p.csv")
+    assert r.exit_code == 0, r.output
+    assert "1 of 11 rows name paths not in the store" in r.output
+    df = pd.read_csv(tmp_path / "p.csv")
+    assert set(df["anchor_path"]) == set(paths[:10])
+    g = tmp_path / "none.csv"
+    pd.DataFrame({"anchor": ["x.jpg"], "positive": ["y.jpg"]}).to_csv(g, index=False)
+    r = mine(store.root, "--hard", "--relation", f"pairs:{g}", "-o", tmp_path / "q.csv")
+    assert r.exit_code == 1 and "none of its 1 rows match" in last_line(r)
+    assert not (tmp_path / "q.csv").exists()
+
+
+def test_saved_index_is_reused(store, tmp_path: Path) -> None:
+    assert runner.invoke(app, ["index", str(store.root), "--kind", "hnsw", "--force",
+                               "-q"]).exit_code == 0
+    r = mine(store.root, "--hard", "--index", "hnsw", "-o", tmp_path / "p.csv")
+    assert r.exit_code == 0 and "loaded from" in r.output
+    r2 = mine(store.root, "--hard", "--index", "flat", "-o", tmp_path / "q.csv")
+    a, b = pd.read_csv(tmp_path / "p.csv"), pd.read_csv(tmp_path / "q.csv")
+    assert (a["negative_id"] == b["negative_id"]).mean() > 0.95 and r2.exit_code == 0
+
+
+def _broken_stores(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    out = {}
+    s = random_store(tmp_path / "nomanifest", n_sources=10)
+    (s.root / "manifest.json").unlink()
+    out["half-written"] = (s.root, "half-written")
+    s = random_store(tmp_path / "checksum", n_sources=10)
+    arr = np.load(s.root / "embeddings-00000.npy")
+    arr[0, 0] += 1
+    np.save(s.root / "embeddings-00000.npy", arr)
+    out["checksum"] = (s.root, "checksum mismatch")
+    s = random_store(tmp_path / "rows", n_sources=10)
+    s.items.iloc[:-1].to_parquet(s.root / "items.parquet")
+    out["rows"] = (s.root, "row count mismatch")
+    out["missing"] = (tmp_path / "nothing", "not found")
+    return out
+
+
+def test_bad_stores(tmp_path: Path) -> None:
+    for name, (path, msg) in _broken_stores(tmp_path).items():
+        r = mine(path, "--hard", "-o", tmp_path / f"{name}.csv")
+        assert r.exit_code == 1, name
+        assert msg in last_line(r) and last_line(r).startswith("error: "), (name, r.output)
+        assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "msg"),
+    [
+        (["-k", "80"], 1, "--num-negatives must be < the store's row count (80), got 80"),
+        (["--range-min", "5", "--range-max", "5"], 2,
+         "--range-min must be < --range-max, got 5 >= 5"),
+        (["--range-min", "2", "--range-max", "12", "-k", "12"], 2,
+         "--num-negatives must be <= range-max - range-min, got 12"),
+        (["--sampling", "best"], 2, "--sampling must be one of top, random, softmax"),
+        (["--relation", "colour"], 2, "--relation must be instance, label or pairs:FILE"),
+        (["--index", "lsh"], 1, "--index must be one of"),
+        (["--format", "quad"], 2, "--format must be one of"),
+        (["--gpu"], 1, "--gpu was given but FAISS sees no GPU"),
+        (["--keep-flagged"], 2, "--keep-flagged needs --filter-false-negatives"),
+        (["--filter-false-negatives", "--fn-rules", "zzz"], 2, "unknown false-negative rule"),
+        (["--filter-false-negatives", "--keep-flagged", "--fn-mode", "attract"], 2,
+         "contradict"),
+        (["--min-score", "0.9", "--max-score", "0.1"], 2, "--min-score must be <= --max-score"),
+    ],
+)
+def test_bad_options(store, tmp_path: Path, args: list[str], code: int, msg: str) -> None:
+    import faiss
+
+    if "--gpu" in args and faiss.get_num_gpus() > 0:
+        pytest.skip("a GPU is visible")
+    r = mine(store.root, "--hard", *args, "-o", tmp_path / "x.csv")
+    assert r.exit_code == code, r.output
+    assert msg in last_line(r) and last_line(r).startswith("error: ")
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_other_bad_input(store, tmp_path: Path) -> None:
+    r = mine(store.root, "--range-min", "1", "-o", tmp_path / "x.csv")
+    assert r.exit_code == 2 and "--range-min applies to --hard only" in last_line(r)
+    r = mine(store.root, "--index", "ivf", "-o", tmp_path / "x.csv")
+    assert r.exit_code == 2 and "--index applies to --hard only" in last_line(r)
+    r = mine(store.root, "-o", tmp_path / "x.txt")
+    assert r.exit_code == 1 and "can't tell the table format" in last_line(r)
+    (tmp_path / "exists.csv").write_text("keep")
+    r = mine(store.root, "-o", tmp_path / "exists.csv")
+    assert r.exit_code == 1 and "pass --force" in last_line(r)
+    assert (tmp_path / "exists.csv").read_text() == "keep"
+    single = random_store(tmp_path / "single", n_sources=10, views=1)
+    r = mine(single.root, "--relation", "instance", "-o", tmp_path / "y.csv")
+    assert r.exit_code == 1 and "gives no item a positive" in last_line(r)
+
+
+def test_index_kinds_float16_and_random_positive(store, tmp_path: Path) -> None:
+    ref = tmp_path / "flat.csv"
+    assert mine(store.root, "--hard", "--index", "flat", "-o", ref).exit_code == 0
+    want = pd.read_csv(ref)
+    for extra in (["--index", "ivf", "--nprobe", "64"], ["--index", "flat", "--float16"]):
+        out = tmp_path / f"{extra[1]}{len(extra)}.csv"
+        r = mine(store.root, "--hard", *extra, "-o", out)
+        assert r.exit_code == 0, r.output
+        got = pd.read_csv(out)
+        # every cell scanned / float16 re-scored exactly: the same negatives
+        assert (got["negative_id"] == want["negative_id"]).mean() > 0.97
+        np.testing.assert_allclose(got["neg_score"], want["neg_score"], atol=1e-5)
+    r = mine(store.root, "--hard", "--index", "ivfpq", "-o", tmp_path / "pq.csv")
+    assert r.exit_code == 1 and "ivfpq index needs at least 1000 rows" in last_line(r)
+    r = mine(store.root, "--hard", "--relation", "label", "--positive", "random",
+             "-o", tmp_path / "rp.csv")
+    assert r.exit_code == 0
+    rp = pd.read_csv(tmp_path / "rp.csv")
+    labels = store.items["label"].to_numpy()
+    assert (labels[rp["positive_id"]] == labels[rp["anchor_id"]]).all()
+    assert mine(store.root, "--hard", "--relation", "label", "-o",
+                tmp_path / "wp.csv").exit_code == 0
+    weak = pd.read_csv(tmp_path / "wp.csv").groupby("anchor_id")["pos_score"].first()
+    rand = rp.groupby("anchor_id")["pos_score"].first()
+    assert (rand >= weak - 1e-6).all() and (rand > weak + 1e-6).any()

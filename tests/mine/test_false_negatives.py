@@ -1,0 +1,420 @@
+"""False-negative rules on small hand-built cases, plus the vectorised path
+against a plain per-anchor reference loop."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from pairkit.errors import UsageError
+from pairkit.mine import false_negatives as fn
+from pairkit.mine.clusters import (
+    cluster_counts,
+    knn_graph,
+    label_propagation,
+    propagate_once,
+    spherical_kmeans,
+)
+from pairkit.mine.false_negatives import (
+    DEFAULT_RULES,
+    RULES,
+    FalseNegativeConfig,
+    FnContext,
+    build_context,
+    flag_false_negatives,
+    parse_rules,
+)
+
+
+def unit(*rows: list[float]) -> np.ndarray:
+    x = np.asarray(rows, dtype=np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def angles(*deg: float) -> np.ndarray:
+    """Unit vectors in 2-D at the given angles (degrees)."""
+    r = np.radians(np.asarray(deg, dtype=np.float64))
+    return np.stack([np.cos(r), np.sin(r)], axis=1).astype(np.float32)
+
+
+def ctx_of(vectors: np.ndarray, sources: list[int], labels=None, **kw) -> FnContext:
+    return FnContext(vectors=vectors, labels=labels, sources=np.asarray(sources, np.int64), **kw)
+
+
+def flag(ctx, anchors, cand, scores, pos, cfg, positives=None):
+    return flag_false_negatives(
+        ctx,
+        np.asarray(anchors, np.int64),
+        np.asarray(cand, np.int64),
+        np.asarray(scores, np.float32),
+        np.asarray(pos, np.float32),
+        cfg,
+        positives,
+    )
+
+
+# -- label --------------------------------------------------------------------------
+def test_label_rule_flags_same_label_only():
+    labels = np.array(["a", "a", "b", None, "a", "b"], dtype=object)
+    ctx = ctx_of(np.eye(6, dtype=np.float32), [0, 1, 2, 3, 4, 5], labels)
+    cfg = FalseNegativeConfig(rules=("label",))
+    cand = [[1, 2, 3, 4, -1], [0, 1, 2, 4, 5]]
+    flags, reasons = flag(ctx, [0, 3], cand, np.zeros((2, 5)), [0.5, 0.5], cfg)
+    # anchor 0 ('a'): 1 and 4 share 'a'; -1 padding never; anchor 3 has no label: nothing
+    assert flags.tolist() == [[True, False, False, True, False], [False] * 5]
+    assert reasons[0].tolist() == ["label", None, None, "label", None]
+
+
+def test_label_rule_without_labels_flags_nothing():
+    ctx = ctx_of(np.eye(3, dtype=np.float32), [0, 1, 2])
+    flags, reasons = flag(ctx, [0], [[1, 2]], [[0.9, 0.8]], [0.5],
+                          FalseNegativeConfig(rules=("label",)))
+    assert not flags.any() and reasons.tolist() == [[None, None]]
+
+
+# -- margin -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("pos", "scores", "expected"),
+    [
+        # pos 0.5, margin 0.9 -> threshold 0.45; equal to the threshold is not above it
+        (0.5, [0.46, 0.45, 0.44, 0.99], [True, False, False, True]),
+        # pos -0.2 -> threshold -0.2 - 0.1 * 0.2 = -0.22 (stays below the positive)
+        (-0.2, [-0.21, -0.22, -0.3, 0.1], [True, False, False, True]),
+        # pos 0 -> threshold 0
+        (0.0, [0.01, 0.0, -0.01, 0.5], [True, False, False, True]),
+        # no positive (-inf): nothing is flagged
+        (-np.inf, [0.9, 0.5, 0.1, -0.5], [False, False, False, False]),
+    ],
+)
+def test_margin_rule_hand_computed(pos, scores, expected):
+    ctx = ctx_of(np.eye(5, dtype=np.float32), [0, 1, 2, 3, 4])
+    cfg = FalseNegativeConfig(rules=("margin",), margin=0.9)
+    flags, reasons = flag(ctx, [0], [[1, 2, 3, 4]], [scores], [pos], cfg)
+    assert flags[0].tolist() == expected
+    assert [r == "margin" for r in reasons[0]] == expected
+
+
+def test_margin_rule_ignores_padding_and_equals_percent_of_positive():
+    ctx = ctx_of(np.eye(3, dtype=np.float32), [0, 1, 2])
+    cfg = FalseNegativeConfig(rules=("margin",), margin=0.95)
+    flags, _ = flag(ctx, [0], [[1, -1, 2]], [[0.96, 0.99, 0.94]], [1.0], cfg)
+    assert flags.tolist() == [[True, False, False]]  # 0.95 * 1.0 = 0.95
+
+
+# -- near-duplicate ------------------------------------------------------------------
+def test_near_duplicate_rule_with_groups():
+    groups = np.array([0, 0, -1, 1, 1, -1, -1], dtype=np.int64)
+    ctx = ctx_of(np.eye(7, dtype=np.float32), [0, 1, 2, 3, 4, 5, 6], groups=groups)
+    cfg = FalseNegativeConfig(rules=("near-duplicate",))
+    # anchor 0 (group 0), positive 3 (group 1): candidates 1 (group 0) and 4 (group 1)
+    flags, reasons = flag(ctx, [0, 5], [[1, 2, 4, 5], [2, 6, 0, -1]], np.zeros((2, 4)),
+                          [0.5, 0.5], cfg, positives=[np.array([3]), np.array([], np.int64)])
+    assert flags.tolist() == [[True, False, True, False], [False] * 4]  # -1 is no group
+    assert reasons[0, 0] == "near_duplicate"
+
+
+def test_near_duplicate_rule_computes_groups_when_missing():
+    pytest.importorskip("pairkit.mine.near_duplicates")
+    # row 2 (source 1) is 0.5 degrees from the anchor's source (row 0): one group
+    x = angles(0, 30, 0.5, 90, 45)
+    cfg = FalseNegativeConfig(rules=("near-duplicate",), near_duplicate_threshold=0.99)
+    ctx = build_context(x, None, np.array([0, 0, 1, 2, 3]), cfg)
+    flags, reasons = flag(ctx, [0, 3], [[2, 3, 4], [0, 2, 4]], np.zeros((2, 3)), [0.9, 0.9], cfg)
+    assert flags.tolist() == [[True, False, False], [False, False, False]]
+    assert ctx.groups is not None and ctx.groups[0] == ctx.groups[1] == ctx.groups[2] >= 0
+    assert reasons[0, 0] == "near_duplicate"
+
+
+def test_near_duplicate_threshold_fallback(monkeypatch):
+    # without pairkit.mine.near_duplicates the rule tests cosine >= threshold
+    monkeypatch.setitem(sys.modules, "pairkit.mine.near_duplicates", None)
+    x = angles(0, 40, 42, 1, 60)  # 0 anchor, 1 its other view (same source)
+    ctx = ctx_of(x, [0, 0, 1, 2, 3])
+    cfg = FalseNegativeConfig(rules=("near-duplicate",), near_duplicate_threshold=0.99)
+    cand = [[2, 3, 4]]
+    scores = [[float(x[0] @ x[c]) for c in cand[0]]]
+    flags, _ = flag(ctx, [0], cand, scores, [float(x[0] @ x[1])], cfg)
+    # 2: cos(2 deg) to the positive = 0.9994 -> flagged; 3: cos(1 deg) to the anchor;
+    # 4: 20 deg from the positive -> not
+    assert flags.tolist() == [[True, True, False]]
+
+
+# -- cluster ------------------------------------------------------------------------
+def test_cluster_rule_counts_votes():
+    assign = np.array([[0, 0, 1, 0, 2],   # granularity 1
+                       [5, 5, 5, 6, 6],   # granularity 2
+                       [7, 8, 7, 7, 7]])  # granularity 3
+    ctx = ctx_of(np.eye(5, dtype=np.float32), [0, 1, 2, 3, 4], cluster_assign=assign)
+    cand = [[1, 2, 3, 4, -1]]
+    # shared with anchor 0: item1 2 votes, item2 2, item3 2, item4 1
+    for votes, expected in [(1, [True] * 4 + [False]),
+                            (2, [True, True, True, False, False]),
+                            (3, [False] * 5)]:
+        cfg = FalseNegativeConfig(rules=("cluster",), cluster_ks=(2, 2, 2), cluster_votes=votes)
+        flags, _ = flag(ctx, [0], cand, np.zeros((1, 5)), [0.5], cfg)
+        assert flags[0].tolist() == expected
+
+
+def test_spherical_kmeans_reproducible_and_finds_blobs():
+    rng = np.random.default_rng(0)
+    centers = np.eye(8, dtype=np.float32)[:4] * 5
+    x = np.repeat(centers, 30, axis=0) + rng.normal(0, 0.3, size=(120, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    a1, c1 = spherical_kmeans(x, 4, seed=3)
+    a2, c2 = spherical_kmeans(x, 4, seed=3)
+    np.testing.assert_array_equal(a1, a2)
+    np.testing.assert_array_equal(c1, c2)
+    np.testing.assert_allclose(np.linalg.norm(c1, axis=1), 1.0, atol=1e-5)
+    truth = np.repeat(np.arange(4), 30)
+    # each blob is one cluster: the partition equals the truth up to renaming
+    assert len(set(zip(truth.tolist(), a1.tolist(), strict=True))) == 4
+    assert spherical_kmeans(x, 1)[0].tolist() == [0] * 120
+    assert cluster_counts(1000, (10, 100, 5000)) == (100, 10, 2)
+
+
+def test_cluster_rule_end_to_end_on_blobs():
+    rng = np.random.default_rng(1)
+    x = np.repeat(np.eye(6, dtype=np.float32)[:3] * 5, 20, axis=0)
+    x += rng.normal(0, 0.3, size=x.shape).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    truth = np.repeat(np.arange(3), 20)
+    cfg = FalseNegativeConfig(rules=("cluster",), cluster_ks=(3, 3), cluster_votes=2)
+    ctx = build_context(x, None, np.arange(60), cfg, seed=0)
+    cand = np.array([[1, 25, 45, 19]])
+    flags, _ = flag(ctx, [0], cand, np.zeros((1, 4)), [0.9], cfg)
+    assert flags[0].tolist() == (truth[cand[0]] == truth[0]).tolist()
+    again = build_context(x, None, np.arange(60), cfg, seed=0)
+    np.testing.assert_array_equal(ctx.cluster_assign, again.cluster_assign)
+
+
+# -- community ----------------------------------------------------------------------
+def test_propagate_once_matches_loop():
+    rng = np.random.default_rng(3)
+    n, m = 40, 5
+    labels = rng.integers(0, 6, n)
+    nb = rng.integers(-1, n, size=(n, m))
+    w = np.round(rng.uniform(-0.2, 1.0, size=(n, m)), 1)  # rounded: ties happen
+    got = propagate_once(labels, nb, w)
+    for i in range(n):
+        total: dict[int, float] = {}
+        for j, wj in zip(nb[i], w[i], strict=True):
+            if j >= 0:
+                total[int(labels[j])] = total.get(int(labels[j]), 0.0) + max(float(wj), 0.0)
+        best = [lab for lab, t in total.items() if t > 0 and t == max(total.values())]
+        assert got[i] == (min(best) if best else labels[i]), i
+
+
+def test_label_propagation_two_groups():
+    # rows 0-3 and 4-7 are two cliques; one weak edge 3 -> 4 joins them
+    nb = np.full((8, 3), -1)
+    w = np.zeros((8, 3), dtype=np.float32)
+    for g in (range(0, 4), range(4, 8)):
+        for i in g:
+            others = [j for j in g if j != i]
+            nb[i] = others
+            w[i] = 0.9
+    nb[3, 2], w[3, 2] = 4, 0.1
+    for seed in (0, 1, 2):
+        comm = label_propagation(nb, w, seed=seed)
+        assert comm.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+        np.testing.assert_array_equal(comm, label_propagation(nb, w, seed=seed))
+
+
+def test_knn_graph_excludes_own_source_and_matches_brute_force():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 5)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    src = np.arange(30) // 2
+    ids, scores = knn_graph(x, src, 4)
+    sim = x @ x.T
+    for i in range(30):
+        allowed = [j for j in np.argsort(-sim[i]) if src[j] != src[i]][:4]
+        assert ids[i].tolist() == allowed
+        np.testing.assert_allclose(scores[i], sim[i, allowed], atol=1e-5)
+    ids, scores = knn_graph(x[:3], np.array([0, 0, 1]), 4)  # fewer rows than m: padded
+    assert ids.tolist()[0] == [2, -1, -1, -1] and np.isinf(scores[0, 1])
+
+
+def test_community_rule_on_blobs_of_unequal_size():
+    rng = np.random.default_rng(2)
+    sizes = [40, 8]  # one big and one small class, far apart
+    x = np.concatenate([np.eye(6)[c] * 5 + rng.normal(0, 0.4, size=(s, 6))
+                        for c, s in enumerate(sizes)]).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    truth = np.repeat([0, 1], sizes)
+    cfg = FalseNegativeConfig(rules=("community",), community_neighbors=5)
+    ctx = build_context(x, None, np.arange(len(x)), cfg, seed=0)
+    assert len(np.unique(ctx.communities)) == 2
+    cand = np.array([[1, 39, 40, 47], [0, 45, 46, 20]])
+    flags, reasons = flag(ctx, [0, 41], cand, np.zeros((2, 4)), [0.9, 0.9], cfg)
+    assert flags.tolist() == (truth[cand] == truth[[0, 41]][:, None]).tolist()
+    assert reasons[0, 0] == "community"
+    # a caller's kNN graph is used instead of a search of its own
+    given = knn_graph(x, np.arange(len(x)), 5)
+    ctx2 = build_context(x, None, np.arange(len(x)), cfg, seed=0, neighbours=given)
+    np.testing.assert_array_equal(ctx2.communities, ctx.communities)
+
+
+# -- support ------------------------------------------------------------------------
+def test_support_rule_max_and_mean():
+    # source 0 = rows 0 (0 deg) and 1 (60 deg); candidates at 30, 70, 120 deg
+    x = angles(0, 60, 30, 70, 120)
+    ctx = ctx_of(x, [0, 0, 1, 2, 3])
+    cand = [[2, 3, 4]]
+    def c(deg: float) -> float:
+        return float(np.cos(np.radians(deg)))
+
+    # max over {0, 60}: 30 -> cos30 .866, 70 -> cos10 .985, 120 -> cos60 .5
+    # mean: 30 -> .866, 70 -> (cos70 + cos10)/2 = .664, 120 -> (cos120 + cos60)/2 = 0
+    cfg = FalseNegativeConfig(rules=("support",), support_aggregate="max", support_threshold=0.8)
+    assert flag(ctx, [0], cand, np.zeros((1, 3)), [0.5], cfg)[0].tolist() == [[True, True, False]]
+    cfg = FalseNegativeConfig(rules=("support",), support_aggregate="mean", support_threshold=0.66)
+    assert flag(ctx, [0], cand, np.zeros((1, 3)), [0.5], cfg)[0].tolist() == [[True, True, False]]
+    cfg = FalseNegativeConfig(rules=("support",), support_aggregate="mean", support_threshold=0.67)
+    assert flag(ctx, [0], cand, np.zeros((1, 3)), [0.5], cfg)[0].tolist() == [[True, False, False]]
+    agg = fn.support_scores(ctx, np.array([0]), np.array(cand), cfg)
+    np.testing.assert_allclose(agg[0], [c(30), (c(70) + c(10)) / 2, 0.0], atol=1e-6)
+    # the other views only (anchor left out): similarity to row 1 (60 deg)
+    cfg = FalseNegativeConfig(rules=("support",), support_aggregate="max", support_threshold=0.9,
+                              support_include_anchor=False)
+    assert flag(ctx, [0], cand, np.zeros((1, 3)), [0.5], cfg)[0].tolist() == [[False, True, False]]
+
+
+def test_support_rule_top_limit_and_padding():
+    x = angles(0, 10, 20, 30, 40)
+    ctx = ctx_of(x, [0, 1, 2, 3, 4])  # one view per source: support = the anchor itself
+    cfg = FalseNegativeConfig(rules=("support",), support_aggregate="max",
+                              support_threshold=0.5, support_top=2)
+    flags, _ = flag(ctx, [0], [[3, -1, 1, 2, 4]], np.zeros((1, 5)), [0.5], cfg)
+    assert flags.tolist() == [[False, False, True, True, False]]
+
+
+def test_support_blocks_match_one_block(monkeypatch):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, 7)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    ctx = ctx_of(x, np.arange(50) // 3)
+    cand = rng.integers(-1, 50, size=(50, 9))
+    cfg = FalseNegativeConfig(rules=("support",))
+    whole = fn.support_scores(ctx, np.arange(50), cand, cfg)
+    monkeypatch.setattr(fn, "_BLOCK_BYTES", 1)
+    np.testing.assert_allclose(fn.support_scores(ctx, np.arange(50), cand, cfg), whole, atol=1e-6)
+
+
+# -- all rules against a per-anchor reference loop ----------------------------------
+def reference_flags(x, labels, sources, groups, assign, comm, anchors, cand, scores, pos, cfg):
+    """Plain loops, one anchor and one candidate at a time."""
+    out = np.empty(cand.shape, dtype=object)
+    trust = cfg.trust_labels and "label" in cfg.rules
+    for r, a in enumerate(anchors):
+        views = [v for v in range(len(x)) if sources[v] == sources[a]]
+        positives = [v for v in views if v != a]
+        for c_idx, c in enumerate(cand[r]):
+            fired = []
+            if c < 0:
+                out[r, c_idx] = None
+                continue
+            labelled = trust and labels[a] is not None and labels[c] is not None
+            for rule in cfg.rules:
+                if labelled and rule in ("margin", "cluster", "support", "community"):
+                    continue
+                if rule == "label" and labels[a] is not None and labels[a] == labels[c]:
+                    fired.append("label")
+                if rule == "near-duplicate":
+                    near = [g for g in [groups[a]] + [groups[p] for p in positives] if g >= 0]
+                    if groups[c] in near:
+                        fired.append("near_duplicate")
+                if rule == "margin":
+                    p = float(pos[r])
+                    if np.isfinite(p) and scores[r, c_idx] > p - (1 - cfg.margin) * abs(p):
+                        fired.append("margin")
+                if rule == "cluster":
+                    votes = sum(int(assign[g][a] == assign[g][c]) for g in range(len(assign)))
+                    if votes >= cfg.cluster_votes:
+                        fired.append("cluster")
+                if rule == "community" and comm[a] == comm[c]:
+                    fired.append("community")
+                if rule == "support":
+                    sims = [float(x[v] @ x[c]) for v in views]
+                    agg = max(sims) if cfg.support_aggregate == "max" else float(np.mean(sims))
+                    if agg >= cfg.support_threshold:
+                        fired.append("support")
+            out[r, c_idx] = "|".join(fired) if fired else None
+    return out
+
+
+@pytest.mark.parametrize(("aggregate", "trust"), [("max", True), ("mean", False)])
+def test_vectorised_matches_reference_loop(aggregate, trust):
+    rng = np.random.default_rng(7)
+    n = 60
+    x = rng.normal(size=(n, 6)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    sources = np.arange(n) // 2
+    labels = np.array([None if i % 7 == 0 else f"c{i % 4}" for i in range(n)], dtype=object)
+    groups = np.where(rng.random(n) < 0.5, rng.integers(0, 5, n), -1)
+    cfg = FalseNegativeConfig(rules=RULES, margin=0.8, cluster_sizes=(6, 12, 24),
+                              cluster_votes=2, support_aggregate=aggregate,
+                              support_threshold=0.3, community_neighbors=3,
+                              trust_labels=trust)
+    ctx = build_context(x, labels, sources, cfg, seed=0, groups=groups)
+    anchors = np.arange(0, n, 3)
+    cand = rng.integers(0, n, size=(len(anchors), 8))
+    cand[:, -1] = -1
+    scores = np.einsum("nd,nkd->nk", x[anchors], x[np.maximum(cand, 0)]).astype(np.float32)
+    pos = rng.uniform(-0.5, 0.9, size=len(anchors)).astype(np.float32)
+    pos[0] = -np.inf
+    flags, reasons = flag(ctx, anchors, cand, scores, pos, cfg)
+    expected = reference_flags(x, labels, sources, groups, ctx.cluster_assign, ctx.communities,
+                               anchors, cand, scores, pos, cfg)
+    assert reasons.tolist() == expected.tolist()
+    assert flags.tolist() == (expected != None).tolist()  # noqa: E711
+    assert flags.any() and not flags.all()
+
+
+# -- config -------------------------------------------------------------------------
+def test_defaults_are_known_rules():
+    assert set(DEFAULT_RULES) <= set(RULES)
+    assert FalseNegativeConfig().rules == DEFAULT_RULES
+    assert parse_rules("label, cluster") == ("label", "cluster")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rules": ("label", "nope")}, "unknown false-negative rule 'nope'"),
+        ({"margin": 0.0}, "margin must be in (0, 1], got 0.0"),
+        ({"cluster_sizes": (8, 16), "cluster_votes": 3}, "cluster votes must be between 1"),
+        ({"support_aggregate": "median"}, "support aggregate must be one of max, mean"),
+        ({"support_top": -1}, "support top must be >= 0"),
+    ],
+)
+def test_config_errors(kwargs, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        FalseNegativeConfig(**kwargs)
+
+
+def test_bad_shapes_are_usage_errors():
+    ctx = ctx_of(np.eye(3, dtype=np.float32), [0, 1, 2])
+    cfg = FalseNegativeConfig(rules=("margin",))
+    with pytest.raises(UsageError, match="cand_scores shape"):
+        flag(ctx, [0], [[1, 2]], [[0.1]], [0.5], cfg)
+    with pytest.raises(UsageError, match="row ids must be < 3"):
+        flag(ctx, [0], [[1, 5]], [[0.1, 0.2]], [0.5], cfg)
+    with pytest.raises(UsageError, match="unknown false-negative rule"):
+        parse_rules("label,foo")
+
+
+def test_trust_labels_lets_labels_decide_labelled_pairs():
+    labels = np.array(["a", "a", "b", None], dtype=object)
+    ctx = ctx_of(np.eye(4, dtype=np.float32), [0, 1, 2, 3], labels)
+    cand, scores = [[1, 2, 3]], [[0.99, 0.99, 0.99]]
+    # margin alone flags all three; with label on and trusted, the labelled
+    # pair (0, 2) is kept (different labels) and (0, 3) is still judged by margin
+    cfg = FalseNegativeConfig(rules=("label", "margin"))
+    flags, reasons = flag(ctx, [0], cand, scores, [0.5], cfg)
+    assert reasons.tolist() == [["label", None, "margin"]]
+    cfg = FalseNegativeConfig(rules=("label", "margin"), trust_labels=False)
+    flags, reasons = flag(ctx, [0], cand, scores, [0.5], cfg)
+    assert reasons.tolist() == [["label|margin", "margin", "margin"]]

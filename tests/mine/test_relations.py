@@ -1,0 +1,108 @@
+"""Relations: instance / label / pairs:FILE, path resolution and errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pairkit.core.relations import (
+    build_relation,
+    default_relation,
+    load_relation,
+    normalize_rel_path,
+    parse_relation,
+)
+from pairkit.errors import PairkitError, UsageError
+
+
+def items_table() -> pd.DataFrame:
+    return pd.DataFrame({
+        "path": ["a/1.jpg", "a/1.jpg", "a/2.jpg", "b/3.jpg", "b/4.jpg", "c/5.jpg"],
+        "source": ["a/1.jpg", "a/1.jpg", "a/2.jpg", "b/3.jpg", "b/4.jpg", "c/5.jpg"],
+        "view": [0, 1, 0, 0, 0, 0],
+        "label": pd.array(["a", "a", "a", "b", "b", None], dtype="string"),
+    })
+
+
+def test_instance_relation() -> None:
+    rel = build_relation("instance", items_table())
+    assert rel.anchors().tolist() == [0, 1]
+    off, ids = rel.positive_sets(rel.anchors())
+    assert off.tolist() == [0, 1, 2] and ids.tolist() == [1, 0]
+    got = rel.is_positive(np.array([0, 2]), np.array([[0, 1, 2, -1], [0, 1, 2, 3]]))
+    assert got.tolist() == [[False, True, False, False], [False, False, False, False]]
+
+
+def test_label_relation_and_sampled_positive_sets() -> None:
+    rel = build_relation("label", items_table())
+    assert rel.anchors().tolist() == [0, 1, 2, 3, 4]  # item 5 has no label
+    off, ids = rel.positive_sets(rel.anchors())
+    sets = [ids[off[i]:off[i + 1]].tolist() for i in range(5)]
+    assert sets == [[1, 2], [0, 2], [0, 1], [4], [3]]
+    off, ids = rel.positive_sets(rel.anchors(), seed=1, max_positives=1)
+    sets = [ids[off[i]:off[i + 1]].tolist() for i in range(5)]
+    assert [len(s) for s in sets] == [1] * 5 and sets[0][0] in (1, 2) and sets[3] == [4]
+    got = rel.is_positive(np.array([5, 3]), np.array([[5, 0], [4, 5]]))
+    assert got.tolist() == [[False, False], [True, False]]
+
+
+def test_default_relation() -> None:
+    t = items_table()
+    assert default_relation(t) == "instance"
+    single = t.drop_duplicates("source")
+    assert default_relation(single) == "label"
+    bare = single.assign(label=pd.array([None] * len(single), dtype="string"))
+    with pytest.raises(PairkitError, match="pass --relation pairs:FILE"):
+        default_relation(bare)
+
+
+def test_parse_relation() -> None:
+    assert parse_relation("pairs:x.csv") == ("pairs", "x.csv")
+    for bad in ("pairs:", "source", ""):
+        with pytest.raises(UsageError, match="--relation must be"):
+            parse_relation(bad)
+
+
+def test_pairs_relation_resolves_paths(tmp_path: Path) -> None:
+    f = tmp_path / "pairs.csv"
+    pd.DataFrame({"anchor": ["a/2.jpg", "./b/3.jpg", "nope.jpg", "a/1.jpg"],
+                  "positive": ["b/4.jpg", "b//4.jpg", "c/5.jpg", "c/5.jpg"]}).to_csv(f,
+                                                                                   index=False)
+    rel = load_relation(f"pairs:{f}", items_table())
+    assert rel.rows_total == 4 and rel.rows_unknown == 1
+    assert rel.unknown_examples == ("nope.jpg",)
+    # a/1.jpg has two views: both are anchors of c/5.jpg
+    assert rel.anchors().tolist() == [0, 1, 2, 3]
+    off, ids = rel.positive_sets(rel.anchors())
+    assert [ids[off[i]:off[i + 1]].tolist() for i in range(4)] == [[5], [5], [4], [4]]
+    # symmetric for exclusion: 4 -> 2 counts as a positive pair too
+    assert rel.is_positive(np.array([4]), np.array([[2, 3, 0]])).tolist() == [[True, True,
+                                                                                False]]
+
+
+def test_pairs_relation_errors(tmp_path: Path) -> None:
+    f = tmp_path / "p.jsonl"
+    pd.DataFrame({"anchor": ["x.jpg"], "positive": ["y.jpg"]}).to_json(f, orient="records",
+                                                                       lines=True)
+    with pytest.raises(PairkitError, match="none of its 1 rows match store paths"):
+        load_relation(f"pairs:{f}", items_table())
+    g = tmp_path / "q.csv"
+    pd.DataFrame({"anchor": ["../a/1.jpg"], "positive": ["a/2.jpg"]}).to_csv(g, index=False)
+    with pytest.raises(PairkitError, match="escapes the image root"):
+        load_relation(f"pairs:{g}", items_table())
+    h = tmp_path / "r.csv"
+    pd.DataFrame({"a": ["a/1.jpg"], "b": ["a/2.jpg"]}).to_csv(h, index=False)
+    with pytest.raises(PairkitError, match="needs columns anchor,positive"):
+        load_relation(f"pairs:{h}", items_table())
+    with pytest.raises(PairkitError, match="not found"):
+        load_relation(f"pairs:{tmp_path / 'none.csv'}", items_table())
+
+
+def test_normalize_rel_path() -> None:
+    assert normalize_rel_path("a/./b/../c.jpg") == "a/c.jpg"
+    for bad in ("../x", "a/../../x", "/etc/passwd", "C:\\\\x.jpg", ".."):
+        with pytest.raises(PairkitError):
+            normalize_rel_path(bad)

@@ -1,0 +1,111 @@
+"""pairkit train and pairkit project from the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.core.store import Store
+from pairkit.core.tables import iter_jsonl
+from pairkit.train.head import load_head
+from tests.conftest import random_store
+from tests.train.helpers import instance_triplets
+
+runner = CliRunner()
+FAST = ["--epochs", "2", "--batch-size", "16", "--out-dim", "8", "--device", "cpu"]
+
+
+def test_train_then_project(tmp_path):
+    store = random_store(tmp_path / "s", n_sources=20, views=2, dim=12, classes=4)
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "--val-fraction", "0.2", *FAST])
+    assert r.exit_code == 0, r.stderr
+    assert "epoch 2: loss" in r.stderr and "pairs/s" in r.stderr
+    assert "trained mlp head 12->8 with infonce for 2 epochs" in r.stderr
+    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(tmp_path / "h"),
+                            "-o", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.stderr
+    out = Store.open(tmp_path / "p")
+    assert (out.count, out.dim, out.dtype) == (store.count, 8, store.dtype)
+    assert out.items.equals(store.items)
+    assert out.manifest["projected"]["from_content_id"] == store.content_id
+    assert out.encoder["head"]["head"]["out_dim"] == 8
+    want = load_head(tmp_path / "h").apply(store.vectors())
+    np.testing.assert_allclose(out.vectors(), want, atol=1e-6)
+    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(tmp_path / "h"),
+                            "-o", str(tmp_path / "p")])
+    assert r.exit_code == 1 and "exists; pass --force" in r.stderr
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", *FAST])
+    assert r.exit_code == 1
+    assert r.stderr.strip() == ("error: head " + str(tmp_path / "h") + " exists; pass --force "
+                                "to replace it or --resume to continue it")
+
+
+def test_project_refuses_head_of_another_dimension(tmp_path):
+    random_store(tmp_path / "s", n_sources=10, views=2, dim=12)
+    random_store(tmp_path / "t", n_sources=10, views=2, dim=6)
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "-q", *FAST])
+    assert r.exit_code == 0, r.stderr
+    r = runner.invoke(app, ["project", str(tmp_path / "t"), "--head", str(tmp_path / "h"),
+                            "-o", str(tmp_path / "p")])
+    assert r.exit_code == 1
+    assert "takes vectors of dim 12, store" in r.stderr and "has dim 6" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "p").exists()
+    r = runner.invoke(app, ["project", str(tmp_path / "t"), "--head", str(tmp_path / "nope"),
+                            "-o", str(tmp_path / "p")])
+    assert r.exit_code == 1 and "not found" in r.stderr
+
+
+def test_train_from_a_table_on_stdin(tmp_path):
+    store = random_store(tmp_path / "s", n_sources=16, views=2, dim=12)
+    table = instance_triplets(store, k=2, keep_flagged=True)
+    text = "\n".join(iter_jsonl(table)) + "\n"
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "--pairs", "-", "-o",
+                            str(tmp_path / "h"), "--loss", "triplet", "--fn-mode", "attract",
+                            "-q", "--json", *FAST], input=text)
+    assert r.exit_code == 0, r.stderr
+    last = json.loads(r.stdout)
+    assert last["epoch"] == 2 and np.isfinite(last["loss"])
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert config["pairs"]["kind"] == "triplet" and config["pairs"]["table"] == "-"
+    assert config["training"]["fn_mode"] == "attract"
+
+
+def test_train_refuses_a_table_from_another_store(tmp_path):
+    a = random_store(tmp_path / "a", n_sources=10, views=2, dim=8, seed=0)
+    random_store(tmp_path / "b", n_sources=10, views=2, dim=8, seed=1)
+    instance_triplets(a, k=2).to_parquet(tmp_path / "pairs.parquet")
+    r = runner.invoke(app, ["train", str(tmp_path / "b"), "--pairs",
+                            str(tmp_path / "pairs.parquet"), "-o", str(tmp_path / "h"), *FAST])
+    assert r.exit_code == 1
+    assert "pair table came from another store" in r.stderr
+    assert not (tmp_path / "h").exists()
+    table = instance_triplets(a, k=2).drop(columns="store_id")
+    table.to_csv(tmp_path / "pairs.csv", index=False)
+    r = runner.invoke(app, ["train", str(tmp_path / "a"), "--pairs", str(tmp_path / "pairs.csv"),
+                            "-o", str(tmp_path / "h"), "-q", *FAST])
+    assert r.exit_code == 0, r.stderr
+    assert "warning: pair table has no store_id column" in r.stderr
+
+
+def test_usage_errors(tmp_path):
+    random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h")])
+    assert r.exit_code == 2 and "give a pair table with --pairs" in r.stderr
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "--loss", "ntxent"])
+    assert r.exit_code == 1 and "--loss must be one of infonce" in r.stderr
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "--temperature", "0"])
+    assert r.exit_code == 1 and "--temperature must be > 0, got 0.0" in r.stderr
+    r = runner.invoke(app, ["train", str(tmp_path / "missing"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance"])
+    assert r.exit_code == 1 and "not found" in r.stderr
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "label", "--resume", "--force"])
+    assert r.exit_code == 2 and "contradict" in r.stderr

@@ -1,0 +1,234 @@
+"""The training loop: reproducibility, resume, guards, outputs, and the head API."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from safetensors.numpy import load_file
+
+from pairkit.core.store import write_store
+from pairkit.errors import PairkitError
+from pairkit.train import loop
+from pairkit.train.head import load_head
+from pairkit.train.loop import TrainConfig, alignment, dim_std, lr_at, train_head, uniformity
+from pairkit.train.losses import LossConfig
+from tests.conftest import random_store
+from tests.train.helpers import instance_triplets
+
+FAST = {"epochs": 2, "batch_size": 16, "out_dim": 8, "device": "cpu"}
+
+
+@pytest.fixture
+def store(tmp_path):
+    return random_store(tmp_path / "store", n_sources=24, views=2, dim=12, classes=4)
+
+
+def weights(path):
+    return load_file(str(path / "head.safetensors"))
+
+
+def same_weights(a, b):
+    wa, wb = weights(a), weights(b)
+    return wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa)
+
+
+def test_two_runs_give_bitwise_identical_weights(store, tmp_path):
+    cfg = TrainConfig(relation="instance", val_fraction=0.25, **FAST)
+    train_head(store, tmp_path / "h1", cfg)
+    train_head(store, tmp_path / "h2", cfg)
+    assert same_weights(tmp_path / "h1", tmp_path / "h2")
+    train_head(store, tmp_path / "h3", TrainConfig(relation="instance", val_fraction=0.25,
+                                                   seed=1, **FAST))
+    assert not same_weights(tmp_path / "h1", tmp_path / "h3")
+
+
+class StopAfter:
+    """A hook that interrupts the run after ``n`` epochs (after their checkpoint)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def start(self, total, description):
+        pass
+
+    def advance(self, pairs, loss, epoch):
+        pass
+
+    def note(self, message):
+        pass
+
+    def epoch_done(self, record):
+        if record["epoch"] == self.n:
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("use_table", [False, True])
+def test_interrupted_run_resumes_to_the_same_weights(store, tmp_path, use_table):
+    table = instance_triplets(store, k=2) if use_table else None
+    cfg = TrainConfig(relation=None if use_table else "instance", loss=LossConfig("hard"),
+                      **{**FAST, "epochs": 4})
+    train_head(store, tmp_path / "straight", cfg, table=table)
+    with pytest.raises(KeyboardInterrupt):
+        train_head(store, tmp_path / "cut", cfg, table=table, hook=StopAfter(2))
+    cut_config = json.loads((tmp_path / "cut" / "config.json").read_text())
+    assert cut_config["epochs_done"] == 2 and cut_config["complete"] is False
+    assert not load_head(tmp_path / "cut").complete
+    result = train_head(store, tmp_path / "cut", cfg, table=table, resume=True)
+    assert [r["epoch"] for r in result.records] == [1, 2, 3, 4]
+    assert same_weights(tmp_path / "straight", tmp_path / "cut")
+    log = [json.loads(x) for x in (tmp_path / "cut" / "train_log.jsonl").read_text().split("\n")
+           if x]
+    assert [r["epoch"] for r in log] == [1, 2, 3, 4]
+    with pytest.raises(PairkitError, match="already has 4 epochs"):
+        train_head(store, tmp_path / "cut", cfg, table=table, resume=True)
+
+
+def test_resume_refuses_other_options_and_missing_checkpoint(store, tmp_path):
+    cfg = TrainConfig(relation="instance", **FAST)
+    train_head(store, tmp_path / "h", cfg)
+    with pytest.raises(PairkitError, match="trained with other options"):
+        train_head(store, tmp_path / "h", TrainConfig(relation="instance", lr=0.1,
+                                                      **{**FAST, "epochs": 3}), resume=True)
+    with pytest.raises(PairkitError, match="holds no checkpoint"):
+        train_head(store, tmp_path / "new", cfg, resume=True)
+
+
+def test_existing_head_needs_force(store, tmp_path):
+    cfg = TrainConfig(relation="instance", **FAST)
+    train_head(store, tmp_path / "h", cfg)
+    with pytest.raises(PairkitError, match="exists; pass --force"):
+        train_head(store, tmp_path / "h", cfg)
+    train_head(store, tmp_path / "h", cfg, force=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(PairkitError, match="not a pairkit head"):
+        train_head(store, tmp_path / "other", cfg, force=True)
+
+
+def test_outputs_config_log_plot(store, tmp_path):
+    cfg = TrainConfig(relation="label", loss=LossConfig("supcon"), val_fraction=0.25, **FAST)
+    result = train_head(store, tmp_path / "h", cfg)
+    names = {p.name for p in (tmp_path / "h").iterdir()}
+    assert {"head.safetensors", "config.json", "train_log.jsonl", "train_plot.png"} <= names
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert config["store"]["content_id"] == store.content_id
+    assert config["store"]["manifest_hash"] == store.manifest_hash
+    assert config["head"] == {"kind": "mlp", "in_dim": 12, "out_dim": 8, "hidden": 12}
+    assert config["loss"]["name"] == "supcon" and config["complete"] is True
+    for r in result.records:
+        assert r["metrics_on"] == "val"
+        for key in ("loss", "eval_loss", "gap", "alignment", "uniformity", "pairs_per_s"):
+            assert math.isfinite(r[key])
+        assert r["gap"] == pytest.approx(r["pos_score"] - r["neg_score"])
+    assert (tmp_path / "h" / "train_plot.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_every_loss_trains_from_a_flagged_table(store, tmp_path):
+    table = instance_triplets(store, k=3, keep_flagged=True)
+    for name in ("infonce", "triplet", "supcon", "debiased", "hard"):
+        for mode in ("eliminate", "attract"):
+            cfg = TrainConfig(loss=LossConfig(name, symmetric=name == "infonce"), fn_mode=mode,
+                              head="linear", **{**FAST, "epochs": 1})
+            result = train_head(store, tmp_path / f"{name}-{mode}", cfg, table=table)
+            assert math.isfinite(result.records[0]["loss"])
+
+
+def test_head_learns_pulls_positives_together(store, tmp_path):
+    cfg = TrainConfig(relation="instance", **{**FAST, "epochs": 6, "out_dim": 16}, lr=3e-3)
+    result = train_head(store, tmp_path / "h", cfg)
+    assert result.records[-1]["loss"] < result.records[0]["loss"]
+    assert result.records[-1]["gap"] > 0.1
+
+
+def test_nan_loss_stops_with_causes_and_writes_nothing(store, tmp_path):
+    cfg = TrainConfig(relation="instance", lr=1e30, warmup=0.0, **FAST)
+    with pytest.raises(PairkitError, match=r"loss is nan .*--temperature.*--lr too high"):
+        train_head(store, tmp_path / "h", cfg)
+    assert not (tmp_path / "h").exists()
+
+
+def test_collapse_is_detected_and_stops(tmp_path):
+    # every vector the same: any head's outputs are one point
+    items = pd.DataFrame({"path": [f"s{i // 2}_{i}" for i in range(16)],
+                          "source": [f"s{i // 2}" for i in range(16)]})
+    st = write_store(tmp_path / "flat", np.ones((16, 6), np.float32), items, dtype="float32")
+    notes = []
+
+    class Hook(StopAfter):
+        def note(self, message):
+            notes.append(message)
+
+    cfg = TrainConfig(relation="instance", stop_on_collapse=True, **{**FAST, "epochs": 3})
+    result = train_head(st, tmp_path / "h", cfg, hook=Hook(99))
+    assert result.stopped == "collapse" and len(result.records) == 1
+    assert result.records[0]["collapsed"] and "collapsed" in notes[0]
+    cfg = TrainConfig(relation="instance", **{**FAST, "epochs": 2})
+    result = train_head(st, tmp_path / "h2", cfg)
+    assert result.stopped is None and len(result.records) == 2
+
+
+def test_streaming_from_host_gives_the_same_weights(store, tmp_path, monkeypatch):
+    cfg = TrainConfig(relation="instance", **FAST)
+    train_head(store, tmp_path / "a", cfg)
+    monkeypatch.setattr(loop, "_place", lambda nbytes, device: (True, "kept in host memory"))
+    result = train_head(store, tmp_path / "b", cfg)
+    assert result.streaming and "kept in host memory" in result.notes
+    assert same_weights(tmp_path / "a", tmp_path / "b")
+
+
+def test_bad_inputs(store, tmp_path):
+    with pytest.raises(PairkitError, match="give a pair table"):
+        train_head(store, tmp_path / "h", TrainConfig(**FAST))
+    with pytest.raises(PairkitError, match="--batch-size must be >= 2"):
+        train_head(store, tmp_path / "h", TrainConfig(relation="instance",
+                                                      **{**FAST, "batch_size": 1}))
+    one_view = random_store(tmp_path / "one", n_sources=6, views=1, dim=4)
+    with pytest.raises(PairkitError, match="instance needs 2\\+ views per source"):
+        train_head(one_view, tmp_path / "h", TrainConfig(relation="instance", **FAST))
+    with pytest.raises(PairkitError, match="--device"):
+        train_head(store, tmp_path / "h", TrainConfig(relation="instance",
+                                                      **{**FAST, "device": "tpu"}))
+
+
+def test_head_api_and_errors(store, tmp_path):
+    train_head(store, tmp_path / "h", TrainConfig(relation="instance", head="linear", **FAST))
+    head = load_head(tmp_path / "h")
+    assert (head.in_dim, head.out_dim) == (12, 8)
+    vectors = store.vectors()
+    z = head.apply(vectors, batch_size=7)
+    assert z.shape == (48, 8) and z.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0, atol=1e-5)
+    w = weights(tmp_path / "h")["0.weight"]           # linear head: z = normalize(x W^T)
+    ref = vectors @ w.T
+    np.testing.assert_allclose(z, ref / np.linalg.norm(ref, axis=1, keepdims=True), atol=1e-5)
+    np.testing.assert_array_equal(z, head.apply(vectors, batch_size=65536))
+    with pytest.raises(PairkitError, match="takes vectors of dim 12"):
+        head.apply(np.ones((3, 5), np.float32))
+    with pytest.raises(PairkitError, match="not found"):
+        load_head(tmp_path / "missing")
+    (tmp_path / "h" / "config.json").write_text("{not json")
+    with pytest.raises(PairkitError, match="config.json is unreadable"):
+        load_head(tmp_path / "h")
+
+
+def test_metrics_against_loops():
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(7, 3))
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    pairs = [(i, j) for i in range(7) for j in range(i + 1, 7)]
+    want = math.log(sum(math.exp(-2 * float(np.sum((z[i] - z[j]) ** 2))) for i, j in pairs)
+                    / len(pairs))
+    assert uniformity(z) == pytest.approx(want, rel=1e-9)
+    assert uniformity(np.tile(z[:1], (5, 1))) == pytest.approx(0.0, abs=1e-9)
+    assert alignment(z[:3], z[3:6]) == pytest.approx(
+        sum(float(np.sum((z[i] - z[i + 3]) ** 2)) for i in range(3)) / 3)
+    assert dim_std(np.tile(z[:1], (5, 1))) == pytest.approx(0.0, abs=1e-7)
+    assert lr_at(0, 100, 10, 1.0) == pytest.approx(0.1)
+    assert lr_at(9, 100, 10, 1.0) == pytest.approx(1.0)
+    assert lr_at(10, 100, 10, 1.0) == pytest.approx(1.0)
+    assert lr_at(55, 100, 10, 1.0) == pytest.approx(0.5)
+    assert lr_at(100, 100, 10, 1.0) == pytest.approx(0.0, abs=1e-12)
