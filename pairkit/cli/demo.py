@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shlex
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -45,6 +45,26 @@ def _steps(d: Path, epochs: int) -> list[tuple[str, list[str]]]:
          ["eval", s(d / "store"), "--against", s(d / "test-store"), "--head", s(d / "head"),
           "--compare", "--json"]),
     ]
+
+
+def _run_step(args: list[str], capture: bool) -> tuple[int, str]:
+    """Run one pairkit command in this process (no new interpreter and torch import per
+    step); returns (exit code, captured stdout)."""
+    import click
+
+    from pairkit.cli.main import app
+
+    buffer = io.StringIO()
+    redirect = contextlib.redirect_stdout(buffer) if capture else contextlib.nullcontext()
+    with redirect:
+        try:
+            result = app(args=args, prog_name="pairkit", standalone_mode=False)
+        except click.exceptions.Exit as exc:
+            result = exc.exit_code
+        except click.ClickException as exc:
+            exc.show()
+            result = exc.exit_code
+    return (result if isinstance(result, int) else 0), buffer.getvalue()
 
 
 def _same_label_share(store: Path, pairs: Path) -> float:
@@ -100,15 +120,12 @@ def demo(
         for title, args in _steps(directory, epochs):
             console().rule(title)
             say("$ pairkit " + " ".join(shlex.quote(a) for a in args))
-            proc = subprocess.run([sys.executable, "-m", "pairkit", *args],
-                                  capture_output=True, text=True)
-            if proc.stderr.strip():
-                sys.stderr.write(proc.stderr)
-            if proc.returncode != 0:
-                raise PairkitError(f"step failed: pairkit {args[0]} (exit {proc.returncode})")
+            code, stdout = _run_step(args, capture=args[0] == "eval")
+            if code != 0:
+                raise PairkitError(f"step failed: pairkit {args[0]} (exit {code})")
             if args[0] == "eval":
-                evaluation = json.loads(proc.stdout)
-                (directory / "eval.json").write_text(proc.stdout, encoding="utf-8")
+                evaluation = json.loads(stdout)
+                (directory / "eval.json").write_text(stdout, encoding="utf-8")
         console().rule("summary")
         store = directory / "store"
         naive = _same_label_share(store, directory / "pairs-naive.parquet")

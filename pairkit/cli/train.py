@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +104,7 @@ def train(
     from pairkit.core.store import Store
     from pairkit.core.tables import read_table
     from pairkit.errors import UsageError
-    from pairkit.train.loop import TrainConfig, train_head
+    from pairkit.train.loop import TrainConfig, json_record, train_head
     from pairkit.train.losses import LossConfig
 
     with user_errors():
@@ -133,7 +132,7 @@ def train(
             bar.stop()
         last = result.records[-1]
         if json_summary:
-            typer.echo(json.dumps(last))
+            typer.echo(json_record(last))
         if result.stopped == "collapse":
             from pairkit.errors import PairkitError
 

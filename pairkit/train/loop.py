@@ -195,8 +195,8 @@ def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
                            "another path")
     if resume:
         if CHECKPOINT not in names:
-            raise PairkitError(f"--resume: {out} holds no {CHECKPOINT} (the run finished or "
-                               "never completed an epoch)")
+            raise PairkitError(f"--resume: {out} holds no {CHECKPOINT} (no epoch was "
+                               "completed)")
         return
     if not force:
         raise PairkitError(f"head {out} exists; pass --force to replace it or --resume to "
@@ -322,10 +322,17 @@ def _evaluate(module: torch.nn.Module, data: _Data, pairs: PairArrays, items: np
     }
 
 
+def json_record(record: dict[str, Any]) -> str:
+    """One epoch record as strict JSON (NaN/inf -> null)."""
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+             for k, v in record.items()}
+    return json.dumps(clean, allow_nan=False)
+
+
 def _write_log(out: Path, records: list[dict[str, Any]]) -> None:
     with atomic_open(out / LOG) as fh:
         for r in records:
-            fh.write(json.dumps(r, allow_nan=True) + "\n")
+            fh.write(json_record(r) + "\n")
 
 
 def read_log(out: Path) -> list[dict[str, Any]]:
@@ -342,23 +349,27 @@ def write_plot(path: Path, records: list[dict[str, Any]]) -> None:
     from matplotlib.figure import Figure
 
     epochs = [r["epoch"] for r in records]
+
+    def col(key: str) -> list[float]:
+        return [float("nan") if r.get(key) is None else r[key] for r in records]
+
     fig = Figure(figsize=(11, 3.2))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 3, 1)
-    ax.plot(epochs, [r["loss"] for r in records], marker="o", label="train loss")
-    ax.plot(epochs, [r["eval_loss"] for r in records], marker="o",
+    ax.plot(epochs, col("loss"), marker="o", label="train loss")
+    ax.plot(epochs, col("eval_loss"), marker="o",
             label=f"{records[-1]['metrics_on']} loss")
     ax.set_xlabel("epoch")
     ax.legend()
     ax = fig.add_subplot(1, 3, 2)
-    ax.plot(epochs, [r["pos_score"] for r in records], marker="o", label="positive cos")
-    ax.plot(epochs, [r["neg_score"] for r in records], marker="o", label="negative cos")
-    ax.plot(epochs, [r["gap"] for r in records], marker="o", label="gap")
+    ax.plot(epochs, col("pos_score"), marker="o", label="positive cos")
+    ax.plot(epochs, col("neg_score"), marker="o", label="negative cos")
+    ax.plot(epochs, col("gap"), marker="o", label="gap")
     ax.set_xlabel("epoch")
     ax.legend()
     ax = fig.add_subplot(1, 3, 3)
-    ax.plot(epochs, [r["alignment"] for r in records], marker="o", label="alignment")
-    ax.plot(epochs, [r["uniformity"] for r in records], marker="o", label="uniformity")
+    ax.plot(epochs, col("alignment"), marker="o", label="alignment")
+    ax.plot(epochs, col("uniformity"), marker="o", label="uniformity")
     ax.set_xlabel("epoch")
     ax.legend()
     fig.tight_layout()

@@ -180,6 +180,15 @@ def test_streaming_from_host_gives_the_same_weights(store, tmp_path, monkeypatch
     assert same_weights(tmp_path / "a", tmp_path / "b")
 
 
+def test_fp16_on_cpu_falls_back_to_fp32_and_log_is_strict_json(store, tmp_path):
+    cfg = TrainConfig(relation="instance", **{**FAST, "precision": "fp16"})
+    result = train_head(store, tmp_path / "h", cfg)
+    assert result.precision == "fp32"
+    assert any("--precision fp16 needs CUDA" in n for n in result.notes)
+    for line in (tmp_path / "h" / "train_log.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
 def test_bad_inputs(store, tmp_path):
     with pytest.raises(PairkitError, match="give a pair table"):
         train_head(store, tmp_path / "h", TrainConfig(**FAST))
