@@ -81,6 +81,7 @@ class FalseNegativeConfig:
     support_include_anchor: bool = True
     community_neighbors: int = 15
     community_iters: int = 50
+    community_max_share: float = 0.9  # a community holding more of the items flags nothing
     trust_labels: bool = True
 
     def __post_init__(self) -> None:
@@ -129,6 +130,10 @@ def validate_config(config: FalseNegativeConfig) -> None:
     if config.community_neighbors < 1:
         raise UsageError(
             f"community neighbors must be >= 1, got {config.community_neighbors}"
+        )
+    if not 0.0 < config.community_max_share <= 1.0:
+        raise UsageError(
+            f"community max share must be in (0, 1], got {config.community_max_share}"
         )
     if config.community_iters < 1:
         raise UsageError(f"community iterations must be >= 1, got {config.community_iters}")
@@ -475,9 +480,17 @@ def rule_cluster(
 def rule_community(
     ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, config: FalseNegativeConfig
 ) -> np.ndarray:
-    """(n, k) bool: candidate in the anchor's kNN-graph community."""
+    """(n, k) bool: candidate in the anchor's kNN-graph community.
+
+    Label propagation can flood a weakly separated graph into one giant
+    community; a community holding more than ``community_max_share`` of the
+    items says nothing about "same thing", so its anchors get no flags here.
+    """
     comm = community_labels(ctx, config)
-    return (cand >= 0) & (comm[anchors][:, None] == comm[np.maximum(cand, 0)])
+    sizes = np.bincount(comm, minlength=int(comm.max()) + 1 if len(comm) else 0)
+    trusted = sizes[comm[anchors]] <= config.community_max_share * len(comm)
+    same = comm[anchors][:, None] == comm[np.maximum(cand, 0)]
+    return (cand >= 0) & same & trusted[:, None]
 
 
 def support_scores(

@@ -418,3 +418,20 @@ def test_trust_labels_lets_labels_decide_labelled_pairs():
     cfg = FalseNegativeConfig(rules=("label", "margin"), trust_labels=False)
     flags, reasons = flag(ctx, [0], cand, scores, [0.5], cfg)
     assert reasons.tolist() == [["label|margin", "margin", "margin"]]
+
+
+def test_community_rule_ignores_a_flooded_community():
+    """Two tight groups joined by a chain: one community holding 3/4 of the items flags
+    nothing when community_max_share is below 3/4, and flags its members above it."""
+    from pairkit.mine import false_negatives as fnm
+
+    ctx = fnm.FnContext.__new__(fnm.FnContext)
+    ctx.communities = np.array([0, 0, 0, 1], dtype=np.int64)
+    anchors = np.array([0, 3])
+    cand = np.array([[1, 3], [0, -1]])
+    low = fnm.FalseNegativeConfig(rules=("community",), community_max_share=0.5)
+    high = fnm.FalseNegativeConfig(rules=("community",), community_max_share=0.8)
+    np.testing.assert_array_equal(fnm.rule_community(ctx, anchors, cand, low),
+                                  [[False, False], [False, False]])
+    np.testing.assert_array_equal(fnm.rule_community(ctx, anchors, cand, high),
+                                  [[True, False], [False, False]])
