@@ -17,7 +17,7 @@ def index(
     nlist: int | None = typer.Option(None, "--nlist", help="IVF cells (default ~sqrt(N))."),
     nprobe: int | None = typer.Option(
         None, "--nprobe", help="IVF cells scanned per query, saved as the default "
-        "(default max(8, nlist/16))."),
+        "(default max(8, nlist/32))."),
     pq_m: int | None = typer.Option(None, "--pq-m", help="ivfpq: sub-quantisers (divides dim)."),
     hnsw_m: int = typer.Option(32, "--hnsw-m", help="hnsw: links per node."),
     ef_search: int | None = typer.Option(None, "--ef-search", help="hnsw: search beam (128)."),

@@ -222,6 +222,49 @@ def default_workers(device: str) -> int:
     return 0 if cpus <= 2 else min(4, cpus // 2)
 
 
+def _prefetch(batches: Any, depth: int = 2) -> Any:
+    """Iterate ``batches`` in a background thread, ``depth`` batches ahead.
+
+    With no worker processes, decoding the next batch (PIL releases the GIL while it
+    decodes and resizes) overlaps with the encoder running on the current one.
+    """
+    import queue
+    import threading
+
+    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce() -> None:
+        try:
+            for item in batches:
+                while not stop.is_set():
+                    try:
+                        q.put(("ok", item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(("ok", done))
+        except BaseException as exc:  # handed to the consumer, raised there
+            q.put(("error", exc))
+
+    thread = threading.Thread(target=produce, name="pairkit-decode", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "error":
+                raise item
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
 def _batches(n: int, per_batch: int) -> list[list[int]]:
     return [list(range(i, min(i + per_batch, n))) for i in range(0, n, per_batch)]
 
@@ -370,7 +413,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
 
     hook.start(len(todo), "embedding")
     t_loop = time.perf_counter()
-    for batch in loader:
+    for batch in (loader if workers else _prefetch(loader)):
         ok = [(i, arr, digest) for i, arr, digest, err in batch if err is None]
         for i, _, _, err in batch:
             if err is not None:

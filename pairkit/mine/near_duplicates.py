@@ -5,7 +5,7 @@ views of one source are augmentations of the same file, never duplicates of
 each other. Each source is represented by its lowest view (view 0, the plain
 image); every view of a source gets its source's group id.
 
-Steps (see docs/_methods_dedup.md):
+Steps (see docs/methods.md):
 
 1. Sources with the same ``file_sha256`` are one node (an exact-duplicate set).
 2. Nodes with similarity >= ``threshold`` are joined (streamed range search,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # Measured on the planted-copy benchmark (tests/benchmarks/near_duplicates.py,
-# docs/_bench_dedup.md) with the offline ``pixels`` encoder.
+# docs/benchmarks.md) with the offline ``pixels`` encoder.
 DEFAULT_THRESHOLD = 0.965
 KEEP_RULES = ("first", "largest", "central")
 TABLE_COLUMNS = ("group", "id", "keep", "similarity", "match")

@@ -151,7 +151,11 @@ def _run_child(args: list[str], timeout: float, rss_cap_gb: float = 0.0) -> dict
         if proc.returncode in (-9, 137) or "MemoryError" in stderr or "alloc" in tail:
             return {"error": f"out of memory ({tail[:120]})"}
         return {"error": f"exit {proc.returncode}: {tail[:160]}"}
-    return json.loads(stdout.strip().splitlines()[-1])
+    result = json.loads(stdout.strip().splitlines()[-1])
+    # The child's own getrusage maxrss would include the parent's memory at fork time
+    # (Linux keeps the pre-exec peak); the polled VmRSS is the child's alone.
+    result["peak_rss_mb"] = peak
+    return result
 
 
 def main() -> None:

@@ -127,13 +127,36 @@ def st_mine(npy: str, k: int) -> None:
     texts = [str(i) for i in range(len(x))]
 
     class Fixed:
+        """Stands in for a SentenceTransformer: text i -> the stored vector i."""
+
+        device = torch.device("cpu")
+
         def encode(self, sentences, **kw):  # noqa: ANN001, ANN003, ANN201
             out = x[[int(s) for s in sentences]]
             return torch.from_numpy(out) if kw.get("convert_to_tensor") else out
 
-        def similarity(self, a, b):  # noqa: ANN001, ANN201
-            return a @ b.T
+        encode_query = encode
+        encode_document = encode
 
+        def get_embedding_dimension(self) -> int:
+            return int(x.shape[1])
+
+        def similarity(self, a, b):  # noqa: ANN001, ANN201
+            return torch.as_tensor(a) @ torch.as_tensor(b).T
+
+        def similarity_pairwise(self, a, b):  # noqa: ANN001, ANN201
+            return (torch.as_tensor(a) * torch.as_tensor(b)).sum(-1)
+
+    import faiss
+
+    if faiss.get_num_gpus() == 0:
+        # With the faiss-gpu wheel on a CPU-only machine, index_cpu_to_all_gpus returns an
+        # index with no shards whose search segfaults; sentence-transformers only falls back
+        # to the CPU index when the call raises, as it does with faiss-cpu.
+        def no_gpus(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            raise RuntimeError("no GPU visible")
+
+        faiss.index_cpu_to_all_gpus = no_gpus
     ds = Dataset.from_dict({"anchor": texts[0::2], "positive": texts[1::2]})
     t0 = time.perf_counter()
     mine_hard_negatives(ds, Fixed(), num_negatives=k, use_faiss=True, verbose=False)
