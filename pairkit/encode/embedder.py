@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pairkit.core.atomic import atomic_open
+from pairkit.core.devices import resolve_device
 from pairkit.core.store import (
     ERRORS,
     MANIFEST,
@@ -83,32 +84,6 @@ class ProgressHook:
 
 
 # -- configuration checks -------------------------------------------------------------
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``; checks cuda:N exists."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        return device
-    if device == "cuda" or device.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise PairkitError(f"--device {device}: no CUDA GPU is visible (use --device cpu)")
-        if ":" in device:
-            try:
-                index = int(device.split(":", 1)[1])
-            except ValueError:
-                raise PairkitError(
-                    f"--device must be auto, cpu, cuda or cuda:N, got {device}"
-                ) from None
-            if index >= torch.cuda.device_count():
-                raise PairkitError(
-                    f"--device {device}: only {torch.cuda.device_count()} GPU(s) visible"
-                )
-        return device
-    raise PairkitError(f"--device must be auto, cpu, cuda or cuda:N, got {device}")
 
 
 def embedding_identity(cfg: EmbedConfig) -> dict[str, Any]:

@@ -31,25 +31,6 @@ class ProbeResult:
     predictions: np.ndarray
 
 
-def resolve_device(device: str) -> str:
-    """"auto" -> "cuda" when available, else "cpu"; "cpu", "cuda", "cuda:N" checked."""
-    import re
-
-    import torch
-
-    from pairkit.errors import PairkitError
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        return device
-    if not re.fullmatch(r"cuda(:\d+)?", device):
-        raise PairkitError(f"--device must be auto, cpu, cuda or cuda:N, got {device}")
-    if not torch.cuda.is_available():
-        raise PairkitError(f"--device {device} was given but torch sees no GPU (use --device cpu)")
-    return device
-
-
 def fit_logistic(
     x: np.ndarray,
     y: np.ndarray,

@@ -316,7 +316,8 @@ def _mined_unlabelled(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
 def _probe(queries: EvalSide, references: EvalSide, ql_all: np.ndarray, rl_all: np.ndarray,
            q_keep: np.ndarray, r_keep: np.ndarray, rsrc: np.ndarray, cfg: EvalConfig,
            rng: np.random.Generator, report: EvalReport) -> None:
-    from pairkit.eval.linear_probe import linear_probe, resolve_device
+    from pairkit.core.devices import resolve_device
+    from pairkit.eval.linear_probe import linear_probe
 
     train_rows = np.flatnonzero(r_keep)
     if len(train_rows) > cfg.probe_max_train:

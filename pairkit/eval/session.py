@@ -74,7 +74,7 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
              ) -> tuple[dict[str, dict[str, Any]], dict[str, EvalReport]]:
     """Evaluate raw and/or head vectors. Returns (metrics by name, reports by name);
     names are "raw" and "head". Existing plot files are kept unless ``force``."""
-    from pairkit.eval.linear_probe import resolve_device
+    from pairkit.core.devices import resolve_device
 
     names = (["raw"] if head_path is None or compare else []) + (["head"] if head_path else [])
     if plot is not None:

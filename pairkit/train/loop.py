@@ -422,7 +422,7 @@ def train_head(store: Store, out: Path, cfg: TrainConfig, *,
     """
     import torch
 
-    from pairkit.encode.embedder import resolve_device
+    from pairkit.core.devices import resolve_device
 
     cfg.check()
     if table is None and cfg.relation is None:

@@ -49,7 +49,7 @@ def project_store(store_path: str | os.PathLike[str], head_path: str | os.PathLi
     The manifest keeps the encoder and records the head (path, weights sha256,
     config) under ``encoder.head`` and ``projected``.
     """
-    from pairkit.encode.embedder import resolve_device
+    from pairkit.core.devices import resolve_device
 
     if batch_size < 1:
         raise PairkitError(f"--batch-size must be >= 1, got {batch_size}")
