@@ -110,6 +110,46 @@ def make_progress(quiet: bool, unit: str = "images") -> Progress | None:
     )
 
 
+class ProgressBar:
+    """One task of a rich progress bar on stderr (nothing at all when quiet).
+
+    ``start``/``advance``/``note``/``stop`` is the progress hook the core loops call;
+    ``print`` writes a line above a live bar instead of through it.
+    """
+
+    def __init__(self, quiet: bool, unit: str = "images") -> None:
+        self.progress = make_progress(quiet, unit)
+        self.task: Any = None
+
+    def start(self, total: int, description: str) -> None:
+        if self.progress is not None:
+            self.progress.start()
+            self.task = self.progress.add_task(description, total=total)
+
+    def advance(self, n: int, description: str | None = None) -> None:
+        if self.progress is not None and self.task is not None:
+            if description is None:
+                self.progress.advance(self.task, n)
+            else:
+                self.progress.update(self.task, advance=n, description=description)
+
+    def print(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress.console.print(line, markup=False)
+        else:
+            say(line)
+
+    def note(self, message: str) -> None:
+        if self.progress is not None and self.progress.live.is_started:
+            self.progress.console.print(f"warning: {message}", markup=False, style="yellow")
+        else:
+            warn(message)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
 def parse_int_list(text: str, option: str) -> list[int]:
     """Parse ``1,5,10`` into ints, with an error naming ``option``."""
     try:

@@ -4,34 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from pairkit.cli.common import make_progress, say, user_errors, warn
-
-
-class _BarHook:
-    def __init__(self, progress: Any, quiet: bool) -> None:
-        self.progress = progress
-        self.task: Any = None
-        self.quiet = quiet
-
-    def start(self, total: int, description: str) -> None:
-        if self.progress is not None:
-            self.progress.start()
-            self.task = self.progress.add_task(description, total=total)
-
-    def advance(self, images: int) -> None:
-        if self.progress is not None and self.task is not None:
-            self.progress.advance(self.task, images)
-
-    def note(self, message: str) -> None:
-        warn(message)
-
-    def stop(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
+from pairkit.cli.common import ProgressBar, say, user_errors, warn
 
 
 def embed(
@@ -93,7 +69,7 @@ def embed(
             force=force,
             shard_rows=max(1, shard_rows),
         )
-        hook = _BarHook(make_progress(quiet), quiet)
+        hook = ProgressBar(quiet, unit="images")
         try:
             summary = embed_folder(cfg, hook)
         finally:

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from pairkit.cli.common import make_progress, say, user_errors, warn
+from pairkit.cli.common import ProgressBar, say, user_errors, warn
 
 
 def mine(
@@ -178,24 +178,12 @@ def _run(store: Path, output: str, relation: str | None, fmt: str, cfg: Any, idx
     if stats_path is not None:
         check_output(stats_path, force, what="stats file")
     st = Store.open(store, verify=True)
-    progress = make_progress(quiet, unit="anchors")
-    task: list[Any] = []
-
-    def on_start(n: int) -> None:
-        if progress is not None:
-            progress.start()
-            task.append(progress.add_task("mining", total=n))
-
-    def advance(n: int) -> None:
-        if progress is not None and task:
-            progress.advance(task[0], n)
-
+    bar = ProgressBar(quiet, unit="anchors")
     try:
-        table, stats = mine_store(st, relation, cfg, idx, fn_config, fmt,
-                                  progress=advance, on_start=on_start)
+        table, stats = mine_store(st, relation, cfg, idx, fn_config, fmt, progress=bar.advance,
+                                  on_start=lambda n: bar.start(n, "mining"))
     finally:
-        if progress is not None:
-            progress.stop()
+        bar.stop()
     if stats.get("pairs_rows_unknown"):
         warn(f"pairs file: {stats['pairs_rows_unknown']} of {stats['pairs_rows']} rows name "
              f"paths not in the store (e.g. {', '.join(stats['pairs_unknown_examples'])}); "

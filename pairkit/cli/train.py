@@ -7,49 +7,27 @@ from typing import Any
 
 import typer
 
-from pairkit.cli.common import make_progress, say, user_errors, warn
+from pairkit.cli.common import ProgressBar, say, user_errors
 
 
-class _TrainBar:
+class _TrainBar(ProgressBar):
     """Progress bar on stderr: pairs done, pairs/s, current epoch and loss."""
 
-    def __init__(self, progress: Any, quiet: bool) -> None:
-        self.progress = progress
-        self.task: Any = None
+    def __init__(self, quiet: bool) -> None:
+        super().__init__(quiet, unit="pairs")
         self.quiet = quiet
 
-    def start(self, total: int, description: str) -> None:
-        self.description = description
-        if self.progress is not None:
-            self.progress.start()
-            self.task = self.progress.add_task(description, total=total)
-
-    def advance(self, pairs: int, loss: float, epoch: int) -> None:
-        if self.progress is not None and self.task is not None:
-            self.progress.update(self.task, advance=pairs,
-                                 description=f"epoch {epoch} loss {loss:.4f}")
+    def advance(self, pairs: int, loss: float, epoch: int) -> None:  # type: ignore[override]
+        super().advance(pairs, description=f"epoch {epoch} loss {loss:.4f}")
 
     def epoch_done(self, record: dict[str, Any]) -> None:
         if self.quiet:
             return
-        line = (f"epoch {record['epoch']}: loss {record['loss']:.4f}, "
-                f"{record['metrics_on']} loss {record['eval_loss']:.4f}, "
-                f"gap {record['gap']:.3f}, alignment {record['alignment']:.3f}, "
-                f"uniformity {record['uniformity']:.3f}, {record['pairs_per_s']:,.0f} pairs/s")
-        if self.progress is not None:
-            self.progress.console.print(line, markup=False)
-        else:
-            say(line)
-
-    def note(self, message: str) -> None:
-        if self.progress is not None and self.progress.live.is_started:
-            self.progress.console.print(f"warning: {message}", markup=False, style="yellow")
-        else:
-            warn(message)
-
-    def stop(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
+        self.print(f"epoch {record['epoch']}: loss {record['loss']:.4f}, "
+                   f"{record['metrics_on']} loss {record['eval_loss']:.4f}, "
+                   f"gap {record['gap']:.3f}, alignment {record['alignment']:.3f}, "
+                   f"uniformity {record['uniformity']:.3f}, "
+                   f"{record['pairs_per_s']:,.0f} pairs/s")
 
 
 def train(
@@ -124,7 +102,7 @@ def train(
         cfg.check()
         st = Store.open(store)
         table = read_table(pairs) if pairs is not None else None
-        bar = _TrainBar(make_progress(quiet, unit="pairs"), quiet)
+        bar = _TrainBar(quiet)
         try:
             result = train_head(st, output, cfg, table=table, table_name=pairs, resume=resume,
                                 force=force, hook=bar)
