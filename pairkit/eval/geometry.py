@@ -68,12 +68,9 @@ def random_pairs(
 
 def pair_dots(x: np.ndarray, i: np.ndarray, j: np.ndarray, chunk: int = 65536) -> np.ndarray:
     """Inner products x[i] . x[j] (float64 (len(i),)), computed in chunks."""
-    out = np.empty(len(i), dtype=np.float64)
-    for s in range(0, len(i), chunk):
-        a = np.asarray(x[i[s : s + chunk]], dtype=np.float64)
-        b = np.asarray(x[j[s : s + chunk]], dtype=np.float64)
-        out[s : s + chunk] = np.einsum("ij,ij->i", a, b)
-    return out
+    from pairkit.index.search import row_dots
+
+    return row_dots(x, i, j, dtype=np.float64, chunk=chunk)
 
 
 def pair_sq_dists(x: np.ndarray, i: np.ndarray, j: np.ndarray, chunk: int = 65536) -> np.ndarray:

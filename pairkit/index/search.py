@@ -23,6 +23,20 @@ def as_float32(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
+def row_dots(
+    vectors: np.ndarray, a: np.ndarray, b: np.ndarray, *, dtype: Any = np.float32,
+    chunk: int = 16384,
+) -> np.ndarray:
+    """Inner products ``vectors[a[i]] . vectors[b[i]]``, shape (len(a),), in ``dtype``,
+    gathered and multiplied ``chunk`` pairs at a time (memory O(chunk x d))."""
+    out = np.empty(len(a), dtype=dtype)
+    for s in range(0, len(a), chunk):
+        va = np.asarray(vectors[a[s : s + chunk]], dtype=dtype)
+        vb = np.asarray(vectors[b[s : s + chunk]], dtype=dtype)
+        out[s : s + chunk] = np.einsum("nd,nd->n", va, vb)
+    return out
+
+
 def flat_index(base: np.ndarray) -> Any:
     """An exact inner-product FAISS index holding ``base`` (N, d)."""
     import faiss

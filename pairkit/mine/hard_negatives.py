@@ -37,6 +37,7 @@ import numpy as np
 from pairkit.core.pairs import MinedPairs
 from pairkit.core.relations import Relation
 from pairkit.errors import PairkitError, UsageError
+from pairkit.index.search import row_dots
 
 SAMPLINGS = ("top", "random", "softmax")
 POSITIVE_CHOICES = ("weakest", "random")
@@ -164,17 +165,6 @@ def _splitmix(x: np.ndarray) -> np.ndarray:
 
 
 # -- positives -------------------------------------------------------------------------
-def _row_dots(vectors: np.ndarray, a: np.ndarray, b: np.ndarray, chunk: int = 16384
-              ) -> np.ndarray:
-    """float32 (m,): ``vectors[a[i]] . vectors[b[i]]``, in chunks."""
-    out = np.empty(len(a), dtype=np.float32)
-    for s in range(0, len(a), chunk):
-        va = np.asarray(vectors[a[s:s + chunk]], dtype=np.float32)
-        vb = np.asarray(vectors[b[s:s + chunk]], dtype=np.float32)
-        out[s:s + chunk] = np.einsum("nd,nd->n", va, vb)
-    return out
-
-
 def choose_positives(
     vectors: np.ndarray, anchors: np.ndarray, offsets: np.ndarray, pos_ids: np.ndarray,
     how: str, seed: int,
@@ -189,7 +179,7 @@ def choose_positives(
     if n and counts.min() < 1:
         raise PairkitError("internal: an anchor without positives")
     owner = np.repeat(np.arange(n), counts)
-    scores = _row_dots(vectors, anchors[owner], pos_ids)
+    scores = row_dots(vectors, anchors[owner], pos_ids)
     first = offsets[:-1]
     order = np.lexsort((pos_ids, scores, owner))  # per anchor: weakest first, ties by id
     weakest = order[first]
@@ -402,7 +392,7 @@ def mine_negatives(
         i = _dedup_rows(_easy_candidates(a, k, n_items, cfg.seed))
         s = np.full(i.shape, -np.inf, dtype=np.float32)
         ok = i >= 0
-        s[ok] = _row_dots(vectors, np.broadcast_to(a[:, None], i.shape)[ok], i[ok])
+        s[ok] = row_dots(vectors, np.broadcast_to(a[:, None], i.shape)[ok], i[ok])
         return s, i, np.zeros(len(rows), dtype=bool)
 
     k_cap = n_items if cfg.hard else 16 * n_items
