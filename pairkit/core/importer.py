@@ -27,13 +27,15 @@ def load_npy(path: str | Path) -> np.ndarray:
     return arr
 
 
-def bad_rows(vectors: np.ndarray, block: int = 65536) -> np.ndarray:
-    """Row numbers holding NaN or inf, shape (k,)."""
-    out = []
+def bad_rows(vectors: np.ndarray, block: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """Row numbers holding NaN or inf, and row numbers that are all zeros: two int64
+    arrays, found in one streamed pass (memory O(block x dim))."""
+    nonfinite, zero = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
     for start in range(0, len(vectors), block):
         chunk = np.asarray(vectors[start : start + block], dtype=np.float32)
-        out.append(np.flatnonzero(~np.isfinite(chunk).all(axis=1)) + start)
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+        nonfinite.append(np.flatnonzero(~np.isfinite(chunk).all(axis=1)) + start)
+        zero.append(np.flatnonzero(~chunk.any(axis=1)) + start)
+    return np.concatenate(nonfinite), np.concatenate(zero)
 
 
 def import_embeddings(
@@ -55,13 +57,11 @@ def import_embeddings(
         raise PairkitError(f"{embeddings} has {len(vectors)} rows but {items} has {len(table)}")
     if len(vectors) == 0:
         raise PairkitError(f"{embeddings} has no rows")
-    bad = bad_rows(vectors)
+    bad, zero = bad_rows(vectors)
     if len(bad):
         shown = ", ".join(str(i) for i in bad[:5]) + (" ..." if len(bad) > 5 else "")
         raise PairkitError(f"{len(bad)} rows contain NaN or inf (rows {shown}); fix or drop them")
-    norms = np.linalg.norm(np.asarray(vectors, dtype=np.float32), axis=1)
-    if (norms == 0).any():
-        zero = np.flatnonzero(norms == 0)
+    if len(zero):
         raise PairkitError(f"{len(zero)} rows are all zeros (row {zero[0]}): no direction")
     info = {"name": encoder, "imported_from": Path(embeddings).name,
             "sha256": sha256_file(embeddings)}
