@@ -432,8 +432,21 @@ class StoreWriter:
 
     @classmethod
     def resume(cls, path: str | os.PathLike[str]) -> StoreWriter:
-        """Reopen an existing store for appending (validates it first)."""
-        store = Store.open(path, verify=True)
+        """Reopen an existing store for appending (validates it first).
+
+        An append interrupted between its items.parquet and its manifest leaves item
+        rows that the manifest never committed; they are dropped here.
+        """
+        import pandas as pd
+
+        root = Path(path)
+        manifest = read_manifest(root)
+        items_path = root / ITEMS
+        if items_path.is_file() and _parquet_rows(items_path) > manifest["count"]:
+            items = pd.read_parquet(items_path).iloc[: manifest["count"]]
+            with atomic_path(items_path) as tmp:
+                items.reset_index(drop=True).to_parquet(tmp, index=False)
+        store = Store.open(root, verify=True)
         return cls(store.root, dict(store.manifest), store.items.copy())
 
     @property

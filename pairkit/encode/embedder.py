@@ -323,7 +323,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
                 f"store {cfg_store} was made with other options ({', '.join(diff)} differ); "
                 "pass --force to replace it, or choose another -o"
             )
-        writer = _resume(cfg_store)
+        writer = StoreWriter.resume(cfg_store)
         done = set(writer.items["source"].astype(str))
     else:
         prepare_store_dir(cfg_store, cfg.force)
@@ -422,24 +422,6 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
             f"no image could be embedded: all {len(todo)} failed (see {cfg_store / ERRORS})"
         )
     return summary
-
-
-def _resume(root: Path) -> StoreWriter:
-    """Reopen a store for appending, dropping item rows of a shard whose manifest
-    entry was never written (an interrupted run)."""
-    import pandas as pd
-
-    manifest = read_manifest(root)
-    items_path = root / "items.parquet"
-    if items_path.is_file():
-        items = pd.read_parquet(items_path)
-        if len(items) > manifest["count"]:
-            from pairkit.core.atomic import atomic_path
-
-            items = items.iloc[: manifest["count"]].reset_index(drop=True)
-            with atomic_path(items_path) as tmp:
-                items.to_parquet(tmp, index=False)
-    return StoreWriter.resume(root)
 
 
 def _write_errors(root: Path, errors: list[dict[str, str]]) -> None:

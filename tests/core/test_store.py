@@ -116,3 +116,13 @@ def test_refuses_to_overwrite_without_force(tmp_path):
     with pytest.raises(PairkitError, match="not a pairkit store"):
         write_store(tmp_path / "other", np.eye(3, dtype=np.float32), _items(3), force=True)
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+def test_resume_drops_item_rows_the_manifest_never_committed(tmp_path):
+    """An append interrupted after items.parquet but before the manifest: resume repairs it."""
+    write_store(tmp_path / "s", np.eye(3, dtype=np.float32), _items(3))
+    pd.concat([pd.read_parquet(tmp_path / "s" / "items.parquet")] * 2).to_parquet(
+        tmp_path / "s" / "items.parquet")
+    writer = StoreWriter.resume(tmp_path / "s")
+    assert len(writer.items) == 3
+    assert Store.open(tmp_path / "s").count == 3
