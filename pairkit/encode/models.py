@@ -1,5 +1,7 @@
 """Built-in encoders: open_clip, timm and the weight-free ``pixels`` encoder.
 
+This module is imported only when an encoder is loaded (torch is needed then anyway).
+
 Weights: ``--pretrained TAG`` loads through the library's own loading (the
 Hugging Face hub cache first, without touching the network; then a download
 unless HF_HUB_OFFLINE is set). ``--pretrained none`` builds random weights from
@@ -14,6 +16,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from pairkit.encode.registry import (
     DEFAULT_OPENCLIP_TAG,
@@ -107,7 +111,6 @@ def load_state_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
     A dict wrapping the weights under ``state_dict`` / ``model`` is unwrapped and a
     ``module.`` prefix (DataParallel/DDP) is stripped.
     """
-    import torch
 
     p = Path(path)
     if not p.is_file():
@@ -149,7 +152,6 @@ def _apply_checkpoint(module: Any, path: str, what: str) -> str:
 
 def _openclip(name: str, req: EncoderRequest) -> Encoder:
     import open_clip
-    import torch
 
     if not name:
         raise PairkitError("name the open_clip model: --model openclip/ViT-B-32")
@@ -198,37 +200,27 @@ def _openclip(name: str, req: EncoderRequest) -> Encoder:
         interpolation=str(cfg.get("interpolation", "bicubic")),
         resize="squash" if cfg.get("resize_mode") == "squash" else "shortest",
     )
-    visual = _VisualOnly(model)
+    visual = VisualOnly(model)
     dim = _probe_dim(visual, size)
     return Encoder(name=what, dim=dim, preprocess=preprocess, module=visual, identity=identity)
 
 
 def _probe_dim(module: Any, size: int) -> int:
-    import torch
 
     with torch.no_grad():
         out = module(torch.zeros(1, 3, size, size))
     return int(out.shape[-1])
 
 
-def _visual_only_cls() -> Any:
-    import torch
+class VisualOnly(torch.nn.Module):
+    """Keeps only the image tower of a CLIP model; forward = encode_image."""
 
-    class VisualOnly(torch.nn.Module):
-        """Keeps only the image tower of a CLIP model; forward = encode_image."""
+    def __init__(self, clip: Any) -> None:
+        super().__init__()
+        self.visual = clip.visual
 
-        def __init__(self, clip: Any) -> None:
-            super().__init__()
-            self.visual = clip.visual
-
-        def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-            return self.visual(pixels)
-
-    return VisualOnly
-
-
-def _VisualOnly(clip: Any) -> Any:  # noqa: N802 - reads like a class at the call site
-    return _visual_only_cls()(clip)
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.visual(pixels)
 
 
 # -- timm --------------------------------------------------------------------------
@@ -236,7 +228,6 @@ def _VisualOnly(clip: Any) -> Any:  # noqa: N802 - reads like a class at the cal
 
 def _timm(name: str, req: EncoderRequest) -> Encoder:
     import timm
-    import torch
 
     if not name:
         raise PairkitError("name the timm model: --model timm/resnet50")

@@ -15,32 +15,26 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from pairkit.encode.registry import Preprocess
 
 PIXELS_PREPROCESS = Preprocess(size=64, interpolation="bilinear", resize="shortest")
 
 
-def _module_base() -> Any:
-    import torch
-
-    return torch.nn.Module
-
-
-class PixelFeatures(_module_base()):  # type: ignore[misc]
+class PixelFeatures(torch.nn.Module):
     """(B, 3, 64, 64) floats in [0, 1] -> (B, 432) features."""
 
     version = 1
     dim = 256 + 128 + 48
 
     def __init__(self) -> None:
-        import torch
 
         super().__init__()
         sobel = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]])
         self.register_buffer("kernels", torch.stack([sobel, sobel.t()]).unsqueeze(1))
 
     def forward(self, x: Any) -> Any:
-        import torch
         import torch.nn.functional as F
 
         x = x.float()
