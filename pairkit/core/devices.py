@@ -1,6 +1,8 @@
-"""The one place that turns ``--device`` into a torch device name."""
+"""The one place that turns ``--device`` and ``--precision`` into torch terms."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from pairkit.errors import PairkitError
 
@@ -29,3 +31,20 @@ def resolve_device(device: str) -> str:
                 )
         return device
     raise PairkitError(f"--device must be auto, cpu, cuda or cuda:N, got {device}")
+
+
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+
+
+def resolve_precision(precision: str, device_type: str) -> str:
+    """``auto`` -> ``fp16`` on CUDA, ``fp32`` elsewhere; other values unchanged."""
+    if precision == "auto":
+        return "fp16" if device_type == "cuda" else "fp32"
+    return precision
+
+
+def autocast_dtype(precision: str) -> Any:
+    """The torch dtype autocast runs in for a resolved precision; None for fp32."""
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)

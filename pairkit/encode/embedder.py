@@ -17,7 +17,12 @@ from typing import Any
 import numpy as np
 
 from pairkit.core.atomic import atomic_open
-from pairkit.core.devices import resolve_device
+from pairkit.core.devices import (
+    PRECISIONS,
+    autocast_dtype,
+    resolve_device,
+    resolve_precision,
+)
 from pairkit.core.store import (
     ERRORS,
     MANIFEST,
@@ -30,8 +35,6 @@ from pairkit.encode.images import DecodeError, ImageFile, discover_images, load_
 from pairkit.encode.registry import DEFAULT_MODEL, Encoder, EncoderRequest, load_encoder
 from pairkit.encode.views import render_views
 from pairkit.errors import PairkitError
-
-PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -259,11 +262,11 @@ class _Runner:
         pre = encoder.preprocess
         self.mean = torch.tensor(pre.mean, device=self.device).view(1, 3, 1, 1) * 255.0
         self.std = torch.tensor(pre.std, device=self.device).view(1, 3, 1, 1) * 255.0
-        if precision == "auto":
-            precision = "fp16" if self.device.type == "cuda" else "fp32"
+        precision = resolve_precision(precision, self.device.type)
         if self.device.type == "cpu" and precision == "fp16":
             precision = "fp32"  # CPU autocast to fp16 is slow and lossy; bf16 is supported
         self.precision = precision
+        self.amp_dtype = autocast_dtype(precision)
 
     def __call__(self, pixels: np.ndarray) -> np.ndarray:
         import torch
@@ -272,7 +275,7 @@ class _Runner:
         if self.device.type == "cuda":
             x = x.pin_memory().to(self.device, non_blocking=True)
         x = (x.float() - self.mean) / self.std
-        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.precision)
+        dtype = self.amp_dtype
         with torch.inference_mode(), torch.autocast(
             self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None
         ):

@@ -22,6 +22,7 @@ import numpy as np
 
 from pairkit import __version__
 from pairkit.core.atomic import atomic_open, atomic_path
+from pairkit.core.devices import PRECISIONS, autocast_dtype, resolve_device, resolve_precision
 from pairkit.errors import PairkitError
 from pairkit.train.data import (
     FN_MODES,
@@ -57,7 +58,6 @@ CHECKPOINT = "checkpoint.pt"
 LOG = "train_log.jsonl"
 PLOT = "train_plot.png"
 HEAD_FILES = (WEIGHTS, CONFIG, LOG, PLOT, CHECKPOINT)
-PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 # Collapse bounds: mean per-dimension std of the normalised outputs times sqrt(out_dim)
 # (about 1 for points spread over the sphere, 0 when collapsed), and the uniformity of
 # Wang & Isola 2020 (log E exp(-2 |x - y|^2): -4 when spread, 0 when collapsed).
@@ -422,7 +422,6 @@ def train_head(store: Store, out: Path, cfg: TrainConfig, *,
     """
     import torch
 
-    from pairkit.core.devices import resolve_device
 
     cfg.check()
     if table is None and cfg.relation is None:
@@ -476,13 +475,11 @@ def train_head(store: Store, out: Path, cfg: TrainConfig, *,
     prepare_head_dir(out, force, resume)
     device_name = resolve_device(cfg.device)
     device = torch.device(device_name)
-    precision = cfg.precision
-    if precision == "auto":
-        precision = "fp16" if device.type == "cuda" else "fp32"
+    precision = resolve_precision(cfg.precision, device.type)
     if device.type != "cuda" and precision != "fp32":
         note(f"--precision {precision} needs CUDA: training in fp32 on {device}")
         precision = "fp32"
-    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    amp_dtype = autocast_dtype(precision)
 
     def autocast() -> Any:
         if amp_dtype is None:
