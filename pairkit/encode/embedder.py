@@ -247,6 +247,17 @@ def _batches(n: int, per_batch: int) -> list[list[int]]:
     return [list(range(i, min(i + per_batch, n))) for i in range(0, n, per_batch)]
 
 
+def replicate(module: Any, device: str, gpus: int) -> Any:
+    """``module`` wrapped in DataParallel (one replica per visible GPU) when ``device``
+    is the plain ``cuda`` and ``gpus`` > 1; else ``module`` itself. DataParallel on a
+    machine without CUDA calls the module directly, so the tests run this path on CPU."""
+    import torch
+
+    if device == "cuda" and gpus > 1:
+        return torch.nn.DataParallel(module)
+    return module
+
+
 class _Runner:
     """Moves uint8 batches to the device, normalises, runs the encoder."""
 
@@ -256,15 +267,12 @@ class _Runner:
         self.encoder = encoder
         self.device = torch.device(device)
         module = encoder.module.to(self.device).eval()
-        if device == "cuda" and torch.cuda.device_count() > 1:
-            module = torch.nn.DataParallel(module)  # one replica per visible GPU
-        self.module = module
+        self.module = replicate(module, device, torch.cuda.device_count())
         pre = encoder.preprocess
         self.mean = torch.tensor(pre.mean, device=self.device).view(1, 3, 1, 1) * 255.0
         self.std = torch.tensor(pre.std, device=self.device).view(1, 3, 1, 1) * 255.0
+        # auto is fp32 on CPU; an explicit fp16/bf16 runs CPU autocast, the twin of CUDA's
         precision = resolve_precision(precision, self.device.type)
-        if self.device.type == "cpu" and precision == "fp16":
-            precision = "fp32"  # CPU autocast to fp16 is slow and lossy; bf16 is supported
         self.precision = precision
         self.amp_dtype = autocast_dtype(precision)
 

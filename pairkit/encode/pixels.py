@@ -35,9 +35,15 @@ class PixelFeatures(torch.nn.Module):
         self.register_buffer("kernels", torch.stack([sobel, sobel.t()]).unsqueeze(1))
 
     def forward(self, x: Any) -> Any:
+        # Weight-free and cheap: always computed in float32, whatever autocast the
+        # caller runs under (fp16/bf16 would only lose precision, and autocast turns
+        # conv2d's output into half while the histogram below is float32).
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return self._features(x.float())
+
+    def _features(self, x: Any) -> Any:
         import torch.nn.functional as F
 
-        x = x.float()
         r, g, b = x[:, 0:1], x[:, 1:2], x[:, 2:3]
         grey = 0.299 * r + 0.587 * g + 0.114 * b
         thumb = F.adaptive_avg_pool2d(grey, 16).flatten(1)
@@ -49,7 +55,7 @@ class PixelFeatures(torch.nn.Module):
         magnitude = torch.sqrt(gx * gx + gy * gy + 1e-12)
         angle = torch.remainder(torch.atan2(gy, gx), torch.pi)  # unsigned orientation
         bins = torch.clamp((angle / torch.pi * 8).long(), max=7)
-        hist = torch.zeros(x.shape[0], 8, *gx.shape[1:], device=x.device)
+        hist = torch.zeros(x.shape[0], 8, *gx.shape[1:], device=x.device, dtype=magnitude.dtype)
         hist.scatter_(1, bins.unsqueeze(1), magnitude.unsqueeze(1))
         hog = F.adaptive_avg_pool2d(hist, 4).flatten(1)
         hog = F.normalize(hog, dim=1)

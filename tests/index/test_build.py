@@ -186,3 +186,52 @@ def test_index_cli(tmp_path: Path) -> None:
     assert r.exit_code == 1 and r.output.strip().splitlines()[-1].startswith("error: --kind")
     r = runner.invoke(app, ["index", str(tmp_path / "missing")])
     assert r.exit_code == 1 and "not found" in r.output
+
+
+def test_gpu_placement_path_on_cpu(monkeypatch: pytest.MonkeyPatch, data) -> None:
+    """CPU twin of FAISS GPU placement: prepare_index with a GPU 'seen' clones the index
+    with to_gpu (here a stand-in that refuses k > 2048 like FAISS GPU indices), keeps the
+    CPU index for deep searches, and returns the same neighbours as the CPU path."""
+    from pairkit.index import build as build_mod
+    from tests.index.test_search import GpuFakeIndex
+
+    x, ref = data
+    calls: list[bool] = []
+
+    def fake_to_gpu(index, float16=False):  # noqa: ANN001, ANN202
+        calls.append(float16)
+        return GpuFakeIndex(index)
+
+    monkeypatch.setattr(build_mod, "gpu_count", lambda: 1)
+    monkeypatch.setattr(build_mod, "to_gpu", fake_to_gpu)
+    loaded = prepare_index(x, "auto")
+    assert loaded.gpu and "on GPU" in loaded.describe() and calls == [False]
+    search = loaded.searcher(x)
+    _, ids = search(x, 10)
+    assert recall(ids, ref) == 1.0
+    _, deep = search(x[:3], 2100)  # past the GPU k limit: the kept CPU index answers
+    np.testing.assert_array_equal(deep[:, :10], ref[:3])
+    # float16 on GPU is the cloner's job: the CPU index stays float32
+    loaded16 = prepare_index(x, "flat", float16=True)
+    assert calls[-1] is True and "Gpu" in type(loaded16.index).__name__
+    assert type(loaded16.cpu_index).__name__ == "IndexFlatIP"
+
+
+def test_dedup_gpu_search_path_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU twin of dedup's GPU path (kNN with k capped at 2048, queries with k hits
+    re-searched exactly on the CPU): same pairs as the CPU range search."""
+    from pairkit.index import range_search as rs
+    from pairkit.index.search import flat_index
+    from tests.index.test_search import GpuFakeIndex
+
+    x = clustered(600, 8)
+    x[300:310] = x[0]  # one big exact-duplicate group reaches past small k
+    monkeypatch.setattr(rs, "gpu_count", lambda: 1)
+    monkeypatch.setattr(rs, "_gpu_index", lambda base: GpuFakeIndex(flat_index(base)))
+
+    def pairs(device: str, k: int) -> set[tuple[int, int]]:
+        rows, ids, _ = rs.range_search(x, x, 0.9, device=device, k=k)
+        return set(zip(rows.tolist(), ids.tolist(), strict=True))
+
+    on_gpu = pairs("cuda", 4)
+    assert len(on_gpu) > 100 and on_gpu == pairs("cpu", 64)

@@ -180,13 +180,22 @@ def test_streaming_from_host_gives_the_same_weights(store, tmp_path, monkeypatch
     assert same_weights(tmp_path / "a", tmp_path / "b")
 
 
-def test_fp16_on_cpu_falls_back_to_fp32_and_log_is_strict_json(store, tmp_path):
-    cfg = TrainConfig(relation="instance", **{**FAST, "precision": "fp16"})
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_on_cpu_is_the_cuda_path_and_log_is_strict_json(store, tmp_path,
+                                                                         precision):
+    """CPU autocast (and fp16's gradient scaler) runs the code CUDA's default
+    --precision auto runs; the head trains to about the fp32 result."""
+    ref = train_head(store, tmp_path / "fp32", TrainConfig(relation="instance", **FAST))
+    cfg = TrainConfig(relation="instance", **{**FAST, "precision": precision})
     result = train_head(store, tmp_path / "h", cfg)
-    assert result.precision == "fp32"
-    assert any("--precision fp16 needs CUDA" in n for n in result.notes)
+    assert result.precision == precision
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert config["training"]["precision"] == precision
     for line in (tmp_path / "h" / "train_log.jsonl").read_text().splitlines():
         json.loads(line, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    want, got = ref.records[-1], result.records[-1]
+    assert math.isfinite(got["loss"])
+    assert abs(got["loss"] - want["loss"]) < 0.05 * abs(want["loss"]) + 0.05
 
 
 def test_bad_inputs(store, tmp_path):
