@@ -354,6 +354,9 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     encoder = load_encoder(
         EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint, device, cfg.seed)
     )
+    fit = encoder.identity.get("checkpoint_fit", "")
+    if fit and fit != "checkpoint layout: as saved":
+        hook.note(fit)
     if writer is None:
         writer = StoreWriter.create(
             cfg_store,

@@ -105,46 +105,16 @@ def _first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:160]
 
 
-def load_state_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a checkpoint: safetensors, or a torch state dict with ``weights_only=True``.
-
-    A dict wrapping the weights under ``state_dict`` / ``model`` is unwrapped and a
-    ``module.`` prefix (DataParallel/DDP) is stripped.
-    """
-
-    p = Path(path)
-    if not p.is_file():
-        raise PairkitError(f"checkpoint {p} not found")
-    try:
-        if p.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            state: Any = load_file(str(p), device="cpu")
-        else:
-            state = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise PairkitError(f"checkpoint {p} is unreadable: {_first_line(exc)}") from exc
-    for key in ("state_dict", "model", "module"):
-        if isinstance(state, dict) and isinstance(state.get(key), dict):
-            state = state[key]
-    if not isinstance(state, dict):
-        raise PairkitError(f"checkpoint {p} does not hold a state dict")
-    if state and all(k.startswith("module.") for k in state):
-        state = {k[len("module.") :]: v for k, v in state.items()}
-    return state
-
-
-def _apply_checkpoint(module: Any, path: str, what: str) -> str:
+def _apply_checkpoint(module: Any, path: str, what: str, identity: dict[str, Any]) -> None:
+    """Load ``path`` into ``module`` (key layouts mapped: pairkit.encode.checkpoints) and
+    record its sha256, file name and the layout recognised in ``identity``."""
     from pairkit.core.store import sha256_file
+    from pairkit.encode.checkpoints import fit_state_dict, load_state_dict
 
-    state = load_state_dict(path)
-    try:
-        module.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        raise PairkitError(
-            f"checkpoint {path} does not fit {what}: {_first_line(exc)}"
-        ) from exc
-    return sha256_file(path)
+    report = fit_state_dict(load_state_dict(path), module, what, path)
+    identity["checkpoint_sha256"] = sha256_file(path)
+    identity["checkpoint"] = os.path.basename(path)
+    identity["checkpoint_fit"] = report.describe()
 
 
 # -- open_clip ---------------------------------------------------------------------
@@ -167,8 +137,7 @@ def _openclip(name: str, req: EncoderRequest) -> Encoder:
         with _quiet_root_logger():  # open_clip logs "initialized randomly": we asked for it
             model = open_clip.create_model(name, pretrained=None)
         if req.checkpoint:
-            identity["checkpoint_sha256"] = _apply_checkpoint(model, req.checkpoint, what)
-            identity["checkpoint"] = os.path.basename(req.checkpoint)
+            _apply_checkpoint(model, req.checkpoint, what, identity)
         else:
             identity["pretrained"] = "none"
             identity["seed"] = req.seed
@@ -242,8 +211,7 @@ def _timm(name: str, req: EncoderRequest) -> Encoder:
         torch.manual_seed(req.seed)
         model = timm.create_model(full, pretrained=False, num_classes=0)
         if req.checkpoint:
-            identity["checkpoint_sha256"] = _apply_checkpoint(model, req.checkpoint, what)
-            identity["checkpoint"] = os.path.basename(req.checkpoint)
+            _apply_checkpoint(model, req.checkpoint, what, identity)
         else:
             identity["pretrained"] = "none"
             identity["seed"] = req.seed

