@@ -105,8 +105,8 @@ def build_report(cfg: ReportConfig) -> ReportResult:
     t0 = time.perf_counter()
     check_config(cfg)
     out = Path(cfg.output)
-    check_output_dir(out, cfg.force)
     _check_not_inside(out, [*cfg.inputs, *([str(cfg.store)] if cfg.store else [])])
+    check_output_dir(out, cfg.force)
     inputs = [read_input(s) for s in cfg.inputs]
     explicit = open_for_report(cfg.store) if cfg.store is not None else None
     result = ReportResult(index=out / INDEX)

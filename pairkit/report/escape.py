@@ -33,9 +33,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, np.floating):
-        value = float(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+        f = float(value)
+        return f if math.isfinite(f) else None
     if isinstance(value, np.bool_):
         return bool(value)
     if isinstance(value, np.ndarray):
