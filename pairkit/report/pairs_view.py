@@ -68,11 +68,14 @@ def _flags(table: pd.DataFrame) -> np.ndarray:
 
 
 def _reasons(table: pd.DataFrame) -> np.ndarray:
+    """fn_reason as an object array of str or None (empty and missing cells: None)."""
     if "fn_reason" not in table.columns:
         return np.full(len(table), None, dtype=object)
-    values = table["fn_reason"].to_numpy(dtype=object)
-    return np.array([None if v is None or (isinstance(v, float) and np.isnan(v)) or v == ""
-                     else str(v) for v in values], dtype=object)
+    column = table["fn_reason"]
+    missing = column.isna().to_numpy()
+    text = column.astype(object).where(~missing, "").astype(str).to_numpy(dtype=object)
+    text[missing | (text == "")] = None
+    return text
 
 
 def to_long(table: pd.DataFrame, fmt: str) -> LongPairs:
@@ -133,14 +136,15 @@ def reason_counts(reasons: np.ndarray) -> dict[str, int]:
 
     Reasons are free text (rules may be added): anything between the bars counts.
     """
+    import pandas as pd
+
     counts: Counter[str] = Counter()
-    for cell in reasons:
-        if cell is None:
-            continue
+    cells = pd.Series(reasons, dtype=object).dropna().value_counts()
+    for cell, n in cells.items():  # each distinct cell once, not each row
         for part in str(cell).split("|"):
             part = part.strip()
             if part:
-                counts[part] += 1
+                counts[part] += int(n)
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
@@ -165,10 +169,12 @@ def summarize(long: LongPairs, fmt: str, n_rows: int, labels: np.ndarray | None
                            "flagged negatives": neg_scores[flag]}),
     }
     if labels is not None and len(neg):
-        a = labels[neg["anchor_id"].to_numpy()]
-        n = labels[neg["item_id"].to_numpy()]
-        known = np.array([x is not None and y is not None for x, y in zip(a, n, strict=True)],
-                         dtype=bool)
+        import pandas as pd
+
+        codes, _ = pd.factorize(pd.Series(labels, dtype=object))  # missing label: -1
+        a = codes[neg["anchor_id"].to_numpy()]
+        n = codes[neg["item_id"].to_numpy()]
+        known = (a >= 0) & (n >= 0)
         same = known & (a == n)
         out["same_label"] = {
             "unflagged": _share(same[~flag], known[~flag]),
@@ -197,38 +203,43 @@ def anchor_blocks(long: LongPairs, chosen: np.ndarray, ref: ItemRef) -> list[dic
     """Per chosen anchor: ``a`` (item), ``p`` [[item, score]], ``n`` [[item, score, rank,
     flag, reason]] (hardest first, at most :data:`MAX_NEGATIVES_SHOWN`), ``more``."""
     pos = long.positives[long.positives["anchor_id"].isin(chosen)]
-    neg = long.negatives[long.negatives["anchor_id"].isin(chosen)].copy()
-    neg["_last"] = neg["rank"] < 0
-    neg = neg.sort_values(["anchor_id", "_last", "rank", "score"],
-                          ascending=[True, True, True, False], kind="stable")
-    pos_by = {a: g for a, g in pos.groupby("anchor_id", sort=False)}
-    neg_by = {a: g for a, g in neg.groupby("anchor_id", sort=False)}
+    neg = long.negatives[long.negatives["anchor_id"].isin(chosen)]
+    p_anchor = pos["anchor_id"].to_numpy()
+    p_order = np.argsort(p_anchor, kind="stable")
+    p_anchor = p_anchor[p_order]
+    p_item = pos["item_id"].to_numpy()[p_order]
+    p_path = pos["path"].to_numpy(dtype=object)[p_order]
+    p_score = pos["score"].to_numpy(dtype=np.float64)[p_order]
+    p_apath = pos["anchor_path"].to_numpy(dtype=object)[p_order]
+    n_anchor = neg["anchor_id"].to_numpy()
+    rank = neg["rank"].to_numpy()
+    score = neg["score"].to_numpy(dtype=np.float64)
+    # per anchor: ranked negatives first (rank 0 = hardest), unranked (-1) last, then by
+    # score, highest first (NaN last)
+    n_order = np.lexsort((np.nan_to_num(-score, nan=np.inf), rank, rank < 0, n_anchor))
+    n_anchor = n_anchor[n_order]
+    cols = [neg["item_id"].to_numpy()[n_order], neg["path"].to_numpy(dtype=object)[n_order],
+            score[n_order], rank[n_order], neg["flag"].to_numpy(dtype=bool)[n_order],
+            neg["reason"].to_numpy(dtype=object)[n_order]]
+    n_apath = neg["anchor_path"].to_numpy(dtype=object)[n_order]
+    p_lo, p_hi = np.searchsorted(p_anchor, chosen, "left"), np.searchsorted(p_anchor, chosen,
+                                                                           "right")
+    n_lo, n_hi = np.searchsorted(n_anchor, chosen, "left"), np.searchsorted(n_anchor, chosen,
+                                                                           "right")
     blocks = []
-    for a in chosen.tolist():
-        p = pos_by.get(a)
-        n = neg_by.get(a)
-        a_path = _first_path(p, n)
+    for j, a in enumerate(chosen.tolist()):
+        a_path = (p_apath[p_lo[j]] if p_hi[j] > p_lo[j]
+                  else n_apath[n_lo[j]] if n_hi[j] > n_lo[j] else None)
         block: dict[str, Any] = {"a": ref(a, a_path), "p": [], "n": [], "more": 0}
-        if p is not None:
-            for item, path, score in p[["item_id", "path", "score"]].head(
-                    MAX_POSITIVES_SHOWN).itertuples(index=False, name=None):
-                block["p"].append([ref(int(item), path), _score(score)])
-        if n is not None:
-            rows = n[["item_id", "path", "score", "rank", "flag", "reason"]]
-            for item, path, score, rank, flag, reason in rows.head(
-                    MAX_NEGATIVES_SHOWN).itertuples(index=False, name=None):
-                block["n"].append([ref(int(item), path), _score(score), int(rank),
-                                   1 if flag else 0, reason])
-            block["more"] = max(0, len(n) - MAX_NEGATIVES_SHOWN)
+        for i in range(p_lo[j], min(p_hi[j], p_lo[j] + MAX_POSITIVES_SHOWN)):
+            block["p"].append([ref(int(p_item[i]), p_path[i]), _score(p_score[i])])
+        stop = min(n_hi[j], n_lo[j] + MAX_NEGATIVES_SHOWN)
+        for i in range(n_lo[j], stop):
+            block["n"].append([ref(int(cols[0][i]), cols[1][i]), _score(cols[2][i]),
+                               int(cols[3][i]), 1 if cols[4][i] else 0, cols[5][i]])
+        block["more"] = int(n_hi[j] - stop)
         blocks.append(block)
     return blocks
-
-
-def _first_path(*frames: Any) -> Any:
-    for f in frames:
-        if f is not None and len(f):
-            return f["anchor_path"].iat[0]
-    return None
 
 
 def _score(value: Any) -> float | None:

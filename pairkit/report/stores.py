@@ -90,12 +90,15 @@ def mismatch(table: pd.DataFrame, fmt: str, store: Store) -> str | None:
 
 
 def _ids(table: pd.DataFrame, column: str) -> np.ndarray:
+    """Integer ids of a column; empty cells (a missing negative) are -1."""
     import pandas as pd
 
     values = pd.to_numeric(table[column], errors="coerce")
-    if values.isna().any():
-        raise PairkitError(f"column {column} holds values that are not integer ids")
-    return values.to_numpy(dtype=np.int64)
+    bad = values.isna() & table[column].notna()
+    if bad.any():
+        raise PairkitError(f"column {column} holds values that are not integer ids: "
+                           f"{table[column][bad].iloc[0]!r}")
+    return values.fillna(-1).to_numpy(dtype=np.int64)
 
 
 def candidates(near: Path | None) -> list[Path]:

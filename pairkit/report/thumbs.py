@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 THUMB_DIR = "t"
-THUMB_SUFFIX = ".webp"
+THUMB_SUFFIX = ".jpg"
 MAX_FILE_BYTES = 256 << 20  # larger files are not opened for a thumbnail
 
 
@@ -58,7 +58,7 @@ def thumb_name(real: Path) -> str:
 
 
 def make_thumbnail(src: Path, dst: Path, size: int) -> str | None:
-    """Write a WebP thumbnail (longest side <= ``size``) of ``src`` to ``dst``.
+    """Write a JPEG thumbnail (longest side <= ``size``) of ``src`` to ``dst``.
 
     Returns None on success, else the reason it could not (nothing is written).
     """
@@ -77,7 +77,7 @@ def make_thumbnail(src: Path, dst: Path, size: int) -> str | None:
     except Exception as exc:  # a hostile file must cost its thumbnail, never the report
         return f"can't decode ({type(exc).__name__})"
     img.thumbnail((size, size), Image.Resampling.BILINEAR, reducing_gap=2.0)
-    img.save(dst, "WEBP", quality=72, method=3)
+    img.save(dst, "JPEG", quality=75, optimize=True)
     return None
 
 

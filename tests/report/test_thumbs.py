@@ -44,11 +44,11 @@ def test_resolve_under_accepts_files_and_links_inside(root):
     assert resolve_under(root, "inside.png") == (root / "a/ok.png", None)
 
 
-def test_thumbnail_is_small_webp(root, tmp_path):
-    dst = tmp_path / "t.webp"
+def test_thumbnail_is_a_small_jpeg(root, tmp_path):
+    dst = tmp_path / "t.jpg"
     assert make_thumbnail(root / "a/ok.png", dst, 64) is None
     with Image.open(dst) as im:
-        assert im.format == "WEBP" and im.size == (64, 43)
+        assert im.format == "JPEG" and im.size == (64, 43)
 
 
 @pytest.mark.parametrize(("content", "reason"), [
@@ -62,7 +62,7 @@ def test_broken_files_get_a_reason_and_no_file(tmp_path, content, reason):
         bomb_png(src)
     else:
         src.write_bytes(content)
-    dst = tmp_path / "t.webp"
+    dst = tmp_path / "t.jpg"
     problem = make_thumbnail(src, dst, 64)
     assert problem is not None and reason in problem
     assert not dst.exists()
