@@ -45,6 +45,10 @@ def test_demo_runs_the_pipeline(tmp_path):
     assert set(evaluation) == {"raw", "head"}
     errors = (out / "store" / "errors.jsonl").read_text().splitlines()
     assert len(errors) == 3  # the three planted broken files
+    # the report, and the last line names the file to open
+    index = out / "report" / "index.html"
+    assert index.is_file() and any((out / "report" / "t").iterdir())
+    assert result.output.strip().splitlines()[-1].startswith(f"open {index} in a browser")
 
 
 def test_demo_refuses_a_non_empty_folder(tmp_path):

@@ -43,7 +43,14 @@ def _steps(d: Path, epochs: int) -> list[tuple[str, list[str]]]:
           "--epochs", str(epochs)]),
         ("evaluate on the held-out test images: raw embeddings against the head",
          ["eval", s(d / "store"), "--against", s(d / "test-store"), "--head", s(d / "head"),
-          "--compare", "--json"]),
+          "--compare", "--json", "--plot", s(d / "plots")]),
+        ("mine once more keeping the flagged false negatives (for the report)",
+         ["mine", s(d / "store"), "--hard", "--relation", "instance",
+          "--filter-false-negatives", "--keep-flagged", "-o", s(d / "pairs-flagged.parquet"),
+          "--quiet"]),
+        ("an HTML report of the flags, the duplicates and the scores (opens from file://)",
+         ["report", s(d / "pairs-flagged.parquet"), s(d / "duplicates.csv"),
+          s(d / "eval.json"), s(d / "plots"), "-o", s(d / "report")]),
     ]
 
 
@@ -140,3 +147,5 @@ def demo(
                     say(f"{key:>16} on held-out digits: raw {raw:.3f} -> head {head:.3f}")
         say(f"done in {time.perf_counter() - t0:.0f} s; every file is in {directory} "
             "(rerun any step with the commands above)")
+        say(f"open {directory / 'report' / 'index.html'} in a browser: the pairs, their "
+            "false-negative flags, the duplicates and the scores")

@@ -20,6 +20,7 @@ from pairkit.cli import import_ as import_cmd
 from pairkit.cli import index as index_cmd
 from pairkit.cli import mine as mine_cmd
 from pairkit.cli import project as project_cmd
+from pairkit.cli import report as report_cmd
 from pairkit.cli import train as train_cmd
 
 app = typer.Typer(
@@ -63,6 +64,7 @@ app.command("dedup", no_args_is_help=True)(dedup_cmd.dedup)
 app.command("train", no_args_is_help=True)(train_cmd.train)
 app.command("project", no_args_is_help=True)(project_cmd.project)
 app.command("eval", no_args_is_help=True)(eval_cmd.eval_store)
+app.command("report", no_args_is_help=True)(report_cmd.report)
 app.command("demo", no_args_is_help=True)(demo_cmd.demo)
 
 

@@ -1,0 +1,219 @@
+"""Build a report folder from pair tables, dedup groups and eval results.
+
+The folder is built beside its target under a temporary name and renamed into
+place when complete, so a reader never sees half a report; ``--force`` replaces
+only a folder that is empty or holds an earlier pairkit report.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pairkit import __version__
+from pairkit.errors import PairkitError, UsageError
+from pairkit.report.dedup_view import build_dedup_section
+from pairkit.report.eval_view import build_eval_section, copy_plots
+from pairkit.report.inputs import ReportInput, read_input
+from pairkit.report.items import ItemTable
+from pairkit.report.page import GENERATOR, render_page
+from pairkit.report.pairs_view import build_pairs_section
+from pairkit.report.stores import StoreInfo, find_store, mismatch, open_for_report
+
+INDEX = "index.html"
+DEFAULT_SAMPLE = 500
+DEFAULT_THUMB_SIZE = 96
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    inputs: tuple[str, ...]
+    output: Path
+    store: Path | None = None
+    sample: int = DEFAULT_SAMPLE
+    seed: int = 0
+    thumb_size: int = DEFAULT_THUMB_SIZE
+    title: str | None = None
+    force: bool = False
+    workers: int | None = None
+
+
+@dataclass
+class ReportResult:
+    index: Path
+    sections: list[str] = field(default_factory=list)  # one line per section
+    notes: list[str] = field(default_factory=list)
+    thumbnails: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+def check_config(cfg: ReportConfig) -> None:
+    """Raise UsageError for option values out of range."""
+    if not cfg.inputs:
+        raise UsageError("give at least one INPUT")
+    if cfg.sample < 0:
+        raise UsageError(f"--sample must be >= 0 (0 = all), got {cfg.sample}")
+    if not 16 <= cfg.thumb_size <= 512:
+        raise UsageError(f"--thumb-size must be in 16..512, got {cfg.thumb_size}")
+    if sum(s == "-" for s in cfg.inputs) > 1:
+        raise UsageError("stdin (-) can be read once")
+
+
+def check_output_dir(out: Path, force: bool) -> None:
+    """Refuse an existing non-empty folder unless ``force`` and it is an earlier report."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise PairkitError(f"output {out} is a file, expected a folder")
+    if not any(out.iterdir()):
+        return
+    if not force:
+        raise PairkitError(f"output {out} exists; pass --force to replace it")
+    if not _is_report(out):
+        raise PairkitError(
+            f"output {out} is not a pairkit report folder (no {INDEX} made by pairkit "
+            "report); refusing to replace it")
+
+
+def _check_not_inside(out: Path, paths: list[str]) -> None:
+    """Refuse an output folder that holds an input: replacing it would lose the input."""
+    target = out.resolve()
+    for p in paths:
+        if p != "-" and Path(p).resolve().is_relative_to(target):
+            raise UsageError(f"input {p} is inside the output folder {out}; choose another -o")
+
+
+def _is_report(folder: Path) -> bool:
+    index = folder / INDEX
+    try:
+        with open(index, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return f'<meta name="generator" content="{GENERATOR}">' in head
+
+
+def build_report(cfg: ReportConfig) -> ReportResult:
+    """Read the inputs, build the views and thumbnails, write the folder; see module doc."""
+    t0 = time.perf_counter()
+    check_config(cfg)
+    out = Path(cfg.output)
+    _check_not_inside(out, [*cfg.inputs, *([str(cfg.store)] if cfg.store else [])])
+    check_output_dir(out, cfg.force)
+    inputs = [read_input(s) for s in cfg.inputs]
+    explicit = open_for_report(cfg.store) if cfg.store is not None else None
+    result = ReportResult(index=out / INDEX)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        data = _build(inputs, explicit, cfg, tmp, result)
+        title = cfg.title or "pairkit report: " + ", ".join(i.name for i in inputs)
+        data["title"] = title
+        page = render_page(data, title)
+        (tmp / INDEX).write_text(page, encoding="utf-8")
+        os.chmod(tmp, 0o777 & ~_umask())
+        _swap_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    result.bytes = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _store_for(inp: ReportInput, explicit: StoreInfo | None, notes: list[str]
+               ) -> StoreInfo | None:
+    assert inp.table is not None
+    fmt = inp.fmt or "dedup"
+    if explicit is not None:
+        why = mismatch(inp.table, fmt, explicit.store)
+        if why:
+            raise PairkitError(f"{inp.name} does not belong to store {explicit.store.root}: {why}")
+        return explicit
+    found = find_store(inp.table, fmt, inp.path)
+    if found is None:
+        notes.append(f"no store found for {inp.name} (looked in its folder, the folder above "
+                     "and their sub-folders): no labels or thumbnails; pass --store STORE")
+    return found
+
+
+def _build(inputs: list[ReportInput], explicit: StoreInfo | None, cfg: ReportConfig,
+           tmp: Path, result: ReportResult) -> dict[str, Any]:
+    items = ItemTable()
+    sections: list[dict[str, Any]] = []
+    notes = result.notes
+    plot_count = 0
+    eval_section: dict[str, Any] | None = None
+    eval_line = -1
+    for inp in inputs:
+        if inp.kind in ("pairs", "dedup"):
+            info = _store_for(inp, explicit, notes)
+            if info is not None and info.note and info.note not in notes:
+                notes.append(info.note)
+            labels = info.store.labels() if info is not None else None
+            ref = items.ref(info)
+            assert inp.table is not None
+            if inp.kind == "pairs":
+                sec = build_pairs_section(inp.name, inp.table, inp.fmt or "triplet",
+                                          sample=cfg.sample, seed=cfg.seed, labels=labels,
+                                          ref=ref)
+                s = sec["summary"]
+                result.sections.append(
+                    f"{inp.name}: {s['anchors_shown']:,} of {s['anchors']:,} anchors "
+                    f"({s['format']}), {s['flagged']:,} of {s['negatives']:,} negatives flagged")
+            else:
+                sec = build_dedup_section(inp.name, inp.table, sample=cfg.sample,
+                                          labels=labels, ref=ref)
+                s = sec["summary"]
+                result.sections.append(
+                    f"{inp.name}: {s['groups_shown']:,} of {s['groups']:,} groups, "
+                    f"{s['drop']:,} copies to drop")
+            sec["store"] = str(info.store.root) if info is not None else None
+            sections.append(sec)
+        else:
+            entries, skipped = copy_plots(inp.plots, tmp, plot_count)
+            plot_count += len(inp.plots)
+            notes.extend(skipped)
+            if inp.kind == "eval" or eval_section is None:
+                eval_section = build_eval_section(inp.name, inp.results, entries)
+                sections.append(eval_section)
+                eval_line = len(result.sections)
+                result.sections.append(f"{inp.name}: " + (
+                    f"{len(eval_section['rows'])} metrics" if inp.results
+                    else f"{len(entries)} plots"))
+            else:  # plots after an eval result (or other plots) join that section
+                eval_section["plots"].extend(entries)
+                result.sections[eval_line] += f" + {len(entries)} plots"
+    result.thumbnails = items.add_thumbnails(tmp, cfg.thumb_size, cfg.workers)
+    return {
+        "generator": f"pairkit {__version__}",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "inputs": [i.name for i in inputs],
+        "notes": notes,
+        "items": items.rows,
+        "sections": sections,
+    }
+

@@ -1,0 +1,148 @@
+"""What a report input is: a pair table, dedup groups, an eval result or PNG plots.
+
+A table's kind comes from its columns (docs/formats.md): ``negative_id`` (triplet),
+``negative_id_1`` (n-tuple), ``other_id`` + ``label`` (labeled-pair), ``group`` +
+``id`` + ``keep`` (dedup groups). An eval result is the JSON object ``pairkit eval
+--json`` prints (metrics, or ``{"raw": ..., "head": ...}`` with ``--compare``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pairkit.errors import PairkitError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+KINDS = ("pairs", "dedup", "eval", "plots")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# keys of `pairkit eval --json` (docs/eval.md); one of them marks a metrics object
+EVAL_KEYS = frozenset({
+    "n_queries", "n_references", "knn", "knn_top1", "knn_top5", "linear_top1",
+    "linear_mean_per_class_recall", "precision_at_1", "r_precision", "map_at_r",
+    "recall_at_k", "alignment", "uniformity",
+})
+_WHAT = "pair tables, dedup groups (.parquet/.csv/.jsonl), eval JSON or PNG plots"
+
+
+@dataclass
+class ReportInput:
+    """One input: ``kind`` in :data:`KINDS`; ``fmt`` the pair-table format."""
+
+    kind: str
+    name: str  # as given on the command line, for captions
+    path: Path | None  # None for stdin
+    table: pd.DataFrame | None = None
+    fmt: str | None = None
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)  # eval: side -> metrics
+    plots: list[Path] = field(default_factory=list)
+
+
+def pair_format(columns: list[str]) -> str | None:
+    """``triplet``, ``n-tuple``, ``labeled-pair``, ``dedup`` or None from column names."""
+    cols = set(map(str, columns))
+    if {"anchor_id", "negative_id"} <= cols:
+        return "triplet"
+    if "anchor_id" in cols and "negative_id_1" in cols:
+        return "n-tuple"
+    if {"anchor_id", "other_id", "label"} <= cols:
+        return "labeled-pair"
+    if {"group", "id", "keep"} <= cols:
+        return "dedup"
+    return None
+
+
+def item_columns(fmt: str, columns: list[str]) -> list[tuple[str, str | None]]:
+    """(id column, path column or None) of every item a table names, anchor first."""
+    cols = set(map(str, columns))
+
+    def pair(prefix: str) -> tuple[str, str | None]:
+        path = f"{prefix}_path"
+        return f"{prefix}_id", path if path in cols else None
+
+    if fmt == "triplet":
+        return [pair("anchor"), pair("positive"), pair("negative")]
+    if fmt == "labeled-pair":
+        return [pair("anchor"), pair("other")]
+    if fmt == "dedup":
+        return [("id", "path" if "path" in cols else None)]
+    out = [pair("anchor"), pair("positive")]
+    for j in negative_slots(columns):
+        path = f"negative_path_{j}"
+        out.append((f"negative_id_{j}", path if path in cols else None))
+    return out
+
+
+def negative_slots(columns: list[str]) -> list[int]:
+    """The j of every ``negative_id_j`` column of an n-tuple table, in order."""
+    found = (re.fullmatch(r"negative_id_(\d+)", str(c)) for c in columns)
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def eval_results(obj: Any) -> dict[str, dict[str, Any]] | None:
+    """``{side: metrics}`` of an eval JSON object (``raw``/``head`` or one ``result``)."""
+    if not isinstance(obj, dict):
+        return None
+    if obj and all(isinstance(v, dict) and EVAL_KEYS & set(v) for v in obj.values()):
+        return {str(k): v for k, v in obj.items()}
+    if EVAL_KEYS & set(obj):
+        return {"result": obj}
+    return None
+
+
+def read_input(spec: str) -> ReportInput:
+    """Read and classify one input; raise PairkitError naming what it could not use."""
+    if spec == "-":
+        return _table_input(spec, None)
+    path = Path(spec)
+    if not path.exists():
+        raise PairkitError(f"input {spec} not found")
+    if path.is_dir():
+        if (path / "manifest.json").is_file():
+            raise PairkitError(
+                f"{spec} is a store: report reads {_WHAT}; pass the store as --store")
+        plots = sorted(p for p in path.iterdir() if p.suffix.lower() == ".png" and p.is_file())
+        if not plots:
+            raise PairkitError(f"folder {spec} holds no PNG plots (report reads {_WHAT})")
+        return ReportInput("plots", spec, path, plots=plots)
+    suffix = path.suffix.lower()
+    if suffix == ".png":
+        return ReportInput("plots", spec, path, plots=[path])
+    if suffix == ".json":
+        obj = _json_object(path)
+        results = eval_results(obj)
+        if results is not None:
+            return ReportInput("eval", spec, path, results=results)
+    if suffix not in (".parquet", ".csv", ".jsonl", ".ndjson", ".json"):
+        raise PairkitError(f"can't tell what {spec} is: report reads {_WHAT}")
+    return _table_input(spec, path)
+
+
+def _json_object(path: Path) -> Any:
+    """The file's single JSON value, or None when it is not one (JSON Lines, say)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    except OSError as exc:
+        raise PairkitError(f"can't read {path}: {exc.strerror or exc}") from None
+
+
+def _table_input(spec: str, path: Path | None) -> ReportInput:
+    from pairkit.core.tables import read_table
+
+    table = read_table(spec)
+    fmt = pair_format(list(table.columns))
+    if fmt is None:
+        cols = ", ".join(map(str, list(table.columns)[:12])) or "none"
+        raise PairkitError(
+            f"{'stdin' if spec == '-' else spec} is neither a pair table nor dedup groups "
+            f"(columns: {cols}); report reads {_WHAT}")
+    kind = "dedup" if fmt == "dedup" else "pairs"
+    return ReportInput(kind, spec, path, table=table, fmt=None if kind == "dedup" else fmt)

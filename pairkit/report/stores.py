@@ -1,0 +1,136 @@
+"""The store behind a table: given (``--store``) or found next to the table.
+
+A pair table carries the ``store_id`` (content id) of the store it was mined
+from; dedup groups carry item ids and paths. A store matches a table when the
+ids agree, every id is a row of the store and the paths of a sample of rows are
+the store's paths for those ids.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pairkit.errors import PairkitError
+from pairkit.report.inputs import item_columns
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pairkit.core.store import Store
+
+MAX_CANDIDATES = 64
+PATH_SAMPLE = 256
+
+
+@dataclass
+class StoreInfo:
+    """A store opened for a report; ``image_root`` is resolved, or None with ``note``."""
+
+    store: Store
+    image_root: Path | None
+    note: str | None
+
+
+def open_for_report(path: str | os.PathLike[str]) -> StoreInfo:
+    """Open a store (no shard checksums: the report reads only the items) and find its
+    image root."""
+    from pairkit.core.store import Store
+
+    store = Store.open(path, verify=False)
+    root = store.manifest.get("image_root")
+    if not root:
+        return StoreInfo(store, None, f"store {path} has no image folder (made by import?): "
+                         "ids, paths and labels are shown without thumbnails")
+    real = Path(root).resolve()
+    if not real.is_dir():
+        return StoreInfo(store, None, f"image folder {root} of store {path} not found: "
+                         "no thumbnails")
+    return StoreInfo(store, real, None)
+
+
+def mismatch(table: pd.DataFrame, fmt: str, store: Store) -> str | None:
+    """Why ``table`` does not belong to ``store``, or None when it does."""
+    if "store_id" in table.columns:
+        ids = {str(v) for v in table["store_id"].dropna().unique()}
+        other = sorted(ids - {store.content_id})
+        if other:
+            return (f"the table came from another store (store_id {other[0]}, "
+                    f"store {store.root} is {store.content_id})")
+    store_paths = store.items["path"].to_numpy(dtype=object)
+    image_root = store.manifest.get("image_root")
+    rng = np.random.default_rng(0)
+    sample = (rng.choice(len(table), PATH_SAMPLE, replace=False) if len(table) > PATH_SAMPLE
+              else np.arange(len(table)))
+    for id_col, path_col in item_columns(fmt, list(table.columns)):
+        ids = _ids(table, id_col)
+        valid = ids[ids >= 0]
+        if len(valid) and int(valid.max()) >= store.count:
+            return (f"{id_col} {int(valid.max())} is not a row of store {store.root} "
+                    f"({store.count} rows)")
+        if (ids < -1).any():
+            return f"{id_col} holds negative ids"
+        if path_col is None:
+            continue
+        for row in sample:
+            i = int(ids[row])
+            got = table[path_col].iat[row]
+            if i < 0 or got is None or (isinstance(got, float) and np.isnan(got)):
+                continue
+            want = str(store_paths[i])
+            got = str(got)
+            if got != want and not (image_root and os.path.isabs(got) and os.path.normpath(got)
+                                    == os.path.normpath(os.path.join(image_root, want))):
+                return f"row {i}: the table says {got!r}, store {store.root} says {want!r}"
+    return None
+
+
+def _ids(table: pd.DataFrame, column: str) -> np.ndarray:
+    """Integer ids of a column; empty cells (a missing negative) are -1."""
+    import pandas as pd
+
+    values = pd.to_numeric(table[column], errors="coerce")
+    bad = values.isna() & table[column].notna()
+    if bad.any():
+        raise PairkitError(f"column {column} holds values that are not integer ids: "
+                           f"{table[column][bad].iloc[0]!r}")
+    return values.fillna(-1).to_numpy(dtype=np.int64)
+
+
+def candidates(near: Path | None) -> list[Path]:
+    """Store folders next to ``near`` (a table file; None: the working folder): the
+    table's folder, its sub-folders, its parent and the parent's sub-folders."""
+    base = (near.parent if near is not None else Path.cwd()).resolve()
+    out: list[Path] = []
+    for folder in (base, base.parent):
+        for cand in [folder, *_subfolders(folder)]:
+            if cand not in out and (cand / "manifest.json").is_file():
+                out.append(cand)
+            if len(out) >= MAX_CANDIDATES:
+                return out
+    return out
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return []
+
+
+def find_store(table: pd.DataFrame, fmt: str, near: Path | None) -> StoreInfo | None:
+    """The first store next to the table that matches it, or None."""
+    from pairkit.errors import StoreError
+
+    for cand in candidates(near):
+        try:
+            info = open_for_report(cand)
+        except (StoreError, PairkitError, OSError):
+            continue
+        if mismatch(table, fmt, info.store) is None:  # a bad table raises PairkitError
+            return info
+    return None

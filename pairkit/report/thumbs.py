@@ -1,0 +1,102 @@
+"""Thumbnails for the report: only files under the image root, decoded safely.
+
+A path from a store or a table is joined to the image root and resolved
+(symlinks followed); anything that resolves outside the root, is not a regular
+file, or can't be decoded gets no thumbnail but a reason the page shows in a
+placeholder. Decoding goes through :func:`pairkit.encode.images.decode_image`,
+so PIL's decompression-bomb guard stays on. Thumbnail files are named by a hash
+of the resolved path: no name from the data reaches the file system.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+THUMB_DIR = "t"
+THUMB_SUFFIX = ".jpg"
+MAX_FILE_BYTES = 256 << 20  # larger files are not opened for a thumbnail
+
+
+@dataclass(frozen=True)
+class Thumb:
+    """``file`` (relative to the report folder) or ``problem`` (why there is none)."""
+
+    file: str | None
+    problem: str | None
+
+
+def resolve_under(root: Path, rel: str) -> tuple[Path | None, str | None]:
+    """``(real_path, None)`` for a file under ``root`` (already resolved), else
+    ``(None, reason)``. Absolute paths, ``..`` and symlinks that leave ``root`` are
+    refused."""
+    if not rel:
+        return None, "no path"
+    if rel.startswith(("/", "\\")) or Path(rel).is_absolute() or (len(rel) > 1 and rel[1] == ":"):
+        return None, "absolute path refused (outside the image root)"
+    try:
+        real = (root / rel).resolve(strict=True)
+    except FileNotFoundError:
+        return None, "file not found"
+    except (OSError, RuntimeError, ValueError) as exc:  # loops, NUL bytes, permissions
+        return None, f"unreadable path ({type(exc).__name__})"
+    if not real.is_relative_to(root):
+        return None, "outside the image root (refused)"
+    if not real.is_file():
+        return None, "not a file"
+    return real, None
+
+
+def thumb_name(real: Path) -> str:
+    """Report-relative file name of the thumbnail of ``real``."""
+    digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:24]
+    return f"{THUMB_DIR}/{digest}{THUMB_SUFFIX}"
+
+
+def make_thumbnail(src: Path, dst: Path, size: int) -> str | None:
+    """Write a JPEG thumbnail (longest side <= ``size``) of ``src`` to ``dst``.
+
+    Returns None on success, else the reason it could not (nothing is written).
+    """
+    from PIL import Image
+
+    from pairkit.encode.images import DecodeError, decode_image, read_bytes
+
+    try:
+        if src.stat().st_size > MAX_FILE_BYTES:
+            return f"file larger than {MAX_FILE_BYTES >> 20} MB"
+        img = decode_image(read_bytes(src), draft_size=size)
+    except DecodeError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    except Exception as exc:  # a hostile file must cost its thumbnail, never the report
+        return f"can't decode ({type(exc).__name__})"
+    img.thumbnail((size, size), Image.Resampling.BILINEAR, reducing_gap=2.0)
+    img.save(dst, "JPEG", quality=75, optimize=True)
+    return None
+
+
+def make_thumbnails(files: Iterable[Path], out_dir: Path, size: int,
+                    workers: int | None = None) -> dict[Path, Thumb]:
+    """Thumbnails of resolved ``files`` under ``out_dir/t/``; returns file -> Thumb.
+
+    Decoding and encoding run in a thread pool (PIL releases the GIL while it works).
+    """
+    todo = sorted(set(files))
+    (out_dir / THUMB_DIR).mkdir(parents=True, exist_ok=True)
+    workers = workers or min(8, os.cpu_count() or 1)
+
+    def one(real: Path) -> Thumb:
+        name = thumb_name(real)
+        problem = make_thumbnail(real, out_dir / name, size)
+        return Thumb(None, problem) if problem else Thumb(name, None)
+
+    if workers <= 1 or len(todo) < 8:
+        return {f: one(f) for f in todo}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(todo, pool.map(one, todo), strict=True))

@@ -1,0 +1,275 @@
+"""pairkit report end to end (no browser): folder layout, data, stores, errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.report.page import DATA_ID
+from tests.report.kit import (
+    BROKEN,
+    HOSTILE_LABELS,
+    HOSTILE_NAMES,
+    HOSTILE_REASON,
+    HOSTILE_TITLE,
+    hostile_kit,
+    image_store,
+)
+
+runner = CliRunner()
+
+
+def report(*args: object):  # noqa: ANN201
+    return runner.invoke(app, ["report", *map(str, args)])
+
+
+class _Scripts(HTMLParser):
+    """The page's <script> blocks and the CSP, as an HTML parser sees them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[tuple[dict[str, str | None], str]] = []
+        self.csp: str | None = None
+        self.title = ""
+        self._in: str | None = None
+
+    def handle_starttag(self, tag, attrs):  # noqa: ANN001
+        a = dict(attrs)
+        if tag == "meta" and a.get("http-equiv") == "Content-Security-Policy":
+            self.csp = a["content"]
+        if tag in ("script", "title"):
+            self._in = tag
+            if tag == "script":
+                self.scripts.append((a, ""))
+
+    def handle_endtag(self, tag):  # noqa: ANN001
+        self._in = None
+
+    def handle_data(self, data):  # noqa: ANN001
+        if self._in == "script":
+            attrs, text = self.scripts[-1]
+            self.scripts[-1] = (attrs, text + data)
+        elif self._in == "title":
+            self.title += data
+
+
+def page_data(index: Path) -> tuple[dict, _Scripts]:
+    parser = _Scripts()
+    parser.convert_charrefs = True
+    parser.feed(index.read_text(encoding="utf-8"))
+    blocks = [text for attrs, text in parser.scripts if attrs.get("id") == DATA_ID]
+    assert len(blocks) == 1
+    return json.loads(blocks[0]), parser
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def test_report_of_a_whole_pipeline(pipeline, tmp_path):
+    before = digest(pipeline.root)
+    out = tmp_path / "rep"
+    r = report(pipeline.pairs, pipeline.duplicates, pipeline.eval_json, pipeline.plots,
+               "-o", out, "--sample", "10")
+    assert r.exit_code == 0, r.output
+    assert r.output.strip().splitlines()[-1] == f"open {out / 'index.html'}"
+    assert digest(pipeline.root) == before  # inputs never modified
+    data, parser = page_data(out / "index.html")
+    pairs, dedup, ev = data["sections"]
+    assert pairs["kind"] == "pairs" and dedup["kind"] == "dedup" and ev["kind"] == "eval"
+    table = pd.read_parquet(pipeline.pairs)
+    s = pairs["summary"]
+    assert s["rows"] == len(table) and s["anchors"] == table["anchor_id"].nunique()
+    assert s["flagged"] == int(table["false_negative"].sum())
+    assert s["anchors_shown"] == len(pairs["anchors"]) == 10
+    # the store was found next to the table: labels and thumbnails for every item shown
+    assert Path(pairs["store"]) == pipeline.store.resolve()
+    items = data["items"]
+    assert all(it["label"] in ("class0", "class1", "class2", "class3") for it in items)
+    assert all(it["thumb"] and (out / it["thumb"]).is_file() for it in items)
+    assert len({it["thumb"] for it in items}) == len(list((out / "t").iterdir()))
+    store_items = pd.read_parquet(pipeline.store / "items.parquet")
+    for block in pairs["anchors"]:
+        anchor = items[block["a"]]
+        rows = table[table["anchor_id"] == anchor["id"]]
+        assert [items[n[0]]["id"] for n in block["n"]] == rows["negative_id"].tolist()
+        assert anchor["path"] == store_items["path"][anchor["id"]]
+    assert dedup["summary"]["groups"] == pd.read_csv(pipeline.duplicates)["group"].nunique()
+    metrics = json.loads(pipeline.eval_json.read_text())
+    assert ev["columns"] == ["result"]
+    assert ["queries", str(metrics["n_queries"])] in ev["rows"]
+    assert ["MAP@R", f"{metrics['map_at_r']:.4f}"] in ev["rows"]
+    assert sorted(p["name"] for p in ev["plots"]) == ["map.png", "scores.png"]
+    for p in ev["plots"]:
+        assert (out / p["file"]).read_bytes() == (pipeline.plots / p["name"]).read_bytes()
+    # no network: a CSP with nothing but the page's own script/style and local images
+    assert parser.csp is not None and "default-src 'none'" in parser.csp
+    assert "http" not in parser.csp and "unsafe" not in parser.csp
+    assert not re.search(r"(src|href)=\"?(https?:)?//", (out / "index.html").read_text())
+
+
+@pytest.mark.parametrize("which", ["ntuple", "labeled", "plain"])
+def test_every_pair_format(pipeline, tmp_path, which):
+    src = getattr(pipeline, which)
+    r = report(src, "-o", tmp_path / "rep", "--sample", "0")
+    assert r.exit_code == 0, r.output
+    data, _ = page_data(tmp_path / "rep" / "index.html")
+    (sec,) = data["sections"]
+    assert sec["summary"]["anchors_shown"] == sec["summary"]["anchors"] == len(sec["anchors"])
+    if which == "plain":
+        assert not sec["summary"]["has_flags"]
+        assert sec["summary"]["negatives"] == len(pd.read_parquet(src))
+    else:
+        assert sec["summary"]["has_flags"] and sec["summary"]["flagged"] > 0
+
+
+def test_sample_is_seeded(pipeline, tmp_path):
+    def anchors(seed: int, name: str) -> list[int]:
+        r = report(pipeline.pairs, "-o", tmp_path / name, "--sample", "5", "--seed", seed)
+        assert r.exit_code == 0, r.output
+        data, _ = page_data(tmp_path / name / "index.html")
+        return [data["items"][b["a"]]["id"] for b in data["sections"][0]["anchors"]]
+
+    assert anchors(1, "a") == anchors(1, "b") != anchors(2, "c")
+
+
+def test_hostile_names_stay_text_in_the_page(tmp_path):
+    store, pairs, dedup, images, paths = hostile_kit(tmp_path)
+    out = tmp_path / "rep"
+    r = report(pairs, dedup, "-o", out, "--title", HOSTILE_TITLE)
+    assert r.exit_code == 0, r.output
+    html = (out / "index.html").read_text(encoding="utf-8")
+    data, parser = page_data(out / "index.html")
+    # exactly the page's own two scripts: nothing in the data opened a third
+    assert [a.get("type") for a, _ in parser.scripts] == ["application/json", None]
+    assert parser.title == HOSTILE_TITLE
+    block = html.split(f'id="{DATA_ID}">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in block and ">" not in block and "&" not in block
+    assert {it["path"] for it in data["items"]} == set(paths)
+    assert {it["label"] for it in data["items"]} == set(HOSTILE_LABELS)
+    reasons = {n[4] for b in data["sections"][0]["anchors"] for n in b["n"] if n[3]}
+    assert reasons == {HOSTILE_REASON}
+    assert data["sections"][0]["summary"]["reasons"] == {
+        "<svg onload=window.__pwned=4>": len(paths), "kreciprocal": len(paths),
+        "label": len(paths)}
+    by_path = {it["path"]: it for it in data["items"]}
+    for name in HOSTILE_NAMES:
+        assert by_path[name]["thumb"] and (out / by_path[name]["thumb"]).is_file()
+    for name, reason in BROKEN.items():
+        assert by_path[name]["thumb"] is None and reason in by_path[name]["why"], name
+    # thumbnail file names never carry a name from the data
+    assert all(re.fullmatch(r"[0-9a-f]{24}\.jpg", f.name) for f in (out / "t").iterdir())
+    assert not (out / "t" / "outside.png").exists()
+
+
+def test_import_store_without_images_says_so(tmp_path):
+    store = image_store(tmp_path / "store", [f"x/{i}.png" for i in range(6)],
+                        ["a", "b"] * 3)
+    t = pd.DataFrame({"store_id": store.content_id, "anchor_id": [0, 1], "positive_id": [1, 2],
+                      "negative_id": [3, 4], "anchor_path": ["x/0.png", "x/1.png"],
+                      "positive_path": ["x/1.png", "x/2.png"],
+                      "negative_path": ["x/3.png", "x/4.png"]})
+    t.to_csv(tmp_path / "pairs.csv", index=False)
+    r = report(tmp_path / "pairs.csv", "-o", tmp_path / "rep")
+    assert r.exit_code == 0, r.output
+    assert "has no image folder (made by import?)" in r.output
+    data, _ = page_data(tmp_path / "rep" / "index.html")
+    assert any("no image folder" in n for n in data["notes"])
+    assert [it["label"] for it in data["items"]][:2] == ["a", "b"]
+    assert all(it["thumb"] is None for it in data["items"])
+    assert not (tmp_path / "rep" / "t").exists() or not any((tmp_path / "rep" / "t").iterdir())
+
+
+def test_without_a_store_paths_from_the_table(tmp_path):
+    t = pd.DataFrame({"anchor_id": [0], "positive_id": [1], "negative_id": [2],
+                      "anchor_path": ["a.png"], "positive_path": ["b.png"],
+                      "negative_path": ["c.png"]})
+    (tmp_path / "t").mkdir()
+    t.to_json(tmp_path / "t" / "p.jsonl", orient="records", lines=True)
+    r = report(tmp_path / "t" / "p.jsonl", "-o", tmp_path / "rep")
+    assert r.exit_code == 0, r.output
+    assert "no store found" in r.output
+    data, _ = page_data(tmp_path / "rep" / "index.html")
+    assert [it["path"] for it in data["items"]] == ["a.png", "b.png", "c.png"]
+
+
+def test_a_table_from_another_store_is_refused_with_store(pipeline, tmp_path):
+    other = image_store(tmp_path / "other", ["a.png", "b.png"], [None, None])
+    r = report(pipeline.pairs, "-o", tmp_path / "rep", "--store", other.root)
+    assert r.exit_code == 1
+    assert "does not belong to store" in r.output and "another store" in r.output
+    assert not (tmp_path / "rep").exists()
+    # dedup groups carry no store_id: their ids and paths are checked
+    g = pd.DataFrame({"group": [0, 0], "id": [0, 1], "path": ["b.png", "a.png"],
+                      "keep": [True, False], "similarity": [1.0, 0.99]})
+    g.to_csv(tmp_path / "g.csv", index=False)
+    r = report(tmp_path / "g.csv", "-o", tmp_path / "rep", "--store", other.root)
+    assert r.exit_code == 1 and "the table says 'b.png'" in r.output
+    g["id"] = [5, 6]
+    g.to_csv(tmp_path / "g.csv", index=False)
+    r = report(tmp_path / "g.csv", "-o", tmp_path / "rep", "--store", other.root)
+    assert r.exit_code == 1 and "is not a row of store" in r.output
+
+
+def test_output_folder_rules(pipeline, tmp_path):
+    out = tmp_path / "rep"
+    assert report(pipeline.eval_json, "-o", out).exit_code == 0
+    first = (out / "index.html").read_text()
+    r = report(pipeline.eval_json, "-o", out)
+    assert r.exit_code == 1 and "exists; pass --force" in r.output
+    assert report(pipeline.eval_json, "-o", out, "--force", "--title", "again").exit_code == 0
+    assert (out / "index.html").read_text() != first
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    r = report(pipeline.eval_json, "-o", mine, "--force")
+    assert r.exit_code == 1 and "not a pairkit report folder" in r.output
+    assert (mine / "notes.txt").read_text() == "keep me"
+    r = report(pipeline.eval_json, "-o", pipeline.root, "--force")
+    assert r.exit_code == 2 and "inside the output folder" in r.output
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["--sample", "-1"], 2, "--sample must be >= 0"),
+    (["--thumb-size", "4"], 2, "--thumb-size must be in 16..512"),
+])
+def test_bad_options(pipeline, tmp_path, args, code, message):
+    r = report(pipeline.pairs, "-o", tmp_path / "rep", *args)
+    assert r.exit_code == code and message in r.output
+    assert "Traceback" not in r.output and not (tmp_path / "rep").exists()
+
+
+def test_bad_inputs_are_one_line(tmp_path, small_store):
+    (tmp_path / "items.csv").write_text("path,label\na.png,x\n")
+    (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really")
+    for bad, message in [
+        (tmp_path / "nope.csv", "input"),
+        (tmp_path / "items.csv", "neither a pair table nor dedup groups"),
+        (tmp_path / "broken.parquet", "can't read table"),
+        (small_store.root, "is a store"),
+    ]:
+        r = report(bad, "-o", tmp_path / "rep")
+        assert r.exit_code == 1, r.output
+        assert r.output.startswith("error: ") and message in r.output
+        assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+
+
+def test_table_from_stdin(pipeline, tmp_path):
+    text = pd.read_parquet(pipeline.pairs).head(12).to_json(orient="records", lines=True)
+    r = runner.invoke(app, ["report", "-", "-o", str(tmp_path / "rep"), "--store",
+                            str(pipeline.store)], input=text)
+    assert r.exit_code == 0, r.output
+    data, _ = page_data(tmp_path / "rep" / "index.html")
+    assert data["sections"][0]["summary"]["rows"] == 12
+    assert np.all([it["thumb"] for it in data["items"]])

@@ -1,0 +1,110 @@
+"""Escaping of data for the page, and what kind of input a file is."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pairkit.errors import PairkitError
+from pairkit.report.escape import html_text, json_for_script
+from pairkit.report.inputs import eval_results, item_columns, pair_format, read_input
+from tests.report.kit import HOSTILE_LABELS, HOSTILE_NAMES, HOSTILE_REASON, bomb_png, image
+
+HOSTILE = [*HOSTILE_NAMES, *HOSTILE_LABELS, HOSTILE_REASON, "</SCRIPT >", "<!--", "]]>",
+           "\u2028\u2029", "a\0b"]
+
+
+def test_json_for_script_cannot_close_the_block_and_round_trips():
+    data = {"strings": HOSTILE, "nested": {"<k>": ["&", np.float32(0.5), np.int64(3)]},
+            "nan": float("nan"), "inf": np.float64("inf"), "flag": np.bool_(True)}
+    text = json_for_script(data)
+    for bad in ("<", ">", "&", "\u2028", "\u2029"):
+        assert bad not in text
+    back = json.loads(text)
+    assert back["strings"] == HOSTILE
+    assert back["nested"] == {"<k>": ["&", 0.5, 3]}
+    assert back["nan"] is None and back["inf"] is None and back["flag"] is True
+
+
+def test_html_text_escapes_markup_and_quotes():
+    assert html_text("<a href=\"x\">'&'</a>") == (
+        "&lt;a href=&quot;x&quot;&gt;&#x27;&amp;&#x27;&lt;/a&gt;")
+
+
+@pytest.mark.parametrize(("columns", "fmt"), [
+    (["anchor_id", "positive_id", "negative_id"], "triplet"),
+    (["anchor_id", "positive_id", "negative_id_1", "negative_id_2"], "n-tuple"),
+    (["anchor_id", "other_id", "label", "score"], "labeled-pair"),
+    (["group", "id", "path", "keep", "similarity", "match"], "dedup"),
+    (["path", "label"], None),
+])
+def test_pair_format_from_columns(columns, fmt):
+    assert pair_format(columns) == fmt
+
+
+def test_item_columns_of_an_n_tuple_table():
+    cols = ["anchor_id", "positive_id", "anchor_path", "positive_path", "negative_id_10",
+            "negative_id_2", "negative_path_2"]
+    assert item_columns("n-tuple", cols) == [
+        ("anchor_id", "anchor_path"), ("positive_id", "positive_path"),
+        ("negative_id_2", "negative_path_2"), ("negative_id_10", None)]
+
+
+def test_eval_results_flat_and_compare():
+    flat = {"n_queries": 3, "knn_top1": 0.5}
+    assert eval_results(flat) == {"result": flat}
+    both = {"raw": flat, "head": {"n_queries": 3, "knn_top1": 0.7}}
+    assert eval_results(both) == both
+    assert eval_results({"anchor_id": 1}) is None
+    assert eval_results([1, 2]) is None
+
+
+def test_read_input_kinds(tmp_path, small_store):
+    t = pd.DataFrame({"anchor_id": [0], "positive_id": [1], "negative_id": [2]})
+    t.to_csv(tmp_path / "pairs.csv", index=False)
+    got = read_input(str(tmp_path / "pairs.csv"))
+    assert (got.kind, got.fmt) == ("pairs", "triplet")
+    # a one-line JSON Lines table in a .json file is a table, not an eval result
+    t.to_json(tmp_path / "one.json", orient="records", lines=True)
+    assert read_input(str(tmp_path / "one.json")).kind == "pairs"
+    (tmp_path / "eval.json").write_text(json.dumps({"raw": {"n_queries": 2},
+                                                    "head": {"n_queries": 2}}))
+    got = read_input(str(tmp_path / "eval.json"))
+    assert got.kind == "eval" and set(got.results) == {"raw", "head"}
+    plots = tmp_path / "plots"
+    image(plots / "scores.png", 0)
+    (plots / "notes.txt").write_text("x")
+    got = read_input(str(plots))
+    assert got.kind == "plots" and [p.name for p in got.plots] == ["scores.png"]
+    assert read_input(str(plots / "scores.png")).plots == [plots / "scores.png"]
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda p: p / "missing.csv", "not found"),
+    (lambda p: (p / "x.txt").write_text("x") and p / "x.txt", "can't tell what"),
+    (lambda p: pd.DataFrame({"path": ["a"]}).to_csv(p / "items.csv") or p / "items.csv",
+     "neither a pair table nor dedup groups"),
+    (lambda p: (p / "empty").mkdir() or p / "empty", "holds no PNG plots"),
+])
+def test_read_input_refuses_what_it_cannot_show(tmp_path, make, message):
+    with pytest.raises(PairkitError, match=message):
+        read_input(str(make(tmp_path)))
+
+
+def test_read_input_names_a_store_given_as_input(small_store):
+    with pytest.raises(PairkitError, match="is a store.*--store"):
+        read_input(str(small_store.root))
+
+
+def test_bomb_png_is_refused_as_a_plot(tmp_path):
+    from pairkit.report.eval_view import check_png
+
+    bomb_png(tmp_path / "bomb.png")
+    assert check_png(tmp_path / "bomb.png") == "decompression bomb refused"
+    (tmp_path / "fake.png").write_bytes(b"GIF89a")
+    assert check_png(tmp_path / "fake.png") == "not a PNG file"
+    image(tmp_path / "ok.png", 1)
+    assert check_png(tmp_path / "ok.png") is None

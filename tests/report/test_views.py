@@ -1,0 +1,176 @@
+"""The views' numbers on hand-made tables: long form, summaries, sampling, groups, metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pairkit.report.dedup_view import build_dedup_section
+from pairkit.report.eval_view import metric_rows
+from pairkit.report.pairs_view import (
+    MAX_NEGATIVES_SHOWN,
+    build_pairs_section,
+    reason_counts,
+    sample_anchors,
+    summarize,
+    to_long,
+)
+from pairkit.report.summary import histogram, score_stats
+
+
+def ref_table():
+    """ref(id, path) that hands out ids as they are (the page's item index = id)."""
+    seen: dict[int, object] = {}
+
+    def ref(item_id, path):
+        seen[int(item_id)] = path
+        return int(item_id)
+
+    return ref, seen
+
+
+TRIPLET = pd.DataFrame({
+    "anchor_id": [0, 0, 0, 1, 1],
+    "positive_id": [5, 5, 5, 6, 6],
+    "negative_id": [2, 3, 4, 0, 3],
+    "anchor_path": ["a0", "a0", "a0", "a1", "a1"],
+    "positive_path": ["p5", "p5", "p5", "p6", "p6"],
+    "negative_path": ["n2", "n3", "n4", "a0", "n3"],
+    "pos_score": [0.9, 0.9, 0.9, 0.2, 0.2],
+    "neg_score": [0.8, 0.7, 0.6, 0.5, -0.3],
+    "neg_rank": [0, 1, 2, 0, -1],
+    "false_negative": [True, False, False, False, True],
+    "fn_reason": ["label|near_duplicate", None, None, None, "kreciprocal"],
+})
+LABELS = np.array(["x", "y", "x", "y", "z", "x", "y"], dtype=object)
+
+
+def test_triplet_summary_by_hand():
+    long = to_long(TRIPLET, "triplet")
+    assert len(long.positives) == 2 and len(long.negatives) == 5
+    s = summarize(long, "triplet", len(TRIPLET), LABELS)
+    assert (s["rows"], s["anchors"], s["positives"], s["negatives"], s["flagged"]) == (
+        5, 2, 2, 5, 2)
+    # free-text reasons, several per cell joined with |
+    assert s["reasons"] == {"kreciprocal": 1, "label": 1, "near_duplicate": 1}
+    # unflagged negatives: (0,3) y vs x, (0,4) z vs x, (1,0) x vs y -> 0 of 3 share;
+    # flagged: (0,2) x vs x, (1,3) y vs y -> 2 of 2
+    assert s["same_label"]["unflagged"] == {"n": 3, "same": 0, "share": 0.0}
+    assert s["same_label"]["flagged"] == {"n": 2, "same": 2, "share": 1.0}
+    assert s["scores"]["negative"]["median"] == pytest.approx(0.6)  # of 0.7, 0.6, 0.5
+    assert s["scores"]["flagged"]["min"] == pytest.approx(-0.3)
+    counts = {h["name"]: sum(h["counts"]) for h in s["hist"]["series"]}
+    assert counts == {"positives": 2, "negatives": 3, "flagged negatives": 2}
+
+
+def test_anchor_blocks_order_hardest_first_attracted_last():
+    ref, seen = ref_table()
+    sec = build_pairs_section("t", TRIPLET, "triplet", sample=0, seed=0, labels=None, ref=ref)
+    a0, a1 = sec["anchors"]
+    assert a0["a"] == 0 and a0["p"] == [[5, 0.9]]
+    assert [n[0] for n in a0["n"]] == [2, 3, 4]
+    assert a0["n"][0][3:] == [1, "label|near_duplicate"]
+    assert [n[0] for n in a1["n"]] == [0, 3] and a1["n"][1][2] == -1  # rank -1 goes last
+    assert seen[5] == "p5" and seen[0] == "a0"
+
+
+def test_labeled_pair_and_n_tuple_reach_the_same_long_form():
+    lp = pd.DataFrame({
+        "anchor_id": [0, 0, 0, 0], "other_id": [5, 2, 3, 4],
+        "label": [1, 0, 0, 1], "score": [0.9, 0.8, 0.7, 0.95],
+        "false_negative": [False, False, False, True], "fn_reason": [None, None, None, "label"],
+    })
+    long = to_long(lp, "labeled-pair")
+    assert long.positives["item_id"].tolist() == [5]
+    assert long.negatives["item_id"].tolist() == [2, 3, 4]
+    assert long.negatives["rank"].tolist() == [0, 1, -1]  # the attracted candidate: -1
+    assert long.negatives["flag"].tolist() == [False, False, True]
+    nt = pd.DataFrame({
+        "anchor_id": [0, 1], "positive_id": [5, 6], "pos_score": [0.9, 0.2],
+        "negative_id_1": [2, 0], "negative_id_2": [3, -1],
+        "neg_score_1": [0.8, 0.5], "neg_score_2": [0.7, np.nan],
+        "false_negative": [True, False], "fn_reason": ["cluster", None],
+    })
+    long = to_long(nt, "n-tuple")
+    assert long.row_flags
+    neg = long.negatives.sort_values(["anchor_id", "rank"])
+    assert neg["item_id"].tolist() == [2, 3, 0]  # the empty slot (-1) is dropped
+    assert neg["flag"].tolist() == [True, True, False]  # the row's flag marks its negatives
+    assert summarize(long, "n-tuple", 2, None)["reasons"] == {"cluster": 2}
+
+
+def test_tables_without_flag_or_score_columns():
+    t = TRIPLET[["anchor_id", "positive_id", "negative_id"]]
+    s = summarize(to_long(t, "triplet"), "triplet", len(t), None)
+    assert not s["has_flags"] and s["flagged"] == 0 and s["scores"]["negative"] == {"n": 0}
+    assert s["hist"]["series"] == []
+
+
+def test_sample_anchors_is_seeded_and_sized():
+    n = 1000
+    t = pd.DataFrame({"anchor_id": np.arange(n), "positive_id": (np.arange(n) + 1) % n,
+                      "negative_id": (np.arange(n) + 2) % n})
+    long = to_long(t, "triplet")
+    a = sample_anchors(long, 50, seed=3)
+    assert len(a) == 50 and len(set(a.tolist())) == 50 and (np.diff(a) > 0).all()
+    assert (a == sample_anchors(long, 50, seed=3)).all()
+    assert not (a == sample_anchors(long, 50, seed=4)).all()
+    assert len(sample_anchors(long, 0, seed=3)) == n == len(sample_anchors(long, 5000, seed=3))
+
+
+def test_negatives_past_the_cap_are_counted_not_shown():
+    k = MAX_NEGATIVES_SHOWN + 7
+    t = pd.DataFrame({"anchor_id": 0, "positive_id": 1, "negative_id": np.arange(2, 2 + k),
+                      "neg_rank": np.arange(k), "neg_score": np.linspace(0.9, 0.1, k)})
+    ref, _ = ref_table()
+    (block,) = build_pairs_section("t", t, "triplet", sample=0, seed=0, labels=None,
+                                   ref=ref)["anchors"]
+    assert len(block["n"]) == MAX_NEGATIVES_SHOWN and block["more"] == 7
+    assert block["n"][0][0] == 2  # rank 0 first
+
+
+def test_reason_counts_treats_reasons_as_free_text():
+    reasons = np.array(["label", "label| kreciprocal ", None, "||", "new rule"], dtype=object)
+    assert reason_counts(reasons) == {"label": 2, "kreciprocal": 1, "new rule": 1}
+
+
+def test_histogram_and_stats_by_hand():
+    h = histogram({"a": np.array([-1.5, -1.0, 0.0, 0.49, 0.5, 1.0001, np.nan])}, bins=4)
+    assert h["edges"] == [-1.0, -0.5, 0.0, 0.5, 1.0]
+    assert h["series"][0]["counts"] == [2, 0, 2, 2]  # out-of-range values clip to the ends
+    s = score_stats(np.array([1.0, 2.0, 3.0, 4.0, np.inf]))
+    assert (s["n"], s["min"], s["median"], s["max"], s["mean"]) == (4, 1.0, 2.5, 4.0, 2.5)
+
+
+def test_dedup_groups_largest_first_kept_first():
+    g = pd.DataFrame({
+        "group": [0, 0, 1, 1, 1, 2, 2], "id": [0, 1, 2, 3, 4, 5, 6],
+        "path": list("abcdefg"), "keep": [True, False, False, True, False, True, False],
+        "similarity": [1.0, 0.99, 0.97, 1.0, 0.98, 1.0, 1.0],
+        "match": ["keep", "near", "near", "keep", "near", "keep", "exact"],
+    })
+    labels = np.array(["x", "x", "x", "y", "y", "z", "z"], dtype=object)
+    ref, _ = ref_table()
+    sec = build_dedup_section("d", g, sample=2, labels=labels, ref=ref)
+    s = sec["summary"]
+    assert (s["groups"], s["members"], s["drop"], s["exact"], s["near"]) == (3, 7, 4, 1, 3)
+    assert s["groups_shown"] == 2 and s["mixed_label_groups"] == 1  # group 1: x and y
+    assert [grp["g"] for grp in sec["groups"]] == [1, 0]  # 3 members, then the lower number
+    assert [m[0] for m in sec["groups"][0]["m"]] == [3, 4, 2]  # kept, then by similarity
+    assert s["sizes"] == {"2": 2, "3": 1}
+
+
+def test_metric_rows_follow_the_terminal_table():
+    raw = {"knn_top1": 0.5, "knn": {"20": {"top1": 0.5, "top5": 0.75}}, "map_at_r": 0.25,
+           "recall_at_k": {"1": 0.5}, "n_queries": 8, "extra": {"deep": 1.5}}
+    head = {**raw, "knn_top1": 0.625}
+    rows = metric_rows({"raw": raw, "head": head})
+    assert rows == [
+        ["kNN top-1 (first k)", "0.5000", "0.6250"],
+        ["kNN k=20 top-1 / top-5", "0.5000 / 0.7500", "0.5000 / 0.7500"],
+        ["MAP@R", "0.2500", "0.2500"],
+        ["recall@1", "0.5000", "0.5000"],
+        ["queries", "8", "8"],
+        ["extra.deep", "1.5000", "1.5000"],
+    ]
