@@ -166,7 +166,8 @@ def fit_state_dict(state: dict[str, Any], model: Any, what: str, path: str) -> F
         state = {k: v for k, v in state.items() if k not in heads}
     missing = sorted(wanted - set(state))
     unexpected = sorted(set(state) - wanted)
-    shapes = [k for k in sorted(wanted & set(state)) if tuple(state[k].shape) != tuple(own[k].shape)]
+    shapes = [k for k in sorted(wanted & set(state))
+              if tuple(state[k].shape) != tuple(own[k].shape)]
     if missing or unexpected or shapes:
         parts = []
         if missing:
