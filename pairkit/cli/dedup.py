@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from pairkit.cli.common import say, user_errors, warn
-from pairkit.errors import UsageError
+from pairkit.errors import PairkitError, UsageError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -149,7 +149,7 @@ def run_dedup(cfg: DedupConfig, absolute: bool) -> tuple[pd.DataFrame, dict[str,
     ids = table["id"].to_numpy()
     out_paths = paths[ids]
     if absolute:
-        out_paths = np.array([str(Path(image_root) / p) for p in out_paths], dtype=object)
+        out_paths = np.array([str(_inside(image_root, p)) for p in out_paths], dtype=object)
     table.insert(2, "path", out_paths)
     n_sources = int(items["source"].nunique()) if len(items) else 0
     summary = {
@@ -177,6 +177,8 @@ def _size_reader(image_root: str | None, paths: np.ndarray) -> Any:
             f"{'unset' if not image_root else 'missing: ' + image_root}; using --keep first"
         )
         return None
+    from pairkit.core.paths import resolve_item_path
+
     root = Path(image_root)
 
     def sizes(ids: np.ndarray) -> np.ndarray:
@@ -185,7 +187,9 @@ def _size_reader(image_root: str | None, paths: np.ndarray) -> Any:
 
         out = np.full(len(ids), np.nan)
         for k, i in enumerate(ids):
-            f = root / str(paths[i])
+            f = resolve_item_path(root, str(paths[i]))
+            if f is None:
+                continue  # a path outside the image root is never opened
             try:
                 with Image.open(f) as im:
                     w, h = im.size
@@ -209,9 +213,26 @@ def _size_reader(image_root: str | None, paths: np.ndarray) -> Any:
     return checked
 
 
+def _inside(image_root: str, path: str) -> Path:
+    """``image_root / path``; PairkitError when ``path`` would leave the image root."""
+    from pairkit.core.paths import path_problem
+
+    reason = path_problem(path)
+    if reason is not None:
+        raise PairkitError(f"item path {path!a} {reason}: refusing to print it as an "
+                           "absolute path")
+    return Path(image_root) / path
+
+
 def _write_paths(paths: list[str], output: str, force: bool, end: str) -> None:
     import sys
 
+    for p in paths:
+        if end in p:
+            raise PairkitError(
+                f"path {p!a} holds a newline, so one path per line would split it: use -0 "
+                "(--print0) for NUL-terminated paths" if end == "\n" else
+                f"path {p!a} holds a NUL byte: it can't be written NUL-terminated")
     text = "".join(p + end for p in paths)
     if output == "-":
         sys.stdout.write(text)

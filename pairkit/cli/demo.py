@@ -78,7 +78,9 @@ def _same_label_share(store: Path, pairs: Path) -> float:
     """Share of mined negatives whose label equals the anchor's (false negatives)."""
     import pandas as pd
 
-    labels = pd.read_parquet(store / "items.parquet")["label"].to_numpy(dtype=object)
+    from pairkit.core.store import Store
+
+    labels = Store.open(store).items["label"].to_numpy(dtype=object)
     table = pd.read_parquet(pairs)
     if not len(table):
         return float("nan")

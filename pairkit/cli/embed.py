@@ -41,6 +41,9 @@ def embed(
     ),
     dtype: str = typer.Option("float16", "--dtype", help="Storage dtype: float16 or float32."),
     shard_rows: int = typer.Option(8192, "--shard-rows", help="Rows per shard (resume unit)."),
+    max_file_bytes: int = typer.Option(
+        256 << 20, "--max-file-bytes",
+        help="Skip files larger than this (bytes; default 256 MiB). Only regular files are read."),
     force: bool = typer.Option(False, "--force", help="Replace a store made with other options."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     json_summary: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -68,6 +71,7 @@ def embed(
             dtype=dtype,
             force=force,
             shard_rows=max(1, shard_rows),
+            max_file_bytes=max_file_bytes,
         )
         hook = ProgressBar(quiet, unit="images")
         try:

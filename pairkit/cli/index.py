@@ -38,13 +38,7 @@ def index(
     import time
 
     from pairkit.core.store import Store
-    from pairkit.index.build import (
-        IndexSpec,
-        build_index,
-        check_saved,
-        choose_kind,
-        save_index,
-    )
+    from pairkit.index.build import IndexSpec, build_and_save, check_saved, choose_kind
 
     with user_errors():
         st = Store.open(store, verify=True)
@@ -60,8 +54,7 @@ def index(
         spec = spec.resolved(st.count, st.dim)
         check_saved(st.root, spec.kind, st.content_id, force)
         t0 = time.perf_counter()
-        built = build_index(st.vectors("float32"), spec)
-        path = save_index(built, spec, st.root, st.content_id, st.count, st.dim, force=force)
+        path = build_and_save(st.vectors("float32"), spec, st.root, st.content_id, force=force)
         say(f"built {spec.describe()} over {st.count:,} rows of dim {st.dim} in "
             f"{time.perf_counter() - t0:.1f} s -> {path}" + (f" ({reason})" if reason else ""),
             quiet)

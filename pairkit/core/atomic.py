@@ -1,15 +1,28 @@
-"""Atomic file output: write to a temp file beside the target, then rename."""
+"""Atomic file output: write to a temp file beside the target, then rename.
+
+A temp file is named ``.<target name>.<8 random chars>.tmp``; a writer killed mid-write
+leaves one behind, and the next writer of that folder (holding its lock) removes it
+(:func:`remove_stale_temps`). A write that fails because the disk is full says so in one
+line; the target is untouched, so nothing already written is lost.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
 from pairkit.errors import PairkitError
+
+TEMP_RE = re.compile(r"^\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp$")
+_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+LOW_SPACE_BYTES = 1 << 20
 
 
 def _umask() -> int:
@@ -18,11 +31,44 @@ def _umask() -> int:
     return mask
 
 
+def is_disk_full(exc: BaseException, folder: Path) -> bool:
+    """True when ``exc`` (from any writer: numpy, pyarrow, torch, ...) means no space left.
+
+    Some libraries lose errno (numpy: ``N requested and M written``; torch: ``unexpected
+    pos``): then the free space of ``folder`` decides.
+    """
+    if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
+        return True
+    text = str(exc)
+    if "No space left" in text or "Disk quota exceeded" in text:
+        return True
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return False  # a precise error that is not about space
+    if isinstance(exc, (OSError, RuntimeError)):
+        try:
+            return shutil.disk_usage(folder).free < LOW_SPACE_BYTES
+        except OSError:
+            return False
+    return False
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (no-op where folders can't be opened)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temp path in the target's folder; rename it over ``target`` on success.
 
-    On any exception the temp file is removed and ``target`` is left untouched.
+    On any exception the temp file is removed and ``target`` is left untouched; a full
+    disk becomes ``disk full while writing TARGET: free space and rerun; nothing was
+    lost``.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -34,9 +80,13 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         # mkstemp makes 0600 files; outputs should be readable as any new file would be
         os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
+        if isinstance(exc, Exception) and not isinstance(exc, PairkitError) \
+                and is_disk_full(exc, target.parent):
+            raise PairkitError(f"disk full while writing {target}: free space and rerun; "
+                               "nothing was lost") from exc
         raise
 
 
@@ -49,6 +99,33 @@ def atomic_open(target: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a written file to disk (before the rename that commits it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(folder: str | os.PathLike[str],
+                       is_ours: Callable[[str], bool]) -> list[str]:
+    """Remove temp files of killed writers in ``folder`` whose target name ``is_ours``.
+
+    Call only while holding the folder's writer lock (no live writer has temps then).
+    Returns the removed names.
+    """
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(folder):
+            m = TEMP_RE.match(entry.name)
+            if m and is_ours(m.group("target")) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                    removed.append(entry.name)
+    return removed
 
 
 def check_output(path: str | os.PathLike[str], force: bool, what: str = "output") -> Path:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pairkit.core.paths import first_bad_path
 from pairkit.core.store import Store, sha256_file, write_store
 from pairkit.core.tables import read_table
 from pairkit.errors import PairkitError
@@ -47,12 +48,22 @@ def import_embeddings(
     encoder: str = "imported",
     force: bool = False,
 ) -> Store:
-    """Write ``embeddings`` (N, dim) with ``items`` (N rows, ``path`` required) as a store."""
+    """Write ``embeddings`` (N, dim) with ``items`` (N rows, ``path`` required) as a store.
+
+    Item paths must be relative to the image root and stay under it (no absolute paths,
+    no ``..``); the store's writer lock is held while it is written.
+    """
     vectors = load_npy(embeddings)
     table = read_table(items)
     if "path" not in table.columns:
         raise PairkitError(f"items {items} need a 'path' column (found: "
                            f"{', '.join(map(str, table.columns))})")
+    paths = table["path"]
+    bad_path = first_bad_path(["" if missing else str(p) for p, missing in
+                               zip(paths.tolist(), paths.isna().tolist(), strict=True)])
+    if bad_path is not None:
+        row, value, reason = bad_path
+        raise PairkitError(f"items {items} row {row}: path {value!a} {reason}")
     if len(table) != len(vectors):
         raise PairkitError(f"{embeddings} has {len(vectors)} rows but {items} has {len(table)}")
     if len(vectors) == 0:

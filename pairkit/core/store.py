@@ -2,55 +2,62 @@
 
 Layout (see docs/formats.md)::
 
-    STORE/manifest.json        written last; lists the committed shards
-    STORE/items.parquet        one row per item, in embedding order
-    STORE/embeddings-00000.npy float16/float32, rows L2-normalised
-    STORE/errors.jsonl         files that could not be embedded (embed only)
+    STORE/manifest.json          the commit point: names every file below
+    STORE/items-00003.parquet    one row per item, in embedding order (versioned name)
+    STORE/embeddings-00000.npy   float16/float32, rows L2-normalised
+    STORE/errors.jsonl           files that could not be embedded (embed only)
 
-Every file is written atomically (temp + rename). The manifest is the source
-of truth: a shard file that it does not list is an interrupted write and is
-ignored (and overwritten on resume).
+Writers (one at a time: core/lock.py) never change a file the manifest names: an
+append writes a new shard and a new item table under new names, then replaces the
+manifest atomically, then removes the item table the old manifest named. A reader
+opens exactly the files its manifest names and pins them (open descriptors and memory
+maps), checking sizes, shapes and, with ``verify``, sha256; if a file vanished or
+changed because a writer committed meanwhile, it rereads the manifest and tries again.
+So a reader sees the last committed snapshot, never a torn one.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
+import io
 import json
 import os
-import shutil
+import stat
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from pairkit import __version__
-from pairkit.core.atomic import atomic_open, atomic_path
+from pairkit.core.integrity import sha256_fd, sha256_file
+from pairkit.core.manifest import (
+    DTYPES,
+    ERRORS,
+    FORMAT,
+    FORMAT_VERSION,
+    ITEMS,
+    ITEMS_RE,
+    MANIFEST,
+    SHARD_PATTERN,
+    SHARD_RE,
+    parse_manifest,
+    read_manifest,
+    read_manifest_bytes,
+)
 from pairkit.errors import PairkitError, StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-FORMAT = "pairkit-store"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-ITEMS = "items.parquet"
-ERRORS = "errors.jsonl"
-SHARD_PATTERN = "embeddings-{:05d}.npy"
+__all__ = [
+    "DTYPES", "ERRORS", "FORMAT", "FORMAT_VERSION", "ITEMS", "ITEM_COLUMNS", "MANIFEST",
+    "SHARD_PATTERN", "Shard", "Store", "is_store", "l2_normalize", "normalize_items",
+    "read_manifest", "sha256_file",
+]
+
 ITEM_COLUMNS = ("id", "path", "source", "view", "label", "file_sha256")
-DTYPES = ("float16", "float32")
-_STORE_FILES_PREFIXES = ("embeddings-", ".embeddings-", ".items.parquet", ".manifest.json")
-
-
-def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+OPEN_ATTEMPTS = 8
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -60,15 +67,22 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     return x / np.maximum(norms, eps)
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+def is_ours(name: str) -> bool:
+    """Names pairkit writes in a store folder (never anything else is touched)."""
+    return (name in (MANIFEST, ITEMS, ERRORS) or bool(SHARD_RE.match(name))
+            or bool(ITEMS_RE.match(name)))
 
 
 @dataclass(frozen=True)
 class Shard:
+    """One shard: rows ``start .. start + rows - 1`` of the store. ``bytes`` and ``start``
+    are None in format-1 manifests."""
+
     file: str
     rows: int
     sha256: str
+    start: int | None = None
+    bytes: int | None = None
 
 
 def normalize_items(items: pd.DataFrame, start_id: int = 0) -> pd.DataFrame:
@@ -120,77 +134,155 @@ def _is_missing(value: Any) -> bool:
         return False
 
 
-class Store:
-    """A read-only view of a store folder. Open with :meth:`Store.open`."""
+def _open_regular(path: Path, what: str) -> IO[bytes]:
+    """Open a store file for reading; StoreError when missing or not a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise StoreError(f"store {path.parent}: {what} {path.name} is missing") from None
+    except OSError as exc:
+        raise StoreError(f"store {path.parent}: {what} {path.name} is unreadable "
+                         f"({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StoreError(f"store {path.parent}: {what} {path.name} is not a regular file")
+    return os.fdopen(fd, "rb")
 
-    def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
+
+def _map_shard(fh: IO[bytes], root: Path, shard: Shard, dim: int, dtype: str) -> np.ndarray:
+    """Check a shard's .npy header against the manifest and memory-map its rows (read-only)."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dt = fmt.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, fortran, dt = fmt.read_array_header_2_0(fh)
+        else:
+            raise ValueError(f"npy version {version}")
+    except Exception as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+        raise StoreError(f"store {root}: shard {shard.file} is unreadable ({first})") from None
+    if str(dt) != dtype:
+        raise StoreError(f"store {root}: shard {shard.file} is {dt}, manifest says {dtype}")
+    if tuple(shape) != (shard.rows, dim):
+        raise StoreError(f"store {root}: shard {shard.file} has shape {tuple(shape)}, "
+                         f"manifest says ({shard.rows}, {dim})")
+    offset = fh.tell()
+    size = os.fstat(fh.fileno()).st_size
+    if shard.bytes is not None and size != shard.bytes:
+        raise StoreError(f"store {root}: shard {shard.file} is {size} bytes, manifest says "
+                         f"{shard.bytes} (file changed or damaged)")
+    expected = offset + shard.rows * dim * dt.itemsize
+    if size != expected:
+        raise StoreError(f"store {root}: shard {shard.file} is {size} bytes, its header says "
+                         f"{expected} (truncated or padded)")
+    if shard.rows == 0:
+        return np.empty((0, dim), dtype=dt)
+    return np.memmap(fh, dtype=dt, mode="r", shape=(shard.rows, dim), offset=offset,
+                     order="F" if fortran else "C")
+
+
+class Store:
+    """A read-only snapshot of a store folder. Open with :meth:`Store.open`."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any], raw: bytes = b"") -> None:
         self.root = root
         self.manifest = manifest
+        self._raw = raw
+        self._arrays: list[np.ndarray] = []
+        self._items_fh: IO[bytes] | None = None
+        self._items_raw: bytes | None = None
         self._items: pd.DataFrame | None = None
         self._vectors: np.ndarray | None = None
 
     # -- opening and validation -------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike[str], verify: bool = True) -> Store:
-        """Open and validate a store; raise :class:`StoreError` naming the problem.
+        """Open the last committed snapshot of a store; StoreError naming any problem.
 
-        ``verify`` also checks every shard's sha256 (reads every byte once).
+        Always checked: the manifest (checksum, every field), each shard's size, shape and
+        dtype, the item table's size, and (when the items are read) its sha256, row count
+        and ids. ``verify`` also checks every shard's and the item table's sha256 now
+        (reads every byte once).
         """
         root = Path(path)
         if not root.exists():
             raise StoreError(f"store {root} not found")
         if not root.is_dir():
             raise StoreError(f"{root} is a file, not a store folder")
-        manifest = read_manifest(root)
-        store = cls(root, manifest)
-        store._validate(verify)
-        return store
-
-    def _validate(self, verify: bool) -> None:
-        m = self.manifest
-        total = 0
-        for shard in self.shards:
-            f = self.root / shard.file
-            if not f.is_file():
-                raise StoreError(f"store {self.root}: shard {shard.file} is missing")
+        for attempt in range(OPEN_ATTEMPTS):
+            raw = read_manifest_bytes(root)
+            store = cls(root, parse_manifest(root, raw), raw)
             try:
-                arr = np.load(f, mmap_mode="r")
-            except Exception as exc:
-                raise StoreError(
-                    f"store {self.root}: shard {shard.file} is unreadable ({exc})"
-                ) from None
-            if arr.ndim != 2 or arr.shape[1] != m["dim"] or arr.shape[0] != shard.rows:
-                raise StoreError(
-                    f"store {self.root}: shard {shard.file} has shape {tuple(arr.shape)}, "
-                    f"manifest says ({shard.rows}, {m['dim']})"
-                )
-            if str(arr.dtype) != m["dtype"]:
-                raise StoreError(
-                    f"store {self.root}: shard {shard.file} is {arr.dtype}, manifest says "
-                    f"{m['dtype']}"
-                )
-            if verify and sha256_file(f) != shard.sha256:
-                raise StoreError(
-                    f"store {self.root}: shard {shard.file} checksum mismatch (file changed "
-                    "or damaged)"
-                )
-            total += shard.rows
-        if total != m["count"]:
-            raise StoreError(
-                f"store {self.root}: shards hold {total} rows, manifest says {m['count']}"
-            )
+                store._pin(verify)
+            except StoreError:
+                if _manifest_moved(root, raw):
+                    time.sleep(0.01 * (attempt + 1))
+                    continue  # a writer committed while we opened: read the new snapshot
+                raise
+            # verified bytes prove themselves; unverified ones need an unchanged manifest
+            if verify or not _manifest_moved(root, raw):
+                return store
+        raise StoreError(f"store {root} kept changing while it was opened: is a writer "
+                         "replacing it (--force) in a loop?")
+
+    def _pin(self, verify: bool) -> None:
+        """Open every file the manifest names and check it (see :meth:`open`)."""
+        arrays = []
+        for shard in self.shards:
+            with _open_regular(self.root / shard.file, "shard") as fh:
+                arrays.append(_map_shard(fh, self.root, shard, self.dim, self.dtype))
+                if verify and sha256_fd(fh) != shard.sha256:
+                    raise StoreError(f"store {self.root}: shard {shard.file} checksum mismatch "
+                                     "(file changed or damaged)")
+        self._arrays = arrays
+        if self.format_version >= 2:
+            rec = self.manifest.get("items")
+            if rec is None:
+                return
+            fh = _open_regular(self.root / rec["file"], "item table")
+            size = os.fstat(fh.fileno()).st_size
+            if size != rec["bytes"]:
+                fh.close()
+                raise StoreError(f"store {self.root}: item table {rec['file']} is {size} bytes, "
+                                 f"manifest says {rec['bytes']} (file changed or damaged)")
+            self._items_fh = fh
+            if verify:
+                self._items_raw = self._read_items_bytes()
+            return
         items_path = self.root / ITEMS
-        if m["count"] and not items_path.is_file():
-            raise StoreError(f"store {self.root}: {ITEMS} is missing")
-        if items_path.is_file():
-            n_items = _parquet_rows(items_path)
-            if n_items != m["count"]:
-                raise StoreError(
-                    f"store {self.root}: row count mismatch: {ITEMS} has {n_items} rows, "
-                    f"manifest says {m['count']}"
-                )
+        if not items_path.exists():
+            if self.count:
+                raise StoreError(f"store {self.root}: {ITEMS} is missing")
+            return
+        self._items_fh = _open_regular(items_path, "item table")
+        n_items = _parquet_rows(self._items_fh, items_path)
+        if n_items != self.count:
+            raise StoreError(f"store {self.root}: row count mismatch: {ITEMS} has {n_items} rows, "
+                             f"manifest says {self.count}")
+
+    def _read_items_bytes(self) -> bytes:
+        """The item table's bytes from the pinned file, checked against the manifest."""
+        assert self._items_fh is not None
+        with self._items_fh as fh:
+            fh.seek(0)
+            data = fh.read()
+        self._items_fh = None
+        rec = self.manifest.get("items")
+        if rec is not None:
+            import hashlib
+
+            if len(data) != rec["bytes"] or hashlib.sha256(data).hexdigest() != rec["sha256"]:
+                raise StoreError(f"store {self.root}: item table {rec['file']} checksum "
+                                 "mismatch (file changed or damaged)")
+        return data
 
     # -- metadata ------------------------------------------------------------------
+    @property
+    def format_version(self) -> int:
+        return int(self.manifest["format_version"])
+
     @property
     def dim(self) -> int:
         return int(self.manifest["dim"])
@@ -208,7 +300,8 @@ class Store:
 
     @property
     def shards(self) -> list[Shard]:
-        return [Shard(**s) for s in self.manifest.get("shards", [])]
+        return [Shard(s["file"], s["rows"], s["sha256"], s.get("start"), s.get("bytes"))
+                for s in self.manifest.get("shards", [])]
 
     @property
     def encoder(self) -> dict[str, Any]:
@@ -218,8 +311,8 @@ class Store:
     def content_id(self) -> str:
         """16 hex chars identifying the store's rows (its shards' checksums and count).
 
-        Stable across manifest rewrites; pair tables carry it as ``store_id`` so a
-        table is never applied to another store by mistake.
+        Stable across manifest rewrites and format upgrades; pair tables carry it as
+        ``store_id`` so a table is never applied to another store by mistake.
         """
         import hashlib as _h
 
@@ -230,8 +323,10 @@ class Store:
 
     @property
     def manifest_hash(self) -> str:
-        """sha256 of manifest.json: identifies this exact store content."""
-        return sha256_file(self.root / MANIFEST)
+        """sha256 of the manifest this snapshot was opened from."""
+        import hashlib as _h
+
+        return _h.sha256(self._raw).hexdigest() if self._raw else sha256_file(self.root / MANIFEST)
 
     # -- items ---------------------------------------------------------------------
     @property
@@ -243,8 +338,33 @@ class Store:
             if self.count == 0:
                 self._items = normalize_items(pd.DataFrame({"path": []}))
             else:
-                self._items = pd.read_parquet(self.root / ITEMS)
+                raw = self._items_raw if self._items_raw is not None else \
+                    self._read_items_bytes()
+                self._items_raw = None
+                self._items = self._parse_items(raw)
         return self._items
+
+    def _parse_items(self, raw: bytes) -> pd.DataFrame:
+        import pandas as pd
+
+        name = (self.manifest.get("items") or {}).get("file", ITEMS)
+        try:
+            items = pd.read_parquet(io.BytesIO(raw))
+        except Exception as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+            raise StoreError(f"store {self.root}: item table {name} is unreadable ({first})") \
+                from None
+        missing = [c for c in ITEM_COLUMNS if c not in items.columns]
+        if missing:
+            raise StoreError(f"store {self.root}: item table {name} lacks {', '.join(missing)}")
+        if len(items) != self.count:
+            raise StoreError(f"store {self.root}: row count mismatch: {name} has {len(items)} "
+                             f"rows, manifest says {self.count}")
+        ids = items["id"].to_numpy()
+        if ids.dtype.kind not in "iu" or not np.array_equal(ids, np.arange(self.count)):
+            raise StoreError(f"store {self.root}: item table {name} ids are not 0..{self.count - 1}"
+                             " in order (damaged)")
+        return items
 
     @property
     def has_labels(self) -> bool:
@@ -263,10 +383,25 @@ class Store:
         codes, _ = pd.factorize(self.items["source"])
         return codes.astype(np.int64)
 
+    def read_errors(self) -> list[dict[str, Any]]:
+        """The records of errors.jsonl that the manifest committed (checked against its
+        sha256); empty when there are none."""
+        rec = self.manifest.get("errors")
+        if rec is None:
+            return []
+        with _open_regular(self.root / ERRORS, "errors file") as fh:
+            data = fh.read(rec["bytes"] + 1)
+        import hashlib
+
+        if len(data) != rec["bytes"] or hashlib.sha256(data).hexdigest() != rec["sha256"]:
+            raise StoreError(f"store {self.root}: {ERRORS} does not match the manifest (changed "
+                             "or damaged, or a writer is updating it)")
+        return [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
+
     # -- vectors -------------------------------------------------------------------
     def shard_arrays(self) -> list[np.ndarray]:
         """Memory-mapped (read-only) arrays, one per shard, in row order."""
-        return [np.load(self.root / s.file, mmap_mode="r") for s in self.shards]
+        return list(self._arrays)
 
     def vectors(self, dtype: str | np.dtype = np.float32) -> np.ndarray:
         """All embeddings as one C-contiguous array of shape (N, dim) in ``dtype``.
@@ -279,7 +414,7 @@ class Store:
             return self._vectors
         out = np.empty((self.count, self.dim), dtype=dtype)
         start = 0
-        for arr in self.shard_arrays():
+        for arr in self._arrays:
             out[start : start + len(arr)] = arr
             start += len(arr)
         self._vectors = out
@@ -290,46 +425,29 @@ class Store:
     ) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(start_row, block)`` with blocks of at most ``rows`` rows, in order."""
         start = 0
-        for arr in self.shard_arrays():
+        for arr in self._arrays:
             for i in range(0, len(arr), rows):
                 block = np.asarray(arr[i : i + rows], dtype=dtype)
                 yield start + i, block
             start += len(arr)
 
 
-def _parquet_rows(path: Path) -> int:
+def _manifest_moved(root: Path, raw: bytes) -> bool:
+    try:
+        return read_manifest_bytes(root) != raw
+    except StoreError:
+        return True
+
+
+def _parquet_rows(fh: IO[bytes], path: Path) -> int:
     import pyarrow.parquet as pq
 
     try:
-        return int(pq.ParquetFile(path).metadata.num_rows)
+        fh.seek(0)
+        return int(pq.ParquetFile(fh).metadata.num_rows)
     except Exception as exc:
-        raise StoreError(f"{path} is unreadable ({exc})") from exc
-
-
-def read_manifest(root: Path) -> dict[str, Any]:
-    """Load and check the manifest of the store at ``root``."""
-    mpath = root / MANIFEST
-    if not mpath.is_file():
-        if any(root.glob("embeddings-*.npy")):
-            raise StoreError(
-                f"store {root} is half-written: no {MANIFEST} (rerun the command that made it)"
-            )
-        raise StoreError(f"{root} is not a pairkit store: no {MANIFEST}")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"store {root}: {MANIFEST} is unreadable ({exc})") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise StoreError(f"{root}/{MANIFEST} is not a pairkit store manifest")
-    if int(manifest.get("format_version", 0)) > FORMAT_VERSION:
-        raise StoreError(
-            f"store {root} has format version {manifest.get('format_version')}; this pairkit "
-            f"reads up to {FORMAT_VERSION}: upgrade pairkit"
-        )
-    for key in ("dim", "count", "dtype", "shards"):
-        if key not in manifest:
-            raise StoreError(f"store {root}: {MANIFEST} lacks '{key}'")
-    return manifest
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+        raise StoreError(f"{path} is unreadable ({first})") from None
 
 
 def is_store(path: str | os.PathLike[str]) -> bool:
@@ -341,178 +459,15 @@ def is_store(path: str | os.PathLike[str]) -> bool:
     return True
 
 
-def prepare_store_dir(path: str | os.PathLike[str], force: bool) -> Path:
-    """Check that ``path`` can receive a new store; clear an old store when ``force``.
-
-    Refuses a path that is a file, a folder holding other files, or an existing
-    store without ``force``. Only pairkit's own files are removed.
-    """
-    root = Path(path)
-    if root.exists() and not root.is_dir():
-        raise PairkitError(f"output {root} is an existing file, expected a store folder")
-    if root.is_dir():
-        entries = list(root.iterdir())
-        if entries:
-            if not (root / MANIFEST).exists() and not any(
-                e.name.startswith(_STORE_FILES_PREFIXES) for e in entries
-            ):
-                raise PairkitError(
-                    f"output {root} is a folder that is not a pairkit store; choose another path"
-                )
-            if not force:
-                raise PairkitError(f"store {root} exists; pass --force to replace it")
-            clear_store(root)
-    root.mkdir(parents=True, exist_ok=True)
-    return root
 
 
-def clear_store(root: Path) -> None:
-    """Remove pairkit's files from a store folder (never other files)."""
-    for entry in root.iterdir():
-        name = entry.name
-        if (
-            name in (MANIFEST, ITEMS, ERRORS)
-            or name.startswith(_STORE_FILES_PREFIXES)
-            or (name.startswith(".") and name.endswith(".tmp"))
-        ):
-            if entry.is_dir():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+_WRITER_NAMES = ("StoreWriter", "write_store", "prepare_store_dir", "clear_store", "json_line")
 
 
-class StoreWriter:
-    """Appends shards to a store; every append leaves a valid, smaller store.
+def __getattr__(name: str) -> Any:
+    """The writer side lives in store_writer.py; re-exported here for old imports."""
+    if name in _WRITER_NAMES:
+        from pairkit.core import store_writer
 
-    Order of an append: shard file (atomic), items.parquet (atomic), manifest (atomic).
-    """
-
-    def __init__(
-        self,
-        root: Path,
-        manifest: dict[str, Any],
-        items: pd.DataFrame,
-    ) -> None:
-        self.root = root
-        self.manifest = manifest
-        self.items = items
-
-    @classmethod
-    def create(
-        cls,
-        path: str | os.PathLike[str],
-        dim: int,
-        dtype: str = "float16",
-        encoder: dict[str, Any] | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> StoreWriter:
-        """Start an empty store at ``path`` (the folder must be prepared by the caller)."""
-        import pandas as pd
-
-        if dtype not in DTYPES:
-            raise PairkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
-        root = Path(path)
-        root.mkdir(parents=True, exist_ok=True)
-        manifest: dict[str, Any] = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "dim": int(dim),
-            "count": 0,
-            "dtype": dtype,
-            "normalized": True,
-            "encoder": encoder or {},
-            "pairkit_version": __version__,
-            "created": _now(),
-            "shards": [],
-        }
-        manifest.update(extra or {})
-        writer = cls(root, manifest, normalize_items(pd.DataFrame({"path": []})))
-        writer._write_manifest()
-        return writer
-
-    @classmethod
-    def resume(cls, path: str | os.PathLike[str]) -> StoreWriter:
-        """Reopen an existing store for appending (validates it first).
-
-        An append interrupted between its items.parquet and its manifest leaves item
-        rows that the manifest never committed; they are dropped here.
-        """
-        import pandas as pd
-
-        root = Path(path)
-        manifest = read_manifest(root)
-        items_path = root / ITEMS
-        if items_path.is_file() and _parquet_rows(items_path) > manifest["count"]:
-            items = pd.read_parquet(items_path).iloc[: manifest["count"]]
-            with atomic_path(items_path) as tmp:
-                items.reset_index(drop=True).to_parquet(tmp, index=False)
-        store = Store.open(root, verify=True)
-        return cls(store.root, dict(store.manifest), store.items.copy())
-
-    @property
-    def count(self) -> int:
-        return int(self.manifest["count"])
-
-    def append(self, vectors: np.ndarray, items: pd.DataFrame) -> None:
-        """Commit one shard: ``vectors`` (n, dim), normalised here; ``items`` n rows."""
-        import pandas as pd
-
-        vectors = np.asarray(vectors)
-        if vectors.ndim != 2 or vectors.shape[1] != self.manifest["dim"]:
-            raise PairkitError(
-                f"vectors have shape {tuple(vectors.shape)}, store dim is {self.manifest['dim']}"
-            )
-        if len(items) != len(vectors):
-            raise PairkitError(f"{len(items)} items for {len(vectors)} vectors")
-        if len(vectors) == 0:
-            return
-        normed = l2_normalize(vectors).astype(self.manifest["dtype"])
-        index = len(self.manifest["shards"])
-        name = SHARD_PATTERN.format(index)
-        with atomic_path(self.root / name) as tmp:
-            with open(tmp, "wb") as fh:
-                np.save(fh, normed)
-                fh.flush()
-                os.fsync(fh.fileno())
-            digest = sha256_file(tmp)
-        new_items = normalize_items(items, start_id=self.count)
-        all_items = new_items if self.count == 0 else pd.concat(
-            [self.items, new_items], ignore_index=True
-        )
-        with atomic_path(self.root / ITEMS) as tmp:
-            all_items.to_parquet(tmp, index=False)
-        self.items = all_items
-        self.manifest["shards"].append({"file": name, "rows": len(normed), "sha256": digest})
-        self.manifest["count"] = self.count + len(normed)
-        self._write_manifest()
-
-    def update(self, **fields: Any) -> None:
-        """Set manifest fields and rewrite the manifest."""
-        self.manifest.update(fields)
-        self._write_manifest()
-
-    def _write_manifest(self) -> None:
-        self.manifest["updated"] = _now()
-        with atomic_open(self.root / MANIFEST) as fh:
-            json.dump(self.manifest, fh, indent=2, ensure_ascii=False)
-            fh.write("\n")
-
-
-def write_store(
-    path: str | os.PathLike[str],
-    vectors: np.ndarray,
-    items: pd.DataFrame,
-    *,
-    encoder: dict[str, Any] | None = None,
-    dtype: str = "float16",
-    force: bool = False,
-    shard_rows: int = 1 << 20,
-    extra: dict[str, Any] | None = None,
-) -> Store:
-    """Write a whole store in one go (import, project). Returns the opened store."""
-    root = prepare_store_dir(path, force)
-    writer = StoreWriter.create(root, vectors.shape[1], dtype, encoder, extra)
-    for start in range(0, len(vectors), shard_rows):
-        stop = start + shard_rows
-        writer.append(vectors[start:stop], items.iloc[start:stop])
-    return Store.open(root, verify=False)
+        return getattr(store_writer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

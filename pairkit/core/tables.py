@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 TABLE_SUFFIXES = (".parquet", ".csv", ".jsonl", ".ndjson", ".json")
+# pairkit's widest table (an n-tuple with 1,000 negatives) has ~3,000 columns; a header
+# beyond these caps is refused before pandas spends minutes and gigabytes parsing it
+MAX_COLUMNS = 10_000
+MAX_HEADER_BYTES = 1 << 20
 
 
 def table_kind(path: str | Path) -> str:
@@ -54,8 +58,10 @@ def read_table(path: str | Path) -> pd.DataFrame:
         if not p.is_file():
             raise PairkitError(f"table {p} not found")
         if kind == "parquet":
+            _check_parquet_columns(p)
             return pd.read_parquet(p)
         if kind == "csv":
+            _check_csv_header(p)
             return pd.read_csv(p, keep_default_na=False, na_values=[""])
         if p.stat().st_size == 0:
             raise PairkitError(f"table {p} is empty")
@@ -65,6 +71,28 @@ def read_table(path: str | Path) -> pd.DataFrame:
     except Exception as exc:  # pandas/pyarrow raise many types for malformed files
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PairkitError(f"can't read table {path}: {first}") from exc
+
+
+def _check_csv_header(path: Path) -> None:
+    """Refuse a CSV whose header line is over MAX_HEADER_BYTES or MAX_COLUMNS columns."""
+    with open(path, "rb") as fh:
+        header = fh.readline(MAX_HEADER_BYTES + 1)
+    if len(header) > MAX_HEADER_BYTES and not header.endswith(b"\n"):
+        raise PairkitError(f"table {path}: the CSV header is longer than "
+                           f"{MAX_HEADER_BYTES:,} bytes: not a pairkit table")
+    columns = header.count(b",") + 1
+    if columns > MAX_COLUMNS:
+        raise PairkitError(f"table {path}: the CSV header has {columns:,} columns, more than "
+                           f"{MAX_COLUMNS:,}: not a pairkit table")
+
+
+def _check_parquet_columns(path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    columns = pq.ParquetFile(path).metadata.num_columns
+    if columns > MAX_COLUMNS:
+        raise PairkitError(f"table {path} has {columns:,} columns, more than {MAX_COLUMNS:,}: "
+                           "not a pairkit table")
 
 
 def _json_default(value: Any) -> Any:

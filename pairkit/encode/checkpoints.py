@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pairkit.core.safe_load import torch_load_weights
 from pairkit.errors import PairkitError
 
 _WRAPPERS = ("state_dict", "model", "module", "ema", "model_ema", "weights")
@@ -53,15 +54,15 @@ def load_state_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise PairkitError(f"checkpoint {p} not found")
-    try:
-        if p.suffix == ".safetensors":
-            from safetensors.torch import load_file
+    if p.suffix == ".safetensors":
+        from safetensors.torch import load_file
 
+        try:
             state: Any = load_file(str(p), device="cpu")
-        else:
-            state = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise PairkitError(f"checkpoint {p} is unreadable: {_first_line(exc)}") from exc
+        except Exception as exc:
+            raise PairkitError(f"checkpoint {p} is unreadable: {_first_line(exc)}") from exc
+    else:  # pickled code is refused in one line, without torch's advice to allow it
+        state = torch_load_weights(p, "checkpoint")
     for _ in range(3):  # nested wrappers, e.g. {"model": {"state_dict": ...}}
         if not isinstance(state, dict):
             break

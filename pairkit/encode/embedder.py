@@ -6,7 +6,6 @@ reader (DataLoader workers: read, hash, decode, render views as uint8)
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -16,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from pairkit.core.atomic import atomic_open
 from pairkit.core.devices import (
     PRECISIONS,
     autocast_dtype,
     resolve_device,
     resolve_precision,
 )
+from pairkit.core.lock import writer_lock
 from pairkit.core.store import (
     ERRORS,
     MANIFEST,
@@ -31,7 +30,13 @@ from pairkit.core.store import (
     read_manifest,
     sha256_file,
 )
-from pairkit.encode.images import DecodeError, ImageFile, discover_images, load_image
+from pairkit.encode.images import (
+    DEFAULT_MAX_FILE_BYTES,
+    DecodeError,
+    ImageFile,
+    discover_images,
+    load_image,
+)
 from pairkit.encode.registry import DEFAULT_MODEL, Encoder, EncoderRequest, load_encoder
 from pairkit.encode.views import render_views
 from pairkit.errors import PairkitError
@@ -55,6 +60,7 @@ class EmbedConfig:
     force: bool = False
     shard_rows: int = 8192
     shard_seconds: float = 120.0
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
 
 
 @dataclass
@@ -115,6 +121,8 @@ def _check_config(cfg: EmbedConfig) -> None:
     if cfg.precision not in PRECISIONS:
         raise PairkitError(f"--precision must be one of {', '.join(PRECISIONS)}, got "
                            f"{cfg.precision}")
+    if cfg.max_file_bytes < 1:
+        raise PairkitError(f"--max-file-bytes must be >= 1, got {cfg.max_file_bytes}")
     if cfg.dtype not in ("float16", "float32"):
         raise PairkitError(f"--dtype must be float16 or float32, got {cfg.dtype}")
 
@@ -160,11 +168,13 @@ def resolve_labels(
 class _SourceDataset:
     """Item i = all views of image i: (index, uint8 (V,3,S,S) or None, sha256, error)."""
 
-    def __init__(self, files: list[ImageFile], views: int, pre: Any, seed: int) -> None:
+    def __init__(self, files: list[ImageFile], views: int, pre: Any, seed: int,
+                 max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
         self.files = files
         self.views = views
         self.pre = pre
         self.seed = seed
+        self.max_bytes = max_bytes
 
     def __len__(self) -> int:
         return len(self.files)
@@ -172,7 +182,8 @@ class _SourceDataset:
     def __getitem__(self, i: int) -> tuple[int, np.ndarray | None, str | None, str | None]:
         f = self.files[i]
         try:
-            img, digest = load_image(f.abs_path, draft_size=2 * self.pre.size)
+            img, digest = load_image(f.abs_path, draft_size=2 * self.pre.size,
+                                     max_bytes=self.max_bytes)
             arr = render_views(img, f.path, self.views, self.pre, self.seed)
             return i, arr, digest, None
         except DecodeError as exc:
@@ -302,17 +313,16 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     ``cfg.force``. Files that can't be embedded are skipped and listed in
     STORE/errors.jsonl. Raises PairkitError when nothing at all could be embedded.
     """
-    import pandas as pd
-    import torch
-
     hook = hook or ProgressHook()
     _check_config(cfg)
     t0 = time.perf_counter()
     files, problems = discover_images(cfg.images)
     if not files:
+        skipped = (f"; {len(problems)} skipped, e.g. {problems[0][0]!a}: {problems[0][1]}"
+                   if problems else "")
         raise PairkitError(
             f"no images found in {cfg.images} (looked for .jpg, .jpeg, .png, .webp, .bmp, "
-            ".gif, .tif, .ppm ...)"
+            f".gif, .tif, .ppm ...){skipped}"
         )
     cfg_store = Path(cfg.store)
     if cfg_store.exists() and not cfg_store.is_dir():
@@ -322,7 +332,19 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
         hook.note(f"{unlabeled} of {len(files)} images have no label")
     identity = embedding_identity(cfg)
     device = resolve_device(cfg.device)
+    # one writer per store: a second embed (or import, index...) stops with the holder's name
+    with writer_lock(cfg_store, "store"):
+        return _embed_locked(cfg, hook, files, problems, labels, identity, device, t0)
 
+
+def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
+                  problems: list[tuple[str, str]], labels: dict[str, str | None],
+                  identity: dict[str, Any], device: str, t0: float) -> EmbedSummary:
+    """The rest of :func:`embed_folder`, under the store's writer lock."""
+    import pandas as pd
+    import torch
+
+    cfg_store = Path(cfg.store)
     writer: StoreWriter | None = None
     done: set[str] = set()
     if (cfg_store / MANIFEST).exists() and not cfg.force:
@@ -348,7 +370,8 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
         summary.seconds = time.perf_counter() - t0
         summary.store_rows = writer.count if writer else 0
         summary.errors = errors
-        _write_errors(cfg_store, errors)
+        if writer is not None and writer.set_errors(errors):
+            writer.commit()
         return summary
 
     encoder = load_encoder(
@@ -376,7 +399,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
 
     workers = default_workers(device) if cfg.workers is None else cfg.workers
     per_batch = max(1, cfg.batch_size // cfg.views)
-    dataset = _SourceDataset(todo, cfg.views, encoder.preprocess, cfg.seed)
+    dataset = _SourceDataset(todo, cfg.views, encoder.preprocess, cfg.seed, cfg.max_file_bytes)
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_sampler=_batches(len(todo), per_batch),
@@ -395,8 +418,8 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     def flush() -> None:
         nonlocal pending_vecs, pending_items, pending_rows, last_flush
         if pending_rows:
+            writer.set_errors(errors)
             writer.append(np.concatenate(pending_vecs), pd.DataFrame(pending_items))
-            _write_errors(cfg_store, errors)
         pending_vecs, pending_items, pending_rows = [], [], 0
         last_flush = time.perf_counter()
 
@@ -425,7 +448,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
             flush()
     flush()
     summary.loop_seconds = time.perf_counter() - t_loop
-    _write_errors(cfg_store, errors)
+    writer.set_errors(errors)
     summary.skipped = sum(1 for e in errors if not e["reason"].startswith("symlink loop"))
     summary.errors = errors
     summary.seconds = time.perf_counter() - t0
@@ -436,17 +459,6 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
             f"no image could be embedded: all {len(todo)} failed (see {cfg_store / ERRORS})"
         )
     return summary
-
-
-def _write_errors(root: Path, errors: list[dict[str, str]]) -> None:
-    path = root / ERRORS
-    if not errors:
-        if path.exists():
-            path.unlink()
-        return
-    with atomic_open(path) as fh:
-        for e in errors:
-            fh.write(json.dumps(e, ensure_ascii=False) + "\n")
 
 
 def _run_record(cfg: EmbedConfig, s: EmbedSummary) -> dict[str, Any]:

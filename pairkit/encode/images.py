@@ -9,9 +9,11 @@ with transparency, grey+alpha) becomes 8-bit RGB.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import os
+import stat
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,10 @@ from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
     from PIL import Image
+
+# Larger than any photo or scan pairkit can decode under PIL's pixel limit (about
+# 179 megapixels): a bigger file is refused before it is read (embed --max-file-bytes).
+DEFAULT_MAX_FILE_BYTES = 256 << 20
 
 IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm"}
@@ -41,8 +47,10 @@ def discover_images(root: str | os.PathLike[str]) -> tuple[list[ImageFile], list
     """All image files under ``root`` (recursive, symlinks followed once), sorted by path.
 
     Returns ``(images, problems)``; ``problems`` lists ``(path, reason)`` for
-    folders that could not be read and symlink loops. Hidden folders (``.name``)
-    are skipped; files with other extensions are ignored silently.
+    folders that could not be read, symlink loops and file names that are not valid
+    UTF-8 (kept with Python's surrogate escapes, so ``os.fsencode(path)`` gives the
+    bytes back). Hidden folders (``.name``) are skipped; files with other extensions
+    are ignored silently.
     """
     root = Path(root)
     if not root.exists():
@@ -76,15 +84,47 @@ def discover_images(root: str | os.PathLike[str]) -> tuple[list[ImageFile], list
                 continue
             abs_path = Path(dirpath) / name
             rel = Path(os.path.relpath(abs_path, root)).as_posix()
+            if not _is_utf8(rel):
+                problems.append((rel, "file name is not valid UTF-8: rename it (store paths "
+                                      "are UTF-8 text)"))
+                continue
             images.append(ImageFile(rel, abs_path))
     images.sort(key=lambda f: f.path)
     return images, problems
 
 
-def read_bytes(path: Path) -> bytes:
-    """The file's bytes, or DecodeError with the reason."""
+def _is_utf8(text: str) -> bool:
     try:
-        data = path.read_bytes()
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``, or DecodeError with the reason.
+
+    The file is opened non-blocking and checked on the open descriptor: a FIFO, a device
+    (``/dev/zero``), a socket, or a symlink to one is refused without reading.
+    """
+    try:
+        _check_regular(os.stat(path).st_mode)  # before opening: a socket can't even be opened
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            st = os.fstat(fd)  # the file may have been swapped since the stat
+            _check_regular(st.st_mode)
+            if st.st_size > max_bytes:
+                raise DecodeError(f"file too large ({st.st_size:,} bytes > --max-file-bytes "
+                                  f"{max_bytes:,})")
+            with os.fdopen(fd, "rb") as fh:
+                fd = -1
+                data = fh.read(max_bytes + 1)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        if len(data) > max_bytes:
+            raise DecodeError(f"file too large (grew past --max-file-bytes {max_bytes:,} while "
+                              "read)")
     except FileNotFoundError:
         if path.is_symlink():
             raise DecodeError("broken symlink") from None
@@ -94,10 +134,24 @@ def read_bytes(path: Path) -> bytes:
     except PermissionError:
         raise DecodeError("permission denied") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DecodeError("symlink loop") from None
         raise DecodeError(f"unreadable: {exc.strerror or exc}") from None
     if not data:
         raise DecodeError("empty file (0 bytes)")
     return data
+
+
+def _check_regular(mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise DecodeError("is a folder")
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            raise DecodeError(f"not a regular file ({name})")
+    raise DecodeError("not a regular file")
 
 
 def decode_image(data: bytes, draft_size: int | None = None) -> Image.Image:
@@ -155,8 +209,9 @@ def to_rgb8(img: Image.Image) -> Image.Image:
     return img.convert("RGB")
 
 
-def load_image(path: Path, draft_size: int | None = None) -> tuple[Image.Image, str]:
+def load_image(path: Path, draft_size: int | None = None,
+               max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> tuple[Image.Image, str]:
     """Read and decode one file: ``(rgb_image, sha256_of_bytes)``; DecodeError on failure."""
-    data = read_bytes(path)
+    data = read_bytes(path, max_bytes)
     digest = hashlib.sha256(data).hexdigest()
     return decode_image(data, draft_size), digest

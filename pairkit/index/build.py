@@ -18,14 +18,16 @@ float16 storage. FAISS GPU search handles k <= 2048 only; :func:`knn_search`
 falls back to a CPU copy above that.
 
 A saved index lives in ``STORE/index/<kind>.faiss`` beside ``<kind>.json``,
-which records the store ``content_id`` it was built for; :func:`load_index`
-refuses (returns None for) an index built for other rows.
+which records the store ``content_id`` it was built for and the sha256 and size of
+the ``.faiss`` file (the JSON is sealed with its own checksum). :func:`load_index`
+ignores (returns None for) an index built for other rows or by an older pairkit
+(no checksum), and refuses one whose bytes don't match: nothing unverified reaches
+``faiss.read_index``. Saving holds the store's writer lock.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field, replace
@@ -34,7 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from pairkit.core.atomic import atomic_open, atomic_path
+from pairkit.core.atomic import atomic_open, atomic_path, remove_stale_temps
+from pairkit.core.integrity import (
+    dump_sealed,
+    read_json_file,
+    seal_ok,
+    sha256_fd,
+)
+from pairkit.core.lock import writer_lock
 from pairkit.errors import PairkitError
 
 KINDS = ("flat", "ivf", "ivfpq", "hnsw")
@@ -42,6 +51,7 @@ INDEX_CHOICES = ("auto", *KINDS)
 EXACT_MAX_ROWS_CPU = 50_000
 EXACT_MAX_ROWS_GPU = 1_000_000
 INDEX_DIR = "index"
+MAX_META_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -278,32 +288,52 @@ def save_index(
 ) -> Path:
     """Write a CPU ``index`` and its description atomically under ``STORE/index/``.
 
-    Refuses to replace an index built for the same rows unless ``force``.
-    Returns the path of the ``.faiss`` file.
+    Holds the store's writer lock. Refuses to replace an index built for the same rows
+    unless ``force``. Returns the path of the ``.faiss`` file.
     """
     import faiss
 
-    fpath = check_saved(store_root, spec.kind, content_id, force)
-    _, jpath = index_paths(store_root, spec.kind)
-    if not _is_cpu(index):
-        index = faiss.index_gpu_to_cpu(index)
-    with atomic_path(fpath) as tmp:
-        faiss.write_index(index, str(tmp))
-    meta = {
-        "format": "pairkit-index",
-        "kind": spec.kind,
-        "spec": asdict(spec),
-        "content_id": content_id,
-        "count": int(count),
-        "dim": int(dim),
-        "metric": "inner_product",
-        "faiss_version": faiss.__version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    with atomic_open(jpath) as fh:
-        json.dump(meta, fh, indent=2)
-        fh.write("\n")
+    with writer_lock(store_root, "store"):
+        fpath = check_saved(store_root, spec.kind, content_id, force)
+        _, jpath = index_paths(store_root, spec.kind)
+        fpath.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(fpath.parent, lambda name: name.endswith((".faiss", ".json")))
+        if not _is_cpu(index):
+            index = faiss.index_gpu_to_cpu(index)
+        with atomic_path(fpath) as tmp:
+            faiss.write_index(index, str(tmp))
+            with open(tmp, "rb") as fh:
+                digest = sha256_fd(fh)
+                size = os.fstat(fh.fileno()).st_size
+                os.fsync(fh.fileno())
+        meta = {
+            "format": "pairkit-index",
+            "kind": spec.kind,
+            "spec": asdict(spec),
+            "content_id": content_id,
+            "count": int(count),
+            "dim": int(dim),
+            "metric": "inner_product",
+            "faiss_version": faiss.__version__,
+            "file": fpath.name,
+            "bytes": size,
+            "sha256": digest,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        with atomic_open(jpath) as fh:
+            dump_sealed(meta, fh)
     return fpath
+
+
+def build_and_save(vectors: np.ndarray, spec: IndexSpec, store_root: str | os.PathLike[str],
+                   content_id: str, force: bool = False) -> Path:
+    """Build ``spec`` (resolved) over ``vectors`` (N, d) and save it under the store,
+    holding the store's writer lock from the check to the save. Returns the .faiss path."""
+    with writer_lock(store_root, "store"):
+        check_saved(store_root, spec.kind, content_id, force)
+        built = build_index(vectors, spec)
+        return save_index(built, spec, store_root, content_id, len(vectors), vectors.shape[1],
+                          force=force)
 
 
 def check_saved(store_root: str | os.PathLike[str], kind: str, content_id: str,
@@ -319,12 +349,13 @@ def check_saved(store_root: str | os.PathLike[str], kind: str, content_id: str,
 
 
 def read_index_meta(jpath: Path) -> dict[str, Any] | None:
-    """The JSON description of a saved index, or None when missing/unreadable."""
+    """The JSON description of a saved index, or None when missing, unreadable or not
+    sealed by pairkit (damaged, edited, or written by an older version)."""
     try:
-        meta = json.loads(Path(jpath).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        meta = read_json_file(jpath, MAX_META_BYTES, "index description")
+    except (OSError, PairkitError):
         return None
-    return meta if isinstance(meta, dict) else None
+    return meta if isinstance(meta, dict) and seal_ok(meta) else None
 
 
 def load_index(
@@ -333,7 +364,9 @@ def load_index(
     """Load ``STORE/index/<kind>.faiss`` if it was built for these rows, else None.
 
     An index whose recorded ``content_id`` or row count differs from the store's
-    (the store was rebuilt) is never used.
+    (the store was rebuilt), or whose description is unsealed (older pairkit, damaged),
+    is never used. The file's size and sha256 are checked against the description
+    before ``faiss.read_index`` sees it; a mismatch is an error.
     """
     import faiss
 
@@ -341,16 +374,32 @@ def load_index(
     meta = read_index_meta(jpath)
     if meta is None or not fpath.is_file():
         return None
-    if meta.get("content_id") != content_id or int(meta.get("count", -1)) != count:
+    if meta.get("content_id") != content_id or meta.get("count") != count:
         return None
+    try:
+        with open(fpath, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            ok = size == meta.get("bytes") and sha256_fd(fh) == meta.get("sha256")
+    except OSError as exc:
+        raise PairkitError(f"saved index {fpath} is unreadable ({exc.strerror}); rebuild it "
+                           "with pairkit index --force") from None
+    if not ok:
+        raise PairkitError(f"saved index {fpath} does not match its checksum (damaged or "
+                           "replaced): rebuild it with pairkit index --force")
     try:
         index = faiss.read_index(str(fpath))
     except Exception as exc:
-        raise PairkitError(f"saved index {fpath} is unreadable ({exc}); rebuild it") from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise PairkitError(f"saved index {fpath} is unreadable ({first}); rebuild it") from None
     if index.ntotal != count:
         return None
-    fields = {k: v for k, v in (meta.get("spec") or {}).items() if k in IndexSpec.__annotations__}
-    return index, IndexSpec(**fields)
+    spec = meta.get("spec")
+    fields = {k: v for k, v in (spec if isinstance(spec, dict) else {}).items()
+              if k in IndexSpec.__annotations__}
+    try:
+        return index, IndexSpec(**fields)
+    except TypeError:
+        return None
 
 
 def _is_cpu(index: Any) -> bool:

@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from pairkit import __version__
-from pairkit.core.atomic import atomic_open, atomic_path
+from pairkit.core.atomic import atomic_open, atomic_path, remove_stale_temps
 from pairkit.core.devices import PRECISIONS, autocast_dtype, resolve_device, resolve_precision
+from pairkit.core.lock import LOCK_NAME, writer_lock
+from pairkit.core.safe_load import torch_load_weights
 from pairkit.errors import PairkitError
 from pairkit.train.data import (
     FN_MODES,
@@ -180,15 +182,25 @@ def table_digest(df: pd.DataFrame) -> str:
     return hashlib.sha256(h.tobytes() + ",".join(map(str, df.columns)).encode()).hexdigest()[:16]
 
 
+def _is_head_file(name: str) -> bool:
+    return name in HEAD_FILES
+
+
 def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
-    """Refuse an existing head without ``force``/``resume``; with ``force`` clear it."""
+    """Refuse an existing head without ``force``/``resume``; with ``force`` clear it.
+
+    Call under the head's writer lock: temp files of killed runs are removed first (a
+    folder holding nothing else counts as empty).
+    """
     if out.exists() and not out.is_dir():
         raise PairkitError(f"output {out} is an existing file, expected a head folder")
-    if not out.is_dir() or not any(out.iterdir()):
+    if out.is_dir():
+        remove_stale_temps(out, _is_head_file)
+    names = {e.name for e in out.iterdir()} - {LOCK_NAME} if out.is_dir() else set()
+    if not names:
         if resume:
             raise PairkitError(f"--resume: {out} holds no checkpoint to resume from")
         return
-    names = {e.name for e in out.iterdir()}
     ours = {n for n in names if n in HEAD_FILES or (n.startswith(".") and n.endswith(".tmp"))}
     if names - ours:
         raise PairkitError(f"output {out} is a folder that is not a pairkit head; choose "
@@ -204,6 +216,11 @@ def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
     for name in ours:
         p = out / name
         shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON (tuples and lists alike): how fingerprints are compared."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def _fingerprint(cfg: TrainConfig, store: Store, pairs_id: dict[str, Any]) -> dict[str, Any]:
@@ -378,23 +395,35 @@ def write_plot(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 def _save_checkpoint(out: Path, module: torch.nn.Module, optimizer: Any, scaler: Any,
-                     epoch: int, step: int) -> None:
+                     epoch: int, step: int, fingerprint: dict[str, Any], epochs: int) -> None:
+    """Write checkpoint.pt atomically. It carries the run's fingerprint and --epochs, so
+    ``--resume`` works even when config.json was lost (a kill while writing it)."""
     import torch
 
     state = {"model": module.state_dict(), "optimizer": optimizer.state_dict(),
              "epoch": epoch, "step": step,
-             "scaler": scaler.state_dict() if scaler is not None else {}}
+             "scaler": scaler.state_dict() if scaler is not None else {},
+             "fingerprint": json.dumps(fingerprint, sort_keys=True), "epochs": epochs}
     with atomic_path(out / CHECKPOINT) as tmp:
         torch.save(state, tmp)
 
 
 def _load_checkpoint(out: Path) -> dict[str, Any]:
-    import torch
+    ckpt = torch_load_weights(out / CHECKPOINT, "--resume:")
+    if not isinstance(ckpt, dict) or not {"model", "optimizer", "epoch", "step"} <= set(ckpt):
+        raise PairkitError(f"--resume: {out / CHECKPOINT} is not a pairkit checkpoint")
+    return ckpt
 
+
+def _read_config(out: Path) -> dict[str, Any]:
+    """config.json of a head folder ({} when missing); PairkitError when unreadable."""
+    if not (out / CONFIG).is_file():
+        return {}
     try:
-        return torch.load(out / CHECKPOINT, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise PairkitError(f"--resume: {out / CHECKPOINT} is unreadable ({exc})") from None
+        old = json.loads((out / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PairkitError(f"--resume: {out / CONFIG} is unreadable ({exc})") from None
+    return old if isinstance(old, dict) else {}
 
 
 def _place(vectors_bytes: int, device: torch.device) -> tuple[bool, str | None]:
@@ -416,10 +445,19 @@ def train_head(store: Store, out: Path, cfg: TrainConfig, *,
                hook: TrainHook | None = None) -> TrainResult:
     """Train a head on ``store`` (pairs from ``table``, else ``cfg.relation``) into ``out``.
 
-    Writes head.safetensors, config.json, train_log.jsonl and checkpoint.pt
-    after every epoch (each atomically) and the plot at the end. Raises
-    PairkitError on bad input and on a NaN loss.
+    Writes head.safetensors, train_log.jsonl, checkpoint.pt and config.json after every
+    epoch (each atomically) and the plot at the end, holding the head folder's writer
+    lock (a second train into ``out`` stops with the holder's name). Raises PairkitError
+    on bad input and on a NaN loss.
     """
+    with writer_lock(Path(out), "head"):
+        return _train_locked(store, Path(out), cfg, table=table, table_name=table_name,
+                             resume=resume, force=force, hook=hook)
+
+
+def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
+                  table: pd.DataFrame | None, table_name: str | None,
+                  resume: bool, force: bool, hook: TrainHook | None) -> TrainResult:
     import torch
 
 
@@ -505,25 +543,32 @@ def train_head(store: Store, out: Path, cfg: TrainConfig, *,
     fingerprint = _fingerprint(cfg, store, pairs_id)
     records: list[dict[str, Any]] = []
     start_epoch, step = 0, 0
+    old: dict[str, Any] = {}
     if resume:
-        old = json.loads((out / CONFIG).read_text(encoding="utf-8")) if (out / CONFIG).is_file() \
-            else {}
-        if old.get("fingerprint") != fingerprint:
+        old = _read_config(out)
+        ckpt = _load_checkpoint(out)
+        # the checkpoint's own fingerprint decides (config.json may be missing or lag behind)
+        saved = json.loads(ckpt["fingerprint"]) if isinstance(ckpt.get("fingerprint"), str) \
+            else old.get("fingerprint")
+        if saved is None:
+            raise PairkitError(f"--resume: {out} has no {CONFIG} and its checkpoint predates "
+                               "fingerprints: rerun with --force")
+        if not _same(saved, fingerprint):
             raise PairkitError(f"--resume: {out} was trained with other options, store or pairs;"
                                " rerun without --resume (and with --force)")
-        ckpt = _load_checkpoint(out)
         module.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         if scaler is not None and ckpt.get("scaler"):
             scaler.load_state_dict(ckpt["scaler"])
         start_epoch, step = int(ckpt["epoch"]), int(ckpt["step"])
         records = [r for r in read_log(out) if r["epoch"] <= start_epoch]
-        if start_epoch >= cfg.epochs:
+        was = ckpt.get("epochs", old.get("training", {}).get("epochs"))
+        if start_epoch >= cfg.epochs and old.get("epochs_done") == start_epoch:
             raise PairkitError(f"--resume: {out} already has {start_epoch} epochs; pass a larger "
                                "--epochs to continue")
-        if old.get("training", {}).get("epochs") != cfg.epochs:
-            note(f"resuming with --epochs {cfg.epochs} (was "
-                 f"{old.get('training', {}).get('epochs')}): the cosine schedule is stretched")
+        if was != cfg.epochs and start_epoch < cfg.epochs:
+            note(f"resuming with --epochs {cfg.epochs} (was {was}): the cosine schedule is "
+                 "stretched")
 
     eval_items = np.flatnonzero(val_mask if cfg.val_fraction > 0 else ~val_mask)
     if len(eval_items) > EVAL_ITEMS:
@@ -548,6 +593,14 @@ def train_head(store: Store, out: Path, cfg: TrainConfig, *,
             "stopped": stopped, "fingerprint": fingerprint,
         }
 
+    if start_epoch >= cfg.epochs:
+        # killed after its last checkpoint but before config.json: finish the folder
+        note(f"{out}: the run was stopped before its {CONFIG} was written; written now")
+        write_config(out, config_dict(start_epoch, True, None))
+        if records:
+            write_plot(out / PLOT, records)
+        return TrainResult(head=out, records=records, device=str(device), precision=precision,
+                           streaming=streaming, examples=n_examples, notes=notes)
     if hook is not None:
         hook.start(n_examples * (cfg.epochs - start_epoch),
                    f"train {cfg.loss.name} on {device}")
@@ -610,7 +663,8 @@ def train_head(store: Store, out: Path, cfg: TrainConfig, *,
         out.mkdir(parents=True, exist_ok=True)
         save_weights(out, module)
         _write_log(out, records)
-        _save_checkpoint(out, module, optimizer, scaler, epoch + 1, step)
+        _save_checkpoint(out, module, optimizer, scaler, epoch + 1, step, fingerprint,
+                         cfg.epochs)
         done = epoch + 1 == cfg.epochs or stopped is not None
         write_config(out, config_dict(epoch + 1, epoch + 1 == cfg.epochs, stopped))
         if hook is not None:

@@ -1,4 +1,5 @@
-"""The store: round trip, readable without pairkit, validation of damaged stores."""
+"""The store: round trip, readable without pairkit, validation of damaged stores,
+format-1 stores read and upgraded."""
 
 from __future__ import annotations
 
@@ -32,14 +33,26 @@ def test_round_trip_normalises_and_fills_defaults(tmp_path):
 
 
 def test_readable_with_numpy_and_pandas_only(tmp_path):
+    """docs/formats.md's recipe, including the checksums, with numpy, pandas and hashlib."""
+    import hashlib
+
     x = np.eye(4, dtype=np.float32)
-    write_store(tmp_path / "s", x, _items(4), dtype="float16")
-    manifest = json.loads((tmp_path / "s" / MANIFEST).read_text())
-    arrays = [np.load(tmp_path / "s" / s["file"]) for s in manifest["shards"]]
+    write_store(tmp_path / "s", x, _items(4), dtype="float16", shard_rows=3)
+    root = tmp_path / "s"
+    manifest = json.loads((root / MANIFEST).read_text())
+    assert manifest["format_version"] == 2
+    arrays = [np.load(root / s["file"]) for s in manifest["shards"]]
     emb = np.concatenate(arrays)
     assert emb.dtype == np.float16 and emb.shape == (4, 4)
-    items = pd.read_parquet(tmp_path / "s" / "items.parquet")
+    items = pd.read_parquet(root / manifest["items"]["file"])
     assert len(items) == manifest["count"] == 4
+    for rec in [*manifest["shards"], manifest["items"]]:
+        data = (root / rec["file"]).read_bytes()
+        assert len(data) == rec["bytes"] and hashlib.sha256(data).hexdigest() == rec["sha256"]
+    assert [(s["start"], s["rows"]) for s in manifest["shards"]] == [(0, 3), (3, 1)]
+    body = {k: v for k, v in manifest.items() if k != "self_sha256"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    assert hashlib.sha256(canonical.encode()).hexdigest() == manifest["self_sha256"]
 
 
 def test_several_shards_iter_blocks_match_vectors(tmp_path):
@@ -88,20 +101,33 @@ def test_checksum_mismatch(tmp_path):
     Store.open(tmp_path / "s", verify=False)  # shape still fits
 
 
+def _edit_manifest(root, change, reseal=True):
+    """Change the manifest as a careless tool would (and re-seal it, as a deliberate one)."""
+    from pairkit.core.integrity import seal
+
+    m = json.loads((root / MANIFEST).read_text())
+    change(m)
+    (root / MANIFEST).write_text(json.dumps(seal(m) if reseal else m))
+
+
 def test_row_count_mismatch(tmp_path):
     write_store(tmp_path / "s", np.eye(3, dtype=np.float32), _items(3))
-    _items(2).assign(id=[0, 1]).to_parquet(tmp_path / "s" / "items.parquet")
-    with pytest.raises(StoreError, match="row count mismatch"):
-        Store.open(tmp_path / "s")
+    root = tmp_path / "s"
+    name = json.loads((root / MANIFEST).read_text())["items"]["file"]
+    _items(2).assign(id=[0, 1]).to_parquet(root / name)
+    with pytest.raises(StoreError, match="item table .* is .* bytes, manifest says"):
+        Store.open(root)
 
 
 def test_manifest_count_mismatch(tmp_path):
     write_store(tmp_path / "s", np.eye(3, dtype=np.float32), _items(3))
-    m = json.loads((tmp_path / "s" / MANIFEST).read_text())
-    m["count"] = 5
-    (tmp_path / "s" / MANIFEST).write_text(json.dumps(m))
+    root = tmp_path / "s"
+    _edit_manifest(root, lambda m: m.update(count=5), reseal=False)
+    with pytest.raises(StoreError, match="manifest.json checksum mismatch"):
+        Store.open(root)
+    _edit_manifest(root, lambda m: m.update(count=5))
     with pytest.raises(StoreError, match="manifest says 5"):
-        Store.open(tmp_path / "s")
+        Store.open(root)
 
 
 def test_refuses_to_overwrite_without_force(tmp_path):
@@ -118,11 +144,56 @@ def test_refuses_to_overwrite_without_force(tmp_path):
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
 
 
-def test_resume_drops_item_rows_the_manifest_never_committed(tmp_path):
-    """An append interrupted after items.parquet but before the manifest: resume repairs it."""
-    write_store(tmp_path / "s", np.eye(3, dtype=np.float32), _items(3))
-    pd.concat([pd.read_parquet(tmp_path / "s" / "items.parquet")] * 2).to_parquet(
-        tmp_path / "s" / "items.parquet")
-    writer = StoreWriter.resume(tmp_path / "s")
-    assert len(writer.items) == 3
-    assert Store.open(tmp_path / "s").count == 3
+def test_resume_removes_what_the_manifest_never_committed(tmp_path):
+    """An append killed after its shard and item table but before the manifest leaves
+    files the manifest does not name: readers never see them, resume removes them."""
+    root = tmp_path / "s"
+    write_store(root, np.eye(3, dtype=np.float32), _items(3))
+    committed = json.loads((root / MANIFEST).read_text())["items"]["file"]
+    np.save(root / "embeddings-00001.npy", np.eye(3, dtype=np.float16))
+    pd.concat([pd.read_parquet(root / committed)] * 2).to_parquet(root / "items-00002.parquet")
+    (root / ".manifest.json.abcd1234.tmp").write_text("{half")
+    assert Store.open(root).count == 3
+    with StoreWriter.resume(root) as writer:
+        assert len(writer.items) == 3
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [MANIFEST, "embeddings-00000.npy", committed])
+    assert Store.open(root).count == 3
+
+
+def _v1_store(root, x, items):
+    """A store as pairkit wrote it before format 2 (fixed items.parquet, no item checksum)."""
+    from pairkit.core.store import normalize_items, sha256_file
+
+    root.mkdir()
+    np.save(root / "embeddings-00000.npy", l2_normalize(x).astype(np.float16))
+    normalize_items(items).to_parquet(root / "items.parquet", index=False)
+    (root / "errors.jsonl").write_text('{"path": "bad.jpg", "reason": "empty file"}\n')
+    manifest = {"format": "pairkit-store", "format_version": 1, "dim": x.shape[1],
+                "count": len(x), "dtype": "float16", "normalized": True,
+                "encoder": {"name": "old"}, "shards": [{
+                    "file": "embeddings-00000.npy", "rows": len(x),
+                    "sha256": sha256_file(root / "embeddings-00000.npy")}]}
+    (root / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_format_1_is_read_and_upgraded_on_write(tmp_path):
+    root = tmp_path / "old"
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    _v1_store(root, x, _items(5))
+    old = Store.open(root)
+    assert old.format_version == 1 and old.count == 5
+    assert old.items["path"].tolist() == [f"img{i}.jpg" for i in range(5)]
+    content_id = old.content_id
+    # an interrupted format-1 append left item rows the manifest never committed
+    pd.concat([pd.read_parquet(root / "items.parquet")] * 2).to_parquet(root / "items.parquet")
+    with StoreWriter.resume(root) as writer:
+        writer.append(np.ones((2, 4), np.float32), _items(2))
+    new = Store.open(root)
+    assert new.format_version == 2 and new.count == 7
+    assert not (root / "items.parquet").exists()
+    assert new.items["id"].tolist() == list(range(7))
+    np.testing.assert_allclose(new.vectors()[:5], old.vectors(), atol=1e-3)
+    assert [s.start for s in new.shards] == [0, 5]
+    assert new.read_errors() == [{"path": "bad.jpg", "reason": "empty file"}]
+    assert Store(root, old.manifest).content_id == content_id

@@ -147,8 +147,8 @@ def _broken_stores(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     np.save(s.root / "embeddings-00000.npy", arr)
     out["checksum"] = (s.root, "checksum mismatch")
     s = random_store(tmp_path / "rows", n_sources=10)
-    s.items.iloc[:-1].to_parquet(s.root / "items.parquet")
-    out["rows"] = (s.root, "row count mismatch")
+    s.items.iloc[:-1].to_parquet(s.root / s.manifest["items"]["file"])
+    out["rows"] = (s.root, "manifest says")
     out["missing"] = (tmp_path / "nothing", "not found")
     return out
 

@@ -1,0 +1,107 @@
+"""Checksums and bounded reads: what pairkit reads back is what it wrote.
+
+- :func:`sha256_file` / :func:`sha256_fd`: hex sha256 of a file (by path or open file).
+- :func:`seal` / :func:`check_seal`: a JSON document that carries the sha256 of its own
+  canonical form, so a flipped bit anywhere in it is refused, not believed.
+- :func:`read_regular_file`: the bytes of a regular file of bounded size (a FIFO, a
+  device or an oversize file is refused before anything is read).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+from typing import IO, Any
+
+from pairkit.errors import PairkitError
+
+SEAL_KEY = "self_sha256"
+
+
+def sha256_fd(fh: IO[bytes], chunk: int = 1 << 22) -> str:
+    """Hex sha256 of an open binary file, read from its start (position restored to 0)."""
+    h = hashlib.sha256()
+    fh.seek(0)
+    while block := fh.read(chunk):
+        h.update(block)
+    fh.seek(0)
+    return h.hexdigest()
+
+
+def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:
+    """Hex sha256 of a file's bytes."""
+    with open(path, "rb") as fh:
+        return sha256_fd(fh, chunk)
+
+
+def canonical_json(doc: dict[str, Any]) -> bytes:
+    """The bytes a seal is computed over: sorted keys, no spaces, ASCII only.
+
+    In Python: ``json.dumps(doc, sort_keys=True, separators=(",", ":"),
+    ensure_ascii=True).encode()`` with the seal key removed.
+    """
+    body = {k: v for k, v in doc.items() if k != SEAL_KEY}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode("ascii")
+
+
+def seal(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with ``self_sha256`` set to the sha256 of its canonical form."""
+    out = {k: v for k, v in doc.items() if k != SEAL_KEY}
+    out[SEAL_KEY] = hashlib.sha256(canonical_json(out)).hexdigest()
+    return out
+
+
+def seal_ok(doc: dict[str, Any]) -> bool:
+    """True when ``doc`` carries a seal that matches its content."""
+    value = doc.get(SEAL_KEY)
+    return isinstance(value, str) and value == hashlib.sha256(canonical_json(doc)).hexdigest()
+
+
+def dump_sealed(doc: dict[str, Any], fh: IO[str]) -> dict[str, Any]:
+    """Write ``doc`` sealed as indented JSON (ASCII, so any file name survives); return it."""
+    sealed = seal(doc)
+    json.dump(sealed, fh, indent=2, ensure_ascii=True, allow_nan=False)
+    fh.write("\n")
+    return sealed
+
+
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``max_bytes``.
+
+    Opened non-blocking and checked on the open descriptor, so a FIFO or a device (or a
+    symlink to one) is refused without blocking or reading. Raises PairkitError naming
+    ``what``; FileNotFoundError passes through for callers that handle absence.
+    """
+    p = Path(path)
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PairkitError(f"{what} {p} is not a regular file")
+        if st.st_size > max_bytes:
+            raise PairkitError(f"{what} {p} is {st.st_size:,} bytes, more than the "
+                               f"{max_bytes:,} allowed")
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            fd = -1
+            data = fh.read(max_bytes + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > max_bytes:
+        raise PairkitError(f"{what} {p} grew past {max_bytes:,} bytes while read")
+    return data
+
+
+def read_json_file(path: str | os.PathLike[str], max_bytes: int, what: str) -> Any:
+    """Parse a bounded regular JSON file; one-line PairkitError when it is not readable JSON."""
+    data = read_regular_file(path, max_bytes, what)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise PairkitError(f"{what} {path} is nested too deeply to be pairkit's") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise PairkitError(f"{what} {path} is not valid JSON ({exc})") from None

@@ -1,0 +1,137 @@
+"""One writer at a time per output folder (a store or a head).
+
+Every command that writes into a store or a head folder holds an exclusive
+``fcntl.flock`` on ``FOLDER/.pairkit.lock`` for its whole run. The lock file holds
+the holder's pid, host, start time and command line, so a second writer stops at once
+with one line naming the holder (exit code 1) instead of interleaving its files.
+
+The kernel drops the lock when the holder dies (even by ``kill -9``), so a stale lock
+file never blocks anyone. The holder removes the file when it is done (after checking
+that the path still names the file it locked, so a waiter that raced with the
+removal retries on the new file). Readers take no lock: they read the last committed
+manifest (see store.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from pairkit.errors import PairkitError
+
+LOCK_NAME = ".pairkit.lock"
+_HELD: dict[str, WriterLock] = {}  # folders this process holds, by real path
+
+
+class LockHeld(PairkitError):
+    """Another process is writing the folder."""
+
+
+def _command() -> str:
+    argv = list(sys.argv)
+    if argv and (argv[0].endswith(("__main__.py", "/pairkit")) or argv[0] == "pairkit"):
+        argv[0] = "pairkit"
+    text = " ".join(argv)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _holder_text(raw: bytes) -> str:
+    try:
+        info = json.loads(raw.decode("utf-8", "replace"))
+        return (f"pid {info['pid']} on {info['host']} since {info['since']} "
+                f"({info['command']})")
+    except (ValueError, KeyError, TypeError):
+        return "another pairkit process"
+
+
+class WriterLock:
+    """An exclusive lock on one folder; re-entrant within a process (see :func:`writer_lock`)."""
+
+    def __init__(self, folder: Path, fd: int, created: bool) -> None:
+        self.folder = folder
+        self.fd = fd
+        self.created = created  # the folder did not exist before the lock was taken
+        self.depth = 1
+
+    @property
+    def path(self) -> Path:
+        return self.folder / LOCK_NAME
+
+    @classmethod
+    def acquire(cls, folder: Path, what: str) -> WriterLock:
+        import fcntl
+
+        created = not folder.exists()
+        if folder.exists() and not folder.is_dir():
+            raise PairkitError(f"output {folder} is an existing file, expected a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / LOCK_NAME
+        for _ in range(20):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raw = os.pread(fd, 4096, 0)
+                os.close(fd)
+                raise LockHeld(
+                    f"{what} {folder} is being written by {_holder_text(raw)}: wait for it to "
+                    "finish (pairkit allows one writer at a time)") from None
+            mine = os.fstat(fd)
+            try:
+                now = os.stat(path)
+            except FileNotFoundError:
+                now = None
+            if now is None or (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+                os.close(fd)  # the previous holder removed this file as we opened it
+                continue
+            info = {"pid": os.getpid(), "host": socket.gethostname(),
+                    "since": _dt.datetime.now().isoformat(timespec="seconds"),
+                    "command": _command()}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode("utf-8", "backslashreplace"), 0)
+            return cls(folder, fd, created)
+        raise PairkitError(f"could not lock {path}: it keeps being replaced")  # pragma: no cover
+
+    def release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        os.close(self.fd)
+        if self.created:
+            with contextlib.suppress(OSError):
+                self.folder.rmdir()  # only succeeds when the run left nothing behind
+
+
+def is_held(folder: str | os.PathLike[str]) -> bool:
+    """True when this process holds the writer lock of ``folder``."""
+    return os.path.realpath(folder) in _HELD
+
+
+@contextlib.contextmanager
+def writer_lock(folder: str | os.PathLike[str], what: str = "folder") -> Iterator[WriterLock]:
+    """Hold the exclusive writer lock of ``folder`` (created if missing) for the block.
+
+    Raises :class:`LockHeld` (one line naming pid, host and command of the holder)
+    when another process holds it. Re-entrant within a process. A folder created here
+    and left empty is removed again on exit.
+    """
+    folder = Path(folder)
+    key = os.path.realpath(folder)
+    lock = _HELD.get(key)
+    if lock is not None:
+        lock.depth += 1
+    else:
+        lock = WriterLock.acquire(folder, what)
+        _HELD[key] = lock
+    try:
+        yield lock
+    finally:
+        lock.depth -= 1
+        if lock.depth == 0:
+            _HELD.pop(key, None)
+            lock.release()

@@ -1,0 +1,45 @@
+"""Item paths: relative to the image root and never outside it.
+
+A store's ``path`` column is joined to ``image_root`` by commands that open the
+images (dedup ``--keep largest`` and ``--absolute``, HTML views). A path that is
+absolute, holds a ``..`` component, is empty or holds a NUL byte could name any file
+on the machine, so import refuses it and resolving commands check it again (stores
+made before the check existed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def path_problem(path: object) -> str | None:
+    """Why ``path`` can't be an item path (relative, '/'-separated, inside the root), or None."""
+    if not isinstance(path, str):
+        return f"is {type(path).__name__}, not text"
+    if not path:
+        return "is empty"
+    if "\0" in path:
+        return "holds a NUL byte"
+    if path.startswith(("/", "\\")):
+        return "is absolute (item paths are relative to the image root)"
+    if ".." in path.replace("\\", "/").split("/"):
+        return "holds '..' (item paths must stay under the image root)"
+    return None
+
+
+def first_bad_path(paths: Iterable[object]) -> tuple[int, object, str] | None:
+    """``(row, path, reason)`` of the first path that :func:`path_problem` refuses, or None."""
+    for row, p in enumerate(paths):
+        reason = path_problem(p)
+        if reason is not None:
+            return row, p, reason
+    return None
+
+
+def resolve_item_path(image_root: str | os.PathLike[str], path: str) -> Path | None:
+    """``image_root / path`` when ``path`` is a safe item path, else None."""
+    if path_problem(path) is not None:
+        return None
+    return Path(image_root) / path

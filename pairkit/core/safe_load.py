@@ -1,0 +1,30 @@
+"""Loading torch files safely: tensors and plain containers only, one-line refusals."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any
+
+from pairkit.errors import PairkitError
+
+
+def torch_load_weights(path: str | os.PathLike[str], what: str) -> Any:
+    """``torch.load(path, map_location="cpu", weights_only=True)`` with pairkit's messages.
+
+    A file holding pickled Python objects beyond tensors and plain containers is refused
+    in one line (torch's own advice to turn ``weights_only`` off is not repeated: pairkit
+    never does). Any other failure says the file is unreadable.
+    """
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise PairkitError(
+            f"{what} {path} is unreadable: it holds pickled Python objects, not only weights; "
+            "pairkit loads tensors only (save a plain state dict or .safetensors)"
+        ) from None
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise PairkitError(f"{what} {path} is unreadable: {first}") from None

@@ -1,0 +1,380 @@
+"""Writing stores: one writer at a time, every commit a valid snapshot.
+
+An append writes the new shard (new name), then the whole item table under a new
+name, then the manifest (atomic rename: the commit), then removes the item table the
+old manifest named. Nothing a committed manifest names is ever changed in place, so
+readers (store.py) always see a whole snapshot. Every writer holds the store's lock
+(core/lock.py); under it, files left by killed writers (temps, unreferenced shards and
+item tables) are removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pairkit import __version__
+from pairkit.core.atomic import atomic_open, atomic_path, fsync_dir, fsync_file, remove_stale_temps
+from pairkit.core.integrity import dump_sealed, sha256_fd
+from pairkit.core.lock import LOCK_NAME, is_held, writer_lock
+from pairkit.core.manifest import (
+    DTYPES,
+    ERRORS,
+    FORMAT,
+    FORMAT_VERSION,
+    ITEMS,
+    ITEMS_PATTERN,
+    ITEMS_RE,
+    MANIFEST,
+    SHARD_PATTERN,
+    SHARD_RE,
+    read_manifest,
+)
+from pairkit.core.store import (
+    Store,
+    _open_regular,
+    _parquet_rows,
+    is_ours,
+    l2_normalize,
+    normalize_items,
+)
+from pairkit.errors import PairkitError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def prepare_store_dir(path: str | os.PathLike[str], force: bool) -> Path:
+    """Check that ``path`` can receive a new store; clear an old store when ``force``.
+
+    Refuses a path that is a file, a folder holding other files, or an existing
+    store without ``force``. A folder left by a killed writer (pairkit files but no
+    manifest: nothing committed) is cleared without ``force``. Only pairkit's own files
+    are removed, under the folder's writer lock.
+    """
+    root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise PairkitError(f"output {root} is an existing file, expected a store folder")
+    with writer_lock(root, "store"):
+        remove_stale_temps(root, is_ours)
+        entries = [e for e in root.iterdir() if e.name != LOCK_NAME]
+        if entries:
+            ours = [e for e in entries if is_ours(e.name)]
+            if not (root / MANIFEST).exists():
+                if len(ours) < len(entries):
+                    raise PairkitError(f"output {root} is a folder that is not a pairkit "
+                                       "store; choose another path")
+                clear_store(root)  # a killed writer's leftovers: nothing was committed
+            elif not force:
+                raise PairkitError(f"store {root} exists; pass --force to replace it")
+            else:
+                clear_store(root)
+    return root
+
+
+def clear_store(root: Path) -> None:
+    """Remove pairkit's files from a store folder (never other files); the manifest goes
+    first, so a reader never pairs it with files of the next store."""
+    with contextlib.suppress(FileNotFoundError):
+        (root / MANIFEST).unlink()
+    for entry in root.iterdir():
+        name = entry.name
+        if is_ours(name) or (name.startswith(".") and name.endswith(".tmp")):
+            if entry.is_dir() and not entry.is_symlink():
+                continue  # not something pairkit writes
+            entry.unlink()
+
+
+def _remove_unreferenced(root: Path, manifest: dict[str, Any]) -> None:
+    """Remove shard and item files the manifest does not name (killed appends, old item
+    tables). Only under the writer lock."""
+    keep = {s["file"] for s in manifest["shards"]}
+    if manifest.get("items"):
+        keep.add(manifest["items"]["file"])
+    for entry in os.scandir(root):
+        name = entry.name
+        stale = (SHARD_RE.match(name) or ITEMS_RE.match(name)
+                 or (name == ITEMS and manifest["format_version"] >= 2))
+        if stale and name not in keep and entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+
+
+class StoreWriter:
+    """Appends shards to a store; every commit leaves a valid store, readers never see a
+    torn one. Holds the store's writer lock from create/resume until :meth:`close`.
+
+    An append writes the shard (new name), then the whole item table under a new name,
+    then the manifest (atomic rename: the commit), then removes the old item table.
+    """
+
+    def __init__(self, root: Path, manifest: dict[str, Any], items: pd.DataFrame) -> None:
+        self.root = root
+        self.manifest = manifest
+        self.items = items
+        self._items_dirty = False
+        self._lock = contextlib.ExitStack()
+
+    def _take_lock(self) -> None:
+        """Hold the store's writer lock, or borrow it when this process holds it already
+        (a command that locks around its whole run)."""
+        if not is_held(self.root):
+            self._lock.enter_context(writer_lock(self.root, "store"))
+
+    def close(self) -> None:
+        """Release the writer lock if this writer took it (uncommitted shards stay
+        orphans, removed by the next writer)."""
+        self._lock.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._lock.close()
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        dim: int,
+        dtype: str = "float16",
+        encoder: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+        commit: bool = True,
+    ) -> StoreWriter:
+        """Start an empty store at ``path`` (the folder must be prepared by the caller).
+
+        ``commit=False`` writes no manifest until the first :meth:`commit` (a store written
+        in one go is never visible half-done).
+        """
+        import pandas as pd
+
+        if dtype not in DTYPES:
+            raise PairkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
+        root = Path(path)
+        manifest: dict[str, Any] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "dim": int(dim),
+            "count": 0,
+            "dtype": dtype,
+            "normalized": True,
+            "encoder": encoder or {},
+            "pairkit_version": __version__,
+            "created": _now(),
+            "shards": [],
+            "items": None,
+            "errors": None,
+        }
+        manifest.update(extra or {})
+        writer = cls(root, manifest, normalize_items(pd.DataFrame({"path": []})))
+        writer._take_lock()
+        try:
+            if commit:
+                writer.commit()
+        except BaseException:
+            writer.close()
+            raise
+        return writer
+
+    @classmethod
+    def resume(cls, path: str | os.PathLike[str]) -> StoreWriter:
+        """Reopen an existing store for appending (verifies it first).
+
+        Under the lock: temp files and unreferenced shard/item files of killed writers
+        are removed, and a format-1 store is upgraded to format 2 (its interrupted append,
+        item rows the manifest never committed, is dropped).
+        """
+        root = Path(path)
+        writer = cls(root, {}, None)  # type: ignore[arg-type]
+        writer._take_lock()
+        try:
+            remove_stale_temps(root, is_ours)
+            manifest = read_manifest(root)
+            if manifest["format_version"] < 2:
+                _repair_v1_items(root, manifest)
+            else:
+                _remove_unreferenced(root, manifest)
+            store = Store.open(root, verify=True)
+            writer.manifest = dict(store.manifest)
+            writer.items = store.items.copy()
+            if store.format_version < 2:
+                writer._upgrade(store)
+        except BaseException:
+            writer.close()
+            raise
+        return writer
+
+    def _upgrade(self, store: Store) -> None:
+        """Rewrite a format-1 store's manifest (and item table) as format 2."""
+        shards, start = [], 0
+        for s, arr in zip(store.shards, store.shard_arrays(), strict=True):
+            size = os.stat(self.root / s.file).st_size
+            shards.append({"file": s.file, "rows": s.rows, "sha256": s.sha256, "start": start,
+                           "bytes": size})
+            start += len(arr)
+        self.manifest.update(format_version=FORMAT_VERSION, shards=shards, items=None,
+                             errors=None)
+        self._items_dirty = self.count > 0
+        if (self.root / ERRORS).is_file():
+            lines = (self.root / ERRORS).read_bytes().count(b"\n")
+            self.manifest["errors"] = dict(_file_record(self.root / ERRORS), rows=lines)
+        self.commit()
+
+    @property
+    def count(self) -> int:
+        return int(self.manifest["count"])
+
+    def add_shard(self, vectors: np.ndarray, items: pd.DataFrame) -> None:
+        """Write one shard: ``vectors`` (n, dim), normalised here; ``items`` n rows.
+        Nothing is visible to readers until :meth:`commit`."""
+        import pandas as pd
+
+        vectors = np.asarray(vectors)
+        if vectors.ndim != 2 or vectors.shape[1] != self.manifest["dim"]:
+            raise PairkitError(
+                f"vectors have shape {tuple(vectors.shape)}, store dim is {self.manifest['dim']}"
+            )
+        if len(items) != len(vectors):
+            raise PairkitError(f"{len(items)} items for {len(vectors)} vectors")
+        if len(vectors) == 0:
+            return
+        normed = l2_normalize(vectors).astype(self.manifest["dtype"])
+        name = SHARD_PATTERN.format(len(self.manifest["shards"]))
+        with atomic_path(self.root / name) as tmp:
+            with open(tmp, "wb") as fh:
+                np.save(fh, normed)
+                fh.flush()
+                os.fsync(fh.fileno())
+            record = _file_record(tmp)
+        new_items = normalize_items(items, start_id=self.count)
+        self.items = new_items if self.count == 0 else pd.concat(
+            [self.items, new_items], ignore_index=True
+        )
+        self.manifest["shards"].append({"file": name, "rows": len(normed),
+                                        "sha256": record["sha256"], "start": self.count,
+                                        "bytes": record["bytes"]})
+        self.manifest["count"] = self.count + len(normed)
+        self._items_dirty = True
+
+    def append(self, vectors: np.ndarray, items: pd.DataFrame) -> None:
+        """Write one shard and commit it (see :meth:`add_shard`)."""
+        self.add_shard(vectors, items)
+        self.commit()
+
+    def set_errors(self, errors: list[dict[str, Any]]) -> bool:
+        """Write errors.jsonl (one JSON object per line; removed when empty); the manifest
+        records it at the next commit. File names that are not valid UTF-8 are written with
+        JSON surrogate escapes (``\\udcff``), so ``os.fsencode(json.loads(line)["path"])``
+        gives back the original bytes. Returns True when the record changed."""
+        path = self.root / ERRORS
+        before = self.manifest.get("errors")
+        if not errors:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            self.manifest["errors"] = None
+            return before is not None
+        with atomic_open(path) as fh:
+            for e in errors:
+                fh.write(json_line(e) + "\n")
+        self.manifest["errors"] = dict(_file_record(path), rows=len(errors))
+        return self.manifest["errors"] != before
+
+    def update(self, **fields: Any) -> None:
+        """Set manifest fields and commit."""
+        self.manifest.update(fields)
+        self.commit()
+
+    def commit(self) -> None:
+        """Make everything written so far visible: item table (new name), then manifest."""
+        old_items = (self.manifest.get("items") or {}).get("file")
+        if self._items_dirty:
+            name = ITEMS_PATTERN.format(len(self.manifest["shards"]))
+            with atomic_path(self.root / name) as tmp:
+                self.items.reset_index(drop=True).to_parquet(tmp, index=False)
+                fsync_file(tmp)
+                record = _file_record(tmp)
+            self.manifest["items"] = dict(record, file=name, rows=self.count)
+            self._items_dirty = False
+        self.manifest["updated"] = _now()
+        with atomic_open(self.root / MANIFEST) as fh:
+            self.manifest = dump_sealed(self.manifest, fh)
+        fsync_dir(self.root)
+        new_items = (self.manifest.get("items") or {}).get("file")
+        if old_items and old_items != new_items:
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / old_items).unlink()  # readers pinned it or will retry
+        if self.manifest["format_version"] >= 2:
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / ITEMS).unlink()  # format 1's table, no longer named
+
+
+def _file_record(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as fh:
+        digest = sha256_fd(fh)
+        size = os.fstat(fh.fileno()).st_size
+    return {"file": path.name, "bytes": size, "sha256": digest}
+
+
+def json_line(record: dict[str, Any]) -> str:
+    """One JSON line; text with surrogate escapes (undecodable file names) stays lossless."""
+    line = json.dumps(record, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(record, ensure_ascii=True)
+    return line
+
+
+def _repair_v1_items(root: Path, manifest: dict[str, Any]) -> None:
+    """A format-1 append interrupted between items.parquet and the manifest leaves item
+    rows the manifest never committed: drop them (under the writer lock)."""
+    import pandas as pd
+
+    items_path = root / ITEMS
+    if not items_path.is_file():
+        return
+    with _open_regular(items_path, "item table") as fh:
+        rows = _parquet_rows(fh, items_path)
+    if rows > manifest["count"]:
+        items = pd.read_parquet(items_path).iloc[: manifest["count"]]
+        with atomic_path(items_path) as tmp:
+            items.reset_index(drop=True).to_parquet(tmp, index=False)
+
+
+def write_store(
+    path: str | os.PathLike[str],
+    vectors: np.ndarray,
+    items: pd.DataFrame,
+    *,
+    encoder: dict[str, Any] | None = None,
+    dtype: str = "float16",
+    force: bool = False,
+    shard_rows: int = 1 << 20,
+    extra: dict[str, Any] | None = None,
+) -> Store:
+    """Write a whole store in one go (import, project), committed once at the end.
+    Holds the store's writer lock throughout. Returns the opened store."""
+    with writer_lock(path, "store"):
+        root = prepare_store_dir(path, force)
+        with StoreWriter.create(root, vectors.shape[1], dtype, encoder, extra,
+                                commit=False) as writer:
+            for start in range(0, len(vectors), shard_rows):
+                stop = start + shard_rows
+                writer.add_shard(vectors[start:stop], items.iloc[start:stop])
+            writer.commit()
+        return Store.open(root, verify=False)
