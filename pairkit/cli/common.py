@@ -6,6 +6,7 @@ Data goes to stdout; everything meant for a person goes to stderr.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 from collections.abc import Iterator
@@ -62,16 +63,26 @@ def user_errors() -> Iterator[None]:
         raise fail("interrupted", 130) from None
     except BrokenPipeError:
         raise  # the reader of stdout went away (`| head`): main() exits quietly
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            name = f" {exc.filename}" if exc.filename else ""
+            raise fail(f"disk full while writing{name}: free space and rerun; outputs are "
+                       "written whole or not at all") from None
+        raise _internal(exc) from None
     except Exception as exc:
         if _is_cuda_oom(exc):
             raise fail("CUDA out of memory: try a smaller --batch-size") from None
-        if os.environ.get("PAIRKIT_DEBUG"):
-            raise
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise fail(
-            f"internal error: {type(exc).__name__}: {first} "
-            "(rerun with PAIRKIT_DEBUG=1 for the traceback and report it)"
-        ) from None
+        raise _internal(exc) from None
+
+
+def _internal(exc: Exception) -> typer.Exit:
+    if os.environ.get("PAIRKIT_DEBUG"):
+        raise exc
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return fail(
+        f"internal error: {type(exc).__name__}: {first} "
+        "(rerun with PAIRKIT_DEBUG=1 for the traceback and report it)"
+    )
 
 
 def _is_cuda_oom(exc: BaseException) -> bool:

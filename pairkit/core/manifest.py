@@ -7,7 +7,7 @@ integrity.py), so a flipped bit anywhere in the store is refused. It is read wit
 size cap, from regular files only, and every field is type-checked, so a damaged or
 hostile manifest gives one line naming the field, never a traceback.
 
-Format 1 (pairkit before 0.2: fixed ``items.parquet``, no item checksum, no row ranges)
+Format 1 (older pairkit: a fixed ``items.parquet``, no item checksum, no row ranges)
 is still read; a writer upgrades it to format 2 on its first write.
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 from typing import Any
 
 from pairkit.errors import PairkitError
@@ -19,7 +20,9 @@ def torch_load_weights(path: str | os.PathLike[str], what: str) -> Any:
     import torch
 
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's pickle-protocol chatter is not for users
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise PairkitError(
             f"{what} {path} is unreadable: it holds pickled Python objects, not only weights; "

@@ -370,6 +370,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
         summary.seconds = time.perf_counter() - t0
         summary.store_rows = writer.count if writer else 0
         summary.errors = errors
+        summary.skipped = sum(1 for e in errors if not e["reason"].startswith("symlink loop"))
         if writer is not None and writer.set_errors(errors):
             writer.commit()
         return summary

@@ -1,0 +1,83 @@
+"""Atomic writes: a full disk says so in one line and loses nothing; stale temps of
+killed writers are recognised."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from collections import namedtuple
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.core.atomic import atomic_path, is_disk_full, remove_stale_temps
+from pairkit.core.store import Store
+from pairkit.errors import PairkitError
+
+runner = CliRunner()
+needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+
+
+@needs_dev_full
+def test_a_real_enospc_becomes_one_line_and_the_target_survives(tmp_path):
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"committed")
+    with pytest.raises(PairkitError) as info, atomic_path(target) as tmp:
+        tmp.write_bytes(b"partial")
+        with open("/dev/full", "wb") as fh:  # the kernel answers ENOSPC
+            fh.write(b"x" * 65536)
+            fh.flush()
+    assert str(info.value) == (f"disk full while writing {target}: free space and rerun; "
+                               "nothing was lost")
+    assert target.read_bytes() == b"committed"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+def test_errors_without_errno_are_judged_by_free_space(tmp_path, monkeypatch):
+    usage = namedtuple("usage", "total used free")
+    short = OSError("110592 requested and 96192 written")  # numpy's message, errno lost
+    torch_like = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10, 10, 0))
+    assert is_disk_full(short, tmp_path) and is_disk_full(torch_like, tmp_path)
+    assert not is_disk_full(PermissionError(errno.EACCES, "denied"), tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10, 0, 1 << 40))
+    assert not is_disk_full(short, tmp_path)
+    assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"), tmp_path)
+    assert is_disk_full(OSError("Error writing bytes to file. Detail: [errno 28] No space "
+                                "left on device"), tmp_path)
+
+
+def test_disk_full_during_import_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    np.save(tmp_path / "emb.npy", np.eye(3, dtype=np.float32))
+    pd.DataFrame({"path": ["a.jpg", "b.jpg", "c.jpg"]}).to_csv(tmp_path / "items.csv",
+                                                              index=False)
+
+    def full(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("pairkit.core.store_writer.np.save", full)
+    out = tmp_path / "s"
+    r = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                            str(tmp_path / "items.csv"), "-o", str(out)])
+    assert r.exit_code == 1
+    assert r.output.strip() == (f"error: disk full while writing {out}/embeddings-00000.npy: "
+                                "free space and rerun; nothing was lost")
+    assert not out.exists()
+    monkeypatch.undo()
+    r = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                            str(tmp_path / "items.csv"), "-o", str(out)])
+    assert r.exit_code == 0 and Store.open(out).count == 3
+
+
+def test_remove_stale_temps_only_removes_named_targets(tmp_path):
+    names = [".manifest.json.abcd1234.tmp", ".a.npy.abcd1234.tmp", ".manifest.json.tmp",
+             "manifest.json.abcd1234.tmp", ".manifest.json.ABCD1234.tmp"]
+    for n in names:
+        (tmp_path / n).write_text("x")
+    removed = remove_stale_temps(tmp_path, lambda target: target == "manifest.json")
+    assert removed == [".manifest.json.abcd1234.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])

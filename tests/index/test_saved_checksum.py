@@ -1,0 +1,73 @@
+"""A saved FAISS index is checked (size + sha256, sealed description) before
+faiss.read_index ever sees it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.core.integrity import sha256_file
+from pairkit.errors import PairkitError
+from pairkit.index.build import index_paths, load_index, prepare_index
+from tests.conftest import random_store
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def indexed(tmp_path: Path):
+    store = random_store(tmp_path / "s", n_sources=60, views=2, dim=8)
+    (store.root / "index").mkdir()
+    (store.root / "index" / ".flat.faiss.abcd1234.tmp").write_bytes(b"killed mid-save")
+    r = runner.invoke(app, ["index", str(store.root), "--kind", "flat", "-q"])
+    assert r.exit_code == 0, r.output
+    assert not (store.root / "index" / ".flat.faiss.abcd1234.tmp").exists()
+    return store
+
+
+def test_checksum_recorded_and_verified(indexed):
+    fpath, jpath = index_paths(indexed.root, "flat")
+    meta = json.loads(jpath.read_text())
+    assert meta["sha256"] == sha256_file(fpath) and meta["bytes"] == fpath.stat().st_size
+    assert load_index(indexed.root, "flat", indexed.content_id, indexed.count) is not None
+
+
+def test_damaged_index_is_refused_before_faiss_reads_it(indexed, tmp_path, monkeypatch):
+    fpath, _ = index_paths(indexed.root, "flat")
+    data = bytearray(fpath.read_bytes())
+    data[len(data) // 2] ^= 16
+    fpath.write_bytes(bytes(data))
+    import faiss
+
+    monkeypatch.setattr(faiss, "read_index", lambda *a: pytest.fail("read an unverified file"))
+    with pytest.raises(PairkitError, match="does not match its checksum .* pairkit index "
+                                           "--force"):
+        load_index(indexed.root, "flat", indexed.content_id, indexed.count)
+    monkeypatch.undo()
+    r = runner.invoke(app, ["mine", str(indexed.root), "--hard", "--index", "flat", "-o",
+                            str(tmp_path / "p.csv")])
+    assert r.exit_code == 1 and "does not match its checksum" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_edited_or_old_descriptions_are_not_trusted(indexed):
+    """An unsealed description (hand-edited, or written before checksums) is ignored:
+    the index is rebuilt in memory, never loaded."""
+    _, jpath = index_paths(indexed.root, "flat")
+    meta = json.loads(jpath.read_text())
+    meta["spec"]["nprobe"] = 1
+    jpath.write_text(json.dumps(meta))
+    assert load_index(indexed.root, "flat", indexed.content_id, indexed.count) is None
+    for key in ("sha256", "bytes", "self_sha256"):
+        meta.pop(key)
+    jpath.write_text(json.dumps(meta))
+    assert load_index(indexed.root, "flat", indexed.content_id, indexed.count) is None
+    x = indexed.vectors(np.float32)
+    p = prepare_index(x, "flat", store_root=indexed.root, content_id=indexed.content_id,
+                      gpu=False)
+    assert p.origin == "built"

@@ -1,0 +1,120 @@
+"""train killed while writing config.json (kill -9 in a child), stale temps of killed
+runs, and hostile checkpoints refused in one line."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.errors import PairkitError
+from pairkit.train.head import load_head
+from pairkit.train.loop import TrainConfig, train_head
+from tests.conftest import random_store
+from tests.proc import start_python
+
+runner = CliRunner()
+FAST = {"batch_size": 16, "out_dim": 8, "device": "cpu", "relation": "instance"}
+
+KILL_IN_CONFIG_WRITE = """
+import os, signal, sys
+from pathlib import Path
+from pairkit.core.atomic import atomic_open
+from pairkit.core.store import Store
+from pairkit.train import loop
+from pairkit.train.loop import TrainConfig, train_head
+
+def killed_while_writing(folder, config):
+    with atomic_open(Path(folder) / "config.json") as fh:
+        fh.write('{"format": "pairkit-head", "epo')
+        fh.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+loop.write_config = killed_while_writing
+cfg = TrainConfig(epochs=EPOCHS, batch_size=16, out_dim=8, device="cpu", relation="instance")
+train_head(Store.open(STORE), Path(HEAD), cfg)
+"""
+
+
+def kill_during_first_config(store, head, epochs: int) -> None:
+    code = (KILL_IN_CONFIG_WRITE.replace("EPOCHS", str(epochs))
+            .replace("STORE", repr(str(store.root))).replace("HEAD", repr(str(head))))
+    child = start_python(code)
+    child.stdin.close()
+    assert child.wait(timeout=240) == -9, child.stderr.read()
+
+
+@pytest.fixture
+def store(tmp_path):
+    return random_store(tmp_path / "store", n_sources=24, views=2, dim=12, classes=4)
+
+
+def same_weights(a, b) -> bool:
+    wa, wb = load_file(str(a / "head.safetensors")), load_file(str(b / "head.safetensors"))
+    return wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa)
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_kill_during_config_write_then_resume(store, tmp_path, epochs):
+    """The probe's state: weights, checkpoint and log but no config.json (and a temp file).
+    --resume recognises it from the checkpoint's own fingerprint and finishes the head,
+    identical to a run that was never killed."""
+    head = tmp_path / "head"
+    kill_during_first_config(store, head, epochs)
+    names = {p.name for p in head.iterdir()}
+    assert {"head.safetensors", "checkpoint.pt", "train_log.jsonl"} <= names
+    assert "config.json" not in names and any(n.startswith(".config.json.") for n in names)
+    r = runner.invoke(app, ["train", str(store.root), "--relation", "instance", "-o", str(head),
+                            "--epochs", str(epochs), "--batch-size", "16", "--out-dim", "8",
+                            "--device", "cpu", "--resume", "-q"])
+    assert r.exit_code == 0, r.output
+    assert not [p for p in head.iterdir() if p.name.endswith(".tmp")]
+    config = json.loads((head / "config.json").read_text())
+    assert config["epochs_done"] == epochs and config["complete"] is True
+    assert load_head(head).complete
+    train_head(store, tmp_path / "clean", TrainConfig(epochs=epochs, **FAST))
+    assert same_weights(head, tmp_path / "clean")
+    assert [json.loads(x)["epoch"] for x in (head / "train_log.jsonl").read_text().splitlines()] \
+        == list(range(1, epochs + 1))
+
+
+def test_stale_temps_in_a_head_folder_are_removed(store, tmp_path):
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / ".checkpoint.pt.abcd1234.tmp").write_bytes(b"half a checkpoint")
+    (head / ".head.safetensors.qwerty12.tmp").write_bytes(b"half")
+    train_head(store, head, TrainConfig(epochs=1, **FAST))  # only temps: counts as empty
+    assert sorted(p.name for p in head.iterdir()) == sorted(
+        ["head.safetensors", "config.json", "train_log.jsonl", "train_plot.png",
+         "checkpoint.pt"])
+    (head / ".checkpoint.pt.zzzz9999.tmp").write_bytes(b"half")
+    train_head(store, head, TrainConfig(epochs=2, **FAST), resume=True)
+    assert not (head / ".checkpoint.pt.zzzz9999.tmp").exists()
+
+
+class _Evil:
+    def __reduce__(self):
+        return (print, ("code ran",))
+
+
+def test_pickled_code_in_a_checkpoint_is_refused_in_one_line(store, tmp_path):
+    head = tmp_path / "head"
+    train_head(store, head, TrainConfig(epochs=1, **FAST))
+    torch.save({"model": _Evil(), "optimizer": {}, "epoch": 1, "step": 1},
+               head / "checkpoint.pt")
+    with pytest.raises(PairkitError) as info:
+        train_head(store, head, TrainConfig(epochs=2, **FAST), resume=True)
+    message = str(info.value)
+    assert message.startswith(f"--resume: {head / 'checkpoint.pt'} is unreadable: it holds "
+                              "pickled Python objects")
+    assert "\n" not in message and "weights_only" not in message and "trust" not in message
+    with open(head / "checkpoint.pt", "wb") as fh:
+        pickle.dump({"model": 1}, fh)
+    with pytest.raises(PairkitError, match="is unreadable"):
+        train_head(store, head, TrainConfig(epochs=2, **FAST), resume=True)
