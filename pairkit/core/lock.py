@@ -70,10 +70,13 @@ class WriterLock:
         created = not folder.exists()
         if folder.exists() and not folder.is_dir():
             raise PairkitError(f"output {folder} is an existing file, expected a folder")
-        folder.mkdir(parents=True, exist_ok=True)
         path = folder / LOCK_NAME
         for _ in range(20):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            except OSError as exc:
+                raise PairkitError(f"can't write in {what} {folder} ({exc.strerror})") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

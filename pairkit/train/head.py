@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pairkit.core.atomic import atomic_open, atomic_path
+from pairkit.core.integrity import read_json_file
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ HEAD_FORMAT_VERSION = 1
 WEIGHTS = "head.safetensors"
 CONFIG = "config.json"
 HEAD_KINDS = ("linear", "mlp")
+MAX_CONFIG_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -142,12 +144,15 @@ def load_head(path: str | os.PathLike[str]) -> Head:
     if not cfg_path.is_file():
         raise PairkitError(f"{root} is not a pairkit head: no {CONFIG}")
     try:
-        config = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        config = read_json_file(cfg_path, MAX_CONFIG_BYTES, "head config")
+    except (OSError, PairkitError) as exc:
         raise PairkitError(f"head {root}: {CONFIG} is unreadable ({exc})") from None
     if not isinstance(config, dict) or config.get("format") != HEAD_FORMAT:
         raise PairkitError(f"{cfg_path} is not a pairkit head config")
-    if int(config.get("format_version", 0)) > HEAD_FORMAT_VERSION:
+    version = config.get("format_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise PairkitError(f"{cfg_path}: format_version must be an integer, got {version!r}")
+    if version > HEAD_FORMAT_VERSION:
         raise PairkitError(
             f"head {root} has format version {config.get('format_version')}; this pairkit reads "
             f"up to {HEAD_FORMAT_VERSION}: upgrade pairkit"

@@ -23,6 +23,7 @@ import numpy as np
 from pairkit import __version__
 from pairkit.core.atomic import atomic_open, atomic_path, remove_stale_temps
 from pairkit.core.devices import PRECISIONS, autocast_dtype, resolve_device, resolve_precision
+from pairkit.core.integrity import read_json_file
 from pairkit.core.lock import LOCK_NAME, writer_lock
 from pairkit.core.safe_load import torch_load_weights
 from pairkit.errors import PairkitError
@@ -420,8 +421,8 @@ def _read_config(out: Path) -> dict[str, Any]:
     if not (out / CONFIG).is_file():
         return {}
     try:
-        old = json.loads((out / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        old = read_json_file(out / CONFIG, 16 << 20, "head config")
+    except (OSError, PairkitError) as exc:
         raise PairkitError(f"--resume: {out / CONFIG} is unreadable ({exc})") from None
     return old if isinstance(old, dict) else {}
 

@@ -16,7 +16,7 @@ from pairkit.cli.main import app
 from pairkit.core.lock import LOCK_NAME, LockHeld, writer_lock
 from pairkit.core.store import Store
 from tests.conftest import make_images, random_store
-from tests.proc import error_lines, run_pairkit, start_python
+from tests.proc import error_lines, start_python
 
 runner = CliRunner()
 
@@ -125,9 +125,9 @@ def test_two_embeds_racing_while_files_are_added(tmp_path):
     images = tmp_path / "images"
     make_images(images, n_per_class=6, classes=2, seed=1)
     out = tmp_path / "store"
-    first = run_pairkit("embed", images, "-o", out, "--model", "pixels", "-q",
-                        "--shard-rows", "4")
-    assert first.returncode == 0, first.stderr
+    first = runner.invoke(app, ["embed", str(images), "-o", str(out), "--model", "pixels",
+                                "-q", "--shard-rows", "4"])
+    assert first.exit_code == 0, first.output
     make_images(tmp_path / "more", n_per_class=6, classes=2, seed=2)
     for p in (tmp_path / "more").rglob("*.*"):
         p.rename(p.with_name("new-" + p.name).as_posix().replace("/more/", "/images/"))
@@ -141,8 +141,9 @@ def test_two_embeds_racing_while_files_are_added(tmp_path):
         if code == 1:
             assert len(error_lines(err)) == 1 and "is being written by pid" in err, err
     assert 0 in [code for code, _ in results]
-    again = run_pairkit("embed", images, "-o", out, "--model", "pixels", "--shard-rows", "4")
-    assert again.returncode == 0 and "nothing to embed: all 24 images" in again.stderr, again
+    again = runner.invoke(app, ["embed", str(images), "-o", str(out), "--model", "pixels",
+                                "--shard-rows", "4"])
+    assert again.exit_code == 0 and "nothing to embed: all 24 images" in again.output, again
     store = Store.open(out)
     assert store.count == 24 and store.items["source"].is_unique
     assert sorted(store.items["path"]) == sorted(

@@ -57,7 +57,7 @@ def test_readers_during_appends_see_whole_snapshots(tmp_path):
     root = tmp_path / "s"
     ids = np.arange(14)
     write_store(root, rows(ids), items(ids), shard_rows=7)
-    child = start_python(APPENDER.format(root=str(root), appends=60))
+    child = start_python(APPENDER.format(root=str(root), appends=30))
     assert child.stdout.readline().strip() == "appending"
     opened, counts = 0, set()
     while child.poll() is None or opened < 5:
@@ -69,7 +69,7 @@ def test_readers_during_appends_see_whole_snapshots(tmp_path):
     assert child.wait(timeout=60) == 0, child.stderr.read()
     final = Store.open(root)
     check_snapshot(final)
-    assert final.count == 14 + 60 * 7
+    assert final.count == 14 + 30 * 7
     assert len(counts) > 2, counts  # the readers did overlap the appends
     names = sorted(p.name for p in root.iterdir())
     assert [n for n in names if n.startswith("items")] == [final.manifest["items"]["file"]]
@@ -80,7 +80,7 @@ def test_mine_during_appends(tmp_path):
     root = tmp_path / "s"
     ids = np.arange(40)
     write_store(root, rows(ids), items(ids), shard_rows=7)
-    child = start_python(APPENDER.format(root=str(root), appends=40))
+    child = start_python(APPENDER.format(root=str(root), appends=20))
     assert child.stdout.readline().strip() == "appending"
     runs = 0
     while child.poll() is None or runs < 2:

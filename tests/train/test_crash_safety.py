@@ -60,11 +60,11 @@ def same_weights(a, b) -> bool:
     return wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa)
 
 
-@pytest.mark.parametrize("epochs", [1, 2])
-def test_kill_during_config_write_then_resume(store, tmp_path, epochs):
+def test_kill_during_config_write_then_resume(store, tmp_path):
     """The probe's state: weights, checkpoint and log but no config.json (and a temp file).
-    --resume recognises it from the checkpoint's own fingerprint and finishes the head,
-    identical to a run that was never killed."""
+    --resume recognises it from the checkpoint's own fingerprint and trains on, to the
+    weights of a run that was never killed."""
+    epochs = 2
     head = tmp_path / "head"
     kill_during_first_config(store, head, epochs)
     names = {p.name for p in head.iterdir()}
@@ -82,6 +82,19 @@ def test_kill_during_config_write_then_resume(store, tmp_path, epochs):
     assert same_weights(head, tmp_path / "clean")
     assert [json.loads(x)["epoch"] for x in (head / "train_log.jsonl").read_text().splitlines()] \
         == list(range(1, epochs + 1))
+
+
+def test_resume_finishes_a_head_killed_before_its_last_config(store, tmp_path):
+    """Killed after the last epoch's checkpoint, before its config.json: --resume with the
+    same --epochs writes the config instead of refusing."""
+    head = tmp_path / "head"
+    train_head(store, head, TrainConfig(epochs=1, **FAST))
+    (head / "config.json").unlink()
+    result = train_head(store, head, TrainConfig(epochs=1, **FAST), resume=True)
+    assert any("written now" in n for n in result.notes)
+    assert load_head(head).complete
+    with pytest.raises(PairkitError, match="already has 1 epochs"):
+        train_head(store, head, TrainConfig(epochs=1, **FAST), resume=True)
 
 
 def test_stale_temps_in_a_head_folder_are_removed(store, tmp_path):
