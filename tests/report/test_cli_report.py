@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
+from pairkit.core.store import Store
 from pairkit.report.page import DATA_ID
 from tests.report.kit import (
     BROKEN,
@@ -98,7 +99,7 @@ def test_report_of_a_whole_pipeline(pipeline, tmp_path):
     assert all(it["label"] in ("class0", "class1", "class2", "class3") for it in items)
     assert all(it["thumb"] and (out / it["thumb"]).is_file() for it in items)
     assert len({it["thumb"] for it in items}) == len(list((out / "t").iterdir()))
-    store_items = pd.read_parquet(pipeline.store / "items.parquet")
+    store_items = Store.open(pipeline.store).items
     for block in pairs["anchors"]:
         anchor = items[block["a"]]
         rows = table[table["anchor_id"] == anchor["id"]]
