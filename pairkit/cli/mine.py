@@ -222,6 +222,17 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
         lines.append(f"false negatives flagged ({stats['fn_mode']}): {flagged}"
                      + (f"; {stats['attracted']:,} attracted as positives"
                         if stats.get("attracted") else ""))
+    est = stats.get("fn_estimate") or {}
+    if est.get("hidden_positive_recall") is not None:
+        lines.append(
+            f"false-negative estimate (no labels used): the rules flag "
+            f"{est['hidden_positive_recall']:.1%} of hidden positives (other views of "
+            f"{est['anchors']:,} anchors) and {est['random_pair_flag_rate']:.1%} of random pairs"
+            + (f" (random pairs sharing a label: {est['random_pair_same_label']:.1%})"
+               if est.get("random_pair_same_label") is not None else ""))
+    if stats.get("negatives_same_label") is not None:
+        lines.append(f"negatives sharing their anchor's label: "
+                     f"{stats['negatives_same_label']:.1%}")
     if stats.get("retries"):
         lines.append(f"{stats['anchors_retried']:,} anchors searched again with a larger k "
                      f"(up to {stats['k_max']:,})")

@@ -331,6 +331,7 @@ def mine_negatives(
     searcher: Searcher | None = None,
     fn_filter: FnFilter | None = None,
     progress: Callable[[int], None] | None = None,
+    anchor_searcher: Searcher | None = None,
 ) -> MineResult:
     """Mine K negatives for every anchor of ``relation``.
 
@@ -338,7 +339,10 @@ def mine_negatives(
     ``searcher(queries, k) -> (scores, ids)`` (nq, k), best first (needed with
     ``config.hard``; e.g. :func:`pairkit.index.search.knn_search` on an index);
     ``fn_filter(anchors, cand_ids, cand_scores, ref_scores, positives) -> (flags, reasons)``
-    flags false negatives among candidates (excluded ones are passed as -1).
+    flags false negatives among candidates (excluded ones are passed as -1);
+    ``anchor_searcher(anchor_rows, k) -> (scores, ids)``, when given, replaces
+    ``searcher`` and is called with row ids (e.g. a search that skips the anchor's
+    own cluster, :class:`pairkit.index.outside.OutsideSearcher`).
 
     Returns a :class:`MineResult`; raises :class:`PairkitError` when the relation
     gives no anchor a positive.
@@ -346,7 +350,7 @@ def mine_negatives(
     cfg = config
     n_items = len(vectors)
     validate_config(cfg, n_items)
-    if cfg.hard and searcher is None:
+    if cfg.hard and searcher is None and anchor_searcher is None:
         raise UsageError("hard-negative mining needs a search function")
     anchors = relation.anchors()
     if len(anchors) == 0:
@@ -384,7 +388,10 @@ def mine_negatives(
     def fetch(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         a = anchors[rows]
         if cfg.hard:
-            s, i = searcher(np.asarray(vectors[a], dtype=np.float32), k)  # type: ignore[misc]
+            if anchor_searcher is not None:
+                s, i = anchor_searcher(a, k)
+            else:
+                s, i = searcher(np.asarray(vectors[a], dtype=np.float32), k)  # type: ignore[misc]
             exhausted = np.full(len(rows), k >= n_items) | (i[:, -1] < 0)
             if cfg.min_score is not None:
                 exhausted |= s[:, -1] < cfg.min_score  # everything deeper scores lower
@@ -563,9 +570,24 @@ def mine_store(
     vectors = store.vectors(np.float32)
     sources = store.source_codes()
     index = index or IndexOptions()
-    searcher = None
+    fn_filter = None
+    parts = None
+    if fn_config is not None:
+        from pairkit.mine import false_negatives as fnm
+
+        sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
+        ctx = fnm.build_context(vectors, store.labels(), sources, fn_config, seed=config.seed,
+                                file_sha256=sha if any(v is not None for v in sha) else None,
+                                views=items["view"].to_numpy())
+        parts = outside_parts(ctx, fn_config, config)  # (runs, N) cluster ids or None
+
+        def fn_filter(a: np.ndarray, c: np.ndarray, s: np.ndarray, r: np.ndarray,
+                      pos: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+            return fnm.flag_false_negatives(ctx, a, c, s, r, fn_config, positives=pos)
+
+    searcher = anchor_searcher = None
     index_text = "none (easy negatives: uniform sample)"
-    if config.hard:
+    if config.hard and parts is None:
         from pairkit.index.build import prepare_index
 
         loaded = prepare_index(
@@ -574,23 +596,14 @@ def mine_store(
             ef_search=index.ef_search, float16=index.float16, gpu=index.gpu, seed=config.seed)
         searcher = loaded.searcher(vectors, batch_size=index.batch_size)
         index_text = loaded.describe()
-    fn_filter = None
-    if fn_config is not None:
-        from pairkit.mine import false_negatives as fnm
-
-        sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
-        ctx = fnm.build_context(vectors, store.labels(), sources, fn_config, seed=config.seed,
-                                file_sha256=sha if any(v is not None for v in sha) else None,
-                                views=items["view"].to_numpy())
-
-        def fn_filter(a: np.ndarray, c: np.ndarray, s: np.ndarray, r: np.ndarray,
-                      pos: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-            return fnm.flag_false_negatives(ctx, a, c, s, r, fn_config, positives=pos)
+    elif config.hard:
+        anchor_searcher, index_text = _outside_searcher(vectors, parts, index, config.seed)
 
     if on_start is not None:
         on_start(len(rel.anchors()))
     t1 = time.perf_counter()
-    result = mine_negatives(vectors, sources, rel, config, searcher, fn_filter, progress)
+    result = mine_negatives(vectors, sources, rel, config, searcher, fn_filter, progress,
+                            anchor_searcher=anchor_searcher)
     table = build_pair_table(result.pairs, fmt, store.content_id,
                              items["path"].to_numpy(dtype=object),
                              flag_columns=fn_config is not None and config.keep_flagged)
@@ -610,11 +623,97 @@ def mine_store(
         "sampling": config.sampling if config.hard else "uniform",
         "seed": config.seed,
         "false_negative_rules": list(fn_config.rules) if fn_config is not None else [],
+        "clusters": _cluster_stats(ctx) if fn_config is not None else None,
         "fn_mode": config.fn_mode if fn_config is not None else None,
         "seconds": {"setup": round(t1 - t0, 3), "mine": round(time.perf_counter() - t1, 3)},
     }
+    if fn_config is not None:
+        from pairkit.mine.fn_estimate import estimate_quality
+
+        stats["fn_estimate"] = estimate_quality(ctx, fn_config, seed=config.seed)
+    labels = store.labels()
+    if labels is not None:
+        stats["negatives_same_label"] = same_label_share(result.pairs, labels)
     if rel.kind == "pairs":
         stats["pairs_rows"] = rel.rows_total
         stats["pairs_rows_unknown"] = rel.rows_unknown
         stats["pairs_unknown_examples"] = list(rel.unknown_examples)
     return table, stats
+
+
+def outside_parts(ctx: Any, fn_config: Any, config: MineConfig) -> np.ndarray | None:
+    """The partition whose own part an anchor's search may skip, or None.
+
+    Skipping is exact only when every candidate in the anchor's part would be
+    flagged and dropped anyway: the ``cluster`` rule on with ``cluster_votes`` 1
+    (one shared cluster is enough; the first run is the partition), flagged
+    candidates eliminated (not kept or attracted), hard mining, and no pair
+    decided by trusted labels instead of the rule.
+    """
+    if not (config.hard and "cluster" in fn_config.rules and fn_config.cluster_votes == 1
+            and config.fn_mode == "eliminate" and not config.keep_flagged):
+        return None
+    if fn_config.trust_labels and "label" in fn_config.rules and ctx.labels is not None:
+        from pairkit.mine.fn_context import label_codes
+
+        codes = label_codes(ctx)
+        if codes is not None and (codes >= 0).any():
+            return None
+    assign = ctx.cluster_assign
+    if assign is None or len(assign) == 0 or len(np.unique(assign[0])) < 2:
+        return None
+    return assign
+
+
+def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptions,
+                      seed: int) -> tuple[Any, str]:
+    """An anchor searcher that skips the anchor's own clusters. Exact (``flat``, and
+    ``auto`` on a small store): rows sharing a cluster with the anchor in any run are
+    masked out of one exact search. Approximate kinds: one index per cluster of the
+    first run, the anchor's own not searched (other runs' clusters are flagged after)."""
+    from pairkit.index.build import EXACT_MAX_ROWS_CPU, choose_kind, prepare_index
+    from pairkit.index.outside import OutsideSearcher, masked_exact_search
+
+    kind = index.kind
+    if kind == "auto":
+        kind, _ = choose_kind(len(vectors), index.exact_max_rows or EXACT_MAX_ROWS_CPU)
+    if kind == "flat" and not index.float16:
+        text = (f"flat (exact), rows sharing a cluster with the anchor in any of "
+                f"{len(assign)} k-means runs not searched (cluster rule)")
+        return (lambda rows, k: masked_exact_search(vectors, assign, rows, k)), text
+    parts = assign[0]
+    where: list[str] = []
+
+    def make(sub: np.ndarray) -> Any:
+        sub_kind = kind if kind == "flat" or len(sub) > 4096 else "flat"
+        loaded = prepare_index(sub, sub_kind, nprobe=index.nprobe, ef_search=index.ef_search,
+                               float16=index.float16, gpu=index.gpu, seed=seed)
+        where.append("GPU" if loaded.gpu else "CPU")
+        return loaded.searcher(sub, batch_size=index.batch_size)
+
+    outside = OutsideSearcher(vectors, parts, make)
+    n_parts = len(outside.labels)
+    text = (f"{kind} per cluster ({n_parts} clusters), built now; the anchor's own cluster "
+            "is not searched (cluster rule)")
+    return outside.search, text
+
+
+def _cluster_stats(ctx: Any) -> dict[str, Any] | None:
+    """What the cluster rule chose (number of clusters, stability per count)."""
+    info = getattr(ctx, "cluster_info", None)
+    if not info:
+        return None
+    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in info.items()}
+
+
+def same_label_share(pairs: MinedPairs, labels: np.ndarray) -> float | None:
+    """Share of mined negatives whose label equals their anchor's (both labelled):
+    the exact false-negative share where labels define "the same thing"."""
+    import pandas as pd
+
+    codes, _ = pd.factorize(pd.Series(labels, dtype=object), use_na_sentinel=True)
+    ok = pairs.neg_ids >= 0
+    a = np.broadcast_to(codes[pairs.anchors][:, None], ok.shape)[ok]
+    c = codes[np.maximum(pairs.neg_ids, 0)][ok]
+    both = (a >= 0) & (c >= 0)
+    return round(float((a[both] == c[both]).mean()), 4) if both.any() else None

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from pairkit.errors import UsageError
-from pairkit.mine import false_negatives as fn
 from pairkit.mine.clusters import (
     cluster_counts,
     knn_graph,
@@ -26,6 +25,9 @@ from pairkit.mine.false_negatives import (
     flag_false_negatives,
     parse_rules,
 )
+from pairkit.mine.fn_context import similarity_to_rows
+from pairkit.mine.rules import community
+from pairkit.mine.rules.support import support_scores
 
 
 def unit(*rows: list[float]) -> np.ndarray:
@@ -152,7 +154,8 @@ def test_cluster_rule_counts_votes():
     for votes, expected in [(1, [True] * 4 + [False]),
                             (2, [True, True, True, False, False]),
                             (3, [False] * 5)]:
-        cfg = FalseNegativeConfig(rules=("cluster",), cluster_ks=(2, 2, 2), cluster_votes=votes)
+        cfg = FalseNegativeConfig(rules=("cluster",), cluster_ks=(2, 2, 2), cluster_runs=1,
+                                  cluster_votes=votes)
         flags, _ = flag(ctx, [0], cand, np.zeros((1, 5)), [0.5], cfg)
         assert flags[0].tolist() == expected
 
@@ -180,7 +183,8 @@ def test_cluster_rule_end_to_end_on_blobs():
     x += rng.normal(0, 0.3, size=x.shape).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     truth = np.repeat(np.arange(3), 20)
-    cfg = FalseNegativeConfig(rules=("cluster",), cluster_ks=(3, 3), cluster_votes=2)
+    cfg = FalseNegativeConfig(rules=("cluster",), cluster_ks=(3,), cluster_runs=2,
+                              cluster_votes=2)
     ctx = build_context(x, None, np.arange(60), cfg, seed=0)
     cand = np.array([[1, 25, 45, 19]])
     flags, _ = flag(ctx, [0], cand, np.zeros((1, 4)), [0.9], cfg)
@@ -274,7 +278,7 @@ def test_support_rule_max_and_mean():
     assert flag(ctx, [0], cand, np.zeros((1, 3)), [0.5], cfg)[0].tolist() == [[True, True, False]]
     cfg = FalseNegativeConfig(rules=("support",), support_aggregate="mean", support_threshold=0.67)
     assert flag(ctx, [0], cand, np.zeros((1, 3)), [0.5], cfg)[0].tolist() == [[True, False, False]]
-    agg = fn.support_scores(ctx, np.array([0]), np.array(cand), cfg)
+    agg = support_scores(ctx, np.array([0]), np.array(cand), cfg)
     np.testing.assert_allclose(agg[0], [c(30), (c(70) + c(10)) / 2, 0.0], atol=1e-6)
     # the other views only (anchor left out): similarity to row 1 (60 deg)
     cfg = FalseNegativeConfig(rules=("support",), support_aggregate="max", support_threshold=0.9,
@@ -291,16 +295,23 @@ def test_support_rule_top_limit_and_padding():
     assert flags.tolist() == [[False, False, True, True, False]]
 
 
-def test_support_blocks_match_one_block(monkeypatch):
+def test_support_blocks_match_one_block():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(50, 7)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     ctx = ctx_of(x, np.arange(50) // 3)
     cand = rng.integers(-1, 50, size=(50, 9))
     cfg = FalseNegativeConfig(rules=("support",))
-    whole = fn.support_scores(ctx, np.arange(50), cand, cfg)
-    monkeypatch.setattr(fn, "_BLOCK_BYTES", 1)
-    np.testing.assert_allclose(fn.support_scores(ctx, np.arange(50), cand, cfg), whole, atol=1e-6)
+    whole = support_scores(ctx, np.arange(50), cand, cfg)
+    views = np.stack([np.arange(50), (np.arange(50) + 1) % 50])
+    views[1, ::4] = -1
+    one = similarity_to_rows(x, views.T, cand)
+    tiny = similarity_to_rows(x, views.T, cand, block_bytes=1)  # one anchor per block
+    np.testing.assert_allclose(tiny, one, atol=1e-6)
+    ref = np.einsum("nmd,nkd->nmk", x[np.maximum(views.T, 0)], x[np.maximum(cand, 0)])
+    ref[views.T < 0] = np.nan
+    np.testing.assert_allclose(one, ref, atol=1e-6)
+    assert whole.shape == cand.shape
 
 
 # -- all rules against a per-anchor reference loop ----------------------------------
@@ -354,8 +365,8 @@ def test_vectorised_matches_reference_loop(aggregate, trust):
     sources = np.arange(n) // 2
     labels = np.array([None if i % 7 == 0 else f"c{i % 4}" for i in range(n)], dtype=object)
     groups = np.where(rng.random(n) < 0.5, rng.integers(0, 5, n), -1)
-    cfg = FalseNegativeConfig(rules=RULES, margin=0.8, cluster_sizes=(6, 12, 24),
-                              cluster_votes=2, support_aggregate=aggregate,
+    cfg = FalseNegativeConfig(rules=RULES, margin=0.8, cluster_ks=(6, 12, 24),
+                              cluster_runs=1, cluster_votes=2, support_aggregate=aggregate,
                               support_threshold=0.3, community_neighbors=3,
                               trust_labels=trust)
     ctx = build_context(x, labels, sources, cfg, seed=0, groups=groups)
@@ -385,7 +396,10 @@ def test_defaults_are_known_rules():
     [
         ({"rules": ("label", "nope")}, "unknown false-negative rule 'nope'"),
         ({"margin": 0.0}, "margin must be in (0, 1], got 0.0"),
-        ({"cluster_sizes": (8, 16), "cluster_votes": 3}, "cluster votes must be between 1"),
+        ({"cluster_ks": (8, 16), "cluster_runs": 1, "cluster_votes": 3},
+         "cluster votes must be between 1 and the number of runs (2)"),
+        ({"cluster_ks": (1,)}, "cluster counts must be >= 2"),
+        ({"cluster_runs": 0}, "cluster runs must be >= 1"),
         ({"support_aggregate": "median"}, "support aggregate must be one of max, mean"),
         ({"support_top": -1}, "support top must be >= 0"),
     ],
@@ -431,7 +445,7 @@ def test_community_rule_ignores_a_flooded_community():
     cand = np.array([[1, 3], [0, -1]])
     low = fnm.FalseNegativeConfig(rules=("community",), community_max_share=0.5)
     high = fnm.FalseNegativeConfig(rules=("community",), community_max_share=0.8)
-    np.testing.assert_array_equal(fnm.rule_community(ctx, anchors, cand, low),
+    np.testing.assert_array_equal(community.flag(ctx, anchors, cand, None, None, low, None),
                                   [[False, False], [False, False]])
-    np.testing.assert_array_equal(fnm.rule_community(ctx, anchors, cand, high),
+    np.testing.assert_array_equal(community.flag(ctx, anchors, cand, None, None, high, None),
                                   [[True, False], [False, False]])

@@ -1,0 +1,178 @@
+"""Nearest neighbours *outside* the query's own part of a partition.
+
+When a false-negative rule flags every candidate in the anchor's cluster, the
+negatives are the anchor's nearest items in *other* clusters; on real data they
+sit hundreds or thousands of ranks deep, so fetching them with an ordinary kNN
+search means fetching (and discarding) everything in between. This search skips
+the anchor's part instead: one index per part, each query searched against the
+other parts' indices and the results merged (score descending, ties by id, as
+:func:`pairkit.index.search.sort_results`). With exact indices the result equals
+an exact search with the query's part filtered out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class OutsideSearcher:
+    """``search(query_rows, k)``: for each query row of ``vectors`` (N, d), its ``k``
+    nearest rows whose ``parts`` label differs from the query row's.
+
+    ``make_searcher(sub_vectors) -> search(queries, k)`` builds one part's search
+    (an exact or approximate index from :func:`pairkit.index.build.prepare_index`).
+    ``max_parts``: search only this many other parts per query, the nearest by
+    centroid similarity (None: all, which keeps an exact search exact).
+    """
+
+    vectors: np.ndarray
+    parts: np.ndarray
+    make_searcher: Any
+    max_parts: int | None = None
+    _rows: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    _search: dict[int, Any] = field(default_factory=dict, repr=False)
+    _centroids: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.parts = np.asarray(self.parts, dtype=np.int64)
+        if len(self.parts) != len(self.vectors):
+            raise ValueError(f"parts has {len(self.parts)} rows, vectors {len(self.vectors)}")
+        self.labels = np.unique(self.parts)
+        order = np.argsort(self.parts, kind="stable")
+        bounds = np.searchsorted(self.parts[order], self.labels, side="left")
+        ends = np.r_[bounds[1:], len(order)]
+        self._rows = {int(p): order[s:e] for p, s, e in zip(self.labels, bounds, ends,
+                                                             strict=True)}
+
+    def _part_search(self, p: int) -> Any:
+        if p not in self._search:
+            rows = self._rows[p]
+            self._search[p] = self.make_searcher(np.asarray(self.vectors[rows], np.float32))
+        return self._search[p]
+
+    def _nearest_parts(self, queries: np.ndarray, own: int) -> list[int]:
+        others = [int(p) for p in self.labels if p != own]
+        if self.max_parts is None or len(others) <= self.max_parts:
+            return others
+        if self._centroids is None:
+            cents = np.stack([np.asarray(self.vectors[self._rows[int(p)]], np.float32).mean(0)
+                              for p in self.labels])
+            self._centroids = cents / np.maximum(np.linalg.norm(cents, axis=1, keepdims=True),
+                                                 1e-12)
+        sims = queries.mean(0) @ self._centroids.T
+        ranked = [int(self.labels[i]) for i in np.argsort(-sims) if self.labels[i] != own]
+        return ranked[: self.max_parts]
+
+    def search(self, query_rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, ids)`` (nq, k), best first, -inf / -1 padded where fewer exist."""
+        from pairkit.index.search import sort_results
+
+        query_rows = np.asarray(query_rows, dtype=np.int64)
+        nq = len(query_rows)
+        scores = np.full((nq, k), -np.inf, dtype=np.float32)
+        ids = np.full((nq, k), -1, dtype=np.int64)
+        if nq == 0 or k == 0:
+            return scores, ids
+        qparts = self.parts[query_rows]
+        for own in np.unique(qparts):
+            sel = np.flatnonzero(qparts == own)
+            q = np.asarray(self.vectors[query_rows[sel]], dtype=np.float32)
+            got_s, got_i = [], []
+            for p in self._nearest_parts(q, int(own)):
+                rows = self._rows[p]
+                kk = min(k, len(rows))
+                s, i = self._part_search(p)(q, kk)
+                got_s.append(s)
+                got_i.append(np.where(i >= 0, rows[np.maximum(i, 0)], -1))
+            if not got_s:
+                continue
+            s, i = sort_results(np.concatenate(got_s, axis=1), np.concatenate(got_i, axis=1))
+            width = min(k, s.shape[1])
+            scores[sel, :width] = s[:, :width]
+            ids[sel, :width] = i[:, :width]
+        return scores, ids
+
+
+def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.ndarray,
+                        k: int, *, big_group: int = 256,
+                        block_bytes: int = 1 << 27) -> tuple[np.ndarray, np.ndarray]:
+    """Exact kNN of ``vectors[query_rows]`` among the rows that share none of the query's
+    clusters: row j is allowed for query q when ``assign[r, j] != assign[r, q]`` in
+    every run r of ``assign`` (R, N).
+
+    Queries are grouped by their cluster signature (one allowed set per group). A group
+    of at least ``big_group`` queries gets an exact FAISS index of its allowed rows
+    (one copy, then BLAS search); smaller groups are scored against all rows with one
+    matrix product, masked and cut. Results are ordered by score descending, ties by
+    ascending id. Returns ``(scores, ids)`` (nq, k), -inf / -1 padded. Work: about one
+    exact search (nq x N x d); memory O(N x d) for the largest allowed set.
+    """
+    from pairkit.index.search import knn_search
+
+    x = np.asarray(vectors, dtype=np.float32)
+    assign = np.asarray(assign, dtype=np.int64)
+    if assign.ndim == 1:
+        assign = assign[None, :]
+    query_rows = np.asarray(query_rows, dtype=np.int64)
+    n = len(x)
+    nq = len(query_rows)
+    scores = np.full((nq, k), -np.inf, dtype=np.float32)
+    ids = np.full((nq, k), -1, dtype=np.int64)
+    if nq == 0 or k == 0 or n == 0:
+        return scores, ids
+    sigs, group = np.unique(assign[:, query_rows].T, axis=0, return_inverse=True)
+    group = np.asarray(group).ravel()
+    small: list[np.ndarray] = []
+    for g, sig in enumerate(sigs):
+        members = np.flatnonzero(group == g)
+        if len(members) < big_group:
+            small.append(members)
+            continue
+        cols = np.flatnonzero(np.all(assign != sig[:, None], axis=0))
+        kk = min(k, len(cols))
+        if kk == 0:
+            continue
+        s, i = knn_search(x[query_rows[members]], np.ascontiguousarray(x[cols]), kk)
+        scores[members, :kk] = s
+        ids[members, :kk] = np.where(i >= 0, cols[np.maximum(i, 0)], -1)
+    if small:
+        members = np.concatenate(small)
+        step = max(1, block_bytes // max(1, 4 * n))
+        for s0 in range(0, len(members), step):
+            sel = members[s0 : s0 + step]
+            allowed = np.all(assign[:, None, :] != assign[:, query_rows[sel], None], axis=0)
+            top_s, top_i = _masked_top(x[query_rows[sel]] @ x.T, allowed, k)
+            scores[sel] = top_s
+            ids[sel] = top_i
+    return scores, ids
+
+
+def _masked_top(sims: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` of each row of ``sims`` (b, N) among ``allowed`` (b, N) columns: score
+    descending, ties by ascending column; -inf / -1 padded."""
+    from pairkit.index.search import sort_results
+
+    b, n = sims.shape
+    np.copyto(sims, -np.inf, where=~allowed)
+    kk = min(k, n)
+    if kk < n:
+        # one extra place so a tie at the k-th score can be seen and settled by id
+        part = np.argpartition(-sims, kk, axis=1)[:, : kk + 1]
+    else:
+        part = np.broadcast_to(np.arange(n), (b, n))
+    top = np.take_along_axis(sims, part, 1)
+    top_s, top_i = sort_results(top, part)
+    if part.shape[1] > kk:
+        for r in np.flatnonzero(top_s[:, kk - 1] == top_s[:, kk]):
+            order = np.lexsort((np.arange(n), -sims[r].astype(np.float64)))[:kk]
+            top_s[r, :kk] = sims[r, order]
+            top_i[r, :kk] = order
+    out_s = np.full((b, k), -np.inf, dtype=np.float32)
+    out_i = np.full((b, k), -1, dtype=np.int64)
+    out_s[:, :kk] = top_s[:, :kk]
+    out_i[:, :kk] = np.where(np.isfinite(top_s[:, :kk]), top_i[:, :kk], -1)
+    return out_s, out_i

@@ -1,0 +1,176 @@
+"""What the false-negative rules know about the whole store, computed once per run.
+
+:class:`FnContext` holds the vectors, labels, sources and the pieces that several
+rules share (label codes, the source -> views table, near-duplicate groups, the
+kNN graph and its communities, the k-means consensus runs). Each piece is
+computed on first use and kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+
+# Used only when pairkit.mine.near_duplicates (and its measured default) is absent.
+_NEAR_DUPLICATE_FALLBACK = 0.965
+
+
+@dataclass
+class FnContext:
+    """What the rules need about the whole store; build once per mining run.
+
+    ``vectors`` (N, d) float32 L2-normalised, ``labels`` (N,) object or None,
+    ``sources`` (N,) int64 source codes, ``groups`` (N,) int64 near-duplicate
+    group per item (-1: none) or None (computed on first use), ``file_sha256``
+    (N,) object or None (joins exact copies into groups), ``views`` (N,) view
+    numbers or None (which view of a source stands for it in grouping),
+    ``neighbours`` optional ``(ids, scores)`` (N, m): every row's nearest rows
+    of other sources, best first, -1 padded (reused by the ``community`` rule
+    instead of a search of its own). ``cluster_assign`` (G, N): the k-means runs
+    of the ``cluster`` rule (set by hand to skip k-means).
+    """
+
+    vectors: np.ndarray
+    labels: np.ndarray | None
+    sources: np.ndarray
+    groups: np.ndarray | None = None
+    file_sha256: np.ndarray | None = None
+    views: np.ndarray | None = None
+    seed: int = 0
+    label_codes: np.ndarray | None = None
+    cluster_assign: np.ndarray | None = None  # (G, N) int64
+    cluster_info: dict[str, Any] = field(default_factory=dict)  # k chosen, stability table
+    source_views: np.ndarray | None = None  # (n_sources, max_views) int64, -1 padded
+    neighbours: tuple[np.ndarray, np.ndarray] | None = None  # (ids, scores), each (N, m)
+    communities: np.ndarray | None = None  # (N,) int64
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return int(self.vectors.shape[0])
+
+
+def label_codes(ctx: FnContext) -> np.ndarray | None:
+    """int64 code per item (-1 where the label is missing), or None without labels."""
+    if ctx.labels is None:
+        return None
+    if ctx.label_codes is None:
+        import pandas as pd
+
+        codes, _ = pd.factorize(pd.Series(ctx.labels, dtype=object), use_na_sentinel=True)
+        ctx.label_codes = codes.astype(np.int64)
+    return ctx.label_codes
+
+
+def source_views(ctx: FnContext) -> np.ndarray:
+    """(n_sources, max_views) int64: the rows of each source, -1 padded."""
+    if ctx.source_views is None:
+        src = ctx.sources
+        n = len(src)
+        if n == 0:
+            ctx.source_views = np.zeros((0, 1), dtype=np.int64)
+            return ctx.source_views
+        order = np.argsort(src, kind="stable")
+        sorted_src = src[order]
+        n_sources = int(sorted_src[-1]) + 1
+        counts = np.bincount(sorted_src, minlength=n_sources)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        col = np.arange(n) - starts[sorted_src]
+        table = np.full((n_sources, max(int(counts.max()), 1)), -1, dtype=np.int64)
+        table[sorted_src, col] = order
+        ctx.source_views = table
+    return ctx.source_views
+
+
+def other_views(ctx: FnContext, anchors: np.ndarray) -> np.ndarray:
+    """(n, v) the other views of each anchor's source, -1 padded."""
+    views = source_views(ctx)[ctx.sources[anchors]]
+    return np.where(views == anchors[:, None], -1, views)
+
+
+def near_duplicate_threshold(config: FalseNegativeConfig) -> float:
+    """The cosine threshold of the near-duplicate rule: the config's, else
+    ``pairkit dedup``'s measured default."""
+    if config.near_duplicate_threshold is not None:
+        return float(config.near_duplicate_threshold)
+    try:
+        from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD
+    except ImportError:
+        return _NEAR_DUPLICATE_FALLBACK
+    return float(DEFAULT_THRESHOLD)
+
+
+def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray | None:
+    """Near-duplicate group per item ((N,) int64, -1 none), or None when
+    ``pairkit.mine.near_duplicates`` is not available (the rule then falls back
+    to a similarity threshold)."""
+    if ctx.groups is not None:
+        return ctx.groups
+    if ctx.cache.get("pairwise_near_duplicates"):
+        return None  # the rule compares each pair with the threshold instead
+    try:
+        from pairkit.mine.near_duplicates import near_duplicate_groups
+    except ImportError:
+        return None
+    ctx.groups = np.asarray(
+        near_duplicate_groups(
+            ctx.vectors,
+            near_duplicate_threshold(config),
+            file_sha256=ctx.file_sha256,
+            sources=ctx.sources,
+            views=ctx.views,
+        ),
+        dtype=np.int64,
+    )
+    return ctx.groups
+
+
+def knn_neighbours(ctx: FnContext, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's ``m`` nearest rows of other sources, ``(ids, scores)`` (N, m):
+    the caller's graph when it is deep enough, else one exact search (kept)."""
+    from pairkit.mine.clusters import knn_graph
+
+    given = ctx.neighbours
+    if given is not None and given[0].shape[1] >= m:
+        return given[0][:, :m], given[1][:, :m]
+    ctx.neighbours = knn_graph(ctx.vectors, ctx.sources, m)
+    return ctx.neighbours
+
+
+def similarity_to_rows(vectors: np.ndarray, rows: np.ndarray, cand: np.ndarray,
+                       block_bytes: int = 1 << 26) -> np.ndarray:
+    """(n, m, k) float32 inner products of ``vectors[rows]`` (n, m) and
+    ``vectors[cand]`` (n, k); NaN where a row id is -1 (a candidate of -1 gives
+    row 0's similarity: callers mask padding).
+
+    Per block of anchors the distinct candidates are multiplied once
+    (``rows x unique(cand)``) and looked up, so deep candidate lists (k in the
+    thousands) cost one matrix product, not a gather of k x d floats per anchor.
+    """
+    n, m = rows.shape
+    k = cand.shape[1]
+    out = np.empty((n, m, k), dtype=np.float32)
+    if n == 0 or k == 0 or m == 0:
+        return out
+    s = 0
+    while s < n:
+        # grow the block while rows x distinct candidates fits the scratch budget
+        e = min(n, s + max(1, block_bytes // max(1, 4 * m * max(k, 1) * 4)))
+        uniq, inv = np.unique(np.maximum(cand[s:e], 0), return_inverse=True)
+        while e - s > 1 and 4 * (e - s) * m * len(uniq) > block_bytes:
+            e = s + max(1, (e - s) // 2)
+            uniq, inv = np.unique(np.maximum(cand[s:e], 0), return_inverse=True)
+        r = rows[s:e]
+        left = np.asarray(vectors[np.maximum(r, 0).ravel()], dtype=np.float32)
+        right = np.asarray(vectors[uniq], dtype=np.float32)
+        sims = (left @ right.T).reshape(e - s, m, len(uniq))
+        block = np.take_along_axis(sims, inv.reshape(e - s, 1, k), axis=2)
+        block[np.broadcast_to((r < 0)[:, :, None], block.shape)] = np.nan
+        out[s:e] = block
+        s = e
+    return out

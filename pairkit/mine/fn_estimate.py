@@ -1,0 +1,92 @@
+"""How far to trust a run's false-negative flags, without labels.
+
+The other views of an anchor's source are known positives: hide that they share
+a source, offer them to the rules as if they were candidate negatives, and count
+how many the rules flag. That is the rules' **recall on known positives** (an
+optimistic proxy of their recall on same-class negatives: another view of the
+same image is easier to recognise than another image of the same class).
+Recall alone can be bought by flagging everything, so the same rules are also
+run on **random pairs** (anchor, uniformly drawn item): the share flagged there
+is what the rules remove from a random sample, about the share of same-class
+pairs when they are precise (1/C for C balanced classes), much more when they
+over-flag. When the store has labels, the share of random pairs that share a
+label is reported next to it for comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from pairkit.mine.fn_context import FnContext, label_codes, source_views
+
+
+def estimate_quality(ctx: FnContext, config: Any, *, sample: int = 2000,
+                     seed: int = 0) -> dict[str, Any]:
+    """Label-free quality figures of ``config``'s rules on this store.
+
+    Returns a dict: ``anchors`` (sampled anchors with another view), ``hidden_positive_recall``
+    (share of their other views flagged; None without multi-view sources),
+    ``random_pair_flag_rate`` (share of random pairs flagged), and with labels
+    ``random_pair_same_label`` (share of those random pairs sharing a label).
+    """
+    from pairkit.mine.false_negatives import flag_false_negatives
+
+    rng = np.random.default_rng([seed, 17])
+    n = ctx.count
+    out: dict[str, Any] = {"anchors": 0, "hidden_positive_recall": None,
+                           "random_pair_flag_rate": None}
+    if n < 2:
+        return out
+    # rules judge by similarity only: the label rule would "find" what labels say
+    judged = tuple(r for r in config.rules if r != "label")
+    if not judged:
+        return out
+    cfg = replace(config, rules=judged)
+    views = source_views(ctx)[ctx.sources]  # (N, v): every row's source's rows
+    multi = np.flatnonzero((views >= 0).sum(axis=1) > 1)
+    if len(multi):
+        anchors = np.sort(rng.choice(multi, size=min(sample, len(multi)), replace=False))
+        others = views[anchors]
+        cand = np.where(others == anchors[:, None], -1, others)
+        hidden = _hidden(ctx)
+        scores = _scores(ctx.vectors, anchors, cand)
+        empty = [np.zeros(0, np.int64)] * len(anchors)
+        flags, _ = flag_false_negatives(hidden, anchors, cand, scores,
+                                        np.full(len(anchors), np.nan, np.float32), cfg, empty)
+        valid = cand >= 0
+        out["anchors"] = int(len(anchors))
+        out["hidden_positive_recall"] = round(float(flags[valid].mean()), 4)
+    m = min(sample, n)
+    anchors = np.sort(rng.choice(n, size=m, replace=False))
+    other = rng.integers(0, n, size=(m, 1))
+    other = np.where(ctx.sources[other[:, 0]] == ctx.sources[anchors], -1, other[:, 0])[:, None]
+    scores = _scores(ctx.vectors, anchors, other)
+    flags, _ = flag_false_negatives(ctx, anchors, other, scores,
+                                    np.full(m, np.nan, np.float32), cfg)
+    valid = other >= 0
+    out["random_pair_flag_rate"] = round(float(flags[valid].mean()), 4) if valid.any() else None
+    codes = label_codes(ctx)
+    if codes is not None:
+        a, b = codes[anchors][valid[:, 0]], codes[np.maximum(other[:, 0], 0)][valid[:, 0]]
+        both = (a >= 0) & (b >= 0)
+        if both.any():
+            out["random_pair_same_label"] = round(float((a[both] == b[both]).mean()), 4)
+    return out
+
+
+def _scores(vectors: np.ndarray, anchors: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    x = vectors[anchors]
+    sims = np.einsum("nd,nkd->nk", x, vectors[np.maximum(cand, 0)]).astype(np.float32)
+    return np.where(cand >= 0, sims, -np.inf).astype(np.float32)
+
+
+def _hidden(ctx: FnContext) -> FnContext:
+    """The context with every row its own source (so rules can't see shared sources),
+    sharing everything else that was computed. Near-duplicate groups are built per
+    source, so here the near-duplicate rule compares each pair with its threshold."""
+    cache = {**ctx.cache, "pairwise_near_duplicates": True}
+    return replace(ctx, sources=np.arange(ctx.count, dtype=np.int64), source_views=None,
+                   groups=None, cache=cache)

@@ -1,0 +1,120 @@
+"""The cluster rule: consensus of k-means runs, the stable cluster count, the PCA it
+clusters in, and the mining path that skips the anchor's own clusters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pairkit.mine.clusters import adjusted_rand_index, pca_reduce, stable_cluster_count
+from pairkit.mine.false_negatives import FalseNegativeConfig, build_context
+
+
+def blobs(k: int, per: int, d: int, spread: float = 0.15, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(k, d))
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    x = np.repeat(centers, per, axis=0) + spread * rng.normal(size=(k * per, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_adjusted_rand_index_matches_sklearn():
+    from sklearn.metrics import adjusted_rand_score
+
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        a, b = rng.integers(0, 5, 200), rng.integers(0, 7, 200)
+        b[:120] = a[:120]
+        assert adjusted_rand_index(a, b) == pytest.approx(adjusted_rand_score(a, b), abs=1e-12)
+    assert adjusted_rand_index([0, 0, 1, 1], [5, 5, 2, 2]) == 1.0
+
+
+@pytest.mark.parametrize("k", [6, 11])
+def test_stable_cluster_count_finds_the_blobs(k):
+    x = blobs(k, 60, 24, spread=0.08, seed=k)
+    best, table = stable_cluster_count(x, grid=(4, 6, 8, 11, 16), runs=3, seed=0)
+    assert best == k, table
+    assert table[k] > 0.9
+
+
+def test_pca_reduce_spans_the_leading_components():
+    rng = np.random.default_rng(4)
+    basis = np.linalg.qr(rng.normal(size=(64, 3)))[0]  # data near a 3-d subspace
+    x = (rng.normal(size=(500, 3)) * [5.0, 3.0, 2.0]) @ basis.T
+    x = (x + 0.01 * rng.normal(size=(500, 64)) + 0.3).astype(np.float32)
+    c = x - x.mean(0)
+    vt = np.linalg.svd(c, full_matrices=False)[2][:3]  # exact PCA, the reference
+    ref = c @ vt.T
+    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+    for sample, tol in ((20_000, 0.02), (400, 0.1)):  # fitted on all rows, on a sample
+        z = pca_reduce(x, 3, sample=sample, seed=0)
+        assert z.shape == (500, 3)
+        np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0, atol=1e-5)
+        # same subspace: z = ref @ R for an orthogonal R (rows share their norms)
+        r, *_ = np.linalg.lstsq(ref, z, rcond=None)
+        np.testing.assert_allclose(ref @ r, z, atol=tol)
+        np.testing.assert_allclose(r @ r.T, np.eye(3), atol=tol)
+
+
+def test_consensus_flags_any_shared_run_and_auto_k_is_recorded():
+    x = blobs(4, 40, 12, spread=0.1)
+    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=3)
+    ctx = build_context(x, None, np.arange(len(x)), cfg, seed=0)
+    assert ctx.cluster_assign.shape == (3, len(x))
+    assert ctx.cluster_info["auto"] and ctx.cluster_info["k"] == [4]
+    truth = np.repeat(np.arange(4), 40)
+    for run in ctx.cluster_assign:
+        assert adjusted_rand_index(run, truth) == 1.0
+
+
+def _store_with_blobs(tmp_path, labels: bool):
+    from pairkit.core.store import write_store
+
+    rng = np.random.default_rng(5)
+    base = blobs(5, 30, 16, spread=0.25, seed=5)
+    views = np.concatenate([base, base + 0.05 * rng.normal(size=base.shape)]).astype(np.float32)
+    views /= np.linalg.norm(views, axis=1, keepdims=True)
+    n = len(base)
+    items = pd.DataFrame({"path": [f"s{i % n}.png" for i in range(2 * n)],
+                          "source": [f"s{i % n}.png" for i in range(2 * n)],
+                          "view": [i // n for i in range(2 * n)],
+                          "label": [f"c{(i % n) // 30}" if labels else None
+                                    for i in range(2 * n)]})
+    return write_store(tmp_path / "store", views, items, encoder={"name": "blobs"})
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_mining_that_skips_own_clusters_equals_full_search(tmp_path, monkeypatch, kind):
+    """The outside search is an optimisation only: with exact search the table is the
+    one a full search plus the cluster flags gives (and with IVF it keeps the rule)."""
+    from pairkit.mine import hard_negatives as hn
+
+    store = _store_with_blobs(tmp_path, labels=False)
+    cfg = hn.MineConfig(num_negatives=4, hard=True)
+    fcfg = FalseNegativeConfig(rules=("near-duplicate", "cluster"), cluster_ks=(5,),
+                               cluster_runs=3)
+    idx = hn.IndexOptions(kind=kind, nlist=4 if kind == "ivf" else None,
+                          nprobe=4 if kind == "ivf" else None)
+    fast, stats = hn.mine_store(store, "instance", cfg, idx, fcfg)
+    assert "not searched" in stats["index"]
+    monkeypatch.setattr(hn, "outside_parts", lambda *a: None)
+    slow, stats2 = hn.mine_store(store, "instance", cfg, idx, fcfg)
+    assert "not searched" not in stats2["index"]
+    cols = ["anchor_id", "positive_id", "negative_id", "neg_rank"]
+    pd.testing.assert_frame_equal(fast[cols].reset_index(drop=True),
+                                  slow[cols].reset_index(drop=True))
+    np.testing.assert_allclose(fast["neg_score"], slow["neg_score"], atol=1e-6)
+
+
+def test_outside_search_off_when_labels_decide(tmp_path):
+    from pairkit.mine import hard_negatives as hn
+
+    store = _store_with_blobs(tmp_path, labels=True)
+    cfg = hn.MineConfig(num_negatives=3, hard=True)
+    _, stats = hn.mine_store(store, "instance", cfg, None, FalseNegativeConfig(cluster_runs=2))
+    assert "not searched" not in stats["index"]
+    keep = hn.MineConfig(num_negatives=3, hard=True, keep_flagged=True)
+    fcfg = FalseNegativeConfig(rules=("cluster",), cluster_ks=(5,))
+    _, stats = hn.mine_store(store, "instance", keep, None, fcfg)
+    assert "not searched" not in stats["index"]
