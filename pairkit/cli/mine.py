@@ -74,10 +74,13 @@ def mine(
     fn_near_dup_threshold: float | None = typer.Option(
         None, "--fn-near-dup-threshold",
         help="near-duplicate rule: cosine (default: dedup's, 0.965)."),
-    fn_cluster_sizes: str | None = typer.Option(
-        None, "--fn-cluster-sizes", help="cluster rule: mean cluster sizes (default 64,128,256)."),
+    fn_cluster_k: str | None = typer.Option(
+        None, "--fn-cluster-k",
+        help="cluster rule: clusters per k-means run, auto (the most stable count) or N[,N..]."),
+    fn_cluster_runs: int | None = typer.Option(
+        None, "--fn-cluster-runs", help="cluster rule: seeded k-means runs per count (5)."),
     fn_cluster_votes: int | None = typer.Option(
-        None, "--fn-cluster-votes", help="cluster rule: granularities that must agree (2)."),
+        None, "--fn-cluster-votes", help="cluster rule: runs that must put both together (1)."),
     fn_support_threshold: float | None = typer.Option(
         None, "--fn-support-threshold", help="support rule: similarity threshold (0.5)."),
     fn_support_aggregate: str | None = typer.Option(
@@ -111,7 +114,8 @@ def mine(
             ("--fn-rules", fn_rules), ("--keep-flagged", keep_flagged or None),
             ("--fn-mode", None if fn_mode == "eliminate" else fn_mode),
             ("--fn-margin", fn_margin), ("--fn-near-dup-threshold", fn_near_dup_threshold),
-            ("--fn-cluster-sizes", fn_cluster_sizes), ("--fn-cluster-votes", fn_cluster_votes),
+            ("--fn-cluster-k", fn_cluster_k), ("--fn-cluster-runs", fn_cluster_runs),
+            ("--fn-cluster-votes", fn_cluster_votes),
             ("--fn-support-threshold", fn_support_threshold),
             ("--fn-support-aggregate", fn_support_aggregate),
             ("--fn-community-neighbors", fn_community_neighbors)) if v is not None]
@@ -136,7 +140,8 @@ def mine(
         fn_config = _fn_config(
             filter_fn, fn_rules, margin=fn_margin, near_duplicate_threshold=fn_near_dup_threshold,
             cluster_votes=fn_cluster_votes, support_threshold=fn_support_threshold,
-            support_aggregate=fn_support_aggregate, cluster_sizes=fn_cluster_sizes,
+            support_aggregate=fn_support_aggregate, cluster_k=fn_cluster_k,
+            cluster_runs=fn_cluster_runs,
             community_neighbors=fn_community_neighbors)
         try:
             _run(store, output, relation, fmt, cfg, idx, fn_config, stats_path, force, quiet)
@@ -149,7 +154,7 @@ def mine(
             os.dup2(devnull, sys.stdout.fileno())
 
 
-def _fn_config(filter_fn: bool, rules: str | None, cluster_sizes: str | None,
+def _fn_config(filter_fn: bool, rules: str | None, cluster_k: str | None,
                **params: Any) -> Any:
     """The FalseNegativeConfig for the --fn-* options (None without filtering)."""
     if not filter_fn:
@@ -160,8 +165,8 @@ def _fn_config(filter_fn: bool, rules: str | None, cluster_sizes: str | None,
     fields: dict[str, Any] = {k: v for k, v in params.items() if v is not None}
     if rules is not None:
         fields["rules"] = parse_rules(rules)
-    if cluster_sizes is not None:
-        fields["cluster_sizes"] = tuple(parse_int_list(cluster_sizes, "--fn-cluster-sizes"))
+    if cluster_k is not None and cluster_k.strip().lower() != "auto":
+        fields["cluster_ks"] = tuple(parse_int_list(cluster_k, "--fn-cluster-k"))
     return FalseNegativeConfig(**fields)
 
 
