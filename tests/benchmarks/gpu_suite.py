@@ -420,21 +420,24 @@ def write_store(root: Path, centres: Any, n_src: int, views: int, prefix: str, g
 
     prepare_store_dir(root, force=True)
     writer = StoreWriter.create(root, int(centres.shape[1]), "float16", {"name": "gpu-suite"})
-    step = 131072 // views
-    for s0 in range(0, n_src, step):
+    d = int(centres.shape[1])
+    vecs = np.empty((n_src * views, d), dtype=np.float32)
+    cluster = np.empty(n_src, dtype=np.int64)
+    step = 131072
+    for s0 in range(0, n_src, step):  # generated on the device in blocks
         m = min(step, n_src - s0)
         c = torch.randint(0, len(centres), (m,), generator=g, device=dev)
-        base = centres[c] + 0.7 * torch.randn(m, centres.shape[1], generator=g, device=dev)
+        base = centres[c] + 0.7 * torch.randn(m, d, generator=g, device=dev)
         rows = torch.stack([base + 0.3 * torch.randn(base.shape, generator=g, device=dev)
-                            for _ in range(views)], dim=1).reshape(m * views, -1)
-        rows = torch.nn.functional.normalize(rows, dim=1).cpu().numpy()
-        src = np.repeat(np.arange(s0, s0 + m), views)
-        names = [f"{prefix}{i}.jpg" for i in src]
-        labels = np.repeat(c.cpu().numpy(), views)
-        items = pd.DataFrame({"path": names, "source": names,
-                              "view": np.tile(np.arange(views), m),
-                              "label": [f"c{v}" for v in labels]})
-        writer.append(rows, items)
+                            for _ in range(views)], dim=1).reshape(m * views, d)
+        vecs[s0 * views : (s0 + m) * views] = rows.cpu().numpy()
+        cluster[s0 : s0 + m] = c.cpu().numpy()
+    names = np.char.add(np.char.add(prefix, np.repeat(np.arange(n_src), views).astype(str)),
+                        ".jpg").astype(object)
+    labels = np.char.add("c", np.repeat(cluster, views).astype(str)).astype(object)
+    items = pd.DataFrame({"path": names, "source": names,
+                          "view": np.tile(np.arange(views), n_src), "label": labels})
+    writer.append(vecs, items)  # one shard: the items table is written once
 
 
 # mine ----------------------------------------------------------------------------------
