@@ -382,7 +382,7 @@ def _pil_pipeline_rate(files: list, pre: Any, dev: str, batch: int) -> float:
         num_workers=workers, collate_fn=_collate,
         worker_init_fn=_worker_init if workers else None)
     t = time.perf_counter()
-    n = sum(len(b) for b in loader)
+    n = sum(len(b[0]) + len(b[1]) for b in loader)
     return n / (time.perf_counter() - t)
 
 
