@@ -364,7 +364,6 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
                   identity: dict[str, Any], device: str, t0: float) -> EmbedSummary:
     """The rest of :func:`embed_folder`, under the store's writer lock."""
     import pandas as pd
-    import torch
 
     cfg_store = Path(cfg.store)
     writer: StoreWriter | None = None

@@ -693,7 +693,7 @@ def outside_parts(ctx: Any, fn_config: Any, config: MineConfig) -> np.ndarray | 
 
 
 def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptions,
-                      seed: int, where: Any = None) -> tuple[Any, str]:
+                      seed: int, engine: Any = None) -> tuple[Any, str]:
     """An anchor searcher that skips the anchor's own clusters. Exact (``flat``, and
     ``auto`` on a small store): rows sharing a cluster with the anchor in any run are
     masked out of one exact search. Approximate kinds: one index per cluster of the
@@ -715,7 +715,7 @@ def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptio
         sub_kind = kind if kind == "flat" or len(sub) > 4096 else "flat"
         loaded = prepare_index(sub, sub_kind, nprobe=index.nprobe, ef_search=index.ef_search,
                                float16=index.float16, gpu=index.gpu, seed=seed,
-                               backend=where if where is not None else "auto")
+                               backend=engine if engine is not None else "auto")
         where.append("GPU" if loaded.gpu else "CPU")
         return loaded.searcher(sub, batch_size=index.batch_size)
 
