@@ -191,3 +191,21 @@ def test_decode_option_words() -> None:
         check_decode("nvjpeg")
     assert on_device("auto", "cuda:1") and not on_device("auto", "cpu")
     assert on_device("gpu", "cpu") and not on_device("cpu", "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU (the GPU suite runs this)")
+def test_nvjpeg_path_matches_pil_within_tolerance(tmp_path: Path) -> None:
+    """The real device path (nvjpeg + torch on CUDA) against PIL on the CPU."""
+    _folder(tmp_path / "img")
+    summary_a = embed_folder(EmbedConfig(images=tmp_path / "img", store=tmp_path / "pil",
+                                         model="pixels", views=3, device="cpu", decode="cpu",
+                                         batch_size=6, workers=0, dtype="float32"))
+    summary_b = embed_folder(EmbedConfig(images=tmp_path / "img", store=tmp_path / "gpu",
+                                         model="pixels", views=3, device="cuda", decode="gpu",
+                                         batch_size=6, dtype="float32"))
+    assert summary_a.images == summary_b.images == 8 and summary_b.decoded_on_device == 6
+    a, b = Store.open(tmp_path / "pil"), Store.open(tmp_path / "gpu")
+    assert a.items.drop(columns="id").equals(b.items.drop(columns="id"))
+    cos = np.einsum("nd,nd->n", a.vectors(), b.vectors())
+    views = a.items["view"].to_numpy()
+    assert cos.min() >= 0.99 and cos[views == 0].min() >= 0.995, cos.min()

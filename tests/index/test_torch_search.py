@@ -144,3 +144,41 @@ def test_range_search_blocks_torch_backend() -> None:
     a = {(i, j) for i, j in zip(*got[:2], strict=True) if far[i, j]}
     b = {(i, j) for i, j in zip(*ref[:2], strict=True) if far[i, j]}
     assert a == b
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="no CUDA GPU (the GPU suite runs this)")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cuda_search_and_ranges_match_brute_force(dtype: str) -> None:
+    base = _clustered(20000, 64, seed=7)
+    queries = base[::13]
+    index = TorchFlatIndex(base, device="cuda", dtype=dtype, query_block=512, base_block=4096)
+    scores, ids = index.search(queries, 25)
+    ref_s, ref_i = brute_force(queries, base, 25)
+    np.testing.assert_array_equal(ids, ref_i)
+    np.testing.assert_allclose(scores, ref_s, atol=2e-6)
+    got = tuple(np.concatenate(p) for p in zip(*index.range_blocks(queries, 0.8), strict=True))
+    exact = queries.astype(np.float64) @ base.astype(np.float64).T
+    r, c = np.nonzero(exact >= 0.8 + 1e-6)
+    assert {(a, b) for a, b in zip(r, c, strict=True)} <= set(zip(*got[:2], strict=True))
+    assert (exact[got[0], got[1]] >= 0.8 - 1e-6).all()
+
+
+@pytest.mark.skipif(not _cuda(), reason="no CUDA GPU (the GPU suite runs this)")
+def test_cuda_kmeans_objective() -> None:
+    from pairkit.index.kmeans import torch_spherical_kmeans
+    from pairkit.mine.clusters import spherical_kmeans
+
+    x = _clustered(6000, 32, seed=8)
+    a, c = torch_spherical_kmeans(x, 40, seed=0, device="cuda")
+    a2, c2 = spherical_kmeans(x, 40, seed=0)
+
+    def obj(a: np.ndarray, c: np.ndarray) -> float:
+        return float(np.mean(np.einsum("nd,nd->n", x, c[a])))
+
+    assert abs(obj(a, c) - obj(a2, c2)) <= 0.02 * obj(a2, c2)
