@@ -28,6 +28,7 @@ class DedupConfig:
     exact_only: bool
     batch_size: int
     device: str
+    backend: str = "auto"
 
 
 def dedup(
@@ -64,6 +65,10 @@ def dedup(
     ),
     batch_size: int = typer.Option(4096, "--batch-size", help="Query rows per search block."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda (FAISS GPU)."),
+    backend: str = typer.Option(
+        "auto", "--backend",
+        help="Search engine: auto (FAISS GPU indices when faiss-gpu sees a GPU, else the exact "
+        "torch search on CUDA when torch sees one, else FAISS on the CPU), faiss or torch."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
 ) -> None:
     """Find exact duplicates (file hash) and near-duplicates (embedding similarity).
@@ -81,7 +86,10 @@ def dedup(
             raise UsageError(f"--batch-size must be >= 1, got {batch_size}")
         if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
             raise UsageError(f"--device must be auto, cpu or cuda, got {device}")
-        cfg = DedupConfig(store, threshold, keep, exact_only, batch_size, device)
+        from pairkit.index.backend import check_backend_text
+
+        cfg = DedupConfig(store, threshold, keep, exact_only, batch_size, device,
+                          check_backend_text(backend))
         t0 = time.perf_counter()
         table, summary = run_dedup(cfg, absolute)
         if drop:
@@ -144,6 +152,7 @@ def run_dedup(cfg: DedupConfig, absolute: bool) -> tuple[pd.DataFrame, dict[str,
         near=not cfg.exact_only,
         batch_size=cfg.batch_size,
         device=cfg.device,
+        backend=cfg.backend,
     )
     table = result.table
     ids = table["id"].to_numpy()

@@ -40,6 +40,11 @@ def embed(
         None, "--workers", help="Decoding processes (default: 0 on <=2 CPUs, more beside a GPU)."
     ),
     dtype: str = typer.Option("float16", "--dtype", help="Storage dtype: float16 or float32."),
+    decode: str = typer.Option(
+        "auto", "--decode",
+        help="Where JPEGs are decoded and views rendered: gpu (nvjpeg + torch on --device; "
+        "on a CPU device torchvision's decoder), cpu (PIL in workers), auto (gpu on CUDA). "
+        "PNG, WebP, CMYK, EXIF-rotated and broken files always take the PIL path."),
     shard_rows: int = typer.Option(8192, "--shard-rows", help="Rows per shard (resume unit)."),
     max_file_bytes: int = typer.Option(
         256 << 20, "--max-file-bytes",
@@ -52,9 +57,12 @@ def embed(
 
     Example: pairkit embed photos/ -o store --model pixels --views 2 --labels folder
     """
-    from pairkit.encode.embedder import EmbedConfig, embed_folder, summary_dict
-
     with user_errors():
+        from pairkit.encode.device_pipeline import check_decode
+
+        check_decode(decode)  # before the heavy imports
+        from pairkit.encode.embedder import EmbedConfig, embed_folder, summary_dict
+
         cfg = EmbedConfig(
             images=images,
             store=output,
@@ -69,6 +77,7 @@ def embed(
             batch_size=batch_size,
             workers=workers,
             dtype=dtype,
+            decode=decode,
             force=force,
             shard_rows=max(1, shard_rows),
             max_file_bytes=max_file_bytes,

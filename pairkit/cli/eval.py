@@ -119,6 +119,10 @@ def eval_store(
     gpu: bool | None = typer.Option(
         None, "--gpu/--no-gpu", help="FAISS search on all GPUs (default: when FAISS sees one)."),
     batch_size: int = typer.Option(4096, "--batch-size", help="Queries per search block."),
+    backend: str = typer.Option(
+        "auto", "--backend",
+        help="Search engine: auto (FAISS GPU indices when faiss-gpu sees a GPU, else the exact "
+        "torch search on CUDA when torch sees one, else FAISS on the CPU), faiss or torch."),
     plot: Path | None = typer.Option(None, "--plot", help="Folder for PNG histograms and map."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing PNGs in --plot."),
     json_out: bool = typer.Option(False, "--json", help="Print the metrics as JSON on stdout."),
@@ -131,6 +135,9 @@ def eval_store(
     from pairkit.errors import UsageError
 
     with user_errors():
+        from pairkit.index.backend import check_backend_text
+
+        check_backend_text(backend)
         if against is not None and test_fraction is not None:
             raise UsageError("--against and --test-fraction exclude each other")
         if compare and head is None:
@@ -153,6 +160,7 @@ def eval_store(
             seed=seed,
             device=device,
             gpu=gpu,
+            backend=backend,
             block_rows=batch_size,
             collect_scores=True,
         )

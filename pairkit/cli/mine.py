@@ -58,6 +58,10 @@ def mine(
         None, "--gpu/--no-gpu", help="FAISS on all visible GPUs (default: when FAISS sees one)."),
     float16: bool = typer.Option(False, "--float16", help="Store index vectors in float16."),
     batch_size: int = typer.Option(16384, "--batch-size", help="Anchors per search batch."),
+    backend: str = typer.Option(
+        "auto", "--backend",
+        help="Search engine: auto (FAISS GPU indices when faiss-gpu sees a GPU, else the exact "
+        "torch search on CUDA when torch sees one, else FAISS on the CPU), faiss or torch."),
     filter_fn: bool = typer.Option(
         False, "--filter-false-negatives", help="Flag likely false negatives among candidates."),
     fn_rules: str | None = typer.Option(
@@ -101,6 +105,9 @@ def mine(
     from pairkit.errors import UsageError
 
     with user_errors():
+        from pairkit.index.backend import check_backend_text
+
+        check_backend_text(backend)
         if not hard:
             for name, value in (("--range-min", range_min), ("--range-max", range_max),
                                 ("--sampling", sampling),
@@ -136,7 +143,8 @@ def mine(
             positive=positive, max_positives=max_positives, seed=seed, batch_size=batch_size,
             fn_mode=fn_mode, keep_flagged=keep_flagged)
         idx = IndexOptions(kind=index, nprobe=nprobe, ef_search=ef_search, nlist=nlist,
-                           exact_max_rows=exact_max_rows, gpu=gpu, float16=float16)
+                           exact_max_rows=exact_max_rows, gpu=gpu, float16=float16,
+                           backend=backend)
         fn_config = _fn_config(
             filter_fn, fn_rules, margin=fn_margin, near_duplicate_threshold=fn_near_dup_threshold,
             cluster_votes=fn_cluster_votes, support_threshold=fn_support_threshold,

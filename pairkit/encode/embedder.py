@@ -6,9 +6,11 @@ reader (DataLoader workers: read, hash, decode, render views as uint8)
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,7 @@ class EmbedConfig:
     shard_rows: int = 8192
     shard_seconds: float = 120.0
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    decode: str = "auto"  # auto | cpu | gpu (pairkit.encode.device_pipeline)
 
 
 @dataclass
@@ -74,6 +77,7 @@ class EmbedSummary:
     loop_seconds: float = 0.0  # decoding + encoding + writing only
     device: str = "cpu"
     store_rows: int = 0
+    decoded_on_device: int = 0  # images decoded by the device pipeline (--decode gpu/auto)
     errors: list[dict[str, str]] = field(default_factory=list)
 
     @property
@@ -125,6 +129,9 @@ def _check_config(cfg: EmbedConfig) -> None:
         raise PairkitError(f"--max-file-bytes must be >= 1, got {cfg.max_file_bytes}")
     if cfg.dtype not in ("float16", "float32"):
         raise PairkitError(f"--dtype must be float16 or float32, got {cfg.dtype}")
+    from pairkit.encode.device_pipeline import check_decode
+
+    check_decode(cfg.decode)
 
 
 def resolve_labels(
@@ -192,8 +199,18 @@ class _SourceDataset:
             return i, None, None, f"can't decode ({type(exc).__name__}: {exc})"
 
 
-def _collate(batch: list[Any]) -> list[Any]:
-    return batch
+def _collate(batch: list[Any]) -> tuple[list[tuple[int, str]], list[tuple[int, str]], Any]:
+    """One batch of :class:`_SourceDataset` items -> ``(ok, errors, pixels)``: (index,
+    sha256) and (index, reason) lists and one uint8 tensor of all views (None when none).
+
+    Runs in the worker: one tensor per batch crosses to the main process through shared
+    memory, instead of one pickled array per image."""
+    import torch
+
+    ok = [(i, digest) for i, _, digest, err in batch if err is None]
+    errors = [(i, err) for i, _, _, err in batch if err is not None]
+    arrays = [arr for _, arr, _, err in batch if err is None]
+    return ok, errors, torch.from_numpy(np.concatenate(arrays)) if arrays else None
 
 
 def _worker_init(_: int) -> None:
@@ -287,12 +304,17 @@ class _Runner:
         self.precision = precision
         self.amp_dtype = autocast_dtype(precision)
 
-    def __call__(self, pixels: np.ndarray) -> np.ndarray:
+    def __call__(self, pixels: Any) -> np.ndarray:
+        """Embeddings (B, dim) float32 of uint8 pixels (B, 3, S, S): a numpy array, or a
+        tensor already on the device (the device pipeline's)."""
         import torch
 
-        x = torch.from_numpy(pixels)
-        if self.device.type == "cuda":
-            x = x.pin_memory().to(self.device, non_blocking=True)
+        if isinstance(pixels, np.ndarray):
+            x = torch.from_numpy(pixels)
+            if self.device.type == "cuda":
+                x = x.pin_memory().to(self.device, non_blocking=True)
+        else:
+            x = pixels.to(self.device)
         x = (x.float() - self.mean) / self.std
         dtype = self.amp_dtype
         with torch.inference_mode(), torch.autocast(
@@ -342,7 +364,6 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
                   identity: dict[str, Any], device: str, t0: float) -> EmbedSummary:
     """The rest of :func:`embed_folder`, under the store's writer lock."""
     import pandas as pd
-    import torch
 
     cfg_store = Path(cfg.store)
     writer: StoreWriter | None = None
@@ -398,18 +419,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
     )
     runner = _Runner(encoder, device, cfg.precision)
 
-    workers = default_workers(device) if cfg.workers is None else cfg.workers
     per_batch = max(1, cfg.batch_size // cfg.views)
-    dataset = _SourceDataset(todo, cfg.views, encoder.preprocess, cfg.seed, cfg.max_file_bytes)
-    loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_sampler=_batches(len(todo), per_batch),
-        num_workers=workers,
-        collate_fn=_collate,
-        worker_init_fn=_worker_init if workers else None,
-        prefetch_factor=4 if workers else None,
-        persistent_workers=False,
-    )
 
     pending_vecs: list[np.ndarray] = []
     pending_items: list[dict[str, Any]] = []
@@ -426,27 +436,29 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
 
     hook.start(len(todo), "embedding")
     t_loop = time.perf_counter()
-    for batch in (loader if workers else _prefetch(loader)):
-        ok = [(i, arr, digest) for i, arr, digest, err in batch if err is None]
-        for i, _, _, err in batch:
-            if err is not None:
+    with _batch_source(cfg, todo, encoder, device, per_batch) as batches:
+        for prep in batches:
+            for i, err in prep.errors:
                 errors.append({"path": todo[i].path, "reason": err})
-        if ok:
-            pixels = np.concatenate([arr for _, arr, _ in ok])
-            pending_vecs.append(runner(pixels))
-            for i, _, digest in ok:
-                f = todo[i]
-                for v in range(cfg.views):
-                    pending_items.append({"path": f.path, "source": f.path, "view": v,
-                                          "label": labels.get(f.path), "file_sha256": digest})
-            pending_rows += len(pixels)
-            summary.images += len(ok)
-            summary.views += len(pixels)
-        hook.advance(len(batch))
-        if pending_rows >= cfg.shard_rows or (
-            pending_rows and time.perf_counter() - last_flush > cfg.shard_seconds
-        ):
-            flush()
+            if prep.ok:
+                if not isinstance(prep.pixels, np.ndarray):
+                    _keep_until_used(prep.pixels)
+                pending_vecs.append(runner(prep.pixels))
+                for i, digest in prep.ok:
+                    f = todo[i]
+                    for v in range(cfg.views):
+                        pending_items.append({"path": f.path, "source": f.path, "view": v,
+                                              "label": labels.get(f.path),
+                                              "file_sha256": digest})
+                pending_rows += len(prep.ok) * cfg.views
+                summary.images += len(prep.ok)
+                summary.views += len(prep.ok) * cfg.views
+                summary.decoded_on_device += prep.on_device
+            hook.advance(len(prep.ok) + len(prep.errors))
+            if pending_rows >= cfg.shard_rows or (
+                pending_rows and time.perf_counter() - last_flush > cfg.shard_seconds
+            ):
+                flush()
     flush()
     summary.loop_seconds = time.perf_counter() - t_loop
     writer.set_errors(errors)
@@ -462,6 +474,61 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
     return summary
 
 
+@contextlib.contextmanager
+def _batch_source(cfg: EmbedConfig, todo: list[ImageFile], encoder: Encoder, device: str,
+                  per_batch: int) -> Iterator[Iterator[Any]]:
+    """The batches of the loop (:class:`~pairkit.encode.device_pipeline.Prepared`): the
+    device pipeline for ``--decode gpu`` (and auto on CUDA), else PIL in DataLoader
+    workers (or a background thread when there are none)."""
+    import torch
+
+    from pairkit.encode.device_pipeline import DevicePipeline, Prepared, on_device
+
+    index_batches = _batches(len(todo), per_batch)
+    if on_device(cfg.decode, device):
+        readers = cfg.workers or default_readers()
+        decode_on = "cuda" if device == "cuda" else device
+        with DevicePipeline(todo, cfg.views, encoder.preprocess, cfg.seed, decode_on,
+                            readers, cfg.max_file_bytes) as pipeline:
+            batches = _prefetch(pipeline.batches(index_batches))
+            try:
+                yield batches
+            finally:
+                batches.close()  # stop the decoding thread before the readers go
+        return
+    workers = default_workers(device) if cfg.workers is None else cfg.workers
+    dataset = _SourceDataset(todo, cfg.views, encoder.preprocess, cfg.seed, cfg.max_file_bytes)
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_sampler=index_batches,
+        num_workers=workers,
+        collate_fn=_collate,
+        worker_init_fn=_worker_init if workers else None,
+        prefetch_factor=4 if workers else None,
+        persistent_workers=False,
+    )
+
+    def prepared(batch: tuple[Any, Any, Any]) -> Prepared:
+        ok, errors, pixels = batch
+        return Prepared(ok=ok, errors=errors, pixels=None if pixels is None else pixels.numpy())
+
+    yield (prepared(b) for b in (loader if workers else _prefetch(loader)))
+
+
+def default_readers() -> int:
+    """Reader threads of the device pipeline: up to 8, one core left to the main thread."""
+    return max(1, min(8, (os.cpu_count() or 1) - 1))
+
+
+def _keep_until_used(pixels: Any) -> None:
+    """A tensor made on the pipeline's CUDA stream is used on the current stream: tell the
+    caching allocator, so its memory is not reused before the encoder has read it."""
+    import torch
+
+    if pixels.is_cuda:
+        pixels.record_stream(torch.cuda.current_stream(pixels.device))
+
+
 def _run_record(cfg: EmbedConfig, s: EmbedSummary) -> dict[str, Any]:
     return {
         "images": s.images,
@@ -471,6 +538,8 @@ def _run_record(cfg: EmbedConfig, s: EmbedSummary) -> dict[str, Any]:
         "device": s.device,
         "batch_size": cfg.batch_size,
         "precision": cfg.precision,
+        "decode": cfg.decode,
+        "decoded_on_device": s.decoded_on_device,
     }
 
 

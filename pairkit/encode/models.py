@@ -120,8 +120,60 @@ def _apply_checkpoint(module: Any, path: str, what: str, identity: dict[str, Any
 # -- open_clip ---------------------------------------------------------------------
 
 
+# optional packages open_clip imports at import time, and the config key that needs each
+_OPEN_CLIP_OPTIONAL = {"transformers": ("text_cfg", "hf_model_name"),
+                       "timm": ("vision_cfg", "timm_model_name")}
+
+
+def import_open_clip(name: str) -> Any:
+    """``import open_clip`` without its optional imports of transformers and timm (seconds
+    of start-up, 11 s measured with transformers on one GPU host) unless the model
+    ``name`` needs them: a Hugging Face text tower or a timm vision tower, or a config
+    this function can't read (then everything is imported as usual)."""
+    import importlib
+    import sys
+
+    needed = _open_clip_needs(name)
+    if "open_clip" in sys.modules:
+        open_clip = sys.modules["open_clip"]
+        for module, package in (("hf_model", "transformers"), ("timm_model", "timm")):
+            sub = sys.modules.get(f"open_clip.{module}")
+            if package in needed and sub is not None and getattr(sub, package, 1) is None:
+                importlib.reload(sub)  # imported before without it
+        return open_clip
+    blocked = [m for m in _OPEN_CLIP_OPTIONAL if m not in needed and m not in sys.modules]
+    for m in blocked:
+        sys.modules[m] = None  # type: ignore[assignment]  # makes `import m` fail fast
+    try:
+        import open_clip
+    finally:
+        for m in blocked:
+            if sys.modules.get(m, 0) is None:
+                del sys.modules[m]
+    return open_clip
+
+
+def _open_clip_needs(name: str) -> set[str]:
+    """The optional packages open_clip model ``name`` needs, read from its config file in
+    the installed open_clip (without importing it); all of them when unreadable."""
+    import importlib.util
+    import json
+
+    everything = set(_OPEN_CLIP_OPTIONAL)
+    try:
+        spec = importlib.util.find_spec("open_clip")
+        origin = spec.origin if spec is not None else None
+        if origin is None:
+            return everything
+        cfg = json.loads((Path(origin).parent / "model_configs" / f"{name}.json").read_text())
+    except (OSError, ValueError, ImportError):
+        return everything
+    return {m for m, (part, key) in _OPEN_CLIP_OPTIONAL.items()
+            if key in (cfg.get(part) or {})}
+
+
 def _openclip(name: str, req: EncoderRequest) -> Encoder:
-    import open_clip
+    open_clip = import_open_clip(name)
 
     if not name:
         raise PairkitError("name the open_clip model: --model openclip/ViT-B-32")
@@ -170,7 +222,8 @@ def _openclip(name: str, req: EncoderRequest) -> Encoder:
         resize="squash" if cfg.get("resize_mode") == "squash" else "shortest",
     )
     visual = VisualOnly(model)
-    dim = _probe_dim(visual, size)
+    dim = getattr(model.visual, "output_dim", None)
+    dim = int(dim) if isinstance(dim, int) else _probe_dim(visual, size)
     return Encoder(name=what, dim=dim, preprocess=preprocess, module=visual, identity=identity)
 
 

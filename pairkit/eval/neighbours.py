@@ -47,12 +47,12 @@ class Exclusion:
         return extra
 
 
-def reference_index(blocks: Iterable[np.ndarray], gpu: bool | None = False) -> Any:
+def reference_index(blocks: Iterable[np.ndarray], gpu: bool | str | None = False) -> Any:
     """An exact inner-product index filled block by block (bounded extra memory).
 
     ``blocks`` yields (n_i, d) arrays in reference-row order. ``gpu``: True = put the
-    index on all GPUs (:func:`pairkit.index.build.to_gpu`), None = when FAISS sees
-    one. Returns the FAISS index, or None when there were no rows.
+    index on all GPUs (:func:`pairkit.index.build.to_gpu`), ``"cuda:N"`` on GPU N,
+    None = when FAISS sees one. Returns the FAISS index, or None when there were no rows.
     """
     index = None
     for block in blocks:
@@ -65,8 +65,8 @@ def reference_index(blocks: Iterable[np.ndarray], gpu: bool | None = False) -> A
     if index is not None and gpu is not False:
         from pairkit.index.build import to_gpu, use_gpu
 
-        if use_gpu(gpu):
-            index = to_gpu(index)
+        if use_gpu(None if gpu is None else True):
+            index = to_gpu(index, device=gpu if isinstance(gpu, str) else "cuda")
     return index
 
 

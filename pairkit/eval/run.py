@@ -46,6 +46,7 @@ class EvalConfig:
     seed: int = 0
     device: str = "cpu"
     gpu: bool | None = False  # FAISS search on GPUs: True, False, None = when present
+    backend: str = "auto"  # search engine: auto, faiss, torch (pairkit.index.backend)
     block_rows: int = 4096
     collect_scores: bool = False
 
@@ -229,8 +230,18 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
 
 
 def _index(x: np.ndarray, cfg: EvalConfig) -> object:
-    """Exact index over ``x``, filled in blocks of 65,536 rows (on GPUs per ``cfg.gpu``)."""
-    return reference_index((x[s : s + 65536] for s in range(0, len(x), 65536)), cfg.gpu)
+    """Exact index over ``x``: FAISS filled in blocks of 65,536 rows (on GPUs per
+    ``cfg.gpu``), or the torch search when ``cfg.backend`` resolves to it."""
+    from pairkit.index.backend import resolve_backend
+
+    device = {True: "cuda", False: "cpu", None: "auto"}[cfg.gpu]
+    where = resolve_backend(cfg.backend, device)
+    if where.name == "torch":
+        from pairkit.index.build import exact_index
+
+        return exact_index(x, where)
+    return reference_index((x[s : s + 65536] for s in range(0, len(x), 65536)),
+                           where.gpu and where.device)
 
 
 def _check_k(ks: tuple[int, ...], rks: tuple[int, ...], n: int, what: str) -> None:

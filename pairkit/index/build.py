@@ -15,7 +15,9 @@ Kinds (all inner product; on L2-normalised rows that is cosine similarity):
 GPU: when FAISS sees GPUs (and ``gpu`` is not False) a CPU-built index is cloned
 onto all visible GPUs, sharded (each GPU holds 1/n of the rows), optionally with
 float16 storage. FAISS GPU search handles k <= 2048 only; :func:`knn_search`
-falls back to a CPU copy above that.
+falls back to a CPU copy above that. When FAISS sees no GPU but torch does, or on
+request, the exact search runs in torch instead (``backend``, see
+:mod:`pairkit.index.backend` and :mod:`pairkit.index.torch_search`).
 
 A saved index lives in ``STORE/index/<kind>.faiss`` beside ``<kind>.json``,
 which records the store ``content_id`` it was built for and the sha256 and size of
@@ -44,7 +46,14 @@ from pairkit.core.integrity import (
     sha256_fd,
 )
 from pairkit.core.lock import writer_lock
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
+from pairkit.index.backend import (
+    CPU,
+    SearchBackend,
+    faiss_gpus,
+    resolve_backend,
+    torch_cuda_devices,
+)
 
 KINDS = ("flat", "ivf", "ivfpq", "hnsw")
 INDEX_CHOICES = ("auto", *KINDS)
@@ -212,8 +221,9 @@ def set_search_params(index: Any, spec: IndexSpec) -> None:
         faiss.downcast_index(index).hnsw.efSearch = int(spec.ef_search)
 
 
-def to_gpu(index: Any, float16: bool = False) -> Any:
-    """Clone a CPU index onto all visible GPUs, rows sharded across them.
+def to_gpu(index: Any, float16: bool = False, device: str = "cuda") -> Any:
+    """Clone a CPU index onto all visible GPUs (``device`` ``cuda``), rows sharded across
+    them, or onto GPU N alone (``cuda:N``).
 
     ``float16`` stores vectors (and IVF lists) in half precision on the GPUs.
     Returns the GPU index; HNSW has no GPU version and is returned unchanged.
@@ -225,10 +235,29 @@ def to_gpu(index: Any, float16: bool = False) -> Any:
     co = faiss.GpuMultipleClonerOptions()
     co.shard = True
     co.useFloat16 = bool(float16)
-    resources = [faiss.StandardGpuResources() for _ in range(faiss.get_num_gpus())]
-    gpu_index = faiss.index_cpu_to_gpu_multiple_py(resources, index, co)
+    gpus = list(range(faiss.get_num_gpus()))
+    if device.startswith("cuda:"):
+        gpus = [int(device[5:])]
+    resources = [faiss.StandardGpuResources() for _ in gpus]
+    gpu_index = faiss.index_cpu_to_gpu_multiple_py(resources, index, co, gpus=gpus)
     gpu_index.referenced_objects = resources  # the GPU resources must outlive the index
     return gpu_index
+
+
+def exact_index(vectors: np.ndarray, backend: SearchBackend | None = None) -> Any:
+    """An exact inner-product index over ``vectors`` (N, d) on ``backend`` (default: FAISS
+    on the CPU): a FAISS ``IndexFlatIP`` (cloned to the GPUs for faiss-gpu) or a
+    :class:`~pairkit.index.torch_search.TorchFlatIndex`. Every exact search of pairkit
+    that is not ``mine``'s main search (eval, k-means, kNN graphs) gets its index here."""
+    from pairkit.index.search import flat_index
+
+    backend = backend or CPU
+    if backend.name == "torch":
+        from pairkit.index.torch_search import TorchFlatIndex
+
+        return TorchFlatIndex(vectors, device=backend.device)
+    index = flat_index(vectors)
+    return to_gpu(index, device=backend.device) if backend.gpu else index
 
 
 @dataclass
@@ -241,6 +270,7 @@ class LoadedIndex:
     gpu: bool = False
     reason: str = ""
     cpu_index: Any = field(default=None, repr=False)
+    backend: SearchBackend = CPU
 
     def searcher(self, vectors: np.ndarray, batch_size: int = 8192) -> Any:
         """``search(queries, k) -> (scores, ids)`` over this index, best first.
@@ -250,6 +280,8 @@ class LoadedIndex:
         """
         from pairkit.index.search import IvfListMajor, exact_scores, knn_search, sort_results
 
+        if self.backend.name == "torch":  # exact, ties by id, any k: nothing to add
+            return self.index.search
         lossy = is_lossy(self.spec)
         # many queries against IVF-Flat: list-major batches use BLAS (same results)
         target = IvfListMajor(self.index) if IvfListMajor.worthwhile(self.index) else self.index
@@ -271,6 +303,8 @@ class LoadedIndex:
 
     def describe(self) -> str:
         where = "GPU" if self.gpu else "CPU"
+        if self.backend.name == "torch":
+            where = f"{self.backend.device} (torch)"
         src = "built now" if self.origin == "built" else f"loaded from {self.origin}"
         text = f"{self.spec.describe()} on {where}, {src}"
         return f"{text} ({self.reason})" if self.reason else text
@@ -406,6 +440,19 @@ def _is_cpu(index: Any) -> bool:
     return "Gpu" not in type(index).__name__ and "IndexShards" not in type(index).__name__
 
 
+def search_backend(backend: str | SearchBackend = "auto", device: str | None = None,
+                   gpu: bool | None = None) -> SearchBackend:
+    """:func:`resolve_backend` of ``--backend`` and ``--device``; ``device`` None takes the
+    older ``--gpu/--no-gpu`` flag (None = auto). A resolved backend is returned as is."""
+    if isinstance(backend, SearchBackend):
+        return backend
+    if device is None:
+        if gpu is True and backend != "torch" and faiss_gpus() == 0 and not torch_cuda_devices():
+            raise PairkitError("--gpu was given but FAISS sees no GPU (use --no-gpu)")
+        device = {True: "cuda", False: "cpu", None: "auto"}[gpu]
+    return resolve_backend(backend, device)
+
+
 def prepare_index(
     vectors: np.ndarray,
     kind: str,
@@ -420,15 +467,25 @@ def prepare_index(
     float16: bool = False,
     gpu: bool | None = None,
     seed: int = 0,
+    backend: str | SearchBackend = "auto",
+    device: str | None = None,
 ) -> LoadedIndex:
     """Resolve ``kind`` (``auto`` too), reuse a saved index for these rows or build one.
 
-    Returns a :class:`LoadedIndex` placed on all GPUs when ``gpu`` (None = auto).
+    ``backend`` (auto, faiss, torch, or a resolved :class:`SearchBackend`) and ``device``
+    (auto, cpu, cuda, cuda:N; None: from the older ``gpu`` flag, None = auto) choose the
+    engine (:func:`search_backend`).
+    The torch backend searches exactly (``kind`` flat or auto) and needs no saved index.
+    Returns a :class:`LoadedIndex`; FAISS indices are placed on the GPUs when the backend
+    says so.
     """
     if kind not in INDEX_CHOICES:
         raise PairkitError(f"--index must be one of {', '.join(INDEX_CHOICES)}, got {kind}")
     n, dim = vectors.shape
-    on_gpu = use_gpu(gpu)
+    where = search_backend(backend, device, gpu)
+    if where.name == "torch":
+        return _torch_index(vectors, kind, where)
+    on_gpu = where.gpu
     reason = ""
     if kind == "auto":
         limit = exact_max_rows
@@ -454,6 +511,19 @@ def prepare_index(
         index = build_index(vectors, replace(spec, float16=spec.float16 and not on_gpu))
     cpu_index = index
     if on_gpu:
-        index = to_gpu(index, float16=spec.float16)
+        index = to_gpu(index, float16=spec.float16, device=where.device)
     return LoadedIndex(index=index, spec=spec, origin=origin, gpu=on_gpu and index is not
-                       cpu_index, reason=reason, cpu_index=cpu_index)
+                       cpu_index, reason=reason, cpu_index=cpu_index, backend=where)
+
+
+def _torch_index(vectors: np.ndarray, kind: str, where: SearchBackend) -> LoadedIndex:
+    """The exact torch search over ``vectors`` as a :class:`LoadedIndex`."""
+    from pairkit.index.torch_search import TorchFlatIndex
+
+    if kind not in ("auto", "flat"):
+        raise UsageError(f"the torch backend searches exactly: use --index flat or auto "
+                         f"(or --backend faiss for {kind}), got --index {kind}")
+    index = TorchFlatIndex(vectors, device=where.device)
+    reason = f"{'auto: ' if kind == 'auto' else ''}exact search, {where.reason}".rstrip(", ")
+    return LoadedIndex(index=index, spec=IndexSpec(kind="flat"), origin="built",
+                       gpu=where.gpu, reason=reason, backend=where)

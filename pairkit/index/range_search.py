@@ -13,6 +13,11 @@ Two methods give the same pairs (within float tolerance):
   FAISS GPU indices have no range search and cap k at 2048); a query whose
   k-th neighbour still reaches the threshold may have more, and is searched
   again exactly with the CPU range search. So the result never loses a pair.
+
+With the torch backend (``backend="torch"``, or ``auto`` when FAISS sees no GPU and
+torch does) the pairs come from :meth:`pairkit.index.torch_search.TorchFlatIndex.
+range_blocks`: a low-precision GEMM with the threshold lowered by its rounding bound,
+every candidate pair re-checked in float32 (same pairs, within float tolerance).
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ def range_search_blocks(
     method: str = "auto",
     device: str = "cpu",
     k: int = 256,
+    backend: str = "faiss",
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Yield the pairs with ``queries[i] . base[j] >= threshold``, one query block at a time.
 
@@ -78,7 +84,9 @@ def range_search_blocks(
     query id; within a query, order is unspecified. ``method``: ``range`` (CPU
     FAISS range search), ``knn`` (kNN with ``k`` per query plus an exact re-search
     of saturated queries), or ``auto`` (``knn`` on GPU, ``range`` on CPU).
-    ``device``: ``cpu``, ``cuda`` or ``auto`` (a GPU when FAISS sees one).
+    ``device``: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``; ``backend``: ``faiss``,
+    ``torch`` or ``auto`` (:func:`pairkit.index.backend.resolve_backend`; ``method`` is
+    FAISS's and does not apply to torch).
     """
     if method not in METHODS:
         raise PairkitError(f"method must be one of {', '.join(METHODS)}, got {method}")
@@ -95,9 +103,16 @@ def range_search_blocks(
         )
     if len(queries) == 0 or len(base) == 0:
         return
-    use_gpu = device.startswith("cuda") or (device == "auto" and gpu_count() > 0)
-    if use_gpu and gpu_count() == 0:
-        raise PairkitError("--device cuda: FAISS sees no GPU")
+    from pairkit.index.backend import resolve_backend
+
+    where = resolve_backend(backend, device)
+    if where.name == "torch":
+        from pairkit.index.torch_search import TorchFlatIndex
+
+        index = TorchFlatIndex(base, device=where.device)
+        yield from index.range_blocks(queries, threshold, batch_size)
+        return
+    use_gpu = where.gpu
     if method == "auto":
         method = "knn" if use_gpu else "range"
     if method == "range" and use_gpu:

@@ -99,6 +99,8 @@ def knn_search(
     """
     if isinstance(index, np.ndarray):
         index = flat_index(index)
+    if getattr(index, "exact_ties", False):  # the torch search: exact, ties by id, any k
+        return index.search(queries, k)
     nq = len(queries)
     scores = np.full((nq, k), -np.inf, dtype=np.float32)
     ids = np.full((nq, k), -1, dtype=np.int64)

@@ -3,10 +3,13 @@
 Spherical k-means assigns each L2-normalised row to the centroid of highest
 cosine similarity and re-normalises the centroids after each update, so the
 clusters are cones on the unit sphere (Dhillon & Modha 2001). A fixed seed makes
-the assignment reproducible.
+the assignment reproducible. With a torch search backend the same algorithm runs in
+torch on its device (:mod:`pairkit.index.kmeans`), as do the kNN graph's searches.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +22,7 @@ def spherical_kmeans(
     niter: int = 20,
     max_points_per_centroid: int = 256,
     block: int = 65_536,
+    backend: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Cluster L2-normalised ``vectors`` (N, d) into ``k`` cones.
 
@@ -29,7 +33,10 @@ def spherical_kmeans(
     start (one bad run in ten on four clean blobs with FAISS's random start);
     then ``niter`` Lloyd steps. Training uses at most ``max_points_per_centroid
     * k`` rows (a seeded sample); every row is then assigned, ``block`` rows at a
-    time. Deterministic for a seed.
+    time. Deterministic for a seed. ``backend``: a
+    :class:`pairkit.index.backend.SearchBackend`; ``torch`` runs the same steps in torch
+    on its device (:func:`pairkit.index.kmeans.torch_spherical_kmeans`: other random
+    draws, the same objective within a tolerance); None or FAISS: numpy here.
     """
     x = np.asarray(vectors, dtype=np.float32)
     n, d = x.shape
@@ -43,6 +50,11 @@ def spherical_kmeans(
         centroid = x.mean(axis=0, keepdims=True)
         centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
         return np.zeros(n, dtype=np.int64), centroid.astype(np.float32)
+    if backend is not None and backend.name == "torch":
+        from pairkit.index.kmeans import torch_spherical_kmeans
+
+        return torch_spherical_kmeans(x, k, seed=seed, niter=niter, device=backend.device,
+                                      max_points_per_centroid=max_points_per_centroid)
     train = x
     if n > max_points_per_centroid * k:
         train = x[np.sort(rng.choice(n, size=max_points_per_centroid * k, replace=False))]
@@ -99,20 +111,32 @@ def cluster_counts(n: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(min(n, max(2, round(n / s)))) for s in sizes)
 
 
+def _exact(vectors: np.ndarray, backend: Any) -> Any:
+    """The exact index of ``vectors`` on ``backend`` (the array itself for FAISS on CPU)."""
+    if backend is None or (backend.name == "faiss" and not backend.gpu):
+        return vectors
+    from pairkit.index.build import exact_index
+
+    return exact_index(vectors, backend)
+
+
 def knn_graph(
-    vectors: np.ndarray, sources: np.ndarray, m: int, *, batch_size: int = 8192
+    vectors: np.ndarray, sources: np.ndarray, m: int, *, batch_size: int = 8192,
+    backend: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's ``m`` nearest rows of *other* sources (exact inner product).
 
     Returns ``(ids, scores)`` of shape (N, m): int64 row ids (-1 padded where
-    fewer exist) and float32 similarities, best first.
+    fewer exist) and float32 similarities, best first. ``backend``: a
+    :class:`pairkit.index.backend.SearchBackend` (None: FAISS on the CPU).
     """
     from pairkit.index.search import knn_search
 
     sources = np.asarray(sources, dtype=np.int64)
     n = len(vectors)
     views = int(np.bincount(sources).max()) if n else 1
-    scores, ids = knn_search(vectors, vectors, min(n, m + views), batch_size=batch_size)
+    scores, ids = knn_search(vectors, _exact(vectors, backend), min(n, m + views),
+                             batch_size=batch_size)
     own = (ids < 0) | (sources[np.maximum(ids, 0)] == sources[:, None])
     order = np.argsort(own, axis=1, kind="stable")[:, :m]
     ids = np.take_along_axis(np.where(own, -1, ids), order, axis=1)
@@ -223,6 +247,7 @@ def stable_cluster_count(
     min_size: int = 10,
     seed: int = 0,
     niter: int = 20,
+    backend: Any = None,
 ) -> tuple[int, dict[int, float]]:
     """The number of spherical k-means clusters whose partition is most stable.
 
@@ -241,7 +266,8 @@ def stable_cluster_count(
     ks = [k for k in grid if k * min_size <= len(x)] or [max(2, min(grid[0], len(x) // 2))]
     table: dict[int, float] = {}
     for k in ks:
-        parts = [spherical_kmeans(x, k, seed=seed + 104729 * r + k, niter=niter)[0]
+        parts = [spherical_kmeans(x, k, seed=seed + 104729 * r + k, niter=niter,
+                                  backend=backend)[0]
                  for r in range(runs)]
         scores = [adjusted_rand_index(parts[i], parts[j])
                   for i in range(runs) for j in range(i + 1, runs)]

@@ -32,6 +32,7 @@ N x N.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -162,9 +163,12 @@ def build_context(
     file_sha256: np.ndarray | None = None,
     views: np.ndarray | None = None,
     neighbours: tuple[np.ndarray, np.ndarray] | None = None,
+    backend: Any = None,
 ) -> FnContext:
     """An :class:`FnContext` with what ``config``'s rules need computed (each rule's
-    ``prepare``); near-duplicate groups are computed on first use unless given."""
+    ``prepare``); near-duplicate groups are computed on first use unless given.
+    ``backend`` (a :class:`pairkit.index.backend.SearchBackend`; None: FAISS on the CPU)
+    runs the rules' searches and k-means."""
     from pairkit.index.search import as_float32
 
     vectors = as_float32(vectors)
@@ -188,7 +192,7 @@ def build_context(
         )
     ctx = FnContext(vectors=vectors, labels=labels, sources=sources, groups=groups,
                     file_sha256=file_sha256, views=None if views is None else np.asarray(views),
-                    seed=seed, neighbours=neighbours)
+                    seed=seed, neighbours=neighbours, backend=backend)
     for rule in config.rules:
         prepare = getattr(MODULES[rule], "prepare", None)
         if prepare is not None:

@@ -49,6 +49,7 @@ class FnContext:
     neighbours: tuple[np.ndarray, np.ndarray] | None = None  # (ids, scores), each (N, m)
     communities: np.ndarray | None = None  # (N,) int64
     cache: dict[str, Any] = field(default_factory=dict)
+    backend: Any = None  # pairkit.index.backend.SearchBackend of the searches; None: FAISS CPU
 
     @property
     def count(self) -> int:
@@ -124,6 +125,8 @@ def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.
             file_sha256=ctx.file_sha256,
             sources=ctx.sources,
             views=ctx.views,
+            **({} if ctx.backend is None else
+               {"device": ctx.backend.device, "backend": ctx.backend.name}),
         ),
         dtype=np.int64,
     )
@@ -138,7 +141,7 @@ def knn_neighbours(ctx: FnContext, m: int) -> tuple[np.ndarray, np.ndarray]:
     given = ctx.neighbours
     if given is not None and given[0].shape[1] >= m:
         return given[0][:, :m], given[1][:, :m]
-    ctx.neighbours = knn_graph(ctx.vectors, ctx.sources, m)
+    ctx.neighbours = knn_graph(ctx.vectors, ctx.sources, m, backend=ctx.backend)
     return ctx.neighbours
 
 

@@ -535,6 +535,22 @@ class IndexOptions:
     gpu: bool | None = None
     float16: bool = False
     batch_size: int = 8192
+    backend: str = "auto"  # auto, faiss, torch (pairkit.index.backend)
+    device: str | None = None  # auto, cpu, cuda, cuda:N; None: from ``gpu``
+
+
+def _timed(searcher: Searcher, total: list[float]) -> Searcher:
+    """``searcher`` that adds its seconds to ``total[0]`` (the summary's search time)."""
+    import time
+
+    def search(queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        t = time.perf_counter()
+        try:
+            return searcher(queries, k)
+        finally:
+            total[0] += time.perf_counter() - t
+
+    return search
 
 
 def mine_store(
@@ -570,34 +586,43 @@ def mine_store(
     vectors = store.vectors(np.float32)
     sources = store.source_codes()
     index = index or IndexOptions()
+    from pairkit.index.build import search_backend
+
+    where = search_backend(index.backend, index.device, index.gpu)
+    t_index = time.perf_counter()
     fn_filter = None
     parts = None
+    ctx = None
     if fn_config is not None:
         from pairkit.mine import false_negatives as fnm
 
         sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
         ctx = fnm.build_context(vectors, store.labels(), sources, fn_config, seed=config.seed,
                                 file_sha256=sha if any(v is not None for v in sha) else None,
-                                views=items["view"].to_numpy())
+                                views=items["view"].to_numpy(), backend=where)
         parts = outside_parts(ctx, fn_config, config)  # (runs, N) cluster ids or None
 
         def fn_filter(a: np.ndarray, c: np.ndarray, s: np.ndarray, r: np.ndarray,
                       pos: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
             return fnm.flag_false_negatives(ctx, a, c, s, r, fn_config, positives=pos)
 
+    t_fn = time.perf_counter()
     searcher = anchor_searcher = None
     index_text = "none (easy negatives: uniform sample)"
+    search_time = [0.0]
     if config.hard and parts is None:
         from pairkit.index.build import prepare_index
 
         loaded = prepare_index(
             vectors, index.kind, store_root=store.root, content_id=store.content_id,
             exact_max_rows=index.exact_max_rows, nlist=index.nlist, nprobe=index.nprobe,
-            ef_search=index.ef_search, float16=index.float16, gpu=index.gpu, seed=config.seed)
-        searcher = loaded.searcher(vectors, batch_size=index.batch_size)
+            ef_search=index.ef_search, float16=index.float16, seed=config.seed,
+            backend=where)
+        searcher = _timed(loaded.searcher(vectors, batch_size=index.batch_size), search_time)
         index_text = loaded.describe()
     elif config.hard:
-        anchor_searcher, index_text = _outside_searcher(vectors, parts, index, config.seed)
+        anchor_searcher, index_text = _outside_searcher(vectors, parts, index, config.seed,
+                                                        where)
 
     if on_start is not None:
         on_start(len(rel.anchors()))
@@ -625,7 +650,9 @@ def mine_store(
         "false_negative_rules": list(fn_config.rules) if fn_config is not None else [],
         "clusters": _cluster_stats(ctx) if fn_config is not None else None,
         "fn_mode": config.fn_mode if fn_config is not None else None,
-        "seconds": {"setup": round(t1 - t0, 3), "mine": round(time.perf_counter() - t1, 3)},
+        "seconds": {"setup": round(t1 - t0, 3), "mine": round(time.perf_counter() - t1, 3),
+                    "false_negative_context": round(t_fn - t_index, 3),
+                    "index": round(t1 - t_fn, 3), "search": round(search_time[0], 3)},
     }
     if fn_config is not None:
         from pairkit.mine.fn_estimate import estimate_quality
@@ -666,7 +693,7 @@ def outside_parts(ctx: Any, fn_config: Any, config: MineConfig) -> np.ndarray | 
 
 
 def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptions,
-                      seed: int) -> tuple[Any, str]:
+                      seed: int, engine: Any = None) -> tuple[Any, str]:
     """An anchor searcher that skips the anchor's own clusters. Exact (``flat``, and
     ``auto`` on a small store): rows sharing a cluster with the anchor in any run are
     masked out of one exact search. Approximate kinds: one index per cluster of the
@@ -687,7 +714,8 @@ def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptio
     def make(sub: np.ndarray) -> Any:
         sub_kind = kind if kind == "flat" or len(sub) > 4096 else "flat"
         loaded = prepare_index(sub, sub_kind, nprobe=index.nprobe, ef_search=index.ef_search,
-                               float16=index.float16, gpu=index.gpu, seed=seed)
+                               float16=index.float16, gpu=index.gpu, seed=seed,
+                               backend=engine if engine is not None else "auto")
         where.append("GPU" if loaded.gpu else "CPU")
         return loaded.searcher(sub, batch_size=index.batch_size)
 

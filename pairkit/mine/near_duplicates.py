@@ -131,6 +131,7 @@ def find_near_duplicates(
     near: bool = True,
     batch_size: int = 4096,
     device: str = "cpu",
+    backend: str = "faiss",
 ) -> NearDuplicates:
     """Exact- and near-duplicate groups of sources, with one representative each.
 
@@ -138,8 +139,9 @@ def find_near_duplicates(
     float array, NaN where unknown, or a function from item ids to such an array,
     called only for items that have a duplicate; ties by lowest id) or
     ``central`` (highest mean similarity to the other members of its component).
-    ``near=False`` finds only exact duplicates by hash. ``device``: ``cpu``,
-    ``cuda`` or ``auto`` for the range search. See :class:`NearDuplicates`.
+    ``near=False`` finds only exact duplicates by hash. ``device`` (``cpu``,
+    ``cuda``, ``cuda:N`` or ``auto``) and ``backend`` (``faiss``, ``torch`` or ``auto``)
+    choose where the range search runs. See :class:`NearDuplicates`.
     """
     import pandas as pd
 
@@ -200,7 +202,7 @@ def find_near_duplicates(
     labels = np.arange(n_units, dtype=np.int64)
     if near and n_units > 1:
         for a, b, _ in range_search_blocks(
-            unit_vecs, unit_vecs, t, batch_size=batch_size, device=device
+            unit_vecs, unit_vecs, t, batch_size=batch_size, device=device, backend=backend
         ):
             upper = b > a
             labels = _merge_edges(labels, a[upper], b[upper])

@@ -6,7 +6,10 @@
 
 All in one run, on the same generated JPEG folder and the same random-weight model:
 1. encoder alone: forward passes on pre-made tensors of the same batch size (the ceiling);
-2. data pipeline alone: read + decode + resize to uint8 batches, no model;
+2. data pipeline alone: read + decode + resize to uint8 batches, no model, for each
+   ``--decode``: ``cpu`` (PIL in DataLoader workers or a thread) and ``gpu`` (the device
+   pipeline: reader threads, batched torchvision decode_jpeg, views in torch on --device;
+   on a CPU device torchvision's CPU decoder);
 3. `pairkit embed` as a subprocess, whole command (startup and model build included), and
    its steady rate from the progress summary.
 Prints a markdown table; `--out FILE` writes JSON.
@@ -62,6 +65,25 @@ def encoder_alone(model: str, device: str, batch: int, precision: str, seconds: 
     return done / (time.perf_counter() - t0)
 
 
+def device_pipeline_alone(folder: Path, model: str, batch: int, device: str) -> float:
+    """The --decode gpu pipeline alone on ``device`` (default reader threads)."""
+    from pairkit.encode.device_pipeline import DevicePipeline
+    from pairkit.encode.embedder import _batches, default_readers
+    from pairkit.encode.images import discover_images
+    from pairkit.encode.registry import EncoderRequest, load_encoder
+
+    pre = load_encoder(EncoderRequest(model, pretrained="none")).preprocess
+    files, _ = discover_images(folder)
+    with DevicePipeline(files, 1, pre, 0, device, default_readers()) as pipe:
+        t0 = time.perf_counter()
+        n = sum(len(p.ok) for p in pipe.batches(_batches(len(files), batch)))
+        if device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+        return n / (time.perf_counter() - t0)
+
+
 def pipeline_alone(folder: Path, model: str, batch: int, workers: int) -> float:
     import torch
 
@@ -77,16 +99,17 @@ def pipeline_alone(folder: Path, model: str, batch: int, workers: int) -> float:
         worker_init_fn=_worker_init if workers else None,
     )
     t0 = time.perf_counter()
-    n = sum(len(b) for b in loader)
+    n = sum(len(b[0]) + len(b[1]) for b in loader)
     return n / (time.perf_counter() - t0)
 
 
 def whole_command(folder: Path, model: str, device: str, batch: int, workers: int | None,
-                  precision: str) -> dict:
+                  precision: str, decode: str = "cpu") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "pairkit", "embed", str(folder), "-o", f"{tmp}/store",
                "--model", model, "--pretrained", "none", "--device", device,
-               "--batch-size", str(batch), "--precision", precision, "--quiet", "--json"]
+               "--batch-size", str(batch), "--precision", precision, "--quiet", "--json",
+               "--decode", decode]
         if workers is not None:
             cmd += ["--workers", str(workers)]
         t0 = time.perf_counter()
@@ -106,6 +129,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1500, help="images in the generated folder")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--workers", default="default,0,1", help="comma list; 'default' = pairkit's")
+    ap.add_argument("--decodes", default="cpu,gpu",
+                    help="comma list of --decode values; gpu runs with default readers only")
     ap.add_argument("--image-size", default="400x300")
     ap.add_argument("--quick", action="store_true", help="300 images, short timings")
     ap.add_argument("--out", type=Path)
@@ -122,15 +147,24 @@ def main() -> None:
         enc_rate = encoder_alone(args.model, args.device, args.batch_size, precision,
                                  5.0 if args.quick else 20.0)
         rows = []
-        for spec in args.workers.split(","):
+        decodes = args.decodes.split(",")
+        specs = [("cpu", w) for w in args.workers.split(",")] if "cpu" in decodes else []
+        specs += [("gpu", "default")] if "gpu" in decodes else []
+        for decode, spec in specs:
             workers = None if spec == "default" else int(spec)
-            from pairkit.encode.embedder import default_workers
+            from pairkit.encode.embedder import default_readers, default_workers
 
-            used = default_workers(args.device) if workers is None else workers
-            pipe = pipeline_alone(folder, args.model, args.batch_size, used)
+            if decode == "gpu":
+                used = default_readers() if workers is None else workers
+                pipe = device_pipeline_alone(folder, args.model, args.batch_size, args.device)
+                label = f"gpu, {used} reader threads"
+            else:
+                used = default_workers(args.device) if workers is None else workers
+                pipe = pipeline_alone(folder, args.model, args.batch_size, used)
+                label = f"cpu, {used} workers" + (" (default)" if workers is None else "")
             run = whole_command(folder, args.model, args.device, args.batch_size, workers,
-                                precision)
-            rows.append({"workers": f"{used}" + (" (default)" if workers is None else ""),
+                                precision, decode)
+            rows.append({"decode": decode, "workers": label,
                          "pipeline_images_per_s": pipe, **run,
                          "ratio_run": run["images_per_s_run"] / enc_rate,
                          "ratio_wall": run["images_per_s_wall"] / enc_rate})
@@ -143,7 +177,7 @@ def main() -> None:
     print(f"model {args.model}, {args.device} {precision}, batch {args.batch_size}, "
           f"{n} JPEGs {args.image_size}, {os.cpu_count()} CPUs")
     print(f"encoder alone: {enc_rate:.1f} images/s\n")
-    print("| workers | decode+resize alone (img/s) | embed run (img/s) | ratio to encoder "
+    print("| decode, workers | decode+resize alone (img/s) | embed run (img/s) | ratio to encoder "
           "| whole command wall (img/s) | ratio (wall) |")
     print("|---|---|---|---|---|---|")
     for r in rows:

@@ -198,11 +198,13 @@ def test_gpu_placement_path_on_cpu(monkeypatch: pytest.MonkeyPatch, data) -> Non
     x, ref = data
     calls: list[bool] = []
 
-    def fake_to_gpu(index, float16=False):  # noqa: ANN001, ANN202
+    from pairkit.index import backend as backend_mod
+
+    def fake_to_gpu(index, float16=False, device="cuda"):  # noqa: ANN001, ANN202
         calls.append(float16)
         return GpuFakeIndex(index)
 
-    monkeypatch.setattr(build_mod, "gpu_count", lambda: 1)
+    monkeypatch.setattr(backend_mod, "faiss_gpus", lambda: 1)
     monkeypatch.setattr(build_mod, "to_gpu", fake_to_gpu)
     loaded = prepare_index(x, "auto")
     assert loaded.gpu and "on GPU" in loaded.describe() and calls == [False]
@@ -220,13 +222,14 @@ def test_gpu_placement_path_on_cpu(monkeypatch: pytest.MonkeyPatch, data) -> Non
 def test_dedup_gpu_search_path_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """CPU twin of dedup's GPU path (kNN with k capped at 2048, queries with k hits
     re-searched exactly on the CPU): same pairs as the CPU range search."""
+    from pairkit.index import backend as backend_mod
     from pairkit.index import range_search as rs
     from pairkit.index.search import flat_index
     from tests.index.test_search import GpuFakeIndex
 
     x = clustered(600, 8)
     x[300:310] = x[0]  # one big exact-duplicate group reaches past small k
-    monkeypatch.setattr(rs, "gpu_count", lambda: 1)
+    monkeypatch.setattr(backend_mod, "faiss_gpus", lambda: 1)
     monkeypatch.setattr(rs, "_gpu_index", lambda base: GpuFakeIndex(flat_index(base)))
 
     def pairs(device: str, k: int) -> set[tuple[int, int]]:

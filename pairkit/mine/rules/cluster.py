@@ -51,7 +51,7 @@ def cluster_ks(ctx: FnContext, config: Any) -> tuple[int, ...]:
         return tuple(min(n, k) for k in config.cluster_ks)
     if "k" not in ctx.cluster_info:
         k, table = stable_cluster_count(reduced(ctx, config), seed=ctx.seed,
-                                        niter=config.cluster_niter)
+                                        niter=config.cluster_niter, backend=ctx.backend)
         ctx.cluster_info.update(k=[k], auto=True, stability=table)
     return tuple(ctx.cluster_info["k"])
 
@@ -67,7 +67,7 @@ def assignments(ctx: FnContext, config: Any) -> np.ndarray:
     if ctx.cache.get("cluster_key") != key:
         rows = [
             spherical_kmeans(reduced(ctx, config), k, seed=ctx.seed + 7919 * g + r,
-                             niter=config.cluster_niter)[0]
+                             niter=config.cluster_niter, backend=ctx.backend)[0]
             for g, k in enumerate(ks) for r in range(config.cluster_runs)
         ]
         ctx.cluster_assign = np.stack(rows) if rows else np.zeros((0, ctx.count), np.int64)

@@ -1,0 +1,326 @@
+"""Exact inner-product search in torch, on CUDA or CPU (the device is a parameter).
+
+For GPUs without a usable faiss-gpu (faiss-cpu installs, CUDA-13-only machines) and on
+request (``--backend torch``). The results equal FAISS flat (``IndexFlatIP``) up to
+float rounding, ties by ascending id like :func:`pairkit.index.search.sort_results`;
+there is no limit on k.
+
+How a block of queries is searched (memory: the base once on the device, plus one
+``query_block x base_block`` score block; never N x N):
+
+1. **Low-precision GEMM** over column blocks of the base (float16, bfloat16 or float32).
+2. **Streaming top-k'** (k' = k + a margin): in each column block a chunked
+   pre-selection (the k' chunks of ``chunk`` columns with the highest maximum hold every
+   element of the block's top k') cuts the selection work to a fraction of the block,
+   and a running (nq, k') candidate set is merged block by block.
+3. **fp32 re-scoring** of the k' candidates and a sort by (score desc, id asc).
+4. **Certificate**: a low-precision score differs from the exact one by at most
+   ``eps`` (a rounding bound, :func:`error_bound`), and every row left out of the
+   candidates scores at most the k'-th kept low-precision score ``v``. When the k-th
+   exact score exceeds ``v + eps`` nothing outside the candidates can reach the top k
+   or tie with it, so the row is exact. Rows that fail (dense ties, duplicates) are
+   searched again with a 4x larger k', up to k' = N (then every row is re-scored).
+
+Ranges (``range_blocks``) use the same GEMM with the threshold lowered by ``eps`` and
+re-check each candidate pair in fp32, so no pair >= threshold is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from pairkit.errors import PairkitError
+
+DTYPES = ("float16", "bfloat16", "float32")
+# unit roundoff (half an ulp at 1) of each compute dtype
+UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24}
+# products whose size could overflow float16 fall back to float32 compute
+_FP16_SAFE_PRODUCT = 1.0e4
+
+
+def default_blocks(device: str) -> tuple[int, int]:
+    """``(query_block, base_block)``: the score block holds 16,384 x 65,536 scores
+    (2 GB in float16) on CUDA, 1,024 x 16,384 (64 MB in float32) on CPU."""
+    return (16384, 65536) if str(device).startswith("cuda") else (1024, 16384)
+
+
+def error_bound(dim: int, dtype: str, inputs_exact: bool) -> float:
+    """Bound on |low-precision score - exact score| for unit-norm rows, as a multiple of
+    ``|q| |b|``: input rounding (2u, none when the rows are already representable), output
+    rounding (u) and fp32 accumulation in the GEMM and in the re-scoring (2 d u32), with 2%
+    slack. u is the unit roundoff of ``dtype`` (2^-11 for float16, 2^-8 for bfloat16)."""
+    u = UNIT_ROUNDOFF[dtype]
+    u32 = UNIT_ROUNDOFF["float32"]
+    inputs = 0.0 if inputs_exact else 2 * u + u * u
+    return 1.02 * (inputs + u * (1 + u) ** 2 + 2 * dim * u32) + 1e-7
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16,
+            "float32": torch.float32}[name]
+
+
+class TorchFlatIndex:
+    """Exact inner-product search over ``base`` (N, d) in torch on ``device``.
+
+    ``dtype``: the GEMM precision (``float16`` default on CUDA, ``float32`` on CPU);
+    results are always re-scored in float32. ``query_block`` x ``base_block`` bounds the
+    score block; ``chunk`` (0 = off) is the column chunk of the pre-selection; ``margin``
+    is how many candidates beyond k are kept (k' = k + max(margin, k // 4)).
+    Exposes ``ntotal``, ``d`` and ``search(x, k)`` like a FAISS index.
+    """
+
+    # search() already orders ties by id and has no k limit (knn_search calls it as is)
+    exact_ties = True
+
+    def __init__(self, base: np.ndarray, *, device: str = "cpu", dtype: str | None = None,
+                 query_block: int | None = None, base_block: int | None = None,
+                 chunk: int = 64, margin: int = 16) -> None:
+        import torch
+
+        if base.ndim != 2:
+            raise PairkitError(f"the base must be 2-d (N, d), got shape {base.shape}")
+        self.device = torch.device(device)
+        cuda = self.device.type == "cuda"
+        dtype = dtype or ("float16" if cuda else "float32")
+        if dtype not in DTYPES:
+            raise PairkitError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype}")
+        qb, bb = default_blocks(str(device))
+        self.query_block = int(query_block or qb)
+        self.base_block = int(base_block or bb)
+        if self.query_block < 1 or self.base_block < 1:
+            raise PairkitError("query_block and base_block must be >= 1")
+        self.chunk = int(chunk)
+        self.margin = int(margin)
+        self.ntotal, self.d = int(base.shape[0]), int(base.shape[1])
+        host = torch.from_numpy(np.ascontiguousarray(base))
+        if host.dtype not in (torch.float16, torch.float32, torch.bfloat16):
+            host = host.float()
+        exact = host.to(self.device, non_blocking=False)
+        norms = exact.float().norm(dim=1) if self.ntotal else torch.zeros(0)
+        self.max_norm = float(norms.max()) if self.ntotal else 0.0
+        if dtype == "float16" and self.max_norm**2 > _FP16_SAFE_PRODUCT:
+            dtype = "float32"  # scores could overflow float16
+        self.dtype = dtype
+        tdt = _torch_dtype(dtype)
+        low = exact.to(tdt)
+        # float32 rows for re-scoring; a float16 store cast to float16 is already exact
+        self.base_exact_input = bool(torch.equal(low.float(), exact.float()))
+        self.base_low = low.contiguous()
+        self.base32 = self.base_low if self.base_exact_input else exact.float().contiguous()
+        del exact
+        # rows searched, and rows searched again with a larger k' (ties, dense scores)
+        self.counts = {"rows": 0, "rows_searched_again": 0}
+
+    # -- kNN -------------------------------------------------------------------------
+    def kprime(self, k: int) -> int:
+        """Candidates kept per query for a search of ``k``."""
+        return min(self.ntotal, k + max(self.margin, k // 4))
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, ids)`` (nq, k): float32 exact inner products, best first, ties by
+        ascending id; padded with -inf / -1 where k > N."""
+        import torch
+
+        nq = len(queries)
+        scores = np.full((nq, k), -np.inf, dtype=np.float32)
+        ids = np.full((nq, k), -1, dtype=np.int64)
+        kk = min(k, self.ntotal)
+        if nq == 0 or kk == 0:
+            return scores, ids
+        for start in range(0, nq, self.query_block):
+            block = np.asarray(queries[start : start + self.query_block])
+            q = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(self.device)
+            s, i = self._search_rows(q, kk)
+            scores[start : start + len(block), :kk] = s.cpu().numpy()
+            ids[start : start + len(block), :kk] = i.cpu().numpy()
+        return scores, ids
+
+    def _search_rows(self, q32: Any, k: int) -> tuple[Any, Any]:
+        """Exact top-k of a block of float32 queries (on the device): (scores, ids)."""
+        import torch
+
+        n = len(q32)
+        out_s = torch.empty((n, k), dtype=torch.float32, device=self.device)
+        out_i = torch.empty((n, k), dtype=torch.int64, device=self.device)
+        rows = torch.arange(n, device=self.device)
+        kp = self.kprime(k)
+        self.counts["rows"] += n
+        while len(rows):
+            # rows x k' entries per pass at most as many as one score block holds
+            step = max(1, min(len(rows), self.query_block * self.base_block // max(kp, 1)))
+            undecided = []
+            for c0 in range(0, len(rows), step):
+                sub = rows[c0 : c0 + step]
+                s, i, ok = self._candidates(q32[sub], k, kp)
+                out_s[sub[ok]], out_i[sub[ok]] = s[ok], i[ok]
+                undecided.append(sub[~ok])
+            rows = torch.cat(undecided)
+            self.counts["rows_searched_again"] += len(rows)
+            kp = min(self.ntotal, kp * 4)
+        return out_s, out_i
+
+    def _candidates(self, q32: Any, k: int, kp: int) -> tuple[Any, Any, Any]:
+        """Top-k of each query from a k'-candidate pass: (scores, ids, certified)."""
+        import torch
+
+        q_low = q32.to(self.base_low.dtype)
+        q_exact = (q_low.float() == q32).all(dim=1)
+        run_s = run_i = None
+        with _full_precision_reductions():
+            for c0 in range(0, self.ntotal, self.base_block):
+                block = self.base_low[c0 : c0 + self.base_block]
+                scores = q_low @ block.T
+                s, i = _block_topk(scores, min(kp, len(block)), self.chunk)
+                i = i + c0
+                if run_s is None:
+                    run_s, run_i = s, i
+                else:
+                    s = torch.cat([run_s, s], dim=1)
+                    i = torch.cat([run_i, i], dim=1)
+                    if s.shape[1] > kp:
+                        s, pos = s.topk(kp, dim=1, sorted=False)
+                        i = i.gather(1, pos)
+                    run_s, run_i = s, i
+        assert run_s is not None and run_i is not None
+        exact = rescore(q32, self.base32, run_i)
+        s, i = sort_by_score_then_id(exact, run_i)
+        if kp >= self.ntotal:
+            return s[:, :k], i[:, :k], torch.ones(len(q32), dtype=torch.bool,
+                                                  device=self.device)
+        floor = run_s.float().min(dim=1).values  # every non-candidate scores <= floor
+        qn = q32.norm(dim=1)
+        unit = torch.where(
+            q_exact & self.base_exact_input,
+            error_bound(self.d, self.dtype, True), error_bound(self.d, self.dtype, False))
+        eps = unit * qn * self.max_norm
+        certified = s[:, k - 1] > floor + eps
+        return s[:, :k], i[:, :k], certified
+
+    # -- ranges ----------------------------------------------------------------------
+    def range_blocks(self, queries: np.ndarray, threshold: float, batch_size: int | None = None,
+                     ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Yield ``(query_ids, base_ids, scores)`` of every pair with float32 score >=
+        ``threshold``, one block of queries at a time (sorted by query id, then base id).
+        Memory: one score block plus the block's pairs."""
+        import torch
+
+        t32 = np.float32(threshold)
+        eps_unit = error_bound(self.d, self.dtype, False)
+        bs = int(batch_size or self.query_block)
+        for start in range(0, len(queries), bs):
+            block = np.ascontiguousarray(queries[start : start + bs], dtype=np.float32)
+            q32 = torch.from_numpy(block).to(self.device)
+            q_low = q32.to(self.base_low.dtype)
+            lowered = float(t32) - eps_unit * q32.norm(dim=1) * self.max_norm
+            # compared in the GEMM's dtype: lower by two more roundoffs so the cast can't
+            # raise the threshold above the bound
+            u = UNIT_ROUNDOFF[self.dtype]
+            lowered = (lowered - 2 * u * lowered.abs() - 1e-6).to(q_low.dtype)[:, None]
+            rows_l, ids_l, sc_l = [], [], []
+            with _full_precision_reductions():
+                for c0 in range(0, self.ntotal, self.base_block):
+                    scores = q_low @ self.base_low[c0 : c0 + self.base_block].T
+                    r, c = torch.nonzero(scores >= lowered, as_tuple=True)
+                    if len(r) == 0:
+                        continue
+                    c = c + c0
+                    exact = (q32[r] * self.base32[c].float()).sum(dim=1)
+                    keep = exact >= float(t32)
+                    rows_l.append(r[keep])
+                    ids_l.append(c[keep])
+                    sc_l.append(exact[keep])
+            if rows_l:
+                r = torch.cat(rows_l)
+                c = torch.cat(ids_l)
+                s = torch.cat(sc_l)
+                order = torch.argsort(r * self.ntotal + c)
+                r, c, s = r[order], c[order], s[order]
+                yield (r.cpu().numpy().astype(np.int64) + start, c.cpu().numpy().astype(np.int64),
+                       s.cpu().numpy().astype(np.float32))
+            else:
+                yield (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+
+
+def _block_topk(scores: Any, kp: int, chunk: int) -> tuple[Any, Any]:
+    """Top ``kp`` (unsorted) of each row of a score block: (values, column ids).
+
+    Pre-selection: the ``kp`` chunks of ``c`` columns with the highest maximum hold every
+    element of the top ``kp`` (each of those elements is >= the kp-th largest chunk
+    maximum), so only ``kp * c`` columns are selected from. ``c`` is ``chunk``, halved
+    until the block has at least 4 kp chunks (large k); no pre-selection below c = 4."""
+    n_rows, n_cols = scores.shape
+    c = chunk
+    while c >= 4 and n_cols // c < 4 * kp:
+        c //= 2
+    if c >= 4 and n_cols % c == 0:
+        import torch
+
+        per = scores.view(n_rows, n_cols // c, c)
+        best = per.amax(dim=2).topk(kp, dim=1, sorted=False).indices  # (rows, kp)
+        cols = (best.unsqueeze(2) * c
+                + torch.arange(c, device=scores.device)).view(n_rows, kp * c)
+        vals, pos = scores.gather(1, cols).topk(kp, dim=1, sorted=False)
+        return vals, cols.gather(1, pos)
+    vals, pos = scores.topk(kp, dim=1, sorted=False)
+    return vals, pos
+
+
+def rescore(q32: Any, base: Any, ids: Any) -> Any:
+    """float32 inner products of each query with its candidate rows: (nq, k') from
+    ``q32`` (nq, d), ``base`` (N, d) and ``ids`` (nq, k')."""
+    import torch
+
+    out = torch.empty(ids.shape, dtype=torch.float32, device=q32.device)
+    # bounded gathers: about 2^22 candidate rows at a time; an elementwise product and a
+    # sum, not bmm, so that no TF32 matmul setting can change the float32 scores
+    step = max(1, (1 << 22) // max(ids.shape[1], 1))
+    for s0 in range(0, len(ids), step):
+        vec = base[ids[s0 : s0 + step]].float()  # (b, k', d)
+        out[s0 : s0 + step] = (vec * q32[s0 : s0 + step].unsqueeze(1)).sum(dim=2)
+    return out
+
+
+def sort_by_score_then_id(scores: Any, ids: Any) -> tuple[Any, Any]:
+    """Rows ordered by score descending, ties by ascending id (two stable sorts)."""
+    import torch
+
+    ids_sorted, order = torch.sort(ids, dim=1, stable=True)
+    scores = scores.gather(1, order)
+    scores, order = torch.sort(scores, dim=1, descending=True, stable=True)
+    return scores, ids_sorted.gather(1, order)
+
+
+class _full_precision_reductions:
+    """cuBLAS may reduce fp16/bf16 GEMMs in reduced precision (split-K) and run float32
+    GEMMs in TF32; the error bound assumes float32 products and accumulation, so both are
+    switched off inside the block (and restored after it)."""
+
+    _FLAGS = ("allow_fp16_reduced_precision_reduction",
+              "allow_bf16_reduced_precision_reduction", "allow_tf32")
+
+    def __enter__(self) -> None:
+        import torch
+
+        m = torch.backends.cuda.matmul
+        self.saved = {f: getattr(m, f) for f in self._FLAGS}
+        for f in self._FLAGS:
+            setattr(m, f, False)
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        m = torch.backends.cuda.matmul
+        for f, v in self.saved.items():
+            setattr(m, f, v)
+
+
+def torch_knn(queries: np.ndarray, base: np.ndarray, k: int, *, device: str = "cpu",
+              dtype: str | None = None, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
+    """One-shot exact search: ``TorchFlatIndex(base, ...).search(queries, k)``."""
+    return TorchFlatIndex(base, device=device, dtype=dtype, **kwargs).search(queries, k)

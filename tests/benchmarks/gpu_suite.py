@@ -1,0 +1,554 @@
+"""Every GPU figure of issue 11 in one run, one JSON: see gpu_suite.sh (the entry point).
+
+    python tests/benchmarks/gpu_suite.py --out gpu_suite.json --log gpu_suite.log [--smoke]
+
+Parts, each in a child process with its own time guard inside one overall budget (a slow
+part can't eat the rest; what a part measured before its guard fired is kept):
+
+- ``tests``: ``pytest -q -x`` of the whole suite with the GPU visible (issue 16);
+- ``embed``: open_clip ViT-B-32 (random weights) fp16, batch 256, generated 400x300 JPEGs:
+  encoder alone on device tensors, the decode pipelines alone (``--decode gpu`` and the
+  PIL one), whole ``pairkit embed`` commands with ``--decode gpu`` (all N images) and
+  ``--decode cpu`` (a subset), and the fixed cost of a command beyond ``import torch``;
+- ``data``: a 1,000,000 x 512 float16 store (two views per source, labels) and a
+  100,000-row query store of the same clusters, generated on the device;
+- ``mine``: ``mine --hard -k 5 --backend torch`` (whole command, its search part), the
+  torch search alone, and the plain torch reference of the issue (fp16 matmul + topk over
+  blocks of 16,384 queries);
+- ``eval``: ``eval REF --against QUERIES --metrics knn,retrieval`` (100,000 x 1,000,000);
+- ``fn``: ``mine --filter-false-negatives`` (default rules) against plain mining.
+
+``--smoke``: tiny sizes on the CPU (seconds), to check the script itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTS = ("tests", "embed", "data", "mine", "eval", "fn")
+# (cap seconds, seconds kept back for it while earlier parts run)
+GUARDS = {"tests": (110, 40), "embed": (120, 60), "data": (70, 40), "mine": (90, 45),
+          "eval": (45, 25), "fn": (80, 30)}
+FULL = {"images": 50_000, "cpu_images": 10_000, "pipeline_images": 10_000,
+        "batch": 256, "n": 1_000_000, "queries": 100_000, "dim": 512, "encoder_s": 8.0}
+SMOKE = {"images": 48, "cpu_images": 24, "pipeline_images": 24, "batch": 16,
+         "n": 6_000, "queries": 1_000, "dim": 64, "encoder_s": 1.0}
+MODEL = "openclip/ViT-B-32"
+
+
+# -- the parent ------------------------------------------------------------------------
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("gpu_suite.json"))
+    ap.add_argument("--log", type=Path, default=Path("gpu_suite.log"))
+    ap.add_argument("--work", type=Path, default=Path("/tmp/pairkit-gpu-suite"))
+    ap.add_argument("--budget", type=float, default=400.0, help="seconds for all parts")
+    ap.add_argument("--parts", default=",".join(PARTS))
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--part", help=argparse.SUPPRESS)
+    ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.part:
+        run_part(args)
+        return
+    t0 = time.time()
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"smoke": args.smoke, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                              "budget_s": args.budget, "env": environment(), "parts": {}}
+    wanted = [p for p in PARTS if p in args.parts.split(",")]
+    with open(args.log, "a") as log:
+        log.write(f"== gpu suite {result['started']} smoke={args.smoke}\n"
+                  f"{json.dumps(result['env'])}\n")
+        log.flush()
+        for n, part in enumerate(wanted):
+            cap, _ = GUARDS[part]
+            later = sum(GUARDS[p][1] for p in wanted[n + 1 :])
+            left = args.budget - (time.time() - t0)
+            guard = min(cap, left - later)
+            if guard < 10:
+                result["parts"][part] = {"skipped": f"budget: {left:.0f} s left"}
+                continue
+            result["parts"][part] = child(part, guard, args, log)
+            write(args.out, result)
+    result["seconds"] = round(time.time() - t0, 1)
+    write(args.out, result)
+    print(summary(result))
+
+
+def child(part: str, guard: float, args: argparse.Namespace, log: Any) -> dict[str, Any]:
+    """Run one part in a child (own process group), killed after ``guard`` seconds."""
+    res_file = args.work / f"{part}.json"
+    res_file.unlink(missing_ok=True)
+    cmd = [sys.executable, __file__, "--part", part, "--result", str(res_file),
+           "--work", str(args.work), "--deadline", str(time.time() + guard - 3)]
+    if args.smoke:
+        cmd.append("--smoke")
+    log.write(f"\n== part {part} (guard {guard:.0f} s)\n")
+    log.flush()
+    t = time.time()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    timed_out = False
+    try:
+        proc.wait(timeout=guard)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    out: dict[str, Any] = {}
+    if res_file.exists():
+        try:
+            out = json.loads(res_file.read_text())
+        except ValueError:
+            out = {"error": "unreadable part result"}
+    out.update({"rc": proc.returncode, "timed_out": timed_out, "wall_s": round(time.time() - t, 1),
+                "guard_s": round(guard)})
+    print(f"{part}: {'timed out' if timed_out else f'rc {proc.returncode}'} "
+          f"in {out['wall_s']} s", flush=True)
+    return out
+
+
+def write(path: Path, result: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def environment() -> dict[str, Any]:
+    env: dict[str, Any] = {"python": platform.python_version(), "cpus": os.cpu_count(),
+                           "machine": platform.machine()}
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["cuda"] = torch.cuda.is_available()
+        if torch.cuda.is_available():
+            env["gpu"] = torch.cuda.get_device_name(0)
+            env["gpu_mem_gb"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30)
+    except Exception as exc:  # reported, not fatal
+        env["torch"] = f"error: {exc}"
+    for name in ("torchvision", "faiss", "open_clip", "transformers", "timm", "numpy", "pandas"):
+        try:
+            mod = __import__(name)
+            env[name] = getattr(mod, "__version__", "?")
+        except Exception:
+            env[name] = None
+    try:
+        import faiss
+
+        env["faiss_gpus"] = int(faiss.get_num_gpus())
+    except Exception:
+        env["faiss_gpus"] = None
+    return env
+
+
+def summary(r: dict[str, Any]) -> str:
+    p = r["parts"]
+    lines = [f"gpu suite ({r['env'].get('gpu', 'no GPU')}), {r.get('seconds')} s"]
+    for name, part in p.items():
+        keep = {k: v for k, v in part.items() if not isinstance(v, (dict, list))}
+        lines.append(f"  {name}: {json.dumps(keep)}")
+    return "\n".join(lines)
+
+
+# -- the parts ---------------------------------------------------------------------------
+class Part:
+    """A part's results, written to disk after every measurement."""
+
+    def __init__(self, path: Path, deadline: float) -> None:
+        self.path = path
+        self.deadline = deadline
+        self.data: dict[str, Any] = {}
+
+    def set(self, key: str, value: Any) -> None:
+        self.data[key] = value
+        write(self.path, self.data)
+        print(f"  {key}: {json.dumps(value, default=str)[:400]}", flush=True)
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+
+def run_part(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(ROOT))
+    part = Part(args.result, args.deadline)
+    size = SMOKE if args.smoke else FULL
+    try:
+        {"tests": part_tests, "embed": part_embed, "data": part_data, "mine": part_mine,
+         "eval": part_eval, "fn": part_fn}[args.part](part, args.work, size, args.smoke)
+    except Exception as exc:
+        import traceback
+
+        traceback.print_exc()
+        part.set("error", f"{type(exc).__name__}: {exc}")
+        sys.exit(1)
+
+
+def device(smoke: bool) -> str:
+    return "cpu" if smoke else "cuda"
+
+
+def sync(dev: str) -> None:
+    if dev.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def pairkit(*args: str, timeout: float) -> tuple[float, str, str, int]:
+    """Run ``python -m pairkit ARGS``: (wall seconds, stdout, stderr tail, exit code)."""
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pairkit", *args], capture_output=True,
+                          text=True, timeout=max(5.0, timeout), cwd=ROOT)
+    wall = time.perf_counter() - t
+    if proc.returncode:
+        print(proc.stderr[-3000:], flush=True)
+    return wall, proc.stdout, proc.stderr[-600:], proc.returncode
+
+
+def part_tests(part: Part, work: Path, size: dict, smoke: bool) -> None:
+    import importlib.util
+
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+    if smoke:
+        cmd += ["tests/index/test_torch_search.py"]
+    elif importlib.util.find_spec("xdist") is not None:
+        cmd += ["-n", str(max(2, min(8, (os.cpu_count() or 2) - 2)))]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                          timeout=max(5.0, part.left()))
+    print(proc.stdout[-6000:], proc.stderr[-2000:], flush=True)
+    lines = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()]
+    part.set("command", " ".join(cmd[1:]))
+    part.set("summary", lines[-1] if lines else proc.stderr[-300:])
+    part.set("failures", [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))][:20])
+    part.set("exit_code", proc.returncode)
+    part.set("seconds", round(time.perf_counter() - t, 1))
+
+
+# embed ---------------------------------------------------------------------------------
+def _jpegs(args: tuple[Path, int, int]) -> None:
+    from PIL import Image, ImageFilter
+
+    folder, start, count = args
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(start, start + count):
+        rng = np.random.default_rng(i)
+        small = rng.integers(0, 255, (300 // 16, 400 // 16, 3), dtype=np.uint8)
+        img = Image.fromarray(small).resize((400, 300), Image.Resampling.BILINEAR)
+        img.filter(ImageFilter.GaussianBlur(1)).save(folder / f"img{i:06d}.jpg", quality=90)
+
+
+def make_folder(root: Path, n: int, per_dir: int = 2000) -> list[Path]:
+    """``n`` distinct photo-like 400x300 JPEGs in sub-folders of ``per_dir``; returns them."""
+    from multiprocessing import Pool
+
+    jobs = [(root / f"d{s // per_dir:03d}", s, min(per_dir, n - s)) for s in range(0, n, per_dir)]
+    chunks = [(f, s + o, min(250, c - o)) for f, s, c in jobs for o in range(0, c, 250)]
+    with Pool(max(1, min(16, os.cpu_count() or 1))) as pool:
+        pool.map(_jpegs, chunks)
+    return sorted({f for f, _, _ in jobs})
+
+
+def subset(root: Path, folders: list[Path], n_dirs: int) -> Path:
+    """A folder of symlinks to the first ``n_dirs`` sub-folders (discovery follows them)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for f in folders[:n_dirs]:
+        link = root / f.name
+        if not link.exists():
+            link.symlink_to(f, target_is_directory=True)
+    return root
+
+
+def part_embed(part: Part, work: Path, size: dict, smoke: bool) -> None:
+    import shutil
+
+    import torch
+
+    dev = device(smoke)
+    folder = work / "jpegs"
+    shutil.rmtree(folder, ignore_errors=True)
+    t = time.perf_counter()
+    per_dir = 12 if smoke else 2000
+    dirs = make_folder(folder, size["images"], per_dir)
+    part.set("images", size["images"])
+    part.set("make_jpegs_s", round(time.perf_counter() - t, 1))
+    batch = size["batch"]
+    precision = "fp32" if smoke else "fp16"
+    part.set("setup", {"model": MODEL, "pretrained": "none", "precision": precision,
+                       "batch": batch, "device": dev, "image_size": "400x300"})
+
+    # 1. encoder alone on device tensors
+    from pairkit.encode.embedder import _Runner
+    from pairkit.encode.registry import EncoderRequest, load_encoder
+
+    enc = load_encoder(EncoderRequest(MODEL, pretrained="none", device=dev))
+    runner = _Runner(enc, dev, precision)
+    s = enc.preprocess.size
+    pixels = torch.randint(0, 255, (batch, 3, s, s), dtype=torch.uint8, device=dev)
+    runner(pixels)
+    sync(dev)
+    done, t = 0, time.perf_counter()
+    while time.perf_counter() - t < size["encoder_s"]:
+        runner(pixels)
+        done += batch
+    sync(dev)
+    enc_rate = done / (time.perf_counter() - t)
+    part.set("encoder_alone_images_per_s", round(enc_rate, 1))
+    del runner
+
+    # 2. the decode pipelines alone (no encoder)
+    from pairkit.encode.device_pipeline import DevicePipeline
+    from pairkit.encode.embedder import _batches, default_readers
+    from pairkit.encode.images import discover_images
+
+    files, _ = discover_images(folder)
+    m = min(len(files), size["pipeline_images"])
+    batches = _batches(m, batch)
+    with DevicePipeline(files[:m], 1, enc.preprocess, 0, dev, default_readers()) as pipe:
+        next(iter(pipe.batches(batches[:1])))  # warm-up: nvjpeg handles, kernels
+        sync(dev)
+        t = time.perf_counter()
+        n = sum(len(p.ok) for p in pipe.batches(batches))
+        sync(dev)
+    part.set("gpu_decode_pipeline_alone_images_per_s", round(n / (time.perf_counter() - t), 1))
+    part.set("gpu_decode_pipeline_readers", default_readers())
+    m_cpu = min(m, size["cpu_images"] // 2)
+    part.set("cpu_decode_pipeline_alone_images_per_s",
+             round(_pil_pipeline_rate(files[:m_cpu], enc.preprocess, dev, batch), 1))
+
+    # 3. whole commands
+    t_torch = _import_torch_seconds()
+    part.set("import_torch_s", round(t_torch, 2))
+    common = ["--model", MODEL, "--pretrained", "none", "--device", dev, "--batch-size",
+              str(batch), "--precision", precision, "--quiet", "--json"]
+    for name, target, decode in (("gpu_decode_all", folder, "gpu"),
+                                 ("cpu_decode_subset",
+                                  subset(work / "jpegs-subset", dirs,
+                                         max(1, size["cpu_images"] // per_dir)), "cpu")):
+        if part.left() < 15:
+            part.set(f"whole_command_{name}", {"skipped": "time guard"})
+            continue
+        store = work / f"store-{name}"
+        shutil.rmtree(store, ignore_errors=True)
+        wall, out, err, rc = pairkit("embed", str(target), "-o", str(store), "--decode", decode,
+                                     *common, timeout=part.left() - 2)
+        row: dict[str, Any] = {"decode": decode, "wall_s": round(wall, 2), "rc": rc}
+        if rc == 0:
+            js = json.loads(out.strip().splitlines()[-1])
+            row.update(images=js["images"], loop_s=round(js["loop_seconds"], 2),
+                       loop_images_per_s=js["images_per_second"],
+                       decoded_on_device=js.get("decoded_on_device"),
+                       wall_images_per_s=round(js["images"] / wall, 1),
+                       fixed_cost_beyond_import_torch_s=round(
+                           wall - js["loop_seconds"] - t_torch, 2),
+                       loop_ratio_to_encoder=round(js["images_per_second"] / enc_rate, 3),
+                       wall_ratio_to_encoder=round(js["images"] / wall / enc_rate, 3))
+        else:
+            row["error"] = err
+        part.set(f"whole_command_{name}", row)
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def _pil_pipeline_rate(files: list, pre: Any, dev: str, batch: int) -> float:
+    """The --decode cpu pipeline alone: DataLoader with pairkit's default workers."""
+    import torch
+
+    from pairkit.encode.embedder import (
+        _batches,
+        _collate,
+        _SourceDataset,
+        _worker_init,
+        default_workers,
+    )
+
+    workers = default_workers(dev)
+    loader = torch.utils.data.DataLoader(
+        _SourceDataset(files, 1, pre, 0), batch_sampler=_batches(len(files), batch),
+        num_workers=workers, collate_fn=_collate,
+        worker_init_fn=_worker_init if workers else None)
+    t = time.perf_counter()
+    n = sum(len(b[0]) + len(b[1]) for b in loader)
+    return n / (time.perf_counter() - t)
+
+
+def _import_torch_seconds() -> float:
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.perf_counter() - t
+
+
+# data ----------------------------------------------------------------------------------
+def part_data(part: Part, work: Path, size: dict, smoke: bool) -> None:
+    """1M x 512 store (2 views per source, ~50 sources per cluster, label = cluster) and a
+    query store of other sources of the same clusters; float16 like embed's default."""
+    import torch
+
+    dev = device(smoke)
+    n, nq, d = size["n"], size["queries"], size["dim"]
+    g = torch.Generator(device=dev).manual_seed(0)
+    n_src = n // 2
+    centres = torch.randn(max(1, n_src // 50), d, generator=g, device=dev)
+    t = time.perf_counter()
+    write_store(work / "ref", centres, n_src, 2, "s", g, dev)
+    part.set("reference_store", {"rows": n, "dim": d, "s": round(time.perf_counter() - t, 1)})
+    t = time.perf_counter()
+    write_store(work / "queries", centres, nq, 1, "q", g, dev)
+    part.set("query_store", {"rows": nq, "s": round(time.perf_counter() - t, 1)})
+
+
+def write_store(root: Path, centres: Any, n_src: int, views: int, prefix: str, g: Any,
+                dev: str) -> None:
+    import pandas as pd
+    import torch
+
+    from pairkit.core.store import StoreWriter, prepare_store_dir
+
+    prepare_store_dir(root, force=True)
+    writer = StoreWriter.create(root, int(centres.shape[1]), "float16", {"name": "gpu-suite"})
+    d = int(centres.shape[1])
+    vecs = np.empty((n_src * views, d), dtype=np.float32)
+    cluster = np.empty(n_src, dtype=np.int64)
+    step = 131072
+    for s0 in range(0, n_src, step):  # generated on the device in blocks
+        m = min(step, n_src - s0)
+        c = torch.randint(0, len(centres), (m,), generator=g, device=dev)
+        base = centres[c] + 0.7 * torch.randn(m, d, generator=g, device=dev)
+        rows = torch.stack([base + 0.3 * torch.randn(base.shape, generator=g, device=dev)
+                            for _ in range(views)], dim=1).reshape(m * views, d)
+        vecs[s0 * views : (s0 + m) * views] = rows.cpu().numpy()
+        cluster[s0 : s0 + m] = c.cpu().numpy()
+    names = np.char.add(np.char.add(prefix, np.repeat(np.arange(n_src), views).astype(str)),
+                        ".jpg").astype(object)
+    labels = np.char.add("c", np.repeat(cluster, views).astype(str)).astype(object)
+    items = pd.DataFrame({"path": names, "source": names,
+                          "view": np.tile(np.arange(views), n_src), "label": labels})
+    writer.append(vecs, items)  # one shard: the items table is written once
+
+
+# mine ----------------------------------------------------------------------------------
+def part_mine(part: Part, work: Path, size: dict, smoke: bool) -> None:
+    import torch
+
+    from pairkit.core.store import Store
+
+    dev = device(smoke)
+    ref = work / "ref"
+    if not (ref / "manifest.json").exists():
+        part.set("skipped", "no data (the data part did not finish)")
+        return
+    out = work / "mine"
+    out.mkdir(exist_ok=True)
+    # 1. the whole command (the figure of the acceptance)
+    wall, _, err, rc = pairkit("mine", str(ref), "--hard", "-k", "5", "--backend", "torch",
+                               "-o", str(out / "pairs.parquet"), "--stats",
+                               str(out / "stats.json"), "-q", "--force",
+                               timeout=part.left() - 5)
+    row: dict[str, Any] = {"wall_s": round(wall, 2), "rc": rc}
+    if rc == 0:
+        st = json.loads((out / "stats.json").read_text())
+        row.update(index=st["index"], k_initial=st["k_initial"], seconds=st["seconds"],
+                   rows=st["rows"])
+    else:
+        row["error"] = err
+    part.set("whole_command", row)
+    k = int(row.get("k_initial", 14))
+
+    # 2. the torch search alone, in this process
+    from pairkit.index.torch_search import TorchFlatIndex
+
+    x = Store.open(ref, verify=False).vectors(np.float32)
+    t = time.perf_counter()
+    index = TorchFlatIndex(x, device=dev)
+    sync(dev)
+    part.set("torch_index_build_s", round(time.perf_counter() - t, 2))
+    index.search(x[:2048], k)  # warm-up
+    index.counts = {"rows": 0, "rows_searched_again": 0}
+    t = time.perf_counter()
+    index.search(x, k)
+    part.set("torch_search", {"k": k, "s": round(time.perf_counter() - t, 2),
+                              "dtype": index.dtype, **index.counts})
+    del index
+
+    # 3. the plain torch reference of the issue
+    if part.left() < 20:
+        part.set("torch_reference", {"skipped": "time guard"})
+        return
+    xt = torch.from_numpy(x).to(dev)
+    xt = xt.half() if dev.startswith("cuda") else xt
+    del x
+    qb = 16384
+    _ = (xt[:qb] @ xt.T).topk(7, dim=1)  # warm-up
+    sync(dev)
+    t = time.perf_counter()
+    for s0 in range(0, len(xt), qb):
+        _ = (xt[s0 : s0 + qb] @ xt.T).topk(7, dim=1)
+    sync(dev)
+    ref_s = time.perf_counter() - t
+    part.set("torch_reference", {"what": "fp16 matmul + topk(7), blocks of 16,384 queries",
+                                 "s": round(ref_s, 2)})
+    search_s = row.get("seconds", {}).get("search")
+    if search_s:
+        part.set("search_part_ratio_to_reference", round(search_s / ref_s, 3))
+
+
+# eval and false negatives ----------------------------------------------------------------
+def part_eval(part: Part, work: Path, size: dict, smoke: bool) -> None:
+    ref, queries = work / "ref", work / "queries"
+    if not (queries / "manifest.json").exists():
+        part.set("skipped", "no data")
+        return
+    wall, out, err, rc = pairkit("eval", str(ref), "--against", str(queries), "--metrics",
+                                 "knn,retrieval", "--backend", "torch", "--json", "-q",
+                                 timeout=part.left() - 2)
+    row: dict[str, Any] = {"queries": size["queries"], "references": size["n"],
+                           "wall_s": round(wall, 2), "rc": rc}
+    if rc == 0:
+        row["metrics"] = json.loads(out.strip().splitlines()[-1])
+    else:
+        row["error"] = err
+    part.set("whole_command", row)
+
+
+def part_fn(part: Part, work: Path, size: dict, smoke: bool) -> None:
+    ref = work / "ref"
+    if not (ref / "manifest.json").exists():
+        part.set("skipped", "no data")
+        return
+    out = work / "fn"
+    out.mkdir(exist_ok=True)
+    wall, _, err, rc = pairkit("mine", str(ref), "--hard", "-k", "5", "--backend", "torch",
+                               "--filter-false-negatives", "-o", str(out / "pairs.parquet"),
+                               "--stats", str(out / "stats.json"), "-q", "--force",
+                               timeout=part.left() - 2)
+    row: dict[str, Any] = {"wall_s": round(wall, 2), "rc": rc}
+    if rc == 0:
+        st = json.loads((out / "stats.json").read_text())
+        row.update(rules=st["false_negative_rules"], seconds=st["seconds"],
+                   fn_flagged=st["fn_flagged"])
+        naive = work / "mine.json"
+        if naive.exists():
+            nw = json.loads(naive.read_text()).get("whole_command", {}).get("wall_s")
+            if nw:
+                row["ratio_to_naive_mining"] = round(wall / nw, 2)
+    else:
+        row["error"] = err
+    part.set("whole_command", row)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""The device pipeline (--decode gpu) against the PIL path, on the CPU: torchvision's CPU
+JPEG decoder feeds the same torch code that runs after nvjpeg on CUDA.
+
+Stated tolerances (docs/embed.md): pixels of view 0 within 1 level where PIL decodes at
+full size, mean absolute difference under 1 level for every view; vectors of every
+encoder with a cosine of at least 0.99 to the PIL path's (0.995 for view 0)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageFilter
+
+from pairkit.core.store import Store
+from pairkit.encode.device_pipeline import check_decode, on_device
+from pairkit.encode.device_views import (
+    draft_scale,
+    drafted,
+    render_views_torch,
+    resample_weights,
+    resize,
+)
+from pairkit.encode.embedder import EmbedConfig, embed_folder
+from pairkit.encode.images import decode_image
+from pairkit.encode.jpeg import inspect_jpeg
+from pairkit.encode.registry import Preprocess
+from pairkit.encode.views import render_views
+from pairkit.errors import UsageError
+
+
+def photo(w: int, h: int, seed: int = 0, **save: object) -> bytes:
+    """A smooth photo-like JPEG (quality 90 unless told)."""
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 255, (max(1, h // 16), max(1, w // 16), 3), dtype=np.uint8)
+    img = Image.fromarray(small).resize((w, h), Image.Resampling.BILINEAR)
+    img = img.filter(ImageFilter.GaussianBlur(1))
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", **({"quality": 90} | save))
+    return buf.getvalue()
+
+
+def torch_decode(data: bytes) -> torch.Tensor:
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    return decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                       mode=ImageReadMode.RGB)
+
+
+# -- which files may skip PIL ------------------------------------------------------------
+def test_plain_jpegs_are_recognised() -> None:
+    assert inspect_jpeg(photo(40, 30)).plain
+    assert inspect_jpeg(photo(40, 30, progressive=True)).plain
+    grey = io.BytesIO()
+    Image.new("L", (20, 10), 90).save(grey, format="JPEG")
+    info = inspect_jpeg(grey.getvalue())
+    assert info.plain and (info.width, info.height, info.components) == (20, 10, 1)
+
+
+def _exif_jpeg(orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    Image.new("RGB", (20, 10), (200, 10, 10)).save(buf, format="JPEG", exif=exif.tobytes())
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda: _exif_jpeg(6), "EXIF orientation 6"),
+        (lambda: photo(40, 30)[:-300], "no end-of-image marker"),
+        (lambda: b"\x89PNG\r\n\x1a\n" + b"0" * 40, "not a JPEG"),
+        (lambda: b"", "not a JPEG"),
+    ],
+)
+def test_other_files_keep_the_pil_path(make, why: str) -> None:  # noqa: ANN001
+    info = inspect_jpeg(make())
+    assert not info.plain and why in info.why
+
+
+def test_cmyk_and_bombs_keep_the_pil_path() -> None:
+    buf = io.BytesIO()
+    Image.new("CMYK", (20, 10), (0, 50, 100, 0)).save(buf, format="JPEG")
+    assert "4 components" in inspect_jpeg(buf.getvalue()).why
+    assert inspect_jpeg(_exif_jpeg(1)).plain  # orientation 1 changes nothing
+    big = photo(64, 48)
+    assert "decompression-bomb" in inspect_jpeg(big, max_pixels=1000).why
+
+
+# -- the pieces against PIL --------------------------------------------------------------
+def test_draft_scale_is_pils() -> None:
+    for w, h in [(400, 300), (1200, 900), (4000, 3000), (3000, 4500), (500, 449), (100, 80)]:
+        img = Image.open(io.BytesIO(photo(w, h)))
+        short = min(w, h)
+        if short > 448:
+            scale = short / 448
+            img.draft("RGB", (int(w / scale) + 1, int(h / scale) + 1))
+        a = draft_scale(w, h, 448)
+        assert img.size == ((w + a - 1) // a, (h + a - 1) // a), (w, h)
+
+
+@pytest.mark.parametrize("interpolation", ["bicubic", "bilinear", "lanczos"])
+def test_resize_is_pils(interpolation: str) -> None:
+    from pairkit.encode.views import _resample
+
+    rng = np.random.default_rng(1)
+    arr = rng.integers(0, 256, (57, 83, 3), dtype=np.uint8)
+    x = torch.from_numpy(arr).permute(2, 0, 1).float()
+    for (w, h, box) in [(31, 20, None), (120, 90, None), (40, 40, (10, 5, 70, 50))]:
+        ref = np.asarray(Image.fromarray(arr).resize((w, h), _resample(interpolation), box=box))
+        got = resize(x, w, h, interpolation, box=box).permute(1, 2, 0).numpy()
+        diff = np.abs(ref.astype(int) - got.astype(int))
+        assert diff.max() <= 1 and diff.mean() < 0.3, (interpolation, w, h, box)
+
+
+def test_resample_weights_rows_sum_to_one() -> None:
+    w = resample_weights(300, 12.0, 250.0, 224, "bicubic")
+    np.testing.assert_allclose(w.sum(axis=1), 1.0, atol=1e-12)
+    assert w[:, 10:12].any() and not w[:, :10].any()  # taps reach past the box, as in PIL
+
+
+PRE = [Preprocess(size=224, interpolation="bicubic"), Preprocess(size=64,
+                                                                  interpolation="bilinear")]
+
+
+@pytest.mark.parametrize("pre", PRE, ids=["224-bicubic", "64-bilinear"])
+@pytest.mark.parametrize("size", [(400, 300), (300, 400), (1200, 900), (230, 225), (90, 60)])
+def test_views_match_the_pil_path(pre: Preprocess, size: tuple[int, int]) -> None:
+    data = photo(*size, seed=sum(size))
+    ref = render_views(decode_image(data, draft_size=2 * pre.size), "a/b.jpg", 4, pre, 3)
+    img = drafted(torch_decode(data), 2 * pre.size)
+    got = render_views_torch(img, "a/b.jpg", 4, pre, 3).numpy()
+    assert got.shape == ref.shape and got.dtype == np.uint8
+    diff = np.abs(ref.astype(int) - got.astype(int))
+    if draft_scale(*size, 2 * pre.size) == 1:
+        assert diff[0].max() <= 1  # view 0 of a full-size decode: PIL's to one level
+    assert diff.reshape(4, -1).mean(axis=1).max() < 1.0
+
+
+# -- whole runs: same store, same errors, vectors within tolerance -----------------------
+def _folder(root: Path) -> None:
+    root.mkdir()
+    for i, (w, h) in enumerate([(400, 300), (300, 400), (1000, 700), (64, 48), (250, 260)]):
+        (root / f"p{i}.jpg").write_bytes(photo(w, h, seed=i))
+    (root / "prog.jpg").write_bytes(photo(200, 150, seed=9, progressive=True))
+    Image.new("RGB", (40, 30), (10, 200, 30)).save(root / "flat.png")
+    (root / "rotated.jpg").write_bytes(_exif_jpeg(6))
+    (root / "cut.jpg").write_bytes(photo(300, 200, seed=5)[:900])
+    (root / "empty.jpg").write_bytes(b"")
+    (root / "junk.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg \xff\xd9")
+
+
+def _embed(images: Path, out: Path, decode: str, model: str, views: int) -> tuple[Store, object]:
+    summary = embed_folder(EmbedConfig(images=images, store=out, model=model,
+                                       pretrained="none", views=views, device="cpu",
+                                       decode=decode, batch_size=6, workers=0,
+                                       dtype="float32"))
+    assert summary.images == 8  # 6 JPEGs for the device, a PNG and a rotated JPEG for PIL
+    return Store.open(out), summary
+
+
+@pytest.mark.parametrize("model", ["pixels", "openclip/pairkit-tiny-clip"])
+def test_embed_decode_gpu_on_cpu_matches_pil(tmp_path: Path, model: str) -> None:
+    if model.startswith("openclip"):
+        import open_clip
+
+        open_clip.add_model_config(Path(__file__).parent / "data" / "pairkit-tiny-clip.json")
+    _folder(tmp_path / "img")
+    a, sa = _embed(tmp_path / "img", tmp_path / "pil", "cpu", model, 3)
+    b, sb = _embed(tmp_path / "img", tmp_path / "dev", "gpu", model, 3)
+    assert sa.decoded_on_device == 0 and sb.decoded_on_device == 6  # 5 + the progressive
+    assert a.items.drop(columns="id").equals(b.items.drop(columns="id"))
+    errors_a = (tmp_path / "pil" / "errors.jsonl").read_text().splitlines()
+    errors_b = (tmp_path / "dev" / "errors.jsonl").read_text().splitlines()
+    assert errors_a == errors_b and len(errors_a) == 3
+    assert {json.loads(e)["path"] for e in errors_b} == {"cut.jpg", "empty.jpg", "junk.jpg"}
+    cos = np.einsum("nd,nd->n", a.vectors(), b.vectors())
+    views = a.items["view"].to_numpy()
+    assert cos.min() >= 0.99, cos.min()
+    assert cos[views == 0].min() >= 0.995
+
+
+def test_decode_option_words() -> None:
+    assert check_decode("gpu") == "gpu"
+    with pytest.raises(UsageError, match="--decode must be one of auto, cpu, gpu, got nvjpeg"):
+        check_decode("nvjpeg")
+    assert on_device("auto", "cuda:1") and not on_device("auto", "cpu")
+    assert on_device("gpu", "cpu") and not on_device("cpu", "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU (the GPU suite runs this)")
+def test_nvjpeg_path_matches_pil_within_tolerance(tmp_path: Path) -> None:
+    """The real device path (nvjpeg + torch on CUDA) against PIL on the CPU."""
+    _folder(tmp_path / "img")
+    summary_a = embed_folder(EmbedConfig(images=tmp_path / "img", store=tmp_path / "pil",
+                                         model="pixels", views=3, device="cpu", decode="cpu",
+                                         batch_size=6, workers=0, dtype="float32"))
+    summary_b = embed_folder(EmbedConfig(images=tmp_path / "img", store=tmp_path / "gpu",
+                                         model="pixels", views=3, device="cuda", decode="gpu",
+                                         batch_size=6, dtype="float32"))
+    assert summary_a.images == summary_b.images == 8 and summary_b.decoded_on_device == 6
+    a, b = Store.open(tmp_path / "pil"), Store.open(tmp_path / "gpu")
+    assert a.items.drop(columns="id").equals(b.items.drop(columns="id"))
+    cos = np.einsum("nd,nd->n", a.vectors(), b.vectors())
+    views = a.items["view"].to_numpy()
+    assert cos.min() >= 0.99 and cos[views == 0].min() >= 0.995, cos.min()

@@ -1,0 +1,184 @@
+"""The exact torch search (CPU here) against brute force and FAISS flat."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pairkit.index.range_search import range_search
+from pairkit.index.search import knn_search
+from pairkit.index.torch_search import TorchFlatIndex, _block_topk, error_bound, torch_knn
+from tests.index.test_search import brute_force
+
+
+def _unit(n: int, d: int, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _clustered(n: int, d: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(max(2, n // 50), d))
+    x = centres[rng.integers(0, len(centres), n)] + 0.4 * rng.normal(size=(n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("chunk", [0, 8])
+@pytest.mark.parametrize("k", [1, 10, 299, 300, 305])
+def test_matches_brute_force(dtype: str, chunk: int, k: int) -> None:
+    base = _clustered(300, 24)
+    queries = _unit(37, 24, seed=1)
+    index = TorchFlatIndex(base, dtype=dtype, query_block=16, base_block=64, chunk=chunk,
+                           margin=3)
+    scores, ids = index.search(queries, k)
+    ref_s, ref_i = brute_force(queries, base, k)
+    np.testing.assert_array_equal(ids, ref_i)
+    np.testing.assert_allclose(scores, ref_s, atol=2e-6)
+    if k > 300:
+        assert (ids[:, 300:] == -1).all() and np.isneginf(scores[:, 300:]).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_same_neighbours_as_faiss_flat(dtype: str) -> None:
+    base = _clustered(4000, 64, seed=2)
+    queries = base[::7]
+    ref_s, ref_i = knn_search(queries, base, 14)
+    scores, ids = torch_knn(queries, base, 14, dtype=dtype, query_block=200, base_block=1024)
+    np.testing.assert_array_equal(ids, ref_i)
+    np.testing.assert_allclose(scores, ref_s, atol=1e-6)
+
+
+def test_float16_store_rows_are_exact_inputs() -> None:
+    base = _clustered(2000, 32, seed=3).astype(np.float16)
+    index = TorchFlatIndex(base, dtype="float16", base_block=512, query_block=128)
+    assert index.base_exact_input  # float16 rows need no input-rounding term
+    scores, ids = index.search(base.astype(np.float32)[:300], 9)
+    ref_s, ref_i = brute_force(base.astype(np.float32)[:300], base.astype(np.float32), 9)
+    np.testing.assert_array_equal(ids, ref_i)
+    np.testing.assert_allclose(scores, ref_s, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_ties_and_duplicates_like_a_stable_sort(dtype: str) -> None:
+    rng = np.random.default_rng(3)
+    base = rng.integers(-1, 2, size=(500, 4)).astype(np.float32)  # many exact ties
+    base[100:160] = base[7]  # 61 copies of one row
+    queries = np.concatenate([rng.integers(-1, 2, size=(30, 4)).astype(np.float32),
+                              base[7:8]])
+    index = TorchFlatIndex(base, dtype=dtype, query_block=8, base_block=128, chunk=8,
+                           margin=2)
+    for k in (1, 5, 37, 70):
+        scores, ids = index.search(queries, k)
+        ref_s, ref_i = brute_force(queries, base, k)
+        np.testing.assert_array_equal(ids, ref_i)
+        np.testing.assert_array_equal(scores, ref_s)
+    assert index.counts["rows_searched_again"] > 0  # the ties needed a deeper pass
+
+
+def test_chunked_preselection_keeps_the_top() -> None:
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(50, 4096, generator=g)
+    for kp in (1, 7, 40, 300):
+        vals, cols = _block_topk(scores, kp, 64)
+        ref = scores.topk(kp, dim=1).values
+        got = torch.sort(vals, dim=1, descending=True).values
+        assert torch.equal(got, ref)
+        assert torch.equal(scores.gather(1, cols), vals)
+
+
+def test_error_bound_covers_the_rounding() -> None:
+    import torch
+
+    x = _unit(500, 128, seed=4)
+    exact = x.astype(np.float64) @ x.astype(np.float64).T
+    for dtype, tdt in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+        t = torch.from_numpy(x).to(tdt)
+        low = (t @ t.T).double().numpy()
+        assert np.abs(low - exact).max() <= error_bound(128, dtype, False)
+    assert error_bound(128, "float16", True) < error_bound(128, "float16", False)
+
+
+def test_bounded_blocks_and_empty_inputs() -> None:
+    base = _unit(50, 8)
+    index = TorchFlatIndex(base, query_block=4, base_block=16)
+    s, i = index.search(np.zeros((0, 8), np.float32), 5)
+    assert s.shape == (0, 5) and i.shape == (0, 5)
+    s, i = index.search(base[:3], 0)
+    assert s.shape == (3, 0)
+    with pytest.raises(Exception, match="dtype must be one of"):
+        TorchFlatIndex(base, dtype="int8")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_range_pairs_match_faiss(dtype: str) -> None:
+    x = _clustered(1500, 32, seed=5)
+    x[10] = x[11]  # an exact copy
+    t = 0.8
+    ref = range_search(x, x, t, method="range", device="cpu", batch_size=200)
+    index = TorchFlatIndex(x, dtype=dtype, query_block=128, base_block=256)
+    parts = list(index.range_blocks(x, t, batch_size=300))
+    got = tuple(np.concatenate(p) for p in zip(*parts, strict=True))
+    exact = x.astype(np.float64) @ x.astype(np.float64).T
+    far = np.abs(exact - t) > 1e-6  # pairs this close to t may fall either way
+
+    def pairs(r: np.ndarray, c: np.ndarray) -> set[tuple[int, int]]:
+        return {(a, b) for a, b in zip(r.tolist(), c.tolist(), strict=True) if far[a, b]}
+
+    assert pairs(got[0], got[1]) == pairs(ref[0], ref[1])
+    assert len(got[0]) > len(x)  # more than the diagonal
+    np.testing.assert_allclose(got[2], exact[got[0], got[1]], atol=1e-6)
+    assert (np.diff(got[0]) >= 0).all()
+    near_one = list(index.range_blocks(x[10:11], 0.99999))
+    assert set(near_one[0][1].tolist()) == {10, 11}
+
+
+def test_range_search_blocks_torch_backend() -> None:
+    x = _clustered(600, 16, seed=6)
+    ref = range_search(x, x, 0.9, method="range", device="cpu")
+    got = range_search(x, x, 0.9, device="cpu", backend="torch", batch_size=100)
+    exact = x.astype(np.float64) @ x.astype(np.float64).T
+    far = np.abs(exact - 0.9) > 1e-6
+    a = {(i, j) for i, j in zip(*got[:2], strict=True) if far[i, j]}
+    b = {(i, j) for i, j in zip(*ref[:2], strict=True) if far[i, j]}
+    assert a == b
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="no CUDA GPU (the GPU suite runs this)")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cuda_search_and_ranges_match_brute_force(dtype: str) -> None:
+    base = _clustered(20000, 64, seed=7)
+    queries = base[::13]
+    index = TorchFlatIndex(base, device="cuda", dtype=dtype, query_block=512, base_block=4096)
+    scores, ids = index.search(queries, 25)
+    ref_s, ref_i = brute_force(queries, base, 25)
+    np.testing.assert_array_equal(ids, ref_i)
+    np.testing.assert_allclose(scores, ref_s, atol=2e-6)
+    got = tuple(np.concatenate(p) for p in zip(*index.range_blocks(queries, 0.8), strict=True))
+    exact = queries.astype(np.float64) @ base.astype(np.float64).T
+    r, c = np.nonzero(exact >= 0.8 + 1e-6)
+    assert {(a, b) for a, b in zip(r, c, strict=True)} <= set(zip(*got[:2], strict=True))
+    assert (exact[got[0], got[1]] >= 0.8 - 1e-6).all()
+
+
+@pytest.mark.skipif(not _cuda(), reason="no CUDA GPU (the GPU suite runs this)")
+def test_cuda_kmeans_objective() -> None:
+    from pairkit.index.kmeans import torch_spherical_kmeans
+    from pairkit.mine.clusters import spherical_kmeans
+
+    x = _clustered(6000, 32, seed=8)
+    a, c = torch_spherical_kmeans(x, 40, seed=0, device="cuda")
+    a2, c2 = spherical_kmeans(x, 40, seed=0)
+
+    def obj(a: np.ndarray, c: np.ndarray) -> float:
+        return float(np.mean(np.einsum("nd,nd->n", x, c[a])))
+
+    assert abs(obj(a, c) - obj(a2, c2)) <= 0.02 * obj(a2, c2)
