@@ -12,10 +12,10 @@ Rules (names as on the command line, reasons as written in ``fn_reason``):
 - ``label`` (reason ``label``): candidate has the anchor's label.
 - ``near-duplicate`` (``near_duplicate``): candidate is in the near-duplicate
   group of the anchor or of one of its positives.
-- ``cluster`` (``cluster``): candidate shares the anchor's spherical k-means
-  cluster in at least ``cluster_votes`` of ``cluster_runs`` seeded runs
-  (consensus clustering; the number of clusters is chosen per store as the most
-  stable one unless ``cluster_ks`` is given).
+- ``cluster`` (``cluster``): candidate shares the anchor's cluster in at least
+  ``cluster_votes`` of ``cluster_runs`` seeded k-means runs on the spectral
+  embedding of the kNN graph (consensus clustering; the number of clusters is
+  read off the graph's spectrum unless ``cluster_ks`` is given).
 - ``margin`` (``margin``): candidate score above ``margin`` of the positive
   score (the percent-of-positive rule).
 - ``support`` (``support``): candidate's similarity to the anchor's support
@@ -57,7 +57,7 @@ class FalseNegativeConfig:
     """Which rules flag false negatives, and each rule's parameters.
 
     ``cluster_ks``: cluster counts of the ``cluster`` rule's k-means runs (empty:
-    chosen per store, the most stable partition); each count is run
+    chosen per store from the kNN graph's spectrum); each count is run
     ``cluster_runs`` times with other seeds, and a candidate is flagged when it
     shares the anchor's cluster in at least ``cluster_votes`` runs.
     ``trust_labels``: with the ``label`` rule on, a pair whose anchor and
@@ -70,10 +70,11 @@ class FalseNegativeConfig:
     margin: float = 0.95
     near_duplicate_threshold: float | None = None  # None: `pairkit dedup`'s default
     cluster_ks: tuple[int, ...] = ()
-    cluster_runs: int = 5
+    cluster_runs: int = 8
     cluster_votes: int = 1
     cluster_niter: int = 20
-    cluster_dims: int = 32  # k-means on the leading principal components (0: all dims)
+    cluster_neighbors: int = 15  # kNN graph of the spectral embedding
+    cluster_eigen_threshold: float = 0.93  # clusters = graph eigenvalues >= this
     support_aggregate: str = "max"
     support_threshold: float = 0.5
     support_top: int = 0
@@ -116,8 +117,11 @@ def validate_config(config: FalseNegativeConfig) -> None:
             f"cluster votes must be between 1 and the number of runs ({total}), "
             f"got {config.cluster_votes}"
         )
-    if config.cluster_dims < 0:
-        raise UsageError(f"cluster dims must be >= 0 (0 = all), got {config.cluster_dims}")
+    if config.cluster_neighbors < 1:
+        raise UsageError(f"cluster neighbors must be >= 1, got {config.cluster_neighbors}")
+    if not 0.0 < config.cluster_eigen_threshold < 1.0:
+        raise UsageError("cluster eigen threshold must be in (0, 1), got "
+                         f"{config.cluster_eigen_threshold}")
     if config.cluster_niter < 1:
         raise UsageError(f"cluster iterations must be >= 1, got {config.cluster_niter}")
     if config.support_aggregate not in SUPPORT_AGGREGATES:

@@ -1,17 +1,18 @@
-"""``cluster``: the candidate shares the anchor's spherical k-means cluster in at
-least ``cluster_votes`` of several seeded runs (consensus clustering, "evidence
-accumulation", Fred & Jain 2005).
+"""``cluster``: the candidate shares the anchor's cluster in at least
+``cluster_votes`` of several seeded spectral-clustering runs (consensus
+clustering, "evidence accumulation", Fred & Jain 2005).
 
-Why this form: on real embeddings a class is a broad region, not a tight
-neighbourhood (with an ImageNet CNN on Fashion-MNIST, half of the 300th nearest
-neighbours still share the anchor's class), so local rules (k-reciprocal sets,
-rank windows, small communities) leave most false negatives in. Clusters of
-about class size catch them; one k-means run cuts classes at arbitrary borders,
-and flagging a candidate that shares the anchor's cluster in *any* of a few
-seeded runs covers the border cases (docs/benchmarks.md, "False negatives on
-real images"). ``cluster_ks`` empty = the number of clusters is chosen per
-store, label-free, as the most stable k-means partition (Lange et al. 2004;
-:func:`pairkit.mine.clusters.stable_cluster_count`).
+Why this form: on real embeddings a class is a broad, often stretched region, not
+a tight neighbourhood (with an ImageNet CNN on Fashion-MNIST, half of the 300th
+nearest neighbours still share the anchor's class), so local rules (k-reciprocal
+sets, rank windows, small kNN communities) leave most false negatives in.
+Clusters of about class size catch them. The clusters are found in the spectral
+embedding of the kNN graph (:mod:`pairkit.mine.spectral`), which follows curved
+class regions that k-means on the raw vectors cuts by style; one k-means run
+cuts at arbitrary borders, so a candidate that shares the anchor's cluster in
+*any* of a few seeded runs is flagged (the border cases). The number of clusters
+is read off the graph's spectrum unless ``cluster_ks`` gives it. Measurements:
+docs/benchmarks.md, "False negatives on real images".
 """
 
 from __future__ import annotations
@@ -27,50 +28,48 @@ REASON = "cluster"
 SIMILARITY = True
 
 
-def reduced(ctx: FnContext, config: Any) -> np.ndarray:
-    """The vectors the k-means runs see: their ``cluster_dims`` leading principal
-    components (all dimensions when 0)."""
-    from pairkit.mine.clusters import pca_reduce
+def embedding(ctx: FnContext, config: Any) -> Any:
+    """The spectral embedding of the store's kNN graph (computed once)."""
+    from pairkit.mine.spectral import spectral_embedding
 
-    if "cluster_x" not in ctx.cache:
-        dims = config.cluster_dims
-        ctx.cache["cluster_x"] = (pca_reduce(ctx.vectors, dims, seed=ctx.seed) if dims
-                                  else ctx.vectors)
-    return ctx.cache["cluster_x"]
+    if "spectral" not in ctx.cache:
+        ctx.cache["spectral"] = spectral_embedding(
+            ctx.vectors, ctx.sources, m=config.cluster_neighbors, seed=ctx.seed)
+    return ctx.cache["spectral"]
 
 
 def cluster_ks(ctx: FnContext, config: Any) -> tuple[int, ...]:
-    """The cluster counts of the runs: the config's (capped at N), else the most
-    stable count for this store (recorded in ``ctx.cluster_info``)."""
-    from pairkit.mine.clusters import stable_cluster_count
-
+    """The cluster counts of the runs: the config's (capped at N), else the number of
+    graph eigenvalues >= ``cluster_eigen_threshold`` (recorded in ``ctx.cluster_info``)."""
     n = ctx.count
     if config.cluster_ks:
         ctx.cluster_info.setdefault("k", [min(n, k) for k in config.cluster_ks])
         ctx.cluster_info.setdefault("auto", False)
         return tuple(min(n, k) for k in config.cluster_ks)
     if "k" not in ctx.cluster_info:
-        k, table = stable_cluster_count(reduced(ctx, config), seed=ctx.seed,
-                                        niter=config.cluster_niter, backend=ctx.backend)
-        ctx.cluster_info.update(k=[k], auto=True, stability=table)
+        emb = embedding(ctx, config)
+        k = emb.cluster_count(config.cluster_eigen_threshold)
+        ctx.cluster_info.update(
+            k=[k], auto=True,
+            eigenvalues=[round(float(v), 4) for v in emb.eigenvalues[: k + 4]])
     return tuple(ctx.cluster_info["k"])
 
 
 def assignments(ctx: FnContext, config: Any) -> np.ndarray:
     """(G, N) int64: cluster of each item in each run (G = len(ks) x runs)."""
-    from pairkit.mine.clusters import spherical_kmeans
+    from pairkit.mine.spectral import cluster_runs
 
     if ctx.cluster_assign is not None and "cluster_key" not in ctx.cache:
         return ctx.cluster_assign  # set by hand
     ks = cluster_ks(ctx, config)
     key = (ks, config.cluster_runs, config.cluster_niter)
     if ctx.cache.get("cluster_key") != key:
-        rows = [
-            spherical_kmeans(reduced(ctx, config), k, seed=ctx.seed + 7919 * g + r,
-                             niter=config.cluster_niter, backend=ctx.backend)[0]
-            for g, k in enumerate(ks) for r in range(config.cluster_runs)
-        ]
-        ctx.cluster_assign = np.stack(rows) if rows else np.zeros((0, ctx.count), np.int64)
+        emb = embedding(ctx, config)
+        parts = [cluster_runs(emb, k, config.cluster_runs, seed=ctx.seed + 7919 * g,
+                              niter=config.cluster_niter, backend=ctx.backend)
+                 for g, k in enumerate(ks)]
+        ctx.cluster_assign = (np.concatenate(parts) if parts
+                              else np.zeros((0, ctx.count), np.int64))
         ctx.cache["cluster_key"] = key
     return ctx.cluster_assign
 

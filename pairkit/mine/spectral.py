@@ -1,0 +1,190 @@
+"""Spectral clustering of a store's kNN graph (what the ``cluster`` rule clusters in).
+
+On real embeddings a class is often a curved, stretched region (a digit written
+thin, thick, slanted), which k-means on the vectors cuts by style rather than by
+class, while the kNN graph keeps the region connected. The leading eigenvectors
+of the graph's normalised adjacency (Ng, Jordan & Weiss 2002; von Luxburg 2007,
+"A tutorial on spectral clustering") map each such region to a tight blob that
+k-means then finds. Measured on real images (docs/benchmarks.md): the adjusted
+Rand index to the true classes of MNIST under an ImageNet CNN rose from 0.18-0.30
+(k-means on the vectors) to 0.41-0.52.
+
+- The graph: each row's ``m`` nearest rows of other sources, weights
+  ``max(cos, 0)``, symmetrised (``max(W, W^T)``). Neighbours and cosines are
+  taken in the rows' 128 leading principal components (the graph only needs
+  the neighbourhoods, and the search is 10x cheaper than in 1,280 dims).
+- The number of clusters, when not given: how many eigenvalues of the normalised
+  adjacency are >= 0.9. An eigenvalue near 1 marks a region the graph barely
+  connects to the rest; counting them is the eigengap idea made robust to the
+  absence of a single clear gap (measured: 9 on MNIST and 12 on Fashion-MNIST,
+  10 classes each; 21 on their union, 20 classes).
+- Large stores: the graph and the embedding are built on a seeded sample of
+  ``sample`` rows; every other row takes, per k-means run, the majority cluster of
+  its nearest sampled rows (found in the principal components).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+EIGEN_THRESHOLD = 0.93
+MAX_CLUSTERS = 64
+
+
+@dataclass
+class SpectralEmbedding:
+    """Rows ``rows`` (sorted ids of the store) and ``x`` (len(rows), dims), the
+    leading eigenvectors of the normalised adjacency; ``eigenvalues``, largest
+    first; ``reduced``: every store row in the principal components (for the
+    extension)."""
+
+    rows: np.ndarray
+    x: np.ndarray
+    eigenvalues: np.ndarray
+    reduced: np.ndarray
+
+    def cluster_count(self, threshold: float = EIGEN_THRESHOLD) -> int:
+        """Eigenvalues >= ``threshold``, between 2 and the embedding's width."""
+        count = int((self.eigenvalues >= threshold).sum())
+        return int(min(max(count, 2), len(self.eigenvalues)))
+
+
+def knn_graph_approx(reduced: np.ndarray, sources: np.ndarray, rows: np.ndarray, m: int,
+                     *, block: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Each row of ``rows``' ``m`` nearest other-source rows among ``rows``, by exact
+    search in ``reduced`` (the rows' principal components; the graph's weights are
+    these similarities). Returns ``(ids, scores)`` (len(rows), m), ids are positions
+    in ``rows``, -1 / -inf padded."""
+    from pairkit.index.search import knn_search
+
+    z = np.ascontiguousarray(reduced[rows], dtype=np.float32)
+    src = np.unique(np.asarray(sources)[rows], return_inverse=True)[1].ravel()
+    views = int(np.bincount(src).max()) if len(rows) else 1
+    n = len(rows)
+    width = min(n, m + views)
+    ids_out = np.full((n, m), -1, dtype=np.int64)
+    sc_out = np.full((n, m), -np.inf, dtype=np.float32)
+    for s in range(0, n, block):
+        sc, cand = knn_search(z[s : s + block], z, width)
+        here = np.arange(s, min(n, s + block))
+        own = (cand < 0) | (src[np.maximum(cand, 0)] == src[here][:, None])
+        order = np.argsort(own, axis=1, kind="stable")[:, :m]
+        top_i = np.take_along_axis(np.where(own, -1, cand), order, 1)
+        top_s = np.take_along_axis(np.where(own, -np.inf, sc), order, 1)
+        ids_out[here, : top_i.shape[1]] = top_i
+        sc_out[here, : top_s.shape[1]] = top_s
+    return ids_out, sc_out
+
+
+def spectral_embedding(vectors: np.ndarray, sources: np.ndarray, *, m: int = 15,
+                       sample: int = 20_000, pca_dims: int = 128, n_eigen: int = MAX_CLUSTERS,
+                       seed: int = 0) -> SpectralEmbedding:
+    """The normalised-adjacency embedding of the kNN graph of (a sample of) the rows.
+
+    Returns a :class:`SpectralEmbedding` with the ``n_eigen`` leading eigenvectors
+    (fewer for tiny stores), rows normalised to unit length (NJW).
+    """
+    from scipy import sparse
+
+    from pairkit.mine.clusters import pca_reduce
+
+    n = len(vectors)
+    reduced = pca_reduce(vectors, pca_dims, sample=5_000, seed=seed)
+    rng = np.random.default_rng([seed, 23])
+    rows = (np.arange(n) if n <= sample
+            else np.sort(rng.choice(n, size=sample, replace=False)))
+    s = len(rows)
+    nb, w = knn_graph_approx(reduced, sources, rows, min(m, max(1, s - 1)))
+    r = np.repeat(np.arange(s), nb.shape[1])
+    c = nb.ravel()
+    ok = c >= 0
+    adj = sparse.csr_matrix((np.maximum(w.ravel()[ok], 0.0).astype(np.float64),
+                             (r[ok], c[ok])), shape=(s, s))
+    adj = adj.maximum(adj.T)
+    deg = np.asarray(adj.sum(axis=1)).ravel()
+    scale = sparse.diags(1.0 / np.sqrt(np.maximum(deg, 1e-12)))
+    norm = (scale @ adj @ scale).tocsr()
+    vals, vecs = _leading_eigen(norm, min(n_eigen, 32))
+    while (vals >= EIGEN_THRESHOLD).all() and len(vals) < min(n_eigen, s - 2):
+        vals, vecs = _leading_eigen(norm, min(n_eigen, 2 * len(vals)))  # more clusters
+    return SpectralEmbedding(rows=rows, x=vecs.astype(np.float32), eigenvalues=vals,
+                             reduced=reduced)
+
+
+def _leading_eigen(norm: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest eigenvalues (descending) and eigenvectors of a symmetric
+    sparse matrix; dense solver for tiny ones. The start vector is fixed, so the
+    result is reproducible."""
+    from scipy.sparse.linalg import eigsh
+
+    s = norm.shape[0]
+    k = int(min(k, max(1, s - 2)))
+    if s < 64 or k >= s - 1:
+        vals, vecs = np.linalg.eigh(norm.toarray())
+    else:
+        vals, vecs = eigsh(norm, k=k, which="LA", tol=1e-4, v0=np.ones(s))
+    order = np.argsort(-vals, kind="stable")[:k]
+    return vals[order], vecs[:, order]
+
+
+def cluster_runs(emb: SpectralEmbedding, k: int, runs: int, *, seed: int = 0,
+                 niter: int = 20, extend_k: int = 10, backend: Any = None) -> np.ndarray:
+    """(runs, N) int64: k-means runs (seeds ``seed + r``) on the diffusion coordinates
+    of the embedding, rows normalised; rows outside the sample take the majority
+    cluster of their ``extend_k`` nearest sampled rows (in the principal components).
+
+    Diffusion coordinates (Coifman & Lafon 2006): eigenvector i weighted by
+    ``lambda_i ** t``, ``t`` such that an eigenvalue at the cluster threshold weighs
+    1/2, so the directions the graph barely separates fade out instead of adding
+    noise (measured against "as many eigenvectors as clusters" and "16
+    eigenvectors" on real images: lower false-negative shares on all three sets).
+    """
+    from pairkit.mine.clusters import spherical_kmeans
+
+    t = np.log(0.5) / np.log(EIGEN_THRESHOLD)
+    weights = np.clip(emb.eigenvalues, 0.0, None) ** t
+    x = emb.x * weights[None, :].astype(np.float32)
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    labels = np.stack([spherical_kmeans(x, k, seed=seed + r, niter=niter, backend=backend)[0]
+                       for r in range(runs)])
+    n = len(emb.reduced)
+    if len(emb.rows) == n:
+        return labels
+    return _extend(emb, labels, extend_k)
+
+
+def _extend(emb: SpectralEmbedding, labels: np.ndarray, extend_k: int,
+            block: int = 16_384) -> np.ndarray:
+    """Labels of every row: sampled rows keep theirs, the others vote by neighbours."""
+    from pairkit.index.search import knn_search
+
+    n = len(emb.reduced)
+    out = np.empty((labels.shape[0], n), dtype=np.int64)
+    out[:, emb.rows] = labels
+    others = np.setdiff1d(np.arange(n), emb.rows)
+    base = np.ascontiguousarray(emb.reduced[emb.rows], dtype=np.float32)
+    kk = min(extend_k, len(emb.rows))
+    for s in range(0, len(others), block):
+        part = others[s : s + block]
+        _, nb = knn_search(np.ascontiguousarray(emb.reduced[part]), base, kk)
+        for r in range(labels.shape[0]):
+            votes = labels[r][np.maximum(nb, 0)]
+            out[r, part] = _mode(votes)
+    return out
+
+
+def _mode(votes: np.ndarray) -> np.ndarray:
+    """Most frequent value per row (ties: the smallest)."""
+    srt = np.sort(votes, axis=1)
+    n, w = srt.shape
+    new = np.ones((n, w), dtype=bool)
+    new[:, 1:] = srt[:, 1:] != srt[:, :-1]
+    run_id = np.cumsum(new, axis=1) - 1
+    counts = np.zeros((n, w), dtype=np.int64)
+    np.add.at(counts, (np.repeat(np.arange(n), w), run_id.ravel()), 1)
+    best = np.argmax(counts, axis=1)  # first run of the max count = smallest value
+    first = np.argmax(run_id == best[:, None], axis=1)
+    return srt[np.arange(n), first]
