@@ -176,3 +176,90 @@ def _masked_top(sims: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarr
     out_s[:, :kk] = top_s[:, :kk]
     out_i[:, :kk] = np.where(np.isfinite(top_s[:, :kk]), top_i[:, :kk], -1)
     return out_s, out_i
+
+
+class MaskedIvfSearch:
+    """Approximate kNN that skips the rows sharing a cluster with the query, on an
+    ``IndexIVFFlat`` scanned list by list (BLAS, as :class:`IvfListMajor`).
+
+    For a query, lists whose rows are (almost) all in its own cluster of the first
+    run are not probed (they would give nothing); of the rest the ``nprobe``
+    nearest by centroid are scanned, and inside them rows sharing a cluster with the
+    query in any run are masked out. ``nprobe`` grows with ``k`` (a retry for a
+    deeper list scans more cells). Returns the same ``(scores, ids)`` as an IVF
+    search of the allowed rows with those probes.
+    """
+
+    def __init__(self, index: Any, assign: np.ndarray, nprobe: int,
+                 own_share: float = 0.95) -> None:
+        import faiss
+
+        from pairkit.index.search import IvfListMajor
+
+        self.lists = IvfListMajor(index)
+        self.assign = np.asarray(assign, dtype=np.int64)
+        if self.assign.ndim == 1:
+            self.assign = self.assign[None, :]
+        ivf = self.lists.ivf
+        self.nlist = int(ivf.nlist)
+        self.nprobe = max(1, int(nprobe))
+        self.centroids = np.asarray(ivf.quantizer.reconstruct_n(0, self.nlist), np.float32)
+        # each list's dominant cluster of the first run and its share of the list
+        first = self.assign[0]
+        self.dominant = np.full(self.nlist, -1, dtype=np.int64)
+        for lid in range(self.nlist):
+            _, ids = self.lists._list(lid)
+            if len(ids):
+                values, counts = np.unique(first[ids], return_counts=True)
+                if counts.max() >= own_share * len(ids):
+                    self.dominant[lid] = values[np.argmax(counts)]
+        self._faiss = faiss
+
+    def search(self, query_rows: np.ndarray, k: int, queries: np.ndarray,
+               block: int = 16_384) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, ids)`` (nq, k) for the query rows (their vectors ``queries``)."""
+        from pairkit.index.search import sort_results
+
+        query_rows = np.asarray(query_rows, dtype=np.int64)
+        nq = len(query_rows)
+        scores = np.full((nq, k), -np.inf, dtype=np.float32)
+        ids = np.full((nq, k), -1, dtype=np.int64)
+        nprobe = int(min(self.nlist, self.nprobe * max(1, -(-k // 32))))
+        for s in range(0, nq, block):
+            rows = query_rows[s : s + block]
+            q = np.ascontiguousarray(queries[s : s + block], dtype=np.float32)
+            coarse = q @ self.centroids.T
+            useless = self.dominant[None, :] == self.assign[0][rows][:, None]
+            coarse[useless] = -np.inf
+            kk = min(nprobe, self.nlist)
+            probes = np.argpartition(-coarse, kk - 1, axis=1)[:, :kk]
+            ok = np.isfinite(np.take_along_axis(coarse, probes, 1))
+            flat = np.where(ok, probes, -1).ravel()
+            qids = np.repeat(np.arange(len(rows)), kk)
+            keep = flat >= 0
+            flat, qids = flat[keep], qids[keep]
+            order = np.argsort(flat, kind="stable")
+            flat, qids = flat[order], qids[order]
+            bounds = np.flatnonzero(np.diff(flat)) + 1
+            heap = self._faiss.ResultHeap(len(rows), k, keep_max=True)
+            q_assign = self.assign[:, rows]
+            for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(flat)], strict=True):
+                if hi <= lo:
+                    continue
+                vec, lid_ids = self.lists._list(int(flat[lo]))
+                if len(lid_ids) == 0:
+                    continue
+                sub = qids[lo:hi]
+                sims = q[sub] @ vec.T
+                shared = np.zeros(sims.shape, dtype=bool)
+                for r in range(self.assign.shape[0]):
+                    shared |= q_assign[r, sub][:, None] == self.assign[r, lid_ids][None, :]
+                sims[shared] = -np.inf
+                heap.add_result_subset(sub, sims, lid_ids)
+            heap.finalize()
+            got_i = np.where(np.isfinite(heap.D) & (heap.I >= 0), heap.I, -1)
+            got_s = np.where(got_i >= 0, heap.D, -np.inf).astype(np.float32)
+            got_s, got_i = sort_results(got_s, got_i)
+            scores[s : s + len(rows)] = got_s
+            ids[s : s + len(rows)] = got_i
+        return scores, ids

@@ -151,29 +151,34 @@ def similarity_to_rows(vectors: np.ndarray, rows: np.ndarray, cand: np.ndarray,
     ``vectors[cand]`` (n, k); NaN where a row id is -1 (a candidate of -1 gives
     row 0's similarity: callers mask padding).
 
-    Per block of anchors the distinct candidates are multiplied once
-    (``rows x unique(cand)``) and looked up, so deep candidate lists (k in the
-    thousands) cost one matrix product, not a gather of k x d floats per anchor.
+    Per block of anchors: short candidate lists gather the candidates' vectors; long
+    ones (k in the hundreds or thousands, which share most candidates) multiply the
+    block's rows once by its distinct candidates and look the products up, which
+    costs one matrix product instead of a gather of k x d floats per anchor.
     """
     n, m = rows.shape
     k = cand.shape[1]
     out = np.empty((n, m, k), dtype=np.float32)
     if n == 0 or k == 0 or m == 0:
         return out
-    s = 0
-    while s < n:
-        # grow the block while rows x distinct candidates fits the scratch budget
-        e = min(n, s + max(1, block_bytes // max(1, 4 * m * max(k, 1) * 4)))
-        uniq, inv = np.unique(np.maximum(cand[s:e], 0), return_inverse=True)
-        while e - s > 1 and 4 * (e - s) * m * len(uniq) > block_bytes:
-            e = s + max(1, (e - s) // 2)
-            uniq, inv = np.unique(np.maximum(cand[s:e], 0), return_inverse=True)
+    d = vectors.shape[1]
+    step = max(1, block_bytes // max(1, 4 * k * d))
+    for s in range(0, n, step):
+        e = min(n, s + step)
         r = rows[s:e]
+        c = np.maximum(cand[s:e], 0)
+        uniq, inv = np.unique(c, return_inverse=True)
+        inv = inv.reshape(c.shape)
         left = np.asarray(vectors[np.maximum(r, 0).ravel()], dtype=np.float32)
-        right = np.asarray(vectors[uniq], dtype=np.float32)
-        sims = (left @ right.T).reshape(e - s, m, len(uniq))
-        block = np.take_along_axis(sims, inv.reshape(e - s, 1, k), axis=2)
+        left = left.reshape(e - s, m, d)
+        if m * len(uniq) < 8 * k:  # long lists: one product with the distinct candidates
+            right = np.asarray(vectors[uniq], dtype=np.float32)
+            sims = (left.reshape(-1, d) @ right.T).reshape(e - s, m, len(uniq))
+            block = np.take_along_axis(sims, inv[:, None, :], axis=2)
+        else:
+            right = np.asarray(vectors[c.ravel()], dtype=np.float32).reshape(e - s, k, d)
+            block = np.matmul(left, right.transpose(0, 2, 1))
+        block = block.astype(np.float32, copy=False)
         block[np.broadcast_to((r < 0)[:, :, None], block.shape)] = np.nan
         out[s:e] = block
-        s = e
     return out

@@ -601,6 +601,12 @@ def mine_store(
                                 file_sha256=sha if any(v is not None for v in sha) else None,
                                 views=items["view"].to_numpy(), backend=where)
         parts = outside_parts(ctx, fn_config, config)  # (runs, N) cluster ids or None
+        if parts is not None and ctx.groups is None:
+            # a near-duplicate of the anchor (or of its positive) shares its clusters, so
+            # the search never offers it; the rare one across a border is caught by
+            # comparing each offered candidate with the threshold, without the store-wide
+            # range search that grouping needs
+            ctx.cache["pairwise_near_duplicates"] = True
 
         def fn_filter(a: np.ndarray, c: np.ndarray, s: np.ndarray, r: np.ndarray,
                       pos: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -621,8 +627,9 @@ def mine_store(
         searcher = _timed(loaded.searcher(vectors, batch_size=index.batch_size), search_time)
         index_text = loaded.describe()
     elif config.hard:
-        anchor_searcher, index_text = _outside_searcher(vectors, parts, index, config.seed,
-                                                        where)
+        anchor_searcher, index_text = _outside_searcher(
+            vectors, parts, index, config.seed, where, store_root=store.root,
+            content_id=store.content_id)
 
     if on_start is not None:
         on_start(len(rel.anchors()))
@@ -693,11 +700,14 @@ def outside_parts(ctx: Any, fn_config: Any, config: MineConfig) -> np.ndarray | 
 
 
 def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptions,
-                      seed: int, engine: Any = None) -> tuple[Any, str]:
+                      seed: int, engine: Any = None, store_root: Any = None,
+                      content_id: str | None = None) -> tuple[Any, str]:
     """An anchor searcher that skips the anchor's own clusters. Exact (``flat``, and
     ``auto`` on a small store): rows sharing a cluster with the anchor in any run are
-    masked out of one exact search. Approximate kinds: one index per cluster of the
-    first run, the anchor's own not searched (other runs' clusters are flagged after)."""
+    masked out of one exact search. IVF: the store's IVF index (built, or loaded when
+    saved) scanned list by list with the same mask. Other kinds: one index per
+    cluster of the first run, the anchor's own not searched (other runs' clusters
+    are flagged after)."""
     from pairkit.index.build import EXACT_MAX_ROWS_CPU, choose_kind, prepare_index
     from pairkit.index.outside import OutsideSearcher, masked_exact_search
 
@@ -708,6 +718,18 @@ def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptio
         text = (f"flat (exact), rows sharing a cluster with the anchor in any of "
                 f"{len(assign)} k-means runs not searched (cluster rule)")
         return (lambda rows, k: masked_exact_search(vectors, assign, rows, k)), text
+    if kind == "ivf" and not index.float16:
+        loaded = prepare_index(vectors, kind, store_root=store_root, content_id=content_id,
+                               nlist=index.nlist, nprobe=index.nprobe, gpu=False, seed=seed,
+                               backend="faiss")
+        from pairkit.index.outside import MaskedIvfSearch
+        from pairkit.index.search import IvfListMajor
+
+        if IvfListMajor.supports(loaded.index):
+            masked = MaskedIvfSearch(loaded.index, assign, loaded.spec.nprobe or 1)
+            text = (f"{loaded.describe()}; cells and rows sharing a cluster with the anchor "
+                    f"in any of {len(assign)} k-means runs not searched (cluster rule)")
+            return (lambda rows, k: masked.search(rows, k, vectors[rows])), text
     parts = assign[0]
     where: list[str] = []
 
