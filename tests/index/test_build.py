@@ -180,7 +180,7 @@ def test_stale_index_after_store_rewrite_is_not_used(tmp_path: Path) -> None:
 
     store = random_store(tmp_path / "s", n_sources=200, views=2, dim=8)
     runner = CliRunner()
-    r = runner.invoke(app, ["index", str(store.root), "--kind", "ivf", "-q"])
+    r = runner.invoke(app, ["index", str(store.root), "--index", "ivf", "-q"])
     assert r.exit_code == 0, r.output
     assert index_paths(store.root, "ivf")[0].is_file()
     # rewrite the store with other vectors in place (same folder)
@@ -199,12 +199,25 @@ def test_index_cli(tmp_path: Path) -> None:
     r = runner.invoke(app, ["index", str(store.root)])
     assert r.exit_code == 0, r.output
     assert "flat" in r.output and "exact" in r.output
+    fpath = index_paths(store.root, "flat")[0]
+    before = fpath.stat().st_mtime_ns
+    # a rerun on an up-to-date store: a no-op with a message, exit 0, file untouched
     r = runner.invoke(app, ["index", str(store.root)])
-    assert r.exit_code == 1 and "pass --force" in r.output
-    r = runner.invoke(app, ["index", str(store.root), "--force", "--kind", "hnsw"])
+    assert r.exit_code == 0 and "is up to date" in r.output and "nothing to do" in r.output
+    assert fpath.stat().st_mtime_ns == before
+    r = runner.invoke(app, ["index", str(store.root), "--index", "hnsw"])
     assert r.exit_code == 0 and index_paths(store.root, "hnsw")[0].is_file()
-    r = runner.invoke(app, ["index", str(store.root), "--kind", "lsh"])
-    assert r.exit_code == 1 and r.output.strip().splitlines()[-1].startswith("error: --kind")
+    # the same kind with other options: replaced only with --force
+    r = runner.invoke(app, ["index", str(store.root), "--index", "hnsw", "--ef-search", "64"])
+    assert r.exit_code == 1 and "exists with other options" in r.output
+    assert "pass --force" in r.output
+    r = runner.invoke(app, ["index", str(store.root), "--index", "hnsw", "--ef-search", "64",
+                            "--force"])
+    assert r.exit_code == 0 and "built hnsw(M=32, ef_search=64)" in r.output
+    r = runner.invoke(app, ["index", str(store.root), "--index", "lsh"])
+    assert r.exit_code == 2 and "'lsh' is not one of" in r.output
+    r = runner.invoke(app, ["index", str(store.root), "--kind", "ivf"])
+    assert r.exit_code == 2 and "--kind was replaced: use --index" in r.output
     r = runner.invoke(app, ["index", str(tmp_path / "missing")])
     assert r.exit_code == 1 and "not found" in r.output
 
