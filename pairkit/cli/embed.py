@@ -51,7 +51,8 @@ def embed(
     shard_rows: int = typer.Option(8192, "--shard-rows", help="Rows per shard (resume unit)."),
     max_file_bytes: int = typer.Option(
         256 << 20, "--max-file-bytes",
-        help="Skip files larger than this (bytes; default 256 MiB). Only regular files are read."),
+        help="Skip files larger than this (bytes). Only regular files are read.",
+        show_default="268435456 = 256 MiB"),
     force: bool = typer.Option(False, "--force", help="Replace a store made with other options."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     json_summary: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),

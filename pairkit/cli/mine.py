@@ -78,11 +78,9 @@ def mine(
         None, "--fn-cluster-k", help="cluster rule: clusters per k-means run, auto (the most "
         "stable count) or N[,N..].", show_default="auto"),
     fn_cluster_runs: int | None = typer.Option(
-        None, "--fn-cluster-runs", help="cluster rule: seeded k-means runs per count.",
-        show_default="5"),
+        None, "--fn-cluster-runs", help="cluster rule: k-means runs per count.", show_default="5"),
     fn_cluster_votes: int | None = typer.Option(
-        None, "--fn-cluster-votes", help="cluster rule: runs that must put both together.",
-        show_default="1"),
+        None, "--fn-cluster-votes", help="cluster rule: runs that must agree.", show_default="1"),
     fn_support_threshold: float | None = typer.Option(
         None, "--fn-support-threshold", help="support rule: threshold.", show_default="0.5"),
     fn_support_aggregate: Literal["mean", "max"] | None = typer.Option(
