@@ -8,11 +8,12 @@ pairkit embed "$work/images" -o "$work/store" --model pixels --quiet
 
 mkdir -p "$work/quarantine"
 moved=0
-# --paths-only --drop: one path per line (relative to the image folder), the keepers left out
-while IFS= read -r path; do
+# --paths-only --drop -0: NUL-separated paths relative to the image folder (safe for any
+# file name), the kept copy of each group (--keep best: the best original) left out
+while IFS= read -r -d '' path; do
   mkdir -p "$work/quarantine/$(dirname "$path")"
   mv -- "$work/images/$path" "$work/quarantine/$path"
   moved=$((moved + 1))
-done < <(pairkit dedup "$work/store" --paths-only --drop --quiet)
+done < <(pairkit dedup "$work/store" --paths-only --drop -0 --quiet)
 
 echo "moved $moved near-duplicates to $work/quarantine"

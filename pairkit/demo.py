@@ -17,6 +17,7 @@ import numpy as np
 from pairkit.errors import PairkitError
 
 EDITS = ("reencode", "resize", "brightness")
+MARKER = ".pairkit-demo"  # written into DIR: --force may replace a folder that has it
 
 
 @dataclass
@@ -111,3 +112,40 @@ def make_demo_images(
     (broken / "notes.png").write_text("this is not an image\n")
     out.broken = 3
     return out
+
+
+def prepare_demo_dir(directory: Path, force: bool) -> None:
+    """Make ``directory`` ready for a demo run: new or empty is fine; with ``force``, a
+    folder an earlier demo wrote (it holds the marker file) is removed first. Any other
+    non-empty folder is refused."""
+    import shutil
+
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise PairkitError(f"{directory} is a file; choose a new folder")
+    if directory.is_dir() and any(directory.iterdir()):
+        if not force:
+            raise PairkitError(f"{directory} exists and is not empty; choose a new folder "
+                               "(or --force to replace an earlier demo's folder)")
+        if not (directory / MARKER).is_file():
+            raise PairkitError(f"{directory} was not written by pairkit demo (no {MARKER}); "
+                               "--force replaces only a demo's folder: choose a new folder")
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / MARKER).write_text("written by pairkit demo; --force may replace this folder\n",
+                                    encoding="utf-8")
+
+
+def same_label_share(store: Path, pairs: Path) -> float:
+    """Share of mined negatives whose label equals the anchor's (false negatives)."""
+    import pandas as pd
+
+    from pairkit.core.store import Store
+
+    labels = Store.open(store).items["label"].to_numpy(dtype=object)
+    table = pd.read_parquet(pairs)
+    if not len(table):
+        return float("nan")
+    a = labels[table["anchor_id"].to_numpy()]
+    n = labels[table["negative_id"].to_numpy()]
+    return float((a == n).mean())

@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: stderr console, progress bars, error handling.
+"""Shared CLI plumbing: stderr console and error handling.
 
 Data goes to stdout; everything meant for a person goes to stderr.
 """
@@ -8,9 +8,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -18,7 +17,6 @@ from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.progress import Progress
 
 _CONSOLE: Console | None = None
 
@@ -87,88 +85,3 @@ def _internal(exc: Exception) -> typer.Exit:
 
 def _is_cuda_oom(exc: BaseException) -> bool:
     return type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(exc)
-
-
-def make_progress(quiet: bool, unit: str = "images") -> Progress | None:
-    """A rich progress bar on stderr with a rate column, or None when quiet."""
-    if quiet:
-        return None
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        ProgressColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-    from rich.text import Text
-
-    class RateColumn(ProgressColumn):
-        def render(self, task: Any) -> Text:
-            speed = task.finished_speed or task.speed
-            return Text(f"{speed:,.1f} {unit}/s" if speed else f"- {unit}/s")
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        RateColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console(),
-        transient=not sys.stderr.isatty(),
-    )
-
-
-class ProgressBar:
-    """One task of a rich progress bar on stderr (nothing at all when quiet).
-
-    ``start``/``advance``/``note``/``stop`` is the progress hook the core loops call;
-    ``print`` writes a line above a live bar instead of through it.
-    """
-
-    def __init__(self, quiet: bool, unit: str = "images") -> None:
-        self.progress = make_progress(quiet, unit)
-        self.task: Any = None
-
-    def start(self, total: int, description: str) -> None:
-        if self.progress is not None:
-            self.progress.start()
-            self.task = self.progress.add_task(description, total=total)
-
-    def advance(self, n: int, description: str | None = None) -> None:
-        if self.progress is not None and self.task is not None:
-            if description is None:
-                self.progress.advance(self.task, n)
-            else:
-                self.progress.update(self.task, advance=n, description=description)
-
-    def print(self, line: str) -> None:
-        if self.progress is not None:
-            self.progress.console.print(line, markup=False)
-        else:
-            say(line)
-
-    def note(self, message: str) -> None:
-        if self.progress is not None and self.progress.live.is_started:
-            self.progress.console.print(f"warning: {message}", markup=False, style="yellow")
-        else:
-            warn(message)
-
-    def stop(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-
-def parse_int_list(text: str, option: str) -> list[int]:
-    """Parse ``1,5,10`` into ints, with an error naming ``option``."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise PairkitError(
-            f"{option} must be a comma-separated list of integers, got {text!r}"
-        ) from None
-    if not values:
-        raise PairkitError(f"{option} must not be empty")
-    return values

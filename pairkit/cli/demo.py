@@ -46,7 +46,7 @@ def _steps(d: Path, epochs: int) -> list[tuple[str, list[str]]]:
           "--compare", "--json", "--plot", s(d / "plots")]),
         ("mine once more keeping the flagged false negatives (for the report)",
          ["mine", s(d / "store"), "--hard", "--relation", "instance",
-          "--filter-false-negatives", "--keep-flagged", "-o", s(d / "pairs-flagged.parquet"),
+          "--filter-false-negatives", "--fn-mode", "keep", "-o", s(d / "pairs-flagged.parquet"),
           "--quiet"]),
         ("an HTML report of the flags, the duplicates and the scores (opens from file://)",
          ["report", s(d / "pairs-flagged.parquet"), s(d / "duplicates.csv"),
@@ -57,36 +57,20 @@ def _steps(d: Path, epochs: int) -> list[tuple[str, list[str]]]:
 def _run_step(args: list[str], capture: bool) -> tuple[int, str]:
     """Run one pairkit command in this process (no new interpreter and torch import per
     step); returns (exit code, captured stdout)."""
-    import click
-
     from pairkit.cli.main import app
+    from pairkit.cli.options import click_exceptions
 
     buffer = io.StringIO()
     redirect = contextlib.redirect_stdout(buffer) if capture else contextlib.nullcontext()
     with redirect:
         try:
             result = app(args=args, prog_name="pairkit", standalone_mode=False)
-        except click.exceptions.Exit as exc:
+        except typer.Exit as exc:
             result = exc.exit_code
-        except click.ClickException as exc:
+        except click_exceptions().ClickException as exc:
             exc.show()
             result = exc.exit_code
     return (result if isinstance(result, int) else 0), buffer.getvalue()
-
-
-def _same_label_share(store: Path, pairs: Path) -> float:
-    """Share of mined negatives whose label equals the anchor's (false negatives)."""
-    import pandas as pd
-
-    from pairkit.core.store import Store
-
-    labels = Store.open(store).items["label"].to_numpy(dtype=object)
-    table = pd.read_parquet(pairs)
-    if not len(table):
-        return float("nan")
-    a = labels[table["anchor_id"].to_numpy()]
-    n = labels[table["negative_id"].to_numpy()]
-    return float((a == n).mean())
 
 
 def demo(
@@ -97,6 +81,8 @@ def demo(
     images_only: bool = typer.Option(
         False, "--images-only", help="Only write the sample images (for your own pipelines)."
     ),
+    force: bool = typer.Option(
+        False, "--force", help="Replace DIRECTORY if an earlier pairkit demo wrote it."),
 ) -> None:
     """Run embed -> dedup -> mine -> train -> eval on scikit-learn's digits, offline.
 
@@ -105,11 +91,10 @@ def demo(
 
     Example: pairkit demo demo-run
     """
-    from pairkit.demo import make_demo_images
+    from pairkit.demo import make_demo_images, prepare_demo_dir, same_label_share
 
     with user_errors():
-        if directory.exists() and any(directory.iterdir()):
-            raise PairkitError(f"{directory} exists and is not empty; choose a new folder")
+        prepare_demo_dir(directory, force)
         t0 = time.perf_counter()
         test_root = None if images_only else directory / "test-images"
         made = make_demo_images(directory / "images", limit=limit, seed=seed,
@@ -137,8 +122,8 @@ def demo(
                 (directory / "eval.json").write_text(stdout, encoding="utf-8")
         console().rule("summary")
         store = directory / "store"
-        naive = _same_label_share(store, directory / "pairs-naive.parquet")
-        unlabelled = _same_label_share(store, directory / "pairs-unlabelled.parquet")
+        naive = same_label_share(store, directory / "pairs-naive.parquet")
+        unlabelled = same_label_share(store, directory / "pairs-unlabelled.parquet")
         say(f"mined negatives that share the anchor's label (false negatives): naive top-k "
             f"{naive:.1%}, label-free rules ({NO_LABEL_RULES}) {unlabelled:.1%}, "
             f"with labels 0.0% by construction")

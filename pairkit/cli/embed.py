@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import typer
 
-from pairkit.cli.common import ProgressBar, say, user_errors, warn
+from pairkit.cli.common import say, user_errors, warn
+from pairkit.cli.options import Dtype, device_option
+from pairkit.cli.progress import ProgressBar
+
+Precision = Literal["auto", "fp32", "fp16", "bf16"]
 
 
 def embed(
@@ -18,10 +23,8 @@ def embed(
         help="Encoder: openclip/NAME, timm/NAME, or pixels (weight-free, offline).",
     ),
     pretrained: str | None = typer.Option(
-        None, "--pretrained",
-        help="Weights tag (open_clip tag / timm tag); default: the model's default "
-        "(laion2b_s34b_b79k for ViT-B-32); 'none' = random weights.",
-    ),
+        None, "--pretrained", help="Weights tag (open_clip / timm tag); 'none' = random weights.",
+        show_default="the model's default tag, laion2b_s34b_b79k for ViT-B-32"),
     checkpoint: Path | None = typer.Option(
         None, "--checkpoint", help="Local weights: .safetensors or a torch state dict."
     ),
@@ -31,16 +34,16 @@ def embed(
         None, "--labels",
         help="'folder' (first sub-folder = label) or a CSV/parquet/JSONL with path,label.",
     ),
-    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda (all GPUs) or cuda:N."),
-    precision: str = typer.Option(
-        "auto", "--precision", help="auto (fp16 on CUDA, fp32 on CPU), fp32, fp16 or bf16."
-    ),
+    device: str = device_option("Where the encoder runs; cuda: all GPUs; auto: cuda when "
+                                "torch sees a GPU, else cpu."),
+    precision: Precision = typer.Option(
+        "auto", "--precision", help="Autocast precision; auto: fp16 on CUDA, fp32 on CPU."),
     batch_size: int = typer.Option(64, "--batch-size", help="Rows (views) per encoder batch."),
     workers: int | None = typer.Option(
-        None, "--workers", help="Decoding processes (default: 0 on <=2 CPUs, more beside a GPU)."
-    ),
-    dtype: str = typer.Option("float16", "--dtype", help="Storage dtype: float16 or float32."),
-    decode: str = typer.Option(
+        None, "--workers", help="Decoding processes.",
+        show_default="from pairkit --threads: 0 on CPU below 4 threads, the threads beside a GPU"),
+    dtype: Dtype = typer.Option("float16", "--dtype", help="Storage precision of the store."),
+    decode: Literal["auto", "cpu", "gpu"] = typer.Option(
         "auto", "--decode",
         help="Where JPEGs are decoded and views rendered: gpu (nvjpeg + torch on --device; "
         "on a CPU device torchvision's decoder), cpu (PIL in workers), auto (gpu on CUDA). "
@@ -48,7 +51,8 @@ def embed(
     shard_rows: int = typer.Option(8192, "--shard-rows", help="Rows per shard (resume unit)."),
     max_file_bytes: int = typer.Option(
         256 << 20, "--max-file-bytes",
-        help="Skip files larger than this (bytes; default 256 MiB). Only regular files are read."),
+        help="Skip files larger than this (bytes). Only regular files are read.",
+        show_default="268435456 = 256 MiB"),
     force: bool = typer.Option(False, "--force", help="Replace a store made with other options."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     json_summary: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -57,12 +61,9 @@ def embed(
 
     Example: pairkit embed photos/ -o store --model pixels --views 2 --labels folder
     """
+    from pairkit.encode.embedder import EmbedConfig, embed_folder, summary_dict
+
     with user_errors():
-        from pairkit.encode.device_pipeline import check_decode
-
-        check_decode(decode)  # before the heavy imports
-        from pairkit.encode.embedder import EmbedConfig, embed_folder, summary_dict
-
         cfg = EmbedConfig(
             images=images,
             store=output,
@@ -90,8 +91,8 @@ def embed(
         if summary.images == 0 and summary.already:
             say(
                 f"nothing to embed: all {summary.already} images are already in {output}"
-                + (f"; {summary.skipped} files still can't be embedded" if summary.skipped
-                   else ""),
+                + (f"; {summary.skipped} file{'s' if summary.skipped > 1 else ''} still can't "
+                   "be embedded" if summary.skipped else ""),
                 quiet,
             )
         else:
@@ -103,7 +104,10 @@ def embed(
                 quiet,
             )
         if summary.skipped:
-            say(f"{summary.skipped} files skipped: see {output / 'errors.jsonl'}", quiet)
+            from pairkit.core.options import plural
+
+            say(f"{plural(summary.skipped, 'file')} skipped: see {output / 'errors.jsonl'}",
+                quiet)
         if summary.missing_from_folder:
             warn(f"{summary.missing_from_folder} images in the store are no longer in {images}")
         if json_summary:

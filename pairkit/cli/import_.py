@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from pairkit.cli.common import say, user_errors
+from pairkit.cli.options import Dtype
 
 
 def import_store(
@@ -15,7 +16,7 @@ def import_store(
         ..., "--items", help="CSV/parquet/JSONL with 'path' (and optional source, view, label)."
     ),
     output: Path = typer.Option(..., "-o", "--output", help="Store folder to create."),
-    dtype: str = typer.Option("float16", "--dtype", help="Storage dtype: float16 or float32."),
+    dtype: Dtype = typer.Option("float16", "--dtype", help="Storage precision of the store."),
     encoder: str = typer.Option("imported", "--encoder", help="Encoder name for the manifest."),
     force: bool = typer.Option(False, "--force", help="Replace an existing store."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line."),

@@ -22,6 +22,7 @@ from pairkit.cli import mine as mine_cmd
 from pairkit.cli import project as project_cmd
 from pairkit.cli import report as report_cmd
 from pairkit.cli import train as train_cmd
+from pairkit.cli.options import Command
 
 app = typer.Typer(
     name="pairkit",
@@ -51,21 +52,26 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    threads: int | None = typer.Option(
+        None, "--threads", show_default="$PAIRKIT_THREADS, $OMP_NUM_THREADS or half the CPUs, 1-8",
+        help="CPU threads for torch, FAISS, BLAS and image decoding together."),
 ) -> None:
     """pairkit command line."""
+    from pairkit.cli.common import user_errors
+    from pairkit.core.threads import configure
+
+    with user_errors():
+        configure(threads)
 
 
 # in pipeline order, as `pairkit --help` lists them
-app.command("embed", no_args_is_help=True)(embed_cmd.embed)
-app.command("import", no_args_is_help=True)(import_cmd.import_store)
-app.command("index", no_args_is_help=True)(index_cmd.index)
-app.command("mine", no_args_is_help=True)(mine_cmd.mine)
-app.command("dedup", no_args_is_help=True)(dedup_cmd.dedup)
-app.command("train", no_args_is_help=True)(train_cmd.train)
-app.command("project", no_args_is_help=True)(project_cmd.project)
-app.command("eval", no_args_is_help=True)(eval_cmd.eval_store)
-app.command("report", no_args_is_help=True)(report_cmd.report)
-app.command("demo", no_args_is_help=True)(demo_cmd.demo)
+for _name, _function in (
+    ("embed", embed_cmd.embed), ("import", import_cmd.import_store), ("index", index_cmd.index),
+    ("mine", mine_cmd.mine), ("dedup", dedup_cmd.dedup), ("train", train_cmd.train),
+    ("project", project_cmd.project), ("eval", eval_cmd.eval_store),
+    ("report", report_cmd.report), ("demo", demo_cmd.demo),
+):
+    app.command(_name, no_args_is_help=True, cls=Command)(_function)
 
 
 def main() -> None:

@@ -7,16 +7,17 @@ from pathlib import Path
 import typer
 
 from pairkit.cli.common import say, user_errors
+from pairkit.cli.options import Dtype, device_option
 
 
 def project(
     store: Path = typer.Argument(..., help="Store folder to project."),
     head: Path = typer.Option(..., "--head", help="Head folder written by pairkit train."),
     output: Path = typer.Option(..., "-o", "--output", help="New store folder."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    device: str = device_option("Where the head runs; auto: cuda when torch sees a GPU."),
     batch_size: int = typer.Option(65536, "--batch-size", help="Rows per forward pass."),
-    dtype: str | None = typer.Option(
-        None, "--dtype", help="Storage dtype: float16 or float32 (default: the input's)."),
+    dtype: Dtype | None = typer.Option(
+        None, "--dtype", help="Storage precision of the new store.", show_default="the input's"),
     force: bool = typer.Option(False, "--force", help="Replace an existing store."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line."),
 ) -> None:

@@ -17,9 +17,8 @@ def report(
     output: Path = typer.Option(..., "-o", "--output",
                                 help="Report folder to write (index.html + thumbnails)."),
     store: Path | None = typer.Option(
-        None, "--store",
-        help="Store the tables came from (default: found next to the table by its store_id "
-        "or paths); gives labels and thumbnails."),
+        None, "--store", show_default="found next to the table by its store_id or paths",
+        help="Store the tables came from; gives labels and thumbnails."),
     sample: int = typer.Option(
         500, "--sample",
         help="Random anchors of a pair table (largest groups of a dedup table) in the "

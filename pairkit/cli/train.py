@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
 
-from pairkit.cli.common import ProgressBar, say, user_errors
+from pairkit.cli.common import say, user_errors
+from pairkit.cli.options import FnMode, device_option
+from pairkit.cli.progress import ProgressBar
 
 
 class _TrainBar(ProgressBar):
@@ -36,15 +38,15 @@ def train(
     pairs: str | None = typer.Option(
         None, "--pairs", "-p", help="Pair table from mine (triplet or n-tuple; - = stdin)."),
     relation: str | None = typer.Option(
-        None, "--relation",
+        None, "--relation", show_default="instance with --pairs, none without",
         help="instance or label: positives from the store, in-batch negatives (no table); with "
-        "--pairs: which in-batch items are not negatives (default instance)."),
-    head: str = typer.Option("mlp", "--head", help="linear or mlp."),
+        "--pairs: which in-batch items are not negatives."),
+    head: Literal["linear", "mlp"] = typer.Option("mlp", "--head", help="Head architecture."),
     out_dim: int = typer.Option(128, "--out-dim", help="Output dimension of the head."),
-    hidden: int | None = typer.Option(None, "--hidden",
-                                      help="Hidden width of the mlp (default: input dim)."),
-    loss: str = typer.Option("infonce", "--loss",
-                             help="infonce, triplet, supcon, debiased or hard."),
+    hidden: int | None = typer.Option(None, "--hidden", help="Hidden width of the mlp.",
+                                      show_default="the input dim"),
+    loss: Literal["infonce", "triplet", "supcon", "debiased", "hard"] = typer.Option(
+        "infonce", "--loss", help="Contrastive loss (docs/methods.md)."),
     temperature: float = typer.Option(0.1, "--temperature",
                                       help="Softmax temperature (all but triplet)."),
     symmetric: bool = typer.Option(False, "--symmetric",
@@ -53,7 +55,7 @@ def train(
     tau_plus: float = typer.Option(0.1, "--tau-plus",
                                    help="Class prior for debiasing (debiased, hard)."),
     beta: float = typer.Option(1.0, "--beta", help="Hardness concentration (hard)."),
-    fn_mode: str = typer.Option(
+    fn_mode: FnMode = typer.Option(
         "eliminate", "--fn-mode",
         help="Rows flagged false_negative: eliminate (out of the denominator), attract (as "
         "positives) or keep (as negatives)."),
@@ -63,9 +65,9 @@ def train(
     weight_decay: float = typer.Option(1e-4, "--weight-decay", help="AdamW weight decay."),
     warmup: float = typer.Option(0.1, "--warmup", help="Fraction of steps of linear warmup."),
     seed: int = typer.Option(0, "--seed", help="Seed of init, shuffling, split, sampling."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
-    precision: str = typer.Option(
-        "auto", "--precision", help="auto (fp16 on CUDA, fp32 on CPU), fp32, fp16 or bf16."),
+    device: str = device_option("Where the head trains; auto: cuda when torch sees a GPU."),
+    precision: Literal["auto", "fp32", "fp16", "bf16"] = typer.Option(
+        "auto", "--precision", help="Autocast precision; auto: fp16 on CUDA, fp32 on CPU."),
     val_fraction: float = typer.Option(
         0.0, "--val-fraction", help="Fraction of sources held out for validation."),
     stop_on_collapse: bool = typer.Option(False, "--stop-on-collapse",
@@ -117,5 +119,6 @@ def train(
             raise PairkitError(f"stopped at epoch {last['epoch']}: the embeddings collapsed "
                                f"(--stop-on-collapse); weights of that epoch are in {output}")
         say(f"trained {head} head {st.dim}->{out_dim} with {loss} for {last['epoch']} epochs on "
-            f"{result.device} ({result.examples} pairs/epoch, {last['pairs_per_s']:,.0f} "
-            f"pairs/s): {last['metrics_on']} gap {last['gap']:.3f} -> {output}", quiet)
+            f"{result.device} ({result.examples} pairs/epoch, {result.pairs_per_second:,.0f} "
+            f"pairs/s over all epochs): {last['metrics_on']} gap {last['gap']:.3f} -> {output}",
+            quiet)

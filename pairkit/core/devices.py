@@ -4,33 +4,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
+
+DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
+
+
+def check_device(device: str) -> str:
+    """``device`` if it is spelled ``auto``, ``cpu``, ``cuda`` or ``cuda:N``; else a
+    UsageError (no torch import: a bad value is rejected before any heavy work)."""
+    if device in ("auto", "cpu", "cuda"):
+        return device
+    head, _, index = device.partition(":")
+    if head == "cuda" and index.isdigit():
+        return device
+    raise UsageError(f"--device must be {DEVICE_CHOICES}, got {device!r}")
 
 
 def resolve_device(device: str) -> str:
     """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``; checks cuda:N exists."""
+    check_device(device)
     import torch
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         return device
-    if device == "cuda" or device.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise PairkitError(f"--device {device}: no CUDA GPU is visible (use --device cpu)")
-        if ":" in device:
-            try:
-                index = int(device.split(":", 1)[1])
-            except ValueError:
-                raise PairkitError(
-                    f"--device must be auto, cpu, cuda or cuda:N, got {device}"
-                ) from None
-            if index >= torch.cuda.device_count():
-                raise PairkitError(
-                    f"--device {device}: only {torch.cuda.device_count()} GPU(s) visible"
-                )
-        return device
-    raise PairkitError(f"--device must be auto, cpu, cuda or cuda:N, got {device}")
+    if not torch.cuda.is_available():
+        raise PairkitError(f"--device {device}: no CUDA GPU is visible (use --device cpu)")
+    if ":" in device and int(device.split(":", 1)[1]) >= torch.cuda.device_count():
+        raise PairkitError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) visible")
+    return device
 
 
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")

@@ -71,9 +71,12 @@ def import_embeddings(
     bad, zero = bad_rows(vectors)
     if len(bad):
         shown = ", ".join(str(i) for i in bad[:5]) + (" ..." if len(bad) > 5 else "")
-        raise PairkitError(f"{len(bad)} rows contain NaN or inf (rows {shown}); fix or drop them")
+        rows = "1 row contains" if len(bad) == 1 else f"{len(bad):,} rows contain"
+        raise PairkitError(f"{rows} NaN or inf (row{'s' if len(bad) > 1 else ''} {shown}); "
+                           "fix or drop them")
     if len(zero):
-        raise PairkitError(f"{len(zero)} rows are all zeros (row {zero[0]}): no direction")
+        rows = "1 row is" if len(zero) == 1 else f"{len(zero):,} rows are"
+        raise PairkitError(f"{rows} all zeros (row {zero[0]}): no direction")
     info = {"name": encoder, "imported_from": Path(embeddings).name,
             "sha256": sha256_file(embeddings)}
     return write_store(output, vectors, table, encoder=info, dtype=dtype, force=force,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -41,7 +40,7 @@ from pairkit.encode.images import (
 )
 from pairkit.encode.registry import DEFAULT_MODEL, Encoder, EncoderRequest, load_encoder
 from pairkit.encode.views import render_views
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 
 @dataclass(frozen=True)
@@ -115,23 +114,45 @@ def embedding_identity(cfg: EmbedConfig) -> dict[str, Any]:
     return ident
 
 
-def _check_config(cfg: EmbedConfig) -> None:
+def check_config(cfg: EmbedConfig) -> bool:
+    """Everything that can be checked before torch loads, in well under a second: option
+    values (UsageError), the image folder, the labels table and checkpoint files, and
+    whether pretrained weights can be had (:func:`pairkit.encode.weights.check_pretrained`).
+    Returns True when weights must be loaded from the hub cache only."""
+    from pairkit.core.devices import check_device
+    from pairkit.encode.registry import DEFAULT_OPENCLIP_TAG
+    from pairkit.encode.weights import check_pretrained
+
     if cfg.views < 1:
-        raise PairkitError(f"--views must be >= 1, got {cfg.views}")
+        raise UsageError(f"--views must be >= 1, got {cfg.views}")
     if cfg.batch_size < 1:
-        raise PairkitError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+        raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
     if cfg.workers is not None and cfg.workers < 0:
-        raise PairkitError(f"--workers must be >= 0, got {cfg.workers}")
+        raise UsageError(f"--workers must be >= 0, got {cfg.workers}")
     if cfg.precision not in PRECISIONS:
-        raise PairkitError(f"--precision must be one of {', '.join(PRECISIONS)}, got "
-                           f"{cfg.precision}")
+        raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got "
+                         f"{cfg.precision}")
     if cfg.max_file_bytes < 1:
-        raise PairkitError(f"--max-file-bytes must be >= 1, got {cfg.max_file_bytes}")
+        raise UsageError(f"--max-file-bytes must be >= 1, got {cfg.max_file_bytes}")
     if cfg.dtype not in ("float16", "float32"):
-        raise PairkitError(f"--dtype must be float16 or float32, got {cfg.dtype}")
+        raise UsageError(f"--dtype must be float16 or float32, got {cfg.dtype}")
     from pairkit.encode.device_pipeline import check_decode
 
     check_decode(cfg.decode)
+    check_device(cfg.device)
+    images = Path(cfg.images)
+    if not images.exists():
+        raise PairkitError(f"image folder {images} not found")
+    if not images.is_dir():
+        raise PairkitError(f"{images} is not a folder")
+    if cfg.labels not in (None, "folder") and not Path(cfg.labels).is_file():
+        raise PairkitError(f"--labels {cfg.labels}: no such file (or use --labels folder)")
+    if cfg.checkpoint and not Path(cfg.checkpoint).is_file():
+        raise PairkitError(f"checkpoint {cfg.checkpoint} not found")
+    store = Path(cfg.store)
+    if store.exists() and not store.is_dir():
+        raise PairkitError(f"output {store} is an existing file, expected a store folder")
+    return check_pretrained(cfg.model, cfg.pretrained, cfg.checkpoint, DEFAULT_OPENCLIP_TAG)
 
 
 def resolve_labels(
@@ -220,12 +241,12 @@ def _worker_init(_: int) -> None:
 
 
 def default_workers(device: str) -> int:
-    """Decoding processes: none on a small CPU box (they would steal the encoder's
-    cores), up to 8 beside a GPU."""
-    cpus = os.cpu_count() or 1
-    if device.startswith("cuda"):
-        return max(1, min(8, cpus - 1))
-    return 0 if cpus <= 2 else min(4, cpus // 2)
+    """Decoding processes from the thread budget (:mod:`pairkit.core.threads`): none on
+    the CPU below a budget of 4 (a background thread decodes; processes would steal the
+    encoder's cores), the whole budget (at most 8) beside a GPU."""
+    from pairkit.core.threads import plan
+
+    return plan().decode_workers(device)
 
 
 def _prefetch(batches: Any, depth: int = 2) -> Any:
@@ -336,8 +357,8 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     STORE/errors.jsonl. Raises PairkitError when nothing at all could be embedded.
     """
     hook = hook or ProgressHook()
-    _check_config(cfg)
     t0 = time.perf_counter()
+    weights_offline = check_config(cfg)
     files, problems = discover_images(cfg.images)
     if not files:
         skipped = (f"; {len(problems)} skipped, e.g. {problems[0][0]!a}: {problems[0][1]}"
@@ -346,9 +367,10 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
             f"no images found in {cfg.images} (looked for .jpg, .jpeg, .png, .webp, .bmp, "
             f".gif, .tif, .ppm ...){skipped}"
         )
+    from pairkit.core.threads import import_torch
+
+    import_torch()  # the thread budget applied before the first torch work
     cfg_store = Path(cfg.store)
-    if cfg_store.exists() and not cfg_store.is_dir():
-        raise PairkitError(f"output {cfg_store} is an existing file, expected a store folder")
     labels, unlabeled = resolve_labels(cfg.labels, files, Path(cfg.images))
     if cfg.labels and unlabeled:
         hook.note(f"{unlabeled} of {len(files)} images have no label")
@@ -356,12 +378,14 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     device = resolve_device(cfg.device)
     # one writer per store: a second embed (or import, index...) stops with the holder's name
     with writer_lock(cfg_store, "store"):
-        return _embed_locked(cfg, hook, files, problems, labels, identity, device, t0)
+        return _embed_locked(cfg, hook, files, problems, labels, identity, device, t0,
+                             weights_offline)
 
 
 def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
                   problems: list[tuple[str, str]], labels: dict[str, str | None],
-                  identity: dict[str, Any], device: str, t0: float) -> EmbedSummary:
+                  identity: dict[str, Any], device: str, t0: float,
+                  weights_offline: bool = False) -> EmbedSummary:
     """The rest of :func:`embed_folder`, under the store's writer lock."""
     import pandas as pd
 
@@ -396,9 +420,10 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
             writer.commit()
         return summary
 
-    encoder = load_encoder(
-        EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint, device, cfg.seed)
-    )
+    # (a store folder this run created is removed again by the lock when the encoder
+    # can't be loaded and nothing was written)
+    encoder = load_encoder(EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint, device,
+                                          cfg.seed, offline=weights_offline))
     fit = encoder.identity.get("checkpoint_fit", "")
     if fit and fit != "checkpoint layout: as saved":
         hook.note(fit)
@@ -497,6 +522,11 @@ def _batch_source(cfg: EmbedConfig, todo: list[ImageFile], encoder: Encoder, dev
                 batches.close()  # stop the decoding thread before the readers go
         return
     workers = default_workers(device) if cfg.workers is None else cfg.workers
+    if workers and not device.startswith("cuda"):
+        from pairkit.core.threads import plan
+
+        # the encoder and the decoding processes share the budget
+        torch.set_num_threads(max(1, plan().threads - workers))
     dataset = _SourceDataset(todo, cfg.views, encoder.preprocess, cfg.seed, cfg.max_file_bytes)
     loader = torch.utils.data.DataLoader(
         dataset,
@@ -516,8 +546,11 @@ def _batch_source(cfg: EmbedConfig, todo: list[ImageFile], encoder: Encoder, dev
 
 
 def default_readers() -> int:
-    """Reader threads of the device pipeline: up to 8, one core left to the main thread."""
-    return max(1, min(8, (os.cpu_count() or 1) - 1))
+    """Reader threads of the device pipeline: the thread budget (pairkit --threads), at
+    most 8 (:meth:`pairkit.core.threads.ThreadPlan.decode_workers`)."""
+    from pairkit.core.threads import plan
+
+    return plan().decode_workers("cuda")
 
 
 def _keep_until_used(pixels: Any) -> None:

@@ -26,16 +26,13 @@ from pairkit.encode.registry import (
     Preprocess,
     register_encoder,
 )
+from pairkit.encode.weights import WAYS_OUT as WEIGHT_OPTIONS
+from pairkit.encode.weights import env_offline as _env_offline
+from pairkit.encode.weights import is_random as _is_random
 from pairkit.errors import PairkitError
 
-WEIGHT_OPTIONS = (
-    "pass --checkpoint PATH for local weights, --pretrained none for random weights, "
-    "or --model pixels for the weight-free encoder"
-)
-
-
-def _is_random(tag: str | None) -> bool:
-    return tag is not None and tag.lower() in ("none", "random")
+# loggers of the libraries that load weights: quiet while pairkit says what happened
+THIRD_PARTY_LOGGERS = ("", "huggingface_hub", "open_clip", "timm", "urllib3", "httpx")
 
 
 @contextlib.contextmanager
@@ -55,54 +52,58 @@ def _hub_offline(offline: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _quiet_root_logger() -> Iterator[None]:
+def _quiet_third_party() -> Iterator[None]:
+    """Silence the warnings and log lines (retries, "initialized randomly", failed
+    downloads) of the libraries that load weights; pairkit reports the outcome itself."""
     import logging
+    import warnings
 
-    root = logging.getLogger()
-    old = root.level
-    root.setLevel(logging.ERROR)
+    loggers = [logging.getLogger(name) for name in THIRD_PARTY_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
     finally:
-        root.setLevel(old)
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
-def _env_offline() -> bool:
-    return any(
-        os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
-        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PAIRKIT_OFFLINE")
-    )
-
-
-def _load_with_cache_first(build: Any, what: str) -> Any:
+def _load_with_cache_first(build: Any, what: str, offline: bool = False) -> Any:
     """Call ``build()`` with the hub cache only; if the weights are not cached and we
-    may go online, call it again allowing a download. One-line error otherwise."""
-    from pairkit.cli.common import say
+    may go online (``offline`` False and no HF_HUB_OFFLINE), call it again allowing a
+    download. One-line error otherwise."""
+    import sys
 
     try:
-        with _hub_offline(True):
+        with _hub_offline(True), _quiet_third_party():
             return build()
     except PairkitError:
         raise
     except Exception as first:
-        if _env_offline():
+        if offline or _env_offline():
             raise PairkitError(
-                f"weights for {what} are not in the local cache and HF_HUB_OFFLINE is set: "
-                f"{WEIGHT_OPTIONS}"
+                f"the weights of {what} are not in the Hugging Face cache and the hub is out "
+                f"of reach: {WEIGHT_OPTIONS}"
             ) from first
-    say(f"downloading weights for {what} (set HF_HUB_OFFLINE=1 to fail fast when offline)")
+    print(f"downloading the weights of {what} (HF_HUB_OFFLINE=1 fails fast instead)",
+          file=sys.stderr)
     try:
-        return build()
+        with _quiet_third_party():
+            return build()
     except Exception as exc:
         raise PairkitError(
-            f"weights for {what} could not be loaded (not cached, download failed: "
-            f"{_first_line(exc)}): {WEIGHT_OPTIONS}"
+            f"the weights of {what} could not be downloaded ({_first_line(exc)}): "
+            f"{WEIGHT_OPTIONS}"
         ) from exc
 
 
 def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, whole (never cut mid-word)."""
     text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:160]
+    return text[0] if text else type(exc).__name__
 
 
 def _apply_checkpoint(module: Any, path: str, what: str, identity: dict[str, Any]) -> None:
@@ -186,7 +187,7 @@ def _openclip(name: str, req: EncoderRequest) -> Encoder:
     tag = req.pretrained
     if req.checkpoint or _is_random(tag):
         torch.manual_seed(req.seed)
-        with _quiet_root_logger():  # open_clip logs "initialized randomly": we asked for it
+        with _quiet_third_party():  # open_clip logs "initialized randomly": we asked for it
             model = open_clip.create_model(name, pretrained=None)
         if req.checkpoint:
             _apply_checkpoint(model, req.checkpoint, what, identity)
@@ -207,7 +208,7 @@ def _openclip(name: str, req: EncoderRequest) -> Encoder:
             )
         model = _load_with_cache_first(
             lambda: open_clip.create_model(name, pretrained=tag, require_pretrained=True),
-            f"{what} ({tag})",
+            f"{what} ({tag})", offline=req.offline,
         )
         identity["pretrained"] = tag
     model.eval()
@@ -270,7 +271,8 @@ def _timm(name: str, req: EncoderRequest) -> Encoder:
             identity["seed"] = req.seed
     else:
         model = _load_with_cache_first(
-            lambda: timm.create_model(full, pretrained=True, num_classes=0), what
+            lambda: timm.create_model(full, pretrained=True, num_classes=0), what,
+            offline=req.offline,
         )
         identity["pretrained"] = getattr(model, "pretrained_cfg", {}).get("tag") or tag or "default"
     model.eval()

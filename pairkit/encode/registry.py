@@ -44,6 +44,7 @@ class EncoderRequest:
     checkpoint: str | None = None
     device: str = "cpu"
     seed: int = 0
+    offline: bool = False  # load weights from the hub cache only (no download attempt)
 
 
 @dataclass

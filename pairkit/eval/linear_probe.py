@@ -50,7 +50,9 @@ def fit_logistic(
 
     Returns ``(W, b)``: float32 (d, n_classes) and (n_classes,).
     """
-    import torch
+    from pairkit.core.threads import import_torch
+
+    torch = import_torch()
 
     dev = torch.device(device)
     xt = torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32), device=dev)

@@ -47,12 +47,13 @@ class Exclusion:
         return extra
 
 
-def reference_index(blocks: Iterable[np.ndarray], gpu: bool | str | None = False) -> Any:
+def reference_index(blocks: Iterable[np.ndarray], device: str = "cpu") -> Any:
     """An exact inner-product index filled block by block (bounded extra memory).
 
-    ``blocks`` yields (n_i, d) arrays in reference-row order. ``gpu``: True = put the
-    index on all GPUs (:func:`pairkit.index.build.to_gpu`), ``"cuda:N"`` on GPU N,
-    None = when FAISS sees one. Returns the FAISS index, or None when there were no rows.
+    ``blocks`` yields (n_i, d) arrays in reference-row order. ``device``: ``cpu`` keeps
+    it on the CPU, ``cuda`` puts it on all GPUs (:func:`pairkit.index.build.to_gpu`),
+    ``cuda:N`` on GPU N (resolve ``auto`` first: :func:`pairkit.index.backend.resolve_backend`).
+    Returns the FAISS index, or None when there were no rows.
     """
     index = None
     for block in blocks:
@@ -62,11 +63,10 @@ def reference_index(blocks: Iterable[np.ndarray], gpu: bool | str | None = False
             index = flat_index(block)
         else:
             index.add(as_float32(block))
-    if index is not None and gpu is not False:
-        from pairkit.index.build import to_gpu, use_gpu
+    if index is not None and device.startswith("cuda"):
+        from pairkit.index.build import to_gpu
 
-        if use_gpu(None if gpu is None else True):
-            index = to_gpu(index, device=gpu if isinstance(gpu, str) else "cuda")
+        index = to_gpu(index, device=device)
     return index
 
 

@@ -44,8 +44,7 @@ class EvalConfig:
     probe_weight_decays: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
     probe_max_iter: int = 300
     seed: int = 0
-    device: str = "cpu"
-    gpu: bool | None = False  # FAISS search on GPUs: True, False, None = when present
+    device: str = "cpu"  # probe, head and search: auto, cpu, cuda or cuda:N
     backend: str = "auto"  # search engine: auto, faiss, torch (pairkit.index.backend)
     block_rows: int = 4096
     collect_scores: bool = False
@@ -230,18 +229,17 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
 
 
 def _index(x: np.ndarray, cfg: EvalConfig) -> object:
-    """Exact index over ``x``: FAISS filled in blocks of 65,536 rows (on GPUs per
-    ``cfg.gpu``), or the torch search when ``cfg.backend`` resolves to it."""
+    """Exact index over ``x``: FAISS filled in blocks of 65,536 rows (on the GPUs of
+    ``cfg.device``), or the torch search when ``cfg.backend`` resolves to it."""
     from pairkit.index.backend import resolve_backend
 
-    device = {True: "cuda", False: "cpu", None: "auto"}[cfg.gpu]
-    where = resolve_backend(cfg.backend, device)
+    where = resolve_backend(cfg.backend, cfg.device)
     if where.name == "torch":
         from pairkit.index.build import exact_index
 
         return exact_index(x, where)
     return reference_index((x[s : s + 65536] for s in range(0, len(x), 65536)),
-                           where.gpu and where.device)
+                           where.device if where.gpu else "cpu")
 
 
 def _check_k(ks: tuple[int, ...], rks: tuple[int, ...], n: int, what: str) -> None:

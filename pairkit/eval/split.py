@@ -30,8 +30,16 @@ def split_by_source(source_codes: np.ndarray, test_fraction: float, seed: int) -
     return np.isin(codes, test_sources)
 
 
+# Where an imported store's vectors came from, not what made them: two .npy files of one
+# encoder (train and test embeddings computed elsewhere) have different names and hashes.
+PROVENANCE_KEYS = ("imported_from", "sha256")
+
+
 def _encoder_key(encoder: dict[str, Any]) -> str:
-    return json.dumps(encoder, sort_keys=True, default=str)
+    """The encoder identity two stores must share: the manifest's encoder record without
+    its provenance (so the ``--encoder`` name decides for imported stores)."""
+    identity = {k: v for k, v in encoder.items() if k not in PROVENANCE_KEYS}
+    return json.dumps(identity, sort_keys=True, default=str)
 
 
 def check_compatible(ref_dim: int, ref_encoder: dict[str, Any], test_dim: int,

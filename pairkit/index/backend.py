@@ -47,12 +47,11 @@ CPU = SearchBackend("faiss", "cpu", "")
 
 
 def check_device_text(device: str) -> str:
-    """``device`` if it is auto, cpu, cuda or cuda:N (no import); UsageError otherwise."""
-    if device in ("auto", "cpu", "cuda"):
-        return device
-    if device.startswith("cuda:") and device[5:].isdigit():
-        return device
-    raise UsageError(f"--device must be auto, cpu, cuda or cuda:N, got {device}")
+    """``device`` if it is auto, cpu, cuda or cuda:N (no import); UsageError otherwise
+    (:func:`pairkit.core.devices.check_device`)."""
+    from pairkit.core.devices import check_device
+
+    return check_device(device)
 
 
 def check_backend_text(backend: str) -> str:

@@ -12,12 +12,13 @@ Kinds (all inner product; on L2-normalised rows that is cosine similarity):
 
 ``auto`` is exact up to ``exact_max_rows`` rows and ``ivf`` above.
 
-GPU: when FAISS sees GPUs (and ``gpu`` is not False) a CPU-built index is cloned
-onto all visible GPUs, sharded (each GPU holds 1/n of the rows), optionally with
-float16 storage. FAISS GPU search handles k <= 2048 only; :func:`knn_search`
-falls back to a CPU copy above that. When FAISS sees no GPU but torch does, or on
-request, the exact search runs in torch instead (``backend``, see
-:mod:`pairkit.index.backend` and :mod:`pairkit.index.torch_search`).
+GPU (``device``, the ``--device`` of mine, dedup and eval, with ``backend``): ``auto``
+clones a CPU-built index onto all GPUs FAISS sees (none with faiss-cpu), ``cuda`` onto
+all of them, ``cuda:N`` onto GPU N, ``cpu`` keeps it on the CPU. Several GPUs hold shards
+(each 1/n of the rows), optionally with float16 storage. FAISS GPU search handles
+k <= 2048 only; :func:`knn_search` falls back to a CPU copy above that. When FAISS sees
+no GPU but torch does, or on request, the exact search runs in torch instead
+(``backend``, see :mod:`pairkit.index.backend` and :mod:`pairkit.index.torch_search`).
 
 A saved index lives in ``STORE/index/<kind>.faiss`` beside ``<kind>.json``,
 which records the store ``content_id`` it was built for and the sha256 and size of
@@ -46,13 +47,12 @@ from pairkit.core.integrity import (
     sha256_fd,
 )
 from pairkit.core.lock import writer_lock
+from pairkit.core.threads import import_faiss
 from pairkit.errors import PairkitError, UsageError
 from pairkit.index.backend import (
     CPU,
     SearchBackend,
-    faiss_gpus,
     resolve_backend,
-    torch_cuda_devices,
 )
 
 KINDS = ("flat", "ivf", "ivfpq", "hnsw")
@@ -80,7 +80,7 @@ class IndexSpec:
     def resolved(self, n: int, dim: int) -> IndexSpec:
         """This spec with every size-dependent default filled in for ``n`` rows of ``dim``."""
         if self.kind not in KINDS:
-            raise PairkitError(f"--kind must be one of {', '.join(KINDS)}, got {self.kind}")
+            raise PairkitError(f"--index must be one of {', '.join(KINDS)}, got {self.kind}")
         spec = self
         if self.kind in ("ivf", "ivfpq"):
             nlist = self.nlist or default_nlist(n)
@@ -147,14 +147,6 @@ def gpu_count() -> int:
         return 0
 
 
-def use_gpu(requested: bool | None) -> bool:
-    """``None`` = auto (GPU when FAISS sees one); True without a GPU is an error."""
-    n = gpu_count()
-    if requested is True and n == 0:
-        raise PairkitError("--gpu was given but FAISS sees no GPU (use --no-gpu)")
-    return n > 0 if requested is None else bool(requested)
-
-
 def is_lossy(spec: IndexSpec) -> bool:
     """True when the index returns approximate scores (callers should re-score)."""
     return spec.kind == "ivfpq" or spec.float16
@@ -166,8 +158,7 @@ def build_index(vectors: np.ndarray, spec: IndexSpec) -> Any:
     ``spec`` must be :meth:`IndexSpec.resolved`. IVF training uses a seeded sample of
     at most 64 x nlist rows. Returns the FAISS index (ids = row numbers).
     """
-    import faiss
-
+    faiss = import_faiss()
     x = np.ascontiguousarray(vectors, dtype=np.float32)
     n, d = x.shape
     metric = faiss.METRIC_INNER_PRODUCT
@@ -382,6 +373,22 @@ def check_saved(store_root: str | os.PathLike[str], kind: str, content_id: str,
     return fpath
 
 
+def saved_spec(store_root: str | os.PathLike[str], kind: str,
+               content_id: str) -> IndexSpec | None:
+    """The spec of the saved ``kind`` index when it was built for these rows, else None."""
+    fpath, jpath = index_paths(store_root, kind)
+    meta = read_index_meta(jpath)
+    if meta is None or not fpath.is_file() or meta.get("content_id") != content_id:
+        return None
+    spec = meta.get("spec")
+    fields = {k: v for k, v in (spec if isinstance(spec, dict) else {}).items()
+              if k in IndexSpec.__annotations__}
+    try:
+        return IndexSpec(**fields)
+    except TypeError:
+        return None
+
+
 def read_index_meta(jpath: Path) -> dict[str, Any] | None:
     """The JSON description of a saved index, or None when missing, unreadable or not
     sealed by pairkit (damaged, edited, or written by an older version)."""
@@ -440,16 +447,12 @@ def _is_cpu(index: Any) -> bool:
     return "Gpu" not in type(index).__name__ and "IndexShards" not in type(index).__name__
 
 
-def search_backend(backend: str | SearchBackend = "auto", device: str | None = None,
-                   gpu: bool | None = None) -> SearchBackend:
-    """:func:`resolve_backend` of ``--backend`` and ``--device``; ``device`` None takes the
-    older ``--gpu/--no-gpu`` flag (None = auto). A resolved backend is returned as is."""
+def search_backend(backend: str | SearchBackend = "auto", device: str = "auto"
+                   ) -> SearchBackend:
+    """:func:`resolve_backend` of ``--backend`` and ``--device``; a resolved backend is
+    returned as is."""
     if isinstance(backend, SearchBackend):
         return backend
-    if device is None:
-        if gpu is True and backend != "torch" and faiss_gpus() == 0 and not torch_cuda_devices():
-            raise PairkitError("--gpu was given but FAISS sees no GPU (use --no-gpu)")
-        device = {True: "cuda", False: "cpu", None: "auto"}[gpu]
     return resolve_backend(backend, device)
 
 
@@ -465,16 +468,14 @@ def prepare_index(
     ef_search: int | None = None,
     pq_m: int | None = None,
     float16: bool = False,
-    gpu: bool | None = None,
     seed: int = 0,
     backend: str | SearchBackend = "auto",
-    device: str | None = None,
+    device: str = "auto",
 ) -> LoadedIndex:
     """Resolve ``kind`` (``auto`` too), reuse a saved index for these rows or build one.
 
     ``backend`` (auto, faiss, torch, or a resolved :class:`SearchBackend`) and ``device``
-    (auto, cpu, cuda, cuda:N; None: from the older ``gpu`` flag, None = auto) choose the
-    engine (:func:`search_backend`).
+    (auto, cpu, cuda, cuda:N) choose the engine (:func:`search_backend`).
     The torch backend searches exactly (``kind`` flat or auto) and needs no saved index.
     Returns a :class:`LoadedIndex`; FAISS indices are placed on the GPUs when the backend
     says so.
@@ -482,9 +483,10 @@ def prepare_index(
     if kind not in INDEX_CHOICES:
         raise PairkitError(f"--index must be one of {', '.join(INDEX_CHOICES)}, got {kind}")
     n, dim = vectors.shape
-    where = search_backend(backend, device, gpu)
+    where = search_backend(backend, device)
     if where.name == "torch":
         return _torch_index(vectors, kind, where)
+    import_faiss()
     on_gpu = where.gpu
     reason = ""
     if kind == "auto":

@@ -51,10 +51,11 @@ def gpu_count() -> int:
         return 0
 
 
-def _gpu_index(base: np.ndarray) -> Any:
-    import faiss
+def _gpu_index(base: np.ndarray, device: str = "cuda") -> Any:
+    """An exact FAISS index of ``base`` on all GPUs (``cuda``) or on GPU N (``cuda:N``)."""
+    from pairkit.index.build import to_gpu
 
-    return faiss.index_cpu_to_all_gpus(flat_index(base))
+    return to_gpu(flat_index(base), device=device)
 
 
 def _range_block(
@@ -121,7 +122,7 @@ def range_search_blocks(
     radius = float32_radius(threshold)
     t32 = np.float32(threshold)
     cpu_index = flat_index(base)
-    knn_index = _gpu_index(base) if use_gpu else cpu_index
+    knn_index = _gpu_index(base, where.device) if use_gpu else cpu_index
     kk = min(k, len(base), GPU_MAX_K if use_gpu else len(base))
 
     for start in range(0, len(queries), batch_size):

@@ -39,8 +39,9 @@ def row_dots(
 
 def flat_index(base: np.ndarray) -> Any:
     """An exact inner-product FAISS index holding ``base`` (N, d)."""
-    import faiss
+    from pairkit.core.threads import import_faiss
 
+    faiss = import_faiss()
     base = as_float32(base)
     index = faiss.IndexFlatIP(base.shape[1])
     index.add(base)

@@ -41,7 +41,7 @@ from pairkit.index.search import row_dots
 
 SAMPLINGS = ("top", "random", "softmax")
 POSITIVE_CHOICES = ("weakest", "random")
-FN_MODES = ("eliminate", "attract")
+FN_MODES = ("eliminate", "attract", "keep")
 # Reason codes of a candidate, in the order the rules are applied (first wins).
 RULES = ("valid", "padding", "self", "positive", "same_source", "false_negative",
          "max_score", "min_score", "absolute_margin", "relative_margin")
@@ -73,9 +73,13 @@ class MineConfig:
     max_positives: int = 64
     seed: int = 0
     batch_size: int = 16384
-    fn_mode: str = "eliminate"
-    keep_flagged: bool = False
+    fn_mode: str = "eliminate"  # flagged candidates: eliminate, attract (positives) or keep
     max_k_entries: int = 1 << 24  # scores+ids held at once during retries (~200 MB)
+
+    @property
+    def keep_flagged(self) -> bool:
+        """``--fn-mode keep``: flagged candidates stay negatives, marked in the table."""
+        return self.fn_mode == "keep"
 
     def window(self) -> tuple[int, int]:
         """``(range_min, range_max)``: valid ranks to sample from. Default range_max:
@@ -237,7 +241,7 @@ def _classify(
         pos_lists = [ctx.pos_ids[ctx.pos_offsets[r]:ctx.pos_offsets[r + 1]] for r in rows]
         flags, reasons = ctx.fn_filter(anchors, cand, scores, ref, pos_lists)
         flags = np.asarray(flags, dtype=bool) & ~excluded
-        if not (cfg.keep_flagged and cfg.fn_mode == "eliminate"):
+        if cfg.fn_mode != "keep":
             code[flags] = _CODE["false_negative"]
     code[same_src] = _CODE["same_source"]
     code[is_pos] = _CODE["positive"]
@@ -379,7 +383,7 @@ def mine_negatives(
                          np.full((n, K), -1, np.int64)),
         removed={r: 0 for r in RULES[2:]}, fn_flagged={}, k_initial=k0, k_max=k0,
     )
-    keep_flags = fn_filter is not None and (cfg.keep_flagged or cfg.fn_mode == "attract")
+    keep_flags = fn_filter is not None and cfg.fn_mode in ("keep", "attract")
     if keep_flags:
         result.pairs.neg_flags = np.zeros((n, K), bool)
         result.pairs.neg_reasons = np.full((n, K), None, dtype=object)
@@ -532,11 +536,10 @@ class IndexOptions:
     ef_search: int | None = None
     nlist: int | None = None
     exact_max_rows: int | None = None
-    gpu: bool | None = None
     float16: bool = False
     batch_size: int = 8192
     backend: str = "auto"  # auto, faiss, torch (pairkit.index.backend)
-    device: str | None = None  # auto, cpu, cuda, cuda:N; None: from ``gpu``
+    device: str = "auto"  # where the search runs: auto, cpu, cuda, cuda:N
 
 
 def _timed(searcher: Searcher, total: list[float]) -> Searcher:
@@ -588,7 +591,7 @@ def mine_store(
     index = index or IndexOptions()
     from pairkit.index.build import search_backend
 
-    where = search_backend(index.backend, index.device, index.gpu)
+    where = search_backend(index.backend, index.device)
     t_index = time.perf_counter()
     fn_filter = None
     parts = None
@@ -736,7 +739,7 @@ def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptio
     def make(sub: np.ndarray) -> Any:
         sub_kind = kind if kind == "flat" or len(sub) > 4096 else "flat"
         loaded = prepare_index(sub, sub_kind, nprobe=index.nprobe, ef_search=index.ef_search,
-                               float16=index.float16, gpu=index.gpu, seed=seed,
+                               float16=index.float16, seed=seed, device=index.device,
                                backend=engine if engine is not None else "auto")
         where.append("GPU" if loaded.gpu else "CPU")
         return loaded.searcher(sub, batch_size=index.batch_size)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 # Measured on the planted-copy benchmark (tests/benchmarks/near_duplicates.py,
 # docs/benchmarks.md) with the offline ``pixels`` encoder.
 DEFAULT_THRESHOLD = 0.965
-KEEP_RULES = ("first", "largest", "central")
+KEEP_RULES = ("best", "first", "largest", "central")
 TABLE_COLUMNS = ("group", "id", "keep", "similarity", "match")
 
 SizeInput = np.ndarray | Callable[[np.ndarray], np.ndarray] | None
@@ -135,9 +135,10 @@ def find_near_duplicates(
 ) -> NearDuplicates:
     """Exact- and near-duplicate groups of sources, with one representative each.
 
-    ``keep``: ``first`` (lowest row id), ``largest`` (largest ``sizes``: an (N,)
-    float array, NaN where unknown, or a function from item ids to such an array,
-    called only for items that have a duplicate; ties by lowest id) or
+    ``keep``: ``first`` (lowest row id), ``largest`` or ``best`` (largest ``sizes``: an
+    (N,) float array, NaN where unknown, or a function from item ids to such an array,
+    called only for items that have a duplicate; ties by lowest id; ``best`` is the name
+    under which :mod:`pairkit.mine.dedup` passes its pixels/bytes/path order) or
     ``central`` (highest mean similarity to the other members of its component).
     ``near=False`` finds only exact duplicates by hash. ``device`` (``cpu``,
     ``cuda``, ``cuda:N`` or ``auto``) and ``backend`` (``faiss``, ``torch`` or ``auto``)
@@ -151,8 +152,8 @@ def find_near_duplicates(
     t32 = np.float32(t)
     if keep not in KEEP_RULES:
         raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {keep}")
-    if keep == "largest" and sizes is None:
-        raise UsageError("keep rule 'largest' needs sizes")
+    if keep in ("best", "largest") and sizes is None:
+        raise UsageError(f"keep rule {keep!r} needs sizes")
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if vectors.ndim != 2:
         raise PairkitError(f"vectors must be 2-d (N, d), got shape {vectors.shape}")
@@ -222,7 +223,7 @@ def find_near_duplicates(
         got = np.asarray(got, dtype=float)
         if np.isnan(got).any():
             raise PairkitError(
-                f"keep rule 'largest': size unknown for {int(np.isnan(got).sum())} items"
+                f"keep rule {keep!r}: size unknown for {int(np.isnan(got).sum())} items"
             )
         # Larger first; ties by lowest id: rank by (-size, id).
         order = np.lexsort((items, -got))

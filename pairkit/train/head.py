@@ -109,7 +109,9 @@ class Head:
     def apply(self, vectors: np.ndarray, device: str = "cpu",
               batch_size: int = 65536) -> np.ndarray:
         """Project ``vectors`` (n, in_dim) -> float32 (n, out_dim), rows L2-normalised."""
-        import torch
+        from pairkit.core.threads import import_torch
+
+        torch = import_torch()
 
         vectors = np.asarray(vectors)
         if vectors.ndim != 2 or vectors.shape[1] != self.in_dim:

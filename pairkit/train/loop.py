@@ -26,7 +26,7 @@ from pairkit.core.devices import PRECISIONS, autocast_dtype, resolve_device, res
 from pairkit.core.integrity import read_json_file
 from pairkit.core.lock import LOCK_NAME, writer_lock
 from pairkit.core.safe_load import torch_load_weights
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 from pairkit.train.data import (
     FN_MODES,
     PairArrays,
@@ -96,23 +96,23 @@ class TrainConfig:
         """Raise :class:`PairkitError` naming the first bad option."""
         self.loss.check()
         if self.epochs < 1:
-            raise PairkitError(f"--epochs must be >= 1, got {self.epochs}")
+            raise UsageError(f"--epochs must be >= 1, got {self.epochs}")
         if self.batch_size < 2:
-            raise PairkitError(f"--batch-size must be >= 2, got {self.batch_size}")
+            raise UsageError(f"--batch-size must be >= 2, got {self.batch_size}")
         if not self.lr > 0:
-            raise PairkitError(f"--lr must be > 0, got {self.lr}")
+            raise UsageError(f"--lr must be > 0, got {self.lr}")
         if not self.weight_decay >= 0:
-            raise PairkitError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+            raise UsageError(f"--weight-decay must be >= 0, got {self.weight_decay}")
         if not 0 <= self.warmup < 1:
-            raise PairkitError(f"--warmup must be in [0, 1), got {self.warmup}")
+            raise UsageError(f"--warmup must be in [0, 1), got {self.warmup}")
         if self.fn_mode not in FN_MODES:
-            raise PairkitError(f"--fn-mode must be one of {', '.join(FN_MODES)}, "
-                               f"got {self.fn_mode}")
+            raise UsageError(f"--fn-mode must be one of {', '.join(FN_MODES)}, "
+                             f"got {self.fn_mode}")
         if self.precision not in PRECISIONS:
-            raise PairkitError(f"--precision must be one of {', '.join(PRECISIONS)}, "
-                               f"got {self.precision}")
+            raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, "
+                             f"got {self.precision}")
         if not 0 <= self.val_fraction < 1:
-            raise PairkitError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+            raise UsageError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
 
 
 class TrainHook(Protocol):
@@ -139,6 +139,13 @@ class TrainResult:
     examples: int
     stopped: str | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def pairs_per_second(self) -> float:
+        """Training pairs per second over every epoch of the records (not the last only)."""
+        seconds = sum(r["seconds"] for r in self.records)
+        pairs = sum(r.get("pairs", self.examples) for r in self.records)
+        return pairs / seconds if seconds > 0 else 0.0
 
 
 def lr_at(step: int, total: int, warmup: int, lr: float) -> float:
@@ -459,7 +466,9 @@ def train_head(store: Store, out: Path, cfg: TrainConfig, *,
 def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
                   table: pd.DataFrame | None, table_name: str | None,
                   resume: bool, force: bool, hook: TrainHook | None) -> TrainResult:
-    import torch
+    from pairkit.core.threads import import_torch
+
+    torch = import_torch()
 
 
     cfg.check()
@@ -652,7 +661,8 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
                      or metrics["uniformity"] > COLLAPSE_UNIFORMITY)
         record = {"epoch": epoch + 1, "loss": float(loss_sum) / len(epoch_pairs),
                   "lr": lr_at(step - 1, total_steps, warmup_steps, cfg.lr),
-                  "seconds": round(seconds, 4), "pairs_per_s": len(epoch_pairs) / seconds,
+                  "seconds": round(seconds, 4), "pairs": len(epoch_pairs),
+                  "pairs_per_s": len(epoch_pairs) / seconds,
                   "metrics_on": metrics_on, **metrics, "collapsed": bool(collapsed)}
         records.append(record)
         if collapsed:

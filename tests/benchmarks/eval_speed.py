@@ -68,7 +68,7 @@ def child_pairkit(ref: str, queries: str, threads: int) -> dict:
     t0 = time.perf_counter()
     sides = load_sides(Path(ref), Path(queries), 0.2, 0)
     t_load = time.perf_counter() - t0
-    cfg = EvalConfig(knn_ks=(20,), metrics=("knn", "retrieval"), max_r=1000, gpu=None)
+    cfg = EvalConfig(knn_ks=(20,), metrics=("knn", "retrieval"), max_r=1000, device="auto")
     t1 = time.perf_counter()
     report = evaluate(sides.queries, sides.references, cfg, self_rows=sides.self_rows)
     t_eval = time.perf_counter() - t1

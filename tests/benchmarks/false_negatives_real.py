@@ -211,7 +211,7 @@ def mine(store: Any, method: str, spec: Any) -> tuple[Any, float, dict]:
     vectors = store.vectors(np.float32)
     sources = store.source_codes()
     rel = load_relation("instance", store.items)
-    searcher = prepare_index(vectors, "auto", gpu=False).searcher(vectors)
+    searcher = prepare_index(vectors, "auto", device="cpu").searcher(vectors)
     fn_filter = spec["filter"](store, vectors, sources)
     p = hn.mine_negatives(vectors, sources, rel, cfg, searcher, fn_filter).pairs
     ok = p.neg_ids >= 0

@@ -7,7 +7,7 @@ Data, all generated: N photo-like JPEGs (default 2,000 of 640x480, quality 90) i
 label folders, 5% of them re-encoded copies of an image of another label; embedded with
 ``pairkit embed --model pixels --labels folder``, mined with ``pairkit mine --hard -k 5
 --relation label --filter-false-negatives --fn-rules near-duplicate,community
---keep-flagged`` (2,000 anchors x 5 = 10,000 triplets). Then, each as a whole
+--fn-mode keep`` (2,000 anchors x 5 = 10,000 triplets). Then, each as a whole
 process (start-up, reading, thumbnails, page), in its own child for its peak RSS:
 
 A. ``pairkit report pairs.parquet -o R``: the default ``--sample 500`` anchors;
@@ -138,7 +138,7 @@ def main() -> None:
                         "pixels", "--labels", "folder", "--quiet"], check=True)
         subprocess.run([*PAIRKIT, "mine", str(t / "store"), "--hard", "-k", "5", "--relation",
                         "label", "--positive", "random", "--filter-false-negatives",
-                        "--fn-rules", "near-duplicate,community", "--keep-flagged", "-q",
+                        "--fn-rules", "near-duplicate,community", "--fn-mode", "keep", "-q",
                         "-o", str(t / "pairs.parquet")], check=True)
         import pandas as pd
 

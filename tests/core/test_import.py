@@ -43,6 +43,11 @@ def test_import_rejects_nan_rows(tmp_path):
     assert result.exit_code == 1
     assert "2 rows contain NaN or inf (rows 2, 3)" in result.output
     assert not (tmp_path / "s").exists()
+    x[3, 0] = 1.0
+    _write(tmp_path, x, pd.DataFrame({"path": list("abcd")}))
+    result = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                                 str(tmp_path / "items.csv"), "-o", str(tmp_path / "s")])
+    assert result.exit_code == 1 and "error: 1 row contains NaN or inf (row 2);" in result.output
 
 
 def test_import_row_mismatch_and_missing_path(tmp_path):
@@ -54,3 +59,32 @@ def test_import_row_mismatch_and_missing_path(tmp_path):
     result = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
                                  str(tmp_path / "items.csv"), "-o", str(tmp_path / "s")])
     assert result.exit_code == 1 and "need a 'path' column" in result.output
+
+
+def test_two_imports_of_one_encoder_are_comparable(tmp_path):
+    """Train and test embeddings computed elsewhere, imported from two .npy files with one
+    --encoder: eval --against accepts them; another --encoder name is refused."""
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(3, 8))
+    for name, n in (("train", 60), ("test", 30)):
+        y = np.arange(n) % 3
+        x = (centers[y] + 0.3 * rng.normal(size=(n, 8))).astype(np.float32)
+        np.save(tmp_path / f"{name}.npy", x)
+        pd.DataFrame({"path": [f"{name}/{i}.jpg" for i in range(n)],
+                      "label": [f"c{v}" for v in y]}).to_csv(tmp_path / f"{name}.csv",
+                                                             index=False)
+    for name, encoder in (("train", "my-vit"), ("test", "my-vit"), ("other", "clip")):
+        src = "test" if name == "other" else name
+        r = runner.invoke(app, ["import", str(tmp_path / f"{src}.npy"), "--items",
+                                str(tmp_path / f"{src}.csv"), "-o", str(tmp_path / name),
+                                "--encoder", encoder])
+        assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["eval", str(tmp_path / "train"), "--against",
+                            str(tmp_path / "test"), "--json", "-q", "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    assert json.loads(r.stdout)["knn_top1"] > 0.9
+    r = runner.invoke(app, ["eval", str(tmp_path / "train"), "--against",
+                            str(tmp_path / "other"), "--json", "-q"])
+    assert r.exit_code == 1 and "different encoders are not comparable" in r.output

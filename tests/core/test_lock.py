@@ -85,13 +85,13 @@ def test_every_writer_refuses_a_held_folder(tmp_path, trained):
     assert not out.exists()  # the holder created it and left it empty
     holder = hold(store.root)
     try:
-        refused(runner.invoke(app, ["index", str(store.root), "--kind", "flat"]), holder)
+        refused(runner.invoke(app, ["index", str(store.root), "--index", "flat"]), holder)
         refused(runner.invoke(app, ["embed", str(images), "-o", str(store.root), "--model",
                                     "fake", "--force", "-q"]), holder)
         assert Store.open(store.root).count == store.count  # readers are never blocked
     finally:
         release(holder)
-    r = runner.invoke(app, ["index", str(store.root), "--kind", "flat", "-q"])
+    r = runner.invoke(app, ["index", str(store.root), "--index", "flat", "-q"])
     assert r.exit_code == 0, r.output
     assert not (store.root / LOCK_NAME).exists()
 

@@ -143,6 +143,42 @@ def test_keep_largest_reads_image_sizes(tmp_path: Path) -> None:
                                                                          "img/c.jpg"]
 
 
+def test_keep_best_is_the_default(tmp_path: Path) -> None:
+    """best: most pixels, then the largest file, then the shortest path, then path order."""
+    from PIL import Image
+
+    root = tmp_path / "images"
+    (root / "img").mkdir(parents=True)
+    # a/b: b has more pixels. c/d: same pixels, d is the larger file (noise compresses worse)
+    Image.new("RGB", (10, 10), (200, 10, 10)).save(root / "img" / "a.jpg")
+    Image.new("RGB", (30, 30), (200, 10, 10)).save(root / "img" / "b.jpg")
+    Image.new("RGB", (12, 12), (9, 9, 9)).save(root / "img" / "c.jpg")
+    noise = np.random.default_rng(0).integers(0, 255, (12, 12, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(root / "img" / "d.jpg", quality=95)
+    assert (root / "img" / "d.jpg").stat().st_size > (root / "img" / "c.jpg").stat().st_size
+    store = dup_store(tmp_path, image_root=root)
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9"])
+    assert r.exit_code == 0, r.output
+    t = jsonl(r.stdout)
+    assert t.loc[t["keep"], "path"].tolist() == ["img/b.jpg", "img/d.jpg"]
+    assert "keep best" in r.stderr
+    # an unreadable image ranks below every readable copy
+    (root / "img" / "b.jpg").write_bytes(b"not an image")
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9"])
+    t = jsonl(r.stdout)
+    assert t.loc[t["keep"], "path"].tolist() == ["img/a.jpg", "img/d.jpg"]
+    assert "1 images unreadable" in r.stderr or "unreadable under" in r.stderr
+
+
+def test_keep_best_ties_by_shortest_path_then_path_order() -> None:
+    from pairkit.mine.dedup import best_reader
+
+    paths = np.array(["x/long-copy.png", "x/b.png", "x/a.png", "x/z.png"], dtype=object)
+    goodness = best_reader(None, paths, lambda _: None)(np.arange(4))
+    # no image root: pixels and bytes unknown, so the shortest path, then path order
+    assert np.argsort(-goodness).tolist() == [2, 1, 3, 0]
+
+
 def test_keep_largest_without_image_root_falls_back(tmp_path: Path) -> None:
     store = dup_store(tmp_path)
     r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "--keep", "largest"])
@@ -164,10 +200,15 @@ def test_end_to_end_with_embed(tmp_path: Path, image_folder: Path) -> None:
     r = runner.invoke(app, ["embed", str(image_folder), "-o", str(store), "--model", "fake",
                             "--views", "2", "-q"])
     assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["dedup", str(store), "--exact-only", "--paths-only", "--drop"])
+    r = runner.invoke(app, ["dedup", str(store), "--exact-only", "--paths-only", "--drop",
+                            "--keep", "first"])
     assert r.exit_code == 0, r.output
     assert r.stdout == f"zz{first.suffix}\n"
-    assert "1 groups: 2 of 13 sources" in r.stderr
+    # best: a byte copy has the same pixels and bytes, so the shorter path is kept
+    r = runner.invoke(app, ["dedup", str(store), "--exact-only", "--paths-only", "--drop"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout == f"class0/{first.name}\n"
+    assert "1 group: 2 of 13 sources" in r.stderr
     r = runner.invoke(app, ["dedup", str(store), "-t", "0.9"])
     t = jsonl(r.stdout)
     assert r.exit_code == 0 and len(t) >= 2
@@ -180,7 +221,10 @@ def test_device_cuda_without_gpu(tmp_path: Path) -> None:
 
     if gpu_count() or torch_cuda_devices():  # FAISS or the torch search would run there
         pytest.skip("a GPU is visible")
-    r = runner.invoke(app, ["dedup", str(dup_store(tmp_path)), "--device", "cuda"])
+    store = dup_store(tmp_path)
+    r = runner.invoke(app, ["dedup", str(store), "--device", "cuda"])
+    assert r.exit_code == 1 and "FAISS sees no GPU" in r.stderr
+    r = runner.invoke(app, ["dedup", str(store), "--device", "cuda:0"])
     assert r.exit_code == 1 and "FAISS sees no GPU" in r.stderr
 
 
@@ -189,19 +233,20 @@ def test_device_cuda_without_gpu(tmp_path: Path) -> None:
     [
         (["-t", "1.5"], 2, "--threshold must be in (0, 1], got 1.5"),
         (["-t", "0"], 2, "--threshold must be in (0, 1], got 0"),
-        (["--keep", "biggest"], 2, "--keep must be one of first, largest, central, got biggest"),
+        (["--keep", "biggest"], 2, "'biggest' is not one of 'best', 'first', 'largest'"),
         (["--print0"], 2, "--print0 needs --paths-only"),
         (["--batch-size", "0"], 2, "--batch-size must be >= 1, got 0"),
-        (["--device", "tpu"], 2, "--device must be auto, cpu or cuda, got tpu"),
+        (["--device", "tpu"], 2, "--device must be auto, cpu, cuda or cuda:N, got 'tpu'"),
         (["--absolute"], 2, "--absolute needs the store's image_root"),
-        (["-o", "groups.txt"], 1, "can't tell the table format of groups.txt"),
+        (["-o", "groups.txt"], 2, "can't tell the table format of groups.txt"),
+        (["--gpu"], 2, "--gpu was replaced: use --device cuda"),
     ],
 )
 def test_bad_options(tmp_path: Path, args: list[str], code: int, message: str) -> None:
     store = dup_store(tmp_path)
     r = runner.invoke(app, ["dedup", str(store), *args])
     assert r.exit_code == code, r.output
-    assert r.stderr.startswith("error: ") and message in r.stderr
+    assert r.stderr.lower().startswith(("error: ", "usage: ")) and message in r.stderr
     assert "Traceback" not in r.output
 
 

@@ -212,7 +212,7 @@ def test_threshold_out_of_range(bad: float) -> None:
 
 def test_bad_keep_and_shapes() -> None:
     x = np.eye(3, dtype=np.float32)
-    with pytest.raises(UsageError, match="--keep must be one of first, largest, central"):
+    with pytest.raises(UsageError, match="--keep must be one of best, first, largest, central"):
         find_near_duplicates(x, 0.9, keep="biggest")
     with pytest.raises(UsageError, match="needs sizes"):
         find_near_duplicates(x, 0.9, keep="largest")

@@ -44,7 +44,7 @@ def test_non_utf8_name_is_skipped_with_a_lossless_record(tmp_path):
         r = runner.invoke(app, ["embed", str(images), "-o", str(out), "--model", "fake",
                                 "--views", "2"])
         assert r.exit_code == 0, r.output
-        assert "1 files skipped" in r.output or "can't be embedded" in r.output
+        assert "1 file skipped" in r.output or "can't be embedded" in r.output
     store = Store.open(out)
     assert store.count == 8 and store.items["source"].nunique() == 4
     errors = store.read_errors()
@@ -90,7 +90,7 @@ def test_read_bytes_limits(tmp_path):
 def test_max_file_bytes_must_be_positive(image_folder, tmp_path):
     r = runner.invoke(app, ["embed", str(image_folder), "-o", str(tmp_path / "s"), "--model",
                             "fake", "--max-file-bytes", "0"])
-    assert r.exit_code == 1 and "--max-file-bytes must be >= 1, got 0" in r.output
+    assert r.exit_code == 2 and "--max-file-bytes must be >= 1, got 0" in r.output
 
 
 def test_stale_temps_of_killed_runs_are_removed_by_the_next_writer(image_folder, tmp_path):

@@ -61,7 +61,10 @@ def test_split_json_has_the_agreed_keys(tmp_path: Path) -> None:
     assert set(out["recall_at_k"]) == {"1", "5", "10"}
     for key in ALL_KEYS - {"knn", "recall_at_k", "n_queries", "n_references", "uniformity"}:
         assert 0.0 <= out[key] <= 4.0, key
-    assert "pairkit eval" in _run(str(tmp_path / "s"), *FAST).stderr
+    table = _run(str(tmp_path / "s"), *FAST).stderr
+    # the table has no title line: it starts at its top border
+    assert "pairkit eval" not in table and "precision@1" in table
+    assert table.splitlines()[1].startswith("┏")
 
 
 def test_against_matches_a_direct_computation(tmp_path: Path) -> None:
@@ -146,15 +149,20 @@ def test_bad_input_messages(tmp_path: Path) -> None:
         (["--against", str(tmp_path / "enc")], 1, "different encoders are not comparable"),
         (["--knn-k", "500"], 1, "--knn-k 500 is larger than the reference set (96 items)"),
         (["--recall-k", "1,500", "--metrics", "retrieval"], 1, "--recall-k 500 is larger"),
-        (["--knn-k", "a"], 1, "--knn-k must be a comma-separated list of integers"),
+        (["--knn-k", "a"], 2, "--knn-k must be a comma-separated list of integers"),
         (["--knn-temperature", "0"], 1, "--knn-temperature must be > 0, got 0.0"),
         (["--compare"], 2, "--compare needs --head"),
         (["--against", s, "--test-fraction", "0.1"], 2, "exclude each other"),
         (["--test-fraction", "1.5"], 2, "--test-fraction must be > 0 and < 1, got 1.5"),
-        (["--metrics", "knn,foo"], 1, "--metrics must be among"),
+        (["--metrics", "knn,foo"], 2, "--metrics must be a comma list of knn, linear, "
+         "retrieval, geometry, got 'foo'"),
+        (["--metrics", "foo"], 2, "got 'foo'"),
+        (["--retrieval-gallery", "all"], 2, "'all' is not one of 'reference', 'queries'"),
+        (["--gpu"], 2, "--gpu was replaced: use --device cuda"),
+        (["--no-gpu"], 2, "--no-gpu was replaced: use --device cpu"),
         (["--against", str(tmp_path / "missing")], 1, "not found"),
         (["--head", str(tmp_path / "nohead")], 1, "not found"),
-        (["--device", "tpu", "--metrics", "linear"], 1, "--device must be auto, cpu, cuda"),
+        (["--device", "tpu", "--metrics", "linear"], 2, "--device must be auto, cpu, cuda"),
     ]
     for args, code, message in cases:
         res = _run(s, *args)

@@ -32,3 +32,13 @@ def test_check_compatible() -> None:
         check_compatible(8, {"name": "a"}, 4, {"name": "a"}, "s", "t")
     with pytest.raises(PairkitError, match="different encoders"):
         check_compatible(8, {"name": "a"}, 8, {"name": "b"}, "s", "t")
+    # imported stores: the encoder name decides, not the .npy files' names and hashes
+    check_compatible(8, {"name": "vit", "imported_from": "train.npy", "sha256": "aa"},
+                     8, {"name": "vit", "imported_from": "test.npy", "sha256": "bb"}, "s", "t")
+    with pytest.raises(PairkitError, match="different encoders"):
+        check_compatible(8, {"name": "vit", "imported_from": "a.npy", "sha256": "aa"},
+                         8, {"name": "clip", "imported_from": "a.npy", "sha256": "aa"}, "s", "t")
+    # embed's identity (weights, preprocessing) still has to match in full
+    with pytest.raises(PairkitError, match="different encoders"):
+        check_compatible(8, {"name": "openclip/ViT-B-32", "pretrained": "laion2b"}, 8,
+                         {"name": "openclip/ViT-B-32", "pretrained": "none"}, "s", "t")

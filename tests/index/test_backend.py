@@ -87,8 +87,8 @@ def test_prepare_index_torch_backend_is_exact() -> None:
         prepare_index(x, "ivf", backend="torch", device="cpu")
 
 
-def test_prepare_index_legacy_gpu_flag() -> None:
-    loaded = prepare_index(_clustered(100, 8), "flat", gpu=False)
+def test_prepare_index_device_cpu() -> None:
+    loaded = prepare_index(_clustered(100, 8), "flat", device="cpu")
     assert loaded.backend == SearchBackend("faiss", "cpu", "")
 
 

@@ -20,7 +20,6 @@ from pairkit.index.build import (
     load_index,
     prepare_index,
     save_index,
-    use_gpu,
 )
 from pairkit.index.search import knn_search
 from tests.conftest import random_store
@@ -62,7 +61,7 @@ def data() -> tuple[np.ndarray, np.ndarray]:
 )
 def test_recall_against_exact(data, kind: str, float16: bool, floor: float) -> None:
     x, ref = data
-    loaded = prepare_index(x, kind, float16=float16, gpu=False)
+    loaded = prepare_index(x, kind, float16=float16, device="cpu")
     scores, ids = loaded.searcher(x)(x, 10)
     assert recall(ids, ref) >= floor
     # scores are true inner products (re-scored for lossy indices), best first
@@ -76,12 +75,12 @@ def test_list_major_ivf_equals_faiss_ivf_search(data) -> None:
     from pairkit.index.search import IvfListMajor
 
     x, _ = data
-    loaded = prepare_index(x, "ivf", nprobe=3, gpu=False)
+    loaded = prepare_index(x, "ivf", nprobe=3, device="cpu")
     assert IvfListMajor.supports(loaded.index)
     assert not IvfListMajor.worthwhile(loaded.index)  # 1500 rows: lists too short
-    assert IvfListMajor.worthwhile(prepare_index(x, "ivf", nlist=4, gpu=False).index)
-    assert not IvfListMajor.supports(prepare_index(x, "flat", gpu=False).index)
-    assert not IvfListMajor.supports(prepare_index(x, "ivf", float16=True, gpu=False).index)
+    assert IvfListMajor.worthwhile(prepare_index(x, "ivf", nlist=4, device="cpu").index)
+    assert not IvfListMajor.supports(prepare_index(x, "flat", device="cpu").index)
+    assert not IvfListMajor.supports(prepare_index(x, "ivf", float16=True, device="cpu").index)
     ref_s, ref_i = knn_search(x, loaded.index, 12)
     got_s, got_i = knn_search(x, IvfListMajor(loaded.index), 12, batch_size=500)
     np.testing.assert_allclose(got_s, ref_s, atol=1e-5)
@@ -93,8 +92,8 @@ def test_list_major_ivf_equals_faiss_ivf_search(data) -> None:
 
 def test_more_nprobe_more_recall(data) -> None:
     x, ref = data
-    low = prepare_index(x, "ivf", nprobe=1, gpu=False).searcher(x)(x, 10)[1]
-    high = prepare_index(x, "ivf", nprobe=64, gpu=False).searcher(x)(x, 10)[1]
+    low = prepare_index(x, "ivf", nprobe=1, device="cpu").searcher(x)(x, 10)[1]
+    high = prepare_index(x, "ivf", nprobe=64, device="cpu").searcher(x)(x, 10)[1]
     assert recall(high, ref) >= recall(low, ref)
     assert recall(high, ref) == 1.0  # every cell scanned = exact
 
@@ -104,9 +103,9 @@ def test_auto_choice_is_stated() -> None:
     kind, reason = choose_kind(5000, 1000)
     assert kind == "ivf" and "approximate" in reason and "5,000" in reason
     x = clustered(600, 8)
-    small = prepare_index(x, "auto", gpu=False)
+    small = prepare_index(x, "auto", device="cpu")
     assert small.spec.kind == "flat" and "exact" in small.describe()
-    big = prepare_index(x, "auto", exact_max_rows=100, gpu=False)
+    big = prepare_index(x, "auto", exact_max_rows=100, device="cpu")
     assert big.spec.kind == "ivf" and "approximate" in big.describe()
 
 
@@ -117,20 +116,42 @@ def test_spec_defaults_and_errors() -> None:
     assert default_pq_m(512) == 64 and default_pq_m(48) == 12
     with pytest.raises(PairkitError, match="--pq-m must divide"):
         IndexSpec(kind="ivfpq", pq_m=5).resolved(10_000, 16)
-    with pytest.raises(PairkitError, match="--kind must be one of"):
+    with pytest.raises(PairkitError, match="--index must be one of"):
         IndexSpec(kind="lsh").resolved(10, 4)
     with pytest.raises(PairkitError, match="ivfpq index needs at least 1000 rows"):
         build_index(clustered(200, 8), IndexSpec(kind="ivfpq").resolved(200, 8))
 
 
-def test_gpu_requested_without_gpu() -> None:
-    import faiss
+def test_device_decides_where_faiss_searches(monkeypatch: pytest.MonkeyPatch, data) -> None:
+    """--device: auto = the GPUs FAISS sees (else the CPU), cuda = all GPUs, cuda:N = GPU N,
+    cpu = the CPU; a GPU that isn't there is an error (exit 1), a bad spelling bad usage."""
+    from pairkit.errors import UsageError
+    from pairkit.index import backend as backend_mod
+    from pairkit.index import build as build_mod
+    from tests.index.test_search import GpuFakeIndex
 
-    if faiss.get_num_gpus() > 0:
-        pytest.skip("a GPU is visible")
-    assert use_gpu(None) is False
+    x, _ = data
+    placed: list[str] = []
+
+    def fake_to_gpu(index, float16=False, device="cuda"):  # noqa: ANN001, ANN202
+        placed.append(device)
+        return GpuFakeIndex(index)
+
+    monkeypatch.setattr(backend_mod, "torch_cuda_devices", lambda: 0)
+    monkeypatch.setattr(backend_mod, "faiss_gpus", lambda: 0)
+    assert not prepare_index(x, "flat", device="auto").gpu
     with pytest.raises(PairkitError, match="FAISS sees no GPU"):
-        use_gpu(True)
+        prepare_index(x, "flat", device="cuda")
+    with pytest.raises(UsageError, match="--device must be auto, cpu, cuda or cuda:N"):
+        prepare_index(x, "flat", device="gpu")
+    monkeypatch.setattr(backend_mod, "faiss_gpus", lambda: 2)
+    monkeypatch.setattr(build_mod, "to_gpu", fake_to_gpu)
+    for device in ("auto", "cuda", "cuda:1"):
+        assert prepare_index(x, "flat", device=device).gpu
+    assert placed == ["cuda", "cuda", "cuda:1"]
+    assert not prepare_index(x, "flat", device="cpu").gpu
+    with pytest.raises(PairkitError, match="cuda:2"):
+        prepare_index(x, "flat", device="cuda:2")
 
 
 def test_save_load_tied_to_store_rows(tmp_path: Path) -> None:
@@ -146,7 +167,7 @@ def test_save_load_tied_to_store_rows(tmp_path: Path) -> None:
     np.testing.assert_array_equal(knn_search(x, loaded[0], 5)[1], knn_search(x, built, 5)[1])
     # prepare_index reuses it, with a search-time override
     p = prepare_index(x, "hnsw", store_root=store.root, content_id=store.content_id,
-                      ef_search=64, gpu=False)
+                      ef_search=64, device="cpu")
     assert p.origin == str(path) and p.spec.ef_search == 64
     # other rows: never reused
     assert load_index(store.root, "hnsw", "0" * 16, store.count) is None
@@ -159,7 +180,7 @@ def test_stale_index_after_store_rewrite_is_not_used(tmp_path: Path) -> None:
 
     store = random_store(tmp_path / "s", n_sources=200, views=2, dim=8)
     runner = CliRunner()
-    r = runner.invoke(app, ["index", str(store.root), "--kind", "ivf", "-q"])
+    r = runner.invoke(app, ["index", str(store.root), "--index", "ivf", "-q"])
     assert r.exit_code == 0, r.output
     assert index_paths(store.root, "ivf")[0].is_file()
     # rewrite the store with other vectors in place (same folder)
@@ -168,7 +189,7 @@ def test_stale_index_after_store_rewrite_is_not_used(tmp_path: Path) -> None:
     assert new.content_id != store.content_id
     x = new.vectors(np.float32)
     assert load_index(new.root, "ivf", new.content_id, new.count) is None
-    p = prepare_index(x, "ivf", store_root=new.root, content_id=new.content_id, gpu=False)
+    p = prepare_index(x, "ivf", store_root=new.root, content_id=new.content_id, device="cpu")
     assert p.origin == "built"
 
 
@@ -178,12 +199,25 @@ def test_index_cli(tmp_path: Path) -> None:
     r = runner.invoke(app, ["index", str(store.root)])
     assert r.exit_code == 0, r.output
     assert "flat" in r.output and "exact" in r.output
+    fpath = index_paths(store.root, "flat")[0]
+    before = fpath.stat().st_mtime_ns
+    # a rerun on an up-to-date store: a no-op with a message, exit 0, file untouched
     r = runner.invoke(app, ["index", str(store.root)])
-    assert r.exit_code == 1 and "pass --force" in r.output
-    r = runner.invoke(app, ["index", str(store.root), "--force", "--kind", "hnsw"])
+    assert r.exit_code == 0 and "is up to date" in r.output and "nothing to do" in r.output
+    assert fpath.stat().st_mtime_ns == before
+    r = runner.invoke(app, ["index", str(store.root), "--index", "hnsw"])
     assert r.exit_code == 0 and index_paths(store.root, "hnsw")[0].is_file()
-    r = runner.invoke(app, ["index", str(store.root), "--kind", "lsh"])
-    assert r.exit_code == 1 and r.output.strip().splitlines()[-1].startswith("error: --kind")
+    # the same kind with other options: replaced only with --force
+    r = runner.invoke(app, ["index", str(store.root), "--index", "hnsw", "--ef-search", "64"])
+    assert r.exit_code == 1 and "exists with other options" in r.output
+    assert "pass --force" in r.output
+    r = runner.invoke(app, ["index", str(store.root), "--index", "hnsw", "--ef-search", "64",
+                            "--force"])
+    assert r.exit_code == 0 and "built hnsw(M=32, ef_search=64)" in r.output
+    r = runner.invoke(app, ["index", str(store.root), "--index", "lsh"])
+    assert r.exit_code == 2 and "'lsh' is not one of" in r.output
+    r = runner.invoke(app, ["index", str(store.root), "--kind", "ivf"])
+    assert r.exit_code == 2 and "--kind was replaced: use --index" in r.output
     r = runner.invoke(app, ["index", str(tmp_path / "missing")])
     assert r.exit_code == 1 and "not found" in r.output
 
@@ -230,7 +264,8 @@ def test_dedup_gpu_search_path_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     x = clustered(600, 8)
     x[300:310] = x[0]  # one big exact-duplicate group reaches past small k
     monkeypatch.setattr(backend_mod, "faiss_gpus", lambda: 1)
-    monkeypatch.setattr(rs, "_gpu_index", lambda base: GpuFakeIndex(flat_index(base)))
+    monkeypatch.setattr(rs, "_gpu_index",
+                        lambda base, device="cuda": GpuFakeIndex(flat_index(base)))
 
     def pairs(device: str, k: int) -> set[tuple[int, int]]:
         rows, ids, _ = rs.range_search(x, x, 0.9, device=device, k=k)

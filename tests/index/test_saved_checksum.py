@@ -24,7 +24,7 @@ def indexed(tmp_path: Path):
     store = random_store(tmp_path / "s", n_sources=60, views=2, dim=8)
     (store.root / "index").mkdir()
     (store.root / "index" / ".flat.faiss.abcd1234.tmp").write_bytes(b"killed mid-save")
-    r = runner.invoke(app, ["index", str(store.root), "--kind", "flat", "-q"])
+    r = runner.invoke(app, ["index", str(store.root), "--index", "flat", "-q"])
     assert r.exit_code == 0, r.output
     assert not (store.root / "index" / ".flat.faiss.abcd1234.tmp").exists()
     return store
@@ -69,5 +69,5 @@ def test_edited_or_old_descriptions_are_not_trusted(indexed):
     assert load_index(indexed.root, "flat", indexed.content_id, indexed.count) is None
     x = indexed.vectors(np.float32)
     p = prepare_index(x, "flat", store_root=indexed.root, content_id=indexed.content_id,
-                      gpu=False)
+                      device="cpu")
     assert p.origin == "built"

@@ -41,12 +41,21 @@ def test_matches_brute_force(dtype: str, chunk: int, k: int) -> None:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_same_neighbours_as_faiss_flat(dtype: str) -> None:
+    """Exactly the float64 brute force; FAISS flat too, but for neighbours whose true
+    scores differ by less than float32 rounding: FAISS's own float32 GEMM may order such
+    a near-tie either way (faiss-cpu 1.15's AVX512 kernels swap one pair here)."""
     base = _clustered(4000, 64, seed=2)
     queries = base[::7]
     ref_s, ref_i = knn_search(queries, base, 14)
     scores, ids = torch_knn(queries, base, 14, dtype=dtype, query_block=200, base_block=1024)
-    np.testing.assert_array_equal(ids, ref_i)
+    exact_s, exact_i = brute_force(queries, base, 14)
+    np.testing.assert_array_equal(ids, exact_i)
     np.testing.assert_allclose(scores, ref_s, atol=1e-6)
+    rows, cols = np.nonzero(ids != ref_i)
+    assert len(rows) <= 0.001 * ids.size
+    for r, c in zip(rows, cols, strict=True):
+        pair = base[[ids[r, c], ref_i[r, c]]].astype(np.float64) @ queries[r].astype(np.float64)
+        assert abs(pair[0] - pair[1]) < 1e-6, (r, c, pair)
 
 
 def test_float16_store_rows_are_exact_inputs() -> None:

@@ -94,7 +94,7 @@ def test_filter_false_negatives_cli(store, tmp_path: Path) -> None:
     assert s["fn_flagged"]["label"] > 0 and s["false_negative_rules"] == ["label"]
     assert "false negatives flagged (eliminate): label" in r.output
     r = mine(store.root, "--hard", "--filter-false-negatives", "--fn-rules", "label",
-             "--keep-flagged", "-o", tmp_path / "k.jsonl")
+             "--fn-mode", "keep", "-o", tmp_path / "k.jsonl")
     df = pd.read_json(tmp_path / "k.jsonl", lines=True)
     assert {"false_negative", "fn_reason"} <= set(df.columns)
     same = labels[df["negative_id"]] == labels[df["anchor_id"]]
@@ -127,7 +127,7 @@ def test_pairs_relation_cli(store, tmp_path: Path) -> None:
 
 
 def test_saved_index_is_reused(store, tmp_path: Path) -> None:
-    assert runner.invoke(app, ["index", str(store.root), "--kind", "hnsw", "--force",
+    assert runner.invoke(app, ["index", str(store.root), "--index", "hnsw", "--force",
                                "-q"]).exit_code == 0
     r = mine(store.root, "--hard", "--index", "hnsw", "-o", tmp_path / "p.csv")
     assert r.exit_code == 0 and "loaded from" in r.output
@@ -169,15 +169,22 @@ def test_bad_stores(tmp_path: Path) -> None:
          "--range-min must be < --range-max, got 5 >= 5"),
         (["--range-min", "2", "--range-max", "12", "-k", "12"], 2,
          "--num-negatives must be <= range-max - range-min, got 12"),
-        (["--sampling", "best"], 2, "--sampling must be one of top, random, softmax"),
+        (["--sampling", "best"], 2, "'best' is not one of 'top', 'random', 'softmax'"),
         (["--relation", "colour"], 2, "--relation must be instance, label or pairs:FILE"),
-        (["--index", "lsh"], 1, "--index must be one of"),
-        (["--format", "quad"], 2, "--format must be one of"),
-        (["--gpu"], 1, "--gpu was given but FAISS sees no GPU"),
-        (["--keep-flagged"], 2, "--keep-flagged needs --filter-false-negatives"),
+        (["--index", "lsh"], 2, "'lsh' is not one of 'auto', 'flat'"),
+        (["--format", "quad"], 2, "'quad' is not one of 'triplet', 'n-tuple'"),
+        (["--device", "cuda"], 1, "--device cuda: FAISS sees no GPU"),
+        (["--device", "gpu"], 2, "--device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+        (["--dtype", "float64"], 2, "'float64' is not one of 'float16', 'float32'"),
+        (["--fn-mode", "keep"], 2, "--fn-mode needs --filter-false-negatives"),
         (["--filter-false-negatives", "--fn-rules", "zzz"], 2, "unknown false-negative rule"),
-        (["--filter-false-negatives", "--keep-flagged", "--fn-mode", "attract"], 2,
-         "contradict"),
+        (["--filter-false-negatives", "--fn-mode", "drop"], 2, "'drop' is not one of"),
+        (["--filter-false-negatives", "--fn-cluster-k", "a,b"], 2,
+         "--fn-cluster-k must be a comma-separated list of integers"),
+        (["--gpu"], 2, "--gpu was replaced: use --device cuda"),
+        (["--float16"], 2, "--float16 was replaced: use --dtype float16"),
+        (["--keep-flagged"], 2, "--keep-flagged was replaced: use --fn-mode keep"),
+        (["--threads", "2"], 2, "--threads is an option of pairkit itself: pairkit --threads N"),
         (["--min-score", "0.9", "--max-score", "0.1"], 2, "--min-score must be <= --max-score"),
     ],
 )
@@ -186,21 +193,30 @@ def test_bad_options(store, tmp_path: Path, args: list[str], code: int, msg: str
 
     from pairkit.index.backend import torch_cuda_devices
 
-    if "--gpu" in args and (faiss.get_num_gpus() > 0 or torch_cuda_devices()):
+    if args == ["--device", "cuda"] and (faiss.get_num_gpus() > 0 or torch_cuda_devices()):
         pytest.skip("a GPU is visible")  # (torch's: the exact torch search runs there)
     r = mine(store.root, "--hard", *args, "-o", tmp_path / "x.csv")
     assert r.exit_code == code, r.output
-    assert msg in last_line(r) and last_line(r).startswith("error: ")
+    assert msg in r.output and ("Traceback" not in r.output)
+    assert last_line(r).startswith("error: " if code == 1 else "Error: ") or msg in last_line(r)
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_output_defaults_to_stdout(store) -> None:
+    """-o defaults to - (JSON Lines on stdout), as in dedup."""
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "-q", "-k", "2"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(rows) == 80 * 2 and set(TRIPLET_COLUMNS) <= set(rows[0])
 
 
 def test_other_bad_input(store, tmp_path: Path) -> None:
     r = mine(store.root, "--range-min", "1", "-o", tmp_path / "x.csv")
-    assert r.exit_code == 2 and "--range-min applies to --hard only" in last_line(r)
+    assert r.exit_code == 2 and "--range-min needs --hard" in last_line(r)
     r = mine(store.root, "--index", "ivf", "-o", tmp_path / "x.csv")
-    assert r.exit_code == 2 and "--index applies to --hard only" in last_line(r)
+    assert r.exit_code == 2 and "--index needs --hard" in last_line(r)
     r = mine(store.root, "-o", tmp_path / "x.txt")
-    assert r.exit_code == 1 and "can't tell the table format" in last_line(r)
+    assert r.exit_code == 2 and "can't tell the table format" in r.output
     (tmp_path / "exists.csv").write_text("keep")
     r = mine(store.root, "-o", tmp_path / "exists.csv")
     assert r.exit_code == 1 and "pass --force" in last_line(r)
@@ -214,7 +230,8 @@ def test_index_kinds_float16_and_random_positive(store, tmp_path: Path) -> None:
     ref = tmp_path / "flat.csv"
     assert mine(store.root, "--hard", "--index", "flat", "-o", ref).exit_code == 0
     want = pd.read_csv(ref)
-    for extra in (["--index", "ivf", "--nprobe", "64"], ["--index", "flat", "--float16"]):
+    for extra in (["--index", "ivf", "--nprobe", "64"],
+                  ["--index", "flat", "--dtype", "float16"]):
         out = tmp_path / f"{extra[1]}{len(extra)}.csv"
         r = mine(store.root, "--hard", *extra, "-o", out)
         assert r.exit_code == 0, r.output

@@ -114,7 +114,7 @@ def test_outside_search_off_when_labels_decide(tmp_path):
     cfg = hn.MineConfig(num_negatives=3, hard=True)
     _, stats = hn.mine_store(store, "instance", cfg, None, FalseNegativeConfig(cluster_runs=2))
     assert "not searched" not in stats["index"]
-    keep = hn.MineConfig(num_negatives=3, hard=True, keep_flagged=True)
+    keep = hn.MineConfig(num_negatives=3, hard=True, fn_mode="keep")
     fcfg = FalseNegativeConfig(rules=("cluster",), cluster_ks=(5,))
     _, stats = hn.mine_store(store, "instance", keep, None, fcfg)
     assert "not searched" not in stats["index"]

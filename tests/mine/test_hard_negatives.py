@@ -258,7 +258,7 @@ def test_fn_filter_hook_eliminate_keep_attract(store) -> None:
         want = [v for v in plain.pairs.neg_ids[i] if v % 3 != 0][:5]
         assert elim.pairs.neg_ids[i].tolist()[: len(want)] == want
 
-    keep = mine_negatives(x, src, rel, MineConfig(keep_flagged=True), searcher_for(x),
+    keep = mine_negatives(x, src, rel, MineConfig(fn_mode="keep"), searcher_for(x),
                           flag_multiple_of_3)
     top = mine_negatives(x, src, rel, MineConfig(), searcher_for(x))
     np.testing.assert_array_equal(keep.pairs.neg_ids, top.pairs.neg_ids)

@@ -46,7 +46,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
     store = root / "store"
     pk("embed", images, "-o", store, "--model", "fake", "--views", "2", "--labels", "folder",
        "--quiet")
-    flags = ["--hard", "--relation", "instance", "--filter-false-negatives", "--keep-flagged",
+    flags = ["--hard", "--relation", "instance", "--filter-false-negatives", "--fn-mode", "keep",
              "-k", "8", "-q"]
     p = Pipeline(root, images, store, root / "pairs.parquet", root / "ntuple.jsonl",
                  root / "labeled.csv", root / "plain.parquet", root / "duplicates.csv",

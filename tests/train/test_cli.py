@@ -25,6 +25,15 @@ def test_train_then_project(tmp_path):
     assert r.exit_code == 0, r.stderr
     assert "epoch 2: loss" in r.stderr and "pairs/s" in r.stderr
     assert "trained mlp head 12->8 with infonce for 2 epochs" in r.stderr
+    # the summary's rate is over all epochs: total pairs / total seconds of the log
+    log = [json.loads(x) for x in (tmp_path / "h" / "train_log.jsonl").read_text().splitlines()]
+    epochs = [x for x in log if "epoch" in x]
+    want = sum(x["pairs"] for x in epochs) / sum(x["seconds"] for x in epochs)
+    import re
+
+    said = re.search(r"([\d,]+) pairs/s over all epochs", r.stderr)
+    assert said is not None, r.stderr
+    assert abs(int(said.group(1).replace(",", "")) - want) <= max(1.0, 1e-3 * want)
     r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(tmp_path / "h"),
                             "-o", str(tmp_path / "p")])
     assert r.exit_code == 0, r.stderr
@@ -99,10 +108,18 @@ def test_usage_errors(tmp_path):
     assert r.exit_code == 2 and "give a pair table with --pairs" in r.stderr
     r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
                             "--relation", "instance", "--loss", "ntxent"])
-    assert r.exit_code == 1 and "--loss must be one of infonce" in r.stderr
+    assert r.exit_code == 2 and "'ntxent' is not one of 'infonce'" in r.stderr
     r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
                             "--relation", "instance", "--temperature", "0"])
-    assert r.exit_code == 1 and "--temperature must be > 0, got 0.0" in r.stderr
+    assert r.exit_code == 2 and "--temperature must be > 0, got 0.0" in r.stderr
+    for args, message in ((["--epochs", "0"], "--epochs must be >= 1, got 0"),
+                          (["--fn-mode", "drop"], "'drop' is not one of 'eliminate'"),
+                          (["--device", "gpu"], "--device must be auto, cpu, cuda or cuda:N"),
+                          (["--precision", "fp8"], "'fp8' is not one of 'auto'")):
+        r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                                "--relation", "instance", *args])
+        assert r.exit_code == 2 and message in r.stderr, (args, r.stderr)
+        assert not (tmp_path / "h").exists()
     r = runner.invoke(app, ["train", str(tmp_path / "missing"), "-o", str(tmp_path / "h"),
                             "--relation", "instance"])
     assert r.exit_code == 1 and "not found" in r.stderr

@@ -65,7 +65,7 @@ def test_ntuple_rows_grouped_with_attracted_rows_as_mine_writes_them():
 
 
 def test_ntuple_row_flag_with_several_negatives_drops_them():
-    # mine --keep-flagged, n-tuple: one flag per row; which negative is unknown
+    # mine --fn-mode keep, n-tuple: one flag per row; which negative is unknown
     df = pd.DataFrame({"store_id": ["abc"] * 2, "anchor_id": [0, 2], "positive_id": [1, 3],
                        "negative_id_1": [4, 5], "negative_id_2": [6, 7],
                        "false_negative": [True, False], "fn_reason": ["label", None]})

@@ -223,7 +223,7 @@
       ['negatives', num(s.negatives)],
       ['flagged as false negatives', s.has_flags ? num(s.flagged) + ' (' +
         pct(s.negatives ? s.flagged / s.negatives : null) + ' of negatives)' :
-        'no false_negative column (mined without --keep-flagged)'],
+        'no false_negative column (mined without --fn-mode keep)'],
     ];
     if (s.same_label) {
       cards.push(['negatives sharing the anchor\u2019s label',

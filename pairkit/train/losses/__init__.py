@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pairkit.errors import PairkitError
+from pairkit.errors import UsageError
 
 if TYPE_CHECKING:
     import torch
@@ -30,17 +30,17 @@ class LossConfig:
     beta: float = 1.0
 
     def check(self) -> None:
-        """Raise :class:`PairkitError` naming the first bad value."""
+        """Raise :class:`UsageError` naming the first bad value."""
         if self.name not in LOSSES:
-            raise PairkitError(f"--loss must be one of {', '.join(LOSSES)}, got {self.name}")
+            raise UsageError(f"--loss must be one of {', '.join(LOSSES)}, got {self.name}")
         if not self.temperature > 0:
-            raise PairkitError(f"--temperature must be > 0, got {self.temperature}")
+            raise UsageError(f"--temperature must be > 0, got {self.temperature}")
         if not self.margin >= 0:
-            raise PairkitError(f"--margin must be >= 0, got {self.margin}")
+            raise UsageError(f"--margin must be >= 0, got {self.margin}")
         if not 0 <= self.tau_plus < 1:
-            raise PairkitError(f"--tau-plus must be in [0, 1), got {self.tau_plus}")
+            raise UsageError(f"--tau-plus must be in [0, 1), got {self.tau_plus}")
         if not self.beta >= 0:
-            raise PairkitError(f"--beta must be >= 0, got {self.beta}")
+            raise UsageError(f"--beta must be >= 0, got {self.beta}")
 
 
 def batch_loss(

@@ -1,0 +1,94 @@
+"""The options every command shares, spelled one way (docs/development.md): value types,
+``--device`` and table ``-o`` parsers (bad values are bad usage, exit 2), and the command
+class that names the replacement of an old option spelling."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import typer
+from typer.core import TyperCommand
+
+from pairkit.errors import UsageError
+
+IndexKind = Literal["auto", "flat", "ivf", "ivfpq", "hnsw"]
+Dtype = Literal["float16", "float32"]
+FnMode = Literal["eliminate", "attract", "keep"]
+Backend = Literal["auto", "faiss", "torch"]
+
+
+def _bad_parameter(check: Any, text: str) -> Any:
+    """``check(text)``, a UsageError turned into Typer's bad-parameter error (exit 2)."""
+    try:
+        return check(text)
+    except UsageError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def device_value(text: str) -> str:
+    """``--device``: auto, cpu, cuda or cuda:N (bad usage, exit 2, otherwise)."""
+    from pairkit.core.devices import check_device
+
+    return _bad_parameter(check_device, text)
+
+
+def device_option(help: str) -> Any:
+    """The ``--device`` option (auto, cpu, cuda or cuda:N) of every command."""
+    return typer.Option("auto", "--device", parser=device_value,
+                        metavar="auto|cpu|cuda|cuda:N", help=help)
+
+
+def backend_option() -> Any:
+    """The ``--backend`` option of the commands that search (mine, dedup, eval)."""
+    return typer.Option(
+        "auto", "--backend",
+        help="Search engine: auto (FAISS GPU indices when faiss-gpu sees a GPU, else the exact "
+        "torch search on CUDA when torch sees one, else FAISS on the CPU), faiss or torch.")
+
+
+def table_output_option(default: Any = "-") -> Any:
+    """The ``-o`` option of a command that writes a table."""
+    return typer.Option(default, "-o", "--output", parser=table_output,
+                        help="Table: .parquet, .csv, .jsonl, or - (JSON Lines on stdout).")
+
+
+def table_output(text: str) -> str:
+    """``-o`` of a table: ``-`` or a path ending in .parquet, .csv, .jsonl, .ndjson, .json."""
+    from pairkit.core.options import table_output as check
+
+    return _bad_parameter(check, text)
+
+
+# Old spellings (removed without a deprecation period, pairkit is 0.x): the error names the
+# new one. And options of pairkit itself given after a command.
+RENAMED = {
+    "--gpu": "--device cuda", "--no-gpu": "--device cpu", "--float16": "--dtype float16",
+    "--keep-flagged": "--fn-mode keep", "--kind": "--index",
+}
+MOVED = {"--threads": "pairkit --threads N COMMAND ..."}
+
+
+class Command(TyperCommand):
+    """A subcommand whose "no such option" error names the replacement of an old spelling."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        cx = click_exceptions()
+        try:
+            return super().parse_args(ctx, args)
+        except cx.NoSuchOption as exc:
+            name = exc.option_name
+            if name in RENAMED:
+                raise cx.UsageError(f"{name} was replaced: use {RENAMED[name]}", ctx) from None
+            if name in MOVED:
+                raise cx.UsageError(f"{name} is an option of pairkit itself: {MOVED[name]}",
+                                    ctx) from None
+            raise
+
+
+def click_exceptions() -> Any:
+    """Click's exception module as Typer uses it (Typer >= 0.2x vendors Click)."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - older Typer runs on Click itself
+        from click import exceptions
+    return exceptions

@@ -1,0 +1,48 @@
+"""``pairkit mine`` from a store folder to a pair-table file (or stdout) and a stats file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pairkit.errors import UsageError
+from pairkit.mine.hard_negatives import IndexOptions, MineConfig
+
+
+def mine_to_files(
+    store: Path, output: str, relation: str | None, fmt: str, config: MineConfig,
+    index: IndexOptions, fn_config: Any, stats_path: Path | None, force: bool = False,
+    progress: Callable[[int], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Mine the store at ``store`` and write the table to ``output`` (``-``: JSON Lines
+    on stdout) and the stats to ``stats_path``; returns the stats dict. Outputs are
+    checked before any work and written atomically."""
+    from pairkit.core.atomic import atomic_open, check_output
+    from pairkit.core.store import Store
+    from pairkit.core.tables import table_kind, write_table
+    from pairkit.mine.hard_negatives import mine_store
+    from pairkit.mine.summary import unknown_pairs_warning
+
+    if stats_path is not None and str(stats_path) == output:
+        raise UsageError("--stats and -o must be different files")
+    table_kind(output)  # fail on a bad extension before any work
+    if output != "-":
+        check_output(output, force)
+    if stats_path is not None:
+        check_output(stats_path, force, what="stats file")
+    st = Store.open(store, verify=True)
+    table, stats = mine_store(st, relation, config, index, fn_config, fmt, progress=progress,
+                              on_start=on_start)
+    warning = unknown_pairs_warning(stats)
+    if warning and on_warning is not None:
+        on_warning(warning)
+    write_table(table, output, force=force)
+    if stats_path is not None:
+        with atomic_open(stats_path) as fh:
+            json.dump(stats, fh, indent=2)
+            fh.write("\n")
+    return stats

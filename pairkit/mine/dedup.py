@@ -1,0 +1,226 @@
+"""``pairkit dedup`` from a store folder to a table of groups: the keep rules that look at
+the image files, paths for pipelines, and the summary line."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pairkit.errors import PairkitError, UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+DEFAULT_KEEP = "best"
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    """Options of ``pairkit dedup`` (``threshold`` None: the measured default)."""
+
+    store: Path
+    threshold: float | None = None
+    keep: str = DEFAULT_KEEP
+    exact_only: bool = False
+    batch_size: int = 4096
+    device: str = "auto"
+    absolute: bool = False
+    backend: str = "auto"  # auto, faiss, torch (pairkit.index.backend)
+
+
+def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
+              ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Open the store, group its sources; return the table (with paths) and a summary.
+
+    ``warn`` gets one line when a keep rule can't read the images and falls back.
+    """
+    import numpy as np
+
+    from pairkit.core.store import Store
+    from pairkit.mine.near_duplicates import (
+        DEFAULT_THRESHOLD,
+        KEEP_RULES,
+        check_threshold,
+        find_near_duplicates,
+    )
+
+    threshold = check_threshold(DEFAULT_THRESHOLD if cfg.threshold is None else cfg.threshold)
+    if cfg.keep not in KEEP_RULES:
+        raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {cfg.keep}")
+    if cfg.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    st = Store.open(cfg.store)
+    items = st.items
+    image_root = st.manifest.get("image_root")
+    if cfg.absolute and not image_root:
+        raise UsageError(f"--absolute needs the store's image_root, and {cfg.store} has none "
+                         "(made by import?)")
+    paths = items["path"].to_numpy(dtype=object)
+    keep, sizes = cfg.keep, None
+    if keep == "best":
+        sizes = best_reader(image_root, paths, warn)
+    elif keep == "largest":
+        sizes = largest_reader(image_root, paths, warn)
+        if sizes is None:
+            keep = "first"
+    result = find_near_duplicates(
+        st.vectors(np.float32), threshold,
+        file_sha256=items["file_sha256"].to_numpy(dtype=object, na_value=None),
+        sources=items["source"].to_numpy(dtype=object), views=items["view"].to_numpy(),
+        keep=keep, sizes=sizes, near=not cfg.exact_only, batch_size=cfg.batch_size,
+        device=cfg.device, backend=cfg.backend)
+    table = result.table
+    out_paths = paths[table["id"].to_numpy()]
+    if cfg.absolute:
+        out_paths = np.array([str(inside(image_root, p)) for p in out_paths], dtype=object)
+    table.insert(2, "path", out_paths)
+    summary = {
+        "groups": int(table["group"].nunique()),
+        "sources_in_groups": len(table),
+        "sources": int(items["source"].nunique()) if len(items) else 0,
+        "items_in_groups": int((result.item_group >= 0).sum()),
+        "items": len(items),
+        "drop": int((~table["keep"]).sum()),
+        "exact": int((table["match"] == "exact").sum()),
+        "near": int((table["match"] == "near").sum()),
+        "split": result.components_split,
+        "threshold": threshold,
+        "keep": "first" if getattr(sizes, "fell_back", False) else keep,
+        "exact_only": cfg.exact_only,
+    }
+    return table, summary
+
+
+def inside(image_root: str, path: str) -> Path:
+    """``image_root / path``; PairkitError when ``path`` would leave the image root."""
+    from pairkit.core.paths import path_problem
+
+    reason = path_problem(path)
+    if reason is not None:
+        raise PairkitError(f"item path {path!a} {reason}: refusing to print it as an "
+                           "absolute path")
+    return Path(image_root) / path
+
+
+def image_facts(root: Path, paths: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(pixels, file bytes)`` float arrays for the items ``ids``; NaN where a file is
+    missing, unreadable or outside the image root (never opened; the header is read, not
+    the pixels)."""
+    import numpy as np
+    from PIL import Image
+
+    from pairkit.core.paths import resolve_item_path
+
+    pixels = np.full(len(ids), np.nan)
+    size = np.full(len(ids), np.nan)
+    for k, i in enumerate(ids):
+        f = resolve_item_path(root, str(paths[i]))
+        if f is None:
+            continue  # a path outside the image root is never opened
+        try:
+            with Image.open(f) as im:
+                w, h = im.size
+            pixels[k], size[k] = float(w * h), float(f.stat().st_size)
+        except (OSError, ValueError, Image.DecompressionBombError):
+            continue
+    return pixels, size
+
+
+def best_reader(image_root: str | None, paths: np.ndarray,
+                warn: Callable[[str], None]) -> Callable[[np.ndarray], np.ndarray]:
+    """The ``best`` keep rule as a goodness per item (higher is kept): most pixels, then the
+    largest file, then the shortest path, then path order. Items whose image can't be read
+    rank below every readable one (a warning says how many); without an image root (an
+    imported store) only the path decides."""
+    import numpy as np
+
+    root = Path(image_root) if image_root else None
+    if root is not None and not root.is_dir():  # unset (an imported store): paths decide
+        warn(f"--keep best: the store's image_root {root} is missing; keeping the shortest "
+             "path of each group")
+
+    def goodness(ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        if root is not None and root.is_dir():
+            pixels, size = image_facts(root, paths, ids)
+            bad = int(np.isnan(pixels).sum())
+            if bad:
+                warn(f"--keep best: {bad} images unreadable under {root}; they are kept only "
+                     "when no copy can be read")
+        else:
+            pixels = size = np.full(len(ids), np.nan)
+        names = np.array([str(paths[i]) for i in ids], dtype=object)
+        lengths = np.array([len(n) for n in names])
+        path_rank = np.argsort(np.argsort(names, kind="stable"), kind="stable")
+        # lexsort: the last key is the primary one; ascending, so negate "more is better"
+        order = np.lexsort((path_rank, lengths, -np.nan_to_num(size, nan=-1.0),
+                            -np.nan_to_num(pixels, nan=-1.0)))
+        out = np.empty(len(ids), dtype=float)
+        out[order] = -np.arange(len(ids), dtype=float)  # best first = highest goodness
+        return out
+
+    return goodness
+
+
+def largest_reader(image_root: str | None, paths: np.ndarray,
+                   warn: Callable[[str], None]) -> Any:
+    """The ``largest`` keep rule: image area, file size as tie-break; None (warned) when
+    the images can't be found. Falls back to ``first`` when some are unreadable."""
+    import numpy as np
+
+    if not image_root or not Path(image_root).is_dir():
+        warn("--keep largest: the store's image_root is "
+             f"{'unset' if not image_root else 'missing: ' + image_root}; using --keep first")
+        return None
+    root = Path(image_root)
+
+    def checked(ids: np.ndarray) -> np.ndarray:
+        pixels, size = image_facts(root, paths, ids)
+        bad = int(np.isnan(pixels).sum())
+        if bad:
+            warn(f"--keep largest: {bad} images unreadable under {root}; using --keep first")
+            checked.fell_back = True  # type: ignore[attr-defined]
+            return np.asarray(-ids, dtype=float)  # larger = lower id: the 'first' rule
+        return pixels + size / 1e12
+
+    checked.fell_back = False  # type: ignore[attr-defined]
+    return checked
+
+
+def write_paths(paths: list[str], output: str, force: bool, end: str) -> None:
+    """One path per line (``end``: newline or NUL) to ``output`` or stdout (``-``); a path
+    that holds ``end`` is refused rather than split."""
+    for p in paths:
+        if end in p:
+            raise PairkitError(
+                f"path {p!a} holds a newline, so one path per line would split it: use -0 "
+                "(--print0) for NUL-terminated paths" if end == "\n" else
+                f"path {p!a} holds a NUL byte: it can't be written NUL-terminated")
+    text = "".join(p + end for p in paths)
+    if output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from pairkit.core.atomic import atomic_open, check_output
+
+    target = check_output(output, force)
+    with atomic_open(target) as fh:
+        fh.write(text)
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    """The one line ``pairkit dedup`` prints on stderr."""
+    share = s["items_in_groups"] / s["items"] if s["items"] else 0.0
+    views = "" if s["sources"] == s["items"] else f" ({s['items_in_groups']} items with views)"
+    how = "exact only" if s["exact_only"] else f"threshold {s['threshold']:g}"
+    groups = "1 group" if s["groups"] == 1 else f"{s['groups']} groups"
+    return (
+        f"{groups}: {s['sources_in_groups']} of {s['sources']} sources in groups"
+        f"{views}, {share:.1%} of the store; {s['drop']} to drop ({s['exact']} exact, "
+        f"{s['near']} near copies), keep {s['keep']}, {how}, "
+        f"{s['split']} chains split, {s['seconds']:.1f} s"
+    )

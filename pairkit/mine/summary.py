@@ -1,0 +1,58 @@
+"""The human summary of ``pairkit mine`` (stderr), from the stats dict of ``mine_store``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
+    """Lines for a person: rows, relation and index, negatives per anchor, score
+    quantiles, rank histogram, removed candidates, false-negative flags, retries."""
+    per = stats["negatives_per_anchor"]
+    where = "stdout" if output == "-" else output
+    lines = [
+        f"mined {stats['rows']:,} rows ({stats['format']}) for {stats['anchors']:,} anchors "
+        f"-> {where}",
+        f"relation: {stats['relation']}; index: {stats['index']}",
+        f"negatives per anchor: mean {per['mean']:.2f}, min {per['min']}, max {per['max']}; "
+        f"{stats['anchors_short']:,} anchors with fewer than K",
+    ]
+    for key, label in (("pos_score", "positive"), ("neg_score", "negative")):
+        q = stats.get(key)
+        if q:
+            lines.append(f"{label} scores: min {q['q00']:.3f}  q25 {q['q25']:.3f}  median "
+                         f"{q['q50']:.3f}  q75 {q['q75']:.3f}  max {q['q100']:.3f}")
+    if stats.get("rank_histogram"):
+        hist = ", ".join(f"{k}: {v}" for k, v in stats["rank_histogram"].items() if v)
+        lines.append(f"negative rank histogram: {hist}")
+    removed = ", ".join(f"{k} {v:,}" for k, v in stats["removed"].items() if v)
+    lines.append(f"candidates removed: {removed or 'none'}")
+    if stats.get("false_negative_rules"):
+        flagged = ", ".join(f"{k} {v:,}" for k, v in stats["fn_flagged"].items()) or "none"
+        lines.append(f"false negatives flagged ({stats['fn_mode']}): {flagged}"
+                     + (f"; {stats['attracted']:,} attracted as positives"
+                        if stats.get("attracted") else ""))
+    est = stats.get("fn_estimate") or {}
+    if est.get("hidden_positive_recall") is not None:
+        lines.append(
+            f"false-negative estimate (no labels used): the rules flag "
+            f"{est['hidden_positive_recall']:.1%} of hidden positives (other views of "
+            f"{est['anchors']:,} anchors) and {est['random_pair_flag_rate']:.1%} of random pairs"
+            + (f" (random pairs sharing a label: {est['random_pair_same_label']:.1%})"
+               if est.get("random_pair_same_label") is not None else ""))
+    if stats.get("negatives_same_label") is not None:
+        lines.append(f"negatives sharing their anchor's label: "
+                     f"{stats['negatives_same_label']:.1%}")
+    if stats.get("retries"):
+        lines.append(f"{stats['anchors_retried']:,} anchors searched again with a larger k "
+                     f"(up to {stats['k_max']:,})")
+    return lines
+
+
+def unknown_pairs_warning(stats: dict[str, Any]) -> str | None:
+    """The warning for a pairs file naming paths the store lacks (None when all are known)."""
+    if not stats.get("pairs_rows_unknown"):
+        return None
+    return (f"pairs file: {stats['pairs_rows_unknown']} of {stats['pairs_rows']} rows name "
+            f"paths not in the store (e.g. {', '.join(stats['pairs_unknown_examples'])}); "
+            "mined the rest")

@@ -1,0 +1,169 @@
+"""Fast, clean failures before heavy imports: bad paths, missing weights while offline."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.encode import weights
+from pairkit.encode.registry import DEFAULT_OPENCLIP_TAG
+from pairkit.errors import PairkitError
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_REPO = "models--laion--CLIP-ViT-B-32-laion2B-s34B-b79K"
+WAYS_OUT = ("--checkpoint FILE", "--pretrained none", "--model pixels")
+
+
+def fake_snapshot(cache: Path, folder: str) -> None:
+    snap = cache / folder / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "open_clip_model.safetensors").write_bytes(b"weights")
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cache = tmp_path / "hf" / "hub"
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    return cache
+
+
+def check(model: str = "openclip/ViT-B-32", pretrained: str | None = None,
+          checkpoint: str | None = None) -> bool:
+    return weights.check_pretrained(model, pretrained, checkpoint, DEFAULT_OPENCLIP_TAG)
+
+
+def test_default_model_offline_fails_with_the_ways_out(empty_cache: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert weights.hub_cache_dir() == empty_cache
+    with pytest.raises(PairkitError) as err:
+        check()
+    text = str(err.value)
+    assert "openclip/ViT-B-32 (laion2b_s34b_b79k)" in text and "HF_HUB_OFFLINE is set" in text
+    assert all(way in text for way in WAYS_OUT) and "\n" not in text
+    # cached: fine, and the loader may use the cache
+    fake_snapshot(empty_cache, DEFAULT_REPO)
+    assert check() is False
+
+
+def test_unreachable_hub_detected_without_retries(empty_cache: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in weights.OFFLINE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(weights, "hub_reachable", lambda timeout=1.0: False)
+    with pytest.raises(PairkitError, match="the Hugging Face hub can't be reached"):
+        check()
+    monkeypatch.setattr(weights, "hub_reachable", lambda timeout=1.0: True)
+    assert check() is False  # online: the library may download
+
+
+def test_hub_reachable_is_one_bounded_connect(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a closed local port answers at once: refused, not a retry loop
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    assert weights.hub_reachable(timeout=1.0) is False
+
+
+def test_models_without_hub_weights_pass(empty_cache: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert check("pixels") is False
+    assert check(pretrained="none") is False
+    assert check(checkpoint="w.safetensors") is False
+
+
+def test_timm_offline(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(PairkitError, match="the weights of timm/resnet18 are not in"):
+        check("timm/resnet18")
+    fake_snapshot(empty_cache, "models--timm--resnet18.a1_in1k")
+    assert check("timm/resnet18") is True  # maybe cached: the library looks, cache only
+
+
+def test_loader_stays_offline_and_quiet(capsys: pytest.CaptureFixture[str]) -> None:
+    from pairkit.encode.models import _load_with_cache_first
+
+    calls = []
+    sink = logging.StreamHandler(sys.stderr)
+    logging.getLogger().addHandler(sink)
+
+    def build():  # noqa: ANN202
+        calls.append(1)
+        logging.getLogger("huggingface_hub.utils._http").warning("Retrying in 8s [Retry 4/5]")
+        logging.getLogger().error("Failed to download weights")
+        raise OSError("not cached")
+
+    try:
+        with pytest.raises(PairkitError, match="not in the Hugging Face cache") as err:
+            _load_with_cache_first(build, "openclip/X (tag)", offline=True)
+    finally:
+        logging.getLogger().removeHandler(sink)
+    assert calls == [1]  # no download attempt
+    assert all(way in str(err.value) for way in WAYS_OUT)
+    assert capsys.readouterr().err == ""  # the libraries' log lines were silenced
+
+
+def run_cli(args: list[str], env: dict[str, str]) -> tuple[int, str, bool]:
+    """Run ``pairkit ARGS`` in a fresh interpreter; (exit code, stderr, torch imported)."""
+    code = (
+        "import sys\n"
+        "from pairkit.cli.main import app\n"
+        "try:\n"
+        f"    app(args={args!r}, prog_name='pairkit')\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code\n"
+        "print(json.dumps([code, 'torch' in sys.modules]))\n"
+    )
+    full_env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True,
+                          text=True, env=full_env, timeout=120)
+    exit_code, torch_loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    return exit_code, proc.stderr, torch_loaded
+
+
+def test_embed_says_no_before_torch_loads(tmp_path: Path, image_folder: Path) -> None:
+    """A wrong path, a bad option value or missing weights are reported before torch (or
+    open_clip) is imported: one line, no store folder left behind."""
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    store = tmp_path / "store"
+    code, err, torch_loaded = run_cli(["embed", "/no/such/dir", "-o", str(store)], env)
+    assert (code, torch_loaded) == (1, False)
+    assert err == "error: image folder /no/such/dir not found\n"
+    code, err, torch_loaded = run_cli(["embed", str(image_folder), "-o", str(store)], env)
+    assert (code, torch_loaded) == (1, False)
+    assert err.count("\n") == 1 and err.startswith("error: the weights of openclip/ViT-B-32")
+    assert all(way in err for way in WAYS_OUT)
+    assert not store.exists()
+    code, err, torch_loaded = run_cli(["embed", str(image_folder), "-o", str(store), "--model",
+                                       "pixels", "--views", "0"], env)
+    assert (code, torch_loaded) == (2, False) and "--views must be >= 1, got 0" in err
+    code, err, torch_loaded = run_cli(["embed", str(image_folder), "-o", str(store), "--model",
+                                       "pixels", "--checkpoint", str(tmp_path / "w.pt")], env)
+    assert (code, torch_loaded) == (1, False) and "not found" in err
+
+
+def test_failed_encoder_leaves_no_store_folder(tmp_path: Path, image_folder: Path) -> None:
+    from pairkit.encode.registry import register_encoder, unregister_encoder
+
+    def broken(name, request):  # noqa: ANN001, ANN202
+        raise PairkitError("weights unavailable")
+
+    register_encoder("broken", broken)
+    try:
+        r = runner.invoke(app, ["embed", str(image_folder), "-o", str(tmp_path / "s"),
+                                "--model", "broken"])
+    finally:
+        unregister_encoder("broken")
+    assert r.exit_code == 1 and "weights unavailable" in r.stderr
+    assert not (tmp_path / "s").exists()

@@ -1,0 +1,153 @@
+"""One vocabulary across commands: option names, values, defaults in --help, exit codes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from tests.conftest import random_store
+
+runner = CliRunner()
+PACKAGE = Path(__file__).resolve().parents[1] / "pairkit"
+COMMANDS = get_command(app).commands  # type: ignore[attr-defined]
+
+
+def test_cli_modules_are_short_and_nothing_below_imports_them() -> None:
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        assert len(path.read_text().splitlines()) < 150, path.name
+    for path in PACKAGE.rglob("*.py"):
+        if "cli" in path.relative_to(PACKAGE).parts or path.name == "__main__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("pairkit.cli"), (path, node.module)
+
+
+def test_defaults_are_shown_one_way() -> None:
+    """Every default is in Typer's ``[default: ...]``, never in the help text itself."""
+    for name, command in COMMANDS.items():
+        for param in command.params:
+            text = (getattr(param, "help", None) or "").lower()
+            assert "default" not in text, (name, param.name, text)
+
+
+def test_shared_options_have_one_spelling() -> None:
+    seen: dict[str, set[str]] = {}
+    for name, command in COMMANDS.items():
+        for param in command.params:
+            for opt in getattr(param, "opts", []):
+                seen.setdefault(opt, set()).add(name)
+    # where a command computes: --device everywhere it searches or runs torch
+    assert {"embed", "mine", "dedup", "train", "project", "eval"} <= seen["--device"]
+    assert {"mine", "index"} <= seen["--index"]
+    assert {"embed", "import", "project", "mine", "index"} <= seen["--dtype"]
+    assert {"mine", "train"} <= seen["--fn-mode"]
+    for gone in ("--gpu", "--no-gpu", "--float16", "--keep-flagged", "--kind"):
+        assert gone not in seen, gone
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory):
+    return random_store(tmp_path_factory.mktemp("conv") / "store", n_sources=20, views=2)
+
+
+def bad_usage_cases(store: str, out: str) -> list[list[str]]:
+    return [
+        ["embed", out, "-o", out + "/s", "--model", "pixels", "--dtype", "float64"],
+        ["embed", out, "-o", out + "/s", "--model", "pixels", "--device", "gpu"],
+        ["embed", out, "-o", out + "/s", "--model", "pixels", "--precision", "fp8"],
+        ["import", out + "/e.npy", "--items", out + "/i.csv", "-o", out + "/s",
+         "--dtype", "float64"],
+        ["index", store, "--index", "annoy"],
+        ["index", store, "--dtype", "float64"],
+        ["mine", store, "--hard", "--index", "annoy"],
+        ["mine", store, "--hard", "--dtype", "float64"],
+        ["mine", store, "--hard", "-o", out + "/x.txt"],
+        ["mine", store, "--hard", "--device", "cuda:x"],
+        ["mine", store, "--hard", "--filter-false-negatives", "--fn-mode", "drop"],
+        ["dedup", store, "-o", out + "/x.txt"],
+        ["dedup", store, "--device", "tpu"],
+        ["dedup", store, "--keep", "biggest"],
+        ["train", store, "-o", out + "/h", "--relation", "instance", "--device", "gpu"],
+        ["train", store, "-o", out + "/h", "--relation", "instance", "--loss", "ntxent"],
+        ["project", store, "--head", out + "/h", "-o", out + "/p", "--dtype", "float64"],
+        ["eval", store, "--metrics", "foo"],
+        ["eval", store, "--device", "gpu"],
+        ["eval", store, "--knn-k", "a"],
+    ]
+
+
+def test_bad_option_values_are_usage_errors(store, tmp_path: Path) -> None:
+    for args in bad_usage_cases(str(store.root), str(tmp_path)):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert "Traceback" not in r.output
+        assert not (tmp_path / "x.txt").exists()
+
+
+@pytest.mark.parametrize(("command", "old", "new"), [
+    ("mine", "--gpu", "--device cuda"), ("mine", "--no-gpu", "--device cpu"),
+    ("mine", "--float16", "--dtype float16"), ("mine", "--keep-flagged", "--fn-mode keep"),
+    ("index", "--kind", "--index"), ("eval", "--gpu", "--device cuda"),
+    ("index", "--float16", "--dtype float16"),
+])
+def test_old_spellings_name_their_replacement(store, command: str, old: str, new: str) -> None:
+    r = runner.invoke(app, [command, str(store.root), old])
+    assert r.exit_code == 2 and f"{old} was replaced: use {new}" in r.output
+
+
+def test_threads_is_a_global_option(store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from pairkit.core import threads
+
+    for name in (threads.ENV, *threads.LIBRARY_ENV):
+        monkeypatch.setenv(name, os.environ.get(name, "1"))
+    r = runner.invoke(app, ["--threads", "3", "index", str(store.root), "-q", "--force"])
+    assert r.exit_code == 0, r.output
+    assert os.environ[threads.ENV] == "3" and os.environ["OMP_NUM_THREADS"] == "3"
+    r = runner.invoke(app, ["--threads", "0", "index", str(store.root)])
+    assert r.exit_code == 2
+    r = runner.invoke(app, ["index", str(store.root), "--threads", "2"])
+    assert r.exit_code == 2 and "pairkit --threads N" in r.output
+
+
+def test_wrong_paths_are_reported_before_heavy_imports(tmp_path: Path) -> None:
+    """Every command says no to a missing input before torch (or faiss) loads: each runs in
+    one fresh interpreter, which then reports what it imported."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    missing = str(tmp_path / "missing")
+    runs = [["embed", missing, "-o", str(tmp_path / "s"), "--model", "pixels"],
+            ["import", missing + ".npy", "--items", missing + ".csv", "-o", str(tmp_path / "s")],
+            ["index", missing], ["mine", missing, "--hard"], ["dedup", missing],
+            ["train", missing, "-o", str(tmp_path / "h"), "--relation", "instance"],
+            ["project", missing, "--head", missing, "-o", str(tmp_path / "p")],
+            ["eval", missing]]
+    code = (
+        "import json, sys\n"
+        "from pairkit.cli.main import app\n"
+        "codes = []\n"
+        f"for args in {runs!r}:\n"
+        "    try:\n"
+        "        app(args=args, prog_name='pairkit')\n"
+        "    except SystemExit as exc:\n"
+        "        codes.append(exc.code)\n"
+        "print(json.dumps([codes, sorted(m for m in ('torch', 'faiss', 'open_clip', 'timm')\n"
+        "                                if m in sys.modules)]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+    codes, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert codes == [1] * len(runs), proc.stderr
+    assert heavy == [], heavy
+    assert proc.stderr.count("error: ") == len(runs) and "Traceback" not in proc.stderr
