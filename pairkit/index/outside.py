@@ -182,8 +182,8 @@ class MaskedIvfSearch:
     """Approximate kNN that skips the rows sharing a cluster with the query, on an
     ``IndexIVFFlat`` scanned list by list (BLAS, as :class:`IvfListMajor`).
 
-    For a query, lists whose rows are (almost) all in its own cluster of the first
-    run are not probed (they would give nothing); of the rest the ``nprobe``
+    For a query, lists whose rows are all in its own cluster of the first run are not
+    probed (they would give nothing); of the rest the ``nprobe``
     nearest by centroid are scanned, and inside them rows sharing a cluster with the
     query in any run are masked out. ``nprobe`` grows with ``k`` (a retry for a
     deeper list scans more cells). Returns the same ``(scores, ids)`` as an IVF
@@ -191,7 +191,7 @@ class MaskedIvfSearch:
     """
 
     def __init__(self, index: Any, assign: np.ndarray, nprobe: int,
-                 own_share: float = 0.95) -> None:
+                 own_share: float = 1.0) -> None:
         import faiss
 
         from pairkit.index.search import IvfListMajor

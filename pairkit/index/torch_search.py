@@ -141,8 +141,41 @@ class TorchFlatIndex:
             ids[start : start + len(block), :kk] = i.cpu().numpy()
         return scores, ids
 
-    def _search_rows(self, q32: Any, k: int) -> tuple[Any, Any]:
-        """Exact top-k of a block of float32 queries (on the device): (scores, ids)."""
+    def search_masked(self, queries: np.ndarray, k: int, query_assign: np.ndarray,
+                      base_assign: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Like :meth:`search`, among the base rows that share no label with the query:
+        row j is allowed for query q when ``base_assign[r, j] != query_assign[r, q]`` for
+        every r (``query_assign`` (R, nq), ``base_assign`` (R, N): cluster ids of R
+        runs). Padded with -inf / -1 where fewer rows are allowed."""
+        import torch
+
+        nq = len(queries)
+        scores = np.full((nq, k), -np.inf, dtype=np.float32)
+        ids = np.full((nq, k), -1, dtype=np.int64)
+        kk = min(k, self.ntotal)
+        if nq == 0 or kk == 0:
+            return scores, ids
+        self._base_assign = torch.from_numpy(
+            np.ascontiguousarray(base_assign, dtype=np.int32)).to(self.device)
+        try:
+            for start in range(0, nq, self.query_block):
+                block = np.asarray(queries[start : start + self.query_block])
+                q = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(
+                    self.device)
+                qa = torch.from_numpy(np.ascontiguousarray(
+                    query_assign[:, start : start + len(block)], dtype=np.int32)).to(self.device)
+                s, i = self._search_rows(q, kk, qa)
+                s, i = s.cpu().numpy(), i.cpu().numpy()
+                i = np.where(np.isfinite(s), i, -1)
+                scores[start : start + len(block), :kk] = s
+                ids[start : start + len(block), :kk] = i
+        finally:
+            self._base_assign = None
+        return scores, ids
+
+    def _search_rows(self, q32: Any, k: int, qa: Any = None) -> tuple[Any, Any]:
+        """Exact top-k of a block of float32 queries (on the device): (scores, ids).
+        ``qa`` (R, n): the queries' labels for :meth:`search_masked` (None: no mask)."""
         import torch
 
         n = len(q32)
@@ -157,7 +190,7 @@ class TorchFlatIndex:
             undecided = []
             for c0 in range(0, len(rows), step):
                 sub = rows[c0 : c0 + step]
-                s, i, ok = self._candidates(q32[sub], k, kp)
+                s, i, ok = self._candidates(q32[sub], k, kp, None if qa is None else qa[:, sub])
                 out_s[sub[ok]], out_i[sub[ok]] = s[ok], i[ok]
                 undecided.append(sub[~ok])
             rows = torch.cat(undecided)
@@ -165,8 +198,9 @@ class TorchFlatIndex:
             kp = min(self.ntotal, kp * 4)
         return out_s, out_i
 
-    def _candidates(self, q32: Any, k: int, kp: int) -> tuple[Any, Any, Any]:
-        """Top-k of each query from a k'-candidate pass: (scores, ids, certified)."""
+    def _candidates(self, q32: Any, k: int, kp: int, qa: Any = None) -> tuple[Any, Any, Any]:
+        """Top-k of each query from a k'-candidate pass: (scores, ids, certified).
+        With ``qa``, base rows sharing a label with the query score -inf."""
         import torch
 
         q_low = q32.to(self.base_low.dtype)
@@ -176,6 +210,12 @@ class TorchFlatIndex:
             for c0 in range(0, self.ntotal, self.base_block):
                 block = self.base_low[c0 : c0 + self.base_block]
                 scores = q_low @ block.T
+                if qa is not None:
+                    labels = self._base_assign[:, c0 : c0 + len(block)]
+                    shared = qa[0].unsqueeze(1) == labels[0].unsqueeze(0)
+                    for r in range(1, len(qa)):
+                        shared |= qa[r].unsqueeze(1) == labels[r].unsqueeze(0)
+                    scores.masked_fill_(shared, float("-inf"))
                 s, i = _block_topk(scores, min(kp, len(block)), self.chunk)
                 i = i + c0
                 if run_s is None:
@@ -189,6 +229,8 @@ class TorchFlatIndex:
                     run_s, run_i = s, i
         assert run_s is not None and run_i is not None
         exact = rescore(q32, self.base32, run_i)
+        if qa is not None:  # masked rows stay out, whatever their exact score
+            exact = exact.masked_fill(torch.isinf(run_s) & (run_s < 0), float("-inf"))
         s, i = sort_by_score_then_id(exact, run_i)
         if kp >= self.ntotal:
             return s[:, :k], i[:, :k], torch.ones(len(q32), dtype=torch.bool,

@@ -714,6 +714,14 @@ def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptio
     from pairkit.index.build import EXACT_MAX_ROWS_CPU, choose_kind, prepare_index
     from pairkit.index.outside import OutsideSearcher, masked_exact_search
 
+    if engine is not None and engine.name == "torch":
+        from pairkit.index.torch_search import TorchFlatIndex
+
+        tindex = TorchFlatIndex(vectors, device=engine.device)
+        text = (f"exact, {engine.describe()}; rows sharing a cluster with the anchor in any "
+                f"of {len(assign)} k-means runs not searched (cluster rule)")
+        return (lambda rows, k: tindex.search_masked(vectors[rows], k, assign[:, rows],
+                                                     assign)), text
     kind = index.kind
     if kind == "auto":
         kind, _ = choose_kind(len(vectors), index.exact_max_rows or EXACT_MAX_ROWS_CPU)
@@ -723,7 +731,7 @@ def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptio
         return (lambda rows, k: masked_exact_search(vectors, assign, rows, k)), text
     if kind == "ivf" and not index.float16:
         loaded = prepare_index(vectors, kind, store_root=store_root, content_id=content_id,
-                               nlist=index.nlist, nprobe=index.nprobe, gpu=False, seed=seed,
+                               nlist=index.nlist, nprobe=index.nprobe, device="cpu", seed=seed,
                                backend="faiss")
         from pairkit.index.outside import MaskedIvfSearch
         from pairkit.index.search import IvfListMajor

@@ -66,3 +66,56 @@ def test_outside_searcher_exact_parts_equal_brute_force():
     # searching only the nearest parts is a subset of the same order
     approx = OutsideSearcher(x, parts, make, max_parts=2).search(rows, 6)[1]
     assert ((approx == -1) | (parts[np.maximum(approx, 0)] != parts[rows][:, None])).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_torch_masked_search_equals_masked_exact(dtype):
+    from pairkit.index.torch_search import TorchFlatIndex
+
+    x = unit(300, 16, seed=5)
+    x[11] = x[4]  # a tie
+    rng = np.random.default_rng(6)
+    assign = np.stack([rng.integers(0, 5, 300), rng.integers(0, 4, 300)])
+    rows = np.arange(0, 300, 3)
+    ref_s, ref_i = masked_exact_search(x, assign, rows, 9)
+    index = TorchFlatIndex(x, device="cpu", dtype=dtype, query_block=17, base_block=64)
+    s, i = index.search_masked(x[rows], 9, assign[:, rows], assign)
+    np.testing.assert_array_equal(i, ref_i)
+    np.testing.assert_allclose(s, ref_s, atol=1e-5)
+    # a query whose clusters cover almost everything: padded, like the numpy search
+    assign2 = np.zeros((1, 300), np.int64)
+    assign2[0, :3] = 1
+    s2, i2 = index.search_masked(x[[5]], 6, assign2[:, [5]], assign2)
+    r2, ri2 = masked_exact_search(x, assign2, np.array([5]), 6)
+    np.testing.assert_array_equal(i2, ri2)
+    assert (i2[0, 3:] == -1).all()
+
+
+def test_masked_ivf_search_keeps_the_mask_and_finds_the_exact_neighbours():
+    import faiss
+
+    from pairkit.index.outside import MaskedIvfSearch
+
+    rng = np.random.default_rng(8)
+    centers = unit(6, 12, seed=9)
+    lab = rng.integers(0, 6, 3000)
+    x = centers[lab] + 0.35 * rng.normal(size=(3000, 12)).astype(np.float32)
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    assign = np.stack([lab, np.where(rng.random(3000) < 0.9, lab, rng.integers(0, 6, 3000))])
+    quant = faiss.IndexFlatIP(12)
+    index = faiss.IndexIVFFlat(quant, 12, 16, faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add(x)
+    rows = np.arange(0, 3000, 7)
+    search = MaskedIvfSearch(index, assign, nprobe=16)  # every cell: exact
+    s, i = search.search(rows, 5, x[rows])
+    ref_s, ref_i = masked_exact_search(x, assign, rows, 5)
+    np.testing.assert_array_equal(i, ref_i)
+    few = MaskedIvfSearch(index, assign, nprobe=3).search(rows, 5, x[rows])[1]
+    ok = few >= 0
+    shared = np.zeros(few.shape, bool)
+    for r in range(2):
+        shared |= assign[r][np.maximum(few, 0)] == assign[r][rows][:, None]
+    assert not (shared & ok).any()  # never a row of the anchor's clusters
+    recall = np.mean([len(set(a[a >= 0]) & set(b)) / 5 for a, b in zip(few, ref_i, strict=True)])
+    assert recall > 0.5  # 3 of 16 cells: approximate, but most neighbours found
