@@ -28,7 +28,7 @@ output depends only on the seed, not on batch sizes, retries or threads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -336,6 +336,7 @@ def mine_negatives(
     fn_filter: FnFilter | None = None,
     progress: Callable[[int], None] | None = None,
     anchor_searcher: Searcher | None = None,
+    map_blocks: MapBlocks | None = None,
 ) -> MineResult:
     """Mine K negatives for every anchor of ``relation``.
 
@@ -347,6 +348,10 @@ def mine_negatives(
     ``anchor_searcher(anchor_rows, k) -> (scores, ids)``, when given, replaces
     ``searcher`` and is called with row ids (e.g. a search that skips the anchor's
     own cluster, :class:`pairkit.index.outside.OutsideSearcher`).
+    ``map_blocks(fn, shared, spans)`` runs ``fn(shared, span)`` for every block of
+    anchors and yields the results in order (default: here, one after the other;
+    :func:`pairkit.dist.pool.ray_map_blocks` runs them on a Ray cluster): each block is
+    :func:`mine_block`, so the result is the same wherever the blocks run.
 
     Returns a :class:`MineResult`; raises :class:`PairkitError` when the relation
     gives no anchor a positive.
@@ -387,50 +392,16 @@ def mine_negatives(
     if keep_flags:
         result.pairs.neg_flags = np.zeros((n, K), bool)
         result.pairs.neg_reasons = np.full((n, K), None, dtype=object)
+    blocks = MineBlocks(ctx, anchors, positives, pos_scores, ref, k0,
+                        n_items if cfg.hard else 16 * n_items, hi, keep_flags, searcher,
+                        anchor_searcher)
+    spans = [(b0, min(n, b0 + cfg.batch_size)) for b0 in range(0, n, cfg.batch_size)]
     attract: list[tuple[np.ndarray, ...]] = []
-
-    def fetch(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        a = anchors[rows]
-        if cfg.hard:
-            if anchor_searcher is not None:
-                s, i = anchor_searcher(a, k)
-            else:
-                s, i = searcher(np.asarray(vectors[a], dtype=np.float32), k)  # type: ignore[misc]
-            exhausted = np.full(len(rows), k >= n_items) | (i[:, -1] < 0)
-            if cfg.min_score is not None:
-                exhausted |= s[:, -1] < cfg.min_score  # everything deeper scores lower
-            return s, i, exhausted
-        i = _dedup_rows(_easy_candidates(a, k, n_items, cfg.seed))
-        s = np.full(i.shape, -np.inf, dtype=np.float32)
-        ok = i >= 0
-        s[ok] = row_dots(vectors, np.broadcast_to(a[:, None], i.shape)[ok], i[ok])
-        return s, i, np.zeros(len(rows), dtype=bool)
-
-    k_cap = n_items if cfg.hard else 16 * n_items
-    bs = cfg.batch_size
-    for b0 in range(0, n, bs):
-        pending = np.arange(b0, min(n, b0 + bs))
-        k = k0
-        while len(pending):
-            step = bs if k == k0 else max(1, cfg.max_k_entries // max(k, 1))
-            still: list[np.ndarray] = []
-            for c0 in range(0, len(pending), step):
-                rows = pending[c0:c0 + step]
-                s, i, exh = fetch(rows, k)
-                block = _select(ctx, rows, anchors[rows], i, s, ref[rows], exh | (k >= k_cap),
-                                cfg.hard)
-                done = ~block.short
-                _collect(result, _take(block, done), rows[done], hi, cfg, keep_flags, attract)
-                still.append(rows[block.short])
-            pending = np.concatenate(still) if still else np.zeros(0, np.int64)
-            if len(pending):
-                if k == k0:
-                    result.anchors_retried += len(pending)
-                result.retries += 1
-                k = min(k_cap, k * 4)
-                result.k_max = max(result.k_max, k)
+    run = map_blocks or _map_here
+    for (b0, b1), part in zip(spans, run(mine_block, blocks, spans), strict=True):
+        _merge(result, part, b0, attract)
         if progress is not None:
-            progress(min(n, b0 + bs) - b0)
+            progress(b1 - b0)
     if attract:
         result.pairs.fn_rows = np.concatenate([a[0] for a in attract])
         result.pairs.fn_ids = np.concatenate([a[1] for a in attract])
@@ -438,6 +409,124 @@ def mine_negatives(
         result.pairs.fn_ranks = np.full(len(result.pairs.fn_ids), -1, np.int64)
         result.pairs.fn_reasons = np.concatenate([a[3] for a in attract])
     return result
+
+
+MapBlocks = Callable[[Callable[[Any, Any], Any], Any, list[tuple[int, int]]], Iterator[Any]]
+
+
+def _map_here(fn: Callable[[Any, Any], Any], shared: Any,
+              spans: list[tuple[int, int]]) -> Iterator[Any]:
+    """``fn(shared, span)`` for each span, in this process, in order."""
+    return (fn(shared, span) for span in spans)
+
+
+@dataclass
+class MineBlocks:
+    """What every block of anchors needs, computed once per run (and shipped once to the
+    workers of a Ray cluster): rows are indices into ``anchors``."""
+
+    ctx: _Ctx
+    anchors: np.ndarray
+    positives: np.ndarray
+    pos_scores: np.ndarray
+    ref: np.ndarray
+    k0: int
+    k_cap: int
+    hi: int
+    keep_flags: bool
+    searcher: Searcher | None
+    anchor_searcher: Searcher | None
+
+
+def _fetch(st: MineBlocks, rows: np.ndarray, k: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Candidates of the anchors ``rows``: ``(scores, ids, exhausted)``."""
+    cfg = st.ctx.cfg
+    vectors = st.ctx.vectors
+    n_items = len(vectors)
+    a = st.anchors[rows]
+    if cfg.hard:
+        if st.anchor_searcher is not None:
+            s, i = st.anchor_searcher(a, k)
+        else:
+            s, i = st.searcher(np.asarray(vectors[a], dtype=np.float32), k)  # type: ignore[misc]
+        exhausted = np.full(len(rows), k >= n_items) | (i[:, -1] < 0)
+        if cfg.min_score is not None:
+            exhausted |= s[:, -1] < cfg.min_score  # everything deeper scores lower
+        return s, i, exhausted
+    i = _dedup_rows(_easy_candidates(a, k, n_items, cfg.seed))
+    s = np.full(i.shape, -np.inf, dtype=np.float32)
+    ok = i >= 0
+    s[ok] = row_dots(vectors, np.broadcast_to(a[:, None], i.shape)[ok], i[ok])
+    return s, i, np.zeros(len(rows), dtype=bool)
+
+
+def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
+    """The negatives of anchors ``span[0] .. span[1] - 1``: a :class:`MineResult` whose
+    arrays (and attracted rows) are relative to ``span[0]``. Anchors that come up short
+    are searched again with 4x the k until they have the window or the store is
+    exhausted (:func:`mine_negatives`)."""
+    cfg = st.ctx.cfg
+    b0, b1 = span
+    n, K = b1 - b0, cfg.num_negatives
+    part = MineResult(
+        pairs=MinedPairs(st.anchors[b0:b1], st.positives[b0:b1], st.pos_scores[b0:b1],
+                         np.full((n, K), -1, np.int64), np.full((n, K), np.nan, np.float32),
+                         np.full((n, K), -1, np.int64)),
+        removed={r: 0 for r in RULES[2:]}, fn_flagged={}, k_initial=st.k0, k_max=st.k0,
+    )
+    if st.keep_flags:
+        part.pairs.neg_flags = np.zeros((n, K), bool)
+        part.pairs.neg_reasons = np.full((n, K), None, dtype=object)
+    attract: list[tuple[np.ndarray, ...]] = []
+    bs = cfg.batch_size
+    pending = np.arange(b0, b1)
+    k = st.k0
+    while len(pending):
+        step = bs if k == st.k0 else max(1, cfg.max_k_entries // max(k, 1))
+        still: list[np.ndarray] = []
+        for c0 in range(0, len(pending), step):
+            rows = pending[c0:c0 + step]
+            s, i, exh = _fetch(st, rows, k)
+            block = _select(st.ctx, rows, st.anchors[rows], i, s, st.ref[rows],
+                            exh | (k >= st.k_cap), cfg.hard)
+            done = ~block.short
+            _collect(part, _take(block, done), rows[done] - b0, st.hi, cfg, st.keep_flags,
+                     attract)
+            still.append(rows[block.short])
+        pending = np.concatenate(still) if still else np.zeros(0, np.int64)
+        if len(pending):
+            if k == st.k0:
+                part.anchors_retried += len(pending)
+            part.retries += 1
+            k = min(st.k_cap, k * 4)
+            part.k_max = max(part.k_max, k)
+    if attract:
+        part.pairs.fn_rows = np.concatenate([a[0] for a in attract])
+        part.pairs.fn_ids = np.concatenate([a[1] for a in attract])
+        part.pairs.fn_scores = np.concatenate([a[2] for a in attract])
+        part.pairs.fn_reasons = np.concatenate([a[3] for a in attract])
+    return part
+
+
+def _merge(result: MineResult, part: MineResult, b0: int,
+           attract: list[tuple[np.ndarray, ...]]) -> None:
+    """Write a block's :class:`MineResult` (from :func:`mine_block`) into ``result``."""
+    p, q = result.pairs, part.pairs
+    rows = slice(b0, b0 + len(q.neg_ids))
+    p.neg_ids[rows], p.neg_scores[rows], p.neg_ranks[rows] = (q.neg_ids, q.neg_scores,
+                                                              q.neg_ranks)
+    if p.neg_flags is not None and q.neg_flags is not None:
+        p.neg_flags[rows], p.neg_reasons[rows] = q.neg_flags, q.neg_reasons
+    for name, count in part.removed.items():
+        result.removed[name] = result.removed.get(name, 0) + count
+    for name, count in part.fn_flagged.items():
+        result.fn_flagged[name] = result.fn_flagged.get(name, 0) + count
+    result.retries += part.retries
+    result.anchors_retried += part.anchors_retried
+    result.k_max = max(result.k_max, part.k_max)
+    if q.fn_rows is not None and len(q.fn_rows):
+        attract.append((q.fn_rows + b0, q.fn_ids, q.fn_scores, q.fn_reasons))
 
 
 def _collect(result: MineResult, block: _Block, rows: np.ndarray, hi: int, cfg: MineConfig,
@@ -565,13 +654,16 @@ def mine_store(
     fmt: str = "triplet",
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    map_blocks: MapBlocks | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Mine a :class:`pairkit.core.store.Store`; returns ``(pair table, stats dict)``.
 
     ``relation``: ``instance``, ``label``, ``pairs:FILE`` or None (the store's
     default). ``fn_config``: a ``FalseNegativeConfig`` to flag false negatives
     among the candidates (None: no flags). ``on_start(n_anchors)`` is called
-    once the anchors are known (for a progress bar).
+    once the anchors are known (for a progress bar). ``map_blocks``: where the
+    blocks of anchors run (:func:`mine_negatives`); the index and the false-negative
+    context are built here once either way.
     """
     import time
 
@@ -611,6 +703,12 @@ def mine_store(
             # range search that grouping needs
             ctx.cache["pairwise_near_duplicates"] = True
 
+        if map_blocks is not None and "near-duplicate" in fn_config.rules:
+            # computed on first use otherwise: here once, not once per worker
+            from pairkit.mine.fn_context import near_duplicate_group_ids
+
+            near_duplicate_group_ids(ctx, fn_config)
+
         def fn_filter(a: np.ndarray, c: np.ndarray, s: np.ndarray, r: np.ndarray,
                       pos: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
             return fnm.flag_false_negatives(ctx, a, c, s, r, fn_config, positives=pos)
@@ -638,7 +736,7 @@ def mine_store(
         on_start(len(rel.anchors()))
     t1 = time.perf_counter()
     result = mine_negatives(vectors, sources, rel, config, searcher, fn_filter, progress,
-                            anchor_searcher=anchor_searcher)
+                            anchor_searcher=anchor_searcher, map_blocks=map_blocks)
     table = build_pair_table(result.pairs, fmt, store.content_id,
                              items["path"].to_numpy(dtype=object),
                              flag_columns=fn_config is not None and config.keep_flagged)

@@ -21,7 +21,7 @@ Steps (see docs/methods.md):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -132,6 +132,7 @@ def find_near_duplicates(
     batch_size: int = 4096,
     device: str = "cpu",
     backend: str = "faiss",
+    pairs: Callable[..., Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]] | None = None,
 ) -> NearDuplicates:
     """Exact- and near-duplicate groups of sources, with one representative each.
 
@@ -142,7 +143,11 @@ def find_near_duplicates(
     ``central`` (highest mean similarity to the other members of its component).
     ``near=False`` finds only exact duplicates by hash. ``device`` (``cpu``,
     ``cuda``, ``cuda:N`` or ``auto``) and ``backend`` (``faiss``, ``torch`` or ``auto``)
-    choose where the range search runs. See :class:`NearDuplicates`.
+    choose where the range search runs. ``pairs``: the function that streams the pairs
+    at the threshold, with the signature of
+    :func:`pairkit.index.range_search.range_search_blocks` (its default; the Ray path
+    passes one that searches blocks of queries on a cluster: the pairs, and so the groups,
+    are the same). See :class:`NearDuplicates`.
     """
     import pandas as pd
 
@@ -202,7 +207,7 @@ def find_near_duplicates(
     # 3. near duplicates: connected components of units, streamed
     labels = np.arange(n_units, dtype=np.int64)
     if near and n_units > 1:
-        for a, b, _ in range_search_blocks(
+        for a, b, _ in (pairs or range_search_blocks)(
             unit_vecs, unit_vecs, t, batch_size=batch_size, device=device, backend=backend
         ):
             upper = b > a
