@@ -64,8 +64,9 @@ def dedup(
             table_output(output)
         if output != "-":
             from pairkit.core.atomic import check_output
+            from pairkit.core.tables import check_table_output
 
-            check_output(output, force)
+            (check_output if paths_only else check_table_output)(output, force)
         t0 = time.perf_counter()
         cfg = DedupConfig(store, threshold, keep, exact_only, batch_size, device, absolute,
                           backend)

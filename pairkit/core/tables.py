@@ -1,16 +1,25 @@
 """Reading and writing tables (pair tables, item lists, dedup groups).
 
 The file type comes from the extension: ``.parquet``, ``.csv``, ``.jsonl``
-(or ``.ndjson``/``.json``). ``-`` means JSON Lines on stdin/stdout.
-Writes are atomic and refuse to overwrite without ``force``.
+(or ``.ndjson``/``.json``). ``-`` means JSON Lines on stdin/stdout. A folder (a path
+ending in ``/``, or an existing folder) is a parquet dataset: ``part-00000.parquet``,
+``part-00001.parquet`` ... read in name order as one table (what ``mine`` writes one
+block of anchors per file, and what Spark or Ray Data write).
+Writes are atomic (a folder too: written beside, then renamed) and refuse to overwrite
+without ``force``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
+import os
+import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +36,23 @@ MAX_COLUMNS = 10_000
 MAX_HEADER_BYTES = 1 << 20
 
 
+PART_PATTERN = "part-{:05d}.parquet"
+PART_RE = re.compile(r"^part-\d{5,}\.parquet$")
+
+
+def is_dataset(path: str | Path) -> bool:
+    """True for a parquet dataset folder: a path ending in ``/`` or an existing folder."""
+    text = str(path)
+    return text != "-" and (text.endswith(("/", os.sep)) or Path(text).is_dir())
+
+
 def table_kind(path: str | Path) -> str:
-    """Return ``parquet``, ``csv`` or ``jsonl`` for a path (``-`` is ``jsonl``)."""
+    """Return ``parquet``, ``csv``, ``jsonl`` or ``dataset`` (a folder of parquet parts)
+    for a path (``-`` is ``jsonl``)."""
     if str(path) == "-":
         return "jsonl"
+    if is_dataset(path):
+        return "dataset"
     suffix = Path(path).suffix.lower()
     if suffix == ".parquet":
         return "parquet"
@@ -39,7 +61,8 @@ def table_kind(path: str | Path) -> str:
     if suffix in (".jsonl", ".ndjson", ".json"):
         return "jsonl"
     raise PairkitError(
-        f"can't tell the table format of {path}: use one of {', '.join(TABLE_SUFFIXES)} or -"
+        f"can't tell the table format of {path}: use one of {', '.join(TABLE_SUFFIXES)}, a "
+        "folder ending in / (parquet parts) or -"
     )
 
 
@@ -55,6 +78,8 @@ def read_table(path: str | Path) -> pd.DataFrame:
                 raise PairkitError("no table on stdin (expected JSON Lines)")
             return pd.read_json(io.StringIO(text), lines=True)
         p = Path(path)
+        if kind == "dataset":
+            return _read_dataset(p)
         if not p.is_file():
             raise PairkitError(f"table {p} not found")
         if kind == "parquet":
@@ -71,6 +96,32 @@ def read_table(path: str | Path) -> pd.DataFrame:
     except Exception as exc:  # pandas/pyarrow raise many types for malformed files
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PairkitError(f"can't read table {path}: {first}") from exc
+
+
+def dataset_parts(folder: Path) -> list[Path]:
+    """The ``part-NNNNN.parquet`` files of a dataset folder, in name order; PairkitError
+    when the folder is missing or holds none."""
+    if not folder.is_dir():
+        raise PairkitError(f"table {folder} not found")
+    parts = sorted(e for e in folder.iterdir() if PART_RE.match(e.name) and e.is_file())
+    if not parts:
+        raise PairkitError(f"table folder {folder} holds no part-NNNNN.parquet files")
+    return parts
+
+
+def _read_dataset(folder: Path) -> pd.DataFrame:
+    import pandas as pd
+
+    frames = []
+    for part in dataset_parts(folder):
+        _check_parquet_columns(part)
+        frames.append(pd.read_parquet(part))
+    columns = list(frames[0].columns)
+    for part, frame in zip(dataset_parts(folder), frames, strict=True):
+        if list(frame.columns) != columns:
+            raise PairkitError(f"table folder {folder}: {part.name} has other columns than "
+                               f"{dataset_parts(folder)[0].name}")
+    return pd.concat(frames, ignore_index=True)
 
 
 def _check_csv_header(path: Path) -> None:
@@ -128,12 +179,36 @@ def write_jsonl_stream(df: pd.DataFrame, stream: Any) -> None:
         stream.write(line + "\n")
 
 
-def write_table(df: pd.DataFrame, path: str | Path, force: bool = False) -> None:
-    """Write a table atomically to ``path`` (``-``: JSON Lines on stdout)."""
+def check_table_output(path: str | Path, force: bool) -> Path:
+    """:func:`~pairkit.core.atomic.check_output` for a table path, a dataset folder too:
+    an existing folder is replaced only with ``force`` and only when it holds nothing but
+    parquet parts."""
+    if not is_dataset(path):
+        return check_output(path, force)
+    p = Path(str(path).rstrip("/" + os.sep) or str(path))
+    if p.exists() and not p.is_dir():
+        raise PairkitError(f"output {p} is an existing file, expected a table folder")
+    if p.is_dir():
+        others = [e.name for e in p.iterdir() if not PART_RE.match(e.name)]
+        if others:
+            raise PairkitError(f"output {p} is a folder that holds other files ({others[0]}):"
+                               " choose another path")
+        if any(p.iterdir()) and not force:
+            raise PairkitError(f"output {p} exists; pass --force to overwrite it")
+    return p
+
+
+def write_table(df: pd.DataFrame, path: str | Path, force: bool = False,
+                part_rows: list[int] | None = None) -> None:
+    """Write a table atomically to ``path`` (``-``: JSON Lines on stdout; a folder: a
+    parquet dataset, one part per entry of ``part_rows`` (row counts; default one part))."""
     kind = table_kind(path)
     if str(path) == "-":
         write_jsonl_stream(df, sys.stdout)
         sys.stdout.flush()
+        return
+    if kind == "dataset":
+        _write_dataset(df, check_table_output(path, force), part_rows or [len(df)])
         return
     target = check_output(path, force)
     with atomic_path(target) as tmp:
@@ -144,3 +219,32 @@ def write_table(df: pd.DataFrame, path: str | Path, force: bool = False) -> None
         else:
             with open(tmp, "w", encoding="utf-8") as fh:
                 write_jsonl_stream(df, fh)
+
+
+def _write_dataset(df: pd.DataFrame, target: Path, part_rows: list[int]) -> None:
+    """Write the parts into a new folder beside ``target``, then put it in its place (an
+    old folder of parts is renamed away first and removed after)."""
+    if sum(part_rows) != len(df):
+        raise PairkitError(f"internal: parts of {sum(part_rows)} rows for {len(df)} rows")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        start = 0
+        for i, rows in enumerate(r for r in part_rows if r > 0 or len(df) == 0):
+            part = df.iloc[start:start + rows]
+            with atomic_path(tmp / PART_PATTERN.format(i)) as f:
+                part.to_parquet(f, index=False)
+            start += rows
+        os.chmod(tmp, 0o755)
+        old = None
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old",
+                                        dir=target.parent))
+            os.replace(target, old / target.name)
+        os.replace(tmp, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(tmp)
+        raise

@@ -23,7 +23,7 @@ def mine_to_files(
     checked before any work and written atomically."""
     from pairkit.core.atomic import atomic_open, check_output
     from pairkit.core.store import Store
-    from pairkit.core.tables import table_kind, write_table
+    from pairkit.core.tables import check_table_output, table_kind, write_table
     from pairkit.mine.hard_negatives import mine_store
     from pairkit.mine.summary import unknown_pairs_warning
 
@@ -31,7 +31,7 @@ def mine_to_files(
         raise UsageError("--stats and -o must be different files")
     table_kind(output)  # fail on a bad extension before any work
     if output != "-":
-        check_output(output, force)
+        check_table_output(output, force)
     if stats_path is not None:
         check_output(stats_path, force, what="stats file")
     st = Store.open(store, verify=True)
@@ -40,9 +40,22 @@ def mine_to_files(
     warning = unknown_pairs_warning(stats)
     if warning and on_warning is not None:
         on_warning(warning)
-    write_table(table, output, force=force)
+    write_table(table, output, force=force, part_rows=anchor_parts(table, config.batch_size))
     if stats_path is not None:
         with atomic_open(stats_path) as fh:
             json.dump(stats, fh, indent=2)
             fh.write("\n")
     return stats
+
+
+def anchor_parts(table: Any, per_part: int) -> list[int]:
+    """Row counts of the parts of a dataset output (``-o DIR/``): ``per_part`` anchors each
+    (``--batch-size``), in table order (rows are grouped by anchor)."""
+    import numpy as np
+
+    ids = table["anchor_id"].to_numpy()
+    if len(ids) == 0:
+        return [0]
+    first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # first row of each anchor
+    starts = first[::max(1, per_part)]
+    return np.diff(np.r_[starts, len(ids)]).astype(int).tolist()

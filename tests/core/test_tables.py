@@ -54,3 +54,30 @@ def test_errors(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     with pytest.raises(PairkitError, match="no table on stdin"):
         read_table("-")
+
+
+def test_dataset_folder_round_trip(tmp_path):
+    """A folder ending in / is a parquet dataset: parts in name order, read as one table;
+    written beside and renamed in, replaced only with --force, never a foreign folder."""
+    df = pd.DataFrame({"a": np.arange(7), "b": [f"r{i}" for i in range(7)]})
+    out = tmp_path / "pairs"
+    write_table(df, f"{out}/", part_rows=[3, 0, 4])
+    assert sorted(p.name for p in out.iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
+    assert len(pd.read_parquet(out / "part-00000.parquet")) == 3
+    pd.testing.assert_frame_equal(read_table(out), df)
+    pd.testing.assert_frame_equal(read_table(f"{out}/"), df)
+    with pytest.raises(PairkitError, match="--force"):
+        write_table(df, f"{out}/")
+    write_table(df.iloc[:2], out, force=True)  # an existing folder is a dataset too
+    assert read_table(out)["a"].tolist() == [0, 1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs"]  # no temp folders left
+    foreign = tmp_path / "photos"
+    foreign.mkdir()
+    (foreign / "a.jpg").write_bytes(b"x")
+    with pytest.raises(PairkitError, match="holds other files"):
+        write_table(df, foreign, force=True)
+    assert (foreign / "a.jpg").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(PairkitError, match="no part-NNNNN.parquet"):
+        read_table(empty)
