@@ -242,7 +242,6 @@ class StoreWriter:
     def add_shard(self, vectors: np.ndarray, items: pd.DataFrame) -> None:
         """Write one shard: ``vectors`` (n, dim), normalised here; ``items`` n rows.
         Nothing is visible to readers until :meth:`commit`."""
-        import pandas as pd
 
         vectors = np.asarray(vectors)
         if vectors.ndim != 2 or vectors.shape[1] != self.manifest["dim"]:
@@ -253,22 +252,40 @@ class StoreWriter:
             raise PairkitError(f"{len(items)} items for {len(vectors)} vectors")
         if len(vectors) == 0:
             return
-        normed = l2_normalize(vectors).astype(self.manifest["dtype"])
-        name = SHARD_PATTERN.format(len(self.manifest["shards"]))
-        with atomic_path(self.root / name) as tmp:
-            with open(tmp, "wb") as fh:
-                np.save(fh, normed)
-                fh.flush()
-                os.fsync(fh.fileno())
-            record = _file_record(tmp)
+        record = write_shard(self.root, self.next_shard_name(), vectors, self.manifest["dtype"])
+        self.add_written_shard(record, items)
+
+    def next_shard_name(self, offset: int = 0) -> str:
+        """A shard name no committed shard has: one past the highest number, plus
+        ``offset`` (names for shards written in parallel, :mod:`pairkit.dist.embed`)."""
+        numbers = [int(s["file"][len("embeddings-"):-len(".npy")])
+                   for s in self.manifest["shards"] if SHARD_RE.match(s["file"])]
+        return SHARD_PATTERN.format(max(numbers, default=-1) + 1 + offset)
+
+    def add_written_shard(self, record: dict[str, Any], items: pd.DataFrame) -> None:
+        """Add a shard file already written into the store folder by :func:`write_shard`
+        (``record`` as it returned) with its ``items``; visible at the next :meth:`commit`.
+        The file's size is checked against the record."""
+        import pandas as pd
+
+        name = record["file"]
+        if not SHARD_RE.match(name) or any(s["file"] == name for s in self.manifest["shards"]):
+            raise PairkitError(f"internal: shard name {name!r} is taken or not a shard name")
+        try:
+            size = os.stat(self.root / name).st_size
+        except FileNotFoundError:
+            raise PairkitError(f"store {self.root}: shard {name} vanished before its commit"
+                               ) from None
+        if size != record["bytes"] or int(record["rows"]) != len(items):
+            raise PairkitError(f"store {self.root}: shard {name} does not match its record")
         new_items = normalize_items(items, start_id=self.count)
         self.items = new_items if self.count == 0 else pd.concat(
             [self.items, new_items], ignore_index=True
         )
-        self.manifest["shards"].append({"file": name, "rows": len(normed),
+        self.manifest["shards"].append({"file": name, "rows": int(record["rows"]),
                                         "sha256": record["sha256"], "start": self.count,
                                         "bytes": record["bytes"]})
-        self.manifest["count"] = self.count + len(normed)
+        self.manifest["count"] = self.count + int(record["rows"])
         self._items_dirty = True
 
     def append(self, vectors: np.ndarray, items: pd.DataFrame) -> None:
@@ -321,6 +338,21 @@ class StoreWriter:
         if self.manifest["format_version"] >= 2:
             with contextlib.suppress(FileNotFoundError):
                 (self.root / ITEMS).unlink()  # format 1's table, no longer named
+
+
+def write_shard(root: str | os.PathLike[str], name: str, vectors: np.ndarray,
+                dtype: str) -> dict[str, Any]:
+    """Write ``vectors`` (n, dim), L2-normalised, as ``dtype`` into ``root/name``
+    atomically (temp file, fsync, rename). Returns ``{file, rows, bytes, sha256}``. The
+    file is invisible to readers until a writer adds it to the manifest."""
+    normed = l2_normalize(np.asarray(vectors)).astype(dtype)
+    with atomic_path(Path(root) / name) as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, normed)
+            fh.flush()
+            os.fsync(fh.fileno())
+        record = _file_record(tmp)
+    return dict(record, file=name, rows=len(normed))
 
 
 def _file_record(path: Path) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from pairkit.encode.images import (
     DecodeError,
     ImageFile,
     decode_image,
-    read_bytes,
+    read_image_bytes,
 )
 from pairkit.encode.jpeg import inspect_jpeg
 from pairkit.encode.registry import Preprocess
@@ -68,7 +68,7 @@ class Prepared:
 
 def _read(f: ImageFile, max_bytes: int) -> tuple[bytes | None, str | None, str | None]:
     try:
-        data = read_bytes(f.abs_path, max_bytes)
+        data = read_image_bytes(f, max_bytes)
     except DecodeError as exc:
         return None, None, str(exc)
     return data, hashlib.sha256(data).hexdigest(), None

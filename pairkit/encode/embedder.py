@@ -36,7 +36,7 @@ from pairkit.encode.images import (
     DecodeError,
     ImageFile,
     discover_images,
-    load_image,
+    load_file,
 )
 from pairkit.encode.registry import DEFAULT_MODEL, Encoder, EncoderRequest, load_encoder
 from pairkit.encode.views import render_views
@@ -63,6 +63,7 @@ class EmbedConfig:
     shard_seconds: float = 120.0
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     decode: str = "auto"  # auto | cpu | gpu (pairkit.encode.device_pipeline)
+    ray: str | None = None  # a Ray cluster address: embed there (pairkit.dist.embed)
 
 
 @dataclass
@@ -141,10 +142,17 @@ def check_config(cfg: EmbedConfig) -> bool:
     check_decode(cfg.decode)
     check_device(cfg.device)
     images = Path(cfg.images)
-    if not images.exists():
+    from pairkit.encode.webdataset import expand_braces, is_webdataset
+
+    if is_webdataset(images):
+        expand_braces(str(images))  # a bad pattern is bad usage
+        if cfg.labels == "folder":
+            raise UsageError("--labels folder needs an image folder; the labels of tar shards "
+                             "come from each sample's .cls or .json (or --labels FILE)")
+    elif not images.exists():
         raise PairkitError(f"image folder {images} not found")
-    if not images.is_dir():
-        raise PairkitError(f"{images} is not a folder")
+    elif not images.is_dir():
+        raise PairkitError(f"{images} is not a folder (nor .tar shards)")
     if cfg.labels not in (None, "folder") and not Path(cfg.labels).is_file():
         raise PairkitError(f"--labels {cfg.labels}: no such file (or use --labels folder)")
     if cfg.checkpoint and not Path(cfg.checkpoint).is_file():
@@ -156,14 +164,20 @@ def check_config(cfg: EmbedConfig) -> bool:
 
 
 def resolve_labels(
-    spec: str | None, images: list[ImageFile], root: Path
+    spec: str | None, images: list[ImageFile], root: Path,
+    member_labels: dict[str, str | None] | None = None,
 ) -> tuple[dict[str, str | None], int]:
     """Label per relative path, and how many images got none.
 
     ``folder``: the first sub-folder name (ImageFolder convention).
     A table path (CSV/parquet/JSONL with ``path`` and ``label``): paths relative to
-    the image root, or absolute inside it.
+    the image root, or absolute inside it. None: ``member_labels`` (tar shards' own
+    labels, :mod:`pairkit.encode.webdataset`) when given, else none.
     """
+    if spec is None and member_labels is not None:
+        out = {f.path: member_labels.get(f.path) for f in images}
+        missing = sum(v is None for v in out.values())
+        return out, 0 if missing == len(out) else missing
     if spec is None:
         return {f.path: None for f in images}, 0
     if spec == "folder":
@@ -210,8 +224,7 @@ class _SourceDataset:
     def __getitem__(self, i: int) -> tuple[int, np.ndarray | None, str | None, str | None]:
         f = self.files[i]
         try:
-            img, digest = load_image(f.abs_path, draft_size=2 * self.pre.size,
-                                     max_bytes=self.max_bytes)
+            img, digest = load_file(f, draft_size=2 * self.pre.size, max_bytes=self.max_bytes)
             arr = render_views(img, f.path, self.views, self.pre, self.seed)
             return i, arr, digest, None
         except DecodeError as exc:
@@ -348,8 +361,33 @@ class _Runner:
 # -- the loop -------------------------------------------------------------------------
 
 
+@dataclass
+class Sources:
+    """What ``embed`` reads: ``root`` (the store's image_root), ``files`` sorted by path,
+    ``problems`` (path, reason) found while listing, ``member_labels`` (tar shards' own
+    labels by path, None for a folder)."""
+
+    root: Path
+    files: list[ImageFile]
+    problems: list[tuple[str, str]]
+    member_labels: dict[str, str | None] | None = None
+
+
+def find_sources(images: Path) -> Sources:
+    """List an image folder (:func:`discover_images`) or tar shards
+    (:func:`pairkit.encode.webdataset.discover_webdataset`)."""
+    from pairkit.encode.webdataset import discover_webdataset, is_webdataset
+
+    if is_webdataset(images):
+        root, files, problems, labels = discover_webdataset(images)
+        return Sources(root, files, problems, labels)
+    files, problems = discover_images(images)
+    return Sources(Path(images), files, problems)
+
+
 def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSummary:
-    """Embed every image under ``cfg.images`` into the store ``cfg.store``.
+    """Embed every image under ``cfg.images`` (a folder, or webdataset tar shards) into the
+    store ``cfg.store``; on the Ray cluster ``cfg.ray`` when set.
 
     Resumes an existing store made with the same embedding options (only
     missing sources are embedded); refuses one made with other options unless
@@ -359,7 +397,13 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     hook = hook or ProgressHook()
     t0 = time.perf_counter()
     weights_offline = check_config(cfg)
-    files, problems = discover_images(cfg.images)
+    if cfg.ray:
+        from pairkit.dist.embed import find_sources_on_ray
+
+        sources = find_sources_on_ray(cfg.ray, Path(cfg.images))
+    else:
+        sources = find_sources(Path(cfg.images))
+    files, problems = sources.files, sources.problems
     if not files:
         skipped = (f"; {len(problems)} skipped, e.g. {problems[0][0]!a}: {problems[0][1]}"
                    if problems else "")
@@ -371,24 +415,33 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
 
     import_torch()  # the thread budget applied before the first torch work
     cfg_store = Path(cfg.store)
-    labels, unlabeled = resolve_labels(cfg.labels, files, Path(cfg.images))
-    if cfg.labels and unlabeled:
+    labels, unlabeled = resolve_labels(cfg.labels, files, sources.root, sources.member_labels)
+    if (cfg.labels or sources.member_labels is not None) and unlabeled:
         hook.note(f"{unlabeled} of {len(files)} images have no label")
     identity = embedding_identity(cfg)
     device = resolve_device(cfg.device)
     # one writer per store: a second embed (or import, index...) stops with the holder's name
     with writer_lock(cfg_store, "store"):
-        return _embed_locked(cfg, hook, files, problems, labels, identity, device, t0,
+        return _embed_locked(cfg, hook, sources, labels, identity, device, t0,
                              weights_offline)
 
 
-def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
-                  problems: list[tuple[str, str]], labels: dict[str, str | None],
-                  identity: dict[str, Any], device: str, t0: float,
-                  weights_offline: bool = False) -> EmbedSummary:
+def _labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | None]) -> Any:
+    """The manifest's ``labels``: folder, file, webdataset (tar members' own) or None."""
+    if cfg.labels is not None:
+        return cfg.labels if cfg.labels == "folder" else "file"
+    if sources.member_labels is not None and any(v is not None for v in labels.values()):
+        return "webdataset"
+    return None
+
+
+def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
+                  labels: dict[str, str | None], identity: dict[str, Any], device: str,
+                  t0: float, weights_offline: bool = False) -> EmbedSummary:
     """The rest of :func:`embed_folder`, under the store's writer lock."""
     import pandas as pd
 
+    files, problems = sources.files, sources.problems
     cfg_store = Path(cfg.store)
     writer: StoreWriter | None = None
     done: set[str] = set()
@@ -421,9 +474,11 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
         return summary
 
     # (a store folder this run created is removed again by the lock when the encoder
-    # can't be loaded and nothing was written)
-    encoder = load_encoder(EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint, device,
-                                          cfg.seed, offline=weights_offline))
+    # can't be loaded and nothing was written); on Ray the workers load their own copy,
+    # this one only describes the encoder in the manifest
+    encoder = load_encoder(EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint,
+                                          "cpu" if cfg.ray else device, cfg.seed,
+                                          offline=weights_offline))
     fit = encoder.identity.get("checkpoint_fit", "")
     if fit and fit != "checkpoint layout: as saved":
         hook.note(fit)
@@ -438,53 +493,45 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
     elif writer.manifest["dim"] != encoder.dim:
         raise PairkitError(f"store {cfg_store} has dim {writer.manifest['dim']}, the encoder "
                            f"gives {encoder.dim}; pass --force to replace it")
-    writer.update(
-        image_root=str(Path(cfg.images).resolve()),
-        labels=cfg.labels if cfg.labels in (None, "folder") else "file",
-    )
-    runner = _Runner(encoder, device, cfg.precision)
-
-    per_batch = max(1, cfg.batch_size // cfg.views)
-
-    pending_vecs: list[np.ndarray] = []
-    pending_items: list[dict[str, Any]] = []
-    pending_rows = 0
-    last_flush = time.perf_counter()
-
-    def flush() -> None:
-        nonlocal pending_vecs, pending_items, pending_rows, last_flush
-        if pending_rows:
-            writer.set_errors(errors)
-            writer.append(np.concatenate(pending_vecs), pd.DataFrame(pending_items))
-        pending_vecs, pending_items, pending_rows = [], [], 0
-        last_flush = time.perf_counter()
+    writer.update(image_root=str(sources.root.resolve()),
+                  labels=_labels_kind(cfg, sources, labels))
 
     hook.start(len(todo), "embedding")
     t_loop = time.perf_counter()
-    with _batch_source(cfg, todo, encoder, device, per_batch) as batches:
-        for prep in batches:
-            for i, err in prep.errors:
-                errors.append({"path": todo[i].path, "reason": err})
-            if prep.ok:
-                if not isinstance(prep.pixels, np.ndarray):
-                    _keep_until_used(prep.pixels)
-                pending_vecs.append(runner(prep.pixels))
-                for i, digest in prep.ok:
-                    f = todo[i]
-                    for v in range(cfg.views):
-                        pending_items.append({"path": f.path, "source": f.path, "view": v,
-                                              "label": labels.get(f.path),
-                                              "file_sha256": digest})
-                pending_rows += len(prep.ok) * cfg.views
-                summary.images += len(prep.ok)
-                summary.views += len(prep.ok) * cfg.views
-                summary.decoded_on_device += prep.on_device
-            hook.advance(len(prep.ok) + len(prep.errors))
+    if cfg.ray:
+        from pairkit.dist.embed import embed_on_ray
+
+        embed_on_ray(cfg, writer, todo, labels, errors, summary, hook, weights_offline)
+    else:
+        runner = _Runner(encoder, device, cfg.precision)
+        pending_vecs: list[np.ndarray] = []
+        pending_items: list[dict[str, Any]] = []
+        pending_rows = 0
+        last_flush = time.perf_counter()
+
+        def flush() -> None:
+            nonlocal pending_vecs, pending_items, pending_rows, last_flush
+            if pending_rows:
+                writer.set_errors(errors)
+                writer.append(np.concatenate(pending_vecs), pd.DataFrame(pending_items))
+            pending_vecs, pending_items, pending_rows = [], [], 0
+            last_flush = time.perf_counter()
+
+        for batch in encode_batches(cfg, todo, labels, encoder, runner, device):
+            errors += batch.errors
+            if batch.vectors is not None:
+                pending_vecs.append(batch.vectors)
+                pending_items += batch.items
+                pending_rows += len(batch.items)
+                summary.images += batch.images
+                summary.views += len(batch.items)
+                summary.decoded_on_device += batch.on_device
+            hook.advance(batch.images + len(batch.errors))
             if pending_rows >= cfg.shard_rows or (
                 pending_rows and time.perf_counter() - last_flush > cfg.shard_seconds
             ):
                 flush()
-    flush()
+        flush()
     summary.loop_seconds = time.perf_counter() - t_loop
     writer.set_errors(errors)
     summary.skipped = sum(1 for e in errors if not e["reason"].startswith("symlink loop"))
@@ -497,6 +544,64 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, files: list[ImageFile],
             f"no image could be embedded: all {len(todo)} failed (see {cfg_store / ERRORS})"
         )
     return summary
+
+
+@dataclass
+class EncodedBatch:
+    """One encoded batch: ``vectors`` (rows, dim) float32 or None, ``items`` one dict per
+    row (path, source, view, label, file_sha256), ``errors`` {path, reason} of the files
+    that failed, ``images`` embedded, ``on_device`` of them decoded on the device."""
+
+    vectors: np.ndarray | None
+    items: list[dict[str, Any]]
+    errors: list[dict[str, str]]
+    images: int = 0
+    on_device: int = 0
+
+
+def encode_batches(cfg: EmbedConfig, files: list[ImageFile], labels: dict[str, str | None],
+                   encoder: Encoder, runner: Any, device: str) -> Iterator[EncodedBatch]:
+    """Read, decode, render the views of and encode ``files``, one batch at a time, in
+    file order: the embedding loop without the writing (the local store writer and the
+    Ray workers both consume it)."""
+    per_batch = max(1, cfg.batch_size // cfg.views)
+    with _batch_source(cfg, files, encoder, device, per_batch) as batches:
+        for prep in batches:
+            errors = [{"path": files[i].path, "reason": err} for i, err in prep.errors]
+            if not prep.ok:
+                yield EncodedBatch(None, [], errors)
+                continue
+            if not isinstance(prep.pixels, np.ndarray):
+                _keep_until_used(prep.pixels)
+            vectors = runner(prep.pixels)
+            items = [{"path": files[i].path, "source": files[i].path, "view": v,
+                      "label": labels.get(files[i].path), "file_sha256": digest}
+                     for i, digest in prep.ok for v in range(cfg.views)]
+            yield EncodedBatch(vectors, items, errors, len(prep.ok), prep.on_device)
+
+
+def embed_partition(cfg: EmbedConfig, files: list[ImageFile], labels: dict[str, str | None],
+                    encoder: Encoder, runner: Any, device: str, shard_name: str
+                    ) -> dict[str, Any]:
+    """Embed ``files`` (one partition) into one shard file ``shard_name`` of the store,
+    written atomically but not committed (:meth:`StoreWriter.add_written_shard` does that).
+    Returns ``{record (None when no file could be embedded), items, errors, images,
+    on_device}``; what a Ray worker of :mod:`pairkit.dist.embed` sends back."""
+    from pairkit.core.store_writer import write_shard
+
+    vecs: list[np.ndarray] = []
+    out: dict[str, Any] = {"record": None, "items": [], "errors": [], "images": 0,
+                           "on_device": 0}
+    for batch in encode_batches(cfg, files, labels, encoder, runner, device):
+        out["errors"] += batch.errors
+        if batch.vectors is not None:
+            vecs.append(batch.vectors)
+            out["items"] += batch.items
+            out["images"] += batch.images
+            out["on_device"] += batch.on_device
+    if vecs:
+        out["record"] = write_shard(cfg.store, shard_name, np.concatenate(vecs), cfg.dtype)
+    return out
 
 
 @contextlib.contextmanager

@@ -40,7 +40,8 @@ class DecodeError(Exception):
 @dataclass(frozen=True)
 class ImageFile:
     path: str  # relative to the image root, '/'-separated
-    abs_path: Path
+    abs_path: Path  # the file, or the tar file that holds it (``member``)
+    member: tuple[int, int] | None = None  # a tar member: (offset of its data, size)
 
 
 def discover_images(root: str | os.PathLike[str]) -> tuple[list[ImageFile], list[tuple[str, str]]]:
@@ -215,3 +216,20 @@ def load_image(path: Path, draft_size: int | None = None,
     data = read_bytes(path, max_bytes)
     digest = hashlib.sha256(data).hexdigest()
     return decode_image(data, draft_size), digest
+
+
+def read_image_bytes(f: ImageFile, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
+    """The bytes of an image file or of a tar member (:mod:`pairkit.encode.webdataset`);
+    DecodeError with the reason."""
+    if f.member is None:
+        return read_bytes(f.abs_path, max_bytes)
+    from pairkit.encode.webdataset import read_member
+
+    return read_member(f.abs_path, f.member[0], f.member[1], max_bytes)
+
+
+def load_file(f: ImageFile, draft_size: int | None = None,
+              max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> tuple[Image.Image, str]:
+    """:func:`load_image` of a file or a tar member."""
+    data = read_image_bytes(f, max_bytes)
+    return decode_image(data, draft_size), hashlib.sha256(data).hexdigest()
