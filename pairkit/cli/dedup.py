@@ -9,7 +9,7 @@ from typing import Literal
 import typer
 
 from pairkit.cli.common import say, user_errors, warn
-from pairkit.cli.options import Backend, backend_option, device_option
+from pairkit.cli.options import Backend, backend_option, device_option, ray_option
 
 # Keep in step with pairkit.mine.near_duplicates.DEFAULT_THRESHOLD (a test checks it).
 DEFAULT_THRESHOLD_TEXT = "0.965"
@@ -43,6 +43,7 @@ def dedup(
     batch_size: int = typer.Option(4096, "--batch-size", help="Query rows per search block."),
     device: str = device_option("Where the search runs; auto: a GPU if any, else CPU."),
     backend: Backend = backend_option(),
+    ray: str | None = ray_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
 ) -> None:
     """Find exact duplicates (file hash) and near-duplicates (embedding similarity).
@@ -69,7 +70,7 @@ def dedup(
             (check_output if paths_only else check_table_output)(output, force)
         t0 = time.perf_counter()
         cfg = DedupConfig(store, threshold, keep, exact_only, batch_size, device, absolute,
-                          backend)
+                          backend, ray)
         table, summary = run_dedup(cfg, warn)
         if drop:
             table = table[~table["keep"]].reset_index(drop=True)

@@ -9,14 +9,16 @@ from typing import Literal
 import typer
 
 from pairkit.cli.common import say, user_errors, warn
-from pairkit.cli.options import Dtype, device_option
+from pairkit.cli.options import Dtype, device_option, ray_option
 from pairkit.cli.progress import ProgressBar
 
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
 
 
 def embed(
-    images: Path = typer.Argument(..., help="Folder of images (searched recursively)."),
+    images: Path = typer.Argument(
+        ..., help="Folder of images (searched recursively), or webdataset tar shards: "
+        "a .tar or a brace pattern such as 'shards/{00000..00099}.tar'."),
     output: Path = typer.Option(..., "-o", "--output", help="Store folder to create or resume."),
     model: str = typer.Option(
         "openclip/ViT-B-32", "--model", "-m",
@@ -54,6 +56,7 @@ def embed(
         help="Skip files larger than this (bytes). Only regular files are read.",
         show_default="268435456 = 256 MiB"),
     force: bool = typer.Option(False, "--force", help="Replace a store made with other options."),
+    ray: str | None = ray_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     json_summary: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
 ) -> None:
@@ -82,6 +85,7 @@ def embed(
             force=force,
             shard_rows=max(1, shard_rows),
             max_file_bytes=max_file_bytes,
+            ray=ray,
         )
         hook = ProgressBar(quiet, unit="images")
         try:

@@ -9,7 +9,7 @@ from typing import Literal
 import typer
 
 from pairkit.cli.common import console, say, user_errors, warn
-from pairkit.cli.options import Backend, backend_option, device_option
+from pairkit.cli.options import Backend, backend_option, device_option, ray_option
 
 
 def eval_store(
@@ -50,6 +50,7 @@ def eval_store(
                                 "present (FAISS: the GPUs FAISS sees)."),
     batch_size: int = typer.Option(4096, "--batch-size", help="Queries per search block."),
     backend: Backend = backend_option(),
+    ray: str | None = ray_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Folder for PNG histograms and map."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing PNGs in --plot."),
     json_out: bool = typer.Option(False, "--json", help="Print the metrics as JSON on stdout."),
@@ -72,13 +73,16 @@ def eval_store(
             raise UsageError("--compare needs --head")
         if batch_size < 1:
             raise UsageError(f"--batch-size must be >= 1, got {batch_size}")
+        if ray and backend == "torch":
+            raise UsageError("eval --ray searches on the workers' CPUs with FAISS: use "
+                             "--backend faiss (or auto)")
         cfg = EvalConfig(
             knn_ks=tuple(parse_int_list(knn_k, "--knn-k")), knn_temperature=knn_temperature,
             recall_ks=tuple(parse_int_list(recall_k, "--recall-k")), max_r=max_r,
             exclude_same_source=not include_same_source, gallery=gallery,
             metrics=parse_choices(metrics, METRICS, "--metrics"), pair_sample=pair_sample,
             probe_max_train=probe_max_train, seed=seed, device=device, backend=backend,
-            block_rows=batch_size, collect_scores=True)
+            block_rows=batch_size, collect_scores=True, ray=ray)
         sides = load_sides(store, against, 0.2 if test_fraction is None else test_fraction, seed)
         results, reports = run_eval(sides, cfg, head, compare, plot, force)
         if not quiet:

@@ -89,6 +89,7 @@ def mine(
         None, "--fn-community-neighbors", help="community rule: kNN graph neighbours.",
         show_default="15"),
     stats_path: Path | None = typer.Option(None, "--stats", help="Write the summary as JSON."),
+    ray: str | None = o.ray_option(),
     force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
 ) -> None:
@@ -140,7 +141,7 @@ def mine(
         try:
             stats = mine_to_files(store, output, relation, fmt, cfg, idx, fn, stats_path, force,
                                   progress=bar.advance, on_start=lambda n: bar.start(n, "mining"),
-                                  on_warning=bar.note)
+                                  on_warning=bar.note, ray=ray)
         finally:
             bar.stop()
         for line in summary_lines(stats, output):

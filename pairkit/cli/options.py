@@ -46,6 +46,14 @@ def backend_option() -> Any:
         "torch search on CUDA when torch sees one, else FAISS on the CPU), faiss or torch.")
 
 
+def ray_option() -> Any:
+    """The ``--ray ADDRESS`` option of embed, mine, dedup and eval (docs/distributed.md)."""
+    return typer.Option(
+        None, "--ray", envvar="PAIRKIT_RAY_ADDRESS", metavar="ADDRESS", show_envvar=True,
+        help="Run on a Ray cluster (pip install 'pairkit[ray]'): local (start one on this "
+        "machine), auto (join the running one) or HOST:PORT; same results as without.")
+
+
 def table_output_option(default: Any = "-") -> Any:
     """The ``-o`` option of a command that writes a table."""
     return typer.Option(default, "-o", "--output", parser=table_output,

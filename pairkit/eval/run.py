@@ -48,6 +48,7 @@ class EvalConfig:
     backend: str = "auto"  # search engine: auto, faiss, torch (pairkit.index.backend)
     block_rows: int = 4096
     collect_scores: bool = False
+    ray: str | None = None  # a Ray cluster address: the reference search is sharded there
 
 
 @dataclass(frozen=True)
@@ -230,8 +231,14 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
 
 def _index(x: np.ndarray, cfg: EvalConfig) -> object:
     """Exact index over ``x``: FAISS filled in blocks of 65,536 rows (on the GPUs of
-    ``cfg.device``), or the torch search when ``cfg.backend`` resolves to it."""
+    ``cfg.device``), or the torch search when ``cfg.backend`` resolves to it, or shards of
+    it on the Ray cluster ``cfg.ray`` (:mod:`pairkit.dist.search`)."""
     from pairkit.index.backend import resolve_backend
+
+    if cfg.ray:
+        from pairkit.dist.search import sharded_index
+
+        return sharded_index(x, cfg.ray)
 
     where = resolve_backend(cfg.backend, cfg.device)
     if where.name == "torch":

@@ -17,10 +17,13 @@ def mine_to_files(
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
+    ray: str | None = None,
 ) -> dict[str, Any]:
     """Mine the store at ``store`` and write the table to ``output`` (``-``: JSON Lines
     on stdout) and the stats to ``stats_path``; returns the stats dict. Outputs are
-    checked before any work and written atomically."""
+    checked before any work and written atomically. ``ray``: a Ray cluster address; the
+    blocks of anchors are mined there (the index and the false-negative context are built
+    here once and shipped), with the same result."""
     from pairkit.core.atomic import atomic_open, check_output
     from pairkit.core.store import Store
     from pairkit.core.tables import check_table_output, table_kind, write_table
@@ -34,9 +37,19 @@ def mine_to_files(
         check_table_output(output, force)
     if stats_path is not None:
         check_output(stats_path, force, what="stats file")
+    map_blocks, cluster = None, None
+    if ray:
+        from pairkit.dist import connect
+        from pairkit.dist.pool import block_mapper
+
+        index = cpu_search(index, "mine")
+        cluster = connect(ray)
+        map_blocks = block_mapper(cluster, "mining a block of anchors")
     st = Store.open(store, verify=True)
     table, stats = mine_store(st, relation, config, index, fn_config, fmt, progress=progress,
-                              on_start=on_start)
+                              on_start=on_start, map_blocks=map_blocks)
+    if cluster is not None:
+        stats["ray"] = cluster.describe()
     warning = unknown_pairs_warning(stats)
     if warning and on_warning is not None:
         on_warning(warning)
@@ -59,3 +72,15 @@ def anchor_parts(table: Any, per_part: int) -> list[int]:
     first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # first row of each anchor
     starts = first[::max(1, per_part)]
     return np.diff(np.r_[starts, len(ids)]).astype(int).tolist()
+
+
+def cpu_search(index: IndexOptions, command: str) -> IndexOptions:
+    """``--ray``: the search runs on the workers' CPUs with FAISS (an index built on a GPU
+    here could not be shipped to them); an explicit GPU device or the torch engine is
+    bad usage."""
+    from dataclasses import replace
+
+    if index.device not in ("auto", "cpu") or index.backend == "torch":
+        raise UsageError(f"{command} --ray searches on the workers' CPUs with FAISS: use "
+                         "--device cpu (or auto) and --backend faiss (or auto)")
+    return replace(index, device="cpu", backend="faiss")

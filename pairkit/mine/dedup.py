@@ -30,6 +30,7 @@ class DedupConfig:
     device: str = "auto"
     absolute: bool = False
     backend: str = "auto"  # auto, faiss, torch (pairkit.index.backend)
+    ray: str | None = None  # a Ray cluster address: the pair search runs there
 
 
 def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
@@ -53,6 +54,16 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
         raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {cfg.keep}")
     if cfg.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    pairs, cluster = None, None
+    if cfg.ray and not cfg.exact_only:
+        from pairkit.dist import connect
+        from pairkit.dist.dedup import ray_pairs
+
+        if cfg.device not in ("auto", "cpu") or cfg.backend == "torch":
+            raise UsageError("dedup --ray searches on the workers' CPUs with FAISS: use "
+                             "--device cpu (or auto) and --backend faiss (or auto)")
+        cluster = connect(cfg.ray)
+        pairs = ray_pairs(cluster)
     st = Store.open(cfg.store)
     items = st.items
     image_root = st.manifest.get("image_root")
@@ -72,7 +83,8 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
         file_sha256=items["file_sha256"].to_numpy(dtype=object, na_value=None),
         sources=items["source"].to_numpy(dtype=object), views=items["view"].to_numpy(),
         keep=keep, sizes=sizes, near=not cfg.exact_only, batch_size=cfg.batch_size,
-        device=cfg.device, backend=cfg.backend)
+        device="cpu" if pairs else cfg.device, backend="faiss" if pairs else cfg.backend,
+        pairs=pairs)
     table = result.table
     out_paths = paths[table["id"].to_numpy()]
     if cfg.absolute:
@@ -91,6 +103,7 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
         "threshold": threshold,
         "keep": "first" if getattr(sizes, "fell_back", False) else keep,
         "exact_only": cfg.exact_only,
+        "ray": cluster.describe() if cluster is not None else None,
     }
     return table, summary
 
@@ -223,4 +236,5 @@ def summary_line(s: dict[str, Any]) -> str:
         f"{views}, {share:.1%} of the store; {s['drop']} to drop ({s['exact']} exact, "
         f"{s['near']} near copies), keep {s['keep']}, {how}, "
         f"{s['split']} chains split, {s['seconds']:.1f} s"
+        + (f", search on {s['ray']}" if s.get("ray") else "")
     )

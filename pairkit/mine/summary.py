@@ -13,7 +13,8 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
     lines = [
         f"mined {stats['rows']:,} rows ({stats['format']}) for {stats['anchors']:,} anchors "
         f"-> {where}",
-        f"relation: {stats['relation']}; index: {stats['index']}",
+        f"relation: {stats['relation']}; index: {stats['index']}"
+        + (f"; blocks on {stats['ray']}" if stats.get("ray") else ""),
         f"negatives per anchor: mean {per['mean']:.2f}, min {per['min']}, max {per['max']}; "
         f"{stats['anchors_short']:,} anchors with fewer than K",
     ]

@@ -1,0 +1,118 @@
+"""Running embed, mine, dedup and eval on a Ray cluster (``--ray ADDRESS``).
+
+A thin layer: the work is split into independent partitions (store shards for embed,
+blocks of anchors or queries for mine and dedup, shards of the references for eval) and
+Ray runs, on its workers, the same core functions per partition that the local path
+runs on the whole; the driver joins the results in partition order, so a run on Ray gives
+the same output as a run here. Ray (``pip install 'pairkit[ray]'``) is imported only when
+``--ray`` is given. See docs/distributed.md.
+
+- ``local``: start a Ray instance on this machine, ``ray.init(num_cpus=<its CPUs>)``.
+- ``auto``: join the cluster this machine is part of (``ray start --head`` / ``--address``).
+- ``HOST:PORT`` or ``ray://HOST:10001``: join that cluster.
+
+Each worker is one process with ``pairkit --threads N`` threads (the thread budget of this
+command), so a cluster of C CPUs runs C / N workers at a time. Stores and tables must lie
+on a path every node sees (a shared file system).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from pairkit.errors import PairkitError
+
+ENV = "PAIRKIT_RAY_ADDRESS"
+# Test hook: the first worker call that finds this file missing creates it and exits the
+# worker process at once (os._exit), as a killed worker would; Ray restarts and retries.
+CRASH_ENV = "PAIRKIT_TEST_CRASH_ONCE"
+RETRIES = 3  # Ray retries of a partition whose worker died
+
+
+def require_ray() -> Any:
+    """``import ray``, or a one-line error that says how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise PairkitError("--ray needs Ray, which is not installed: pip install "
+                           "'pairkit[ray]' (or pip install ray)") from None
+    return ray
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A connected Ray cluster as pairkit uses it: ``workers`` processes at a time of
+    ``threads`` CPUs each; ``gpus`` in the whole cluster."""
+
+    address: str
+    cpus: int
+    gpus: int
+    threads: int
+
+    @property
+    def workers(self) -> int:
+        return max(1, self.cpus // self.threads)
+
+    def describe(self) -> str:
+        gpus = f", {self.gpus} GPUs" if self.gpus else ""
+        return (f"Ray ({self.address}: {self.cpus} CPUs{gpus}; {self.workers} workers x "
+                f"{self.threads} threads)")
+
+
+def connect(address: str) -> Cluster:
+    """Join (``auto``, ``HOST:PORT``, ``ray://...``) or start (``local``) a Ray cluster;
+    a process already connected stays on its cluster. PairkitError when it can't."""
+    import logging
+
+    from pairkit.core.threads import available_cpus, plan
+
+    ray = require_ray()
+    if not address:
+        raise PairkitError("--ray needs an address: local, auto or HOST:PORT")
+    if not ray.is_initialized():
+        quiet = {"logging_level": logging.ERROR, "log_to_driver": False,
+                 "include_dashboard": False}
+        try:
+            if address == "local":
+                ray.init(num_cpus=available_cpus(), **quiet)
+            else:
+                ray.init(address=address, **quiet)
+        except Exception as exc:  # ConnectionError, ValueError, RuntimeError ...
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise PairkitError(f"can't reach the Ray cluster at {address}: {first}") from None
+    resources = ray.cluster_resources()
+    cpus = int(resources.get("CPU", 0))
+    if cpus < 1:
+        raise PairkitError(f"the Ray cluster at {address} has no CPUs")
+    threads = min(plan().threads, cpus)
+    return Cluster(address, cpus, int(resources.get("GPU", 0)), threads)
+
+
+def crash_marker() -> str | None:
+    """The test hook's marker path (:data:`CRASH_ENV`), read on the driver."""
+    return os.environ.get(CRASH_ENV) or None
+
+
+def maybe_crash(marker: str | None) -> None:
+    """Exit this worker process at once the first time ``marker`` is seen missing."""
+    if not marker:
+        return
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return
+    os.close(fd)
+    os._exit(1)
+
+
+def worker_error(exc: BaseException, what: str) -> PairkitError:
+    """A worker's failure as one line: its own PairkitError as is, else what failed."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, PairkitError):
+        return cause
+    if isinstance(cause, BaseException):
+        exc = cause
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    return PairkitError(f"{what} failed on a Ray worker: {type(exc).__name__}: {first}")
