@@ -1,0 +1,239 @@
+"""embed, mine, dedup and eval on a local Ray cluster (``ray.init(num_cpus=2)``, started
+here, no network) give what the local path gives; a worker killed mid-job costs a retry,
+not rows; a partition that fails for good leaves a store the next run completes."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.core.store import Store, write_store
+from pairkit.core.tables import read_table
+from tests.conftest import make_images, random_store
+from tests.encode.test_webdataset import write_shards
+
+ray = pytest.importorskip(
+    "ray", reason="Ray is not installed: pip install 'pairkit[ray]' (CI installs it with the "
+    "dev extra, so these tests run there)")
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from pairkit.dist import connect
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.ERROR)
+    try:
+        yield connect("local")  # already connected: the command joins this cluster
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, cluster):
+    return random_store(tmp_path_factory.mktemp("ray") / "store", n_sources=150, views=2,
+                        dim=16, classes=5)
+
+
+def mined(st, cluster, cfg, fn=None, fmt="triplet"):
+    from pairkit.dist.pool import block_mapper
+    from pairkit.mine.hard_negatives import IndexOptions, mine_store
+
+    here = mine_store(st, None, cfg, IndexOptions(device="cpu"), fn, fmt)
+    there = mine_store(st, None, cfg, IndexOptions(device="cpu"), fn, fmt,
+                       map_blocks=block_mapper(cluster, "test"))
+    return here, there
+
+
+def same_stats(a: dict, b: dict) -> None:
+    for key in ("anchors", "rows", "removed", "fn_flagged", "retries", "anchors_retried",
+                "k_max", "neg_score", "rank_histogram", "attracted"):
+        assert a.get(key) == b.get(key), key
+
+
+@pytest.mark.parametrize("case", ["hard", "easy", "cluster-keep", "rules-attract",
+                                  "outside-clusters"])
+def test_mine_blocks_on_ray_equal_local(store, cluster, case):
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.hard_negatives import MineConfig
+
+    cfg, fn, fmt = MineConfig(batch_size=64), None, "triplet"
+    if case == "easy":
+        cfg = MineConfig(hard=False, batch_size=64, num_negatives=3)
+    elif case == "cluster-keep":  # default rules: spectral clustering, near-duplicate groups
+        cfg, fn, fmt = MineConfig(batch_size=64, fn_mode="keep"), FalseNegativeConfig(), "n-tuple"
+    elif case == "rules-attract":  # the search that skips the anchor's clusters, retries
+        cfg = MineConfig(batch_size=50, fn_mode="attract", sampling="softmax", range_max=40)
+        fn = FalseNegativeConfig(rules=("near-duplicate", "margin", "support", "cluster"),
+                                 cluster_ks=(5,), cluster_runs=2)
+        fmt = "labeled-pair"
+    elif case == "outside-clusters":  # the masked search that never scores own clusters
+        cfg = MineConfig(batch_size=64)
+        fn = FalseNegativeConfig(rules=("near-duplicate", "cluster"))
+    (a, sa), (b, sb) = mined(store, cluster, cfg, fn, fmt)
+    if case == "outside-clusters":
+        assert "not searched (cluster rule)" in sa["index"]
+    assert len(a) > 0
+    pd.testing.assert_frame_equal(a, b)
+    same_stats(sa, sb)
+
+
+def test_mine_cli_writes_one_part_per_block(store, cluster, tmp_path):
+    """``mine --ray local -o DIR/``: a parquet part per --batch-size anchors, read back as
+    the table a local run writes to one file."""
+    local, dist = tmp_path / "pairs.parquet", tmp_path / "pairs"
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "--batch-size", "100", "-o",
+                            str(local)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "--batch-size", "100", "-o",
+                            f"{dist}/", "--ray", "local"])
+    assert r.exit_code == 0, r.output
+    assert "blocks on Ray (local: 2 CPUs; 2 workers x 1 threads)" in r.output
+    assert sorted(p.name for p in dist.iterdir()) == [f"part-0000{i}.parquet" for i in range(3)]
+    assert pd.read_parquet(dist / "part-00000.parquet")["anchor_id"].nunique() == 100
+    pd.testing.assert_frame_equal(read_table(dist), read_table(local))
+
+
+def test_worker_killed_mid_mine(store, cluster, tmp_path, monkeypatch):
+    """The first block's worker process exits mid-job (os._exit): Ray restarts the actor,
+    the block is mined again, and the table is the local one, no row lost or doubled."""
+    from pairkit.mine.hard_negatives import MineConfig
+
+    marker = tmp_path / "crashed"
+    monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(marker))
+    (a, sa), (b, sb) = mined(store, cluster, MineConfig(batch_size=64))
+    assert marker.exists()  # the crash happened
+    pd.testing.assert_frame_equal(a, b)
+    same_stats(sa, sb)
+
+
+def dedup_table(st, **extra):
+    from pairkit.mine.dedup import DedupConfig, run_dedup
+
+    table, summary = run_dedup(DedupConfig(st.root, threshold=0.9, keep="central",
+                                           batch_size=64, **extra))
+    return table, summary
+
+
+def test_dedup_edges_on_ray_equal_local(tmp_path, cluster, monkeypatch):
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(120, 12))
+    rows = np.concatenate([base, base[:40] + 0.05 * rng.normal(size=(40, 12)),
+                           base[:10] + 0.02 * rng.normal(size=(10, 12))])
+    items = pd.DataFrame({"path": [f"i{k:03d}.jpg" for k in range(len(rows))]})
+    st = write_store(tmp_path / "st", rows.astype(np.float32), items, dtype="float32")
+    a, sa = dedup_table(st)
+    monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(tmp_path / "crashed"))
+    b, sb = dedup_table(st, ray="local")
+    assert (tmp_path / "crashed").exists()
+    assert sa["groups"] >= 10 and sa["split"] == sb["split"]
+    assert sb["ray"].startswith("Ray (local")
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_sharded_search_equals_exact_search_with_ties(cluster):
+    """Duplicate rows in several shards: the merged top-k keeps the lowest ids, as the
+    exact search does."""
+    from pairkit.dist.search import RayShardedIndex
+    from pairkit.index.search import knn_search
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(90, 8)).astype(np.float32)
+    x[45:] = x[:45]  # every row twice, one copy in each shard
+    x[::7] = x[3]  # and a big tie group across both
+    q = np.concatenate([x[:20], rng.normal(size=(10, 8)).astype(np.float32)])
+    index = RayShardedIndex(x, cluster)
+    try:
+        for k in (1, 7, 90, 95):
+            s1, i1 = knn_search(q, x, k)
+            s2, i2 = index.search(q, k)
+            np.testing.assert_array_equal(i1, i2)
+            np.testing.assert_array_equal(s1, s2)
+    finally:
+        index.close()
+
+
+def test_eval_on_ray_equals_local(store, cluster, tmp_path):
+    args = ["eval", str(store.root), "--json", "-q", "--knn-k", "5,20", "--metrics",
+            "knn,retrieval,geometry", "--batch-size", "64"]
+    local = runner.invoke(app, args)
+    dist = runner.invoke(app, [*args, "--ray", "local"])
+    assert local.exit_code == 0 and dist.exit_code == 0, dist.output
+    assert dist.stdout == local.stdout
+    assert '"knn_top1"' in local.stdout
+
+
+def embed_cfg(images, out, **extra):
+    from pairkit.encode.embedder import EmbedConfig
+
+    return EmbedConfig(images=images, store=out, model="pixels", views=2, labels=None,
+                       shard_rows=6, batch_size=4, **extra)
+
+
+def same_store(a: Path, b: Path) -> None:
+    sa, sb = Store.open(a), Store.open(b)
+    pd.testing.assert_frame_equal(sa.items, sb.items)
+    np.testing.assert_array_equal(sa.vectors(), sb.vectors())
+    assert sa.read_errors() == sb.read_errors()
+    assert sa.manifest["image_root"] == sb.manifest["image_root"]
+    assert sa.manifest["labels"] == sb.manifest["labels"]
+
+
+def test_embed_on_ray_equals_local_folder_and_shards(tmp_path, cluster, monkeypatch):
+    """An image folder with a broken file, and the same images as webdataset shards: the
+    Ray run writes the local run's store (rows, order, vectors, errors); a worker killed
+    during the folder run is retried."""
+    from pairkit.encode.embedder import embed_folder
+
+    images = make_images(tmp_path / "img", n_per_class=4, classes=3)
+    (tmp_path / "img" / "class1" / "broken.jpg").write_bytes(b"\xff\xd8 not really")
+    local = embed_folder(embed_cfg(tmp_path / "img", tmp_path / "local"))
+    monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(tmp_path / "crashed"))
+    dist = embed_folder(embed_cfg(tmp_path / "img", tmp_path / "ray", ray="local"))
+    assert (tmp_path / "crashed").exists()
+    assert (dist.images, dist.views, dist.skipped) == (local.images, local.views, 1) == (12, 24, 1)
+    # partitions of 6 rows / 2 views = 3 files: 13 files (one broken) in 5 shards
+    assert [s.rows for s in Store.open(tmp_path / "ray").shards] == [6, 4, 6, 6, 2]
+    same_store(tmp_path / "local", tmp_path / "ray")
+    monkeypatch.delenv("PAIRKIT_TEST_CRASH_ONCE")
+    write_shards(tmp_path / "wds", images, per_shard=5)
+    spec = tmp_path / "wds" / "{00000..00002}.tar"
+    embed_folder(embed_cfg(spec, tmp_path / "wlocal"))
+    embed_folder(embed_cfg(spec, tmp_path / "wray", ray="local"))
+    same_store(tmp_path / "wlocal", tmp_path / "wray")
+    assert Store.open(tmp_path / "wray").manifest["labels"] == "webdataset"
+
+
+def test_failed_partition_leaves_a_resumable_store(tmp_path, cluster, monkeypatch):
+    """A partition whose worker dies with no retry left: the run commits the others and
+    stops with one line; the rerun embeds the rest. No row lost, none doubled."""
+    from pairkit.encode.embedder import embed_folder
+    from pairkit.errors import PairkitError
+
+    make_images(tmp_path / "img", n_per_class=4, classes=3)
+    embed_folder(embed_cfg(tmp_path / "img", tmp_path / "local"))
+    monkeypatch.setattr("pairkit.dist.embed.RETRIES", 0)
+    monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(tmp_path / "crashed"))
+    with pytest.raises(PairkitError, match=r"1 of 4 partitions \(3 images\) failed on the Ray "
+                                           r"workers .*rerun the command to embed the rest"):
+        embed_folder(embed_cfg(tmp_path / "img", tmp_path / "ray", ray="local"))
+    part = Store.open(tmp_path / "ray")
+    assert part.count == 18  # 3 of 4 partitions: 9 images x 2 views
+    assert part.items.groupby("path").size().eq(2).all()  # each image once, both views
+    again = embed_folder(embed_cfg(tmp_path / "img", tmp_path / "ray", ray="local"))
+    assert (again.images, again.already) == (3, 9)
+    full, ref = Store.open(tmp_path / "ray"), Store.open(tmp_path / "local")
+    key = ["path", "view"]
+    assert not full.items.duplicated(key).any()
+    a = full.items.reset_index().sort_values(key)
+    b = ref.items.reset_index().sort_values(key)
+    assert a[key].values.tolist() == b[key].values.tolist()
+    np.testing.assert_array_equal(full.vectors()[a["index"]], ref.vectors()[b["index"]])
