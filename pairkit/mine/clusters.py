@@ -23,6 +23,7 @@ def spherical_kmeans(
     max_points_per_centroid: int = 256,
     block: int = 65_536,
     backend: Any = None,
+    init: str = "k-means++",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Cluster L2-normalised ``vectors`` (N, d) into ``k`` cones.
 
@@ -33,7 +34,8 @@ def spherical_kmeans(
     start (one bad run in ten on four clean blobs with FAISS's random start);
     then ``niter`` Lloyd steps. Training uses at most ``max_points_per_centroid
     * k`` rows (a seeded sample); every row is then assigned, ``block`` rows at a
-    time. Deterministic for a seed. ``backend``: a
+    time. Deterministic for a seed. ``init="random"`` starts from k distinct sampled
+    rows instead (cheap, for many small cells). ``backend``: a
     :class:`pairkit.index.backend.SearchBackend`; ``torch`` runs the same steps in torch
     on its device (:func:`pairkit.index.kmeans.torch_spherical_kmeans`: other random
     draws, the same objective within a tolerance); None or FAISS: numpy here.
@@ -50,7 +52,7 @@ def spherical_kmeans(
         centroid = x.mean(axis=0, keepdims=True)
         centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
         return np.zeros(n, dtype=np.int64), centroid.astype(np.float32)
-    if backend is not None and backend.name == "torch":
+    if backend is not None and backend.name == "torch" and init != "random":
         from pairkit.index.kmeans import torch_spherical_kmeans
 
         return torch_spherical_kmeans(x, k, seed=seed, niter=niter, device=backend.device,
@@ -58,7 +60,11 @@ def spherical_kmeans(
     train = x
     if n > max_points_per_centroid * k:
         train = x[np.sort(rng.choice(n, size=max_points_per_centroid * k, replace=False))]
-    centroids = _kmeanspp(train, k, rng)
+    if init == "random":  # cheap start for many small cells (no quality claim)
+        centroids = np.ascontiguousarray(train[np.sort(rng.choice(len(train), size=k,
+                                                                  replace=False))])
+    else:
+        centroids = _kmeanspp(train, k, rng)
     for _ in range(niter):
         assign = np.argmax(train @ centroids.T, axis=1)
         counts = np.bincount(assign, minlength=k)
