@@ -76,7 +76,7 @@ class FalseNegativeConfig:
     cluster_neighbors: int = 15  # kNN graph of the spectral embedding
     cluster_eigen_threshold: float = 0.93  # clusters = graph eigenvalues >= this
     support_aggregate: str = "max"
-    support_threshold: float = 0.5
+    support_threshold: float | None = None  # None: the anchor's weakest positive score
     support_top: int = 0
     support_include_anchor: bool = True
     community_neighbors: int = 15
@@ -129,8 +129,9 @@ def validate_config(config: FalseNegativeConfig) -> None:
             f"support aggregate must be one of {', '.join(SUPPORT_AGGREGATES)}, "
             f"got {config.support_aggregate!r}"
         )
-    if not -1.0 <= config.support_threshold <= 1.0:
-        raise UsageError(f"support threshold must be in [-1, 1], got {config.support_threshold}")
+    t = config.support_threshold
+    if t is not None and not -1.0 <= t <= 1.0:
+        raise UsageError(f"support threshold must be in [-1, 1], got {t}")
     if config.support_top < 0:
         raise UsageError(f"support top must be >= 0 (0 = no limit), got {config.support_top}")
     if config.community_neighbors < 1:

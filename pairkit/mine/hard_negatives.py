@@ -658,7 +658,8 @@ def mine_store(
         "sampling": config.sampling if config.hard else "uniform",
         "seed": config.seed,
         "false_negative_rules": list(fn_config.rules) if fn_config is not None else [],
-        "clusters": _cluster_stats(ctx) if fn_config is not None else None,
+        "clusters": _cluster_stats(ctx, fn_config) if fn_config is not None else None,
+        "cluster_rows_not_searched": parts is not None,
         "fn_mode": config.fn_mode if fn_config is not None else None,
         "seconds": {"setup": round(t1 - t0, 3), "mine": round(time.perf_counter() - t1, 3),
                     "false_negative_context": round(t_fn - t_index, 3),
@@ -759,12 +760,13 @@ def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptio
     return outside.search, text
 
 
-def _cluster_stats(ctx: Any) -> dict[str, Any] | None:
-    """What the cluster rule chose (number of clusters, stability per count)."""
+def _cluster_stats(ctx: Any, fn_config: Any) -> dict[str, Any] | None:
+    """What the cluster rule chose: number of clusters (auto or given), the leading
+    eigenvalues it was read from, runs and votes."""
     info = getattr(ctx, "cluster_info", None)
     if not info:
         return None
-    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in info.items()}
+    return {**info, "runs": fn_config.cluster_runs, "votes": fn_config.cluster_votes}
 
 
 def same_label_share(pairs: MinedPairs, labels: np.ndarray) -> float | None:
