@@ -155,15 +155,22 @@ class TorchFlatIndex:
         kk = min(k, self.ntotal)
         if nq == 0 or kk == 0:
             return scores, ids
-        self._base_assign = torch.from_numpy(
-            np.ascontiguousarray(base_assign, dtype=np.int32)).to(self.device)
+        # "shares a label in some run" as a product of one-hot codes: one narrow GEMM per
+        # score block (R x L columns) instead of R comparison passes over it
+        base_assign = np.asarray(base_assign, dtype=np.int64)
+        if base_assign.ndim == 1:
+            base_assign = base_assign[None, :]
+            query_assign = np.asarray(query_assign)[None, :]
+        width = int(max(base_assign.max(), np.asarray(query_assign).max())) + 1
+        self._onehot_width = width
+        self._base_assign = self._onehot(base_assign, width)
         try:
             for start in range(0, nq, self.query_block):
                 block = np.asarray(queries[start : start + self.query_block])
                 q = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(
                     self.device)
-                qa = torch.from_numpy(np.ascontiguousarray(
-                    query_assign[:, start : start + len(block)], dtype=np.int32)).to(self.device)
+                qa = self._onehot(np.asarray(query_assign)[:, start : start + len(block)],
+                                  width)
                 s, i = self._search_rows(q, kk, qa)
                 s, i = s.cpu().numpy(), i.cpu().numpy()
                 i = np.where(np.isfinite(s), i, -1)
@@ -173,9 +180,22 @@ class TorchFlatIndex:
             self._base_assign = None
         return scores, ids
 
+    def _onehot(self, assign: np.ndarray, width: int) -> Any:
+        """(n, R x width) one-hot codes of the labels ``assign`` (R, n), in the GEMM's
+        dtype (0/1 values and small integer sums are exact in float16 and bfloat16)."""
+        import torch
+
+        r, n = assign.shape
+        cols = torch.from_numpy((np.arange(r)[:, None] * width + assign).T.copy()).to(
+            self.device)
+        code = torch.zeros((n, r * width), dtype=self.base_low.dtype, device=self.device)
+        code.scatter_(1, cols, 1.0)
+        return code
+
     def _search_rows(self, q32: Any, k: int, qa: Any = None) -> tuple[Any, Any]:
         """Exact top-k of a block of float32 queries (on the device): (scores, ids).
-        ``qa`` (R, n): the queries' labels for :meth:`search_masked` (None: no mask)."""
+        ``qa`` (n, R x L): the queries' one-hot labels for :meth:`search_masked` (None:
+        no mask)."""
         import torch
 
         n = len(q32)
@@ -190,7 +210,7 @@ class TorchFlatIndex:
             undecided = []
             for c0 in range(0, len(rows), step):
                 sub = rows[c0 : c0 + step]
-                s, i, ok = self._candidates(q32[sub], k, kp, None if qa is None else qa[:, sub])
+                s, i, ok = self._candidates(q32[sub], k, kp, None if qa is None else qa[sub])
                 out_s[sub[ok]], out_i[sub[ok]] = s[ok], i[ok]
                 undecided.append(sub[~ok])
             rows = torch.cat(undecided)
@@ -210,12 +230,9 @@ class TorchFlatIndex:
             for c0 in range(0, self.ntotal, self.base_block):
                 block = self.base_low[c0 : c0 + self.base_block]
                 scores = q_low @ block.T
-                if qa is not None:
-                    labels = self._base_assign[:, c0 : c0 + len(block)]
-                    shared = qa[0].unsqueeze(1) == labels[0].unsqueeze(0)
-                    for r in range(1, len(qa)):
-                        shared |= qa[r].unsqueeze(1) == labels[r].unsqueeze(0)
-                    scores.masked_fill_(shared, float("-inf"))
+                if qa is not None:  # runs in which query and row share a label
+                    shared = qa @ self._base_assign[c0 : c0 + len(block)].T
+                    scores.masked_fill_(shared > 0.5, float("-inf"))
                 s, i = _block_topk(scores, min(kp, len(block)), self.chunk)
                 i = i + c0
                 if run_s is None:

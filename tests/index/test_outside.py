@@ -119,3 +119,23 @@ def test_masked_ivf_search_keeps_the_mask_and_finds_the_exact_neighbours():
     assert not (shared & ok).any()  # never a row of the anchor's clusters
     recall = np.mean([len(set(a[a >= 0]) & set(b)) / 5 for a, b in zip(few, ref_i, strict=True)])
     assert recall > 0.5  # 3 of 16 cells: approximate, but most neighbours found
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="no CUDA GPU (the GPU suite runs this)")
+def test_torch_masked_search_on_cuda_equals_cpu():
+    from pairkit.index.torch_search import TorchFlatIndex
+
+    x = unit(5000, 64, seed=12)
+    rng = np.random.default_rng(13)
+    assign = np.stack([rng.integers(0, 9, 5000) for _ in range(8)])
+    rows = np.arange(0, 5000, 5)
+    ref_s, ref_i = masked_exact_search(x, assign, rows, 7)
+    s, i = TorchFlatIndex(x, device="cuda").search_masked(x[rows], 7, assign[:, rows], assign)
+    np.testing.assert_array_equal(i, ref_i)
+    np.testing.assert_allclose(s, ref_s, atol=1e-5)
