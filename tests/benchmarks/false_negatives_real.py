@@ -293,6 +293,7 @@ def methods() -> dict[str, dict]:
         "k-reciprocal Jaccard >= 0.1 (k=20)": {"filter": kr_jaccard(20, 0.1)},
         "DBSCAN on k-reciprocal Jaccard (eps 0.7)": {"filter": dbscan(20, 0.7)},
         "margin 0.95 (NV-Retriever)": {"rules": ["margin"]},
+        "support (FNC, max >= the anchor's positive: the default)": {"rules": ["support"]},
         "support (FNC, max >= 0.9)": {"rules": ["support"], "params": {"support_threshold": 0.9}},
         "support (FNC, top 5)": {"rules": ["support"],
                                  "params": {"support_threshold": -1.0, "support_top": 5}},
@@ -314,10 +315,10 @@ def coarse_of(labels: np.ndarray) -> np.ndarray:
     from tests.benchmarks.real_data import DIGIT_COARSE, FASHION_COARSE
 
     def one(label: str) -> str:
-        label = str(label)
+        label = str(label).split("::")[-1]  # union stores prefix the set's tag
         if label in FASHION_COARSE:
             return "fashion:" + FASHION_COARSE[label]
-        return "digit:" + DIGIT_COARSE[label.split("-")[-1]]
+        return "digit:" + DIGIT_COARSE[label]
 
     return np.array([one(x) for x in labels], dtype=object)
 
@@ -339,7 +340,7 @@ def union_store(tags: tuple[str, ...], work: Path) -> Path:
         it = st.items[["path", "source", "view", "label"]].copy()
         for col in ("path", "source"):
             it[col] = tag + "/" + it[col].astype(str)
-        it["label"] = tag + "-" + it["label"].astype(str)
+        it["label"] = tag + "::" + it["label"].astype(str)
         items.append(it)
     write_store(out, np.concatenate(vecs), pd.concat(items, ignore_index=True),
                 encoder={"name": "union of " + ", ".join(tags)})

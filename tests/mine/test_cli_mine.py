@@ -252,3 +252,23 @@ def test_index_kinds_float16_and_random_positive(store, tmp_path: Path) -> None:
     weak = pd.read_csv(tmp_path / "wp.csv").groupby("anchor_id")["pos_score"].first()
     rand = rp.groupby("anchor_id")["pos_score"].first()
     assert (rand >= weak - 1e-6).all() and (rand > weak + 1e-6).any()
+
+
+def test_label_free_filter_reports_its_estimate(tmp_path: Path) -> None:
+    """The label-free rules (labels are in the store but unused): the summary names the
+    cluster count, the skipped rows and the estimate; --stats has the same figures and
+    the exact share of same-label negatives, which the rules bring below naive's."""
+    st = random_store(tmp_path / "store", n_sources=120, views=2, dim=16, classes=4, seed=3)
+    naive, flt = tmp_path / "n.json", tmp_path / "f.json"
+    assert mine(st.root, "--hard", "-o", tmp_path / "n.parquet", "--stats", naive).exit_code == 0
+    r = mine(st.root, "--hard", "-o", tmp_path / "f.parquet", "--stats", flt,
+             "--filter-false-negatives", "--fn-rules", "near-duplicate,cluster")
+    assert r.exit_code == 0, r.output
+    assert "cluster rule: 4 clusters (read off the kNN graph's spectrum), 8 k-means runs" in r.output
+    assert "rows sharing a cluster with the anchor were not searched" in r.output
+    assert "false-negative estimate (no labels used): the rules flag" in r.output
+    s, n = json.loads(flt.read_text()), json.loads(naive.read_text())
+    assert s["clusters"]["k"] == [4] and s["clusters"]["auto"]
+    assert s["fn_estimate"]["hidden_positive_recall"] > 0.9
+    assert s["fn_estimate"]["random_pair_flag_rate"] < 0.5
+    assert s["negatives_same_label"] < n["negatives_same_label"]
