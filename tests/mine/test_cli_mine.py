@@ -264,7 +264,8 @@ def test_label_free_filter_reports_its_estimate(tmp_path: Path) -> None:
     r = mine(st.root, "--hard", "-o", tmp_path / "f.parquet", "--stats", flt,
              "--filter-false-negatives", "--fn-rules", "near-duplicate,cluster")
     assert r.exit_code == 0, r.output
-    assert "cluster rule: 4 clusters (read off the kNN graph's spectrum), 8 k-means runs" in r.output
+    assert ("cluster rule: 4 clusters (read off the kNN graph's spectrum), 8 k-means runs"
+            in r.output)
     assert "rows sharing a cluster with the anchor were not searched" in r.output
     assert "false-negative estimate (no labels used): the rules flag" in r.output
     s, n = json.loads(flt.read_text()), json.loads(naive.read_text())
