@@ -142,11 +142,13 @@ class TorchFlatIndex:
         return scores, ids
 
     def search_masked(self, queries: np.ndarray, k: int, query_assign: np.ndarray,
-                      base_assign: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Like :meth:`search`, among the base rows that share no label with the query:
-        row j is allowed for query q when ``base_assign[r, j] != query_assign[r, q]`` for
-        every r (``query_assign`` (R, nq), ``base_assign`` (R, N): cluster ids of R
-        runs). Padded with -inf / -1 where fewer rows are allowed."""
+                      base_assign: np.ndarray, votes: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """Like :meth:`search`, among the base rows that share fewer than ``votes``
+        labels with the query: row j is allowed for query q when ``base_assign[r, j] ==
+        query_assign[r, q]`` for fewer than ``votes`` r (``query_assign`` (R, nq),
+        ``base_assign`` (R, N): cluster ids of R runs). Padded with -inf / -1 where
+        fewer rows are allowed. The base's one-hot codes are kept on the device between
+        calls with the same ``base_assign`` array."""
         import torch
 
         nq = len(queries)
@@ -162,22 +164,23 @@ class TorchFlatIndex:
             base_assign = base_assign[None, :]
             query_assign = np.asarray(query_assign)[None, :]
         width = int(max(base_assign.max(), np.asarray(query_assign).max())) + 1
-        self._onehot_width = width
-        self._base_assign = self._onehot(base_assign, width)
-        try:
-            for start in range(0, nq, self.query_block):
-                block = np.asarray(queries[start : start + self.query_block])
-                q = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(
-                    self.device)
-                qa = self._onehot(np.asarray(query_assign)[:, start : start + len(block)],
-                                  width)
-                s, i = self._search_rows(q, kk, qa)
-                s, i = s.cpu().numpy(), i.cpu().numpy()
-                i = np.where(np.isfinite(s), i, -1)
-                scores[start : start + len(block), :kk] = s
-                ids[start : start + len(block), :kk] = i
-        finally:
-            self._base_assign = None
+        # the same array object (held here, so its id can't be reused) and width
+        cached = getattr(self, "_base_key", None)
+        if cached is None or cached[0] is not base_assign or cached[1] != width:
+            self._base_assign = self._onehot(base_assign, width)
+            self._base_key = (base_assign, width)
+        self._votes = max(1, int(votes))
+        for start in range(0, nq, self.query_block):
+            block = np.asarray(queries[start : start + self.query_block])
+            q = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(
+                self.device)
+            qa = self._onehot(np.asarray(query_assign)[:, start : start + len(block)],
+                              width)
+            s, i = self._search_rows(q, kk, qa)
+            s, i = s.cpu().numpy(), i.cpu().numpy()
+            i = np.where(np.isfinite(s), i, -1)
+            scores[start : start + len(block), :kk] = s
+            ids[start : start + len(block), :kk] = i
         return scores, ids
 
     def _onehot(self, assign: np.ndarray, width: int) -> Any:
@@ -232,7 +235,7 @@ class TorchFlatIndex:
                 scores = q_low @ block.T
                 if qa is not None:  # runs in which query and row share a label
                     shared = qa @ self._base_assign[c0 : c0 + len(block)].T
-                    scores.masked_fill_(shared > 0.5, float("-inf"))
+                    scores.masked_fill_(shared > self._votes - 0.5, float("-inf"))
                 s, i = _block_topk(scores, min(kp, len(block)), self.chunk)
                 i = i + c0
                 if run_s is None:

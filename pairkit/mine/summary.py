@@ -37,8 +37,13 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
     clusters = stats.get("clusters") or {}
     if clusters.get("k"):
         how = "read off the kNN graph's spectrum" if clusters.get("auto") else "given"
-        lines.append(f"cluster rule: {', '.join(str(k) for k in clusters['k'])} clusters "
-                     f"({how}), {clusters.get('runs', '?')} k-means runs")
+        line = (f"cluster rule: {', '.join(str(k) for k in clusters['k'])} clusters "
+                f"({how}), {clusters.get('runs', '?')} k-means runs")
+        if clusters.get("off"):
+            line += f"; off: {clusters['off']}"
+        elif clusters.get("raised"):
+            line += f"; {clusters['raised']}"
+        lines.append(line)
     est = stats.get("fn_estimate") or {}
     if est.get("hidden_positive_recall") is not None:
         lines.append(

@@ -149,3 +149,68 @@ def test_outside_search_off_when_labels_decide(tmp_path):
     fcfg = FalseNegativeConfig(rules=("cluster",), cluster_ks=(5,))
     _, stats = hn.mine_store(store, "instance", keep, None, fcfg)
     assert "not searched" not in stats["index"]
+
+
+def test_vote_shares_by_hand():
+    from pairkit.mine.rules.cluster import vote_shares
+
+    # 4 rows of 4 sources; 12 ordered pairs of two rows: 8 share a cluster in one run
+    # (run 0: 0-1, 2-3; run 1: 1-2, 0-3), none in both
+    assign = np.array([[0, 0, 1, 1], [0, 1, 1, 0]])
+    share = vote_shares(assign, np.arange(4), pairs=200_000)
+    assert abs(share[0] - 8 / 12) < 0.01 and share[1] == 0.0
+    # rows of one source never form a pair: of 0-2, 0-3, 1-2, 1-3 two share run 1
+    assert abs(vote_shares(assign, np.array([0, 0, 1, 1]), pairs=200_000)[0] - 0.5) < 0.01
+
+
+def test_votes_go_up_until_the_rule_flags_at_most_the_cap_then_off():
+    from pairkit.mine.rules import cluster
+
+    x = blobs(4, 40, 12, spread=0.1)
+    ctx = build_context(x, None, np.arange(len(x)),
+                        FalseNegativeConfig(rules=("cluster",), cluster_runs=3), seed=0)
+    rng = np.random.default_rng(3)
+    # three runs of 2 clusters each, cut independently: "any run" puts ~7/8 of the
+    # pairs together, "two runs" ~1/2, "all three" ~1/8
+    ctx.cluster_assign = rng.integers(0, 2, (3, len(x)))
+    share = cluster.vote_shares(ctx.cluster_assign, ctx.sources)
+    for cap, want in ((0.95, 1), (0.6, 2), (0.2, 3), (0.05, 0)):
+        ctx.cluster_info = {}
+        cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=3, cluster_max_share=cap)
+        assert cluster.choose_votes(ctx, cfg) == want, (cap, share)
+        info = ctx.cluster_info
+        assert info["votes"] == want
+        assert ("raised" in info) == (want > 1) and ("off" in info) == (want == 0)
+    # off: nothing flagged, whatever the clusters say
+    anchors, cand = np.array([0, 1]), np.array([[2, 3], [4, -1]])
+    flags = cluster.flag(ctx, anchors, cand, np.zeros((2, 2)), np.zeros(2), cfg, None)
+    assert not flags.any()
+    assert "no class structure found" in ctx.cluster_info["off"]
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_skipping_with_raised_votes_equals_full_search(tmp_path, monkeypatch, kind):
+    """With more votes needed (the random-pair guard), the search skips only rows sharing
+    the anchor's cluster in that many runs: still the table of a full search + flags."""
+    from pairkit.mine import hard_negatives as hn
+    from pairkit.mine.rules import cluster
+
+    store = _store_with_blobs(tmp_path, labels=False)
+    cfg = hn.MineConfig(num_negatives=4, hard=True)
+    # 8 clusters of 5 blobs: the runs cut the blobs in different places
+    base = dict(rules=("near-duplicate", "cluster"), cluster_ks=(8,), cluster_runs=4)
+    probe = build_context(store.vectors(np.float32), None, store.source_codes(),
+                          FalseNegativeConfig(**base), seed=0)
+    share = cluster.vote_shares(probe.cluster_assign, probe.sources)
+    assert share[0] > share[-1] + 0.02, share
+    fcfg = FalseNegativeConfig(**base, cluster_max_share=float(share[0] + share[-1]) / 2)
+    idx = hn.IndexOptions(kind=kind, nlist=4 if kind == "ivf" else None,
+                          nprobe=4 if kind == "ivf" else None)
+    fast, stats = hn.mine_store(store, "instance", cfg, idx, fcfg)
+    assert stats["clusters"]["votes"] > 1 and "raised" in stats["clusters"]
+    assert f"at least {stats['clusters']['votes']} of 4" in stats["index"]
+    monkeypatch.setattr(hn, "outside_parts", lambda *a: None)
+    slow, _ = hn.mine_store(store, "instance", cfg, idx, fcfg)
+    cols = ["anchor_id", "positive_id", "negative_id", "neg_rank"]
+    pd.testing.assert_frame_equal(fast[cols].reset_index(drop=True),
+                                  slow[cols].reset_index(drop=True))
