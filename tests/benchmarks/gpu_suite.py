@@ -41,7 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("tests", "embed", "data", "mine", "eval", "fn")
 # (cap seconds, seconds kept back for it while earlier parts run)
-GUARDS = {"tests": (200, 60), "embed": (110, 50), "data": (60, 20), "mine": (80, 40),
+GUARDS = {"tests": (165, 60), "embed": (110, 50), "data": (60, 20), "mine": (80, 40),
           "eval": (45, 25), "fn": (150, 60)}
 FULL = {"images": 50_000, "cpu_images": 10_000, "pipeline_images": 10_000,
         "batch": 256, "n": 1_000_000, "queries": 100_000, "dim": 512, "encoder_s": 8.0}
