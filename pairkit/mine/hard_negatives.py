@@ -631,11 +631,11 @@ def mine_store(
         searcher = _timed(loaded.searcher(vectors, batch_size=index.batch_size), search_time)
         index_text = loaded.describe()
     elif config.hard:
-        from pairkit.mine.rules.cluster import votes_needed
-
+        how = (ctx.cache.get("outside") if ctx is not None else None) or {}
         anchor_searcher, index_text = _outside_searcher(
             vectors, parts, index, config.seed, where, store_root=store.root,
-            content_id=store.content_id, votes=votes_needed(ctx, fn_config))
+            content_id=store.content_id, votes=int(how.get("votes", 1)),
+            what=how.get("what", "cluster"))
 
     if on_start is not None:
         on_start(len(rel.anchors()))
@@ -662,7 +662,10 @@ def mine_store(
         "seed": config.seed,
         "false_negative_rules": list(fn_config.rules) if fn_config is not None else [],
         "clusters": _cluster_stats(ctx, fn_config) if fn_config is not None else None,
-        "cluster_rows_not_searched": parts is not None,
+        "cluster_rows_not_searched": parts is not None and (
+            (ctx.cache.get("outside") or {}).get("what") == "cluster"),
+        "label_rows_not_searched": parts is not None and (
+            (ctx.cache.get("outside") or {}).get("what") == "label"),
         "fn_mode": config.fn_mode if fn_config is not None else None,
         "seconds": {"setup": round(t1 - t0, 3), "mine": round(time.perf_counter() - t1, 3),
                     "false_negative_context": round(t_fn - t_index, 3),
@@ -691,27 +694,42 @@ def outside_parts(ctx: Any, fn_config: Any, config: MineConfig) -> np.ndarray | 
     kept or attracted), hard mining, and no pair decided by trusted labels instead of
     the rule. The rows skipped are those sharing the anchor's cluster in at least the
     rule's votes of the runs.
+
+    With the ``label`` rule trusted and every row labelled, the labels decide every
+    pair: the partition is the labels (rows of the anchor's label are not searched;
+    without this, a class of many rows sends each anchor's search ever deeper for its
+    first candidate of another class). Records what was used in
+    ``ctx.cache["outside"]`` (``what``: label or cluster, ``votes``).
     """
-    if not (config.hard and "cluster" in fn_config.rules
-            and config.fn_mode == "eliminate" and not config.keep_flagged):
+    if not (config.hard and config.fn_mode == "eliminate" and not config.keep_flagged):
         return None
     if fn_config.trust_labels and "label" in fn_config.rules and ctx.labels is not None:
         from pairkit.mine.fn_context import label_codes
 
         codes = label_codes(ctx)
+        if codes is not None and (codes >= 0).all() and len(np.unique(codes)) > 1:
+            ctx.cache["outside"] = {"what": "label", "votes": 1}
+            return np.asarray(codes, dtype=np.int64)[None, :]
         if codes is not None and (codes >= 0).any():
             return None
+    if "cluster" not in fn_config.rules:
+        return None
     assign = ctx.cluster_assign
     if assign is None or len(assign) == 0 or len(np.unique(assign[0])) < 2:
         return None
     from pairkit.mine.rules.cluster import votes_needed
 
-    return assign if votes_needed(ctx, fn_config) > 0 else None
+    votes = votes_needed(ctx, fn_config)
+    if votes == 0:
+        return None
+    ctx.cache["outside"] = {"what": "cluster", "votes": votes}
+    return assign
 
 
 def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptions,
                       seed: int, engine: Any = None, store_root: Any = None,
-                      content_id: str | None = None, votes: int = 1) -> tuple[Any, str]:
+                      content_id: str | None = None, votes: int = 1,
+                      what: str = "cluster") -> tuple[Any, str]:
     """An anchor searcher that skips the rows sharing the anchor's cluster in at least
     ``votes`` runs. Exact (``flat``, and ``auto`` on a small store): those rows are
     masked out of one exact search. IVF: the store's IVF index (built, or loaded when
@@ -723,7 +741,8 @@ def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptio
 
     which = "any" if votes == 1 else f"at least {votes}"
     skipped = (f"rows sharing a cluster with the anchor in {which} of {len(assign)} k-means "
-               "runs not searched (cluster rule)")
+               "runs not searched (cluster rule)" if what == "cluster" else
+               "rows of the anchor's label not searched (label rule)")
     if engine is not None and engine.name == "torch":
         from pairkit.index.torch_search import TorchFlatIndex
 

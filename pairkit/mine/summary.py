@@ -31,6 +31,8 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
         flagged = ", ".join(f"{k} {v:,}" for k, v in stats["fn_flagged"].items()) or "none"
         if stats.get("cluster_rows_not_searched"):
             flagged += " (cluster: rows sharing a cluster with the anchor were not searched)"
+        if stats.get("label_rows_not_searched"):
+            flagged += " (label: rows of the anchor's label were not searched)"
         lines.append(f"false negatives flagged ({stats['fn_mode']}): {flagged}"
                      + (f"; {stats['attracted']:,} attracted as positives"
                         if stats.get("attracted") else ""))

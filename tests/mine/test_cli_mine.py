@@ -93,8 +93,9 @@ def test_filter_false_negatives_cli(store, tmp_path: Path) -> None:
     labels = store.items["label"].to_numpy()
     assert (labels[df["negative_id"]] != labels[df["anchor_id"]]).all()
     s = json.loads(stats.read_text())
-    assert s["fn_flagged"]["label"] > 0 and s["false_negative_rules"] == ["label"]
-    assert "false negatives flagged (eliminate): label" in r.output
+    # every row labelled: the anchor's label is not searched at all (nothing to flag)
+    assert s["label_rows_not_searched"] and s["false_negative_rules"] == ["label"]
+    assert "(label: rows of the anchor's label were not searched)" in r.output
     r = mine(store.root, "--hard", "--filter-false-negatives", "--fn-rules", "label",
              "--fn-mode", "keep", "-o", tmp_path / "k.jsonl")
     df = pd.read_json(tmp_path / "k.jsonl", lines=True)

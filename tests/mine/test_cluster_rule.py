@@ -138,16 +138,36 @@ def test_mining_that_skips_own_clusters_equals_full_search(tmp_path, monkeypatch
     np.testing.assert_allclose(fast["neg_score"], slow["neg_score"], atol=1e-6)
 
 
-def test_outside_search_off_when_labels_decide(tmp_path):
+def test_labels_decide_the_skipped_rows_when_every_row_has_one(tmp_path, monkeypatch):
+    """Trusted labels on every row: the rows of the anchor's label are not searched (the
+    label rule drops them all), and the table is the full search's; with a label
+    missing, or flags kept, nothing is skipped."""
     from pairkit.mine import hard_negatives as hn
 
     store = _store_with_blobs(tmp_path, labels=True)
     cfg = hn.MineConfig(num_negatives=3, hard=True)
-    _, stats = hn.mine_store(store, "instance", cfg, None, FalseNegativeConfig(cluster_runs=2))
-    assert "not searched" not in stats["index"]
+    fcfg = FalseNegativeConfig(cluster_runs=2)
+    fast, stats = hn.mine_store(store, "instance", cfg, None, fcfg)
+    assert "rows of the anchor's label not searched (label rule)" in stats["index"]
+    assert stats["label_rows_not_searched"] and not stats["cluster_rows_not_searched"]
+    assert stats["negatives_same_label"] == 0.0
+    monkeypatch.setattr(hn, "outside_parts", lambda *a: None)
+    slow, stats2 = hn.mine_store(store, "instance", cfg, None, fcfg)
+    assert "not searched" not in stats2["index"]
+    cols = ["anchor_id", "positive_id", "negative_id", "neg_rank"]
+    pd.testing.assert_frame_equal(fast[cols].reset_index(drop=True),
+                                  slow[cols].reset_index(drop=True))
+    monkeypatch.undo()
     keep = hn.MineConfig(num_negatives=3, hard=True, fn_mode="keep")
-    fcfg = FalseNegativeConfig(rules=("cluster",), cluster_ks=(5,))
     _, stats = hn.mine_store(store, "instance", keep, None, fcfg)
+    assert "not searched" not in stats["index"]
+    items = store.items.copy()
+    items.loc[3, "label"] = None
+    from pairkit.core.store import write_store
+
+    partial = write_store(tmp_path / "partial", store.vectors(np.float32), items,
+                          encoder={"name": "blobs"})
+    _, stats = hn.mine_store(partial, "instance", cfg, None, fcfg)
     assert "not searched" not in stats["index"]
 
 
