@@ -10,10 +10,11 @@ Features of a 64x64 image, each block L2-normalised, then concatenated:
 - 4x4 cells x 8 gradient orientations (a coarse HOG);
 - a 4x4 thumbnail of the two chroma channels (weight 0.5; zero for grey images).
 
-A block with nothing in it (the thumbnail of a flat image, the gradients of one) is
-zero, not normalised: normalising float rounding noise would give a random direction
-that differs between devices (version 2; version 1 did that). A flat grey image has
-no feature at all and embeds as the zero vector.
+A block with nothing in it (the thumbnail of a flat image, the gradients of one) is not
+normalised: normalising float rounding noise would give a random direction that differs
+between devices (version 2; version 1 did that). An empty thumbnail is zero; empty
+gradients are the uniform "no orientation" block, so flat images (blank placeholders of
+any grey level) embed alike and group as near-duplicates, told apart by colour only.
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ class PixelFeatures(torch.nn.Module):
     # thumbnail norm >= 2e-4 and a gradient block norm >= 6e-5; noise is <= ~5e-6)
     THUMB_FLOOR = 1e-5
     HOG_FLOOR = 2e-5
-    # the chroma block: one level of colour in one pixel gives >= 8e-6, grey rounding 1e-7
-    COLOUR_FLOOR = 1e-6
 
     def __init__(self) -> None:
 
@@ -69,12 +68,13 @@ class PixelFeatures(torch.nn.Module):
         hist.scatter_(1, bins.unsqueeze(1), magnitude.unsqueeze(1))
         hog = F.adaptive_avg_pool2d(hist, 4).flatten(1)
         hog = _normalize_or_zero(hog, self.HOG_FLOOR)
+        empty = hog.abs().sum(dim=1, keepdim=True) == 0
+        hog = torch.where(empty, torch.full_like(hog, hog.shape[1] ** -0.5), hog)
 
         chroma = torch.cat([r - grey, g - grey, b - grey], dim=1)
         colour = F.adaptive_avg_pool2d(chroma, 4).flatten(1) * 0.5
 
-        # a flat grey image has no feature at all: a zero vector (no similarity to anything)
-        return _normalize_or_zero(torch.cat([thumb, hog, colour], dim=1), self.COLOUR_FLOOR)
+        return F.normalize(torch.cat([thumb, hog, colour], dim=1), dim=1)
 
 
 def _normalize_or_zero(block: Any, floor: float) -> Any:
