@@ -14,9 +14,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def with_repo_path(*first: str | os.PathLike[str]) -> str:
+    """PYTHONPATH for a child: this checkout (and ``first``) before what was already on
+    it, so packages installed beside the interpreter's (a --target folder, as on the GPU
+    host) stay importable."""
+    parts = [*map(str, first), str(REPO), os.environ.get("PYTHONPATH", "")]
+    return os.pathsep.join(p for p in parts if p)
+
+
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = with_repo_path()
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("HF_HUB_OFFLINE", "1")
     return env

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from pairkit.cli.main import app
 from tests.conftest import random_store
+from tests.proc import with_repo_path
 
 runner = CliRunner()
 PACKAGE = Path(__file__).resolve().parents[1] / "pairkit"
@@ -144,7 +145,7 @@ def test_wrong_paths_are_reported_before_heavy_imports(tmp_path: Path) -> None:
         "print(json.dumps([codes, sorted(m for m in ('torch', 'faiss', 'open_clip', 'timm')\n"
         "                                if m in sys.modules)]))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    env = {**os.environ, "PYTHONPATH": with_repo_path()}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=120)
     codes, heavy = json.loads(proc.stdout.strip().splitlines()[-1])

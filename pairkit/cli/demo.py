@@ -14,7 +14,7 @@ import typer
 from pairkit.cli.common import console, say, user_errors
 from pairkit.errors import PairkitError
 
-NO_LABEL_RULES = "near-duplicate,community"
+NO_LABEL_RULES = "near-duplicate,cluster"
 
 
 def _steps(d: Path, epochs: int) -> list[tuple[str, list[str]]]:

@@ -65,7 +65,7 @@ def mine(
         False, "--filter-false-negatives", help="Flag likely false negatives among candidates."),
     fn_rules: str | None = typer.Option(
         None, "--fn-rules", help="Comma list of label, near-duplicate, margin, cluster, "
-        "support, community (docs/methods.md).", show_default="label,near-duplicate,community"),
+        "support, community (docs/methods.md).", show_default="label,near-duplicate,cluster"),
     fn_mode: o.FnMode = typer.Option(
         "eliminate", "--fn-mode", help="Flagged candidates: eliminate (dropped), attract "
         "(extra positive rows) or keep (negatives, with false_negative/fn_reason columns)."),
@@ -75,14 +75,16 @@ def mine(
         None, "--fn-near-dup-threshold", help="near-duplicate rule: cosine.",
         show_default="dedup's, 0.965"),
     fn_cluster_k: str | None = typer.Option(
-        None, "--fn-cluster-k", help="cluster rule: clusters per k-means run, auto (the most "
-        "stable count) or N[,N..].", show_default="auto"),
+        None, "--fn-cluster-k", help="cluster rule: clusters per k-means run, auto (read off "
+        "the kNN graph's spectrum) or N[,N..].", show_default="auto"),
     fn_cluster_runs: int | None = typer.Option(
-        None, "--fn-cluster-runs", help="cluster rule: k-means runs per count.", show_default="5"),
+        None, "--fn-cluster-runs", help="cluster rule: k-means runs per count.", show_default="8"),
     fn_cluster_votes: int | None = typer.Option(
-        None, "--fn-cluster-votes", help="cluster rule: runs that must agree.", show_default="1"),
+        None, "--fn-cluster-votes", help="cluster rule: runs that must put anchor and "
+        "candidate together (raised while > 50% of random pairs would be).", show_default="1"),
     fn_support_threshold: float | None = typer.Option(
-        None, "--fn-support-threshold", help="support rule: threshold.", show_default="0.5"),
+        None, "--fn-support-threshold", help="support rule: cosine threshold.",
+        show_default="the anchor's weakest positive score"),
     fn_support_aggregate: Literal["mean", "max"] | None = typer.Option(
         None, "--fn-support-aggregate", help="support rule: aggregate.", show_default="max"),
     fn_community_neighbors: int | None = typer.Option(

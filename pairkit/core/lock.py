@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,6 +82,11 @@ class WriterLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raw = os.pread(fd, 4096, 0)
+                for _wait in range(20):  # the holder writes its name just after locking
+                    if _holder_text(raw) != "another pairkit process":
+                        break
+                    time.sleep(0.01)
+                    raw = os.pread(fd, 4096, 0)
                 os.close(fd)
                 raise LockHeld(
                     f"{what} {folder} is being written by {_holder_text(raw)}: wait for it to "

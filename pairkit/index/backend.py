@@ -17,7 +17,7 @@ table commands don't pay for ``import torch``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pairkit.errors import PairkitError, UsageError
 
@@ -32,6 +32,7 @@ class SearchBackend:
     name: str = "faiss"
     device: str = "cpu"
     reason: str = ""
+    auto: bool = False  # chosen by --backend auto (not asked for by name)
 
     @property
     def gpu(self) -> bool:
@@ -101,6 +102,22 @@ def resolve_backend(backend: str = "auto", device: str = "auto") -> SearchBacken
     """
     check_backend_text(backend)
     check_device_text(device)
+    where = _resolve(backend, device)
+    return replace(where, auto=True) if backend == "auto" else where
+
+
+def for_index_kind(where: SearchBackend, kind: str) -> SearchBackend:
+    """The engine for ``--index kind``: the torch search is exact only, so an engine that
+    ``--backend auto`` chose as torch gives way to FAISS on the CPU when an approximate
+    FAISS index (ivf, ivfpq, hnsw) is asked for by name. ``--backend torch`` stays (and
+    refuses such a kind in one line)."""
+    if where.name == "torch" and where.auto and kind not in ("auto", "flat"):
+        return SearchBackend("faiss", "cpu", f"--index {kind} is a FAISS index and FAISS "
+                             "sees no GPU", auto=True)
+    return where
+
+
+def _resolve(backend: str, device: str) -> SearchBackend:
     if device == "cpu":
         return SearchBackend("torch" if backend == "torch" else "faiss", "cpu",
                              "" if backend == "auto" else "asked for")

@@ -52,6 +52,7 @@ from pairkit.errors import PairkitError, UsageError
 from pairkit.index.backend import (
     CPU,
     SearchBackend,
+    for_index_kind,
     resolve_backend,
 )
 
@@ -483,7 +484,7 @@ def prepare_index(
     if kind not in INDEX_CHOICES:
         raise PairkitError(f"--index must be one of {', '.join(INDEX_CHOICES)}, got {kind}")
     n, dim = vectors.shape
-    where = search_backend(backend, device)
+    where = for_index_kind(search_backend(backend, device), kind)
     if where.name == "torch":
         return _torch_index(vectors, kind, where)
     import_faiss()

@@ -98,11 +98,12 @@ class OutsideSearcher:
 
 
 def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.ndarray,
-                        k: int, *, big_group: int = 256,
+                        k: int, *, votes: int = 1, big_group: int = 256,
                         block_bytes: int = 1 << 27) -> tuple[np.ndarray, np.ndarray]:
-    """Exact kNN of ``vectors[query_rows]`` among the rows that share none of the query's
-    clusters: row j is allowed for query q when ``assign[r, j] != assign[r, q]`` in
-    every run r of ``assign`` (R, N).
+    """Exact kNN of ``vectors[query_rows]`` among the rows that share fewer than
+    ``votes`` of the query's clusters: row j is allowed for query q when
+    ``assign[r, j] == assign[r, q]`` in fewer than ``votes`` runs r of ``assign`` (R, N)
+    (``votes`` 1: in none).
 
     Queries are grouped by their cluster signature (one allowed set per group). A group
     of at least ``big_group`` queries gets an exact FAISS index of its allowed rows
@@ -132,7 +133,7 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
         if len(members) < big_group:
             small.append(members)
             continue
-        cols = np.flatnonzero(np.all(assign != sig[:, None], axis=0))
+        cols = np.flatnonzero((assign == sig[:, None]).sum(axis=0) < votes)
         kk = min(k, len(cols))
         if kk == 0:
             continue
@@ -144,7 +145,8 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
         step = max(1, block_bytes // max(1, 4 * n))
         for s0 in range(0, len(members), step):
             sel = members[s0 : s0 + step]
-            allowed = np.all(assign[:, None, :] != assign[:, query_rows[sel], None], axis=0)
+            shared = (assign[:, None, :] == assign[:, query_rows[sel], None]).sum(axis=0)
+            allowed = shared < votes
             top_s, top_i = _masked_top(x[query_rows[sel]] @ x.T, allowed, k)
             scores[sel] = top_s
             ids[sel] = top_i
@@ -183,15 +185,15 @@ class MaskedIvfSearch:
     ``IndexIVFFlat`` scanned list by list (BLAS, as :class:`IvfListMajor`).
 
     For a query, lists whose rows are all in its own cluster of the first run are not
-    probed (they would give nothing); of the rest the ``nprobe``
+    probed (they would give nothing; with ``votes`` 1 only); of the rest the ``nprobe``
     nearest by centroid are scanned, and inside them rows sharing a cluster with the
-    query in any run are masked out. ``nprobe`` grows with ``k`` (a retry for a
+    query in at least ``votes`` runs are masked out. ``nprobe`` grows with ``k`` (a retry for a
     deeper list scans more cells). Returns the same ``(scores, ids)`` as an IVF
     search of the allowed rows with those probes.
     """
 
     def __init__(self, index: Any, assign: np.ndarray, nprobe: int,
-                 own_share: float = 1.0) -> None:
+                 own_share: float = 1.0, votes: int = 1) -> None:
         import faiss
 
         from pairkit.index.search import IvfListMajor
@@ -203,6 +205,7 @@ class MaskedIvfSearch:
         ivf = self.lists.ivf
         self.nlist = int(ivf.nlist)
         self.nprobe = max(1, int(nprobe))
+        self.votes = max(1, int(votes))
         self.centroids = np.asarray(ivf.quantizer.reconstruct_n(0, self.nlist), np.float32)
         # each list's dominant cluster of the first run and its share of the list
         first = self.assign[0]
@@ -229,8 +232,9 @@ class MaskedIvfSearch:
             rows = query_rows[s : s + block]
             q = np.ascontiguousarray(queries[s : s + block], dtype=np.float32)
             coarse = q @ self.centroids.T
-            useless = self.dominant[None, :] == self.assign[0][rows][:, None]
-            coarse[useless] = -np.inf
+            if self.votes == 1:
+                useless = self.dominant[None, :] == self.assign[0][rows][:, None]
+                coarse[useless] = -np.inf
             kk = min(nprobe, self.nlist)
             probes = np.argpartition(-coarse, kk - 1, axis=1)[:, :kk]
             ok = np.isfinite(np.take_along_axis(coarse, probes, 1))
@@ -251,10 +255,10 @@ class MaskedIvfSearch:
                     continue
                 sub = qids[lo:hi]
                 sims = q[sub] @ vec.T
-                shared = np.zeros(sims.shape, dtype=bool)
+                shared = np.zeros(sims.shape, dtype=np.int32)
                 for r in range(self.assign.shape[0]):
-                    shared |= q_assign[r, sub][:, None] == self.assign[r, lid_ids][None, :]
-                sims[shared] = -np.inf
+                    shared += q_assign[r, sub][:, None] == self.assign[r, lid_ids][None, :]
+                sims[shared >= self.votes] = -np.inf
                 heap.add_result_subset(sub, sims, lid_ids)
             heap.finalize()
             got_i = np.where(np.isfinite(heap.D) & (heap.I >= 0), heap.I, -1)

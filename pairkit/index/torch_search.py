@@ -142,11 +142,13 @@ class TorchFlatIndex:
         return scores, ids
 
     def search_masked(self, queries: np.ndarray, k: int, query_assign: np.ndarray,
-                      base_assign: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Like :meth:`search`, among the base rows that share no label with the query:
-        row j is allowed for query q when ``base_assign[r, j] != query_assign[r, q]`` for
-        every r (``query_assign`` (R, nq), ``base_assign`` (R, N): cluster ids of R
-        runs). Padded with -inf / -1 where fewer rows are allowed."""
+                      base_assign: np.ndarray, votes: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """Like :meth:`search`, among the base rows that share fewer than ``votes``
+        labels with the query: row j is allowed for query q when ``base_assign[r, j] ==
+        query_assign[r, q]`` for fewer than ``votes`` r (``query_assign`` (R, nq),
+        ``base_assign`` (R, N): cluster ids of R runs). Padded with -inf / -1 where
+        fewer rows are allowed. The base's one-hot codes are kept on the device between
+        calls with the same ``base_assign`` array."""
         import torch
 
         nq = len(queries)
@@ -155,27 +157,48 @@ class TorchFlatIndex:
         kk = min(k, self.ntotal)
         if nq == 0 or kk == 0:
             return scores, ids
-        self._base_assign = torch.from_numpy(
-            np.ascontiguousarray(base_assign, dtype=np.int32)).to(self.device)
-        try:
-            for start in range(0, nq, self.query_block):
-                block = np.asarray(queries[start : start + self.query_block])
-                q = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(
-                    self.device)
-                qa = torch.from_numpy(np.ascontiguousarray(
-                    query_assign[:, start : start + len(block)], dtype=np.int32)).to(self.device)
-                s, i = self._search_rows(q, kk, qa)
-                s, i = s.cpu().numpy(), i.cpu().numpy()
-                i = np.where(np.isfinite(s), i, -1)
-                scores[start : start + len(block), :kk] = s
-                ids[start : start + len(block), :kk] = i
-        finally:
-            self._base_assign = None
+        # "shares a label in some run" as a product of one-hot codes: one narrow GEMM per
+        # score block (R x L columns) instead of R comparison passes over it
+        base_assign = np.asarray(base_assign, dtype=np.int64)
+        if base_assign.ndim == 1:
+            base_assign = base_assign[None, :]
+            query_assign = np.asarray(query_assign)[None, :]
+        width = int(max(base_assign.max(), np.asarray(query_assign).max())) + 1
+        # the same array object (held here, so its id can't be reused) and width
+        cached = getattr(self, "_base_key", None)
+        if cached is None or cached[0] is not base_assign or cached[1] != width:
+            self._base_assign = self._onehot(base_assign, width)
+            self._base_key = (base_assign, width)
+        self._votes = max(1, int(votes))
+        for start in range(0, nq, self.query_block):
+            block = np.asarray(queries[start : start + self.query_block])
+            q = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(
+                self.device)
+            qa = self._onehot(np.asarray(query_assign)[:, start : start + len(block)],
+                              width)
+            s, i = self._search_rows(q, kk, qa)
+            s, i = s.cpu().numpy(), i.cpu().numpy()
+            i = np.where(np.isfinite(s), i, -1)
+            scores[start : start + len(block), :kk] = s
+            ids[start : start + len(block), :kk] = i
         return scores, ids
+
+    def _onehot(self, assign: np.ndarray, width: int) -> Any:
+        """(n, R x width) one-hot codes of the labels ``assign`` (R, n), in the GEMM's
+        dtype (0/1 values and small integer sums are exact in float16 and bfloat16)."""
+        import torch
+
+        r, n = assign.shape
+        cols = torch.from_numpy((np.arange(r)[:, None] * width + assign).T.copy()).to(
+            self.device)
+        code = torch.zeros((n, r * width), dtype=self.base_low.dtype, device=self.device)
+        code.scatter_(1, cols, 1.0)
+        return code
 
     def _search_rows(self, q32: Any, k: int, qa: Any = None) -> tuple[Any, Any]:
         """Exact top-k of a block of float32 queries (on the device): (scores, ids).
-        ``qa`` (R, n): the queries' labels for :meth:`search_masked` (None: no mask)."""
+        ``qa`` (n, R x L): the queries' one-hot labels for :meth:`search_masked` (None:
+        no mask)."""
         import torch
 
         n = len(q32)
@@ -190,7 +213,7 @@ class TorchFlatIndex:
             undecided = []
             for c0 in range(0, len(rows), step):
                 sub = rows[c0 : c0 + step]
-                s, i, ok = self._candidates(q32[sub], k, kp, None if qa is None else qa[:, sub])
+                s, i, ok = self._candidates(q32[sub], k, kp, None if qa is None else qa[sub])
                 out_s[sub[ok]], out_i[sub[ok]] = s[ok], i[ok]
                 undecided.append(sub[~ok])
             rows = torch.cat(undecided)
@@ -210,12 +233,9 @@ class TorchFlatIndex:
             for c0 in range(0, self.ntotal, self.base_block):
                 block = self.base_low[c0 : c0 + self.base_block]
                 scores = q_low @ block.T
-                if qa is not None:
-                    labels = self._base_assign[:, c0 : c0 + len(block)]
-                    shared = qa[0].unsqueeze(1) == labels[0].unsqueeze(0)
-                    for r in range(1, len(qa)):
-                        shared |= qa[r].unsqueeze(1) == labels[r].unsqueeze(0)
-                    scores.masked_fill_(shared, float("-inf"))
+                if qa is not None:  # runs in which query and row share a label
+                    shared = qa @ self._base_assign[c0 : c0 + len(block)].T
+                    scores.masked_fill_(shared > self._votes - 0.5, float("-inf"))
                 s, i = _block_topk(scores, min(kp, len(block)), self.chunk)
                 i = i + c0
                 if run_s is None:

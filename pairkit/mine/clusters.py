@@ -23,6 +23,7 @@ def spherical_kmeans(
     max_points_per_centroid: int = 256,
     block: int = 65_536,
     backend: Any = None,
+    init: str = "k-means++",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Cluster L2-normalised ``vectors`` (N, d) into ``k`` cones.
 
@@ -33,7 +34,8 @@ def spherical_kmeans(
     start (one bad run in ten on four clean blobs with FAISS's random start);
     then ``niter`` Lloyd steps. Training uses at most ``max_points_per_centroid
     * k`` rows (a seeded sample); every row is then assigned, ``block`` rows at a
-    time. Deterministic for a seed. ``backend``: a
+    time. Deterministic for a seed. ``init="random"`` starts from k distinct sampled
+    rows instead (cheap, for many small cells). ``backend``: a
     :class:`pairkit.index.backend.SearchBackend`; ``torch`` runs the same steps in torch
     on its device (:func:`pairkit.index.kmeans.torch_spherical_kmeans`: other random
     draws, the same objective within a tolerance); None or FAISS: numpy here.
@@ -50,7 +52,7 @@ def spherical_kmeans(
         centroid = x.mean(axis=0, keepdims=True)
         centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
         return np.zeros(n, dtype=np.int64), centroid.astype(np.float32)
-    if backend is not None and backend.name == "torch":
+    if backend is not None and backend.name == "torch" and init != "random":
         from pairkit.index.kmeans import torch_spherical_kmeans
 
         return torch_spherical_kmeans(x, k, seed=seed, niter=niter, device=backend.device,
@@ -58,7 +60,11 @@ def spherical_kmeans(
     train = x
     if n > max_points_per_centroid * k:
         train = x[np.sort(rng.choice(n, size=max_points_per_centroid * k, replace=False))]
-    centroids = _kmeanspp(train, k, rng)
+    if init == "random":  # cheap start for many small cells (no quality claim)
+        centroids = np.ascontiguousarray(train[np.sort(rng.choice(len(train), size=k,
+                                                                  replace=False))])
+    else:
+        centroids = _kmeanspp(train, k, rng)
     for _ in range(niter):
         assign = np.argmax(train @ centroids.T, axis=1)
         counts = np.bincount(assign, minlength=k)
@@ -209,71 +215,6 @@ def label_propagation(
     _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
     rank = np.argsort(np.argsort(first))
     return rank[inverse].astype(np.int64)
-
-
-# Cluster counts tried when the ``cluster`` rule chooses one per store.
-STABILITY_GRID: tuple[int, ...] = (4, 6, 8, 11, 16, 23, 32, 45, 64, 90, 128)
-
-
-def adjusted_rand_index(a: np.ndarray, b: np.ndarray) -> float:
-    """Adjusted Rand index of two labelings of the same rows (Hubert & Arabie 1985):
-    1 for identical partitions, about 0 for independent ones."""
-    a = np.unique(np.asarray(a), return_inverse=True)[1].ravel()
-    b = np.unique(np.asarray(b), return_inverse=True)[1].ravel()
-    n = len(a)
-    if n < 2:
-        return 1.0
-    table = np.bincount(a * (int(b.max()) + 1) + b).astype(np.float64)
-
-    def pairs(x: np.ndarray) -> float:
-        return float((x * (x - 1) / 2).sum())
-
-    index = pairs(table)
-    rows = pairs(np.bincount(a).astype(np.float64))
-    cols = pairs(np.bincount(b).astype(np.float64))
-    expected = rows * cols / (n * (n - 1) / 2)
-    top = (rows + cols) / 2
-    if top == expected:
-        return 1.0
-    return (index - expected) / (top - expected)
-
-
-def stable_cluster_count(
-    vectors: np.ndarray,
-    *,
-    grid: tuple[int, ...] = STABILITY_GRID,
-    runs: int = 3,
-    sample: int = 6_000,
-    min_size: int = 10,
-    seed: int = 0,
-    niter: int = 20,
-    backend: Any = None,
-) -> tuple[int, dict[int, float]]:
-    """The number of spherical k-means clusters whose partition is most stable.
-
-    Stability of k = mean adjusted Rand index between ``runs`` k-means runs with
-    different seeds on a seeded sample of at most ``sample`` rows (Ben-Hur et al.
-    2002; Lange et al. 2004): a k that matches the data's structure gives the same
-    partition whatever the seed, one that cuts through a group does not. Counts
-    leaving fewer than ``min_size`` rows per cluster are not tried. Returns
-    ``(k, {k: stability})``.
-    """
-    x = np.asarray(vectors, dtype=np.float32)
-    n = len(x)
-    if n > sample:
-        rows = np.sort(np.random.default_rng(seed).choice(n, size=sample, replace=False))
-        x = x[rows]
-    ks = [k for k in grid if k * min_size <= len(x)] or [max(2, min(grid[0], len(x) // 2))]
-    table: dict[int, float] = {}
-    for k in ks:
-        parts = [spherical_kmeans(x, k, seed=seed + 104729 * r + k, niter=niter,
-                                  backend=backend)[0]
-                 for r in range(runs)]
-        scores = [adjusted_rand_index(parts[i], parts[j])
-                  for i in range(runs) for j in range(i + 1, runs)]
-        table[k] = round(float(np.mean(scores)) if scores else 1.0, 4)
-    best = max(table, key=lambda k: (table[k], -k))
-    return best, table
 
 
 def pca_reduce(vectors: np.ndarray, dims: int = 32, *, sample: int = 20_000, seed: int = 0,

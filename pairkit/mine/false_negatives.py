@@ -59,7 +59,9 @@ class FalseNegativeConfig:
     ``cluster_ks``: cluster counts of the ``cluster`` rule's k-means runs (empty:
     chosen per store from the kNN graph's spectrum); each count is run
     ``cluster_runs`` times with other seeds, and a candidate is flagged when it
-    shares the anchor's cluster in at least ``cluster_votes`` runs.
+    shares the anchor's cluster in at least ``cluster_votes`` runs; more votes are
+    required when that flags more than ``cluster_max_share`` of random pairs (the
+    rule is off when even all runs do: the clusters hold no class structure).
     ``trust_labels``: with the ``label`` rule on, a pair whose anchor and
     candidate both carry a label is decided by the labels (and near-duplicate
     groups) alone; the similarity rules (margin, cluster, support, community)
@@ -75,8 +77,11 @@ class FalseNegativeConfig:
     cluster_niter: int = 20
     cluster_neighbors: int = 15  # kNN graph of the spectral embedding
     cluster_eigen_threshold: float = 0.93  # clusters = graph eigenvalues >= this
+    # the most of all random pairs the rule may flag: more votes are required until it
+    # flags no more, and with every run required and still more, the rule is off
+    cluster_max_share: float = 0.5
     support_aggregate: str = "max"
-    support_threshold: float = 0.5
+    support_threshold: float | None = None  # None: the anchor's weakest positive score
     support_top: int = 0
     support_include_anchor: bool = True
     community_neighbors: int = 15
@@ -117,6 +122,9 @@ def validate_config(config: FalseNegativeConfig) -> None:
             f"cluster votes must be between 1 and the number of runs ({total}), "
             f"got {config.cluster_votes}"
         )
+    if not 0.0 < config.cluster_max_share <= 1.0:
+        raise UsageError("cluster max share must be in (0, 1], got "
+                         f"{config.cluster_max_share}")
     if config.cluster_neighbors < 1:
         raise UsageError(f"cluster neighbors must be >= 1, got {config.cluster_neighbors}")
     if not 0.0 < config.cluster_eigen_threshold < 1.0:
@@ -129,8 +137,9 @@ def validate_config(config: FalseNegativeConfig) -> None:
             f"support aggregate must be one of {', '.join(SUPPORT_AGGREGATES)}, "
             f"got {config.support_aggregate!r}"
         )
-    if not -1.0 <= config.support_threshold <= 1.0:
-        raise UsageError(f"support threshold must be in [-1, 1], got {config.support_threshold}")
+    t = config.support_threshold
+    if t is not None and not -1.0 <= t <= 1.0:
+        raise UsageError(f"support threshold must be in [-1, 1], got {t}")
     if config.support_top < 0:
         raise UsageError(f"support top must be >= 0 (0 = no limit), got {config.support_top}")
     if config.community_neighbors < 1:

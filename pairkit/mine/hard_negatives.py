@@ -681,9 +681,10 @@ def mine_store(
     vectors = store.vectors(np.float32)
     sources = store.source_codes()
     index = index or IndexOptions()
+    from pairkit.index.backend import for_index_kind
     from pairkit.index.build import search_backend
 
-    where = search_backend(index.backend, index.device)
+    where = for_index_kind(search_backend(index.backend, index.device), index.kind)
     t_index = time.perf_counter()
     fn_filter = None
     parts = None
@@ -728,9 +729,11 @@ def mine_store(
         searcher = _timed(loaded.searcher(vectors, batch_size=index.batch_size), search_time)
         index_text = loaded.describe()
     elif config.hard:
+        how = (ctx.cache.get("outside") if ctx is not None else None) or {}
         anchor_searcher, index_text = _outside_searcher(
             vectors, parts, index, config.seed, where, store_root=store.root,
-            content_id=store.content_id)
+            content_id=store.content_id, votes=int(how.get("votes", 1)),
+            what=how.get("what", "cluster"))
 
     if on_start is not None:
         on_start(len(rel.anchors()))
@@ -756,7 +759,11 @@ def mine_store(
         "sampling": config.sampling if config.hard else "uniform",
         "seed": config.seed,
         "false_negative_rules": list(fn_config.rules) if fn_config is not None else [],
-        "clusters": _cluster_stats(ctx) if fn_config is not None else None,
+        "clusters": _cluster_stats(ctx, fn_config) if fn_config is not None else None,
+        "cluster_rows_not_searched": parts is not None and (
+            (ctx.cache.get("outside") or {}).get("what") == "cluster"),
+        "label_rows_not_searched": parts is not None and (
+            (ctx.cache.get("outside") or {}).get("what") == "label"),
         "fn_mode": config.fn_mode if fn_config is not None else None,
         "seconds": {"setup": round(t1 - t0, 3), "mine": round(time.perf_counter() - t1, 3),
                     "false_negative_context": round(t_fn - t_index, 3),
@@ -779,54 +786,74 @@ def mine_store(
 def outside_parts(ctx: Any, fn_config: Any, config: MineConfig) -> np.ndarray | None:
     """The partition whose own part an anchor's search may skip, or None.
 
-    Skipping is exact only when every candidate in the anchor's part would be
-    flagged and dropped anyway: the ``cluster`` rule on with ``cluster_votes`` 1
-    (one shared cluster is enough; the first run is the partition), flagged
-    candidates eliminated (not kept or attracted), hard mining, and no pair
-    decided by trusted labels instead of the rule.
+    Skipping is exact only when every candidate skipped would be flagged and dropped
+    anyway: the ``cluster`` rule on (and not turned off by its random-pair guard, see
+    :func:`pairkit.mine.rules.cluster.choose_votes`), flagged candidates eliminated (not
+    kept or attracted), hard mining, and no pair decided by trusted labels instead of
+    the rule. The rows skipped are those sharing the anchor's cluster in at least the
+    rule's votes of the runs.
+
+    With the ``label`` rule trusted and every row labelled, the labels decide every
+    pair: the partition is the labels (rows of the anchor's label are not searched;
+    without this, a class of many rows sends each anchor's search ever deeper for its
+    first candidate of another class). Records what was used in
+    ``ctx.cache["outside"]`` (``what``: label or cluster, ``votes``).
     """
-    if not (config.hard and "cluster" in fn_config.rules and fn_config.cluster_votes == 1
-            and config.fn_mode == "eliminate" and not config.keep_flagged):
+    if not (config.hard and config.fn_mode == "eliminate" and not config.keep_flagged):
         return None
     if fn_config.trust_labels and "label" in fn_config.rules and ctx.labels is not None:
         from pairkit.mine.fn_context import label_codes
 
         codes = label_codes(ctx)
+        if codes is not None and (codes >= 0).all() and len(np.unique(codes)) > 1:
+            ctx.cache["outside"] = {"what": "label", "votes": 1}
+            return np.asarray(codes, dtype=np.int64)[None, :]
         if codes is not None and (codes >= 0).any():
             return None
+    if "cluster" not in fn_config.rules:
+        return None
     assign = ctx.cluster_assign
     if assign is None or len(assign) == 0 or len(np.unique(assign[0])) < 2:
         return None
+    from pairkit.mine.rules.cluster import votes_needed
+
+    votes = votes_needed(ctx, fn_config)
+    if votes == 0:
+        return None
+    ctx.cache["outside"] = {"what": "cluster", "votes": votes}
     return assign
 
 
 def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptions,
                       seed: int, engine: Any = None, store_root: Any = None,
-                      content_id: str | None = None) -> tuple[Any, str]:
-    """An anchor searcher that skips the anchor's own clusters. Exact (``flat``, and
-    ``auto`` on a small store): rows sharing a cluster with the anchor in any run are
+                      content_id: str | None = None, votes: int = 1,
+                      what: str = "cluster") -> tuple[Any, str]:
+    """An anchor searcher that skips the rows sharing the anchor's cluster in at least
+    ``votes`` runs. Exact (``flat``, and ``auto`` on a small store): those rows are
     masked out of one exact search. IVF: the store's IVF index (built, or loaded when
-    saved) scanned list by list with the same mask. Other kinds: one index per
-    cluster of the first run, the anchor's own not searched (other runs' clusters
-    are flagged after)."""
+    saved) scanned list by list with the same mask. Other kinds, one vote: one index
+    per cluster of the first run, the anchor's own not searched (other runs' clusters
+    are flagged after); more votes: the plain index (the rule flags after)."""
     from pairkit.index.build import EXACT_MAX_ROWS_CPU, choose_kind, prepare_index
     from pairkit.index.outside import OutsideSearcher, masked_exact_search
 
+    which = "any" if votes == 1 else f"at least {votes}"
+    skipped = (f"rows sharing a cluster with the anchor in {which} of {len(assign)} k-means "
+               "runs not searched (cluster rule)" if what == "cluster" else
+               "rows of the anchor's label not searched (label rule)")
     if engine is not None and engine.name == "torch":
         from pairkit.index.torch_search import TorchFlatIndex
 
         tindex = TorchFlatIndex(vectors, device=engine.device)
-        text = (f"exact, {engine.describe()}; rows sharing a cluster with the anchor in any "
-                f"of {len(assign)} k-means runs not searched (cluster rule)")
         return (lambda rows, k: tindex.search_masked(vectors[rows], k, assign[:, rows],
-                                                     assign)), text
+                                                     assign, votes=votes)), (
+            f"exact, {engine.describe()}; {skipped}")
     kind = index.kind
     if kind == "auto":
         kind, _ = choose_kind(len(vectors), index.exact_max_rows or EXACT_MAX_ROWS_CPU)
     if kind == "flat" and not index.float16:
-        text = (f"flat (exact), rows sharing a cluster with the anchor in any of "
-                f"{len(assign)} k-means runs not searched (cluster rule)")
-        return (lambda rows, k: masked_exact_search(vectors, assign, rows, k)), text
+        return (lambda rows, k: masked_exact_search(vectors, assign, rows, k, votes=votes)), (
+            f"flat (exact), {skipped}")
     if kind == "ivf" and not index.float16:
         loaded = prepare_index(vectors, kind, store_root=store_root, content_id=content_id,
                                nlist=index.nlist, nprobe=index.nprobe, device="cpu", seed=seed,
@@ -835,10 +862,18 @@ def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptio
         from pairkit.index.search import IvfListMajor
 
         if IvfListMajor.supports(loaded.index):
-            masked = MaskedIvfSearch(loaded.index, assign, loaded.spec.nprobe or 1)
-            text = (f"{loaded.describe()}; cells and rows sharing a cluster with the anchor "
-                    f"in any of {len(assign)} k-means runs not searched (cluster rule)")
+            masked = MaskedIvfSearch(loaded.index, assign, loaded.spec.nprobe or 1,
+                                     votes=votes)
+            text = f"{loaded.describe()}; cells and {skipped}"
             return (lambda rows, k: masked.search(rows, k, vectors[rows])), text
+    if votes > 1:  # the per-cluster indices skip one run's cluster: too much here
+        loaded = prepare_index(vectors, index.kind, store_root=store_root,
+                               content_id=content_id, exact_max_rows=index.exact_max_rows,
+                               nlist=index.nlist, nprobe=index.nprobe,
+                               ef_search=index.ef_search, float16=index.float16, seed=seed,
+                               backend=engine if engine is not None else "auto")
+        full = loaded.searcher(vectors, batch_size=index.batch_size)
+        return (lambda rows, k: full(vectors[rows], k)), loaded.describe()
     parts = assign[0]
     where: list[str] = []
 
@@ -857,12 +892,14 @@ def _outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptio
     return outside.search, text
 
 
-def _cluster_stats(ctx: Any) -> dict[str, Any] | None:
-    """What the cluster rule chose (number of clusters, stability per count)."""
+def _cluster_stats(ctx: Any, fn_config: Any) -> dict[str, Any] | None:
+    """What the cluster rule chose: number of clusters (auto or given), the leading
+    eigenvalues it was read from, runs and votes."""
     info = getattr(ctx, "cluster_info", None)
     if not info:
         return None
-    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in info.items()}
+    shown = {k: v for k, v in info.items() if k != "votes_for"}
+    return {"runs": fn_config.cluster_runs, "votes": fn_config.cluster_votes, **shown}
 
 
 def same_label_share(pairs: MinedPairs, labels: np.ndarray) -> float | None:

@@ -20,7 +20,7 @@ Rand index to the true classes of MNIST under an ImageNet CNN rose from 0.18-0.3
   10 classes each; 21 on their union, 20 classes).
 - Large stores: the graph and the embedding are built on a seeded sample of
   ``sample`` rows; every other row takes, per k-means run, the majority cluster of
-  its nearest sampled rows (found in the principal components).
+  the nearest small cell of sampled rows (in the principal components).
 """
 
 from __future__ import annotations
@@ -131,10 +131,10 @@ def _leading_eigen(norm: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cluster_runs(emb: SpectralEmbedding, k: int, runs: int, *, seed: int = 0,
-                 niter: int = 20, extend_k: int = 10, backend: Any = None) -> np.ndarray:
+                 niter: int = 20, backend: Any = None) -> np.ndarray:
     """(runs, N) int64: k-means runs (seeds ``seed + r``) on the diffusion coordinates
     of the embedding, rows normalised; rows outside the sample take the majority
-    cluster of their ``extend_k`` nearest sampled rows (in the principal components).
+    cluster of their nearest cell of sampled rows (:func:`_extend`).
 
     Diffusion coordinates (Coifman & Lafon 2006): eigenvector i weighted by
     ``lambda_i ** t``, ``t`` such that an eigenvalue at the cluster threshold weighs
@@ -153,38 +153,32 @@ def cluster_runs(emb: SpectralEmbedding, k: int, runs: int, *, seed: int = 0,
     n = len(emb.reduced)
     if len(emb.rows) == n:
         return labels
-    return _extend(emb, labels, extend_k)
+    return _extend(emb, labels, seed=seed)
 
 
-def _extend(emb: SpectralEmbedding, labels: np.ndarray, extend_k: int,
-            block: int = 16_384) -> np.ndarray:
-    """Labels of every row: sampled rows keep theirs, the others vote by neighbours."""
-    from pairkit.index.search import knn_search
+def _extend(emb: SpectralEmbedding, labels: np.ndarray, *, seed: int = 0,
+            per_cell: int = 16, block: int = 65_536) -> np.ndarray:
+    """Labels of every row. Sampled rows keep theirs; the sample is cut into small
+    cells (k-means in the principal components, about ``per_cell`` sampled rows
+    each), each cell takes its rows' majority label per run, and every other row
+    takes the label of its nearest cell. Work: N x cells x dims, not N x sample x dims."""
+    from pairkit.mine.clusters import spherical_kmeans
 
     n = len(emb.reduced)
     out = np.empty((labels.shape[0], n), dtype=np.int64)
     out[:, emb.rows] = labels
-    others = np.setdiff1d(np.arange(n), emb.rows)
     base = np.ascontiguousarray(emb.reduced[emb.rows], dtype=np.float32)
-    kk = min(extend_k, len(emb.rows))
+    cells = max(2, len(emb.rows) // per_cell)
+    cell_of, centroids = spherical_kmeans(base, cells, seed=seed, niter=10, init="random")
+    cells = len(centroids)
+    cell_label = np.zeros((labels.shape[0], cells), dtype=np.int64)
+    for r in range(labels.shape[0]):
+        counts = np.zeros((cells, int(labels[r].max()) + 1), dtype=np.int64)
+        np.add.at(counts, (cell_of, labels[r]), 1)
+        cell_label[r] = counts.argmax(axis=1)  # ties: the smallest label
+    others = np.setdiff1d(np.arange(n), emb.rows)
     for s in range(0, len(others), block):
         part = others[s : s + block]
-        _, nb = knn_search(np.ascontiguousarray(emb.reduced[part]), base, kk)
-        for r in range(labels.shape[0]):
-            votes = labels[r][np.maximum(nb, 0)]
-            out[r, part] = _mode(votes)
+        nearest = np.argmax(np.asarray(emb.reduced[part], np.float32) @ centroids.T, axis=1)
+        out[:, part] = cell_label[:, nearest]
     return out
-
-
-def _mode(votes: np.ndarray) -> np.ndarray:
-    """Most frequent value per row (ties: the smallest)."""
-    srt = np.sort(votes, axis=1)
-    n, w = srt.shape
-    new = np.ones((n, w), dtype=bool)
-    new[:, 1:] = srt[:, 1:] != srt[:, :-1]
-    run_id = np.cumsum(new, axis=1) - 1
-    counts = np.zeros((n, w), dtype=np.int64)
-    np.add.at(counts, (np.repeat(np.arange(n), w), run_id.ravel()), 1)
-    best = np.argmax(counts, axis=1)  # first run of the max count = smallest value
-    first = np.argmax(run_id == best[:, None], axis=1)
-    return srt[np.arange(n), first]

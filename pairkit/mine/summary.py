@@ -30,9 +30,23 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
     lines.append(f"candidates removed: {removed or 'none'}")
     if stats.get("false_negative_rules"):
         flagged = ", ".join(f"{k} {v:,}" for k, v in stats["fn_flagged"].items()) or "none"
+        if stats.get("cluster_rows_not_searched"):
+            flagged += " (cluster: rows sharing a cluster with the anchor were not searched)"
+        if stats.get("label_rows_not_searched"):
+            flagged += " (label: rows of the anchor's label were not searched)"
         lines.append(f"false negatives flagged ({stats['fn_mode']}): {flagged}"
                      + (f"; {stats['attracted']:,} attracted as positives"
                         if stats.get("attracted") else ""))
+    clusters = stats.get("clusters") or {}
+    if clusters.get("k"):
+        how = "read off the kNN graph's spectrum" if clusters.get("auto") else "given"
+        line = (f"cluster rule: {', '.join(str(k) for k in clusters['k'])} clusters "
+                f"({how}), {clusters.get('runs', '?')} k-means runs")
+        if clusters.get("off"):
+            line += f"; off: {clusters['off']}"
+        elif clusters.get("raised"):
+            line += f"; {clusters['raised']}"
+        lines.append(line)
     est = stats.get("fn_estimate") or {}
     if est.get("hidden_positive_recall") is not None:
         lines.append(

@@ -45,8 +45,8 @@ from pairkit.mine.false_negatives import (  # noqa: E402
     FalseNegativeConfig,
     build_context,
     flag_false_negatives,
-    source_views,
 )
+from pairkit.mine.fn_context import source_views  # noqa: E402
 
 NEGATIVES = 5
 
@@ -216,16 +216,20 @@ def methods(grid: bool) -> list[tuple[str, FalseNegativeConfig | None, bool, boo
         ("support", replace(base, rules=("support",)), False),
         ("community", replace(base, rules=("community",)), False),
         (f"default ({','.join(DEFAULT_RULES)})", base, False),
+        ("label-free default (near-duplicate,cluster)",
+         replace(base, rules=("near-duplicate", "cluster")), False),
         ("label (labels visible)", replace(base, rules=("label",)), True),
         ("default + labels visible", base, True),
         ("default, labels visible, trust_labels off", replace(base, trust_labels=False), True),
     ]
     main = len(out)
     if grid:
-        for sizes in [(8, 16, 32), (16, 32, 64), (32, 64, 128), (64, 128, 256), (128, 256, 512)]:
-            for votes in (1, 2, 3):
-                cfg = replace(base, rules=("cluster",), cluster_sizes=sizes, cluster_votes=votes)
-                out.append((f"cluster sizes={sizes} votes={votes}", cfg, False))
+        for runs in (1, 4, 8):
+            for votes in (1, 2):
+                if votes > runs:
+                    continue
+                cfg = replace(base, rules=("cluster",), cluster_runs=runs, cluster_votes=votes)
+                out.append((f"cluster runs={runs} votes={votes}", cfg, False))
         for agg in ("max", "mean"):
             for thr in (0.5, 0.6, 0.7, 0.8):
                 cfg = replace(base, rules=("support",), support_aggregate=agg,

@@ -74,10 +74,12 @@ CONFIGS = {
     "fm0": Config("fm0", "fashion-mnist", 4000, 0, 0, heldout=2000),
     "fm1-inv": Config("fm1-inv", "fashion-mnist", 4000, 1, 0, invert=True),
     "fm2-lite2": Config("fm2-lite2", "fashion-mnist", 2000, 2, 2),
-    "mnist5k": Config("mnist5k", "mnist-5k", 4000, 0, 0),
+    "mnist5k": Config("mnist5k", "mnist-5k", 4000, 0, 0, heldout=1000),
     "mnist10k-inv-lite1": Config("mnist10k-inv-lite1", "mnist-10k", 2000, 1, 1, invert=True),
     "digits": Config("digits", "digits", 1797, 0, 0),
 }
+# a 20-class set: the union of two stores made with the same encoder
+UNIONS = {"fm0+mnist5k": ("fm0", "mnist5k")}
 
 
 # -- data -----------------------------------------------------------------------------
@@ -232,6 +234,34 @@ def quality(pairs: tuple[np.ndarray, np.ndarray], labels: np.ndarray,
             "negs_per_anchor": round(float(len(n) / max(anchors, 1)), 3)}
 
 
+def kmeans_votes(sizes: tuple[int, ...] | None, runs: int, votes: int) -> Any:
+    """k-means on the raw vectors (the cluster rule before the spectral embedding):
+    ``sizes`` = wanted cluster sizes, one granularity each; None = one k read off the
+    kNN graph's spectrum, as the cluster rule does."""
+
+    def make(store, v, s):  # noqa: ANN001, ANN202
+        from pairkit.mine.clusters import cluster_counts, spherical_kmeans
+        from pairkit.mine.spectral import spectral_embedding
+
+        if sizes is None:
+            ks = (spectral_embedding(v, s).cluster_count(),)
+        else:
+            ks = cluster_counts(len(v), sizes)
+        assign = np.stack([spherical_kmeans(v, k, seed=7919 * g + r)[0]
+                           for g, k in enumerate(ks) for r in range(runs)])
+
+        def fn_filter(a, c, sc, r, pos):  # noqa: ANN001, ANN202
+            got = np.zeros(c.shape, np.int32)
+            for row in assign:
+                got += row[np.maximum(c, 0)] == row[a][:, None]
+            flags = (got >= votes) & (c >= 0)
+            return flags, np.where(flags, "kmeans", None)
+
+        return fn_filter
+
+    return make
+
+
 def methods() -> dict[str, dict]:
     def kr(k: int) -> Any:
         return lambda st, v, s: sparse_flags(kreciprocal_sets(v, s, k))
@@ -263,52 +293,79 @@ def methods() -> dict[str, dict]:
         "k-reciprocal Jaccard >= 0.1 (k=20)": {"filter": kr_jaccard(20, 0.1)},
         "DBSCAN on k-reciprocal Jaccard (eps 0.7)": {"filter": dbscan(20, 0.7)},
         "margin 0.95 (NV-Retriever)": {"rules": ["margin"]},
+        "support (FNC, max >= the anchor's positive: the default)": {"rules": ["support"]},
         "support (FNC, max >= 0.9)": {"rules": ["support"], "params": {"support_threshold": 0.9}},
         "support (FNC, top 5)": {"rules": ["support"],
                                  "params": {"support_threshold": -1.0, "support_top": 5}},
         "community": {"rules": ["community"]},
         "near-duplicate,community (old default)": {"rules": ["near-duplicate", "community"]},
-        "cluster, old multi-granularity (k=N/64,N/128,N/256, 2 votes)": {
-            "rules": ["cluster"], "params": {"cluster_runs": 1, "cluster_votes": 2,
-                                             "cluster_dims": 0}, "ks_by_size": (64, 128, 256)},
-        "cluster, one k-means run (auto k)": {"rules": ["cluster"],
-                                              "params": {"cluster_runs": 1}},
-        "cluster (5 runs, auto k)": {"rules": ["cluster"]},
+        "k-means on the vectors, 3 granularities, 2 votes (old cluster rule)": {
+            "filter": kmeans_votes(sizes=(64, 128, 256), runs=1, votes=2)},
+        "k-means on the vectors, 8 runs, any vote (k from the graph)": {
+            "filter": kmeans_votes(sizes=None, runs=8, votes=1)},
+        "cluster, one run": {"rules": ["cluster"], "params": {"cluster_runs": 1}},
+        "cluster (spectral, 8 runs, any vote)": {"rules": ["cluster"]},
         "near-duplicate,cluster (default)": {"rules": ["near-duplicate", "cluster"]},
         "label (labels visible)": {"rules": ["label"]},
     }
 
 
-def run_config(cfg: Config, work: Path, only: set[str] | None) -> list[dict]:
+def coarse_of(labels: np.ndarray) -> np.ndarray:
+    """Coarse category of each label (Fashion-MNIST families, digit stroke groups)."""
+    from tests.benchmarks.real_data import DIGIT_COARSE, FASHION_COARSE
+
+    def one(label: str) -> str:
+        label = str(label).split("::")[-1]  # union stores prefix the set's tag
+        if label in FASHION_COARSE:
+            return "fashion:" + FASHION_COARSE[label]
+        return "digit:" + DIGIT_COARSE[label]
+
+    return np.array([one(x) for x in labels], dtype=object)
+
+
+def union_store(tags: tuple[str, ...], work: Path) -> Path:
+    """A store holding the rows of several (same-encoder) stores, labels prefixed by tag."""
+    import pandas as pd
+
+    from pairkit.core.store import Store, write_store
+
+    out = work / "+".join(tags) / "store"
+    if (out / "manifest.json").exists():
+        return out
+    vecs, items = [], []
+    for tag in tags:
+        store_path, _ = prepare(CONFIGS[tag], work)
+        st = Store.open(store_path)
+        vecs.append(st.vectors(np.float32))
+        it = st.items[["path", "source", "view", "label"]].copy()
+        for col in ("path", "source"):
+            it[col] = tag + "/" + it[col].astype(str)
+        it["label"] = tag + "::" + it["label"].astype(str)
+        items.append(it)
+    write_store(out, np.concatenate(vecs), pd.concat(items, ignore_index=True),
+                encoder={"name": "union of " + ", ".join(tags)})
+    return out
+
+
+def run_store(tag: str, store_path: Path, only: set[str] | None) -> list[dict]:
     import pandas as pd
 
     from pairkit.core.store import Store
-    from tests.benchmarks.real_data import SETS as _SETS
 
-    store_path, _ = prepare(cfg, work)
     store = Store.open(store_path)
     labels = store.labels()
-    coarse_map = _SETS[cfg.data]().coarse
     codes, _ = pd.factorize(pd.Series(labels, dtype=object))
-    coarse = np.array([coarse_map[str(x)] for x in labels], dtype=object)
-    coarse_codes, _ = pd.factorize(pd.Series(coarse))
+    coarse_codes, _ = pd.factorize(pd.Series(coarse_of(labels)))
     rows = []
     naive_s = None
     for name, spec in methods().items():
         if only and name not in only and name != "naive":
             continue
-        spec = dict(spec)
-        if "ks_by_size" in spec:
-            from pairkit.mine.clusters import cluster_counts
-
-            spec.setdefault("params", {})
-            spec["params"] = {**spec["params"],
-                              "cluster_ks": cluster_counts(store.count, spec.pop("ks_by_size"))}
         pairs, seconds, stats = mine(store, name, spec)
         if name == "naive":
             naive_s = seconds
         q = quality(pairs, codes, coarse_codes, store.count)
-        row = {"set": cfg.tag, "items": int(store.count), "method": name, **q,
+        row = {"set": tag, "items": int(store.count), "method": name, **q,
                "seconds": round(seconds, 2),
                "x_naive": round(seconds / naive_s, 2) if naive_s else None}
         if stats.get("clusters"):
@@ -317,6 +374,51 @@ def run_config(cfg: Config, work: Path, only: set[str] | None) -> list[dict]:
             row["estimate"] = stats["fn_estimate"]
         print(json.dumps(row), flush=True)
         rows.append(row)
+    return rows
+
+
+# -- downstream: heads trained on each kind of negatives --------------------------------
+TRAIN_VARIANTS = {
+    "(a) in-batch negatives only": None,
+    "(b) naive mined negatives": [],
+    "(c) label-free filtered (near-duplicate,cluster)": ["--filter-false-negatives",
+                                                          "--fn-rules", "near-duplicate,cluster"],
+    "(d) label-filtered": ["--filter-false-negatives", "--fn-rules", "label"],
+}
+
+
+def train_proof(cfg: Config, work: Path, seeds: tuple[int, ...] = (0, 1, 2),
+                epochs: int = 10) -> list[dict]:
+    """Heads (a)-(d) for each training seed; held-out kNN top-1 and linear probe."""
+    store, held = prepare(cfg, work)
+    assert held is not None, f"{cfg.tag} has no held-out split"
+    out = work / cfg.tag / "train"
+    out.mkdir(parents=True, exist_ok=True)
+    raw = json.loads(pairkit("eval", str(store), "--against", str(held), "--json",
+                             "--metrics", "knn,linear", "-q").stdout)
+    rows = [{"set": cfg.tag, "variant": "raw embeddings (no head)", "seed": None,
+             "knn_top1": raw["knn_top1"], "linear_top1": raw["linear_top1"]}]
+    print(json.dumps(rows[0]), flush=True)
+    for name, mine_args in TRAIN_VARIANTS.items():
+        slug = name.split(")")[0].strip("(")
+        pairs = None
+        if mine_args is not None:
+            pairs = out / f"pairs-{slug}.parquet"
+            pairkit("mine", str(store), "--hard", "--relation", "instance", "-k", str(K),
+                    "-o", str(pairs), "--force", "-q", *mine_args)
+        for seed in seeds:
+            head = out / f"head-{slug}-{seed}"
+            args = ["train", str(store), "-o", str(head), "--force", "-q", "--seed", str(seed),
+                    "--epochs", str(epochs)]
+            args += ["--relation", "instance"] if pairs is None else ["--pairs", str(pairs)]
+            pairkit(*args)
+            got = json.loads(pairkit("eval", str(store), "--against", str(held), "--head",
+                                     str(head), "--json", "--metrics", "knn,linear",
+                                     "-q").stdout)
+            row = {"set": cfg.tag, "variant": name, "seed": seed,
+                   "knn_top1": got["knn_top1"], "linear_top1": got["linear_top1"]}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
     return rows
 
 
@@ -338,17 +440,27 @@ def markdown(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", type=Path, required=True, help="cache of images and stores")
-    ap.add_argument("--sets", default=",".join(CONFIGS), help="comma list of " + ", ".join(CONFIGS))
-    ap.add_argument("--methods", default="", help="comma list of method names (default all)")
+    ap.add_argument("--sets", default=",".join([*CONFIGS, *UNIONS]),
+                    help="comma list of " + ", ".join([*CONFIGS, *UNIONS]))
+    ap.add_argument("--methods", default="", help="';'-separated method names (default all)")
+    ap.add_argument("--train", default="", help="comma list of sets for the downstream proof")
     ap.add_argument("--out", type=Path, help="write all rows as JSON")
     args = ap.parse_args()
     only = {m.strip() for m in args.methods.split(";") if m.strip()} or None
     rows: list[dict] = []
-    for tag in args.sets.split(","):
-        rows += run_config(CONFIGS[tag], args.work, only)
-    print(markdown(rows))
+    for tag in [t for t in args.sets.split(",") if t]:
+        if tag in UNIONS:
+            rows += run_store(tag, union_store(UNIONS[tag], args.work), only)
+        else:
+            store, _ = prepare(CONFIGS[tag], args.work)
+            rows += run_store(tag, store, only)
+    train_rows: list[dict] = []
+    for tag in [t for t in args.train.split(",") if t]:
+        train_rows += train_proof(CONFIGS[tag], args.work)
+    if rows:
+        print(markdown(rows))
     if args.out:
-        args.out.write_text(json.dumps(rows, indent=1) + "\n")
+        args.out.write_text(json.dumps({"mining": rows, "training": train_rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,14 +6,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from pairkit.core import threads
 from pairkit.errors import UsageError
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.proc import with_repo_path
 
 
 def test_default_is_half_the_cpus_between_1_and_8() -> None:
@@ -46,7 +44,7 @@ def run(code: str, env: dict[str, str]) -> dict:
     clean = {k: v for k, v in os.environ.items()
              if k not in (threads.ENV, *threads.LIBRARY_ENV, "OMP_WAIT_POLICY")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**clean, **env, "PYTHONPATH": str(ROOT)}, timeout=120)
+                          env={**clean, **env, "PYTHONPATH": with_repo_path()}, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -114,3 +114,31 @@ def test_pixels_features_invariances():
     torch.testing.assert_close(a.norm(), torch.tensor(1.0))
     assert float(a @ b) > 0.99  # brightness shift: (almost) the same picture
     assert float(a @ c) < 0.8  # another random picture
+
+
+def test_pixels_flat_images_are_not_rounding_noise():
+    """A flat image's thumbnail and gradients are zero up to float rounding, which
+    differs between devices; normalising that noise gave two devices different
+    vectors for one file (cosine 0.81 on an H200 against the CPU). Rounding-size
+    changes must not move the vector; flat images of any grey level embed alike."""
+    enc = load_encoder(EncoderRequest("pixels"))
+    rng = np.random.default_rng(1)
+    colours = {"green": (10, 200, 30), "grey": (90, 90, 90), "white": (255, 255, 255)}
+    got = {}
+    for name, rgb in colours.items():
+        flat = (torch.tensor(rgb, dtype=torch.float32).view(1, 3, 1, 1) / 255).expand(
+            1, 3, 64, 64).contiguous()
+        nudged = flat + torch.from_numpy(rng.normal(0, 1e-7, flat.shape).astype(np.float32))
+        with torch.no_grad():
+            a, b = enc.module(flat)[0], enc.module(nudged)[0]
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
+        assert float(a[:256].abs().max()) == 0.0  # no thumbnail
+        assert float(a.norm()) == pytest.approx(1.0, abs=1e-5)
+        got[name] = a
+    assert float(got["grey"] @ got["white"]) == pytest.approx(1.0, abs=1e-5)  # blank = blank
+    assert float(got["grey"] @ got["green"]) < 0.95  # a colour is still told apart
+    # one grey level in one pixel is content, not noise: the thumbnail is not empty
+    step = (torch.full((1, 3, 64, 64), 90 / 255)).clone()
+    step[0, :, 10, 10] += 1 / 255
+    with torch.no_grad():
+        assert float(enc.module(step)[0][:256].abs().max()) > 0

@@ -68,17 +68,19 @@ def test_pixels_encoder_is_fp32_inside_autocast():
             torch.testing.assert_close(out, ref)
 
 
-def test_runner_under_dataparallel_matches_plain(monkeypatch):
-    """The multi-GPU wrapper (DataParallel) on CPU: without CUDA it calls the module
-    directly, so the runner's path through the wrapper is checked here."""
+def test_runner_under_dataparallel_matches_plain():
+    """The multi-GPU wrapper (DataParallel): without CUDA it calls the module directly,
+    so CI checks the runner's path through the wrapper on the CPU; with a GPU the module
+    sits on it and DataParallel runs it there (one replica per visible GPU)."""
     enc = load_encoder(EncoderRequest("pixels"))
-    wrapped = replicate(enc.module, "cuda", 2)
-    assert isinstance(wrapped, torch.nn.DataParallel)
+    assert isinstance(replicate(enc.module, "cuda", 2), torch.nn.DataParallel)
     assert replicate(enc.module, "cuda", 1) is enc.module
     assert replicate(enc.module, "cuda:0", 2) is enc.module  # one named GPU: no replicas
     assert replicate(enc.module, "cpu", 2) is enc.module
     pixels = np.random.default_rng(0).integers(0, 256, (4, 3, 64, 64), dtype=np.uint8)
-    runner = _Runner(enc, "cpu", "bf16")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    runner = _Runner(enc, device, "bf16")  # moves the module to the device
     want = runner(pixels)
-    runner.module = wrapped
+    runner.module = replicate(runner.module, "cuda", 2)
+    assert isinstance(runner.module, torch.nn.DataParallel)
     np.testing.assert_allclose(runner(pixels), want, atol=1e-6)

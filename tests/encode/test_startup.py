@@ -21,8 +21,8 @@ print(enc.dim, "transformers" in sys.modules, "timm" in sys.modules)
 
 
 def _run(model: str, fake_root: Path) -> list[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(fake_root)]),
-           "HF_HUB_OFFLINE": "1"}
+    path = os.pathsep.join([str(ROOT), str(fake_root), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path.rstrip(os.pathsep), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-c", PROBE.format(model=model)], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

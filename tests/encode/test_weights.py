@@ -16,9 +16,9 @@ from pairkit.cli.main import app
 from pairkit.encode import weights
 from pairkit.encode.registry import DEFAULT_OPENCLIP_TAG
 from pairkit.errors import PairkitError
+from tests.proc import with_repo_path
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_REPO = "models--laion--CLIP-ViT-B-32-laion2B-s34B-b79K"
 WAYS_OUT = ("--checkpoint FILE", "--pretrained none", "--model pixels")
 
@@ -125,7 +125,7 @@ def run_cli(args: list[str], env: dict[str, str]) -> tuple[int, str, bool]:
         "    code = exc.code\n"
         "print(json.dumps([code, 'torch' in sys.modules]))\n"
     )
-    full_env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
+    full_env = {**os.environ, **env, "PYTHONPATH": with_repo_path()}
     proc = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True,
                           text=True, env=full_env, timeout=120)
     exit_code, torch_loaded = json.loads(proc.stdout.strip().splitlines()[-1])

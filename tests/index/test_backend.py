@@ -89,7 +89,24 @@ def test_prepare_index_torch_backend_is_exact() -> None:
 
 def test_prepare_index_device_cpu() -> None:
     loaded = prepare_index(_clustered(100, 8), "flat", device="cpu")
-    assert loaded.backend == SearchBackend("faiss", "cpu", "")
+    assert loaded.backend == SearchBackend("faiss", "cpu", "", auto=True)
+
+
+@pytest.mark.parametrize("kind", ["ivf", "hnsw"])
+def test_auto_gives_way_to_faiss_for_approximate_kinds(monkeypatch: pytest.MonkeyPatch,
+                                                       kind: str) -> None:
+    """faiss-cpu on a GPU host: --backend auto is the torch search, but an IVF or HNSW
+    index asked for by name runs in FAISS on the CPU (not a usage error); --backend
+    torch keeps refusing it, and exact kinds stay on the torch search."""
+    _gpus(monkeypatch, 0, 1)
+    x = _clustered(2000, 16, seed=4)
+    loaded = prepare_index(x, kind, backend=resolve_backend("auto", "auto"), nprobe=64)
+    assert loaded.backend.name == "faiss" and loaded.backend.device == "cpu"
+    assert "FAISS sees no GPU" in loaded.backend.reason
+    for exact in ("flat", "auto"):
+        assert backend_mod.for_index_kind(resolve_backend("auto", "auto"), exact).name == "torch"
+    with pytest.raises(UsageError, match="the torch backend searches exactly"):
+        prepare_index(x, kind, backend=resolve_backend("torch", "cpu"))
 
 
 def test_exact_index_and_knn_search_on_torch() -> None:

@@ -14,13 +14,14 @@ def unit(n: int, d: int, seed: int = 0) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def brute(x: np.ndarray, assign: np.ndarray, rows: np.ndarray, k: int):
-    """One query at a time: allowed rows sorted by (score desc, id asc)."""
+def brute(x: np.ndarray, assign: np.ndarray, rows: np.ndarray, k: int, votes: int = 1):
+    """One query at a time: the rows sharing the query's cluster in fewer than ``votes``
+    runs, sorted by (score desc, id asc)."""
     out_s = np.full((len(rows), k), -np.inf, np.float32)
     out_i = np.full((len(rows), k), -1, np.int64)
     for r, q in enumerate(rows):
-        allowed = [j for j in range(len(x)) if all(assign[g, j] != assign[g, q]
-                                                   for g in range(len(assign)))]
+        allowed = [j for j in range(len(x))
+                   if sum(assign[g, j] == assign[g, q] for g in range(len(assign))) < votes]
         sims = [(float(np.float32(x[q] @ x[j])), j) for j in allowed]
         sims.sort(key=lambda t: (-t[0], t[1]))
         for c, (s, j) in enumerate(sims[:k]):
@@ -28,16 +29,18 @@ def brute(x: np.ndarray, assign: np.ndarray, rows: np.ndarray, k: int):
     return out_s, out_i
 
 
+@pytest.mark.parametrize("votes", [1, 2])
 @pytest.mark.parametrize("big_group", [1, 10_000])  # every group through FAISS / numpy
-def test_masked_exact_search_equals_brute_force(big_group):
+def test_masked_exact_search_equals_brute_force(big_group, votes):
     x = unit(120, 6)
     x[7] = x[3]  # exact ties
     x[9] = x[3]
     rng = np.random.default_rng(1)
-    assign = np.stack([rng.integers(0, 4, 120), rng.integers(0, 3, 120)])
+    assign = np.stack([rng.integers(0, 4, 120), rng.integers(0, 3, 120),
+                       rng.integers(0, 2, 120)])
     rows = np.arange(0, 120, 2)
-    s, i = masked_exact_search(x, assign, rows, 7, big_group=big_group)
-    rs, ri = brute(x, assign, rows, 7)
+    s, i = masked_exact_search(x, assign, rows, 7, big_group=big_group, votes=votes)
+    rs, ri = brute(x, assign, rows, 7, votes)
     np.testing.assert_array_equal(i, ri)
     np.testing.assert_allclose(s, rs, atol=1e-6)
 
@@ -89,6 +92,14 @@ def test_torch_masked_search_equals_masked_exact(dtype):
     r2, ri2 = masked_exact_search(x, assign2, np.array([5]), 6)
     np.testing.assert_array_equal(i2, ri2)
     assert (i2[0, 3:] == -1).all()
+    # two votes needed: rows sharing one cluster only stay searchable; the cached one-hot
+    # codes of the base are reused for the same array, rebuilt for another
+    assign3 = np.concatenate([assign, rng.integers(0, 3, (1, 300))])
+    for assign_now in (assign3, assign3, assign):
+        ref_s, ref_i = masked_exact_search(x, assign_now, rows, 9, votes=2)
+        s, i = index.search_masked(x[rows], 9, assign_now[:, rows], assign_now, votes=2)
+        np.testing.assert_array_equal(i, ref_i)
+        np.testing.assert_allclose(s, ref_s, atol=1e-5)
 
 
 def test_masked_ivf_search_keeps_the_mask_and_finds_the_exact_neighbours():
@@ -119,3 +130,30 @@ def test_masked_ivf_search_keeps_the_mask_and_finds_the_exact_neighbours():
     assert not (shared & ok).any()  # never a row of the anchor's clusters
     recall = np.mean([len(set(a[a >= 0]) & set(b)) / 5 for a, b in zip(few, ref_i, strict=True)])
     assert recall > 0.5  # 3 of 16 cells: approximate, but most neighbours found
+    # two votes: rows sharing the query's cluster in one run only are found too
+    s2, i2 = MaskedIvfSearch(index, assign, nprobe=16, votes=2).search(rows, 5, x[rows])
+    ref_s2, ref_i2 = masked_exact_search(x, assign, rows, 5, votes=2)
+    np.testing.assert_array_equal(i2, ref_i2)
+    assert (i2 != i).any()
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="no CUDA GPU (the GPU suite runs this)")
+def test_torch_masked_search_on_cuda_equals_cpu():
+    from pairkit.index.torch_search import TorchFlatIndex
+
+    x = unit(5000, 64, seed=12)
+    rng = np.random.default_rng(13)
+    assign = np.stack([rng.integers(0, 9, 5000) for _ in range(8)])
+    rows = np.arange(0, 5000, 5)
+    index = TorchFlatIndex(x, device="cuda")
+    for votes in (1, 3):
+        ref_s, ref_i = masked_exact_search(x, assign, rows, 7, votes=votes)
+        s, i = index.search_masked(x[rows], 7, assign[:, rows], assign, votes=votes)
+        np.testing.assert_array_equal(i, ref_i)
+        np.testing.assert_allclose(s, ref_s, atol=1e-5)

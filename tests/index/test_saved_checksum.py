@@ -49,8 +49,10 @@ def test_damaged_index_is_refused_before_faiss_reads_it(indexed, tmp_path, monke
                                            "--force"):
         load_index(indexed.root, "flat", indexed.content_id, indexed.count)
     monkeypatch.undo()
-    r = runner.invoke(app, ["mine", str(indexed.root), "--hard", "--index", "flat", "-o",
-                            str(tmp_path / "p.csv")])
+    # FAISS asked for by name: on a GPU host without faiss-gpu, auto is the torch search,
+    # which needs no saved index
+    r = runner.invoke(app, ["mine", str(indexed.root), "--hard", "--index", "flat",
+                            "--backend", "faiss", "-o", str(tmp_path / "p.csv")])
     assert r.exit_code == 1 and "does not match its checksum" in r.output
     assert len(r.output.strip().splitlines()) == 1
 

@@ -164,15 +164,32 @@ def _cuda() -> bool:
 @pytest.mark.skipif(not _cuda(), reason="no CUDA GPU (the GPU suite runs this)")
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_cuda_search_and_ranges_match_brute_force(dtype: str) -> None:
+    _search_and_ranges_match_brute_force("cuda", dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16"])
+def test_search_and_ranges_at_size_match_brute_force(dtype: str) -> None:
+    """The CUDA test's sizes and assertions, on the CPU (the float32 near-ties of these
+    20,000 rows are what its tolerance is for)."""
+    _search_and_ranges_match_brute_force("cpu", dtype)
+
+
+def _search_and_ranges_match_brute_force(device: str, dtype: str) -> None:
     base = _clustered(20000, 64, seed=7)
     queries = base[::13]
-    index = TorchFlatIndex(base, device="cuda", dtype=dtype, query_block=512, base_block=4096)
+    index = TorchFlatIndex(base, device=device, dtype=dtype, query_block=512, base_block=4096)
     scores, ids = index.search(queries, 25)
     ref_s, ref_i = brute_force(queries, base, 25)
-    np.testing.assert_array_equal(ids, ref_i)
     np.testing.assert_allclose(scores, ref_s, atol=2e-6)
+    # the float64 order, but for neighbours whose true scores differ by less than float32
+    # rounding of a 64-term sum (a handful of 38,475 here): either order is exact in float32
+    rows, cols = np.nonzero(ids != ref_i)
+    assert len(rows) <= 0.001 * ids.size
+    exact64 = queries.astype(np.float64) @ base.astype(np.float64).T
+    for r, c in zip(rows, cols, strict=True):
+        assert abs(exact64[r, ids[r, c]] - exact64[r, ref_i[r, c]]) < 1e-6, (r, c)
     got = tuple(np.concatenate(p) for p in zip(*index.range_blocks(queries, 0.8), strict=True))
-    exact = queries.astype(np.float64) @ base.astype(np.float64).T
+    exact = exact64
     r, c = np.nonzero(exact >= 0.8 + 1e-6)
     assert {(a, b) for a, b in zip(r, c, strict=True)} <= set(zip(*got[:2], strict=True))
     assert (exact[got[0], got[1]] >= 0.8 - 1e-6).all()

@@ -48,7 +48,9 @@ def test_triplet_parquet_with_stats(store, tmp_path: Path) -> None:
     assert s["neg_score"]["q50"] < s["pos_score"]["q50"]
     assert sum(s["rank_histogram"].values()) == 400
     assert "mined 400 rows (triplet) for 80 anchors" in r.output
-    assert "auto: 80 rows <= 50,000, exact search" in r.output
+    # FAISS flat on a CPU host; the torch search where a GPU is visible (also exact)
+    assert ("auto: 80 rows <= 50,000, exact search" in r.output
+            or "exact search, FAISS sees no GPU, torch does" in r.output)
 
 
 def test_same_seed_same_output(store, tmp_path: Path) -> None:
@@ -91,8 +93,9 @@ def test_filter_false_negatives_cli(store, tmp_path: Path) -> None:
     labels = store.items["label"].to_numpy()
     assert (labels[df["negative_id"]] != labels[df["anchor_id"]]).all()
     s = json.loads(stats.read_text())
-    assert s["fn_flagged"]["label"] > 0 and s["false_negative_rules"] == ["label"]
-    assert "false negatives flagged (eliminate): label" in r.output
+    # every row labelled: the anchor's label is not searched at all (nothing to flag)
+    assert s["label_rows_not_searched"] and s["false_negative_rules"] == ["label"]
+    assert "(label: rows of the anchor's label were not searched)" in r.output
     r = mine(store.root, "--hard", "--filter-false-negatives", "--fn-rules", "label",
              "--fn-mode", "keep", "-o", tmp_path / "k.jsonl")
     df = pd.read_json(tmp_path / "k.jsonl", lines=True)
@@ -252,3 +255,24 @@ def test_index_kinds_float16_and_random_positive(store, tmp_path: Path) -> None:
     weak = pd.read_csv(tmp_path / "wp.csv").groupby("anchor_id")["pos_score"].first()
     rand = rp.groupby("anchor_id")["pos_score"].first()
     assert (rand >= weak - 1e-6).all() and (rand > weak + 1e-6).any()
+
+
+def test_label_free_filter_reports_its_estimate(tmp_path: Path) -> None:
+    """The label-free rules (labels are in the store but unused): the summary names the
+    cluster count, the skipped rows and the estimate; --stats has the same figures and
+    the exact share of same-label negatives, which the rules bring below naive's."""
+    st = random_store(tmp_path / "store", n_sources=120, views=2, dim=16, classes=4, seed=3)
+    naive, flt = tmp_path / "n.json", tmp_path / "f.json"
+    assert mine(st.root, "--hard", "-o", tmp_path / "n.parquet", "--stats", naive).exit_code == 0
+    r = mine(st.root, "--hard", "-o", tmp_path / "f.parquet", "--stats", flt,
+             "--filter-false-negatives", "--fn-rules", "near-duplicate,cluster")
+    assert r.exit_code == 0, r.output
+    assert ("cluster rule: 4 clusters (read off the kNN graph's spectrum), 8 k-means runs"
+            in r.output)
+    assert "rows sharing a cluster with the anchor were not searched" in r.output
+    assert "false-negative estimate (no labels used): the rules flag" in r.output
+    s, n = json.loads(flt.read_text()), json.loads(naive.read_text())
+    assert s["clusters"]["k"] == [4] and s["clusters"]["auto"]
+    assert s["fn_estimate"]["hidden_positive_recall"] > 0.9
+    assert s["fn_estimate"]["random_pair_flag_rate"] < 0.5
+    assert s["negatives_same_label"] < n["negatives_same_label"]

@@ -1,14 +1,17 @@
-"""The cluster rule: consensus of k-means runs, the stable cluster count, the PCA it
-clusters in, and the mining path that skips the anchor's own clusters."""
+"""The cluster rule: spectral embedding of the kNN graph, the cluster count read off its
+spectrum, consensus of k-means runs, the PCA the graph is searched in, and the mining
+path that skips the anchor's own clusters."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.metrics import adjusted_rand_score
 
-from pairkit.mine.clusters import adjusted_rand_index, pca_reduce, stable_cluster_count
+from pairkit.mine.clusters import pca_reduce, spherical_kmeans
 from pairkit.mine.false_negatives import FalseNegativeConfig, build_context
+from pairkit.mine.spectral import cluster_runs, knn_graph_approx, spectral_embedding
 
 
 def blobs(k: int, per: int, d: int, spread: float = 0.15, seed: int = 0) -> np.ndarray:
@@ -19,23 +22,51 @@ def blobs(k: int, per: int, d: int, spread: float = 0.15, seed: int = 0) -> np.n
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-def test_adjusted_rand_index_matches_sklearn():
-    from sklearn.metrics import adjusted_rand_score
+def test_spherical_kmeans_finds_clean_blobs_from_any_seed():
+    """k-means++ seeding: no run merges two blobs (FAISS's random start did, 1 in 10)."""
+    x = blobs(4, 40, 12, spread=0.1)
+    truth = np.repeat(np.arange(4), 40)
+    for seed in range(20):
+        assign, cents = spherical_kmeans(x, 4, seed=seed)
+        assert adjusted_rand_score(truth, assign) == 1.0
+        np.testing.assert_allclose(np.linalg.norm(cents, axis=1), 1.0, atol=1e-5)
 
+
+def test_knn_graph_approx_equals_brute_force_in_the_reduced_space():
     rng = np.random.default_rng(0)
-    for _ in range(5):
-        a, b = rng.integers(0, 5, 200), rng.integers(0, 7, 200)
-        b[:120] = a[:120]
-        assert adjusted_rand_index(a, b) == pytest.approx(adjusted_rand_score(a, b), abs=1e-12)
-    assert adjusted_rand_index([0, 0, 1, 1], [5, 5, 2, 2]) == 1.0
+    z = rng.normal(size=(60, 8)).astype(np.float32)
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    sources = np.arange(60) // 2
+    rows = np.arange(0, 60)
+    ids, scores = knn_graph_approx(z, sources, rows, 5, block=7)
+    sim = z @ z.T
+    for i in range(60):
+        allowed = [j for j in np.argsort(-sim[i], kind="stable") if sources[j] != sources[i]]
+        assert ids[i].tolist() == allowed[:5]
+        np.testing.assert_allclose(scores[i], sim[i, allowed[:5]], atol=1e-5)
 
 
-@pytest.mark.parametrize("k", [6, 11])
-def test_stable_cluster_count_finds_the_blobs(k):
-    x = blobs(k, 60, 24, spread=0.08, seed=k)
-    best, table = stable_cluster_count(x, grid=(4, 6, 8, 11, 16), runs=3, seed=0)
-    assert best == k, table
-    assert table[k] > 0.9
+@pytest.mark.parametrize("k", [3, 6])
+def test_spectral_count_and_runs_find_connected_groups(k):
+    """Groups the kNN graph barely connects: the count of eigenvalues near 1 is the
+    number of groups, and every run recovers them."""
+    x = blobs(k, 50, 16, spread=0.05, seed=k)
+    emb = spectral_embedding(x, np.arange(len(x)), m=8)
+    assert emb.cluster_count() == k
+    truth = np.repeat(np.arange(k), 50)
+    for run in cluster_runs(emb, k, 3):
+        assert adjusted_rand_score(truth, run) == 1.0
+
+
+def test_spectral_on_a_sample_extends_to_every_row():
+    x = blobs(4, 300, 16, spread=0.08, seed=2)
+    truth = np.repeat(np.arange(4), 300)
+    emb = spectral_embedding(x, np.arange(len(x)), m=8, sample=400, seed=0)
+    assert len(emb.rows) == 400
+    runs = cluster_runs(emb, emb.cluster_count(), 2)
+    assert runs.shape == (2, 1200)
+    for run in runs:
+        assert adjusted_rand_score(truth, run) > 0.99
 
 
 def test_pca_reduce_spans_the_leading_components():
@@ -59,13 +90,13 @@ def test_pca_reduce_spans_the_leading_components():
 
 def test_consensus_flags_any_shared_run_and_auto_k_is_recorded():
     x = blobs(4, 40, 12, spread=0.1)
-    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=3)
+    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=3, cluster_neighbors=8)
     ctx = build_context(x, None, np.arange(len(x)), cfg, seed=0)
     assert ctx.cluster_assign.shape == (3, len(x))
     assert ctx.cluster_info["auto"] and ctx.cluster_info["k"] == [4]
     truth = np.repeat(np.arange(4), 40)
     for run in ctx.cluster_assign:
-        assert adjusted_rand_index(run, truth) == 1.0
+        assert adjusted_rand_score(truth, run) == 1.0
 
 
 def _store_with_blobs(tmp_path, labels: bool):
@@ -107,14 +138,99 @@ def test_mining_that_skips_own_clusters_equals_full_search(tmp_path, monkeypatch
     np.testing.assert_allclose(fast["neg_score"], slow["neg_score"], atol=1e-6)
 
 
-def test_outside_search_off_when_labels_decide(tmp_path):
+def test_labels_decide_the_skipped_rows_when_every_row_has_one(tmp_path, monkeypatch):
+    """Trusted labels on every row: the rows of the anchor's label are not searched (the
+    label rule drops them all), and the table is the full search's; with a label
+    missing, or flags kept, nothing is skipped."""
     from pairkit.mine import hard_negatives as hn
 
     store = _store_with_blobs(tmp_path, labels=True)
     cfg = hn.MineConfig(num_negatives=3, hard=True)
-    _, stats = hn.mine_store(store, "instance", cfg, None, FalseNegativeConfig(cluster_runs=2))
-    assert "not searched" not in stats["index"]
+    fcfg = FalseNegativeConfig(cluster_runs=2)
+    fast, stats = hn.mine_store(store, "instance", cfg, None, fcfg)
+    assert "rows of the anchor's label not searched (label rule)" in stats["index"]
+    assert stats["label_rows_not_searched"] and not stats["cluster_rows_not_searched"]
+    assert stats["negatives_same_label"] == 0.0
+    monkeypatch.setattr(hn, "outside_parts", lambda *a: None)
+    slow, stats2 = hn.mine_store(store, "instance", cfg, None, fcfg)
+    assert "not searched" not in stats2["index"]
+    cols = ["anchor_id", "positive_id", "negative_id", "neg_rank"]
+    pd.testing.assert_frame_equal(fast[cols].reset_index(drop=True),
+                                  slow[cols].reset_index(drop=True))
+    monkeypatch.undo()
     keep = hn.MineConfig(num_negatives=3, hard=True, fn_mode="keep")
-    fcfg = FalseNegativeConfig(rules=("cluster",), cluster_ks=(5,))
     _, stats = hn.mine_store(store, "instance", keep, None, fcfg)
     assert "not searched" not in stats["index"]
+    items = store.items.copy()
+    items.loc[3, "label"] = None
+    from pairkit.core.store import write_store
+
+    partial = write_store(tmp_path / "partial", store.vectors(np.float32), items,
+                          encoder={"name": "blobs"})
+    _, stats = hn.mine_store(partial, "instance", cfg, None, fcfg)
+    assert "not searched" not in stats["index"]
+
+
+def test_vote_shares_by_hand():
+    from pairkit.mine.rules.cluster import vote_shares
+
+    # 4 rows of 4 sources; 12 ordered pairs of two rows: 8 share a cluster in one run
+    # (run 0: 0-1, 2-3; run 1: 1-2, 0-3), none in both
+    assign = np.array([[0, 0, 1, 1], [0, 1, 1, 0]])
+    share = vote_shares(assign, np.arange(4), pairs=200_000)
+    assert abs(share[0] - 8 / 12) < 0.01 and share[1] == 0.0
+    # rows of one source never form a pair: of 0-2, 0-3, 1-2, 1-3 two share run 1
+    assert abs(vote_shares(assign, np.array([0, 0, 1, 1]), pairs=200_000)[0] - 0.5) < 0.01
+
+
+def test_votes_go_up_until_the_rule_flags_at_most_the_cap_then_off():
+    from pairkit.mine.rules import cluster
+
+    x = blobs(4, 40, 12, spread=0.1)
+    ctx = build_context(x, None, np.arange(len(x)),
+                        FalseNegativeConfig(rules=("cluster",), cluster_runs=3), seed=0)
+    rng = np.random.default_rng(3)
+    # three runs of 2 clusters each, cut independently: "any run" puts ~7/8 of the
+    # pairs together, "two runs" ~1/2, "all three" ~1/8
+    ctx.cluster_assign = rng.integers(0, 2, (3, len(x)))
+    share = cluster.vote_shares(ctx.cluster_assign, ctx.sources)
+    for cap, want in ((0.95, 1), (0.6, 2), (0.2, 3), (0.05, 0)):
+        ctx.cluster_info = {}
+        cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=3, cluster_max_share=cap)
+        assert cluster.choose_votes(ctx, cfg) == want, (cap, share)
+        info = ctx.cluster_info
+        assert info["votes"] == want
+        assert ("raised" in info) == (want > 1) and ("off" in info) == (want == 0)
+    # off: nothing flagged, whatever the clusters say
+    anchors, cand = np.array([0, 1]), np.array([[2, 3], [4, -1]])
+    flags = cluster.flag(ctx, anchors, cand, np.zeros((2, 2)), np.zeros(2), cfg, None)
+    assert not flags.any()
+    assert "no class structure found" in ctx.cluster_info["off"]
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_skipping_with_raised_votes_equals_full_search(tmp_path, monkeypatch, kind):
+    """With more votes needed (the random-pair guard), the search skips only rows sharing
+    the anchor's cluster in that many runs: still the table of a full search + flags."""
+    from pairkit.mine import hard_negatives as hn
+    from pairkit.mine.rules import cluster
+
+    store = _store_with_blobs(tmp_path, labels=False)
+    cfg = hn.MineConfig(num_negatives=4, hard=True)
+    # 8 clusters of 5 blobs: the runs cut the blobs in different places
+    base = dict(rules=("near-duplicate", "cluster"), cluster_ks=(8,), cluster_runs=4)
+    probe = build_context(store.vectors(np.float32), None, store.source_codes(),
+                          FalseNegativeConfig(**base), seed=0)
+    share = cluster.vote_shares(probe.cluster_assign, probe.sources)
+    assert share[0] > share[-1] + 0.02, share
+    fcfg = FalseNegativeConfig(**base, cluster_max_share=float(share[0] + share[-1]) / 2)
+    idx = hn.IndexOptions(kind=kind, nlist=4 if kind == "ivf" else None,
+                          nprobe=4 if kind == "ivf" else None)
+    fast, stats = hn.mine_store(store, "instance", cfg, idx, fcfg)
+    assert stats["clusters"]["votes"] > 1 and "raised" in stats["clusters"]
+    assert f"at least {stats['clusters']['votes']} of 4" in stats["index"]
+    monkeypatch.setattr(hn, "outside_parts", lambda *a: None)
+    slow, _ = hn.mine_store(store, "instance", cfg, idx, fcfg)
+    cols = ["anchor_id", "positive_id", "negative_id", "neg_rank"]
+    pd.testing.assert_frame_equal(fast[cols].reset_index(drop=True),
+                                  slow[cols].reset_index(drop=True))

@@ -154,8 +154,9 @@ def test_cluster_rule_counts_votes():
     for votes, expected in [(1, [True] * 4 + [False]),
                             (2, [True, True, True, False, False]),
                             (3, [False] * 5)]:
+        # cluster_max_share 1: the random-pair guard off (5 rows of hand-made runs)
         cfg = FalseNegativeConfig(rules=("cluster",), cluster_ks=(2, 2, 2), cluster_runs=1,
-                                  cluster_votes=votes)
+                                  cluster_votes=votes, cluster_max_share=1.0)
         flags, _ = flag(ctx, [0], cand, np.zeros((1, 5)), [0.5], cfg)
         assert flags[0].tolist() == expected
 

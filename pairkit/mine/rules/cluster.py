@@ -13,6 +13,14 @@ cuts at arbitrary borders, so a candidate that shares the anchor's cluster in
 *any* of a few seeded runs is flagged (the border cases). The number of clusters
 is read off the graph's spectrum unless ``cluster_ks`` gives it. Measurements:
 docs/benchmarks.md, "False negatives on real images".
+
+Guard: clusters only help when they hold classes. When a store has far more fine
+classes than the spectrum can resolve (thousands of identities, a sample too sparse to
+see them), the runs cut arbitrary regions that disagree, and "any run" would flag most
+pairs. So the share of random pairs the rule flags is measured on a fixed sample of
+pairs (:func:`choose_votes`): the votes needed go up until it is at most
+``cluster_max_share`` (0.5; the real sets measured flag 0.12-0.40 with one vote), and
+when even agreement of every run flags more, the rule flags nothing and says so.
 """
 
 from __future__ import annotations
@@ -71,7 +79,64 @@ def assignments(ctx: FnContext, config: Any) -> np.ndarray:
         ctx.cluster_assign = (np.concatenate(parts) if parts
                               else np.zeros((0, ctx.count), np.int64))
         ctx.cache["cluster_key"] = key
+        choose_votes(ctx, config)
     return ctx.cluster_assign
+
+
+PAIR_SAMPLE = 50_000
+
+
+def vote_shares(assign: np.ndarray, sources: np.ndarray, *, pairs: int = PAIR_SAMPLE,
+                seed: int = 0) -> np.ndarray:
+    """``share[v - 1]``: the share of random pairs (two rows of different sources, a fixed
+    seeded sample) that share a cluster in at least ``v`` of the runs of ``assign``."""
+    runs, n = assign.shape
+    if n < 2 or runs == 0:
+        return np.zeros(max(runs, 1))
+    rng = np.random.default_rng([seed, 31])
+    a, b = rng.integers(0, n, pairs), rng.integers(0, n, pairs)
+    keep = sources[a] != sources[b]
+    a, b = a[keep], b[keep]
+    if len(a) == 0:
+        return np.zeros(runs)
+    shared = (assign[:, a] == assign[:, b]).sum(axis=0)
+    return np.array([(shared >= v).mean() for v in range(1, runs + 1)])
+
+
+def choose_votes(ctx: FnContext, config: Any) -> int:
+    """The votes the rule needs on this store (0: the rule is off), recorded in
+    ``ctx.cluster_info`` (``votes``, ``random_pair_share``, ``off``)."""
+    assign = ctx.cluster_assign
+    runs = 0 if assign is None else assign.shape[0]
+    asked = min(config.cluster_votes, max(runs, 1))
+    if runs == 0:
+        return asked
+    share = vote_shares(assign, ctx.sources, seed=ctx.seed)
+    votes = next((v for v in range(asked, runs + 1)
+                  if share[v - 1] <= config.cluster_max_share), 0)
+    info = ctx.cluster_info
+    for key in ("off", "raised"):
+        info.pop(key, None)
+    info["votes"] = votes
+    info["votes_for"] = (config.cluster_votes, config.cluster_max_share)
+    info["random_pair_share"] = round(float(share[(votes or runs) - 1]), 4)
+    if votes == 0:
+        info["off"] = (f"its clusters put {share[runs - 1]:.0%} of random pairs together "
+                       f"even in all {runs} runs (> {config.cluster_max_share:.0%}): no class "
+                       "structure found, the rule flags nothing")
+    elif votes != asked:
+        info["raised"] = (f"{votes} of {runs} runs needed: with {asked} the rule would flag "
+                          f"{share[asked - 1]:.0%} of random pairs (> "
+                          f"{config.cluster_max_share:.0%})")
+    return votes
+
+
+def votes_needed(ctx: FnContext, config: Any) -> int:
+    """The votes a candidate needs (after :func:`assignments`); 0: the rule is off."""
+    assignments(ctx, config)
+    if ctx.cluster_info.get("votes_for") != (config.cluster_votes, config.cluster_max_share):
+        return choose_votes(ctx, config)  # assignments set by hand, or another config
+    return int(ctx.cluster_info["votes"])
 
 
 def prepare(ctx: FnContext, config: Any) -> None:
@@ -82,9 +147,11 @@ def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarr
          pos_scores: np.ndarray, config: Any, positives: Any) -> np.ndarray:
     """(n, k) bool: candidate in the anchor's cluster in >= ``cluster_votes`` runs."""
     assign = assignments(ctx, config)
+    need = votes_needed(ctx, config)
+    if need == 0:
+        return np.zeros(cand.shape, dtype=bool)
     safe = np.maximum(cand, 0)
     votes = np.zeros(cand.shape, dtype=np.int32)
     for g in range(assign.shape[0]):
         votes += assign[g][anchors][:, None] == assign[g][safe]
-    need = min(config.cluster_votes, max(assign.shape[0], 1))
     return (cand >= 0) & (votes >= need)

@@ -1,0 +1,55 @@
+"""The label-free quality estimate of a run's false-negative rules."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pairkit.mine.false_negatives import FalseNegativeConfig, FnContext
+from pairkit.mine.fn_estimate import estimate_quality
+
+
+def context(assign: list[int], sources: list[int], labels=None) -> FnContext:
+    n = len(assign)
+    x = np.eye(n, dtype=np.float32)
+    ctx = FnContext(vectors=x, labels=None if labels is None else np.array(labels, object),
+                    sources=np.asarray(sources, np.int64))
+    ctx.cluster_assign = np.asarray([assign], np.int64)  # set by hand: no k-means
+    return ctx
+
+
+# the random-pair guard off: these hand-made clusters are the point of the tests
+CLUSTER = FalseNegativeConfig(rules=("cluster",), cluster_ks=(2,), cluster_runs=1,
+                              cluster_max_share=1.0)
+
+
+def test_hidden_positive_recall_by_hand():
+    # sources (0,1) (2,3) (4,5); clusters put 0,1 and 4,5 together, split 2 from 3
+    ctx = context([0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 2, 2])
+    est = estimate_quality(ctx, CLUSTER, sample=100)
+    assert est["anchors"] == 6
+    assert est["hidden_positive_recall"] == round(4 / 6, 4)
+    # the label rule is never part of the estimate (it would read the answer)
+    with_label = FalseNegativeConfig(rules=("label", "cluster"), cluster_ks=(2,), cluster_runs=1)
+    assert estimate_quality(ctx, with_label, sample=100)["hidden_positive_recall"] == round(
+        4 / 6, 4)
+
+
+def test_random_pair_rate_bounds_and_label_share():
+    sources = list(np.arange(40) // 2)
+    together = context([0] * 40, sources, labels=["a"] * 20 + ["b"] * 20)
+    est = estimate_quality(together, CLUSTER, sample=40)
+    assert est["hidden_positive_recall"] == 1.0 and est["random_pair_flag_rate"] == 1.0
+    assert 0.0 < est["random_pair_same_label"] < 1.0
+    apart = context(list(range(40)), sources)
+    est = estimate_quality(apart, CLUSTER, sample=40)
+    assert est["hidden_positive_recall"] == 0.0 and est["random_pair_flag_rate"] == 0.0
+    assert "random_pair_same_label" not in est
+
+
+def test_single_view_stores_have_no_hidden_positives():
+    ctx = context([0, 0, 1, 1], [0, 1, 2, 3])
+    est = estimate_quality(ctx, CLUSTER, sample=10)
+    assert est["anchors"] == 0 and est["hidden_positive_recall"] is None
+    assert est["random_pair_flag_rate"] is not None
+    only_labels = FalseNegativeConfig(rules=("label",))
+    assert estimate_quality(ctx, only_labels)["random_pair_flag_rate"] is None
