@@ -137,8 +137,7 @@ def mine(
             filter_fn, fn_rules, margin=fn_margin, near_duplicate_threshold=fn_near_dup_threshold,
             cluster_votes=fn_cluster_votes, support_threshold=fn_support_threshold,
             support_aggregate=fn_support_aggregate, cluster_k=fn_cluster_k,
-            cluster_runs=fn_cluster_runs,
-            community_neighbors=fn_community_neighbors)
+            cluster_runs=fn_cluster_runs, community_neighbors=fn_community_neighbors)
         bar = ProgressBar(quiet, unit="anchors")
         try:
             stats = mine_to_files(store, output, relation, fmt, cfg, idx, fn, stats_path, force,

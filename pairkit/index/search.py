@@ -175,10 +175,26 @@ class IvfListMajor:
     def __init__(self, index: Any) -> None:
         import faiss
 
+        self._owner = index  # the view below does not keep the index alive
         self.ivf = faiss.extract_index_ivf(index)
         self.ntotal = int(index.ntotal)
         self.d = int(self.ivf.d)
         self._lists: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (shipped to a Ray worker) as the serialised IVF index, the lists read
+        again there: the FAISS view and the list cache are not picklable as they are."""
+        import faiss
+
+        return {"index": faiss.serialize_index(self.ivf), "ntotal": self.ntotal, "d": self.d}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        import faiss
+
+        self._owner = faiss.deserialize_index(state["index"])  # keeps the index alive
+        self.ivf = faiss.extract_index_ivf(self._owner)
+        self.ntotal, self.d = state["ntotal"], state["d"]
+        self._lists = {}
 
     @staticmethod
     def supports(index: Any) -> bool:

@@ -43,13 +43,13 @@ def store(tmp_path_factory, cluster):
                         dim=16, classes=5)
 
 
-def mined(st, cluster, cfg, fn=None, fmt="triplet"):
+def mined(st, cluster, cfg, fn=None, fmt="triplet", kind="auto"):
     from pairkit.dist.pool import block_mapper
     from pairkit.mine.hard_negatives import IndexOptions, mine_store
 
-    here = mine_store(st, None, cfg, IndexOptions(device="cpu"), fn, fmt)
-    there = mine_store(st, None, cfg, IndexOptions(device="cpu"), fn, fmt,
-                       map_blocks=block_mapper(cluster, "test"))
+    idx = IndexOptions(kind=kind, device="cpu", backend="faiss", nlist=8)
+    here = mine_store(st, None, cfg, idx, fn, fmt)
+    there = mine_store(st, None, cfg, idx, fn, fmt, map_blocks=block_mapper(cluster, "test"))
     return here, there
 
 
@@ -60,12 +60,13 @@ def same_stats(a: dict, b: dict) -> None:
 
 
 @pytest.mark.parametrize("case", ["hard", "easy", "cluster-keep", "rules-attract",
-                                  "outside-clusters"])
+                                  "outside-clusters", "outside-votes", "outside-labels",
+                                  "outside-ivf"])
 def test_mine_blocks_on_ray_equal_local(store, cluster, case):
     from pairkit.mine.false_negatives import FalseNegativeConfig
     from pairkit.mine.hard_negatives import MineConfig
 
-    cfg, fn, fmt = MineConfig(batch_size=64), None, "triplet"
+    cfg, fn, fmt, kind = MineConfig(batch_size=64), None, "triplet", "auto"
     if case == "easy":
         cfg = MineConfig(hard=False, batch_size=64, num_negatives=3)
     elif case == "cluster-keep":  # default rules: spectral clustering, near-duplicate groups
@@ -78,9 +79,20 @@ def test_mine_blocks_on_ray_equal_local(store, cluster, case):
     elif case == "outside-clusters":  # the masked search that never scores own clusters
         cfg = MineConfig(batch_size=64)
         fn = FalseNegativeConfig(rules=("near-duplicate", "cluster"))
-    (a, sa), (b, sb) = mined(store, cluster, cfg, fn, fmt)
-    if case == "outside-clusters":
-        assert "not searched (cluster rule)" in sa["index"]
+    elif case == "outside-votes":  # rows sharing the anchor's cluster in 2 of 4 runs skipped
+        fn = FalseNegativeConfig(rules=("near-duplicate", "cluster"), cluster_ks=(5,),
+                                 cluster_runs=4, cluster_votes=2)
+    elif case == "outside-labels":  # every row labelled: the anchor's label is not searched
+        fn = FalseNegativeConfig()
+    elif case == "outside-ivf":  # the IVF index scanned list by list with the same mask
+        fn, kind = FalseNegativeConfig(rules=("near-duplicate", "cluster")), "ivf"
+    (a, sa), (b, sb) = mined(store, cluster, cfg, fn, fmt, kind)
+    if case.startswith("outside"):
+        what = "label" if case == "outside-labels" else "cluster"
+        assert f"not searched ({what} rule)" in sa["index"], sa["index"]
+        assert sa["index"] == sb["index"]
+    if case == "outside-votes":
+        assert "at least 2 of 4" in sa["index"]
     assert len(a) > 0
     pd.testing.assert_frame_equal(a, b)
     same_stats(sa, sb)
