@@ -5,10 +5,16 @@ needs) goes into Ray's object store once; each actor deserialises it once (numpy
 zero-copy on the same node) and then runs blocks as Ray's :class:`~ray.util.ActorPool`
 hands them out. An actor whose process dies is restarted by Ray and its block retried
 (``max_restarts`` / ``max_task_retries``), so a killed worker costs time, not results.
+
+The actors can be started before ``shared`` exists (:class:`BlockPool`): their processes
+start and import what the blocks need while this process is still loading the store and
+building the index.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,10 +25,13 @@ class BlockWorker:
     """One Ray actor: runs ``fn(shared, block)`` for blocks; ``shared`` is fetched from
     the object store on the first block (and again after a restart) and kept."""
 
-    def __init__(self, fn: Callable[[Any, Any], Any], threads: int, crash: str | None) -> None:
+    def __init__(self, fn: Callable[[Any, Any], Any], threads: int, crash: str | None,
+                 modules: tuple[str, ...] = ()) -> None:
         from pairkit.core.threads import configure
 
         configure(threads)
+        for name in modules:  # imported now, while the driver still prepares the blocks
+            importlib.import_module(name)
         self.fn = fn
         self.crash = crash
         self.shared: Any = None
@@ -37,47 +46,95 @@ class BlockWorker:
         return index, self.fn(self.shared, block)
 
 
+class BlockPool:
+    """``cluster.workers`` actors of ``cluster.threads`` CPUs for ``fn``, started now;
+    :meth:`map` runs the blocks on them once and then stops them (so does :meth:`close`)."""
+
+    def __init__(self, fn: Callable[[Any, Any], Any], cluster: Cluster, what: str,
+                 modules: tuple[str, ...] = ()) -> None:
+        ray = require_ray()
+        self.what = what
+        actor = ray.remote(BlockWorker).options(num_cpus=cluster.threads,
+                                                max_restarts=RETRIES, max_task_retries=RETRIES)
+        self.actors = [actor.remote(fn, cluster.threads, crash_marker(), modules)
+                       for _ in range(cluster.workers)]
+
+    def map(self, shared: Any, blocks: list[Any]) -> Iterator[Any]:
+        """Yield ``fn(shared, block)`` for each of ``blocks``, in order. A worker's error
+        is raised here as one PairkitError line."""
+        import ray
+        from ray.util import ActorPool
+
+        try:
+            if not blocks:
+                return
+            box = [ray.put(shared)]  # nested: Ray hands the reference over, the actor fetches
+            pool = ActorPool(self.actors[:len(blocks)])
+            # the first free actor takes the next block; results wait here for their turn
+            results = pool.map_unordered(lambda a, job: a.run.remote(*job, box),
+                                         list(enumerate(blocks)))
+            done: dict[int, Any] = {}
+            for turn in range(len(blocks)):
+                while turn not in done:
+                    try:
+                        index, result = next(results)
+                    except Exception as exc:
+                        raise worker_error(exc, self.what) from None
+                    done[index] = result
+                yield done.pop(turn)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        import ray
+
+        for a in self.actors:
+            with contextlib.suppress(Exception):
+                ray.kill(a)
+        self.actors = []
+
+
 def ray_map_blocks(fn: Callable[[Any, Any], Any], shared: Any, blocks: list[Any],
-                   cluster: Cluster, what: str = "a block") -> Iterator[Any]:
+                   cluster: Cluster, what: str = "a block",
+                   modules: tuple[str, ...] = ()) -> Iterator[Any]:
     """Yield ``fn(shared, block)`` for each of ``blocks``, in order, computed by up to
-    ``cluster.workers`` actors of ``cluster.threads`` CPUs. A worker's error is raised
-    here as one PairkitError line (``what`` names the work)."""
-    ray = require_ray()
-    from ray.util import ActorPool
-
+    ``cluster.workers`` actors of ``cluster.threads`` CPUs (``what`` names the work in
+    an error)."""
     if not blocks:
-        return
-    ref = ray.put(shared)
-    actor = ray.remote(BlockWorker).options(num_cpus=cluster.threads, max_restarts=RETRIES,
-                                            max_task_retries=RETRIES)
-    actors = [actor.remote(fn, cluster.threads, crash_marker())
-              for _ in range(min(cluster.workers, len(blocks)))]
-    box = [ref]  # nested, so Ray hands the reference over and the actor fetches it once
-    try:
-        pool = ActorPool(actors)
-        # the first free actor takes the next block; results wait here for their turn
-        results = pool.map_unordered(lambda a, job: a.run.remote(*job, box),
-                                     list(enumerate(blocks)))
-        done: dict[int, Any] = {}
-        for turn in range(len(blocks)):
-            while turn not in done:
-                try:
-                    index, result = next(results)
-                except Exception as exc:
-                    raise worker_error(exc, what) from None
-                done[index] = result
-            yield done.pop(turn)
-    finally:
-        for a in actors:
-            ray.kill(a)
+        return iter(())
+    return BlockPool(fn, cluster, what, modules).map(shared, blocks)
 
 
-def block_mapper(cluster: Cluster, what: str) -> Callable[..., Iterator[Any]]:
-    """``map_blocks(fn, shared, blocks)`` on ``cluster`` (the hook of
-    :func:`pairkit.mine.hard_negatives.mine_negatives`)."""
+MINE_MODULES = ("faiss", "pairkit.index.search", "pairkit.mine.hard_negatives")
 
-    def map_blocks(fn: Callable[[Any, Any], Any], shared: Any,
-                   blocks: list[Any]) -> Iterator[Any]:
-        return ray_map_blocks(fn, shared, blocks, cluster, what)
 
-    return map_blocks
+class BlockMapper:
+    """``map_blocks(fn, shared, blocks)`` on a cluster (the hook of
+    :func:`pairkit.mine.hard_negatives.mine_negatives`). With ``warm`` (the ``fn`` the
+    blocks will run), the actors start now and serve the first call; :meth:`close` stops
+    them if no call came."""
+
+    def __init__(self, cluster: Cluster, what: str,
+                 warm: Callable[[Any, Any], Any] | None = None,
+                 modules: tuple[str, ...] = MINE_MODULES) -> None:
+        self.cluster, self.what, self.warm, self.modules = cluster, what, warm, modules
+        self.pool = BlockPool(warm, cluster, what, modules) if warm is not None else None
+
+    def __call__(self, fn: Callable[[Any, Any], Any], shared: Any,
+                 blocks: list[Any]) -> Iterator[Any]:
+        pool, self.pool = self.pool, None
+        if pool is not None and fn is self.warm:
+            return pool.map(shared, blocks)
+        if pool is not None:
+            pool.close()
+        return ray_map_blocks(fn, shared, blocks, self.cluster, self.what, self.modules)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+
+def block_mapper(cluster: Cluster, what: str) -> BlockMapper:
+    """:class:`BlockMapper` on ``cluster``, actors started on the first call."""
+    return BlockMapper(cluster, what)

@@ -182,16 +182,15 @@ class IvfListMajor:
         self._lists: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled (shipped to a Ray worker) as the serialised IVF index, the lists read
-        again there: the FAISS view and the list cache are not picklable as they are."""
-        import faiss
-
-        return {"index": faiss.serialize_index(self.ivf), "ntotal": self.ntotal, "d": self.d}
+        """Pickled (shipped to a Ray worker) as its index (FAISS indexes pickle as their
+        serialised bytes, once however many objects hold them); the IVF view and the list
+        cache are made again there."""
+        return {"owner": self._owner, "ntotal": self.ntotal, "d": self.d}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         import faiss
 
-        self._owner = faiss.deserialize_index(state["index"])  # keeps the index alive
+        self._owner = state["owner"]
         self.ivf = faiss.extract_index_ivf(self._owner)
         self.ntotal, self.d = state["ntotal"], state["d"]
         self._lists = {}

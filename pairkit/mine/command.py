@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pairkit.errors import UsageError
+from pairkit.errors import PairkitError, UsageError
 from pairkit.mine.hard_negatives import IndexOptions, MineConfig
 
 
@@ -37,19 +37,16 @@ def mine_to_files(
         check_table_output(output, force)
     if stats_path is not None:
         check_output(stats_path, force, what="stats file")
-    map_blocks, cluster = None, None
-    if ray:
-        from pairkit.dist import connect
-        from pairkit.dist.pool import block_mapper
+    def run(map_blocks: Any = None) -> tuple[Any, dict[str, Any]]:
+        st = Store.open(store, verify=True)
+        return mine_store(st, relation, config, index, fn_config, fmt, progress=progress,
+                          on_start=on_start, map_blocks=map_blocks)
 
+    if ray:
         index = cpu_search(index, "mine")
-        cluster = connect(ray)
-        map_blocks = block_mapper(cluster, "mining a block of anchors")
-    st = Store.open(store, verify=True)
-    table, stats = mine_store(st, relation, config, index, fn_config, fmt, progress=progress,
-                              on_start=on_start, map_blocks=map_blocks)
-    if cluster is not None:
-        stats["ray"] = cluster.describe()
+        table, stats = on_ray(ray, run)
+    else:
+        table, stats = run()
     warning = unknown_pairs_warning(stats)
     if warning and on_warning is not None:
         on_warning(warning)
@@ -84,3 +81,47 @@ def cpu_search(index: IndexOptions, command: str) -> IndexOptions:
         raise UsageError(f"{command} --ray searches on the workers' CPUs with FAISS: use "
                          "--device cpu (or auto) and --backend faiss (or auto)")
     return replace(index, device="cpu", backend="faiss")
+
+
+def on_ray(address: str, run: Callable[[Any], tuple[Any, dict[str, Any]]]
+           ) -> tuple[Any, dict[str, Any]]:
+    """``run(map_blocks)`` with the blocks of anchors mined on the Ray cluster at
+    ``address``. ``run`` starts in a thread at once (store, index, false-negative context)
+    while this thread starts or joins the cluster and its workers (whose processes start
+    and import meanwhile); the blocks wait for them. A cluster that can't be reached is
+    reported at once."""
+    import threading
+
+    from pairkit.dist import connect
+    from pairkit.dist.pool import BlockMapper
+    from pairkit.mine.hard_negatives import mine_block
+
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+
+    def map_blocks(fn: Any, shared: Any, blocks: list[Any]) -> Any:
+        ready.wait()
+        if "mapper" not in box:
+            raise PairkitError("the Ray cluster was not reached")
+        return box["mapper"](fn, shared, blocks)
+
+    def work() -> None:
+        try:
+            box["result"] = run(map_blocks)
+        except BaseException as exc:  # raised again in the calling thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name="pairkit-mine", daemon=True)
+    thread.start()
+    try:
+        cluster = connect(address)
+        box["mapper"] = BlockMapper(cluster, "mining a block of anchors", warm=mine_block)
+    finally:
+        ready.set()
+    thread.join()
+    box["mapper"].close()
+    if "error" in box:
+        raise box["error"]
+    table, stats = box["result"]
+    stats["ray"] = cluster.describe()
+    return table, stats
