@@ -15,7 +15,10 @@ worker has that many and a local cluster of C CPUs runs C / threads workers):
 - ``ray local, 2 workers x 1 thread``: ``pairkit --threads 1 mine --ray local`` (what
   ``--ray local`` does by default on 2 CPUs);
 - ``ray local, 1 worker x 2 threads``: ``pairkit --threads 2 mine --ray local``;
-- ``local, 2 threads``: ``pairkit --threads 2 mine`` (one process, two threads).
+- ``local, 2 threads``: ``pairkit --threads 2 mine`` (one process, two threads);
+- ``ray local on 1 CPU, 1 worker x 1 thread`` and ``local on 1 CPU, 1 thread``: the same
+  commands pinned to CPU 0 (``taskset -c 0``: Ray sees one CPU, so one worker; the driver
+  and Ray's own processes share that CPU): 1 worker against the 2 workers above.
 
 Goal (issue 12): the whole ``--ray local`` command within 1.5x of the local command.
 
@@ -44,13 +47,17 @@ RUNS = {
     "ray local, 2 workers x 1 thread": ["--threads", "1", "mine", "--ray", "local"],
     "ray local, 1 worker x 2 threads": ["--threads", "2", "mine", "--ray", "local"],
     "local, 2 threads": ["--threads", "2", "mine"],
+    "ray local on 1 CPU, 1 worker x 1 thread": ["--threads", "1", "mine", "--ray", "local"],
+    "local on 1 CPU, 1 thread": ["--threads", "1", "mine"],
 }
+PINNED = ("taskset", "-c", "0")  # the runs named "on 1 CPU"
 BASE = "local, 1 thread"
 
 
-def run(args: list[str], store: Path, out: Path, extra: list[str]) -> tuple[float, str]:
-    cmd = [sys.executable, "-m", "pairkit", args[0], args[1], args[2], str(store), "--hard",
-           "-k", "5", "-o", str(out), "--force", *extra, *args[3:]]
+def run(args: list[str], store: Path, out: Path, extra: list[str],
+        prefix: tuple[str, ...] = ()) -> tuple[float, str]:
+    cmd = [*prefix, sys.executable, "-m", "pairkit", args[0], args[1], args[2], str(store),
+           "--hard", "-k", "5", "-o", str(out), "--force", *extra, *args[3:]]
     env = {k: v for k, v in os.environ.items()
            if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PAIRKIT_THREADS")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
@@ -90,7 +97,8 @@ def main() -> None:
         for rep in range(a.repeats):
             for name in names:
                 out = Path(tmp) / f"pairs-{len(lines)}.parquet"
-                wall, line = run(RUNS[name], store, out, extra)
+                wall, line = run(RUNS[name], store, out, extra,
+                                 PINNED if "on 1 CPU" in name else ())
                 times[name].append(round(wall, 2))
                 lines[name] = line
                 table = pd.read_parquet(out)
