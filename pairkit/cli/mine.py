@@ -65,7 +65,7 @@ def mine(
         False, "--filter-false-negatives", help="Flag likely false negatives among candidates."),
     fn_rules: str | None = typer.Option(
         None, "--fn-rules", help="Comma list of label, near-duplicate, margin, cluster, "
-        "support, community (docs/methods.md).", show_default="label,near-duplicate,cluster"),
+        "community (docs/methods.md).", show_default="label,near-duplicate,cluster"),
     fn_mode: o.FnMode = typer.Option(
         "eliminate", "--fn-mode", help="Flagged candidates: eliminate (dropped), attract "
         "(extra positive rows) or keep (negatives, with false_negative/fn_reason columns)."),
@@ -82,11 +82,6 @@ def mine(
     fn_cluster_votes: int | None = typer.Option(
         None, "--fn-cluster-votes", help="cluster rule: runs that must put anchor and "
         "candidate together (raised while > 50% of random pairs would be).", show_default="1"),
-    fn_support_threshold: float | None = typer.Option(
-        None, "--fn-support-threshold", help="support rule: cosine threshold.",
-        show_default="the anchor's weakest positive score"),
-    fn_support_aggregate: Literal["mean", "max"] | None = typer.Option(
-        None, "--fn-support-aggregate", help="support rule: aggregate.", show_default="max"),
     fn_community_neighbors: int | None = typer.Option(
         None, "--fn-community-neighbors", help="community rule: kNN graph neighbours.",
         show_default="15"),
@@ -119,8 +114,6 @@ def mine(
             ("--fn-margin", fn_margin), ("--fn-near-dup-threshold", fn_near_dup_threshold),
             ("--fn-cluster-k", fn_cluster_k), ("--fn-cluster-runs", fn_cluster_runs),
             ("--fn-cluster-votes", fn_cluster_votes),
-            ("--fn-support-threshold", fn_support_threshold),
-            ("--fn-support-aggregate", fn_support_aggregate),
             ("--fn-community-neighbors", fn_community_neighbors)))
         cfg = MineConfig(
             num_negatives=num_negatives, hard=hard, range_min=range_min or 0,
@@ -135,8 +128,7 @@ def mine(
                            float16=dtype == "float16", backend=backend)
         fn = fn_config(
             filter_fn, fn_rules, margin=fn_margin, near_duplicate_threshold=fn_near_dup_threshold,
-            cluster_votes=fn_cluster_votes, support_threshold=fn_support_threshold,
-            support_aggregate=fn_support_aggregate, cluster_k=fn_cluster_k,
+            cluster_votes=fn_cluster_votes, cluster_k=fn_cluster_k,
             cluster_runs=fn_cluster_runs, community_neighbors=fn_community_neighbors)
         bar = ProgressBar(quiet, unit="anchors")
         try:

@@ -74,6 +74,13 @@ RENAMED = {
     "--keep-flagged": "--fn-mode keep", "--kind": "--index",
 }
 MOVED = {"--threads": "pairkit --threads N COMMAND ..."}
+# options of features that were measured and removed
+REMOVED = {
+    "--fn-support-threshold": "the support rule was removed (docs/benchmarks.md); use "
+                              "--fn-rules near-duplicate,cluster",
+    "--fn-support-aggregate": "the support rule was removed (docs/benchmarks.md); use "
+                              "--fn-rules near-duplicate,cluster",
+}
 
 
 class Command(TyperCommand):
@@ -87,6 +94,8 @@ class Command(TyperCommand):
             name = exc.option_name
             if name in RENAMED:
                 raise cx.UsageError(f"{name} was replaced: use {RENAMED[name]}", ctx) from None
+            if name in REMOVED:
+                raise cx.UsageError(f"{name}: {REMOVED[name]}", ctx) from None
             if name in MOVED:
                 raise cx.UsageError(f"{name} is an option of pairkit itself: {MOVED[name]}",
                                     ctx) from None

@@ -86,23 +86,33 @@ def cpu_search(index: IndexOptions, command: str) -> IndexOptions:
 def on_ray(address: str, run: Callable[[Any], tuple[Any, dict[str, Any]]]
            ) -> tuple[Any, dict[str, Any]]:
     """``run(map_blocks)`` with the blocks of anchors mined on the Ray cluster at
-    ``address``. ``run`` starts in a thread at once (store, index, false-negative context)
-    while this thread starts or joins the cluster and its workers (whose processes start
-    and import meanwhile); the blocks wait for them. A cluster that can't be reached is
-    reported at once."""
+    ``address``. With ``local``, ``run`` starts in a thread at once (store, index,
+    false-negative context) while this thread starts Ray and the workers (whose processes
+    start and import meanwhile); the blocks wait for them. A cluster to join is joined
+    first (quick, and a wrong address fails before any work)."""
     import threading
 
-    from pairkit.dist import connect
+    from pairkit.dist import connect, require_ray
     from pairkit.dist.pool import BlockMapper
     from pairkit.mine.hard_negatives import mine_block
 
+    require_ray()
+    if address != "local":
+        cluster = connect(address)
+        mapper = BlockMapper(cluster, "mining a block of anchors", warm=mine_block)
+        try:
+            table, stats = run(mapper)
+        finally:
+            mapper.close()
+        stats["ray"] = cluster.describe()
+        return table, stats
     ready = threading.Event()
     box: dict[str, Any] = {}
 
     def map_blocks(fn: Any, shared: Any, blocks: list[Any]) -> Any:
         ready.wait()
         if "mapper" not in box:
-            raise PairkitError("the Ray cluster was not reached")
+            raise PairkitError("the Ray cluster did not start")
         return box["mapper"](fn, shared, blocks)
 
     def work() -> None:
@@ -118,8 +128,9 @@ def on_ray(address: str, run: Callable[[Any], tuple[Any, dict[str, Any]]]
         box["mapper"] = BlockMapper(cluster, "mining a block of anchors", warm=mine_block)
     finally:
         ready.set()
-    thread.join()
-    box["mapper"].close()
+        thread.join()  # also when Ray failed: the thread stops at its first block
+        if "mapper" in box:
+            box["mapper"].close()
     if "error" in box:
         raise box["error"]
     table, stats = box["result"]

@@ -18,9 +18,6 @@ Rules (names as on the command line, reasons as written in ``fn_reason``):
   read off the graph's spectrum unless ``cluster_ks`` is given).
 - ``margin`` (``margin``): candidate score above ``margin`` of the positive
   score (the percent-of-positive rule).
-- ``support`` (``support``): candidate's similarity to the anchor's support
-  views (all views of its source), aggregated by max or mean, is above a
-  threshold (false-negative cancellation).
 - ``community`` (``community``): candidate is in the anchor's community of the
   kNN graph (weighted label propagation over each item's nearest other
   sources).
@@ -49,7 +46,12 @@ REASONS: dict[str, str] = {name: m.REASON for name, m in MODULES.items()}
 SIMILARITY_RULES: tuple[str, ...] = tuple(n for n, m in MODULES.items() if m.SIMILARITY)
 # Chosen by measurement on real images: docs/benchmarks.md ("False negatives").
 DEFAULT_RULES: tuple[str, ...] = ("label", "near-duplicate", "cluster")
-SUPPORT_AGGREGATES: tuple[str, ...] = ("max", "mean")
+# rules that were measured and removed: the one-line reason an old spelling gets
+REMOVED_RULES: dict[str, str] = {
+    "support": "the support rule (false-negative cancellation) was removed: on real images "
+               "it left 0.30-0.71 of negatives same-class and cost 2.6-22x naive mining "
+               "(docs/benchmarks.md); use cluster",
+}
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class FalseNegativeConfig:
     rule is off when even all runs do: the clusters hold no class structure).
     ``trust_labels``: with the ``label`` rule on, a pair whose anchor and
     candidate both carry a label is decided by the labels (and near-duplicate
-    groups) alone; the similarity rules (margin, cluster, support, community)
+    groups) alone; the similarity rules (margin, cluster, community)
     judge only pairs with a missing label.
     """
 
@@ -80,10 +82,6 @@ class FalseNegativeConfig:
     # the most of all random pairs the rule may flag: more votes are required until it
     # flags no more, and with every run required and still more, the rule is off
     cluster_max_share: float = 0.5
-    support_aggregate: str = "max"
-    support_threshold: float | None = None  # None: the anchor's weakest positive score
-    support_top: int = 0
-    support_include_anchor: bool = True
     community_neighbors: int = 15
     community_iters: int = 50
     community_max_share: float = 0.9  # a community holding more of the items flags nothing
@@ -101,10 +99,7 @@ class FalseNegativeConfig:
 def validate_config(config: FalseNegativeConfig) -> None:
     """Raise :class:`UsageError` with a one-line reason for a bad config."""
     for rule in config.rules:
-        if rule not in RULES:
-            raise UsageError(
-                f"unknown false-negative rule {rule!r}; choose from {', '.join(RULES)}"
-            )
+        _check_rule(rule)
     if len(set(config.rules)) != len(config.rules):
         raise UsageError(f"false-negative rules repeat: {','.join(config.rules)}")
     if not 0.0 < config.margin <= 1.0:
@@ -132,16 +127,6 @@ def validate_config(config: FalseNegativeConfig) -> None:
                          f"{config.cluster_eigen_threshold}")
     if config.cluster_niter < 1:
         raise UsageError(f"cluster iterations must be >= 1, got {config.cluster_niter}")
-    if config.support_aggregate not in SUPPORT_AGGREGATES:
-        raise UsageError(
-            f"support aggregate must be one of {', '.join(SUPPORT_AGGREGATES)}, "
-            f"got {config.support_aggregate!r}"
-        )
-    t = config.support_threshold
-    if t is not None and not -1.0 <= t <= 1.0:
-        raise UsageError(f"support threshold must be in [-1, 1], got {t}")
-    if config.support_top < 0:
-        raise UsageError(f"support top must be >= 0 (0 = no limit), got {config.support_top}")
     if config.community_neighbors < 1:
         raise UsageError(f"community neighbors must be >= 1, got {config.community_neighbors}")
     if not 0.0 < config.community_max_share <= 1.0:
@@ -158,11 +143,15 @@ def parse_rules(text: str) -> tuple[str, ...]:
     if not rules:
         raise UsageError("--fn-rules needs at least one rule")
     for rule in rules:
-        if rule not in RULES:
-            raise UsageError(
-                f"unknown false-negative rule {rule!r}; choose from {', '.join(RULES)}"
-            )
+        _check_rule(rule)
     return rules
+
+
+def _check_rule(rule: str) -> None:
+    if rule in REMOVED_RULES:
+        raise UsageError(REMOVED_RULES[rule])
+    if rule not in RULES:
+        raise UsageError(f"unknown false-negative rule {rule!r}; choose from {', '.join(RULES)}")
 
 
 def build_context(

@@ -213,7 +213,6 @@ def methods(grid: bool) -> list[tuple[str, FalseNegativeConfig | None, bool, boo
         ("margin 0.95 (percent-of-positive)", replace(base, rules=("margin",)), False),
         ("near-duplicate", replace(base, rules=("near-duplicate",)), False),
         ("cluster", replace(base, rules=("cluster",)), False),
-        ("support", replace(base, rules=("support",)), False),
         ("community", replace(base, rules=("community",)), False),
         (f"default ({','.join(DEFAULT_RULES)})", base, False),
         ("label-free default (near-duplicate,cluster)",
@@ -230,16 +229,10 @@ def methods(grid: bool) -> list[tuple[str, FalseNegativeConfig | None, bool, boo
                     continue
                 cfg = replace(base, rules=("cluster",), cluster_runs=runs, cluster_votes=votes)
                 out.append((f"cluster runs={runs} votes={votes}", cfg, False))
-        for agg in ("max", "mean"):
-            for thr in (0.5, 0.6, 0.7, 0.8):
-                cfg = replace(base, rules=("support",), support_aggregate=agg,
-                              support_threshold=thr)
-                out.append((f"support {agg} >= {thr}", cfg, False))
         for m in (10, 20, 30):
             cfg = replace(base, rules=("community",), community_neighbors=m)
             out.append((f"community neighbors={m}", cfg, False))
-        for extra in (("support",), ("cluster",), ("cluster", "support"), ("community",),
-                      ("community", "support"), ("community", "cluster"),
+        for extra in (("cluster",), ("community",), ("community", "cluster"),
                       ("community", "margin")):
             rules = ("label", "near-duplicate", *extra)
             out.append((f"rules {','.join(rules)}", replace(base, rules=rules), False))

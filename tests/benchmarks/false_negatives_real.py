@@ -262,6 +262,43 @@ def kmeans_votes(sizes: tuple[int, ...] | None, runs: int, votes: int) -> Any:
     return make
 
 
+def fnc_support(threshold: float | None, top: int = 0) -> Any:
+    """False-negative cancellation (Huynh et al., WACV 2022), the former ``support`` rule
+    (removed from pairkit: docs/benchmarks.md): a candidate is flagged when its highest
+    similarity to the anchor's support views (every view of its source) is >= ``threshold``
+    (None: the anchor's weakest positive score) and, with ``top``, among the anchor's
+    ``top`` highest by it."""
+
+    def make(store, v, s):  # noqa: ANN001, ANN202
+        views_of = {}
+        for row, src in enumerate(s):
+            views_of.setdefault(int(src), []).append(row)
+        width = max(len(x) for x in views_of.values())
+        table = np.full((int(s.max()) + 1, width), -1, np.int64)
+        for src, rows in views_of.items():
+            table[src, : len(rows)] = rows
+
+        def fn_filter(a, c, sc, r, pos):  # noqa: ANN001, ANN202
+            from pairkit.mine.fn_context import similarity_to_rows
+
+            views = table[s[a]]
+            sim = similarity_to_rows(v, views, c)  # (n, m, k)
+            agg = np.where((views >= 0)[:, :, None], sim, -np.inf).max(axis=1)
+            if threshold is None:
+                p = np.asarray(r, dtype=np.float32)[:, None]
+                thr = np.where(np.isfinite(p), p, np.inf)
+            else:
+                thr = np.float32(threshold)
+            flags = (c >= 0) & (agg >= thr)
+            if top and top < c.shape[1]:
+                flags &= agg >= -np.partition(-agg, top - 1, axis=1)[:, top - 1 : top]
+            return flags, np.where(flags, "support", None)
+
+        return fn_filter
+
+    return make
+
+
 def methods() -> dict[str, dict]:
     def kr(k: int) -> Any:
         return lambda st, v, s: sparse_flags(kreciprocal_sets(v, s, k))
@@ -293,10 +330,10 @@ def methods() -> dict[str, dict]:
         "k-reciprocal Jaccard >= 0.1 (k=20)": {"filter": kr_jaccard(20, 0.1)},
         "DBSCAN on k-reciprocal Jaccard (eps 0.7)": {"filter": dbscan(20, 0.7)},
         "margin 0.95 (NV-Retriever)": {"rules": ["margin"]},
-        "support (FNC, max >= the anchor's positive: the default)": {"rules": ["support"]},
-        "support (FNC, max >= 0.9)": {"rules": ["support"], "params": {"support_threshold": 0.9}},
-        "support (FNC, top 5)": {"rules": ["support"],
-                                 "params": {"support_threshold": -1.0, "support_top": 5}},
+        "support (FNC, max >= the anchor's positive: the default)": {
+            "filter": fnc_support(None)},
+        "support (FNC, max >= 0.9)": {"filter": fnc_support(0.9)},
+        "support (FNC, top 5)": {"filter": fnc_support(-1.0, top=5)},
         "community": {"rules": ["community"]},
         "near-duplicate,community (old default)": {"rules": ["near-duplicate", "community"]},
         "k-means on the vectors, 3 granularities, 2 votes (old cluster rule)": {

@@ -19,7 +19,7 @@ its class), for the raw embeddings and for heads trained with each loss:
   unfiltered / false negatives (same label: an oracle flag) eliminated /
   attracted;
 - instance pairs + hard negatives mined by ``pairkit.mine`` itself with its
-  label-free ``support`` false-negative rule (eliminated);
+  label-free false-negative rules (``near-duplicate,cluster``, eliminated);
 - supcon with labels (``--relation label``).
 
 Several seeds; mean and std over seeds.
@@ -137,8 +137,8 @@ RUNS = [
     ("debiased, in-batch", "debiased", "instance", "none", "keep"),
     ("hard (beta=1), in-batch", "hard", "instance", "none", "keep"),
     ("hard + mined, FN eliminated", "hard", None, "flagged", "eliminate"),
-    ("infonce + pairkit mine, FN rule support (no labels)", "infonce", None, "mine_support",
-     "eliminate"),
+    ("infonce + pairkit mine, label-free FN rules (near-duplicate,cluster)", "infonce", None,
+     "mine_label_free", "eliminate"),
     ("supcon, labels", "supcon", "label", "none", "keep"),
 ]
 
@@ -157,10 +157,12 @@ def run_seed(args: argparse.Namespace, seed: int, tmp: Path) -> dict[str, float]
     tables = {"raw": mined_table(train, args.negatives, flag=False),
               "flagged": mined_table(train, args.negatives, flag=True)}
     out["_fn_rate"] = float(tables["flagged"]["false_negative"].mean())
-    tables["mine_support"] = mine_with_rules(train, args.negatives, ("support",))
+    tables["mine_label_free"] = mine_with_rules(train, args.negatives,
+                                                ("near-duplicate", "cluster"))
     labels = train.labels()
-    sub = tables["mine_support"]
-    out["_fn_rate_support"] = float(np.mean(labels[sub["anchor_id"]] == labels[sub["negative_id"]]))
+    sub = tables["mine_label_free"]
+    out["_fn_rate_label_free"] = float(
+        np.mean(labels[sub["anchor_id"]] == labels[sub["negative_id"]]))
     for name, loss, relation, table, fn_mode in RUNS:
         cfg = TrainConfig(head="mlp", out_dim=args.out_dim, loss=LossConfig(name=loss),
                           relation=relation, fn_mode=fn_mode, epochs=args.epochs,
@@ -204,8 +206,8 @@ def main() -> None:
           f"dim {args.dim}), batch {args.batch_size}, "
           f"{args.epochs} epochs, mined negatives per anchor {args.negatives}, "
           f"same-label share of mined negatives "
-          f"{np.mean([r['_fn_rate'] for r in results]):.2f} (after pairkit mine's support "
-          f"rule: {np.mean([r['_fn_rate_support'] for r in results]):.2f})\n")
+          f"{np.mean([r['_fn_rate'] for r in results]):.2f} (after pairkit mine's label-free "
+          f"rules: {np.mean([r['_fn_rate_label_free'] for r in results]):.2f})\n")
     print("| embeddings | kNN top-1 (mean ± std) | train s/run |")
     print("|---|---|---|")
     summary = {}

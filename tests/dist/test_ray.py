@@ -73,7 +73,7 @@ def test_mine_blocks_on_ray_equal_local(store, cluster, case):
         cfg, fn, fmt = MineConfig(batch_size=64, fn_mode="keep"), FalseNegativeConfig(), "n-tuple"
     elif case == "rules-attract":  # the search that skips the anchor's clusters, retries
         cfg = MineConfig(batch_size=50, fn_mode="attract", sampling="softmax", range_max=40)
-        fn = FalseNegativeConfig(rules=("near-duplicate", "margin", "support", "cluster"),
+        fn = FalseNegativeConfig(rules=("near-duplicate", "margin", "cluster"),
                                  cluster_ks=(5,), cluster_runs=2)
         fmt = "labeled-pair"
     elif case == "outside-clusters":  # the masked search that never scores own clusters

@@ -27,7 +27,6 @@ from pairkit.mine.false_negatives import (
 )
 from pairkit.mine.fn_context import similarity_to_rows
 from pairkit.mine.rules import community
-from pairkit.mine.rules.support import support_scores
 
 
 def unit(*rows: list[float]) -> np.ndarray:
@@ -262,48 +261,19 @@ def test_community_rule_on_blobs_of_unequal_size():
     np.testing.assert_array_equal(ctx2.communities, ctx.communities)
 
 
-# -- support ------------------------------------------------------------------------
-def test_support_rule_max_and_mean():
-    # source 0 = rows 0 (0 deg) and 1 (60 deg); candidates at 30, 70, 120 deg
-    x = angles(0, 60, 30, 70, 120)
-    ctx = ctx_of(x, [0, 0, 1, 2, 3])
-    cand = [[2, 3, 4]]
-    def c(deg: float) -> float:
-        return float(np.cos(np.radians(deg)))
-
-    # max over {0, 60}: 30 -> cos30 .866, 70 -> cos10 .985, 120 -> cos60 .5
-    # mean: 30 -> .866, 70 -> (cos70 + cos10)/2 = .664, 120 -> (cos120 + cos60)/2 = 0
-    cfg = FalseNegativeConfig(rules=("support",), support_aggregate="max", support_threshold=0.8)
-    assert flag(ctx, [0], cand, np.zeros((1, 3)), [0.5], cfg)[0].tolist() == [[True, True, False]]
-    cfg = FalseNegativeConfig(rules=("support",), support_aggregate="mean", support_threshold=0.66)
-    assert flag(ctx, [0], cand, np.zeros((1, 3)), [0.5], cfg)[0].tolist() == [[True, True, False]]
-    cfg = FalseNegativeConfig(rules=("support",), support_aggregate="mean", support_threshold=0.67)
-    assert flag(ctx, [0], cand, np.zeros((1, 3)), [0.5], cfg)[0].tolist() == [[True, False, False]]
-    agg = support_scores(ctx, np.array([0]), np.array(cand), cfg)
-    np.testing.assert_allclose(agg[0], [c(30), (c(70) + c(10)) / 2, 0.0], atol=1e-6)
-    # the other views only (anchor left out): similarity to row 1 (60 deg)
-    cfg = FalseNegativeConfig(rules=("support",), support_aggregate="max", support_threshold=0.9,
-                              support_include_anchor=False)
-    assert flag(ctx, [0], cand, np.zeros((1, 3)), [0.5], cfg)[0].tolist() == [[False, True, False]]
+# -- removed rules -------------------------------------------------------------------
+def test_removed_support_rule_says_why():
+    for make in (lambda: parse_rules("near-duplicate,support"),
+                 lambda: FalseNegativeConfig(rules=("support",))):
+        with pytest.raises(UsageError, match="the support rule .* was removed"):
+            make()
 
 
-def test_support_rule_top_limit_and_padding():
-    x = angles(0, 10, 20, 30, 40)
-    ctx = ctx_of(x, [0, 1, 2, 3, 4])  # one view per source: support = the anchor itself
-    cfg = FalseNegativeConfig(rules=("support",), support_aggregate="max",
-                              support_threshold=0.5, support_top=2)
-    flags, _ = flag(ctx, [0], [[3, -1, 1, 2, 4]], np.zeros((1, 5)), [0.5], cfg)
-    assert flags.tolist() == [[False, False, True, True, False]]
-
-
-def test_support_blocks_match_one_block():
+def test_similarity_to_rows_blocks_match_one_block():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(50, 7)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    ctx = ctx_of(x, np.arange(50) // 3)
     cand = rng.integers(-1, 50, size=(50, 9))
-    cfg = FalseNegativeConfig(rules=("support",))
-    whole = support_scores(ctx, np.arange(50), cand, cfg)
     views = np.stack([np.arange(50), (np.arange(50) + 1) % 50])
     views[1, ::4] = -1
     one = similarity_to_rows(x, views.T, cand)
@@ -312,7 +282,6 @@ def test_support_blocks_match_one_block():
     ref = np.einsum("nmd,nkd->nmk", x[np.maximum(views.T, 0)], x[np.maximum(cand, 0)])
     ref[views.T < 0] = np.nan
     np.testing.assert_allclose(one, ref, atol=1e-6)
-    assert whole.shape == cand.shape
 
 
 # -- all rules against a per-anchor reference loop ----------------------------------
@@ -330,7 +299,7 @@ def reference_flags(x, labels, sources, groups, assign, comm, anchors, cand, sco
                 continue
             labelled = trust and labels[a] is not None and labels[c] is not None
             for rule in cfg.rules:
-                if labelled and rule in ("margin", "cluster", "support", "community"):
+                if labelled and rule in ("margin", "cluster", "community"):
                     continue
                 if rule == "label" and labels[a] is not None and labels[a] == labels[c]:
                     fired.append("label")
@@ -348,17 +317,12 @@ def reference_flags(x, labels, sources, groups, assign, comm, anchors, cand, sco
                         fired.append("cluster")
                 if rule == "community" and comm[a] == comm[c]:
                     fired.append("community")
-                if rule == "support":
-                    sims = [float(x[v] @ x[c]) for v in views]
-                    agg = max(sims) if cfg.support_aggregate == "max" else float(np.mean(sims))
-                    if agg >= cfg.support_threshold:
-                        fired.append("support")
             out[r, c_idx] = "|".join(fired) if fired else None
     return out
 
 
-@pytest.mark.parametrize(("aggregate", "trust"), [("max", True), ("mean", False)])
-def test_vectorised_matches_reference_loop(aggregate, trust):
+@pytest.mark.parametrize("trust", [True, False])
+def test_vectorised_matches_reference_loop(trust):
     rng = np.random.default_rng(7)
     n = 60
     x = rng.normal(size=(n, 6)).astype(np.float32)
@@ -367,8 +331,7 @@ def test_vectorised_matches_reference_loop(aggregate, trust):
     labels = np.array([None if i % 7 == 0 else f"c{i % 4}" for i in range(n)], dtype=object)
     groups = np.where(rng.random(n) < 0.5, rng.integers(0, 5, n), -1)
     cfg = FalseNegativeConfig(rules=RULES, margin=0.8, cluster_ks=(6, 12, 24),
-                              cluster_runs=1, cluster_votes=2, support_aggregate=aggregate,
-                              support_threshold=0.3, community_neighbors=3,
+                              cluster_runs=1, cluster_votes=2, community_neighbors=3,
                               trust_labels=trust)
     ctx = build_context(x, labels, sources, cfg, seed=0, groups=groups)
     anchors = np.arange(0, n, 3)
@@ -401,8 +364,7 @@ def test_defaults_are_known_rules():
          "cluster votes must be between 1 and the number of runs (2)"),
         ({"cluster_ks": (1,)}, "cluster counts must be >= 2"),
         ({"cluster_runs": 0}, "cluster runs must be >= 1"),
-        ({"support_aggregate": "median"}, "support aggregate must be one of max, mean"),
-        ({"support_top": -1}, "support top must be >= 0"),
+        ({"cluster_max_share": 0.0}, "cluster max share must be in (0, 1]"),
     ],
 )
 def test_config_errors(kwargs, message):

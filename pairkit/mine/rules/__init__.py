@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from pairkit.mine.rules import cluster, community, label, margin, near_duplicate, support
+from pairkit.mine.rules import cluster, community, label, margin, near_duplicate
 
 MODULES: dict[str, ModuleType] = {
-    m.NAME: m for m in (label, near_duplicate, margin, cluster, support, community)
+    m.NAME: m for m in (label, near_duplicate, margin, cluster, community)
 }
