@@ -688,6 +688,7 @@ def mine_store(
     t_index = time.perf_counter()
     fn_filter = None
     parts = None
+    skipped: dict[str, Any] = {}  # what the search skips: ctx.cache["outside"]
     ctx = None
     if fn_config is not None:
         from pairkit.mine import false_negatives as fnm
@@ -697,6 +698,8 @@ def mine_store(
                                 file_sha256=sha if any(v is not None for v in sha) else None,
                                 views=items["view"].to_numpy(), backend=where)
         parts = outside_parts(ctx, fn_config, config)  # (runs, N) cluster ids or None
+        if parts is not None:
+            skipped = ctx.cache.get("outside", {})
         if parts is not None and ctx.groups is None:
             # a near-duplicate of the anchor (or of its positive) shares its clusters, so
             # the search never offers it; the rare one across a border is caught by
@@ -729,11 +732,10 @@ def mine_store(
         searcher = _timed(loaded.searcher(vectors, batch_size=index.batch_size), search_time)
         index_text = loaded.describe()
     elif config.hard:
-        how = (ctx.cache.get("outside") if ctx is not None else None) or {}
         anchor_searcher, index_text = _outside_searcher(
             vectors, parts, index, config.seed, where, store_root=store.root,
-            content_id=store.content_id, votes=int(how.get("votes", 1)),
-            what=how.get("what", "cluster"))
+            content_id=store.content_id, votes=int(skipped.get("votes", 1)),
+            what=skipped.get("what", "cluster"))
 
     if on_start is not None:
         on_start(len(rel.anchors()))
@@ -760,10 +762,8 @@ def mine_store(
         "seed": config.seed,
         "false_negative_rules": list(fn_config.rules) if fn_config is not None else [],
         "clusters": _cluster_stats(ctx, fn_config) if fn_config is not None else None,
-        "cluster_rows_not_searched": parts is not None and (
-            (ctx.cache.get("outside") or {}).get("what") == "cluster"),
-        "label_rows_not_searched": parts is not None and (
-            (ctx.cache.get("outside") or {}).get("what") == "label"),
+        "cluster_rows_not_searched": skipped.get("what") == "cluster",
+        "label_rows_not_searched": skipped.get("what") == "label",
         "fn_mode": config.fn_mode if fn_config is not None else None,
         "seconds": {"setup": round(t1 - t0, 3), "mine": round(time.perf_counter() - t1, 3),
                     "false_negative_context": round(t_fn - t_index, 3),

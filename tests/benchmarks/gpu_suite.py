@@ -223,6 +223,22 @@ def pairkit(*args: str, timeout: float) -> tuple[float, str, str, int]:
     return wall, proc.stdout, proc.stderr[-600:], proc.returncode
 
 
+def mine_with_stats(ref: Path, out: Path, name: str, *extra: str, timeout: float
+                    ) -> tuple[float, dict[str, Any], dict[str, Any] | None]:
+    """``pairkit mine REF --hard -k 5 --backend torch EXTRA`` writing
+    ``out/pairs-NAME.parquet`` and ``out/stats-NAME.json``: (wall seconds, a row with
+    ``wall_s`` and ``rc`` (``error`` when it failed), the stats or None)."""
+    stats = out / f"stats-{name}.json"
+    wall, _, err, rc = pairkit("mine", str(ref), "--hard", "-k", "5", "--backend", "torch",
+                               *extra, "-o", str(out / f"pairs-{name}.parquet"), "--stats",
+                               str(stats), "-q", "--force", timeout=timeout)
+    row: dict[str, Any] = {"wall_s": round(wall, 2), "rc": rc}
+    if rc:
+        row["error"] = err
+        return wall, row, None
+    return wall, row, json.loads(stats.read_text())
+
+
 def part_tests(part: Part, work: Path, size: dict, smoke: bool) -> None:
     import importlib.util
 
@@ -467,17 +483,10 @@ def part_mine(part: Part, work: Path, size: dict, smoke: bool) -> None:
     out = work / "mine"
     out.mkdir(exist_ok=True)
     # 1. the whole command (the figure of the acceptance)
-    wall, _, err, rc = pairkit("mine", str(ref), "--hard", "-k", "5", "--backend", "torch",
-                               "-o", str(out / "pairs.parquet"), "--stats",
-                               str(out / "stats.json"), "-q", "--force",
-                               timeout=part.left() - 5)
-    row: dict[str, Any] = {"wall_s": round(wall, 2), "rc": rc}
-    if rc == 0:
-        st = json.loads((out / "stats.json").read_text())
+    _, row, st = mine_with_stats(ref, out, "naive", timeout=part.left() - 5)
+    if st is not None:
         row.update(index=st["index"], k_initial=st["k_initial"], seconds=st["seconds"],
                    rows=st["rows"])
-    else:
-        row["error"] = err
     part.set("whole_command", row)
     k = int(row.get("k_initial", 14))
 
@@ -552,13 +561,8 @@ def part_fn(part: Part, work: Path, size: dict, smoke: bool) -> None:
     if naive.exists():
         nw = json.loads(naive.read_text()).get("whole_command", {}).get("wall_s")
     if nw is None:  # the mine part did not run: plain mining of the same store first
-        wall, _, err, rc = pairkit("mine", str(ref), "--hard", "-k", "5", "--backend", "torch",
-                                   "-o", str(out / "pairs-naive.parquet"), "--stats",
-                                   str(out / "stats-naive.json"), "-q", "--force",
-                                   timeout=part.left() - 2)
-        row0: dict[str, Any] = {"wall_s": round(wall, 2), "rc": rc}
-        if rc == 0:
-            st = json.loads((out / "stats-naive.json").read_text())
+        wall, row0, st = mine_with_stats(ref, out, "naive", timeout=part.left() - 2)
+        if st is not None:
             row0.update(seconds=st["seconds"], index=st["index"],
                         negatives_same_label=st.get("negatives_same_label"))
             nw = wall
@@ -568,22 +572,15 @@ def part_fn(part: Part, work: Path, size: dict, smoke: bool) -> None:
         if part.left() < 15:
             part.set(name, {"skipped": "time guard"})
             continue
-        wall, _, err, rc = pairkit("mine", str(ref), "--hard", "-k", "5", "--backend", "torch",
-                                   "--filter-false-negatives", *rules,
-                                   "-o", str(out / f"pairs-{name}.parquet"),
-                                   "--stats", str(out / f"stats-{name}.json"), "-q", "--force",
-                                   timeout=part.left() - 2)
-        row: dict[str, Any] = {"wall_s": round(wall, 2), "rc": rc}
-        if rc == 0:
-            st = json.loads((out / f"stats-{name}.json").read_text())
+        wall, row, st = mine_with_stats(ref, out, name, "--filter-false-negatives", *rules,
+                                        timeout=part.left() - 2)
+        if st is not None:
             row.update(rules=st["false_negative_rules"], seconds=st["seconds"],
                        index=st["index"], clusters=st.get("clusters"),
                        negatives_same_label=st.get("negatives_same_label"),
                        fn_estimate=st.get("fn_estimate"))
             if nw:
                 row["ratio_to_naive_mining"] = round(wall / nw, 2)
-        else:
-            row["error"] = err
         part.set(name, row)
 
 

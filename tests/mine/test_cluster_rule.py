@@ -115,6 +115,20 @@ def _store_with_blobs(tmp_path, labels: bool):
     return write_store(tmp_path / "store", views, items, encoder={"name": "blobs"})
 
 
+def _full_search_gives(fast, monkeypatch, store, cfg, idx, fcfg):
+    """Mine again with nothing skipped (no outside search) and check the table equals
+    ``fast``; returns (table, stats) of that full search."""
+    from pairkit.mine import hard_negatives as hn
+
+    monkeypatch.setattr(hn, "outside_parts", lambda *a: None)
+    slow, stats = hn.mine_store(store, "instance", cfg, idx, fcfg)
+    monkeypatch.undo()
+    cols = ["anchor_id", "positive_id", "negative_id", "neg_rank"]
+    pd.testing.assert_frame_equal(fast[cols].reset_index(drop=True),
+                                  slow[cols].reset_index(drop=True))
+    return slow, stats
+
+
 @pytest.mark.parametrize("kind", ["flat", "ivf"])
 def test_mining_that_skips_own_clusters_equals_full_search(tmp_path, monkeypatch, kind):
     """The outside search is an optimisation only: with exact search the table is the
@@ -129,12 +143,8 @@ def test_mining_that_skips_own_clusters_equals_full_search(tmp_path, monkeypatch
                           nprobe=4 if kind == "ivf" else None)
     fast, stats = hn.mine_store(store, "instance", cfg, idx, fcfg)
     assert "not searched" in stats["index"]
-    monkeypatch.setattr(hn, "outside_parts", lambda *a: None)
-    slow, stats2 = hn.mine_store(store, "instance", cfg, idx, fcfg)
+    slow, stats2 = _full_search_gives(fast, monkeypatch, store, cfg, idx, fcfg)
     assert "not searched" not in stats2["index"]
-    cols = ["anchor_id", "positive_id", "negative_id", "neg_rank"]
-    pd.testing.assert_frame_equal(fast[cols].reset_index(drop=True),
-                                  slow[cols].reset_index(drop=True))
     np.testing.assert_allclose(fast["neg_score"], slow["neg_score"], atol=1e-6)
 
 
@@ -151,13 +161,8 @@ def test_labels_decide_the_skipped_rows_when_every_row_has_one(tmp_path, monkeyp
     assert "rows of the anchor's label not searched (label rule)" in stats["index"]
     assert stats["label_rows_not_searched"] and not stats["cluster_rows_not_searched"]
     assert stats["negatives_same_label"] == 0.0
-    monkeypatch.setattr(hn, "outside_parts", lambda *a: None)
-    slow, stats2 = hn.mine_store(store, "instance", cfg, None, fcfg)
+    _, stats2 = _full_search_gives(fast, monkeypatch, store, cfg, None, fcfg)
     assert "not searched" not in stats2["index"]
-    cols = ["anchor_id", "positive_id", "negative_id", "neg_rank"]
-    pd.testing.assert_frame_equal(fast[cols].reset_index(drop=True),
-                                  slow[cols].reset_index(drop=True))
-    monkeypatch.undo()
     keep = hn.MineConfig(num_negatives=3, hard=True, fn_mode="keep")
     _, stats = hn.mine_store(store, "instance", keep, None, fcfg)
     assert "not searched" not in stats["index"]
@@ -229,8 +234,4 @@ def test_skipping_with_raised_votes_equals_full_search(tmp_path, monkeypatch, ki
     fast, stats = hn.mine_store(store, "instance", cfg, idx, fcfg)
     assert stats["clusters"]["votes"] > 1 and "raised" in stats["clusters"]
     assert f"at least {stats['clusters']['votes']} of 4" in stats["index"]
-    monkeypatch.setattr(hn, "outside_parts", lambda *a: None)
-    slow, _ = hn.mine_store(store, "instance", cfg, idx, fcfg)
-    cols = ["anchor_id", "positive_id", "negative_id", "neg_rank"]
-    pd.testing.assert_frame_equal(fast[cols].reset_index(drop=True),
-                                  slow[cols].reset_index(drop=True))
+    _full_search_gives(fast, monkeypatch, store, cfg, idx, fcfg)
