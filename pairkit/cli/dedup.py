@@ -19,8 +19,16 @@ def dedup(
     store: Path = typer.Argument(..., help="Store folder (made by embed or import)."),
     threshold: float | None = typer.Option(
         None, "--threshold", "-t", show_default=DEFAULT_THRESHOLD_TEXT,
-        help="Similarity for a near-duplicate, in (0, 1] (measured with the pixels encoder; "
-        "see docs/dedup.md for other encoders)."),
+        help="Embedding similarity for a near-duplicate, in (0, 1]; giving it uses the "
+        "threshold method (and decides pairs with an unreadable image in the pixels one)."),
+    method: Literal["auto", "pixels", "threshold"] = typer.Option(
+        "auto", "--method",
+        help="pixels: align candidate pairs on the images, threshold calibrated on copies of "
+        "the store's own images; threshold: embedding similarity >= --threshold; auto: "
+        "pixels when the images can be read and no --threshold is given."),
+    pixel_threshold: float | None = typer.Option(
+        None, "--pixel-threshold", show_default="calibrated",
+        help="Aligned pixel correlation for a near-duplicate (pixels method)."),
     keep: Literal["best", "first", "largest", "central"] = typer.Option(
         "best", "--keep",
         help="Copy kept per group. best: most pixels, then largest file, then shortest path, "
@@ -70,7 +78,7 @@ def dedup(
             (check_output if paths_only else check_table_output)(output, force)
         t0 = time.perf_counter()
         cfg = DedupConfig(store, threshold, keep, exact_only, batch_size, device, absolute,
-                          backend, ray)
+                          backend, ray, method, pixel_threshold)
         table, summary = run_dedup(cfg, warn)
         if drop:
             table = table[~table["keep"]].reset_index(drop=True)

@@ -31,6 +31,8 @@ class DedupConfig:
     absolute: bool = False
     backend: str = "auto"  # auto, faiss, torch (pairkit.index.backend)
     ray: str | None = None  # a Ray cluster address: the pair search runs there
+    method: str = "auto"  # auto, pixels, threshold (pairkit.mine.near_duplicate_check)
+    pixel_threshold: float | None = None  # None: calibrated on the store
 
 
 def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
@@ -78,13 +80,20 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
         sizes = largest_reader(image_root, paths, warn)
         if sizes is None:
             keep = "first"
+    from pairkit.mine.near_duplicate_check import choose_check
+
+    vectors = st.vectors(np.float32)
+    check = choose_check(
+        vectors, paths, image_root, cfg.method, cfg.threshold, cfg.pixel_threshold,
+        batch_size=cfg.batch_size, device="cpu" if pairs else cfg.device,
+        backend="faiss" if pairs else cfg.backend, pairs=pairs)
     result = find_near_duplicates(
-        st.vectors(np.float32), threshold,
+        vectors, threshold,
         file_sha256=items["file_sha256"].to_numpy(dtype=object, na_value=None),
         sources=items["source"].to_numpy(dtype=object), views=items["view"].to_numpy(),
         keep=keep, sizes=sizes, near=not cfg.exact_only, batch_size=cfg.batch_size,
         device="cpu" if pairs else cfg.device, backend="faiss" if pairs else cfg.backend,
-        pairs=pairs)
+        pairs=pairs, check=check)
     table = result.table
     out_paths = paths[table["id"].to_numpy()]
     if cfg.absolute:
@@ -101,6 +110,7 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
         "near": int((table["match"] == "near").sum()),
         "split": result.components_split,
         "threshold": threshold,
+        "decision": result.decision if not cfg.exact_only else None,
         "keep": "first" if getattr(sizes, "fell_back", False) else keep,
         "exact_only": cfg.exact_only,
         "ray": cluster.describe() if cluster is not None else None,
@@ -230,6 +240,11 @@ def summary_line(s: dict[str, Any]) -> str:
     share = s["items_in_groups"] / s["items"] if s["items"] else 0.0
     views = "" if s["sources"] == s["items"] else f" ({s['items_in_groups']} items with views)"
     how = "exact only" if s["exact_only"] else f"threshold {s['threshold']:g}"
+    d = s.get("decision") or {}
+    if d.get("method") == "pixels":
+        cal = (f" calibrated on {d['copies']} copies of {d['images']} images"
+               if d.get("copies") else "")
+        how = f"pixels, aligned correlation >= {d['threshold']:.4f}{cal}"
     groups = "1 group" if s["groups"] == 1 else f"{s['groups']} groups"
     return (
         f"{groups}: {s['sources_in_groups']} of {s['sources']} sources in groups"
