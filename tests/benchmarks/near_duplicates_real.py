@@ -88,7 +88,7 @@ def sample_rows(labels: np.ndarray, n: int, seed: int, long_tail: bool) -> np.nd
     share = 1.0 / (np.arange(len(classes)) + 1.0) ** 1.2
     share /= share.sum()
     rows = []
-    for c, s in zip(classes, share):
+    for c, s in zip(classes, share, strict=True):
         pool = np.flatnonzero(labels == c)
         rows.append(rng.choice(pool, size=min(len(pool), max(2, round(n * s))), replace=False))
     return np.sort(np.concatenate(rows))
