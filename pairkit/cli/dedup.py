@@ -46,6 +46,9 @@ def dedup(
         False, "--absolute", help="Paths joined to the store's image_root (absolute)."),
     print0: bool = typer.Option(
         False, "--print0", "-0", help="With --paths-only: end paths with NUL (xargs -0)."),
+    against: Path | None = typer.Option(
+        None, "--against", help="Another store (a test split): list this store's sources "
+        "that duplicate one of its sources instead of the groups."),
     exact_only: bool = typer.Option(
         False, "--exact-only", help="Only byte-identical files (same file_sha256)."),
     batch_size: int = typer.Option(4096, "--batch-size", help="Query rows per search block."),
@@ -64,11 +67,20 @@ def dedup(
     """
     from pairkit.core.options import table_output
     from pairkit.errors import UsageError
-    from pairkit.mine.dedup import DedupConfig, run_dedup, summary_line, write_paths
+    from pairkit.mine.dedup import (
+        DedupConfig,
+        against_line,
+        run_against,
+        run_dedup,
+        summary_line,
+        write_paths,
+    )
 
     with user_errors():
         if print0 and not paths_only:
             raise UsageError("--print0 needs --paths-only")
+        if against is not None and drop:
+            raise UsageError("--drop does not apply to --against: every row is a leak")
         if not paths_only:
             table_output(output)
         if output != "-":
@@ -79,7 +91,10 @@ def dedup(
         t0 = time.perf_counter()
         cfg = DedupConfig(store, threshold, keep, exact_only, batch_size, device, absolute,
                           backend, ray, method, pixel_threshold)
-        table, summary = run_dedup(cfg, warn)
+        if against is not None:
+            table, summary = run_against(cfg, against, warn)
+        else:
+            table, summary = run_dedup(cfg, warn)
         if drop:
             table = table[~table["keep"]].reset_index(drop=True)
         try:
@@ -93,6 +108,6 @@ def dedup(
         except BrokenPipeError:
             reader_gone = True  # `| head`: not an error; main() exits quietly
         summary["seconds"] = time.perf_counter() - t0
-        say(summary_line(summary), quiet)
+        say((against_line if against is not None else summary_line)(summary), quiet)
     if reader_gone:
         raise BrokenPipeError

@@ -75,7 +75,7 @@ class PixelCheck:
 
     vectors: np.ndarray
     paths: np.ndarray
-    image_root: str | Path
+    image_root: str | Path | np.ndarray  # one folder, or (N,) one per item
     threshold: float | None = None
     fallback: float = 0.965
     candidates: int = CANDIDATES
@@ -132,8 +132,10 @@ class PixelCheck:
         chosen = np.sort(rng.choice(readable, size=min(self.sample, len(readable)),
                                     replace=False))
         oc, of, cc, cf, owner = [], [], [], [], []
+        roots = self.image_root
         for pos in chosen:
-            f = resolve_item_path(self.image_root, str(self.paths[items[pos]]))
+            root = roots[items[pos]] if isinstance(roots, np.ndarray) else roots
+            f = resolve_item_path(root, str(self.paths[items[pos]]))
             try:
                 img, _ = load_image(f, draft_size=2 * FINE)  # type: ignore[arg-type]
             except (DecodeError, OSError, ValueError, TypeError):

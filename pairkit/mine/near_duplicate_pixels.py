@@ -63,18 +63,21 @@ def thumbnails_of(img: object, sizes: tuple[int, ...] = (THUMB,)) -> list[np.nda
     return out
 
 
-def read_thumbnails(image_root: str | Path, paths: np.ndarray, ids: np.ndarray,
+def read_thumbnails(image_root: str | Path | np.ndarray, paths: np.ndarray, ids: np.ndarray,
                     size: int = THUMB) -> tuple[np.ndarray, np.ndarray]:
     """Thumbnails of the items ``ids``: ``(thumbs (n, size, size) float32, ok (n,) bool)``;
     rows of unreadable images (or of paths that would leave the image root: never opened)
-    are zero and not ok."""
+    are zero and not ok. ``image_root``: one folder, or one per item ((N,) array: items
+    of several stores)."""
     from pairkit.core.paths import resolve_item_path
 
     ids = np.asarray(ids, dtype=np.int64)
     thumbs = np.zeros((len(ids), size, size), dtype=np.float32)
     ok = np.zeros(len(ids), dtype=bool)
+    per_item = isinstance(image_root, np.ndarray)
     for k, i in enumerate(ids):
-        f = resolve_item_path(image_root, str(paths[i]))
+        root = image_root[i] if per_item else image_root
+        f = resolve_item_path(root, str(paths[i]))
         if f is None:
             continue
         t = load_thumbnails(f, (size,))
