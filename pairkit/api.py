@@ -255,7 +255,8 @@ def pair_loader(table: pd.DataFrame | str | os.PathLike[str], store: Any, *,
     """A torch ``DataLoader`` of (anchor, positive, negatives) images from a pair table
     and the store's image root: ``transform`` maps a PIL image to a tensor (default:
     ``torchvision.transforms.functional.to_tensor``); negatives come stacked as
-    (batch, n_negatives, ...). See :class:`pairkit.train.pair_data.PairImages`."""
+    (batch, n_negatives, ...): ``negatives`` per example (None: the fewest any example
+    has). See :class:`pairkit.train.pair_data.PairImages`."""
     from pairkit.train.pair_data import PairImages, loader
 
     data = PairImages(table, _open(store), transform=transform, negatives=negatives)
