@@ -185,5 +185,6 @@ def to_hf_dataset(table: Any, store: Any = None, *, images: str = "paths") -> An
                      {"bytes": read_item_bytes(root, str(p)), "path": str(p)}
                      for p in table[col].tolist()]
         feats[name] = datasets.Image()
-    ds = datasets.Dataset.from_pandas(out, preserve_index=False)
-    return ds.cast(datasets.Features({**ds.features, **feats}))
+    base = datasets.Dataset.from_pandas(table.head(0), preserve_index=False).features
+    return datasets.Dataset.from_pandas(out, preserve_index=False,
+                                        features=datasets.Features({**base, **feats}))
