@@ -105,9 +105,9 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
     sources = store.source_codes()
     own = np.full(len(queries), -1, dtype=np.int64)
     ni = len(req.images)
-    own[ni:ni + len(req.ids)] = sources[np.asarray(req.ids, dtype=np.int64)]
     extra = 0
     if req.ids and not req.include_same_source:
+        own[ni:ni + len(req.ids)] = sources[np.asarray(req.ids, dtype=np.int64)]
         extra = int(np.bincount(sources).max())  # at most this many rows share a source
     scores, ids = neighbours(vectors, queries, min(n, req.k + extra))
     items = store.items
