@@ -205,7 +205,7 @@ def evaluate(store: Any, *, against: Any = None, test_fraction: float = 0.2,
     sides = load_sides(_root(store), None if against is None else _root(against),
                        test_fraction, cfg.seed)
     results, _ = run_eval(sides, cfg, None if head is None else Path(head), compare,
-                          None if plot is None else Path(plot), force, tuple(maps))
+                          None if plot is None else Path(plot), force, maps=tuple(maps))
     return pd.DataFrame({name: pd.Series(values, dtype=object)
                          for name, values in results.items()})
 

@@ -73,11 +73,13 @@ def plot_names(names: list[str], maps: tuple[str, ...] = ("pca",)) -> list[str]:
 
 
 def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: bool,
-             plot: Path | None, force: bool = False, maps: tuple[str, ...] = ("pca",),
+             plot: Path | None, force: bool = False, index_factory: Any = None,
+             maps: tuple[str, ...] = ("pca",),
              ) -> tuple[dict[str, dict[str, Any]], dict[str, EvalReport]]:
     """Evaluate raw and/or head vectors. Returns (metrics by name, reports by name);
-    names are "raw" and "head". Existing plot files are kept unless ``force``. ``maps``:
-    the 2-D maps ``plot`` gets (pca, umap: :func:`pairkit.eval.plots.write_plots`)."""
+    names are "raw" and "head". Existing plot files are kept unless ``force``.
+    ``index_factory``: see :func:`pairkit.eval.run.evaluate`. ``maps``: the 2-D maps
+    ``plot`` gets (pca, umap: :func:`pairkit.eval.plots.write_plots`)."""
     from pairkit.core.devices import resolve_device
 
     names = (["raw"] if head_path is None or compare else []) + (["head"] if head_path else [])
@@ -107,7 +109,7 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
     results: dict[str, dict[str, Any]] = {}
     reports: dict[str, EvalReport] = {}
     for name, (q, r) in runs.items():
-        report = evaluate(q, r, cfg, self_rows=sides.self_rows)
+        report = evaluate(q, r, cfg, self_rows=sides.self_rows, index_factory=index_factory)
         reports[name] = report
         results[name] = report.metrics
         if plot is not None:

@@ -78,8 +78,9 @@ class PairImages:
     Item ``i`` is ``(transform(anchor), transform(positive), negatives)``, negatives
     stacked to (negatives, ...) when the transform gives tensors. ``negatives``: how many
     per example, the first ones in rank order (None: the fewest any example has, so that
-    none is left out); examples with fewer are left out and counted in ``skipped``. Paths come from the store by item id (the table must be the
-    store's: its ``store_id``) and must stay under the image root (checked up front);
+    none is left out); examples with fewer are left out and counted in ``skipped``. Paths
+    come from the store by item id (the table must be the store's: its ``store_id``) and
+    must stay under the image root (checked up front);
     images are decoded with the bomb guard. ``transform`` default: ``to_tensor`` (images
     of different sizes then need a resizing transform to be batched).
     """
