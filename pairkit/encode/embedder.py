@@ -426,6 +426,22 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
                              weights_offline)
 
 
+def same_image_root(store: Path, old_root: str | None, sources: Sources,
+                    done: set[str]) -> None:
+    """Refuse to add ``sources`` to a store whose rows are relative to another image folder
+    (its item paths would point into the wrong folder, and a different image under the same
+    relative path would pass for one already embedded). A folder that moved (the old root
+    is gone and the new one holds every stored source) is accepted."""
+    new_root = sources.root.resolve()
+    if not old_root or Path(old_root) == new_root:
+        return
+    moved = not Path(old_root).exists() and done <= {f.path for f in sources.files}
+    if not moved:
+        raise PairkitError(
+            f"store {store} holds images of {old_root}, not {new_root}; embed into another "
+            "-o, or pass --force to replace the store")
+
+
 def _labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | None]) -> Any:
     """The manifest's ``labels``: folder, file, webdataset (tar members' own) or None."""
     if cfg.labels is not None:
@@ -456,6 +472,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
             )
         writer = StoreWriter.resume(cfg_store)
         done = set(writer.items["source"].astype(str))
+        same_image_root(cfg_store, writer.manifest.get("image_root"), sources, done)
     else:
         prepare_store_dir(cfg_store, cfg.force)
 

@@ -212,3 +212,31 @@ def test_no_traceback_and_fast_help():
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_embed_from_another_folder_is_refused(image_folder, tmp_path):
+    """Issue 20.2: a second folder appended to the store and re-rooted it (the old rows then
+    pointed at files that are not there), or passed a different image under the same
+    relative path for one already embedded."""
+    out = tmp_path / "store"
+    assert embed(image_folder, "-o", out).exit_code == 0
+    before = (out / "manifest.json").read_bytes()
+    other = tmp_path / "other"
+    make_images(other, n_per_class=4, classes=3, seed=9)  # same relative paths, other pixels
+    small = tmp_path / "small"
+    make_images(small, n_per_class=1, classes=1, seed=3)
+    (small / "class0" / "img0.jpg").rename(small / "class0" / "new.jpg")
+    for folder in (other, small):
+        result = embed(folder, "-o", out)
+        assert result.exit_code == 1, result.output
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and f"holds images of {image_folder.resolve()}" in lines[0]
+        assert (out / "manifest.json").read_bytes() == before
+    # a folder that moved as a whole is the same folder
+    moved = tmp_path / "moved"
+    image_folder.rename(moved)
+    Image.new("RGB", (20, 20), (10, 200, 30)).save(moved / "class1" / "new.png")
+    result = embed(moved, "-o", out)
+    assert result.exit_code == 0, result.output
+    store = Store.open(out)
+    assert store.count == 13 and store.manifest["image_root"] == str(moved.resolve())
