@@ -65,8 +65,10 @@ def dedup(
             table_output(output)
         if output != "-":
             from pairkit.core.atomic import check_output
+            from pairkit.core.paths import check_output_apart
             from pairkit.core.tables import check_table_output
 
+            check_output_apart(output, [store])
             (check_output if paths_only else check_table_output)(output, force)
         t0 = time.perf_counter()
         cfg = DedupConfig(store, threshold, keep, exact_only, batch_size, device, absolute,

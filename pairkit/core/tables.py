@@ -211,7 +211,7 @@ def write_table(df: pd.DataFrame, path: str | Path, force: bool = False,
         _write_dataset(df, check_table_output(path, force), part_rows or [len(df)])
         return
     target = check_output(path, force)
-    with atomic_path(target) as tmp:
+    with atomic_path(target, replace=force) as tmp:
         if kind == "parquet":
             df.to_parquet(tmp, index=False)
         elif kind == "csv":

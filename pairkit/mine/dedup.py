@@ -41,6 +41,7 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
     """
     import numpy as np
 
+    from pairkit.core.paths import first_bad_path
     from pairkit.core.store import Store
     from pairkit.mine.near_duplicates import (
         DEFAULT_THRESHOLD,
@@ -87,6 +88,11 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
         pairs=pairs)
     table = result.table
     out_paths = paths[table["id"].to_numpy()]
+    bad = first_bad_path(out_paths)
+    if bad is not None:  # a hand-edited store: `--paths-only | xargs rm` would act on it
+        row, value, reason = bad
+        raise PairkitError(f"store {cfg.store} item {int(table['id'].iloc[row])}: path "
+                           f"{value!a} {reason}: refusing to list it")
     if cfg.absolute:
         out_paths = np.array([str(inside(image_root, p)) for p in out_paths], dtype=object)
     table.insert(2, "path", out_paths)
@@ -221,7 +227,7 @@ def write_paths(paths: list[str], output: str, force: bool, end: str) -> None:
     from pairkit.core.atomic import atomic_open, check_output
 
     target = check_output(output, force)
-    with atomic_open(target) as fh:
+    with atomic_open(target, replace=force) as fh:
         fh.write(text)
 
 

@@ -122,6 +122,36 @@ def test_paths_only_drop(tmp_path: Path) -> None:
     assert jsonl(r.stdout)["keep"].tolist() == [False, False]
 
 
+def test_paths_that_leave_the_image_root_are_never_listed(tmp_path: Path) -> None:
+    """Issue 20.7: a hand-edited store's `../../etc/shadow` came out of --paths-only (the
+    docs pipe that into `xargs rm --`)."""
+    from pairkit.core.store import Store
+
+    root = tmp_path / "images"
+    store = dup_store(tmp_path, image_root=root)
+    items = Store.open(store).items
+    items.loc[items["path"] == "img/d.jpg", "path"] = "../../../../etc/shadow"
+    vectors = Store.open(store).vectors()
+    shutil.rmtree(store)
+    write_store(store, vectors, items.drop(columns="id"), encoder={"name": "test"},
+                dtype="float32", extra={"image_root": str(root)})
+    for args in (["--paths-only", "--drop"], ["--paths-only"], [], ["-o", "g.csv"]):
+        r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", *args])
+        assert r.exit_code == 1, r.output
+        assert r.stdout == "" and "shadow" not in r.stdout
+        assert "path '../../../../etc/shadow' holds '..'" in r.output
+        assert not (tmp_path / "g.csv").exists()
+
+
+def test_output_inside_the_store_is_refused(tmp_path: Path) -> None:
+    store = dup_store(tmp_path)
+    before = (store / "manifest.json").read_bytes()
+    r = runner.invoke(app, ["dedup", str(store), "-o", str(store / "manifest.json"),
+                            "--force", "--paths-only"])
+    assert r.exit_code == 2 and "is inside the input" in r.output
+    assert (store / "manifest.json").read_bytes() == before
+
+
 def test_keep_largest_reads_image_sizes(tmp_path: Path) -> None:
     from PIL import Image
 
