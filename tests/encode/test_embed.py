@@ -240,3 +240,38 @@ def test_embed_from_another_folder_is_refused(image_folder, tmp_path):
     assert result.exit_code == 0, result.output
     store = Store.open(out)
     assert store.count == 13 and store.manifest["image_root"] == str(moved.resolve())
+
+
+@pytest.mark.parametrize("stop_at", [2, 3, 5])
+def test_resumed_run_with_broken_files_has_the_clean_store_id(image_folder, tmp_path,
+                                                              monkeypatch, stop_at):
+    """Issue 20.9: a resumed run cut its shards where the rerun's batches fell (a broken
+    file shifted them), so its rows equalled a clean run's but its store_id did not, and
+    pair tables of the clean store were refused on it. Shards now end at multiples of
+    --shard-rows, wherever a run stopped."""
+    make_images(image_folder, n_per_class=6, classes=3, seed=5)
+    (image_folder / "class0" / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    (image_folder / "class1" / "empty.png").write_bytes(b"")
+    args = ["--views", "2", "--batch-size", "6", "--shard-rows", "4"]  # 3 images a batch
+    clean = tmp_path / "clean"
+    assert embed(image_folder, "-o", clean, *args).exit_code == 0
+
+    from pairkit.encode import embedder
+
+    real_call = embedder._Runner.__call__
+    calls = {"n": 0}
+
+    def flaky(self, pixels):
+        calls["n"] += 1
+        if calls["n"] == stop_at:
+            raise KeyboardInterrupt
+        return real_call(self, pixels)
+
+    monkeypatch.setattr(embedder._Runner, "__call__", flaky)
+    out = tmp_path / "resumed"
+    assert embed(image_folder, "-o", out, *args).exit_code == 130
+    monkeypatch.setattr(embedder._Runner, "__call__", real_call)
+    assert embed(image_folder, "-o", out, *args).exit_code == 0
+    resumed, reference = Store.open(out), Store.open(clean)
+    assert [s.rows for s in resumed.shards] == [s.rows for s in reference.shards]
+    assert resumed.content_id == reference.content_id
