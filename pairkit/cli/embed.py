@@ -85,11 +85,15 @@ def embed(
             force=force,
             shard_rows=max(1, shard_rows),
             max_file_bytes=max_file_bytes,
-            ray=ray,
         )
+        executor = None
+        if ray:
+            from pairkit.distributed.embed import RayEmbed
+
+            executor = RayEmbed(ray)
         hook = ProgressBar(quiet, unit="images")
         try:
-            summary = embed_folder(cfg, hook)
+            summary = embed_folder(cfg, hook, executor)
         finally:
             hook.stop()
         if summary.images == 0 and summary.already:

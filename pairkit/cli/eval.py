@@ -82,9 +82,14 @@ def eval_store(
             exclude_same_source=not include_same_source, gallery=gallery,
             metrics=parse_choices(metrics, METRICS, "--metrics"), pair_sample=pair_sample,
             probe_max_train=probe_max_train, seed=seed, device=device, backend=backend,
-            block_rows=batch_size, collect_scores=True, ray=ray)
+            block_rows=batch_size, collect_scores=True)
         sides = load_sides(store, against, 0.2 if test_fraction is None else test_fraction, seed)
-        results, reports = run_eval(sides, cfg, head, compare, plot, force)
+        factory = None
+        if ray:
+            from pairkit.distributed.search import index_factory
+
+            factory = index_factory(ray)
+        results, reports = run_eval(sides, cfg, head, compare, plot, force, factory)
         if not quiet:
             for name, report in reports.items():
                 prefix = f"{name}: " if len(reports) > 1 else ""

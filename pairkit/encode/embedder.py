@@ -63,7 +63,6 @@ class EmbedConfig:
     shard_seconds: float = 120.0
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     decode: str = "auto"  # auto | cpu | gpu (pairkit.encode.device_pipeline)
-    ray: str | None = None  # a Ray cluster address: embed there (pairkit.dist.embed)
 
 
 @dataclass
@@ -385,9 +384,13 @@ def find_sources(images: Path) -> Sources:
     return Sources(Path(images), files, problems)
 
 
-def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSummary:
+def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
+                 executor: Any = None) -> EmbedSummary:
     """Embed every image under ``cfg.images`` (a folder, or webdataset tar shards) into the
-    store ``cfg.store``; on the Ray cluster ``cfg.ray`` when set.
+    store ``cfg.store``; by ``executor`` when given (the command line passes
+    :class:`pairkit.distributed.embed.RayEmbed` for ``--ray``: its ``find_sources(images)``
+    lists the images, its ``embed(cfg, writer, todo, labels, errors, summary, hook,
+    offline)`` embeds and commits them, this process holding the writer lock).
 
     Resumes an existing store made with the same embedding options (only
     missing sources are embedded); refuses one made with other options unless
@@ -397,10 +400,8 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     hook = hook or ProgressHook()
     t0 = time.perf_counter()
     weights_offline = check_config(cfg)
-    if cfg.ray:
-        from pairkit.dist.embed import find_sources_on_ray
-
-        sources = find_sources_on_ray(cfg.ray, Path(cfg.images))
+    if executor is not None:
+        sources = executor.find_sources(Path(cfg.images))
     else:
         sources = find_sources(Path(cfg.images))
     files, problems = sources.files, sources.problems
@@ -423,7 +424,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     # one writer per store: a second embed (or import, index...) stops with the holder's name
     with writer_lock(cfg_store, "store"):
         return _embed_locked(cfg, hook, sources, labels, identity, device, t0,
-                             weights_offline)
+                             weights_offline, executor)
 
 
 def same_image_root(store: Path, old_root: str | None, sources: Sources,
@@ -453,7 +454,8 @@ def _labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | Non
 
 def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
                   labels: dict[str, str | None], identity: dict[str, Any], device: str,
-                  t0: float, weights_offline: bool = False) -> EmbedSummary:
+                  t0: float, weights_offline: bool = False, executor: Any = None
+                  ) -> EmbedSummary:
     """The rest of :func:`embed_folder`, under the store's writer lock."""
     import pandas as pd
 
@@ -494,7 +496,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     # can't be loaded and nothing was written); on Ray the workers load their own copy,
     # this one only describes the encoder in the manifest
     encoder = load_encoder(EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint,
-                                          "cpu" if cfg.ray else device, cfg.seed,
+                                          "cpu" if executor else device, cfg.seed,
                                           offline=weights_offline))
     fit = encoder.identity.get("checkpoint_fit", "")
     if fit and fit != "checkpoint layout: as saved":
@@ -515,10 +517,8 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
 
     hook.start(len(todo), "embedding")
     t_loop = time.perf_counter()
-    if cfg.ray:
-        from pairkit.dist.embed import embed_on_ray
-
-        embed_on_ray(cfg, writer, todo, labels, errors, summary, hook, weights_offline)
+    if executor is not None:
+        executor.embed(cfg, writer, todo, labels, errors, summary, hook, weights_offline)
     else:
         runner = _Runner(encoder, device, cfg.precision)
         pending_vecs: list[np.ndarray] = []
@@ -627,7 +627,7 @@ def embed_partition(cfg: EmbedConfig, files: list[ImageFile], labels: dict[str, 
     """Embed ``files`` (one partition) into one shard file ``shard_name`` of the store,
     written atomically but not committed (:meth:`StoreWriter.add_written_shard` does that).
     Returns ``{record (None when no file could be embedded), items, errors, images,
-    on_device}``; what a Ray worker of :mod:`pairkit.dist.embed` sends back."""
+    on_device}``; what a Ray worker of :mod:`pairkit.distributed.embed` sends back."""
     from pairkit.core.store_writer import write_shard
 
     vecs: list[np.ndarray] = []

@@ -70,10 +70,11 @@ def plot_names(names: list[str]) -> list[str]:
 
 
 def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: bool,
-             plot: Path | None, force: bool = False,
+             plot: Path | None, force: bool = False, index_factory: Any = None,
              ) -> tuple[dict[str, dict[str, Any]], dict[str, EvalReport]]:
     """Evaluate raw and/or head vectors. Returns (metrics by name, reports by name);
-    names are "raw" and "head". Existing plot files are kept unless ``force``."""
+    names are "raw" and "head". Existing plot files are kept unless ``force``.
+    ``index_factory``: see :func:`pairkit.eval.run.evaluate`."""
     from pairkit.core.devices import resolve_device
 
     names = (["raw"] if head_path is None or compare else []) + (["head"] if head_path else [])
@@ -100,7 +101,7 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
     results: dict[str, dict[str, Any]] = {}
     reports: dict[str, EvalReport] = {}
     for name, (q, r) in runs.items():
-        report = evaluate(q, r, cfg, self_rows=sides.self_rows)
+        report = evaluate(q, r, cfg, self_rows=sides.self_rows, index_factory=index_factory)
         reports[name] = report
         results[name] = report.metrics
         if plot is not None:

@@ -95,8 +95,8 @@ def on_ray(address: str, run: Callable[[Any], tuple[Any, dict[str, Any]]]
     first (quick, and a wrong address fails before any work)."""
     import threading
 
-    from pairkit.dist import connect, require_ray
-    from pairkit.dist.pool import BlockMapper
+    from pairkit.distributed import connect, require_ray
+    from pairkit.distributed.pool import BlockMapper
     from pairkit.mine.hard_negatives import mine_block
 
     require_ray()

@@ -350,7 +350,7 @@ def mine_negatives(
     own cluster, :class:`pairkit.index.outside.OutsideSearcher`).
     ``map_blocks(fn, shared, spans)`` runs ``fn(shared, span)`` for every block of
     anchors and yields the results in order (default: here, one after the other;
-    :func:`pairkit.dist.pool.ray_map_blocks` runs them on a Ray cluster): each block is
+    :func:`pairkit.distributed.pool.ray_map_blocks` runs them on a Ray cluster): each block is
     :func:`mine_block`, so the result is the same wherever the blocks run.
 
     Returns a :class:`MineResult`; raises :class:`PairkitError` when the relation

@@ -18,7 +18,14 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pairkit.dist import RETRIES, Cluster, crash_marker, maybe_crash, require_ray, worker_error
+from pairkit.distributed import (
+    RETRIES,
+    Cluster,
+    crash_marker,
+    maybe_crash,
+    require_ray,
+    worker_error,
+)
 
 
 class BlockWorker:
