@@ -23,9 +23,10 @@ def dedup(
         "see docs/dedup.md for other encoders)."),
     keep: Literal["best", "first", "largest", "central"] = typer.Option(
         "best", "--keep",
-        help="Copy kept per group. best: most pixels, then largest file, then shortest path, "
-        "then path order; first: lowest id; largest: image area, then file size; central: "
-        "most similar to the others."),
+        help="Copy kept per group. best: the copy that lost least (JPEG quality, then "
+        "sharpness, pixels and clipping; see docs/dedup.md), then largest file, then shortest "
+        "path; first: lowest id; largest: image area, then file size; central: most similar "
+        "to the others. The table's keep_reason says why."),
     output: str = typer.Option(
         "-", "-o", "--output",
         help="Table (.parquet, .csv, .jsonl) or, with --paths-only, any file; - = stdout."),
