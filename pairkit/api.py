@@ -97,14 +97,16 @@ def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
     Returns the pair table as a DataFrame (columns of docs/formats.md#pair-tables; the
     summary ``pairkit mine --stats`` writes is in ``table.attrs["stats"]``), or a
     ``datasets.Dataset`` with ``as_dataset`` (:func:`pairs_to_dataset`).
-    ``options``: :class:`pairkit.mine.hard_negatives.MineConfig` fields (``num_negatives``,
+    ``options``: :class:`pairkit.mine.config.MineConfig` fields (``num_negatives``,
     ``range_min``, ``sampling``, ``positive``, ``seed``, ``fn_mode`` ...) and
-    :class:`pairkit.mine.hard_negatives.IndexOptions` fields (``kind``, ``nprobe``,
+    :class:`pairkit.index.options.IndexOptions` fields (``kind``, ``nprobe``,
     ``device``, ``backend`` ...). ``fn_rules`` ("label,near-duplicate,cluster") and
     ``fn_options`` (:class:`pairkit.mine.false_negatives.FalseNegativeConfig` fields)
     apply with ``filter_false_negatives``.
     """
-    from pairkit.mine.hard_negatives import IndexOptions, MineConfig, mine_store
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine.command import mine_store
+    from pairkit.mine.config import MineConfig
     from pairkit.mine.options import fn_config
 
     if not filter_false_negatives and (fn_rules is not None or fn_options):
