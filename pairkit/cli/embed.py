@@ -19,7 +19,8 @@ def embed(
     images: Path = typer.Argument(
         ..., help="Folder of images (searched recursively), or webdataset tar shards: "
         "a .tar or a brace pattern such as 'shards/{00000..00099}.tar'."),
-    output: Path = typer.Option(..., "-o", "--output", help="Store folder to create or resume."),
+    output: str = typer.Option(..., "-o", "--output",
+                               help="Store folder or URL (s3://...) to create or resume."),
     model: str = typer.Option(
         "openclip/ViT-B-32", "--model", "-m",
         help="Encoder: openclip/NAME, timm/NAME, or pixels (weight-free, offline).",

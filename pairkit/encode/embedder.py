@@ -23,9 +23,10 @@ from pairkit.core.devices import (
     resolve_precision,
 )
 from pairkit.core.lock import writer_lock
+from pairkit.core.manifest import has_manifest
+from pairkit.core.remote import check_writable, location
 from pairkit.core.store import (
     ERRORS,
-    MANIFEST,
     StoreWriter,
     prepare_store_dir,
     read_manifest,
@@ -156,8 +157,10 @@ def check_config(cfg: EmbedConfig) -> bool:
         raise PairkitError(f"--labels {cfg.labels}: no such file (or use --labels folder)")
     if cfg.checkpoint and not Path(cfg.checkpoint).is_file():
         raise PairkitError(f"checkpoint {cfg.checkpoint} not found")
-    store = Path(cfg.store)
-    if store.exists() and not store.is_dir():
+    store = location(cfg.store)
+    if isinstance(store, str):
+        check_writable(store, "a store")  # object storage: a commit it can make
+    elif store.exists() and not store.is_dir():
         raise PairkitError(f"output {store} is an existing file, expected a store folder")
     return check_pretrained(cfg.model, cfg.pretrained, cfg.checkpoint, DEFAULT_OPENCLIP_TAG)
 
@@ -415,7 +418,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
     from pairkit.core.threads import import_torch
 
     import_torch()  # the thread budget applied before the first torch work
-    cfg_store = Path(cfg.store)
+    cfg_store = location(cfg.store)
     labels, unlabeled = resolve_labels(cfg.labels, files, sources.root, sources.member_labels)
     if (cfg.labels or sources.member_labels is not None) and unlabeled:
         hook.note(f"{unlabeled} of {len(files)} images have no label")
@@ -444,10 +447,10 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     import pandas as pd
 
     files, problems = sources.files, sources.problems
-    cfg_store = Path(cfg.store)
+    cfg_store = location(cfg.store)
     writer: StoreWriter | None = None
     done: set[str] = set()
-    if (cfg_store / MANIFEST).exists() and not cfg.force:
+    if has_manifest(cfg_store) and not cfg.force:
         old = read_manifest(cfg_store).get("embedding")
         if old != identity:
             diff = sorted(k for k in set(identity) | set(old or {})
@@ -541,7 +544,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     writer.update(last_run=_run_record(cfg, summary))
     if writer.count == 0:
         raise PairkitError(
-            f"no image could be embedded: all {len(todo)} failed (see {cfg_store / ERRORS})"
+            f"no image could be embedded: all {len(todo)} failed (see {cfg_store}/{ERRORS})"
         )
     return summary
 

@@ -725,7 +725,7 @@ def mine_store(
         from pairkit.index.build import prepare_index
 
         loaded = prepare_index(
-            vectors, index.kind, store_root=store.root, content_id=store.content_id,
+            vectors, index.kind, store_root=store.local_root, content_id=store.content_id,
             exact_max_rows=index.exact_max_rows, nlist=index.nlist, nprobe=index.nprobe,
             ef_search=index.ef_search, float16=index.float16, seed=config.seed,
             backend=where)
@@ -733,7 +733,7 @@ def mine_store(
         index_text = loaded.describe()
     elif config.hard:
         anchor_searcher, index_text = _outside_searcher(
-            vectors, parts, index, config.seed, where, store_root=store.root,
+            vectors, parts, index, config.seed, where, store_root=store.local_root,
             content_id=store.content_id, votes=int(skipped.get("votes", 1)),
             what=skipped.get("what", "cluster"))
 

@@ -86,7 +86,7 @@ def _check_not_inside(out: Path, paths: list[str]) -> None:
     """Refuse an output folder that holds an input: replacing it would lose the input."""
     target = out.resolve()
     for p in paths:
-        if p != "-" and Path(p).resolve().is_relative_to(target):
+        if p != "-" and "://" not in p and Path(p).resolve().is_relative_to(target):
             raise UsageError(f"input {p} is inside the output folder {out}; choose another -o")
 
 
