@@ -115,8 +115,9 @@ def embed(
         if summary.skipped:
             from pairkit.core.options import plural
 
-            say(f"{plural(summary.skipped, 'file')} skipped: see {output / 'errors.jsonl'}",
-                quiet)
+            where = (f"the errors object its manifest names in {output}" if "://" in output
+                     else Path(output) / "errors.jsonl")
+            say(f"{plural(summary.skipped, 'file')} skipped: see {where}", quiet)
         if summary.missing_from_folder:
             warn(f"{summary.missing_from_folder} images in the store are no longer in {images}")
         if json_summary:
