@@ -103,6 +103,30 @@ def test_embed_into_s3_equals_local_and_resumes(s3, tmp_path):
     assert r.exit_code == 0 and "nothing to embed: all 6 images are already in" in r.output
 
 
+def test_embed_images_from_s3(s3, tmp_path):
+    """An image prefix on S3 embeds like the same folder on disk (paths are the keys
+    below the prefix; labels from the first folder); the store records the URL as its
+    image root."""
+    import s3fs
+
+    make_images(tmp_path / "img", n_per_class=3, classes=2)
+    (tmp_path / "img" / ".hidden").mkdir()
+    (tmp_path / "img" / ".hidden" / "x.png").write_bytes((tmp_path / "img" / "class0" /
+                                                          "img1.png").read_bytes())
+    f = s3fs.S3FileSystem(client_kwargs={"endpoint_url": os.environ["AWS_ENDPOINT_URL"]})
+    for p in sorted(q for q in (tmp_path / "img").rglob("*") if q.is_file()):
+        f.pipe_file(f"{s3[5:]}/photos/{p.relative_to(tmp_path / 'img').as_posix()}",
+                    p.read_bytes())
+    f.pipe_file(f"{s3[5:]}/photos/notes.txt", b"not an image")
+    args = ["--model", "fake", "--labels", "folder", "-q"]
+    ok("embed", tmp_path / "img", "-o", tmp_path / "local", *args)
+    ok("embed", f"{s3}/photos", "-o", f"{s3}/st", *args)
+    a, b = Store.open(tmp_path / "local"), Store.open(f"{s3}/st")
+    np.testing.assert_array_equal(a.vectors(), b.vectors())
+    pd.testing.assert_frame_equal(a.items, b.items)
+    assert b.manifest["image_root"] == f"{s3}/photos" and len(b.items) == 6
+
+
 def test_two_importers_of_one_s3_store(s3, tmp_path):
     """Two ``pairkit import`` processes into one URL at the same time: exactly one
     commits; the other stops with one line (it lost the conditional write, or it came
@@ -147,5 +171,11 @@ def test_urls_are_refused_where_they_cannot_work(s3, tmp_path, monkeypatch):
     assert code != 0 and len(lines) == 1, lines
     code, lines = fails("index", f"{s3}/st")
     assert code != 0 and len(lines) == 1, lines
-    assert sorted(os.listdir(tmp_path)) == ["emb.npy", "items.parquet", "src"]
+    ok("mine", "src", "--hard", "-o", "p.csv", "-q")
+    for args in (["report", "p.csv", "-o", "s3://b/rep"],
+                 ["eval", "src", "--plot", "s3://b/plots", "-q"],
+                 ["train", "src", "--pairs", "p.csv", "-o", "s3://b/head", "--epochs", "1"]):
+        code, lines = fails(*args)
+        assert code != 0 and len(lines) == 1 and "s3://b/" in lines[0], (args, lines)
+    assert sorted(os.listdir(tmp_path)) == ["emb.npy", "items.parquet", "p.csv", "src"]
     assert not Path("s3:").exists() and not Path("gs:").exists()

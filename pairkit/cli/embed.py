@@ -16,7 +16,7 @@ Precision = Literal["auto", "fp32", "fp16", "bf16"]
 
 
 def embed(
-    images: Path = typer.Argument(
+    images: str = typer.Argument(
         ..., help="Folder of images (searched recursively), or webdataset tar shards: "
         "a .tar or a brace pattern such as 'shards/{00000..00099}.tar'."),
     output: str = typer.Option(..., "-o", "--output",

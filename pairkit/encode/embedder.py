@@ -141,10 +141,12 @@ def check_config(cfg: EmbedConfig) -> bool:
 
     check_decode(cfg.decode)
     check_device(cfg.device)
-    images = Path(cfg.images)
     from pairkit.encode.webdataset import expand_braces, is_webdataset
 
-    if is_webdataset(images):
+    images = location(cfg.images)
+    if isinstance(images, str):
+        pass  # object storage: listed when embedding starts
+    elif is_webdataset(images):
         expand_braces(str(images))  # a bad pattern is bad usage
         if cfg.labels == "folder":
             raise UsageError("--labels folder needs an image folder; the labels of tar shards "
@@ -153,7 +155,8 @@ def check_config(cfg: EmbedConfig) -> bool:
         raise PairkitError(f"image folder {images} not found")
     elif not images.is_dir():
         raise PairkitError(f"{images} is not a folder (nor .tar shards)")
-    if cfg.labels not in (None, "folder") and not Path(cfg.labels).is_file():
+    if cfg.labels not in (None, "folder") and not isinstance(location(cfg.labels), str) \
+            and not Path(cfg.labels).is_file():
         raise PairkitError(f"--labels {cfg.labels}: no such file (or use --labels folder)")
     if cfg.checkpoint and not Path(cfg.checkpoint).is_file():
         raise PairkitError(f"checkpoint {cfg.checkpoint} not found")
@@ -191,10 +194,12 @@ def resolve_labels(
     if "path" not in table.columns or "label" not in table.columns:
         raise PairkitError(f"--labels {spec}: the table needs 'path' and 'label' columns")
     mapping: dict[str, str] = {}
-    root_abs = root.resolve()
+    root_abs = root.resolve() if isinstance(root, Path) else None
     for path, label in zip(table["path"].astype(str), table["label"], strict=True):
         p = Path(path)
         if p.is_absolute():
+            if root_abs is None:  # images on object storage: paths are keys
+                continue
             try:
                 p = p.resolve().relative_to(root_abs)
             except ValueError:
@@ -387,6 +392,18 @@ def find_sources(images: Path) -> Sources:
     return Sources(Path(images), files, problems)
 
 
+def find_any_sources(images: str | Path) -> Sources:
+    """:func:`find_sources`, or the image objects under a URL
+    (:mod:`pairkit.encode.remote_images`; ``root`` is then the URL)."""
+    where = location(images)
+    if isinstance(where, str):
+        from pairkit.encode.remote_images import discover_remote_images
+
+        files, problems = discover_remote_images(where)
+        return Sources(where, files, problems)  # type: ignore[arg-type]
+    return find_sources(where)
+
+
 def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
                  executor: Any = None) -> EmbedSummary:
     """Embed every image under ``cfg.images`` (a folder, or webdataset tar shards) into the
@@ -404,9 +421,9 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
     t0 = time.perf_counter()
     weights_offline = check_config(cfg)
     if executor is not None:
-        sources = executor.find_sources(Path(cfg.images))
+        sources = executor.find_sources(location(cfg.images))
     else:
-        sources = find_sources(Path(cfg.images))
+        sources = find_any_sources(cfg.images)
     files, problems = sources.files, sources.problems
     if not files:
         skipped = (f"; {len(problems)} skipped, e.g. {problems[0][0]!a}: {problems[0][1]}"
@@ -498,7 +515,8 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     elif writer.manifest["dim"] != encoder.dim:
         raise PairkitError(f"store {cfg_store} has dim {writer.manifest['dim']}, the encoder "
                            f"gives {encoder.dim}; pass --force to replace it")
-    writer.update(image_root=str(sources.root.resolve()),
+    writer.update(image_root=sources.root if isinstance(sources.root, str)
+                  else str(sources.root.resolve()),
                   labels=_labels_kind(cfg, sources, labels))
 
     hook.start(len(todo), "embedding")

@@ -79,6 +79,9 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
 
     names = (["raw"] if head_path is None or compare else []) + (["head"] if head_path else [])
     if plot is not None:
+        from pairkit.core.remote import check_local
+
+        check_local(plot, "--plot")
         if plot.exists() and not plot.is_dir():
             raise PairkitError(f"--plot {plot} is a file, expected a folder")
         existing = [n for n in plot_names(names) if (plot / n).exists()]
