@@ -51,7 +51,8 @@ def store(tmp_path_factory, cluster):
 
 def mined(st, cluster, cfg, fn=None, fmt="triplet", kind="auto"):
     from pairkit.distributed.pool import block_mapper
-    from pairkit.mine.hard_negatives import IndexOptions, mine_store
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine.command import mine_store
 
     idx = IndexOptions(kind=kind, device="cpu", backend="faiss", nlist=8)
     here = mine_store(st, None, cfg, idx, fn, fmt)
@@ -69,8 +70,8 @@ def same_stats(a: dict, b: dict) -> None:
                                   "outside-clusters", "outside-votes", "outside-labels",
                                   "outside-ivf"])
 def test_mine_blocks_on_ray_equal_local(store, cluster, case):
+    from pairkit.mine.config import MineConfig
     from pairkit.mine.false_negatives import FalseNegativeConfig
-    from pairkit.mine.hard_negatives import MineConfig
 
     cfg, fn, fmt, kind = MineConfig(batch_size=64), None, "triplet", "auto"
     if case == "easy":
@@ -123,7 +124,7 @@ def test_mine_cli_writes_one_part_per_block(store, cluster, tmp_path):
 def test_worker_killed_mid_mine(store, cluster, tmp_path, monkeypatch):
     """The first block's worker process exits mid-job (os._exit): Ray restarts the actor,
     the block is mined again, and the table is the local one, no row lost or doubled."""
-    from pairkit.mine.hard_negatives import MineConfig
+    from pairkit.mine.config import MineConfig
 
     marker = tmp_path / "crashed"
     monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(marker))
