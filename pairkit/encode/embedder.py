@@ -471,6 +471,22 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
                              weights_offline, executor)
 
 
+def same_image_root(store: Path, old_root: str | None, sources: Sources,
+                    done: set[str]) -> None:
+    """Refuse to add ``sources`` to a store whose rows are relative to another image folder
+    (its item paths would point into the wrong folder, and a different image under the same
+    relative path would pass for one already embedded). A folder that moved (the old root
+    is gone and the new one holds every stored source) is accepted."""
+    new_root = sources.root.resolve()
+    if not old_root or Path(old_root) == new_root:
+        return
+    moved = not Path(old_root).exists() and done <= {f.path for f in sources.files}
+    if not moved:
+        raise PairkitError(
+            f"store {store} holds images of {old_root}, not {new_root}; embed into another "
+            "-o, or pass --force to replace the store")
+
+
 def _labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | None]) -> Any:
     """The manifest's ``labels``: folder, file, webdataset (tar members' own) or None."""
     if cfg.labels is not None:
@@ -502,6 +518,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
             )
         writer = StoreWriter.resume(cfg_store)
         done = set(writer.items["source"].astype(str))
+        same_image_root(cfg_store, writer.manifest.get("image_root"), sources, done)
     else:
         prepare_store_dir(cfg_store, cfg.force)
 
@@ -554,12 +571,26 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
         pending_rows = 0
         last_flush = time.perf_counter()
 
-        def flush() -> None:
+        def flush(whole: bool = True) -> None:
+            """Commit the pending rows as shards that end at multiples of --shard-rows
+            (``whole=False``: only whole ones, the rest stays pending), so a resumed run
+            cuts where a clean run does and gets the same store_id."""
             nonlocal pending_vecs, pending_items, pending_rows, last_flush
             if pending_rows:
-                writer.set_errors(errors)
-                writer.append(np.concatenate(pending_vecs), pd.DataFrame(pending_items))
-            pending_vecs, pending_items, pending_rows = [], [], 0
+                vectors = np.concatenate(pending_vecs)
+                cut = pending_rows if whole else aligned_cut(writer.count, pending_rows,
+                                                             cfg.shard_rows)
+                if cut:
+                    writer.set_errors(errors)
+                start = 0
+                while start < cut:
+                    stop = min(cut, start + aligned_cut(writer.count, cut - start,
+                                                        cfg.shard_rows, one=True))
+                    writer.append(vectors[start:stop], pd.DataFrame(pending_items[start:stop]))
+                    start = stop
+                pending_vecs = [vectors[cut:]] if cut < pending_rows else []
+                pending_items = pending_items[cut:]
+                pending_rows = len(pending_items)
             last_flush = time.perf_counter()
 
         for batch in encode_batches(cfg, todo, labels, encoder, runner, device):
@@ -572,10 +603,10 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
                 summary.views += len(batch.items)
                 summary.decoded_on_device += batch.on_device
             hook.advance(batch.images + len(batch.errors))
-            if pending_rows >= cfg.shard_rows or (
-                pending_rows and time.perf_counter() - last_flush > cfg.shard_seconds
-            ):
-                flush()
+            if pending_rows and time.perf_counter() - last_flush > cfg.shard_seconds:
+                flush()  # a slow encoder's rows are saved (at the cost of a boundary)
+            elif pending_rows >= cfg.shard_rows - writer.count % cfg.shard_rows:
+                flush(whole=False)
         flush()
     summary.loop_seconds = time.perf_counter() - t_loop
     writer.set_errors(errors)
@@ -589,6 +620,16 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
             f"no image could be embedded: all {len(todo)} failed (see {cfg_store}/{ERRORS})"
         )
     return summary
+
+
+def aligned_cut(count: int, rows: int, shard_rows: int, one: bool = False) -> int:
+    """How many of ``rows`` new rows fill shards that end at multiples of ``shard_rows``,
+    for a store of ``count`` rows: all whole shards (0 when the first is not full), or
+    with ``one`` the first shard only (at most ``rows``)."""
+    room = shard_rows - count % shard_rows
+    if one:
+        return min(rows, room)
+    return 0 if rows < room else room + (rows - room) // shard_rows * shard_rows
 
 
 @dataclass
