@@ -125,6 +125,12 @@ def test_embed_images_from_s3(s3, tmp_path):
     np.testing.assert_array_equal(a.vectors(), b.vectors())
     pd.testing.assert_frame_equal(a.items, b.items)
     assert b.manifest["image_root"] == f"{s3}/photos" and len(b.items) == 6
+    r = runner.invoke(app, ["embed", f"{s3}/photos", "-o", f"{s3}/st", *args[:-1]])
+    assert r.exit_code == 0 and "nothing to embed" in r.output, r.output
+    code, lines = fails("embed", tmp_path / "img", "-o", f"{s3}/st", *args)
+    assert code == 1 and lines == [f"error: store {s3}/st holds images of {s3}/photos, not "
+                                   f"{tmp_path / 'img'}; embed into another -o, or pass "
+                                   "--force to replace the store"]
 
 
 def test_two_importers_of_one_s3_store(s3, tmp_path):

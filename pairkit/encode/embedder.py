@@ -477,6 +477,12 @@ def same_image_root(store: Path, old_root: str | None, sources: Sources,
     (its item paths would point into the wrong folder, and a different image under the same
     relative path would pass for one already embedded). A folder that moved (the old root
     is gone and the new one holds every stored source) is accepted."""
+    if isinstance(sources.root, str) or "://" in (old_root or ""):  # object storage
+        if old_root and old_root != str(sources.root):
+            raise PairkitError(f"store {store} holds images of {old_root}, not "
+                               f"{sources.root}; embed into another -o, or pass --force to "
+                               "replace the store")
+        return
     new_root = sources.root.resolve()
     if not old_root or Path(old_root) == new_root:
         return

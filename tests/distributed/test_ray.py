@@ -4,6 +4,7 @@ not rows; a partition that fails for good leaves a store the next run completes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -31,10 +32,8 @@ runner = CliRunner()
 def cluster(request):
     from pairkit.distributed import connect
 
-    try:  # the S3 test server's settings first, so the workers inherit them
-        request.getfixturevalue("s3_endpoint")
-    except pytest.skip.Exception:
-        pass
+    with contextlib.suppress(pytest.skip.Exception):  # the S3 server's settings first,
+        request.getfixturevalue("s3_endpoint")  # so that the workers inherit them
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.ERROR)
     try:
