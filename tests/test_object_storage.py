@@ -187,7 +187,7 @@ def test_urls_are_refused_where_they_cannot_work(s3, tmp_path, monkeypatch):
     assert not Path("s3:").exists() and not Path("gs:").exists()
 
 
-def test_info_and_search_of_an_s3_store(pair):
+def test_info_and_search_of_an_s3_store(pair, s3):
     """info and search take a URL as every command does: the same facts and neighbours."""
     import json
 
@@ -202,3 +202,5 @@ def test_info_and_search_of_an_s3_store(pair):
     hits_remote = [json.loads(x) for x in ok("search", remote, "0", "7", "-k", "3").splitlines()]
     assert [(h["query"], h["id"]) for h in hits_local] == \
         [(h["query"], h["id"]) for h in hits_remote]
+    ok("search", remote, "0", "7", "-k", "3", "-o", f"{s3}/hits.parquet")
+    assert read_table(f"{s3}/hits.parquet")["id"].tolist() == [h["id"] for h in hits_local]
