@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Literal
 
 import typer
@@ -16,7 +15,8 @@ DEFAULT_THRESHOLD_TEXT = "0.965"
 
 
 def dedup(
-    store: Path = typer.Argument(..., help="Store folder (made by embed or import)."),
+    store: str = typer.Argument(
+        ..., help="Store folder or URL (s3://...; made by embed or import)."),
     threshold: float | None = typer.Option(
         None, "--threshold", "-t", show_default=DEFAULT_THRESHOLD_TEXT,
         help="Embedding similarity for a near-duplicate, in (0, 1]; giving it uses the "
@@ -31,9 +31,10 @@ def dedup(
         help="Aligned pixel correlation for a near-duplicate (pixels method)."),
     keep: Literal["best", "first", "largest", "central"] = typer.Option(
         "best", "--keep",
-        help="Copy kept per group. best: most pixels, then largest file, then shortest path, "
-        "then path order; first: lowest id; largest: image area, then file size; central: "
-        "most similar to the others."),
+        help="Copy kept per group. best: the copy that lost least (JPEG quality, then "
+        "sharpness, pixels and clipping; see docs/dedup.md), then largest file, then shortest "
+        "path; first: lowest id; largest: image area, then file size; central: most similar "
+        "to the others. The table's keep_reason says why."),
     output: str = typer.Option(
         "-", "-o", "--output",
         help="Table (.parquet, .csv, .jsonl) or, with --paths-only, any file; - = stdout."),
@@ -46,7 +47,7 @@ def dedup(
         False, "--absolute", help="Paths joined to the store's image_root (absolute)."),
     print0: bool = typer.Option(
         False, "--print0", "-0", help="With --paths-only: end paths with NUL (xargs -0)."),
-    against: Path | None = typer.Option(
+    against: str | None = typer.Option(
         None, "--against", help="Another store (a test split): list this store's sources "
         "that duplicate one of its sources instead of the groups."),
     exact_only: bool = typer.Option(
@@ -85,16 +86,25 @@ def dedup(
             table_output(output)
         if output != "-":
             from pairkit.core.atomic import check_output
+            from pairkit.core.paths import check_output_apart
             from pairkit.core.tables import check_table_output
 
+            check_output_apart(output, [store])
             (check_output if paths_only else check_table_output)(output, force)
         t0 = time.perf_counter()
         cfg = DedupConfig(store, threshold, keep, exact_only, batch_size, device, absolute,
-                          backend, ray, method, pixel_threshold)
+                          backend, method, pixel_threshold)
         if against is not None:
+            if ray:
+                raise UsageError("dedup --against runs here: drop --ray")
             table, summary = run_against(cfg, against, warn)
         else:
-            table, summary = run_dedup(cfg, warn)
+            pairs = None
+            if ray:
+                from pairkit.distributed.dedup import RayPairs
+
+                pairs = RayPairs(ray)
+            table, summary = run_dedup(cfg, warn, pairs)
         if drop:
             table = table[~table["keep"]].reset_index(drop=True)
         try:

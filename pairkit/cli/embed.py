@@ -16,10 +16,12 @@ Precision = Literal["auto", "fp32", "fp16", "bf16"]
 
 
 def embed(
-    images: Path = typer.Argument(
-        ..., help="Folder of images (searched recursively), or webdataset tar shards: "
-        "a .tar or a brace pattern such as 'shards/{00000..00099}.tar'."),
-    output: Path = typer.Option(..., "-o", "--output", help="Store folder to create or resume."),
+    images: str = typer.Argument(
+        ..., help="Folder of images (searched recursively; or an s3:// prefix), webdataset "
+        "tar shards (a .tar or a brace pattern such as 'shards/{00000..00099}.tar'), or a "
+        "Hugging Face dataset (a save_to_disk folder, a .parquet or .arrow file)."),
+    output: str = typer.Option(..., "-o", "--output",
+                               help="Store folder or URL (s3://...) to create or resume."),
     model: str = typer.Option(
         "openclip/ViT-B-32", "--model", "-m",
         help="Encoder: openclip/NAME, timm/NAME, or pixels (weight-free, offline).",
@@ -36,6 +38,12 @@ def embed(
         None, "--labels",
         help="'folder' (first sub-folder = label) or a CSV/parquet/JSONL with path,label.",
     ),
+    image_column: str | None = typer.Option(
+        None, "--image-column", help="Dataset input: the column of image bytes or paths.",
+        show_default="the Image feature, else a column named image"),
+    label_column: str | None = typer.Option(
+        None, "--label-column", help="Dataset input: the label column (ClassLabel names used).",
+        show_default="label, when there is one"),
     device: str = device_option("Where the encoder runs; cuda: all GPUs; auto: cuda when "
                                 "torch sees a GPU, else cpu."),
     precision: Precision = typer.Option(
@@ -85,11 +93,17 @@ def embed(
             force=force,
             shard_rows=max(1, shard_rows),
             max_file_bytes=max_file_bytes,
-            ray=ray,
+            image_column=image_column,
+            label_column=label_column,
         )
+        executor = None
+        if ray:
+            from pairkit.distributed.embed import RayEmbed
+
+            executor = RayEmbed(ray)
         hook = ProgressBar(quiet, unit="images")
         try:
-            summary = embed_folder(cfg, hook)
+            summary = embed_folder(cfg, hook, executor)
         finally:
             hook.stop()
         if summary.images == 0 and summary.already:
@@ -110,8 +124,9 @@ def embed(
         if summary.skipped:
             from pairkit.core.options import plural
 
-            say(f"{plural(summary.skipped, 'file')} skipped: see {output / 'errors.jsonl'}",
-                quiet)
+            where = (f"the errors object its manifest names in {output}" if "://" in output
+                     else Path(output) / "errors.jsonl")
+            say(f"{plural(summary.skipped, 'file')} skipped: see {where}", quiet)
         if summary.missing_from_folder:
             warn(f"{summary.missing_from_folder} images in the store are no longer in {images}")
         if json_summary:

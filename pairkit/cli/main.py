@@ -18,10 +18,12 @@ from pairkit.cli import embed as embed_cmd
 from pairkit.cli import eval as eval_cmd
 from pairkit.cli import import_ as import_cmd
 from pairkit.cli import index as index_cmd
+from pairkit.cli import info as info_cmd
 from pairkit.cli import issues as issues_cmd
 from pairkit.cli import mine as mine_cmd
 from pairkit.cli import project as project_cmd
 from pairkit.cli import report as report_cmd
+from pairkit.cli import search as search_cmd
 from pairkit.cli import train as train_cmd
 from pairkit.cli.options import Command
 
@@ -35,7 +37,7 @@ app = typer.Typer(
         "pairkit mine store --hard --filter-false-negatives -o pairs.parquet"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (docs/cli.md)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -51,7 +53,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        False, "--version", "-V", callback=_version, is_eager=True,
+        help="Print the version and exit."
     ),
     threads: int | None = typer.Option(
         None, "--threads", show_default="$PAIRKIT_THREADS, $OMP_NUM_THREADS or half the CPUs, 1-8",
@@ -71,6 +74,7 @@ for _name, _function in (
     ("mine", mine_cmd.mine), ("dedup", dedup_cmd.dedup), ("issues", issues_cmd.issues),
     ("train", train_cmd.train),
     ("project", project_cmd.project), ("eval", eval_cmd.eval_store),
+    ("search", search_cmd.search), ("info", info_cmd.info),
     ("report", report_cmd.report), ("demo", demo_cmd.demo),
 ):
     app.command(_name, no_args_is_help=True, cls=Command)(_function)

@@ -13,7 +13,7 @@ from pairkit.cli.progress import ProgressBar
 
 
 def mine(
-    store: Path = typer.Argument(..., help="Store folder (from embed or import)."),
+    store: str = typer.Argument(..., help="Store folder or URL (s3://...; from embed or import)."),
     output: str = o.table_output_option(),
     hard: bool = typer.Option(
         False, "--hard", help="Hard negatives from a kNN search (without: easy, uniform)."),
@@ -97,8 +97,9 @@ def mine(
     Example: pairkit mine store --hard -k 5 -o pairs.parquet --stats stats.json
     """
     from pairkit.core.options import only_with
+    from pairkit.index.options import IndexOptions
     from pairkit.mine.command import mine_to_files
-    from pairkit.mine.hard_negatives import IndexOptions, MineConfig
+    from pairkit.mine.config import MineConfig
     from pairkit.mine.options import fn_config
     from pairkit.mine.summary import summary_lines
 

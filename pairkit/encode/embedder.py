@@ -23,9 +23,10 @@ from pairkit.core.devices import (
     resolve_precision,
 )
 from pairkit.core.lock import writer_lock
+from pairkit.core.manifest import has_manifest
+from pairkit.core.remote import check_writable, location
 from pairkit.core.store import (
     ERRORS,
-    MANIFEST,
     StoreWriter,
     prepare_store_dir,
     read_manifest,
@@ -63,7 +64,8 @@ class EmbedConfig:
     shard_seconds: float = 120.0
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     decode: str = "auto"  # auto | cpu | gpu (pairkit.encode.device_pipeline)
-    ray: str | None = None  # a Ray cluster address: embed there (pairkit.dist.embed)
+    image_column: str | None = None  # Hugging Face dataset input (pairkit.encode.hf_datasets)
+    label_column: str | None = None
 
 
 @dataclass
@@ -112,6 +114,8 @@ def embedding_identity(cfg: EmbedConfig) -> dict[str, Any]:
         if not Path(cfg.checkpoint).is_file():
             raise PairkitError(f"checkpoint {cfg.checkpoint} not found")
         ident["checkpoint_sha256"] = sha256_file(cfg.checkpoint)
+    if cfg.image_column:
+        ident["image_column"] = cfg.image_column
     return ident
 
 
@@ -141,10 +145,23 @@ def check_config(cfg: EmbedConfig) -> bool:
 
     check_decode(cfg.decode)
     check_device(cfg.device)
-    images = Path(cfg.images)
+    from pairkit.encode.hf_datasets import is_hf_dataset
     from pairkit.encode.webdataset import expand_braces, is_webdataset
 
-    if is_webdataset(images):
+    images = location(cfg.images)
+    hf = not isinstance(images, str) and is_hf_dataset(images)
+    if not hf and (cfg.image_column or cfg.label_column):
+        raise UsageError("--image-column and --label-column need a Hugging Face dataset "
+                         "(a save_to_disk folder, .parquet or .arrow)")
+    if isinstance(images, str):
+        pass  # object storage: listed when embedding starts
+    elif hf:
+        if not images.exists():
+            raise PairkitError(f"dataset {images} not found")
+        if cfg.labels == "folder":
+            raise UsageError("--labels folder needs an image folder; a dataset's labels "
+                             "come from its label column (--label-column)")
+    elif is_webdataset(images):
         expand_braces(str(images))  # a bad pattern is bad usage
         if cfg.labels == "folder":
             raise UsageError("--labels folder needs an image folder; the labels of tar shards "
@@ -153,12 +170,15 @@ def check_config(cfg: EmbedConfig) -> bool:
         raise PairkitError(f"image folder {images} not found")
     elif not images.is_dir():
         raise PairkitError(f"{images} is not a folder (nor .tar shards)")
-    if cfg.labels not in (None, "folder") and not Path(cfg.labels).is_file():
+    if cfg.labels not in (None, "folder") and not isinstance(location(cfg.labels), str) \
+            and not Path(cfg.labels).is_file():
         raise PairkitError(f"--labels {cfg.labels}: no such file (or use --labels folder)")
     if cfg.checkpoint and not Path(cfg.checkpoint).is_file():
         raise PairkitError(f"checkpoint {cfg.checkpoint} not found")
-    store = Path(cfg.store)
-    if store.exists() and not store.is_dir():
+    store = location(cfg.store)
+    if isinstance(store, str):
+        check_writable(store, "a store")  # object storage: a commit it can make
+    elif store.exists() and not store.is_dir():
         raise PairkitError(f"output {store} is an existing file, expected a store folder")
     return check_pretrained(cfg.model, cfg.pretrained, cfg.checkpoint, DEFAULT_OPENCLIP_TAG)
 
@@ -189,10 +209,12 @@ def resolve_labels(
     if "path" not in table.columns or "label" not in table.columns:
         raise PairkitError(f"--labels {spec}: the table needs 'path' and 'label' columns")
     mapping: dict[str, str] = {}
-    root_abs = root.resolve()
+    root_abs = root.resolve() if isinstance(root, Path) else None
     for path, label in zip(table["path"].astype(str), table["label"], strict=True):
         p = Path(path)
         if p.is_absolute():
+            if root_abs is None:  # images on object storage: paths are keys
+                continue
             try:
                 p = p.resolve().relative_to(root_abs)
             except ValueError:
@@ -371,13 +393,21 @@ class Sources:
     files: list[ImageFile]
     problems: list[tuple[str, str]]
     member_labels: dict[str, str | None] | None = None
+    member_label_kind: str = "webdataset"  # what the manifest's ``labels`` says of them
 
 
-def find_sources(images: Path) -> Sources:
-    """List an image folder (:func:`discover_images`) or tar shards
-    (:func:`pairkit.encode.webdataset.discover_webdataset`)."""
+def find_sources(images: Path, image_column: str | None = None,
+                 label_column: str | None = None) -> Sources:
+    """List an image folder (:func:`discover_images`), tar shards
+    (:func:`pairkit.encode.webdataset.discover_webdataset`) or a Hugging Face dataset
+    (:func:`pairkit.encode.hf_datasets.discover_hf_dataset`)."""
+    from pairkit.encode.hf_datasets import discover_hf_dataset, is_hf_dataset
     from pairkit.encode.webdataset import discover_webdataset, is_webdataset
 
+    if is_hf_dataset(images):
+        root, files, problems, labels = discover_hf_dataset(images, image_column,
+                                                            label_column)
+        return Sources(root, files, problems, labels, "dataset")
     if is_webdataset(images):
         root, files, problems, labels = discover_webdataset(images)
         return Sources(root, files, problems, labels)
@@ -385,9 +415,26 @@ def find_sources(images: Path) -> Sources:
     return Sources(Path(images), files, problems)
 
 
-def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSummary:
+def find_any_sources(images: str | Path, image_column: str | None = None,
+                     label_column: str | None = None) -> Sources:
+    """:func:`find_sources`, or the image objects under a URL
+    (:mod:`pairkit.encode.remote_images`; ``root`` is then the URL)."""
+    where = location(images)
+    if isinstance(where, str):
+        from pairkit.encode.remote_images import discover_remote_images
+
+        files, problems = discover_remote_images(where)
+        return Sources(where, files, problems)  # type: ignore[arg-type]
+    return find_sources(where, image_column, label_column)
+
+
+def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
+                 executor: Any = None) -> EmbedSummary:
     """Embed every image under ``cfg.images`` (a folder, or webdataset tar shards) into the
-    store ``cfg.store``; on the Ray cluster ``cfg.ray`` when set.
+    store ``cfg.store``; by ``executor`` when given (the command line passes
+    :class:`pairkit.distributed.embed.RayEmbed` for ``--ray``: its ``find_sources(images)``
+    lists the images, its ``embed(cfg, writer, todo, labels, errors, summary, hook,
+    offline)`` embeds and commits them, this process holding the writer lock).
 
     Resumes an existing store made with the same embedding options (only
     missing sources are embedded); refuses one made with other options unless
@@ -397,12 +444,10 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     hook = hook or ProgressHook()
     t0 = time.perf_counter()
     weights_offline = check_config(cfg)
-    if cfg.ray:
-        from pairkit.dist.embed import find_sources_on_ray
-
-        sources = find_sources_on_ray(cfg.ray, Path(cfg.images))
+    if executor is not None and not (cfg.image_column or cfg.label_column):
+        sources = executor.find_sources(location(cfg.images))
     else:
-        sources = find_sources(Path(cfg.images))
+        sources = find_any_sources(cfg.images, cfg.image_column, cfg.label_column)
     files, problems = sources.files, sources.problems
     if not files:
         skipped = (f"; {len(problems)} skipped, e.g. {problems[0][0]!a}: {problems[0][1]}"
@@ -414,7 +459,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     from pairkit.core.threads import import_torch
 
     import_torch()  # the thread budget applied before the first torch work
-    cfg_store = Path(cfg.store)
+    cfg_store = location(cfg.store)
     labels, unlabeled = resolve_labels(cfg.labels, files, sources.root, sources.member_labels)
     if (cfg.labels or sources.member_labels is not None) and unlabeled:
         hook.note(f"{unlabeled} of {len(files)} images have no label")
@@ -423,7 +468,29 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     # one writer per store: a second embed (or import, index...) stops with the holder's name
     with writer_lock(cfg_store, "store"):
         return _embed_locked(cfg, hook, sources, labels, identity, device, t0,
-                             weights_offline)
+                             weights_offline, executor)
+
+
+def same_image_root(store: Path, old_root: str | None, sources: Sources,
+                    done: set[str]) -> None:
+    """Refuse to add ``sources`` to a store whose rows are relative to another image folder
+    (its item paths would point into the wrong folder, and a different image under the same
+    relative path would pass for one already embedded). A folder that moved (the old root
+    is gone and the new one holds every stored source) is accepted."""
+    if isinstance(sources.root, str) or "://" in (old_root or ""):  # object storage
+        if old_root and old_root != str(sources.root):
+            raise PairkitError(f"store {store} holds images of {old_root}, not "
+                               f"{sources.root}; embed into another -o, or pass --force to "
+                               "replace the store")
+        return
+    new_root = sources.root.resolve()
+    if not old_root or Path(old_root) == new_root:
+        return
+    moved = not Path(old_root).exists() and done <= {f.path for f in sources.files}
+    if not moved:
+        raise PairkitError(
+            f"store {store} holds images of {old_root}, not {new_root}; embed into another "
+            "-o, or pass --force to replace the store")
 
 
 def _labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | None]) -> Any:
@@ -431,21 +498,22 @@ def _labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | Non
     if cfg.labels is not None:
         return cfg.labels if cfg.labels == "folder" else "file"
     if sources.member_labels is not None and any(v is not None for v in labels.values()):
-        return "webdataset"
+        return sources.member_label_kind
     return None
 
 
 def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
                   labels: dict[str, str | None], identity: dict[str, Any], device: str,
-                  t0: float, weights_offline: bool = False) -> EmbedSummary:
+                  t0: float, weights_offline: bool = False, executor: Any = None
+                  ) -> EmbedSummary:
     """The rest of :func:`embed_folder`, under the store's writer lock."""
     import pandas as pd
 
     files, problems = sources.files, sources.problems
-    cfg_store = Path(cfg.store)
+    cfg_store = location(cfg.store)
     writer: StoreWriter | None = None
     done: set[str] = set()
-    if (cfg_store / MANIFEST).exists() and not cfg.force:
+    if has_manifest(cfg_store) and not cfg.force:
         old = read_manifest(cfg_store).get("embedding")
         if old != identity:
             diff = sorted(k for k in set(identity) | set(old or {})
@@ -456,6 +524,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
             )
         writer = StoreWriter.resume(cfg_store)
         done = set(writer.items["source"].astype(str))
+        same_image_root(cfg_store, writer.manifest.get("image_root"), sources, done)
     else:
         prepare_store_dir(cfg_store, cfg.force)
 
@@ -477,7 +546,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     # can't be loaded and nothing was written); on Ray the workers load their own copy,
     # this one only describes the encoder in the manifest
     encoder = load_encoder(EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint,
-                                          "cpu" if cfg.ray else device, cfg.seed,
+                                          "cpu" if executor else device, cfg.seed,
                                           offline=weights_offline))
     fit = encoder.identity.get("checkpoint_fit", "")
     if fit and fit != "checkpoint layout: as saved":
@@ -493,15 +562,14 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     elif writer.manifest["dim"] != encoder.dim:
         raise PairkitError(f"store {cfg_store} has dim {writer.manifest['dim']}, the encoder "
                            f"gives {encoder.dim}; pass --force to replace it")
-    writer.update(image_root=str(sources.root.resolve()),
+    writer.update(image_root=sources.root if isinstance(sources.root, str)
+                  else str(sources.root.resolve()),
                   labels=_labels_kind(cfg, sources, labels))
 
     hook.start(len(todo), "embedding")
     t_loop = time.perf_counter()
-    if cfg.ray:
-        from pairkit.dist.embed import embed_on_ray
-
-        embed_on_ray(cfg, writer, todo, labels, errors, summary, hook, weights_offline)
+    if executor is not None:
+        executor.embed(cfg, writer, todo, labels, errors, summary, hook, weights_offline)
     else:
         runner = _Runner(encoder, device, cfg.precision)
         pending_vecs: list[np.ndarray] = []
@@ -509,12 +577,26 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
         pending_rows = 0
         last_flush = time.perf_counter()
 
-        def flush() -> None:
+        def flush(whole: bool = True) -> None:
+            """Commit the pending rows as shards that end at multiples of --shard-rows
+            (``whole=False``: only whole ones, the rest stays pending), so a resumed run
+            cuts where a clean run does and gets the same store_id."""
             nonlocal pending_vecs, pending_items, pending_rows, last_flush
             if pending_rows:
-                writer.set_errors(errors)
-                writer.append(np.concatenate(pending_vecs), pd.DataFrame(pending_items))
-            pending_vecs, pending_items, pending_rows = [], [], 0
+                vectors = np.concatenate(pending_vecs)
+                cut = pending_rows if whole else aligned_cut(writer.count, pending_rows,
+                                                             cfg.shard_rows)
+                if cut:
+                    writer.set_errors(errors)
+                start = 0
+                while start < cut:
+                    stop = min(cut, start + aligned_cut(writer.count, cut - start,
+                                                        cfg.shard_rows, one=True))
+                    writer.append(vectors[start:stop], pd.DataFrame(pending_items[start:stop]))
+                    start = stop
+                pending_vecs = [vectors[cut:]] if cut < pending_rows else []
+                pending_items = pending_items[cut:]
+                pending_rows = len(pending_items)
             last_flush = time.perf_counter()
 
         for batch in encode_batches(cfg, todo, labels, encoder, runner, device):
@@ -527,10 +609,10 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
                 summary.views += len(batch.items)
                 summary.decoded_on_device += batch.on_device
             hook.advance(batch.images + len(batch.errors))
-            if pending_rows >= cfg.shard_rows or (
-                pending_rows and time.perf_counter() - last_flush > cfg.shard_seconds
-            ):
-                flush()
+            if pending_rows and time.perf_counter() - last_flush > cfg.shard_seconds:
+                flush()  # a slow encoder's rows are saved (at the cost of a boundary)
+            elif pending_rows >= cfg.shard_rows - writer.count % cfg.shard_rows:
+                flush(whole=False)
         flush()
     summary.loop_seconds = time.perf_counter() - t_loop
     writer.set_errors(errors)
@@ -541,9 +623,19 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     writer.update(last_run=_run_record(cfg, summary))
     if writer.count == 0:
         raise PairkitError(
-            f"no image could be embedded: all {len(todo)} failed (see {cfg_store / ERRORS})"
+            f"no image could be embedded: all {len(todo)} failed (see {cfg_store}/{ERRORS})"
         )
     return summary
+
+
+def aligned_cut(count: int, rows: int, shard_rows: int, one: bool = False) -> int:
+    """How many of ``rows`` new rows fill shards that end at multiples of ``shard_rows``,
+    for a store of ``count`` rows: all whole shards (0 when the first is not full), or
+    with ``one`` the first shard only (at most ``rows``)."""
+    room = shard_rows - count % shard_rows
+    if one:
+        return min(rows, room)
+    return 0 if rows < room else room + (rows - room) // shard_rows * shard_rows
 
 
 @dataclass
@@ -586,7 +678,7 @@ def embed_partition(cfg: EmbedConfig, files: list[ImageFile], labels: dict[str, 
     """Embed ``files`` (one partition) into one shard file ``shard_name`` of the store,
     written atomically but not committed (:meth:`StoreWriter.add_written_shard` does that).
     Returns ``{record (None when no file could be embedded), items, errors, images,
-    on_device}``; what a Ray worker of :mod:`pairkit.dist.embed` sends back."""
+    on_device}``; what a Ray worker of :mod:`pairkit.distributed.embed` sends back."""
     from pairkit.core.store_writer import write_shard
 
     vecs: list[np.ndarray] = []

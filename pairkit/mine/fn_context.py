@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from pairkit.index.backend import SearchBackend
     from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.spectral import SpectralEmbedding
 
 # Used only when pairkit.mine.near_duplicates (and its measured default) is absent.
 _NEAR_DUPLICATE_FALLBACK = 0.965
@@ -32,7 +34,12 @@ class FnContext:
     ``neighbours`` optional ``(ids, scores)`` (N, m): every row's nearest rows
     of other sources, best first, -1 padded (reused by the ``community`` rule
     instead of a search of its own). ``cluster_assign`` (G, N): the k-means runs
-    of the ``cluster`` rule (set by hand to skip k-means).
+    of the ``cluster`` rule (set by hand to skip k-means); ``cluster_key`` the
+    ``(ks, runs, niter)`` they were computed for (None: set by hand), ``spectral`` the
+    kNN graph's spectral embedding they were computed from.
+    ``pairwise_near_duplicates``: the near-duplicate rule compares each pair with its
+    threshold instead of building store-wide groups (set when the search already skips
+    the anchor's clusters, and for the label-free estimate's hidden sources).
     """
 
     vectors: np.ndarray
@@ -48,10 +55,13 @@ class FnContext:
     source_views: np.ndarray | None = None  # (n_sources, max_views) int64, -1 padded
     neighbours: tuple[np.ndarray, np.ndarray] | None = None  # (ids, scores), each (N, m)
     communities: np.ndarray | None = None  # (N,) int64
-    cache: dict[str, Any] = field(default_factory=dict)
-    backend: Any = None  # pairkit.index.backend.SearchBackend of the searches; None: FAISS CPU
+    cluster_key: tuple[tuple[int, ...], int, int] | None = None
+    spectral: SpectralEmbedding | None = None
+    pairwise_near_duplicates: bool = False
+    backend: SearchBackend | None = None  # engine of the rules' searches; None: FAISS CPU
     paths: np.ndarray | None = None  # (N,) item paths under image_root (the pixel check)
     image_root: str | None = None
+    near_duplicate_decision: dict[str, Any] | None = None  # how the groups were decided
 
     @property
     def count(self) -> int:
@@ -126,7 +136,7 @@ def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.
         knn_backend=ctx.backend, seed=ctx.seed,
         **({} if ctx.backend is None else
            {"device": ctx.backend.device, "backend": ctx.backend.name}))
-    if ctx.cache.get("pairwise_near_duplicates") and not isinstance(check, PixelCheck):
+    if ctx.pairwise_near_duplicates and not isinstance(check, PixelCheck):
         return None  # the rule compares each pair with the threshold instead
     ctx.groups = np.asarray(
         near_duplicate_groups(
@@ -139,7 +149,7 @@ def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.
         ),
         dtype=np.int64,
     )
-    ctx.cache["near_duplicate_decision"] = check.describe()
+    ctx.near_duplicate_decision = check.describe()
     return ctx.groups
 
 

@@ -24,6 +24,7 @@ from pairkit.report.inputs import ReportInput, read_input
 from pairkit.report.items import ItemTable
 from pairkit.report.page import GENERATOR, render_page
 from pairkit.report.pairs_view import build_pairs_section
+from pairkit.report.search_view import build_search_section
 from pairkit.report.stores import StoreInfo, find_store, mismatch, open_for_report
 
 INDEX = "index.html"
@@ -86,7 +87,7 @@ def _check_not_inside(out: Path, paths: list[str]) -> None:
     """Refuse an output folder that holds an input: replacing it would lose the input."""
     target = out.resolve()
     for p in paths:
-        if p != "-" and Path(p).resolve().is_relative_to(target):
+        if p != "-" and "://" not in p and Path(p).resolve().is_relative_to(target):
             raise UsageError(f"input {p} is inside the output folder {out}; choose another -o")
 
 
@@ -104,6 +105,9 @@ def build_report(cfg: ReportConfig) -> ReportResult:
     """Read the inputs, build the views and thumbnails, write the folder; see module doc."""
     t0 = time.perf_counter()
     check_config(cfg)
+    from pairkit.core.remote import check_local
+
+    check_local(cfg.output, "output")  # a report folder is local: no folder named s3:
     out = Path(cfg.output)
     _check_not_inside(out, [*cfg.inputs, *([str(cfg.store)] if cfg.store else [])])
     check_output_dir(out, cfg.force)
@@ -169,7 +173,7 @@ def _build(inputs: list[ReportInput], explicit: StoreInfo | None, cfg: ReportCon
     eval_section: dict[str, Any] | None = None
     eval_line = -1
     for inp in inputs:
-        if inp.kind in ("pairs", "dedup"):
+        if inp.kind in ("pairs", "dedup", "search"):
             info = _store_for(inp, explicit, notes)
             if info is not None and info.note and info.note not in notes:
                 notes.append(info.note)
@@ -184,6 +188,13 @@ def _build(inputs: list[ReportInput], explicit: StoreInfo | None, cfg: ReportCon
                 result.sections.append(
                     f"{inp.name}: {s['anchors_shown']:,} of {s['anchors']:,} anchors "
                     f"({s['format']}), {s['flagged']:,} of {s['negatives']:,} negatives flagged")
+            elif inp.kind == "search":
+                sec = build_search_section(inp.name, inp.table, sample=cfg.sample,
+                                           labels=labels, ref=ref)
+                s = sec["summary"]
+                result.sections.append(
+                    f"{inp.name}: {s['queries_shown']:,} of {s['queries']:,} queries, "
+                    f"{s['rows']:,} neighbours")
             else:
                 sec = build_dedup_section(inp.name, inp.table, sample=cfg.sample,
                                           labels=labels, ref=ref)
