@@ -180,7 +180,7 @@ def test_mine_rule_uses_the_same_decision_as_dedup(tmp_path: Path) -> None:
     assert np.array_equal(groups, dedup.item_group)
     found = {frozenset(np.flatnonzero(groups == g).tolist()) for g in set(groups) - {-1}}
     assert found == truth
-    assert ctx.cache["near_duplicate_decision"]["method"] == "pixels"
+    assert ctx.near_duplicate_decision["method"] == "pixels"
     # without the images the threshold decides, as before
     bare = build_context(vecs, None, np.arange(len(paths)), cfg)
     assert not (near_duplicate_group_ids(bare, cfg) >= 0).any()
