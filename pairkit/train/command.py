@@ -35,7 +35,11 @@ def train_store(store: str | os.PathLike[str] | Any, output: str | os.PathLike[s
     cfg.check()
     st = store if isinstance(store, Store) else Store.open(store)
     if isinstance(pairs, (str, os.PathLike)):
-        table, name = read_table(str(pairs)), str(pairs)
+        from pairkit.train.data import check_store_id
+
+        # another store's table is refused from its first row, before the rest is read
+        table = read_table(str(pairs), first_row=lambda row: check_store_id(row, st.content_id))
+        name = str(pairs)
     else:
         table, name = pairs, None if pairs is None else "DataFrame"
     return train_head(st, Path(output), cfg, table=table, table_name=name, resume=resume,
