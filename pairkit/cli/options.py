@@ -84,12 +84,19 @@ REMOVED = {
 
 
 class Command(TyperCommand):
-    """A subcommand whose "no such option" error names the replacement of an old spelling."""
+    """A subcommand whose "no such option" error names the replacement of an old spelling,
+    and whose numeric options are checked (:func:`check_values`) before it runs."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         cx = click_exceptions()
         try:
-            return super().parse_args(ctx, args)
+            rest = super().parse_args(ctx, args)
+            from pairkit.core.options import check_values
+
+            check_values(self, ctx.params)
+            return rest
+        except UsageError as exc:
+            raise cx.UsageError(str(exc), ctx) from None
         except cx.NoSuchOption as exc:
             name = exc.option_name
             if name in RENAMED:

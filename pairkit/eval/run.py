@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 from pairkit.eval.geometry import (
     alignment,
     pair_dots,
@@ -97,7 +97,7 @@ def _check_metrics(cfg: EvalConfig) -> tuple[str, ...]:
         raise PairkitError(f"--retrieval-gallery must be one of {', '.join(GALLERIES)}, "
                            f"got {cfg.gallery}")
     if any(k < 1 for k in cfg.knn_ks):
-        raise PairkitError(f"--knn-k values must be >= 1, got {min(cfg.knn_ks)}")
+        raise UsageError(f"--knn-k values must be >= 1, got {min(cfg.knn_ks)}")
     if any(k < 1 for k in cfg.recall_ks):
         raise PairkitError(f"--recall-k values must be >= 1, got {min(cfg.recall_ks)}")
     if cfg.knn_temperature <= 0:
