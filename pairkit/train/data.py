@@ -52,22 +52,9 @@ class TableInfo:
 
 
 def _int_column(df: pd.DataFrame, col: str, allow_missing: bool) -> np.ndarray:
-    import pandas as pd
+    from pairkit.core.pairs import integer_ids
 
-    raw = df[col]
-    values = pd.to_numeric(raw, errors="coerce")
-    if allow_missing:
-        # only an empty cell means "no negative"; a value that is not a number is an error
-        # (it was read as missing, and its negatives silently dropped)
-        empty = raw.isna() | (raw.astype(str).str.strip() == "") if raw.dtype == object \
-            else raw.isna()
-        values = values.where(~empty, -1)
-    bad = values.isna() | (values != values.round())
-    if bool(bad.any()):
-        row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise PairkitError(f"pair table: column {col} must hold integer ids, got "
-                           f"{raw.iloc[row]!a} (row {row})")
-    return values.to_numpy(dtype=np.int64)
+    return integer_ids(df[col], col, allow_missing)
 
 
 def _bool_column(df: pd.DataFrame, col: str) -> np.ndarray:

@@ -204,6 +204,24 @@ def test_without_a_store_paths_from_the_table(tmp_path):
     assert [it["path"] for it in data["items"]] == ["a.png", "b.png", "c.png"]
 
 
+def test_ids_train_refuses_are_refused_here_too(tmp_path):
+    """Issue 20.11: report showed tables whose ids were 1.5 or empty (truncated, or read as
+    "none"), which train refuses."""
+    (tmp_path / "t").mkdir()
+    for column, values, shown in [("anchor_id", [0.0, 1.5], "1.5"),
+                                  ("anchor_id", [0, None], "nan"),
+                                  ("negative_id", [2, "oops"], "'oops'")]:
+        t = pd.DataFrame({"anchor_id": [0, 1], "positive_id": [1, 0], "negative_id": [2, 2],
+                          "anchor_path": ["a.png", "b.png"], "positive_path": ["b.png", "a.png"],
+                          "negative_path": ["c.png", "c.png"]})
+        t[column] = pd.Series(values, dtype=object)
+        t.to_json(tmp_path / "t" / "p.jsonl", orient="records", lines=True)
+        r = report(tmp_path / "t" / "p.jsonl", "-o", tmp_path / "rep")
+        assert r.exit_code == 1, r.output
+        assert f"column {column} must hold integer ids, got {shown} (row 1)" in r.output
+        assert not (tmp_path / "rep").exists()
+
+
 def test_a_table_from_another_store_is_refused_with_store(pipeline, tmp_path):
     other = image_store(tmp_path / "other", ["a.png", "b.png"], [None, None])
     r = report(pipeline.pairs, "-o", tmp_path / "rep", "--store", other.root)
