@@ -9,7 +9,7 @@ from typing import Any, Literal
 import typer
 from typer.core import TyperCommand
 
-from pairkit.errors import UsageError
+from pairkit.errors import PairkitError, UsageError
 
 IndexKind = Literal["auto", "flat", "ivf", "ivfpq", "hnsw"]
 Dtype = Literal["float16", "float32"]
@@ -27,9 +27,9 @@ def _bad_parameter(check: Any, text: str) -> Any:
 
 def device_value(text: str) -> str:
     """``--device``: auto, cpu, cuda or cuda:N (bad usage, exit 2, otherwise)."""
-    from pairkit.core.devices import check_device
+    from pairkit.core.devices import check_device, check_gpu_present
 
-    return _bad_parameter(check_device, text)
+    return check_gpu_present(_bad_parameter(check_device, text))
 
 
 def device_option(help: str) -> Any:
@@ -97,6 +97,10 @@ class Command(TyperCommand):
             return rest
         except UsageError as exc:
             raise cx.UsageError(str(exc), ctx) from None
+        except PairkitError as exc:  # a failure found while parsing (no GPU): exit 1
+            from pairkit.cli.common import fail
+
+            raise fail(str(exc)) from None
         except cx.NoSuchOption as exc:
             name = exc.option_name
             if name in RENAMED:

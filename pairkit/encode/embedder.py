@@ -124,7 +124,7 @@ def check_config(cfg: EmbedConfig) -> bool:
     whether pretrained weights can be had (:func:`pairkit.encode.weights.check_pretrained`).
     Returns True when weights must be loaded from the hub cache only."""
     from pairkit.core.devices import check_device
-    from pairkit.encode.registry import DEFAULT_OPENCLIP_TAG
+    from pairkit.encode.registry import DEFAULT_OPENCLIP_TAG, check_model_name
     from pairkit.encode.weights import check_pretrained
 
     if cfg.views < 1:
@@ -144,6 +144,7 @@ def check_config(cfg: EmbedConfig) -> bool:
 
     check_decode(cfg.decode)
     check_device(cfg.device)
+    check_model_name(cfg.model)
     images = Path(cfg.images)
     from pairkit.encode.hf_datasets import is_hf_dataset
     from pairkit.encode.webdataset import expand_braces, is_webdataset
@@ -435,15 +436,14 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
             f"no images found in {cfg.images} (looked for .jpg, .jpeg, .png, .webp, .bmp, "
             f".gif, .tif, .ppm ...){skipped}"
         )
-    from pairkit.core.threads import import_torch
-
-    import_torch()  # the thread budget applied before the first torch work
     cfg_store = Path(cfg.store)
     labels, unlabeled = resolve_labels(cfg.labels, files, sources.root, sources.member_labels)
     if (cfg.labels or sources.member_labels is not None) and unlabeled:
         hook.note(f"{unlabeled} of {len(files)} images have no label")
     identity = embedding_identity(cfg)
-    device = resolve_device(cfg.device)
+    # torch loads (and the device resolves) only once there is something to embed: a rerun
+    # with nothing to do, or another store's options, is told before (_embed_locked)
+    device = cfg.device
     # one writer per store: a second embed (or import, index...) stops with the holder's name
     with writer_lock(cfg_store, "store"):
         return _embed_locked(cfg, hook, sources, labels, identity, device, t0,
@@ -514,6 +514,10 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
         if writer is not None and writer.set_errors(errors):
             writer.commit()
         return summary
+    from pairkit.core.threads import import_torch
+
+    import_torch()  # the thread budget applied before the first torch work
+    device = summary.device = resolve_device(device)
 
     # (a store folder this run created is removed again by the lock when the encoder
     # can't be loaded and nothing was written); on Ray the workers load their own copy,

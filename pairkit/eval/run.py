@@ -88,24 +88,25 @@ def _codes(values_a: np.ndarray | None, values_b: np.ndarray | None,
     return codes[: len(a)], codes[len(a):], np.asarray(uniques, dtype=object)
 
 
-def _check_metrics(cfg: EvalConfig) -> tuple[str, ...]:
+def check_eval_config(cfg: EvalConfig) -> tuple[str, ...]:
+    """The metrics ``cfg`` asks for; UsageError (exit 2) for a value out of range."""
     chosen = METRICS if cfg.metrics is None else tuple(cfg.metrics)
     bad = [m for m in chosen if m not in METRICS]
     if bad:
-        raise PairkitError(f"--metrics must be among {', '.join(METRICS)}, got {', '.join(bad)}")
+        raise UsageError(f"--metrics must be among {', '.join(METRICS)}, got {', '.join(bad)}")
     if cfg.gallery not in GALLERIES:
-        raise PairkitError(f"--retrieval-gallery must be one of {', '.join(GALLERIES)}, "
+        raise UsageError(f"--retrieval-gallery must be one of {', '.join(GALLERIES)}, "
                            f"got {cfg.gallery}")
     if any(k < 1 for k in cfg.knn_ks):
         raise UsageError(f"--knn-k values must be >= 1, got {min(cfg.knn_ks)}")
     if any(k < 1 for k in cfg.recall_ks):
-        raise PairkitError(f"--recall-k values must be >= 1, got {min(cfg.recall_ks)}")
+        raise UsageError(f"--recall-k values must be >= 1, got {min(cfg.recall_ks)}")
     if cfg.knn_temperature <= 0:
-        raise PairkitError(f"--knn-temperature must be > 0, got {cfg.knn_temperature}")
+        raise UsageError(f"--knn-temperature must be > 0, got {cfg.knn_temperature}")
     if cfg.max_r < 1:
-        raise PairkitError(f"--max-r must be >= 1, got {cfg.max_r}")
+        raise UsageError(f"--max-r must be >= 1, got {cfg.max_r}")
     if cfg.pair_sample < 1:
-        raise PairkitError(f"--pair-sample must be >= 1, got {cfg.pair_sample}")
+        raise UsageError(f"--pair-sample must be >= 1, got {cfg.pair_sample}")
     return chosen
 
 
@@ -128,7 +129,7 @@ def evaluate(queries: EvalSide, references: EvalSide, cfg: EvalConfig,
     ``report.metrics`` with a note, unless it was asked for in ``cfg.metrics``: then
     PairkitError.
     """
-    chosen = _check_metrics(cfg)
+    chosen = check_eval_config(cfg)
     explicit = cfg.metrics is not None
     report = EvalReport()
     report.metrics["n_queries"] = len(queries)

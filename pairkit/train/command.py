@@ -33,6 +33,15 @@ def train_store(store: str | os.PathLike[str] | Any, output: str | os.PathLike[s
     if resume and force:
         raise UsageError("--resume and --force contradict each other: pick one")
     cfg.check()
+    from pairkit.core.paths import check_output_apart
+    from pairkit.train.loop import check_head_output
+
+    # a wrong -o is refused before the store, the table and torch load
+    if not isinstance(store, Store):
+        check_output_apart(output, [store])
+    if isinstance(pairs, (str, os.PathLike)):
+        check_output_apart(output, [pairs])
+    check_head_output(Path(output), force, resume)
     st = store if isinstance(store, Store) else Store.open(store)
     if isinstance(pairs, (str, os.PathLike)):
         from pairkit.train.data import check_store_id

@@ -194,22 +194,20 @@ def _is_head_file(name: str) -> bool:
     return name in HEAD_FILES
 
 
-def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
-    """Refuse an existing head without ``force``/``resume``; with ``force`` clear it.
-
-    Call under the head's writer lock: temp files of killed runs are removed first (a
-    folder holding nothing else counts as empty).
-    """
+def check_head_output(out: Path, force: bool, resume: bool) -> set[str]:
+    """Refuse an existing head without ``force``/``resume`` (and a file, another folder, a
+    resume without a checkpoint); returns the head's file names (temp files of killed
+    runs count as nothing). Light: train calls it before torch loads, and again under the
+    head's lock (:func:`prepare_head_dir`)."""
     if out.exists() and not out.is_dir():
         raise PairkitError(f"output {out} is an existing file, expected a head folder")
-    if out.is_dir():
-        remove_stale_temps(out, _is_head_file)
     names = {e.name for e in out.iterdir()} - {LOCK_NAME} if out.is_dir() else set()
-    if not names:
+    temps = {n for n in names if n.startswith(".") and n.endswith(".tmp")}
+    if not names - temps:
         if resume:
             raise PairkitError(f"--resume: {out} holds no checkpoint to resume from")
-        return
-    ours = {n for n in names if n in HEAD_FILES or (n.startswith(".") and n.endswith(".tmp"))}
+        return names
+    ours = {n for n in names if n in HEAD_FILES} | temps
     if names - ours:
         raise PairkitError(f"output {out} is a folder that is not a pairkit head; choose "
                            "another path")
@@ -217,11 +215,25 @@ def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
         if CHECKPOINT not in names:
             raise PairkitError(f"--resume: {out} holds no {CHECKPOINT} (no epoch was "
                                "completed)")
-        return
+        return names
     if not force:
         raise PairkitError(f"head {out} exists; pass --force to replace it or --resume to "
                            "continue it")
-    for name in ours:
+    return names
+
+
+def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
+    """Refuse an existing head without ``force``/``resume``; with ``force`` clear it.
+
+    Call under the head's writer lock: temp files of killed runs are removed first (a
+    folder holding nothing else counts as empty).
+    """
+    if out.is_dir():
+        remove_stale_temps(out, _is_head_file)
+    names = check_head_output(out, force, resume)
+    if resume or not names:
+        return
+    for name in names:
         p = out / name
         shutil.rmtree(p) if p.is_dir() else p.unlink()
 

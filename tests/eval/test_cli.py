@@ -150,7 +150,7 @@ def test_bad_input_messages(tmp_path: Path) -> None:
         (["--knn-k", "500"], 1, "--knn-k 500 is larger than the reference set (96 items)"),
         (["--recall-k", "1,500", "--metrics", "retrieval"], 1, "--recall-k 500 is larger"),
         (["--knn-k", "a"], 2, "--knn-k must be a comma-separated list of integers"),
-        (["--knn-temperature", "0"], 1, "--knn-temperature must be > 0, got 0.0"),
+        (["--knn-temperature", "0"], 2, "--knn-temperature must be > 0, got 0.0"),
         (["--compare"], 2, "--compare needs --head"),
         (["--against", s, "--test-fraction", "0.1"], 2, "exclude each other"),
         (["--test-fraction", "1.5"], 2, "--test-fraction must be > 0 and < 1, got 1.5"),
