@@ -94,3 +94,53 @@ def test_a_closed_stdout_ends_quietly(store) -> None:
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=120) == 0, err
         assert first.startswith(b"{") and err == ""
+
+
+def test_slow_refusals_come_before_heavy_imports(store, tmp_path: Path) -> None:
+    """Issue 20 ("slow to say no"): these took 4-7 s, torch's import time, to refuse."""
+    from pairkit.core.devices import no_gpu_at_all
+    from tests.conftest import make_images
+
+    head = tmp_path / "head"
+    r = runner.invoke(app, ["train", str(store.root), "-o", str(head), "--relation", "instance",
+                            "--epochs", "1", "--out-dim", "4", "-q"])
+    assert r.exit_code == 0, r.output
+    images = tmp_path / "images"
+    make_images(images, n_per_class=2, classes=2)
+    embedded = tmp_path / "embedded"
+    assert runner.invoke(app, ["embed", str(images), "-o", str(embedded), "--model", "pixels",
+                               "-q"]).exit_code == 0
+    s, t = str(store.root), str(tmp_path)
+    runs = [
+        (["train", s, "-o", str(head), "--relation", "instance"], 1, "exists; pass --force"),
+        (["eval", s, "--head", t + "/nosuch"], 1, "not found"),
+        (["project", s, "--head", s, "-o", t + "/p"], 1, "is not a pairkit head"),
+        (["project", s, "--head", str(head), "-o", s], 2, "is the input"),
+        (["embed", str(images), "-o", t + "/e", "--model", "ViT-B-32"], 1,
+         "did you mean openclip/ViT-B-32?"),
+        (["embed", str(images), "-o", str(embedded), "--model", "pixels"], 0, ""),
+    ]
+    if no_gpu_at_all():
+        runs += [(["embed", str(images), "-o", t + "/e", "--model", "pixels", "--device",
+                   "cuda"], 1, "no CUDA GPU is visible"),
+                 (["train", s, "-o", t + "/h2", "--relation", "instance", "--device", "cuda"],
+                  1, "no CUDA GPU is visible")]
+    code = (
+        "import json, sys\n"
+        "from pairkit.cli.main import app\n"
+        "codes = []\n"
+        f"for args in {[a for a, _, _ in runs]!r}:\n"
+        "    try:\n"
+        "        app(args=args, prog_name='pairkit')\n"
+        "    except SystemExit as exc:\n"
+        "        codes.append(exc.code)\n"
+        "print(json.dumps([codes, sorted(m for m in ('torch', 'faiss', 'open_clip', 'timm')\n"
+        "                                if m in sys.modules)]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(), cwd=REPO, timeout=120)
+    codes, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert codes == [c for _, c, _ in runs], proc.stderr
+    for _, _, message in runs:
+        assert message in proc.stderr
+    assert heavy == [], heavy
