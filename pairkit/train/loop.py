@@ -380,6 +380,20 @@ def read_log(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line]
 
 
+def overflow_hint(precision: str) -> str:
+    """The NaN-loss message's precision clause: only for reduced precision, naming what
+    else to try (fp32 itself can't overflow that way)."""
+    others = {"fp16": "fp32 or bf16", "bf16": "fp32"}
+    if precision not in others:
+        return ""
+    return f" or {precision} overflow (--precision {precision}; try {others[precision]})"
+
+
+def eval_loss_name(metrics_on: str) -> str:
+    """What the per-epoch evaluation loss was measured on, for the epoch line and plot."""
+    return "validation loss" if metrics_on == "val" else "train-pair loss after the epoch"
+
+
 def write_plot(path: Path, records: list[dict[str, Any]]) -> None:
     """Loss, score gap and alignment/uniformity per epoch as a PNG (Agg, no display)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -393,9 +407,9 @@ def write_plot(path: Path, records: list[dict[str, Any]]) -> None:
     fig = Figure(figsize=(11, 3.2))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 3, 1)
-    ax.plot(epochs, col("loss"), marker="o", label="train loss")
+    ax.plot(epochs, col("loss"), marker="o", label="training loss (mean over the epoch)")
     ax.plot(epochs, col("eval_loss"), marker="o",
-            label=f"{records[-1]['metrics_on']} loss")
+            label=eval_loss_name(records[-1]["metrics_on"]))
     ax.set_xlabel("epoch")
     ax.legend()
     ax = fig.add_subplot(1, 3, 2)
@@ -654,9 +668,8 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
             if not math.isfinite(value):
                 raise PairkitError(
                     f"loss is {value} at epoch {epoch + 1}, step {step + 1}: likely causes: "
-                    f"--temperature too low ({cfg.loss.temperature}), --lr too high ({cfg.lr}) "
-                    f"or fp16 overflow (--precision {precision}; try fp32 or bf16); "
-                    f"epoch {epoch + 1} was not saved")
+                    f"--temperature too low ({cfg.loss.temperature}), --lr too high ({cfg.lr})"
+                    + overflow_hint(precision) + f"; epoch {epoch + 1} was not saved")
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
                 scaler.scale(loss).backward()

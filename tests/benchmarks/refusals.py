@@ -6,12 +6,17 @@ The goal: a bad path or value is refused before torch/faiss/open_clip load, in u
 code and the one stderr line. ``import torch`` alone is timed the same way, in the same
 run, as the yardstick.
 
-Run:  python tests/benchmarks/refusals.py [--repeat 3] [--out FILE.md]
+Wall time depends on the machine's load; the child's CPU time (user + system) much less,
+so both are given. ``--before CHECKOUT`` runs every case under another checkout too (main
+before the fixes), in the same run.
+
+Run:  python tests/benchmarks/refusals.py [--repeat 3] [--before ../main] [--out FILE.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,13 +30,19 @@ from tests.conftest import make_images, random_store  # noqa: E402
 from tests.proc import REPO, child_env  # noqa: E402
 
 
-def run(args: list[str]) -> tuple[float, int, str]:
+def run(args: list[str], checkout: Path = REPO) -> tuple[float, float, int, str]:
+    """(wall seconds, CPU seconds of the child, exit code, last stderr line)."""
+    env = child_env()
+    env["PYTHONPATH"] = str(checkout)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, *args], cwd=REPO, env=child_env(),
+    proc = subprocess.run([sys.executable, *args], cwd=checkout, env=env,
                           capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
-    return seconds, proc.returncode, lines[-1] if lines else ""
+    return seconds, cpu, proc.returncode, lines[-1] if lines else ""
 
 
 def setup(work: Path) -> dict[str, str]:
@@ -39,11 +50,11 @@ def setup(work: Path) -> dict[str, str]:
     make_images(images, n_per_class=6, classes=3)
     store = work / "store"
     assert run(["-m", "pairkit", "embed", str(images), "-o", str(store), "--model", "pixels",
-                "-q"])[1] == 0
+                "-q"])[2] == 0
     small = random_store(work / "small", n_sources=20, views=2, dim=16).root
     head = work / "head"
     assert run(["-m", "pairkit", "train", str(small), "-o", str(head), "--relation",
-                "instance", "--epochs", "1", "--out-dim", "8", "-q"])[1] == 0
+                "instance", "--epochs", "1", "--out-dim", "8", "-q"])[2] == 0
     return {"images": str(images), "store": str(store), "small": str(small),
             "head": str(head), "work": str(work)}
 
@@ -82,22 +93,31 @@ def cases(p: dict[str, str]) -> list[tuple[str, list[str]]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--before", type=Path, help="another checkout (main before the fixes): "
+                    "each case also runs there, in the same run")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    checkouts = [("after", REPO)] + ([("before", args.before)] if args.before else [])
     with tempfile.TemporaryDirectory() as tmp:
         paths = setup(Path(tmp))
-        torch_s = statistics.median(run(["-c", "import torch"])[0] for _ in range(args.repeat))
-        rows = [f"| `import torch` (yardstick) | {torch_s:.2f} | | |"]
+        torch = [run(["-c", "import torch"]) for _ in range(args.repeat)]
+        head = "| refusal | " + " | ".join(f"{n}: wall s | {n}: CPU s | {n}: exit"
+                                         for n, _ in checkouts) + " | message (after) |"
+        rows = [head, "|---" * (1 + 3 * len(checkouts) + 1) + "|",
+                f"| `import torch` (yardstick) | {statistics.median(t[0] for t in torch):.2f} | "
+                f"{statistics.median(t[1] for t in torch):.2f} | |" + " | | |" * (
+                    len(checkouts) - 1) + " |"]
         for name, argv in cases(paths):
-            times, code, line = [], 0, ""
-            for _ in range(args.repeat):
-                seconds, code, line = run(["-m", "pairkit", *argv])
-                times.append(seconds)
-            med = statistics.median(times)
-            rows.append(f"| {name} | {med:.2f}{' (over 1 s)' if med >= 1 else ''} | {code} | "
-                        f"`{line[:110]}` |")
-    text = (f"| refusal | seconds (median of {args.repeat}) | exit | message |\n"
-            "|---|---|---|---|\n") + "\n".join(rows)
+            cells, message = [], ""
+            for label, checkout in checkouts:
+                got = [run(["-m", "pairkit", *argv], checkout) for _ in range(args.repeat)]
+                wall = statistics.median(g[0] for g in got)
+                cpu = statistics.median(g[1] for g in got)
+                cells += [f"{wall:.2f}", f"{cpu:.2f}", str(got[-1][2])]
+                if label == "after":
+                    message = got[-1][3]
+            rows.append(f"| {name} | " + " | ".join(cells) + f" | `{message[:100]}` |")
+    text = "\n".join(rows)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
