@@ -87,6 +87,12 @@ class Command(TyperCommand):
     """A subcommand whose "no such option" error names the replacement of an old spelling,
     and whose numeric options are checked (:func:`check_values`) before it runs."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:  # arguments spelled one way in help: STORE, INPUT...
+            if param.param_type_name == "argument" and param.metavar is None:
+                param.metavar = param.name.upper()
+
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         cx = click_exceptions()
         try:
