@@ -207,3 +207,22 @@ def test_urls_are_refused_where_they_cannot_work(s3, tmp_path, monkeypatch):
         assert code != 0 and len(lines) == 1 and "s3://b/" in lines[0], (args, lines)
     assert sorted(os.listdir(tmp_path)) == ["emb.npy", "items.parquet", "p.csv", "src"]
     assert not Path("s3:").exists() and not Path("gs:").exists()
+
+
+def test_info_and_search_of_an_s3_store(pair, s3):
+    """info and search take a URL as every command does: the same facts and neighbours."""
+    import json
+
+    local, remote = pair
+    a = json.loads(ok("info", local, "--json"))
+    b = json.loads(ok("info", remote, "--json"))
+    for key in ("rows", "sources", "views", "dim", "dtype", "labels", "content_id", "bytes",
+                "vector_bytes", "checksums"):
+        assert a[key] == b[key], key
+    assert b["store"] == remote and b["indexes"] == []
+    hits_local = [json.loads(x) for x in ok("search", local, "0", "7", "-k", "3").splitlines()]
+    hits_remote = [json.loads(x) for x in ok("search", remote, "0", "7", "-k", "3").splitlines()]
+    assert [(h["query"], h["id"]) for h in hits_local] == \
+        [(h["query"], h["id"]) for h in hits_remote]
+    ok("search", remote, "0", "7", "-k", "3", "-o", f"{s3}/hits.parquet")
+    assert read_table(f"{s3}/hits.parquet")["id"].tolist() == [h["id"] for h in hits_local]
