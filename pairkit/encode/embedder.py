@@ -23,9 +23,10 @@ from pairkit.core.devices import (
     resolve_precision,
 )
 from pairkit.core.lock import writer_lock
+from pairkit.core.manifest import has_manifest
+from pairkit.core.remote import check_writable, location
 from pairkit.core.store import (
     ERRORS,
-    MANIFEST,
     StoreWriter,
     prepare_store_dir,
     read_manifest,
@@ -145,15 +146,18 @@ def check_config(cfg: EmbedConfig) -> bool:
     check_decode(cfg.decode)
     check_device(cfg.device)
     check_model_name(cfg.model)
-    images = Path(cfg.images)
     from pairkit.encode.hf_datasets import is_hf_dataset
     from pairkit.encode.webdataset import expand_braces, is_webdataset
 
-    hf = is_hf_dataset(images)
+    images = location(cfg.images)
+    hf = not isinstance(images, str) and is_hf_dataset(images)
     if not hf and (cfg.image_column or cfg.label_column):
         raise UsageError("--image-column and --label-column need a Hugging Face dataset "
                          "(a save_to_disk folder, .parquet or .arrow)")
-    if hf:
+    if isinstance(images, str):  # object storage: listed when embedding starts
+        if is_webdataset(images):
+            expand_braces(images)  # a bad pattern is bad usage
+    elif hf:
         if not images.exists():
             raise PairkitError(f"dataset {images} not found")
         if cfg.labels == "folder":
@@ -168,12 +172,15 @@ def check_config(cfg: EmbedConfig) -> bool:
         raise PairkitError(f"image folder {images} not found")
     elif not images.is_dir():
         raise PairkitError(f"{images} is not a folder (nor .tar shards)")
-    if cfg.labels not in (None, "folder") and not Path(cfg.labels).is_file():
+    if cfg.labels not in (None, "folder") and not isinstance(location(cfg.labels), str) \
+            and not Path(cfg.labels).is_file():
         raise PairkitError(f"--labels {cfg.labels}: no such file (or use --labels folder)")
     if cfg.checkpoint and not Path(cfg.checkpoint).is_file():
         raise PairkitError(f"checkpoint {cfg.checkpoint} not found")
-    store = Path(cfg.store)
-    if store.exists() and not store.is_dir():
+    store = location(cfg.store)
+    if isinstance(store, str):
+        check_writable(store, "a store")  # object storage: a commit it can make
+    elif store.exists() and not store.is_dir():
         raise PairkitError(f"output {store} is an existing file, expected a store folder")
     return check_pretrained(cfg.model, cfg.pretrained, cfg.checkpoint, DEFAULT_OPENCLIP_TAG)
 
@@ -204,10 +211,12 @@ def resolve_labels(
     if "path" not in table.columns or "label" not in table.columns:
         raise PairkitError(f"--labels {spec}: the table needs 'path' and 'label' columns")
     mapping: dict[str, str] = {}
-    root_abs = root.resolve()
+    root_abs = root.resolve() if isinstance(root, Path) else None
     for path, label in zip(table["path"].astype(str), table["label"], strict=True):
         p = Path(path)
         if p.is_absolute():
+            if root_abs is None:  # images on object storage: paths are keys
+                continue
             try:
                 p = p.resolve().relative_to(root_abs)
             except ValueError:
@@ -408,6 +417,24 @@ def find_sources(images: Path, image_column: str | None = None,
     return Sources(Path(images), files, problems)
 
 
+def find_any_sources(images: str | Path, image_column: str | None = None,
+                     label_column: str | None = None) -> Sources:
+    """:func:`find_sources`, or the image objects under a URL
+    (:mod:`pairkit.encode.remote_images`; ``root`` is then the URL)."""
+    where = location(images)
+    if isinstance(where, str):
+        from pairkit.encode.webdataset import discover_webdataset, is_webdataset
+
+        if is_webdataset(where):
+            root, files, problems, labels = discover_webdataset(where)
+            return Sources(root, files, problems, labels)
+        from pairkit.encode.remote_images import discover_remote_images
+
+        files, problems = discover_remote_images(where)
+        return Sources(where, files, problems)  # type: ignore[arg-type]
+    return find_sources(where, image_column, label_column)
+
+
 def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
                  executor: Any = None) -> EmbedSummary:
     """Embed every image under ``cfg.images`` (a folder, or webdataset tar shards) into the
@@ -425,9 +452,9 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
     t0 = time.perf_counter()
     weights_offline = check_config(cfg)
     if executor is not None and not (cfg.image_column or cfg.label_column):
-        sources = executor.find_sources(Path(cfg.images))
+        sources = executor.find_sources(location(cfg.images))
     else:
-        sources = find_sources(Path(cfg.images), cfg.image_column, cfg.label_column)
+        sources = find_any_sources(cfg.images, cfg.image_column, cfg.label_column)
     files, problems = sources.files, sources.problems
     if not files:
         skipped = (f"; {len(problems)} skipped, e.g. {problems[0][0]!a}: {problems[0][1]}"
@@ -436,7 +463,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
             f"no images found in {cfg.images} (looked for .jpg, .jpeg, .png, .webp, .bmp, "
             f".gif, .tif, .ppm ...){skipped}"
         )
-    cfg_store = Path(cfg.store)
+    cfg_store = location(cfg.store)
     labels, unlabeled = resolve_labels(cfg.labels, files, sources.root, sources.member_labels)
     if (cfg.labels or sources.member_labels is not None) and unlabeled:
         hook.note(f"{unlabeled} of {len(files)} images have no label")
@@ -450,16 +477,25 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
                              weights_offline, executor)
 
 
-def same_image_root(store: Path, old_root: str | None, sources: Sources,
+def same_image_root(store: Any, old_root: str | None, sources: Sources,
                     done: set[str]) -> None:
     """Refuse to add ``sources`` to a store whose rows are relative to another image folder
     (its item paths would point into the wrong folder, and a different image under the same
     relative path would pass for one already embedded). A folder that moved (the old root
     is gone and the new one holds every stored source) is accepted."""
-    new_root = sources.root.resolve()
-    if not old_root or Path(old_root) == new_root:
+    if isinstance(sources.root, str) or "://" in (old_root or ""):  # object storage
+        if old_root and old_root != str(sources.root):
+            raise PairkitError(f"store {store} holds images of {old_root}, not "
+                               f"{sources.root}; embed into another -o, or pass --force to "
+                               "replace the store")
         return
-    moved = not Path(old_root).exists() and done <= {f.path for f in sources.files}
+    remote = isinstance(sources.root, str) or "://" in str(old_root)
+    new_root = sources.root if isinstance(sources.root, str) else sources.root.resolve()
+    if not old_root or str(old_root) == str(new_root):
+        return
+    # (object storage: a prefix can't be checked for existence here, so it never "moved")
+    moved = (not remote and not Path(old_root).exists()
+             and done <= {f.path for f in sources.files})
     if not moved:
         raise PairkitError(
             f"store {store} holds images of {old_root}, not {new_root}; embed into another "
@@ -483,10 +519,10 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     import pandas as pd
 
     files, problems = sources.files, sources.problems
-    cfg_store = Path(cfg.store)
+    cfg_store = location(cfg.store)
     writer: StoreWriter | None = None
     done: set[str] = set()
-    if (cfg_store / MANIFEST).exists() and not cfg.force:
+    if has_manifest(cfg_store) and not cfg.force:
         old = read_manifest(cfg_store).get("embedding")
         if old != identity:
             diff = sorted(k for k in set(identity) | set(old or {})
@@ -539,7 +575,8 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     elif writer.manifest["dim"] != encoder.dim:
         raise PairkitError(f"store {cfg_store} has dim {writer.manifest['dim']}, the encoder "
                            f"gives {encoder.dim}; pass --force to replace it")
-    writer.update(image_root=str(sources.root.resolve()),
+    writer.update(image_root=sources.root if isinstance(sources.root, str)
+                  else str(sources.root.resolve()),
                   labels=_labels_kind(cfg, sources, labels))
 
     hook.start(len(todo), "embedding")
@@ -599,7 +636,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     writer.update(last_run=_run_record(cfg, summary))
     if writer.count == 0:
         raise PairkitError(
-            f"no image could be embedded: all {len(todo)} failed (see {cfg_store / ERRORS})"
+            f"no image could be embedded: all {len(todo)} failed (see {cfg_store}/{ERRORS})"
         )
     return summary
 

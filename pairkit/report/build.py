@@ -89,7 +89,7 @@ def _check_not_inside(out: Path, paths: list[str]) -> None:
 
     target = out.resolve()
     for p in paths:
-        if p == "-":
+        if p == "-" or "://" in p:
             continue
         if Path(p).resolve() == target:  # -o the store itself (or a table) is not "inside"
             raise UsageError(f"-o {out} is the input {p}: choose another -o")
@@ -112,6 +112,9 @@ def build_report(cfg: ReportConfig) -> ReportResult:
     """Read the inputs, build the views and thumbnails, write the folder; see module doc."""
     t0 = time.perf_counter()
     check_config(cfg)
+    from pairkit.core.remote import check_local
+
+    check_local(cfg.output, "output")  # a report folder is local: no folder named s3:
     out = Path(cfg.output)
     _check_not_inside(out, [*cfg.inputs, *([str(cfg.store)] if cfg.store else [])])
     check_output_dir(out, cfg.force)
