@@ -96,6 +96,7 @@ def main() -> None:
     ap.add_argument("--before", type=Path, help="another checkout (main before the fixes): "
                     "each case also runs there, in the same run")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--only", help="run only the cases whose name holds this text")
     args = ap.parse_args()
     checkouts = [("after", REPO)] + ([("before", args.before)] if args.before else [])
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,6 +109,8 @@ def main() -> None:
                 f"{statistics.median(t[1] for t in torch):.2f} | |" + " | | |" * (
                     len(checkouts) - 1) + " |"]
         for name, argv in cases(paths):
+            if args.only and args.only not in name:
+                continue
             cells, message = [], ""
             for label, checkout in checkouts:
                 got = [run(["-m", "pairkit", *argv], checkout) for _ in range(args.repeat)]
