@@ -225,6 +225,8 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
         _search_pass(qx, ql, index, len(rx), rl, k_search, excl, ks, rks, r_counts, cfg, report)
         del index
     if "retrieval" in wanted and cfg.gallery == "queries":
+        # the retrieval gallery is the query side: say so beside the reference count
+        report.metrics["n_gallery"] = len(queries)
         if len(np.unique(ql)) < 2:
             report.notes.append("retrieval among queries needs 2+ classes on the query side")
         else:

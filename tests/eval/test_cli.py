@@ -219,3 +219,16 @@ def test_head_compare(tmp_path: Path) -> None:
     res = _run(s, "--head", str(tmp_path / "wrong"))
     assert res.exit_code == 1
     assert "takes vectors of dim 5, the store has dim 8" in res.stderr
+
+
+def test_gallery_of_the_queries_is_named(tmp_path: Path) -> None:
+    """Issue 20.13: `--retrieval-gallery queries` printed only the reference count, as if
+    the references were the gallery."""
+    noisy_store(tmp_path / "s")
+    r = _run(str(tmp_path / "s"), "--metrics", "retrieval", "--retrieval-gallery", "queries",
+             "--json")
+    out = _json(r)
+    assert out["n_gallery"] == out["n_queries"]
+    assert "retrieval gallery (the queries)" in r.stderr
+    out = _json(_run(str(tmp_path / "s"), "--metrics", "retrieval", "--json"))
+    assert "n_gallery" not in out
