@@ -23,14 +23,8 @@ from pairkit.core.devices import (
     resolve_precision,
 )
 from pairkit.core.lock import writer_lock
-from pairkit.core.store import (
-    ERRORS,
-    MANIFEST,
-    StoreWriter,
-    prepare_store_dir,
-    read_manifest,
-    sha256_file,
-)
+from pairkit.core.store import ERRORS, MANIFEST, read_manifest, sha256_file
+from pairkit.core.store_writer import StoreWriter, prepare_store_dir
 from pairkit.encode.images import (
     DEFAULT_MAX_FILE_BYTES,
     DecodeError,

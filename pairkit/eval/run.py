@@ -78,14 +78,12 @@ class EvalReport:
 def _codes(values_a: np.ndarray | None, values_b: np.ndarray | None,
            na_missing: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Joint integer codes of two object arrays (-1 for None). Returns (a, b, uniques)."""
-    import pandas as pd
+    from pairkit.core.store import codes_of
 
     a = np.asarray(values_a, dtype=object)
     b = np.asarray(values_b, dtype=object)
-    codes, uniques = pd.factorize(pd.Series(np.concatenate([a, b]), dtype=object),
-                                  use_na_sentinel=na_missing)
-    codes = codes.astype(np.int64)
-    return codes[: len(a)], codes[len(a):], np.asarray(uniques, dtype=object)
+    codes, uniques = codes_of(np.concatenate([a, b]), missing=na_missing)
+    return codes[: len(a)], codes[len(a):], uniques
 
 
 def _check_metrics(cfg: EvalConfig) -> tuple[str, ...]:

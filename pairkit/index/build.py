@@ -52,6 +52,7 @@ from pairkit.errors import PairkitError, UsageError
 from pairkit.index.backend import (
     CPU,
     SearchBackend,
+    faiss_gpus,
     for_index_kind,
     resolve_backend,
 )
@@ -138,16 +139,6 @@ def choose_kind(n: int, exact_max_rows: int) -> tuple[str, str]:
     return "ivf", f"auto: {n:,} rows > {exact_max_rows:,}, approximate search (ivf)"
 
 
-def gpu_count() -> int:
-    """Number of GPUs FAISS can use (0 with a CPU-only FAISS or no GPU)."""
-    try:
-        import faiss
-
-        return int(faiss.get_num_gpus())
-    except Exception:  # faiss built without GPU support
-        return 0
-
-
 def is_lossy(spec: IndexSpec) -> bool:
     """True when the index returns approximate scores (callers should re-score)."""
     return spec.kind == "ivfpq" or spec.float16
@@ -227,7 +218,7 @@ def to_gpu(index: Any, float16: bool = False, device: str = "cuda") -> Any:
     co = faiss.GpuMultipleClonerOptions()
     co.shard = True
     co.useFloat16 = bool(float16)
-    gpus = list(range(faiss.get_num_gpus()))
+    gpus = list(range(faiss_gpus()))
     if device.startswith("cuda:"):
         gpus = [int(device[5:])]
     resources = [faiss.StandardGpuResources() for _ in gpus]

@@ -41,16 +41,6 @@ def float32_radius(threshold: float) -> float:
     return float(np.nextafter(t, np.float32(-np.inf)))
 
 
-def gpu_count() -> int:
-    """Number of GPUs FAISS can use (0 for a CPU-only FAISS build)."""
-    import faiss
-
-    try:
-        return int(faiss.get_num_gpus())
-    except AttributeError:  # CPU-only build
-        return 0
-
-
 def _gpu_index(base: np.ndarray, device: str = "cuda") -> Any:
     """An exact FAISS index of ``base`` on all GPUs (``cuda``) or on GPU N (``cuda:N``)."""
     from pairkit.index.build import to_gpu

@@ -85,10 +85,10 @@ def cpu_search(index: IndexOptions, command: str) -> IndexOptions:
     bad usage."""
     from dataclasses import replace
 
-    if index.device not in ("auto", "cpu") or index.backend == "torch":
-        raise UsageError(f"{command} --ray searches on the workers' CPUs with FAISS: use "
-                         "--device cpu (or auto) and --backend faiss (or auto)")
-    return replace(index, device="cpu", backend="faiss")
+    from pairkit.index.backend import ray_search
+
+    where = ray_search(command, index.device, index.backend)
+    return replace(index, device=where.device, backend=where.name)
 
 
 def on_ray(address: str, run: Callable[[Any], tuple[Any, dict[str, Any]]]

@@ -74,9 +74,9 @@ def cluster_stats(ctx: Any, fn_config: Any) -> dict[str, Any] | None:
 def same_label_share(pairs: MinedPairs, labels: np.ndarray) -> float | None:
     """Share of mined negatives whose label equals their anchor's (both labelled):
     the exact false-negative share where labels define "the same thing"."""
-    import pandas as pd
+    from pairkit.core.store import codes_of
 
-    codes, _ = pd.factorize(pd.Series(labels, dtype=object), use_na_sentinel=True)
+    codes, _ = codes_of(labels)
     ok = pairs.neg_ids >= 0
     a = np.broadcast_to(codes[pairs.anchors][:, None], ok.shape)[ok]
     c = codes[np.maximum(pairs.neg_ids, 0)][ok]

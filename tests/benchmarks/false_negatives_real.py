@@ -366,7 +366,8 @@ def union_store(tags: tuple[str, ...], work: Path) -> Path:
     """A store holding the rows of several (same-encoder) stores, labels prefixed by tag."""
     import pandas as pd
 
-    from pairkit.core.store import Store, write_store
+    from pairkit.core.store import Store
+    from pairkit.core.store_writer import write_store
 
     out = work / "+".join(tags) / "store"
     if (out / "manifest.json").exists():

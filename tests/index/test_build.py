@@ -176,7 +176,7 @@ def test_save_load_tied_to_store_rows(tmp_path: Path) -> None:
 
 
 def test_stale_index_after_store_rewrite_is_not_used(tmp_path: Path) -> None:
-    from pairkit.core.store import write_store
+    from pairkit.core.store_writer import write_store
 
     store = random_store(tmp_path / "s", n_sources=200, views=2, dim=8)
     runner = CliRunner()
