@@ -121,9 +121,9 @@ def _exact(vectors: np.ndarray, backend: Any) -> Any:
     """The exact index of ``vectors`` on ``backend`` (the array itself for FAISS on CPU)."""
     if backend is None or (backend.name == "faiss" and not backend.gpu):
         return vectors
-    from pairkit.index.build import exact_index
+    from pairkit.index.open import exact_searcher
 
-    return exact_index(vectors, backend)
+    return exact_searcher(vectors, backend).index
 
 
 def knn_graph(

@@ -210,12 +210,13 @@ def mine(store: Any, method: str, spec: Any) -> tuple[Any, float, dict]:
         table, stats = mine_store(store, "instance", cfg, None, fcfg)
         pairs = (table["anchor_id"].to_numpy(), table["negative_id"].to_numpy())
         return pairs, time.perf_counter() - t0, stats
-    from pairkit.index.build import prepare_index
+    from pairkit.index.open import open_searcher
+    from pairkit.index.options import IndexOptions
 
     vectors = store.vectors(np.float32)
     sources = store.source_codes()
     rel = load_relation("instance", store.items)
-    searcher = prepare_index(vectors, "auto", device="cpu").searcher(vectors)
+    searcher = open_searcher(vectors, IndexOptions(kind="auto", device="cpu")).search
     fn_filter = spec["filter"](store, vectors, sources)
     p = mine_negatives(vectors, sources, rel, cfg, searcher, fn_filter).pairs
     ok = p.neg_ids >= 0
