@@ -57,6 +57,8 @@ class EmbedConfig:
     shard_seconds: float = 120.0
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     decode: str = "auto"  # auto | cpu | gpu (pairkit.encode.device_pipeline)
+    image_column: str | None = None  # Hugging Face dataset input (pairkit.encode.hf_datasets)
+    label_column: str | None = None
 
 
 @dataclass
@@ -105,6 +107,8 @@ def embedding_identity(cfg: EmbedConfig) -> dict[str, Any]:
         if not Path(cfg.checkpoint).is_file():
             raise PairkitError(f"checkpoint {cfg.checkpoint} not found")
         ident["checkpoint_sha256"] = sha256_file(cfg.checkpoint)
+    if cfg.image_column:
+        ident["image_column"] = cfg.image_column
     return ident
 
 
@@ -135,9 +139,20 @@ def check_config(cfg: EmbedConfig) -> bool:
     check_decode(cfg.decode)
     check_device(cfg.device)
     images = Path(cfg.images)
+    from pairkit.encode.hf_datasets import is_hf_dataset
     from pairkit.encode.webdataset import expand_braces, is_webdataset
 
-    if is_webdataset(images):
+    hf = is_hf_dataset(images)
+    if not hf and (cfg.image_column or cfg.label_column):
+        raise UsageError("--image-column and --label-column need a Hugging Face dataset "
+                         "(a save_to_disk folder, .parquet or .arrow)")
+    if hf:
+        if not images.exists():
+            raise PairkitError(f"dataset {images} not found")
+        if cfg.labels == "folder":
+            raise UsageError("--labels folder needs an image folder; a dataset's labels "
+                             "come from its label column (--label-column)")
+    elif is_webdataset(images):
         expand_braces(str(images))  # a bad pattern is bad usage
         if cfg.labels == "folder":
             raise UsageError("--labels folder needs an image folder; the labels of tar shards "
@@ -364,13 +379,21 @@ class Sources:
     files: list[ImageFile]
     problems: list[tuple[str, str]]
     member_labels: dict[str, str | None] | None = None
+    member_label_kind: str = "webdataset"  # what the manifest's ``labels`` says of them
 
 
-def find_sources(images: Path) -> Sources:
-    """List an image folder (:func:`discover_images`) or tar shards
-    (:func:`pairkit.encode.webdataset.discover_webdataset`)."""
+def find_sources(images: Path, image_column: str | None = None,
+                 label_column: str | None = None) -> Sources:
+    """List an image folder (:func:`discover_images`), tar shards
+    (:func:`pairkit.encode.webdataset.discover_webdataset`) or a Hugging Face dataset
+    (:func:`pairkit.encode.hf_datasets.discover_hf_dataset`)."""
+    from pairkit.encode.hf_datasets import discover_hf_dataset, is_hf_dataset
     from pairkit.encode.webdataset import discover_webdataset, is_webdataset
 
+    if is_hf_dataset(images):
+        root, files, problems, labels = discover_hf_dataset(images, image_column,
+                                                            label_column)
+        return Sources(root, files, problems, labels, "dataset")
     if is_webdataset(images):
         root, files, problems, labels = discover_webdataset(images)
         return Sources(root, files, problems, labels)
@@ -394,10 +417,10 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
     hook = hook or ProgressHook()
     t0 = time.perf_counter()
     weights_offline = check_config(cfg)
-    if executor is not None:
+    if executor is not None and not (cfg.image_column or cfg.label_column):
         sources = executor.find_sources(Path(cfg.images))
     else:
-        sources = find_sources(Path(cfg.images))
+        sources = find_sources(Path(cfg.images), cfg.image_column, cfg.label_column)
     files, problems = sources.files, sources.problems
     if not files:
         skipped = (f"; {len(problems)} skipped, e.g. {problems[0][0]!a}: {problems[0][1]}"
@@ -426,7 +449,7 @@ def _labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | Non
     if cfg.labels is not None:
         return cfg.labels if cfg.labels == "folder" else "file"
     if sources.member_labels is not None and any(v is not None for v in labels.values()):
-        return "webdataset"
+        return sources.member_label_kind
     return None
 
 
