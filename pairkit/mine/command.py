@@ -226,7 +226,7 @@ def mine_store(
             near_duplicate_group_ids(ctx, fn_config)
 
         def fn_filter(a: np.ndarray, c: np.ndarray, s: np.ndarray, r: np.ndarray,
-                      pos: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+                      pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return fnm.flag_false_negatives(ctx, a, c, s, r, fn_config, positives=pos)
 
     t_fn = time.perf_counter()

@@ -26,8 +26,9 @@ CANDIDATE_CODES = ("valid", "padding", "self", "positive", "same_source", "false
                    "max_score", "min_score", "absolute_margin", "relative_margin")
 CODE = {name: i for i, name in enumerate(CANDIDATE_CODES)}
 
+# fn_filter(anchors, cand_ids, cand_scores, ref_scores, positives (n, p) -1 padded)
 FnFilter = Callable[
-    [np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]],
+    [np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     tuple[np.ndarray, np.ndarray],
 ]
 
@@ -48,6 +49,8 @@ def choose_positives(
         raise PairkitError("internal: an anchor without positives")
     owner = np.repeat(np.arange(n), counts)
     scores = row_dots(vectors, anchors[owner], pos_ids)
+    if n and counts.max() == 1:  # one positive each (two views): it is every choice
+        return pos_ids, scores, scores.copy()
     first = offsets[:-1]
     order = np.lexsort((pos_ids, scores, owner))  # per anchor: weakest first, ties by id
     weakest = order[first]
@@ -58,6 +61,18 @@ def choose_positives(
         key = hash_uniform(seed + 1, anchors[owner], pos_ids)
         chosen = np.lexsort((key, owner))[first]
     return pos_ids[chosen], scores[chosen], ref
+
+
+def padded_rows(offsets: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """(len(rows), p) int64: the ragged lists ``ids[offsets[r]:offsets[r + 1]]`` of
+    ``rows``, -1 padded to the longest (p >= 1)."""
+    start = offsets[rows]
+    counts = offsets[rows + 1] - start
+    width = max(int(counts.max(initial=0)), 1)
+    col = np.arange(width)
+    inside = col[None, :] < counts[:, None]
+    at = np.where(inside, start[:, None] + col[None, :], 0)
+    return np.where(inside, ids[at] if len(ids) else -1, -1).astype(np.int64)
 
 
 @dataclass
@@ -106,8 +121,8 @@ def classify_candidates(
     flags = reasons = None
     if ctx.fn_filter is not None:
         cand = np.where(excluded, -1, ids)
-        pos_lists = [ctx.pos_ids[ctx.pos_offsets[r]:ctx.pos_offsets[r + 1]] for r in rows]
-        flags, reasons = ctx.fn_filter(anchors, cand, scores, ref, pos_lists)
+        positives = padded_rows(ctx.pos_offsets, ctx.pos_ids, rows)
+        flags, reasons = ctx.fn_filter(anchors, cand, scores, ref, positives)
         flags = np.asarray(flags, dtype=bool) & ~excluded
         if cfg.fn_mode != "keep":
             code[flags] = CODE["false_negative"]
@@ -156,13 +171,13 @@ def select_negatives(
     short = (nvalid < hi) & ~exhausted
     in_win = valid & (vrank >= lo) & (vrank < hi)
     if not hard or cfg.sampling == "top":
-        key = vrank.astype(np.float64)
-    else:
-        u = hash_uniform(cfg.seed, anchors[:, None], np.maximum(ids, 0))
-        if cfg.sampling == "random":
-            key = u
-        else:  # Gumbel-top-k = sampling without replacement from softmax(score / T)
-            key = -(scores.astype(np.float64) / cfg.sampling_temperature - np.log(-np.log(u)))
+        return Selection(first_in_window(in_win, vrank - lo, K), ids, scores, code, flags,
+                         reasons, vrank, short)
+    u = hash_uniform(cfg.seed, anchors[:, None], np.maximum(ids, 0))
+    if cfg.sampling == "random":
+        key = u
+    else:  # Gumbel-top-k = sampling without replacement from softmax(score / T)
+        key = -(scores.astype(np.float64) / cfg.sampling_temperature - np.log(-np.log(u)))
     key = np.where(in_win, key, np.inf)
     kk = min(K, key.shape[1])
     pick = np.argsort(key, axis=1, kind="stable")[:, :kk]
@@ -175,6 +190,16 @@ def select_negatives(
     neg_pos = np.full((len(anchors), K), -1, dtype=np.int64)
     neg_pos[:, :kk] = np.where(ok, pick, -1)
     return Selection(neg_pos, ids, scores, code, flags, reasons, vrank, short)
+
+
+def first_in_window(in_win: np.ndarray, slot: np.ndarray, K: int) -> np.ndarray:
+    """(n, K) int64: the columns of the first K window entries of each row, in rank
+    order, -1 padded. ``slot`` (n, k): an entry's place in its row's window (its valid
+    rank minus the window start: 0, 1, 2, ... along the row)."""
+    out = np.full((len(in_win), K), -1, dtype=np.int64)
+    r, c = np.nonzero(in_win & (slot < K))
+    out[r, slot[r, c]] = c
+    return out
 
 
 def easy_candidates(anchors: np.ndarray, m: int, n_items: int, seed: int) -> np.ndarray:
