@@ -118,7 +118,7 @@ def searcher(rows, k):
     fetch[0] += time.perf_counter() - t
     return s, i
 
-cfg = MineConfig(num_negatives=%d)
+cfg = MineConfig(num_negatives=NUM_NEGATIVES)
 t0 = time.perf_counter()
 res = mine_negatives(x, sources, rel, cfg, anchor_searcher=searcher)
 t1 = time.perf_counter()
@@ -134,7 +134,7 @@ digest = __import__("hashlib").sha256(
 print(json.dumps({"select": t1 - t0 - fetch[0], "fetch": fetch[0], "table": t2 - t1,
                   "stats": t3 - t2, "total": t3 - t0 - fetch[0], "rows": len(table),
                   "digest": digest}))
-""" % K
+""".replace("NUM_NEGATIVES", str(K))
 
 
 def run_child(code_root: Path, store: Path, cand: Path) -> dict:
