@@ -243,7 +243,8 @@ def kmeans_votes(sizes: tuple[int, ...] | None, runs: int, votes: int) -> Any:
     kNN graph's spectrum, as the cluster rule does."""
 
     def make(store, v, s):  # noqa: ANN001, ANN202
-        from pairkit.mine.clusters import cluster_counts, spherical_kmeans
+        from pairkit.index.kmeans import spherical_kmeans
+        from pairkit.mine.clusters import cluster_counts
         from pairkit.mine.spectral import spectral_embedding
 
         if sizes is None:

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from pairkit.mine.clusters import pca_reduce, spherical_kmeans
+from pairkit.index.kmeans import spherical_kmeans
+from pairkit.mine.clusters import pca_reduce
 from pairkit.mine.false_negatives import FalseNegativeConfig, build_context
 from pairkit.mine.spectral import cluster_runs, knn_graph_approx, spectral_embedding
 
