@@ -107,8 +107,8 @@ class Relation:
         hi = np.searchsorted(pa, anchors, side="right")
         counts = hi - lo
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        idx = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi, strict=True)]) if len(
-            anchors) else np.zeros(0, dtype=np.int64)
+        # lo[i], lo[i] + 1, ..., hi[i] - 1 for every anchor, in one array
+        idx = np.repeat(lo - offsets[:-1], counts) + np.arange(int(offsets[-1]))
         return offsets, pp[idx.astype(np.int64)].astype(np.int64)
 
 

@@ -47,10 +47,11 @@ def choose_positives(
     counts = np.diff(offsets)
     if n and counts.min() < 1:
         raise PairkitError("internal: an anchor without positives")
+    if n and counts.max() == 1:  # one positive each (two views): it is every choice
+        scores = pair_dots(vectors, anchors, pos_ids)
+        return pos_ids, scores, scores.copy()
     owner = np.repeat(np.arange(n), counts)
     scores = row_dots(vectors, anchors[owner], pos_ids)
-    if n and counts.max() == 1:  # one positive each (two views): it is every choice
-        return pos_ids, scores, scores.copy()
     first = offsets[:-1]
     order = np.lexsort((pos_ids, scores, owner))  # per anchor: weakest first, ties by id
     weakest = order[first]
@@ -75,12 +76,29 @@ def padded_rows(offsets: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.nd
     return np.where(inside, ids[at] if len(ids) else -1, -1).astype(np.int64)
 
 
+def pair_dots(vectors: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``row_dots(vectors, a, b)``, each unordered pair computed once when the pairs come
+    in both orders (``a`` every row in order and ``b`` its own inverse: the two views of
+    each source are each other's positive). The product is symmetric bit for bit."""
+    n = len(a)
+    if not (n and np.array_equal(a, np.arange(n)) and b.min() >= 0 and b.max() < n
+            and np.array_equal(b[b], a)):
+        return row_dots(vectors, a, b)
+    first = np.flatnonzero(a <= b)
+    out = np.empty(n, dtype=np.float32)
+    out[first] = row_dots(vectors, a[first], b[first])
+    out[b[first]] = out[first]
+    return out
+
+
 @dataclass
 class SelectionContext:
     """What classifying a block's candidates needs about the whole run: the store's
     ``vectors`` (N, d) and ``sources`` (N,) int64, the relation, the config, the
     false-negative filter (or None) and the anchors' positive sets (CSR
-    ``pos_offsets``/``pos_ids`` over the run's anchor list)."""
+    ``pos_offsets``/``pos_ids`` over the run's anchor list). ``positives_share_source``:
+    the relation's positives are exactly the other rows of the anchor's source (the
+    instance relation over these sources), so one comparison serves both rules."""
 
     vectors: np.ndarray
     sources: np.ndarray
@@ -89,6 +107,7 @@ class SelectionContext:
     fn_filter: FnFilter | None
     pos_offsets: np.ndarray
     pos_ids: np.ndarray
+    positives_share_source: bool = False
 
 
 def classify_candidates(
@@ -105,8 +124,11 @@ def classify_candidates(
     pad = ids < 0
     safe = np.maximum(ids, 0)
     is_self = ids == anchors[:, None]
-    is_pos = ctx.relation.is_positive(anchors, ids)
     same_src = ctx.sources[safe] == ctx.sources[anchors][:, None]
+    if ctx.positives_share_source:
+        is_pos = same_src & ~pad & ~is_self
+    else:
+        is_pos = ctx.relation.is_positive(anchors, ids)
     # apply in reverse order so the first code in CANDIDATE_CODES wins
     s = scores
     if cfg.relative_margin is not None:
@@ -147,7 +169,10 @@ class Selection:
     short: np.ndarray  # (n,) bool: fewer than hi valid and more could be found
 
     def take(self, mask: np.ndarray) -> Selection:
-        """The rows ``mask`` of this selection."""
+        """The rows ``mask`` of this selection (itself when that is every row)."""
+        if mask.all():
+            return self
+
         def t(x: np.ndarray | None) -> np.ndarray | None:
             return None if x is None else x[mask]
         return Selection(self.neg_pos[mask], self.ids[mask], self.scores[mask],
@@ -166,8 +191,8 @@ def select_negatives(
     lo, hi = cfg.window() if hard else (0, K)
     code, flags, reasons = classify_candidates(ctx, rows, anchors, ids, scores, ref)
     valid = code == 0
-    vrank = np.cumsum(valid, axis=1) - 1
-    nvalid = valid.sum(axis=1)
+    vrank = np.cumsum(valid, axis=1, dtype=np.int32) - 1
+    nvalid = vrank[:, -1] + 1 if vrank.shape[1] else np.zeros(len(vrank), np.int32)
     short = (nvalid < hi) & ~exhausted
     in_win = valid & (vrank >= lo) & (vrank < hi)
     if not hard or cfg.sampling == "top":

@@ -76,3 +76,49 @@ def test_one_positive_each_is_what_the_sort_would_choose(how: str) -> None:
     np.testing.assert_array_equal(chosen2[1:], chosen[1:])
     np.testing.assert_array_equal(ref2[1:], ref[1:])
     assert ref2[0] == min(float(x[0] @ x[1]), float(x[0] @ x[2]))
+
+
+def test_pair_dots_computes_each_pair_once_with_the_same_bits() -> None:
+    from pairkit.index.search import row_dots
+    from pairkit.mine.selection import pair_dots
+
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(600, 33)).astype(np.float32)
+    a = np.arange(600)
+    partner = rng.permutation(600).reshape(300, 2)
+    b = np.empty(600, np.int64)
+    b[partner[:, 0]], b[partner[:, 1]] = partner[:, 1], partner[:, 0]
+    np.testing.assert_array_equal(pair_dots(x, a, b), row_dots(x, a, b))
+    c = (b + 1) % 600  # not an involution: the plain products
+    np.testing.assert_array_equal(pair_dots(x, a, c), row_dots(x, a, c))
+
+
+def test_positives_of_the_source_give_the_codes_of_the_relation() -> None:
+    """The instance relation's positives are the other rows of the source: classifying
+    with that shortcut gives the codes of the relation's own test."""
+    import pandas as pd
+
+    from pairkit.core.relations import build_relation
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.selection import SelectionContext, classify_candidates
+
+    rng = np.random.default_rng(10)
+    src = rng.integers(0, 40, 200)
+    items = pd.DataFrame({"source": [f"s{s}" for s in src], "path": [f"{i}" for i in
+                                                                       range(200)]})
+    rel = build_relation("instance", items)
+    sources = rel.group
+    anchors = rel.anchors()
+    offsets, pos_ids = rel.positive_sets(anchors)
+    ids = rng.integers(-1, 200, (len(anchors), 30))
+    ids[:, 0] = anchors
+    scores = rng.random(ids.shape).astype(np.float32)
+    ref = rng.random(len(anchors)).astype(np.float32)
+    x = np.zeros((200, 2), np.float32)
+    rows = np.arange(len(anchors))
+    codes = [classify_candidates(SelectionContext(x, sources, rel, MineConfig(), None, offsets,
+                                                  pos_ids, positives_share_source=share),
+                                 rows, anchors, ids, scores, ref)[0]
+             for share in (False, True)]
+    np.testing.assert_array_equal(codes[0], codes[1])
+    assert set(np.unique(codes[0])) >= {0, 1, 2, 3}
