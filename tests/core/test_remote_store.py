@@ -13,8 +13,7 @@ import pandas as pd
 import pytest
 
 from pairkit.core.store import Store
-from pairkit.core.store_writer import write_store
-from pairkit.core.store_writer import StoreWriter
+from pairkit.core.store_writer import StoreWriter, write_store
 from pairkit.errors import PairkitError, StoreError, UsageError
 
 
