@@ -110,7 +110,7 @@ def _filled(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
     ok = ids >= 0
     if ok.all():
         r = np.repeat(np.arange(ids.shape[0]), ids.shape[1])
-        c = np.tile(np.arange(ids.shape[1]), ids.shape[0])
+        c = np.tile(np.arange(ids.shape[1]), ids.shape[0]) if ids.shape[0] else r
         return r, c, lambda x: np.asarray(x).ravel()
     r, c = np.nonzero(ok)
     return r, c, lambda x: np.asarray(x)[r, c]
@@ -162,18 +162,22 @@ def build_pair_table(
         def by_row(x: np.ndarray) -> np.ndarray:  # x[rows]: a repeat when every row has K
             return np.repeat(x, k) if per_row else x[rows]
 
-        neg = np.concatenate([cells(mined.neg_ids), fn_ids]).astype(np.int64)
+        def joined(x: np.ndarray, extra: np.ndarray, dtype: Any) -> np.ndarray:
+            return np.concatenate([cells(x), extra]).astype(dtype, copy=False)
+
+        neg = joined(mined.neg_ids, fn_ids, np.int64)
+        anchor_ids, positive_ids = by_row(mined.anchors), by_row(mined.positives)
         df = pd.DataFrame({
             "store_id": store_col.repeat(len(rows)),
-            "anchor_id": by_row(mined.anchors),
-            "positive_id": by_row(mined.positives),
+            "anchor_id": anchor_ids,
+            "positive_id": positive_ids,
             "negative_id": neg,
-            "anchor_path": path_col.take(by_row(mined.anchors)),
-            "positive_path": path_col.take(by_row(mined.positives)),
+            "anchor_path": path_col.take(anchor_ids),
+            "positive_path": path_col.take(positive_ids),
             "negative_path": path_col.take(neg),
-            "pos_score": by_row(mined.pos_scores).astype(np.float32),
-            "neg_score": np.concatenate([cells(mined.neg_scores), fn_scores]).astype(np.float32),
-            "neg_rank": np.concatenate([cells(mined.neg_ranks), fn_ranks]).astype(np.int64),
+            "pos_score": by_row(mined.pos_scores).astype(np.float32, copy=False),
+            "neg_score": joined(mined.neg_scores, fn_scores, np.float32),
+            "neg_rank": joined(mined.neg_ranks, fn_ranks, np.int64),
         })
         if flags:
             df["false_negative"] = np.concatenate(
