@@ -25,13 +25,8 @@ from pairkit.core.devices import (
 from pairkit.core.lock import writer_lock
 from pairkit.core.manifest import has_manifest
 from pairkit.core.remote import check_writable, location
-from pairkit.core.store import (
-    ERRORS,
-    StoreWriter,
-    prepare_store_dir,
-    read_manifest,
-    sha256_file,
-)
+from pairkit.core.store import ERRORS, read_manifest, sha256_file
+from pairkit.core.store_writer import StoreWriter, prepare_store_dir
 from pairkit.encode.images import (
     DEFAULT_MAX_FILE_BYTES,
     DecodeError,
