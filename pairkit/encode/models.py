@@ -173,47 +173,84 @@ def _open_clip_needs(name: str) -> set[str]:
             if key in (cfg.get(part) or {})}
 
 
-def _openclip(name: str, req: EncoderRequest) -> Encoder:
+def _openclip_weights(name: str, req: EncoderRequest) -> tuple[Any, str, dict[str, Any]]:
+    """Check a request for open_clip model ``name``: (the open_clip module, the pretrained
+    tag to load or "none" for random weights or "" for ``--checkpoint``, the manifest
+    identity so far). One-line PairkitError for an unknown model or tag."""
     open_clip = import_open_clip(name)
 
     if not name:
         raise PairkitError("name the open_clip model: --model openclip/ViT-B-32")
-    if open_clip.get_model_config(name) is None:
+    if open_clip.get_model_config(name) is None:  # (a dict lookup, not a scan of the list)
         raise PairkitError(
             f"open_clip has no model {name!r} (see open_clip.list_models(); e.g. ViT-B-32)"
         )
-    what = f"openclip/{name}"
     identity: dict[str, Any] = {"library": "open_clip", "library_version": open_clip.__version__}
     tag = req.pretrained
     if req.checkpoint:
+        return open_clip, "", identity
+    if _is_random(tag):
+        identity["pretrained"] = "none"
+        identity["seed"] = req.seed
+        return open_clip, "none", identity
+    known = open_clip.list_pretrained_tags_by_model(name)
+    if tag is None:
+        tag = DEFAULT_OPENCLIP_TAG.get(name) or (known[0] if known else None)
+        if tag is None:
+            raise PairkitError(f"open_clip knows no pretrained weights for {name}: "
+                               f"{WEIGHT_OPTIONS}")
+    if tag not in known and not Path(tag).is_file():
+        raise PairkitError(
+            f"open_clip has no pretrained tag {tag!r} for {name} "
+            f"(known: {', '.join(known) or 'none'}); {WEIGHT_OPTIONS}"
+        )
+    identity["pretrained"] = tag
+    return open_clip, tag, identity
+
+
+def _openclip_model(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any]]:
+    """The whole open_clip model (image and text towers) a request names, in eval mode,
+    and its manifest identity (the text side of ``pairkit search --text``)."""
+    open_clip, tag, identity = _openclip_weights(name, req)
+    what = f"openclip/{name}"
+    if tag in ("", "none"):
         torch.manual_seed(req.seed)
         with _quiet_third_party():  # open_clip logs "initialized randomly": we asked for it
             model = open_clip.create_model(name, pretrained=None)
-        _apply_checkpoint(model, req.checkpoint, what, identity)
-        visual, preprocess_cfg = model.visual, getattr(model.visual, "preprocess_cfg", {})
-    elif _is_random(tag):
-        visual, preprocess_cfg = random_visual_tower(open_clip, name, req.seed)
-        identity["pretrained"] = "none"
-        identity["seed"] = req.seed
+        if req.checkpoint:
+            _apply_checkpoint(model, req.checkpoint, what, identity)
     else:
-        known = open_clip.list_pretrained_tags_by_model(name)
-        if tag is None:
-            tag = DEFAULT_OPENCLIP_TAG.get(name) or (known[0] if known else None)
-            if tag is None:
-                raise PairkitError(f"open_clip knows no pretrained weights for {name}: "
-                                   f"{WEIGHT_OPTIONS}")
-        if tag not in known and not Path(tag).is_file():
-            raise PairkitError(
-                f"open_clip has no pretrained tag {tag!r} for {name} "
-                f"(known: {', '.join(known) or 'none'}); {WEIGHT_OPTIONS}"
-            )
-        chosen = tag
-        visual, preprocess_cfg = _load_with_cache_first(
-            lambda: pretrained_visual_tower(open_clip, name, chosen),
+        model = _load_with_cache_first(
+            lambda: open_clip.create_model(name, pretrained=tag, require_pretrained=True),
             f"{what} ({tag})", offline=req.offline,
         )
-        identity["pretrained"] = tag
-    visual.eval()
+    model.eval()
+    return model, identity
+
+
+def _openclip_visual(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The image tower alone of the model a request names, in eval mode: (tower, its
+    preprocessing config, manifest identity). Random weights build the tower alone
+    (:func:`random_visual_tower`), pretrained ones load into a meta-device model
+    (:func:`pretrained_visual_tower`); a checkpoint takes the whole model."""
+    open_clip, tag, identity = _openclip_weights(name, req)
+    what = f"openclip/{name}"
+    if tag == "":
+        model, identity = _openclip_model(name, req)
+        visual, preprocess_cfg = model.visual, getattr(model.visual, "preprocess_cfg", {})
+    elif tag == "none":
+        visual, preprocess_cfg = random_visual_tower(open_clip, name, req.seed)
+    else:
+        visual, preprocess_cfg = _load_with_cache_first(
+            lambda: pretrained_visual_tower(open_clip, name, tag),
+            f"{what} ({tag})", offline=req.offline,
+        )
+    return visual.eval(), preprocess_cfg, identity
+
+
+def _openclip(name: str, req: EncoderRequest) -> Encoder:
+    visual, preprocess_cfg, identity = _openclip_visual(name, req)
+    what = f"openclip/{name}"
     cfg = dict(preprocess_cfg or {})
     size = cfg.get("size", 224)
     size = int(size[0] if isinstance(size, (tuple, list)) else size)
@@ -397,3 +434,21 @@ def register_builtins() -> None:
 
 
 register_builtins()
+
+
+def openclip_text_encoder(name: str, req: EncoderRequest) -> Any:
+    """``encode(texts) -> (n, dim) float32`` with the text tower of the open_clip model
+    ``name`` built as ``req`` asks (the same weights as its image tower in
+    :func:`_openclip`): the text side of ``pairkit search --text``."""
+    import numpy as np
+
+    model, _ = _openclip_model(name, req)
+    tokenizer = import_open_clip(name).get_tokenizer(name)
+    model = model.to(req.device)
+
+    def encode(texts: list[str]) -> np.ndarray:
+        with torch.inference_mode():
+            out = model.encode_text(tokenizer(list(texts)).to(req.device))
+        return out.float().cpu().numpy()
+
+    return encode
