@@ -46,11 +46,11 @@ def make_jpegs(root: Path, n: int, size: tuple[int, int], seed: int = 0) -> None
 def encoder_alone(model: str, device: str, batch: int, precision: str, seconds: float) -> float:
     import torch
 
-    from pairkit.encode.embedder import _Runner
     from pairkit.encode.registry import EncoderRequest, load_encoder
+    from pairkit.encode.runner import Runner
 
     enc = load_encoder(EncoderRequest(model, pretrained="none", device=device))
-    runner = _Runner(enc, device, precision)
+    runner = Runner(enc, device, precision)
     size = enc.preprocess.size
     pixels = np.random.default_rng(0).integers(0, 255, (batch, 3, size, size), dtype=np.uint8)
     runner(pixels)  # warm-up
@@ -67,8 +67,8 @@ def encoder_alone(model: str, device: str, batch: int, precision: str, seconds: 
 
 def device_pipeline_alone(folder: Path, model: str, batch: int, device: str) -> float:
     """The --decode gpu pipeline alone on ``device`` (default reader threads)."""
+    from pairkit.encode.batches import default_readers, index_batches
     from pairkit.encode.device_pipeline import DevicePipeline
-    from pairkit.encode.embedder import _batches, default_readers
     from pairkit.encode.images import discover_images
     from pairkit.encode.registry import EncoderRequest, load_encoder
 
@@ -76,7 +76,7 @@ def device_pipeline_alone(folder: Path, model: str, batch: int, device: str) -> 
     files, _ = discover_images(folder)
     with DevicePipeline(files, 1, pre, 0, device, default_readers()) as pipe:
         t0 = time.perf_counter()
-        n = sum(len(p.ok) for p in pipe.batches(_batches(len(files), batch)))
+        n = sum(len(p.ok) for p in pipe.batches(index_batches(len(files), batch)))
         if device.startswith("cuda"):
             import torch
 
@@ -87,16 +87,16 @@ def device_pipeline_alone(folder: Path, model: str, batch: int, device: str) -> 
 def pipeline_alone(folder: Path, model: str, batch: int, workers: int) -> float:
     import torch
 
-    from pairkit.encode.embedder import _batches, _collate, _SourceDataset, _worker_init
+    from pairkit.encode.batches import SourceDataset, collate, index_batches, worker_init
     from pairkit.encode.images import discover_images
     from pairkit.encode.registry import EncoderRequest, load_encoder
 
     pre = load_encoder(EncoderRequest(model, pretrained="none")).preprocess
     files, _ = discover_images(folder)
     loader = torch.utils.data.DataLoader(
-        _SourceDataset(files, 1, pre, 0), batch_sampler=_batches(len(files), batch),
-        num_workers=workers, collate_fn=_collate,
-        worker_init_fn=_worker_init if workers else None,
+        SourceDataset(files, 1, pre, 0), batch_sampler=index_batches(len(files), batch),
+        num_workers=workers, collate_fn=collate,
+        worker_init_fn=worker_init if workers else None,
     )
     t0 = time.perf_counter()
     n = sum(len(b[0]) + len(b[1]) for b in loader)
@@ -152,7 +152,7 @@ def main() -> None:
         specs += [("gpu", "default")] if "gpu" in decodes else []
         for decode, spec in specs:
             workers = None if spec == "default" else int(spec)
-            from pairkit.encode.embedder import default_readers, default_workers
+            from pairkit.encode.batches import default_readers, default_workers
 
             if decode == "gpu":
                 used = default_readers() if workers is None else workers

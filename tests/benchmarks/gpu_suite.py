@@ -315,11 +315,11 @@ def part_embed(part: Part, work: Path, size: dict, smoke: bool) -> None:
                        "batch": batch, "device": dev, "image_size": "400x300"})
 
     # 1. encoder alone on device tensors
-    from pairkit.encode.embedder import _Runner
     from pairkit.encode.registry import EncoderRequest, load_encoder
+    from pairkit.encode.runner import Runner
 
     enc = load_encoder(EncoderRequest(MODEL, pretrained="none", device=dev))
-    runner = _Runner(enc, dev, precision)
+    runner = Runner(enc, dev, precision)
     s = enc.preprocess.size
     pixels = torch.randint(0, 255, (batch, 3, s, s), dtype=torch.uint8, device=dev)
     runner(pixels)
@@ -334,13 +334,13 @@ def part_embed(part: Part, work: Path, size: dict, smoke: bool) -> None:
     del runner
 
     # 2. the decode pipelines alone (no encoder)
+    from pairkit.encode.batches import default_readers, index_batches
     from pairkit.encode.device_pipeline import DevicePipeline
-    from pairkit.encode.embedder import _batches, default_readers
     from pairkit.encode.images import discover_images
 
     files, _ = discover_images(folder)
     m = min(len(files), size["pipeline_images"])
-    batches = _batches(m, batch)
+    batches = index_batches(m, batch)
     with DevicePipeline(files[:m], 1, enc.preprocess, 0, dev, default_readers()) as pipe:
         next(iter(pipe.batches(batches[:1])))  # warm-up: nvjpeg handles, kernels
         sync(dev)
@@ -390,19 +390,19 @@ def _pil_pipeline_rate(files: list, pre: Any, dev: str, batch: int) -> float:
     """The --decode cpu pipeline alone: DataLoader with pairkit's default workers."""
     import torch
 
-    from pairkit.encode.embedder import (
-        _batches,
-        _collate,
-        _SourceDataset,
-        _worker_init,
+    from pairkit.encode.batches import (
+        SourceDataset,
+        collate,
         default_workers,
+        index_batches,
+        worker_init,
     )
 
     workers = default_workers(dev)
     loader = torch.utils.data.DataLoader(
-        _SourceDataset(files, 1, pre, 0), batch_sampler=_batches(len(files), batch),
-        num_workers=workers, collate_fn=_collate,
-        worker_init_fn=_worker_init if workers else None)
+        SourceDataset(files, 1, pre, 0), batch_sampler=index_batches(len(files), batch),
+        num_workers=workers, collate_fn=collate,
+        worker_init_fn=worker_init if workers else None)
     t = time.perf_counter()
     n = sum(len(b[0]) + len(b[1]) for b in loader)
     return n / (time.perf_counter() - t)
