@@ -219,8 +219,8 @@ def search(store: Any, images: Sequence[str | os.PathLike[str]] = (),
     """Nearest neighbours in a store of image files (embedded with the store's encoder),
     item ids, or texts (open_clip stores only) (``pairkit search``).
 
-    Returns one row per (query, neighbour): query, query_kind (image | item | text),
-    rank (0 = nearest), id, score (cosine), path, source, label. An item query leaves
+    Returns one row per (query, neighbour): store_id, query, query_kind (image | item |
+    text), rank (0 = nearest), id, score (cosine), path, source, label. An item query leaves
     out its own source unless ``include_same_source``. ``checkpoint``: the weights file
     of a store embedded with ``--checkpoint`` (its sha256 must match).
     """

@@ -61,10 +61,25 @@ OPEN_ATTEMPTS = 8
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
-    """Rows divided by their L2 norm (float32, shape unchanged). Zero rows stay zero."""
-    x = np.asarray(x, dtype=np.float32)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.maximum(norms, eps)
+    """Rows divided by their L2 norm (float32, shape unchanged). Zero rows stay zero.
+
+    Rows whose float32 norm overflows or underflows (components near 1e38 or 1e-30, or
+    float64 beyond float32's range) are scaled by their largest component in float64
+    first, so they come out unit length instead of zero."""
+    source = np.asarray(x)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        x = source.astype(np.float32, copy=False)
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        # the float32 norm is exact enough only well inside the float32 range
+        odd = np.flatnonzero(~np.isfinite(norms[:, 0]) | (norms[:, 0] < 1e-15))
+        out = x / np.maximum(norms, eps)
+        if len(odd):
+            rows = np.asarray(source[odd], dtype=np.float64)
+            scale = np.abs(rows).max(axis=1, keepdims=True)
+            rows = rows / np.where(scale > 0, scale, 1.0)
+            rows_norm = np.linalg.norm(rows, axis=1, keepdims=True)
+            out[odd] = (rows / np.where(rows_norm > 0, rows_norm, 1.0)).astype(np.float32)
+    return out
 
 
 def is_ours(name: str) -> bool:

@@ -211,14 +211,29 @@ def write_table(df: pd.DataFrame, path: str | Path, force: bool = False,
         _write_dataset(df, check_table_output(path, force), part_rows or [len(df)])
         return
     target = check_output(path, force)
-    with atomic_path(target) as tmp:
+    with atomic_path(target, replace=force) as tmp:
         if kind == "parquet":
             df.to_parquet(tmp, index=False)
         elif kind == "csv":
-            df.to_csv(tmp, index=False)
+            df.to_csv(tmp, index=False, quoting=_csv_quoting(df))
         else:
             with open(tmp, "w", encoding="utf-8") as fh:
                 write_jsonl_stream(df, fh)
+
+
+def _csv_quoting(df: pd.DataFrame) -> int:
+    """csv.QUOTE_MINIMAL, or QUOTE_NONNUMERIC when a text cell holds a carriage return:
+    the writer ends lines with \n and doesn't quote a bare \r, which readers take for a
+    line end (a file named ``a\r.png`` split its row in two)."""
+    import csv
+
+    for name in df.columns:
+        column = df[name]
+        if column.dtype == object or str(column.dtype).startswith("str"):
+            with contextlib.suppress(AttributeError, TypeError):  # not text after all
+                if bool(column.str.contains("\r", regex=False, na=False).any()):
+                    return csv.QUOTE_NONNUMERIC
+    return csv.QUOTE_MINIMAL
 
 
 def _write_dataset(df: pd.DataFrame, target: Path, part_rows: list[int]) -> None:

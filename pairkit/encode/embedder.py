@@ -35,7 +35,13 @@ from pairkit.encode.images import ImageFile
 from pairkit.encode.registry import Encoder, EncoderRequest, load_encoder
 from pairkit.encode.runner import Runner
 from pairkit.encode.shards import ShardBuffer
-from pairkit.encode.sources import Sources, find_sources, labels_kind, resolve_labels
+from pairkit.encode.sources import (
+    Sources,
+    find_sources,
+    labels_kind,
+    resolve_labels,
+    same_image_root,
+)
 from pairkit.errors import PairkitError
 
 # the public names of the embedding step, importable from here as before the split
@@ -108,6 +114,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
             )
         writer = StoreWriter.resume(cfg_store)
         done = set(writer.items["source"].astype(str))
+        same_image_root(cfg_store, writer.manifest.get("image_root"), sources, done)
     else:
         prepare_store_dir(cfg_store, cfg.force)
 
@@ -156,23 +163,29 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
         runner = Runner(encoder, device, cfg.precision)
         buffer = ShardBuffer()
 
-        def flush() -> None:
-            vectors, items = buffer.take()
-            if items:
+        def flush(whole: bool = True) -> None:
+            """Commit the rows held as shards that end at multiples of --shard-rows
+            (``whole=False``: only full ones, the rest stays held), so a resumed run cuts
+            where a clean run does and gets the same store_id."""
+            shards = buffer.take_shards(writer.count, cfg.shard_rows, whole)
+            if shards:
                 writer.set_errors(errors)
+            for vectors, items in shards:
                 writer.append(vectors, pd.DataFrame(items))
 
         for batch in encode_batches(cfg, todo, labels, encoder, runner, device):
             buffer.add(batch)
             errors += batch.errors
             hook.advance(batch.images + len(batch.errors))
-            if buffer.due(cfg.shard_rows, cfg.shard_seconds):
-                flush()
+            held = buffer.pending()
+            if held and buffer.seconds() > cfg.shard_seconds:
+                flush()  # a slow encoder's rows are saved (at the cost of a boundary)
+            elif held >= cfg.shard_rows - writer.count % cfg.shard_rows:
+                flush(whole=False)
         flush()
         summary.images += buffer.images
         summary.views += buffer.rows
         summary.decoded_on_device += buffer.on_device
-        flush()
     summary.loop_seconds = time.perf_counter() - t_loop
     writer.set_errors(errors)
     summary.skipped = sum(1 for e in errors if not e["reason"].startswith("symlink loop"))

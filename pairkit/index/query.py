@@ -13,7 +13,8 @@ from pairkit.errors import PairkitError, UsageError
 if TYPE_CHECKING:
     import pandas as pd
 
-COLUMNS = ("query", "query_kind", "rank", "id", "score", "path", "source", "label")
+COLUMNS = ("store_id", "query", "query_kind", "rank", "id", "score", "path", "source",
+           "label")
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
         hit_ids, hit_scores = ids[q][keep][:req.k], scores[q][keep][:req.k]
         for rank, (i, s) in enumerate(zip(hit_ids, hit_scores, strict=True)):
             rows.append((names[q], kinds[q], rank, int(i), float(s)))
-    table = pd.DataFrame(rows, columns=list(COLUMNS[:5]))
+    table = pd.DataFrame(rows, columns=list(COLUMNS[1:6]))
+    table.insert(0, "store_id", store.content_id)
     table["rank"] = table["rank"].astype(np.int64)
     table["id"] = table["id"].astype(np.int64)
     table["score"] = table["score"].astype(np.float32)
