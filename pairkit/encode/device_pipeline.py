@@ -215,6 +215,8 @@ class DevicePipeline:
         with one copy each."""
         import torch
 
+        from pairkit.encode.device_views import to_device
+
         if not pil_rows:
             return rendered
         v, size = self.views, self.pre.size
@@ -223,10 +225,10 @@ class DevicePipeline:
         dev_rows = [n * v + k for n, (i, _) in enumerate(ok) if i in on_device
                     for k in range(v)]
         if dev_rows:
-            pixels.index_copy_(0, torch.tensor(dev_rows, device=self.device), rendered)
+            pixels.index_copy_(0, to_device(dev_rows, self.device, np.int64), rendered)
         host = torch.from_numpy(np.concatenate([arr for _, arr in pil_rows]))
-        rows = torch.tensor([n * v + k for n, _ in pil_rows for k in range(v)],
-                            device=self.device)
+        rows = to_device([n * v + k for n, _ in pil_rows for k in range(v)], self.device,
+                         np.int64)
         pixels.index_copy_(0, rows, host.to(self.device, non_blocking=True))
         return pixels
 

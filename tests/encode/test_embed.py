@@ -256,9 +256,9 @@ def test_resumed_run_with_broken_files_has_the_clean_store_id(image_folder, tmp_
     clean = tmp_path / "clean"
     assert embed(image_folder, "-o", clean, *args).exit_code == 0
 
-    from pairkit.encode import embedder
+    from pairkit.encode.runner import Runner
 
-    real_call = embedder._Runner.__call__
+    real_call = Runner.encode
     calls = {"n": 0}
 
     def flaky(self, pixels):
@@ -267,10 +267,10 @@ def test_resumed_run_with_broken_files_has_the_clean_store_id(image_folder, tmp_
             raise KeyboardInterrupt
         return real_call(self, pixels)
 
-    monkeypatch.setattr(embedder._Runner, "__call__", flaky)
+    monkeypatch.setattr(Runner, "encode", flaky)
     out = tmp_path / "resumed"
     assert embed(image_folder, "-o", out, *args).exit_code == 130
-    monkeypatch.setattr(embedder._Runner, "__call__", real_call)
+    monkeypatch.setattr(Runner, "encode", real_call)
     assert embed(image_folder, "-o", out, *args).exit_code == 0
     resumed, reference = Store.open(out), Store.open(clean)
     assert [s.rows for s in resumed.shards] == [s.rows for s in reference.shards]
