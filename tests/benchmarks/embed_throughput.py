@@ -180,6 +180,10 @@ def compare(args: argparse.Namespace) -> None:
                         env=env, check=True)
                     row = json.loads(out.stdout.strip().splitlines()[-1])
                     res.setdefault(str(c), {}).setdefault(f"pipeline {key}", []).append(row)
+                    print(f"  {c} pipeline {key}: {row['images'] / row['wall_s']:.1f} img/s, "
+                          f"{row['cpu_s']:.2f} CPU s", flush=True)
+                    if args.pipeline_only:
+                        continue
                     with tempfile.TemporaryDirectory() as st:
                         cmd = [sys.executable, "-m", "pairkit", "embed", str(folder), "-o",
                                f"{st}/s", "--model", args.model, "--pretrained", "none",
@@ -220,6 +224,8 @@ def main() -> None:
                     help="before/after against another checkout (repeatable)")
     ap.add_argument("--views", default="1,4", help="--compare: comma list of --views")
     ap.add_argument("--rounds", type=int, default=3, help="--compare: rounds (best of)")
+    ap.add_argument("--pipeline-only", action="store_true",
+                    help="--compare: the pipeline alone, no whole embed command")
     ap.add_argument("--child-pipeline", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--model", default="openclip/ViT-S-32")
     ap.add_argument("--device", default="cpu")
