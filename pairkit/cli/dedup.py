@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Literal
 
 import typer
@@ -16,7 +15,8 @@ DEFAULT_THRESHOLD_TEXT = "0.965"
 
 
 def dedup(
-    store: Path = typer.Argument(..., help="Store folder (made by embed or import)."),
+    store: str = typer.Argument(
+        ..., help="Store folder or URL (s3://...; made by embed or import)."),
     threshold: float | None = typer.Option(
         None, "--threshold", "-t", show_default=DEFAULT_THRESHOLD_TEXT,
         help="Similarity for a near-duplicate, in (0, 1] (measured with the pixels encoder; "

@@ -91,6 +91,9 @@ def atomic_path(target: str | os.PathLike[str], replace: bool = True) -> Iterato
     disk becomes ``disk full while writing TARGET: free space and rerun; nothing was
     lost``.
     """
+    from pairkit.core.remote import check_local
+
+    check_local(target, "output")
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -155,7 +158,14 @@ def remove_stale_temps(folder: str | os.PathLike[str],
 
 
 def check_output(path: str | os.PathLike[str], force: bool, what: str = "output") -> Path:
-    """Refuse to overwrite an existing file unless ``force``; return the path."""
+    """Refuse to overwrite an existing file unless ``force``; return the path. A URL is
+    refused (this output is local only; tables take URLs: core/tables.py)."""
+    from pairkit.core.remote import check_local, is_url
+
+    if is_url(path):
+        raise PairkitError(f"{what} {path}: object storage is not supported for this "
+                           "output; give a local path")
+    check_local(path, what)
     p = Path(path)
     if p.is_dir():
         raise PairkitError(f"{what} {p} is a folder, expected a file path")

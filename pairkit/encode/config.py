@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pairkit.core.devices import PRECISIONS
+from pairkit.core.remote import check_writable, location
 from pairkit.core.store import sha256_file
 from pairkit.encode.images import DEFAULT_MAX_FILE_BYTES
 from pairkit.encode.registry import DEFAULT_MODEL
@@ -116,15 +117,18 @@ def check_config(cfg: EmbedConfig) -> bool:
 
     check_decode(cfg.decode)
     check_device(cfg.device)
-    images = Path(cfg.images)
     from pairkit.encode.hf_datasets import is_hf_dataset
     from pairkit.encode.webdataset import expand_braces, is_webdataset
 
-    hf = is_hf_dataset(images)
+    images = location(cfg.images)
+    hf = not isinstance(images, str) and is_hf_dataset(images)
     if not hf and (cfg.image_column or cfg.label_column):
         raise UsageError("--image-column and --label-column need a Hugging Face dataset "
                          "(a save_to_disk folder, .parquet or .arrow)")
-    if hf:
+    if isinstance(images, str):  # object storage: listed when embedding starts
+        if is_webdataset(images):
+            expand_braces(images)  # a bad pattern is bad usage
+    elif hf:
         if not images.exists():
             raise PairkitError(f"dataset {images} not found")
         if cfg.labels == "folder":
@@ -139,12 +143,15 @@ def check_config(cfg: EmbedConfig) -> bool:
         raise PairkitError(f"image folder {images} not found")
     elif not images.is_dir():
         raise PairkitError(f"{images} is not a folder (nor .tar shards)")
-    if cfg.labels not in (None, "folder") and not Path(cfg.labels).is_file():
+    if cfg.labels not in (None, "folder") and not isinstance(location(cfg.labels), str) \
+            and not Path(cfg.labels).is_file():
         raise PairkitError(f"--labels {cfg.labels}: no such file (or use --labels folder)")
     if cfg.checkpoint and not Path(cfg.checkpoint).is_file():
         raise PairkitError(f"checkpoint {cfg.checkpoint} not found")
-    store = Path(cfg.store)
-    if store.exists() and not store.is_dir():
+    store = location(cfg.store)
+    if isinstance(store, str):
+        check_writable(store, "a store")  # object storage: a commit it can make
+    elif store.exists() and not store.is_dir():
         raise PairkitError(f"output {store} is an existing file, expected a store folder")
     return check_pretrained(cfg.model, cfg.pretrained, cfg.checkpoint, DEFAULT_OPENCLIP_TAG)
 

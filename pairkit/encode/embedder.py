@@ -9,14 +9,14 @@ Options and checks: :mod:`~pairkit.encode.config`.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from pairkit.core.devices import resolve_device
 from pairkit.core.lock import writer_lock
+from pairkit.core.manifest import has_manifest
+from pairkit.core.remote import location
 from pairkit.core.store import (
     ERRORS,
-    MANIFEST,
     StoreWriter,
     prepare_store_dir,
     read_manifest,
@@ -37,6 +37,7 @@ from pairkit.encode.runner import Runner
 from pairkit.encode.shards import ShardBuffer
 from pairkit.encode.sources import (
     Sources,
+    find_any_sources,
     find_sources,
     labels_kind,
     resolve_labels,
@@ -46,7 +47,7 @@ from pairkit.errors import PairkitError
 
 # the public names of the embedding step, importable from here as before the split
 __all__ = ["EmbedConfig", "EmbedSummary", "ProgressHook", "Sources", "embed_folder",
-           "embed_partition", "find_sources", "summary_dict"]
+           "embed_partition", "find_any_sources", "find_sources", "summary_dict"]
 
 
 def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
@@ -66,9 +67,9 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
     t0 = time.perf_counter()
     weights_offline = check_config(cfg)
     if executor is not None and not (cfg.image_column or cfg.label_column):
-        sources = executor.find_sources(Path(cfg.images))
+        sources = executor.find_sources(location(cfg.images))
     else:
-        sources = find_sources(Path(cfg.images), cfg.image_column, cfg.label_column)
+        sources = find_any_sources(cfg.images, cfg.image_column, cfg.label_column)
     files, problems = sources.files, sources.problems
     if not files:
         skipped = (f"; {len(problems)} skipped, e.g. {problems[0][0]!a}: {problems[0][1]}"
@@ -80,7 +81,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
     from pairkit.core.threads import import_torch
 
     import_torch()  # the thread budget applied before the first torch work
-    cfg_store = Path(cfg.store)
+    cfg_store = location(cfg.store)
     labels, unlabeled = resolve_labels(cfg.labels, files, sources.root, sources.member_labels)
     if (cfg.labels or sources.member_labels is not None) and unlabeled:
         hook.note(f"{unlabeled} of {len(files)} images have no label")
@@ -100,10 +101,10 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     import pandas as pd
 
     files, problems = sources.files, sources.problems
-    cfg_store = Path(cfg.store)
+    cfg_store = location(cfg.store)
     writer: StoreWriter | None = None
     done: set[str] = set()
-    if (cfg_store / MANIFEST).exists() and not cfg.force:
+    if has_manifest(cfg_store) and not cfg.force:
         old = read_manifest(cfg_store).get("embedding")
         if old != identity:
             diff = sorted(k for k in set(identity) | set(old or {})
@@ -152,7 +153,8 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     elif writer.manifest["dim"] != encoder.dim:
         raise PairkitError(f"store {cfg_store} has dim {writer.manifest['dim']}, the encoder "
                            f"gives {encoder.dim}; pass --force to replace it")
-    writer.update(image_root=str(sources.root.resolve()),
+    writer.update(image_root=sources.root if isinstance(sources.root, str)
+                  else str(sources.root.resolve()),
                   labels=labels_kind(cfg, sources, labels))
 
     hook.start(len(todo), "embedding")
@@ -195,7 +197,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     writer.update(last_run=run_record(cfg, summary))
     if writer.count == 0:
         raise PairkitError(
-            f"no image could be embedded: all {len(todo)} failed (see {cfg_store / ERRORS})"
+            f"no image could be embedded: all {len(todo)} failed (see {cfg_store}/{ERRORS})"
         )
     return summary
 

@@ -44,6 +44,26 @@ def find_sources(images: Path, image_column: str | None = None,
     return Sources(Path(images), files, problems)
 
 
+def find_any_sources(images: str | Path, image_column: str | None = None,
+                     label_column: str | None = None) -> Sources:
+    """:func:`find_sources`, or the image objects under a URL
+    (:mod:`pairkit.encode.remote_images`; ``root`` is then the URL)."""
+    from pairkit.core.remote import location
+
+    where = location(images)
+    if isinstance(where, str):
+        from pairkit.encode.webdataset import discover_webdataset, is_webdataset
+
+        if is_webdataset(where):
+            root, files, problems, labels = discover_webdataset(where)
+            return Sources(root, files, problems, labels)
+        from pairkit.encode.remote_images import discover_remote_images
+
+        files, problems = discover_remote_images(where)
+        return Sources(where, files, problems)  # type: ignore[arg-type]
+    return find_sources(where, image_column, label_column)
+
+
 def resolve_labels(
     spec: str | None, images: list[ImageFile], root: Path,
     member_labels: dict[str, str | None] | None = None,
@@ -70,10 +90,12 @@ def resolve_labels(
     if "path" not in table.columns or "label" not in table.columns:
         raise PairkitError(f"--labels {spec}: the table needs 'path' and 'label' columns")
     mapping: dict[str, str] = {}
-    root_abs = root.resolve()
+    root_abs = root.resolve() if isinstance(root, Path) else None
     for path, label in zip(table["path"].astype(str), table["label"], strict=True):
         p = Path(path)
         if p.is_absolute():
+            if root_abs is None:  # images on object storage: paths are keys
+                continue
             try:
                 p = p.resolve().relative_to(root_abs)
             except ValueError:
@@ -100,6 +122,12 @@ def same_image_root(store: Path, old_root: str | None, sources: Sources,
     (its item paths would point into the wrong folder, and a different image under the same
     relative path would pass for one already embedded). A folder that moved (the old root
     is gone and the new one holds every stored source) is accepted."""
+    if isinstance(sources.root, str) or "://" in (old_root or ""):  # object storage
+        if old_root and old_root != str(sources.root):
+            raise PairkitError(f"store {store} holds images of {old_root}, not "
+                               f"{sources.root}; embed into another -o, or pass --force to "
+                               "replace the store")
+        return
     new_root = sources.root.resolve()
     if not old_root or Path(old_root) == new_root:
         return

@@ -242,7 +242,7 @@ def mine_store(
         from pairkit.index.build import prepare_index
 
         loaded = prepare_index(
-            vectors, index.kind, store_root=store.root, content_id=store.content_id,
+            vectors, index.kind, store_root=store.local_root, content_id=store.content_id,
             exact_max_rows=index.exact_max_rows, nlist=index.nlist, nprobe=index.nprobe,
             ef_search=index.ef_search, float16=index.float16, seed=config.seed,
             backend=where)
@@ -252,7 +252,7 @@ def mine_store(
         from pairkit.index.outside import outside_searcher
 
         anchor_searcher, index_text = outside_searcher(
-            vectors, skipped.parts, index, config.seed, where, store_root=store.root,
+            vectors, skipped.parts, index, config.seed, where, store_root=store.local_root,
             content_id=store.content_id, votes=skipped.votes, what=skipped.what)
 
     if on_start is not None:
