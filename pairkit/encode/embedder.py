@@ -15,12 +15,8 @@ from pairkit.core.devices import resolve_device
 from pairkit.core.lock import writer_lock
 from pairkit.core.manifest import has_manifest
 from pairkit.core.remote import location
-from pairkit.core.store import (
-    ERRORS,
-    StoreWriter,
-    prepare_store_dir,
-    read_manifest,
-)
+from pairkit.core.store import ERRORS, read_manifest
+from pairkit.core.store_writer import StoreWriter, prepare_store_dir
 from pairkit.encode.batches import encode_batches
 from pairkit.encode.config import (
     EmbedConfig,

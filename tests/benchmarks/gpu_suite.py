@@ -544,7 +544,7 @@ def write_store(root: Path, centres: Any, n_src: int, views: int, prefix: str, g
     import pandas as pd
     import torch
 
-    from pairkit.core.store import StoreWriter, prepare_store_dir
+    from pairkit.core.store_writer import StoreWriter, prepare_store_dir
 
     prepare_store_dir(root, force=True)
     writer = StoreWriter.create(root, int(centres.shape[1]), "float16", {"name": "gpu-suite"})
