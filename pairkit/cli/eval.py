@@ -68,7 +68,7 @@ def eval_store(
     from pairkit.errors import UsageError
     from pairkit.eval.plots import MAP_METHODS, check_map_methods
     from pairkit.eval.run import METRICS, EvalConfig
-    from pairkit.eval.session import load_sides, run_eval
+    from pairkit.eval.session import check_eval, load_sides, run_eval
     from pairkit.eval.table import metrics_table
 
     with user_errors():
@@ -83,9 +83,10 @@ def eval_store(
         check_map_methods(maps)
         if batch_size < 1:
             raise UsageError(f"--batch-size must be >= 1, got {batch_size}")
-        if ray and backend == "torch":
-            raise UsageError("eval --ray searches on the workers' CPUs with FAISS: use "
-                             "--backend faiss (or auto)")
+        if ray:
+            from pairkit.index.backend import ray_search
+
+            ray_search("eval", backend=backend)  # the probe may still use --device
         cfg = EvalConfig(
             knn_ks=tuple(parse_int_list(knn_k, "--knn-k")), knn_temperature=knn_temperature,
             recall_ks=tuple(parse_int_list(recall_k, "--recall-k")), max_r=max_r,
@@ -93,6 +94,7 @@ def eval_store(
             metrics=parse_choices(metrics, METRICS, "--metrics"), pair_sample=pair_sample,
             probe_max_train=probe_max_train, seed=seed, device=device, backend=backend,
             block_rows=batch_size, collect_scores=True)
+        check_eval(cfg, head)
         sides = load_sides(store, against, 0.2 if test_fraction is None else test_fraction, seed)
         factory = None
         if ray:

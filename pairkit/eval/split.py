@@ -10,21 +10,27 @@ import numpy as np
 from pairkit.errors import PairkitError, UsageError
 
 
-def split_by_source(source_codes: np.ndarray, test_fraction: float, seed: int) -> np.ndarray:
-    """Bool mask (N,): True for rows whose source falls in the test part.
+def split_by_source(source_codes: np.ndarray, fraction: float, seed: int, *,
+                    option: str = "--test-fraction", allow_zero: bool = False) -> np.ndarray:
+    """Bool mask (N,): True for rows whose source falls in the held-out part (eval's test
+    part, train's validation part: one store and one seed split alike in both).
 
-    ``round(test_fraction * n_sources)`` sources (at least 1, at most all but one)
-    are drawn with ``seed``; all views of a source land on the same side.
+    ``round(fraction * n_sources)`` sources (at least 1, at most all but one) are drawn
+    with ``seed``; all views of a source land on the same side. ``allow_zero``: a
+    ``fraction`` of 0 holds nothing out. ``option`` names the fraction in messages.
     """
-    if not 0.0 < test_fraction < 1.0:
-        raise UsageError(f"--test-fraction must be > 0 and < 1, got {test_fraction}")
     codes = np.asarray(source_codes, dtype=np.int64)
+    if allow_zero and fraction == 0:
+        return np.zeros(len(codes), dtype=bool)
+    if not 0.0 < fraction < 1.0:
+        bounds = "in [0, 1)" if allow_zero else "> 0 and < 1"
+        raise UsageError(f"{option} must be {bounds}, got {fraction}")
     uniq = np.unique(codes)
     if len(uniq) < 2:
         raise PairkitError(
             f"a split by source needs at least 2 sources, the store has {len(uniq)}"
         )
-    n_test = int(min(max(round(test_fraction * len(uniq)), 1), len(uniq) - 1))
+    n_test = int(min(max(round(fraction * len(uniq)), 1), len(uniq) - 1))
     rng = np.random.default_rng(seed)
     test_sources = rng.choice(uniq, size=n_test, replace=False)
     return np.isin(codes, test_sources)
@@ -52,8 +58,24 @@ def check_compatible(ref_dim: int, ref_encoder: dict[str, Any], test_dim: int,
         )
     if _encoder_key(ref_encoder) != _encoder_key(test_encoder):
         raise PairkitError(
-            f"--against store {test_name} was made by encoder "
-            f"{test_encoder.get('name', '?')!s} {_encoder_key(test_encoder)}, store {ref_name} "
-            f"by {ref_encoder.get('name', '?')!s} {_encoder_key(ref_encoder)}: vectors of "
+            f"--against store {test_name} and store {ref_name} were made by different "
+            f"encoders ({encoder_difference(ref_encoder, test_encoder)}): vectors of "
             "different encoders are not comparable"
         )
+
+
+def encoder_difference(a: dict[str, Any], b: dict[str, Any], shown: int = 3) -> str:
+    """The fields two encoder records differ in, ``name 'x' vs 'y'``, at most ``shown``
+    with their values (the records themselves run to hundreds of characters)."""
+    keys = sorted(k for k in set(a) | set(b)
+                  if k not in PROVENANCE_KEYS and json.dumps(a.get(k), sort_keys=True,
+                                                              default=str)
+                  != json.dumps(b.get(k), sort_keys=True, default=str))
+
+    def short(value: Any) -> str:
+        text = json.dumps(value, sort_keys=True, default=str)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    parts = [f"{k} {short(a.get(k))} vs {short(b.get(k))}" for k in keys[:shown]]
+    more = f", and {len(keys) - shown} more fields" if len(keys) > shown else ""
+    return "; ".join(parts) + more

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,12 +87,10 @@ def cpu_search(index: IndexOptions, command: str) -> IndexOptions:
     """``--ray``: the search runs on the workers' CPUs with FAISS (an index built on a GPU
     here could not be shipped to them); an explicit GPU device or the torch engine is
     bad usage."""
-    from dataclasses import replace
+    from pairkit.index.backend import ray_search
 
-    if index.device not in ("auto", "cpu") or index.backend == "torch":
-        raise UsageError(f"{command} --ray searches on the workers' CPUs with FAISS: use "
-                         "--device cpu (or auto) and --backend faiss (or auto)")
-    return replace(index, device="cpu", backend="faiss")
+    where = ray_search(command, index.device, index.backend)
+    return replace(index, device=where.device, backend=where.name)
 
 
 def on_ray(address: str, run: Callable[[Any], tuple[Any, dict[str, Any]]]
@@ -187,8 +186,7 @@ def mine_store(
 
     from pairkit.core.pairs import FORMATS, build_pair_table
     from pairkit.core.relations import load_relation
-    from pairkit.index.backend import for_index_kind
-    from pairkit.index.build import search_backend
+    from pairkit.index.open import engine_for
     from pairkit.mine.config import validate_config
     from pairkit.mine.hard_negatives import mine_negatives
     from pairkit.mine.stats import cluster_stats, same_label_share, summary_stats
@@ -203,8 +201,8 @@ def mine_store(
     rel = load_relation(relation, items)
     vectors = store.vectors(np.float32)
     sources = store.source_codes()
-    index = index or IndexOptions()
-    where = for_index_kind(search_backend(index.backend, index.device), index.kind)
+    index = replace(index or IndexOptions(), seed=config.seed)
+    where = engine_for(index)
     t_index = time.perf_counter()
     fn_filter = None
     skipped: SkippedRows | None = None  # what the search skips
@@ -233,7 +231,7 @@ def mine_store(
             near_duplicate_group_ids(ctx, fn_config)
 
         def fn_filter(a: np.ndarray, c: np.ndarray, s: np.ndarray, r: np.ndarray,
-                      pos: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+                      pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return fnm.flag_false_negatives(ctx, a, c, s, r, fn_config, positives=pos)
 
     t_fn = time.perf_counter()
@@ -241,20 +239,17 @@ def mine_store(
     index_text = "none (easy negatives: uniform sample)"
     search_time = [0.0]
     if config.hard and skipped is None:
-        from pairkit.index.build import prepare_index
+        from pairkit.index.open import open_searcher
 
-        loaded = prepare_index(
-            vectors, index.kind, store_root=store.local_root, content_id=store.content_id,
-            exact_max_rows=index.exact_max_rows, nlist=index.nlist, nprobe=index.nprobe,
-            ef_search=index.ef_search, float16=index.float16, seed=config.seed,
-            backend=where)
-        searcher = _timed(loaded.searcher(vectors, batch_size=index.batch_size), search_time)
-        index_text = loaded.describe()
+        opened = open_searcher(vectors, index, store_root=store.local_root,
+                               content_id=store.content_id, engine=where)
+        searcher = _timed(opened.search, search_time)
+        index_text = opened.describe()
     elif config.hard:
         from pairkit.index.outside import outside_searcher
 
         anchor_searcher, index_text = outside_searcher(
-            vectors, skipped.parts, index, config.seed, where, store_root=store.local_root,
+            vectors, skipped.parts, index, where, store_root=store.local_root,
             content_id=store.content_id, votes=skipped.votes, what=skipped.what)
 
     if on_start is not None:

@@ -27,6 +27,8 @@ from pairkit.core.integrity import read_json_file
 from pairkit.core.lock import LOCK_NAME, writer_lock
 from pairkit.core.safe_load import torch_load_weights
 from pairkit.errors import PairkitError, UsageError
+from pairkit.eval.geometry import all_pairs_uniformity, pair_alignment
+from pairkit.eval.split import split_by_source
 from pairkit.train.data import (
     FN_MODES,
     PairArrays,
@@ -35,7 +37,6 @@ from pairkit.train.data import (
     relation_groups,
     restrict,
     sample_relation_pairs,
-    split_by_source,
 )
 from pairkit.train.head import (
     CONFIG,
@@ -157,24 +158,6 @@ def lr_at(step: int, total: int, warmup: int, lr: float) -> float:
     return lr * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def alignment(za: np.ndarray, zp: np.ndarray) -> float:
-    """Wang & Isola 2020 alignment: mean |f(a) - f(p)|^2 over pairs (rows of (n, d))."""
-    return float(np.mean(np.sum((za - zp) ** 2, axis=1)))
-
-
-def uniformity(z: np.ndarray) -> float:
-    """Wang & Isola 2020 uniformity: log mean over distinct pairs of exp(-2 |x - y|^2)."""
-    n = len(z)
-    if n < 2:
-        return float("nan")
-    z = z.astype(np.float64)
-    sq = np.maximum(2.0 - 2.0 * (z @ z.T), 0.0)
-    iu = np.triu_indices(n, k=1)
-    vals = -2.0 * sq[iu]
-    top = vals.max()
-    return float(top + np.log(np.mean(np.exp(vals - top))))
-
-
 def dim_std(z: np.ndarray) -> float:
     """Mean per-dimension std of rows ``z`` (n, d) times sqrt(d): ~1 spread, 0 collapsed."""
     if len(z) < 2:
@@ -194,22 +177,20 @@ def _is_head_file(name: str) -> bool:
     return name in HEAD_FILES
 
 
-def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
-    """Refuse an existing head without ``force``/``resume``; with ``force`` clear it.
-
-    Call under the head's writer lock: temp files of killed runs are removed first (a
-    folder holding nothing else counts as empty).
-    """
+def check_head_output(out: Path, force: bool, resume: bool) -> set[str]:
+    """Refuse an existing head without ``force``/``resume`` (and a file, another folder, a
+    resume without a checkpoint); returns the head's file names (temp files of killed
+    runs count as nothing). Light: train calls it before torch loads, and again under the
+    head's lock (:func:`prepare_head_dir`)."""
     if out.exists() and not out.is_dir():
         raise PairkitError(f"output {out} is an existing file, expected a head folder")
-    if out.is_dir():
-        remove_stale_temps(out, _is_head_file)
     names = {e.name for e in out.iterdir()} - {LOCK_NAME} if out.is_dir() else set()
-    if not names:
+    temps = {n for n in names if n.startswith(".") and n.endswith(".tmp")}
+    if not names - temps:
         if resume:
             raise PairkitError(f"--resume: {out} holds no checkpoint to resume from")
-        return
-    ours = {n for n in names if n in HEAD_FILES or (n.startswith(".") and n.endswith(".tmp"))}
+        return names
+    ours = {n for n in names if n in HEAD_FILES} | temps
     if names - ours:
         raise PairkitError(f"output {out} is a folder that is not a pairkit head; choose "
                            "another path")
@@ -217,11 +198,25 @@ def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
         if CHECKPOINT not in names:
             raise PairkitError(f"--resume: {out} holds no {CHECKPOINT} (no epoch was "
                                "completed)")
-        return
+        return names
     if not force:
         raise PairkitError(f"head {out} exists; pass --force to replace it or --resume to "
                            "continue it")
-    for name in ours:
+    return names
+
+
+def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
+    """Refuse an existing head without ``force``/``resume``; with ``force`` clear it.
+
+    Call under the head's writer lock: temp files of killed runs are removed first (a
+    folder holding nothing else counts as empty).
+    """
+    if out.is_dir():
+        remove_stale_temps(out, _is_head_file)
+    names = check_head_output(out, force, resume)
+    if resume or not names:
+        return
+    for name in names:
         p = out / name
         shutil.rmtree(p) if p.is_dir() else p.unlink()
 
@@ -340,9 +335,8 @@ def _evaluate(module: torch.nn.Module, data: _Data, pairs: PairArrays, items: np
         "pos_score": pos_score,
         "neg_score": neg_score,
         "gap": pos_score - neg_score,
-        "alignment": alignment(np.concatenate(za_all), np.concatenate(zp_all)) if za_all
-        else float("nan"),
-        "uniformity": uniformity(z),
+        "alignment": pair_alignment(np.concatenate(za_all), np.concatenate(zp_all)),
+        "uniformity": all_pairs_uniformity(z),
         "dim_std": dim_std(z),
     }
 
@@ -368,6 +362,20 @@ def read_log(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line]
 
 
+def overflow_hint(precision: str) -> str:
+    """The NaN-loss message's precision clause: only for reduced precision, naming what
+    else to try (fp32 itself can't overflow that way)."""
+    others = {"fp16": "fp32 or bf16", "bf16": "fp32"}
+    if precision not in others:
+        return ""
+    return f" or {precision} overflow (--precision {precision}; try {others[precision]})"
+
+
+def eval_loss_name(metrics_on: str) -> str:
+    """What the per-epoch evaluation loss was measured on, for the epoch line and plot."""
+    return "validation loss" if metrics_on == "val" else "train-pair loss after the epoch"
+
+
 def write_plot(path: Path, records: list[dict[str, Any]]) -> None:
     """Loss, score gap and alignment/uniformity per epoch as a PNG (Agg, no display)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -381,9 +389,9 @@ def write_plot(path: Path, records: list[dict[str, Any]]) -> None:
     fig = Figure(figsize=(11, 3.2))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 3, 1)
-    ax.plot(epochs, col("loss"), marker="o", label="train loss")
+    ax.plot(epochs, col("loss"), marker="o", label="training loss (mean over the epoch)")
     ax.plot(epochs, col("eval_loss"), marker="o",
-            label=f"{records[-1]['metrics_on']} loss")
+            label=eval_loss_name(records[-1]["metrics_on"]))
     ax.set_xlabel("epoch")
     ax.legend()
     ax = fig.add_subplot(1, 3, 2)
@@ -488,7 +496,8 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     relation = cfg.relation or "instance"
     labels = store.labels() if relation == "label" else None
     groups = relation_groups(sources, labels, relation)
-    val_mask = split_by_source(sources, cfg.val_fraction, cfg.seed)
+    val_mask = split_by_source(sources, cfg.val_fraction, cfg.seed, option="--val-fraction",
+                               allow_zero=True)
     info: TableInfo | None = None
     if table is not None:
         all_pairs, info = pairs_from_table(table, store.count, store.content_id, cfg.fn_mode)
@@ -642,9 +651,8 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
             if not math.isfinite(value):
                 raise PairkitError(
                     f"loss is {value} at epoch {epoch + 1}, step {step + 1}: likely causes: "
-                    f"--temperature too low ({cfg.loss.temperature}), --lr too high ({cfg.lr}) "
-                    f"or fp16 overflow (--precision {precision}; try fp32 or bf16); "
-                    f"epoch {epoch + 1} was not saved")
+                    f"--temperature too low ({cfg.loss.temperature}), --lr too high ({cfg.lr})"
+                    + overflow_hint(precision) + f"; epoch {epoch + 1} was not saved")
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
                 scaler.scale(loss).backward()

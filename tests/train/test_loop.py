@@ -10,11 +10,13 @@ import pandas as pd
 import pytest
 from safetensors.numpy import load_file
 
-from pairkit.core.store import write_store
+from pairkit.core.store_writer import write_store
 from pairkit.errors import PairkitError
+from pairkit.eval.geometry import all_pairs_uniformity as uniformity
+from pairkit.eval.geometry import pair_alignment as alignment
 from pairkit.train import loop
 from pairkit.train.head import load_head
-from pairkit.train.loop import TrainConfig, alignment, dim_std, lr_at, train_head, uniformity
+from pairkit.train.loop import TrainConfig, dim_std, lr_at, train_head
 from pairkit.train.losses import LossConfig
 from tests.conftest import random_store
 from tests.train.helpers import instance_triplets
@@ -266,3 +268,15 @@ def test_metrics_against_loops():
     assert lr_at(10, 100, 10, 1.0) == pytest.approx(1.0)
     assert lr_at(55, 100, 10, 1.0) == pytest.approx(0.5)
     assert lr_at(100, 100, 10, 1.0) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_messages_say_which_loss_and_which_precision():
+    """Issue 20.13: the epoch line read `loss 5.1979, train loss 4.6756` (which is which?)
+    and the NaN-loss message told an fp32 run to try fp32."""
+    from pairkit.train.loop import eval_loss_name, overflow_hint
+
+    assert eval_loss_name("val") == "validation loss"
+    assert eval_loss_name("train") == "train-pair loss after the epoch"
+    assert overflow_hint("fp32") == ""
+    assert overflow_hint("fp16") == " or fp16 overflow (--precision fp16; try fp32 or bf16)"
+    assert overflow_hint("bf16") == " or bf16 overflow (--precision bf16; try fp32)"
