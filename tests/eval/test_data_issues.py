@@ -12,7 +12,8 @@ from scipy.sparse import load_npz
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
-from pairkit.core.store import l2_normalize, write_store
+from pairkit.core.store import l2_normalize
+from pairkit.core.store_writer import write_store
 from pairkit.errors import UsageError
 from pairkit.eval.data_issues import KnnGraph, find_issues, knn_graph, to_csr
 from pairkit.eval.issues import label_error, outlier
