@@ -14,6 +14,6 @@ while IFS= read -r -d '' path; do
   mkdir -p "$work/quarantine/$(dirname "$path")"
   mv -- "$work/images/$path" "$work/quarantine/$path"
   moved=$((moved + 1))
-done < <(pairkit dedup "$work/store" --paths-only --drop -0 --quiet)
+done < <(pairkit dedup "$work/store" --method threshold --paths-only --drop -0 --quiet)
 
 echo "moved $moved near-duplicates to $work/quarantine"
