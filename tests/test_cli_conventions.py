@@ -80,6 +80,10 @@ def bad_usage_cases(store: str, out: str) -> list[list[str]]:
         ["eval", store, "--metrics", "foo"],
         ["eval", store, "--device", "gpu"],
         ["eval", store, "--knn-k", "a"],
+        ["eval", store, "--plot", out + "/p", "--map", "tsne"],
+        ["search", store, "0", "--device", "gpu"],
+        ["search", store, "0", "-o", out + "/x.txt"],
+        ["search", store, "not-a-query"],
     ]
 
 
@@ -132,7 +136,7 @@ def test_wrong_paths_are_reported_before_heavy_imports(tmp_path: Path) -> None:
             ["index", missing], ["mine", missing, "--hard"], ["dedup", missing],
             ["train", missing, "-o", str(tmp_path / "h"), "--relation", "instance"],
             ["project", missing, "--head", missing, "-o", str(tmp_path / "p")],
-            ["eval", missing]]
+            ["eval", missing], ["search", missing, "0"], ["info", missing]]
     code = (
         "import json, sys\n"
         "from pairkit.cli.main import app\n"

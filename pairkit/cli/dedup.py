@@ -70,8 +70,13 @@ def dedup(
             (check_output if paths_only else check_table_output)(output, force)
         t0 = time.perf_counter()
         cfg = DedupConfig(store, threshold, keep, exact_only, batch_size, device, absolute,
-                          backend, ray)
-        table, summary = run_dedup(cfg, warn)
+                          backend)
+        pairs = None
+        if ray:
+            from pairkit.distributed.dedup import RayPairs
+
+            pairs = RayPairs(ray)
+        table, summary = run_dedup(cfg, warn, pairs)
         if drop:
             table = table[~table["keep"]].reset_index(drop=True)
         try:

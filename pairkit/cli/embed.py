@@ -17,8 +17,9 @@ Precision = Literal["auto", "fp32", "fp16", "bf16"]
 
 def embed(
     images: Path = typer.Argument(
-        ..., help="Folder of images (searched recursively), or webdataset tar shards: "
-        "a .tar or a brace pattern such as 'shards/{00000..00099}.tar'."),
+        ..., help="Folder of images (searched recursively), webdataset tar shards (a .tar or "
+        "a brace pattern such as 'shards/{00000..00099}.tar'), or a Hugging Face dataset "
+        "(a save_to_disk folder, a .parquet or .arrow file)."),
     output: Path = typer.Option(..., "-o", "--output", help="Store folder to create or resume."),
     model: str = typer.Option(
         "openclip/ViT-B-32", "--model", "-m",
@@ -36,6 +37,12 @@ def embed(
         None, "--labels",
         help="'folder' (first sub-folder = label) or a CSV/parquet/JSONL with path,label.",
     ),
+    image_column: str | None = typer.Option(
+        None, "--image-column", help="Dataset input: the column of image bytes or paths.",
+        show_default="the Image feature, else a column named image"),
+    label_column: str | None = typer.Option(
+        None, "--label-column", help="Dataset input: the label column (ClassLabel names used).",
+        show_default="label, when there is one"),
     device: str = device_option("Where the encoder runs; cuda: all GPUs; auto: cuda when "
                                 "torch sees a GPU, else cpu."),
     precision: Precision = typer.Option(
@@ -85,11 +92,17 @@ def embed(
             force=force,
             shard_rows=max(1, shard_rows),
             max_file_bytes=max_file_bytes,
-            ray=ray,
+            image_column=image_column,
+            label_column=label_column,
         )
+        executor = None
+        if ray:
+            from pairkit.distributed.embed import RayEmbed
+
+            executor = RayEmbed(ray)
         hook = ProgressBar(quiet, unit="images")
         try:
-            summary = embed_folder(cfg, hook)
+            summary = embed_folder(cfg, hook, executor)
         finally:
             hook.stop()
         if summary.images == 0 and summary.already:

@@ -52,6 +52,9 @@ def eval_store(
     backend: Backend = backend_option(),
     ray: str | None = ray_option(),
     plot: Path | None = typer.Option(None, "--plot", help="Folder for PNG histograms and map."),
+    map_methods: str = typer.Option(
+        "pca", "--map", help="2-D maps --plot draws: pca, umap (pip install umap-learn) or "
+        "pca,umap."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing PNGs in --plot."),
     json_out: bool = typer.Option(False, "--json", help="Print the metrics as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No table or notes on stderr."),
@@ -62,6 +65,7 @@ def eval_store(
     """
     from pairkit.core.options import parse_choices, parse_int_list
     from pairkit.errors import UsageError
+    from pairkit.eval.plots import MAP_METHODS, check_map_methods
     from pairkit.eval.run import METRICS, EvalConfig
     from pairkit.eval.session import load_sides, run_eval
     from pairkit.eval.table import metrics_table
@@ -71,6 +75,11 @@ def eval_store(
             raise UsageError("--against and --test-fraction exclude each other")
         if compare and head is None:
             raise UsageError("--compare needs --head")
+        maps = parse_choices(map_methods, MAP_METHODS, "--map") or (
+            MAP_METHODS if map_methods.strip() == "all" else ("pca",))
+        if plot is None and map_methods != "pca":
+            raise UsageError("--map needs --plot")
+        check_map_methods(maps)
         if batch_size < 1:
             raise UsageError(f"--batch-size must be >= 1, got {batch_size}")
         if ray and backend == "torch":
@@ -82,9 +91,14 @@ def eval_store(
             exclude_same_source=not include_same_source, gallery=gallery,
             metrics=parse_choices(metrics, METRICS, "--metrics"), pair_sample=pair_sample,
             probe_max_train=probe_max_train, seed=seed, device=device, backend=backend,
-            block_rows=batch_size, collect_scores=True, ray=ray)
+            block_rows=batch_size, collect_scores=True)
         sides = load_sides(store, against, 0.2 if test_fraction is None else test_fraction, seed)
-        results, reports = run_eval(sides, cfg, head, compare, plot, force)
+        factory = None
+        if ray:
+            from pairkit.distributed.search import index_factory
+
+            factory = index_factory(ray)
+        results, reports = run_eval(sides, cfg, head, compare, plot, force, factory, maps)
         if not quiet:
             for name, report in reports.items():
                 prefix = f"{name}: " if len(reports) > 1 else ""

@@ -18,9 +18,11 @@ from pairkit.cli import embed as embed_cmd
 from pairkit.cli import eval as eval_cmd
 from pairkit.cli import import_ as import_cmd
 from pairkit.cli import index as index_cmd
+from pairkit.cli import info as info_cmd
 from pairkit.cli import mine as mine_cmd
 from pairkit.cli import project as project_cmd
 from pairkit.cli import report as report_cmd
+from pairkit.cli import search as search_cmd
 from pairkit.cli import train as train_cmd
 from pairkit.cli.options import Command
 
@@ -34,7 +36,7 @@ app = typer.Typer(
         "pairkit mine store --hard --filter-false-negatives -o pairs.parquet"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (docs/cli.md)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -50,7 +52,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        False, "--version", "-V", callback=_version, is_eager=True,
+        help="Print the version and exit."
     ),
     threads: int | None = typer.Option(
         None, "--threads", show_default="$PAIRKIT_THREADS, $OMP_NUM_THREADS or half the CPUs, 1-8",
@@ -69,6 +72,7 @@ for _name, _function in (
     ("embed", embed_cmd.embed), ("import", import_cmd.import_store), ("index", index_cmd.index),
     ("mine", mine_cmd.mine), ("dedup", dedup_cmd.dedup), ("train", train_cmd.train),
     ("project", project_cmd.project), ("eval", eval_cmd.eval_store),
+    ("search", search_cmd.search), ("info", info_cmd.info),
     ("report", report_cmd.report), ("demo", demo_cmd.demo),
 ):
     app.command(_name, no_args_is_help=True, cls=Command)(_function)

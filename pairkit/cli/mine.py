@@ -97,8 +97,9 @@ def mine(
     Example: pairkit mine store --hard -k 5 -o pairs.parquet --stats stats.json
     """
     from pairkit.core.options import only_with
+    from pairkit.index.options import IndexOptions
     from pairkit.mine.command import mine_to_files
-    from pairkit.mine.hard_negatives import IndexOptions, MineConfig
+    from pairkit.mine.config import MineConfig
     from pairkit.mine.options import fn_config
     from pairkit.mine.summary import summary_lines
 

@@ -91,18 +91,11 @@ def train(
 
     Example: pairkit mine store --hard -o - | pairkit train store --pairs - -o head
     """
-    from pairkit.core.store import Store
-    from pairkit.core.tables import read_table
-    from pairkit.errors import UsageError
-    from pairkit.train.loop import TrainConfig, json_record, train_head
+    from pairkit.train.command import train_store
+    from pairkit.train.loop import TrainConfig, json_record
     from pairkit.train.losses import LossConfig
 
     with user_errors():
-        if pairs is None and relation is None:
-            raise UsageError("give a pair table with --pairs or a relation with --relation "
-                             "instance|label")
-        if resume and force:
-            raise UsageError("--resume and --force contradict each other: pick one")
         cfg = TrainConfig(
             head=head, out_dim=out_dim, hidden=hidden,
             loss=LossConfig(name=loss, temperature=temperature, symmetric=symmetric,
@@ -112,13 +105,10 @@ def train(
             precision=precision, val_fraction=val_fraction, stop_on_collapse=stop_on_collapse,
             positive_share=positive_share, positive_sampling=positive_sampling,
         )
-        cfg.check()
-        st = Store.open(store)
-        table = read_table(pairs) if pairs is not None else None
         bar = _TrainBar(quiet)
         try:
-            result = train_head(st, output, cfg, table=table, table_name=pairs, resume=resume,
-                                force=force, hook=bar)
+            result = train_store(store, output, cfg, pairs, resume=resume, force=force,
+                                 hook=bar)
         finally:
             bar.stop()
         last = result.records[-1]
@@ -129,8 +119,10 @@ def train(
 
             raise PairkitError(f"stopped at epoch {last['epoch']}: the embeddings collapsed "
                                f"(--stop-on-collapse); weights of that epoch are in {output}")
-        dims = f"{st.dim}->{result.out_dim}"
-        say(f"trained {head} head {dims} with {loss} for {last['epoch']} epochs on "
-            f"{result.device} ({result.examples} pairs/epoch, {result.pairs_per_second:,.0f} "
-            f"pairs/s over all epochs): {last['metrics_on']} gap {last['gap']:.3f} -> {output}",
+        from pairkit.core.manifest import read_manifest
+
+        say(f"trained {head} head {read_manifest(store)['dim']}->{result.out_dim} with {loss} "
+            f"for {last['epoch']} epochs on {result.device} ({result.examples} pairs/epoch, "
+            f"{result.pairs_per_second:,.0f} pairs/s over all epochs): {last['metrics_on']} "
+            f"gap {last['gap']:.3f} -> {output}",
             quiet)

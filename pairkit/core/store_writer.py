@@ -257,7 +257,7 @@ class StoreWriter:
 
     def next_shard_name(self, offset: int = 0) -> str:
         """A shard name no committed shard has: one past the highest number, plus
-        ``offset`` (names for shards written in parallel, :mod:`pairkit.dist.embed`)."""
+        ``offset`` (names for shards written in parallel, :mod:`pairkit.distributed.embed`)."""
         numbers = [int(s["file"][len("embeddings-"):-len(".npy")])
                    for s in self.manifest["shards"] if SHARD_RE.match(s["file"])]
         return SHARD_PATTERN.format(max(numbers, default=-1) + 1 + offset)

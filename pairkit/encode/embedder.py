@@ -63,7 +63,8 @@ class EmbedConfig:
     shard_seconds: float = 120.0
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     decode: str = "auto"  # auto | cpu | gpu (pairkit.encode.device_pipeline)
-    ray: str | None = None  # a Ray cluster address: embed there (pairkit.dist.embed)
+    image_column: str | None = None  # Hugging Face dataset input (pairkit.encode.hf_datasets)
+    label_column: str | None = None
 
 
 @dataclass
@@ -112,6 +113,8 @@ def embedding_identity(cfg: EmbedConfig) -> dict[str, Any]:
         if not Path(cfg.checkpoint).is_file():
             raise PairkitError(f"checkpoint {cfg.checkpoint} not found")
         ident["checkpoint_sha256"] = sha256_file(cfg.checkpoint)
+    if cfg.image_column:
+        ident["image_column"] = cfg.image_column
     return ident
 
 
@@ -142,9 +145,20 @@ def check_config(cfg: EmbedConfig) -> bool:
     check_decode(cfg.decode)
     check_device(cfg.device)
     images = Path(cfg.images)
+    from pairkit.encode.hf_datasets import is_hf_dataset
     from pairkit.encode.webdataset import expand_braces, is_webdataset
 
-    if is_webdataset(images):
+    hf = is_hf_dataset(images)
+    if not hf and (cfg.image_column or cfg.label_column):
+        raise UsageError("--image-column and --label-column need a Hugging Face dataset "
+                         "(a save_to_disk folder, .parquet or .arrow)")
+    if hf:
+        if not images.exists():
+            raise PairkitError(f"dataset {images} not found")
+        if cfg.labels == "folder":
+            raise UsageError("--labels folder needs an image folder; a dataset's labels "
+                             "come from its label column (--label-column)")
+    elif is_webdataset(images):
         expand_braces(str(images))  # a bad pattern is bad usage
         if cfg.labels == "folder":
             raise UsageError("--labels folder needs an image folder; the labels of tar shards "
@@ -371,13 +385,21 @@ class Sources:
     files: list[ImageFile]
     problems: list[tuple[str, str]]
     member_labels: dict[str, str | None] | None = None
+    member_label_kind: str = "webdataset"  # what the manifest's ``labels`` says of them
 
 
-def find_sources(images: Path) -> Sources:
-    """List an image folder (:func:`discover_images`) or tar shards
-    (:func:`pairkit.encode.webdataset.discover_webdataset`)."""
+def find_sources(images: Path, image_column: str | None = None,
+                 label_column: str | None = None) -> Sources:
+    """List an image folder (:func:`discover_images`), tar shards
+    (:func:`pairkit.encode.webdataset.discover_webdataset`) or a Hugging Face dataset
+    (:func:`pairkit.encode.hf_datasets.discover_hf_dataset`)."""
+    from pairkit.encode.hf_datasets import discover_hf_dataset, is_hf_dataset
     from pairkit.encode.webdataset import discover_webdataset, is_webdataset
 
+    if is_hf_dataset(images):
+        root, files, problems, labels = discover_hf_dataset(images, image_column,
+                                                            label_column)
+        return Sources(root, files, problems, labels, "dataset")
     if is_webdataset(images):
         root, files, problems, labels = discover_webdataset(images)
         return Sources(root, files, problems, labels)
@@ -385,9 +407,13 @@ def find_sources(images: Path) -> Sources:
     return Sources(Path(images), files, problems)
 
 
-def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSummary:
+def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
+                 executor: Any = None) -> EmbedSummary:
     """Embed every image under ``cfg.images`` (a folder, or webdataset tar shards) into the
-    store ``cfg.store``; on the Ray cluster ``cfg.ray`` when set.
+    store ``cfg.store``; by ``executor`` when given (the command line passes
+    :class:`pairkit.distributed.embed.RayEmbed` for ``--ray``: its ``find_sources(images)``
+    lists the images, its ``embed(cfg, writer, todo, labels, errors, summary, hook,
+    offline)`` embeds and commits them, this process holding the writer lock).
 
     Resumes an existing store made with the same embedding options (only
     missing sources are embedded); refuses one made with other options unless
@@ -397,12 +423,10 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     hook = hook or ProgressHook()
     t0 = time.perf_counter()
     weights_offline = check_config(cfg)
-    if cfg.ray:
-        from pairkit.dist.embed import find_sources_on_ray
-
-        sources = find_sources_on_ray(cfg.ray, Path(cfg.images))
+    if executor is not None and not (cfg.image_column or cfg.label_column):
+        sources = executor.find_sources(Path(cfg.images))
     else:
-        sources = find_sources(Path(cfg.images))
+        sources = find_sources(Path(cfg.images), cfg.image_column, cfg.label_column)
     files, problems = sources.files, sources.problems
     if not files:
         skipped = (f"; {len(problems)} skipped, e.g. {problems[0][0]!a}: {problems[0][1]}"
@@ -423,7 +447,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None) -> EmbedSum
     # one writer per store: a second embed (or import, index...) stops with the holder's name
     with writer_lock(cfg_store, "store"):
         return _embed_locked(cfg, hook, sources, labels, identity, device, t0,
-                             weights_offline)
+                             weights_offline, executor)
 
 
 def _labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | None]) -> Any:
@@ -431,13 +455,14 @@ def _labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | Non
     if cfg.labels is not None:
         return cfg.labels if cfg.labels == "folder" else "file"
     if sources.member_labels is not None and any(v is not None for v in labels.values()):
-        return "webdataset"
+        return sources.member_label_kind
     return None
 
 
 def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
                   labels: dict[str, str | None], identity: dict[str, Any], device: str,
-                  t0: float, weights_offline: bool = False) -> EmbedSummary:
+                  t0: float, weights_offline: bool = False, executor: Any = None
+                  ) -> EmbedSummary:
     """The rest of :func:`embed_folder`, under the store's writer lock."""
     import pandas as pd
 
@@ -477,7 +502,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     # can't be loaded and nothing was written); on Ray the workers load their own copy,
     # this one only describes the encoder in the manifest
     encoder = load_encoder(EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint,
-                                          "cpu" if cfg.ray else device, cfg.seed,
+                                          "cpu" if executor else device, cfg.seed,
                                           offline=weights_offline))
     fit = encoder.identity.get("checkpoint_fit", "")
     if fit and fit != "checkpoint layout: as saved":
@@ -498,10 +523,8 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
 
     hook.start(len(todo), "embedding")
     t_loop = time.perf_counter()
-    if cfg.ray:
-        from pairkit.dist.embed import embed_on_ray
-
-        embed_on_ray(cfg, writer, todo, labels, errors, summary, hook, weights_offline)
+    if executor is not None:
+        executor.embed(cfg, writer, todo, labels, errors, summary, hook, weights_offline)
     else:
         runner = _Runner(encoder, device, cfg.precision)
         pending_vecs: list[np.ndarray] = []
@@ -586,7 +609,7 @@ def embed_partition(cfg: EmbedConfig, files: list[ImageFile], labels: dict[str, 
     """Embed ``files`` (one partition) into one shard file ``shard_name`` of the store,
     written atomically but not committed (:meth:`StoreWriter.add_written_shard` does that).
     Returns ``{record (None when no file could be embedded), items, errors, images,
-    on_device}``; what a Ray worker of :mod:`pairkit.dist.embed` sends back."""
+    on_device}``; what a Ray worker of :mod:`pairkit.distributed.embed` sends back."""
     from pairkit.core.store_writer import write_shard
 
     vecs: list[np.ndarray] = []

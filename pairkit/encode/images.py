@@ -42,6 +42,7 @@ class ImageFile:
     path: str  # relative to the image root, '/'-separated
     abs_path: Path  # the file, or the tar file that holds it (``member``)
     member: tuple[int, int] | None = None  # a tar member: (offset of its data, size)
+    row: tuple[int, str] | None = None  # a dataset row: (row, image column) of abs_path
 
 
 def discover_images(root: str | os.PathLike[str]) -> tuple[list[ImageFile], list[tuple[str, str]]]:
@@ -221,6 +222,10 @@ def load_image(path: Path, draft_size: int | None = None,
 def read_image_bytes(f: ImageFile, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
     """The bytes of an image file or of a tar member (:mod:`pairkit.encode.webdataset`);
     DecodeError with the reason."""
+    if f.row is not None:
+        from pairkit.encode.hf_datasets import read_row_bytes
+
+        return read_row_bytes(f.abs_path, f.row[0], f.row[1], max_bytes)
     if f.member is None:
         return read_bytes(f.abs_path, max_bytes)
     from pairkit.encode.webdataset import read_member

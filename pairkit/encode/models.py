@@ -173,7 +173,9 @@ def _open_clip_needs(name: str) -> set[str]:
             if key in (cfg.get(part) or {})}
 
 
-def _openclip(name: str, req: EncoderRequest) -> Encoder:
+def _openclip_model(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any]]:
+    """The whole open_clip model (image and text towers) a request names, in eval mode,
+    and its manifest identity."""
     open_clip = import_open_clip(name)
 
     if not name:
@@ -212,6 +214,12 @@ def _openclip(name: str, req: EncoderRequest) -> Encoder:
         )
         identity["pretrained"] = tag
     model.eval()
+    return model, identity
+
+
+def _openclip(name: str, req: EncoderRequest) -> Encoder:
+    model, identity = _openclip_model(name, req)
+    what = f"openclip/{name}"
     cfg = dict(getattr(model.visual, "preprocess_cfg", {}) or {})
     size = cfg.get("size", 224)
     size = int(size[0] if isinstance(size, (tuple, list)) else size)
@@ -317,3 +325,21 @@ def register_builtins() -> None:
 
 
 register_builtins()
+
+
+def openclip_text_encoder(name: str, req: EncoderRequest) -> Any:
+    """``encode(texts) -> (n, dim) float32`` with the text tower of the open_clip model
+    ``name`` built as ``req`` asks (the same weights as its image tower in
+    :func:`_openclip`): the text side of ``pairkit search --text``."""
+    import numpy as np
+
+    model, _ = _openclip_model(name, req)
+    tokenizer = import_open_clip(name).get_tokenizer(name)
+    model = model.to(req.device)
+
+    def encode(texts: list[str]) -> np.ndarray:
+        with torch.inference_mode():
+            out = model.encode_text(tokenizer(list(texts)).to(req.device))
+        return out.float().cpu().numpy()
+
+    return encode

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +49,6 @@ class EvalConfig:
     backend: str = "auto"  # search engine: auto, faiss, torch (pairkit.index.backend)
     block_rows: int = 4096
     collect_scores: bool = False
-    ray: str | None = None  # a Ray cluster address: the reference search is sharded there
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,19 @@ def _check_metrics(cfg: EvalConfig) -> tuple[str, ...]:
     return chosen
 
 
+IndexFactory = Callable[[np.ndarray], object]
+
+
 def evaluate(queries: EvalSide, references: EvalSide, cfg: EvalConfig,
-             *, self_rows: np.ndarray | None = None) -> EvalReport:
+             *, self_rows: np.ndarray | None = None,
+             index_factory: IndexFactory | None = None) -> EvalReport:
     """Every requested (or, by default, every computable) metric of ``queries`` against
     ``references``.
+
+    ``index_factory``: builds the exact index a search pass uses from the vectors (n, d)
+    it searches (an object with ``search(queries, k)``, like FAISS); None: the local
+    index of ``cfg.device`` / ``cfg.backend``. The command line passes the Ray one
+    (:func:`pairkit.distributed.search.sharded_index`) for ``--ray``.
 
     ``self_rows`` (nq,): the row of each query among the references (-1 if none), for
     when the two sides share rows. A metric that cannot be computed is left out of
@@ -142,9 +151,10 @@ def evaluate(queries: EvalSide, references: EvalSide, cfg: EvalConfig,
 
     if wanted_label:
         _label_metrics(queries, references, qsrc, rsrc, self_rows, wanted_label, cfg, rng,
-                       report)
+                       report, index_factory)
     elif cfg.collect_scores and len(references):
-        _mined_unlabelled(queries, references, qsrc, rsrc, self_rows, cfg, report)
+        _mined_unlabelled(queries, references, qsrc, rsrc, self_rows, cfg, report,
+                          index_factory)
     if "geometry" in chosen:
         _geometry(queries, qsrc, cfg, rng, report, explicit)
     return report
@@ -174,7 +184,8 @@ def _subset_self_rows(self_rows: np.ndarray | None, q_keep: np.ndarray,
 
 def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
                    rsrc: np.ndarray, self_rows: np.ndarray | None, wanted: list[str],
-                   cfg: EvalConfig, rng: np.random.Generator, report: EvalReport) -> None:
+                   cfg: EvalConfig, rng: np.random.Generator, report: EvalReport,
+                   index_factory: IndexFactory | None = None) -> None:
     ref_labels = references.labels if references.labels is not None else np.full(
         len(references), None, dtype=object)
     ql_all, rl_all, classes = _codes(queries.labels, ref_labels, na_missing=True)
@@ -209,7 +220,7 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
         if r_counts is not None:
             k_search = max(k_search, min(int(r_counts.max(initial=0)), cfg.max_r))
         k_search = min(k_search, len(rx))
-        index = _index(rx, cfg)
+        index = _index(rx, cfg, index_factory)
         _search_pass(qx, ql, index, len(rx), rl, k_search, excl, ks, rks, r_counts, cfg, report)
         del index
     if "retrieval" in wanted and cfg.gallery == "queries":
@@ -222,23 +233,21 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
             r_counts = relevant_counts(ql, ql, excl)
             k_search = min(max(max(cfg.recall_ks), min(int(r_counts.max(initial=0)), cfg.max_r)),
                            len(qx))
-            index = _index(qx, cfg)
+            index = _index(qx, cfg, index_factory)
             _search_pass(qx, ql, index, len(qx), ql, k_search, excl, (), cfg.recall_ks, r_counts,
                          cfg, report)
     if "linear" in wanted:
         _probe(queries, references, ql_all, rl_all, q_keep, r_keep, rsrc, cfg, rng, report)
 
 
-def _index(x: np.ndarray, cfg: EvalConfig) -> object:
-    """Exact index over ``x``: FAISS filled in blocks of 65,536 rows (on the GPUs of
-    ``cfg.device``), or the torch search when ``cfg.backend`` resolves to it, or shards of
-    it on the Ray cluster ``cfg.ray`` (:mod:`pairkit.dist.search`)."""
+def _index(x: np.ndarray, cfg: EvalConfig, factory: IndexFactory | None = None) -> object:
+    """Exact index over ``x``: ``factory(x)`` when given, else FAISS filled in blocks of
+    65,536 rows (on the GPUs of ``cfg.device``), or the torch search when ``cfg.backend``
+    resolves to it."""
     from pairkit.index.backend import resolve_backend
 
-    if cfg.ray:
-        from pairkit.dist.search import sharded_index
-
-        return sharded_index(x, cfg.ray)
+    if factory is not None:
+        return factory(x)
 
     where = resolve_backend(cfg.backend, cfg.device)
     if where.name == "torch":
@@ -317,11 +326,11 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
 
 def _mined_unlabelled(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
                       rsrc: np.ndarray, self_rows: np.ndarray | None, cfg: EvalConfig,
-                      report: EvalReport) -> None:
+                      report: EvalReport, index_factory: IndexFactory | None = None) -> None:
     """Without labels the hardest negative is the nearest reference of another source."""
     excl = Exclusion(self_rows, qsrc, rsrc)
     rx = references.vectors
-    index = _index(rx, cfg)
+    index = _index(rx, cfg, index_factory)
     out = []
     for _, scores, _ids in search_excluding(queries.vectors, index, len(rx), 1, excl,
                                             block_rows=cfg.block_rows):

@@ -63,24 +63,33 @@ def _with_head(side: EvalSide, head: Any, device: str) -> EvalSide:
     return EvalSide(head.apply(side.vectors, device=device), side.labels, side.sources)
 
 
-def plot_names(names: list[str]) -> list[str]:
-    """File names ``--plot`` writes for these runs ("raw", "head")."""
+def plot_names(names: list[str], maps: tuple[str, ...] = ("pca",)) -> list[str]:
+    """File names ``--plot`` writes for these runs ("raw", "head") and map methods."""
+    from pairkit.eval.plots import map_file
+
     prefixes = [f"{n}_" for n in names] if len(names) > 1 else [""]
-    return [f"{p}{f}" for p in prefixes for f in ("scores.png", "map.png")]
+    files = ["scores.png", *(map_file(m) for m in maps)]
+    return [f"{p}{f}" for p in prefixes for f in files]
 
 
 def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: bool,
-             plot: Path | None, force: bool = False,
+             plot: Path | None, force: bool = False, index_factory: Any = None,
+             maps: tuple[str, ...] = ("pca",),
              ) -> tuple[dict[str, dict[str, Any]], dict[str, EvalReport]]:
     """Evaluate raw and/or head vectors. Returns (metrics by name, reports by name);
-    names are "raw" and "head". Existing plot files are kept unless ``force``."""
+    names are "raw" and "head". Existing plot files are kept unless ``force``.
+    ``index_factory``: see :func:`pairkit.eval.run.evaluate`. ``maps``: the 2-D maps
+    ``plot`` gets (pca, umap: :func:`pairkit.eval.plots.write_plots`)."""
     from pairkit.core.devices import resolve_device
 
     names = (["raw"] if head_path is None or compare else []) + (["head"] if head_path else [])
     if plot is not None:
+        from pairkit.eval.plots import check_map_methods
+
+        check_map_methods(maps)
         if plot.exists() and not plot.is_dir():
             raise PairkitError(f"--plot {plot} is a file, expected a folder")
-        existing = [n for n in plot_names(names) if (plot / n).exists()]
+        existing = [n for n in plot_names(names, maps) if (plot / n).exists()]
         if existing and not force:
             raise PairkitError(f"{plot / existing[0]} exists; pass --force to overwrite it")
 
@@ -100,12 +109,12 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
     results: dict[str, dict[str, Any]] = {}
     reports: dict[str, EvalReport] = {}
     for name, (q, r) in runs.items():
-        report = evaluate(q, r, cfg, self_rows=sides.self_rows)
+        report = evaluate(q, r, cfg, self_rows=sides.self_rows, index_factory=index_factory)
         reports[name] = report
         results[name] = report.metrics
         if plot is not None:
             from pairkit.eval.plots import write_plots
 
             write_plots(plot, report.scores, q.vectors, q.labels,
-                        prefix=f"{name}_" if len(runs) > 1 else "", seed=cfg.seed)
+                        prefix=f"{name}_" if len(runs) > 1 else "", seed=cfg.seed, maps=maps)
     return results, reports

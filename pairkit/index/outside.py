@@ -13,9 +13,13 @@ an exact search with the query's part filtered out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pairkit.index.backend import SearchBackend
+    from pairkit.index.options import IndexOptions
 
 
 @dataclass
@@ -267,3 +271,69 @@ class MaskedIvfSearch:
             scores[s : s + len(rows)] = got_s
             ids[s : s + len(rows)] = got_i
         return scores, ids
+
+
+def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptions,
+                     seed: int, engine: SearchBackend | None = None, store_root: Any = None,
+                     content_id: str | None = None, votes: int = 1,
+                     what: str = "cluster") -> tuple[Any, str]:
+    """An anchor searcher that skips the rows sharing the anchor's cluster in at least
+    ``votes`` runs. Exact (``flat``, and ``auto`` on a small store): those rows are
+    masked out of one exact search. IVF: the store's IVF index (built, or loaded when
+    saved) scanned list by list with the same mask. Other kinds, one vote: one index
+    per cluster of the first run, the anchor's own not searched (other runs' clusters
+    are flagged after); more votes: the plain index (the rule flags after)."""
+    from pairkit.index.build import EXACT_MAX_ROWS_CPU, choose_kind, prepare_index
+
+    which = "any" if votes == 1 else f"at least {votes}"
+    skipped = (f"rows sharing a cluster with the anchor in {which} of {len(assign)} k-means "
+               "runs not searched (cluster rule)" if what == "cluster" else
+               "rows of the anchor's label not searched (label rule)")
+    if engine is not None and engine.name == "torch":
+        from pairkit.index.torch_search import TorchFlatIndex
+
+        tindex = TorchFlatIndex(vectors, device=engine.device)
+        return (lambda rows, k: tindex.search_masked(vectors[rows], k, assign[:, rows],
+                                                     assign, votes=votes)), (
+            f"exact, {engine.describe()}; {skipped}")
+    kind = index.kind
+    if kind == "auto":
+        kind, _ = choose_kind(len(vectors), index.exact_max_rows or EXACT_MAX_ROWS_CPU)
+    if kind == "flat" and not index.float16:
+        return (lambda rows, k: masked_exact_search(vectors, assign, rows, k, votes=votes)), (
+            f"flat (exact), {skipped}")
+    if kind == "ivf" and not index.float16:
+        loaded = prepare_index(vectors, kind, store_root=store_root, content_id=content_id,
+                               nlist=index.nlist, nprobe=index.nprobe, device="cpu", seed=seed,
+                               backend="faiss")
+        from pairkit.index.search import IvfListMajor
+
+        if IvfListMajor.supports(loaded.index):
+            masked = MaskedIvfSearch(loaded.index, assign, loaded.spec.nprobe or 1,
+                                     votes=votes)
+            text = f"{loaded.describe()}; cells and {skipped}"
+            return (lambda rows, k: masked.search(rows, k, vectors[rows])), text
+    if votes > 1:  # the per-cluster indices skip one run's cluster: too much here
+        loaded = prepare_index(vectors, index.kind, store_root=store_root,
+                               content_id=content_id, exact_max_rows=index.exact_max_rows,
+                               nlist=index.nlist, nprobe=index.nprobe,
+                               ef_search=index.ef_search, float16=index.float16, seed=seed,
+                               backend=engine if engine is not None else "auto")
+        full = loaded.searcher(vectors, batch_size=index.batch_size)
+        return (lambda rows, k: full(vectors[rows], k)), loaded.describe()
+    parts = assign[0]
+    where: list[str] = []
+
+    def make(sub: np.ndarray) -> Any:
+        sub_kind = kind if kind == "flat" or len(sub) > 4096 else "flat"
+        loaded = prepare_index(sub, sub_kind, nprobe=index.nprobe, ef_search=index.ef_search,
+                               float16=index.float16, seed=seed, device=index.device,
+                               backend=engine if engine is not None else "auto")
+        where.append("GPU" if loaded.gpu else "CPU")
+        return loaded.searcher(sub, batch_size=index.batch_size)
+
+    outside = OutsideSearcher(vectors, parts, make)
+    n_parts = len(outside.labels)
+    text = (f"{kind} per cluster ({n_parts} clusters), built now; the anchor's own cluster "
+            "is not searched (cluster rule)")
+    return outside.search, text

@@ -1,19 +1,30 @@
-"""``pairkit mine`` from a store folder to a pair-table file (or stdout) and a stats file."""
+"""``pairkit mine`` from a store to a pair table and its stats: :func:`mine_store` (a
+:class:`~pairkit.core.store.Store` in, table and stats dict out) and :func:`mine_to_files`
+(a store folder in, a table file or stdout and a stats file out)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from pairkit.errors import PairkitError, UsageError
-from pairkit.mine.hard_negatives import IndexOptions, MineConfig
+from pairkit.index.options import IndexOptions
+from pairkit.mine.blocks import MapBlocks, Searcher
+from pairkit.mine.config import MineConfig
+from pairkit.mine.skip import SkippedRows, skippable_rows
+
+if TYPE_CHECKING:
+    from pairkit.mine.false_negatives import FalseNegativeConfig
 
 
 def mine_to_files(
     store: Path, output: str, relation: str | None, fmt: str, config: MineConfig,
-    index: IndexOptions, fn_config: Any, stats_path: Path | None, force: bool = False,
+    index: IndexOptions, fn_config: FalseNegativeConfig | None, stats_path: Path | None,
+    force: bool = False,
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
@@ -27,7 +38,6 @@ def mine_to_files(
     from pairkit.core.atomic import atomic_open, check_output
     from pairkit.core.store import Store
     from pairkit.core.tables import check_table_output, table_kind, write_table
-    from pairkit.mine.hard_negatives import mine_store
     from pairkit.mine.summary import unknown_pairs_warning
 
     if stats_path is not None and str(stats_path) == output:
@@ -61,8 +71,6 @@ def mine_to_files(
 def anchor_parts(table: Any, per_part: int) -> list[int]:
     """Row counts of the parts of a dataset output (``-o DIR/``): ``per_part`` anchors each
     (``--batch-size``), in table order (rows are grouped by anchor)."""
-    import numpy as np
-
     ids = table["anchor_id"].to_numpy()
     if len(ids) == 0:
         return [0]
@@ -92,9 +100,9 @@ def on_ray(address: str, run: Callable[[Any], tuple[Any, dict[str, Any]]]
     first (quick, and a wrong address fails before any work)."""
     import threading
 
-    from pairkit.dist import connect, require_ray
-    from pairkit.dist.pool import BlockMapper
-    from pairkit.mine.hard_negatives import mine_block
+    from pairkit.distributed import connect, require_ray
+    from pairkit.distributed.pool import BlockMapper
+    from pairkit.mine.blocks import mine_block
 
     require_ray()
     if address != "local":
@@ -135,4 +143,156 @@ def on_ray(address: str, run: Callable[[Any], tuple[Any, dict[str, Any]]]
         raise box["error"]
     table, stats = box["result"]
     stats["ray"] = cluster.describe()
+    return table, stats
+
+
+def _timed(searcher: Searcher, total: list[float]) -> Searcher:
+    """``searcher`` that adds its seconds to ``total[0]`` (the summary's search time)."""
+    import time
+
+    def search(queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        t = time.perf_counter()
+        try:
+            return searcher(queries, k)
+        finally:
+            total[0] += time.perf_counter() - t
+
+    return search
+
+
+def mine_store(
+    store: Any,
+    relation: str | None,
+    config: MineConfig,
+    index: IndexOptions | None = None,
+    fn_config: FalseNegativeConfig | None = None,
+    fmt: str = "triplet",
+    progress: Callable[[int], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    map_blocks: MapBlocks | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """Mine a :class:`pairkit.core.store.Store`; returns ``(pair table, stats dict)``.
+
+    ``relation``: ``instance``, ``label``, ``pairs:FILE`` or None (the store's
+    default). ``fn_config``: a ``FalseNegativeConfig`` to flag false negatives
+    among the candidates (None: no flags). ``on_start(n_anchors)`` is called
+    once the anchors are known (for a progress bar). ``map_blocks``: where the
+    blocks of anchors run (:func:`pairkit.mine.hard_negatives.mine_negatives`); the index
+    and the false-negative context are built here once either way.
+    """
+    import time
+
+    from pairkit.core.pairs import FORMATS, build_pair_table
+    from pairkit.core.relations import load_relation
+    from pairkit.index.backend import for_index_kind
+    from pairkit.index.build import search_backend
+    from pairkit.mine.config import validate_config
+    from pairkit.mine.hard_negatives import mine_negatives
+    from pairkit.mine.stats import cluster_stats, same_label_share, summary_stats
+
+    t0 = time.perf_counter()
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt}")
+    if store.count == 0:
+        raise PairkitError(f"store {store.root} is empty: nothing to mine")
+    validate_config(config, store.count)
+    items = store.items
+    rel = load_relation(relation, items)
+    vectors = store.vectors(np.float32)
+    sources = store.source_codes()
+    index = index or IndexOptions()
+    where = for_index_kind(search_backend(index.backend, index.device), index.kind)
+    t_index = time.perf_counter()
+    fn_filter = None
+    skipped: SkippedRows | None = None  # what the search skips
+    ctx = None
+    if fn_config is not None:
+        from pairkit.mine import false_negatives as fnm
+
+        sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
+        ctx = fnm.build_context(vectors, store.labels(), sources, fn_config, seed=config.seed,
+                                file_sha256=sha if any(v is not None for v in sha) else None,
+                                views=items["view"].to_numpy(), backend=where)
+        skipped = skippable_rows(ctx, fn_config, config)
+        if skipped is not None and ctx.groups is None:
+            # a near-duplicate of the anchor (or of its positive) shares its clusters, so
+            # the search never offers it; the rare one across a border is caught by
+            # comparing each offered candidate with the threshold, without the store-wide
+            # range search that grouping needs
+            ctx.pairwise_near_duplicates = True
+
+        if map_blocks is not None and "near-duplicate" in fn_config.rules:
+            # computed on first use otherwise: here once, not once per worker
+            from pairkit.mine.fn_context import near_duplicate_group_ids
+
+            near_duplicate_group_ids(ctx, fn_config)
+
+        def fn_filter(a: np.ndarray, c: np.ndarray, s: np.ndarray, r: np.ndarray,
+                      pos: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+            return fnm.flag_false_negatives(ctx, a, c, s, r, fn_config, positives=pos)
+
+    t_fn = time.perf_counter()
+    searcher = anchor_searcher = None
+    index_text = "none (easy negatives: uniform sample)"
+    search_time = [0.0]
+    if config.hard and skipped is None:
+        from pairkit.index.build import prepare_index
+
+        loaded = prepare_index(
+            vectors, index.kind, store_root=store.root, content_id=store.content_id,
+            exact_max_rows=index.exact_max_rows, nlist=index.nlist, nprobe=index.nprobe,
+            ef_search=index.ef_search, float16=index.float16, seed=config.seed,
+            backend=where)
+        searcher = _timed(loaded.searcher(vectors, batch_size=index.batch_size), search_time)
+        index_text = loaded.describe()
+    elif config.hard:
+        from pairkit.index.outside import outside_searcher
+
+        anchor_searcher, index_text = outside_searcher(
+            vectors, skipped.parts, index, config.seed, where, store_root=store.root,
+            content_id=store.content_id, votes=skipped.votes, what=skipped.what)
+
+    if on_start is not None:
+        on_start(len(rel.anchors()))
+    t1 = time.perf_counter()
+    result = mine_negatives(vectors, sources, rel, config, searcher, fn_filter, progress,
+                            anchor_searcher=anchor_searcher, map_blocks=map_blocks)
+    table = build_pair_table(result.pairs, fmt, store.content_id,
+                             items["path"].to_numpy(dtype=object),
+                             flag_columns=fn_config is not None and config.keep_flagged)
+    stats = summary_stats(result, config.num_negatives, config.hard)
+    lo, hi = config.window()
+    stats = {
+        "store": str(store.root),
+        "store_id": store.content_id,
+        "items": int(store.count),
+        "relation": rel.description,
+        "hard": config.hard,
+        "index": index_text,
+        "format": fmt,
+        "rows": int(len(table)),
+        **stats,
+        "window": [lo, hi] if config.hard else None,
+        "sampling": config.sampling if config.hard else "uniform",
+        "seed": config.seed,
+        "false_negative_rules": list(fn_config.rules) if fn_config is not None else [],
+        "clusters": cluster_stats(ctx, fn_config) if fn_config is not None else None,
+        "cluster_rows_not_searched": skipped is not None and skipped.what == "cluster",
+        "label_rows_not_searched": skipped is not None and skipped.what == "label",
+        "fn_mode": config.fn_mode if fn_config is not None else None,
+        "seconds": {"setup": round(t1 - t0, 3), "mine": round(time.perf_counter() - t1, 3),
+                    "false_negative_context": round(t_fn - t_index, 3),
+                    "index": round(t1 - t_fn, 3), "search": round(search_time[0], 3)},
+    }
+    if fn_config is not None:
+        from pairkit.mine.fn_estimate import estimate_quality
+
+        stats["fn_estimate"] = estimate_quality(ctx, fn_config, seed=config.seed)
+    labels = store.labels()
+    if labels is not None:
+        stats["negatives_same_label"] = same_label_share(result.pairs, labels)
+    if rel.kind == "pairs":
+        stats["pairs_rows"] = rel.rows_total
+        stats["pairs_rows_unknown"] = rel.rows_unknown
+        stats["pairs_unknown_examples"] = list(rel.unknown_examples)
     return table, stats

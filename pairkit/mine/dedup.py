@@ -30,14 +30,18 @@ class DedupConfig:
     device: str = "auto"
     absolute: bool = False
     backend: str = "auto"  # auto, faiss, torch (pairkit.index.backend)
-    ray: str | None = None  # a Ray cluster address: the pair search runs there
 
 
-def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
-              ) -> tuple[pd.DataFrame, dict[str, Any]]:
+def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
+              pairs: Any = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Open the store, group its sources; return the table (with paths) and a summary.
 
     ``warn`` gets one line when a keep rule can't read the images and falls back.
+    ``pairs``: the near-duplicate pair search
+    (:func:`pairkit.mine.near_duplicates.find_near_duplicates`), run on the CPUs with
+    FAISS; None: the local one on ``cfg.device``. The command line passes the Ray one for
+    ``--ray`` (:class:`pairkit.distributed.dedup.RayPairs`); its ``describe()`` (after
+    the search) goes into the summary's ``ray``.
     """
     import numpy as np
 
@@ -54,16 +58,11 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
         raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {cfg.keep}")
     if cfg.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
-    pairs, cluster = None, None
-    if cfg.ray and not cfg.exact_only:
-        from pairkit.dist import connect
-        from pairkit.dist.dedup import ray_pairs
-
-        if cfg.device not in ("auto", "cpu") or cfg.backend == "torch":
-            raise UsageError("dedup --ray searches on the workers' CPUs with FAISS: use "
-                             "--device cpu (or auto) and --backend faiss (or auto)")
-        cluster = connect(cfg.ray)
-        pairs = ray_pairs(cluster)
+    if cfg.exact_only:
+        pairs = None
+    if pairs is not None and (cfg.device not in ("auto", "cpu") or cfg.backend == "torch"):
+        raise UsageError("dedup --ray searches on the workers' CPUs with FAISS: use "
+                         "--device cpu (or auto) and --backend faiss (or auto)")
     st = Store.open(cfg.store)
     items = st.items
     image_root = st.manifest.get("image_root")
@@ -103,7 +102,7 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None
         "threshold": threshold,
         "keep": "first" if getattr(sizes, "fell_back", False) else keep,
         "exact_only": cfg.exact_only,
-        "ray": cluster.describe() if cluster is not None else None,
+        "ray": pairs.describe() if pairs is not None else None,
     }
     return table, summary
 

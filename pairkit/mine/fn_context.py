@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from pairkit.index.backend import SearchBackend
     from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.spectral import SpectralEmbedding
 
 # Used only when pairkit.mine.near_duplicates (and its measured default) is absent.
 _NEAR_DUPLICATE_FALLBACK = 0.965
@@ -32,7 +34,12 @@ class FnContext:
     ``neighbours`` optional ``(ids, scores)`` (N, m): every row's nearest rows
     of other sources, best first, -1 padded (reused by the ``community`` rule
     instead of a search of its own). ``cluster_assign`` (G, N): the k-means runs
-    of the ``cluster`` rule (set by hand to skip k-means).
+    of the ``cluster`` rule (set by hand to skip k-means); ``cluster_key`` the
+    ``(ks, runs, niter)`` they were computed for (None: set by hand), ``spectral`` the
+    kNN graph's spectral embedding they were computed from.
+    ``pairwise_near_duplicates``: the near-duplicate rule compares each pair with its
+    threshold instead of building store-wide groups (set when the search already skips
+    the anchor's clusters, and for the label-free estimate's hidden sources).
     """
 
     vectors: np.ndarray
@@ -48,8 +55,10 @@ class FnContext:
     source_views: np.ndarray | None = None  # (n_sources, max_views) int64, -1 padded
     neighbours: tuple[np.ndarray, np.ndarray] | None = None  # (ids, scores), each (N, m)
     communities: np.ndarray | None = None  # (N,) int64
-    cache: dict[str, Any] = field(default_factory=dict)
-    backend: Any = None  # pairkit.index.backend.SearchBackend of the searches; None: FAISS CPU
+    cluster_key: tuple[tuple[int, ...], int, int] | None = None
+    spectral: SpectralEmbedding | None = None
+    pairwise_near_duplicates: bool = False
+    backend: SearchBackend | None = None  # engine of the rules' searches; None: FAISS CPU
 
     @property
     def count(self) -> int:
@@ -112,7 +121,7 @@ def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.
     to a similarity threshold)."""
     if ctx.groups is not None:
         return ctx.groups
-    if ctx.cache.get("pairwise_near_duplicates"):
+    if ctx.pairwise_near_duplicates:
         return None  # the rule compares each pair with the threshold instead
     try:
         from pairkit.mine.near_duplicates import near_duplicate_groups

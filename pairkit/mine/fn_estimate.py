@@ -16,14 +16,17 @@ label is reported next to it for comparison.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pairkit.mine.fn_context import FnContext, label_codes, source_views
 
+if TYPE_CHECKING:
+    from pairkit.mine.false_negatives import FalseNegativeConfig
 
-def estimate_quality(ctx: FnContext, config: Any, *, sample: int = 2000,
+
+def estimate_quality(ctx: FnContext, config: FalseNegativeConfig, *, sample: int = 2000,
                      seed: int = 0) -> dict[str, Any]:
     """Label-free quality figures of ``config``'s rules on this store.
 
@@ -87,6 +90,5 @@ def _hidden(ctx: FnContext) -> FnContext:
     """The context with every row its own source (so rules can't see shared sources),
     sharing everything else that was computed. Near-duplicate groups are built per
     source, so here the near-duplicate rule compares each pair with its threshold."""
-    cache = {**ctx.cache, "pairwise_near_duplicates": True}
     return replace(ctx, sources=np.arange(ctx.count, dtype=np.int64), source_views=None,
-                   groups=None, cache=cache)
+                   groups=None, pairwise_near_duplicates=True)

@@ -24,6 +24,7 @@ from pairkit.report.inputs import ReportInput, read_input
 from pairkit.report.items import ItemTable
 from pairkit.report.page import GENERATOR, render_page
 from pairkit.report.pairs_view import build_pairs_section
+from pairkit.report.search_view import build_search_section
 from pairkit.report.stores import StoreInfo, find_store, mismatch, open_for_report
 
 INDEX = "index.html"
@@ -169,7 +170,7 @@ def _build(inputs: list[ReportInput], explicit: StoreInfo | None, cfg: ReportCon
     eval_section: dict[str, Any] | None = None
     eval_line = -1
     for inp in inputs:
-        if inp.kind in ("pairs", "dedup"):
+        if inp.kind in ("pairs", "dedup", "search"):
             info = _store_for(inp, explicit, notes)
             if info is not None and info.note and info.note not in notes:
                 notes.append(info.note)
@@ -184,6 +185,13 @@ def _build(inputs: list[ReportInput], explicit: StoreInfo | None, cfg: ReportCon
                 result.sections.append(
                     f"{inp.name}: {s['anchors_shown']:,} of {s['anchors']:,} anchors "
                     f"({s['format']}), {s['flagged']:,} of {s['negatives']:,} negatives flagged")
+            elif inp.kind == "search":
+                sec = build_search_section(inp.name, inp.table, sample=cfg.sample,
+                                           labels=labels, ref=ref)
+                s = sec["summary"]
+                result.sections.append(
+                    f"{inp.name}: {s['queries_shown']:,} of {s['queries']:,} queries, "
+                    f"{s['rows']:,} neighbours")
             else:
                 sec = build_dedup_section(inp.name, inp.table, sample=cfg.sample,
                                           labels=labels, ref=ref)

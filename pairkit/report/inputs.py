@@ -2,7 +2,8 @@
 
 A table's kind comes from its columns (docs/formats.md): ``negative_id`` (triplet),
 ``negative_id_1`` (n-tuple), ``other_id`` + ``label`` (labeled-pair), ``group`` +
-``id`` + ``keep`` (dedup groups). An eval result is the JSON object ``pairkit eval
+``id`` + ``keep`` (dedup groups), ``query`` + ``query_kind`` + ``rank`` + ``id`` (search
+results). An eval result is the JSON object ``pairkit eval
 --json`` prints (metrics, or ``{"raw": ..., "head": ...}`` with ``--compare``).
 """
 
@@ -19,7 +20,7 @@ from pairkit.errors import PairkitError
 if TYPE_CHECKING:
     import pandas as pd
 
-KINDS = ("pairs", "dedup", "eval", "plots")
+KINDS = ("pairs", "dedup", "search", "eval", "plots")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # keys of `pairkit eval --json` (docs/eval.md); one of them marks a metrics object
 EVAL_KEYS = frozenset({
@@ -27,7 +28,8 @@ EVAL_KEYS = frozenset({
     "linear_mean_per_class_recall", "precision_at_1", "r_precision", "map_at_r",
     "recall_at_k", "alignment", "uniformity",
 })
-_WHAT = "pair tables, dedup groups (.parquet/.csv/.jsonl), eval JSON or PNG plots"
+_WHAT = ("pair tables, dedup groups, search results (.parquet/.csv/.jsonl), eval JSON or PNG "
+         "plots")
 
 
 @dataclass
@@ -44,8 +46,11 @@ class ReportInput:
 
 
 def pair_format(columns: list[str]) -> str | None:
-    """``triplet``, ``n-tuple``, ``labeled-pair``, ``dedup`` or None from column names."""
+    """``triplet``, ``n-tuple``, ``labeled-pair``, ``dedup``, ``search`` or None from column
+    names."""
     cols = set(map(str, columns))
+    if {"query", "query_kind", "rank", "id"} <= cols:
+        return "search"
     if {"anchor_id", "negative_id"} <= cols:
         return "triplet"
     if "anchor_id" in cols and "negative_id_1" in cols:
@@ -69,7 +74,7 @@ def item_columns(fmt: str, columns: list[str]) -> list[tuple[str, str | None]]:
         return [pair("anchor"), pair("positive"), pair("negative")]
     if fmt == "labeled-pair":
         return [pair("anchor"), pair("other")]
-    if fmt == "dedup":
+    if fmt in ("dedup", "search"):
         return [("id", "path" if "path" in cols else None)]
     out = [pair("anchor"), pair("positive")]
     for j in negative_slots(columns):
@@ -146,7 +151,8 @@ def _table_input(spec: str, path: Path | None) -> ReportInput:
     if fmt is None:
         cols = ", ".join(map(str, list(table.columns)[:12])) or "none"
         raise PairkitError(
-            f"{'stdin' if spec == '-' else spec} is neither a pair table nor dedup groups "
+            f"{'stdin' if spec == '-' else spec} is neither a pair table nor dedup groups nor "
+            "search results "
             f"(columns: {cols}); report reads {_WHAT}")
-    kind = "dedup" if fmt == "dedup" else "pairs"
+    kind = fmt if fmt in ("dedup", "search") else "pairs"
     return ReportInput(kind, spec, path, table=table, fmt=None if kind == "dedup" else fmt)

@@ -197,15 +197,17 @@ def label_flags(labels: np.ndarray) -> Any:
 def mine(store: Any, method: str, spec: Any) -> tuple[Any, float, dict]:
     """Run one method; returns ((anchor ids, negative ids), seconds, mine's stats)."""
     from pairkit.core.relations import load_relation
-    from pairkit.mine import hard_negatives as hn
+    from pairkit.mine.command import mine_store
+    from pairkit.mine.config import MineConfig
     from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.hard_negatives import mine_negatives
 
-    cfg = hn.MineConfig(num_negatives=K, hard=True, range_min=spec.get("range_min", 0))
+    cfg = MineConfig(num_negatives=K, hard=True, range_min=spec.get("range_min", 0))
     t0 = time.perf_counter()
     if "rules" in spec or spec.get("naive"):
         fcfg = None if spec.get("naive") else FalseNegativeConfig(
             rules=tuple(spec["rules"]), **spec.get("params", {}))
-        table, stats = hn.mine_store(store, "instance", cfg, None, fcfg)
+        table, stats = mine_store(store, "instance", cfg, None, fcfg)
         pairs = (table["anchor_id"].to_numpy(), table["negative_id"].to_numpy())
         return pairs, time.perf_counter() - t0, stats
     from pairkit.index.build import prepare_index
@@ -215,7 +217,7 @@ def mine(store: Any, method: str, spec: Any) -> tuple[Any, float, dict]:
     rel = load_relation("instance", store.items)
     searcher = prepare_index(vectors, "auto", device="cpu").searcher(vectors)
     fn_filter = spec["filter"](store, vectors, sources)
-    p = hn.mine_negatives(vectors, sources, rel, cfg, searcher, fn_filter).pairs
+    p = mine_negatives(vectors, sources, rel, cfg, searcher, fn_filter).pairs
     ok = p.neg_ids >= 0
     pairs = (np.broadcast_to(p.anchors[:, None], ok.shape)[ok], p.neg_ids[ok])
     return pairs, time.perf_counter() - t0, {}

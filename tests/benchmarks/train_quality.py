@@ -118,8 +118,9 @@ def mined_table(store: Store, k: int, flag: bool) -> pd.DataFrame:
 def mine_with_rules(store: Store, k: int, rules: tuple[str, ...]) -> pd.DataFrame:
     """Triplet table from ``pairkit mine``'s own code (instance relation, k hardest
     negatives) with the label-free false-negative ``rules`` eliminating candidates."""
+    from pairkit.mine.command import mine_store
+    from pairkit.mine.config import MineConfig
     from pairkit.mine.false_negatives import FalseNegativeConfig
-    from pairkit.mine.hard_negatives import MineConfig, mine_store
 
     table, _ = mine_store(store, "instance", MineConfig(num_negatives=k),
                           fn_config=FalseNegativeConfig(rules=rules), fmt="triplet")

@@ -120,8 +120,10 @@ def test_exact_index_and_knn_search_on_torch() -> None:
 
 # -- every command's search on the torch backend gives FAISS's results ------------------
 def test_mine_same_pairs_on_torch(tmp_path) -> None:  # noqa: ANN001
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine.command import mine_store
+    from pairkit.mine.config import MineConfig
     from pairkit.mine.false_negatives import FalseNegativeConfig
-    from pairkit.mine.hard_negatives import IndexOptions, MineConfig, mine_store
     from tests.conftest import random_store
 
     store = random_store(tmp_path / "s", n_sources=150, views=2, dim=16, classes=6)

@@ -118,10 +118,10 @@ def _store_with_blobs(tmp_path, labels: bool):
 def _full_search_gives(fast, monkeypatch, store, cfg, idx, fcfg):
     """Mine again with nothing skipped (no outside search) and check the table equals
     ``fast``; returns (table, stats) of that full search."""
-    from pairkit.mine import hard_negatives as hn
+    from pairkit.mine import command
 
-    monkeypatch.setattr(hn, "outside_parts", lambda *a: None)
-    slow, stats = hn.mine_store(store, "instance", cfg, idx, fcfg)
+    monkeypatch.setattr(command, "skippable_rows", lambda *a: None)
+    slow, stats = command.mine_store(store, "instance", cfg, idx, fcfg)
     monkeypatch.undo()
     cols = ["anchor_id", "positive_id", "negative_id", "neg_rank"]
     pd.testing.assert_frame_equal(fast[cols].reset_index(drop=True),
@@ -133,15 +133,17 @@ def _full_search_gives(fast, monkeypatch, store, cfg, idx, fcfg):
 def test_mining_that_skips_own_clusters_equals_full_search(tmp_path, monkeypatch, kind):
     """The outside search is an optimisation only: with exact search the table is the
     one a full search plus the cluster flags gives (and with IVF it keeps the rule)."""
-    from pairkit.mine import hard_negatives as hn
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine.command import mine_store
+    from pairkit.mine.config import MineConfig
 
     store = _store_with_blobs(tmp_path, labels=False)
-    cfg = hn.MineConfig(num_negatives=4, hard=True)
+    cfg = MineConfig(num_negatives=4, hard=True)
     fcfg = FalseNegativeConfig(rules=("near-duplicate", "cluster"), cluster_ks=(5,),
                                cluster_runs=3)
-    idx = hn.IndexOptions(kind=kind, nlist=4 if kind == "ivf" else None,
+    idx = IndexOptions(kind=kind, nlist=4 if kind == "ivf" else None,
                           nprobe=4 if kind == "ivf" else None)
-    fast, stats = hn.mine_store(store, "instance", cfg, idx, fcfg)
+    fast, stats = mine_store(store, "instance", cfg, idx, fcfg)
     assert "not searched" in stats["index"]
     slow, stats2 = _full_search_gives(fast, monkeypatch, store, cfg, idx, fcfg)
     assert "not searched" not in stats2["index"]
@@ -152,19 +154,20 @@ def test_labels_decide_the_skipped_rows_when_every_row_has_one(tmp_path, monkeyp
     """Trusted labels on every row: the rows of the anchor's label are not searched (the
     label rule drops them all), and the table is the full search's; with a label
     missing, or flags kept, nothing is skipped."""
-    from pairkit.mine import hard_negatives as hn
+    from pairkit.mine.command import mine_store
+    from pairkit.mine.config import MineConfig
 
     store = _store_with_blobs(tmp_path, labels=True)
-    cfg = hn.MineConfig(num_negatives=3, hard=True)
+    cfg = MineConfig(num_negatives=3, hard=True)
     fcfg = FalseNegativeConfig(cluster_runs=2)
-    fast, stats = hn.mine_store(store, "instance", cfg, None, fcfg)
+    fast, stats = mine_store(store, "instance", cfg, None, fcfg)
     assert "rows of the anchor's label not searched (label rule)" in stats["index"]
     assert stats["label_rows_not_searched"] and not stats["cluster_rows_not_searched"]
     assert stats["negatives_same_label"] == 0.0
     _, stats2 = _full_search_gives(fast, monkeypatch, store, cfg, None, fcfg)
     assert "not searched" not in stats2["index"]
-    keep = hn.MineConfig(num_negatives=3, hard=True, fn_mode="keep")
-    _, stats = hn.mine_store(store, "instance", keep, None, fcfg)
+    keep = MineConfig(num_negatives=3, hard=True, fn_mode="keep")
+    _, stats = mine_store(store, "instance", keep, None, fcfg)
     assert "not searched" not in stats["index"]
     items = store.items.copy()
     items.loc[3, "label"] = None
@@ -172,7 +175,7 @@ def test_labels_decide_the_skipped_rows_when_every_row_has_one(tmp_path, monkeyp
 
     partial = write_store(tmp_path / "partial", store.vectors(np.float32), items,
                           encoder={"name": "blobs"})
-    _, stats = hn.mine_store(partial, "instance", cfg, None, fcfg)
+    _, stats = mine_store(partial, "instance", cfg, None, fcfg)
     assert "not searched" not in stats["index"]
 
 
@@ -217,11 +220,13 @@ def test_votes_go_up_until_the_rule_flags_at_most_the_cap_then_off():
 def test_skipping_with_raised_votes_equals_full_search(tmp_path, monkeypatch, kind):
     """With more votes needed (the random-pair guard), the search skips only rows sharing
     the anchor's cluster in that many runs: still the table of a full search + flags."""
-    from pairkit.mine import hard_negatives as hn
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine.command import mine_store
+    from pairkit.mine.config import MineConfig
     from pairkit.mine.rules import cluster
 
     store = _store_with_blobs(tmp_path, labels=False)
-    cfg = hn.MineConfig(num_negatives=4, hard=True)
+    cfg = MineConfig(num_negatives=4, hard=True)
     # 8 clusters of 5 blobs: the runs cut the blobs in different places
     base = dict(rules=("near-duplicate", "cluster"), cluster_ks=(8,), cluster_runs=4)
     probe = build_context(store.vectors(np.float32), None, store.source_codes(),
@@ -229,9 +234,9 @@ def test_skipping_with_raised_votes_equals_full_search(tmp_path, monkeypatch, ki
     share = cluster.vote_shares(probe.cluster_assign, probe.sources)
     assert share[0] > share[-1] + 0.02, share
     fcfg = FalseNegativeConfig(**base, cluster_max_share=float(share[0] + share[-1]) / 2)
-    idx = hn.IndexOptions(kind=kind, nlist=4 if kind == "ivf" else None,
+    idx = IndexOptions(kind=kind, nlist=4 if kind == "ivf" else None,
                           nprobe=4 if kind == "ivf" else None)
-    fast, stats = hn.mine_store(store, "instance", cfg, idx, fcfg)
+    fast, stats = mine_store(store, "instance", cfg, idx, fcfg)
     assert stats["clusters"]["votes"] > 1 and "raised" in stats["clusters"]
     assert f"at least {stats['clusters']['votes']} of 4" in stats["index"]
     _full_search_gives(fast, monkeypatch, store, cfg, idx, fcfg)

@@ -9,13 +9,10 @@ import pytest
 from pairkit.core.relations import build_relation
 from pairkit.errors import PairkitError, UsageError
 from pairkit.index.search import knn_search
-from pairkit.mine.hard_negatives import (
-    MineConfig,
-    hash_uniform,
-    mine_negatives,
-    summary_stats,
-    validate_config,
-)
+from pairkit.mine.config import MineConfig, validate_config
+from pairkit.mine.hard_negatives import mine_negatives
+from pairkit.mine.randomness import hash_uniform
+from pairkit.mine.stats import summary_stats
 from tests.conftest import random_store
 
 

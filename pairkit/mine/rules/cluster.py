@@ -25,28 +25,31 @@ when even agreement of every run flags more, the rule flags nothing and says so.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pairkit.mine.fn_context import FnContext
+
+if TYPE_CHECKING:
+    from pairkit.mine.false_negatives import FalseNegativeConfig
 
 NAME = "cluster"
 REASON = "cluster"
 SIMILARITY = True
 
 
-def embedding(ctx: FnContext, config: Any) -> Any:
+def embedding(ctx: FnContext, config: FalseNegativeConfig) -> Any:
     """The spectral embedding of the store's kNN graph (computed once)."""
     from pairkit.mine.spectral import spectral_embedding
 
-    if "spectral" not in ctx.cache:
-        ctx.cache["spectral"] = spectral_embedding(
+    if ctx.spectral is None:
+        ctx.spectral = spectral_embedding(
             ctx.vectors, ctx.sources, m=config.cluster_neighbors, seed=ctx.seed)
-    return ctx.cache["spectral"]
+    return ctx.spectral
 
 
-def cluster_ks(ctx: FnContext, config: Any) -> tuple[int, ...]:
+def cluster_ks(ctx: FnContext, config: FalseNegativeConfig) -> tuple[int, ...]:
     """The cluster counts of the runs: the config's (capped at N), else the number of
     graph eigenvalues >= ``cluster_eigen_threshold`` (recorded in ``ctx.cluster_info``)."""
     n = ctx.count
@@ -63,22 +66,22 @@ def cluster_ks(ctx: FnContext, config: Any) -> tuple[int, ...]:
     return tuple(ctx.cluster_info["k"])
 
 
-def assignments(ctx: FnContext, config: Any) -> np.ndarray:
+def assignments(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray:
     """(G, N) int64: cluster of each item in each run (G = len(ks) x runs)."""
     from pairkit.mine.spectral import cluster_runs
 
-    if ctx.cluster_assign is not None and "cluster_key" not in ctx.cache:
+    if ctx.cluster_assign is not None and ctx.cluster_key is None:
         return ctx.cluster_assign  # set by hand
     ks = cluster_ks(ctx, config)
     key = (ks, config.cluster_runs, config.cluster_niter)
-    if ctx.cache.get("cluster_key") != key:
+    if ctx.cluster_key != key:
         emb = embedding(ctx, config)
         parts = [cluster_runs(emb, k, config.cluster_runs, seed=ctx.seed + 7919 * g,
                               niter=config.cluster_niter, backend=ctx.backend)
                  for g, k in enumerate(ks)]
         ctx.cluster_assign = (np.concatenate(parts) if parts
                               else np.zeros((0, ctx.count), np.int64))
-        ctx.cache["cluster_key"] = key
+        ctx.cluster_key = key
         choose_votes(ctx, config)
     return ctx.cluster_assign
 
@@ -103,7 +106,7 @@ def vote_shares(assign: np.ndarray, sources: np.ndarray, *, pairs: int = PAIR_SA
     return np.array([(shared >= v).mean() for v in range(1, runs + 1)])
 
 
-def choose_votes(ctx: FnContext, config: Any) -> int:
+def choose_votes(ctx: FnContext, config: FalseNegativeConfig) -> int:
     """The votes the rule needs on this store (0: the rule is off), recorded in
     ``ctx.cluster_info`` (``votes``, ``random_pair_share``, ``off``)."""
     assign = ctx.cluster_assign
@@ -131,7 +134,7 @@ def choose_votes(ctx: FnContext, config: Any) -> int:
     return votes
 
 
-def votes_needed(ctx: FnContext, config: Any) -> int:
+def votes_needed(ctx: FnContext, config: FalseNegativeConfig) -> int:
     """The votes a candidate needs (after :func:`assignments`); 0: the rule is off."""
     assignments(ctx, config)
     if ctx.cluster_info.get("votes_for") != (config.cluster_votes, config.cluster_max_share):
@@ -139,12 +142,13 @@ def votes_needed(ctx: FnContext, config: Any) -> int:
     return int(ctx.cluster_info["votes"])
 
 
-def prepare(ctx: FnContext, config: Any) -> None:
+def prepare(ctx: FnContext, config: FalseNegativeConfig) -> None:
     assignments(ctx, config)
 
 
 def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarray,
-         pos_scores: np.ndarray, config: Any, positives: Any) -> np.ndarray:
+         pos_scores: np.ndarray, config: FalseNegativeConfig,
+         positives: list[np.ndarray] | None) -> np.ndarray:
     """(n, k) bool: candidate in the anchor's cluster in >= ``cluster_votes`` runs."""
     assign = assignments(ctx, config)
     need = votes_needed(ctx, config)

@@ -4,18 +4,21 @@ Albert & Kumara 2007); communities adapt to unequal class sizes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pairkit.mine.fn_context import FnContext, knn_neighbours
+
+if TYPE_CHECKING:
+    from pairkit.mine.false_negatives import FalseNegativeConfig
 
 NAME = "community"
 REASON = "community"
 SIMILARITY = True
 
 
-def communities(ctx: FnContext, config: Any) -> np.ndarray:
+def communities(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray:
     """(N,) int64 community of each item (computed once)."""
     from pairkit.mine.clusters import label_propagation
 
@@ -28,12 +31,13 @@ def communities(ctx: FnContext, config: Any) -> np.ndarray:
     return ctx.communities
 
 
-def prepare(ctx: FnContext, config: Any) -> None:
+def prepare(ctx: FnContext, config: FalseNegativeConfig) -> None:
     communities(ctx, config)
 
 
 def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarray,
-         pos_scores: np.ndarray, config: Any, positives: Any) -> np.ndarray:
+         pos_scores: np.ndarray, config: FalseNegativeConfig,
+         positives: list[np.ndarray] | None) -> np.ndarray:
     """(n, k) bool. Label propagation can flood a weakly separated graph into one
     giant community; a community holding more than ``community_max_share`` of the
     items says nothing about "same thing", so its anchors get no flags here."""

@@ -4,11 +4,14 @@ flag ``score > pos - (1 - margin) * |pos|`` (= ``margin * pos`` when pos > 0).""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pairkit.mine.fn_context import FnContext
+
+if TYPE_CHECKING:
+    from pairkit.mine.false_negatives import FalseNegativeConfig
 
 NAME = "margin"
 REASON = "margin"
@@ -16,7 +19,8 @@ SIMILARITY = True
 
 
 def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarray,
-         pos_scores: np.ndarray, config: Any, positives: Any) -> np.ndarray:
+         pos_scores: np.ndarray, config: FalseNegativeConfig,
+         positives: list[np.ndarray] | None) -> np.ndarray:
     """(n, k) bool. The threshold stays below the positive score when it is <= 0;
     anchors with a non-finite positive score (no positive) flag nothing."""
     pos = np.asarray(pos_scores, dtype=np.float64)[:, None]

@@ -4,7 +4,7 @@ edits, exact copies by file hash)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,12 +17,15 @@ from pairkit.mine.fn_context import (
     source_views,
 )
 
+if TYPE_CHECKING:
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+
 NAME = "near-duplicate"
 REASON = "near_duplicate"
 SIMILARITY = False
 
 
-def prepare(ctx: FnContext, config: Any) -> None:
+def prepare(ctx: FnContext, config: FalseNegativeConfig) -> None:
     source_views(ctx)
 
 
@@ -44,7 +47,8 @@ def positive_rows(ctx: FnContext, anchors: np.ndarray,
 
 
 def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarray,
-         pos_scores: np.ndarray, config: Any, positives: list[np.ndarray] | None) -> np.ndarray:
+         pos_scores: np.ndarray, config: FalseNegativeConfig,
+         positives: list[np.ndarray] | None) -> np.ndarray:
     """(n, k) bool: same near-duplicate group as the anchor or a positive. Without
     groups: cosine to the anchor or a positive >= the dedup threshold."""
     valid = cand >= 0

@@ -452,6 +452,52 @@
     refresh();
   }
 
+  // ---- search results ----------------------------------------------------------
+  function renderSearch(sec, root) {
+    var s = sec.summary;
+    var kinds = Object.keys(s.kinds).map(function (k) { return num(s.kinds[k]) + ' ' + k; });
+    root.appendChild(summaryCards([
+      ['queries', num(s.queries) + (s.queries_shown < s.queries ? ' (' + num(s.queries_shown) +
+        ' shown)' : ' (all shown)')],
+      ['query kinds', kinds.join(', ') || '-'],
+      ['neighbours', num(s.rows)],
+      ['median score', score(s.score.median)],
+    ]));
+    root.appendChild(histogram(s.hist, 'scores of the neighbours'));
+    var state = { text: '', size: 25, page: 0 };
+    var text = document.createElement('input');
+    text.type = 'search';
+    text.className = 'ctl-text';
+    text.placeholder = 'part of a query or path';
+    var size = select('ctl-size', [['10', '10'], ['25', '25'], ['50', '50']]);
+    size.value = '25';
+    root.appendChild(el('div', 'controls', [control('contains', text), control('per page', size)]));
+    function rowsOf(st) {
+      var t = st.text.toLowerCase();
+      return sec.queries.filter(function (q) {
+        if (!t) return true;
+        if (q.q.toLowerCase().indexOf(t) >= 0) return true;
+        return q.hits.some(function (h) { var p = ITEMS[h[0]].path; return p !== null && p.toLowerCase().indexOf(t) >= 0; });
+      });
+    }
+    function draw(q) {
+      var line = el('div', 'group');
+      line.appendChild(el('div', 'group-head', [q.kind + ' query: ' + q.q + ' \u00b7 ' + q.hits.length + ' neighbours']));
+      var row = el('div', 'anchor');
+      q.hits.forEach(function (h) {
+        var role = 'rank ' + h[1] + ' \u00b7 score ' + score(h[2]);
+        if (h[3] === false) role += ' \u00b7 other label';
+        row.appendChild(card(h[0], h[3] === false ? 'is-flagged' : '', [el('div', 'role', [role])]));
+      });
+      line.appendChild(row);
+      return line;
+    }
+    var refresh = pagedList(root, state, rowsOf, draw, 'queries');
+    bind(text, 'input', function (i) { state.text = i.value.trim(); }, refresh);
+    bind(size, 'change', function (i) { state.size = Number(i.value) || 25; }, refresh);
+    refresh();
+  }
+
   // ---- eval results --------------------------------------------------------------
   function renderEval(sec, root) {
     if (sec.rows.length) {
@@ -468,8 +514,8 @@
   }
 
   // ---- page ------------------------------------------------------------------------
-  var RENDER = { pairs: renderPairs, dedup: renderDedup, eval: renderEval };
-  var TITLES = { pairs: 'pairs', dedup: 'duplicates', eval: 'evaluation' };
+  var RENDER = { pairs: renderPairs, dedup: renderDedup, search: renderSearch, eval: renderEval };
+  var TITLES = { pairs: 'pairs', dedup: 'duplicates', search: 'search', eval: 'evaluation' };
 
   function main() {
     var app = document.getElementById('app');

@@ -10,11 +10,19 @@ shard's top-k, so the merged list is the one a single exact search returns.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from pairkit.dist import RETRIES, Cluster, crash_marker, maybe_crash, require_ray, worker_error
+from pairkit.distributed import (
+    RETRIES,
+    Cluster,
+    crash_marker,
+    maybe_crash,
+    require_ray,
+    worker_error,
+)
 
 
 class ShardWorker:
@@ -92,6 +100,12 @@ class RayShardedIndex:
 
 def sharded_index(vectors: np.ndarray, address: str) -> RayShardedIndex:
     """:class:`RayShardedIndex` over ``vectors`` on the cluster at ``address``."""
-    from pairkit.dist import connect
+    from pairkit.distributed import connect
 
     return RayShardedIndex(vectors, connect(address))
+
+
+def index_factory(address: str) -> Callable[[np.ndarray], RayShardedIndex]:
+    """``eval --ray``: the ``index_factory`` of :func:`pairkit.eval.run.evaluate` whose
+    indices are sharded on the cluster at ``address``."""
+    return lambda vectors: sharded_index(vectors, address)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pairkit.dist import RETRIES, Cluster, connect, crash_marker, maybe_crash, require_ray
+from pairkit.distributed import RETRIES, Cluster, connect, crash_marker, maybe_crash, require_ray
 from pairkit.errors import PairkitError
 
 TARS_PER_TASK = 8
@@ -32,6 +32,22 @@ def _list_tars(shards: list[tuple[str, Path]]) -> list[tuple[Any, ...]]:
     from pairkit.encode.webdataset import list_members
 
     return [list_members(path, rel) for rel, path in shards]
+
+
+class RayEmbed:
+    """``embed --ray ADDRESS``: the ``executor`` of
+    :func:`pairkit.encode.embedder.embed_folder` (see the module docstring)."""
+
+    def __init__(self, address: str) -> None:
+        require_ray()  # not installed: one line before any work
+        self.address = address
+
+    def find_sources(self, images: Path) -> Any:
+        return find_sources_on_ray(self.address, images)
+
+    def embed(self, cfg: Any, writer: Any, todo: list[Any], labels: dict[str, Any],
+              errors: list[dict[str, str]], summary: Any, hook: Any, offline: bool) -> None:
+        embed_on_ray(self.address, cfg, writer, todo, labels, errors, summary, hook, offline)
 
 
 def find_sources_on_ray(address: str, images: Path) -> Any:
@@ -92,15 +108,15 @@ def _task_options(cluster: Cluster, device: str) -> tuple[dict[str, Any], str, i
     return {"num_cpus": cluster.threads}, "cpu", cluster.threads
 
 
-def embed_on_ray(cfg: Any, writer: Any, todo: list[Any], labels: dict[str, Any],
-                 errors: list[dict[str, str]], summary: Any, hook: Any,
-                 offline: bool) -> None:
-    """Embed ``todo`` on the cluster ``cfg.ray`` into ``writer``'s store (see the module
+def embed_on_ray(address: str, cfg: Any, writer: Any, todo: list[Any],
+                 labels: dict[str, Any], errors: list[dict[str, str]], summary: Any,
+                 hook: Any, offline: bool) -> None:
+    """Embed ``todo`` on the cluster at ``address`` into ``writer``'s store (see the module
     docstring); adds to ``errors`` and ``summary`` as the local loop does."""
     import pandas as pd
 
     ray = require_ray()
-    cluster = connect(cfg.ray)
+    cluster = connect(address)
     options, device, threads = _task_options(cluster, cfg.device)
     summary.device = f"{device} on {cluster.describe()}"
     per = max(1, cfg.shard_rows // cfg.views)
@@ -127,7 +143,7 @@ def embed_on_ray(cfg: Any, writer: Any, todo: list[Any], labels: dict[str, Any],
             try:
                 finished[index] = ray.get(future)
             except Exception as exc:
-                from pairkit.dist import worker_error
+                from pairkit.distributed import worker_error
 
                 finished[index] = worker_error(exc, f"embedding partition {index}")
             hook.advance(len(parts[index]))

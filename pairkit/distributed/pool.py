@@ -18,7 +18,14 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pairkit.dist import RETRIES, Cluster, crash_marker, maybe_crash, require_ray, worker_error
+from pairkit.distributed import (
+    RETRIES,
+    Cluster,
+    crash_marker,
+    maybe_crash,
+    require_ray,
+    worker_error,
+)
 
 
 class BlockWorker:
@@ -105,12 +112,12 @@ def ray_map_blocks(fn: Callable[[Any, Any], Any], shared: Any, blocks: list[Any]
     return BlockPool(fn, cluster, what, modules).map(shared, blocks)
 
 
-MINE_MODULES = ("faiss", "pairkit.index.search", "pairkit.mine.hard_negatives")
+MINE_MODULES = ("faiss", "pairkit.index.search", "pairkit.mine.blocks")
 
 
 class BlockMapper:
     """``map_blocks(fn, shared, blocks)`` on a cluster (the hook of
-    :func:`pairkit.mine.hard_negatives.mine_negatives`). With ``warm`` (the ``fn`` the
+    :func:`pairkit.mine.blocks.mine_block`). With ``warm`` (the ``fn`` the
     blocks will run), the actors start now and serve the first call; :meth:`close` stops
     them if no call came."""
 

@@ -22,12 +22,14 @@ ray = pytest.importorskip(
     "ray", reason="Ray is not installed: pip install 'pairkit[ray]' (CI installs it with the "
     "dev extra, so these tests run there)")
 
+from pairkit.distributed.embed import RayEmbed  # noqa: E402 (after the skip)
+
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    from pairkit.dist import connect
+    from pairkit.distributed import connect
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.ERROR)
@@ -44,8 +46,9 @@ def store(tmp_path_factory, cluster):
 
 
 def mined(st, cluster, cfg, fn=None, fmt="triplet", kind="auto"):
-    from pairkit.dist.pool import block_mapper
-    from pairkit.mine.hard_negatives import IndexOptions, mine_store
+    from pairkit.distributed.pool import block_mapper
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine.command import mine_store
 
     idx = IndexOptions(kind=kind, device="cpu", backend="faiss", nlist=8)
     here = mine_store(st, None, cfg, idx, fn, fmt)
@@ -63,8 +66,8 @@ def same_stats(a: dict, b: dict) -> None:
                                   "outside-clusters", "outside-votes", "outside-labels",
                                   "outside-ivf"])
 def test_mine_blocks_on_ray_equal_local(store, cluster, case):
+    from pairkit.mine.config import MineConfig
     from pairkit.mine.false_negatives import FalseNegativeConfig
-    from pairkit.mine.hard_negatives import MineConfig
 
     cfg, fn, fmt, kind = MineConfig(batch_size=64), None, "triplet", "auto"
     if case == "easy":
@@ -117,7 +120,7 @@ def test_mine_cli_writes_one_part_per_block(store, cluster, tmp_path):
 def test_worker_killed_mid_mine(store, cluster, tmp_path, monkeypatch):
     """The first block's worker process exits mid-job (os._exit): Ray restarts the actor,
     the block is mined again, and the table is the local one, no row lost or doubled."""
-    from pairkit.mine.hard_negatives import MineConfig
+    from pairkit.mine.config import MineConfig
 
     marker = tmp_path / "crashed"
     monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(marker))
@@ -127,11 +130,13 @@ def test_worker_killed_mid_mine(store, cluster, tmp_path, monkeypatch):
     same_stats(sa, sb)
 
 
-def dedup_table(st, **extra):
+def dedup_table(st, ray=None):
+    from pairkit.distributed.dedup import RayPairs
     from pairkit.mine.dedup import DedupConfig, run_dedup
 
     table, summary = run_dedup(DedupConfig(st.root, threshold=0.9, keep="central",
-                                           batch_size=64, **extra))
+                                           batch_size=64),
+                               pairs=RayPairs(ray) if ray else None)
     return table, summary
 
 
@@ -154,7 +159,7 @@ def test_dedup_edges_on_ray_equal_local(tmp_path, cluster, monkeypatch):
 def test_sharded_search_equals_exact_search_with_ties(cluster):
     """Duplicate rows in several shards: the merged top-k keeps the lowest ids, as the
     exact search does."""
-    from pairkit.dist.search import RayShardedIndex
+    from pairkit.distributed.search import RayShardedIndex
     from pairkit.index.search import knn_search
 
     rng = np.random.default_rng(1)
@@ -209,7 +214,8 @@ def test_embed_on_ray_equals_local_folder_and_shards(tmp_path, cluster, monkeypa
     (tmp_path / "img" / "class1" / "broken.jpg").write_bytes(b"\xff\xd8 not really")
     local = embed_folder(embed_cfg(tmp_path / "img", tmp_path / "local"))
     monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(tmp_path / "crashed"))
-    dist = embed_folder(embed_cfg(tmp_path / "img", tmp_path / "ray", ray="local"))
+    dist = embed_folder(embed_cfg(tmp_path / "img", tmp_path / "ray"),
+                        executor=RayEmbed("local"))
     assert (tmp_path / "crashed").exists()
     assert (dist.images, dist.views, dist.skipped) == (local.images, local.views, 1) == (12, 24, 1)
     # partitions of 6 rows / 2 views = 3 files: 13 files (one broken) in 5 shards
@@ -219,7 +225,7 @@ def test_embed_on_ray_equals_local_folder_and_shards(tmp_path, cluster, monkeypa
     write_shards(tmp_path / "wds", images, per_shard=5)
     spec = tmp_path / "wds" / "{00000..00002}.tar"
     embed_folder(embed_cfg(spec, tmp_path / "wlocal"))
-    embed_folder(embed_cfg(spec, tmp_path / "wray", ray="local"))
+    embed_folder(embed_cfg(spec, tmp_path / "wray"), executor=RayEmbed("local"))
     same_store(tmp_path / "wlocal", tmp_path / "wray")
     assert Store.open(tmp_path / "wray").manifest["labels"] == "webdataset"
 
@@ -232,15 +238,16 @@ def test_failed_partition_leaves_a_resumable_store(tmp_path, cluster, monkeypatc
 
     make_images(tmp_path / "img", n_per_class=4, classes=3)
     embed_folder(embed_cfg(tmp_path / "img", tmp_path / "local"))
-    monkeypatch.setattr("pairkit.dist.embed.RETRIES", 0)
+    monkeypatch.setattr("pairkit.distributed.embed.RETRIES", 0)
     monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(tmp_path / "crashed"))
     with pytest.raises(PairkitError, match=r"1 of 4 partitions \(3 images\) failed on the Ray "
                                            r"workers .*rerun the command to embed the rest"):
-        embed_folder(embed_cfg(tmp_path / "img", tmp_path / "ray", ray="local"))
+        embed_folder(embed_cfg(tmp_path / "img", tmp_path / "ray"), executor=RayEmbed("local"))
     part = Store.open(tmp_path / "ray")
     assert part.count == 18  # 3 of 4 partitions: 9 images x 2 views
     assert part.items.groupby("path").size().eq(2).all()  # each image once, both views
-    again = embed_folder(embed_cfg(tmp_path / "img", tmp_path / "ray", ray="local"))
+    again = embed_folder(embed_cfg(tmp_path / "img", tmp_path / "ray"),
+                         executor=RayEmbed("local"))
     assert (again.images, again.already) == (3, 9)
     full, ref = Store.open(tmp_path / "ray"), Store.open(tmp_path / "local")
     key = ["path", "view"]

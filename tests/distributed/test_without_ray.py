@@ -47,7 +47,7 @@ def test_no_ray_import_without_the_flag(tmp_path: Path) -> None:
                      ["embed", str(root / "img"), "-o", str(root / "s2"), "--model", "pixels"]):
             r = runner.invoke(app, args)
             assert r.exit_code == 0, (args, r.output)
-        print("ray" in sys.modules, [m for m in sys.modules if m.startswith("pairkit.dist")])
+        print("ray" in sys.modules, [m for m in sys.modules if m.startswith("pairkit.distributed")])
     """)
     assert lines == ["False []"]
 

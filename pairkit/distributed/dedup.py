@@ -9,12 +9,12 @@ find_near_duplicates`), so the groups are the ones of a local run.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from pairkit.dist import Cluster
+from pairkit.distributed import Cluster
 
 Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -34,19 +34,34 @@ def _span_pairs(shared: tuple[np.ndarray, np.ndarray, float, int], span: tuple[i
     return a + b0, b, s
 
 
-def ray_pairs(cluster: Cluster, blocks_per_worker: int = 4) -> Callable[..., Iterator[Pairs]]:
-    """A function with the signature of ``range_search_blocks`` whose blocks of queries run
-    on ``cluster`` (about ``blocks_per_worker`` blocks per worker, each at least
-    ``batch_size`` rows; the search runs on the workers' CPUs)."""
-    from pairkit.dist.pool import ray_map_blocks
+class RayPairs:
+    """``dedup --ray``: a function with the signature of ``range_search_blocks`` whose
+    blocks of queries run on the Ray cluster at ``address`` (joined at the first call;
+    about ``blocks_per_worker`` blocks per worker, each at least ``batch_size`` rows; the
+    search runs on the workers' CPUs)."""
 
-    def pairs(queries: np.ndarray, base: np.ndarray, threshold: float, *,
-              batch_size: int = 4096, **_: Any) -> Iterator[Pairs]:
+    def __init__(self, address: str, blocks_per_worker: int = 4) -> None:
+        from pairkit.distributed import require_ray
+
+        require_ray()  # not installed: one line before any work
+        self.address = address
+        self.blocks_per_worker = blocks_per_worker
+        self.cluster: Cluster | None = None
+
+    def __call__(self, queries: np.ndarray, base: np.ndarray, threshold: float, *,
+                 batch_size: int = 4096, **_: Any) -> Iterator[Pairs]:
+        from pairkit.distributed import connect
+        from pairkit.distributed.pool import ray_map_blocks
+
+        if self.cluster is None:
+            self.cluster = connect(self.address)
         n = len(queries)
-        step = max(batch_size, math.ceil(n / (cluster.workers * blocks_per_worker)))
+        step = max(batch_size, math.ceil(n / (self.cluster.workers * self.blocks_per_worker)))
         spans = [(b0, min(n, b0 + step)) for b0 in range(0, n, step)]
         shared = (queries, base, float(threshold), batch_size)
-        yield from ray_map_blocks(_span_pairs, shared, spans, cluster,
+        yield from ray_map_blocks(_span_pairs, shared, spans, self.cluster,
                                   "a near-duplicate search block")
 
-    return pairs
+    def describe(self) -> str | None:
+        """The cluster the search ran on (None before the first call)."""
+        return self.cluster.describe() if self.cluster is not None else None

@@ -1,0 +1,277 @@
+"""The Python API: the functions behind the commands, for notebooks and training scripts.
+
+Every function here is what the command of the same job calls (``pairkit embed`` ->
+:func:`embed_images`, ``mine`` -> :func:`mine_pairs`, ...), with the same defaults and
+the same checks; they return numpy arrays, pandas DataFrames and dicts instead of
+writing files, and raise :class:`pairkit.errors.PairkitError` (``UsageError`` for a bad
+option) with the one-line reason the command would print. ``import pairkit`` loads none
+of this until a name is used (``pairkit/__init__.py``). Examples: docs/api.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pairkit.errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from pairkit.core.store import Store
+    from pairkit.train.loop import TrainResult
+
+
+def open_store(path: str | os.PathLike[str], verify: bool = True) -> Store:
+    """Open the last committed snapshot of the store at ``path``.
+
+    ``store.vectors()`` is the (N, dim) float32 array of L2-normalised embeddings,
+    ``store.items`` the item table (id, path, source, view, label, file_sha256),
+    ``store.labels()`` an object (N,) array or None. ``verify`` checks every file's
+    sha256 now (as the commands do).
+    """
+    from pairkit.core.store import Store
+
+    return Store.open(path, verify=verify)
+
+
+def _open(store: Any) -> Store:
+    from pairkit.core.store import Store
+
+    return store if isinstance(store, Store) else Store.open(store)
+
+
+def _root(store: Any) -> Path:
+    from pairkit.core.store import Store
+
+    return store.root if isinstance(store, Store) else Path(store)
+
+
+def _split_options(options: dict[str, Any], *classes: type) -> list[dict[str, Any]]:
+    """``options`` split by the dataclass whose field each names; UsageError for others."""
+    out: list[dict[str, Any]] = [{} for _ in classes]
+    for key, value in options.items():
+        for n, cls in enumerate(classes):
+            if key in {f.name for f in fields(cls)}:
+                out[n][key] = value
+                break
+        else:
+            known = sorted({f.name for cls in classes for f in fields(cls)})
+            raise UsageError(f"unknown option {key!r} (known: {', '.join(known)})")
+    return out
+
+
+def embed_images(images: str | os.PathLike[str], store: str | os.PathLike[str], *,
+                 model: str = "openclip/ViT-B-32", progress: Any = None,
+                 **options: Any) -> Store:
+    """Embed an image folder (or webdataset tar shards, or a Hugging Face dataset saved
+    with ``save_to_disk`` / parquet or arrow files) into the store folder ``store`` and
+    return it opened; a rerun embeds only what is missing (``pairkit embed``).
+
+    ``options`` are :class:`pairkit.encode.embedder.EmbedConfig` fields: ``views``,
+    ``seed``, ``labels`` ("folder" or a table path), ``device``, ``precision``,
+    ``batch_size``, ``workers``, ``dtype``, ``decode``, ``force``, ``pretrained``,
+    ``checkpoint``, ``image_column``, ``label_column`` ... ``progress``: an object with
+    the :class:`pairkit.encode.embedder.ProgressHook` methods (None: silent).
+    """
+    from pairkit.encode.embedder import EmbedConfig, embed_folder
+
+    (kw,) = _split_options(options, EmbedConfig)
+    if kw.get("checkpoint") is not None:
+        kw["checkpoint"] = str(kw["checkpoint"])
+    embed_folder(EmbedConfig(images=Path(images), store=Path(store), model=model, **kw),
+                 progress)
+    return open_store(store)
+
+
+def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
+               format: str = "triplet", filter_false_negatives: bool = False,
+               fn_rules: str | None = None, fn_options: dict[str, Any] | None = None,
+               as_dataset: bool = False, **options: Any) -> pd.DataFrame | Any:
+    """Mine anchor / positive / negative rows from a store (``pairkit mine``).
+
+    Returns the pair table as a DataFrame (columns of docs/formats.md#pair-tables; the
+    summary ``pairkit mine --stats`` writes is in ``table.attrs["stats"]``), or a
+    ``datasets.Dataset`` with ``as_dataset`` (:func:`pairs_to_dataset`).
+    ``options``: :class:`pairkit.mine.config.MineConfig` fields (``num_negatives``,
+    ``range_min``, ``sampling``, ``positive``, ``seed``, ``fn_mode`` ...) and
+    :class:`pairkit.index.options.IndexOptions` fields (``kind``, ``nprobe``,
+    ``device``, ``backend`` ...). ``fn_rules`` ("label,near-duplicate,cluster") and
+    ``fn_options`` (:class:`pairkit.mine.false_negatives.FalseNegativeConfig` fields)
+    apply with ``filter_false_negatives``.
+    """
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine.command import mine_store
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.options import fn_config
+
+    if not filter_false_negatives and (fn_rules is not None or fn_options):
+        raise UsageError("fn_rules and fn_options need filter_false_negatives=True")
+    mine_kw, index_kw = _split_options(options, MineConfig, IndexOptions)
+    fn_kw = dict(fn_options or {})
+    cluster_k = fn_kw.pop("cluster_k", None)
+    fn = fn_config(filter_false_negatives, fn_rules, None if cluster_k is None
+                   else str(cluster_k), **fn_kw)
+    table, stats = mine_store(_open(store), relation, MineConfig(hard=hard, **mine_kw),
+                              IndexOptions(**index_kw), fn, format)
+    table.attrs["stats"] = stats
+    return pairs_to_dataset(table) if as_dataset else table
+
+
+def find_duplicates(store: Any, *, threshold: float | None = None, keep: str = "best",
+                    exact_only: bool = False, drop: bool = False,
+                    warn: Callable[[str], None] | None = None,
+                    **options: Any) -> pd.DataFrame:
+    """Exact and near-duplicate groups of a store's sources (``pairkit dedup``).
+
+    Returns one row per source in a group: group, id, path, keep (bool), match
+    (exact | near), score; the summary is in ``table.attrs["summary"]``. ``drop``: only
+    the rows to remove. ``options``: :class:`pairkit.mine.dedup.DedupConfig` fields
+    (``batch_size``, ``device``, ``backend``, ``absolute``).
+    """
+    from pairkit.mine.dedup import DedupConfig, run_dedup
+
+    (kw,) = _split_options(options, DedupConfig)
+    cfg = DedupConfig(_root(store), threshold=threshold, keep=keep, exact_only=exact_only,
+                      **kw)
+    table, summary = run_dedup(cfg, warn or (lambda _: None))
+    if drop:
+        table = table[~table["keep"]].reset_index(drop=True)
+    table.attrs["summary"] = summary
+    return table
+
+
+def train_head(store: Any, output: str | os.PathLike[str],
+               pairs: str | pd.DataFrame | None = None, *, resume: bool = False,
+               force: bool = False, **options: Any) -> TrainResult:
+    """Train a contrastive head on a store's embeddings into the folder ``output``
+    (``pairkit train``): pairs from a pair table (a DataFrame from :func:`mine_pairs` or
+    a path), else ``relation="instance"|"label"`` with in-batch negatives.
+
+    ``options``: :class:`pairkit.train.loop.TrainConfig` fields (``head``, ``out_dim``,
+    ``epochs``, ``batch_size``, ``lr``, ``device``, ``fn_mode``, ``relation`` ...) and
+    :class:`pairkit.train.losses.LossConfig` fields (``loss`` names it: infonce,
+    triplet, supcon, debiased, hard; ``temperature``, ``margin`` ...). Returns the
+    :class:`pairkit.train.loop.TrainResult` (``records``: one dict per epoch); the head
+    itself: :func:`load_head`.
+    """
+    from pairkit.train.command import train_store
+    from pairkit.train.loop import TrainConfig
+    from pairkit.train.losses import LossConfig
+
+    options = dict(options)
+    if "loss" in options:
+        options["name"] = options.pop("loss")
+    train_kw, loss_kw = _split_options(options, TrainConfig, LossConfig)
+    cfg = TrainConfig(loss=LossConfig(**loss_kw), **train_kw)
+    return train_store(store, output, cfg, pairs, resume=resume, force=force)
+
+
+def load_head(path: str | os.PathLike[str]) -> Any:
+    """A trained head (:class:`pairkit.train.head.Head`): ``head.apply(vectors)`` maps
+    (n, in_dim) embeddings to L2-normalised (n, out_dim) float32."""
+    from pairkit.train.head import load_head as load
+
+    return load(path)
+
+
+def evaluate(store: Any, *, against: Any = None, test_fraction: float = 0.2,
+             head: str | os.PathLike[str] | None = None, compare: bool = False,
+             metrics: str | None = None, plot: str | os.PathLike[str] | None = None,
+             maps: Sequence[str] = ("pca",), force: bool = False,
+             **options: Any) -> pd.DataFrame:
+    """kNN, linear probe, retrieval and alignment / uniformity of a store (``pairkit
+    eval``): a held-out fraction of its sources (``test_fraction``) or the store
+    ``against`` as queries.
+
+    Returns a DataFrame indexed by metric name (the keys of ``pairkit eval --json``),
+    one column per run: ``raw`` and/or ``head`` (``compare`` puts both). ``plot``: a
+    folder for the PNG histograms and 2-D maps (``maps``: "pca", "umap"). ``options``:
+    :class:`pairkit.eval.run.EvalConfig` fields (``knn_ks``, ``recall_ks``, ``seed``,
+    ``device`` ...).
+    """
+    import pandas as pd
+
+    from pairkit.core.options import parse_choices
+    from pairkit.eval.run import METRICS, EvalConfig
+    from pairkit.eval.session import load_sides, run_eval
+
+    if compare and head is None:
+        raise UsageError("compare needs head")
+    (kw,) = _split_options(options, EvalConfig)
+    cfg = EvalConfig(metrics=parse_choices(metrics, METRICS, "metrics"), **kw)
+    sides = load_sides(_root(store), None if against is None else _root(against),
+                       test_fraction, cfg.seed)
+    results, _ = run_eval(sides, cfg, None if head is None else Path(head), compare,
+                          None if plot is None else Path(plot), force, maps=tuple(maps))
+    return pd.DataFrame({name: pd.Series(values, dtype=object)
+                         for name, values in results.items()})
+
+
+def search(store: Any, images: Sequence[str | os.PathLike[str]] = (),
+           ids: Sequence[int] = (), texts: Sequence[str] = (), *, k: int = 10,
+           include_same_source: bool = False, device: str = "auto",
+           checkpoint: str | os.PathLike[str] | None = None) -> pd.DataFrame:
+    """Nearest neighbours in a store of image files (embedded with the store's encoder),
+    item ids, or texts (open_clip stores only) (``pairkit search``).
+
+    Returns one row per (query, neighbour): store_id, query, query_kind (image | item |
+    text), rank (0 = nearest), id, score (cosine), path, source, label. An item query leaves
+    out its own source unless ``include_same_source``. ``checkpoint``: the weights file
+    of a store embedded with ``--checkpoint`` (its sha256 must match).
+    """
+    from pairkit.index.query import QueryRequest, search_store
+
+    return search_store(_open(store), QueryRequest(
+        images=tuple(str(p) for p in images), ids=tuple(int(i) for i in ids),
+        texts=tuple(texts), k=k, include_same_source=include_same_source, device=device,
+        checkpoint=None if checkpoint is None else str(checkpoint)))
+
+
+def store_info(store: str | os.PathLike[str], verify: bool = True) -> dict[str, Any]:
+    """What ``pairkit info`` prints, as a dict: counts, encoder, dims, views, labels,
+    sizes, format version and whether every checksum holds (``verify``)."""
+    from pairkit.core.info import store_info as info
+
+    return info(Path(store), verify=verify)
+
+
+def pairs_to_dataset(table: pd.DataFrame, store: Any = None, *,
+                     images: str = "paths") -> Any:
+    """A pair table as a ``datasets.Dataset`` (``pip install datasets``): its columns, and
+    with ``images="bytes"`` (needs ``store``) the image bytes of each path column
+    (anchor_path -> anchor_image ...), read from the store's image root."""
+    from pairkit.train.pair_data import to_hf_dataset
+
+    return to_hf_dataset(table, None if store is None else _open(store), images=images)
+
+
+def pair_loader(table: pd.DataFrame | str | os.PathLike[str], store: Any, *,
+                transform: Callable[[Any], Any] | None = None, negatives: int | None = None,
+                batch_size: int = 32, shuffle: bool = True, num_workers: int = 0,
+                **loader_options: Any) -> Any:
+    """A torch ``DataLoader`` of (anchor, positive, negatives) images from a pair table
+    and the store's image root: ``transform`` maps a PIL image to a tensor (default:
+    ``torchvision.transforms.functional.to_tensor``); negatives come stacked as
+    (batch, n_negatives, ...): ``negatives`` per example (None: the fewest any example
+    has). See :class:`pairkit.train.pair_data.PairImages`."""
+    from pairkit.train.pair_data import PairImages, loader
+
+    data = PairImages(table, _open(store), transform=transform, negatives=negatives)
+    return loader(data, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
+                  **loader_options)
+
+
+def vectors(store: Any, dtype: Any = "float32") -> np.ndarray:
+    """The store's embeddings, (N, dim), L2-normalised, in ``dtype``."""
+    return _open(store).vectors(dtype)
+
+
+__all__ = [
+    "embed_images", "evaluate", "find_duplicates", "load_head", "mine_pairs", "open_store",
+    "pair_loader", "pairs_to_dataset", "search", "store_info", "train_head", "vectors",
+]

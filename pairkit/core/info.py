@@ -1,0 +1,110 @@
+"""``pairkit info``: what a store holds (counts, encoder, dims, views, labels, sizes, format)
+and whether its files match their checksums, as a dict and as lines for a person."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pairkit.errors import StoreError
+
+
+def store_info(root: Path, verify: bool = True) -> dict[str, Any]:
+    """The facts of the store at ``root``. ``checksums``: "ok" when every shard's and the
+    item table's sha256 was checked (``verify``) and holds, "not checked" otherwise; a
+    mismatch or a damaged file raises :class:`StoreError` naming it."""
+    import numpy as np
+
+    from pairkit.core.store import Store
+
+    st = Store.open(root, verify=verify)
+    m = st.manifest
+    items = st.items
+    views = items["view"].to_numpy() if st.count else np.zeros(0, dtype=np.int16)
+    per_source = items.groupby("source").size().to_numpy() if st.count else np.zeros(0)
+    labels = items["label"].dropna()
+    top = labels.value_counts().head(5)
+    files = [s.file for s in st.shards] + [rec["file"] for rec in (m.get("items"),
+                                                                    m.get("errors")) if rec]
+    sizes = {name: (root / name).stat().st_size for name in files if (root / name).exists()}
+    index_dir = root / "index"
+    indexes = sorted(p.name for p in index_dir.glob("*.faiss")) if index_dir.is_dir() else []
+    encoder = st.encoder
+    errors = m.get("errors")
+    return {
+        "store": str(root),
+        "format": m.get("format"),
+        "format_version": st.format_version,
+        "pairkit_version": m.get("pairkit_version"),
+        "created": m.get("created"),
+        "updated": m.get("updated"),
+        "rows": st.count,
+        "sources": int(items["source"].nunique()) if st.count else 0,
+        "views": sorted(int(v) for v in np.unique(views)),
+        "views_per_source": {"min": int(per_source.min()), "max": int(per_source.max())}
+        if len(per_source) else None,
+        "dim": st.dim,
+        "dtype": st.dtype,
+        "normalized": bool(m.get("normalized", True)),
+        "encoder": encoder.get("name"),
+        "encoder_details": {k: v for k, v in encoder.items() if k != "name"},
+        "embedding": m.get("embedding"),
+        "image_root": m.get("image_root"),
+        "labeled_rows": int(len(labels)),
+        "labels": int(labels.nunique()),
+        "label_source": m.get("labels"),
+        "top_labels": {str(k): int(v) for k, v in top.items()},
+        "shards": len(st.shards),
+        "bytes": int(sum(sizes.values())),
+        "vector_bytes": int(sum(sizes.get(s.file, 0) for s in st.shards)),
+        "errors": int(errors.get("rows", 0) or 0) if isinstance(errors, dict) else 0,
+        "indexes": indexes,
+        "content_id": st.content_id,
+        "checksums": "ok" if verify else "not checked",
+    }
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    return f"{n} B"  # pragma: no cover
+
+
+def info_lines(info: dict[str, Any]) -> list[str]:
+    """``pairkit info``'s lines for a person."""
+    vps = info["views_per_source"]
+    views = ("no rows" if vps is None else
+             f"{vps['min']} per source" if vps["min"] == vps["max"] else
+             f"{vps['min']}-{vps['max']} per source")
+    details = info["encoder_details"]
+    extra = ", ".join(f"{k} {v}" for k, v in details.items()
+                      if k in ("pretrained", "checkpoint", "library", "library_version"))
+    labels = (f"{info['labeled_rows']:,} of {info['rows']:,} rows labelled, "
+              f"{info['labels']:,} labels" if info["labeled_rows"] else "none")
+    if info["top_labels"]:
+        labels += " (most: " + ", ".join(f"{k} {v:,}" for k, v in info["top_labels"].items()) \
+            + ")"
+    lines = [
+        f"store {info['store']}: {info['format']} format {info['format_version']} "
+        f"(written by pairkit {info['pairkit_version']}), content id {info['content_id']}",
+        f"rows {info['rows']:,}: {info['sources']:,} sources, views {views}",
+        f"vectors: dim {info['dim']}, {info['dtype']}"
+        + (", L2-normalised" if info["normalized"] else ""),
+        f"encoder: {info['encoder']}" + (f" ({extra})" if extra else ""),
+        f"labels: {labels}",
+        f"files: {info['shards']} shard{'s' if info['shards'] != 1 else ''}, "
+        f"{_size(info['bytes'])} ({_size(info['vector_bytes'])} of vectors)"
+        + (f"; saved indexes: {', '.join(info['indexes'])}" if info["indexes"] else ""),
+    ]
+    if info["image_root"]:
+        lines.append(f"image root: {info['image_root']}")
+    if info["errors"]:
+        lines.append(f"files that could not be embedded: {info['errors']:,} (errors.jsonl)")
+    lines.append(f"created {info['created']}, updated {info['updated']}")
+    lines.append(f"checksums: {info['checksums']}")
+    return lines
+
+
+__all__ = ["StoreError", "info_lines", "store_info"]

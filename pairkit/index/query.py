@@ -1,0 +1,135 @@
+"""``pairkit search``: the nearest items of a store to queries (image files, item ids or
+texts), as a table of (query, rank, neighbour, score)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pairkit.errors import PairkitError, UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+COLUMNS = ("store_id", "query", "query_kind", "rank", "id", "score", "path", "source",
+           "label")
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    """What to look up: image files, item ids, texts; ``k`` neighbours each. An item query
+    leaves out the items of its own source unless ``include_same_source``."""
+
+    images: tuple[str, ...] = ()
+    ids: tuple[int, ...] = ()
+    texts: tuple[str, ...] = ()
+    k: int = 10
+    include_same_source: bool = False
+    device: str = "auto"
+    checkpoint: str | None = None
+
+
+def split_queries(queries: list[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Command-line QUERY words -> (image files, item ids): an existing file is an image,
+    a whole number an item id; anything else is bad usage."""
+    from pathlib import Path
+
+    images: list[str] = []
+    ids: list[int] = []
+    for q in queries:
+        if Path(q).is_file():
+            images.append(q)
+        elif q.strip().lstrip("+").isdigit():
+            ids.append(int(q))
+        elif Path(q).exists():
+            raise UsageError(f"query {q} is a folder, not an image file")
+        else:
+            raise UsageError(f"query {q!r} is neither an image file nor an item id "
+                             "(texts go after --text)")
+    return tuple(images), tuple(ids)
+
+
+def neighbours(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray,
+                                                                          np.ndarray]:
+    """``(scores, ids)`` (nq, k) of the exact search of ``queries`` in ``vectors``: the
+    one call into the index package's search (best first, ties by id, -1 padding)."""
+    from pairkit.index.search import knn_search
+
+    return knn_search(np.ascontiguousarray(queries, dtype=np.float32), vectors, k)
+
+
+def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
+    """Look up ``req`` in ``store``; one row per (query, neighbour), columns
+    :data:`COLUMNS`, queries in the order images, ids, texts, ``rank`` 0 = nearest."""
+    import pandas as pd
+
+    if req.k < 1:
+        raise UsageError(f"-k must be >= 1, got {req.k}")
+    if not (req.images or req.ids or req.texts):
+        raise UsageError("give at least one query: image files, item ids or --text TEXT")
+    n = store.count
+    if n == 0:
+        raise PairkitError(f"store {store.root} is empty: nothing to search")
+    bad = [i for i in req.ids if not 0 <= i < n]
+    if bad:
+        raise UsageError(f"item id {bad[0]} is not in store {store.root} (ids 0..{n - 1})")
+    parts: list[np.ndarray] = []
+    request = None
+    if req.images or req.texts:
+        from pairkit.core.devices import resolve_device
+        from pairkit.encode.query import encoder_request
+
+        request = encoder_request(store, resolve_device(req.device), req.checkpoint)
+        if req.texts:
+            from pairkit.encode.registry import split_model_name
+
+            if split_model_name(request.model)[0] != "openclip":
+                raise UsageError(f"text queries need an open_clip store; {store.root} was "
+                                 f"embedded with {request.model}, which has no text tower")
+    vectors = store.vectors(np.float32)
+    if req.images:
+        from pairkit.encode.query import encode_images
+
+        parts.append(encode_images(request, list(req.images)))
+    if req.ids:
+        parts.append(vectors[np.asarray(req.ids, dtype=np.int64)])
+    if req.texts:
+        from pairkit.encode.query import encode_texts
+
+        parts.append(encode_texts(request, list(req.texts)))
+    queries = np.concatenate(parts)
+    if queries.shape[1] != store.dim:
+        raise PairkitError(f"the encoder gives dim {queries.shape[1]}, store {store.root} "
+                           f"has dim {store.dim}")
+    sources = store.source_codes()
+    own = np.full(len(queries), -1, dtype=np.int64)
+    ni = len(req.images)
+    extra = 0
+    if req.ids and not req.include_same_source:
+        own[ni:ni + len(req.ids)] = sources[np.asarray(req.ids, dtype=np.int64)]
+        extra = int(np.bincount(sources).max())  # at most this many rows share a source
+    scores, ids = neighbours(vectors, queries, min(n, req.k + extra))
+    items = store.items
+    labels = items["label"].to_numpy(dtype=object, na_value=None)
+    names = ([str(p) for p in req.images] + [f"id:{i}" for i in req.ids] + list(req.texts))
+    kinds = ["image"] * ni + ["item"] * len(req.ids) + ["text"] * len(req.texts)
+    rows: list[tuple[Any, ...]] = []
+    for q in range(len(queries)):
+        keep = ids[q] >= 0
+        if own[q] >= 0:
+            keep &= sources[np.maximum(ids[q], 0)] != own[q]
+        hit_ids, hit_scores = ids[q][keep][:req.k], scores[q][keep][:req.k]
+        for rank, (i, s) in enumerate(zip(hit_ids, hit_scores, strict=True)):
+            rows.append((names[q], kinds[q], rank, int(i), float(s)))
+    table = pd.DataFrame(rows, columns=list(COLUMNS[1:6]))
+    table.insert(0, "store_id", store.content_id)
+    table["rank"] = table["rank"].astype(np.int64)
+    table["id"] = table["id"].astype(np.int64)
+    table["score"] = table["score"].astype(np.float32)
+    hit = table["id"].to_numpy()
+    table["path"] = items["path"].to_numpy(dtype=object)[hit]
+    table["source"] = items["source"].to_numpy(dtype=object)[hit]
+    table["label"] = pd.array(labels[hit], dtype="string")
+    return table

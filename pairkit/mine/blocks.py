@@ -1,0 +1,221 @@
+"""Blocks of anchors: fetch candidates, select, search again when short, and merge.
+
+A run's anchors are cut into spans of ``--batch-size``; :func:`mine_block` mines one span
+into a :class:`MineResult` relative to the span's start, and :func:`merge_block` writes it
+into the run's result. Where the blocks run (here, or on a Ray cluster) is the caller's
+``map_blocks``; the result is the same either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pairkit.core.pairs import MinedPairs
+from pairkit.index.search import row_dots
+from pairkit.mine.config import MineConfig
+from pairkit.mine.selection import (
+    CANDIDATE_CODES,
+    CODE,
+    Selection,
+    SelectionContext,
+    drop_repeats,
+    easy_candidates,
+    select_negatives,
+)
+
+Searcher = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+MapBlocks = Callable[[Callable[[Any, Any], Any], Any, list[tuple[int, int]]], Iterator[Any]]
+# attracted rows of one block: (anchor rows, item ids, scores, reasons)
+Attracted = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass
+class MineResult:
+    """Mined pairs plus the counts behind the summary (see
+    :func:`pairkit.mine.stats.summary_stats`)."""
+
+    pairs: MinedPairs
+    removed: dict[str, int]
+    fn_flagged: dict[str, int]
+    retries: int = 0
+    anchors_retried: int = 0
+    k_initial: int = 0
+    k_max: int = 0
+
+
+def empty_result(anchors: np.ndarray, positives: np.ndarray, pos_scores: np.ndarray,
+                 num_negatives: int, keep_flags: bool, k0: int) -> MineResult:
+    """A :class:`MineResult` for ``anchors`` with no negatives yet (ids -1, scores NaN,
+    ranks -1; flag arrays when ``keep_flags``), zero counts and ``k0`` as first k."""
+    n, K = len(anchors), num_negatives
+    result = MineResult(
+        pairs=MinedPairs(anchors, positives, pos_scores,
+                         np.full((n, K), -1, np.int64), np.full((n, K), np.nan, np.float32),
+                         np.full((n, K), -1, np.int64)),
+        removed={r: 0 for r in CANDIDATE_CODES[2:]}, fn_flagged={}, k_initial=k0, k_max=k0,
+    )
+    if keep_flags:
+        result.pairs.neg_flags = np.zeros((n, K), bool)
+        result.pairs.neg_reasons = np.full((n, K), None, dtype=object)
+    return result
+
+
+def set_attracted(pairs: MinedPairs, attract: list[Attracted]) -> None:
+    """Store the flagged candidates attracted as extra positives in ``pairs`` (nothing
+    when there are none). Their rank is -1: a flagged candidate is not a valid one, so
+    it has no rank among them (as an easy negative's)."""
+    if not attract:
+        return
+    pairs.fn_rows = np.concatenate([a[0] for a in attract])
+    pairs.fn_ids = np.concatenate([a[1] for a in attract])
+    pairs.fn_scores = np.concatenate([a[2] for a in attract])
+    pairs.fn_ranks = np.full(len(pairs.fn_ids), -1, np.int64)
+    pairs.fn_reasons = np.concatenate([a[3] for a in attract])
+
+
+def map_here(fn: Callable[[Any, Any], Any], shared: Any,
+             spans: list[tuple[int, int]]) -> Iterator[Any]:
+    """``fn(shared, span)`` for each span, in this process, in order."""
+    return (fn(shared, span) for span in spans)
+
+
+@dataclass
+class MineBlocks:
+    """What every block of anchors needs, computed once per run (and shipped once to the
+    workers of a Ray cluster): rows are indices into ``anchors``."""
+
+    ctx: SelectionContext
+    anchors: np.ndarray
+    positives: np.ndarray
+    pos_scores: np.ndarray
+    ref: np.ndarray
+    k0: int
+    k_cap: int
+    hi: int
+    keep_flags: bool
+    searcher: Searcher | None
+    anchor_searcher: Searcher | None
+
+
+def fetch_candidates(st: MineBlocks, rows: np.ndarray, k: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Candidates of the anchors ``rows``: ``(scores, ids, exhausted)``."""
+    cfg = st.ctx.cfg
+    vectors = st.ctx.vectors
+    n_items = len(vectors)
+    a = st.anchors[rows]
+    if cfg.hard:
+        if st.anchor_searcher is not None:
+            s, i = st.anchor_searcher(a, k)
+        else:
+            s, i = st.searcher(np.asarray(vectors[a], dtype=np.float32), k)  # type: ignore[misc]
+        exhausted = np.full(len(rows), k >= n_items) | (i[:, -1] < 0)
+        if cfg.min_score is not None:
+            exhausted |= s[:, -1] < cfg.min_score  # everything deeper scores lower
+        return s, i, exhausted
+    i = drop_repeats(easy_candidates(a, k, n_items, cfg.seed))
+    s = np.full(i.shape, -np.inf, dtype=np.float32)
+    ok = i >= 0
+    s[ok] = row_dots(vectors, np.broadcast_to(a[:, None], i.shape)[ok], i[ok])
+    return s, i, np.zeros(len(rows), dtype=bool)
+
+
+def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
+    """The negatives of anchors ``span[0] .. span[1] - 1``: a :class:`MineResult` whose
+    arrays (and attracted rows) are relative to ``span[0]``. Anchors that come up short
+    are searched again with 4x the k until they have the window or the store is
+    exhausted."""
+    cfg = st.ctx.cfg
+    b0, b1 = span
+    part = empty_result(st.anchors[b0:b1], st.positives[b0:b1], st.pos_scores[b0:b1],
+                        cfg.num_negatives, st.keep_flags, st.k0)
+    attract: list[Attracted] = []
+    bs = cfg.batch_size
+    pending = np.arange(b0, b1)
+    k = st.k0
+    while len(pending):
+        step = bs if k == st.k0 else max(1, cfg.max_k_entries // max(k, 1))
+        still: list[np.ndarray] = []
+        for c0 in range(0, len(pending), step):
+            rows = pending[c0:c0 + step]
+            s, i, exh = fetch_candidates(st, rows, k)
+            block = select_negatives(st.ctx, rows, st.anchors[rows], i, s, st.ref[rows],
+                                     exh | (k >= st.k_cap), cfg.hard)
+            done = ~block.short
+            collect(part, block.take(done), rows[done] - b0, st.hi, cfg, st.keep_flags,
+                    attract)
+            still.append(rows[block.short])
+        pending = np.concatenate(still) if still else np.zeros(0, np.int64)
+        if len(pending):
+            if k == st.k0:
+                part.anchors_retried += len(pending)
+            part.retries += 1
+            k = min(st.k_cap, k * 4)
+            part.k_max = max(part.k_max, k)
+    set_attracted(part.pairs, attract)
+    return part
+
+
+def merge_block(result: MineResult, part: MineResult, b0: int,
+                attract: list[Attracted]) -> None:
+    """Write a block's :class:`MineResult` (from :func:`mine_block`) into ``result``;
+    its attracted rows are appended to ``attract`` (shifted by ``b0``) for
+    :func:`set_attracted`."""
+    p, q = result.pairs, part.pairs
+    rows = slice(b0, b0 + len(q.neg_ids))
+    p.neg_ids[rows], p.neg_scores[rows], p.neg_ranks[rows] = (q.neg_ids, q.neg_scores,
+                                                              q.neg_ranks)
+    if p.neg_flags is not None and q.neg_flags is not None:
+        p.neg_flags[rows], p.neg_reasons[rows] = q.neg_flags, q.neg_reasons
+    for name, count in part.removed.items():
+        result.removed[name] = result.removed.get(name, 0) + count
+    for name, count in part.fn_flagged.items():
+        result.fn_flagged[name] = result.fn_flagged.get(name, 0) + count
+    result.retries += part.retries
+    result.anchors_retried += part.anchors_retried
+    result.k_max = max(result.k_max, part.k_max)
+    if q.fn_rows is not None and len(q.fn_rows):
+        attract.append((q.fn_rows + b0, q.fn_ids, q.fn_scores, q.fn_reasons))
+
+
+def collect(result: MineResult, block: Selection, rows: np.ndarray, hi: int, cfg: MineConfig,
+            keep_flags: bool, attract: list[Attracted]) -> None:
+    """Write a block's selection into ``result`` (rows ``rows``) and add its counts."""
+    p = result.pairs
+    sel = block.neg_pos
+    ok = sel >= 0
+    safe = np.maximum(sel, 0)
+    p.neg_ids[rows] = np.where(ok, np.take_along_axis(block.ids, safe, 1), -1)
+    p.neg_scores[rows] = np.where(ok, np.take_along_axis(block.scores, safe, 1), np.nan)
+    p.neg_ranks[rows] = np.where(ok & cfg.hard, np.take_along_axis(block.vrank, safe, 1), -1)
+    if keep_flags and block.flags is not None:
+        p.neg_flags[rows] = ok & np.take_along_axis(block.flags, safe, 1)
+        reasons = np.take_along_axis(block.reasons, safe, 1)
+        p.neg_reasons[rows] = np.where(p.neg_flags[rows], reasons, None)
+    # counts over the examined candidates: up to the one that completed the window
+    valid = block.code == 0
+    before = np.cumsum(valid, axis=1) - valid
+    examined = (before < hi) & (block.code != CODE["padding"])
+    codes = block.code[examined]
+    counts = np.bincount(codes, minlength=len(CANDIDATE_CODES))
+    for name in CANDIDATE_CODES[2:]:
+        result.removed[name] += int(counts[CODE[name]])
+    if block.flags is not None:
+        f = block.flags & examined
+        values, counts_ = np.unique(block.reasons[f].astype(str), return_counts=True)
+        for reason, count in zip(values, counts_, strict=True):
+            for r in str(reason).split("|"):
+                result.fn_flagged[r] = result.fn_flagged.get(r, 0) + int(count)
+        if cfg.fn_mode == "attract":
+            # flagged candidates become extra positives: the first K per anchor
+            order_pos = np.where(f, np.arange(f.shape[1])[None, :], np.iinfo(np.int64).max)
+            first = np.argsort(order_pos, axis=1, kind="stable")[:, : cfg.num_negatives]
+            take = np.take_along_axis(f, first, 1)
+            r, c = np.nonzero(take)
+            cols = first[r, c]
+            attract.append((rows[r], block.ids[r, cols], block.scores[r, cols],
+                            block.reasons[r, cols].astype(object)))

@@ -1,0 +1,87 @@
+"""The options of ``pairkit mine`` that shape the selection, and their checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pairkit.errors import PairkitError, UsageError
+
+SAMPLINGS = ("top", "random", "softmax")
+POSITIVE_CHOICES = ("weakest", "random")
+FN_MODES = ("eliminate", "attract", "keep")
+
+
+@dataclass(frozen=True)
+class MineConfig:
+    """Options of ``pairkit mine`` that shape the selection (see docs/mine.md)."""
+
+    num_negatives: int = 5
+    hard: bool = True
+    range_min: int = 0
+    range_max: int | None = None
+    min_score: float | None = None
+    max_score: float | None = None
+    absolute_margin: float | None = None
+    relative_margin: float | None = None
+    sampling: str = "top"
+    sampling_temperature: float = 0.05
+    positive: str = "weakest"
+    max_positives: int = 64
+    seed: int = 0
+    batch_size: int = 16384
+    fn_mode: str = "eliminate"  # flagged candidates: eliminate, attract (positives) or keep
+    max_k_entries: int = 1 << 24  # scores+ids held at once during retries (~200 MB)
+
+    @property
+    def keep_flagged(self) -> bool:
+        """``--fn-mode keep``: flagged candidates stay negatives, marked in the table."""
+        return self.fn_mode == "keep"
+
+    def window(self) -> tuple[int, int]:
+        """``(range_min, range_max)``: valid ranks to sample from. Default range_max:
+        range_min + K for ``top``, range_min + 10 K for ``random``/``softmax``."""
+        if self.range_max is not None:
+            return self.range_min, self.range_max
+        width = self.num_negatives * (1 if self.sampling == "top" else 10)
+        return self.range_min, self.range_min + width
+
+
+def validate_config(cfg: MineConfig, n_items: int) -> None:
+    """Raise a one-line :class:`UsageError` (contradicting options) or
+    :class:`PairkitError` (options that don't fit this store)."""
+    k = cfg.num_negatives
+    if k < 1:
+        raise UsageError(f"--num-negatives must be >= 1, got {k}")
+    if cfg.range_min < 0:
+        raise UsageError(f"--range-min must be >= 0, got {cfg.range_min}")
+    if cfg.range_max is not None and cfg.range_min >= cfg.range_max:
+        raise UsageError(
+            f"--range-min must be < --range-max, got {cfg.range_min} >= {cfg.range_max}")
+    lo, hi = cfg.window()
+    if k > hi - lo:
+        raise UsageError(f"--num-negatives must be <= range-max - range-min, got {k}")
+    if cfg.sampling not in SAMPLINGS:
+        raise UsageError(f"--sampling must be one of {', '.join(SAMPLINGS)}, got {cfg.sampling}")
+    if not cfg.sampling_temperature > 0:
+        raise UsageError(
+            f"--sampling-temperature must be > 0, got {cfg.sampling_temperature}")
+    if cfg.positive not in POSITIVE_CHOICES:
+        raise UsageError(
+            f"--positive must be one of {', '.join(POSITIVE_CHOICES)}, got {cfg.positive}")
+    if cfg.fn_mode not in FN_MODES:
+        raise UsageError(f"--fn-mode must be one of {', '.join(FN_MODES)}, got {cfg.fn_mode}")
+    if (cfg.min_score is not None and cfg.max_score is not None
+            and cfg.min_score > cfg.max_score):
+        raise UsageError(
+            f"--min-score must be <= --max-score, got {cfg.min_score} > {cfg.max_score}")
+    for name, value in (("--absolute-margin", cfg.absolute_margin),
+                        ("--relative-margin", cfg.relative_margin)):
+        if value is not None and value < 0:
+            raise UsageError(f"{name} must be >= 0, got {value}")
+    if cfg.max_positives < 1:
+        raise UsageError(f"--max-positives must be >= 1, got {cfg.max_positives}")
+    if cfg.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    if k >= n_items:
+        raise PairkitError(
+            f"--num-negatives must be < the store's row count ({n_items}), got {k}")

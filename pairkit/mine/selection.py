@@ -1,0 +1,212 @@
+"""Choosing each anchor's positive and negatives from its candidates: pure functions over
+arrays of one block of anchors (no search, no I/O).
+
+A candidate gets one code of :data:`CANDIDATE_CODES` (the first rule that applies wins):
+``valid`` candidates are ranked 0, 1, 2, ... by score, and K of those in the rank window
+are taken (``top``: the first K; ``random``: K uniformly; ``softmax``: K without
+replacement with probability proportional to ``exp(score / T)``, Gumbel-top-k).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pairkit.core.relations import Relation
+from pairkit.errors import PairkitError
+from pairkit.index.search import row_dots
+from pairkit.mine.config import MineConfig
+from pairkit.mine.randomness import hash_uniform
+
+# Code of a candidate, in the order the rules are applied (first wins); the counts of
+# CANDIDATE_CODES[2:] are the summary's "candidates removed".
+CANDIDATE_CODES = ("valid", "padding", "self", "positive", "same_source", "false_negative",
+                   "max_score", "min_score", "absolute_margin", "relative_margin")
+CODE = {name: i for i, name in enumerate(CANDIDATE_CODES)}
+
+FnFilter = Callable[
+    [np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]],
+    tuple[np.ndarray, np.ndarray],
+]
+
+
+# -- positives -------------------------------------------------------------------------
+def choose_positives(
+    vectors: np.ndarray, anchors: np.ndarray, offsets: np.ndarray, pos_ids: np.ndarray,
+    how: str, seed: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pick each anchor's row positive from its positive set.
+
+    Returns ``(positive (n,) int64, pos_score (n,) float32, ref_score (n,) float32)``:
+    the chosen positive, its score, and the weakest positive score (margin reference).
+    """
+    n = len(anchors)
+    counts = np.diff(offsets)
+    if n and counts.min() < 1:
+        raise PairkitError("internal: an anchor without positives")
+    owner = np.repeat(np.arange(n), counts)
+    scores = row_dots(vectors, anchors[owner], pos_ids)
+    first = offsets[:-1]
+    order = np.lexsort((pos_ids, scores, owner))  # per anchor: weakest first, ties by id
+    weakest = order[first]
+    ref = scores[weakest]
+    if how == "weakest":
+        chosen = weakest
+    else:
+        key = hash_uniform(seed + 1, anchors[owner], pos_ids)
+        chosen = np.lexsort((key, owner))[first]
+    return pos_ids[chosen], scores[chosen], ref
+
+
+@dataclass
+class SelectionContext:
+    """What classifying a block's candidates needs about the whole run: the store's
+    ``vectors`` (N, d) and ``sources`` (N,) int64, the relation, the config, the
+    false-negative filter (or None) and the anchors' positive sets (CSR
+    ``pos_offsets``/``pos_ids`` over the run's anchor list)."""
+
+    vectors: np.ndarray
+    sources: np.ndarray
+    relation: Relation
+    cfg: MineConfig
+    fn_filter: FnFilter | None
+    pos_offsets: np.ndarray
+    pos_ids: np.ndarray
+
+
+def classify_candidates(
+    ctx: SelectionContext, rows: np.ndarray, anchors: np.ndarray, ids: np.ndarray,
+    scores: np.ndarray, ref: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Code per candidate (0 = valid; see :data:`CANDIDATE_CODES`), FN flags and reasons.
+
+    ``rows`` index into the run's anchor list (for the positive sets).
+    Returns ``(code int8 (n, k), flags bool (n, k) or None, reasons (n, k) or None)``.
+    """
+    cfg = ctx.cfg
+    code = np.zeros(ids.shape, dtype=np.int8)
+    pad = ids < 0
+    safe = np.maximum(ids, 0)
+    is_self = ids == anchors[:, None]
+    is_pos = ctx.relation.is_positive(anchors, ids)
+    same_src = ctx.sources[safe] == ctx.sources[anchors][:, None]
+    # apply in reverse order so the first code in CANDIDATE_CODES wins
+    s = scores
+    if cfg.relative_margin is not None:
+        code[s > (ref - cfg.relative_margin * np.abs(ref))[:, None]] = CODE["relative_margin"]
+    if cfg.absolute_margin is not None:
+        code[s > (ref - cfg.absolute_margin)[:, None]] = CODE["absolute_margin"]
+    if cfg.min_score is not None:
+        code[s < cfg.min_score] = CODE["min_score"]
+    if cfg.max_score is not None:
+        code[s > cfg.max_score] = CODE["max_score"]
+    excluded = pad | is_self | is_pos | same_src
+    flags = reasons = None
+    if ctx.fn_filter is not None:
+        cand = np.where(excluded, -1, ids)
+        pos_lists = [ctx.pos_ids[ctx.pos_offsets[r]:ctx.pos_offsets[r + 1]] for r in rows]
+        flags, reasons = ctx.fn_filter(anchors, cand, scores, ref, pos_lists)
+        flags = np.asarray(flags, dtype=bool) & ~excluded
+        if cfg.fn_mode != "keep":
+            code[flags] = CODE["false_negative"]
+    code[same_src] = CODE["same_source"]
+    code[is_pos] = CODE["positive"]
+    code[is_self] = CODE["self"]
+    code[pad] = CODE["padding"]
+    return code, flags, reasons
+
+
+@dataclass
+class Selection:
+    """Selection of one set of anchors (arrays of n rows)."""
+
+    neg_pos: np.ndarray  # (n, K) column index into the candidate matrix, -1 none
+    ids: np.ndarray
+    scores: np.ndarray
+    code: np.ndarray
+    flags: np.ndarray | None
+    reasons: np.ndarray | None
+    vrank: np.ndarray
+    short: np.ndarray  # (n,) bool: fewer than hi valid and more could be found
+
+    def take(self, mask: np.ndarray) -> Selection:
+        """The rows ``mask`` of this selection."""
+        def t(x: np.ndarray | None) -> np.ndarray | None:
+            return None if x is None else x[mask]
+        return Selection(self.neg_pos[mask], self.ids[mask], self.scores[mask],
+                         self.code[mask], t(self.flags), t(self.reasons), self.vrank[mask],
+                         self.short[mask])
+
+
+def select_negatives(
+    ctx: SelectionContext, rows: np.ndarray, anchors: np.ndarray, ids: np.ndarray,
+    scores: np.ndarray, ref: np.ndarray, exhausted: np.ndarray, hard: bool,
+) -> Selection:
+    """Classify the candidates ``ids``/``scores`` (n, k) of ``anchors`` and take up to K
+    valid ones from the rank window (output in rank order, -1 padded)."""
+    cfg = ctx.cfg
+    K = cfg.num_negatives
+    lo, hi = cfg.window() if hard else (0, K)
+    code, flags, reasons = classify_candidates(ctx, rows, anchors, ids, scores, ref)
+    valid = code == 0
+    vrank = np.cumsum(valid, axis=1) - 1
+    nvalid = valid.sum(axis=1)
+    short = (nvalid < hi) & ~exhausted
+    in_win = valid & (vrank >= lo) & (vrank < hi)
+    if not hard or cfg.sampling == "top":
+        key = vrank.astype(np.float64)
+    else:
+        u = hash_uniform(cfg.seed, anchors[:, None], np.maximum(ids, 0))
+        if cfg.sampling == "random":
+            key = u
+        else:  # Gumbel-top-k = sampling without replacement from softmax(score / T)
+            key = -(scores.astype(np.float64) / cfg.sampling_temperature - np.log(-np.log(u)))
+    key = np.where(in_win, key, np.inf)
+    kk = min(K, key.shape[1])
+    pick = np.argsort(key, axis=1, kind="stable")[:, :kk]
+    ok = np.isfinite(np.take_along_axis(key, pick, 1))
+    # output in rank order
+    pick_rank = np.where(ok, np.take_along_axis(vrank, pick, 1), np.iinfo(np.int64).max)
+    order = np.argsort(pick_rank, axis=1, kind="stable")
+    pick = np.take_along_axis(pick, order, 1)
+    ok = np.take_along_axis(ok, order, 1)
+    neg_pos = np.full((len(anchors), K), -1, dtype=np.int64)
+    neg_pos[:, :kk] = np.where(ok, pick, -1)
+    return Selection(neg_pos, ids, scores, code, flags, reasons, vrank, short)
+
+
+def easy_candidates(anchors: np.ndarray, m: int, n_items: int, seed: int) -> np.ndarray:
+    """(n, m) int64 uniform draws (with replacement) of items, draws 0..m-1 of each anchor
+    (a longer retry repeats the same first draws)."""
+    j = np.arange(m, dtype=np.int64)
+    u = hash_uniform(seed + 2, anchors[:, None], j[None, :])
+    ids = np.minimum((u * n_items).astype(np.int64), n_items - 1)
+    return ids
+
+
+def drop_repeats(ids: np.ndarray) -> np.ndarray:
+    """Replace later repeats of an id within a row by -1 (order kept)."""
+    order = np.argsort(ids, axis=1, kind="stable")
+    s = np.take_along_axis(ids, order, 1)
+    dup_sorted = np.zeros(ids.shape, dtype=bool)
+    dup_sorted[:, 1:] = s[:, 1:] == s[:, :-1]
+    dup = np.zeros(ids.shape, dtype=bool)
+    np.put_along_axis(dup, order, dup_sorted, 1)
+    return np.where(dup, -1, ids)
+
+
+def initial_k(cfg: MineConfig, relation: Relation, sources: np.ndarray,
+              pos_offsets: np.ndarray, n_items: int, filtered: bool) -> int:
+    """Candidates fetched per anchor at first: the largest exclusion set (own source,
+    positives, for the label relation a median class) plus the window, with spare for
+    false-negative flags (``filtered``); anchors still short are searched again."""
+    _, hi = cfg.window() if cfg.hard else (0, cfg.num_negatives)
+    src_sizes = np.bincount(sources) if n_items else np.zeros(1, np.int64)
+    excl = int(src_sizes.max()) + int(np.diff(pos_offsets).max())
+    if relation.group is not None and relation.kind == "label":
+        g = relation.group[relation.group >= 0]
+        excl += int(np.median(np.bincount(g))) if len(g) else 0
+    extra_fn = hi if filtered else 0
+    return min(n_items, hi + 1 + excl + extra_fn + (hi if cfg.hard else 3 * cfg.num_negatives))

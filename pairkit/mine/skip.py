@@ -1,0 +1,65 @@
+"""Which rows an anchor's search may skip because the false-negative rules would drop them.
+
+Skipping is exact only when every candidate skipped would be flagged and dropped anyway:
+hard mining with flagged candidates eliminated (not kept or attracted), and either
+
+- the ``label`` rule trusted with every row labelled (more than one label): the labels
+  decide every pair, so the rows of the anchor's label are not searched (without this, a
+  class of many rows sends each anchor's search ever deeper for its first candidate of
+  another class); or
+- the ``cluster`` rule on (and not turned off by its random-pair guard, see
+  :func:`pairkit.mine.rules.cluster.choose_votes`): the rows sharing the anchor's cluster
+  in at least the rule's votes of the runs are not searched.
+
+The search itself is :func:`pairkit.index.outside.outside_searcher`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pairkit.mine.config import MineConfig
+
+if TYPE_CHECKING:
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.fn_context import FnContext
+
+
+@dataclass(frozen=True)
+class SkippedRows:
+    """What the search skips: ``parts`` (runs, N) int64 part of each row in each run (the
+    labels: one run); a row is skipped for an anchor that shares its part in at least
+    ``votes`` runs; ``what``: ``label`` or ``cluster`` (the rule that drops them)."""
+
+    parts: np.ndarray
+    votes: int
+    what: str
+
+
+def skippable_rows(ctx: FnContext, fn_config: FalseNegativeConfig,
+                   config: MineConfig) -> SkippedRows | None:
+    """The rows an anchor's search may skip on this store, or None (search everything)."""
+    if not (config.hard and config.fn_mode == "eliminate" and not config.keep_flagged):
+        return None
+    if fn_config.trust_labels and "label" in fn_config.rules and ctx.labels is not None:
+        from pairkit.mine.fn_context import label_codes
+
+        codes = label_codes(ctx)
+        if codes is not None and (codes >= 0).all() and len(np.unique(codes)) > 1:
+            return SkippedRows(np.asarray(codes, dtype=np.int64)[None, :], 1, "label")
+        if codes is not None and (codes >= 0).any():
+            return None
+    if "cluster" not in fn_config.rules:
+        return None
+    assign = ctx.cluster_assign
+    if assign is None or len(assign) == 0 or len(np.unique(assign[0])) < 2:
+        return None
+    from pairkit.mine.rules.cluster import votes_needed
+
+    votes = votes_needed(ctx, fn_config)
+    if votes == 0:
+        return None
+    return SkippedRows(assign, votes, "cluster")

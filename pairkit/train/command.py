@@ -1,0 +1,42 @@
+"""``pairkit train`` from a store folder and a pair table (a path, ``-`` or a DataFrame) to a
+head folder: the checks of the options, then :func:`pairkit.train.loop.train_head`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pairkit.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pairkit.train.loop import TrainConfig, TrainHook, TrainResult
+
+
+def train_store(store: str | os.PathLike[str] | Any, output: str | os.PathLike[str],
+                cfg: TrainConfig, pairs: str | pd.DataFrame | None = None, *,
+                resume: bool = False, force: bool = False,
+                hook: TrainHook | None = None) -> TrainResult:
+    """Train a head on ``store`` (a folder or an open :class:`~pairkit.core.store.Store`)
+    into ``output``: pairs from ``pairs`` (a table path, ``-`` for stdin, or a DataFrame
+    from :func:`pairkit.mine_pairs`), else positives from ``cfg.relation`` with in-batch
+    negatives. Returns the :class:`~pairkit.train.loop.TrainResult`."""
+    from pairkit.core.store import Store
+    from pairkit.core.tables import read_table
+    from pairkit.train.loop import train_head
+
+    if pairs is None and cfg.relation is None:
+        raise UsageError("give a pair table with --pairs or a relation with --relation "
+                         "instance|label")
+    if resume and force:
+        raise UsageError("--resume and --force contradict each other: pick one")
+    cfg.check()
+    st = store if isinstance(store, Store) else Store.open(store)
+    if isinstance(pairs, (str, os.PathLike)):
+        table, name = read_table(str(pairs)), str(pairs)
+    else:
+        table, name = pairs, None if pairs is None else "DataFrame"
+    return train_head(st, Path(output), cfg, table=table, table_name=name, resume=resume,
+                      force=force, hook=hook)

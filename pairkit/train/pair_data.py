@@ -1,0 +1,191 @@
+"""Mined pairs as training data for a model on the images: a map-style dataset of
+(anchor, positive, negatives) images read through the store's image root, its torch
+DataLoader, and the export of a pair table to a Hugging Face ``datasets.Dataset``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pairkit.errors import PairkitError, UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DATASETS_HINT = ("this needs the Hugging Face datasets package: pip install datasets "
+                 "(or pip install 'pairkit[hf]')")
+
+
+def require_datasets() -> Any:
+    """``import datasets``, or PairkitError with the install hint."""
+    try:
+        import datasets
+    except ImportError:
+        raise PairkitError(DATASETS_HINT) from None
+    return datasets
+
+
+def _read(table: Any) -> pd.DataFrame:
+    from pairkit.core.tables import read_table
+
+    return read_table(str(table)) if isinstance(table, (str, os.PathLike)) else table
+
+
+def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
+                  ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """``(anchors, positives, negatives)`` item ids of the examples of a triplet or
+    n-tuple table: one example per (anchor, positive) in table order, its negatives in
+    rank order. Rows flagged ``false_negative`` (``--fn-mode keep`` / ``attract``) are left
+    out unless ``keep_flagged``."""
+    cols = set(table.columns)
+    if "false_negative" in cols and not keep_flagged:
+        table = table[~table["false_negative"].fillna(False).astype(bool)]
+    if {"anchor_id", "positive_id", "negative_id"} <= cols:
+        a = table["anchor_id"].to_numpy(np.int64)
+        p = table["positive_id"].to_numpy(np.int64)
+        n = table["negative_id"].to_numpy(np.int64)
+        if len(a) == 0:
+            return a, p, []
+        new = np.r_[True, (a[1:] != a[:-1]) | (p[1:] != p[:-1])]
+        starts = np.flatnonzero(new)
+        ends = np.r_[starts[1:], len(a)]
+        negs = [n[s:e][n[s:e] >= 0] for s, e in zip(starts, ends, strict=True)]
+        return a[starts], p[starts], negs
+    neg_cols = sorted((c for c in cols if str(c).startswith("negative_id_")),
+                      key=lambda c: int(str(c).rsplit("_", 1)[1]))
+    if {"anchor_id", "positive_id"} <= cols and neg_cols:
+        m = table[neg_cols].to_numpy(np.int64)
+        return (table["anchor_id"].to_numpy(np.int64), table["positive_id"].to_numpy(np.int64),
+                [row[row >= 0] for row in m])
+    raise UsageError("the pair table needs anchor_id, positive_id and negative_id (triplet) "
+                     "or negative_id_1.. (n-tuple) columns; labeled-pair tables have no "
+                     "(anchor, positive, negatives) examples")
+
+
+def _default_transform(img: Any) -> Any:
+    from torchvision.transforms.functional import to_tensor
+
+    return to_tensor(img)
+
+
+class PairImages:
+    """(anchor, positive, negatives) images of a pair table, read from the store's image
+    root; a map-style dataset for ``torch.utils.data.DataLoader``.
+
+    Item ``i`` is ``(transform(anchor), transform(positive), negatives)``, negatives
+    stacked to (negatives, ...) when the transform gives tensors. ``negatives``: how many
+    per example, the first ones in rank order (None: the fewest any example has, so that
+    none is left out); examples with fewer are left out and counted in ``skipped``. Paths
+    come from the store by item id (the table must be the store's: its ``store_id``) and
+    must stay under the image root (checked up front);
+    images are decoded with the bomb guard. ``transform`` default: ``to_tensor`` (images
+    of different sizes then need a resizing transform to be batched).
+    """
+
+    def __init__(self, table: Any, store: Any, *,
+                 transform: Callable[[Any], Any] | None = None, negatives: int | None = None,
+                 keep_flagged: bool = False) -> None:
+        from pairkit.core.paths import first_bad_path
+
+        table = _read(table)
+        if "store_id" in table.columns and len(table):
+            ids = set(table["store_id"].astype(str).unique())
+            if ids != {store.content_id}:
+                raise PairkitError(f"the pair table was mined from store {sorted(ids)[0]}, not "
+                                   f"{store.root} ({store.content_id})")
+        root = store.manifest.get("image_root")
+        if not root:
+            raise PairkitError(f"store {store.root} has no image_root (made by import?): "
+                               "there are no images to read")
+        a, p, negs = pair_examples(table, keep_flagged)
+        counts = np.array([len(n) for n in negs], dtype=np.int64)
+        if negatives is None:
+            negatives = int(counts.min()) if len(counts) else 0
+        if negatives < 0:
+            raise UsageError(f"negatives must be >= 0, got {negatives}")
+        ok = counts >= negatives
+        self.skipped = int((~ok).sum())
+        self.anchors, self.positives = a[ok], p[ok]
+        self.negatives = (np.stack([n[:negatives] for n, k in zip(negs, ok, strict=True) if k])
+                          if ok.any() else np.zeros((0, negatives), np.int64))
+        n_items = store.count
+        used = np.concatenate([self.anchors, self.positives, self.negatives.ravel()])
+        if len(used) and (used.min() < 0 or used.max() >= n_items):
+            raise PairkitError(f"the pair table names item ids outside store {store.root}")
+        self.paths = store.items["path"].to_numpy(dtype=object)
+        bad = first_bad_path(self.paths[np.unique(used)])
+        if bad is not None:
+            raise PairkitError(f"item path {bad[1]!a} {bad[2]}: refusing to read it")
+        self.root = str(root)
+        self.transform = transform or _default_transform
+
+    def __len__(self) -> int:
+        return len(self.anchors)
+
+    def image(self, item: int) -> Any:
+        """The transformed image of store item ``item``."""
+        from pairkit.encode.item_images import load_item_image
+
+        return self.transform(load_item_image(self.root, str(self.paths[item])))
+
+    def __getitem__(self, i: int) -> tuple[Any, Any, Any]:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        negs = [self.image(int(n)) for n in self.negatives[i]]
+        import torch
+
+        if negs and all(isinstance(x, torch.Tensor) for x in negs):
+            stacked: Any = torch.stack(negs)
+        else:
+            stacked = negs
+        return self.image(int(self.anchors[i])), self.image(int(self.positives[i])), stacked
+
+
+def loader(data: PairImages, *, batch_size: int = 32, shuffle: bool = True,
+           num_workers: int = 0, **options: Any) -> Any:
+    """A ``torch.utils.data.DataLoader`` over ``data``: batches of (anchors (B, ...),
+    positives (B, ...), negatives (B, K, ...))."""
+    import torch
+
+    return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=shuffle,
+                                       num_workers=num_workers, **options)
+
+
+def path_columns(table: pd.DataFrame) -> list[str]:
+    """The path columns of a pair table, in table order."""
+    return [c for c in table.columns if str(c).endswith("_path") or
+            str(c).startswith("negative_path_")]
+
+
+def to_hf_dataset(table: Any, store: Any = None, *, images: str = "paths") -> Any:
+    """A pair table as a ``datasets.Dataset``: its columns as they are (``images="paths"``)
+    or, with ``images="bytes"``, also one ``Image`` column per path column (anchor_path ->
+    anchor_image ...) holding the image bytes read from ``store``'s image root (null
+    where a path is null)."""
+    if images not in ("paths", "bytes"):
+        raise UsageError(f"images must be paths or bytes, got {images}")
+    datasets = require_datasets()
+    table = _read(table).reset_index(drop=True)
+    if images == "paths":
+        return datasets.Dataset.from_pandas(table, preserve_index=False)
+    if store is None:
+        raise UsageError('images="bytes" needs the store the table was mined from')
+    root = store.manifest.get("image_root")
+    if not root:
+        raise PairkitError(f"store {store.root} has no image_root (made by import?)")
+    from pairkit.encode.item_images import read_item_bytes
+
+    out = table.copy()
+    feats = {}
+    for col in path_columns(table):
+        name = str(col).replace("_path", "_image")
+        out[name] = [None if p is None or (isinstance(p, float) and np.isnan(p)) else
+                     {"bytes": read_item_bytes(root, str(p)), "path": str(p)}
+                     for p in table[col].tolist()]
+        feats[name] = datasets.Image()
+    base = datasets.Dataset.from_pandas(table.head(0), preserve_index=False).features
+    return datasets.Dataset.from_pandas(out, preserve_index=False,
+                                        features=datasets.Features({**base, **feats}))

@@ -1,0 +1,105 @@
+"""pairkit info (facts of a store, checksums), -V/--version and shell completion."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pairkit import __version__
+from pairkit.cli.main import app
+from pairkit.core.info import store_info
+from tests.conftest import make_images, random_store
+from tests.proc import with_repo_path
+
+runner = CliRunner()
+
+
+def test_facts_of_a_random_store(tmp_path: Path) -> None:
+    st = random_store(tmp_path / "s", n_sources=10, views=3, dim=8, classes=2)
+    info = store_info(st.root)
+    files = [tmp_path / "s" / s.file for s in st.shards]
+    files.append(tmp_path / "s" / st.manifest["items"]["file"])
+    assert info["rows"] == 30 and info["sources"] == 10 and info["views"] == [0, 1, 2]
+    assert info["views_per_source"] == {"min": 3, "max": 3}
+    assert info["dim"] == 8 and info["dtype"] == "float32" and info["format_version"] == 2
+    assert info["labels"] == 2 and info["labeled_rows"] == 30
+    assert info["top_labels"] == {"c0": 15, "c1": 15}
+    assert info["bytes"] == sum(f.stat().st_size for f in files)
+    assert info["vector_bytes"] == files[0].stat().st_size
+    assert info["encoder"] == "random" and info["content_id"] == st.content_id
+    assert info["checksums"] == "ok" and info["errors"] == 0 and info["indexes"] == []
+
+
+def test_cli_lines_and_json_of_an_embedded_store(tmp_path: Path) -> None:
+    make_images(tmp_path / "img", n_per_class=2, classes=2)
+    (tmp_path / "img" / "class0" / "broken.png").write_bytes(b"not a png")
+    r = runner.invoke(app, ["embed", str(tmp_path / "img"), "-o", str(tmp_path / "s"),
+                            "--model", "fake", "--views", "2", "--labels", "folder", "-q"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["info", str(tmp_path / "s"), "--json"])
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.stdout)
+    assert (info["rows"], info["sources"], info["errors"]) == (8, 4, 1)
+    assert info["embedding"]["model"] == "fake" and info["label_source"] == "folder"
+    r = runner.invoke(app, ["info", str(tmp_path / "s")])
+    text = r.output
+    assert "rows 8: 4 sources, views 2 per source" in text
+    assert "encoder: fake" in text and "labels: 8 of 8 rows labelled, 2 labels" in text
+    assert "files that could not be embedded: 1 (errors.jsonl)" in text
+    assert text.strip().endswith("checksums: ok")
+
+
+def test_damage_is_an_error_and_no_verify_skips_the_hashes(tmp_path: Path) -> None:
+    st = random_store(tmp_path / "s")
+    shard = tmp_path / "s" / st.shards[0].file
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF  # same size, other bytes
+    shard.write_bytes(bytes(data))
+    r = runner.invoke(app, ["info", str(tmp_path / "s")])
+    assert r.exit_code == 1 and "checksum mismatch" in r.output
+    r = runner.invoke(app, ["info", str(tmp_path / "s"), "--no-verify"])
+    assert r.exit_code == 0 and "checksums: not checked" in r.output
+    r = runner.invoke(app, ["info", str(tmp_path / "nope")])
+    assert r.exit_code == 1 and r.output.strip() == f"error: store {tmp_path / 'nope'} not found"
+
+
+@pytest.mark.parametrize("flag", ["-V", "--version"])
+def test_version(flag: str) -> None:
+    r = runner.invoke(app, [flag])
+    assert r.exit_code == 0 and r.output.strip() == f"pairkit {__version__}"
+
+
+def _complete(words: str) -> list[str]:
+    """What bash completion offers for the command line ``words`` (Click's protocol)."""
+    env = {**os.environ, "PYTHONPATH": with_repo_path(), "_PAIRKIT_COMPLETE": "complete_bash",
+           "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
+    code = "import sys; sys.argv[0] = 'pairkit'; from pairkit.cli.main import main; main()"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def test_shell_completion_completes_commands_and_options() -> None:
+    assert _complete("pairkit se") == ["search"]
+    assert set(_complete("pairkit i")) == {"import", "index", "info"}
+    assert "--fn-mode" in _complete("pairkit mine store --fn-m")
+
+
+def test_show_completion_prints_a_script() -> None:
+    # shell detection off (read when the app is built, so in a child): the shell is named
+    env = {**os.environ, "PYTHONPATH": with_repo_path(),
+           "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+    code = ("import sys; sys.argv[:] = ['pairkit', '--show-completion', 'bash']; "
+            "from pairkit.cli.main import main; main()")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "_PAIRKIT_COMPLETE=complete_bash" in proc.stdout
+    assert "complete -o default -F _pairkit_completion pairkit" in proc.stdout

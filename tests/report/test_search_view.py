@@ -1,0 +1,64 @@
+"""report of a pairkit search table: queries with their neighbours, thumbnails from the
+store the table names (store_id), labels that differ from an item query's marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.core.store import Store
+from pairkit.report.search_view import build_search_section
+from tests.conftest import make_images
+from tests.report.test_cli_report import page_data
+from tests.report.test_views import ref_table
+
+runner = CliRunner()
+
+
+def test_section_by_hand() -> None:
+    t = pd.DataFrame({
+        "store_id": "s", "query": ["id:0", "id:0", "a.jpg", "a.jpg", "a.jpg"],
+        "query_kind": ["item", "item", "image", "image", "image"],
+        "rank": [1, 0, 0, 1, 2], "id": [2, 1, 0, 3, 1],
+        "score": [0.5, 0.9, 1.0, 0.25, 0.2], "path": ["p2", "p1", "p0", "p3", "p1"]})
+    ref, seen = ref_table()
+    labels = np.array(["x", "x", "y", "x"], dtype=object)
+    sec = build_search_section("hits", t, sample=0, labels=labels, ref=ref)
+    assert [q["q"] for q in sec["queries"]] == ["id:0", "a.jpg"]  # table order
+    assert sec["queries"][0]["hits"] == [[1, 0, 0.9, True], [2, 1, 0.5, False]]  # by rank
+    assert sec["queries"][1]["hits"] == [[0, 0, 1.0, None], [3, 1, 0.25, None],
+                                         [1, 2, 0.2, None]]
+    s = sec["summary"]
+    assert s["queries"] == 2 and s["rows"] == 5 and s["kinds"] == {"item": 1, "image": 1}
+    assert s["score"]["median"] == 0.5 and seen == {2: "p2", 1: "p1", 0: "p0", 3: "p3"}
+    one = build_search_section("hits", t, sample=1, labels=None, ref=ref)
+    assert [q["q"] for q in one["queries"]] == ["id:0"] and one["summary"]["queries_shown"] == 1
+
+
+def test_report_of_a_search_table(tmp_path: Path) -> None:
+    make_images(tmp_path / "images", n_per_class=3, classes=2)
+    r = runner.invoke(app, ["embed", str(tmp_path / "images"), "-o", str(tmp_path / "store"),
+                            "--model", "fake", "--labels", "folder", "-q"])
+    assert r.exit_code == 0, r.output
+    st = Store.open(tmp_path / "store")
+    hits = tmp_path / "hits.parquet"
+    r = runner.invoke(app, ["search", str(st.root), "0", "4", "-k", "3", "-o", str(hits)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["report", str(hits), "-o", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    assert f"{hits}: 2 of 2 queries, 6 neighbours" in r.output
+    data, _ = page_data(tmp_path / "rep" / "index.html")
+    (sec,) = data["sections"]
+    assert sec["kind"] == "search" and Path(sec["store"]) == st.root.resolve()
+    table = pd.read_parquet(hits)
+    items = data["items"]
+    for q in sec["queries"]:
+        want = table[table["query"] == q["q"]].sort_values("rank")
+        assert [items[h[0]]["id"] for h in q["hits"]] == want["id"].tolist()
+        own = st.items["label"][int(q["q"][3:])]
+        assert [h[3] for h in q["hits"]] == (want["label"] == own).tolist()
+    assert all(it["thumb"] and (tmp_path / "rep" / it["thumb"]).is_file() for it in items)

@@ -1,0 +1,144 @@
+"""The Python API: ``import pairkit`` stays light, each function gives what its command
+writes, and the examples of docs/api.md run as written."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import pairkit
+from pairkit.cli.main import app
+from tests.conftest import make_images, random_store
+from tests.proc import with_repo_path
+
+runner = CliRunner()
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+
+
+def test_import_pairkit_loads_nothing_heavy() -> None:
+    code = ("import sys, pairkit\n"
+            "heavy = sorted(m for m in ('numpy', 'pandas', 'torch', 'faiss', 'pairkit.api')"
+            " if m in sys.modules)\n"
+            "names = [n for n in pairkit.__all__ if n != '__version__']\n"
+            "print(heavy, callable(pairkit.mine_pairs), 'pandas' in sys.modules, names)")
+    env = {**os.environ, "PYTHONPATH": with_repo_path()}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    heavy, rest = proc.stdout.split("]", 1)
+    assert heavy == "[", heavy  # nothing heavy before a name is used
+    assert rest.split()[0] == "True"
+
+
+def test_names_are_listed_and_unknown_ones_fail() -> None:
+    assert set(pairkit.API) <= set(dir(pairkit))
+    for name in pairkit.API:
+        assert callable(getattr(pairkit, name)), name
+        assert getattr(pairkit, name).__doc__, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        pairkit.nope  # noqa: B018
+
+
+def test_unknown_option_is_a_usage_error(small_store) -> None:
+    from pairkit.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown option 'num_negative'"):
+        pairkit.mine_pairs(small_store, num_negative=3)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory):
+    return random_store(tmp_path_factory.mktemp("api") / "store", n_sources=30, views=2,
+                        dim=16, classes=3)
+
+
+def test_mine_pairs_is_what_mine_writes(store, tmp_path: Path) -> None:
+    out = tmp_path / "p.parquet"
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "-k", "3", "--seed", "1",
+                            "--filter-false-negatives", "--fn-mode", "keep", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    table = pairkit.mine_pairs(store, num_negatives=3, seed=1, filter_false_negatives=True,
+                               fn_mode="keep")
+    pd.testing.assert_frame_equal(table.reset_index(drop=True), pd.read_parquet(out),
+                                  check_dtype=False)
+    assert table.attrs["stats"]["rows"] == len(table)
+
+
+def test_find_duplicates_is_what_dedup_writes(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(12, 8)).astype(np.float32)
+    vecs[5] = vecs[2] + 1e-4  # a near copy
+    items = pd.DataFrame({"path": [f"i{i}.jpg" for i in range(12)]})
+    from pairkit.core.store import write_store
+
+    st = write_store(tmp_path / "s", vecs, items, encoder={"name": "x"})
+    r = runner.invoke(app, ["dedup", str(st.root), "-o", str(tmp_path / "d.csv")])
+    assert r.exit_code == 0, r.output
+    table = pairkit.find_duplicates(st)
+    assert sorted(table["id"]) == [2, 5]
+    cli = pd.read_csv(tmp_path / "d.csv")
+    assert cli["id"].tolist() == table["id"].tolist()
+    assert cli["keep"].tolist() == table["keep"].tolist()
+    assert table.attrs["summary"]["groups"] == 1
+    assert pairkit.find_duplicates(st, drop=True)["id"].tolist() == \
+        table.loc[~table["keep"], "id"].tolist()
+
+
+def test_evaluate_is_what_eval_prints(store) -> None:
+    r = runner.invoke(app, ["eval", str(store.root), "--json", "-q", "--seed", "3"])
+    assert r.exit_code == 0, r.output
+    cli = json.loads(r.stdout.strip().splitlines()[-1])
+    table = pairkit.evaluate(store, seed=3)
+    assert list(table.columns) == ["raw"]
+    assert set(table.index) == set(cli)
+    for key in ("knn_top1", "map_at_r", "linear_top1", "alignment"):
+        assert table.loc[key, "raw"] == pytest.approx(cli[key]), key
+
+
+def test_train_head_is_what_train_writes(store, tmp_path: Path) -> None:
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    pairs_file = tmp_path / "p.parquet"
+    pairs.to_parquet(pairs_file)
+    r = runner.invoke(app, ["train", str(store.root), "--pairs", str(pairs_file), "-o",
+                            str(tmp_path / "cli"), "--epochs", "2", "--batch-size", "16",
+                            "--out-dim", "8", "-q"])
+    assert r.exit_code == 0, r.output
+    result = pairkit.train_head(store, tmp_path / "api", pairs_file, epochs=2, batch_size=16,
+                                out_dim=8)
+    assert len(result.records) == 2
+    cli_head, api_head = pairkit.load_head(tmp_path / "cli"), pairkit.load_head(tmp_path / "api")
+    v = store.vectors()
+    np.testing.assert_allclose(api_head.apply(v), cli_head.apply(v), atol=1e-5)
+    # a DataFrame straight from mine_pairs trains the same head
+    pairkit.train_head(store, tmp_path / "df", pairs, epochs=2, batch_size=16, out_dim=8)
+    np.testing.assert_allclose(pairkit.load_head(tmp_path / "df").apply(v), api_head.apply(v),
+                               atol=1e-5)
+
+
+def test_store_info_and_vectors(store) -> None:
+    info = pairkit.store_info(store.root)
+    assert info["rows"] == 60 and info["sources"] == 30 and info["checksums"] == "ok"
+    np.testing.assert_array_equal(pairkit.vectors(store.root), store.vectors())
+
+
+def test_docs_api_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``>>>`` example of docs/api.md, in order, in a folder holding ``photos/``
+    (three classes of small images in sub-folders)."""
+    make_images(tmp_path / "photos", n_per_class=6, classes=3)
+    monkeypatch.chdir(tmp_path)
+    text = DOCS.read_text(encoding="utf-8")
+    test = doctest.DocTestParser().get_doctest(text, {}, "docs/api.md", str(DOCS), 0)
+    assert len(test.examples) >= 15
+    runner_ = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner_.run(test)
+    result = runner_.summarize(verbose=False)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed"

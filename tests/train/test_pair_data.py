@@ -1,0 +1,182 @@
+"""Pair tables as training data: examples, the image dataset and its DataLoader, the
+datasets.Dataset export, and a notebook-style script that mines pairs and trains a small
+torch model from the loader on the CPU."""
+
+from __future__ import annotations
+
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import pairkit
+from pairkit.cli.main import app
+from pairkit.core.store import Store
+from pairkit.errors import PairkitError, UsageError
+from pairkit.train.pair_data import PairImages, pair_examples, to_hf_dataset
+from tests.conftest import make_images
+
+runner = CliRunner()
+
+
+def test_triplet_rows_group_into_examples_in_rank_order() -> None:
+    t = pd.DataFrame({"anchor_id": [0, 0, 0, 1, 1, 2], "positive_id": [5, 5, 5, 6, 6, 7],
+                      "negative_id": [3, 4, 8, 9, -1, 2],
+                      "false_negative": [False, True, False, False, False, False]})
+    a, p, negs = pair_examples(t)
+    assert a.tolist() == [0, 1, 2] and p.tolist() == [5, 6, 7]
+    assert [n.tolist() for n in negs] == [[3, 8], [9], [2]]  # flagged and -1 left out
+    _, _, kept = pair_examples(t, keep_flagged=True)
+    assert kept[0].tolist() == [3, 4, 8]
+
+
+def test_n_tuple_and_labeled_pair_tables() -> None:
+    t = pd.DataFrame({"anchor_id": [0, 1], "positive_id": [2, 3], "negative_id_1": [4, 5],
+                      "negative_id_10": [8, -1], "negative_id_2": [6, 7]})
+    a, p, negs = pair_examples(t)
+    assert a.tolist() == [0, 1] and [n.tolist() for n in negs] == [[4, 6, 8], [5, 7]]
+    with pytest.raises(UsageError, match="labeled-pair"):
+        pair_examples(pd.DataFrame({"anchor_id": [0], "other_id": [1], "label": [1]}))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    tmp = tmp_path_factory.mktemp("pd")
+    make_images(tmp / "images", n_per_class=4, classes=3)
+    return pairkit.embed_images(tmp / "images", tmp / "store", model="fake", views=2,
+                                labels="folder")
+
+
+def _resize(img):  # noqa: ANN001, ANN202
+    from torchvision.transforms.functional import resize, to_tensor
+
+    return to_tensor(resize(img, [12, 12]))
+
+
+def test_items_are_the_table_s_images_through_the_transform(store: Store) -> None:
+    from PIL import Image
+
+    pairs = pairkit.mine_pairs(store, num_negatives=3)
+    data = PairImages(pairs, store, transform=_resize)
+    assert len(data) == store.count and data.skipped == 0
+    root = Path(store.manifest["image_root"])
+    paths = store.items["path"]
+    first = pairs[pairs["anchor_id"] == data.anchors[5]]
+    anchor, positive, negatives = data[5]
+    assert negatives.shape == (3, 3, 12, 12)
+    for got, item in [(anchor, data.anchors[5]), (positive, first["positive_id"].iloc[0]),
+                      *zip(negatives, first["negative_id"], strict=True)]:
+        want = _resize(Image.open(root / paths[item]).convert("RGB"))
+        assert np.array_equal(got.numpy(), want.numpy())
+    loader = pairkit.pair_loader(pairs, store, transform=_resize, batch_size=5, shuffle=False)
+    a, p, n = next(iter(loader))
+    assert a.shape == (5, 3, 12, 12) and p.shape == (5, 3, 12, 12)
+    assert n.shape == (5, 3, 3, 12, 12)
+    assert np.array_equal(a[0].numpy(), data[0][0].numpy())
+
+
+def test_negatives_per_example_and_skipped(store: Store) -> None:
+    pairs = pairkit.mine_pairs(store, num_negatives=3)
+    short = pairs.drop(index=pairs.index[pairs["anchor_id"] == 0][:2])  # anchor 0: 1 left
+    assert len(PairImages(short, store, transform=_resize)) == store.count  # fewest: 1
+    assert PairImages(short, store, transform=_resize)[0][2].shape[0] == 1
+    three = PairImages(short, store, transform=_resize, negatives=3)
+    assert len(three) == store.count - 1 and three.skipped == 1
+
+
+def test_refusals(store: Store, tmp_path: Path) -> None:
+    from pairkit.core.store import write_store
+
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    other = write_store(tmp_path / "other", store.vectors()[:4],
+                        pd.DataFrame({"path": ["a.png", "../../etc/passwd", "c.png", "d.png"]}),
+                        encoder={"name": "x"})
+    with pytest.raises(PairkitError, match="was mined from store"):
+        PairImages(pairs, other)
+    with pytest.raises(PairkitError, match="no image_root"):
+        PairImages(pairs.drop(columns="store_id"), other)
+    writer_manifest = other.manifest | {"image_root": str(tmp_path)}
+    other.manifest = writer_manifest  # an image root, and a path that leaves it
+    t = pd.DataFrame({"anchor_id": [0], "positive_id": [2], "negative_id": [1]})
+    with pytest.raises(PairkitError, match="holds '..'"):
+        PairImages(t, other)
+    t = pd.DataFrame({"anchor_id": [0], "positive_id": [2], "negative_id": [99]})
+    with pytest.raises(PairkitError, match="outside store"):
+        PairImages(t, other)
+
+
+def test_hf_export_with_paths_and_bytes(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("datasets")
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    ds = to_hf_dataset(pairs)
+    assert ds.num_rows == len(pairs) and ds.column_names == list(pairs.columns)
+    assert ds["negative_id"] == pairs["negative_id"].tolist()
+    ds = pairkit.pairs_to_dataset(pairs, store, images="bytes")
+    root = Path(store.manifest["image_root"])
+    fmt = ds.with_format(None).cast_column("negative_image",
+                                           __import__("datasets").Image(decode=False))
+    for i in (0, 7):
+        assert fmt[i]["negative_image"]["bytes"] == (root / pairs["negative_path"][i]).read_bytes()
+    with pytest.raises(UsageError, match="needs the store"):
+        to_hf_dataset(pairs, images="bytes")
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(PairkitError, match="pip install datasets"):
+        to_hf_dataset(pairs)
+
+
+def test_webdataset_members_read_back(tmp_path: Path) -> None:
+    make_images(tmp_path / "img", n_per_class=2, classes=1)
+    with tarfile.open(tmp_path / "00000.tar", "w") as tf:
+        for p in sorted((tmp_path / "img").rglob("*.*")):
+            tf.add(p, arcname=f"k{p.stem}.{p.suffix[1:]}")
+    r = runner.invoke(app, ["embed", str(tmp_path / "00000.tar"), "-o", str(tmp_path / "s"),
+                            "--model", "fake", "-q"])
+    assert r.exit_code == 0, r.output
+    st = Store.open(tmp_path / "s")
+    from pairkit.encode.item_images import read_item_bytes
+
+    files = sorted((tmp_path / "img").rglob("*.*"))
+    for i, path in enumerate(st.items["path"]):
+        assert path.startswith("00000.tar/")
+        assert read_item_bytes(st.manifest["image_root"], path) == files[i].read_bytes()
+    with pytest.raises(PairkitError, match="no member"):
+        read_item_bytes(st.manifest["image_root"], "00000.tar/nope.jpg")
+
+
+def test_notebook_mines_pairs_and_trains_a_small_model(tmp_path: Path) -> None:
+    """The three lines of docs/api.md in a training loop: the loss goes down."""
+    import torch
+
+    make_images(tmp_path / "photos", n_per_class=6, classes=3)
+    store = pairkit.embed_images(tmp_path / "photos", tmp_path / "store", model="fake",
+                                 labels="folder")
+    pairs = pairkit.mine_pairs(store, num_negatives=2)  # label relation: same-class positives
+    assert pairs.attrs["stats"]["relation"].startswith("label")
+    loader = pairkit.pair_loader(pairs, store, transform=_resize, batch_size=12,
+                                 generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(2), torch.nn.Flatten(),
+                                torch.nn.Linear(32, 16))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    loss_fn = torch.nn.TripletMarginLoss(margin=1.0)
+    epoch_loss = []
+    for _ in range(8):
+        total = 0.0
+        for anchors, positives, negatives in loader:
+            b, k = negatives.shape[:2]
+            za, zp = model(anchors), model(positives)
+            zn = model(negatives.flatten(0, 1)).view(b, k, -1)
+            loss = sum(loss_fn(za, zp, zn[:, j]) for j in range(k)) / k
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * b
+        epoch_loss.append(total / len(loader.dataset))
+    assert len(loader.dataset) == 18
+    assert np.isfinite(epoch_loss).all()
+    assert epoch_loss[-1] < 0.8 * epoch_loss[0], epoch_loss
