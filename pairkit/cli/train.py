@@ -122,7 +122,9 @@ def train(
         from pairkit.core.manifest import read_manifest
 
         say(f"trained {head} head {read_manifest(store)['dim']}->{result.out_dim} with {loss} "
-            f"for {last['epoch']} epochs on {result.device} ({result.examples} pairs/epoch, "
+            f"for {last['epoch']} epochs on {result.device} ({result.examples} pairs/epoch"
+            + (f", {result.mined_positives} mined positives" if result.mined_positives else "")
+            + ", "
             f"{result.pairs_per_second:,.0f} pairs/s over all epochs): {last['metrics_on']} "
             f"gap {last['gap']:.3f} -> {output}",
             quiet)

@@ -19,6 +19,8 @@ from pairkit.mine.skip import SkippedRows, skippable_rows
 
 if TYPE_CHECKING:
     from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.fn_context import FnContext
+    from pairkit.mine.positives import PositiveConfig
 
 
 def mine_to_files(
@@ -29,6 +31,7 @@ def mine_to_files(
     on_start: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
     ray: str | None = None,
+    positives: PositiveConfig | None = None,
 ) -> dict[str, Any]:
     """Mine the store at ``store`` and write the table to ``output`` (``-``: JSON Lines
     on stdout) and the stats to ``stats_path``; returns the stats dict. Outputs are
@@ -50,7 +53,7 @@ def mine_to_files(
     def run(map_blocks: Any = None) -> tuple[Any, dict[str, Any]]:
         st = Store.open(store, verify=True)
         return mine_store(st, relation, config, index, fn_config, fmt, progress=progress,
-                          on_start=on_start, map_blocks=map_blocks)
+                          on_start=on_start, map_blocks=map_blocks, positives=positives)
 
     if ray:
         index = cpu_search(index, "mine")
@@ -170,6 +173,7 @@ def mine_store(
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     map_blocks: MapBlocks | None = None,
+    positives: PositiveConfig | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Mine a :class:`pairkit.core.store.Store`; returns ``(pair table, stats dict)``.
 
@@ -178,7 +182,9 @@ def mine_store(
     among the candidates (None: no flags). ``on_start(n_anchors)`` is called
     once the anchors are known (for a progress bar). ``map_blocks``: where the
     blocks of anchors run (:func:`pairkit.mine.hard_negatives.mine_negatives`); the index
-    and the false-negative context are built here once either way.
+    and the false-negative context are built here once either way. ``positives``: mine
+    positives beyond the anchor's views too (:mod:`pairkit.mine.positives`; rows with
+    ``positive_kind = mined``), None or ``per_anchor = 0``: none.
     """
     import time
 
@@ -260,6 +266,11 @@ def mine_store(
     table = build_pair_table(result.pairs, fmt, store.content_id,
                              items["path"].to_numpy(dtype=object),
                              flag_columns=fn_config is not None and config.keep_flagged)
+    mined_stats = None
+    if positives is not None and positives.per_anchor > 0:
+        table, mined_stats = _with_mined_positives(table, fmt, result.pairs.anchors, vectors,
+                                                   sources, store, positives, ctx, fn_config,
+                                                   where)
     stats = summary_stats(result, config.num_negatives, config.hard)
     lo, hi = config.window()
     stats = {
@@ -284,6 +295,8 @@ def mine_store(
                     "false_negative_context": round(t_fn - t_index, 3),
                     "index": round(t1 - t_fn, 3), "search": round(search_time[0], 3)},
     }
+    if mined_stats is not None:
+        stats["mined_positives"] = mined_stats
     if fn_config is not None:
         from pairkit.mine.fn_estimate import estimate_quality
 
@@ -296,3 +309,45 @@ def mine_store(
         stats["pairs_rows_unknown"] = rel.rows_unknown
         stats["pairs_unknown_examples"] = list(rel.unknown_examples)
     return table, stats
+
+
+def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np.ndarray,
+                          sources: np.ndarray, store: Any, cfg: PositiveConfig,
+                          ctx: FnContext | None, fn_config: FalseNegativeConfig | None,
+                          backend: Any) -> tuple[Any, dict[str, Any]]:
+    """``table`` with the mined positives of ``anchors`` as extra rows, and their stats.
+
+    The neighbour lists, near-duplicate groups and cluster runs are the false-negative
+    context's when it has them (computed once for both), else found here."""
+    from pairkit.core.pairs import add_mined_positives
+    from pairkit.mine.fn_context import FnContext, knn_neighbours, near_duplicate_threshold
+    from pairkit.mine.positives import mine_positives
+
+    if ctx is None:
+        ctx = FnContext(vectors=vectors, labels=None, sources=sources, backend=backend)
+    nb_ids, nb_scores = knn_neighbours(ctx, cfg.neighbours)
+    threshold = None
+    if fn_config is not None and "near-duplicate" in fn_config.rules:
+        threshold = near_duplicate_threshold(fn_config)
+    groups = ctx.groups
+    mined = mine_positives(anchors, nb_ids, nb_scores, cfg, groups=groups, vectors=vectors,
+                           cluster_assign=ctx.cluster_assign,
+                           near_duplicate_threshold=threshold)
+    out = add_mined_positives(table, fmt, anchors, mined.rows, mined.ids, mined.scores,
+                              mined.confidence, mined.reasons, store.content_id,
+                              store.items["path"].to_numpy(dtype=object))
+    reasons, counts = np.unique(mined.reasons.astype(str), return_counts=True)
+    stats: dict[str, Any] = {
+        "rows": len(mined), "anchors_with_any": int(len(np.unique(mined.rows))),
+        "per_anchor": round(len(mined) / max(len(anchors), 1), 3),
+        "reasons": {str(r): int(c) for r, c in zip(reasons, counts, strict=True)},
+        "neighbours": cfg.neighbours, "max_per_anchor": cfg.per_anchor,
+    }
+    labels = store.labels()
+    if labels is not None and len(mined):
+        a = np.asarray(labels, dtype=object)[np.asarray(anchors)[mined.rows]]
+        b = np.asarray(labels, dtype=object)[mined.ids]
+        known = np.array([x is not None and y is not None for x, y in zip(a, b, strict=True)])
+        if known.any():
+            stats["same_label"] = round(float((a[known] == b[known]).mean()), 4)
+    return out, stats

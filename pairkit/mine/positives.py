@@ -96,7 +96,8 @@ def mutual_neighbours(ids: np.ndarray) -> np.ndarray:
 def mine_positives(anchors: np.ndarray, neighbour_ids: np.ndarray,
                    neighbour_scores: np.ndarray, cfg: PositiveConfig, *,
                    groups: np.ndarray | None = None, vectors: np.ndarray | None = None,
-                   cluster_assign: np.ndarray | None = None) -> MinedPositives:
+                   cluster_assign: np.ndarray | None = None,
+                   near_duplicate_threshold: float | None = None) -> MinedPositives:
     """The mined positives of ``anchors`` (n,) item ids.
 
     ``neighbour_ids``/``neighbour_scores`` (N, m >= cfg.neighbours): every row's nearest
@@ -104,7 +105,8 @@ def mine_positives(anchors: np.ndarray, neighbour_ids: np.ndarray,
     :func:`pairkit.mine.fn_context.knn_neighbours` gives them; ``groups`` (N,) the
     near-duplicate group per item (-1: none); ``vectors`` (N, d) normalised, for the
     scores of group mates; ``cluster_assign`` (G, N) the consensus runs of the cluster
-    rule (confidence), or None.
+    rule (confidence), or None. ``near_duplicate_threshold``: without ``groups``, a mutual
+    neighbour at least this similar is a ``near_duplicate`` (confidence 1).
     """
     cfg.check()
     anchors = np.asarray(anchors, dtype=np.int64)
@@ -124,9 +126,14 @@ def mine_positives(anchors: np.ndarray, neighbour_ids: np.ndarray,
         conf = agree / len(cluster_assign)
     else:
         conf = (1.0 - ranks / m).astype(np.float32)
+    reason = np.full(cand.shape, REASONS[1], dtype=object)
+    if groups is None and near_duplicate_threshold is not None:
+        dup = (cand >= 0) & (np.nan_to_num(cand_scores, nan=-2.0) >= near_duplicate_threshold)
+        reason[dup] = REASONS[0]
+        conf = np.where(dup, 1.0, conf)
     rows = [np.repeat(np.arange(len(anchors)), m).reshape(len(anchors), m)]
     parts_ids, parts_scores, parts_conf = [cand], [cand_scores], [conf.astype(np.float32)]
-    parts_reason = [np.full(cand.shape, REASONS[1], dtype=object)]
+    parts_reason = [reason]
     if groups is not None:
         g_rows, g_ids, g_scores = _group_mates(anchors, groups, vectors, cfg.per_anchor)
         rows.append(g_rows[:, None])

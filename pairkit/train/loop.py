@@ -169,6 +169,7 @@ class TrainResult:
     stopped: str | None = None
     notes: list[str] = field(default_factory=list)
     out_dim: int = 0
+    mined_positives: int = 0  # of the table, on the training side
 
     @property
     def pairs_per_second(self) -> float:
@@ -514,10 +515,7 @@ def _read_pairs(table: pd.DataFrame, store: Store, cfg: TrainConfig, allowed: np
     extra = mined_only_examples(sets, np.unique(pairs.anchor), allowed)
     if len(extra):
         pairs = concat_pairs(pairs, extra)
-    info = TableInfo(kind=info.kind, rows=len(table), flagged=info.flagged,
-                     notes=info.notes + (f"{sets.total} mined positives of "
-                                         f"{int((sets.counts(np.arange(store.count)) > 0).sum())}"
-                                         " anchors",))
+    info = TableInfo(kind=info.kind, rows=len(table), flagged=info.flagged, notes=info.notes)
     return pairs, info, sets
 
 
@@ -748,5 +746,5 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     write_plot(out / PLOT, records)
     return TrainResult(head=out, records=records, device=str(device), precision=precision,
                        streaming=streaming, examples=n_examples, stopped=stopped, notes=notes,
-                       out_dim=spec.out_dim)
+                       out_dim=spec.out_dim, mined_positives=0 if mined is None else mined.total)
 
