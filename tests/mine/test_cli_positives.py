@@ -1,0 +1,101 @@
+"""pairkit mine --positives end to end: mined rows against a brute-force mutual-neighbour
+check, on by default with the filter only, the cap, bad values, and train reading them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from tests.conftest import random_store
+
+runner = CliRunner()
+LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,cluster"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory):
+    return random_store(tmp_path_factory.mktemp("pos") / "store", n_sources=60, views=2,
+                        dim=16, classes=4)
+
+
+def brute_mutual(store, m: int) -> set[tuple[int, int]]:  # noqa: ANN001
+    x = store.vectors(np.float32)
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    src = store.source_codes()
+    sims = x @ x.T
+    sims[src[:, None] == src[None, :]] = -np.inf
+    top = np.argsort(-sims, axis=1, kind="stable")[:, :m]
+    lists = [set(r.tolist()) for r in top]
+    return {(i, int(j)) for i in range(len(x)) for j in top[i] if i in lists[int(j)]}
+
+
+def test_default_with_filter_rows_are_mutual_neighbours(store, tmp_path: Path) -> None:
+    out, stats = tmp_path / "p.parquet", tmp_path / "s.json"
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", *LABEL_FREE, "-o", str(out),
+                            "--stats", str(stats)])
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(out)
+    mined = df[df["positive_kind"] == "mined"]
+    views = df[df["positive_kind"] == "view"]
+    assert len(views) == 120 * 5 and len(mined) > 0
+    assert (mined["negative_id"] == -1).all() and mined["negative_path"].isna().all()
+    assert set(mined["positive_reason"]) <= {"mutual_neighbour", "near_duplicate"}
+    got = set(zip(mined["anchor_id"], mined["positive_id"], strict=True))
+    want = brute_mutual(store, 10)
+    assert got == want  # 10 per anchor at most: no anchor here has more mutual ones
+    assert mined.groupby("anchor_id").size().max() <= 10
+    assert mined["positive_confidence"].between(0, 1).all()
+    assert views["positive_confidence"].isna().all()
+    s = json.loads(stats.read_text())["mined_positives"]
+    assert s["rows"] == len(mined) and s["neighbours"] == 10
+    labels = store.labels()
+    precision = np.mean(labels[mined["anchor_id"]] == labels[mined["positive_id"]])
+    assert s["same_label"] == pytest.approx(precision, abs=1e-4)
+    # rows stay grouped by anchor: each anchor's view rows, then its mined rows
+    first = df.groupby("anchor_id", sort=False).head(1).index.to_numpy()
+    assert (np.diff(df["anchor_id"].to_numpy()[first]) > 0).all()
+
+
+def test_naive_has_none_and_explicit_cap_works(store, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "-o", str(tmp_path / "n.csv")])
+    assert r.exit_code == 0, r.output
+    assert "positive_kind" not in pd.read_csv(tmp_path / "n.csv").columns
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "--positives", "2",
+                            "-o", str(tmp_path / "c.parquet")])
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(tmp_path / "c.parquet")
+    mined = df[df["positive_kind"] == "mined"]
+    assert 0 < mined.groupby("anchor_id").size().max() <= 2
+    assert set(zip(mined["anchor_id"], mined["positive_id"], strict=True)) <= brute_mutual(
+        store, 10)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--positives", "-1"], "--positives must be >= 0, got -1"),
+    (["--positive-neighbours", "0"], "--positive-neighbours must be >= 1, got 0"),
+])
+def test_bad_values(store, tmp_path: Path, args: list[str], message: str) -> None:
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", *args,
+                            "-o", str(tmp_path / "x.parquet")])
+    assert r.exit_code == 2 and message in r.output
+
+
+def test_train_reads_mined_positives(store, tmp_path: Path) -> None:
+    out = tmp_path / "p.parquet"
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", *LABEL_FREE, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    n_mined = int((pd.read_parquet(out)["positive_kind"] == "mined").sum())
+    r = runner.invoke(app, ["train", str(store.root), "--pairs", str(out), "-o",
+                            str(tmp_path / "h"), "--epochs", "1", "--batch-size", "32",
+                            "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    assert f"{n_mined} mined positives" in r.output
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert config["pairs"]["mined_positives"] == n_mined
+    assert config["head"] == {"kind": "residual", "in_dim": 16, "out_dim": 16, "hidden": 512}
