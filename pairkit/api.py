@@ -45,10 +45,11 @@ def _open(store: Any) -> Store:
     return store if isinstance(store, Store) else Store.open(store)
 
 
-def _root(store: Any) -> Path:
+def _root(store: Any) -> Any:
+    """A store's folder (or ``s3://`` URL) as the commands take it."""
     from pairkit.core.store import Store
 
-    return store.root if isinstance(store, Store) else Path(store)
+    return store.root if isinstance(store, Store) else store
 
 
 def _split_options(options: dict[str, Any], *classes: type) -> list[dict[str, Any]]:
@@ -237,7 +238,7 @@ def store_info(store: str | os.PathLike[str], verify: bool = True) -> dict[str, 
     sizes, format version and whether every checksum holds (``verify``)."""
     from pairkit.core.info import store_info as info
 
-    return info(Path(store), verify=verify)
+    return info(store, verify=verify)
 
 
 def pairs_to_dataset(table: pd.DataFrame, store: Any = None, *,

@@ -99,3 +99,34 @@ def random_store(path: Path, n_sources: int = 20, views: int = 2, dim: int = 16,
 @pytest.fixture
 def small_store(tmp_path: Path):
     return random_store(tmp_path / "store")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """The endpoint of a moto S3 server process on 127.0.0.1 (tests/s3server.py), with
+    AWS_ENDPOINT_URL and dummy credentials set for the session."""
+    from tests.s3server import ENV, moto_server
+
+    with moto_server() as endpoint:
+        if endpoint is None:
+            pytest.skip("no S3 test server: needs moto[server] and s3fs (pip install -e "
+                        "'.[dev]')")
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in ENV.items():
+                mp.setenv(key, value)
+            mp.setenv("AWS_ENDPOINT_URL", endpoint)
+            yield endpoint
+
+
+@pytest.fixture
+def s3(s3_endpoint, request) -> str:
+    """``s3://BUCKET``: a new, empty bucket on the test server for this test."""
+    import re
+    import uuid
+
+    import s3fs
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    bucket = f"{name}-{uuid.uuid4().hex[:8]}"
+    s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint}).mkdir(bucket)
+    return f"s3://{bucket}"

@@ -39,6 +39,20 @@ def test_import_pairkit_loads_nothing_heavy() -> None:
     assert rest.split()[0] == "True"
 
 
+def test_help_loads_nothing_heavy() -> None:
+    code = ("import sys\n"
+            "sys.argv = ['pairkit', '--help']\n"
+            "from pairkit.cli.main import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('numpy', 'pandas', 'torch', 'faiss', 'pyarrow', 'PIL')"
+            " if m in sys.modules), file=sys.stderr)")
+    env = {**os.environ, "PYTHONPATH": with_repo_path()}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert "search" in proc.stdout and "info" in proc.stdout  # the new commands are listed
+    assert proc.stderr.strip().splitlines()[-1] == "[]"
+
+
 def test_names_are_listed_and_unknown_ones_fail() -> None:
     assert set(pairkit.API) <= set(dir(pairkit))
     for name in pairkit.API:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Literal
 
 import typer
@@ -16,16 +15,18 @@ DEFAULT_THRESHOLD_TEXT = "0.965"
 
 
 def dedup(
-    store: Path = typer.Argument(..., help="Store folder (made by embed or import)."),
+    store: str = typer.Argument(
+        ..., help="Store folder or URL (s3://...; made by embed or import)."),
     threshold: float | None = typer.Option(
         None, "--threshold", "-t", show_default=DEFAULT_THRESHOLD_TEXT,
         help="Similarity for a near-duplicate, in (0, 1] (measured with the pixels encoder; "
         "see docs/dedup.md for other encoders)."),
     keep: Literal["best", "first", "largest", "central"] = typer.Option(
         "best", "--keep",
-        help="Copy kept per group. best: most pixels, then largest file, then shortest path, "
-        "then path order; first: lowest id; largest: image area, then file size; central: "
-        "most similar to the others."),
+        help="Copy kept per group. best: the copy that lost least (JPEG quality, then "
+        "sharpness, pixels and clipping; see docs/dedup.md), then largest file, then shortest "
+        "path; first: lowest id; largest: image area, then file size; central: most similar "
+        "to the others. The table's keep_reason says why."),
     output: str = typer.Option(
         "-", "-o", "--output",
         help="Table (.parquet, .csv, .jsonl) or, with --paths-only, any file; - = stdout."),
@@ -65,8 +66,10 @@ def dedup(
             table_output(output)
         if output != "-":
             from pairkit.core.atomic import check_output
+            from pairkit.core.paths import check_output_apart
             from pairkit.core.tables import check_table_output
 
+            check_output_apart(output, [store])
             (check_output if paths_only else check_table_output)(output, force)
         t0 = time.perf_counter()
         cfg = DedupConfig(store, threshold, keep, exact_only, batch_size, device, absolute,

@@ -16,11 +16,12 @@ Precision = Literal["auto", "fp32", "fp16", "bf16"]
 
 
 def embed(
-    images: Path = typer.Argument(
-        ..., help="Folder of images (searched recursively), webdataset tar shards (a .tar or "
-        "a brace pattern such as 'shards/{00000..00099}.tar'), or a Hugging Face dataset "
-        "(a save_to_disk folder, a .parquet or .arrow file)."),
-    output: Path = typer.Option(..., "-o", "--output", help="Store folder to create or resume."),
+    images: str = typer.Argument(
+        ..., help="Folder of images (searched recursively; or an s3:// prefix), webdataset "
+        "tar shards (a .tar or a brace pattern such as 'shards/{00000..00099}.tar'), or a "
+        "Hugging Face dataset (a save_to_disk folder, a .parquet or .arrow file)."),
+    output: str = typer.Option(..., "-o", "--output",
+                               help="Store folder or URL (s3://...) to create or resume."),
     model: str = typer.Option(
         "openclip/ViT-B-32", "--model", "-m",
         help="Encoder: openclip/NAME, timm/NAME, or pixels (weight-free, offline).",
@@ -123,8 +124,9 @@ def embed(
         if summary.skipped:
             from pairkit.core.options import plural
 
-            say(f"{plural(summary.skipped, 'file')} skipped: see {output / 'errors.jsonl'}",
-                quiet)
+            where = (f"the errors object its manifest names in {output}" if "://" in output
+                     else Path(output) / "errors.jsonl")
+            say(f"{plural(summary.skipped, 'file')} skipped: see {where}", quiet)
         if summary.missing_from_folder:
             warn(f"{summary.missing_from_folder} images in the store are no longer in {images}")
         if json_summary:

@@ -13,8 +13,9 @@ from pairkit.cli.options import Backend, backend_option, device_option, ray_opti
 
 
 def eval_store(
-    store: Path = typer.Argument(..., help="Store to evaluate (the reference side)."),
-    against: Path | None = typer.Option(
+    store: str = typer.Argument(
+        ..., help="Store to evaluate (the reference side; a folder or URL)."),
+    against: str | None = typer.Option(
         None, "--against", help="Test store: its items are the queries, STORE the references."),
     test_fraction: float | None = typer.Option(
         None, "--test-fraction", help="Without --against: fraction of sources held out as "

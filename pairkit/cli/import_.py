@@ -15,7 +15,8 @@ def import_store(
     items: str = typer.Option(
         ..., "--items", help="CSV/parquet/JSONL with 'path' (and optional source, view, label)."
     ),
-    output: Path = typer.Option(..., "-o", "--output", help="Store folder to create."),
+    output: str = typer.Option(..., "-o", "--output",
+                               help="Store folder or URL (s3://...) to create."),
     dtype: Dtype = typer.Option("float16", "--dtype", help="Storage precision of the store."),
     encoder: str = typer.Option("imported", "--encoder", help="Encoder name for the manifest."),
     force: bool = typer.Option(False, "--force", help="Replace an existing store."),

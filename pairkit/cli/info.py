@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import typer
 
@@ -11,7 +10,8 @@ from pairkit.cli.common import say, user_errors
 
 
 def info(
-    store: Path = typer.Argument(..., help="Store folder (from embed or import)."),
+    store: str = typer.Argument(
+        ..., help="Store folder or URL (s3://...; from embed or import)."),
     no_verify: bool = typer.Option(
         False, "--no-verify", help="Skip reading every byte for the sha256 checks."),
     json_out: bool = typer.Option(False, "--json", help="Print the facts as JSON on stdout."),

@@ -13,7 +13,7 @@ from pairkit.cli.progress import ProgressBar
 
 
 def mine(
-    store: Path = typer.Argument(..., help="Store folder (from embed or import)."),
+    store: str = typer.Argument(..., help="Store folder or URL (s3://...; from embed or import)."),
     output: str = o.table_output_option(),
     hard: bool = typer.Option(
         False, "--hard", help="Hard negatives from a kNN search (without: easy, uniform)."),

@@ -16,7 +16,7 @@ def report(
         "(eval --plot: files or their folder); - reads a table from stdin."),
     output: Path = typer.Option(..., "-o", "--output",
                                 help="Report folder to write (index.html + thumbnails)."),
-    store: Path | None = typer.Option(
+    store: str | None = typer.Option(
         None, "--store", show_default="found next to the table by its store_id or paths",
         help="Store the tables came from; gives labels and thumbnails."),
     sample: int = typer.Option(

@@ -11,7 +11,8 @@ from pairkit.cli.options import device_option, table_output_option
 
 
 def search(
-    store: Path = typer.Argument(..., help="Store folder (from embed or import)."),
+    store: str = typer.Argument(
+        ..., help="Store folder or URL (s3://...; from embed or import)."),
     queries: list[str] = typer.Argument(
         None, metavar="[QUERY]...", show_default=False,
         help="Image files (embedded with the store's encoder) or item ids (row numbers)."),

@@ -33,7 +33,7 @@ class _TrainBar(ProgressBar):
 
 
 def train(
-    store: Path = typer.Argument(..., help="Store folder (from embed or import)."),
+    store: str = typer.Argument(..., help="Store folder or URL (from embed or import)."),
     output: Path = typer.Option(..., "-o", "--output", help="Head folder to create."),
     pairs: str | None = typer.Option(
         None, "--pairs", "-p", help="Pair table from mine (triplet or n-tuple; - = stdin)."),

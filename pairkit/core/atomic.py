@@ -62,14 +62,38 @@ def fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
+def _commit_new(tmp_path: Path, target: Path) -> None:
+    """Put ``tmp_path`` at ``target`` only if no file is there: a hard link fails when the
+    name exists, so of two runs that both checked ``target`` was free, one gets an error
+    instead of silently replacing the other's result."""
+    try:
+        os.link(tmp_path, target)
+    except FileExistsError:
+        raise PairkitError(f"output {target} was written by another run meanwhile; this "
+                           "run's result was not written (pass --force to replace it)") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV,
+                             errno.EMLINK, errno.ENOSYS):
+            raise
+        if target.exists():  # a file system without hard links: check, then rename
+            raise PairkitError(f"output {target} exists; pass --force to overwrite it") from None
+        os.replace(tmp_path, target)
+        return
+    tmp_path.unlink()
+
+
 @contextlib.contextmanager
-def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temp path in the target's folder; rename it over ``target`` on success.
+def atomic_path(target: str | os.PathLike[str], replace: bool = True) -> Iterator[Path]:
+    """Yield a temp path in the target's folder; rename it over ``target`` on success
+    (``replace=False``: only if ``target`` still doesn't exist then, else PairkitError).
 
     On any exception the temp file is removed and ``target`` is left untouched; a full
     disk becomes ``disk full while writing TARGET: free space and rerun; nothing was
     lost``.
     """
+    from pairkit.core.remote import check_local
+
+    check_local(target, "output")
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -79,7 +103,10 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp_path
         # mkstemp makes 0600 files; outputs should be readable as any new file would be
         os.chmod(tmp_path, 0o666 & ~_umask())
-        os.replace(tmp_path, target)
+        if replace:
+            os.replace(tmp_path, target)
+        else:
+            _commit_new(tmp_path, target)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
@@ -91,9 +118,11 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_open(target: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
-    """Open a temp file for writing that replaces ``target`` when closed without error."""
-    with atomic_path(target) as tmp:
+def atomic_open(target: str | os.PathLike[str], mode: str = "w",
+                replace: bool = True) -> Iterator[IO]:
+    """Open a temp file for writing that replaces ``target`` when closed without error
+    (``replace=False``: see :func:`atomic_path`)."""
+    with atomic_path(target, replace=replace) as tmp:
         encoding = None if "b" in mode else "utf-8"
         with open(tmp, mode, encoding=encoding) as fh:
             yield fh
@@ -129,7 +158,14 @@ def remove_stale_temps(folder: str | os.PathLike[str],
 
 
 def check_output(path: str | os.PathLike[str], force: bool, what: str = "output") -> Path:
-    """Refuse to overwrite an existing file unless ``force``; return the path."""
+    """Refuse to overwrite an existing file unless ``force``; return the path. A URL is
+    refused (this output is local only; tables take URLs: core/tables.py)."""
+    from pairkit.core.remote import check_local, is_url
+
+    if is_url(path):
+        raise PairkitError(f"{what} {path}: object storage is not supported for this "
+                           "output; give a local path")
+    check_local(path, what)
     p = Path(path)
     if p.is_dir():
         raise PairkitError(f"{what} {p} is a folder, expected a file path")

@@ -15,6 +15,8 @@ from pairkit.errors import PairkitError
 def load_npy(path: str | Path) -> np.ndarray:
     """A 2-D numeric array from a .npy file (memory-mapped), with clear errors."""
     p = Path(path)
+    if p.is_dir():
+        raise PairkitError(f"embeddings file {p} is a folder, expected a .npy file")
     if not p.is_file():
         raise PairkitError(f"embeddings file {p} not found")
     try:
@@ -23,17 +25,18 @@ def load_npy(path: str | Path) -> np.ndarray:
         raise PairkitError(f"{p} is not a readable .npy file ({exc})") from exc
     if arr.ndim != 2 or arr.shape[1] == 0:
         raise PairkitError(f"{p} must hold a 2-D array (N, dim), got shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.number):
-        raise PairkitError(f"{p} holds {arr.dtype}, expected numbers")
+    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+        raise PairkitError(f"{p} holds {arr.dtype}, expected real numbers")
     return arr
 
 
-def bad_rows(vectors: np.ndarray, block: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+def bad_rows(vectors: np.ndarray, block: int = 8192) -> tuple[np.ndarray, np.ndarray]:
     """Row numbers holding NaN or inf, and row numbers that are all zeros: two int64
     arrays, found in one streamed pass (memory O(block x dim))."""
     nonfinite, zero = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
     for start in range(0, len(vectors), block):
-        chunk = np.asarray(vectors[start : start + block], dtype=np.float32)
+        # float64 keeps values beyond float32's range finite (normalisation rescales them)
+        chunk = np.asarray(vectors[start : start + block], dtype=np.float64)
         nonfinite.append(np.flatnonzero(~np.isfinite(chunk).all(axis=1)) + start)
         zero.append(np.flatnonzero(~chunk.any(axis=1)) + start)
     return np.concatenate(nonfinite), np.concatenate(zero)

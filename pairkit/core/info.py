@@ -9,26 +9,35 @@ from typing import Any
 from pairkit.errors import StoreError
 
 
-def store_info(root: Path, verify: bool = True) -> dict[str, Any]:
-    """The facts of the store at ``root``. ``checksums``: "ok" when every shard's and the
-    item table's sha256 was checked (``verify``) and holds, "not checked" otherwise; a
-    mismatch or a damaged file raises :class:`StoreError` naming it."""
+def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
+    """The facts of the store at ``root`` (a folder or an ``s3://`` URL). ``checksums``:
+    "ok" when every shard's and the item table's sha256 was checked (``verify``; always
+    for a URL) and holds, "not checked" otherwise; a mismatch or a damaged file raises
+    :class:`StoreError` naming it. Sizes are the ones the manifest records (checked
+    against the files when they are opened)."""
     import numpy as np
 
     from pairkit.core.store import Store
 
     st = Store.open(root, verify=verify)
+    root = st.root
+    remote = not isinstance(root, Path)
     m = st.manifest
     items = st.items
     views = items["view"].to_numpy() if st.count else np.zeros(0, dtype=np.int16)
     per_source = items.groupby("source").size().to_numpy() if st.count else np.zeros(0)
     labels = items["label"].dropna()
     top = labels.value_counts().head(5)
-    files = [s.file for s in st.shards] + [rec["file"] for rec in (m.get("items"),
-                                                                    m.get("errors")) if rec]
-    sizes = {name: (root / name).stat().st_size for name in files if (root / name).exists()}
-    index_dir = root / "index"
-    indexes = sorted(p.name for p in index_dir.glob("*.faiss")) if index_dir.is_dir() else []
+    records = [(s.file, s.bytes) for s in st.shards] + [
+        (rec["file"], rec.get("bytes")) for rec in (m.get("items"), m.get("errors")) if rec]
+    sizes = {}
+    for name, size in records:
+        if size is None and not remote and (root / name).exists():  # format 1: no sizes
+            size = (root / name).stat().st_size
+        sizes[name] = int(size or 0)
+    index_dir = None if remote else root / "index"
+    indexes = (sorted(p.name for p in index_dir.glob("*.faiss"))
+               if index_dir is not None and index_dir.is_dir() else [])
     encoder = st.encoder
     errors = m.get("errors")
     return {
@@ -60,7 +69,7 @@ def store_info(root: Path, verify: bool = True) -> dict[str, Any]:
         "errors": int(errors.get("rows", 0) or 0) if isinstance(errors, dict) else 0,
         "indexes": indexes,
         "content_id": st.content_id,
-        "checksums": "ok" if verify else "not checked",
+        "checksums": "ok" if verify or remote else "not checked",
     }
 
 

@@ -127,9 +127,15 @@ def writer_lock(folder: str | os.PathLike[str], what: str = "folder") -> Iterato
 
     Raises :class:`LockHeld` (one line naming pid, host and command of the holder)
     when another process holds it. Re-entrant within a process. A folder created here
-    and left empty is removed again on exit.
+    and left empty is removed again on exit. A URL (object storage) takes no lock: its
+    commit is a conditional write instead (core/remote_store.py); this yields None.
     """
-    folder = Path(folder)
+    from pairkit.core.remote import is_url, location
+
+    if is_url(folder):
+        yield None  # type: ignore[misc]
+        return
+    folder = Path(location(folder))
     key = os.path.realpath(folder)
     lock = _HELD.get(key)
     if lock is not None:

@@ -28,8 +28,11 @@ ITEMS = "items.parquet"  # format 1's item table; format 2 names a versioned fil
 ITEMS_PATTERN = "items-{:05d}.parquet"
 ERRORS = "errors.jsonl"
 SHARD_PATTERN = "embeddings-{:05d}.npy"
-SHARD_RE = re.compile(r"^embeddings-\d{5,}\.npy$")
-ITEMS_RE = re.compile(r"^items-\d{5,}\.parquet$")
+# object storage (no rename): a writer's objects carry its token, so two writers never
+# write the same name (core/remote_store.py)
+SHARD_RE = re.compile(r"^embeddings-(?P<number>\d{5,})(?:-[0-9a-f]{8})?\.npy$")
+ITEMS_RE = re.compile(r"^items-\d{5,}(?:-[0-9a-f]{8})?\.parquet$")
+ERRORS_RE = re.compile(r"^errors(?:-[0-9a-f]{8}-\d{5,})?\.jsonl$")
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 DTYPES = ("float16", "float32")
 # 64 MiB holds the entries of ~300,000 shards; anything larger is not a pairkit manifest
@@ -69,9 +72,24 @@ def parse_manifest(root: Path, raw: bytes) -> dict[str, Any]:
 
 
 def read_manifest(root: str | Path) -> dict[str, Any]:
-    """Load and check the manifest of the store at ``root``."""
-    root = Path(root)
+    """Load and check the manifest of the store at ``root`` (a folder or a URL)."""
+    from pairkit.core.remote import is_url, location
+
+    if is_url(root):
+        from pairkit.core.remote_store import read_remote_manifest
+
+        return read_remote_manifest(str(root))
+    root = Path(location(root))
     return parse_manifest(root, read_manifest_bytes(root))
+
+
+def has_manifest(root: str | Path) -> bool:
+    """True when the folder (or object prefix, for a URL) holds a manifest."""
+    from pairkit.core.remote import exists, is_url, join
+
+    if is_url(root):
+        return exists(join(str(root), MANIFEST))
+    return (Path(root) / MANIFEST).exists()
 
 
 def _is_int(value: Any) -> bool:
@@ -165,4 +183,4 @@ def check_manifest(root: Path, m: Any) -> None:
         else:
             _file_record(root, m["items"], "items", ITEMS_RE.match, count)
         if m.get("errors") is not None:
-            _file_record(root, m["errors"], "errors", lambda n: n == ERRORS, None)
+            _file_record(root, m["errors"], "errors", ERRORS_RE.match, None)

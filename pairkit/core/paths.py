@@ -43,3 +43,30 @@ def resolve_item_path(image_root: str | os.PathLike[str], path: str) -> Path | N
     if path_problem(path) is not None:
         return None
     return Path(image_root) / path
+
+
+def is_within(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is ``folder`` or lies under it (both resolved, links followed)."""
+    p, f = Path(path).resolve(), Path(folder).resolve()
+    return p == f or f in p.parents
+
+
+def check_output_apart(output: str | os.PathLike[str] | None,
+                       inputs: Iterable[str | os.PathLike[str] | None],
+                       option: str = "-o") -> None:
+    """Refuse (UsageError, exit 2) an output that is an input, lies inside an input folder
+    (a store's manifest, say) or holds an input; ``-`` and None are never outputs/inputs."""
+    from pairkit.errors import UsageError
+
+    if output is None or str(output) == "-":
+        return
+    for source in inputs:
+        if source is None or str(source) == "-":
+            continue
+        if is_within(output, source):
+            where = "is" if Path(output).resolve() == Path(source).resolve() else "is inside"
+            raise UsageError(f"{option} {output} {where} the input {source}: "
+                             f"choose another {option}")
+        if Path(output).is_dir() and is_within(source, output):
+            raise UsageError(f"the input {source} is inside {option} {output}: "
+                             f"choose another {option}")

@@ -61,10 +61,25 @@ OPEN_ATTEMPTS = 8
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
-    """Rows divided by their L2 norm (float32, shape unchanged). Zero rows stay zero."""
-    x = np.asarray(x, dtype=np.float32)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.maximum(norms, eps)
+    """Rows divided by their L2 norm (float32, shape unchanged). Zero rows stay zero.
+
+    Rows whose float32 norm overflows or underflows (components near 1e38 or 1e-30, or
+    float64 beyond float32's range) are scaled by their largest component in float64
+    first, so they come out unit length instead of zero."""
+    source = np.asarray(x)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        x = source.astype(np.float32, copy=False)
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        # the float32 norm is exact enough only well inside the float32 range
+        odd = np.flatnonzero(~np.isfinite(norms[:, 0]) | (norms[:, 0] < 1e-15))
+        out = x / np.maximum(norms, eps)
+        if len(odd):
+            rows = np.asarray(source[odd], dtype=np.float64)
+            scale = np.abs(rows).max(axis=1, keepdims=True)
+            rows = rows / np.where(scale > 0, scale, 1.0)
+            rows_norm = np.linalg.norm(rows, axis=1, keepdims=True)
+            out[odd] = (rows / np.where(rows_norm > 0, rows_norm, 1.0)).astype(np.float32)
+    return out
 
 
 def is_ours(name: str) -> bool:
@@ -195,6 +210,17 @@ class Store:
         self._items_raw: bytes | None = None
         self._items: pd.DataFrame | None = None
         self._vectors: np.ndarray | None = None
+        self.tag: str | None = None  # object storage: the manifest's version (ETag)
+
+    @property
+    def is_remote(self) -> bool:
+        """True for a store on object storage (``root`` is then its URL, a str)."""
+        return isinstance(self.root, str)
+
+    @property
+    def local_root(self) -> Path | None:
+        """The store folder, or None on object storage (no saved indices there)."""
+        return None if self.is_remote else self.root
 
     # -- opening and validation -------------------------------------------------
     @classmethod
@@ -204,9 +230,16 @@ class Store:
         Always checked: the manifest (checksum, every field), each shard's size, shape and
         dtype, the item table's size, and (when the items are read) its sha256, row count
         and ids. ``verify`` also checks every shard's and the item table's sha256 now
-        (reads every byte once).
+        (reads every byte once). ``path`` may be a URL (``s3://bucket/store``): every
+        object is then fetched and always verified (core/remote_store.py).
         """
-        root = Path(path)
+        from pairkit.core.remote import is_url, location
+
+        if is_url(path):
+            from pairkit.core.remote_store import open_remote
+
+            return open_remote(cls, str(path))
+        root = Path(location(path))
         if not root.exists():
             raise StoreError(f"store {root} not found")
         if not root.is_dir():
@@ -389,8 +422,13 @@ class Store:
         rec = self.manifest.get("errors")
         if rec is None:
             return []
-        with _open_regular(self.root / ERRORS, "errors file") as fh:
-            data = fh.read(rec["bytes"] + 1)
+        if self.is_remote:
+            from pairkit.core.remote_store import read_errors
+
+            data = read_errors(str(self.root), rec)
+        else:
+            with _open_regular(self.root / rec["file"], "errors file") as fh:
+                data = fh.read(rec["bytes"] + 1)
         import hashlib
 
         if len(data) != rec["bytes"] or hashlib.sha256(data).hexdigest() != rec["sha256"]:
@@ -451,9 +489,9 @@ def _parquet_rows(fh: IO[bytes], path: Path) -> int:
 
 
 def is_store(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is a folder with a pairkit manifest."""
+    """True when ``path`` is a folder (or object prefix) with a pairkit manifest."""
     try:
-        read_manifest(Path(path))
+        read_manifest(path)
     except StoreError:
         return False
     return True

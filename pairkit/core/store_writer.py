@@ -60,9 +60,17 @@ def prepare_store_dir(path: str | os.PathLike[str], force: bool) -> Path:
     Refuses a path that is a file, a folder holding other files, or an existing
     store without ``force``. A folder left by a killed writer (pairkit files but no
     manifest: nothing committed) is cleared without ``force``. Only pairkit's own files
-    are removed, under the folder's writer lock.
+    are removed, under the folder's writer lock. On object storage (a URL) the same
+    checks, and the new store's first commit is conditional on what was found
+    (core/remote_store.py); returns the URL then.
     """
-    root = Path(path)
+    from pairkit.core.remote import is_url, location
+
+    if is_url(path):
+        from pairkit.core.remote_store import prepare_remote
+
+        return prepare_remote(str(path), force)  # type: ignore[return-value]
+    root = Path(location(path))
     if root.exists() and not root.is_dir():
         raise PairkitError(f"output {root} is an existing file, expected a store folder")
     with writer_lock(root, "store"):
@@ -159,9 +167,18 @@ class StoreWriter:
         """Start an empty store at ``path`` (the folder must be prepared by the caller).
 
         ``commit=False`` writes no manifest until the first :meth:`commit` (a store written
-        in one go is never visible half-done).
+        in one go is never visible half-done). A URL gives a
+        :class:`pairkit.core.remote_store.RemoteStoreWriter` (same methods).
         """
         import pandas as pd
+
+        from pairkit.core.remote import is_url
+
+        if is_url(path):
+            from pairkit.core.remote_store import RemoteStoreWriter
+
+            return RemoteStoreWriter.create(str(path), dim, dtype, encoder, extra,  # type: ignore[return-value]
+                                            commit)
 
         if dtype not in DTYPES:
             raise PairkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
@@ -197,8 +214,14 @@ class StoreWriter:
 
         Under the lock: temp files and unreferenced shard/item files of killed writers
         are removed, and a format-1 store is upgraded to format 2 (its interrupted append,
-        item rows the manifest never committed, is dropped).
+        item rows the manifest never committed, is dropped). A URL: see :meth:`create`.
         """
+        from pairkit.core.remote import is_url
+
+        if is_url(path):
+            from pairkit.core.remote_store import RemoteStoreWriter
+
+            return RemoteStoreWriter.resume(str(path))  # type: ignore[return-value]
         root = Path(path)
         writer = cls(root, {}, None)  # type: ignore[arg-type]
         writer._take_lock()
@@ -258,8 +281,8 @@ class StoreWriter:
     def next_shard_name(self, offset: int = 0) -> str:
         """A shard name no committed shard has: one past the highest number, plus
         ``offset`` (names for shards written in parallel, :mod:`pairkit.distributed.embed`)."""
-        numbers = [int(s["file"][len("embeddings-"):-len(".npy")])
-                   for s in self.manifest["shards"] if SHARD_RE.match(s["file"])]
+        numbers = [int(m.group("number")) for s in self.manifest["shards"]
+                   if (m := SHARD_RE.match(s["file"]))]
         return SHARD_PATTERN.format(max(numbers, default=-1) + 1 + offset)
 
     def add_written_shard(self, record: dict[str, Any], items: pd.DataFrame) -> None:
@@ -344,8 +367,15 @@ def write_shard(root: str | os.PathLike[str], name: str, vectors: np.ndarray,
                 dtype: str) -> dict[str, Any]:
     """Write ``vectors`` (n, dim), L2-normalised, as ``dtype`` into ``root/name``
     atomically (temp file, fsync, rename). Returns ``{file, rows, bytes, sha256}``. The
-    file is invisible to readers until a writer adds it to the manifest."""
+    file is invisible to readers until a writer adds it to the manifest. ``root`` may be
+    a URL: the shard is put as an object (a Ray worker writing straight to storage)."""
+    from pairkit.core.remote import is_url
+
     normed = l2_normalize(np.asarray(vectors)).astype(dtype)
+    if is_url(root):
+        from pairkit.core.remote_store import write_shard_object
+
+        return write_shard_object(str(root), name, normed)
     with atomic_path(Path(root) / name) as tmp:
         with open(tmp, "wb") as fh:
             np.save(fh, normed)

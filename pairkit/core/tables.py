@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pairkit.core.atomic import atomic_path, check_output
+from pairkit.core.remote import check_local, is_url
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
@@ -37,12 +38,17 @@ MAX_HEADER_BYTES = 1 << 20
 
 
 PART_PATTERN = "part-{:05d}.parquet"
-PART_RE = re.compile(r"^part-\d{5,}\.parquet$")
+PART_RE = re.compile(r"^part-\d{5,}(?:-[0-9a-f]{8})?\.parquet$")  # token: core/remote_tables.py
 
 
 def is_dataset(path: str | Path) -> bool:
-    """True for a parquet dataset folder: a path ending in ``/`` or an existing folder."""
+    """True for a parquet dataset folder: a path ending in ``/`` or an existing folder (or
+    an object prefix, on object storage)."""
     text = str(path)
+    if is_url(path):
+        from pairkit.core.remote_tables import is_remote_dataset
+
+        return is_remote_dataset(text)
     return text != "-" and (text.endswith(("/", os.sep)) or Path(text).is_dir())
 
 
@@ -67,26 +73,33 @@ def table_kind(path: str | Path) -> str:
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a table from a file or ``-`` (JSON Lines on stdin)."""
+    """Read a table from a file, a URL (object storage) or ``-`` (JSON Lines on stdin)."""
     import pandas as pd
 
     kind = table_kind(path)
     try:
+        if is_url(path):
+            from pairkit.core.remote_tables import read_remote_table
+
+            return read_remote_table(str(path), kind)
         if str(path) == "-":
             text = sys.stdin.read()
             if not text.strip():
                 raise PairkitError("no table on stdin (expected JSON Lines)")
             return pd.read_json(io.StringIO(text), lines=True)
+        check_local(path, "table")
         p = Path(path)
         if kind == "dataset":
             return _read_dataset(p)
         if not p.is_file():
             raise PairkitError(f"table {p} not found")
         if kind == "parquet":
-            _check_parquet_columns(p)
+            with open(p, "rb") as fh:
+                check_parquet_columns(fh, p)
             return pd.read_parquet(p)
         if kind == "csv":
-            _check_csv_header(p)
+            with open(p, "rb") as fh:
+                check_csv_header(fh, p)
             return pd.read_csv(p, keep_default_na=False, na_values=[""])
         if p.stat().st_size == 0:
             raise PairkitError(f"table {p} is empty")
@@ -114,7 +127,8 @@ def _read_dataset(folder: Path) -> pd.DataFrame:
 
     frames = []
     for part in dataset_parts(folder):
-        _check_parquet_columns(part)
+        with open(part, "rb") as fh:
+            check_parquet_columns(fh, part)
         frames.append(pd.read_parquet(part))
     columns = list(frames[0].columns)
     for part, frame in zip(dataset_parts(folder), frames, strict=True):
@@ -124,10 +138,10 @@ def _read_dataset(folder: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _check_csv_header(path: Path) -> None:
-    """Refuse a CSV whose header line is over MAX_HEADER_BYTES or MAX_COLUMNS columns."""
-    with open(path, "rb") as fh:
-        header = fh.readline(MAX_HEADER_BYTES + 1)
+def check_csv_header(fh: Any, path: Any) -> None:
+    """Refuse a CSV (open binary file ``fh``) whose header line is over MAX_HEADER_BYTES
+    or MAX_COLUMNS columns."""
+    header = fh.readline(MAX_HEADER_BYTES + 1)
     if len(header) > MAX_HEADER_BYTES and not header.endswith(b"\n"):
         raise PairkitError(f"table {path}: the CSV header is longer than "
                            f"{MAX_HEADER_BYTES:,} bytes: not a pairkit table")
@@ -137,10 +151,11 @@ def _check_csv_header(path: Path) -> None:
                            f"{MAX_COLUMNS:,}: not a pairkit table")
 
 
-def _check_parquet_columns(path: Path) -> None:
+def check_parquet_columns(fh: Any, path: Any) -> None:
+    """Refuse a parquet file (open binary file ``fh``) of over MAX_COLUMNS columns."""
     import pyarrow.parquet as pq
 
-    columns = pq.ParquetFile(path).metadata.num_columns
+    columns = pq.ParquetFile(fh).metadata.num_columns
     if columns > MAX_COLUMNS:
         raise PairkitError(f"table {path} has {columns:,} columns, more than {MAX_COLUMNS:,}: "
                            "not a pairkit table")
@@ -182,7 +197,11 @@ def write_jsonl_stream(df: pd.DataFrame, stream: Any) -> None:
 def check_table_output(path: str | Path, force: bool) -> Path:
     """:func:`~pairkit.core.atomic.check_output` for a table path, a dataset folder too:
     an existing folder is replaced only with ``force`` and only when it holds nothing but
-    parquet parts."""
+    parquet parts. A URL: :func:`pairkit.core.remote_tables.check_remote_output`."""
+    if is_url(path):
+        from pairkit.core.remote_tables import check_remote_output
+
+        return check_remote_output(str(path), force)  # type: ignore[return-value]
     if not is_dataset(path):
         return check_output(path, force)
     p = Path(str(path).rstrip("/" + os.sep) or str(path))
@@ -203,6 +222,11 @@ def write_table(df: pd.DataFrame, path: str | Path, force: bool = False,
     """Write a table atomically to ``path`` (``-``: JSON Lines on stdout; a folder: a
     parquet dataset, one part per entry of ``part_rows`` (row counts; default one part))."""
     kind = table_kind(path)
+    if is_url(path):
+        from pairkit.core.remote_tables import write_remote_table
+
+        write_remote_table(df, str(path), kind, force, part_rows)
+        return
     if str(path) == "-":
         write_jsonl_stream(df, sys.stdout)
         sys.stdout.flush()
@@ -211,14 +235,29 @@ def write_table(df: pd.DataFrame, path: str | Path, force: bool = False,
         _write_dataset(df, check_table_output(path, force), part_rows or [len(df)])
         return
     target = check_output(path, force)
-    with atomic_path(target) as tmp:
+    with atomic_path(target, replace=force) as tmp:
         if kind == "parquet":
             df.to_parquet(tmp, index=False)
         elif kind == "csv":
-            df.to_csv(tmp, index=False)
+            df.to_csv(tmp, index=False, quoting=_csv_quoting(df))
         else:
             with open(tmp, "w", encoding="utf-8") as fh:
                 write_jsonl_stream(df, fh)
+
+
+def _csv_quoting(df: pd.DataFrame) -> int:
+    """csv.QUOTE_MINIMAL, or QUOTE_NONNUMERIC when a text cell holds a carriage return:
+    the writer ends lines with \n and doesn't quote a bare \r, which readers take for a
+    line end (a file named ``a\r.png`` split its row in two)."""
+    import csv
+
+    for name in df.columns:
+        column = df[name]
+        if column.dtype == object or str(column.dtype).startswith("str"):
+            with contextlib.suppress(AttributeError, TypeError):  # not text after all
+                if bool(column.str.contains("\r", regex=False, na=False).any()):
+                    return csv.QUOTE_NONNUMERIC
+    return csv.QUOTE_MINIMAL
 
 
 def _write_dataset(df: pd.DataFrame, target: Path, part_rows: list[int]) -> None:

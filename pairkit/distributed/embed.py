@@ -52,11 +52,11 @@ class RayEmbed:
 
 def find_sources_on_ray(address: str, images: Path) -> Any:
     """:func:`pairkit.encode.embedder.find_sources`, tar shards listed by Ray tasks."""
-    from pairkit.encode.embedder import Sources, find_sources
+    from pairkit.encode.embedder import Sources, find_any_sources
     from pairkit.encode.webdataset import is_webdataset, list_shards
 
-    if not is_webdataset(images):
-        return find_sources(images)
+    if isinstance(images, str) or not is_webdataset(images):
+        return find_any_sources(images)
     ray = require_ray()
     connect(address)
     root, shards, problems = list_shards(images)

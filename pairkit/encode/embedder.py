@@ -23,9 +23,10 @@ from pairkit.core.devices import (
     resolve_precision,
 )
 from pairkit.core.lock import writer_lock
+from pairkit.core.manifest import has_manifest
+from pairkit.core.remote import check_writable, location
 from pairkit.core.store import (
     ERRORS,
-    MANIFEST,
     StoreWriter,
     prepare_store_dir,
     read_manifest,
@@ -144,15 +145,17 @@ def check_config(cfg: EmbedConfig) -> bool:
 
     check_decode(cfg.decode)
     check_device(cfg.device)
-    images = Path(cfg.images)
     from pairkit.encode.hf_datasets import is_hf_dataset
     from pairkit.encode.webdataset import expand_braces, is_webdataset
 
-    hf = is_hf_dataset(images)
+    images = location(cfg.images)
+    hf = not isinstance(images, str) and is_hf_dataset(images)
     if not hf and (cfg.image_column or cfg.label_column):
         raise UsageError("--image-column and --label-column need a Hugging Face dataset "
                          "(a save_to_disk folder, .parquet or .arrow)")
-    if hf:
+    if isinstance(images, str):
+        pass  # object storage: listed when embedding starts
+    elif hf:
         if not images.exists():
             raise PairkitError(f"dataset {images} not found")
         if cfg.labels == "folder":
@@ -167,12 +170,15 @@ def check_config(cfg: EmbedConfig) -> bool:
         raise PairkitError(f"image folder {images} not found")
     elif not images.is_dir():
         raise PairkitError(f"{images} is not a folder (nor .tar shards)")
-    if cfg.labels not in (None, "folder") and not Path(cfg.labels).is_file():
+    if cfg.labels not in (None, "folder") and not isinstance(location(cfg.labels), str) \
+            and not Path(cfg.labels).is_file():
         raise PairkitError(f"--labels {cfg.labels}: no such file (or use --labels folder)")
     if cfg.checkpoint and not Path(cfg.checkpoint).is_file():
         raise PairkitError(f"checkpoint {cfg.checkpoint} not found")
-    store = Path(cfg.store)
-    if store.exists() and not store.is_dir():
+    store = location(cfg.store)
+    if isinstance(store, str):
+        check_writable(store, "a store")  # object storage: a commit it can make
+    elif store.exists() and not store.is_dir():
         raise PairkitError(f"output {store} is an existing file, expected a store folder")
     return check_pretrained(cfg.model, cfg.pretrained, cfg.checkpoint, DEFAULT_OPENCLIP_TAG)
 
@@ -203,10 +209,12 @@ def resolve_labels(
     if "path" not in table.columns or "label" not in table.columns:
         raise PairkitError(f"--labels {spec}: the table needs 'path' and 'label' columns")
     mapping: dict[str, str] = {}
-    root_abs = root.resolve()
+    root_abs = root.resolve() if isinstance(root, Path) else None
     for path, label in zip(table["path"].astype(str), table["label"], strict=True):
         p = Path(path)
         if p.is_absolute():
+            if root_abs is None:  # images on object storage: paths are keys
+                continue
             try:
                 p = p.resolve().relative_to(root_abs)
             except ValueError:
@@ -407,6 +415,19 @@ def find_sources(images: Path, image_column: str | None = None,
     return Sources(Path(images), files, problems)
 
 
+def find_any_sources(images: str | Path, image_column: str | None = None,
+                     label_column: str | None = None) -> Sources:
+    """:func:`find_sources`, or the image objects under a URL
+    (:mod:`pairkit.encode.remote_images`; ``root`` is then the URL)."""
+    where = location(images)
+    if isinstance(where, str):
+        from pairkit.encode.remote_images import discover_remote_images
+
+        files, problems = discover_remote_images(where)
+        return Sources(where, files, problems)  # type: ignore[arg-type]
+    return find_sources(where, image_column, label_column)
+
+
 def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
                  executor: Any = None) -> EmbedSummary:
     """Embed every image under ``cfg.images`` (a folder, or webdataset tar shards) into the
@@ -424,9 +445,9 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
     t0 = time.perf_counter()
     weights_offline = check_config(cfg)
     if executor is not None and not (cfg.image_column or cfg.label_column):
-        sources = executor.find_sources(Path(cfg.images))
+        sources = executor.find_sources(location(cfg.images))
     else:
-        sources = find_sources(Path(cfg.images), cfg.image_column, cfg.label_column)
+        sources = find_any_sources(cfg.images, cfg.image_column, cfg.label_column)
     files, problems = sources.files, sources.problems
     if not files:
         skipped = (f"; {len(problems)} skipped, e.g. {problems[0][0]!a}: {problems[0][1]}"
@@ -438,7 +459,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
     from pairkit.core.threads import import_torch
 
     import_torch()  # the thread budget applied before the first torch work
-    cfg_store = Path(cfg.store)
+    cfg_store = location(cfg.store)
     labels, unlabeled = resolve_labels(cfg.labels, files, sources.root, sources.member_labels)
     if (cfg.labels or sources.member_labels is not None) and unlabeled:
         hook.note(f"{unlabeled} of {len(files)} images have no label")
@@ -448,6 +469,28 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
     with writer_lock(cfg_store, "store"):
         return _embed_locked(cfg, hook, sources, labels, identity, device, t0,
                              weights_offline, executor)
+
+
+def same_image_root(store: Path, old_root: str | None, sources: Sources,
+                    done: set[str]) -> None:
+    """Refuse to add ``sources`` to a store whose rows are relative to another image folder
+    (its item paths would point into the wrong folder, and a different image under the same
+    relative path would pass for one already embedded). A folder that moved (the old root
+    is gone and the new one holds every stored source) is accepted."""
+    if isinstance(sources.root, str) or "://" in (old_root or ""):  # object storage
+        if old_root and old_root != str(sources.root):
+            raise PairkitError(f"store {store} holds images of {old_root}, not "
+                               f"{sources.root}; embed into another -o, or pass --force to "
+                               "replace the store")
+        return
+    new_root = sources.root.resolve()
+    if not old_root or Path(old_root) == new_root:
+        return
+    moved = not Path(old_root).exists() and done <= {f.path for f in sources.files}
+    if not moved:
+        raise PairkitError(
+            f"store {store} holds images of {old_root}, not {new_root}; embed into another "
+            "-o, or pass --force to replace the store")
 
 
 def _labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | None]) -> Any:
@@ -467,10 +510,10 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     import pandas as pd
 
     files, problems = sources.files, sources.problems
-    cfg_store = Path(cfg.store)
+    cfg_store = location(cfg.store)
     writer: StoreWriter | None = None
     done: set[str] = set()
-    if (cfg_store / MANIFEST).exists() and not cfg.force:
+    if has_manifest(cfg_store) and not cfg.force:
         old = read_manifest(cfg_store).get("embedding")
         if old != identity:
             diff = sorted(k for k in set(identity) | set(old or {})
@@ -481,6 +524,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
             )
         writer = StoreWriter.resume(cfg_store)
         done = set(writer.items["source"].astype(str))
+        same_image_root(cfg_store, writer.manifest.get("image_root"), sources, done)
     else:
         prepare_store_dir(cfg_store, cfg.force)
 
@@ -518,7 +562,8 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     elif writer.manifest["dim"] != encoder.dim:
         raise PairkitError(f"store {cfg_store} has dim {writer.manifest['dim']}, the encoder "
                            f"gives {encoder.dim}; pass --force to replace it")
-    writer.update(image_root=str(sources.root.resolve()),
+    writer.update(image_root=sources.root if isinstance(sources.root, str)
+                  else str(sources.root.resolve()),
                   labels=_labels_kind(cfg, sources, labels))
 
     hook.start(len(todo), "embedding")
@@ -532,12 +577,26 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
         pending_rows = 0
         last_flush = time.perf_counter()
 
-        def flush() -> None:
+        def flush(whole: bool = True) -> None:
+            """Commit the pending rows as shards that end at multiples of --shard-rows
+            (``whole=False``: only whole ones, the rest stays pending), so a resumed run
+            cuts where a clean run does and gets the same store_id."""
             nonlocal pending_vecs, pending_items, pending_rows, last_flush
             if pending_rows:
-                writer.set_errors(errors)
-                writer.append(np.concatenate(pending_vecs), pd.DataFrame(pending_items))
-            pending_vecs, pending_items, pending_rows = [], [], 0
+                vectors = np.concatenate(pending_vecs)
+                cut = pending_rows if whole else aligned_cut(writer.count, pending_rows,
+                                                             cfg.shard_rows)
+                if cut:
+                    writer.set_errors(errors)
+                start = 0
+                while start < cut:
+                    stop = min(cut, start + aligned_cut(writer.count, cut - start,
+                                                        cfg.shard_rows, one=True))
+                    writer.append(vectors[start:stop], pd.DataFrame(pending_items[start:stop]))
+                    start = stop
+                pending_vecs = [vectors[cut:]] if cut < pending_rows else []
+                pending_items = pending_items[cut:]
+                pending_rows = len(pending_items)
             last_flush = time.perf_counter()
 
         for batch in encode_batches(cfg, todo, labels, encoder, runner, device):
@@ -550,10 +609,10 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
                 summary.views += len(batch.items)
                 summary.decoded_on_device += batch.on_device
             hook.advance(batch.images + len(batch.errors))
-            if pending_rows >= cfg.shard_rows or (
-                pending_rows and time.perf_counter() - last_flush > cfg.shard_seconds
-            ):
-                flush()
+            if pending_rows and time.perf_counter() - last_flush > cfg.shard_seconds:
+                flush()  # a slow encoder's rows are saved (at the cost of a boundary)
+            elif pending_rows >= cfg.shard_rows - writer.count % cfg.shard_rows:
+                flush(whole=False)
         flush()
     summary.loop_seconds = time.perf_counter() - t_loop
     writer.set_errors(errors)
@@ -564,9 +623,19 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     writer.update(last_run=_run_record(cfg, summary))
     if writer.count == 0:
         raise PairkitError(
-            f"no image could be embedded: all {len(todo)} failed (see {cfg_store / ERRORS})"
+            f"no image could be embedded: all {len(todo)} failed (see {cfg_store}/{ERRORS})"
         )
     return summary
+
+
+def aligned_cut(count: int, rows: int, shard_rows: int, one: bool = False) -> int:
+    """How many of ``rows`` new rows fill shards that end at multiples of ``shard_rows``,
+    for a store of ``count`` rows: all whole shards (0 when the first is not full), or
+    with ``one`` the first shard only (at most ``rows``)."""
+    room = shard_rows - count % shard_rows
+    if one:
+        return min(rows, room)
+    return 0 if rows < room else room + (rows - room) // shard_rows * shard_rows
 
 
 @dataclass

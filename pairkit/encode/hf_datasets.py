@@ -280,9 +280,11 @@ def read_row_bytes(path: Path, row: int, column: str, max_bytes: int) -> bytes:
     return data
 
 
-def open_row(root: Path, path: str, max_bytes: int) -> bytes | None:
+def open_row(root: Path, path: str, max_bytes: int,
+             image_column: str | None = None) -> bytes | None:
     """The bytes of the store path ``DATA_FILE/ROW`` under ``root``, or None when ``path``
-    does not name a dataset row (the image column is the file's first image column)."""
+    does not name a dataset row. ``image_column``: the one ``embed --image-column`` named
+    (the store's ``embedding.image_column``); None: the default pick."""
     head, _, row = path.rpartition("/")
     if not head or not row.isdigit() or len(row) != ROW_DIGITS:
         return None
@@ -290,5 +292,5 @@ def open_row(root: Path, path: str, max_bytes: int) -> bytes | None:
     if data.suffix.lower() not in DATA_SUFFIXES or not data.is_file():
         return None
     schema = _schema(data)
-    column = pick_image_column(schema, features(schema), None)
+    column = pick_image_column(schema, features(schema), image_column)
     return read_row_bytes(data, int(row), column, max_bytes)

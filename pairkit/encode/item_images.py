@@ -24,17 +24,26 @@ def _tar_members(tar: str, rel: str) -> dict[str, tuple[int, int]]:
 
 
 def read_item_bytes(image_root: str | Path, path: str,
-                    max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
+                    max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                    image_column: str | None = None) -> bytes:
     """The bytes of the item ``path`` under ``image_root``. PairkitError for a path that
     would leave the image root (absolute, ``..``) and for one that can't be read (the
-    reason named)."""
+    reason named). ``image_column``: a dataset store's ``embed --image-column``
+    (:func:`image_column_of`)."""
     try:
-        return _read_item_bytes(image_root, path, max_bytes)
+        return _read_item_bytes(image_root, path, max_bytes, image_column)
     except DecodeError as exc:
         raise PairkitError(f"image {path!a} under {image_root}: {exc}") from None
 
 
-def _read_item_bytes(image_root: str | Path, path: str, max_bytes: int) -> bytes:
+def image_column_of(store: object) -> str | None:
+    """The image column a dataset store was embedded from (None: the default pick)."""
+    ident = getattr(store, "manifest", {}).get("embedding") or {}
+    return ident.get("image_column") if isinstance(ident, dict) else None
+
+
+def _read_item_bytes(image_root: str | Path, path: str, max_bytes: int,
+                     image_column: str | None) -> bytes:
     from pairkit.core.paths import path_problem
     from pairkit.encode.images import read_bytes
 
@@ -60,7 +69,7 @@ def _read_item_bytes(image_root: str | Path, path: str, max_bytes: int) -> bytes
             return read_member(head, member[0], member[1], max_bytes)
         from pairkit.encode.hf_datasets import open_row
 
-        data = open_row(root, path, max_bytes)
+        data = open_row(root, path, max_bytes, image_column)
         if data is not None:
             return data
         break
@@ -68,9 +77,10 @@ def _read_item_bytes(image_root: str | Path, path: str, max_bytes: int) -> bytes
 
 
 def load_item_image(image_root: str | Path, path: str,
-                    max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Image.Image:
+                    max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                    image_column: str | None = None) -> Image.Image:
     """:func:`read_item_bytes`, decoded to 8-bit RGB with the bomb guard."""
-    data = read_item_bytes(image_root, path, max_bytes)
+    data = read_item_bytes(image_root, path, max_bytes, image_column)
     try:
         return decode_image(data)
     except DecodeError as exc:

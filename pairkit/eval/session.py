@@ -84,6 +84,9 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
 
     names = (["raw"] if head_path is None or compare else []) + (["head"] if head_path else [])
     if plot is not None:
+        from pairkit.core.remote import check_local
+
+        check_local(plot, "--plot")
         from pairkit.eval.plots import check_map_methods
 
         check_map_methods(maps)

@@ -39,12 +39,15 @@ def mine_to_files(
     blocks of anchors are mined there (the index and the false-negative context are built
     here once and shipped), with the same result."""
     from pairkit.core.atomic import atomic_open, check_output
+    from pairkit.core.paths import check_output_apart
     from pairkit.core.store import Store
     from pairkit.core.tables import check_table_output, table_kind, write_table
     from pairkit.mine.summary import unknown_pairs_warning
 
     if stats_path is not None and str(stats_path) == output:
         raise UsageError("--stats and -o must be different files")
+    check_output_apart(output, [store])
+    check_output_apart(stats_path, [store], "--stats")
     table_kind(output)  # fail on a bad extension before any work
     if output != "-":
         check_table_output(output, force)
@@ -65,7 +68,7 @@ def mine_to_files(
         on_warning(warning)
     write_table(table, output, force=force, part_rows=anchor_parts(table, config.batch_size))
     if stats_path is not None:
-        with atomic_open(stats_path) as fh:
+        with atomic_open(stats_path, replace=force) as fh:
             json.dump(stats, fh, indent=2)
             fh.write("\n")
     return stats
@@ -245,7 +248,7 @@ def mine_store(
         from pairkit.index.build import prepare_index
 
         loaded = prepare_index(
-            vectors, index.kind, store_root=store.root, content_id=store.content_id,
+            vectors, index.kind, store_root=store.local_root, content_id=store.content_id,
             exact_max_rows=index.exact_max_rows, nlist=index.nlist, nprobe=index.nprobe,
             ef_search=index.ef_search, float16=index.float16, seed=config.seed,
             backend=where)
@@ -255,7 +258,7 @@ def mine_store(
         from pairkit.index.outside import outside_searcher
 
         anchor_searcher, index_text = outside_searcher(
-            vectors, skipped.parts, index, config.seed, where, store_root=store.root,
+            vectors, skipped.parts, index, config.seed, where, store_root=store.local_root,
             content_id=store.content_id, votes=skipped.votes, what=skipped.what)
 
     if on_start is not None:

@@ -45,6 +45,7 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
     """
     import numpy as np
 
+    from pairkit.core.paths import first_bad_path
     from pairkit.core.store import Store
     from pairkit.mine.near_duplicates import (
         DEFAULT_THRESHOLD,
@@ -86,9 +87,17 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
         pairs=pairs)
     table = result.table
     out_paths = paths[table["id"].to_numpy()]
+    bad = first_bad_path(out_paths)
+    if bad is not None:  # a hand-edited store: `--paths-only | xargs rm` would act on it
+        row, value, reason = bad
+        raise PairkitError(f"item path {value!a} {reason} (store {cfg.store}, id "
+                           f"{int(table['id'].iloc[row])}): refusing to list it")
     if cfg.absolute:
         out_paths = np.array([str(inside(image_root, p)) for p in out_paths], dtype=object)
     table.insert(2, "path", out_paths)
+    table["keep_reason"] = keep_reasons(
+        table, "first" if getattr(sizes, "fell_back", False) else keep, paths,
+        getattr(sizes, "facts", None))
     summary = {
         "groups": int(table["group"].nunique()),
         "sources_in_groups": len(table),
@@ -144,11 +153,16 @@ def image_facts(root: Path, paths: np.ndarray, ids: np.ndarray) -> tuple[np.ndar
 
 def best_reader(image_root: str | None, paths: np.ndarray,
                 warn: Callable[[str], None]) -> Callable[[np.ndarray], np.ndarray]:
-    """The ``best`` keep rule as a goodness per item (higher is kept): most pixels, then the
-    largest file, then the shortest path, then path order. Items whose image can't be read
-    rank below every readable one (a warning says how many); without an image root (an
-    imported store) only the path decides."""
+    """The ``best`` keep rule as a goodness per item (higher is kept): the copy that lost
+    least (:func:`pairkit.mine.keep_best.best_key`: JPEG quality band, then detail from
+    sharpness, pixels and clipping, then file size), then the shortest path, then path
+    order. Items whose image can't be read rank below every readable one (a warning says
+    how many); without an image root (an imported store) only the path decides. The
+    returned function keeps the facts it read in ``.facts`` (id -> CopyFacts or None)."""
     import numpy as np
+
+    from pairkit.core.paths import resolve_item_path
+    from pairkit.mine.keep_best import best_key, copy_facts
 
     root = Path(image_root) if image_root else None
     if root is not None and not root.is_dir():  # unset (an imported store): paths decide
@@ -157,25 +171,63 @@ def best_reader(image_root: str | None, paths: np.ndarray,
 
     def goodness(ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
-        if root is not None and root.is_dir():
-            pixels, size = image_facts(root, paths, ids)
-            bad = int(np.isnan(pixels).sum())
-            if bad:
-                warn(f"--keep best: {bad} images unreadable under {root}; they are kept only "
-                     "when no copy can be read")
-        else:
-            pixels = size = np.full(len(ids), np.nan)
-        names = np.array([str(paths[i]) for i in ids], dtype=object)
-        lengths = np.array([len(n) for n in names])
-        path_rank = np.argsort(np.argsort(names, kind="stable"), kind="stable")
-        # lexsort: the last key is the primary one; ascending, so negate "more is better"
-        order = np.lexsort((path_rank, lengths, -np.nan_to_num(size, nan=-1.0),
-                            -np.nan_to_num(pixels, nan=-1.0)))
+        readable = root is not None and root.is_dir()
+        for i in ids.tolist():
+            f = resolve_item_path(root, str(paths[i])) if readable else None
+            goodness.facts[i] = copy_facts(f) if f is not None else None  # type: ignore[attr-defined]
+        bad = sum(goodness.facts[i] is None for i in ids.tolist())  # type: ignore[attr-defined]
+        if readable and bad:
+            warn(f"--keep best: {bad} images unreadable under {root}; they are kept only "
+                 "when no copy can be read")
+        names = [str(paths[i]) for i in ids]
+        path_rank = np.argsort(np.argsort(np.array(names, dtype=object), kind="stable"),
+                               kind="stable")
+
+        def key(k: int) -> tuple:
+            facts = goodness.facts[int(ids[k])]  # type: ignore[attr-defined]
+            quality = (1, *best_key(facts)) if facts is not None else (0,)
+            return (quality, -len(names[k]), -int(path_rank[k]))
+
+        order = sorted(range(len(ids)), key=key, reverse=True)
         out = np.empty(len(ids), dtype=float)
         out[order] = -np.arange(len(ids), dtype=float)  # best first = highest goodness
         return out
 
+    goodness.facts = {}  # type: ignore[attr-defined]
     return goodness
+
+
+KEEP_REASONS = {"first": "lowest id", "largest": "largest image",
+                "central": "most similar to the others"}
+
+
+def keep_reasons(table: pd.DataFrame, keep: str, paths: np.ndarray,
+                 facts: dict[int, Any] | None) -> list[str | None]:
+    """The ``keep_reason`` column: on each group's kept row why that copy was kept (for
+    ``best``: :func:`pairkit.mine.keep_best.keep_reason` against the group's runner-up),
+    None on the other rows."""
+    from pairkit.mine.keep_best import best_key, keep_reason
+
+    out: list[str | None] = [None] * len(table)
+    ids, groups, kept = (table[c].to_numpy() for c in ("id", "group", "keep"))
+    if keep != "best" or facts is None:
+        reason = KEEP_REASONS.get(keep, keep)
+        return [reason if k else None for k in kept]
+    by_group: dict[int, list[int]] = {}
+    for row, g in enumerate(groups.tolist()):
+        by_group.setdefault(g, []).append(row)
+    for rows in by_group.values():
+        kept_row = next(r for r in rows if kept[r])
+        others = [int(ids[r]) for r in rows if r != kept_row]
+        readable = [i for i in others if facts.get(i) is not None]
+        runner_up = max(readable, key=lambda i: best_key(facts[i]), default=None)
+        mine = facts.get(int(ids[kept_row]))
+        if mine is None:  # (a readable copy would have ranked first)
+            out[kept_row] = "images not readable: shortest path"
+        else:
+            out[kept_row] = keep_reason(mine, facts[runner_up] if runner_up is not None
+                                        else None)
+    return out
 
 
 def largest_reader(image_root: str | None, paths: np.ndarray,
@@ -220,7 +272,7 @@ def write_paths(paths: list[str], output: str, force: bool, end: str) -> None:
     from pairkit.core.atomic import atomic_open, check_output
 
     target = check_output(output, force)
-    with atomic_open(target) as fh:
+    with atomic_open(target, replace=force) as fh:
         fh.write(text)
 
 
@@ -237,3 +289,4 @@ def summary_line(s: dict[str, Any]) -> str:
         f"{s['split']} chains split, {s['seconds']:.1f} s"
         + (f", search on {s['ray']}" if s.get("ray") else "")
     )
+

@@ -87,7 +87,7 @@ def _check_not_inside(out: Path, paths: list[str]) -> None:
     """Refuse an output folder that holds an input: replacing it would lose the input."""
     target = out.resolve()
     for p in paths:
-        if p != "-" and Path(p).resolve().is_relative_to(target):
+        if p != "-" and "://" not in p and Path(p).resolve().is_relative_to(target):
             raise UsageError(f"input {p} is inside the output folder {out}; choose another -o")
 
 
@@ -105,6 +105,9 @@ def build_report(cfg: ReportConfig) -> ReportResult:
     """Read the inputs, build the views and thumbnails, write the folder; see module doc."""
     t0 = time.perf_counter()
     check_config(cfg)
+    from pairkit.core.remote import check_local
+
+    check_local(cfg.output, "output")  # a report folder is local: no folder named s3:
     out = Path(cfg.output)
     _check_not_inside(out, [*cfg.inputs, *([str(cfg.store)] if cfg.store else [])])
     check_output_dir(out, cfg.force)

@@ -104,6 +104,10 @@ def read_input(spec: str) -> ReportInput:
     """Read and classify one input; raise PairkitError naming what it could not use."""
     if spec == "-":
         return _table_input(spec, None)
+    from pairkit.core.remote import is_url
+
+    if is_url(spec):  # object storage: tables only (a store is given with --store)
+        return _table_input(spec, None)
     path = Path(spec)
     if not path.exists():
         raise PairkitError(f"input {spec} not found")

@@ -66,7 +66,8 @@ class ItemTable:
         paths = items["path"].to_numpy(dtype=object)
         labels = items["label"].to_numpy(dtype=object, na_value=None)
         views = items["view"].to_numpy()
-        store_key = str(info.store.root.resolve())
+        local = info.store.local_root
+        store_key = str(local.resolve() if local is not None else info.store.root)
 
         def from_store(item_id: int, _path: Any) -> int:
             i = int(item_id)

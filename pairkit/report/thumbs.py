@@ -5,7 +5,10 @@ A path from a store or a table is joined to the image root and resolved
 file, or can't be decoded gets no thumbnail but a reason the page shows in a
 placeholder. Decoding goes through :func:`pairkit.encode.images.decode_image`,
 so PIL's decompression-bomb guard stays on. Thumbnail files are named by a hash
-of the resolved path: no name from the data reaches the file system.
+of the resolved path: no name from the data reaches the file system. An item inside a
+container file (a webdataset tar member ``SHARD.tar/MEMBER``, a Hugging Face dataset row
+``FILE.arrow/ROW``) resolves to the container's real path joined with the rest, and is
+read from the container (:mod:`pairkit.encode.item_images`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 THUMB_DIR = "t"
 THUMB_SUFFIX = ".jpg"
 MAX_FILE_BYTES = 256 << 20  # larger files are not opened for a thumbnail
+CONTAINER_SUFFIXES = (".tar", ".arrow", ".parquet")
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,8 @@ def resolve_under(root: Path, rel: str) -> tuple[Path | None, str | None]:
         return None, "absolute path refused (outside the image root)"
     try:
         real = (root / rel).resolve(strict=True)
-    except FileNotFoundError:
-        return None, "file not found"
+    except (FileNotFoundError, NotADirectoryError):  # a component is a file: a container?
+        return _in_container(root, rel)
     except (OSError, RuntimeError, ValueError) as exc:  # loops, NUL bytes, permissions
         return None, f"unreadable path ({type(exc).__name__})"
     if not real.is_relative_to(root):
@@ -49,6 +53,30 @@ def resolve_under(root: Path, rel: str) -> tuple[Path | None, str | None]:
     if not real.is_file():
         return None, "not a file"
     return real, None
+
+
+def _in_container(root: Path, rel: str) -> tuple[Path | None, str | None]:
+    """``(real container / rest, None)`` when a prefix of ``rel`` is a container file under
+    ``root`` (tar shard, Arrow or parquet file), else ``(None, "file not found")``."""
+    parts = rel.replace("\\", "/").split("/")
+    if ".." in parts:
+        return None, "outside the image root (refused)"
+    for i in range(len(parts) - 1, 0, -1):
+        head = root.joinpath(*parts[:i])
+        if head.suffix.lower() in CONTAINER_SUFFIXES and head.is_file():
+            real = head.resolve()
+            if not real.is_relative_to(root):
+                return None, "outside the image root (refused)"
+            return real.joinpath(*parts[i:]), None
+    return None, "file not found"
+
+
+def _container_of(src: Path) -> Path | None:
+    """The container file ``src`` lies inside (see :func:`_in_container`), or None."""
+    for parent in src.parents:
+        if parent.suffix.lower() in CONTAINER_SUFFIXES and parent.is_file():
+            return parent
+    return None
 
 
 def thumb_name(real: Path) -> str:
@@ -65,12 +93,21 @@ def make_thumbnail(src: Path, dst: Path, size: int) -> str | None:
     from PIL import Image
 
     from pairkit.encode.images import DecodeError, decode_image, read_bytes
+    from pairkit.errors import PairkitError
 
     try:
-        if src.stat().st_size > MAX_FILE_BYTES:
+        container = None if src.is_file() else _container_of(src)
+        if container is not None:
+            from pairkit.encode.item_images import read_item_bytes
+
+            rel = src.relative_to(container.parent).as_posix()
+            data = read_item_bytes(container.parent, rel, MAX_FILE_BYTES)
+        elif src.stat().st_size > MAX_FILE_BYTES:
             return f"file larger than {MAX_FILE_BYTES >> 20} MB"
-        img = decode_image(read_bytes(src), draft_size=size)
-    except DecodeError as exc:
+        else:
+            data = read_bytes(src)
+        img = decode_image(data, draft_size=size)
+    except (DecodeError, PairkitError) as exc:
         return str(exc)
     except OSError as exc:
         return f"unreadable: {exc.strerror or exc}"

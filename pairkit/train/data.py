@@ -54,13 +54,19 @@ class TableInfo:
 def _int_column(df: pd.DataFrame, col: str, allow_missing: bool) -> np.ndarray:
     import pandas as pd
 
-    values = pd.to_numeric(df[col], errors="coerce")
+    raw = df[col]
+    values = pd.to_numeric(raw, errors="coerce")
     if allow_missing:
-        values = values.fillna(-1)
+        # only an empty cell means "no negative"; a value that is not a number is an error
+        # (it was read as missing, and its negatives silently dropped)
+        empty = raw.isna() | (raw.astype(str).str.strip() == "") if raw.dtype == object \
+            else raw.isna()
+        values = values.where(~empty, -1)
     bad = values.isna() | (values != values.round())
     if bool(bad.any()):
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise PairkitError(f"pair table: column {col} must hold integer ids (row {row})")
+        raise PairkitError(f"pair table: column {col} must hold integer ids, got "
+                           f"{raw.iloc[row]!a} (row {row})")
     return values.to_numpy(dtype=np.int64)
 
 
@@ -68,8 +74,13 @@ def _bool_column(df: pd.DataFrame, col: str) -> np.ndarray:
     values = df[col]
     if values.dtype == bool:
         return values.to_numpy()
-    mapped = values.map(lambda v: str(v).strip().lower() in ("true", "1", "1.0", "yes"))
-    return mapped.to_numpy(dtype=bool)
+    text = values.map(lambda v: "" if v is None or v != v else str(v).strip().lower())
+    known = text.isin(("true", "1", "1.0", "yes", "false", "0", "0.0", "no", ""))
+    if not bool(known.all()):
+        row = int(np.flatnonzero(~known.to_numpy())[0])
+        raise PairkitError(f"pair table: column {col} must hold true/false, got "
+                           f"{values.iloc[row]!a} (row {row})")
+    return text.isin(("true", "1", "1.0", "yes")).to_numpy(dtype=bool)
 
 
 def table_kind(df: pd.DataFrame) -> str:
@@ -156,6 +167,10 @@ def pairs_from_table(df: pd.DataFrame, store_count: int, content_id: str,
                 f"pair table: {name} {value} is out of range for a store of {store_count} "
                 f"items (row {row}): the table doesn't fit this store"
             )
+    same = np.flatnonzero(anchor == positive)
+    if len(same):
+        raise PairkitError(f"pair table: row {int(same[0])} has anchor_id == positive_id "
+                           f"({int(anchor[same[0]])}): an item is not its own positive")
     flags = flags & (neg >= 0)
     n_flagged = int(flags.sum())
     attract = np.zeros_like(flags)

@@ -631,6 +631,12 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
         records = [r for r in read_log(out) if r["epoch"] <= start_epoch]
         was = ckpt.get("epochs", old.get("training", {}).get("epochs"))
         if start_epoch >= cfg.epochs and old.get("epochs_done") == start_epoch:
+            if records and not (out / PLOT).exists():  # killed while the plot was written
+                note(f"{out}: {PLOT} was missing; written from {LOG}")
+                write_plot(out / PLOT, records)
+                return TrainResult(head=out, records=records, device=str(device),
+                                   precision=precision, streaming=streaming,
+                                   examples=n_examples, notes=notes)
             raise PairkitError(f"--resume: {out} already has {start_epoch} epochs; pass a larger "
                                "--epochs to continue")
         if was != cfg.epochs and start_epoch < cfg.epochs:

@@ -119,7 +119,10 @@ class PairImages:
         bad = first_bad_path(self.paths[np.unique(used)])
         if bad is not None:
             raise PairkitError(f"item path {bad[1]!a} {bad[2]}: refusing to read it")
+        from pairkit.encode.item_images import image_column_of
+
         self.root = str(root)
+        self.image_column = image_column_of(store)
         self.transform = transform or _default_transform
 
     def __len__(self) -> int:
@@ -129,7 +132,8 @@ class PairImages:
         """The transformed image of store item ``item``."""
         from pairkit.encode.item_images import load_item_image
 
-        return self.transform(load_item_image(self.root, str(self.paths[item])))
+        return self.transform(load_item_image(self.root, str(self.paths[item]),
+                                              image_column=self.image_column))
 
     def __getitem__(self, i: int) -> tuple[Any, Any, Any]:
         if not 0 <= i < len(self):
@@ -176,14 +180,16 @@ def to_hf_dataset(table: Any, store: Any = None, *, images: str = "paths") -> An
     root = store.manifest.get("image_root")
     if not root:
         raise PairkitError(f"store {store.root} has no image_root (made by import?)")
-    from pairkit.encode.item_images import read_item_bytes
+    from pairkit.encode.item_images import image_column_of, read_item_bytes
 
+    column = image_column_of(store)
     out = table.copy()
     feats = {}
     for col in path_columns(table):
         name = str(col).replace("_path", "_image")
         out[name] = [None if p is None or (isinstance(p, float) and np.isnan(p)) else
-                     {"bytes": read_item_bytes(root, str(p)), "path": str(p)}
+                     {"bytes": read_item_bytes(root, str(p), image_column=column),
+                      "path": str(p)}
                      for p in table[col].tolist()]
         feats[name] = datasets.Image()
     base = datasets.Dataset.from_pandas(table.head(0), preserve_index=False).features

@@ -81,3 +81,22 @@ def test_remove_stale_temps_only_removes_named_targets(tmp_path):
     removed = remove_stale_temps(tmp_path, lambda target: target == "manifest.json")
     assert removed == [".manifest.json.abcd1234.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
+
+
+def test_no_replace_commit_refuses_a_file_that_appeared(tmp_path):
+    """Issue 20.5: an output checked free at the start and written by another run before
+    this one's rename is kept, and this run says so."""
+    from pairkit.core.atomic import atomic_path
+    from pairkit.errors import PairkitError
+
+    target = tmp_path / "out.csv"
+    with atomic_path(target, replace=False) as tmp:
+        tmp.write_text("mine")
+    assert target.read_text() == "mine"
+    with pytest.raises(PairkitError, match="written by another run meanwhile"), \
+            atomic_path(target, replace=False) as tmp:
+        tmp.write_text("second")
+    assert target.read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+    with atomic_path(target) as tmp:  # replace=True (--force) replaces
+        tmp.write_text("forced")
+    assert target.read_text() == "forced"

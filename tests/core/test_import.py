@@ -88,3 +88,38 @@ def test_two_imports_of_one_encoder_are_comparable(tmp_path):
     r = runner.invoke(app, ["eval", str(tmp_path / "train"), "--against",
                             str(tmp_path / "other"), "--json", "-q"])
     assert r.exit_code == 1 and "different encoders are not comparable" in r.output
+
+
+def _import(tmp_path, x, out="s"):
+    _write(tmp_path, x, pd.DataFrame({"path": [f"{i}.jpg" for i in range(len(x))]}))
+    return runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                               str(tmp_path / "items.csv"), "-o", str(tmp_path / out),
+                               "--dtype", "float32"])
+
+
+def test_import_of_huge_and_tiny_values_keeps_directions(tmp_path):
+    """Issue 20.1: rows scaled by 1e38 overflowed the norm (and 1e-30 underflowed it), so
+    the store held zero vectors; they must come out as the unit rows of the unscaled data."""
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(20, 8))
+    expected = base / np.linalg.norm(base, axis=1, keepdims=True)
+    for k, (scale, dtype) in enumerate([(1e38, np.float32), (1e-30, np.float32),
+                                        (1e300, np.float64)]):
+        x = (base * scale).astype(dtype)
+        result = _import(tmp_path, x, out=f"s{k}")
+        assert result.exit_code == 0, result.output
+        assert "Warning" not in result.output
+        got = Store.open(tmp_path / f"s{k}").vectors()
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+def test_import_refuses_complex_and_folders(tmp_path):
+    result = _import(tmp_path, np.ones((3, 2), dtype=np.complex64))
+    assert result.exit_code == 1
+    assert "complex64, expected real numbers" in result.output
+    assert not (tmp_path / "s").exists()
+    (tmp_path / "st").mkdir()
+    result = runner.invoke(app, ["import", str(tmp_path / "st"), "--items",
+                                 str(tmp_path / "items.csv"), "-o", str(tmp_path / "x")])
+    assert result.exit_code == 1
+    assert "is a folder" in result.output

@@ -24,6 +24,22 @@ def test_round_trip(tmp_path, ext):
     assert back["c"].iloc[0] == 0.5 and pd.isna(back["c"].iloc[1])
 
 
+@pytest.mark.parametrize("ext", ["parquet", "csv", "jsonl"])
+def test_names_with_line_breaks_round_trip(tmp_path, ext):
+    """Issue 20.4: a CSV cell holding a bare carriage return was written unquoted and read
+    back as a line end, which shifted every later column of that row."""
+    df = pd.DataFrame({"id": [0, 1, 2], "path": ["a\r.png", "b\n.png", None],
+                       "store_id": ["s", "s", "s"], "keep": [True, False, True],
+                       "score": [0.5, np.nan, 1.0]})
+    path = tmp_path / f"t.{ext}"
+    write_table(df, path)
+    back = read_table(path)
+    assert back["id"].tolist() == [0, 1, 2]
+    assert back["path"].tolist()[:2] == ["a\r.png", "b\n.png"] and pd.isna(back["path"][2])
+    assert back["store_id"].tolist() == ["s"] * 3 and back["keep"].tolist() == [True, False, True]
+    assert back["score"][0] == 0.5 and pd.isna(back["score"][1])
+
+
 def test_refuses_overwrite_and_keeps_old(tmp_path):
     path = tmp_path / "t.csv"
     write_table(pd.DataFrame({"a": [1]}), path)

@@ -53,7 +53,8 @@ def test_table_on_stdout_by_default(tmp_path: Path) -> None:
     r = runner.invoke(app, ["dedup", str(store), "--threshold", "0.9"])
     assert r.exit_code == 0, r.output
     t = jsonl(r.stdout)
-    assert list(t.columns) == ["group", "id", "path", "keep", "similarity", "match"]
+    assert list(t.columns) == ["group", "id", "path", "keep", "similarity", "match",
+                               "keep_reason"]
     assert t["path"].tolist() == ["img/a.jpg", "img/b.jpg", "img/c.jpg", "img/d.jpg"]
     assert t["group"].tolist() == [0, 0, 1, 1]
     assert t["keep"].tolist() == [True, False, True, False]
@@ -122,6 +123,36 @@ def test_paths_only_drop(tmp_path: Path) -> None:
     assert jsonl(r.stdout)["keep"].tolist() == [False, False]
 
 
+def test_paths_that_leave_the_image_root_are_never_listed(tmp_path: Path) -> None:
+    """Issue 20.7: a hand-edited store's `../../etc/shadow` came out of --paths-only (the
+    docs pipe that into `xargs rm --`)."""
+    from pairkit.core.store import Store
+
+    root = tmp_path / "images"
+    store = dup_store(tmp_path, image_root=root)
+    items = Store.open(store).items
+    items.loc[items["path"] == "img/d.jpg", "path"] = "../../../../etc/shadow"
+    vectors = Store.open(store).vectors()
+    shutil.rmtree(store)
+    write_store(store, vectors, items.drop(columns="id"), encoder={"name": "test"},
+                dtype="float32", extra={"image_root": str(root)})
+    for args in (["--paths-only", "--drop"], ["--paths-only"], [], ["-o", "g.csv"]):
+        r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", *args])
+        assert r.exit_code == 1, r.output
+        assert r.stdout == "" and "shadow" not in r.stdout
+        assert "path '../../../../etc/shadow' holds '..'" in r.output
+        assert not (tmp_path / "g.csv").exists()
+
+
+def test_output_inside_the_store_is_refused(tmp_path: Path) -> None:
+    store = dup_store(tmp_path)
+    before = (store / "manifest.json").read_bytes()
+    r = runner.invoke(app, ["dedup", str(store), "-o", str(store / "manifest.json"),
+                            "--force", "--paths-only"])
+    assert r.exit_code == 2 and "is inside the input" in r.output
+    assert (store / "manifest.json").read_bytes() == before
+
+
 def test_keep_largest_reads_image_sizes(tmp_path: Path) -> None:
     from PIL import Image
 
@@ -144,7 +175,8 @@ def test_keep_largest_reads_image_sizes(tmp_path: Path) -> None:
 
 
 def test_keep_best_is_the_default(tmp_path: Path) -> None:
-    """best: most pixels, then the largest file, then the shortest path, then path order."""
+    """best: the copy with more detail (here: more pixels; a flat image has none), then the
+    largest file, then the shortest path, then path order."""
     from PIL import Image
 
     root = tmp_path / "images"
@@ -168,6 +200,62 @@ def test_keep_best_is_the_default(tmp_path: Path) -> None:
     t = jsonl(r.stdout)
     assert t.loc[t["keep"], "path"].tolist() == ["img/a.jpg", "img/d.jpg"]
     assert "1 images unreadable" in r.stderr or "unreadable under" in r.stderr
+
+
+def test_keep_best_keeps_the_original_of_a_degraded_copy(tmp_path: Path) -> None:
+    """Issue 20.9a: a digit resized to 56 px and back, saved as PNG, was kept over its
+    original (same pixels, larger file). Each planted copy of one original: the original
+    is kept, and keep_reason names the signal that decided against the runner-up."""
+    from PIL import Image, ImageEnhance, ImageFilter
+    from sklearn.datasets import load_digits
+
+    from pairkit.demo import digit_image
+
+    root = tmp_path / "images"
+    (root / "img").mkdir(parents=True)
+    original = digit_image(load_digits().images[3], 64, np.random.default_rng(0))
+    original.save(root / "img" / "a.png")
+    copies = {
+        "b.png": original.resize((56, 56), Image.Resampling.BILINEAR).resize((64, 64)),
+        "c.jpg": original,  # re-encoded at quality 60
+        "d.png": original.filter(ImageFilter.GaussianBlur(0.8)),
+        "e.png": original.resize((96, 96), Image.Resampling.BICUBIC),
+        "f.png": ImageEnhance.Brightness(original).enhance(1.15),
+    }
+    for name, img in copies.items():
+        img.save(root / "img" / name, **({"quality": 60} if name.endswith(".jpg") else {}))
+    assert (root / "img" / "b.png").stat().st_size > (root / "img" / "a.png").stat().st_size
+    e = np.eye(8, dtype=np.float32)
+    items = pd.DataFrame({"path": [f"img/{n}" for n in ["a.png", *copies]]})
+    rows = np.stack([e[0]] * len(items))
+    rows[1:] += 0.01 * e[1:len(items)]  # near copies, not exact ones
+    store = tmp_path / "store"
+    write_store(store, rows, items, encoder={"name": "test"}, dtype="float32",
+                extra={"image_root": str(root)})
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.99"])
+    assert r.exit_code == 0, r.output
+    t = jsonl(r.stdout)
+    assert t.loc[t["keep"], "path"].tolist() == ["img/a.png"]
+    assert t["keep_reason"].isna().sum() == len(copies)
+    from pairkit.mine.keep_best import copy_facts, keep_reason
+
+    a = copy_facts(root / "img" / "a.png")  # the original against each copy alone
+    reasons = {name: keep_reason(a, copy_facts(root / "img" / name)) for name in copies}
+    assert reasons == {"b.png": "sharper", "c.jpg": "lossless", "d.png": "sharper",
+                       "e.png": "sharper", "f.png": "fewer clipped pixels"}
+    assert t.loc[t["keep"], "keep_reason"].tolist()[0] in reasons.values()
+
+
+def test_keep_reason_of_the_other_rules(tmp_path: Path) -> None:
+    store = dup_store(tmp_path)
+    for rule, reason in [("first", "lowest id"), ("central", "most similar to the others")]:
+        r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "--keep", rule])
+        t = jsonl(r.stdout)
+        assert t.loc[t["keep"], "keep_reason"].tolist() == [reason, reason]
+        assert t.loc[~t["keep"], "keep_reason"].isna().all()
+    r = runner.invoke(app, ["dedup", str(store), "-t", "0.9"])  # no image root
+    t = jsonl(r.stdout)
+    assert t.loc[t["keep"], "keep_reason"].tolist() == ["images not readable: shortest path"] * 2
 
 
 def test_keep_best_ties_by_shortest_path_then_path_order() -> None:

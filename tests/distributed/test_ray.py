@@ -4,6 +4,7 @@ not rows; a partition that fails for good leaves a store the next run completes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -28,9 +29,11 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(request):
     from pairkit.distributed import connect
 
+    with contextlib.suppress(pytest.skip.Exception):  # the S3 server's settings first,
+        request.getfixturevalue("s3_endpoint")  # so that the workers inherit them
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.ERROR)
     try:
@@ -256,3 +259,37 @@ def test_failed_partition_leaves_a_resumable_store(tmp_path, cluster, monkeypatc
     b = ref.items.reset_index().sort_values(key)
     assert a[key].values.tolist() == b[key].values.tolist()
     np.testing.assert_array_equal(full.vectors()[a["index"]], ref.vectors()[b["index"]])
+
+
+def test_embed_and_mine_on_ray_with_s3(tmp_path, cluster, s3, monkeypatch):
+    """Images on S3, the store on S3: the workers read the images and put their shards
+    straight into the bucket, the driver commits them (a worker killed once on the way);
+    the store is the local run's. ``mine --ray`` of it writes its parts to S3."""
+    import os
+
+    import s3fs
+
+    from pairkit.encode.embedder import embed_folder
+
+    make_images(tmp_path / "img", n_per_class=4, classes=3)
+    f = s3fs.S3FileSystem(client_kwargs={"endpoint_url": os.environ["AWS_ENDPOINT_URL"]})
+    for p in sorted(q for q in (tmp_path / "img").rglob("*") if q.is_file()):
+        f.pipe_file(f"{s3[5:]}/img/{p.relative_to(tmp_path / 'img').as_posix()}",
+                    p.read_bytes())
+    embed_folder(embed_cfg(tmp_path / "img", tmp_path / "local"))
+    monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(tmp_path / "crashed"))
+    embed_folder(embed_cfg(f"{s3}/img", f"{s3}/st"), executor=RayEmbed("local"))
+    assert (tmp_path / "crashed").exists()
+    a, b = Store.open(tmp_path / "local"), Store.open(f"{s3}/st")
+    np.testing.assert_array_equal(a.vectors(), b.vectors())
+    pd.testing.assert_frame_equal(a.items, b.items)
+    monkeypatch.delenv("PAIRKIT_TEST_CRASH_ONCE")
+    args = ["--hard", "--batch-size", "8", "-q"]
+    local = runner.invoke(app, ["mine", str(tmp_path / "local"), *args, "-o",
+                                str(tmp_path / "p.parquet")])
+    dist = runner.invoke(app, ["mine", f"{s3}/st", *args, "-o", f"{s3}/pairs/", "--ray",
+                               "local"])
+    assert local.exit_code == 0 and dist.exit_code == 0, dist.output
+    got, want = read_table(f"{s3}/pairs/"), pd.read_parquet(tmp_path / "p.parquet")
+    assert (got["store_id"] == b.content_id).all()  # shards cut otherwise: another id
+    pd.testing.assert_frame_equal(got.drop(columns="store_id"), want.drop(columns="store_id"))

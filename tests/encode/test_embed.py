@@ -212,3 +212,66 @@ def test_no_traceback_and_fast_help():
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_embed_from_another_folder_is_refused(image_folder, tmp_path):
+    """Issue 20.2: a second folder appended to the store and re-rooted it (the old rows then
+    pointed at files that are not there), or passed a different image under the same
+    relative path for one already embedded."""
+    out = tmp_path / "store"
+    assert embed(image_folder, "-o", out).exit_code == 0
+    before = (out / "manifest.json").read_bytes()
+    other = tmp_path / "other"
+    make_images(other, n_per_class=4, classes=3, seed=9)  # same relative paths, other pixels
+    small = tmp_path / "small"
+    make_images(small, n_per_class=1, classes=1, seed=3)
+    (small / "class0" / "img0.jpg").rename(small / "class0" / "new.jpg")
+    for folder in (other, small):
+        result = embed(folder, "-o", out)
+        assert result.exit_code == 1, result.output
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and f"holds images of {image_folder.resolve()}" in lines[0]
+        assert (out / "manifest.json").read_bytes() == before
+    # a folder that moved as a whole is the same folder
+    moved = tmp_path / "moved"
+    image_folder.rename(moved)
+    Image.new("RGB", (20, 20), (10, 200, 30)).save(moved / "class1" / "new.png")
+    result = embed(moved, "-o", out)
+    assert result.exit_code == 0, result.output
+    store = Store.open(out)
+    assert store.count == 13 and store.manifest["image_root"] == str(moved.resolve())
+
+
+@pytest.mark.parametrize("stop_at", [2, 3, 5])
+def test_resumed_run_with_broken_files_has_the_clean_store_id(image_folder, tmp_path,
+                                                              monkeypatch, stop_at):
+    """Issue 20.9: a resumed run cut its shards where the rerun's batches fell (a broken
+    file shifted them), so its rows equalled a clean run's but its store_id did not, and
+    pair tables of the clean store were refused on it. Shards now end at multiples of
+    --shard-rows, wherever a run stopped."""
+    make_images(image_folder, n_per_class=6, classes=3, seed=5)
+    (image_folder / "class0" / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    (image_folder / "class1" / "empty.png").write_bytes(b"")
+    args = ["--views", "2", "--batch-size", "6", "--shard-rows", "4"]  # 3 images a batch
+    clean = tmp_path / "clean"
+    assert embed(image_folder, "-o", clean, *args).exit_code == 0
+
+    from pairkit.encode import embedder
+
+    real_call = embedder._Runner.__call__
+    calls = {"n": 0}
+
+    def flaky(self, pixels):
+        calls["n"] += 1
+        if calls["n"] == stop_at:
+            raise KeyboardInterrupt
+        return real_call(self, pixels)
+
+    monkeypatch.setattr(embedder._Runner, "__call__", flaky)
+    out = tmp_path / "resumed"
+    assert embed(image_folder, "-o", out, *args).exit_code == 130
+    monkeypatch.setattr(embedder._Runner, "__call__", real_call)
+    assert embed(image_folder, "-o", out, *args).exit_code == 0
+    resumed, reference = Store.open(out), Store.open(clean)
+    assert [s.rows for s in resumed.shards] == [s.rows for s in reference.shards]
+    assert resumed.content_id == reference.content_id

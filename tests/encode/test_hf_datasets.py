@@ -125,6 +125,14 @@ def test_plain_binary_column_and_named_columns(folder: Path, tmp_path: Path) -> 
     st = Store.open(tmp_path / "s")
     assert st.items["label"].tolist() == [p.parent.name for p in files]
     assert st.manifest["embedding"]["image_column"] == "pixels"
+    from pairkit.encode.item_images import image_column_of, read_item_bytes
+    from pairkit.errors import PairkitError
+
+    root, first = st.manifest["image_root"], st.items["path"][0]
+    assert read_item_bytes(root, first, image_column=image_column_of(st)) == \
+        files[0].read_bytes()
+    with pytest.raises(PairkitError, match="--image-column"):
+        read_item_bytes(root, first)  # two binary columns: the store's column is needed
     bad = embed(tmp_path / "t.parquet", tmp_path / "s2", "--image-column", "nope")
     assert bad.exit_code == 2 and "--image-column nope: no such column" in bad.output
 

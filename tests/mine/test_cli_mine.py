@@ -279,3 +279,37 @@ def test_label_free_filter_reports_its_estimate(tmp_path: Path) -> None:
     assert s["fn_estimate"]["hidden_positive_recall"] > 0.9
     assert s["fn_estimate"]["random_pair_flag_rate"] < 0.5
     assert s["negatives_same_label"] < n["negatives_same_label"]
+
+
+def test_a_racing_writer_of_the_output_is_not_overwritten(store, tmp_path: Path,
+                                                          monkeypatch) -> None:
+    """Issue 20.5: two `mine -o out.jsonl` both passed the "exists?" check before mining,
+    and the later rename replaced the other's result without a word."""
+    from pairkit.core import tables
+
+    out = tmp_path / "out.jsonl"
+    real = tables.write_jsonl_stream
+
+    def other_run_finishes_first(df, stream):  # noqa: ANN001 - while this one writes
+        out.write_text('{"other": 1}\n')
+        return real(df, stream)
+
+    monkeypatch.setattr(tables, "write_jsonl_stream", other_run_finishes_first)
+    r = mine(store.root, "--hard", "-k", "2", "-o", out)
+    assert r.exit_code == 1, r.output
+    assert "was written by another run meanwhile" in last_line(r)
+    assert out.read_text() == '{"other": 1}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]  # no temp left behind
+
+
+def test_output_inside_the_input_store_is_refused(store, tmp_path: Path) -> None:
+    """Issue 20.6: `mine ref --hard -o ref/manifest.json --force` replaced the store's
+    manifest with a pair table."""
+    before = {p.name: p.read_bytes() for p in store.root.iterdir() if p.is_file()}
+    for args in (["-o", store.root / "manifest.json", "--force"],
+                 ["-o", store.root / "pairs.parquet"],
+                 ["-o", tmp_path / "p.csv", "--stats", store.root / "manifest.json", "--force"]):
+        r = mine(store.root, "--hard", *args)
+        assert r.exit_code == 2, r.output
+        assert "the input" in last_line(r) and "choose another" in last_line(r)
+    assert {p.name: p.read_bytes() for p in store.root.iterdir() if p.is_file()} == before

@@ -62,3 +62,37 @@ def test_report_of_a_search_table(tmp_path: Path) -> None:
         own = st.items["label"][int(q["q"][3:])]
         assert [h[3] for h in q["hits"]] == (want["label"] == own).tolist()
     assert all(it["thumb"] and (tmp_path / "rep" / it["thumb"]).is_file() for it in items)
+
+
+def test_items_inside_tar_shards_and_dataset_files_get_thumbnails(tmp_path: Path) -> None:
+    import tarfile
+
+    datasets = __import__("pytest").importorskip("datasets")
+    make_images(tmp_path / "img", n_per_class=2, classes=2)
+    files = sorted(p for p in (tmp_path / "img").rglob("*") if p.is_file())
+    with tarfile.open(tmp_path / "00000.tar", "w") as tf:
+        for n, p in enumerate(files):
+            tf.add(p, arcname=f"k{n}{p.suffix}")
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": p.read_bytes(), "path": None}
+                                               for p in files]},
+                                    features=datasets.Features({"image": datasets.Image()}))
+    ds.save_to_disk(str(tmp_path / "ds"))
+    for src in (tmp_path / "00000.tar", tmp_path / "ds"):
+        store = tmp_path / f"store-{src.name}"
+        r = runner.invoke(app, ["embed", str(src), "-o", str(store), "--model", "fake", "-q"])
+        assert r.exit_code == 0, r.output
+        hits = tmp_path / f"hits-{src.name}.csv"
+        assert runner.invoke(app, ["search", str(store), "0", "-k", "3", "--include-same-source",
+                                   "-o", str(hits)]).exit_code == 0
+        out = tmp_path / f"rep-{src.name}"
+        r = runner.invoke(app, ["report", str(hits), "--store", str(store), "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        data, _ = page_data(out / "index.html")
+        assert len(data["items"]) == 3
+        for it in data["items"]:
+            assert it["why"] is None and (out / it["thumb"]).is_file(), it
+    # a container path that climbs out of the image root is refused, never read
+    from pairkit.report.thumbs import resolve_under
+
+    real, why = resolve_under((tmp_path / "ds").resolve(), "../00000.tar/k0.jpg")
+    assert real is None and "outside the image root" in why

@@ -112,6 +112,30 @@ def test_bad_tables():
         pairs_from_table(triplets([(0, 1, 2)]), 10, "abc", fn_mode="drop")
 
 
+@pytest.mark.parametrize("column, values, message", [
+    ("negative_id", ["oops", "oops"], "negative_id must hold integer ids, got 'oops' .row 0"),
+    ("negative_id", ["5", "1.5"], "negative_id must hold integer ids, got '1.5' .row 1"),
+    ("false_negative", ["False", "maybe"], "false_negative must hold true/false, got 'maybe'"),
+])
+def test_bogus_values_are_refused_not_dropped(column, values, message):
+    """Issue 20.3: negative ids that are not numbers were read as "no negative", so train
+    ran on in-batch negatives only without a word."""
+    df = triplets([(0, 1, 5), (2, 3, 6)])
+    df[column] = values
+    with pytest.raises(PairkitError, match=message):
+        pairs_from_table(df, 10, "abc")
+
+
+def test_empty_negative_cells_still_mean_none_and_self_pairs_are_refused():
+    df = triplets([(0, 1, 5), (2, 3, 6)]).astype({"negative_id": object})
+    df.loc[1, "negative_id"] = ""
+    df["false_negative"] = ["false", None]
+    pairs, _ = pairs_from_table(df, 10, "abc")
+    assert pairs.negatives.tolist() == [[5], [-1]]
+    with pytest.raises(PairkitError, match="row 1 has anchor_id == positive_id .2."):
+        pairs_from_table(triplets([(0, 1, 5), (2, 2, 6)]), 10, "abc")
+
+
 def test_helper_tables_read_back(tmp_path):
     store = random_store(tmp_path / "s", n_sources=12, views=2, dim=8, classes=3)
     trip = instance_triplets(store, k=3, keep_flagged=True)

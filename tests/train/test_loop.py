@@ -87,6 +87,22 @@ def test_interrupted_run_resumes_to_the_same_weights(store, tmp_path, use_table)
         train_head(store, tmp_path / "cut", cfg, table=table, resume=True)
 
 
+def test_resume_restores_a_plot_lost_to_a_kill(store, tmp_path):
+    """Issue 20.8: a kill while train_plot.png was written left a complete head whose plot
+    only a new training could bring back (--resume: "already has N epochs")."""
+    cfg = TrainConfig(relation="instance", **FAST)
+    train_head(store, tmp_path / "h", cfg)
+    plot = tmp_path / "h" / "train_plot.png"
+    weights = (tmp_path / "h" / "head.safetensors").read_bytes()
+    plot.unlink()
+    result = train_head(store, tmp_path / "h", cfg, resume=True)
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    assert any("train_plot.png was missing" in n for n in result.notes)
+    assert (tmp_path / "h" / "head.safetensors").read_bytes() == weights
+    with pytest.raises(PairkitError, match="already has"):
+        train_head(store, tmp_path / "h", cfg, resume=True)
+
+
 def test_resume_refuses_other_options_and_missing_checkpoint(store, tmp_path):
     cfg = TrainConfig(relation="instance", **FAST)
     train_head(store, tmp_path / "h", cfg)

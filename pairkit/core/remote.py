@@ -1,0 +1,244 @@
+"""Object storage: telling a URL from a path, and the few object operations pairkit uses.
+
+A location is a local path or a URL (``s3://bucket/key``, ``gs://...``, any fsspec
+protocol). URLs are handled by fsspec (``pip install 'pairkit[s3]'`` gives s3fs; gcsfs,
+adlfs ... for the others); the S3 endpoint, credentials and region come from the usual
+AWS settings (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``~/.aws/config`` ...).
+
+Objects are written whole (an object appears complete or not at all, so no temp file and
+rename is needed) and never renamed. The one operation a commit needs beyond that is the
+conditional write (:func:`put_if`): S3's ``If-None-Match: *`` (create only) and
+``If-Match: ETAG`` (replace only the version read), so that of two writers only one
+commits. Writing where no conditional write is known (every scheme but s3:// today) is
+refused in one line rather than done unsafely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+from typing import Any
+
+from pairkit.errors import PairkitError, UsageError
+
+URL_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
+# what pathlib makes of a URL: Path("s3://b/k") == Path("s3:/b/k")
+MANGLED_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
+CONDITIONAL = ("s3", "s3a")  # schemes whose conditional write pairkit uses
+WRITABLE_HINT = "s3://"
+
+
+class CommitConflict(PairkitError):
+    """Another writer committed first (the conditional write's precondition failed)."""
+
+
+def is_url(location: Any) -> bool:
+    """True for a URL of object storage (``file://`` and plain paths are local)."""
+    if not isinstance(location, str):
+        return False
+    m = URL_RE.match(location)
+    return bool(m) and m.group("scheme").lower() != "file"
+
+
+def scheme(url: str) -> str:
+    m = URL_RE.match(url)
+    return m.group("scheme").lower() if m else ""
+
+
+def check_local(path: Any, what: str = "path") -> None:
+    """UsageError when ``path`` is a URL mangled into a local path (``Path('s3://b')`` is
+    ``s3:/b``), so it never becomes a local folder named ``s3:``."""
+    text = str(path)
+    m = MANGLED_RE.match(text)
+    if m and not Path(m.group("scheme") + ":").exists():
+        fixed = f"{m.group('scheme')}://{text[len(m.group(0)):]}"
+        raise UsageError(f"{what} {text} looks like the URL {fixed} turned into a local path: "
+                         "this option takes local paths only")
+
+
+def location(value: str | Path) -> str | Path:
+    """A URL as is (``file://`` as its local path), anything else as a checked Path."""
+    if isinstance(value, str):
+        m = URL_RE.match(value)
+        if m and m.group("scheme").lower() == "file":
+            return Path(m.group("rest"))
+        if m:
+            return value
+    check_local(value)
+    return Path(value)
+
+
+def join(url: str, name: str) -> str:
+    return url.rstrip("/") + "/" + name
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem of ``url`` and the path in it; one line when it can't."""
+    try:
+        import fsspec
+    except ImportError:
+        raise PairkitError(f"{url}: object storage needs fsspec: pip install "
+                           "'pairkit[s3]'") from None
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError as exc:
+        first = (str(exc).strip().splitlines() or ["missing package"])[0]
+        raise PairkitError(f"{url}: {first}") from None
+    except ValueError as exc:
+        raise PairkitError(f"{url}: {exc}") from None
+
+
+def _failure(url: str, exc: BaseException, doing: str) -> PairkitError:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return PairkitError(f"{doing} {url} failed: {type(exc).__name__}: {first}")
+
+
+def read_bytes(url: str, max_bytes: int | None = None) -> bytes:
+    """The whole object (FileNotFoundError when there is none; PairkitError when larger
+    than ``max_bytes`` or unreadable)."""
+    fs, path = filesystem(url)
+    try:
+        if max_bytes is not None:
+            size = fs.size(path)
+            if size is not None and size > max_bytes:
+                raise PairkitError(f"{url} is {size:,} bytes, more than {max_bytes:,}")
+        return fs.cat_file(path)
+    except (FileNotFoundError, PairkitError):
+        raise
+    except Exception as exc:
+        raise _failure(url, exc, "reading") from None
+
+
+def read_range(url: str, start: int, end: int) -> bytes:
+    """Bytes ``start .. end - 1`` of the object (a ranged GET)."""
+    fs, path = filesystem(url)
+    try:
+        return fs.cat_file(path, start=start, end=end)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:
+        raise _failure(url, exc, "reading") from None
+
+
+def read_tagged(url: str, max_bytes: int) -> tuple[bytes, str | None]:
+    """The object and its version tag (S3 ETag) read together; FileNotFoundError when
+    there is none."""
+    fs, path = filesystem(url)
+    if scheme(url) not in CONDITIONAL:
+        return read_bytes(url, max_bytes), None
+    bucket, key = _bucket_key(path)
+    try:
+        head = fs.call_s3("head_object", Bucket=bucket, Key=key)
+        if int(head.get("ContentLength", 0)) > max_bytes:
+            raise PairkitError(f"{url} is {head['ContentLength']:,} bytes, more than "
+                               f"{max_bytes:,}")
+        got = fs.call_s3("get_object", Bucket=bucket, Key=key)
+        body = got["Body"]
+        data = _read_body(fs, body)
+        return data, got.get("ETag")
+    except (FileNotFoundError, PairkitError):
+        raise
+    except Exception as exc:
+        raise _failure(url, exc, "reading") from None
+
+
+def _read_body(fs: Any, body: Any) -> bytes:
+    """The bytes of an aiobotocore streaming body, on s3fs's event loop."""
+    from fsspec.asyn import sync
+
+    async def read() -> bytes:
+        async with body as stream:
+            return await stream.read()
+
+    return sync(fs.loop, read)
+
+
+def _bucket_key(path: str) -> tuple[str, str]:
+    bucket, _, key = path.partition("/")
+    return bucket, key
+
+
+def check_writable(url: str, what: str) -> None:
+    """PairkitError unless pairkit can commit ``what`` at ``url`` (a conditional write)."""
+    if scheme(url) not in CONDITIONAL:
+        raise PairkitError(f"writing {what} to {scheme(url)}:// is not supported: pairkit's "
+                           f"commit needs a conditional write, which it has for "
+                           f"{WRITABLE_HINT} only (write it locally and copy it)")
+    filesystem(url)
+
+
+def put(url: str, data: bytes) -> None:
+    """Write the whole object (replacing any)."""
+    fs, path = filesystem(url)
+    try:
+        fs.pipe_file(path, data)
+    except Exception as exc:
+        raise _failure(url, exc, "writing") from None
+
+
+def put_if(url: str, data: bytes, tag: str | None) -> str | None:
+    """Write the object only if it is still the version ``tag`` (None: only if there is
+    none); returns the new tag. CommitConflict when another writer got there first."""
+    check_writable(url, "a commit")
+    fs, path = filesystem(url)
+    bucket, key = _bucket_key(path)
+    cond = {"IfNoneMatch": "*"} if tag is None else {"IfMatch": tag}
+    try:
+        out = fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **cond)
+    except Exception as exc:
+        text = str(exc)
+        if "PreconditionFailed" in text or "pre-conditions" in text or isinstance(
+                exc, FileExistsError) or "ConditionalRequestConflict" in text:
+            raise CommitConflict(url) from None
+        raise _failure(url, exc, "writing") from None
+    with contextlib.suppress(Exception):
+        fs.invalidate_cache(path)
+    return out.get("ETag")
+
+
+def exists(url: str) -> bool:
+    fs, path = filesystem(url)
+    try:
+        fs.invalidate_cache(path)
+        return bool(fs.exists(path))
+    except Exception as exc:
+        raise _failure(url, exc, "looking up") from None
+
+
+def is_dir(url: str) -> bool:
+    """True when objects lie under ``url/``."""
+    fs, path = filesystem(url)
+    try:
+        fs.invalidate_cache(path)
+        return bool(fs.isdir(path))
+    except Exception as exc:
+        raise _failure(url, exc, "looking up") from None
+
+
+def list_names(url: str) -> dict[str, dict[str, Any]]:
+    """The objects directly under ``url/``: name -> info (``size``, ``LastModified``)."""
+    fs, path = filesystem(url)
+    try:
+        fs.invalidate_cache(path)
+        entries = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        return {}
+    except Exception as exc:
+        raise _failure(url, exc, "listing") from None
+    out = {}
+    for e in entries:
+        if e.get("type") == "file":
+            out[e["name"].rstrip("/").rsplit("/", 1)[-1]] = e
+    return out
+
+
+def remove(url: str) -> None:
+    """Delete the object (none there: nothing to do)."""
+    fs, path = filesystem(url)
+    try:
+        fs.rm_file(path)
+    except FileNotFoundError:
+        pass
+    except Exception as exc:
+        raise _failure(url, exc, "removing") from None

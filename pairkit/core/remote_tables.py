@@ -1,0 +1,203 @@
+"""Tables on object storage: ``-o s3://bucket/pairs.parquet`` and ``s3://bucket/pairs/``.
+
+A table file is one object, put whole (an object appears complete or not at all). On
+s3:// a new table is put with ``If-None-Match: *``, so an existing one is never
+overwritten without ``--force``, even by a writer racing this one.
+
+A dataset (a URL ending in ``/``) is written as parts under names that carry this
+writer's token (``part-00000-1a2b3c4d.parquet``), then ``_pairkit_parts.json`` naming
+every part with its rows, size and sha256: the commit, conditional like a store's
+manifest. A reader takes exactly the parts it names (checked); a folder of parts without
+one (Spark, Ray Data) is read in name order, unless its parts carry a pairkit token (a
+pairkit write that never committed: refused).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import secrets
+from typing import TYPE_CHECKING
+
+from pairkit.core.remote import (
+    CommitConflict,
+    exists,
+    is_dir,
+    join,
+    list_names,
+    put,
+    put_if,
+    read_bytes,
+    read_tagged,
+    remove,
+    scheme,
+)
+from pairkit.errors import PairkitError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PARTS = "_pairkit_parts.json"
+MAX_TABLE_BYTES = 16 << 30
+MAX_PARTS_BYTES = 64 << 20
+
+
+def is_remote_dataset(url: str) -> bool:
+    return url.endswith("/") or is_dir(url)
+
+
+def check_remote_output(url: str, force: bool) -> str:
+    """Refuse an existing table (or dataset) at ``url`` unless ``force``."""
+    if is_remote_dataset(url):
+        names = list_names(url.rstrip("/"))
+        if names and not force:
+            raise PairkitError(f"output {url} exists; pass --force to overwrite it")
+        return url
+    if exists(url) and not force:
+        raise PairkitError(f"output {url} exists; pass --force to overwrite it")
+    return url
+
+
+def _frame_bytes(df: pd.DataFrame, kind: str) -> bytes:
+    buf = io.BytesIO()
+    if kind == "parquet":
+        df.to_parquet(buf, index=False)
+    elif kind == "csv":
+        df.to_csv(buf, index=False)
+    else:
+        from pairkit.core.tables import iter_jsonl
+
+        return "".join(line + "\n" for line in iter_jsonl(df)).encode("utf-8")
+    return buf.getvalue()
+
+
+def write_remote_table(df: pd.DataFrame, url: str, kind: str, force: bool,
+                       part_rows: list[int] | None) -> None:
+    """Put ``df`` at ``url`` (see the module docstring)."""
+    check_remote_output(url, force)
+    if kind == "dataset":
+        _write_dataset(df, url.rstrip("/"), part_rows or [len(df)], force)
+        return
+    data = _frame_bytes(df, kind)
+    if scheme(url) in ("s3", "s3a") and not force:
+        try:
+            put_if(url, data, None)
+        except CommitConflict:
+            raise PairkitError(f"output {url} exists (written meanwhile by another "
+                               "process); pass --force to overwrite it") from None
+    else:
+        put(url, data)
+
+
+def _write_dataset(df: pd.DataFrame, url: str, part_rows: list[int], force: bool) -> None:
+    if sum(part_rows) != len(df):
+        raise PairkitError(f"internal: parts of {sum(part_rows)} rows for {len(df)} rows")
+    token = secrets.token_hex(4)
+    old_tag, old_parts = None, set()
+    try:
+        raw, old_tag = read_tagged(join(url, PARTS), MAX_PARTS_BYTES)
+        old_parts = {p["file"] for p in json.loads(raw)["parts"]}
+    except FileNotFoundError:
+        pass
+    except (ValueError, KeyError, TypeError):
+        old_parts = set()
+    written, records, start = [], [], 0
+    try:
+        for i, rows in enumerate(r for r in part_rows if r > 0 or len(df) == 0):
+            data = _frame_bytes(df.iloc[start:start + rows], "parquet")
+            name = f"part-{i:05d}-{token}.parquet"
+            put(join(url, name), data)
+            written.append(name)
+            records.append({"file": name, "rows": int(rows), "bytes": len(data),
+                            "sha256": hashlib.sha256(data).hexdigest()})
+            start += rows
+        doc = json.dumps({"format": "pairkit-parts", "parts": records}, indent=1).encode()
+        if scheme(url) in ("s3", "s3a"):
+            put_if(join(url, PARTS), doc, old_tag)
+        else:
+            put(join(url, PARTS), doc)
+    except BaseException as exc:
+        for name in written:
+            with contextlib.suppress(PairkitError):
+                remove(join(url, name))
+        if isinstance(exc, CommitConflict):
+            raise PairkitError(f"output {url}/ was written meanwhile by another process: "
+                               "nothing of this run was committed") from None
+        raise
+    for name in (old_parts - set(written)) if force else ():
+        with contextlib.suppress(PairkitError):
+            remove(join(url, name))
+
+
+def read_remote_table(url: str, kind: str) -> pd.DataFrame:
+    """A table from an object (or a dataset prefix), its parts checked."""
+    if kind == "dataset":
+        return _read_dataset(url.rstrip("/"))
+    try:
+        data = read_bytes(url, MAX_TABLE_BYTES)
+    except FileNotFoundError:
+        raise PairkitError(f"table {url} not found") from None
+    return parse_table(data, kind, url)
+
+
+def parse_table(data: bytes, kind: str, name: str) -> pd.DataFrame:
+    import pandas as pd
+
+    from pairkit.core.tables import check_csv_header, check_parquet_columns
+
+    if kind == "parquet":
+        check_parquet_columns(io.BytesIO(data), name)
+        return pd.read_parquet(io.BytesIO(data))
+    if kind == "csv":
+        check_csv_header(io.BytesIO(data), name)
+        return pd.read_csv(io.BytesIO(data), keep_default_na=False, na_values=[""])
+    if not data:
+        raise PairkitError(f"table {name} is empty")
+    return pd.read_json(io.BytesIO(data), lines=True)
+
+
+def _read_dataset(url: str) -> pd.DataFrame:
+    import pandas as pd
+
+    from pairkit.core.tables import PART_RE
+
+    try:
+        raw = read_bytes(join(url, PARTS), MAX_PARTS_BYTES)
+    except FileNotFoundError:
+        raw = None
+    frames = []
+    if raw is not None:
+        try:
+            parts = json.loads(raw)["parts"]
+            names = [(p["file"], p) for p in parts]
+        except (ValueError, KeyError, TypeError):
+            raise PairkitError(f"table {url}/: {PARTS} is damaged") from None
+    else:
+        listed = sorted(n for n in list_names(url) if PART_RE.match(n))
+        if not listed:
+            raise PairkitError(f"table folder {url}/ holds no part-NNNNN.parquet objects")
+        if any(n.count("-") > 1 for n in listed):
+            raise PairkitError(f"table folder {url}/ is half-written: parts but no {PARTS} "
+                               "(rerun the command that wrote it)")
+        names = [(n, None) for n in listed]
+    for name, rec in names:
+        if not PART_RE.match(str(name)):
+            raise PairkitError(f"table {url}/: {PARTS} names {name!a}, not a part")
+        try:
+            data = read_bytes(join(url, name), MAX_TABLE_BYTES)
+        except FileNotFoundError:
+            raise PairkitError(f"table {url}/: part {name} is missing") from None
+        if rec is not None and (len(data) != rec.get("bytes")
+                                or hashlib.sha256(data).hexdigest() != rec.get("sha256")):
+            raise PairkitError(f"table {url}/: part {name} checksum mismatch (object changed "
+                               "or damaged)")
+        frames.append(parse_table(data, "parquet", f"{url}/{name}"))
+    columns = list(frames[0].columns)
+    for (name, _), frame in zip(names, frames, strict=True):
+        if list(frame.columns) != columns:
+            raise PairkitError(f"table folder {url}/: {name} has other columns than "
+                               f"{names[0][0]}")
+    return pd.concat(frames, ignore_index=True)
+
