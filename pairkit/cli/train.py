@@ -41,9 +41,10 @@ def train(
         None, "--relation", show_default="instance with --pairs, none without",
         help="instance or label: positives from the store, in-batch negatives (no table); with "
         "--pairs: which in-batch items are not negatives."),
-    head: Literal["residual", "linear", "mlp"] = typer.Option(
-        "residual", "--head", help="Head architecture; residual: the input plus a learned "
-        "correction, identity at start (docs/train.md)."),
+    head: Literal["residual", "linear", "mlp"] | None = typer.Option(
+        None, "--head", help="Head architecture; residual: the input plus a learned "
+        "correction, identity at start (docs/train.md).",
+        show_default="residual; mlp with an --out-dim other than the input dim"),
     out_dim: int | None = typer.Option(None, "--out-dim", help="Output dimension of the head.",
                                        show_default="the input dim (residual), 128"),
     hidden: int | None = typer.Option(None, "--hidden", help="Hidden width (residual, mlp).",
@@ -121,10 +122,9 @@ def train(
                                f"(--stop-on-collapse); weights of that epoch are in {output}")
         from pairkit.core.manifest import read_manifest
 
-        say(f"trained {head} head {read_manifest(store)['dim']}->{result.out_dim} with {loss} "
-            f"for {last['epoch']} epochs on {result.device} ({result.examples} pairs/epoch"
-            + (f", {result.mined_positives} mined positives" if result.mined_positives else "")
-            + ", "
+        dims = f"{read_manifest(store)['dim']}->{result.out_dim}"
+        mined = f", {result.mined_positives} mined positives" if result.mined_positives else ""
+        say(f"trained {result.head_kind} head {dims} with {loss} for {last['epoch']} epochs on "
+            f"{result.device} ({result.examples} pairs/epoch{mined}, "
             f"{result.pairs_per_second:,.0f} pairs/s over all epochs): {last['metrics_on']} "
-            f"gap {last['gap']:.3f} -> {output}",
-            quiet)
+            f"gap {last['gap']:.3f} -> {output}", quiet)

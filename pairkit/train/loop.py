@@ -87,7 +87,7 @@ DEFAULT_OUT_DIM = 128  # linear and mlp heads
 class TrainConfig:
     """Everything that defines a training run (defaults live here)."""
 
-    head: str = "residual"
+    head: str | None = None  # None: residual, or mlp when out_dim asks for another dim
     out_dim: int | None = None  # None: the input dim (residual), DEFAULT_OUT_DIM otherwise
     hidden: int | None = None
     loss: LossConfig = field(default_factory=LossConfig)
@@ -136,12 +136,12 @@ class TrainConfig:
 
 def head_spec(cfg: TrainConfig, in_dim: int) -> HeadSpec:
     """The head architecture ``cfg`` asks for on ``in_dim``-dim vectors (defaults filled in)."""
-    if cfg.head == "residual":
+    kind = cfg.head or ("residual" if cfg.out_dim in (None, in_dim) else "mlp")
+    if kind == "residual":
         return HeadSpec("residual", in_dim, in_dim if cfg.out_dim is None else cfg.out_dim,
                         cfg.hidden or RESIDUAL_HIDDEN)
     out_dim = DEFAULT_OUT_DIM if cfg.out_dim is None else cfg.out_dim
-    return HeadSpec(cfg.head, in_dim, out_dim,
-                    (cfg.hidden or in_dim) if cfg.head == "mlp" else None)
+    return HeadSpec(kind, in_dim, out_dim, (cfg.hidden or in_dim) if kind == "mlp" else None)
 
 
 class TrainHook(Protocol):
@@ -169,6 +169,7 @@ class TrainResult:
     stopped: str | None = None
     notes: list[str] = field(default_factory=list)
     out_dim: int = 0
+    head_kind: str = ""
     mined_positives: int = 0  # of the table, on the training side
 
     @property
@@ -674,7 +675,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
             write_plot(out / PLOT, records)
         return TrainResult(head=out, records=records, device=str(device), precision=precision,
                            streaming=streaming, examples=n_examples, notes=notes,
-                           out_dim=spec.out_dim)
+                           out_dim=spec.out_dim, head_kind=spec.kind)
     if hook is not None:
         hook.start(n_examples * (cfg.epochs - start_epoch),
                    f"train {cfg.loss.name} on {device}")
@@ -752,5 +753,6 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     write_plot(out / PLOT, records)
     return TrainResult(head=out, records=records, device=str(device), precision=precision,
                        streaming=streaming, examples=n_examples, stopped=stopped, notes=notes,
-                       out_dim=spec.out_dim, mined_positives=0 if mined is None else mined.total)
+                       out_dim=spec.out_dim, head_kind=spec.kind,
+                       mined_positives=0 if mined is None else mined.total)
 

@@ -103,7 +103,8 @@ def test_report_of_a_whole_pipeline(pipeline, tmp_path):
     for block in pairs["anchors"]:
         anchor = items[block["a"]]
         rows = table[table["anchor_id"] == anchor["id"]]
-        assert [items[n[0]]["id"] for n in block["n"]] == rows["negative_id"].tolist()
+        negatives = rows.loc[rows["negative_id"] >= 0, "negative_id"]  # mined positives: -1
+        assert [items[n[0]]["id"] for n in block["n"]] == negatives.tolist()
         assert anchor["path"] == store_items["path"][anchor["id"]]
     assert dedup["summary"]["groups"] == pd.read_csv(pipeline.duplicates)["group"].nunique()
     metrics = json.loads(pipeline.eval_json.read_text())
