@@ -273,7 +273,7 @@ def mine_store(
     if positives is not None and positives.per_anchor > 0:
         table, mined_stats = _with_mined_positives(table, fmt, result.pairs.anchors, vectors,
                                                    sources, store, positives, ctx, fn_config,
-                                                   where)
+                                                   index, where, config.seed)
     stats = summary_stats(result, config.num_negatives, config.hard)
     lo, hi = config.window()
     stats = {
@@ -317,24 +317,30 @@ def mine_store(
 def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np.ndarray,
                           sources: np.ndarray, store: Any, cfg: PositiveConfig,
                           ctx: FnContext | None, fn_config: FalseNegativeConfig | None,
-                          backend: Any) -> tuple[Any, dict[str, Any]]:
+                          index: IndexOptions, backend: Any, seed: int
+                          ) -> tuple[Any, dict[str, Any]]:
     """``table`` with the mined positives of ``anchors`` as extra rows, and their stats.
 
-    The neighbour lists, near-duplicate groups and cluster runs are the false-negative
-    context's when it has them (computed once for both), else found here."""
+    The near-duplicate groups and cluster runs are the false-negative context's when it
+    has them (computed once for both); every row's neighbour list comes from the context's
+    kNN graph when it is deep enough, else from one search with mine's index options
+    (exact up to ``--exact-max-rows``, approximate above)."""
     from pairkit.core.pairs import add_mined_positives
-    from pairkit.mine.fn_context import FnContext, knn_neighbours, near_duplicate_threshold
+    from pairkit.mine.fn_context import near_duplicate_threshold
     from pairkit.mine.positives import mine_positives
 
-    if ctx is None:
-        ctx = FnContext(vectors=vectors, labels=None, sources=sources, backend=backend)
-    nb_ids, nb_scores = knn_neighbours(ctx, cfg.neighbours)
+    given = ctx.neighbours if ctx is not None else None
+    if given is not None and given[0].shape[1] >= cfg.neighbours:
+        nb_ids, nb_scores = given
+    else:
+        nb_ids, nb_scores = _neighbour_lists(vectors, sources, cfg.neighbours, index,
+                                             backend, store, seed)
     threshold = None
     if fn_config is not None and "near-duplicate" in fn_config.rules:
         threshold = near_duplicate_threshold(fn_config)
-    groups = ctx.groups
-    mined = mine_positives(anchors, nb_ids, nb_scores, cfg, groups=groups, vectors=vectors,
-                           cluster_assign=ctx.cluster_assign,
+    mined = mine_positives(anchors, nb_ids, nb_scores, cfg,
+                           groups=None if ctx is None else ctx.groups, vectors=vectors,
+                           cluster_assign=None if ctx is None else ctx.cluster_assign,
                            near_duplicate_threshold=threshold)
     out = add_mined_positives(table, fmt, anchors, mined.rows, mined.ids, mined.scores,
                               mined.confidence, mined.reasons, store.content_id,
@@ -354,3 +360,28 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
         if known.any():
             stats["same_label"] = round(float((a[known] == b[known]).mean()), 4)
     return out, stats
+
+
+def _neighbour_lists(vectors: np.ndarray, sources: np.ndarray, m: int, index: IndexOptions,
+                     backend: Any, store: Any, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's ``m`` nearest rows of other sources ``(ids, scores)`` (N, m), best first,
+    -1 padded, through the index mine's options pick (a saved index is reused)."""
+    from pairkit.index.build import prepare_index
+
+    n = len(vectors)
+    views = int(np.bincount(sources).max()) if n else 1
+    loaded = prepare_index(
+        vectors, index.kind, store_root=store.root, content_id=store.content_id,
+        exact_max_rows=index.exact_max_rows, nlist=index.nlist, nprobe=index.nprobe,
+        ef_search=index.ef_search, float16=index.float16, seed=seed, backend=backend)
+    scores, ids = loaded.searcher(vectors, batch_size=index.batch_size)(vectors,
+                                                                       min(n, m + views))
+    own = (ids < 0) | (sources[np.maximum(ids, 0)] == sources[:, None])
+    order = np.argsort(own, axis=1, kind="stable")[:, :m]
+    ids = np.take_along_axis(np.where(own, -1, ids), order, axis=1)
+    scores = np.take_along_axis(np.where(own, -np.inf, scores), order, axis=1)
+    if ids.shape[1] < m:
+        pad = m - ids.shape[1]
+        ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
+        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+    return ids, scores.astype(np.float32)
