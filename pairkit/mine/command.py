@@ -332,6 +332,16 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
     given = ctx.neighbours if ctx is not None else None
     if given is not None and given[0].shape[1] >= cfg.neighbours:
         nb_ids, nb_scores = given
+    elif ctx is not None and ctx.spectral is not None:
+        # the cluster rule's principal components of every row: a search in 128 dims
+        # instead of d, twice as deep, re-scored exactly and cut back to the best (98% of
+        # the exact lists' mutual pairs on fm0; the lists only choose who is compared)
+        nb_ids, _ = _neighbour_lists(ctx.spectral.reduced, sources, 2 * cfg.neighbours,
+                                     index, backend, None, seed)
+        nb_scores = _exact_scores(vectors, nb_ids)
+        order = np.argsort(-nb_scores, axis=1, kind="stable")[:, :cfg.neighbours]
+        nb_ids = np.take_along_axis(nb_ids, order, axis=1)
+        nb_scores = np.take_along_axis(nb_scores, order, axis=1)
     else:
         nb_ids, nb_scores = _neighbour_lists(vectors, sources, cfg.neighbours, index,
                                              backend, store, seed)
@@ -362,16 +372,31 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
     return out, stats
 
 
+def _exact_scores(vectors: np.ndarray, ids: np.ndarray, block: int = 4096) -> np.ndarray:
+    """(N, m) float32 inner products of every row with its listed rows (-inf for -1)."""
+    out = np.full(ids.shape, -np.inf, dtype=np.float32)
+    for s in range(0, len(ids), block):
+        e = min(len(ids), s + block)
+        rows = ids[s:e]
+        got = np.einsum("nd,nmd->nm", np.asarray(vectors[s:e], np.float32),
+                        np.asarray(vectors[np.maximum(rows, 0)], np.float32))
+        out[s:e] = np.where(rows >= 0, got, -np.inf)
+    return out
+
+
 def _neighbour_lists(vectors: np.ndarray, sources: np.ndarray, m: int, index: IndexOptions,
                      backend: Any, store: Any, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Every row's ``m`` nearest rows of other sources ``(ids, scores)`` (N, m), best first,
-    -1 padded, through the index mine's options pick (a saved index is reused)."""
+    -1 padded, through the index mine's options pick (``store``: a saved index of its
+    rows is reused; None for other vectors)."""
     from pairkit.index.build import prepare_index
 
     n = len(vectors)
     views = int(np.bincount(sources).max()) if n else 1
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     loaded = prepare_index(
-        vectors, index.kind, store_root=store.root, content_id=store.content_id,
+        vectors, index.kind, store_root=None if store is None else store.root,
+        content_id=None if store is None else store.content_id,
         exact_max_rows=index.exact_max_rows, nlist=index.nlist, nprobe=index.nprobe,
         ef_search=index.ef_search, float16=index.float16, seed=seed, backend=backend)
     scores, ids = loaded.searcher(vectors, batch_size=index.batch_size)(vectors,
