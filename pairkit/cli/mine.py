@@ -81,7 +81,7 @@ def mine(
         None, "--fn-cluster-runs", help="cluster rule: k-means runs per count.", show_default="8"),
     fn_cluster_votes: int | None = typer.Option(
         None, "--fn-cluster-votes", help="cluster rule: runs that must put anchor and "
-        "candidate together (raised while > 50% of random pairs would be).", show_default="1"),
+        "candidate together (raised while > 50% of random pairs would be).", show_default="2"),
     fn_community_neighbors: int | None = typer.Option(
         None, "--fn-community-neighbors", help="community rule: kNN graph neighbours.",
         show_default="15"),
