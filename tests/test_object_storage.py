@@ -133,6 +133,28 @@ def test_embed_images_from_s3(s3, tmp_path):
                                    "--force to replace the store"]
 
 
+def test_embed_webdataset_shards_from_s3(s3, tmp_path):
+    """Tar shards on S3 (a brace pattern with a gap): headers listed through ranged reads,
+    each member one ranged GET; the same store as from the local shards."""
+    import s3fs
+
+    from tests.encode.test_webdataset import write_shards
+
+    images = make_images(tmp_path / "img", n_per_class=4, classes=3)
+    shards = write_shards(tmp_path / "wds", images, per_shard=5)
+    f = s3fs.S3FileSystem(client_kwargs={"endpoint_url": os.environ["AWS_ENDPOINT_URL"]})
+    for p in shards:
+        f.pipe_file(f"{s3[5:]}/wds/{p.name}", p.read_bytes())
+    ok("embed", tmp_path / "wds" / "{00000..00003}.tar", "-o", tmp_path / "local", "--model",
+       "fake", "-q")
+    ok("embed", f"{s3}/wds/{{00000..00003}}.tar", "-o", f"{s3}/st", "--model", "fake", "-q")
+    a, b = Store.open(tmp_path / "local"), Store.open(f"{s3}/st")
+    np.testing.assert_array_equal(a.vectors(), b.vectors())
+    pd.testing.assert_frame_equal(a.items, b.items)
+    assert b.items["label"].notna().all() and b.manifest["labels"] == "webdataset"
+    assert b.read_errors() == [{"path": f"{s3}/wds/00003.tar", "reason": "tar shard not found"}]
+
+
 def test_two_importers_of_one_s3_store(s3, tmp_path):
     """Two ``pairkit import`` processes into one URL at the same time: exactly one
     commits; the other stops with one line (it lost the conditional write, or it came

@@ -153,8 +153,9 @@ def check_config(cfg: EmbedConfig) -> bool:
     if not hf and (cfg.image_column or cfg.label_column):
         raise UsageError("--image-column and --label-column need a Hugging Face dataset "
                          "(a save_to_disk folder, .parquet or .arrow)")
-    if isinstance(images, str):
-        pass  # object storage: listed when embedding starts
+    if isinstance(images, str):  # object storage: listed when embedding starts
+        if is_webdataset(images):
+            expand_braces(images)  # a bad pattern is bad usage
     elif hf:
         if not images.exists():
             raise PairkitError(f"dataset {images} not found")
@@ -421,6 +422,11 @@ def find_any_sources(images: str | Path, image_column: str | None = None,
     (:mod:`pairkit.encode.remote_images`; ``root`` is then the URL)."""
     where = location(images)
     if isinstance(where, str):
+        from pairkit.encode.webdataset import discover_webdataset, is_webdataset
+
+        if is_webdataset(where):
+            root, files, problems, labels = discover_webdataset(where)
+            return Sources(root, files, problems, labels)
         from pairkit.encode.remote_images import discover_remote_images
 
         files, problems = discover_remote_images(where)

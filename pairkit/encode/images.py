@@ -222,7 +222,7 @@ def load_image(path: Path, draft_size: int | None = None,
 def read_image_bytes(f: ImageFile, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
     """The bytes of an image file or of a tar member (:mod:`pairkit.encode.webdataset`);
     DecodeError with the reason."""
-    if isinstance(f.abs_path, str):  # an object (pairkit.encode.remote_images)
+    if isinstance(f.abs_path, str) and f.member is None:  # pairkit.encode.remote_images
         from pairkit.encode.remote_images import read_remote_image
 
         return read_remote_image(f.abs_path, max_bytes)

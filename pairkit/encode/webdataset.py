@@ -22,7 +22,9 @@ import os
 import re
 import tarfile
 from pathlib import Path, PurePosixPath
+from typing import Any
 
+from pairkit.core.remote import is_url
 from pairkit.encode.images import IMAGE_EXTENSIONS, DecodeError, ImageFile
 from pairkit.errors import PairkitError, UsageError
 
@@ -73,6 +75,8 @@ def list_shards(spec: str | os.PathLike[str]) -> tuple[Path, list[tuple[str, Pat
     the shards' common folder; a named shard that does not exist is a problem (img2dataset
     leaves gaps), none existing is an error."""
     names = expand_braces(str(spec))
+    if is_url(str(spec)):
+        return _list_remote_shards(str(spec), names)
     found = [Path(n) for n in names if Path(n).is_file()]
     if not found:
         raise PairkitError(f"no tar shard found for {spec}")
@@ -89,13 +93,48 @@ def list_shards(spec: str | os.PathLike[str]) -> tuple[Path, list[tuple[str, Pat
     return root, shards, problems
 
 
+def _list_remote_shards(spec: str, names: list[str]
+                        ) -> tuple[Any, list[tuple[str, Any]], list[tuple[str, str]]]:
+    """:func:`list_shards` of URLs (``s3://b/shards/{00000..00009}.tar``): ``root`` is the
+    URL of the shards' common prefix."""
+    from pairkit.core.remote import exists
+
+    found = [n for n in dict.fromkeys(names) if exists(n)]
+    if not found:
+        raise PairkitError(f"no tar shard found for {spec}")
+    parents = [n.rsplit("/", 1)[0].split("/") for n in found]
+    common = parents[0]
+    for other in parents[1:]:
+        k = 0
+        while k < min(len(common), len(other)) and common[k] == other[k]:
+            k += 1
+        common = common[:k]
+    root = "/".join(common)
+    shards = [(n[len(root) + 1:], n) for n in found]
+    problems = [(n, "tar shard not found") for n in dict.fromkeys(names) if n not in found]
+    return root, shards, problems
+
+
 def read_member(tar: Path, offset: int, size: int, max_bytes: int) -> bytes:
     """The ``size`` bytes at ``offset`` of ``tar`` (one member's data); DecodeError with the
-    reason (too large, empty, the shard gone or shorter than its header says)."""
+    reason (too large, empty, the shard gone or shorter than its header says). A shard at a
+    URL is read with one ranged GET."""
     if size > max_bytes:
         raise DecodeError(f"file too large ({size:,} bytes > --max-file-bytes {max_bytes:,})")
     if size == 0:
         raise DecodeError("empty file (0 bytes)")
+    if isinstance(tar, str):
+        from pairkit.core.remote import read_range
+
+        try:
+            data = read_range(tar, offset, offset + size)
+        except FileNotFoundError:
+            raise DecodeError("tar shard vanished during the run") from None
+        except PairkitError as exc:
+            raise DecodeError(f"unreadable tar shard: {exc}") from None
+        if len(data) != size:
+            raise DecodeError("truncated tar member (the shard ends inside it)")
+        return data
     try:
         fd = os.open(tar, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -163,11 +202,12 @@ def list_members(tar: Path, rel: str) -> tuple[list[ImageFile], list[tuple[str, 
     problems: list[tuple[str, str]] = []
     members: list[tarfile.TarInfo] = []
     try:
-        with open(tar, "rb") as fh:
+        with _open_shard(tar) as fh:
             if fh.read(2) == b"\x1f\x8b":
                 return [], [(rel, "a gzip-compressed tar: members can't be read by offset "
                                   "(decompress it: gunzip)")], {}
-        with tarfile.open(tar, "r:") as tf:
+            fh.seek(0)
+        with _open_shard(tar) as fh, tarfile.open(fileobj=fh, mode="r:") as tf:
             try:
                 for m in tf:
                     members.append(m)
@@ -208,6 +248,20 @@ def list_members(tar: Path, rel: str) -> tuple[list[ImageFile], list[tuple[str, 
         labels[f.path] = label
     files.sort(key=lambda f: f.path)
     return files, problems, labels
+
+
+def _open_shard(tar: Any) -> Any:
+    """A seekable binary file of a shard: a local file, or an object read in ranged GETs
+    (fsspec's block cache), so listing its headers does not fetch the member data."""
+    if isinstance(tar, str):
+        from pairkit.core.remote import filesystem
+
+        fs, path = filesystem(tar)
+        try:
+            return fs.open(path, "rb", block_size=1 << 20, cache_type="readahead")
+        except FileNotFoundError:
+            raise OSError(2, "not found") from None
+    return open(tar, "rb")
 
 
 def discover_webdataset(spec: str | os.PathLike[str]
