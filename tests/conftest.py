@@ -80,7 +80,7 @@ def random_store(path: Path, n_sources: int = 20, views: int = 2, dim: int = 16,
 
     Returns the opened Store.
     """
-    from pairkit.core.store import write_store
+    from pairkit.core.store_writer import write_store
 
     rng = np.random.default_rng(seed)
     centers = rng.normal(size=(classes, dim))

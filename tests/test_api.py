@@ -96,7 +96,7 @@ def test_find_duplicates_is_what_dedup_writes(tmp_path: Path) -> None:
     vecs = rng.normal(size=(12, 8)).astype(np.float32)
     vecs[5] = vecs[2] + 1e-4  # a near copy
     items = pd.DataFrame({"path": [f"i{i}.jpg" for i in range(12)]})
-    from pairkit.core.store import write_store
+    from pairkit.core.store_writer import write_store
 
     st = write_store(tmp_path / "s", vecs, items, encoder={"name": "x"})
     r = runner.invoke(app, ["dedup", str(st.root), "-o", str(tmp_path / "d.csv")])

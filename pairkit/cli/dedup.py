@@ -9,9 +9,9 @@ import typer
 
 from pairkit.cli.common import say, user_errors, warn
 from pairkit.cli.options import Backend, backend_option, device_option, ray_option
+from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
 
-# Keep in step with pairkit.mine.near_duplicates.DEFAULT_THRESHOLD (a test checks it).
-DEFAULT_THRESHOLD_TEXT = "0.965"
+DEFAULT_THRESHOLD_TEXT = str(NEAR_DUPLICATE_THRESHOLD)
 
 
 def dedup(

@@ -83,9 +83,10 @@ def eval_store(
         check_map_methods(maps)
         if batch_size < 1:
             raise UsageError(f"--batch-size must be >= 1, got {batch_size}")
-        if ray and backend == "torch":
-            raise UsageError("eval --ray searches on the workers' CPUs with FAISS: use "
-                             "--backend faiss (or auto)")
+        if ray:
+            from pairkit.index.backend import ray_search
+
+            ray_search("eval", backend=backend)  # the probe may still use --device
         cfg = EvalConfig(
             knn_ks=tuple(parse_int_list(knn_k, "--knn-k")), knn_temperature=knn_temperature,
             recall_ks=tuple(parse_int_list(recall_k, "--recall-k")), max_r=max_r,

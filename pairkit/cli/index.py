@@ -40,10 +40,11 @@ def index(
 
     Example: pairkit index store --index ivf
     """
-    from pairkit.index.store_index import IndexRequest, index_store
+    from pairkit.index.options import IndexOptions
+    from pairkit.index.store_index import index_store
 
     with user_errors():
-        result = index_store(store, IndexRequest(
+        result = index_store(store, IndexOptions(
             kind=kind, nlist=nlist, nprobe=nprobe, pq_m=pq_m, hnsw_m=hnsw_m,
             ef_search=ef_search, exact_max_rows=exact_max_rows, float16=dtype == "float16",
             seed=seed), force=force)

@@ -10,6 +10,7 @@ import typer
 from pairkit.cli import common as c
 from pairkit.cli import options as o
 from pairkit.cli.progress import ProgressBar
+from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
 
 
 def mine(
@@ -73,7 +74,7 @@ def mine(
                                            help="margin rule: flag score > pos - (1 - m)|pos|."),
     fn_near_dup_threshold: float | None = typer.Option(
         None, "--fn-near-dup-threshold", help="near-duplicate rule: cosine.",
-        show_default="dedup's, 0.965"),
+        show_default=f"dedup's, {NEAR_DUPLICATE_THRESHOLD}"),
     fn_cluster_k: str | None = typer.Option(
         None, "--fn-cluster-k", help="cluster rule: clusters per k-means run, auto (read off "
         "the kNN graph's spectrum) or N[,N..].", show_default="auto"),

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from pairkit.core.paths import first_bad_path
-from pairkit.core.store import Store, sha256_file, write_store
+from pairkit.core.store import Store, sha256_file
+from pairkit.core.store_writer import write_store
 from pairkit.core.tables import read_table
 from pairkit.errors import PairkitError
 

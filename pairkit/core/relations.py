@@ -107,8 +107,8 @@ class Relation:
         hi = np.searchsorted(pa, anchors, side="right")
         counts = hi - lo
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        idx = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi, strict=True)]) if len(
-            anchors) else np.zeros(0, dtype=np.int64)
+        # lo[i], lo[i] + 1, ..., hi[i] - 1 for every anchor, in one array
+        idx = np.repeat(lo - offsets[:-1], counts) + np.arange(int(offsets[-1]))
         return offsets, pp[idx.astype(np.int64)].astype(np.int64)
 
 
@@ -176,18 +176,16 @@ def build_relation(
     ``pairs`` (for ``kind='pairs'``): a table with columns ``anchor``/``positive``
     (or ``anchor_path``/``positive_path``) of image paths relative to the root.
     """
-    import pandas as pd
+    from pairkit.core.store import codes_of
 
     n = len(items)
     if kind == "instance":
-        codes, _ = pd.factorize(items["source"])
         return Relation("instance", n, "instance (views of the same source)",
-                        group=codes.astype(np.int64))
+                        group=codes_of(items["source"])[0])
     if kind == "label":
         if not items["label"].notna().any():
             raise PairkitError("--relation label: the store has no labels")
-        codes, _ = pd.factorize(items["label"], use_na_sentinel=True)
-        return Relation("label", n, "label (same label)", group=codes.astype(np.int64))
+        return Relation("label", n, "label (same label)", group=codes_of(items["label"])[0])
     if kind == "pairs":
         if pairs is None:
             raise UsageError("--relation pairs needs a file: pairs:FILE")

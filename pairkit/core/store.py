@@ -138,6 +138,19 @@ def normalize_items(items: pd.DataFrame, start_id: int = 0) -> pd.DataFrame:
     return out
 
 
+def codes_of(values: Any, missing: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of ``values`` (N,) (labels, sources, any hashable objects): ``(codes
+    int64 (N,), distinct values object (U,))``, codes in order of first appearance.
+    ``missing``: None/NaN get -1 (else a code of their own). The one place where pairkit
+    turns labels and sources into codes."""
+    import pandas as pd
+
+    series = (values if isinstance(values, pd.Series)
+              else pd.Series(np.asarray(values, dtype=object), dtype=object))
+    codes, uniques = pd.factorize(series, use_na_sentinel=missing)
+    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+
+
 def _is_missing(value: Any) -> bool:
     if value is None:
         return True
@@ -149,7 +162,7 @@ def _is_missing(value: Any) -> bool:
         return False
 
 
-def _open_regular(path: Path, what: str) -> IO[bytes]:
+def open_regular(path: Path, what: str) -> IO[bytes]:
     """Open a store file for reading; StoreError when missing or not a regular file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -264,7 +277,7 @@ class Store:
         """Open every file the manifest names and check it (see :meth:`open`)."""
         arrays = []
         for shard in self.shards:
-            with _open_regular(self.root / shard.file, "shard") as fh:
+            with open_regular(self.root / shard.file, "shard") as fh:
                 arrays.append(_map_shard(fh, self.root, shard, self.dim, self.dtype))
                 if verify and sha256_fd(fh) != shard.sha256:
                     raise StoreError(f"store {self.root}: shard {shard.file} checksum mismatch "
@@ -274,7 +287,7 @@ class Store:
             rec = self.manifest.get("items")
             if rec is None:
                 return
-            fh = _open_regular(self.root / rec["file"], "item table")
+            fh = open_regular(self.root / rec["file"], "item table")
             size = os.fstat(fh.fileno()).st_size
             if size != rec["bytes"]:
                 fh.close()
@@ -289,8 +302,8 @@ class Store:
             if self.count:
                 raise StoreError(f"store {self.root}: {ITEMS} is missing")
             return
-        self._items_fh = _open_regular(items_path, "item table")
-        n_items = _parquet_rows(self._items_fh, items_path)
+        self._items_fh = open_regular(items_path, "item table")
+        n_items = parquet_rows(self._items_fh, items_path)
         if n_items != self.count:
             raise StoreError(f"store {self.root}: row count mismatch: {ITEMS} has {n_items} rows, "
                              f"manifest says {self.count}")
@@ -411,10 +424,12 @@ class Store:
 
     def source_codes(self) -> np.ndarray:
         """int64 code per item; items with equal codes share a source. Shape (N,)."""
-        import pandas as pd
+        return codes_of(self.items["source"])[0]
 
-        codes, _ = pd.factorize(self.items["source"])
-        return codes.astype(np.int64)
+    def label_codes(self) -> np.ndarray | None:
+        """int64 code per item, -1 where the label is missing (:func:`codes_of`); None
+        without labels. Shape (N,)."""
+        return codes_of(self.items["label"])[0] if self.has_labels else None
 
     def read_errors(self) -> list[dict[str, Any]]:
         """The records of errors.jsonl that the manifest committed (checked against its
@@ -427,7 +442,7 @@ class Store:
 
             data = read_errors(str(self.root), rec)
         else:
-            with _open_regular(self.root / rec["file"], "errors file") as fh:
+            with open_regular(self.root / rec["file"], "errors file") as fh:
                 data = fh.read(rec["bytes"] + 1)
         import hashlib
 
@@ -477,7 +492,7 @@ def _manifest_moved(root: Path, raw: bytes) -> bool:
         return True
 
 
-def _parquet_rows(fh: IO[bytes], path: Path) -> int:
+def parquet_rows(fh: IO[bytes], path: Path) -> int:
     import pyarrow.parquet as pq
 
     try:
@@ -495,17 +510,3 @@ def is_store(path: str | os.PathLike[str]) -> bool:
     except StoreError:
         return False
     return True
-
-
-
-
-_WRITER_NAMES = ("StoreWriter", "write_store", "prepare_store_dir", "clear_store", "json_line")
-
-
-def __getattr__(name: str) -> Any:
-    """The writer side lives in store_writer.py; re-exported here for old imports."""
-    if name in _WRITER_NAMES:
-        from pairkit.core import store_writer
-
-        return getattr(store_writer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -38,11 +38,11 @@ from pairkit.core.manifest import (
 )
 from pairkit.core.store import (
     Store,
-    _open_regular,
-    _parquet_rows,
     is_ours,
     l2_normalize,
     normalize_items,
+    open_regular,
+    parquet_rows,
 )
 from pairkit.errors import PairkitError
 
@@ -410,8 +410,8 @@ def _repair_v1_items(root: Path, manifest: dict[str, Any]) -> None:
     items_path = root / ITEMS
     if not items_path.is_file():
         return
-    with _open_regular(items_path, "item table") as fh:
-        rows = _parquet_rows(fh, items_path)
+    with open_regular(items_path, "item table") as fh:
+        rows = parquet_rows(fh, items_path)
     if rows > manifest["count"]:
         items = pd.read_parquet(items_path).iloc[: manifest["count"]]
         with atomic_path(items_path) as tmp:

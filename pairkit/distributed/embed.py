@@ -77,8 +77,9 @@ def _embed_task(cfg: Any, files: list[Any], labels: dict[str, Any], shard_name: 
                 offline: bool, threads: int, device: str, crash: str | None) -> dict[str, Any]:
     """One partition on a Ray worker: the encoder is loaded once per worker process."""
     maybe_crash(crash)
-    from pairkit.encode.embedder import _Runner, embed_partition
+    from pairkit.encode.embedder import embed_partition
     from pairkit.encode.registry import EncoderRequest, load_encoder
+    from pairkit.encode.runner import Runner
 
     key = repr((cfg.model, cfg.pretrained, cfg.checkpoint, cfg.seed, cfg.precision, device,
                 threads))
@@ -91,7 +92,7 @@ def _embed_task(cfg: Any, files: list[Any], labels: dict[str, Any], shard_name: 
         encoder = load_encoder(EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint,
                                               device, cfg.seed, offline=offline))
         _WORKER.update(key=key, encoder=encoder,
-                       runner=_Runner(encoder, device, cfg.precision))
+                       runner=Runner(encoder, device, cfg.precision))
     return embed_partition(cfg, files, labels, _WORKER["encoder"], _WORKER["runner"], device,
                            shard_name)
 

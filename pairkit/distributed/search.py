@@ -39,13 +39,14 @@ class ShardWorker:
     def search(self, box: list[Any], start: int, queries: np.ndarray, k: int
                ) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)`` (nq, k) of the shard, ids global (``start`` added)."""
-        from pairkit.index.search import flat_index, knn_search
+        from pairkit.index.open import exact_searcher
+        from pairkit.index.search import knn_search
 
         maybe_crash(self.crash)
         if self.index is None:
             import ray
 
-            self.index = flat_index(ray.get(box[0]))
+            self.index = exact_searcher(ray.get(box[0])).index
         scores, ids = knn_search(queries, self.index, k)
         return scores, np.where(ids >= 0, ids + start, -1)
 

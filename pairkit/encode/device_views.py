@@ -19,7 +19,8 @@ the tolerance on vectors: docs/embed.md, tests/encode/test_device_views.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -86,6 +87,16 @@ def draft_scale(width: int, height: int, draft_size: int | None) -> int:
     return 1
 
 
+def to_device(values: Any, device: Any, dtype: Any = np.float32) -> torch.Tensor:
+    """A host array (or list) on ``device`` without waiting for the device: a copy from
+    pageable memory is staged at once and queued (torch's blocking copy would synchronise
+    the stream first)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=dtype)).to(
+        device, non_blocking=True)
+
+
 def _round8(x: torch.Tensor) -> torch.Tensor:
     """Round half up and clip to 0..255 (PIL's 8-bit output of a resampling pass)."""
     return (x + 0.5).floor().clamp_(0, 255)
@@ -113,17 +124,14 @@ def resize(img: torch.Tensor, width: int, height: int, interpolation: str,
     vertical pass goes first for pictures more than 1.5 times taller than wide, which
     matched Pillow 13 in 87% of 400 random cases (the other order differs by one level on
     about a quarter of the pixels)."""
-    import torch
 
     h, w = int(img.shape[-2]), int(img.shape[-1])
     x0, y0, x1, y1 = box if box is not None else (0, 0, w, h)
     wx = wy = None
     if width != w or x0 != 0 or x1 != w:
-        wx = torch.from_numpy(resample_weights(w, x0, x1, width, interpolation).T.astype(
-            np.float32)).to(img.device)
+        wx = to_device(resample_weights(w, x0, x1, width, interpolation).T, img.device)
     if height != h or y0 != 0 or y1 != h:
-        wy = torch.from_numpy(resample_weights(h, y0, y1, height, interpolation).astype(
-            np.float32)).to(img.device)
+        wy = to_device(resample_weights(h, y0, y1, height, interpolation), img.device)
     x = img
     if h > 1.5 * w:  # vertical pass first
         x = x if wy is None else _round8(wy @ x)
@@ -213,15 +221,15 @@ def colour_jitter(x: torch.Tensor, brightness: Sequence[float], contrast: Sequen
     dev = x.device
 
     def col(v: Sequence[float]) -> torch.Tensor:
-        return torch.tensor(np.asarray(v, dtype=np.float32), device=dev).view(-1, 1, 1, 1)
+        return to_device(v, dev).view(-1, 1, 1, 1)
 
     x = _blend(torch.zeros_like(x), x, col(brightness))
     mean = _luma(x).mean(dim=(1, 2, 3), dtype=torch.float64)
     grey = torch.floor(mean + 0.5).float().view(-1, 1, 1, 1)
     x = _blend(grey.expand_as(x), x, col(contrast))
     x = _blend(_luma(x).expand_as(x), x, col(saturation))
-    shift = torch.tensor(list(hue_shift), device=dev, dtype=torch.float32).view(-1, 1, 1)
-    if bool((shift != 0).any()):
+    shift = to_device(list(hue_shift), dev).view(-1, 1, 1)
+    if any(hue_shift):  # decided on the host: no wait for the device
         h, s, v = _rgb_to_hsv(x)
         h = torch.remainder(h + shift, 256.0)
         shifted = _hsv_to_rgb(h, s, v)
@@ -232,63 +240,149 @@ def colour_jitter(x: torch.Tensor, brightness: Sequence[float], contrast: Sequen
 def render_views_torch(img: torch.Tensor, source: str, views: int, pre: Preprocess,
                        seed: int, aug: Augment = Augment()) -> torch.Tensor:
     """All views of one decoded image, (3, H, W) uint8 on any device (already drafted, as
-    PIL's ``draft`` would have left it): uint8 (views, 3, size, size) on the same device."""
-    return render_batch([img], [source], views, pre, seed, aug)
+    PIL's ``draft`` would have left it): uint8 (views, 3, size, size) on the same device.
+
+    The per-image path, view by view: the reference :func:`render_batch` is tested
+    against (tests/encode/test_device_views.py)."""
+    import torch
+
+    size = pre.size
+    out = torch.empty((views, 3, size, size), dtype=torch.float32, device=img.device)
+    out[0] = plain_view(img.float(), pre)
+    h, w = int(img.shape[-2]), int(img.shape[-1])
+    factors = []
+    for v in range(1, views):
+        d = draw_view(seed, source, v, w, h, aug)
+        view = resize(img.float(), size, size, pre.interpolation, box=d.box)
+        out[v] = view.flip(-1) if d.flip else view
+        factors.append(d)
+    if factors:
+        out[1:] = colour_jitter(out[1:], [d.brightness for d in factors],
+                                [d.contrast for d in factors],
+                                [d.saturation for d in factors],
+                                [d.hue_shift for d in factors])
+    return out.to(torch.uint8)
+
+
+@dataclass(frozen=True)
+class ViewDraw:
+    """The random choices of one augmented view (:func:`pairkit.encode.views.augmented_view`
+    draws them in this order from :func:`~pairkit.encode.views.view_rng`)."""
+
+    box: tuple[int, int, int, int]
+    flip: bool
+    brightness: float
+    contrast: float
+    saturation: float
+    hue_shift: int  # in 1/255 turns, PIL's HSV hue units
+
+
+def draw_view(seed: int, source: str, view: int, width: int, height: int,
+              aug: Augment = Augment()) -> ViewDraw:
+    """The draws of view ``view`` (>= 1) of ``source``, a ``width`` x ``height`` image."""
+    rng = view_rng(seed, source, view)
+    box = crop_box(width, height, rng, aug)
+    flip = bool(rng.uniform() < aug.flip)
+    b = rng.uniform(1 - aug.brightness, 1 + aug.brightness)
+    c = rng.uniform(1 - aug.contrast, 1 + aug.contrast)
+    s = rng.uniform(1 - aug.saturation, 1 + aug.saturation)
+    hue = rng.uniform(-aug.hue, aug.hue)
+    return ViewDraw(box, flip, float(b), float(c), float(s), round(hue * 255) if hue else 0)
 
 
 def render_batch(images: Sequence[torch.Tensor], sources: Sequence[str], views: int,
                  pre: Preprocess, seed: int, aug: Augment = Augment()) -> torch.Tensor:
     """Views of a batch of decoded (3, H, W) uint8 images (each already drafted):
-    uint8 (len(images) * views, 3, size, size), image by image, view by view."""
+    uint8 (len(images) * views, 3, size, size), image by image, view by view.
+
+    Batched: images of one size are stacked and all their views rendered by a few large
+    operations (view 0 by :func:`plain_view`; the crops of views 1.. by two batched matrix
+    products of per-view resampling matrices, the flip folded into the horizontal one;
+    one colour jitter for all augmented rows). Only the random draws (:func:`draw_view`)
+    run per view, on the host, and nothing waits for the device. Equal to
+    :func:`render_views_torch` image by image up to float summation order (at most one
+    level on a pixel that lands on a rounding boundary; tested)."""
     import torch
 
     size = pre.size
-    if not images:
-        dev = "cpu"
-        return torch.zeros((0, 3, size, size), dtype=torch.uint8, device=dev)
-    dev = images[0].device
-    out = torch.empty((len(images) * views, 3, size, size), dtype=torch.float32, device=dev)
-    plain = _plain_views(images, pre)
-    aug_rows: list[int] = []
-    factors: list[tuple[float, float, float, int]] = []
-    for n, (img, source) in enumerate(zip(images, sources, strict=True)):
-        out[n * views] = plain[n]
-        if views == 1:
-            continue
-        h, w = int(img.shape[-2]), int(img.shape[-1])
-        x = img.float()
-        for v in range(1, views):
-            rng = view_rng(seed, source, v)
-            view = resize(x, size, size, pre.interpolation, box=crop_box(w, h, rng, aug))
-            if rng.uniform() < aug.flip:
-                view = view.flip(-1)
-            b = rng.uniform(1 - aug.brightness, 1 + aug.brightness)
-            c = rng.uniform(1 - aug.contrast, 1 + aug.contrast)
-            s = rng.uniform(1 - aug.saturation, 1 + aug.saturation)
-            hue = rng.uniform(-aug.hue, aug.hue)
-            out[n * views + v] = view
-            aug_rows.append(n * views + v)
-            factors.append((b, c, s, round(hue * 255) if hue else 0))
-    if aug_rows:
-        rows = torch.tensor(aug_rows, device=dev)
-        b, c, s, shift = zip(*factors, strict=True)
-        out[rows] = colour_jitter(out[rows], b, c, s, shift)
-    return out.to(torch.uint8)
+    n = len(images)
+    dev = images[0].device if images else torch.device("cpu")
+    out = torch.empty((n * views, 3, size, size), dtype=torch.uint8, device=dev)
+    if not n:
+        return out
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, img in enumerate(images):
+        groups.setdefault((int(img.shape[-2]), int(img.shape[-1])), []).append(i)
+    draws = [[draw_view(seed, sources[i], v, int(images[i].shape[-1]),
+                        int(images[i].shape[-2]), aug) for v in range(1, views)]
+             for i in range(n)]
+    crops: list[torch.Tensor] = []
+    rows: list[int] = []
+    picked: list[ViewDraw] = []
+    for members in groups.values():
+        x = torch.stack([images[i] for i in members]).float()
+        first = to_device([i * views for i in members], dev, np.int64)
+        out.index_copy_(0, first, plain_view(x, pre).to(torch.uint8))
+        if views > 1:
+            crops.append(_crops(x, [draws[i] for i in members], pre))
+            rows += [i * views + v for i in members for v in range(1, views)]
+            picked += [d for i in members for d in draws[i]]
+    if rows:
+        jittered = colour_jitter(torch.cat(crops), [d.brightness for d in picked],
+                                 [d.contrast for d in picked], [d.saturation for d in picked],
+                                 [d.hue_shift for d in picked])
+        out.index_copy_(0, to_device(rows, dev, np.int64), jittered.to(torch.uint8))
+    return out
 
 
-def _plain_views(images: Sequence[torch.Tensor], pre: Preprocess) -> list[torch.Tensor]:
-    """View 0 of every image; images of one size are resized together (one call per size)."""
+def _crops(x: torch.Tensor, draws: Sequence[Sequence[ViewDraw]],
+           pre: Preprocess) -> torch.Tensor:
+    """The resized crops (flipped where drawn) of views 1.. of a stack ``x`` (G, 3, H, W) of
+    8-bit float images of one size, ``draws[g]`` the views of image g: float (G * K, 3, S,
+    S), image by image, view by view. Two rounded passes in :func:`resize`'s order, each
+    one batched matrix product."""
+
+    g, _, h, w = (int(v) for v in x.shape)
+    k = len(draws[0])
+    size = pre.size
+    wx = np.empty((g, k, w, size), dtype=np.float32)
+    wy = np.empty((g, k, size, h), dtype=np.float32)
+    for a, row in enumerate(draws):
+        for b, d in enumerate(row):
+            x0, y0, x1, y1 = d.box
+            mx = resample_weights(w, x0, x1, size, pre.interpolation).T
+            wx[a, b] = mx[:, ::-1] if d.flip else mx  # a flip reverses the output columns
+            wy[a, b] = resample_weights(h, y0, y1, size, pre.interpolation)
+    tx, ty = to_device(wx, x.device), to_device(wy, x.device)
+    if h > 1.5 * w:  # vertical pass first, as resize() does
+        # (G, K*S, H) @ (G, H, 3*W) -> (G*K, S*3, W), then @ (G*K, W, S)
+        t = _round8(ty.reshape(g, k * size, h) @ x.permute(0, 2, 1, 3).reshape(g, h, 3 * w))
+        t = _round8(t.reshape(g * k, size * 3, w) @ tx.reshape(g * k, w, size))
+        return t.reshape(g * k, size, 3, size).permute(0, 2, 1, 3).contiguous()
+    # (G, 3*H, W) @ (G, W, K*S) -> (G*K, H, 3*S), then (G*K, S, H) @
+    t = _round8(x.reshape(g, 3 * h, w) @ tx.permute(0, 2, 1, 3).reshape(g, w, k * size))
+    t = t.reshape(g, 3, h, k, size).permute(0, 3, 2, 1, 4).reshape(g * k, h, 3 * size)
+    t = _round8(ty.reshape(g * k, size, h) @ t)
+    return t.reshape(g * k, size, 3, size).permute(0, 2, 1, 3).contiguous()
+
+
+def drafted_batch(images: Sequence[torch.Tensor], draft_size: int | None
+                  ) -> list[torch.Tensor]:
+    """:func:`drafted` of each image, images of one size and factor averaged down together
+    (one pooling per size instead of one per image; the same values)."""
     import torch
 
-    groups: dict[tuple[int, int], list[int]] = {}
-    for n, img in enumerate(images):
-        groups.setdefault((int(img.shape[-2]), int(img.shape[-1])), []).append(n)
-    out: list[torch.Tensor] = [torch.empty(0)] * len(images)
-    for members in groups.values():
-        batch = torch.stack([images[n] for n in members]).float()
-        views = plain_view(batch, pre)
-        for j, n in enumerate(members):
-            out[n] = views[j]
+    out = list(images)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, img in enumerate(images):
+        a = draft_scale(int(img.shape[-1]), int(img.shape[-2]), draft_size)
+        if a > 1:
+            groups.setdefault((*img.shape, a), []).append(i)
+    for key, members in groups.items():
+        a = key[-1]
+        small = box_reduce(torch.stack([images[i] for i in members]).float(), a, a)
+        for j, i in enumerate(small.to(torch.uint8).unbind(0)):
+            out[members[j]] = i
     return out
 
 

@@ -98,3 +98,23 @@ def uniformity(x: np.ndarray, i: np.ndarray, j: np.ndarray, t: float = 2.0) -> f
     a = -t * pair_sq_dists(x, i, j)
     top = a.max()
     return float(top + np.log(np.mean(np.exp(a - top))))
+
+
+UNIFORMITY_MAX_PAIRS = 2_000_000
+
+
+def pair_alignment(za: np.ndarray, zp: np.ndarray) -> float:
+    """:func:`alignment` of row ``r`` of ``za`` with row ``r`` of ``zp`` (each (n, d));
+    NaN without rows."""
+    n = len(za)
+    got = alignment(np.concatenate([za, zp]), np.arange(n), np.arange(n) + n)
+    return float("nan") if got is None else got
+
+
+def all_pairs_uniformity(z: np.ndarray, max_pairs: int = UNIFORMITY_MAX_PAIRS,
+                         seed: int = 0) -> float:
+    """:func:`uniformity` over every distinct pair of rows of ``z`` (n, d) (a seeded sample
+    of ``max_pairs`` pairs when there are more); NaN with fewer than 2 rows."""
+    i, j = random_pairs(len(z), max_pairs, np.random.default_rng(seed))
+    got = uniformity(z, i, j)
+    return float("nan") if got is None else got

@@ -9,13 +9,13 @@ references, plus one for the query itself).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from pairkit.index.search import as_float32, flat_index, knn_search
+from pairkit.index.search import knn_search
 
 
 @dataclass(frozen=True)
@@ -45,29 +45,6 @@ class Exclusion:
         if self.self_rows is not None and bool((self.self_rows >= 0).any()):
             extra += 1
         return extra
-
-
-def reference_index(blocks: Iterable[np.ndarray], device: str = "cpu") -> Any:
-    """An exact inner-product index filled block by block (bounded extra memory).
-
-    ``blocks`` yields (n_i, d) arrays in reference-row order. ``device``: ``cpu`` keeps
-    it on the CPU, ``cuda`` puts it on all GPUs (:func:`pairkit.index.build.to_gpu`),
-    ``cuda:N`` on GPU N (resolve ``auto`` first: :func:`pairkit.index.backend.resolve_backend`).
-    Returns the FAISS index, or None when there were no rows.
-    """
-    index = None
-    for block in blocks:
-        if len(block) == 0:
-            continue
-        if index is None:
-            index = flat_index(block)
-        else:
-            index.add(as_float32(block))
-    if index is not None and device.startswith("cuda"):
-        from pairkit.index.build import to_gpu
-
-        index = to_gpu(index, device=device)
-    return index
 
 
 def search_excluding(

@@ -21,7 +21,7 @@ from pairkit.eval.geometry import (
     uniformity,
 )
 from pairkit.eval.knn import knn_hits, knn_rank_classes
-from pairkit.eval.neighbours import Exclusion, reference_index, search_excluding
+from pairkit.eval.neighbours import Exclusion, search_excluding
 from pairkit.eval.retrieval import relevant_counts, retrieval_scores
 
 METRICS = ("knn", "linear", "retrieval", "geometry")
@@ -78,14 +78,12 @@ class EvalReport:
 def _codes(values_a: np.ndarray | None, values_b: np.ndarray | None,
            na_missing: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Joint integer codes of two object arrays (-1 for None). Returns (a, b, uniques)."""
-    import pandas as pd
+    from pairkit.core.store import codes_of
 
     a = np.asarray(values_a, dtype=object)
     b = np.asarray(values_b, dtype=object)
-    codes, uniques = pd.factorize(pd.Series(np.concatenate([a, b]), dtype=object),
-                                  use_na_sentinel=na_missing)
-    codes = codes.astype(np.int64)
-    return codes[: len(a)], codes[len(a):], np.asarray(uniques, dtype=object)
+    codes, uniques = codes_of(np.concatenate([a, b]), missing=na_missing)
+    return codes[: len(a)], codes[len(a):], uniques
 
 
 def _check_metrics(cfg: EvalConfig) -> tuple[str, ...]:
@@ -241,21 +239,15 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
 
 
 def _index(x: np.ndarray, cfg: EvalConfig, factory: IndexFactory | None = None) -> object:
-    """Exact index over ``x``: ``factory(x)`` when given, else FAISS filled in blocks of
-    65,536 rows (on the GPUs of ``cfg.device``), or the torch search when ``cfg.backend``
-    resolves to it."""
-    from pairkit.index.backend import resolve_backend
-
+    """Exact index over ``x``: ``factory(x)`` when given, else the exact search of
+    ``cfg.backend`` on ``cfg.device`` (:func:`pairkit.index.open.open_searcher`)."""
     if factory is not None:
         return factory(x)
+    from pairkit.index.open import open_searcher
+    from pairkit.index.options import IndexOptions
 
-    where = resolve_backend(cfg.backend, cfg.device)
-    if where.name == "torch":
-        from pairkit.index.build import exact_index
-
-        return exact_index(x, where)
-    return reference_index((x[s : s + 65536] for s in range(0, len(x), 65536)),
-                           where.device if where.gpu else "cpu")
+    return open_searcher(x, IndexOptions(kind="flat", backend=cfg.backend,
+                                         device=cfg.device)).index
 
 
 def _check_k(ks: tuple[int, ...], rks: tuple[int, ...], n: int, what: str) -> None:

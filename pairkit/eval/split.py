@@ -10,21 +10,27 @@ import numpy as np
 from pairkit.errors import PairkitError, UsageError
 
 
-def split_by_source(source_codes: np.ndarray, test_fraction: float, seed: int) -> np.ndarray:
-    """Bool mask (N,): True for rows whose source falls in the test part.
+def split_by_source(source_codes: np.ndarray, fraction: float, seed: int, *,
+                    option: str = "--test-fraction", allow_zero: bool = False) -> np.ndarray:
+    """Bool mask (N,): True for rows whose source falls in the held-out part (eval's test
+    part, train's validation part: one store and one seed split alike in both).
 
-    ``round(test_fraction * n_sources)`` sources (at least 1, at most all but one)
-    are drawn with ``seed``; all views of a source land on the same side.
+    ``round(fraction * n_sources)`` sources (at least 1, at most all but one) are drawn
+    with ``seed``; all views of a source land on the same side. ``allow_zero``: a
+    ``fraction`` of 0 holds nothing out. ``option`` names the fraction in messages.
     """
-    if not 0.0 < test_fraction < 1.0:
-        raise UsageError(f"--test-fraction must be > 0 and < 1, got {test_fraction}")
     codes = np.asarray(source_codes, dtype=np.int64)
+    if allow_zero and fraction == 0:
+        return np.zeros(len(codes), dtype=bool)
+    if not 0.0 < fraction < 1.0:
+        bounds = "in [0, 1)" if allow_zero else "> 0 and < 1"
+        raise UsageError(f"{option} must be {bounds}, got {fraction}")
     uniq = np.unique(codes)
     if len(uniq) < 2:
         raise PairkitError(
             f"a split by source needs at least 2 sources, the store has {len(uniq)}"
         )
-    n_test = int(min(max(round(test_fraction * len(uniq)), 1), len(uniq) - 1))
+    n_test = int(min(max(round(fraction * len(uniq)), 1), len(uniq) - 1))
     rng = np.random.default_rng(seed)
     test_sources = rng.choice(uniq, size=n_test, replace=False)
     return np.isin(codes, test_sources)

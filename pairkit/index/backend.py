@@ -72,6 +72,16 @@ def faiss_gpus() -> int:
         return 0
 
 
+def ray_search(command: str, device: str = "auto", backend: str = "auto") -> SearchBackend:
+    """The engine of a ``--ray`` search: FAISS on the workers' CPUs (an index built on a GPU
+    here could not be shipped to them). An explicit GPU ``device`` or the torch ``backend``
+    is bad usage (one line naming ``command``)."""
+    if device not in ("auto", "cpu") or backend == "torch":
+        raise UsageError(f"{command} --ray searches on the workers' CPUs with FAISS: use "
+                         "--device cpu (or auto) and --backend faiss (or auto)")
+    return CPU
+
+
 def cuda_possible() -> bool:
     """False when no NVIDIA GPU can be visible (no device files, or CUDA_VISIBLE_DEVICES
     empty); decided without importing torch."""

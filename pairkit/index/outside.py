@@ -28,7 +28,7 @@ class OutsideSearcher:
     nearest rows whose ``parts`` label differs from the query row's.
 
     ``make_searcher(sub_vectors) -> search(queries, k)`` builds one part's search
-    (an exact or approximate index from :func:`pairkit.index.build.prepare_index`).
+    (an exact or approximate index from :func:`pairkit.index.open.open_searcher`).
     ``max_parts``: search only this many other parts per query, the nearest by
     centroid similarity (None: all, which keeps an exact search exact).
     """
@@ -274,25 +274,27 @@ class MaskedIvfSearch:
 
 
 def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptions,
-                     seed: int, engine: SearchBackend | None = None, store_root: Any = None,
+                     engine: SearchBackend, store_root: Any = None,
                      content_id: str | None = None, votes: int = 1,
                      what: str = "cluster") -> tuple[Any, str]:
     """An anchor searcher that skips the rows sharing the anchor's cluster in at least
-    ``votes`` runs. Exact (``flat``, and ``auto`` on a small store): those rows are
-    masked out of one exact search. IVF: the store's IVF index (built, or loaded when
-    saved) scanned list by list with the same mask. Other kinds, one vote: one index
-    per cluster of the first run, the anchor's own not searched (other runs' clusters
-    are flagged after); more votes: the plain index (the rule flags after)."""
-    from pairkit.index.build import EXACT_MAX_ROWS_CPU, choose_kind, prepare_index
+    ``votes`` runs of ``assign`` (runs, N). Exact (``flat``, and ``auto`` on a small
+    store): those rows are masked out of one exact search. IVF: the store's IVF index
+    (built, or loaded when saved) scanned list by list with the same mask. Other kinds,
+    one vote: one index per cluster of the first run, the anchor's own not searched
+    (other runs' clusters are flagged after); more votes: the plain index (the rule flags
+    after). Returns ``(search(anchor_rows, k), description)``."""
+    from dataclasses import replace
+
+    from pairkit.index.open import open_searcher
+    from pairkit.index.options import EXACT_MAX_ROWS_CPU, IndexOptions, choose_kind
 
     which = "any" if votes == 1 else f"at least {votes}"
     skipped = (f"rows sharing a cluster with the anchor in {which} of {len(assign)} k-means "
                "runs not searched (cluster rule)" if what == "cluster" else
                "rows of the anchor's label not searched (label rule)")
-    if engine is not None and engine.name == "torch":
-        from pairkit.index.torch_search import TorchFlatIndex
-
-        tindex = TorchFlatIndex(vectors, device=engine.device)
+    if engine.name == "torch":
+        tindex = open_searcher(vectors, IndexOptions(kind="flat"), engine=engine).index
         return (lambda rows, k: tindex.search_masked(vectors[rows], k, assign[:, rows],
                                                      assign, votes=votes)), (
             f"exact, {engine.describe()}; {skipped}")
@@ -303,34 +305,26 @@ def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOption
         return (lambda rows, k: masked_exact_search(vectors, assign, rows, k, votes=votes)), (
             f"flat (exact), {skipped}")
     if kind == "ivf" and not index.float16:
-        loaded = prepare_index(vectors, kind, store_root=store_root, content_id=content_id,
-                               nlist=index.nlist, nprobe=index.nprobe, device="cpu", seed=seed,
-                               backend="faiss")
+        from pairkit.index.backend import CPU
         from pairkit.index.search import IvfListMajor
 
-        if IvfListMajor.supports(loaded.index):
-            masked = MaskedIvfSearch(loaded.index, assign, loaded.spec.nprobe or 1,
+        opened = open_searcher(vectors, replace(index, kind=kind), store_root=store_root,
+                               content_id=content_id, engine=CPU)
+        if IvfListMajor.supports(opened.index):
+            masked = MaskedIvfSearch(opened.index, assign, opened.options.nprobe or 1,
                                      votes=votes)
-            text = f"{loaded.describe()}; cells and {skipped}"
+            text = f"{opened.describe()}; cells and {skipped}"
             return (lambda rows, k: masked.search(rows, k, vectors[rows])), text
     if votes > 1:  # the per-cluster indices skip one run's cluster: too much here
-        loaded = prepare_index(vectors, index.kind, store_root=store_root,
-                               content_id=content_id, exact_max_rows=index.exact_max_rows,
-                               nlist=index.nlist, nprobe=index.nprobe,
-                               ef_search=index.ef_search, float16=index.float16, seed=seed,
-                               backend=engine if engine is not None else "auto")
-        full = loaded.searcher(vectors, batch_size=index.batch_size)
-        return (lambda rows, k: full(vectors[rows], k)), loaded.describe()
+        full = open_searcher(vectors, index, store_root=store_root, content_id=content_id,
+                             engine=engine)
+        return (lambda rows, k: full.search(vectors[rows], k)), full.describe()
     parts = assign[0]
-    where: list[str] = []
 
     def make(sub: np.ndarray) -> Any:
         sub_kind = kind if kind == "flat" or len(sub) > 4096 else "flat"
-        loaded = prepare_index(sub, sub_kind, nprobe=index.nprobe, ef_search=index.ef_search,
-                               float16=index.float16, seed=seed, device=index.device,
-                               backend=engine if engine is not None else "auto")
-        where.append("GPU" if loaded.gpu else "CPU")
-        return loaded.searcher(sub, batch_size=index.batch_size)
+        return open_searcher(sub, replace(index, kind=sub_kind, nlist=None),
+                             engine=engine).search
 
     outside = OutsideSearcher(vectors, parts, make)
     n_parts = len(outside.labels)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from pairkit.errors import PairkitError
-from pairkit.index.search import as_float32, flat_index
+from pairkit.index.search import as_float32
 
 # FAISS GPU indices answer at most k = 2048 neighbours per query.
 GPU_MAX_K = 2048
@@ -39,23 +39,6 @@ def float32_radius(threshold: float) -> float:
     """The FAISS inner-product radius that keeps scores >= ``threshold`` (float32)."""
     t = np.float32(threshold)
     return float(np.nextafter(t, np.float32(-np.inf)))
-
-
-def gpu_count() -> int:
-    """Number of GPUs FAISS can use (0 for a CPU-only FAISS build)."""
-    import faiss
-
-    try:
-        return int(faiss.get_num_gpus())
-    except AttributeError:  # CPU-only build
-        return 0
-
-
-def _gpu_index(base: np.ndarray, device: str = "cuda") -> Any:
-    """An exact FAISS index of ``base`` on all GPUs (``cuda``) or on GPU N (``cuda:N``)."""
-    from pairkit.index.build import to_gpu
-
-    return to_gpu(flat_index(base), device=device)
 
 
 def _range_block(
@@ -105,13 +88,12 @@ def range_search_blocks(
     if len(queries) == 0 or len(base) == 0:
         return
     from pairkit.index.backend import resolve_backend
+    from pairkit.index.open import exact_searcher
 
     where = resolve_backend(backend, device)
     if where.name == "torch":
-        from pairkit.index.torch_search import TorchFlatIndex
-
-        index = TorchFlatIndex(base, device=where.device)
-        yield from index.range_blocks(queries, threshold, batch_size)
+        yield from exact_searcher(base, where).index.range_blocks(queries, threshold,
+                                                                  batch_size)
         return
     use_gpu = where.gpu
     if method == "auto":
@@ -121,8 +103,9 @@ def range_search_blocks(
 
     radius = float32_radius(threshold)
     t32 = np.float32(threshold)
-    cpu_index = flat_index(base)
-    knn_index = _gpu_index(base, where.device) if use_gpu else cpu_index
+    opened = exact_searcher(base, where)  # on the GPUs of ``where``, with a CPU copy
+    cpu_index = opened.cpu_index
+    knn_index = opened.index
     kk = min(k, len(base), GPU_MAX_K if use_gpu else len(base))
 
     for start in range(0, len(queries), batch_size):

@@ -25,13 +25,21 @@ def as_float32(x: np.ndarray) -> np.ndarray:
 
 def row_dots(
     vectors: np.ndarray, a: np.ndarray, b: np.ndarray, *, dtype: Any = np.float32,
-    chunk: int = 16384,
+    chunk: int = 2048,
 ) -> np.ndarray:
     """Inner products ``vectors[a[i]] . vectors[b[i]]``, shape (len(a),), in ``dtype``,
-    gathered and multiplied ``chunk`` pairs at a time (memory O(chunk x d))."""
+    gathered and multiplied ``chunk`` pairs at a time (memory O(chunk x d), small enough
+    to stay in cache). A run of consecutive rows in ``a`` (every row against another:
+    the anchors of a store) is read in place instead of gathered. Each product is the
+    same whatever the chunk."""
+    a = np.asarray(a)
     out = np.empty(len(a), dtype=dtype)
     for s in range(0, len(a), chunk):
-        va = np.asarray(vectors[a[s : s + chunk]], dtype=dtype)
+        ia = a[s : s + chunk]
+        if len(ia) and ia[-1] - ia[0] == len(ia) - 1 and bool((np.diff(ia) == 1).all()):
+            va = np.asarray(vectors[int(ia[0]) : int(ia[-1]) + 1], dtype=dtype)
+        else:
+            va = np.asarray(vectors[ia], dtype=dtype)
         vb = np.asarray(vectors[b[s : s + chunk]], dtype=dtype)
         out[s : s + chunk] = np.einsum("nd,nd->n", va, vb)
     return out

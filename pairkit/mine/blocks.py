@@ -198,7 +198,7 @@ def collect(result: MineResult, block: Selection, rows: np.ndarray, hi: int, cfg
         p.neg_reasons[rows] = np.where(p.neg_flags[rows], reasons, None)
     # counts over the examined candidates: up to the one that completed the window
     valid = block.code == 0
-    before = np.cumsum(valid, axis=1) - valid
+    before = block.vrank + 1 - valid  # valid candidates ahead of each one
     examined = (before < hi) & (block.code != CODE["padding"])
     codes = block.code[examined]
     counts = np.bincount(codes, minlength=len(CANDIDATE_CODES))

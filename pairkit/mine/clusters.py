@@ -1,114 +1,12 @@
-"""Spherical k-means pseudo-labels (used by the ``cluster`` false-negative rule).
-
-Spherical k-means assigns each L2-normalised row to the centroid of highest
-cosine similarity and re-normalises the centroids after each update, so the
-clusters are cones on the unit sphere (Dhillon & Modha 2001). A fixed seed makes
-the assignment reproducible. With a torch search backend the same algorithm runs in
-torch on its device (:mod:`pairkit.index.kmeans`), as do the kNN graph's searches.
-"""
+"""Graph pieces of the false-negative rules: the kNN graph of other sources, label
+propagation over it (``community``), PCA, cluster counts. Spherical k-means is
+:func:`pairkit.index.kmeans.spherical_kmeans`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-
-
-def spherical_kmeans(
-    vectors: np.ndarray,
-    k: int,
-    *,
-    seed: int = 0,
-    niter: int = 20,
-    max_points_per_centroid: int = 256,
-    block: int = 65_536,
-    backend: Any = None,
-    init: str = "k-means++",
-) -> tuple[np.ndarray, np.ndarray]:
-    """Cluster L2-normalised ``vectors`` (N, d) into ``k`` cones.
-
-    Returns ``(assign, centroids)``: int64 cluster id per row, shape (N,), and
-    float32 unit-norm centroids, shape (k', d) with ``k' = min(k, N)``.
-    Seeding is k-means++ (Arthur & Vassilvitskii 2007) on the chord distance
-    ``2 - 2 cos``, which avoids most of the bad local optima of a uniform random
-    start (one bad run in ten on four clean blobs with FAISS's random start);
-    then ``niter`` Lloyd steps. Training uses at most ``max_points_per_centroid
-    * k`` rows (a seeded sample); every row is then assigned, ``block`` rows at a
-    time. Deterministic for a seed. ``init="random"`` starts from k distinct sampled
-    rows instead (cheap, for many small cells). ``backend``: a
-    :class:`pairkit.index.backend.SearchBackend`; ``torch`` runs the same steps in torch
-    on its device (:func:`pairkit.index.kmeans.torch_spherical_kmeans`: other random
-    draws, the same objective within a tolerance); None or FAISS: numpy here.
-    """
-    x = np.asarray(vectors, dtype=np.float32)
-    n, d = x.shape
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros((0, d), dtype=np.float32)
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    k = min(k, n)
-    rng = np.random.default_rng(seed)
-    if k == 1:
-        centroid = x.mean(axis=0, keepdims=True)
-        centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
-        return np.zeros(n, dtype=np.int64), centroid.astype(np.float32)
-    if backend is not None and backend.name == "torch" and init != "random":
-        from pairkit.index.kmeans import torch_spherical_kmeans
-
-        return torch_spherical_kmeans(x, k, seed=seed, niter=niter, device=backend.device,
-                                      max_points_per_centroid=max_points_per_centroid)
-    train = x
-    if n > max_points_per_centroid * k:
-        train = x[np.sort(rng.choice(n, size=max_points_per_centroid * k, replace=False))]
-    if init == "random":  # cheap start for many small cells (no quality claim)
-        centroids = np.ascontiguousarray(train[np.sort(rng.choice(len(train), size=k,
-                                                                  replace=False))])
-    else:
-        centroids = _kmeanspp(train, k, rng)
-    for _ in range(niter):
-        assign = np.argmax(train @ centroids.T, axis=1)
-        counts = np.bincount(assign, minlength=k)
-        order = np.argsort(assign, kind="stable")
-        sums = np.zeros_like(centroids)
-        present = np.flatnonzero(counts)
-        starts = np.concatenate([[0], np.cumsum(counts[present])[:-1]])
-        sums[present] = np.add.reduceat(train[order], starts, axis=0)
-        empty = np.flatnonzero(counts == 0)
-        if len(empty):  # re-seed an empty cluster at the rows farthest from their centroid
-            fit = np.einsum("nd,nd->n", train, centroids[assign])
-            sums[empty] = train[np.argsort(fit, kind="stable")[: len(empty)]]
-        norms = np.linalg.norm(sums, axis=1, keepdims=True)
-        new = (sums / np.maximum(norms, 1e-12)).astype(np.float32)
-        if np.array_equal(new, centroids):
-            break
-        centroids = new
-    out = np.empty(n, dtype=np.int64)
-    for s in range(0, n, block):
-        out[s : s + block] = np.argmax(x[s : s + block] @ centroids.T, axis=1)
-    return out, centroids
-
-
-def _kmeanspp(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Greedy k-means++ seeds among the rows of ``x`` (unit rows): at each step
-    ``2 + log k`` candidates are drawn with probability proportional to their chord
-    distance squared to the nearest seed, and the one that lowers the total most is
-    kept (the variant scikit-learn uses)."""
-    n = len(x)
-    trials = 2 + int(np.log(k))
-    chosen = [int(rng.integers(n))]
-    nearest = np.maximum(2.0 - 2.0 * (x @ x[chosen[0]]), 0.0).astype(np.float64)
-    for _ in range(1, k):
-        total = float(nearest.sum())
-        if total <= 0:
-            chosen.append(int(rng.integers(n)))
-            continue
-        cand = rng.choice(n, size=trials, p=nearest / total)
-        dist = np.minimum(nearest[None, :], np.maximum(2.0 - 2.0 * (x[cand] @ x.T), 0.0)
-                          .astype(np.float64))
-        best = int(np.argmin(dist.sum(axis=1)))
-        chosen.append(int(cand[best]))
-        nearest = dist[best]
-    return np.ascontiguousarray(x[chosen], dtype=np.float32)
 
 
 def cluster_counts(n: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
@@ -121,9 +19,9 @@ def _exact(vectors: np.ndarray, backend: Any) -> Any:
     """The exact index of ``vectors`` on ``backend`` (the array itself for FAISS on CPU)."""
     if backend is None or (backend.name == "faiss" and not backend.gpu):
         return vectors
-    from pairkit.index.build import exact_index
+    from pairkit.index.open import exact_searcher
 
-    return exact_index(vectors, backend)
+    return exact_searcher(vectors, backend).index
 
 
 def knn_graph(

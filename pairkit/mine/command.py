@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,12 +90,10 @@ def cpu_search(index: IndexOptions, command: str) -> IndexOptions:
     """``--ray``: the search runs on the workers' CPUs with FAISS (an index built on a GPU
     here could not be shipped to them); an explicit GPU device or the torch engine is
     bad usage."""
-    from dataclasses import replace
+    from pairkit.index.backend import ray_search
 
-    if index.device not in ("auto", "cpu") or index.backend == "torch":
-        raise UsageError(f"{command} --ray searches on the workers' CPUs with FAISS: use "
-                         "--device cpu (or auto) and --backend faiss (or auto)")
-    return replace(index, device="cpu", backend="faiss")
+    where = ray_search(command, index.device, index.backend)
+    return replace(index, device=where.device, backend=where.name)
 
 
 def on_ray(address: str, run: Callable[[Any], tuple[Any, dict[str, Any]]]
@@ -193,8 +192,7 @@ def mine_store(
 
     from pairkit.core.pairs import FORMATS, build_pair_table
     from pairkit.core.relations import load_relation
-    from pairkit.index.backend import for_index_kind
-    from pairkit.index.build import search_backend
+    from pairkit.index.open import engine_for
     from pairkit.mine.config import validate_config
     from pairkit.mine.hard_negatives import mine_negatives
     from pairkit.mine.stats import cluster_stats, same_label_share, summary_stats
@@ -209,8 +207,8 @@ def mine_store(
     rel = load_relation(relation, items)
     vectors = store.vectors(np.float32)
     sources = store.source_codes()
-    index = index or IndexOptions()
-    where = for_index_kind(search_backend(index.backend, index.device), index.kind)
+    index = replace(index or IndexOptions(), seed=config.seed)
+    where = engine_for(index)
     t_index = time.perf_counter()
     fn_filter = None
     skipped: SkippedRows | None = None  # what the search skips
@@ -237,7 +235,7 @@ def mine_store(
             near_duplicate_group_ids(ctx, fn_config)
 
         def fn_filter(a: np.ndarray, c: np.ndarray, s: np.ndarray, r: np.ndarray,
-                      pos: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+                      pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return fnm.flag_false_negatives(ctx, a, c, s, r, fn_config, positives=pos)
 
     t_fn = time.perf_counter()
@@ -245,20 +243,17 @@ def mine_store(
     index_text = "none (easy negatives: uniform sample)"
     search_time = [0.0]
     if config.hard and skipped is None:
-        from pairkit.index.build import prepare_index
+        from pairkit.index.open import open_searcher
 
-        loaded = prepare_index(
-            vectors, index.kind, store_root=store.local_root, content_id=store.content_id,
-            exact_max_rows=index.exact_max_rows, nlist=index.nlist, nprobe=index.nprobe,
-            ef_search=index.ef_search, float16=index.float16, seed=config.seed,
-            backend=where)
-        searcher = _timed(loaded.searcher(vectors, batch_size=index.batch_size), search_time)
-        index_text = loaded.describe()
+        opened = open_searcher(vectors, index, store_root=store.local_root,
+                               content_id=store.content_id, engine=where)
+        searcher = _timed(opened.search, search_time)
+        index_text = opened.describe()
     elif config.hard:
         from pairkit.index.outside import outside_searcher
 
         anchor_searcher, index_text = outside_searcher(
-            vectors, skipped.parts, index, config.seed, where, store_root=store.local_root,
+            vectors, skipped.parts, index, where, store_root=store.local_root,
             content_id=store.content_id, votes=skipped.votes, what=skipped.what)
 
     if on_start is not None:
@@ -273,7 +268,7 @@ def mine_store(
     if positives is not None and positives.per_anchor > 0:
         table, mined_stats = _with_mined_positives(table, fmt, result.pairs.anchors, vectors,
                                                    sources, store, positives, ctx, fn_config,
-                                                   index, where, config.seed)
+                                                   index, where)
     stats = summary_stats(result, config.num_negatives, config.hard)
     lo, hi = config.window()
     stats = {
@@ -317,8 +312,7 @@ def mine_store(
 def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np.ndarray,
                           sources: np.ndarray, store: Any, cfg: PositiveConfig,
                           ctx: FnContext | None, fn_config: FalseNegativeConfig | None,
-                          index: IndexOptions, backend: Any, seed: int
-                          ) -> tuple[Any, dict[str, Any]]:
+                          index: IndexOptions, backend: Any) -> tuple[Any, dict[str, Any]]:
     """``table`` with the mined positives of ``anchors`` as extra rows, and their stats.
 
     The near-duplicate groups and cluster runs are the false-negative context's when it
@@ -337,14 +331,14 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
         # instead of d, twice as deep, re-scored exactly and cut back to the best (98% of
         # the exact lists' mutual pairs on fm0; the lists only choose who is compared)
         nb_ids, _ = _neighbour_lists(ctx.spectral.reduced, sources, 2 * cfg.neighbours,
-                                     index, backend, None, seed)
+                                     index, backend, None)
         nb_scores = _exact_scores(vectors, nb_ids)
         order = np.argsort(-nb_scores, axis=1, kind="stable")[:, :cfg.neighbours]
         nb_ids = np.take_along_axis(nb_ids, order, axis=1)
         nb_scores = np.take_along_axis(nb_scores, order, axis=1)
     else:
         nb_ids, nb_scores = _neighbour_lists(vectors, sources, cfg.neighbours, index,
-                                             backend, store, seed)
+                                             backend, store)
     threshold = None
     if fn_config is not None and "near-duplicate" in fn_config.rules:
         threshold = near_duplicate_threshold(fn_config)
@@ -385,22 +379,20 @@ def _exact_scores(vectors: np.ndarray, ids: np.ndarray, block: int = 4096) -> np
 
 
 def _neighbour_lists(vectors: np.ndarray, sources: np.ndarray, m: int, index: IndexOptions,
-                     backend: Any, store: Any, seed: int) -> tuple[np.ndarray, np.ndarray]:
+                     backend: Any, store: Any) -> tuple[np.ndarray, np.ndarray]:
     """Every row's ``m`` nearest rows of other sources ``(ids, scores)`` (N, m), best first,
     -1 padded, through the index mine's options pick (``store``: a saved index of its
-    rows is reused; None for other vectors)."""
-    from pairkit.index.build import prepare_index
+    rows is reused; None for other vectors), by the one search entry point."""
+    from pairkit.index.open import open_searcher
 
     n = len(vectors)
     views = int(np.bincount(sources).max()) if n else 1
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    loaded = prepare_index(
-        vectors, index.kind, store_root=None if store is None else store.root,
-        content_id=None if store is None else store.content_id,
-        exact_max_rows=index.exact_max_rows, nlist=index.nlist, nprobe=index.nprobe,
-        ef_search=index.ef_search, float16=index.float16, seed=seed, backend=backend)
-    scores, ids = loaded.searcher(vectors, batch_size=index.batch_size)(vectors,
-                                                                       min(n, m + views))
+    opened = open_searcher(vectors, index,
+                           store_root=None if store is None else store.local_root,
+                           content_id=None if store is None else store.content_id,
+                           engine=backend)
+    scores, ids = opened.search(vectors, min(n, m + views))
     own = (ids < 0) | (sources[np.maximum(ids, 0)] == sources[:, None])
     order = np.argsort(own, axis=1, kind="stable")[:, :m]
     ids = np.take_along_axis(np.where(own, -1, ids), order, axis=1)

@@ -61,9 +61,10 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
         raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
     if cfg.exact_only:
         pairs = None
-    if pairs is not None and (cfg.device not in ("auto", "cpu") or cfg.backend == "torch"):
-        raise UsageError("dedup --ray searches on the workers' CPUs with FAISS: use "
-                         "--device cpu (or auto) and --backend faiss (or auto)")
+    if pairs is not None:
+        from pairkit.index.backend import ray_search
+
+        ray_search("dedup", cfg.device, cfg.backend)
     st = Store.open(cfg.store)
     items = st.items
     image_root = st.manifest.get("image_root")

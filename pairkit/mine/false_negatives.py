@@ -217,15 +217,15 @@ def flag_false_negatives(
     cand_scores: np.ndarray,
     pos_scores: np.ndarray,
     config: FalseNegativeConfig,
-    positives: list[np.ndarray] | None = None,
+    positives: np.ndarray | list[np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Flag likely false negatives among each anchor's candidates.
 
     ``anchors`` (n,) row ids; ``cand_ids`` (n, k) int64 candidate rows, -1
     padded; ``cand_scores`` (n, k) their similarity to the anchor;
     ``pos_scores`` (n,) the anchor's weakest positive score (non-finite: no
-    positive); ``positives`` optional list of n arrays of positive rows
-    (default: the other views of the anchor's source).
+    positive); ``positives`` optional (n, p) positive rows, -1 padded, or a list of n
+    arrays of positive rows (default: the other views of the anchor's source).
 
     Returns ``(flags, reasons)``: bool (n, k), and object (n, k) holding the
     names of the rules that fired joined with ``|`` (None where not flagged).

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
+
 if TYPE_CHECKING:
     from pairkit.index.backend import SearchBackend
     from pairkit.mine.false_negatives import FalseNegativeConfig
     from pairkit.mine.spectral import SpectralEmbedding
 
-# Used only when pairkit.mine.near_duplicates (and its measured default) is absent.
-_NEAR_DUPLICATE_FALLBACK = 0.965
 
 
 @dataclass
@@ -70,10 +70,9 @@ def label_codes(ctx: FnContext) -> np.ndarray | None:
     if ctx.labels is None:
         return None
     if ctx.label_codes is None:
-        import pandas as pd
+        from pairkit.core.store import codes_of
 
-        codes, _ = pd.factorize(pd.Series(ctx.labels, dtype=object), use_na_sentinel=True)
-        ctx.label_codes = codes.astype(np.int64)
+        ctx.label_codes = codes_of(ctx.labels)[0]
     return ctx.label_codes
 
 
@@ -108,11 +107,7 @@ def near_duplicate_threshold(config: FalseNegativeConfig) -> float:
     ``pairkit dedup``'s measured default."""
     if config.near_duplicate_threshold is not None:
         return float(config.near_duplicate_threshold)
-    try:
-        from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD
-    except ImportError:
-        return _NEAR_DUPLICATE_FALLBACK
-    return float(DEFAULT_THRESHOLD)
+    return float(NEAR_DUPLICATE_THRESHOLD)
 
 
 def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray | None:

@@ -97,8 +97,11 @@ def mine_negatives(
     offsets, pos_ids = relation.positive_sets(anchors, cfg.seed, cfg.max_positives)
     positives, pos_scores, ref = choose_positives(vectors, anchors, offsets, pos_ids,
                                                   cfg.positive, cfg.seed)
-    ctx = SelectionContext(vectors, np.asarray(sources, dtype=np.int64), relation, cfg,
-                           fn_filter, offsets, pos_ids)
+    sources = np.asarray(sources, dtype=np.int64)
+    ctx = SelectionContext(vectors, sources, relation, cfg, fn_filter, offsets, pos_ids,
+                           positives_share_source=relation.kind == "instance"
+                           and relation.group is not None
+                           and np.array_equal(relation.group, sources))
     _, hi = cfg.window() if cfg.hard else (0, cfg.num_negatives)
     n = len(anchors)
     k0 = initial_k(cfg, relation, ctx.sources, offsets, n_items, fn_filter is not None)

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pairkit.errors import PairkitError, UsageError
+from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
 
 if TYPE_CHECKING:
     import pandas as pd
 
 # Measured on the planted-copy benchmark (tests/benchmarks/near_duplicates.py,
 # docs/benchmarks.md) with the offline ``pixels`` encoder.
-DEFAULT_THRESHOLD = 0.965
+DEFAULT_THRESHOLD = NEAR_DUPLICATE_THRESHOLD
 KEEP_RULES = ("best", "first", "largest", "central")
 TABLE_COLUMNS = ("group", "id", "keep", "similarity", "match")
 

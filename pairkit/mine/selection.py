@@ -26,8 +26,9 @@ CANDIDATE_CODES = ("valid", "padding", "self", "positive", "same_source", "false
                    "max_score", "min_score", "absolute_margin", "relative_margin")
 CODE = {name: i for i, name in enumerate(CANDIDATE_CODES)}
 
+# fn_filter(anchors, cand_ids, cand_scores, ref_scores, positives (n, p) -1 padded)
 FnFilter = Callable[
-    [np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]],
+    [np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     tuple[np.ndarray, np.ndarray],
 ]
 
@@ -46,6 +47,9 @@ def choose_positives(
     counts = np.diff(offsets)
     if n and counts.min() < 1:
         raise PairkitError("internal: an anchor without positives")
+    if n and counts.max() == 1:  # one positive each (two views): it is every choice
+        scores = pair_dots(vectors, anchors, pos_ids)
+        return pos_ids, scores, scores.copy()
     owner = np.repeat(np.arange(n), counts)
     scores = row_dots(vectors, anchors[owner], pos_ids)
     first = offsets[:-1]
@@ -60,12 +64,41 @@ def choose_positives(
     return pos_ids[chosen], scores[chosen], ref
 
 
+def padded_rows(offsets: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """(len(rows), p) int64: the ragged lists ``ids[offsets[r]:offsets[r + 1]]`` of
+    ``rows``, -1 padded to the longest (p >= 1)."""
+    start = offsets[rows]
+    counts = offsets[rows + 1] - start
+    width = max(int(counts.max(initial=0)), 1)
+    col = np.arange(width)
+    inside = col[None, :] < counts[:, None]
+    at = np.where(inside, start[:, None] + col[None, :], 0)
+    return np.where(inside, ids[at] if len(ids) else -1, -1).astype(np.int64)
+
+
+def pair_dots(vectors: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``row_dots(vectors, a, b)``, each unordered pair computed once when the pairs come
+    in both orders (``a`` every row in order and ``b`` its own inverse: the two views of
+    each source are each other's positive). The product is symmetric bit for bit."""
+    n = len(a)
+    if not (n and np.array_equal(a, np.arange(n)) and b.min() >= 0 and b.max() < n
+            and np.array_equal(b[b], a)):
+        return row_dots(vectors, a, b)
+    first = np.flatnonzero(a <= b)
+    out = np.empty(n, dtype=np.float32)
+    out[first] = row_dots(vectors, a[first], b[first])
+    out[b[first]] = out[first]
+    return out
+
+
 @dataclass
 class SelectionContext:
     """What classifying a block's candidates needs about the whole run: the store's
     ``vectors`` (N, d) and ``sources`` (N,) int64, the relation, the config, the
     false-negative filter (or None) and the anchors' positive sets (CSR
-    ``pos_offsets``/``pos_ids`` over the run's anchor list)."""
+    ``pos_offsets``/``pos_ids`` over the run's anchor list). ``positives_share_source``:
+    the relation's positives are exactly the other rows of the anchor's source (the
+    instance relation over these sources), so one comparison serves both rules."""
 
     vectors: np.ndarray
     sources: np.ndarray
@@ -74,6 +107,7 @@ class SelectionContext:
     fn_filter: FnFilter | None
     pos_offsets: np.ndarray
     pos_ids: np.ndarray
+    positives_share_source: bool = False
 
 
 def classify_candidates(
@@ -90,8 +124,11 @@ def classify_candidates(
     pad = ids < 0
     safe = np.maximum(ids, 0)
     is_self = ids == anchors[:, None]
-    is_pos = ctx.relation.is_positive(anchors, ids)
     same_src = ctx.sources[safe] == ctx.sources[anchors][:, None]
+    if ctx.positives_share_source:
+        is_pos = same_src & ~pad & ~is_self
+    else:
+        is_pos = ctx.relation.is_positive(anchors, ids)
     # apply in reverse order so the first code in CANDIDATE_CODES wins
     s = scores
     if cfg.relative_margin is not None:
@@ -106,8 +143,8 @@ def classify_candidates(
     flags = reasons = None
     if ctx.fn_filter is not None:
         cand = np.where(excluded, -1, ids)
-        pos_lists = [ctx.pos_ids[ctx.pos_offsets[r]:ctx.pos_offsets[r + 1]] for r in rows]
-        flags, reasons = ctx.fn_filter(anchors, cand, scores, ref, pos_lists)
+        positives = padded_rows(ctx.pos_offsets, ctx.pos_ids, rows)
+        flags, reasons = ctx.fn_filter(anchors, cand, scores, ref, positives)
         flags = np.asarray(flags, dtype=bool) & ~excluded
         if cfg.fn_mode != "keep":
             code[flags] = CODE["false_negative"]
@@ -132,7 +169,10 @@ class Selection:
     short: np.ndarray  # (n,) bool: fewer than hi valid and more could be found
 
     def take(self, mask: np.ndarray) -> Selection:
-        """The rows ``mask`` of this selection."""
+        """The rows ``mask`` of this selection (itself when that is every row)."""
+        if mask.all():
+            return self
+
         def t(x: np.ndarray | None) -> np.ndarray | None:
             return None if x is None else x[mask]
         return Selection(self.neg_pos[mask], self.ids[mask], self.scores[mask],
@@ -151,18 +191,18 @@ def select_negatives(
     lo, hi = cfg.window() if hard else (0, K)
     code, flags, reasons = classify_candidates(ctx, rows, anchors, ids, scores, ref)
     valid = code == 0
-    vrank = np.cumsum(valid, axis=1) - 1
-    nvalid = valid.sum(axis=1)
+    vrank = np.cumsum(valid, axis=1, dtype=np.int32) - 1
+    nvalid = vrank[:, -1] + 1 if vrank.shape[1] else np.zeros(len(vrank), np.int32)
     short = (nvalid < hi) & ~exhausted
     in_win = valid & (vrank >= lo) & (vrank < hi)
     if not hard or cfg.sampling == "top":
-        key = vrank.astype(np.float64)
-    else:
-        u = hash_uniform(cfg.seed, anchors[:, None], np.maximum(ids, 0))
-        if cfg.sampling == "random":
-            key = u
-        else:  # Gumbel-top-k = sampling without replacement from softmax(score / T)
-            key = -(scores.astype(np.float64) / cfg.sampling_temperature - np.log(-np.log(u)))
+        return Selection(first_in_window(in_win, vrank - lo, K), ids, scores, code, flags,
+                         reasons, vrank, short)
+    u = hash_uniform(cfg.seed, anchors[:, None], np.maximum(ids, 0))
+    if cfg.sampling == "random":
+        key = u
+    else:  # Gumbel-top-k = sampling without replacement from softmax(score / T)
+        key = -(scores.astype(np.float64) / cfg.sampling_temperature - np.log(-np.log(u)))
     key = np.where(in_win, key, np.inf)
     kk = min(K, key.shape[1])
     pick = np.argsort(key, axis=1, kind="stable")[:, :kk]
@@ -175,6 +215,16 @@ def select_negatives(
     neg_pos = np.full((len(anchors), K), -1, dtype=np.int64)
     neg_pos[:, :kk] = np.where(ok, pick, -1)
     return Selection(neg_pos, ids, scores, code, flags, reasons, vrank, short)
+
+
+def first_in_window(in_win: np.ndarray, slot: np.ndarray, K: int) -> np.ndarray:
+    """(n, K) int64: the columns of the first K window entries of each row, in rank
+    order, -1 padded. ``slot`` (n, k): an entry's place in its row's window (its valid
+    rank minus the window start: 0, 1, 2, ... along the row)."""
+    out = np.full((len(in_win), K), -1, dtype=np.int64)
+    r, c = np.nonzero(in_win & (slot < K))
+    out[r, slot[r, c]] = c
+    return out
 
 
 def easy_candidates(anchors: np.ndarray, m: int, n_items: int, seed: int) -> np.ndarray:

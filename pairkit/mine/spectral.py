@@ -142,7 +142,7 @@ def cluster_runs(emb: SpectralEmbedding, k: int, runs: int, *, seed: int = 0,
     noise (measured against "as many eigenvectors as clusters" and "16
     eigenvectors" on real images: lower false-negative shares on all three sets).
     """
-    from pairkit.mine.clusters import spherical_kmeans
+    from pairkit.index.kmeans import spherical_kmeans
 
     t = np.log(0.5) / np.log(EIGEN_THRESHOLD)
     weights = np.clip(emb.eigenvalues, 0.0, None) ** t
@@ -162,7 +162,7 @@ def _extend(emb: SpectralEmbedding, labels: np.ndarray, *, seed: int = 0,
     cells (k-means in the principal components, about ``per_cell`` sampled rows
     each), each cell takes its rows' majority label per run, and every other row
     takes the label of its nearest cell. Work: N x cells x dims, not N x sample x dims."""
-    from pairkit.mine.clusters import spherical_kmeans
+    from pairkit.index.kmeans import spherical_kmeans
 
     n = len(emb.reduced)
     out = np.empty((labels.shape[0], n), dtype=np.int64)

@@ -52,13 +52,22 @@ def summary_stats(result: MineResult, K: int, hard: bool) -> dict[str, Any]:
     if hard:
         ranks = p.neg_ranks[p.neg_ids >= 0]
         edges = [*RANK_BINS, max(RANK_BINS[-1] + 1, int(ranks.max()) + 1 if len(ranks) else 0)]
-        h, _ = np.histogram(ranks, bins=edges)
+        h = rank_histogram(ranks, edges)
         stats["rank_histogram"] = {
             (f"{a}" if b - a == 1 else f"{a}-{b - 1}"): int(c)
             for a, b, c in zip(edges[:-1], edges[1:], h, strict=True)
         }
     return stats
 
+
+
+def rank_histogram(ranks: np.ndarray, edges: list[int]) -> np.ndarray:
+    """``np.histogram(ranks, bins=edges)[0]`` for ranks >= 0 below the last edge (every
+    bin ``[a, b)``), by one count per rank instead of a sort."""
+    if len(ranks) == 0:
+        return np.zeros(len(edges) - 1, dtype=np.int64)
+    below = np.concatenate([[0], np.cumsum(np.bincount(ranks, minlength=edges[-1]))])
+    return np.diff(below[np.asarray(edges)])
 
 
 def cluster_stats(ctx: Any, fn_config: Any) -> dict[str, Any] | None:
@@ -74,9 +83,9 @@ def cluster_stats(ctx: Any, fn_config: Any) -> dict[str, Any] | None:
 def same_label_share(pairs: MinedPairs, labels: np.ndarray) -> float | None:
     """Share of mined negatives whose label equals their anchor's (both labelled):
     the exact false-negative share where labels define "the same thing"."""
-    import pandas as pd
+    from pairkit.core.store import codes_of
 
-    codes, _ = pd.factorize(pd.Series(labels, dtype=object), use_na_sentinel=True)
+    codes, _ = codes_of(labels)
     ok = pairs.neg_ids >= 0
     a = np.broadcast_to(codes[pairs.anchors][:, None], ok.shape)[ok]
     c = codes[np.maximum(pairs.neg_ids, 0)][ok]

@@ -169,9 +169,9 @@ def summarize(long: LongPairs, fmt: str, n_rows: int, labels: np.ndarray | None
                            "flagged negatives": neg_scores[flag]}),
     }
     if labels is not None and len(neg):
-        import pandas as pd
+        from pairkit.core.store import codes_of
 
-        codes, _ = pd.factorize(pd.Series(labels, dtype=object))  # missing label: -1
+        codes, _ = codes_of(labels)  # missing label: -1
         a = codes[neg["anchor_id"].to_numpy()]
         n = codes[neg["item_id"].to_numpy()]
         known = (a >= 0) & (n >= 0)

@@ -231,10 +231,9 @@ def relation_groups(sources: np.ndarray, labels: np.ndarray | None, relation: st
         return np.asarray(sources, dtype=np.int64)
     if labels is None:
         raise PairkitError("--relation label needs a store with labels (embed --labels ...)")
-    import pandas as pd
+    from pairkit.core.store import codes_of
 
-    codes, uniques = pd.factorize(pd.Series(labels, dtype=object), use_na_sentinel=True)
-    codes = codes.astype(np.int64)
+    codes, uniques = codes_of(labels)
     missing = codes < 0
     codes[missing] = len(uniques) + np.flatnonzero(missing)
     return codes
@@ -263,23 +262,6 @@ def sample_relation_pairs(groups: np.ndarray, eligible: np.ndarray,
     m = len(anchor)
     return PairArrays(anchor, positive, np.full((m, 0), -1, dtype=np.int64),
                       np.zeros((m, 0), dtype=bool))
-
-
-def split_by_source(sources: np.ndarray, val_fraction: float, seed: int) -> np.ndarray:
-    """Bool (N,): True for items of the validation sources (all views of a source together)."""
-    if not 0 <= val_fraction < 1:
-        raise PairkitError(f"--val-fraction must be in [0, 1), got {val_fraction}")
-    val = np.zeros(len(sources), dtype=bool)
-    if val_fraction == 0:
-        return val
-    uniq = np.unique(sources)
-    n_val = int(round(val_fraction * len(uniq)))
-    n_val = min(max(n_val, 1), len(uniq) - 1)
-    if n_val < 1:
-        raise PairkitError("--val-fraction needs at least 2 sources in the store")
-    rng = np.random.default_rng([seed, 7919])
-    chosen = rng.choice(uniq, size=n_val, replace=False)
-    return np.isin(sources, chosen)
 
 
 def restrict(pairs: PairArrays, allowed: np.ndarray) -> PairArrays:

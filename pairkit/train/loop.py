@@ -27,6 +27,8 @@ from pairkit.core.integrity import read_json_file
 from pairkit.core.lock import LOCK_NAME, writer_lock
 from pairkit.core.safe_load import torch_load_weights
 from pairkit.errors import PairkitError, UsageError
+from pairkit.eval.geometry import all_pairs_uniformity, pair_alignment
+from pairkit.eval.split import split_by_source
 from pairkit.train.data import (
     FN_MODES,
     PairArrays,
@@ -35,7 +37,6 @@ from pairkit.train.data import (
     relation_groups,
     restrict,
     sample_relation_pairs,
-    split_by_source,
     table_kind,
 )
 from pairkit.train.head import (
@@ -187,24 +188,6 @@ def lr_at(step: int, total: int, warmup: int, lr: float) -> float:
     span = max(total - warmup, 1)
     progress = min((step - warmup) / span, 1.0)
     return lr * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def alignment(za: np.ndarray, zp: np.ndarray) -> float:
-    """Wang & Isola 2020 alignment: mean |f(a) - f(p)|^2 over pairs (rows of (n, d))."""
-    return float(np.mean(np.sum((za - zp) ** 2, axis=1)))
-
-
-def uniformity(z: np.ndarray) -> float:
-    """Wang & Isola 2020 uniformity: log mean over distinct pairs of exp(-2 |x - y|^2)."""
-    n = len(z)
-    if n < 2:
-        return float("nan")
-    z = z.astype(np.float64)
-    sq = np.maximum(2.0 - 2.0 * (z @ z.T), 0.0)
-    iu = np.triu_indices(n, k=1)
-    vals = -2.0 * sq[iu]
-    top = vals.max()
-    return float(top + np.log(np.mean(np.exp(vals - top))))
 
 
 def dim_std(z: np.ndarray) -> float:
@@ -372,9 +355,8 @@ def _evaluate(module: torch.nn.Module, data: _Data, pairs: PairArrays, items: np
         "pos_score": pos_score,
         "neg_score": neg_score,
         "gap": pos_score - neg_score,
-        "alignment": alignment(np.concatenate(za_all), np.concatenate(zp_all)) if za_all
-        else float("nan"),
-        "uniformity": uniformity(z),
+        "alignment": pair_alignment(np.concatenate(za_all), np.concatenate(zp_all)),
+        "uniformity": all_pairs_uniformity(z),
         "dim_std": dim_std(z),
     }
 
@@ -545,7 +527,8 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     relation = cfg.relation or "instance"
     labels = store.labels() if relation == "label" else None
     groups = relation_groups(sources, labels, relation)
-    val_mask = split_by_source(sources, cfg.val_fraction, cfg.seed)
+    val_mask = split_by_source(sources, cfg.val_fraction, cfg.seed, option="--val-fraction",
+                               allow_zero=True)
     info: TableInfo | None = None
     mined: PositiveSets | None = None
     if table is not None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pairkit.core.store import DTYPES, Store, sha256_file, write_store
+from pairkit.core.store import DTYPES, Store, sha256_file
+from pairkit.core.store_writer import write_store
 from pairkit.errors import PairkitError
 from pairkit.train.head import WEIGHTS, Head, load_head
 

@@ -39,7 +39,7 @@ def make_store(path: Path, n: int, dim: int, classes: int, seed: int, prefix: st
     """A float16 store of ``n`` clustered unit vectors, written shard by shard."""
     import pandas as pd
 
-    from pairkit.core.store import StoreWriter, prepare_store_dir
+    from pairkit.core.store_writer import StoreWriter, prepare_store_dir
 
     root = prepare_store_dir(path, force=True)
     writer = StoreWriter.create(root, dim, "float16", {"name": "bench"})

@@ -210,12 +210,13 @@ def mine(store: Any, method: str, spec: Any) -> tuple[Any, float, dict]:
         table, stats = mine_store(store, "instance", cfg, None, fcfg)
         pairs = (table["anchor_id"].to_numpy(), table["negative_id"].to_numpy())
         return pairs, time.perf_counter() - t0, stats
-    from pairkit.index.build import prepare_index
+    from pairkit.index.open import open_searcher
+    from pairkit.index.options import IndexOptions
 
     vectors = store.vectors(np.float32)
     sources = store.source_codes()
     rel = load_relation("instance", store.items)
-    searcher = prepare_index(vectors, "auto", device="cpu").searcher(vectors)
+    searcher = open_searcher(vectors, IndexOptions(kind="auto", device="cpu")).search
     fn_filter = spec["filter"](store, vectors, sources)
     p = mine_negatives(vectors, sources, rel, cfg, searcher, fn_filter).pairs
     ok = p.neg_ids >= 0
@@ -242,7 +243,8 @@ def kmeans_votes(sizes: tuple[int, ...] | None, runs: int, votes: int) -> Any:
     kNN graph's spectrum, as the cluster rule does."""
 
     def make(store, v, s):  # noqa: ANN001, ANN202
-        from pairkit.mine.clusters import cluster_counts, spherical_kmeans
+        from pairkit.index.kmeans import spherical_kmeans
+        from pairkit.mine.clusters import cluster_counts
         from pairkit.mine.spectral import spectral_embedding
 
         if sizes is None:
@@ -366,7 +368,8 @@ def union_store(tags: tuple[str, ...], work: Path) -> Path:
     """A store holding the rows of several (same-encoder) stores, labels prefixed by tag."""
     import pandas as pd
 
-    from pairkit.core.store import Store, write_store
+    from pairkit.core.store import Store
+    from pairkit.core.store_writer import write_store
 
     out = work / "+".join(tags) / "store"
     if (out / "manifest.json").exists():

@@ -1,16 +1,21 @@
-"""Every GPU figure of issue 11 in one run, one JSON: see gpu_suite.sh (the entry point).
+"""Every GPU figure of issues 11 and 24 in one run, one JSON: see gpu_suite.sh (the entry point).
 
-    python tests/benchmarks/gpu_suite.py --out gpu_suite.json --log gpu_suite.log [--smoke]
+    python tests/benchmarks/gpu_suite.py --out gpu_suite.json --log gpu_suite.log
+        [--parts tests,startup,...] [--smoke] [--dry-run]
 
 Parts, each in a child process with its own time guard inside one overall budget (a slow
 part can't eat the rest; what a part measured before its guard fired is kept):
 
 - ``tests``: ``pytest -q`` of the whole suite with the GPU visible (issue 16), in xdist
   workers of one thread each;
+- ``startup``: the fixed cost of ``pairkit embed`` beyond ``import torch`` as issue 24
+  measures it (4 JPEGs, ``--model openclip/ViT-B-32 --pretrained none``, best of 3 rounds,
+  minus the best bare ``import torch``: tests/benchmarks/embed_startup.py);
 - ``embed``: open_clip ViT-B-32 (random weights) fp16, batch 256, generated 400x300 JPEGs:
-  encoder alone on device tensors, the decode pipelines alone (``--decode gpu`` and the
-  PIL one), whole ``pairkit embed`` commands with ``--decode gpu`` (all N images) and
-  ``--decode cpu`` (a subset), and the fixed cost of a command beyond ``import torch``;
+  encoder alone on device tensors, bare batched ``decode_jpeg`` on the device (the
+  ceiling of the decode pipeline), the decode pipelines alone (``--decode gpu`` with 1
+  and 4 views, and the PIL one), whole ``pairkit embed`` commands with ``--decode gpu``
+  (all N images) and ``--decode cpu`` (a subset), and their fixed cost beyond the loop;
 - ``data``: a 1,000,000 x 512 float16 store (two views per source, labels) and a
   100,000-row query store of the same clusters, generated on the device;
 - ``mine``: ``mine --hard -k 5 --backend torch`` (whole command, its search part), the
@@ -20,7 +25,9 @@ part can't eat the rest; what a part measured before its guard fired is kept):
 - ``fn``: ``mine --filter-false-negatives``, label-free rules and default rules, against
   plain mining of the same store (run here when the ``mine`` part did not run).
 
-``--smoke``: tiny sizes on the CPU (seconds), to check the script itself.
+``--smoke``: tiny sizes on the CPU (seconds to a minute a part), to check the script itself;
+``--dry-run``: the plan (parts, time guards, budget, the packages each part needs) in the
+JSON, nothing run (the test suite runs both: tests/test_gpu_suite.py).
 """
 
 from __future__ import annotations
@@ -39,10 +46,15 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS = ("tests", "embed", "data", "mine", "eval", "fn")
+PARTS = ("tests", "startup", "embed", "data", "mine", "eval", "fn")
 # (cap seconds, seconds kept back for it while earlier parts run)
-GUARDS = {"tests": (165, 60), "embed": (110, 50), "data": (60, 20), "mine": (80, 40),
-          "eval": (45, 25), "fn": (150, 60)}
+GUARDS = {"tests": (165, 60), "startup": (60, 30), "embed": (110, 50), "data": (60, 20),
+          "mine": (80, 40), "eval": (45, 25), "fn": (150, 60)}
+# the modules each part imports (checked by --dry-run; installed or carried as wheels)
+NEEDS = {"tests": ("torch", "pytest", "xdist", "faiss", "open_clip"),
+         "startup": ("torch", "open_clip", "torchvision"),
+         "embed": ("torch", "torchvision", "open_clip"), "data": ("torch", "pandas"),
+         "mine": ("torch", "faiss"), "eval": ("torch", "faiss"), "fn": ("torch", "faiss")}
 FULL = {"images": 50_000, "cpu_images": 10_000, "pipeline_images": 10_000,
         "batch": 256, "n": 1_000_000, "queries": 100_000, "dim": 512, "encoder_s": 8.0}
 SMOKE = {"images": 48, "cpu_images": 24, "pipeline_images": 24, "batch": 16,
@@ -57,9 +69,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("gpu_suite.json"))
     ap.add_argument("--log", type=Path, default=Path("gpu_suite.log"))
     ap.add_argument("--work", type=Path, default=Path("/tmp/pairkit-gpu-suite"))
-    ap.add_argument("--budget", type=float, default=400.0, help="seconds for all parts")
-    ap.add_argument("--parts", default=",".join(PARTS))
+    ap.add_argument("--budget", type=float, default=430.0, help="seconds for all parts")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help=f"comma list of parts, run in this order: {','.join(PARTS)}")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="write the plan to the JSON and run nothing")
     ap.add_argument("--part", help=argparse.SUPPRESS)
     ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
@@ -72,7 +87,17 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"smoke": args.smoke, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                               "budget_s": args.budget, "env": environment(), "parts": {}}
-    wanted = [p for p in PARTS if p in args.parts.split(",")]
+    asked = [p for p in args.parts.split(",") if p]
+    unknown = sorted(set(asked) - set(PARTS))
+    if unknown:
+        ap.error(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
+    wanted = [p for p in PARTS if p in asked]
+    if args.dry_run:
+        result["dry_run"] = True
+        result["parts"] = plan(wanted, args.budget)
+        write(args.out, result)
+        print(summary(result))
+        return
     with open(args.log, "a") as log:
         log.write(f"== gpu suite {result['started']} smoke={args.smoke}\n"
                   f"{json.dumps(result['env'])}\n")
@@ -90,6 +115,25 @@ def main() -> None:
     result["seconds"] = round(time.time() - t0, 1)
     write(args.out, result)
     print(summary(result))
+
+
+def plan(wanted: list[str], budget: float) -> dict[str, Any]:
+    """What a run of ``wanted`` would do: each part's time guard when every earlier part
+    used all of its own (the cap, or what the budget leaves after the time kept back for
+    the later parts), and the modules it needs with whether this Python finds them."""
+    import importlib.util
+
+    out: dict[str, Any] = {}
+    left = budget
+    for n, part in enumerate(wanted):
+        cap, _ = GUARDS[part]
+        later = sum(GUARDS[p][1] for p in wanted[n + 1 :])
+        guard = min(cap, left - later)
+        out[part] = {"worst_case_guard_s": round(guard), "runs": guard >= 10,
+                     "needs": {m: importlib.util.find_spec(m) is not None
+                               for m in NEEDS[part]}}
+        left -= max(0.0, guard)
+    return out
 
 
 def child(part: str, guard: float, args: argparse.Namespace, log: Any) -> dict[str, Any]:
@@ -191,8 +235,9 @@ def run_part(args: argparse.Namespace) -> None:
     part = Part(args.result, args.deadline)
     size = SMOKE if args.smoke else FULL
     try:
-        {"tests": part_tests, "embed": part_embed, "data": part_data, "mine": part_mine,
-         "eval": part_eval, "fn": part_fn}[args.part](part, args.work, size, args.smoke)
+        {"tests": part_tests, "startup": part_startup, "embed": part_embed,
+         "data": part_data, "mine": part_mine, "eval": part_eval,
+         "fn": part_fn}[args.part](part, args.work, size, args.smoke)
     except Exception as exc:
         import traceback
 
@@ -262,6 +307,30 @@ def part_tests(part: Part, work: Path, size: dict, smoke: bool) -> None:
     part.set("seconds", round(time.perf_counter() - t, 1))
 
 
+# start-up ------------------------------------------------------------------------------
+def part_startup(part: Part, work: Path, size: dict, smoke: bool) -> None:
+    """tests/benchmarks/embed_startup.py: best of 3 rounds (1 in smoke), no rerun."""
+    out = work / "startup-result.json"
+    cmd = [sys.executable, str(ROOT / "tests" / "benchmarks" / "embed_startup.py"),
+           "--rounds", "1" if smoke else "3", "--device", device(smoke), "--no-rerun",
+           "--model", MODEL, "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                          timeout=max(5.0, part.left() - 2))
+    print(proc.stdout[-3000:], proc.stderr[-3000:], flush=True)
+    if proc.returncode:
+        part.set("error", proc.stderr[-600:])
+        return
+    res = json.loads(out.read_text())
+    row = next(iter(res["checkouts"].values()))
+    part.set("import_torch_s", res["best_import_torch_s"])
+    part.set("import_torch_cpu_s", res["best_import_torch_cpu_s"])
+    part.set("embed_4_jpegs_s", row["best_embed_s"])
+    part.set("fixed_cost_beyond_import_torch_s", row["fixed_cost_s"])
+    part.set("fixed_cost_without_loop_s", row["fixed_cost_without_loop_s"])
+    part.set("fixed_cost_cpu_s", row["fixed_cost_cpu_s"])
+    part.set("rounds", res["rounds"])
+
+
 # embed ---------------------------------------------------------------------------------
 def _jpegs(args: tuple[Path, int, int]) -> None:
     from PIL import Image, ImageFilter
@@ -315,11 +384,11 @@ def part_embed(part: Part, work: Path, size: dict, smoke: bool) -> None:
                        "batch": batch, "device": dev, "image_size": "400x300"})
 
     # 1. encoder alone on device tensors
-    from pairkit.encode.embedder import _Runner
     from pairkit.encode.registry import EncoderRequest, load_encoder
+    from pairkit.encode.runner import Runner
 
     enc = load_encoder(EncoderRequest(MODEL, pretrained="none", device=dev))
-    runner = _Runner(enc, dev, precision)
+    runner = Runner(enc, dev, precision)
     s = enc.preprocess.size
     pixels = torch.randint(0, 255, (batch, 3, s, s), dtype=torch.uint8, device=dev)
     runner(pixels)
@@ -334,13 +403,13 @@ def part_embed(part: Part, work: Path, size: dict, smoke: bool) -> None:
     del runner
 
     # 2. the decode pipelines alone (no encoder)
+    from pairkit.encode.batches import default_readers, index_batches
     from pairkit.encode.device_pipeline import DevicePipeline
-    from pairkit.encode.embedder import _batches, default_readers
     from pairkit.encode.images import discover_images
 
     files, _ = discover_images(folder)
     m = min(len(files), size["pipeline_images"])
-    batches = _batches(m, batch)
+    batches = index_batches(m, batch)
     with DevicePipeline(files[:m], 1, enc.preprocess, 0, dev, default_readers()) as pipe:
         next(iter(pipe.batches(batches[:1])))  # warm-up: nvjpeg handles, kernels
         sync(dev)
@@ -349,6 +418,18 @@ def part_embed(part: Part, work: Path, size: dict, smoke: bool) -> None:
         sync(dev)
     part.set("gpu_decode_pipeline_alone_images_per_s", round(n / (time.perf_counter() - t), 1))
     part.set("gpu_decode_pipeline_readers", default_readers())
+    part.set("bare_batched_decode_jpeg_images_per_s",
+             round(_bare_decode_rate(files[:m], dev, batch), 1))
+    m4 = max(1, m // 4)  # 4 views: the batched crops, flips and jitter
+    with DevicePipeline(files[:m4], 4, enc.preprocess, 0, dev, default_readers()) as pipe:
+        b4 = index_batches(m4, max(1, batch // 4))
+        next(iter(pipe.batches(b4[:1])))
+        sync(dev)
+        t = time.perf_counter()
+        n4 = sum(len(p.ok) for p in pipe.batches(b4))
+        sync(dev)
+    part.set("gpu_decode_pipeline_alone_views4_images_per_s",
+             round(n4 / (time.perf_counter() - t), 1))
     m_cpu = min(m, size["cpu_images"] // 2)
     part.set("cpu_decode_pipeline_alone_images_per_s",
              round(_pil_pipeline_rate(files[:m_cpu], enc.preprocess, dev, batch), 1))
@@ -390,22 +471,40 @@ def _pil_pipeline_rate(files: list, pre: Any, dev: str, batch: int) -> float:
     """The --decode cpu pipeline alone: DataLoader with pairkit's default workers."""
     import torch
 
-    from pairkit.encode.embedder import (
-        _batches,
-        _collate,
-        _SourceDataset,
-        _worker_init,
+    from pairkit.encode.batches import (
+        SourceDataset,
+        collate,
         default_workers,
+        index_batches,
+        worker_init,
     )
 
     workers = default_workers(dev)
     loader = torch.utils.data.DataLoader(
-        _SourceDataset(files, 1, pre, 0), batch_sampler=_batches(len(files), batch),
-        num_workers=workers, collate_fn=_collate,
-        worker_init_fn=_worker_init if workers else None)
+        SourceDataset(files, 1, pre, 0), batch_sampler=index_batches(len(files), batch),
+        num_workers=workers, collate_fn=collate,
+        worker_init_fn=worker_init if workers else None)
     t = time.perf_counter()
     n = sum(len(b[0]) + len(b[1]) for b in loader)
     return n / (time.perf_counter() - t)
+
+
+def _bare_decode_rate(files: list, dev: str, batch: int) -> float:
+    """``torchvision.io.decode_jpeg`` on lists of ``batch`` files already in memory, on the
+    device: the ceiling of the decode pipeline (no reading, hashing, drafting or views)."""
+    import torch
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    data = [torch.frombuffer(bytearray(f.abs_path.read_bytes()), dtype=torch.uint8)
+            for f in files]
+    chunks = [data[i : i + batch] for i in range(0, len(data), batch)]
+    decode_jpeg(chunks[0], mode=ImageReadMode.RGB, device=dev)  # warm-up: handles, kernels
+    sync(dev)
+    t = time.perf_counter()
+    for c in chunks:
+        decode_jpeg(c, mode=ImageReadMode.RGB, device=dev)
+    sync(dev)
+    return len(data) / (time.perf_counter() - t)
 
 
 def _import_torch_seconds() -> float:
@@ -445,7 +544,7 @@ def write_store(root: Path, centres: Any, n_src: int, views: int, prefix: str, g
     import pandas as pd
     import torch
 
-    from pairkit.core.store import StoreWriter, prepare_store_dir
+    from pairkit.core.store_writer import StoreWriter, prepare_store_dir
 
     prepare_store_dir(root, force=True)
     writer = StoreWriter.create(root, int(centres.shape[1]), "float16", {"name": "gpu-suite"})

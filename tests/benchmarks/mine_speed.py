@@ -66,7 +66,7 @@ def make_vectors(n: int, dim: int, seed: int) -> tuple[np.ndarray, list[str]]:
 def make_store(path: Path, vectors: np.ndarray, sources: list[str]) -> None:
     import pandas as pd
 
-    from pairkit.core.store import write_store
+    from pairkit.core.store_writer import write_store
 
     items = pd.DataFrame({"path": sources, "source": sources,
                           "view": np.tile([0, 1], len(sources) // 2)})

@@ -28,7 +28,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
 
-    from pairkit.core.store import Store, write_store
+    from pairkit.core.store import Store
+    from pairkit.core.store_writer import write_store
 
     rng = np.random.default_rng(0)
     n = args.rows

@@ -29,7 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pairkit.core.store import write_store  # noqa: E402
+from pairkit.core.store_writer import write_store  # noqa: E402
 from pairkit.train.loop import TrainConfig, train_head  # noqa: E402
 from pairkit.train.losses import LossConfig  # noqa: E402
 

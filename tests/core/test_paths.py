@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from pairkit.cli.main import app
 from pairkit.core.paths import path_problem, resolve_item_path
-from pairkit.core.store import write_store
+from pairkit.core.store_writer import write_store
 
 runner = CliRunner()
 

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pairkit.core.store import Store, write_store
-from pairkit.core.store_writer import StoreWriter
+from pairkit.core.store import Store
+from pairkit.core.store_writer import StoreWriter, write_store
 from pairkit.errors import PairkitError, StoreError, UsageError
 
 

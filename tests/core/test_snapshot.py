@@ -7,7 +7,8 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
-from pairkit.core.store import Store, l2_normalize, write_store
+from pairkit.core.store import Store, l2_normalize
+from pairkit.core.store_writer import write_store
 from tests.proc import start_python
 
 runner = CliRunner()

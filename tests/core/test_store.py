@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pairkit.core.store import MANIFEST, Store, StoreWriter, l2_normalize, write_store
+from pairkit.core.store import MANIFEST, Store, l2_normalize
+from pairkit.core.store_writer import StoreWriter, write_store
 from pairkit.errors import StoreError
 
 

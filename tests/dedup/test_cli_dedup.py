@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
-from pairkit.core.store import write_store
+from pairkit.core.store_writer import write_store
 
 runner = CliRunner()
 
@@ -304,10 +304,9 @@ def test_end_to_end_with_embed(tmp_path: Path, image_folder: Path) -> None:
 
 
 def test_device_cuda_without_gpu(tmp_path: Path) -> None:
-    from pairkit.index.backend import torch_cuda_devices
-    from pairkit.index.range_search import gpu_count
+    from pairkit.index.backend import faiss_gpus, torch_cuda_devices
 
-    if gpu_count() or torch_cuda_devices():  # FAISS or the torch search would run there
+    if faiss_gpus() or torch_cuda_devices():  # FAISS or the torch search would run there
         pytest.skip("a GPU is visible")
     store = dup_store(tmp_path)
     r = runner.invoke(app, ["dedup", str(store), "--device", "cuda"])

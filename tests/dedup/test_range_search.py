@@ -7,9 +7,9 @@ import pytest
 
 from pairkit.core.store import l2_normalize
 from pairkit.errors import PairkitError
+from pairkit.index.backend import faiss_gpus
 from pairkit.index.range_search import (
     float32_radius,
-    gpu_count,
     range_search,
     range_search_blocks,
     self_pairs_blocks,
@@ -117,7 +117,7 @@ def test_bad_arguments() -> None:
         range_search(x, x, 0.5, batch_size=0)
 
 
-@pytest.mark.skipif(gpu_count() == 0, reason="FAISS sees no GPU")
+@pytest.mark.skipif(faiss_gpus() == 0, reason="FAISS sees no GPU")
 def test_gpu_matches_cpu() -> None:
     rng = np.random.default_rng(2)
     x = l2_normalize(rng.normal(size=(3000, 16)))

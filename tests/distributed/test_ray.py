@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
-from pairkit.core.store import Store, write_store
+from pairkit.core.store import Store
+from pairkit.core.store_writer import write_store
 from pairkit.core.tables import read_table
 from tests.conftest import make_images, random_store
 from tests.encode.test_webdataset import write_shards

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np, pandas as pd
 from typer.testing import CliRunner
 from pairkit.cli.main import app
-from pairkit.core.store import write_store
+from pairkit.core.store_writer import write_store
 root = Path(ROOT)
 rng = np.random.default_rng(0)
 items = pd.DataFrame({"path": [f"c{i % 3}/s{i // 2}.jpg" for i in range(60)],

@@ -212,3 +212,61 @@ def test_nvjpeg_path_matches_pil_within_tolerance(tmp_path: Path) -> None:
     views = a.items["view"].to_numpy()
     per_row = list(zip(a.items["path"], views, cos.round(5), strict=True))
     assert cos.min() >= 0.99 and cos[views == 0].min() >= 0.995, per_row
+
+
+# -- the batched renderer against the per-image path (issue 24) ---------------------------
+def _batch_images(pre: Preprocess) -> tuple[list[torch.Tensor], list[str]]:
+    """Drafted decodes of JPEGs of several sizes: two of 400x300 and two of 300x400 (so
+    both pass orders run batched), a tall one, a small one, a large one (drafted)."""
+    sizes = [(400, 300), (400, 300), (300, 400), (300, 400), (200, 520), (90, 60),
+             (1200, 900)]
+    images = [drafted(torch_decode(photo(w, h, seed=i)), 2 * pre.size)
+              for i, (w, h) in enumerate(sizes)]
+    return images, [f"d/{i}.jpg" for i in range(len(sizes))]
+
+
+@pytest.mark.parametrize("pre", PRE, ids=["224-bicubic", "64-bilinear"])
+@pytest.mark.parametrize("views", [1, 4])
+def test_batched_views_equal_the_per_image_path(pre: Preprocess, views: int) -> None:
+    """Same crops, flips and jitter from the same seed: view 0 bit for bit; views 1.. at
+    most one level apart, on under 0.1% of the pixels (float summation order of the batched
+    matrix products against one product per view, before each 8-bit rounding)."""
+    from pairkit.encode.device_views import render_batch
+
+    images, sources = _batch_images(pre)
+    got = render_batch(images, sources, views, pre, seed=7).numpy().astype(int)
+    want = np.concatenate([render_views_torch(img, src, views, pre, 7).numpy()
+                           for img, src in zip(images, sources, strict=True)]).astype(int)
+    assert got.shape == want.shape == (len(images) * views, 3, pre.size, pre.size)
+    diff = np.abs(got - want).reshape(len(images), views, -1)
+    assert diff[:, 0].max() == 0
+    assert diff.max() <= 1 and (diff > 0).mean() < 1e-3, ((diff > 0).mean(), diff.max())
+
+
+def test_batched_draft_equals_one_by_one() -> None:
+    from pairkit.encode.device_views import drafted_batch
+
+    decoded = [torch_decode(photo(w, h, seed=i)) for i, (w, h) in
+               enumerate([(1200, 900), (1200, 900), (400, 300), (2000, 1100)])]
+    for a, b in zip(drafted_batch(decoded, 448), [drafted(d, 448) for d in decoded],
+                    strict=True):
+        assert torch.equal(a, b)
+
+
+def test_pipeline_batches_equal_one_prepare_per_batch(tmp_path: Path) -> None:
+    """Reading one batch ahead changes nothing: the batches equal one ``prepare`` each
+    (files read there), PIL-path files and errors in their places."""
+    from pairkit.encode.device_pipeline import DevicePipeline
+    from pairkit.encode.images import discover_images
+
+    _folder(tmp_path / "img")
+    files, _ = discover_images(tmp_path / "img")
+    pre = Preprocess(size=64, interpolation="bicubic")
+    idx = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10]]
+    with DevicePipeline(files, 2, pre, 3, "cpu", readers=2) as pipe:
+        ahead = list(pipe.batches(idx))
+        one = [pipe.prepare(i) for i in idx]
+    for a, b in zip(ahead, one, strict=True):
+        assert a.ok == b.ok and a.errors == b.errors and a.on_device == b.on_device
+        assert torch.equal(a.pixels, b.pixels)
+    assert sum(len(p.ok) for p in ahead) == 8 and sum(len(p.errors) for p in ahead) == 3

@@ -100,9 +100,9 @@ def test_interrupted_run_resumes_to_the_same_store(image_folder, tmp_path, monke
     clean = tmp_path / "clean"
     assert embed(image_folder, "-o", clean, "--views", "2", "--batch-size", "4").exit_code == 0
 
-    from pairkit.encode import embedder
+    from pairkit.encode.runner import Runner
 
-    real_call = embedder._Runner.__call__
+    real_call = Runner.encode
     calls = {"n": 0}
 
     def flaky(self, pixels):
@@ -111,14 +111,14 @@ def test_interrupted_run_resumes_to_the_same_store(image_folder, tmp_path, monke
             raise KeyboardInterrupt
         return real_call(self, pixels)
 
-    monkeypatch.setattr(embedder._Runner, "__call__", flaky)
+    monkeypatch.setattr(Runner, "encode", flaky)
     out = tmp_path / "resumed"
     result = embed(image_folder, "-o", out, "--views", "2", "--batch-size", "4",
                    "--shard-rows", "4")
     assert result.exit_code == 130 and "interrupted" in result.output
     partial = Store.open(out)
     assert 0 < partial.count < 36
-    monkeypatch.setattr(embedder._Runner, "__call__", real_call)
+    monkeypatch.setattr(Runner, "encode", real_call)
     result = embed(image_folder, "-o", out, "--views", "2", "--batch-size", "4")
     assert result.exit_code == 0
     resumed, reference = by_key(Store.open(out)), by_key(Store.open(clean))
@@ -151,16 +151,16 @@ def test_labels_from_csv(image_folder, tmp_path):
 
 def test_unicode_names_and_vanished_files(image_folder, tmp_path, monkeypatch):
     Image.new("RGB", (20, 20), (200, 10, 30)).save(image_folder / "class0" / "ünï 画像.png")
-    from pairkit.encode import embedder
+    from pairkit.encode import sources
 
-    real = embedder.discover_images
+    real = sources.discover_images
 
     def with_ghost(root):
         images, problems = real(root)
-        ghost = embedder.ImageFile("class0/ghost.jpg", Path(root) / "class0" / "ghost.jpg")
+        ghost = sources.ImageFile("class0/ghost.jpg", Path(root) / "class0" / "ghost.jpg")
         return sorted([*images, ghost], key=lambda f: f.path), problems
 
-    monkeypatch.setattr(embedder, "discover_images", with_ghost)
+    monkeypatch.setattr(sources, "discover_images", with_ghost)
     result = embed(image_folder, "-o", tmp_path / "s")
     assert result.exit_code == 0, result.output
     store = Store.open(tmp_path / "s")
@@ -256,9 +256,9 @@ def test_resumed_run_with_broken_files_has_the_clean_store_id(image_folder, tmp_
     clean = tmp_path / "clean"
     assert embed(image_folder, "-o", clean, *args).exit_code == 0
 
-    from pairkit.encode import embedder
+    from pairkit.encode.runner import Runner
 
-    real_call = embedder._Runner.__call__
+    real_call = Runner.encode
     calls = {"n": 0}
 
     def flaky(self, pixels):
@@ -267,10 +267,10 @@ def test_resumed_run_with_broken_files_has_the_clean_store_id(image_folder, tmp_
             raise KeyboardInterrupt
         return real_call(self, pixels)
 
-    monkeypatch.setattr(embedder._Runner, "__call__", flaky)
+    monkeypatch.setattr(Runner, "encode", flaky)
     out = tmp_path / "resumed"
     assert embed(image_folder, "-o", out, *args).exit_code == 130
-    monkeypatch.setattr(embedder._Runner, "__call__", real_call)
+    monkeypatch.setattr(Runner, "encode", real_call)
     assert embed(image_folder, "-o", out, *args).exit_code == 0
     resumed, reference = Store.open(out), Store.open(clean)
     assert [s.rows for s in resumed.shards] == [s.rows for s in reference.shards]

@@ -142,3 +142,83 @@ def test_pixels_flat_images_are_not_rounding_noise():
     step[0, :, 10, 10] += 1 / 255
     with torch.no_grad():
         assert float(enc.module(step)[0][:256].abs().max()) > 0
+
+
+# -- start-up: no random initialisation that is thrown away (issue 24) ------------------
+
+
+def _state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach() for k, v in module.state_dict().items()}
+
+
+def _assert_same_state(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    sa, sb = _state(a), _state(b)
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert sa[k].dtype == sb[k].dtype, k
+        assert torch.equal(sa[k], sb[k]), k
+
+
+@pytest.mark.parametrize("name", [TINY, "ViT-S-32"])
+def test_random_image_tower_alone_has_create_models_weights(name):
+    """`--pretrained none` builds the image tower alone; it holds exactly the weights
+    open_clip's whole-model create_model draws from the same seed."""
+    import open_clip
+
+    from pairkit.encode.models import random_visual_tower
+
+    visual, cfg = random_visual_tower(open_clip, name, seed=5)
+    torch.manual_seed(5)
+    full = open_clip.create_model(name, pretrained=None)
+    _assert_same_state(visual, full.visual)
+    assert cfg == full.visual.preprocess_cfg
+
+
+def test_random_tower_of_a_text_first_model_class_takes_the_whole_model(tmp_path):
+    """CoCa builds its text tower first: the image tower alone would draw other numbers,
+    so that class goes through the whole create_model (same weights as before)."""
+    import json
+
+    import open_clip
+
+    from pairkit.encode.models import random_visual_tower
+
+    cfg = json.loads((Path(__file__).parent / "data" / f"{TINY}.json").read_text())
+    cfg["text_cfg"].update(embed_cls=True, output_tokens=True)
+    cfg["vision_cfg"].update(attentional_pool=True, attn_pooler_heads=2, output_tokens=True)
+    cfg["multimodal_cfg"] = {"context_length": 16, "vocab_size": 49408, "width": 32,
+                             "heads": 2, "layers": 1, "attn_pooler_heads": 2}
+    cfg["custom_text"] = True
+    (tmp_path / "pairkit-tiny-coca.json").write_text(json.dumps(cfg))
+    open_clip.add_model_config(tmp_path / "pairkit-tiny-coca.json")
+    visual, _ = random_visual_tower(open_clip, "pairkit-tiny-coca", seed=2)
+    torch.manual_seed(2)
+    full = open_clip.create_model("pairkit-tiny-coca", pretrained=None)
+    assert type(full).__name__ == "CoCa"
+    _assert_same_state(visual, full.visual)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_pretrained_file_loads_into_a_meta_model_with_create_models_result(tmp_path, dtype):
+    """Pretrained weights go into a model built on the meta device (no random init first):
+    the same tensors (float32, like a copy into a float32 model) and the same vectors as
+    open_clip's create_model(pretrained=...), for a float16 checkpoint too."""
+    import open_clip
+    from safetensors.torch import save_file
+
+    from pairkit.encode.models import pretrained_visual_tower
+
+    torch.manual_seed(11)
+    src = open_clip.create_model(TINY, pretrained=None)
+    path = tmp_path / "clip.safetensors"
+    save_file({k: v.to(dtype).contiguous() for k, v in src.state_dict().items()}, str(path))
+    visual, cfg = pretrained_visual_tower(open_clip, TINY, str(path))
+    want = open_clip.create_model(TINY, pretrained=str(path)).eval()
+    assert not any(t.is_meta for t in (*visual.parameters(), *visual.buffers()))
+    _assert_same_state(visual, want.visual)
+    assert cfg == want.visual.preprocess_cfg
+    enc = load_encoder(EncoderRequest(f"openclip/{TINY}", pretrained=str(path)))
+    x = torch.rand(3, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(enc.module(x), want.visual(x))
+    assert enc.identity["pretrained"] == str(path)

@@ -20,8 +20,9 @@ import pytest
 import torch
 
 from pairkit.core.store import Store
-from pairkit.encode.embedder import EmbedConfig, _Runner, embed_folder, replicate
+from pairkit.encode.embedder import EmbedConfig, embed_folder
 from pairkit.encode.registry import EncoderRequest, load_encoder
+from pairkit.encode.runner import Runner, replicate
 
 TINY = "pairkit-tiny-clip"
 ENCODERS = ("pixels", f"openclip/{TINY}", "timm/test_vit")
@@ -79,7 +80,7 @@ def test_runner_under_dataparallel_matches_plain():
     assert replicate(enc.module, "cpu", 2) is enc.module
     pixels = np.random.default_rng(0).integers(0, 256, (4, 3, 64, 64), dtype=np.uint8)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    runner = _Runner(enc, device, "bf16")  # moves the module to the device
+    runner = Runner(enc, device, "bf16")  # moves the module to the device
     want = runner(pixels)
     runner.module = replicate(runner.module, "cuda", 2)
     assert isinstance(runner.module, torch.nn.DataParallel)

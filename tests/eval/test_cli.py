@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
-from pairkit.core.store import Store, write_store
+from pairkit.core.store import Store
+from pairkit.core.store_writer import write_store
 
 runner = CliRunner()
 

@@ -8,7 +8,8 @@ import pytest
 from pairkit.errors import PairkitError, UsageError
 from pairkit.index import backend as backend_mod
 from pairkit.index.backend import SearchBackend, cuda_possible, resolve_backend
-from pairkit.index.build import exact_index, prepare_index
+from pairkit.index.open import exact_searcher, open_searcher
+from pairkit.index.options import IndexOptions
 from pairkit.index.search import knn_search
 from pairkit.index.torch_search import TorchFlatIndex
 from tests.index.test_torch_search import _clustered
@@ -74,22 +75,22 @@ def test_no_gpu_check_without_nvidia_devices(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_prepare_index_torch_backend_is_exact() -> None:
     x = _clustered(3000, 32, seed=1)
-    torch_loaded = prepare_index(x, "auto", backend="torch", device="cpu")
+    torch_loaded = open_searcher(x, IndexOptions(kind="auto", backend="torch", device="cpu"))
     assert isinstance(torch_loaded.index, TorchFlatIndex)
-    assert torch_loaded.spec.kind == "flat" and torch_loaded.backend.name == "torch"
+    assert torch_loaded.options.kind == "flat" and torch_loaded.engine.name == "torch"
     assert "(torch)" in torch_loaded.describe()
-    faiss_loaded = prepare_index(x, "flat", backend="faiss", device="cpu")
-    s1, i1 = torch_loaded.searcher(x)(x[:500], 12)
-    s2, i2 = faiss_loaded.searcher(x)(x[:500], 12)
+    faiss_loaded = open_searcher(x, IndexOptions(kind="flat", backend="faiss", device="cpu"))
+    s1, i1 = torch_loaded.search(x[:500], 12)
+    s2, i2 = faiss_loaded.search(x[:500], 12)
     np.testing.assert_array_equal(i1, i2)
     np.testing.assert_allclose(s1, s2, atol=1e-6)
     with pytest.raises(UsageError, match="the torch backend searches exactly"):
-        prepare_index(x, "ivf", backend="torch", device="cpu")
+        open_searcher(x, IndexOptions(kind="ivf", backend="torch", device="cpu"))
 
 
 def test_prepare_index_device_cpu() -> None:
-    loaded = prepare_index(_clustered(100, 8), "flat", device="cpu")
-    assert loaded.backend == SearchBackend("faiss", "cpu", "", auto=True)
+    loaded = open_searcher(_clustered(100, 8), IndexOptions(kind="flat", device="cpu"))
+    assert loaded.engine == SearchBackend("faiss", "cpu", "", auto=True)
 
 
 @pytest.mark.parametrize("kind", ["ivf", "hnsw"])
@@ -100,18 +101,19 @@ def test_auto_gives_way_to_faiss_for_approximate_kinds(monkeypatch: pytest.Monke
     torch keeps refusing it, and exact kinds stay on the torch search."""
     _gpus(monkeypatch, 0, 1)
     x = _clustered(2000, 16, seed=4)
-    loaded = prepare_index(x, kind, backend=resolve_backend("auto", "auto"), nprobe=64)
-    assert loaded.backend.name == "faiss" and loaded.backend.device == "cpu"
-    assert "FAISS sees no GPU" in loaded.backend.reason
+    loaded = open_searcher(x, IndexOptions(kind=kind, nprobe=64),
+                           engine=resolve_backend("auto", "auto"))
+    assert loaded.engine.name == "faiss" and loaded.engine.device == "cpu"
+    assert "FAISS sees no GPU" in loaded.engine.reason
     for exact in ("flat", "auto"):
         assert backend_mod.for_index_kind(resolve_backend("auto", "auto"), exact).name == "torch"
     with pytest.raises(UsageError, match="the torch backend searches exactly"):
-        prepare_index(x, kind, backend=resolve_backend("torch", "cpu"))
+        open_searcher(x, IndexOptions(kind=kind), engine=resolve_backend("torch", "cpu"))
 
 
 def test_exact_index_and_knn_search_on_torch() -> None:
     x = _clustered(800, 16, seed=2)
-    index = exact_index(x, SearchBackend("torch", "cpu"))
+    index = exact_searcher(x, SearchBackend("torch", "cpu")).index
     s, i = knn_search(x[:100], index, 20, batch_size=7)
     ref_s, ref_i = knn_search(x[:100], x, 20)
     np.testing.assert_array_equal(i, ref_i)

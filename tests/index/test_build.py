@@ -11,16 +11,10 @@ from typer.testing import CliRunner
 
 from pairkit.cli.main import app
 from pairkit.errors import PairkitError
-from pairkit.index.build import (
-    IndexSpec,
-    build_index,
-    choose_kind,
-    default_pq_m,
-    index_paths,
-    load_index,
-    prepare_index,
-    save_index,
-)
+from pairkit.index.faiss_build import build_index
+from pairkit.index.open import open_searcher
+from pairkit.index.options import IndexOptions, choose_kind, default_pq_m
+from pairkit.index.saved import index_paths, load_index, save_index
 from pairkit.index.search import knn_search
 from tests.conftest import random_store
 
@@ -61,8 +55,8 @@ def data() -> tuple[np.ndarray, np.ndarray]:
 )
 def test_recall_against_exact(data, kind: str, float16: bool, floor: float) -> None:
     x, ref = data
-    loaded = prepare_index(x, kind, float16=float16, device="cpu")
-    scores, ids = loaded.searcher(x)(x, 10)
+    loaded = open_searcher(x, IndexOptions(kind=kind, float16=float16, device="cpu"))
+    scores, ids = loaded.search(x, 10)
     assert recall(ids, ref) >= floor
     # scores are true inner products (re-scored for lossy indices), best first
     valid = ids >= 0
@@ -75,12 +69,15 @@ def test_list_major_ivf_equals_faiss_ivf_search(data) -> None:
     from pairkit.index.search import IvfListMajor
 
     x, _ = data
-    loaded = prepare_index(x, "ivf", nprobe=3, device="cpu")
+    loaded = open_searcher(x, IndexOptions(kind="ivf", nprobe=3, device="cpu"))
     assert IvfListMajor.supports(loaded.index)
     assert not IvfListMajor.worthwhile(loaded.index)  # 1500 rows: lists too short
-    assert IvfListMajor.worthwhile(prepare_index(x, "ivf", nlist=4, device="cpu").index)
-    assert not IvfListMajor.supports(prepare_index(x, "flat", device="cpu").index)
-    assert not IvfListMajor.supports(prepare_index(x, "ivf", float16=True, device="cpu").index)
+    def opened(**options):  # noqa: ANN003, ANN202
+        return open_searcher(x, IndexOptions(device="cpu", **options)).index
+
+    assert IvfListMajor.worthwhile(opened(kind="ivf", nlist=4))
+    assert not IvfListMajor.supports(opened(kind="flat"))
+    assert not IvfListMajor.supports(opened(kind="ivf", float16=True))
     ref_s, ref_i = knn_search(x, loaded.index, 12)
     got_s, got_i = knn_search(x, IvfListMajor(loaded.index), 12, batch_size=500)
     np.testing.assert_allclose(got_s, ref_s, atol=1e-5)
@@ -92,8 +89,8 @@ def test_list_major_ivf_equals_faiss_ivf_search(data) -> None:
 
 def test_more_nprobe_more_recall(data) -> None:
     x, ref = data
-    low = prepare_index(x, "ivf", nprobe=1, device="cpu").searcher(x)(x, 10)[1]
-    high = prepare_index(x, "ivf", nprobe=64, device="cpu").searcher(x)(x, 10)[1]
+    low = open_searcher(x, IndexOptions(kind="ivf", nprobe=1, device="cpu")).search(x, 10)[1]
+    high = open_searcher(x, IndexOptions(kind="ivf", nprobe=64, device="cpu")).search(x, 10)[1]
     assert recall(high, ref) >= recall(low, ref)
     assert recall(high, ref) == 1.0  # every cell scanned = exact
 
@@ -103,23 +100,23 @@ def test_auto_choice_is_stated() -> None:
     kind, reason = choose_kind(5000, 1000)
     assert kind == "ivf" and "approximate" in reason and "5,000" in reason
     x = clustered(600, 8)
-    small = prepare_index(x, "auto", device="cpu")
-    assert small.spec.kind == "flat" and "exact" in small.describe()
-    big = prepare_index(x, "auto", exact_max_rows=100, device="cpu")
-    assert big.spec.kind == "ivf" and "approximate" in big.describe()
+    small = open_searcher(x, IndexOptions(kind="auto", device="cpu"))
+    assert small.options.kind == "flat" and "exact" in small.describe()
+    big = open_searcher(x, IndexOptions(kind="auto", exact_max_rows=100, device="cpu"))
+    assert big.options.kind == "ivf" and "approximate" in big.describe()
 
 
 def test_spec_defaults_and_errors() -> None:
-    spec = IndexSpec(kind="ivf").resolved(10_000, 64)
+    spec = IndexOptions(kind="ivf").resolved(10_000, 64)
     assert spec.nlist == 100 and spec.nprobe == 8
-    assert IndexSpec(kind="ivf").resolved(200_000, 64).nlist == 447
+    assert IndexOptions(kind="ivf").resolved(200_000, 64).nlist == 447
     assert default_pq_m(512) == 64 and default_pq_m(48) == 12
     with pytest.raises(PairkitError, match="--pq-m must divide"):
-        IndexSpec(kind="ivfpq", pq_m=5).resolved(10_000, 16)
+        IndexOptions(kind="ivfpq", pq_m=5).resolved(10_000, 16)
     with pytest.raises(PairkitError, match="--index must be one of"):
-        IndexSpec(kind="lsh").resolved(10, 4)
+        IndexOptions(kind="lsh").resolved(10, 4)
     with pytest.raises(PairkitError, match="ivfpq index needs at least 1000 rows"):
-        build_index(clustered(200, 8), IndexSpec(kind="ivfpq").resolved(200, 8))
+        build_index(clustered(200, 8), IndexOptions(kind="ivfpq").resolved(200, 8))
 
 
 def test_device_decides_where_faiss_searches(monkeypatch: pytest.MonkeyPatch, data) -> None:
@@ -127,7 +124,7 @@ def test_device_decides_where_faiss_searches(monkeypatch: pytest.MonkeyPatch, da
     cpu = the CPU; a GPU that isn't there is an error (exit 1), a bad spelling bad usage."""
     from pairkit.errors import UsageError
     from pairkit.index import backend as backend_mod
-    from pairkit.index import build as build_mod
+    from pairkit.index import faiss_build as build_mod
     from tests.index.test_search import GpuFakeIndex
 
     x, _ = data
@@ -139,25 +136,25 @@ def test_device_decides_where_faiss_searches(monkeypatch: pytest.MonkeyPatch, da
 
     monkeypatch.setattr(backend_mod, "torch_cuda_devices", lambda: 0)
     monkeypatch.setattr(backend_mod, "faiss_gpus", lambda: 0)
-    assert not prepare_index(x, "flat", device="auto").gpu
+    assert not open_searcher(x, IndexOptions(kind="flat", device="auto")).gpu
     with pytest.raises(PairkitError, match="FAISS sees no GPU"):
-        prepare_index(x, "flat", device="cuda")
+        open_searcher(x, IndexOptions(kind="flat", device="cuda"))
     with pytest.raises(UsageError, match="--device must be auto, cpu, cuda or cuda:N"):
-        prepare_index(x, "flat", device="gpu")
+        open_searcher(x, IndexOptions(kind="flat", device="gpu"))
     monkeypatch.setattr(backend_mod, "faiss_gpus", lambda: 2)
     monkeypatch.setattr(build_mod, "to_gpu", fake_to_gpu)
     for device in ("auto", "cuda", "cuda:1"):
-        assert prepare_index(x, "flat", device=device).gpu
+        assert open_searcher(x, IndexOptions(kind="flat", device=device)).gpu
     assert placed == ["cuda", "cuda", "cuda:1"]
-    assert not prepare_index(x, "flat", device="cpu").gpu
+    assert not open_searcher(x, IndexOptions(kind="flat", device="cpu")).gpu
     with pytest.raises(PairkitError, match="cuda:2"):
-        prepare_index(x, "flat", device="cuda:2")
+        open_searcher(x, IndexOptions(kind="flat", device="cuda:2"))
 
 
 def test_save_load_tied_to_store_rows(tmp_path: Path) -> None:
     store = random_store(tmp_path / "s", n_sources=200, views=2, dim=8)
     x = store.vectors(np.float32)
-    spec = IndexSpec(kind="hnsw").resolved(store.count, store.dim)
+    spec = IndexOptions(kind="hnsw").resolved(store.count, store.dim)
     built = build_index(x, spec)
     path = save_index(built, spec, store.root, store.content_id, store.count, store.dim)
     meta = json.loads(index_paths(store.root, "hnsw")[1].read_text())
@@ -165,10 +162,10 @@ def test_save_load_tied_to_store_rows(tmp_path: Path) -> None:
     loaded = load_index(store.root, "hnsw", store.content_id, store.count)
     assert loaded is not None and loaded[1].ef_search == 128
     np.testing.assert_array_equal(knn_search(x, loaded[0], 5)[1], knn_search(x, built, 5)[1])
-    # prepare_index reuses it, with a search-time override
-    p = prepare_index(x, "hnsw", store_root=store.root, content_id=store.content_id,
-                      ef_search=64, device="cpu")
-    assert p.origin == str(path) and p.spec.ef_search == 64
+    # open_searcher reuses it, with a search-time override
+    p = open_searcher(x, IndexOptions(kind="hnsw", ef_search=64, device="cpu"),
+                      store_root=store.root, content_id=store.content_id)
+    assert p.origin == str(path) and p.options.ef_search == 64
     # other rows: never reused
     assert load_index(store.root, "hnsw", "0" * 16, store.count) is None
     with pytest.raises(PairkitError, match="exists; pass --force"):
@@ -176,7 +173,7 @@ def test_save_load_tied_to_store_rows(tmp_path: Path) -> None:
 
 
 def test_stale_index_after_store_rewrite_is_not_used(tmp_path: Path) -> None:
-    from pairkit.core.store import write_store
+    from pairkit.core.store_writer import write_store
 
     store = random_store(tmp_path / "s", n_sources=200, views=2, dim=8)
     runner = CliRunner()
@@ -189,7 +186,8 @@ def test_stale_index_after_store_rewrite_is_not_used(tmp_path: Path) -> None:
     assert new.content_id != store.content_id
     x = new.vectors(np.float32)
     assert load_index(new.root, "ivf", new.content_id, new.count) is None
-    p = prepare_index(x, "ivf", store_root=new.root, content_id=new.content_id, device="cpu")
+    p = open_searcher(x, IndexOptions(kind="ivf", device="cpu"), store_root=new.root,
+                      content_id=new.content_id)
     assert p.origin == "built"
 
 
@@ -223,10 +221,10 @@ def test_index_cli(tmp_path: Path) -> None:
 
 
 def test_gpu_placement_path_on_cpu(monkeypatch: pytest.MonkeyPatch, data) -> None:
-    """CPU twin of FAISS GPU placement: prepare_index with a GPU 'seen' clones the index
+    """CPU twin of FAISS GPU placement: open_searcher with a GPU 'seen' clones the index
     with to_gpu (here a stand-in that refuses k > 2048 like FAISS GPU indices), keeps the
     CPU index for deep searches, and returns the same neighbours as the CPU path."""
-    from pairkit.index import build as build_mod
+    from pairkit.index import faiss_build as build_mod
     from tests.index.test_search import GpuFakeIndex
 
     x, ref = data
@@ -240,15 +238,15 @@ def test_gpu_placement_path_on_cpu(monkeypatch: pytest.MonkeyPatch, data) -> Non
 
     monkeypatch.setattr(backend_mod, "faiss_gpus", lambda: 1)
     monkeypatch.setattr(build_mod, "to_gpu", fake_to_gpu)
-    loaded = prepare_index(x, "auto")
+    loaded = open_searcher(x, IndexOptions(kind="auto"))
     assert loaded.gpu and "on GPU" in loaded.describe() and calls == [False]
-    search = loaded.searcher(x)
+    search = loaded.search
     _, ids = search(x, 10)
     assert recall(ids, ref) == 1.0
     _, deep = search(x[:3], 2100)  # past the GPU k limit: the kept CPU index answers
     np.testing.assert_array_equal(deep[:, :10], ref[:3])
     # float16 on GPU is the cloner's job: the CPU index stays float32
-    loaded16 = prepare_index(x, "flat", float16=True)
+    loaded16 = open_searcher(x, IndexOptions(kind="flat", float16=True))
     assert calls[-1] is True and "Gpu" in type(loaded16.index).__name__
     assert type(loaded16.cpu_index).__name__ == "IndexFlatIP"
 
@@ -257,15 +255,15 @@ def test_dedup_gpu_search_path_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """CPU twin of dedup's GPU path (kNN with k capped at 2048, queries with k hits
     re-searched exactly on the CPU): same pairs as the CPU range search."""
     from pairkit.index import backend as backend_mod
+    from pairkit.index import faiss_build
     from pairkit.index import range_search as rs
-    from pairkit.index.search import flat_index
     from tests.index.test_search import GpuFakeIndex
 
     x = clustered(600, 8)
     x[300:310] = x[0]  # one big exact-duplicate group reaches past small k
     monkeypatch.setattr(backend_mod, "faiss_gpus", lambda: 1)
-    monkeypatch.setattr(rs, "_gpu_index",
-                        lambda base, device="cuda": GpuFakeIndex(flat_index(base)))
+    monkeypatch.setattr(faiss_build, "to_gpu",
+                        lambda index, float16=False, device="cuda": GpuFakeIndex(index))
 
     def pairs(device: str, k: int) -> set[tuple[int, int]]:
         rows, ids, _ = rs.range_search(x, x, 0.9, device=device, k=k)

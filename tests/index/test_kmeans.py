@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from pairkit.index.backend import SearchBackend
-from pairkit.index.kmeans import kmeanspp, torch_spherical_kmeans
-from pairkit.mine.clusters import spherical_kmeans
+from pairkit.index.kmeans import kmeanspp, spherical_kmeans, torch_spherical_kmeans
 
 TORCH_CPU = SearchBackend("torch", "cpu")
 

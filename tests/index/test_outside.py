@@ -157,3 +157,31 @@ def test_torch_masked_search_on_cuda_equals_cpu():
         s, i = index.search_masked(x[rows], 7, assign[:, rows], assign, votes=votes)
         np.testing.assert_array_equal(i, ref_i)
         np.testing.assert_allclose(s, ref_s, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf", "hnsw"])
+@pytest.mark.parametrize("votes", [1, 2])
+def test_outside_searcher_for_every_engine_and_kind_skips_the_rows(kind, votes):
+    """``outside_searcher`` (the search ``mine`` uses when the rules would drop the
+    anchor's cluster): exact on FAISS and on torch equals brute force; the approximate
+    kinds never return a skipped row (one vote) or give the full search (more votes)."""
+    from pairkit.index.backend import CPU, SearchBackend
+    from pairkit.index.options import IndexOptions
+    from pairkit.index.outside import outside_searcher
+
+    x = unit(400, 8, seed=7)
+    assign = np.random.default_rng(8).integers(0, 4, (3, 400))
+    rows = np.arange(0, 400, 7)
+    rs, ri = brute(x, assign, rows, 5, votes=votes)
+    for engine in (CPU, SearchBackend("torch", "cpu")):
+        if engine.name == "torch" and kind != "flat":
+            continue
+        search, text = outside_searcher(x, assign, IndexOptions(kind=kind, nlist=4, nprobe=4),
+                                        engine, votes=votes)
+        s, i = search(rows, 5)
+        assert s.shape == (len(rows), 5) and text
+        if kind == "flat" or (kind == "ivf" and engine is CPU):
+            np.testing.assert_array_equal(i, ri)
+        elif votes == 1:
+            own = assign[0][rows][:, None] == assign[0][np.maximum(i, 0)]
+            assert not (own & (i >= 0)).any()

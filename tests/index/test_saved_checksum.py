@@ -13,7 +13,9 @@ from typer.testing import CliRunner
 from pairkit.cli.main import app
 from pairkit.core.integrity import sha256_file
 from pairkit.errors import PairkitError
-from pairkit.index.build import index_paths, load_index, prepare_index
+from pairkit.index.open import open_searcher
+from pairkit.index.options import IndexOptions
+from pairkit.index.saved import index_paths, load_index
 from tests.conftest import random_store
 
 runner = CliRunner()
@@ -70,6 +72,6 @@ def test_edited_or_old_descriptions_are_not_trusted(indexed):
     jpath.write_text(json.dumps(meta))
     assert load_index(indexed.root, "flat", indexed.content_id, indexed.count) is None
     x = indexed.vectors(np.float32)
-    p = prepare_index(x, "flat", store_root=indexed.root, content_id=indexed.content_id,
-                      device="cpu")
+    p = open_searcher(x, IndexOptions(kind="flat", device="cpu"), store_root=indexed.root,
+                      content_id=indexed.content_id)
     assert p.origin == "built"

@@ -129,3 +129,25 @@ def test_exact_scores_and_sort_results() -> None:
     s, i = sort_results(np.array([[0.5, 0.9, 0.5, -np.inf]], np.float32),
                         np.array([[4, 2, 1, -1]]))
     assert i.tolist() == [[2, 1, 4, -1]]
+
+
+def test_row_dots_in_place_runs_and_gathers_give_the_same_products() -> None:
+    """A run of consecutive rows is read in place, other rows gathered: each product is
+    the one einsum gives for that pair alone, in float32 and float64, from float16 too."""
+    from pairkit.index.search import row_dots
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(5000, 24)).astype(np.float32)
+    a = np.concatenate([np.arange(3000), rng.integers(0, 5000, 2000), np.arange(10, 20)])
+    b = rng.integers(0, 5000, len(a))
+    for vectors in (x, x.astype(np.float16)):
+        for dtype in (np.float32, np.float64):
+            want = np.array([np.einsum("d,d->", np.asarray(vectors[i], dtype),
+                                       np.asarray(vectors[j], dtype))
+                             for i, j in zip(a, b, strict=True)])
+            for chunk in (1, 7, 2048, 100_000):
+                got = row_dots(vectors, a, b, dtype=dtype, chunk=chunk)
+                assert got.dtype == dtype
+                np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32
+                                           else 1e-12)
+                np.testing.assert_array_equal(got, row_dots(vectors, a, b, dtype=dtype))

@@ -197,8 +197,7 @@ def _search_and_ranges_match_brute_force(device: str, dtype: str) -> None:
 
 @pytest.mark.skipif(not _cuda(), reason="no CUDA GPU (the GPU suite runs this)")
 def test_cuda_kmeans_objective() -> None:
-    from pairkit.index.kmeans import torch_spherical_kmeans
-    from pairkit.mine.clusters import spherical_kmeans
+    from pairkit.index.kmeans import spherical_kmeans, torch_spherical_kmeans
 
     x = _clustered(6000, 32, seed=8)
     a, c = torch_spherical_kmeans(x, 40, seed=0, device="cuda")

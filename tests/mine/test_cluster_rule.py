@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from pairkit.mine.clusters import pca_reduce, spherical_kmeans
+from pairkit.index.kmeans import spherical_kmeans
+from pairkit.mine.clusters import pca_reduce
 from pairkit.mine.false_negatives import FalseNegativeConfig, build_context
 from pairkit.mine.spectral import cluster_runs, knn_graph_approx, spectral_embedding
 
@@ -100,7 +101,7 @@ def test_consensus_flags_any_shared_run_and_auto_k_is_recorded():
 
 
 def _store_with_blobs(tmp_path, labels: bool):
-    from pairkit.core.store import write_store
+    from pairkit.core.store_writer import write_store
 
     rng = np.random.default_rng(5)
     base = blobs(5, 30, 16, spread=0.25, seed=5)
@@ -171,7 +172,7 @@ def test_labels_decide_the_skipped_rows_when_every_row_has_one(tmp_path, monkeyp
     assert "not searched" not in stats["index"]
     items = store.items.copy()
     items.loc[3, "label"] = None
-    from pairkit.core.store import write_store
+    from pairkit.core.store_writer import write_store
 
     partial = write_store(tmp_path / "partial", store.vectors(np.float32), items,
                           encoder={"name": "blobs"})

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from pairkit.errors import UsageError
+from pairkit.index.kmeans import spherical_kmeans
 from pairkit.mine.clusters import (
     cluster_counts,
     knn_graph,
     label_propagation,
     propagate_once,
-    spherical_kmeans,
 )
 from pairkit.mine.false_negatives import (
     DEFAULT_RULES,

@@ -67,7 +67,7 @@ def image_store(root: Path, paths: list[str], labels: list[str | None], *, dim: 
                 seed: int = 0, image_root: Path | None = None):
     """A store over ``paths`` (one view each) with random vectors; ``image_root`` recorded
     in the manifest as embed does. Returns the opened Store."""
-    from pairkit.core.store import write_store
+    from pairkit.core.store_writer import write_store
 
     rng = np.random.default_rng(seed)
     vectors = rng.normal(size=(len(paths), dim)).astype(np.float32)

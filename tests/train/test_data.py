@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 
 from pairkit.errors import PairkitError
+from pairkit.eval.split import split_by_source
 from pairkit.train.data import (
     pairs_from_table,
     relation_groups,
     restrict,
     sample_relation_pairs,
-    split_by_source,
 )
 from tests.conftest import random_store
 from tests.train.helpers import instance_triplets, to_ntuple
@@ -175,13 +175,13 @@ def test_relation_groups():
 
 def test_split_by_source_keeps_views_together_and_restrict():
     sources = np.repeat(np.arange(20), 3)
-    val = split_by_source(sources, 0.25, seed=0)
+    val = split_by_source(sources, 0.25, seed=0, option="--val-fraction", allow_zero=True)
     assert len(np.unique(sources[val])) == 5
     for s in range(20):
         assert len(set(val[sources == s])) == 1
-    assert not split_by_source(sources, 0.0, 0).any()
+    assert not split_by_source(sources, 0.0, 0, option="--val-fraction", allow_zero=True).any()
     with pytest.raises(PairkitError, match="--val-fraction must be in"):
-        split_by_source(sources, 1.0, 0)
+        split_by_source(sources, 1.0, 0, option="--val-fraction", allow_zero=True)
     df = triplets([(0, 1, 3), (3, 4, 0)])
     pairs, _ = pairs_from_table(df, 60, "abc")
     allowed = np.ones(60, dtype=bool)

@@ -10,11 +10,13 @@ import pandas as pd
 import pytest
 from safetensors.numpy import load_file
 
-from pairkit.core.store import write_store
+from pairkit.core.store_writer import write_store
 from pairkit.errors import PairkitError
+from pairkit.eval.geometry import all_pairs_uniformity as uniformity
+from pairkit.eval.geometry import pair_alignment as alignment
 from pairkit.train import loop
 from pairkit.train.head import load_head
-from pairkit.train.loop import TrainConfig, alignment, dim_std, lr_at, train_head, uniformity
+from pairkit.train.loop import TrainConfig, dim_std, lr_at, train_head
 from pairkit.train.losses import LossConfig
 from tests.conftest import random_store
 from tests.train.helpers import instance_triplets

@@ -89,7 +89,7 @@ def test_negatives_per_example_and_skipped(store: Store) -> None:
 
 
 def test_refusals(store: Store, tmp_path: Path) -> None:
-    from pairkit.core.store import write_store
+    from pairkit.core.store_writer import write_store
 
     pairs = pairkit.mine_pairs(store, num_negatives=2)
     other = write_store(tmp_path / "other", store.vectors()[:4],

@@ -148,7 +148,7 @@ def prepare(ctx: FnContext, config: FalseNegativeConfig) -> None:
 
 def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarray,
          pos_scores: np.ndarray, config: FalseNegativeConfig,
-         positives: list[np.ndarray] | None) -> np.ndarray:
+         positives: np.ndarray | list[np.ndarray] | None) -> np.ndarray:
     """(n, k) bool: candidate in the anchor's cluster in >= ``cluster_votes`` runs."""
     assign = assignments(ctx, config)
     need = votes_needed(ctx, config)

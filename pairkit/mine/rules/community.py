@@ -37,7 +37,7 @@ def prepare(ctx: FnContext, config: FalseNegativeConfig) -> None:
 
 def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarray,
          pos_scores: np.ndarray, config: FalseNegativeConfig,
-         positives: list[np.ndarray] | None) -> np.ndarray:
+         positives: np.ndarray | list[np.ndarray] | None) -> np.ndarray:
     """(n, k) bool. Label propagation can flood a weakly separated graph into one
     giant community; a community holding more than ``community_max_share`` of the
     items says nothing about "same thing", so its anchors get no flags here."""

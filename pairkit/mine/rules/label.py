@@ -22,7 +22,7 @@ def prepare(ctx: FnContext, config: FalseNegativeConfig) -> None:
 
 def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarray,
          pos_scores: np.ndarray, config: FalseNegativeConfig,
-         positives: list[np.ndarray] | None) -> np.ndarray:
+         positives: np.ndarray | list[np.ndarray] | None) -> np.ndarray:
     """(n, k) bool: candidate and anchor carry the same label."""
     codes = label_codes(ctx)
     if codes is None:

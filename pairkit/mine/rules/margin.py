@@ -20,7 +20,7 @@ SIMILARITY = True
 
 def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarray,
          pos_scores: np.ndarray, config: FalseNegativeConfig,
-         positives: list[np.ndarray] | None) -> np.ndarray:
+         positives: np.ndarray | list[np.ndarray] | None) -> np.ndarray:
     """(n, k) bool. The threshold stays below the positive score when it is <= 0;
     anchors with a non-finite positive score (no positive) flag nothing."""
     pos = np.asarray(pos_scores, dtype=np.float64)[:, None]

@@ -30,11 +30,18 @@ def prepare(ctx: FnContext, config: FalseNegativeConfig) -> None:
 
 
 def positive_rows(ctx: FnContext, anchors: np.ndarray,
-                  positives: list[np.ndarray] | None) -> np.ndarray:
-    """(n, p) positives per anchor, -1 padded; without ``positives``: the other
-    views of the anchor's source (the instance relation)."""
+                  positives: np.ndarray | list[np.ndarray] | None) -> np.ndarray:
+    """(n, p) positives per anchor, -1 padded; ``positives``: that array already, or one
+    array per anchor; without: the other views of the anchor's source (the instance
+    relation)."""
     if positives is None:
         return other_views(ctx, anchors)
+    if isinstance(positives, np.ndarray) and positives.ndim == 2:
+        if len(positives) != len(anchors):
+            from pairkit.errors import UsageError
+
+            raise UsageError(f"positives has {len(positives)} rows, anchors {len(anchors)}")
+        return positives.astype(np.int64, copy=False)
     if len(positives) != len(anchors):
         from pairkit.errors import UsageError
 
@@ -48,7 +55,7 @@ def positive_rows(ctx: FnContext, anchors: np.ndarray,
 
 def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarray,
          pos_scores: np.ndarray, config: FalseNegativeConfig,
-         positives: list[np.ndarray] | None) -> np.ndarray:
+         positives: np.ndarray | list[np.ndarray] | None) -> np.ndarray:
     """(n, k) bool: same near-duplicate group as the anchor or a positive. Without
     groups: cosine to the anchor or a positive >= the dedup threshold."""
     valid = cand >= 0

@@ -1,0 +1,138 @@
+"""What ``embed`` reads: the image files of a folder, tar shards or a dataset, and their labels."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pairkit.encode.config import EmbedConfig
+from pairkit.encode.images import ImageFile, discover_images
+from pairkit.errors import PairkitError
+
+
+@dataclass
+class Sources:
+    """What ``embed`` reads: ``root`` (the store's image_root), ``files`` sorted by path,
+    ``problems`` (path, reason) found while listing, ``member_labels`` (tar shards' own
+    labels by path, None for a folder)."""
+
+    root: Path
+    files: list[ImageFile]
+    problems: list[tuple[str, str]]
+    member_labels: dict[str, str | None] | None = None
+    member_label_kind: str = "webdataset"  # what the manifest's ``labels`` says of them
+
+
+def find_sources(images: Path, image_column: str | None = None,
+                 label_column: str | None = None) -> Sources:
+    """List an image folder (:func:`discover_images`), tar shards
+    (:func:`pairkit.encode.webdataset.discover_webdataset`) or a Hugging Face dataset
+    (:func:`pairkit.encode.hf_datasets.discover_hf_dataset`)."""
+    from pairkit.encode.hf_datasets import discover_hf_dataset, is_hf_dataset
+    from pairkit.encode.webdataset import discover_webdataset, is_webdataset
+
+    if is_hf_dataset(images):
+        root, files, problems, labels = discover_hf_dataset(images, image_column,
+                                                            label_column)
+        return Sources(root, files, problems, labels, "dataset")
+    if is_webdataset(images):
+        root, files, problems, labels = discover_webdataset(images)
+        return Sources(root, files, problems, labels)
+    files, problems = discover_images(images)
+    return Sources(Path(images), files, problems)
+
+
+def find_any_sources(images: str | Path, image_column: str | None = None,
+                     label_column: str | None = None) -> Sources:
+    """:func:`find_sources`, or the image objects under a URL
+    (:mod:`pairkit.encode.remote_images`; ``root`` is then the URL)."""
+    from pairkit.core.remote import location
+
+    where = location(images)
+    if isinstance(where, str):
+        from pairkit.encode.webdataset import discover_webdataset, is_webdataset
+
+        if is_webdataset(where):
+            root, files, problems, labels = discover_webdataset(where)
+            return Sources(root, files, problems, labels)
+        from pairkit.encode.remote_images import discover_remote_images
+
+        files, problems = discover_remote_images(where)
+        return Sources(where, files, problems)  # type: ignore[arg-type]
+    return find_sources(where, image_column, label_column)
+
+
+def resolve_labels(
+    spec: str | None, images: list[ImageFile], root: Path,
+    member_labels: dict[str, str | None] | None = None,
+) -> tuple[dict[str, str | None], int]:
+    """Label per relative path, and how many images got none.
+
+    ``folder``: the first sub-folder name (ImageFolder convention).
+    A table path (CSV/parquet/JSONL with ``path`` and ``label``): paths relative to
+    the image root, or absolute inside it. None: ``member_labels`` (tar shards' own
+    labels, :mod:`pairkit.encode.webdataset`) when given, else none.
+    """
+    if spec is None and member_labels is not None:
+        out = {f.path: member_labels.get(f.path) for f in images}
+        missing = sum(v is None for v in out.values())
+        return out, 0 if missing == len(out) else missing
+    if spec is None:
+        return {f.path: None for f in images}, 0
+    if spec == "folder":
+        out = {f.path: (f.path.split("/", 1)[0] if "/" in f.path else None) for f in images}
+        return out, sum(v is None for v in out.values())
+    from pairkit.core.tables import read_table
+
+    table = read_table(spec)
+    if "path" not in table.columns or "label" not in table.columns:
+        raise PairkitError(f"--labels {spec}: the table needs 'path' and 'label' columns")
+    mapping: dict[str, str] = {}
+    root_abs = root.resolve() if isinstance(root, Path) else None
+    for path, label in zip(table["path"].astype(str), table["label"], strict=True):
+        p = Path(path)
+        if p.is_absolute():
+            if root_abs is None:  # images on object storage: paths are keys
+                continue
+            try:
+                p = p.resolve().relative_to(root_abs)
+            except ValueError:
+                continue
+        if label is None or (isinstance(label, float) and math.isnan(label)):
+            continue
+        mapping[p.as_posix()] = str(label)
+    out = {f.path: mapping.get(f.path) for f in images}
+    return out, sum(v is None for v in out.values())
+
+
+def labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | None]) -> Any:
+    """The manifest's ``labels``: folder, file, webdataset (tar members' own) or None."""
+    if cfg.labels is not None:
+        return cfg.labels if cfg.labels == "folder" else "file"
+    if sources.member_labels is not None and any(v is not None for v in labels.values()):
+        return sources.member_label_kind
+    return None
+
+
+def same_image_root(store: Path, old_root: str | None, sources: Sources,
+                    done: set[str]) -> None:
+    """Refuse to add ``sources`` to a store whose rows are relative to another image folder
+    (its item paths would point into the wrong folder, and a different image under the same
+    relative path would pass for one already embedded). A folder that moved (the old root
+    is gone and the new one holds every stored source) is accepted."""
+    if isinstance(sources.root, str) or "://" in (old_root or ""):  # object storage
+        if old_root and old_root != str(sources.root):
+            raise PairkitError(f"store {store} holds images of {old_root}, not "
+                               f"{sources.root}; embed into another -o, or pass --force to "
+                               "replace the store")
+        return
+    new_root = sources.root.resolve()
+    if not old_root or Path(old_root) == new_root:
+        return
+    moved = not Path(old_root).exists() and done <= {f.path for f in sources.files}
+    if not moved:
+        raise PairkitError(
+            f"store {store} holds images of {old_root}, not {new_root}; embed into another "
+            "-o, or pass --force to replace the store")

@@ -1,0 +1,111 @@
+"""Building FAISS indices over a store's vectors and placing them on GPUs.
+
+GPU placement (``device``): ``cuda`` clones a CPU-built index onto all GPUs FAISS sees,
+rows sharded across them, ``cuda:N`` onto GPU N alone; optionally with float16 storage.
+FAISS GPU search handles k <= 2048 only (:func:`pairkit.index.search.knn_search` falls
+back to a CPU copy above that).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from pairkit.core.threads import import_faiss
+from pairkit.errors import PairkitError
+from pairkit.index.backend import faiss_gpus
+from pairkit.index.options import IndexOptions
+
+ADD_BLOCK_ROWS = 65_536  # rows converted to float32 and added to a flat index at a time
+
+
+def build_index(vectors: np.ndarray, spec: IndexOptions) -> Any:
+    """Build a CPU FAISS index of ``spec.kind`` over ``vectors`` (N, d) (rows in id order).
+
+    ``spec`` must be :meth:`IndexOptions.resolved`. IVF training uses a seeded sample of
+    at most 64 x nlist rows. Returns the FAISS index (ids = row numbers).
+    """
+    faiss = import_faiss()
+    n, d = vectors.shape
+    metric = faiss.METRIC_INNER_PRODUCT
+    sq16 = faiss.ScalarQuantizer.QT_fp16
+    if spec.kind == "flat":
+        index = (
+            faiss.IndexScalarQuantizer(d, sq16, metric) if spec.float16 else faiss.IndexFlatIP(d)
+        )
+        for s in range(0, n, ADD_BLOCK_ROWS):
+            index.add(np.ascontiguousarray(vectors[s:s + ADD_BLOCK_ROWS], dtype=np.float32))
+        return index
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    if spec.kind in ("ivf", "ivfpq"):
+        quantizer = faiss.IndexFlatIP(d)
+        if spec.kind == "ivfpq":
+            if n < 1000:
+                raise PairkitError(f"an ivfpq index needs at least 1000 rows, the store has {n}")
+            # 8-bit codebooks want 39 x 256 training rows; smaller stores get fewer bits
+            nbits = max(4, min(8, int(math.log2(min(n, 64 * int(spec.nlist), 10_000) / 39))))
+            index = faiss.IndexIVFPQ(quantizer, d, spec.nlist, spec.pq_m, nbits, metric)
+        elif spec.float16:
+            index = faiss.IndexIVFScalarQuantizer(quantizer, d, spec.nlist, sq16, metric)
+        else:
+            index = faiss.IndexIVFFlat(quantizer, d, spec.nlist, metric)
+        index.cp.seed = spec.seed
+        max_train = max(64 * int(spec.nlist), 10_000 if spec.kind == "ivfpq" else 0)
+        if n > max_train:
+            rng = np.random.default_rng(spec.seed)
+            train = x[np.sort(rng.choice(n, size=max_train, replace=False))]
+        else:
+            train = x
+        index.train(train)
+        index.nprobe = spec.nprobe
+    elif spec.kind == "hnsw":
+        if spec.float16:
+            index = faiss.IndexHNSWSQ(d, sq16, spec.hnsw_m, metric)
+        else:
+            index = faiss.IndexHNSWFlat(d, spec.hnsw_m, metric)
+        index.hnsw.efConstruction = spec.ef_construction
+        index.hnsw.efSearch = spec.ef_search
+    else:  # pragma: no cover - resolved() rejects it
+        raise PairkitError(f"unknown index kind {spec.kind}")
+    index.add(x)
+    return index
+
+
+def set_search_params(index: Any, spec: IndexOptions) -> None:
+    """Apply the search-time knobs (nprobe, ef_search) of ``spec`` to ``index``."""
+    import faiss
+
+    if spec.kind in ("ivf", "ivfpq") and spec.nprobe:
+        ivf = faiss.extract_index_ivf(index)
+        ivf.nprobe = int(spec.nprobe)
+    if spec.kind == "hnsw" and spec.ef_search:
+        faiss.downcast_index(index).hnsw.efSearch = int(spec.ef_search)
+
+
+def to_gpu(index: Any, float16: bool = False, device: str = "cuda") -> Any:
+    """Clone a CPU index onto all visible GPUs (``device`` ``cuda``), rows sharded across
+    them, or onto GPU N alone (``cuda:N``).
+
+    ``float16`` stores vectors (and IVF lists) in half precision on the GPUs.
+    Returns the GPU index; HNSW has no GPU version and is returned unchanged.
+    """
+    import faiss
+
+    if isinstance(faiss.downcast_index(index), faiss.IndexHNSW):
+        return index
+    co = faiss.GpuMultipleClonerOptions()
+    co.shard = True
+    co.useFloat16 = bool(float16)
+    gpus = list(range(faiss_gpus()))
+    if device.startswith("cuda:"):
+        gpus = [int(device[5:])]
+    resources = [faiss.StandardGpuResources() for _ in gpus]
+    gpu_index = faiss.index_cpu_to_gpu_multiple_py(resources, index, co, gpus=gpus)
+    gpu_index.referenced_objects = resources  # the GPU resources must outlive the index
+    return gpu_index
+
+
+def is_cpu(index: Any) -> bool:
+    return "Gpu" not in type(index).__name__ and "IndexShards" not in type(index).__name__

@@ -1,0 +1,124 @@
+"""The vectorised selection pieces against the straightforward forms they replaced."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pairkit.mine.selection import choose_positives, first_in_window, padded_rows
+
+
+def argsort_window(in_win: np.ndarray, vrank: np.ndarray, K: int) -> np.ndarray:
+    """The sort-based form: key = valid rank inside the window, inf outside; the K
+    smallest by a stable argsort, then in rank order, -1 where the window ran out."""
+    key = np.where(in_win, vrank.astype(np.float64), np.inf)
+    kk = min(K, key.shape[1])
+    pick = np.argsort(key, axis=1, kind="stable")[:, :kk]
+    ok = np.isfinite(np.take_along_axis(key, pick, 1))
+    pick_rank = np.where(ok, np.take_along_axis(vrank, pick, 1), np.iinfo(np.int64).max)
+    order = np.argsort(pick_rank, axis=1, kind="stable")
+    pick = np.take_along_axis(pick, order, 1)
+    ok = np.take_along_axis(ok, order, 1)
+    out = np.full((len(key), K), -1, dtype=np.int64)
+    out[:, :kk] = np.where(ok, pick, -1)
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 3, 12])
+@pytest.mark.parametrize("lo,width", [(0, 5), (2, 5), (0, 40), (7, 3)])
+def test_first_in_window_equals_the_sorted_selection(k: int, lo: int, width: int) -> None:
+    rng = np.random.default_rng(k * 100 + lo)
+    for density in (0.1, 0.5, 0.95):
+        valid = rng.random((300, k)) < density
+        vrank = np.cumsum(valid, axis=1) - 1
+        hi = lo + width
+        in_win = valid & (vrank >= lo) & (vrank < hi)
+        for K in (1, min(5, width), width):
+            np.testing.assert_array_equal(first_in_window(in_win, vrank - lo, K),
+                                          argsort_window(in_win, vrank, K))
+
+
+def test_padded_rows_equals_a_list_per_row() -> None:
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 6, 50)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    ids = rng.integers(0, 1000, offsets[-1])
+    rows = rng.permutation(50)[:30]
+    got = padded_rows(offsets, ids, rows)
+    width = max(1, int(counts[rows].max()))
+    want = np.full((len(rows), width), -1)
+    for i, r in enumerate(rows):
+        part = ids[offsets[r]:offsets[r + 1]]
+        want[i, : len(part)] = part
+    np.testing.assert_array_equal(got, want)
+    empty = padded_rows(np.zeros(4, np.int64), np.zeros(0, np.int64), np.arange(3))
+    np.testing.assert_array_equal(empty, np.full((3, 1), -1))
+
+
+@pytest.mark.parametrize("how", ["weakest", "random"])
+def test_one_positive_each_is_what_the_sort_would_choose(how: str) -> None:
+    """Two views per source: the single positive is the weakest, the random draw and the
+    margin reference, as the lexsort over the positive sets gives."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(40, 6)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    anchors = np.arange(40)
+    pos_ids = anchors ^ 1
+    offsets = np.arange(41)
+    chosen, score, ref = choose_positives(x, anchors, offsets, pos_ids, how, seed=2)
+    np.testing.assert_array_equal(chosen, pos_ids)
+    np.testing.assert_array_equal(score, np.einsum("nd,nd->n", x, x[pos_ids]))
+    np.testing.assert_array_equal(ref, score)
+    # with a second positive for one anchor the general path runs; the others agree
+    offsets2 = np.concatenate([[0], np.arange(2, 42)])
+    pos2 = np.concatenate([[1, 2], pos_ids[1:]])
+    chosen2, _, ref2 = choose_positives(x, anchors, offsets2, pos2, how, seed=2)
+    np.testing.assert_array_equal(chosen2[1:], chosen[1:])
+    np.testing.assert_array_equal(ref2[1:], ref[1:])
+    assert ref2[0] == min(float(x[0] @ x[1]), float(x[0] @ x[2]))
+
+
+def test_pair_dots_computes_each_pair_once_with_the_same_bits() -> None:
+    from pairkit.index.search import row_dots
+    from pairkit.mine.selection import pair_dots
+
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(600, 33)).astype(np.float32)
+    a = np.arange(600)
+    partner = rng.permutation(600).reshape(300, 2)
+    b = np.empty(600, np.int64)
+    b[partner[:, 0]], b[partner[:, 1]] = partner[:, 1], partner[:, 0]
+    np.testing.assert_array_equal(pair_dots(x, a, b), row_dots(x, a, b))
+    c = (b + 1) % 600  # not an involution: the plain products
+    np.testing.assert_array_equal(pair_dots(x, a, c), row_dots(x, a, c))
+
+
+def test_positives_of_the_source_give_the_codes_of_the_relation() -> None:
+    """The instance relation's positives are the other rows of the source: classifying
+    with that shortcut gives the codes of the relation's own test."""
+    import pandas as pd
+
+    from pairkit.core.relations import build_relation
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.selection import SelectionContext, classify_candidates
+
+    rng = np.random.default_rng(10)
+    src = rng.integers(0, 40, 200)
+    items = pd.DataFrame({"source": [f"s{s}" for s in src], "path": [f"{i}" for i in
+                                                                       range(200)]})
+    rel = build_relation("instance", items)
+    sources = rel.group
+    anchors = rel.anchors()
+    offsets, pos_ids = rel.positive_sets(anchors)
+    ids = rng.integers(-1, 200, (len(anchors), 30))
+    ids[:, 0] = anchors
+    scores = rng.random(ids.shape).astype(np.float32)
+    ref = rng.random(len(anchors)).astype(np.float32)
+    x = np.zeros((200, 2), np.float32)
+    rows = np.arange(len(anchors))
+    codes = [classify_candidates(SelectionContext(x, sources, rel, MineConfig(), None, offsets,
+                                                  pos_ids, positives_share_source=share),
+                                 rows, anchors, ids, scores, ref)[0]
+             for share in (False, True)]
+    np.testing.assert_array_equal(codes[0], codes[1])
+    assert set(np.unique(codes[0])) >= {0, 1, 2, 3}
