@@ -105,7 +105,7 @@ def test_reduced_search_finds_the_exact_mutual_pairs(tmp_path: Path) -> None:
     """With the cluster rule on, neighbour lists come from its 128 principal components
     (re-scored exactly): on 384-d vectors with a decaying spectrum, as real embeddings
     have, they give nearly the exact search's mutual pairs."""
-    from pairkit.core.store import write_store
+    from pairkit.core.store_writer import write_store
 
     rng = np.random.default_rng(3)
     n_src, d = 150, 384
