@@ -9,7 +9,7 @@ import contextlib
 import errno
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -60,7 +60,7 @@ def user_errors() -> Iterator[None]:
     except KeyboardInterrupt:
         raise fail("interrupted", 130) from None
     except BrokenPipeError:
-        raise  # the reader of stdout went away (`| head`): main() exits quietly
+        raise reader_gone() from None
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
             name = f" {exc.filename}" if exc.filename else ""
@@ -71,6 +71,18 @@ def user_errors() -> Iterator[None]:
         if _is_cuda_oom(exc):
             raise fail("CUDA out of memory: try a smaller --batch-size") from None
         raise _internal(exc) from None
+
+
+def reader_gone() -> typer.Exit:
+    """The reader of stdout went away (``| head -1``): not an error, as for other Unix
+    tools. Stdout is pointed at /dev/null (the final flush would fail again) and the Exit
+    to raise is code 0 (Click would turn the BrokenPipeError into exit 1)."""
+    import sys
+
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return typer.Exit(0)
 
 
 def _internal(exc: Exception) -> typer.Exit:
@@ -85,3 +97,30 @@ def _internal(exc: Exception) -> typer.Exit:
 
 def _is_cuda_oom(exc: BaseException) -> bool:
     return type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(exc)
+
+
+def one_line(exc: Any) -> str:
+    """A Click usage error as pairkit's one line: ``--keep: 'x' is not one of ...``,
+    ``no such option: --foo``, ``missing argument 'STORE'``."""
+    from pairkit.cli.options import click_exceptions
+
+    cx = click_exceptions()
+    message = exc.format_message() if not isinstance(exc, cx.BadParameter) else exc.message
+    if isinstance(exc, cx.BadParameter) and not isinstance(exc, cx.MissingParameter):
+        hint = exc.param_hint or (max(exc.param.opts, key=len) if exc.param is not None
+                                  and getattr(exc.param, "opts", None) else None)
+        if isinstance(hint, (list, tuple)):
+            hint = hint[0]
+        text = str(message).removeprefix("Value error, ").rstrip(".")
+        message = f"{str(hint).strip(chr(39))}: {text}" if hint else text
+    message = str(message).rstrip(".")
+    return message[:1].lower() + message[1:] if message[:2] != message[:2].upper() \
+        else message
+
+
+def show_one_line(self: Any, file: Any = None) -> None:
+    """Replacement of Click's UsageError.show: ``error: MESSAGE`` on stderr, the style of
+    every other pairkit error, instead of the usage block."""
+    import sys
+
+    print(f"error: {one_line(self)}", file=file or sys.stderr)

@@ -7,7 +7,7 @@ from typing import Literal
 
 import typer
 
-from pairkit.cli.common import say, user_errors, warn
+from pairkit.cli.common import reader_gone, say, user_errors, warn
 from pairkit.cli.options import Backend, backend_option, device_option, ray_option
 from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
 
@@ -89,10 +89,10 @@ def dedup(
                 from pairkit.core.tables import write_table
 
                 write_table(table, output, force)
-            reader_gone = False
+            gone = False
         except BrokenPipeError:
-            reader_gone = True  # `| head`: not an error; main() exits quietly
+            gone = True  # `| head`: not an error; the summary still goes to stderr
         summary["seconds"] = time.perf_counter() - t0
         say(summary_line(summary), quiet)
-    if reader_gone:
-        raise BrokenPipeError
+    if gone:
+        raise reader_gone()

@@ -83,6 +83,7 @@ def demo(
     ),
     force: bool = typer.Option(
         False, "--force", help="Replace DIRECTORY if an earlier pairkit demo wrote it."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and the summary."),
 ) -> None:
     """Run embed -> dedup -> mine -> train -> eval on scikit-learn's digits, offline.
 
@@ -103,7 +104,8 @@ def demo(
         say(f"wrote {made.images} digit images in 10 label folders to {directory / 'images'}, "
             f"planted {sum(made.duplicates.values())} near-duplicates ({planted}) and "
             f"{made.broken} broken files"
-            + (f"; {made.test_images} held-out digits in {test_root}" if test_root else ""))
+            + (f"; {made.test_images} held-out digits in {test_root}" if test_root else ""),
+            quiet)
         with open(directory / "planted.csv", "w", encoding="utf-8") as fh:
             fh.write("copy,original,edit\n")
             for row in made.planted:
@@ -112,15 +114,19 @@ def demo(
             return
         evaluation: dict = {}
         for title, args in _steps(directory, epochs):
-            console().rule(title)
-            say("$ pairkit " + " ".join(shlex.quote(a) for a in args))
+            if quiet:
+                args = [*args, "-q"] if "--quiet" not in args else args
+            else:
+                console().rule(title)
+            say("$ pairkit " + " ".join(shlex.quote(a) for a in args), quiet)
             code, stdout = _run_step(args, capture=args[0] == "eval")
             if code != 0:
                 raise PairkitError(f"step failed: pairkit {args[0]} (exit {code})")
             if args[0] == "eval":
                 evaluation = json.loads(stdout)
                 (directory / "eval.json").write_text(stdout, encoding="utf-8")
-        console().rule("summary")
+        if not quiet:
+            console().rule("summary")
         store = directory / "store"
         naive = same_label_share(store, directory / "pairs-naive.parquet")
         unlabelled = same_label_share(store, directory / "pairs-unlabelled.parquet")

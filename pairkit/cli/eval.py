@@ -68,7 +68,7 @@ def eval_store(
     from pairkit.errors import UsageError
     from pairkit.eval.plots import MAP_METHODS, check_map_methods
     from pairkit.eval.run import METRICS, EvalConfig
-    from pairkit.eval.session import load_sides, run_eval
+    from pairkit.eval.session import check_eval, load_sides, run_eval
     from pairkit.eval.table import metrics_table
 
     with user_errors():
@@ -94,6 +94,7 @@ def eval_store(
             metrics=parse_choices(metrics, METRICS, "--metrics"), pair_sample=pair_sample,
             probe_max_train=probe_max_train, seed=seed, device=device, backend=backend,
             block_rows=batch_size, collect_scores=True)
+        check_eval(cfg, head)
         sides = load_sides(store, against, 0.2 if test_fraction is None else test_fraction, seed)
         factory = None
         if ray:

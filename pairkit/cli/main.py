@@ -24,7 +24,11 @@ from pairkit.cli import project as project_cmd
 from pairkit.cli import report as report_cmd
 from pairkit.cli import search as search_cmd
 from pairkit.cli import train as train_cmd
-from pairkit.cli.options import Command
+from pairkit.cli.common import show_one_line
+from pairkit.cli.options import Command, click_exceptions
+
+# usage errors in pairkit's one-line style (`error: ...`, exit 2), like every other error
+click_exceptions().UsageError.show = show_one_line
 
 app = typer.Typer(
     name="pairkit",

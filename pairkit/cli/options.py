@@ -9,7 +9,7 @@ from typing import Any, Literal
 import typer
 from typer.core import TyperCommand
 
-from pairkit.errors import UsageError
+from pairkit.errors import PairkitError, UsageError
 
 IndexKind = Literal["auto", "flat", "ivf", "ivfpq", "hnsw"]
 Dtype = Literal["float16", "float32"]
@@ -27,9 +27,9 @@ def _bad_parameter(check: Any, text: str) -> Any:
 
 def device_value(text: str) -> str:
     """``--device``: auto, cpu, cuda or cuda:N (bad usage, exit 2, otherwise)."""
-    from pairkit.core.devices import check_device
+    from pairkit.core.devices import check_device, check_gpu_present
 
-    return _bad_parameter(check_device, text)
+    return check_gpu_present(_bad_parameter(check_device, text))
 
 
 def device_option(help: str) -> Any:
@@ -84,12 +84,29 @@ REMOVED = {
 
 
 class Command(TyperCommand):
-    """A subcommand whose "no such option" error names the replacement of an old spelling."""
+    """A subcommand whose "no such option" error names the replacement of an old spelling,
+    and whose numeric options are checked (:func:`check_values`) before it runs."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:  # arguments spelled one way in help: STORE, INPUT...
+            if param.param_type_name == "argument" and param.metavar is None:
+                param.metavar = param.name.upper()
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         cx = click_exceptions()
         try:
-            return super().parse_args(ctx, args)
+            rest = super().parse_args(ctx, args)
+            from pairkit.core.options import check_values
+
+            check_values(self, ctx.params)
+            return rest
+        except UsageError as exc:
+            raise cx.UsageError(str(exc), ctx) from None
+        except PairkitError as exc:  # a failure found while parsing (no GPU): exit 1
+            from pairkit.cli.common import fail
+
+            raise fail(str(exc)) from None
         except cx.NoSuchOption as exc:
             name = exc.option_name
             if name in RENAMED:

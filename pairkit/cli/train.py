@@ -25,8 +25,10 @@ class _TrainBar(ProgressBar):
     def epoch_done(self, record: dict[str, Any]) -> None:
         if self.quiet:
             return
-        self.print(f"epoch {record['epoch']}: loss {record['loss']:.4f}, "
-                   f"{record['metrics_on']} loss {record['eval_loss']:.4f}, "
+        from pairkit.train.loop import eval_loss_name
+
+        self.print(f"epoch {record['epoch']}: loss {record['loss']:.4f} (mean over the "
+                   f"epoch), {eval_loss_name(record['metrics_on'])} {record['eval_loss']:.4f}, "
                    f"gap {record['gap']:.3f}, alignment {record['alignment']:.3f}, "
                    f"uniformity {record['uniformity']:.3f}, "
                    f"{record['pairs_per_s']:,.0f} pairs/s")

@@ -20,6 +20,29 @@ def check_device(device: str) -> str:
     raise UsageError(f"--device must be {DEVICE_CHOICES}, got {device!r}")
 
 
+def no_gpu_at_all() -> bool:
+    """True when this machine certainly has no CUDA GPU to offer, told without torch: on
+    Linux no NVIDIA driver (/proc/driver/nvidia) and no /dev/nvidia0, or
+    CUDA_VISIBLE_DEVICES hides every GPU. False when it can't tell (then torch decides)."""
+    import os
+    import sys
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return True
+    if not sys.platform.startswith("linux"):
+        return False
+    return not os.path.exists("/proc/driver/nvidia") and not os.path.exists("/dev/nvidia0")
+
+
+def check_gpu_present(device: str) -> str:
+    """``device``; a PairkitError (exit 1, before any heavy import) for ``cuda``/``cuda:N``
+    on a machine that has no GPU at all (:func:`no_gpu_at_all`)."""
+    if device.startswith("cuda") and no_gpu_at_all():
+        raise PairkitError(f"--device {device}: no CUDA GPU is visible (use --device cpu)")
+    return device
+
+
 def resolve_device(device: str) -> str:
     """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``; checks cuda:N exists."""
     check_device(device)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pairkit.errors import UsageError
+from pairkit.errors import PairkitError, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -329,3 +329,27 @@ def add_mined_positives(table: pd.DataFrame, fmt: str, anchors: np.ndarray,
     base_rows = sorter[np.searchsorted(anchors, base_ids, sorter=sorter)]
     order = np.argsort(np.concatenate([base_rows, np.asarray(rows, np.int64)]), kind="stable")
     return out.iloc[order].reset_index(drop=True)
+
+
+def integer_ids(raw: pd.Series, column: str, allow_missing: bool) -> np.ndarray:
+    """A pair-table id column as int64 (n,): with ``allow_missing`` an empty cell is -1 (no
+    negative there). A value that is not a whole number (``'oops'``, ``1.5``, or an empty
+    cell where an id is required) is a PairkitError naming the column and row, the same in
+    train and report."""
+    import pandas as pd
+
+    values = pd.to_numeric(raw, errors="coerce")
+    if allow_missing:
+        # only an empty cell means "none"; a value that is not a number is an error (it
+        # was read as missing once, and its negatives silently dropped)
+        empty = raw.isna() | (raw.astype(str).str.strip() == "") if raw.dtype == object \
+            else raw.isna()
+        values = values.where(~empty, -1)
+    bad = values.isna() | (values != values.round())
+    if bool(bad.any()):
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        value = raw.iloc[row]
+        value = value.item() if isinstance(value, np.generic) else value
+        raise PairkitError(f"pair table: column {column} must hold integer ids, got "
+                           f"{value!a} (row {row})")
+    return values.to_numpy(dtype=np.int64)

@@ -58,11 +58,11 @@ def check_output_apart(output: str | os.PathLike[str] | None,
     (a store's manifest, say) or holds an input; ``-`` and None are never outputs/inputs."""
     from pairkit.errors import UsageError
 
-    if output is None or str(output) == "-":
+    if output is None or str(output) == "-" or "://" in str(output):
         return
     for source in inputs:
-        if source is None or str(source) == "-":
-            continue
+        if source is None or str(source) == "-" or "://" in str(source):
+            continue  # (object storage: a URL is never a local path)
         if is_within(output, source):
             where = "is" if Path(output).resolve() == Path(source).resolve() else "is inside"
             raise UsageError(f"{option} {output} {where} the input {source}: "

@@ -20,8 +20,9 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pairkit.core.atomic import atomic_path, check_output
 from pairkit.core.remote import check_local, is_url
@@ -35,6 +36,10 @@ TABLE_SUFFIXES = (".parquet", ".csv", ".jsonl", ".ndjson", ".json")
 # beyond these caps is refused before pandas spends minutes and gigabytes parsing it
 MAX_COLUMNS = 10_000
 MAX_HEADER_BYTES = 1 << 20
+# JSON Lines are read line by line: a line is at most this long (a 1,000-negative n-tuple
+# row is ~200 kB), and parsed JSONL_CHUNK_ROWS lines at a time
+MAX_LINE_BYTES = 16 << 20
+JSONL_CHUNK_ROWS = 65536
 
 
 PART_PATTERN = "part-{:05d}.parquet"
@@ -72,8 +77,12 @@ def table_kind(path: str | Path) -> str:
     )
 
 
-def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a table from a file, a URL (object storage) or ``-`` (JSON Lines on stdin)."""
+def read_table(path: str | Path,
+               first_row: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
+    """Read a table from a file, a URL (object storage) or ``-`` (JSON Lines on stdin).
+    ``first_row`` gets the first row as a dict before the rest is read, so a cheap check
+    (a store id) can refuse a large table early. JSON Lines are streamed with a bound: no
+    line over MAX_LINE_BYTES, no row over MAX_COLUMNS keys."""
     import pandas as pd
 
     kind = table_kind(path)
@@ -83,32 +92,106 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
             return read_remote_table(str(path), kind)
         if str(path) == "-":
-            text = sys.stdin.read()
-            if not text.strip():
+            stream = getattr(sys.stdin, "buffer", None)
+            if stream is None:  # a text stream without bytes underneath (tests)
+                stream = io.BytesIO(sys.stdin.read().encode("utf-8"))
+            table = _read_jsonl(stream, "stdin", first_row)
+            if table is None:
                 raise PairkitError("no table on stdin (expected JSON Lines)")
-            return pd.read_json(io.StringIO(text), lines=True)
+            return table
         check_local(path, "table")
         p = Path(path)
         if kind == "dataset":
+            if first_row is not None:
+                _first_parquet_row(dataset_parts(p)[0], first_row)
             return _read_dataset(p)
         if not p.is_file():
             raise PairkitError(f"table {p} not found")
         if kind == "parquet":
             with open(p, "rb") as fh:
                 check_parquet_columns(fh, p)
+            if first_row is not None:
+                _first_parquet_row(p, first_row)
             return pd.read_parquet(p)
         if kind == "csv":
             with open(p, "rb") as fh:
                 check_csv_header(fh, p)
-            return pd.read_csv(p, keep_default_na=False, na_values=[""])
-        if p.stat().st_size == 0:
+            options: dict[str, Any] = {"keep_default_na": False, "na_values": [""]}
+            if first_row is not None:
+                head = pd.read_csv(p, nrows=1, **options)
+                if len(head):
+                    first_row(_row_dict(head))
+            return pd.read_csv(p, **options)
+        with open(p, "rb") as fh:
+            table = _read_jsonl(fh, str(p), first_row)
+        if table is None:
             raise PairkitError(f"table {p} is empty")
-        return pd.read_json(p, lines=True)
+        return table
     except PairkitError:
         raise
     except Exception as exc:  # pandas/pyarrow raise many types for malformed files
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PairkitError(f"can't read table {path}: {first}") from exc
+
+
+def _row_dict(frame: pd.DataFrame) -> dict[str, Any]:
+    import numpy as np
+
+    row = frame.iloc[0].to_dict()
+    return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
+
+
+def _first_parquet_row(path: Path, first_row: Callable[[dict[str, Any]], None]) -> None:
+    import pyarrow.parquet as pq
+
+    batch = next(pq.ParquetFile(path).iter_batches(batch_size=1), None)
+    if batch is not None and batch.num_rows:
+        first_row(batch.to_pylist()[0])
+
+
+def _read_jsonl(stream: IO[bytes], name: str,
+                first_row: Callable[[dict[str, Any]], None] | None) -> pd.DataFrame | None:
+    """JSON Lines from a binary stream, JSONL_CHUNK_ROWS lines per pandas parse; None when
+    it holds no row. Refuses a line over MAX_LINE_BYTES or with over MAX_COLUMNS keys as
+    soon as it is read."""
+    import pandas as pd
+
+    frames: list[pd.DataFrame] = []
+    chunk: list[bytes] = []
+    number = 0
+    first = True
+    while True:
+        line = stream.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            break
+        number += 1
+        if len(line) > MAX_LINE_BYTES:
+            raise PairkitError(f"table {name} line {number} is longer than "
+                               f"{MAX_LINE_BYTES:,} bytes: not a pairkit table")
+        if not line.strip():
+            continue
+        # a row has at most as many keys as colons; parse only when that could be too many
+        if first or line.count(b":") > MAX_COLUMNS:
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise PairkitError(f"can't read table {name}: line {number} is not JSON "
+                                   f"({exc})") from None
+            if isinstance(record, dict) and len(record) > MAX_COLUMNS:
+                raise PairkitError(f"table {name} line {number} has {len(record):,} keys, "
+                                   f"more than {MAX_COLUMNS:,}: not a pairkit table")
+            if first and first_row is not None and isinstance(record, dict):
+                first_row(record)
+            first = False
+        chunk.append(line if line.endswith(b"\n") else line + b"\n")
+        if len(chunk) >= JSONL_CHUNK_ROWS:
+            frames.append(pd.read_json(io.BytesIO(b"".join(chunk)), lines=True))
+            chunk = []
+    if chunk:
+        frames.append(pd.read_json(io.BytesIO(b"".join(chunk)), lines=True))
+    if not frames:
+        return None
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
 def dataset_parts(folder: Path) -> list[Path]:

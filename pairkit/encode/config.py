@@ -117,6 +117,9 @@ def check_config(cfg: EmbedConfig) -> bool:
 
     check_decode(cfg.decode)
     check_device(cfg.device)
+    from pairkit.encode.registry import check_model_name
+
+    check_model_name(cfg.model)
     from pairkit.encode.hf_datasets import is_hf_dataset
     from pairkit.encode.webdataset import expand_braces, is_webdataset
 

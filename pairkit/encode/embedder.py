@@ -74,15 +74,14 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
             f"no images found in {cfg.images} (looked for .jpg, .jpeg, .png, .webp, .bmp, "
             f".gif, .tif, .ppm ...){skipped}"
         )
-    from pairkit.core.threads import import_torch
-
-    import_torch()  # the thread budget applied before the first torch work
     cfg_store = location(cfg.store)
     labels, unlabeled = resolve_labels(cfg.labels, files, sources.root, sources.member_labels)
     if (cfg.labels or sources.member_labels is not None) and unlabeled:
         hook.note(f"{unlabeled} of {len(files)} images have no label")
     identity = embedding_identity(cfg)
-    device = resolve_device(cfg.device)
+    # torch loads (and the device resolves) only once there is something to embed: a rerun
+    # with nothing to do, or another store's options, is told before (_embed_locked)
+    device = cfg.device
     # one writer per store: a second embed (or import, index...) stops with the holder's name
     with writer_lock(cfg_store, "store"):
         return _embed_locked(cfg, hook, sources, labels, identity, device, t0,
@@ -128,6 +127,10 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
         if writer is not None and writer.set_errors(errors):
             writer.commit()
         return summary
+    from pairkit.core.threads import import_torch
+
+    import_torch()  # the thread budget applied before the first torch work
+    device = summary.device = resolve_device(device)
 
     # (a store folder this run created is removed again by the lock when the encoder
     # can't be loaded and nothing was written); on Ray the workers load their own copy,

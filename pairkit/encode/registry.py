@@ -90,8 +90,28 @@ def split_model_name(model: str) -> tuple[str, str]:
     return prefix, rest
 
 
+BUILTIN_PREFIXES = ("openclip", "timm", "pixels")
+
+
+def check_model_name(model: str) -> None:
+    """Refuse a ``--model`` whose prefix no encoder is registered for, without importing
+    torch; a bare open_clip or timm name gets a "did you mean" (open_clip spells models
+    ``ViT-B-32``, ``RN50``: upper case or dashes; timm ``resnet50``, ``vit_small_...``)."""
+    prefix, _ = split_model_name(model)
+    if prefix in BUILTIN_PREFIXES or prefix in _REGISTRY:
+        return
+    known = ", ".join(sorted({*BUILTIN_PREFIXES, *_REGISTRY}))
+    hint = ""
+    if "/" not in model and model:
+        library = "openclip" if any(c.isupper() or c == "-" for c in model) else "timm"
+        hint = f"did you mean {library}/{model}? "
+    raise PairkitError(f"unknown model {model!r}: {hint}use openclip/NAME, timm/NAME or "
+                       f"pixels (registered: {known})")
+
+
 def load_encoder(request: EncoderRequest) -> Encoder:
     """Build the encoder a request names; raise PairkitError with a one-line reason."""
+    check_model_name(request.model)
     _ensure_builtins()
     prefix, rest = split_model_name(request.model)
     factory = _REGISTRY.get(prefix)

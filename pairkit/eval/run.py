@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 from pairkit.eval.geometry import (
     alignment,
     pair_dots,
@@ -86,24 +86,25 @@ def _codes(values_a: np.ndarray | None, values_b: np.ndarray | None,
     return codes[: len(a)], codes[len(a):], uniques
 
 
-def _check_metrics(cfg: EvalConfig) -> tuple[str, ...]:
+def check_eval_config(cfg: EvalConfig) -> tuple[str, ...]:
+    """The metrics ``cfg`` asks for; UsageError (exit 2) for a value out of range."""
     chosen = METRICS if cfg.metrics is None else tuple(cfg.metrics)
     bad = [m for m in chosen if m not in METRICS]
     if bad:
-        raise PairkitError(f"--metrics must be among {', '.join(METRICS)}, got {', '.join(bad)}")
+        raise UsageError(f"--metrics must be among {', '.join(METRICS)}, got {', '.join(bad)}")
     if cfg.gallery not in GALLERIES:
-        raise PairkitError(f"--retrieval-gallery must be one of {', '.join(GALLERIES)}, "
+        raise UsageError(f"--retrieval-gallery must be one of {', '.join(GALLERIES)}, "
                            f"got {cfg.gallery}")
     if any(k < 1 for k in cfg.knn_ks):
-        raise PairkitError(f"--knn-k values must be >= 1, got {min(cfg.knn_ks)}")
+        raise UsageError(f"--knn-k values must be >= 1, got {min(cfg.knn_ks)}")
     if any(k < 1 for k in cfg.recall_ks):
-        raise PairkitError(f"--recall-k values must be >= 1, got {min(cfg.recall_ks)}")
+        raise UsageError(f"--recall-k values must be >= 1, got {min(cfg.recall_ks)}")
     if cfg.knn_temperature <= 0:
-        raise PairkitError(f"--knn-temperature must be > 0, got {cfg.knn_temperature}")
+        raise UsageError(f"--knn-temperature must be > 0, got {cfg.knn_temperature}")
     if cfg.max_r < 1:
-        raise PairkitError(f"--max-r must be >= 1, got {cfg.max_r}")
+        raise UsageError(f"--max-r must be >= 1, got {cfg.max_r}")
     if cfg.pair_sample < 1:
-        raise PairkitError(f"--pair-sample must be >= 1, got {cfg.pair_sample}")
+        raise UsageError(f"--pair-sample must be >= 1, got {cfg.pair_sample}")
     return chosen
 
 
@@ -126,7 +127,7 @@ def evaluate(queries: EvalSide, references: EvalSide, cfg: EvalConfig,
     ``report.metrics`` with a note, unless it was asked for in ``cfg.metrics``: then
     PairkitError.
     """
-    chosen = _check_metrics(cfg)
+    chosen = check_eval_config(cfg)
     explicit = cfg.metrics is not None
     report = EvalReport()
     report.metrics["n_queries"] = len(queries)
@@ -222,6 +223,8 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
         _search_pass(qx, ql, index, len(rx), rl, k_search, excl, ks, rks, r_counts, cfg, report)
         del index
     if "retrieval" in wanted and cfg.gallery == "queries":
+        # the retrieval gallery is the query side: say so beside the reference count
+        report.metrics["n_gallery"] = len(queries)
         if len(np.unique(ql)) < 2:
             report.notes.append("retrieval among queries needs 2+ classes on the query side")
         else:

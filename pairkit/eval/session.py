@@ -36,6 +36,18 @@ def _side(store: Any, rows: np.ndarray | None = None) -> EvalSide:
     return EvalSide(vectors, labels, sources)
 
 
+def check_eval(cfg: Any, head_path: Path | None) -> None:
+    """The options and the ``--head`` folder, checked before any store or library loads
+    (:func:`pairkit.eval.run.check_eval_config`, :func:`pairkit.train.head.read_head_config`)."""
+    from pairkit.eval.run import check_eval_config
+
+    check_eval_config(cfg)
+    if head_path is not None:
+        from pairkit.train.head import read_head_config
+
+        read_head_config(head_path)
+
+
 def load_sides(store_path: Path, against: Path | None, test_fraction: float,
                seed: int) -> Sides:
     """Open the store(s) and split them into queries and references."""

@@ -58,8 +58,24 @@ def check_compatible(ref_dim: int, ref_encoder: dict[str, Any], test_dim: int,
         )
     if _encoder_key(ref_encoder) != _encoder_key(test_encoder):
         raise PairkitError(
-            f"--against store {test_name} was made by encoder "
-            f"{test_encoder.get('name', '?')!s} {_encoder_key(test_encoder)}, store {ref_name} "
-            f"by {ref_encoder.get('name', '?')!s} {_encoder_key(ref_encoder)}: vectors of "
+            f"--against store {test_name} and store {ref_name} were made by different "
+            f"encoders ({encoder_difference(ref_encoder, test_encoder)}): vectors of "
             "different encoders are not comparable"
         )
+
+
+def encoder_difference(a: dict[str, Any], b: dict[str, Any], shown: int = 3) -> str:
+    """The fields two encoder records differ in, ``name 'x' vs 'y'``, at most ``shown``
+    with their values (the records themselves run to hundreds of characters)."""
+    keys = sorted(k for k in set(a) | set(b)
+                  if k not in PROVENANCE_KEYS and json.dumps(a.get(k), sort_keys=True,
+                                                              default=str)
+                  != json.dumps(b.get(k), sort_keys=True, default=str))
+
+    def short(value: Any) -> str:
+        text = json.dumps(value, sort_keys=True, default=str)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    parts = [f"{k} {short(a.get(k))} vs {short(b.get(k))}" for k in keys[:shown]]
+    more = f", and {len(keys) - shown} more fields" if len(keys) > shown else ""
+    return "; ".join(parts) + more

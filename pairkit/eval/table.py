@@ -16,6 +16,7 @@ ROWS = (
     ("uniformity", "uniformity (t=2, lower is better)"),
     ("n_queries", "queries"),
     ("n_references", "references"),
+    ("n_gallery", "retrieval gallery (the queries)"),
 )
 SCORE_ROWS = (
     ("positive", "score: positive pairs, mean +- sd"),

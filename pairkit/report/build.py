@@ -85,10 +85,17 @@ def check_output_dir(out: Path, force: bool) -> None:
 
 def _check_not_inside(out: Path, paths: list[str]) -> None:
     """Refuse an output folder that holds an input: replacing it would lose the input."""
+    from pairkit.core.paths import check_output_apart
+
     target = out.resolve()
     for p in paths:
-        if p != "-" and "://" not in p and Path(p).resolve().is_relative_to(target):
+        if p == "-" or "://" in p:
+            continue
+        if Path(p).resolve() == target:  # -o the store itself (or a table) is not "inside"
+            raise UsageError(f"-o {out} is the input {p}: choose another -o")
+        if Path(p).resolve().is_relative_to(target):
             raise UsageError(f"input {p} is inside the output folder {out}; choose another -o")
+    check_output_apart(out, paths)  # nor is a report written into a store
 
 
 def _is_report(folder: Path) -> bool:

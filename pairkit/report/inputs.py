@@ -137,9 +137,18 @@ def read_input(spec: str) -> ReportInput:
 
 
 def _json_object(path: Path) -> Any:
-    """The file's single JSON value, or None when it is not one (JSON Lines, say)."""
+    """The file's single JSON value, or None when it is not one (JSON Lines, say: told
+    from its first line, so a large table is not read whole to find out)."""
     try:
         with open(path, encoding="utf-8") as fh:
+            first = fh.readline(1 << 20)
+            try:
+                json.loads(first)
+                if fh.read(1 << 16).strip():
+                    return None  # a whole JSON value on line 1 and more after: JSON Lines
+            except ValueError:
+                pass
+            fh.seek(0)
             return json.load(fh)
     except (ValueError, UnicodeDecodeError):
         return None

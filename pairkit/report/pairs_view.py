@@ -50,10 +50,12 @@ def _num(series: Any) -> np.ndarray:
     return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
 
 
-def _ids(series: Any) -> np.ndarray:
-    import pandas as pd
+def _ids(series: Any, column: str, required: bool = False) -> np.ndarray:
+    """Ids as train reads them (:func:`pairkit.core.pairs.integer_ids`): -1 for an empty
+    cell unless ``required``; a value that is not a whole number is refused."""
+    from pairkit.core.pairs import integer_ids
 
-    return pd.to_numeric(series, errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
+    return integer_ids(series, column, allow_missing=not required)
 
 
 def _flags(table: pd.DataFrame) -> np.ndarray:
@@ -83,13 +85,13 @@ def to_long(table: pd.DataFrame, fmt: str) -> LongPairs:
     import pandas as pd
 
     t = table.reset_index(drop=True)
-    anchor = _ids(t["anchor_id"])
+    anchor = _ids(t["anchor_id"], "anchor_id", required=True)
     anchor_path = _col(t, "anchor_path", None).to_numpy(dtype=object)
     flags, reasons = _flags(t), _reasons(t)
     has_flags = "false_negative" in t.columns
     if fmt == "labeled-pair":
-        label = _ids(t["label"])
-        other = _ids(t["other_id"])
+        label = _ids(t["label"], "label")
+        other = _ids(t["other_id"], "other_id")
         other_path = _col(t, "other_path", None).to_numpy(dtype=object)
         score = _num(_col(t, "score", np.nan))
         is_pos = (label == 1) & ~flags
@@ -105,14 +107,14 @@ def to_long(table: pd.DataFrame, fmt: str) -> LongPairs:
         neg["rank"] = neg.groupby("anchor_id").cumcount().to_numpy()
         neg.loc[label[neg_rows] == 1, "rank"] = -1
         return LongPairs(pos, neg, has_flags, False)
-    pos = pd.DataFrame({"anchor_id": anchor, "item_id": _ids(t["positive_id"]),
+    pos = pd.DataFrame({"anchor_id": anchor, "item_id": _ids(t["positive_id"], "positive_id"),
                         "path": _col(t, "positive_path", None).to_numpy(dtype=object),
                         "score": _num(_col(t, "pos_score", np.nan)),
                         "anchor_path": anchor_path})
     pos = pos[pos["item_id"] >= 0].drop_duplicates(["anchor_id", "item_id"])
     if fmt == "triplet":
-        rank = _ids(_col(t, "neg_rank", -1))
-        neg = pd.DataFrame({"anchor_id": anchor, "item_id": _ids(t["negative_id"]),
+        rank = _ids(_col(t, "neg_rank", -1), "neg_rank")
+        neg = pd.DataFrame({"anchor_id": anchor, "item_id": _ids(t["negative_id"], "negative_id"),
                             "path": _col(t, "negative_path", None).to_numpy(dtype=object),
                             "score": _num(_col(t, "neg_score", np.nan)), "rank": rank,
                             "flag": flags, "reason": reasons, "anchor_path": anchor_path})
@@ -120,7 +122,7 @@ def to_long(table: pd.DataFrame, fmt: str) -> LongPairs:
     parts = []
     for j in negative_slots(list(t.columns)):
         parts.append(pd.DataFrame({
-            "anchor_id": anchor, "item_id": _ids(t[f"negative_id_{j}"]),
+            "anchor_id": anchor, "item_id": _ids(t[f"negative_id_{j}"], f"negative_id_{j}"),
             "path": _col(t, f"negative_path_{j}", None).to_numpy(dtype=object),
             "score": _num(_col(t, f"neg_score_{j}", np.nan)),
             "rank": np.full(len(t), j - 1, dtype=np.int64),

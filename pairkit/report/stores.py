@@ -131,6 +131,10 @@ def find_store(table: pd.DataFrame, fmt: str, near: Path | None) -> StoreInfo | 
             info = open_for_report(cand)
         except (StoreError, PairkitError, OSError):
             continue
-        if mismatch(table, fmt, info.store) is None:  # a bad table raises PairkitError
+        try:
+            wrong = mismatch(table, fmt, info.store)  # a bad table raises PairkitError
+        except StoreError:
+            continue  # a damaged store nearby is not this table's (issue 20.14)
+        if wrong is None:
             return info
     return None

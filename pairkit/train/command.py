@@ -33,9 +33,22 @@ def train_store(store: str | os.PathLike[str] | Any, output: str | os.PathLike[s
     if resume and force:
         raise UsageError("--resume and --force contradict each other: pick one")
     cfg.check()
+    from pairkit.core.paths import check_output_apart
+    from pairkit.train.loop import check_head_output
+
+    # a wrong -o is refused before the store, the table and torch load
+    if not isinstance(store, Store):
+        check_output_apart(output, [store])
+    if isinstance(pairs, (str, os.PathLike)):
+        check_output_apart(output, [pairs])
+    check_head_output(Path(output), force, resume)
     st = store if isinstance(store, Store) else Store.open(store)
     if isinstance(pairs, (str, os.PathLike)):
-        table, name = read_table(str(pairs)), str(pairs)
+        from pairkit.train.data import check_store_id
+
+        # another store's table is refused from its first row, before the rest is read
+        table = read_table(str(pairs), first_row=lambda row: check_store_id(row, st.content_id))
+        name = str(pairs)
     else:
         table, name = pairs, None if pairs is None else "DataFrame"
     return train_head(st, Path(output), cfg, table=table, table_name=name, resume=resume,

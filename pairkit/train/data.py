@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -52,22 +52,9 @@ class TableInfo:
 
 
 def _int_column(df: pd.DataFrame, col: str, allow_missing: bool) -> np.ndarray:
-    import pandas as pd
+    from pairkit.core.pairs import integer_ids
 
-    raw = df[col]
-    values = pd.to_numeric(raw, errors="coerce")
-    if allow_missing:
-        # only an empty cell means "no negative"; a value that is not a number is an error
-        # (it was read as missing, and its negatives silently dropped)
-        empty = raw.isna() | (raw.astype(str).str.strip() == "") if raw.dtype == object \
-            else raw.isna()
-        values = values.where(~empty, -1)
-    bad = values.isna() | (values != values.round())
-    if bool(bad.any()):
-        row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise PairkitError(f"pair table: column {col} must hold integer ids, got "
-                           f"{raw.iloc[row]!a} (row {row})")
-    return values.to_numpy(dtype=np.int64)
+    return integer_ids(df[col], col, allow_missing)
 
 
 def _bool_column(df: pd.DataFrame, col: str) -> np.ndarray:
@@ -98,6 +85,17 @@ def table_kind(df: pd.DataFrame) -> str:
     )
 
 
+def check_store_id(row: dict[str, Any], content_id: str) -> None:
+    """Refuse a pair-table row whose ``store_id`` is not ``content_id`` (a row without one
+    passes): the check :func:`pairkit.core.tables.read_table` runs on a table's first row
+    before reading the rest."""
+    value = row.get("store_id")
+    if value is not None and value == value and str(value) != content_id:
+        raise PairkitError(
+            f"pair table came from another store (store_id {value}, this store is "
+            f"{content_id}): mine pairs on this store")
+
+
 def pairs_from_table(df: pd.DataFrame, store_count: int, content_id: str,
                      fn_mode: str = "eliminate") -> tuple[PairArrays, TableInfo]:
     """Read a triplet or n-tuple table into :class:`PairArrays`.
@@ -115,12 +113,8 @@ def pairs_from_table(df: pd.DataFrame, store_count: int, content_id: str,
     notes: list[str] = []
     if "store_id" in df.columns:
         ids = {str(v) for v in df["store_id"].dropna().unique()}
-        other = sorted(ids - {content_id})
-        if other:
-            raise PairkitError(
-                f"pair table came from another store (store_id {other[0]}, this store is "
-                f"{content_id}): mine pairs on this store"
-            )
+        for other in sorted(ids - {content_id})[:1]:
+            check_store_id({"store_id": other}, content_id)
     else:
         notes.append("pair table has no store_id column: can't check it belongs to this store")
     kind = table_kind(df)

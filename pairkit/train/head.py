@@ -146,10 +146,31 @@ class Head:
 
 def load_head(path: str | os.PathLike[str]) -> Head:
     """Open a head folder written by ``pairkit train``; raise PairkitError naming the problem."""
+    root, config, spec = read_head_config(path)
     import torch
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    weights = root / WEIGHTS
+    if not weights.is_file():
+        raise PairkitError(f"head {root}: {WEIGHTS} is missing")
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise PairkitError(f"head {root}: {WEIGHTS} is unreadable ({exc})") from None
+    module = build_module(spec)
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0]
+        raise PairkitError(f"head {root}: weights don't match config.json ({first})") from None
+    module = module.to(torch.float32)
+    return Head(root, spec, module, config)
+
+
+def read_head_config(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any], HeadSpec]:
+    """``(folder, config, spec)`` of a head folder, checked without torch: commands call it
+    first, so a wrong ``--head`` is refused before anything heavy loads."""
     root = Path(path)
     if not root.is_dir():
         raise PairkitError(f"head {root} not found (expected a folder written by pairkit train)")
@@ -175,21 +196,7 @@ def load_head(path: str | os.PathLike[str]) -> Head:
         spec.check()
     except (KeyError, TypeError) as exc:
         raise PairkitError(f"head {root}: {CONFIG} has a bad 'head' entry ({exc})") from None
-    weights = root / WEIGHTS
-    if not weights.is_file():
-        raise PairkitError(f"head {root}: {WEIGHTS} is missing")
-    try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise PairkitError(f"head {root}: {WEIGHTS} is unreadable ({exc})") from None
-    module = build_module(spec)
-    try:
-        module.load_state_dict(state)
-    except RuntimeError as exc:
-        first = str(exc).splitlines()[0]
-        raise PairkitError(f"head {root}: weights don't match config.json ({first})") from None
-    module = module.to(torch.float32)
-    return Head(root, spec, module, config)
+    return root, config, spec
 
 
 def spec_dict(spec: HeadSpec) -> dict[str, Any]:

@@ -209,22 +209,20 @@ def _is_head_file(name: str) -> bool:
     return name in HEAD_FILES
 
 
-def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
-    """Refuse an existing head without ``force``/``resume``; with ``force`` clear it.
-
-    Call under the head's writer lock: temp files of killed runs are removed first (a
-    folder holding nothing else counts as empty).
-    """
+def check_head_output(out: Path, force: bool, resume: bool) -> set[str]:
+    """Refuse an existing head without ``force``/``resume`` (and a file, another folder, a
+    resume without a checkpoint); returns the head's file names (temp files of killed
+    runs count as nothing). Light: train calls it before torch loads, and again under the
+    head's lock (:func:`prepare_head_dir`)."""
     if out.exists() and not out.is_dir():
         raise PairkitError(f"output {out} is an existing file, expected a head folder")
-    if out.is_dir():
-        remove_stale_temps(out, _is_head_file)
     names = {e.name for e in out.iterdir()} - {LOCK_NAME} if out.is_dir() else set()
-    if not names:
+    temps = {n for n in names if n.startswith(".") and n.endswith(".tmp")}
+    if not names - temps:
         if resume:
             raise PairkitError(f"--resume: {out} holds no checkpoint to resume from")
-        return
-    ours = {n for n in names if n in HEAD_FILES or (n.startswith(".") and n.endswith(".tmp"))}
+        return names
+    ours = {n for n in names if n in HEAD_FILES} | temps
     if names - ours:
         raise PairkitError(f"output {out} is a folder that is not a pairkit head; choose "
                            "another path")
@@ -232,11 +230,25 @@ def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
         if CHECKPOINT not in names:
             raise PairkitError(f"--resume: {out} holds no {CHECKPOINT} (no epoch was "
                                "completed)")
-        return
+        return names
     if not force:
         raise PairkitError(f"head {out} exists; pass --force to replace it or --resume to "
                            "continue it")
-    for name in ours:
+    return names
+
+
+def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
+    """Refuse an existing head without ``force``/``resume``; with ``force`` clear it.
+
+    Call under the head's writer lock: temp files of killed runs are removed first (a
+    folder holding nothing else counts as empty).
+    """
+    if out.is_dir():
+        remove_stale_temps(out, _is_head_file)
+    names = check_head_output(out, force, resume)
+    if resume or not names:
+        return
+    for name in names:
         p = out / name
         shutil.rmtree(p) if p.is_dir() else p.unlink()
 
@@ -382,6 +394,20 @@ def read_log(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line]
 
 
+def overflow_hint(precision: str) -> str:
+    """The NaN-loss message's precision clause: only for reduced precision, naming what
+    else to try (fp32 itself can't overflow that way)."""
+    others = {"fp16": "fp32 or bf16", "bf16": "fp32"}
+    if precision not in others:
+        return ""
+    return f" or {precision} overflow (--precision {precision}; try {others[precision]})"
+
+
+def eval_loss_name(metrics_on: str) -> str:
+    """What the per-epoch evaluation loss was measured on, for the epoch line and plot."""
+    return "validation loss" if metrics_on == "val" else "train-pair loss after the epoch"
+
+
 def write_plot(path: Path, records: list[dict[str, Any]]) -> None:
     """Loss, score gap and alignment/uniformity per epoch as a PNG (Agg, no display)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -395,9 +421,9 @@ def write_plot(path: Path, records: list[dict[str, Any]]) -> None:
     fig = Figure(figsize=(11, 3.2))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 3, 1)
-    ax.plot(epochs, col("loss"), marker="o", label="train loss")
+    ax.plot(epochs, col("loss"), marker="o", label="training loss (mean over the epoch)")
     ax.plot(epochs, col("eval_loss"), marker="o",
-            label=f"{records[-1]['metrics_on']} loss")
+            label=eval_loss_name(records[-1]["metrics_on"]))
     ax.set_xlabel("epoch")
     ax.legend()
     ax = fig.add_subplot(1, 3, 2)
@@ -687,9 +713,8 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
             if not math.isfinite(value):
                 raise PairkitError(
                     f"loss is {value} at epoch {epoch + 1}, step {step + 1}: likely causes: "
-                    f"--temperature too low ({cfg.loss.temperature}), --lr too high ({cfg.lr}) "
-                    f"or fp16 overflow (--precision {precision}; try fp32 or bf16); "
-                    f"epoch {epoch + 1} was not saved")
+                    f"--temperature too low ({cfg.loss.temperature}), --lr too high ({cfg.lr})"
+                    + overflow_hint(precision) + f"; epoch {epoch + 1} was not saved")
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
                 scaler.scale(loss).backward()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -51,15 +50,18 @@ def project_store(store_path: str | os.PathLike[str], head_path: str | os.PathLi
     config) under ``encoder.head`` and ``projected``.
     """
     from pairkit.core.devices import resolve_device
+    from pairkit.core.paths import check_output_apart
+    from pairkit.train.head import read_head_config
 
     if batch_size < 1:
         raise PairkitError(f"--batch-size must be >= 1, got {batch_size}")
-    store = Store.open(store_path)
-    head = load_head(head_path)
     if dtype is not None and dtype not in DTYPES:
         raise PairkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
-    if Path(output).resolve() == store.root.resolve():
-        raise PairkitError("output store must differ from the input store")
+    # wrong paths are refused before the store's vectors and torch load
+    check_output_apart(output, [store_path, head_path])
+    read_head_config(head_path)
+    store = Store.open(store_path)
+    head = load_head(head_path)
     dev = resolve_device(device)
     vectors = project_vectors(store, head, device=dev, batch_size=batch_size)
     head_record = {

@@ -95,7 +95,12 @@ def readers(work: Path, images: Path) -> bool:
         (sub / p.parent.name).mkdir(parents=True, exist_ok=True)
         shutil.copy(p, sub / p.parent.name / p.name)
     assert run_pairkit("embed", sub, "-o", out, *EMBED).returncode == 0
-    writer = subprocess.Popen(embed_cmd(images, out), cwd=REPO, env=child_env(),
+    # the rest of the images join the same folder (a store takes one image folder only,
+    # issue 20), and embed appends them while mine reads
+    for p in sorted(images.rglob("*.*"))[40:]:
+        (sub / p.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(p, sub / p.parent.name / p.name)
+    writer = subprocess.Popen(embed_cmd(sub, out), cwd=REPO, env=child_env(),
                               stderr=subprocess.PIPE, text=True)
     runs, bad = 0, []
     while writer.poll() is None:

@@ -97,3 +97,54 @@ def test_dataset_folder_round_trip(tmp_path):
     empty.mkdir()
     with pytest.raises(PairkitError, match="no part-NNNNN.parquet"):
         read_table(empty)
+
+
+def test_json_lines_rows_are_bounded(tmp_path, monkeypatch):
+    """Issue 20.10: a 3-row items file with 1M keys a row took 97 s and 1 GB to import, and
+    one 300 MB line 9 s and 2.5 GB before its error. Both are refused as they are read:
+    a row over MAX_COLUMNS keys, a line over MAX_LINE_BYTES."""
+    from pairkit.core import tables
+
+    monkeypatch.setattr(tables, "MAX_COLUMNS", 50)
+    monkeypatch.setattr(tables, "MAX_LINE_BYTES", 4096)
+    wide = tmp_path / "wide.jsonl"
+    wide.write_text(json.dumps({"path": "a.jpg"}) + "\n"
+                    + json.dumps({f"k{i}": i for i in range(60)}) + "\n")
+    with pytest.raises(PairkitError, match=r"wide.jsonl line 2 has 60 keys, more than 50"):
+        read_table(wide)
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"path": "x" * 5000}) + "\n")
+    with pytest.raises(PairkitError, match=r"long.jsonl line 1 is longer than 4,096 bytes"):
+        read_table(long)
+
+
+def test_json_lines_are_read_in_chunks_and_checked_first(tmp_path, monkeypatch):
+    """The first row is handed to ``first_row`` before the rest is parsed (train refuses
+    another store's table from its first line), and chunked reading equals one read."""
+    from pairkit.core import tables
+
+    monkeypatch.setattr(tables, "JSONL_CHUNK_ROWS", 3)
+    rows = [{"store_id": "s", "anchor_id": i, "score": None if i == 4 else i / 2,
+             "path": f"p{i}"} for i in range(10)]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    back = read_table(path)
+    whole = pd.read_json(path, lines=True)
+    pd.testing.assert_frame_equal(back, whole)
+    seen = []
+    read_table(path, first_row=seen.append)
+    assert seen == [rows[0]]
+    path.write_text(json.dumps(rows[0]) + "\n" + "{broken\n" * 1000)
+
+    def refuse(row):
+        raise PairkitError(f"other store {row['store_id']}")
+
+    with pytest.raises(PairkitError, match="other store s"):
+        read_table(path, first_row=refuse)
+    for ext, write in (("csv", lambda df, p: df.to_csv(p, index=False)),
+                       ("parquet", lambda df, p: df.to_parquet(p))):
+        p = tmp_path / f"t.{ext}"
+        write(pd.DataFrame(rows), p)
+        seen = []
+        read_table(p, first_row=seen.append)
+        assert seen[0]["store_id"] == "s" and seen[0]["anchor_id"] == 0

@@ -151,7 +151,7 @@ def test_bad_input_messages(tmp_path: Path) -> None:
         (["--knn-k", "500"], 1, "--knn-k 500 is larger than the reference set (96 items)"),
         (["--recall-k", "1,500", "--metrics", "retrieval"], 1, "--recall-k 500 is larger"),
         (["--knn-k", "a"], 2, "--knn-k must be a comma-separated list of integers"),
-        (["--knn-temperature", "0"], 1, "--knn-temperature must be > 0, got 0.0"),
+        (["--knn-temperature", "0"], 2, "--knn-temperature must be > 0, got 0.0"),
         (["--compare"], 2, "--compare needs --head"),
         (["--against", s, "--test-fraction", "0.1"], 2, "exclude each other"),
         (["--test-fraction", "1.5"], 2, "--test-fraction must be > 0 and < 1, got 1.5"),
@@ -220,3 +220,16 @@ def test_head_compare(tmp_path: Path) -> None:
     res = _run(s, "--head", str(tmp_path / "wrong"))
     assert res.exit_code == 1
     assert "takes vectors of dim 5, the store has dim 8" in res.stderr
+
+
+def test_gallery_of_the_queries_is_named(tmp_path: Path) -> None:
+    """Issue 20.13: `--retrieval-gallery queries` printed only the reference count, as if
+    the references were the gallery."""
+    noisy_store(tmp_path / "s")
+    r = _run(str(tmp_path / "s"), "--metrics", "retrieval", "--retrieval-gallery", "queries",
+             "--json")
+    out = _json(r)
+    assert out["n_gallery"] == out["n_queries"]
+    assert "retrieval gallery (the queries)" in r.stderr
+    out = _json(_run(str(tmp_path / "s"), "--metrics", "retrieval", "--json"))
+    assert "n_gallery" not in out

@@ -42,3 +42,16 @@ def test_check_compatible() -> None:
     with pytest.raises(PairkitError, match="different encoders"):
         check_compatible(8, {"name": "openclip/ViT-B-32", "pretrained": "laion2b"}, 8,
                          {"name": "openclip/ViT-B-32", "pretrained": "none"}, "s", "t")
+
+
+def test_mixed_encoders_name_the_fields_that_differ() -> None:
+    """Issue 20.13: the message printed both encoder records (~800 characters)."""
+    big = {"name": "openclip/ViT-B-32", "pretrained": "laion2b", "preprocess":
+           {"size": 224, "mean": [0.48] * 3, "std": [0.26] * 3, "interpolation": "bicubic"},
+           **{f"k{i}": i for i in range(10)}}
+    other = {**big, "pretrained": "none", "preprocess": {**big["preprocess"], "size": 256}}
+    with pytest.raises(PairkitError) as err:
+        check_compatible(8, big, 8, other, "s", "t")
+    text = str(err.value)
+    assert 'pretrained "laion2b" vs "none"' in text and "preprocess {" in text
+    assert "k3" not in text and len(text) < 300

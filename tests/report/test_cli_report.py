@@ -205,6 +205,44 @@ def test_without_a_store_paths_from_the_table(tmp_path):
     assert [it["path"] for it in data["items"]] == ["a.png", "b.png", "c.png"]
 
 
+def test_a_damaged_store_nearby_is_skipped(tmp_path):
+    """Issue 20.14: without --store, report aborted on an unrelated damaged store in a
+    nearby folder while it looked for the table's store."""
+    import numpy as np
+
+    from pairkit.core.store import Store, write_store
+
+    write_store(tmp_path / "broken", np.eye(3, dtype=np.float32),
+                pd.DataFrame({"path": ["x.png", "y.png", "z.png"]}), dtype="float32")
+    items = Store.open(tmp_path / "broken").manifest["items"]["file"]
+    (tmp_path / "broken" / items).write_bytes(b"PAR1 damaged")
+    t = pd.DataFrame({"anchor_id": [0], "positive_id": [1], "negative_id": [2],
+                      "anchor_path": ["a.png"], "positive_path": ["b.png"],
+                      "negative_path": ["c.png"]})
+    t.to_json(tmp_path / "p.jsonl", orient="records", lines=True)
+    r = report(tmp_path / "p.jsonl", "-o", tmp_path / "rep")
+    assert r.exit_code == 0, r.output
+    assert "no store found" in r.output
+
+
+def test_ids_train_refuses_are_refused_here_too(tmp_path):
+    """Issue 20.11: report showed tables whose ids were 1.5 or empty (truncated, or read as
+    "none"), which train refuses."""
+    (tmp_path / "t").mkdir()
+    for column, values, shown in [("anchor_id", [0.0, 1.5], "1.5"),
+                                  ("anchor_id", [0, None], "nan"),
+                                  ("negative_id", [2, "oops"], "'oops'")]:
+        t = pd.DataFrame({"anchor_id": [0, 1], "positive_id": [1, 0], "negative_id": [2, 2],
+                          "anchor_path": ["a.png", "b.png"], "positive_path": ["b.png", "a.png"],
+                          "negative_path": ["c.png", "c.png"]})
+        t[column] = pd.Series(values, dtype=object)
+        t.to_json(tmp_path / "t" / "p.jsonl", orient="records", lines=True)
+        r = report(tmp_path / "t" / "p.jsonl", "-o", tmp_path / "rep")
+        assert r.exit_code == 1, r.output
+        assert f"column {column} must hold integer ids, got {shown} (row 1)" in r.output
+        assert not (tmp_path / "rep").exists()
+
+
 def test_a_table_from_another_store_is_refused_with_store(pipeline, tmp_path):
     other = image_store(tmp_path / "other", ["a.png", "b.png"], [None, None])
     r = report(pipeline.pairs, "-o", tmp_path / "rep", "--store", other.root)
@@ -240,6 +278,11 @@ def test_output_folder_rules(pipeline, tmp_path):
     assert (mine / "notes.txt").read_text() == "keep me"
     r = report(pipeline.eval_json, "-o", pipeline.root, "--force")
     assert r.exit_code == 2 and "inside the output folder" in r.output
+    # issue 20.13: -o the store itself said the input was "inside" the output
+    r = report(pipeline.pairs, "-o", pipeline.store, "--store", pipeline.store, "--force")
+    assert r.exit_code == 2 and f"-o {pipeline.store} is the input {pipeline.store}" in r.output
+    r = report(pipeline.pairs, "-o", pipeline.store / "rep", "--store", pipeline.store)
+    assert r.exit_code == 2 and "is inside the input" in r.output
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [

@@ -103,6 +103,29 @@ def test_train_refuses_a_table_from_another_store(tmp_path):
     assert "warning: pair table has no store_id column" in r.stderr
 
 
+def test_another_stores_table_is_refused_from_its_first_row(tmp_path, monkeypatch):
+    """Issue 20.10: a 557 MB pairs file of another store cost 30 s and 5.1 GB before train
+    refused it for its store id. The first row decides: the rest (here unparseable, as it
+    would be unaffordable) is never parsed."""
+    import pandas as pd
+
+    from pairkit.core import tables
+
+    a = random_store(tmp_path / "a", n_sources=10, views=2, dim=8, seed=0)
+    random_store(tmp_path / "b", n_sources=10, views=2, dim=8, seed=1)
+    first = next(iter_jsonl(instance_triplets(a, k=2).head(1)))
+    (tmp_path / "p.jsonl").write_text(first + "\n" + "{not json\n" * 5000)
+    parsed = []
+    real = pd.read_json
+    monkeypatch.setattr(pd, "read_json", lambda *a, **k: parsed.append(1) or real(*a, **k))
+    monkeypatch.setattr(tables, "JSONL_CHUNK_ROWS", 100)
+    r = runner.invoke(app, ["train", str(tmp_path / "b"), "--pairs", str(tmp_path / "p.jsonl"),
+                            "-o", str(tmp_path / "h"), *FAST])
+    assert r.exit_code == 1
+    assert "pair table came from another store" in r.stderr and parsed == []
+    assert not (tmp_path / "h").exists()
+
+
 def test_usage_errors(tmp_path):
     random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
     r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h")])

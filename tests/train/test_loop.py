@@ -269,3 +269,15 @@ def test_metrics_against_loops():
     assert lr_at(10, 100, 10, 1.0) == pytest.approx(1.0)
     assert lr_at(55, 100, 10, 1.0) == pytest.approx(0.5)
     assert lr_at(100, 100, 10, 1.0) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_messages_say_which_loss_and_which_precision():
+    """Issue 20.13: the epoch line read `loss 5.1979, train loss 4.6756` (which is which?)
+    and the NaN-loss message told an fp32 run to try fp32."""
+    from pairkit.train.loop import eval_loss_name, overflow_hint
+
+    assert eval_loss_name("val") == "validation loss"
+    assert eval_loss_name("train") == "train-pair loss after the epoch"
+    assert overflow_hint("fp32") == ""
+    assert overflow_hint("fp16") == " or fp16 overflow (--precision fp16; try fp32 or bf16)"
+    assert overflow_hint("bf16") == " or bf16 overflow (--precision bf16; try fp32)"

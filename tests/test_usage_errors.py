@@ -1,0 +1,146 @@
+"""Bad values are bad usage (exit 2, one line, nothing written), in one style; refusals come
+before heavy imports; a closed stdout ends a command quietly (issue 20.11-20.13)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from tests.conftest import random_store
+from tests.proc import REPO, child_env, error_lines
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory):
+    return random_store(tmp_path_factory.mktemp("usage") / "store", n_sources=20, views=2)
+
+
+def cases(store: str, out: str) -> list[tuple[list[str], str]]:
+    train = ["train", store, "-o", out + "/h", "--relation", "instance"]
+    return [
+        (["mine", store, "--hard", "--seed", "-1"], "--seed must be >= 0, got -1"),
+        ([*train, "--out-dim", "0"], "--out-dim must be >= 1, got 0"),
+        ([*train, "--hidden", "0"], "--hidden must be >= 1, got 0"),
+        (["eval", store, "--knn-k", "0"], "--knn-k values must be >= 1, got 0"),
+        (["demo", out + "/d", "--limit", "0"], "--limit must be >= 100, got 0"),
+        (["demo", out + "/d", "--limit", "-3"], "--limit must be >= 100, got -3"),
+        (["demo", out + "/d", "--limit", "5"], "--limit must be >= 100, got 5"),
+        (["mine", store, "--hard", "--min-score", "nan"], "--min-score must be a number, got nan"),
+        (["mine", store, "--hard", "--max-score", "nan"], "--max-score must be a number, got nan"),
+        (["mine", store, "--hard", "--absolute-margin", "nan"],
+         "--absolute-margin must be a number, got nan"),
+        (["mine", store, "--hard", "--exact-max-rows", "-5"],
+         "--exact-max-rows must be >= 0, got -5"),
+        (["mine", store, "--hard", "--nprobe", "0"], "--nprobe must be >= 1, got 0"),
+        (["index", store, "--nprobe", "0"], "--nprobe must be >= 1, got 0"),
+        ([*train, "--lr", "nan"], "--lr must be a number, got nan"),
+        (["dedup", store, "--keep", "biggest"],
+         "--keep: 'biggest' is not one of 'best', 'first', 'largest', 'central'"),
+        (["mine", store, "--hard", "--index", "annoy"], "--index: 'annoy' is not one of"),
+        (["mine", store, "--nosuch"], "no such option: --nosuch"),
+    ]
+
+
+def test_bad_values_are_one_line_usage_errors(store, tmp_path: Path) -> None:
+    """Issue 20.11: these were internal errors (exit 1), accepted and meaningless (NaN, 0
+    probes, negative row caps), or Click's four-line block beside pairkit's one line."""
+    for args, message in cases(str(store.root), str(tmp_path)):
+        r = runner.invoke(app, args)
+        lines = error_lines(r.stderr)
+        assert r.exit_code == 2, (args, r.output)
+        assert len(lines) == 1 and lines[0].startswith("error: "), (args, lines)
+        assert message in lines[0], (args, lines)
+        assert "internal error" not in r.output and "Traceback" not in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # demo left no folder
+
+
+def test_usage_errors_come_before_heavy_imports(store, tmp_path: Path) -> None:
+    code = (
+        "import json, sys\n"
+        "from pairkit.cli.main import app\n"
+        "codes = []\n"
+        f"for args, _ in {cases(str(store.root), str(tmp_path))!r}:\n"
+        "    try:\n"
+        "        app(args=args, prog_name='pairkit')\n"
+        "    except SystemExit as exc:\n"
+        "        codes.append(exc.code)\n"
+        "print(json.dumps([codes, sorted(m for m in ('torch', 'faiss', 'open_clip', 'timm')\n"
+        "                                if m in sys.modules)]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(), cwd=REPO, timeout=120)
+    codes, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(codes) == {2}, proc.stderr
+    assert heavy == [], heavy
+
+
+def test_a_closed_stdout_ends_quietly(store) -> None:
+    """Issue 20.12: `pairkit mine st --hard | head -1` exited 1 with an empty stderr."""
+    for args in (["mine", str(store.root), "--hard", "-q"],
+                 ["dedup", str(store.root), "-t", "0.5", "-q"]):
+        proc = subprocess.Popen([sys.executable, "-m", "pairkit", *args], cwd=REPO,
+                                env=child_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        first = proc.stdout.readline()
+        proc.stdout.close()  # what `| head -1` does after its line
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 0, err
+        assert first.startswith(b"{") and err == ""
+
+
+def test_slow_refusals_come_before_heavy_imports(store, tmp_path: Path) -> None:
+    """Issue 20 ("slow to say no"): these took 4-7 s, torch's import time, to refuse."""
+    from pairkit.core.devices import no_gpu_at_all
+    from tests.conftest import make_images
+
+    head = tmp_path / "head"
+    r = runner.invoke(app, ["train", str(store.root), "-o", str(head), "--relation", "instance",
+                            "--epochs", "1", "--out-dim", "4", "-q"])
+    assert r.exit_code == 0, r.output
+    images = tmp_path / "images"
+    make_images(images, n_per_class=2, classes=2)
+    embedded = tmp_path / "embedded"
+    assert runner.invoke(app, ["embed", str(images), "-o", str(embedded), "--model", "pixels",
+                               "-q"]).exit_code == 0
+    s, t = str(store.root), str(tmp_path)
+    runs = [
+        (["train", s, "-o", str(head), "--relation", "instance"], 1, "exists; pass --force"),
+        (["eval", s, "--head", t + "/nosuch"], 1, "not found"),
+        (["project", s, "--head", s, "-o", t + "/p"], 1, "is not a pairkit head"),
+        (["project", s, "--head", str(head), "-o", s], 2, "is the input"),
+        (["embed", str(images), "-o", t + "/e", "--model", "ViT-B-32"], 1,
+         "did you mean openclip/ViT-B-32?"),
+        (["embed", str(images), "-o", str(embedded), "--model", "pixels"], 0, ""),
+    ]
+    if no_gpu_at_all():
+        runs += [(["embed", str(images), "-o", t + "/e", "--model", "pixels", "--device",
+                   "cuda"], 1, "no CUDA GPU is visible"),
+                 (["train", s, "-o", t + "/h2", "--relation", "instance", "--device", "cuda"],
+                  1, "no CUDA GPU is visible")]
+    code = (
+        "import json, sys\n"
+        "from pairkit.cli.main import app\n"
+        "codes = []\n"
+        f"for args in {[a for a, _, _ in runs]!r}:\n"
+        "    try:\n"
+        "        app(args=args, prog_name='pairkit')\n"
+        "    except SystemExit as exc:\n"
+        "        codes.append(exc.code)\n"
+        "print(json.dumps([codes, sorted(m for m in ('torch', 'faiss', 'open_clip', 'timm')\n"
+        "                                if m in sys.modules)]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(), cwd=REPO, timeout=120)
+    codes, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert codes == [c for _, c, _ in runs], proc.stderr
+    for _, _, message in runs:
+        assert message in proc.stderr
+    assert heavy == [], heavy
