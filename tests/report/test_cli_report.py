@@ -210,7 +210,8 @@ def test_a_damaged_store_nearby_is_skipped(tmp_path):
     nearby folder while it looked for the table's store."""
     import numpy as np
 
-    from pairkit.core.store import Store, write_store
+    from pairkit.core.store import Store
+    from pairkit.core.store_writer import write_store
 
     write_store(tmp_path / "broken", np.eye(3, dtype=np.float32),
                 pd.DataFrame({"path": ["x.png", "y.png", "z.png"]}), dtype="float32")
