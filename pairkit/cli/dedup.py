@@ -19,8 +19,16 @@ def dedup(
         ..., help="Store folder or URL (s3://...; made by embed or import)."),
     threshold: float | None = typer.Option(
         None, "--threshold", "-t", show_default=DEFAULT_THRESHOLD_TEXT,
-        help="Similarity for a near-duplicate, in (0, 1] (measured with the pixels encoder; "
-        "see docs/dedup.md for other encoders)."),
+        help="Embedding similarity for a near-duplicate, in (0, 1]; giving it uses the "
+        "threshold method (and decides pairs with an unreadable image in the pixels one)."),
+    method: Literal["auto", "pixels", "threshold"] = typer.Option(
+        "auto", "--method",
+        help="pixels: align candidate pairs on the images, threshold calibrated on copies of "
+        "the store's own images; threshold: embedding similarity >= --threshold; auto: "
+        "pixels when the images can be read and no --threshold is given."),
+    pixel_threshold: float | None = typer.Option(
+        None, "--pixel-threshold", show_default="calibrated",
+        help="Aligned pixel correlation for a near-duplicate (pixels method)."),
     keep: Literal["best", "first", "largest", "central"] = typer.Option(
         "best", "--keep",
         help="Copy kept per group. best: the copy that lost least (JPEG quality, then "
@@ -39,6 +47,9 @@ def dedup(
         False, "--absolute", help="Paths joined to the store's image_root (absolute)."),
     print0: bool = typer.Option(
         False, "--print0", "-0", help="With --paths-only: end paths with NUL (xargs -0)."),
+    against: str | None = typer.Option(
+        None, "--against", help="Another store (a test split): list this store's sources "
+        "that duplicate one of its sources instead of the groups."),
     exact_only: bool = typer.Option(
         False, "--exact-only", help="Only byte-identical files (same file_sha256)."),
     batch_size: int = typer.Option(4096, "--batch-size", help="Query rows per search block."),
@@ -57,11 +68,20 @@ def dedup(
     """
     from pairkit.core.options import table_output
     from pairkit.errors import UsageError
-    from pairkit.mine.dedup import DedupConfig, run_dedup, summary_line, write_paths
+    from pairkit.mine.dedup import (
+        DedupConfig,
+        against_line,
+        run_against,
+        run_dedup,
+        summary_line,
+        write_paths,
+    )
 
     with user_errors():
         if print0 and not paths_only:
             raise UsageError("--print0 needs --paths-only")
+        if against is not None and drop:
+            raise UsageError("--drop does not apply to --against: every row is a leak")
         if not paths_only:
             table_output(output)
         if output != "-":
@@ -73,13 +93,18 @@ def dedup(
             (check_output if paths_only else check_table_output)(output, force)
         t0 = time.perf_counter()
         cfg = DedupConfig(store, threshold, keep, exact_only, batch_size, device, absolute,
-                          backend)
-        pairs = None
-        if ray:
-            from pairkit.distributed.dedup import RayPairs
+                          backend, method, pixel_threshold)
+        if against is not None:
+            if ray:
+                raise UsageError("dedup --against runs here: drop --ray")
+            table, summary = run_against(cfg, against, warn)
+        else:
+            pairs = None
+            if ray:
+                from pairkit.distributed.dedup import RayPairs
 
-            pairs = RayPairs(ray)
-        table, summary = run_dedup(cfg, warn, pairs)
+                pairs = RayPairs(ray)
+            table, summary = run_dedup(cfg, warn, pairs)
         if drop:
             table = table[~table["keep"]].reset_index(drop=True)
         try:
@@ -93,6 +118,6 @@ def dedup(
         except BrokenPipeError:
             gone = True  # `| head`: not an error; the summary still goes to stderr
         summary["seconds"] = time.perf_counter() - t0
-        say(summary_line(summary), quiet)
+        say((against_line if against is not None else summary_line)(summary), quiet)
     if gone:
         raise reader_gone()

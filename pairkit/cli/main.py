@@ -19,6 +19,7 @@ from pairkit.cli import eval as eval_cmd
 from pairkit.cli import import_ as import_cmd
 from pairkit.cli import index as index_cmd
 from pairkit.cli import info as info_cmd
+from pairkit.cli import issues as issues_cmd
 from pairkit.cli import mine as mine_cmd
 from pairkit.cli import project as project_cmd
 from pairkit.cli import report as report_cmd
@@ -74,7 +75,8 @@ def _root(
 # in pipeline order, as `pairkit --help` lists them
 for _name, _function in (
     ("embed", embed_cmd.embed), ("import", import_cmd.import_store), ("index", index_cmd.index),
-    ("mine", mine_cmd.mine), ("dedup", dedup_cmd.dedup), ("train", train_cmd.train),
+    ("mine", mine_cmd.mine), ("dedup", dedup_cmd.dedup), ("issues", issues_cmd.issues),
+    ("train", train_cmd.train),
     ("project", project_cmd.project), ("eval", eval_cmd.eval_store),
     ("search", search_cmd.search), ("info", info_cmd.info),
     ("report", report_cmd.report), ("demo", demo_cmd.demo),

@@ -219,7 +219,9 @@ def mine_store(
         sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
         ctx = fnm.build_context(vectors, store.labels(), sources, fn_config, seed=config.seed,
                                 file_sha256=sha if any(v is not None for v in sha) else None,
-                                views=items["view"].to_numpy(), backend=where)
+                                views=items["view"].to_numpy(), backend=where,
+                                paths=items["path"].to_numpy(dtype=object),
+                                image_root=store.manifest.get("image_root"))
         skipped = skippable_rows(ctx, fn_config, config)
         if skipped is not None and ctx.groups is None:
             # a near-duplicate of the anchor (or of its positive) shares its clusters, so

@@ -30,6 +30,8 @@ class DedupConfig:
     device: str = "auto"
     absolute: bool = False
     backend: str = "auto"  # auto, faiss, torch (pairkit.index.backend)
+    method: str = "auto"  # auto, pixels, threshold (pairkit.mine.near_duplicate_check)
+    pixel_threshold: float | None = None  # None: calibrated on the store
 
 
 def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
@@ -79,13 +81,20 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
         sizes = largest_reader(image_root, paths, warn)
         if sizes is None:
             keep = "first"
+    from pairkit.mine.near_duplicate_check import choose_check
+
+    vectors = st.vectors(np.float32)
+    check = choose_check(
+        vectors, paths, image_root, cfg.method, cfg.threshold, cfg.pixel_threshold,
+        batch_size=cfg.batch_size, device="cpu" if pairs else cfg.device,
+        backend="faiss" if pairs else cfg.backend, pairs=pairs)
     result = find_near_duplicates(
-        st.vectors(np.float32), threshold,
+        vectors, threshold,
         file_sha256=items["file_sha256"].to_numpy(dtype=object, na_value=None),
         sources=items["source"].to_numpy(dtype=object), views=items["view"].to_numpy(),
         keep=keep, sizes=sizes, near=not cfg.exact_only, batch_size=cfg.batch_size,
         device="cpu" if pairs else cfg.device, backend="faiss" if pairs else cfg.backend,
-        pairs=pairs)
+        pairs=pairs, check=check)
     table = result.table
     out_paths = paths[table["id"].to_numpy()]
     bad = first_bad_path(out_paths)
@@ -110,6 +119,7 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
         "near": int((table["match"] == "near").sum()),
         "split": result.components_split,
         "threshold": threshold,
+        "decision": result.decision if not cfg.exact_only else None,
         "keep": "first" if getattr(sizes, "fell_back", False) else keep,
         "exact_only": cfg.exact_only,
         "ray": pairs.describe() if pairs is not None else None,
@@ -282,6 +292,11 @@ def summary_line(s: dict[str, Any]) -> str:
     share = s["items_in_groups"] / s["items"] if s["items"] else 0.0
     views = "" if s["sources"] == s["items"] else f" ({s['items_in_groups']} items with views)"
     how = "exact only" if s["exact_only"] else f"threshold {s['threshold']:g}"
+    d = s.get("decision") or {}
+    if d.get("method") == "pixels":
+        cal = (f" calibrated on {d['copies']} copies of {d['images']} images"
+               if d.get("copies") else "")
+        how = f"pixels, aligned correlation >= {d['threshold']:.4f}{cal}"
     groups = "1 group" if s["groups"] == 1 else f"{s['groups']} groups"
     return (
         f"{groups}: {s['sources_in_groups']} of {s['sources']} sources in groups"
@@ -291,3 +306,96 @@ def summary_line(s: dict[str, Any]) -> str:
         + (f", search on {s['ray']}" if s.get("ray") else "")
     )
 
+
+AGAINST_COLUMNS = ("id", "path", "other_id", "other_path", "similarity", "match")
+
+
+def run_against(cfg: DedupConfig, other: str | Path, warn: Callable[[str], None] = lambda _: None
+                ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Sources of ``cfg.store`` that duplicate a source of ``other`` (train/test leaks):
+    exact by file hash, near by the same decision as :func:`run_dedup`, on the two stores
+    together. Table: one row per leaking source of the store (``id``, ``path``), with the
+    most similar duplicate in ``other`` (``other_id``, ``other_path``, ``similarity`` of
+    the stored vectors, ``match`` exact or near); and a summary."""
+    import numpy as np
+    import pandas as pd
+
+    from pairkit.core.store import Store
+    from pairkit.mine.near_duplicate_check import (
+        PixelCheck,
+        ThresholdCheck,
+        choose_check,
+        images_readable,
+    )
+    from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD, find_near_duplicates
+
+    a, b = Store.open(cfg.store), Store.open(other)
+    if a.dim != b.dim:
+        raise UsageError(f"--against: {cfg.store} has {a.dim}-d vectors and {other} "
+                         f"{b.dim}-d; embed both with one encoder")
+    ea, eb = a.encoder.get("name"), b.encoder.get("name")
+    if ea != eb:
+        warn(f"--against: the stores were embedded with different encoders ({ea}, {eb}); "
+             "their similarities are not comparable")
+    ia, ib = a.items, b.items
+    n_a = len(ia)
+    vectors = np.concatenate([a.vectors(np.float32), b.vectors(np.float32)])
+    paths = np.concatenate([ia["path"].to_numpy(dtype=object), ib["path"].to_numpy(dtype=object)])
+    ra, rb = a.manifest.get("image_root"), b.manifest.get("image_root")
+    roots = np.array([ra] * n_a + [rb] * len(ib), dtype=object)
+    sources = np.array(["a\0" + s for s in ia["source"].astype(str)] +
+                       ["b\0" + s for s in ib["source"].astype(str)], dtype=object)
+    hashes = np.concatenate([ia["file_sha256"].to_numpy(dtype=object, na_value=None),
+                             ib["file_sha256"].to_numpy(dtype=object, na_value=None)])
+    views = np.concatenate([ia["view"].to_numpy(), ib["view"].to_numpy()])
+    both = images_readable(ra, paths[:n_a]) and images_readable(rb, paths[n_a:])
+    t = DEFAULT_THRESHOLD if cfg.threshold is None else cfg.threshold
+    if cfg.method == "pixels" and not both:
+        raise UsageError("--method pixels needs both stores' images (image_root)")
+    if cfg.exact_only:
+        check = ThresholdCheck(vectors, t)
+    elif both and cfg.method != "threshold" and (cfg.threshold is None or
+                                                 cfg.method == "pixels"):
+        check = PixelCheck(vectors, paths, roots, threshold=cfg.pixel_threshold, fallback=t)
+    else:
+        check = choose_check(vectors, None, None, "threshold", t, batch_size=cfg.batch_size,
+                             device=cfg.device, backend=cfg.backend)
+    res = find_near_duplicates(vectors, t, file_sha256=hashes, sources=sources, views=views,
+                               keep="first", near=not cfg.exact_only, check=check)
+    table = res.table
+    ids = table["id"].to_numpy()
+    in_a = ids < n_a
+    rows = []
+    for _, members in table.groupby("group", sort=True):
+        m_ids = members["id"].to_numpy()
+        left, right = m_ids[m_ids < n_a], m_ids[m_ids >= n_a]
+        if not len(left) or not len(right):
+            continue
+        for i in left:
+            sims = vectors[right] @ vectors[i]
+            j = int(right[int(np.argmax(sims))])
+            same = hashes[i] is not None and hashes[i] == hashes[j]
+            rows.append((int(i), paths[i], j - n_a, paths[j],
+                         float(np.clip(sims.max(), -1, 1)), "exact" if same else "near"))
+    out = pd.DataFrame(rows, columns=list(AGAINST_COLUMNS))
+    if cfg.absolute:
+        out["path"] = [str(inside(ra, p)) for p in out["path"]]
+        out["other_path"] = [str(inside(rb, p)) for p in out["other_path"]]
+    summary = {
+        "leaks": len(out), "sources": int(ia["source"].nunique()) if n_a else 0,
+        "other_sources": int(ib["source"].nunique()) if len(ib) else 0,
+        "exact": int((out["match"] == "exact").sum()) if len(out) else 0,
+        "decision": res.decision if not cfg.exact_only else None,
+        "exact_only": cfg.exact_only, "threshold": t, "in_groups": int(in_a.sum()),
+    }
+    return out, summary
+
+
+def against_line(s: dict[str, Any]) -> str:
+    """The summary line of ``pairkit dedup --against``."""
+    d = s.get("decision") or {}
+    how = ("exact only" if s["exact_only"] else
+           f"pixels, aligned correlation >= {d['threshold']:.4f}" if d.get("method") == "pixels"
+           else f"threshold {s['threshold']:g}")
+    return (f"{s['leaks']} of {s['sources']} sources duplicate one of the other store's "
+            f"{s['other_sources']} ({s['exact']} exact), {how}, {s['seconds']:.1f} s")

@@ -174,11 +174,14 @@ def build_context(
     views: np.ndarray | None = None,
     neighbours: tuple[np.ndarray, np.ndarray] | None = None,
     backend: Any = None,
+    paths: np.ndarray | None = None,
+    image_root: str | None = None,
 ) -> FnContext:
     """An :class:`FnContext` with what ``config``'s rules need computed (each rule's
     ``prepare``); near-duplicate groups are computed on first use unless given.
     ``backend`` (a :class:`pairkit.index.backend.SearchBackend`; None: FAISS on the CPU)
-    runs the rules' searches and k-means."""
+    runs the rules' searches and k-means. ``paths`` (N,) and ``image_root``: the store's
+    images, for the near-duplicate decision's pixel check."""
     from pairkit.index.search import as_float32
 
     vectors = as_float32(vectors)
@@ -202,7 +205,9 @@ def build_context(
         )
     ctx = FnContext(vectors=vectors, labels=labels, sources=sources, groups=groups,
                     file_sha256=file_sha256, views=None if views is None else np.asarray(views),
-                    seed=seed, neighbours=neighbours, backend=backend)
+                    seed=seed, neighbours=neighbours, backend=backend,
+                    paths=None if paths is None else np.asarray(paths, dtype=object),
+                    image_root=image_root)
     for rule in config.rules:
         prepare = getattr(MODULES[rule], "prepare", None)
         if prepare is not None:

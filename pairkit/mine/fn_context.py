@@ -59,6 +59,9 @@ class FnContext:
     spectral: SpectralEmbedding | None = None
     pairwise_near_duplicates: bool = False
     backend: SearchBackend | None = None  # engine of the rules' searches; None: FAISS CPU
+    paths: np.ndarray | None = None  # (N,) item paths under image_root (the pixel check)
+    image_root: str | None = None
+    near_duplicate_decision: dict[str, Any] | None = None  # how the groups were decided
 
     @property
     def count(self) -> int:
@@ -111,17 +114,25 @@ def near_duplicate_threshold(config: FalseNegativeConfig) -> float:
 
 
 def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray | None:
-    """Near-duplicate group per item ((N,) int64, -1 none), or None when
-    ``pairkit.mine.near_duplicates`` is not available (the rule then falls back
-    to a similarity threshold)."""
+    """Near-duplicate group per item ((N,) int64, -1 none): ``pairkit dedup``'s groups,
+    with its decision (:func:`pairkit.mine.near_duplicate_check.choose_check`: pixels
+    calibrated on the store when its images can be read, else the threshold). None when
+    the run compares each offered pair with the threshold instead (a search that skips
+    the anchor's clusters, and no images) or ``pairkit.mine.near_duplicates`` is absent."""
     if ctx.groups is not None:
         return ctx.groups
-    if ctx.pairwise_near_duplicates:
-        return None  # the rule compares each pair with the threshold instead
     try:
+        from pairkit.mine.near_duplicate_check import PixelCheck, choose_check
         from pairkit.mine.near_duplicates import near_duplicate_groups
     except ImportError:
         return None
+    check = choose_check(
+        ctx.vectors, ctx.paths, ctx.image_root, "auto", config.near_duplicate_threshold,
+        knn_backend=ctx.backend, seed=ctx.seed,
+        **({} if ctx.backend is None else
+           {"device": ctx.backend.device, "backend": ctx.backend.name}))
+    if ctx.pairwise_near_duplicates and not isinstance(check, PixelCheck):
+        return None  # the rule compares each pair with the threshold instead
     ctx.groups = np.asarray(
         near_duplicate_groups(
             ctx.vectors,
@@ -129,11 +140,11 @@ def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.
             file_sha256=ctx.file_sha256,
             sources=ctx.sources,
             views=ctx.views,
-            **({} if ctx.backend is None else
-               {"device": ctx.backend.device, "backend": ctx.backend.name}),
+            check=check,
         ),
         dtype=np.int64,
     )
+    ctx.near_duplicate_decision = check.describe()
     return ctx.groups
 
 

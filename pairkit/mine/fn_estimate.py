@@ -89,6 +89,7 @@ def _scores(vectors: np.ndarray, anchors: np.ndarray, cand: np.ndarray) -> np.nd
 def _hidden(ctx: FnContext) -> FnContext:
     """The context with every row its own source (so rules can't see shared sources),
     sharing everything else that was computed. Near-duplicate groups are built per
-    source, so here the near-duplicate rule compares each pair with its threshold."""
+    source, so here the near-duplicate rule compares each pair with its threshold (never
+    the pixel check: every view of a source reads the same file)."""
     return replace(ctx, sources=np.arange(ctx.count, dtype=np.int64), source_views=None,
-                   groups=None, pairwise_near_duplicates=True)
+                   groups=None, pairwise_near_duplicates=True, paths=None)

@@ -53,13 +53,15 @@ class NearDuplicates:
     match = ``keep`` for the representative, ``exact`` for a byte-identical copy
     of it, ``near`` otherwise), sorted by group then keep-first then id.
     ``components_split``: components the chain guard split into several groups
-    (or partly out of groups). ``keep_rule``: the rule actually used.
+    (or partly out of groups). ``keep_rule``: the rule actually used. ``decision``: how
+    pairs were judged (``method`` pixels or threshold, the threshold, the calibration).
     """
 
     item_group: np.ndarray
     table: pd.DataFrame
     components_split: int
     keep_rule: str
+    decision: dict[str, Any] | None = None  # the check's description (method, threshold)
 
 
 def check_threshold(threshold: float) -> float:
@@ -120,6 +122,176 @@ def _merge_edges(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray
 
 
 # -- the grouping ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Nodes:
+    """Step 1-2: ``item_node`` (N,) node of every item, ``node_item`` (S,) the row that
+    stands for each node, ``node_unit`` (S,) exact-duplicate unit of each node,
+    ``unit_node`` (U,) first node of each unit."""
+
+    item_node: np.ndarray
+    node_item: np.ndarray
+    node_unit: np.ndarray
+    unit_node: np.ndarray
+
+
+def source_nodes(n: int, sources: np.ndarray | None, views: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Step 1: ``(item_node (N,), node_item (S,))``: one node per source, standing for it
+    by its lowest view (ties by lowest row)."""
+    import pandas as pd
+
+    if sources is None:
+        return np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64)
+    codes, _ = pd.factorize(pd.Series(np.asarray(sources, dtype=object)))
+    item_node = codes.astype(np.int64)
+    view_key = np.arange(n) if views is None else np.asarray(views, dtype=np.int64)
+    order = np.lexsort((np.arange(n), view_key, item_node))
+    first = np.ones(n, dtype=bool)
+    first[1:] = item_node[order][1:] != item_node[order][:-1]
+    return item_node, order[first].astype(np.int64)
+
+
+def exact_units(node_item: np.ndarray, file_sha256: np.ndarray | None) -> np.ndarray:
+    """Step 2: (S,) unit of every node: nodes with one file hash are one unit; a node
+    without a hash is a unit of its own."""
+    import pandas as pd
+
+    n_nodes = len(node_item)
+    if file_sha256 is None:
+        return np.arange(n_nodes, dtype=np.int64)
+    hashes = np.asarray(file_sha256, dtype=object)[node_item]
+    as_series = pd.Series(hashes, dtype=object)
+    empty = as_series.map(lambda h: isinstance(h, str) and not h)
+    missing = (as_series.isna() | empty).to_numpy(dtype=bool)
+    keys = np.where(missing, None, hashes)
+    codes, _ = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=True)
+    node_unit = np.empty(n_nodes, dtype=np.int64)
+    n_hash = int(codes.max()) + 1 if (codes >= 0).any() else 0
+    node_unit[~missing] = codes[~missing]
+    node_unit[missing] = n_hash + np.arange(int(missing.sum()))
+    return node_unit
+
+
+def near_components(n_units: int, edges: Iterator[tuple[np.ndarray, np.ndarray]]
+                    ) -> np.ndarray:
+    """Step 3: (U,) component label (its smallest unit) of every unit, from a stream of
+    (a, b) edge arrays."""
+    labels = np.arange(n_units, dtype=np.int64)
+    for a, b in edges:
+        labels = _merge_edges(labels, a, b)
+    return labels
+
+
+def node_ranks(candidate_nodes: np.ndarray, node_item: np.ndarray, n_nodes: int,
+               keep: str, sizes: SizeInput) -> np.ndarray:
+    """(S,) priority of every candidate node by the keep rule, lower is better (inf for
+    nodes in no component); ``central`` ranks by id here and decides per component."""
+    rank = np.full(n_nodes, np.inf)
+    if keep in ("first", "central"):
+        rank[candidate_nodes] = node_item[candidate_nodes]
+        return rank
+    items = node_item[candidate_nodes]
+    got = sizes(items) if callable(sizes) else np.asarray(sizes, dtype=float)[items]
+    got = np.asarray(got, dtype=float)
+    if np.isnan(got).any():
+        raise PairkitError(
+            f"keep rule {keep!r}: size unknown for {int(np.isnan(got).sum())} items"
+        )
+    # Larger first; ties by lowest id: rank by (-size, id).
+    order = np.lexsort((items, -got))
+    rank[candidate_nodes[order]] = np.arange(len(order), dtype=float)
+    return rank
+
+
+def chain_guard(labels: np.ndarray, candidate_unit: np.ndarray, unit_rank: np.ndarray,
+                unit_nodes_count: np.ndarray, unit_vecs: np.ndarray, rule: str,
+                linked: Callable[[int, np.ndarray], np.ndarray]
+                ) -> tuple[list[tuple[int, np.ndarray]], int]:
+    """Step 4: split each component greedily around representatives: the best remaining
+    unit leads, every remaining unit ``linked`` to it (``linked(leader, units) -> bool``)
+    joins its group, repeat. Returns ``([(leader, member units)], components split)``."""
+    groups: list[tuple[int, np.ndarray]] = []
+    split = 0
+    cand_units = np.nonzero(candidate_unit)[0]
+    comp_order = np.argsort(labels[cand_units], kind="stable")
+    sorted_units = cand_units[comp_order]
+    bounds = np.flatnonzero(np.diff(labels[sorted_units])) + 1
+    for comp in np.split(sorted_units, bounds):
+        if len(comp) == 0:
+            continue
+        remaining = comp
+        made = covered = 0
+        while len(remaining):
+            if rule == "central" and len(remaining) > 1:
+                vecs = unit_vecs[remaining]
+                total = vecs.sum(axis=0)
+                own = np.einsum("ij,ij->i", vecs, vecs)
+                centrality = (vecs @ total - own) / (len(remaining) - 1)
+                # highest centrality, ties by lowest id
+                lead_pos = int(np.lexsort((unit_rank[remaining], -centrality))[0])
+            else:
+                lead_pos = int(np.argmin(unit_rank[remaining]))
+            leader = remaining[lead_pos]
+            inside = (np.ones(1, dtype=bool) if len(remaining) == 1
+                      else np.asarray(linked(int(leader), remaining), dtype=bool))
+            inside[lead_pos] = True
+            members = remaining[inside]
+            if len(members) > 1 or unit_nodes_count[leader] > 1:
+                groups.append((int(leader), members))
+                made += 1
+                covered += len(members)
+            remaining = remaining[~inside]
+        if len(comp) > 1 and (made != 1 or covered != len(comp)):
+            split += 1
+    return groups, split
+
+
+def group_table(groups: list[tuple[int, np.ndarray]], nodes: _Nodes, unit_best: np.ndarray,
+                vectors: np.ndarray, n: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """Step 5: the table (one row per grouped source, see :class:`NearDuplicates`) and
+    the (N,) group id of every item."""
+    import pandas as pd
+
+    node_item, node_unit = nodes.node_item, nodes.node_unit
+    unit_members = _members_by_unit(node_unit, len(nodes.unit_node))
+    reps = []
+    for leader, members in groups:
+        rep = int(unit_best[leader])
+        member_nodes = np.concatenate([unit_members[u] for u in members])
+        reps.append((int(node_item[rep]), rep, member_nodes))
+    reps.sort(key=lambda r: r[0])
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in TABLE_COLUMNS}
+    for gid, (rep_item, rep, member_nodes) in enumerate(reps):
+        items = node_item[member_nodes]
+        sims = vectors[items] @ vectors[rep_item]
+        is_rep = member_nodes == rep
+        same_unit = node_unit[member_nodes] == node_unit[rep]
+        order = np.lexsort((items, ~is_rep))
+        # float16-stored rows have norms within ~1e-3 of 1: keep scores in [-1, 1]
+        sims = np.clip(sims.astype(np.float32), -1.0, 1.0)
+        sims[is_rep] = np.float32(1.0)
+        cols["group"].append(np.full(len(member_nodes), gid, dtype=np.int64))
+        cols["id"].append(member_nodes[order])  # nodes for now; rows below
+        cols["keep"].append(is_rep[order])
+        cols["similarity"].append(sims[order])
+        cols["match"].append(
+            np.where(is_rep, "keep", np.where(same_unit, "exact", "near"))[order].astype(object))
+    node_group = np.full(len(node_item), -1, dtype=np.int64)
+    if reps:
+        data = {k: np.concatenate(v) for k, v in cols.items()}
+        node_ids = data["id"]
+        data["id"] = node_item[node_ids]
+        table = pd.DataFrame(data)
+        node_group[node_ids] = table["group"].to_numpy()
+    else:
+        table = pd.DataFrame({
+            "group": np.zeros(0, np.int64), "id": np.zeros(0, np.int64),
+            "keep": np.zeros(0, bool), "similarity": np.zeros(0, np.float32),
+            "match": np.zeros(0, object)})
+    item_group = node_group[nodes.item_node] if n else np.zeros(0, np.int64)
+    return table, item_group.astype(np.int64)
+
+
 def find_near_duplicates(
     vectors: np.ndarray,
     threshold: float = DEFAULT_THRESHOLD,
@@ -134,6 +306,7 @@ def find_near_duplicates(
     device: str = "cpu",
     backend: str = "faiss",
     pairs: Callable[..., Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]] | None = None,
+    check: Any = None,
 ) -> NearDuplicates:
     """Exact- and near-duplicate groups of sources, with one representative each.
 
@@ -142,20 +315,21 @@ def find_near_duplicates(
     called only for items that have a duplicate; ties by lowest id; ``best`` is the name
     under which :mod:`pairkit.mine.dedup` passes its pixels/bytes/path order) or
     ``central`` (highest mean similarity to the other members of its component).
-    ``near=False`` finds only exact duplicates by hash. ``device`` (``cpu``,
-    ``cuda``, ``cuda:N`` or ``auto``) and ``backend`` (``faiss``, ``torch`` or ``auto``)
-    choose where the range search runs. ``pairs``: the function that streams the pairs
-    at the threshold, with the signature of
+    ``near=False`` finds only exact duplicates by hash. ``check``: which pairs are
+    near-duplicates (:mod:`pairkit.mine.near_duplicate_check`; the calibrated
+    :class:`~pairkit.mine.near_duplicate_check.PixelCheck` is what ``pairkit dedup`` uses
+    when the images are there); None: a
+    :class:`~pairkit.mine.near_duplicate_check.ThresholdCheck` at ``threshold``, whose
+    range search runs on ``device`` (``cpu``, ``cuda``, ``cuda:N`` or ``auto``) with
+    ``backend`` (``faiss``, ``torch`` or ``auto``); ``pairs``: the function that streams
+    the pairs at the threshold, with the signature of
     :func:`pairkit.index.range_search.range_search_blocks` (its default; the Ray path
     passes one that searches blocks of queries on a cluster: the pairs, and so the groups,
     are the same). See :class:`NearDuplicates`.
     """
-    import pandas as pd
-
-    from pairkit.index.range_search import range_search_blocks
+    from pairkit.mine.near_duplicate_check import ThresholdCheck
 
     t = check_threshold(threshold)
-    t32 = np.float32(t)
     if keep not in KEEP_RULES:
         raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {keep}")
     if keep in ("best", "largest") and sizes is None:
@@ -167,75 +341,31 @@ def find_near_duplicates(
     for name, arr in (("file_sha256", file_sha256), ("sources", sources), ("views", views)):
         if arr is not None and len(arr) != n:
             raise PairkitError(f"{name} has {len(arr)} entries, vectors {n}")
+    if check is None:
+        check = ThresholdCheck(vectors, t, batch_size=batch_size, device=device,
+                               backend=backend, pairs=pairs)
 
-    # 1. sources -> nodes (one per source, its lowest view)
-    if sources is None:
-        item_node = np.arange(n, dtype=np.int64)
-        node_item = np.arange(n, dtype=np.int64)
-    else:
-        codes, _ = pd.factorize(pd.Series(np.asarray(sources, dtype=object)))
-        item_node = codes.astype(np.int64)
-        view_key = (
-            np.arange(n) if views is None else np.asarray(views, dtype=np.int64)
-        )
-        order = np.lexsort((np.arange(n), view_key, item_node))
-        first = np.ones(n, dtype=bool)
-        first[1:] = item_node[order][1:] != item_node[order][:-1]
-        node_item = order[first].astype(np.int64)  # node s -> its row, nodes in code order
+    # 1-2. sources -> nodes (one per source, its lowest view) -> exact-duplicate units
+    item_node, node_item = source_nodes(n, sources, views)
     n_nodes = len(node_item)
-
-    # 2. exact duplicates: nodes with one file hash form one unit
-    if file_sha256 is not None:
-        hashes = np.asarray(file_sha256, dtype=object)[node_item]
-        as_series = pd.Series(hashes, dtype=object)
-        empty = as_series.map(lambda h: isinstance(h, str) and not h)
-        missing = (as_series.isna() | empty).to_numpy(dtype=bool)
-        keys = np.where(missing, None, hashes)
-        codes, _ = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=True)
-        node_unit = np.empty(n_nodes, dtype=np.int64)
-        n_hash = int(codes.max()) + 1 if (codes >= 0).any() else 0
-        node_unit[~missing] = codes[~missing]
-        node_unit[missing] = n_hash + np.arange(int(missing.sum()))
-    else:
-        node_unit = np.arange(n_nodes, dtype=np.int64)
+    node_unit = exact_units(node_item, file_sha256)
     n_units = int(node_unit.max()) + 1 if n_nodes else 0
-    # The unit's vector is its first node's vector.
-    unit_node = np.full(n_units, n_nodes, dtype=np.int64)
+    unit_node = np.full(n_units, n_nodes, dtype=np.int64)  # the unit's first node
     np.minimum.at(unit_node, node_unit, np.arange(n_nodes, dtype=np.int64))
-    unit_vecs = vectors[node_item[unit_node]] if n_units else vectors[:0]
+    nodes = _Nodes(item_node, node_item, node_unit, unit_node)
+    unit_items = node_item[unit_node] if n_units else np.zeros(0, np.int64)
+    unit_vecs = vectors[unit_items] if n_units else vectors[:0]
     unit_nodes_count = np.bincount(node_unit, minlength=n_units)
 
-    # 3. near duplicates: connected components of units, streamed
-    labels = np.arange(n_units, dtype=np.int64)
-    if near and n_units > 1:
-        for a, b, _ in (pairs or range_search_blocks)(
-            unit_vecs, unit_vecs, t, batch_size=batch_size, device=device, backend=backend
-        ):
-            upper = b > a
-            labels = _merge_edges(labels, a[upper], b[upper])
-
+    # 3. near duplicates: connected components of units, edges streamed by the check
+    edges = check.edges(unit_items) if near and n_units > 1 else iter(())
+    labels = near_components(n_units, edges)
     comp_size = np.bincount(labels, minlength=n_units)
     candidate_unit = (comp_size[labels] > 1) | (unit_nodes_count > 1)
     candidate_nodes = np.nonzero(candidate_unit[node_unit])[0]
 
-    # Priority of a node: lower is better (keep rule); central is per component.
-    rank = np.full(n_nodes, np.inf)
-    rule = keep
-    if keep in ("first", "central"):
-        rank[candidate_nodes] = node_item[candidate_nodes]
-    else:
-        items = node_item[candidate_nodes]
-        got = sizes(items) if callable(sizes) else np.asarray(sizes, dtype=float)[items]
-        got = np.asarray(got, dtype=float)
-        if np.isnan(got).any():
-            raise PairkitError(
-                f"keep rule {keep!r}: size unknown for {int(np.isnan(got).sum())} items"
-            )
-        # Larger first; ties by lowest id: rank by (-size, id).
-        order = np.lexsort((items, -got))
-        rank[candidate_nodes[order]] = np.arange(len(order), dtype=float)
-
-    # best node of each unit and its rank
+    # best node of each unit by the keep rule, and its rank
+    rank = node_ranks(candidate_nodes, node_item, n_nodes, keep, sizes)
     unit_best = np.full(n_units, -1, dtype=np.int64)
     unit_rank = np.full(n_units, np.inf)
     cand_order = candidate_nodes[np.argsort(rank[candidate_nodes], kind="stable")]
@@ -244,91 +374,13 @@ def find_near_duplicates(
     unit_rank[units_seen] = rank[cand_order[first_pos]]
 
     # 4. chain guard: split each component greedily around representatives
-    groups: list[tuple[int, np.ndarray]] = []  # (leader unit, member units)
-    split = 0
-    cand_units = np.nonzero(candidate_unit)[0]
-    comp_order = np.argsort(labels[cand_units], kind="stable")
-    sorted_units = cand_units[comp_order]
-    bounds = np.flatnonzero(np.diff(labels[sorted_units])) + 1
-    for comp in np.split(sorted_units, bounds):
-        if len(comp) == 0:
-            continue
-        remaining = comp
-        made = covered = 0
-        while len(remaining):
-            vecs = unit_vecs[remaining]
-            if rule == "central" and len(remaining) > 1:
-                total = vecs.sum(axis=0)
-                own = np.einsum("ij,ij->i", vecs, vecs)
-                centrality = (vecs @ total - own) / (len(remaining) - 1)
-                # highest centrality, ties by lowest id
-                lead_pos = int(np.lexsort((unit_rank[remaining], -centrality))[0])
-            else:
-                lead_pos = int(np.argmin(unit_rank[remaining]))
-            leader = remaining[lead_pos]
-            sims = vecs @ unit_vecs[leader]
-            inside = sims >= t32
-            inside[lead_pos] = True
-            members = remaining[inside]
-            if len(members) > 1 or unit_nodes_count[leader] > 1:
-                groups.append((int(leader), members))
-                made += 1
-                covered += len(members)
-            remaining = remaining[~inside]
-        if len(comp) > 1 and (made != 1 or covered != len(comp)):
-            split += 1
+    groups, split = chain_guard(
+        labels, candidate_unit, unit_rank, unit_nodes_count, unit_vecs, keep,
+        lambda leader, units: check.linked(unit_items, leader, units))
 
     # 5. table: one row per grouped source
-    unit_members = _members_by_unit(node_unit, n_units)
-    rows_group, rows_node, rows_keep, rows_sim, rows_match = [], [], [], [], []
-    reps = []
-    for leader, members in groups:
-        rep = int(unit_best[leader])
-        nodes = np.concatenate([unit_members[u] for u in members])
-        reps.append((int(node_item[rep]), rep, nodes))
-    reps.sort(key=lambda r: r[0])
-    for gid, (rep_item, rep, nodes) in enumerate(reps):
-        items = node_item[nodes]
-        sims = vectors[items] @ vectors[rep_item]
-        is_rep = nodes == rep
-        same_unit = node_unit[nodes] == node_unit[rep]
-        order = np.lexsort((items, ~is_rep))
-        rows_group.append(np.full(len(nodes), gid, dtype=np.int64))
-        rows_node.append(nodes[order])
-        rows_keep.append(is_rep[order])
-        # float16-stored rows have norms within ~1e-3 of 1: keep scores in [-1, 1]
-        sims = np.clip(sims.astype(np.float32), -1.0, 1.0)
-        sims[is_rep] = np.float32(1.0)
-        rows_sim.append(sims[order])
-        rows_match.append(
-            np.where(is_rep, "keep", np.where(same_unit, "exact", "near"))[order].astype(object)
-        )
-    if reps:
-        node_ids = np.concatenate(rows_node)
-        table = pd.DataFrame(
-            {
-                "group": np.concatenate(rows_group),
-                "id": node_item[node_ids],
-                "keep": np.concatenate(rows_keep),
-                "similarity": np.concatenate(rows_sim),
-                "match": np.concatenate(rows_match),
-            }
-        )
-        node_group = np.full(n_nodes, -1, dtype=np.int64)
-        node_group[node_ids] = table["group"].to_numpy()
-    else:
-        table = pd.DataFrame(
-            {
-                "group": np.zeros(0, np.int64),
-                "id": np.zeros(0, np.int64),
-                "keep": np.zeros(0, bool),
-                "similarity": np.zeros(0, np.float32),
-                "match": np.zeros(0, object),
-            }
-        )
-        node_group = np.full(n_nodes, -1, dtype=np.int64)
-    item_group = node_group[item_node] if n else np.zeros(0, np.int64)
-    return NearDuplicates(item_group.astype(np.int64), table, split, rule)
+    table, item_group = group_table(groups, nodes, unit_best, vectors, n)
+    return NearDuplicates(item_group, table, split, keep, check.describe())
 
 
 def _members_by_unit(node_unit: np.ndarray, n_units: int) -> list[np.ndarray]:

@@ -88,7 +88,7 @@ def _complete(words: str) -> list[str]:
 
 def test_shell_completion_completes_commands_and_options() -> None:
     assert _complete("pairkit se") == ["search"]
-    assert set(_complete("pairkit i")) == {"import", "index", "info"}
+    assert set(_complete("pairkit i")) == {"import", "index", "info", "issues"}
     assert "--fn-mode" in _complete("pairkit mine store --fn-m")
 
 

@@ -1,0 +1,60 @@
+"""pairkit issues: outliers and likely label errors from a store's kNN graph."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from pairkit.cli.common import say, user_errors
+
+
+def issues(
+    store: Path = typer.Argument(..., help="Store folder (made by embed or import)."),
+    checks: str = typer.Option(
+        "outlier,label-error", "--checks",
+        help="Comma-separated detectors: outlier, label-error (an unlabelled store: "
+        "outlier only)."),
+    k: int = typer.Option(10, "--k", help="Neighbours per source in the kNN graph."),
+    outlier_z: float = typer.Option(
+        3.5, "--outlier-z", help="Robust z-score of the mean kNN distance that flags an "
+        "outlier."),
+    all_rows: bool = typer.Option(
+        False, "--all", help="Every source and check with its score, not only the flagged."),
+    knn_graph: str | None = typer.Option(
+        None, "--knn-graph", help="Also write the kNN graph (cosine distances) as a scipy "
+        "sparse .npz for cleanlab's Datalab(knn_graph=...), and FILE.ids.npy (store rows)."),
+    output: str = typer.Option("-", "-o", "--output",
+                               help="Table (.parquet, .csv, .jsonl); - = stdout."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
+) -> None:
+    """Flag outliers (far from their nearest sources) and likely label errors (labels
+    their neighbours' weighted vote disagrees with), with scores and reasons.
+
+    One row per source (its view 0). Example: pairkit issues store -o issues.csv
+    """
+    from pairkit.core.options import table_output
+    from pairkit.eval.data_issues import IssuesConfig, run_issues, summary_line
+
+    with user_errors():
+        table_output(output)
+        if output != "-":
+            from pairkit.core.tables import check_table_output
+
+            check_table_output(output, force)
+        t0 = time.perf_counter()
+        names = tuple(c.strip() for c in checks.split(",") if c.strip())
+        cfg = IssuesConfig(store, k, names, outlier_z, all_rows, knn_graph, force)
+        table, summary = run_issues(cfg)
+        from pairkit.core.tables import write_table
+
+        try:
+            write_table(table, output, force)
+            reader_gone = False
+        except BrokenPipeError:
+            reader_gone = True
+        say(summary_line(summary, time.perf_counter() - t0), quiet)
+    if reader_gone:
+        raise BrokenPipeError

@@ -1,0 +1,297 @@
+"""Which pairs of sources are near-duplicates: the decision behind ``pairkit dedup`` and
+the ``near-duplicate`` false-negative rule of ``mine``.
+
+Two checks share one small contract (``edges(items)``, ``linked(items, leader, others)``,
+``describe()``), so :func:`pairkit.mine.near_duplicates.find_near_duplicates` groups with
+either:
+
+- :class:`PixelCheck` (the default when the store's images can be read): candidates are
+  each source's nearest sources by the store's embedding *and* by a blurred-thumbnail
+  descriptor, each candidate pair is aligned on the pixels (a zoom and a sub-pixel shift,
+  :mod:`pairkit.mine.near_duplicate_pixels`) and is a near-duplicate when its aligned
+  correlation reaches a threshold **calibrated on the store**: copies of a sample of the
+  store's own images are made in memory (:mod:`pairkit.mine.near_duplicate_copies`) and
+  the threshold is the 1st percentile of their scores against their originals. Nothing in
+  it depends on the encoder, so it holds for any model.
+- :class:`ThresholdCheck`: inner product of the stored vectors >= a fixed threshold (an
+  imported store without images, ``--threshold``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CANDIDATES = 8  # nearest sources per source, by the embedding and by the descriptor
+CALIBRATION_SAMPLE = 200  # images copied (once per edit) to calibrate
+COPY_QUANTILE = 0.01  # the threshold: this quantile of the known copies' scores
+PREFILTER_MAX = 0.95  # coarse score a pair needs before the fine alignment (at most)
+FINE = 96  # thumbnail side of the fine alignment
+
+
+@dataclass
+class ThresholdCheck:
+    """Near-duplicates by the stored vectors: inner product >= ``threshold``."""
+
+    vectors: np.ndarray  # (N, d) float32 rows of the store
+    threshold: float
+    batch_size: int = 4096
+    device: str = "cpu"
+    backend: str = "faiss"
+    pairs: Any = None  # the pair stream (range_search_blocks' signature); None: local
+
+    def edges(self, items: np.ndarray) -> Any:
+        """Stream of (a, b) index arrays into ``items``, a < b, similar enough."""
+        from pairkit.index.range_search import range_search_blocks
+
+        vecs = self.vectors[items]
+        for a, b, _ in (self.pairs or range_search_blocks)(
+            vecs, vecs, self.threshold, batch_size=self.batch_size, device=self.device,
+            backend=self.backend,
+        ):
+            upper = b > a
+            yield a[upper], b[upper]
+
+    def linked(self, items: np.ndarray, leader: int, others: np.ndarray) -> np.ndarray:
+        """(len(others),) bool: ``items[others]`` within the threshold of ``items[leader]``."""
+        sims = self.vectors[items[others]] @ self.vectors[items[leader]]
+        return sims >= np.float32(self.threshold)
+
+    def describe(self) -> dict[str, Any]:
+        return {"method": "threshold", "threshold": float(self.threshold)}
+
+
+@dataclass
+class PixelCheck:
+    """Near-duplicates by aligned pixels, threshold calibrated on the store (module doc).
+
+    ``vectors`` (N, d) float32 rows of the store, ``paths`` (N,) item paths under
+    ``image_root``. ``threshold`` None: calibrated; ``fallback`` decides pairs with an
+    unreadable image by the vectors' inner product.
+    """
+
+    vectors: np.ndarray
+    paths: np.ndarray
+    image_root: str | Path | np.ndarray  # one folder, or (N,) one per item
+    threshold: float | None = None
+    fallback: float = 0.965
+    candidates: int = CANDIDATES
+    sample: int = CALIBRATION_SAMPLE
+    seed: int = 0
+    backend: Any = None  # pairkit.index.backend.SearchBackend for the kNN searches
+    calibration: dict[str, Any] = field(default_factory=dict)
+    _fine: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+
+    # -- thumbnails ---------------------------------------------------------------------
+    def _read(self, items: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+        from pairkit.mine.near_duplicate_pixels import read_thumbnails
+
+        return read_thumbnails(self.image_root, self.paths, items, size)
+
+    def _fine_thumbs(self, items: np.ndarray) -> np.ndarray:
+        """(n, FINE, FINE) thumbnails of rows ``items``, read once each."""
+        missing = np.array([i for i in np.unique(items) if int(i) not in self._fine],
+                           dtype=np.int64)
+        if len(missing):
+            thumbs, _ = self._read(missing, FINE)
+            for i, t in zip(missing, thumbs, strict=True):
+                self._fine[int(i)] = t
+        return np.stack([self._fine[int(i)] for i in items]) if len(items) else \
+            np.zeros((0, FINE, FINE), np.float32)
+
+    # -- scores -------------------------------------------------------------------------
+    def _scores(self, coarse_a: np.ndarray, coarse_b: np.ndarray, fine_a: Any, fine_b: Any,
+                prefilter: float) -> tuple[np.ndarray, np.ndarray]:
+        """(coarse, fine) aligned correlations of pairs; fine is -1 below ``prefilter``.
+        ``fine_a``/``fine_b``: functions from pair positions to (n, FINE, FINE) thumbs."""
+        from pairkit.mine.near_duplicate_pixels import aligned_correlation, refine_correlation
+
+        coarse, scale, shift = aligned_correlation(coarse_a, coarse_b)
+        fine = np.full(len(coarse), -1.0, dtype=np.float32)
+        go = np.flatnonzero(coarse >= prefilter)
+        block = 512
+        for lo in range(0, len(go), block):
+            g = go[lo: lo + block]
+            fine[g] = refine_correlation(fine_a(g), fine_b(g), scale[g],
+                                         shift[g] * (FINE / coarse_a.shape[-1]))
+        return coarse, fine
+
+    def _calibrate(self, items: np.ndarray, ok: np.ndarray, cand: np.ndarray) -> None:
+        """Set the threshold and prefilter from copies of a sample of ``items``;
+        ``cand`` (n, m): each item's candidate positions (-1 padded)."""
+        from pairkit.core.paths import resolve_item_path
+        from pairkit.encode.images import DecodeError, load_image
+        from pairkit.mine.near_duplicate_copies import EDITS, edited_copy
+        from pairkit.mine.near_duplicate_pixels import THUMB, thumbnails_of
+
+        rng = np.random.default_rng(self.seed)
+        readable = np.flatnonzero(ok)
+        chosen = np.sort(rng.choice(readable, size=min(self.sample, len(readable)),
+                                    replace=False))
+        oc, of, cc, cf, owner = [], [], [], [], []
+        roots = self.image_root
+        for pos in chosen:
+            root = roots[items[pos]] if isinstance(roots, np.ndarray) else roots
+            f = resolve_item_path(root, str(self.paths[items[pos]]))
+            try:
+                img, _ = load_image(f, draft_size=2 * FINE)  # type: ignore[arg-type]
+            except (DecodeError, OSError, ValueError, TypeError):
+                continue
+            small, big = thumbnails_of(img, (THUMB, FINE))
+            for edit in EDITS:
+                cs, cb = thumbnails_of(edited_copy(img, edit, rng), (THUMB, FINE))
+                oc.append(small)
+                of.append(big)
+                cc.append(cs)
+                cf.append(cb)
+                owner.append(pos)
+        if not oc:
+            self.threshold = self.threshold if self.threshold is not None else 0.995
+            self.calibration = {"copies": 0}
+            return
+        oc_a, of_a, cc_a, cf_a = (np.stack(x) for x in (oc, of, cc, cf))
+        coarse, fine = self._scores(cc_a, oc_a, lambda g: cf_a[g], lambda g: of_a[g], -2.0)
+        prefilter = float(min(PREFILTER_MAX, np.quantile(coarse, 0.005) - 0.01))
+        threshold = float(np.quantile(fine, COPY_QUANTILE))
+        # the store's own pairs of the sampled images: how close do non-copies come?
+        own = np.unique(np.asarray(owner))
+        a = np.repeat(own, cand.shape[1])
+        b = cand[own].ravel()
+        keep = (b >= 0) & ok[np.maximum(b, 0)]
+        a, b = a[keep], b[keep]
+        thumbs = self._coarse
+        _, nf = self._scores(thumbs[a], thumbs[b], lambda g: self._fine_thumbs(items[a[g]]),
+                             lambda g: self._fine_thumbs(items[b[g]]), prefilter)
+        best = np.full(len(items), -1.0)
+        np.maximum.at(best, a, nf)
+        nearest = best[own]
+        if self.threshold is None:
+            self.threshold = threshold
+        self.prefilter = prefilter
+        self.calibration = {
+            "copies": len(oc), "images": len(own), "threshold": round(threshold, 5),
+            "copies_q01": round(float(np.quantile(fine, 0.01)), 5),
+            "copies_median": round(float(np.median(fine)), 5),
+            "nearest_other_q99": round(float(np.quantile(nearest, 0.99)), 5),
+            "nearest_other_above": float(np.mean(nearest >= self.threshold)),
+            "prefilter": round(prefilter, 4),
+        }
+
+    # -- the contract -------------------------------------------------------------------
+    def edges(self, items: np.ndarray) -> Any:
+        """(a, b) index arrays into ``items`` (one per source): the near-duplicate pairs."""
+        from pairkit.mine.clusters import knn_graph
+        from pairkit.mine.near_duplicate_pixels import descriptors
+
+        items = np.asarray(items, dtype=np.int64)
+        n = len(items)
+        if n < 2:
+            return
+        self._coarse, ok = self._read(items, 32)
+        self._ok = ok
+        k = min(self.candidates, n - 1)
+        own = np.arange(n, dtype=np.int64)
+        vecs = np.ascontiguousarray(self.vectors[items], dtype=np.float32)
+        ids_e, _ = knn_graph(vecs, own, k, backend=self.backend)
+        desc = descriptors(self._coarse)
+        ids_d, _ = knn_graph(desc, own, k, backend=self.backend)
+        cand = np.concatenate([ids_e, ids_d], axis=1)
+        self.prefilter = PREFILTER_MAX
+        self._calibrate(items, ok, cand)
+        a = np.repeat(own, cand.shape[1])
+        b = cand.ravel()
+        keep = b >= 0
+        a, b = np.minimum(a[keep], b[keep]), np.maximum(a[keep], b[keep])
+        pairs = np.unique(np.stack([a, b], axis=1), axis=0)
+        pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+        a, b = pairs[:, 0], pairs[:, 1]
+        both = ok[a] & ok[b]
+        found = np.zeros(len(a), dtype=bool)
+        if (~both).any():  # an unreadable image: the vectors decide
+            sims = np.einsum("ij,ij->i", vecs[a[~both]], vecs[b[~both]])
+            found[~both] = sims >= np.float32(self.fallback)
+        pa, pb = a[both], b[both]
+        _, fine = self._scores(self._coarse[pa], self._coarse[pb],
+                               lambda g: self._fine_thumbs(items[pa[g]]),
+                               lambda g: self._fine_thumbs(items[pb[g]]), self.prefilter)
+        found[both] = fine >= np.float32(self.threshold)
+        self.calibration["pairs_checked"] = int(both.sum())
+        self.calibration["pairs_aligned"] = int((fine > -1).sum())
+        yield a[found], b[found]
+
+    def linked(self, items: np.ndarray, leader: int, others: np.ndarray) -> np.ndarray:
+        """(len(others),) bool: ``items[others]`` near-duplicates of ``items[leader]``."""
+        others = np.asarray(others, dtype=np.int64)
+        out = np.zeros(len(others), dtype=bool)
+        ok = getattr(self, "_ok", None)
+        if ok is None:  # no edges were asked for (exact duplicates only)
+            return others == leader
+        both = ok[others] & ok[leader]
+        if (~both).any():
+            v = self.vectors[items[others[~both]]] @ self.vectors[items[leader]]
+            out[~both] = v >= np.float32(self.fallback)
+        if both.any():
+            o = others[both]
+            lead = np.full(len(o), leader)
+            _, fine = self._scores(self._coarse[lead], self._coarse[o],
+                                   lambda g: self._fine_thumbs(items[lead[g]]),
+                                   lambda g: self._fine_thumbs(items[o[g]]), -2.0)
+            out[both] = fine >= np.float32(self.threshold)
+        out[others == leader] = True
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"method": "pixels", "threshold": float(self.threshold or 0.0),
+                "fallback_threshold": self.fallback, **self.calibration}
+
+
+def images_readable(image_root: str | None, paths: np.ndarray, probe: int = 16) -> bool:
+    """True when the store has an image root and the first ``probe`` paths are mostly
+    files there (the pixel check then runs; else the vectors decide)."""
+    if not image_root or not Path(image_root).is_dir() or len(paths) == 0:
+        return False
+    from pairkit.core.paths import resolve_item_path
+
+    probe_paths = paths[: min(probe, len(paths))]
+    found = 0
+    for p in probe_paths:
+        f = resolve_item_path(image_root, str(p))
+        found += bool(f is not None and f.is_file())
+    return found * 2 >= len(probe_paths)
+
+
+METHODS = ("auto", "pixels", "threshold")
+
+
+def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str | None,
+                 method: str = "auto", threshold: float | None = None,
+                 pixel_threshold: float | None = None, **threshold_options: Any) -> Any:
+    """The near-duplicate check of a store: ``auto`` = :class:`PixelCheck` when its images
+    can be read (and no embedding ``threshold`` was asked for), else
+    :class:`ThresholdCheck` at ``threshold`` (None: ``pairkit dedup``'s default).
+    ``threshold_options`` go to :class:`ThresholdCheck` (batch_size, device, backend,
+    pairs); ``backend`` objects for the kNN searches of the pixel check go in
+    ``knn_backend``. The one decision ``dedup`` and the ``near-duplicate`` rule share."""
+    from pairkit.errors import UsageError
+    from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD, check_threshold
+
+    if method not in METHODS:
+        raise UsageError(f"--method must be one of {', '.join(METHODS)}, got {method}")
+    knn_backend = threshold_options.pop("knn_backend", None)
+    seed = int(threshold_options.pop("seed", 0))
+    t = check_threshold(DEFAULT_THRESHOLD if threshold is None else threshold)
+    if pixel_threshold is not None and not -1.0 < pixel_threshold <= 1.0:
+        raise UsageError(f"--pixel-threshold must be in (-1, 1], got {pixel_threshold:g}")
+    readable = paths is not None and images_readable(image_root, paths)
+    if method == "pixels" and not readable:
+        raise UsageError("--method pixels needs the store's images: its image_root is "
+                         f"{'unset' if not image_root else 'missing or unreadable: ' + image_root}")
+    use_pixels = method == "pixels" or (method == "auto" and readable and threshold is None)
+    if use_pixels:
+        return PixelCheck(np.asarray(vectors, dtype=np.float32), np.asarray(paths),
+                          str(image_root), threshold=pixel_threshold, fallback=t, seed=seed,
+                          backend=knn_backend)
+    return ThresholdCheck(np.asarray(vectors, dtype=np.float32), t, **threshold_options)

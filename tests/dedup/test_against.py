@@ -1,0 +1,55 @@
+"""``pairkit dedup STORE --against OTHER``: planted train/test copies are found."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.mine.near_duplicate_copies import edited_copy
+from tests.dedup.test_pixel_check import texture
+
+runner = CliRunner()
+
+
+def test_against_finds_planted_train_test_copies(tmp_path: Path) -> None:
+    train, test = tmp_path / "train", tmp_path / "test"
+    train.mkdir()
+    test.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(16):
+        Image.fromarray((texture(200 + i, 64) * 255).astype(np.uint8)).convert("RGB").save(
+            train / f"tr{i:02d}.png")
+    for i in range(12):
+        Image.fromarray((texture(400 + i, 64) * 255).astype(np.uint8)).convert("RGB").save(
+            test / f"te{i:02d}.png")
+    leaks = {"te-copy0.png": "tr00.png", "te-copy1.png": "tr03.png",
+             "te-copy2.png": "tr07.png"}
+    for k, (name, src) in enumerate(leaks.items()):
+        img = Image.open(train / src).convert("RGB")
+        edited_copy(img, ("shift", "reencode", "brightness")[k], rng).save(test / name)
+    shutil.copy(train / "tr10.png", test / "te-exact.png")
+    leaks["te-exact.png"] = "tr10.png"
+    for folder in (train, test):
+        r = runner.invoke(app, ["embed", str(folder), "-o", str(folder) + "-store", "--model",
+                                "pixels", "-q"])
+        assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["dedup", str(test) + "-store", "--against", str(train) + "-store"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert {row["path"]: row["other_path"] for row in rows} == leaks
+    assert {row["path"]: row["match"] for row in rows}["te-exact.png"] == "exact"
+    assert "4 of 16 sources duplicate one of the other store's 16" in r.stderr
+    # exact only: the byte copy alone
+    r = runner.invoke(app, ["dedup", str(test) + "-store", "--against", str(train) + "-store",
+                            "--exact-only", "--paths-only"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.split() == ["te-exact.png"]
+    r = runner.invoke(app, ["dedup", str(test) + "-store", "--against", str(train) + "-store",
+                            "--drop"])
+    assert r.exit_code == 2 and "--drop does not apply to --against" in r.output
