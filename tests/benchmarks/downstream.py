@@ -104,10 +104,15 @@ def long_tailed(work: Path, base: str = "fm0", ratio: float = 30.0, seed: int = 
 
 def planted_copies(work: Path, base: str = "fm0", share: float = 0.03, seed: int = 0
                    ) -> tuple[Path, Path, Path]:
-    """``base``'s training images plus near-copies of a ``share`` of them (1-2 px shift,
-    +-10% brightness), embedded as new sources; returns (store, held-out, copies.json:
-    copy path -> original path)."""
+    """``base``'s training store plus near-copies of a ``share`` of its images (1-2 px
+    shift, +-10% brightness) embedded with the same encoder as new sources; returns
+    (store, held-out, copies.json: copy path -> original path)."""
+    import pandas as pd
     from PIL import Image
+
+    from pairkit.core.store import Store
+    from pairkit.core.store_writer import write_store
+    from tests.benchmarks.real_data import encoder_checkpoint
 
     cfg = CONFIGS[base]
     out = work / f"{base}-copies"
@@ -117,18 +122,10 @@ def planted_copies(work: Path, base: str = "fm0", share: float = 0.03, seed: int
         return store, src_held, pairs_file
     images = out / "images"
     orig_root = work / cfg.tag / "images"
-    files = sorted(p for p in orig_root.rglob("*.png"))
+    files = sorted(orig_root.rglob("*.png"))
     rng = np.random.default_rng(seed)
     chosen = rng.choice(len(files), size=int(round(share * len(files))), replace=False)
-    if images.exists():
-        import shutil
-
-        shutil.rmtree(images)
     copies: dict[str, str] = {}
-    for f in files:
-        rel = f.relative_to(orig_root)
-        (images / rel.parent).mkdir(parents=True, exist_ok=True)
-        os.link(f, images / rel)
     for n, i in enumerate(chosen):
         f = files[i]
         img = np.asarray(Image.open(f).convert("RGB"), dtype=np.float32)
@@ -137,14 +134,18 @@ def planted_copies(work: Path, base: str = "fm0", share: float = 0.03, seed: int
         img = np.clip(img * rng.uniform(0.9, 1.1), 0, 255).astype(np.uint8)
         rel = f.relative_to(orig_root)
         name = rel.parent / f"copy{n:04d}-{rel.name}"
+        (images / rel.parent).mkdir(parents=True, exist_ok=True)
         Image.fromarray(img).save(images / name)
-        copies[str(name)] = str(rel)
+        copies[name.as_posix()] = rel.as_posix()
     model = f"timm/tf_efficientnet_lite{cfg.lite}"
-    from tests.benchmarks.real_data import encoder_checkpoint
-
-    pairkit("embed", str(images), "-o", str(store), "--model", model, "--checkpoint",
-            encoder_checkpoint(cfg.lite), "--views", "2", "--labels", "folder", "--seed",
-            str(cfg.seed), "--quiet", "--force")
+    pairkit("embed", str(images), "-o", str(out / "copies-store"), "--model", model,
+            "--checkpoint", encoder_checkpoint(cfg.lite), "--views", "2", "--labels", "folder",
+            "--seed", str(cfg.seed + 1), "--quiet", "--force")
+    parts = [Store.open(src_train), Store.open(out / "copies-store")]
+    cols = ["path", "source", "view", "label"]
+    write_store(store, np.concatenate([p.vectors(np.float32) for p in parts]),
+                pd.concat([p.items[cols] for p in parts], ignore_index=True),
+                encoder=parts[0].encoder, force=True)
     pairs_file.write_text(json.dumps(copies))
     return store, src_held, pairs_file
 
