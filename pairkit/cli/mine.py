@@ -86,10 +86,9 @@ def mine(
     fn_community_neighbors: int | None = typer.Option(
         None, "--fn-community-neighbors", help="community rule: kNN graph neighbours.",
         show_default="15"),
-    positives: int | None = typer.Option(
-        None, "--positives", help="Mined positives per anchor (near-duplicates, mutual "
-        "neighbours), as extra rows positive_kind=mined.", show_default="10 with "
-        "--filter-false-negatives, else 0"),
+    positives: int | None = typer.Option(None, "--positives", help="Mined positives per anchor "
+        "(near-duplicates, mutual neighbours) as rows positive_kind=mined.",
+        show_default="10 with --filter-false-negatives, else 0"),
     positive_neighbours: int = typer.Option(10, "--positive-neighbours",
                                             help="Depth of the mutual-neighbour test."),
     stats_path: Path | None = typer.Option(None, "--stats", help="Write the summary as JSON."),
