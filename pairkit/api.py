@@ -92,6 +92,7 @@ def embed_images(images: str | os.PathLike[str], store: str | os.PathLike[str], 
 def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
                format: str = "triplet", filter_false_negatives: bool = False,
                fn_rules: str | None = None, fn_options: dict[str, Any] | None = None,
+               positives: int | None = None, positive_neighbours: int = 10,
                as_dataset: bool = False, **options: Any) -> pd.DataFrame | Any:
     """Mine anchor / positive / negative rows from a store (``pairkit mine``).
 
@@ -103,12 +104,14 @@ def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
     :class:`pairkit.index.options.IndexOptions` fields (``kind``, ``nprobe``,
     ``device``, ``backend`` ...). ``fn_rules`` ("label,near-duplicate,cluster") and
     ``fn_options`` (:class:`pairkit.mine.false_negatives.FalseNegativeConfig` fields)
-    apply with ``filter_false_negatives``.
+    apply with ``filter_false_negatives``. ``positives`` (mined positives per anchor, rows
+    ``positive_kind = "mined"``; default 10 with ``filter_false_negatives``, else 0) and
+    ``positive_neighbours`` are ``mine --positives`` / ``--positive-neighbours``.
     """
     from pairkit.index.options import IndexOptions
     from pairkit.mine.command import mine_store
     from pairkit.mine.config import MineConfig
-    from pairkit.mine.options import fn_config
+    from pairkit.mine.options import fn_config, positive_config
 
     if not filter_false_negatives and (fn_rules is not None or fn_options):
         raise UsageError("fn_rules and fn_options need filter_false_negatives=True")
@@ -118,7 +121,8 @@ def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
     fn = fn_config(filter_false_negatives, fn_rules, None if cluster_k is None
                    else str(cluster_k), **fn_kw)
     table, stats = mine_store(_open(store), relation, MineConfig(hard=hard, **mine_kw),
-                              IndexOptions(**index_kw), fn, format)
+                              IndexOptions(**index_kw), fn, format,
+                              positives=positive_config(positives, positive_neighbours, fn))
     table.attrs["stats"] = stats
     return pairs_to_dataset(table) if as_dataset else table
 

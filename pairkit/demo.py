@@ -144,8 +144,28 @@ def same_label_share(store: Path, pairs: Path) -> float:
 
     labels = Store.open(store).items["label"].to_numpy(dtype=object)
     table = pd.read_parquet(pairs)
+    table = table[table["negative_id"] >= 0]  # mined-positive rows carry no negative
     if not len(table):
         return float("nan")
     a = labels[table["anchor_id"].to_numpy()]
     n = labels[table["negative_id"].to_numpy()]
     return float((a == n).mean())
+
+
+# a difference in held-out kNN top-1 smaller than this is within what seeds move it
+GAIN_NOISE = 0.005
+
+
+def gain_verdict(raw: float | None, head: float | None) -> str:
+    """One plain line: did the head beat the raw embeddings on held-out kNN top-1?"""
+    if raw is None or head is None:
+        return "no held-out kNN top-1 to compare (labels missing)"
+    diff = head - raw
+    if diff > GAIN_NOISE:
+        return (f"the label-free loop helped: held-out kNN top-1 {raw:.3f} -> {head:.3f} "
+                f"(+{diff:.3f})")
+    if diff < -GAIN_NOISE:
+        return (f"no gain: the head is worse than the raw embeddings on held-out kNN top-1 "
+                f"({raw:.3f} -> {head:.3f}, {diff:+.3f}); use the raw embeddings")
+    return (f"no gain: the head ties the raw embeddings on held-out kNN top-1 ({raw:.3f} -> "
+            f"{head:.3f}, {diff:+.3f}, within {GAIN_NOISE})")

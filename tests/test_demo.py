@@ -56,3 +56,14 @@ def test_demo_refuses_a_non_empty_folder(tmp_path):
     result = runner.invoke(app, ["demo", str(tmp_path)])
     assert result.exit_code == 1 and "not empty" in result.output
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_gain_verdict_says_plainly_whether_the_head_helped() -> None:
+    from pairkit.demo import gain_verdict
+
+    assert gain_verdict(0.80, 0.83).startswith("the label-free loop helped: held-out kNN "
+                                               "top-1 0.800 -> 0.830 (+0.030)")
+    assert gain_verdict(0.929, 0.910).startswith("no gain: the head is worse")
+    assert "-0.019" in gain_verdict(0.929, 0.910)
+    assert gain_verdict(0.80, 0.803).startswith("no gain: the head ties")
+    assert gain_verdict(None, 0.8).startswith("no held-out kNN top-1")

@@ -38,9 +38,9 @@ def _steps(d: Path, epochs: int) -> list[tuple[str, list[str]]]:
          ["mine", s(d / "store"), "--hard", "--relation", "label", "--positive", "random",
           "--filter-false-negatives", "-o", s(d / "pairs.parquet"),
           "--stats", s(d / "mine.json")]),
-        ("train a contrastive head on those pairs",
-         ["train", s(d / "store"), "--pairs", s(d / "pairs.parquet"), "-o", s(d / "head"),
-          "--epochs", str(epochs)]),
+        ("train a contrastive head on the label-free pairs (their mined positives too)",
+         ["train", s(d / "store"), "--pairs", s(d / "pairs-unlabelled.parquet"), "-o",
+          s(d / "head"), "--epochs", str(epochs)]),
         ("evaluate on the held-out test images: raw embeddings against the head",
          ["eval", s(d / "store"), "--against", s(d / "test-store"), "--head", s(d / "head"),
           "--compare", "--json", "--plot", s(d / "plots")]),
@@ -92,7 +92,7 @@ def demo(
 
     Example: pairkit demo demo-run
     """
-    from pairkit.demo import make_demo_images, prepare_demo_dir, same_label_share
+    from pairkit.demo import gain_verdict, make_demo_images, prepare_demo_dir, same_label_share
 
     with user_errors():
         prepare_demo_dir(directory, force)
@@ -138,6 +138,8 @@ def demo(
                 raw, head = evaluation["raw"].get(key), evaluation["head"].get(key)
                 if raw is not None and head is not None:
                     say(f"{key:>16} on held-out digits: raw {raw:.3f} -> head {head:.3f}")
+            say(gain_verdict(evaluation["raw"].get("knn_top1"),
+                             evaluation["head"].get("knn_top1")))
         say(f"done in {time.perf_counter() - t0:.0f} s; every file is in {directory} "
             "(rerun any step with the commands above)")
         say(f"open {directory / 'report' / 'index.html'} in a browser: the pairs, their "

@@ -82,10 +82,15 @@ def mine(
         None, "--fn-cluster-runs", help="cluster rule: k-means runs per count.", show_default="8"),
     fn_cluster_votes: int | None = typer.Option(
         None, "--fn-cluster-votes", help="cluster rule: runs that must put anchor and "
-        "candidate together (raised while > 50% of random pairs would be).", show_default="1"),
+        "candidate together (raised while > 50% of random pairs would be).", show_default="2"),
     fn_community_neighbors: int | None = typer.Option(
         None, "--fn-community-neighbors", help="community rule: kNN graph neighbours.",
         show_default="15"),
+    positives: int | None = typer.Option(None, "--positives", help="Mined positives per anchor "
+        "(near-duplicates, mutual neighbours) as rows positive_kind=mined.",
+        show_default="10 with --filter-false-negatives, else 0"),
+    positive_neighbours: int = typer.Option(10, "--positive-neighbours",
+                                            help="Depth of the mutual-neighbour test."),
     stats_path: Path | None = typer.Option(None, "--stats", help="Write the summary as JSON."),
     ray: str | None = o.ray_option(),
     force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
@@ -101,7 +106,7 @@ def mine(
     from pairkit.index.options import IndexOptions
     from pairkit.mine.command import mine_to_files
     from pairkit.mine.config import MineConfig
-    from pairkit.mine.options import fn_config
+    from pairkit.mine.options import fn_config, positive_config
     from pairkit.mine.summary import summary_lines
 
     with c.user_errors():
@@ -136,7 +141,8 @@ def mine(
         try:
             stats = mine_to_files(store, output, relation, fmt, cfg, idx, fn, stats_path, force,
                                   progress=bar.advance, on_start=lambda n: bar.start(n, "mining"),
-                                  on_warning=bar.note, ray=ray)
+                                  on_warning=bar.note, ray=ray,
+                                  positives=positive_config(positives, positive_neighbours, fn))
         finally:
             bar.stop()
         for line in summary_lines(stats, output):

@@ -43,10 +43,14 @@ def train(
         None, "--relation", show_default="instance with --pairs, none without",
         help="instance or label: positives from the store, in-batch negatives (no table); with "
         "--pairs: which in-batch items are not negatives."),
-    head: Literal["linear", "mlp"] = typer.Option("mlp", "--head", help="Head architecture."),
-    out_dim: int = typer.Option(128, "--out-dim", help="Output dimension of the head."),
-    hidden: int | None = typer.Option(None, "--hidden", help="Hidden width of the mlp.",
-                                      show_default="the input dim"),
+    head: Literal["residual", "linear", "mlp"] | None = typer.Option(
+        None, "--head", help="Head architecture; residual: the input plus a learned "
+        "correction, identity at start (docs/train.md).",
+        show_default="residual; mlp with an --out-dim other than the input dim"),
+    out_dim: int | None = typer.Option(None, "--out-dim", help="Output dimension of the head.",
+                                       show_default="the input dim (residual), 128"),
+    hidden: int | None = typer.Option(None, "--hidden", help="Hidden width (residual, mlp).",
+                                      show_default="512 (residual), the input dim (mlp)"),
     loss: Literal["infonce", "triplet", "supcon", "debiased", "hard"] = typer.Option(
         "infonce", "--loss", help="Contrastive loss (docs/methods.md)."),
     temperature: float = typer.Option(0.1, "--temperature",
@@ -61,6 +65,13 @@ def train(
         "eliminate", "--fn-mode",
         help="Rows flagged false_negative: eliminate (out of the denominator), attract (as "
         "positives) or keep (as negatives)."),
+    positive_share: float = typer.Option(
+        0.5, "--positive-share", help="Share of examples whose positive is, each epoch, one of "
+        "the anchor's mined positives (rows positive_kind=mined of the table) instead of its "
+        "other view; 0 ignores mined positives."),
+    positive_sampling: Literal["uniform", "confidence"] = typer.Option(
+        "uniform", "--positive-sampling", help="How a mined positive is drawn: uniformly, or "
+        "in proportion to its positive_confidence."),
     epochs: int = typer.Option(10, "--epochs", help="Passes over the pairs."),
     batch_size: int = typer.Option(256, "--batch-size", help="Pairs per batch."),
     lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate (AdamW)."),
@@ -95,6 +106,7 @@ def train(
             fn_mode=fn_mode, relation=relation, epochs=epochs, batch_size=batch_size, lr=lr,
             weight_decay=weight_decay, warmup=warmup, seed=seed, device=device,
             precision=precision, val_fraction=val_fraction, stop_on_collapse=stop_on_collapse,
+            positive_share=positive_share, positive_sampling=positive_sampling,
         )
         bar = _TrainBar(quiet)
         try:
@@ -112,8 +124,9 @@ def train(
                                f"(--stop-on-collapse); weights of that epoch are in {output}")
         from pairkit.core.manifest import read_manifest
 
-        say(f"trained {head} head {read_manifest(store)['dim']}->{out_dim} with {loss} for "
-            f"{last['epoch']} epochs on {result.device} ({result.examples} pairs/epoch, "
+        dims = f"{read_manifest(store)['dim']}->{result.out_dim}"
+        mined = f", {result.mined_positives} mined positives" if result.mined_positives else ""
+        say(f"trained {result.head_kind} head {dims} with {loss} for {last['epoch']} epochs on "
+            f"{result.device} ({result.examples} pairs/epoch{mined}, "
             f"{result.pairs_per_second:,.0f} pairs/s over all epochs): {last['metrics_on']} "
-            f"gap {last['gap']:.3f} -> {output}",
-            quiet)
+            f"gap {last['gap']:.3f} -> {output}", quiet)

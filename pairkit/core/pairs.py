@@ -265,6 +265,72 @@ def build_pair_table(
     return df
 
 
+POSITIVE_COLUMNS = ("positive_kind", "positive_reason", "positive_confidence")
+
+
+def add_mined_positives(table: pd.DataFrame, fmt: str, anchors: np.ndarray,
+                        rows: np.ndarray, ids: np.ndarray, scores: np.ndarray,
+                        confidence: np.ndarray, reasons: np.ndarray, store_id: str,
+                        paths: np.ndarray) -> pd.DataFrame:
+    """``table`` (from :func:`build_pair_table`) with one extra row per mined positive.
+
+    ``rows`` index into ``anchors``; ``ids``, ``scores``, ``confidence``, ``reasons`` are
+    the mined positives (pairkit.mine.positives.MinedPositives). Every row gets
+    ``positive_kind`` (``view``: the other view of the anchor's source, ``mined``),
+    ``positive_reason`` and ``positive_confidence`` (null for view rows). A mined row has
+    no negative (triplet: ``negative_id`` -1 and null path/score; n-tuple: every slot
+    empty; labeled-pair: ``label`` 1 with ``other_id`` the positive). Rows stay grouped by
+    anchor: its view rows first, then its mined positives.
+    """
+    import pandas as pd
+
+    paths = np.asarray(paths, dtype=object)
+    m = len(ids)
+    a = np.asarray(anchors, dtype=np.int64)[rows]
+    if fmt == "labeled-pair":
+        extra: dict[str, Any] = {"store_id": store_id, "anchor_id": a, "other_id": ids,
+                                 "anchor_path": paths[a], "other_path": paths[ids],
+                                 "label": np.ones(m, np.int64),
+                                 "score": np.asarray(scores, np.float32)}
+    else:
+        extra = {"store_id": store_id, "anchor_id": a, "positive_id": ids,
+                 "anchor_path": paths[a], "positive_path": paths[ids],
+                 "pos_score": np.asarray(scores, np.float32)}
+        if fmt == "triplet":
+            extra.update(negative_id=np.full(m, -1, np.int64),
+                         negative_path=_nullable(np.full(m, None, dtype=object)),
+                         neg_score=np.full(m, np.nan, np.float32),
+                         neg_rank=np.full(m, -1, np.int64))
+        else:
+            k = sum(1 for c in table.columns if str(c).startswith("negative_id_"))
+            for j in range(1, k + 1):
+                extra[f"negative_id_{j}"] = np.full(m, -1, np.int64)
+                extra[f"negative_path_{j}"] = _nullable(np.full(m, None, dtype=object))
+                extra[f"neg_score_{j}"] = np.full(m, np.nan, np.float32)
+    if "false_negative" in table.columns:
+        extra["false_negative"] = np.zeros(m, bool)
+        extra["fn_reason"] = _nullable(np.full(m, None, dtype=object))
+    base = table.copy()
+    if fmt == "labeled-pair":
+        is_pos = base["label"].to_numpy() == 1
+        base["positive_kind"] = _nullable(np.where(is_pos, "view", None))
+    else:
+        base["positive_kind"] = "view"
+    base["positive_reason"] = _nullable(np.full(len(base), None, dtype=object))
+    base["positive_confidence"] = np.full(len(base), np.nan, np.float32)
+    more = pd.DataFrame(extra)
+    more["positive_kind"] = "mined"
+    more["positive_reason"] = _nullable(reasons)
+    more["positive_confidence"] = np.asarray(confidence, np.float32)
+    out = pd.concat([base, more[list(base.columns)]], ignore_index=True)
+    anchors = np.asarray(anchors, dtype=np.int64)
+    sorter = np.argsort(anchors, kind="stable")
+    base_ids = base["anchor_id"].to_numpy(dtype=np.int64)
+    base_rows = sorter[np.searchsorted(anchors, base_ids, sorter=sorter)]
+    order = np.argsort(np.concatenate([base_rows, np.asarray(rows, np.int64)]), kind="stable")
+    return out.iloc[order].reset_index(drop=True)
+
+
 def integer_ids(raw: pd.Series, column: str, allow_missing: bool) -> np.ndarray:
     """A pair-table id column as int64 (n,): with ``allow_missing`` an empty cell is -1 (no
     negative there). A value that is not a whole number (``'oops'``, ``1.5``, or an empty

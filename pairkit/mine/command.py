@@ -20,6 +20,8 @@ from pairkit.mine.skip import SkippedRows, skippable_rows
 
 if TYPE_CHECKING:
     from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.fn_context import FnContext
+    from pairkit.mine.positives import PositiveConfig
 
 
 def mine_to_files(
@@ -30,6 +32,7 @@ def mine_to_files(
     on_start: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
     ray: str | None = None,
+    positives: PositiveConfig | None = None,
 ) -> dict[str, Any]:
     """Mine the store at ``store`` and write the table to ``output`` (``-``: JSON Lines
     on stdout) and the stats to ``stats_path``; returns the stats dict. Outputs are
@@ -54,7 +57,7 @@ def mine_to_files(
     def run(map_blocks: Any = None) -> tuple[Any, dict[str, Any]]:
         st = Store.open(store, verify=True)
         return mine_store(st, relation, config, index, fn_config, fmt, progress=progress,
-                          on_start=on_start, map_blocks=map_blocks)
+                          on_start=on_start, map_blocks=map_blocks, positives=positives)
 
     if ray:
         index = cpu_search(index, "mine")
@@ -172,6 +175,7 @@ def mine_store(
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     map_blocks: MapBlocks | None = None,
+    positives: PositiveConfig | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Mine a :class:`pairkit.core.store.Store`; returns ``(pair table, stats dict)``.
 
@@ -180,7 +184,9 @@ def mine_store(
     among the candidates (None: no flags). ``on_start(n_anchors)`` is called
     once the anchors are known (for a progress bar). ``map_blocks``: where the
     blocks of anchors run (:func:`pairkit.mine.hard_negatives.mine_negatives`); the index
-    and the false-negative context are built here once either way.
+    and the false-negative context are built here once either way. ``positives``: mine
+    positives beyond the anchor's views too (:mod:`pairkit.mine.positives`; rows with
+    ``positive_kind = mined``), None or ``per_anchor = 0``: none.
     """
     import time
 
@@ -260,6 +266,11 @@ def mine_store(
     table = build_pair_table(result.pairs, fmt, store.content_id,
                              items["path"].to_numpy(dtype=object),
                              flag_columns=fn_config is not None and config.keep_flagged)
+    mined_stats = None
+    if positives is not None and positives.per_anchor > 0:
+        table, mined_stats = _with_mined_positives(table, fmt, result.pairs.anchors, vectors,
+                                                   sources, store, positives, ctx, fn_config,
+                                                   index, where)
     stats = summary_stats(result, config.num_negatives, config.hard)
     lo, hi = config.window()
     stats = {
@@ -284,6 +295,8 @@ def mine_store(
                     "false_negative_context": round(t_fn - t_index, 3),
                     "index": round(t1 - t_fn, 3), "search": round(search_time[0], 3)},
     }
+    if mined_stats is not None:
+        stats["mined_positives"] = mined_stats
     if fn_config is not None:
         from pairkit.mine.fn_estimate import estimate_quality
 
@@ -296,3 +309,98 @@ def mine_store(
         stats["pairs_rows_unknown"] = rel.rows_unknown
         stats["pairs_unknown_examples"] = list(rel.unknown_examples)
     return table, stats
+
+
+def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np.ndarray,
+                          sources: np.ndarray, store: Any, cfg: PositiveConfig,
+                          ctx: FnContext | None, fn_config: FalseNegativeConfig | None,
+                          index: IndexOptions, backend: Any) -> tuple[Any, dict[str, Any]]:
+    """``table`` with the mined positives of ``anchors`` as extra rows, and their stats.
+
+    The near-duplicate groups and cluster runs are the false-negative context's when it
+    has them (computed once for both); every row's neighbour list comes from the context's
+    kNN graph when it is deep enough, else from one search with mine's index options
+    (exact up to ``--exact-max-rows``, approximate above)."""
+    from pairkit.core.pairs import add_mined_positives
+    from pairkit.mine.fn_context import near_duplicate_threshold
+    from pairkit.mine.positives import mine_positives
+
+    given = ctx.neighbours if ctx is not None else None
+    if given is not None and given[0].shape[1] >= cfg.neighbours:
+        nb_ids, nb_scores = given
+    elif ctx is not None and ctx.spectral is not None:
+        # the cluster rule's principal components of every row: a search in 128 dims
+        # instead of d, twice as deep, re-scored exactly and cut back to the best (98% of
+        # the exact lists' mutual pairs on fm0; the lists only choose who is compared)
+        nb_ids, _ = _neighbour_lists(ctx.spectral.reduced, sources, 2 * cfg.neighbours,
+                                     index, backend, None)
+        nb_scores = _exact_scores(vectors, nb_ids)
+        order = np.argsort(-nb_scores, axis=1, kind="stable")[:, :cfg.neighbours]
+        nb_ids = np.take_along_axis(nb_ids, order, axis=1)
+        nb_scores = np.take_along_axis(nb_scores, order, axis=1)
+    else:
+        nb_ids, nb_scores = _neighbour_lists(vectors, sources, cfg.neighbours, index,
+                                             backend, store)
+    threshold = None
+    if fn_config is not None and "near-duplicate" in fn_config.rules:
+        threshold = near_duplicate_threshold(fn_config)
+    mined = mine_positives(anchors, nb_ids, nb_scores, cfg,
+                           groups=None if ctx is None else ctx.groups, vectors=vectors,
+                           cluster_assign=None if ctx is None else ctx.cluster_assign,
+                           near_duplicate_threshold=threshold)
+    out = add_mined_positives(table, fmt, anchors, mined.rows, mined.ids, mined.scores,
+                              mined.confidence, mined.reasons, store.content_id,
+                              store.items["path"].to_numpy(dtype=object))
+    reasons, counts = np.unique(mined.reasons.astype(str), return_counts=True)
+    stats: dict[str, Any] = {
+        "rows": len(mined), "anchors_with_any": int(len(np.unique(mined.rows))),
+        "per_anchor": round(len(mined) / max(len(anchors), 1), 3),
+        "reasons": {str(r): int(c) for r, c in zip(reasons, counts, strict=True)},
+        "neighbours": cfg.neighbours, "max_per_anchor": cfg.per_anchor,
+    }
+    labels = store.labels()
+    if labels is not None and len(mined):
+        a = np.asarray(labels, dtype=object)[np.asarray(anchors)[mined.rows]]
+        b = np.asarray(labels, dtype=object)[mined.ids]
+        known = np.array([x is not None and y is not None for x, y in zip(a, b, strict=True)])
+        if known.any():
+            stats["same_label"] = round(float((a[known] == b[known]).mean()), 4)
+    return out, stats
+
+
+def _exact_scores(vectors: np.ndarray, ids: np.ndarray, block: int = 4096) -> np.ndarray:
+    """(N, m) float32 inner products of every row with its listed rows (-inf for -1)."""
+    out = np.full(ids.shape, -np.inf, dtype=np.float32)
+    for s in range(0, len(ids), block):
+        e = min(len(ids), s + block)
+        rows = ids[s:e]
+        got = np.einsum("nd,nmd->nm", np.asarray(vectors[s:e], np.float32),
+                        np.asarray(vectors[np.maximum(rows, 0)], np.float32))
+        out[s:e] = np.where(rows >= 0, got, -np.inf)
+    return out
+
+
+def _neighbour_lists(vectors: np.ndarray, sources: np.ndarray, m: int, index: IndexOptions,
+                     backend: Any, store: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's ``m`` nearest rows of other sources ``(ids, scores)`` (N, m), best first,
+    -1 padded, through the index mine's options pick (``store``: a saved index of its
+    rows is reused; None for other vectors), by the one search entry point."""
+    from pairkit.index.open import open_searcher
+
+    n = len(vectors)
+    views = int(np.bincount(sources).max()) if n else 1
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    opened = open_searcher(vectors, index,
+                           store_root=None if store is None else store.local_root,
+                           content_id=None if store is None else store.content_id,
+                           engine=backend)
+    scores, ids = opened.search(vectors, min(n, m + views))
+    own = (ids < 0) | (sources[np.maximum(ids, 0)] == sources[:, None])
+    order = np.argsort(own, axis=1, kind="stable")[:, :m]
+    ids = np.take_along_axis(np.where(own, -1, ids), order, axis=1)
+    scores = np.take_along_axis(np.where(own, -np.inf, scores), order, axis=1)
+    if ids.shape[1] < m:
+        pad = m - ids.shape[1]
+        ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
+        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+    return ids, scores.astype(np.float32)

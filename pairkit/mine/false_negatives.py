@@ -54,6 +54,11 @@ REMOVED_RULES: dict[str, str] = {
 }
 
 
+# two of the cluster rule's runs must agree: one run's arbitrary border is not enough
+# (docs/methods.md, the cluster rule)
+DEFAULT_CLUSTER_VOTES = 2
+
+
 @dataclass(frozen=True)
 class FalseNegativeConfig:
     """Which rules flag false negatives, and each rule's parameters.
@@ -75,7 +80,7 @@ class FalseNegativeConfig:
     near_duplicate_threshold: float | None = None  # None: `pairkit dedup`'s default
     cluster_ks: tuple[int, ...] = ()
     cluster_runs: int = 8
-    cluster_votes: int = 1
+    cluster_votes: int = DEFAULT_CLUSTER_VOTES  # of cluster_runs_total (capped at it)
     cluster_niter: int = 20
     cluster_neighbors: int = 15  # kNN graph of the spectral embedding
     cluster_eigen_threshold: float = 0.93  # clusters = graph eigenvalues >= this
@@ -88,6 +93,9 @@ class FalseNegativeConfig:
     trust_labels: bool = True
 
     def __post_init__(self) -> None:
+        if self.cluster_votes == DEFAULT_CLUSTER_VOTES:  # the default fits fewer runs too
+            object.__setattr__(self, "cluster_votes",
+                               min(DEFAULT_CLUSTER_VOTES, self.cluster_runs_total))
         validate_config(self)
 
     @property

@@ -1,10 +1,15 @@
-"""The false-negative config of ``pairkit mine``, built from its ``--fn-*`` options."""
+"""The false-negative and mined-positive configs of ``pairkit mine``, built from its
+``--fn-*`` and ``--positive*`` options."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pairkit.core.options import parse_int_list
+
+if TYPE_CHECKING:
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.positives import PositiveConfig
 
 
 def fn_config(filter_fn: bool, rules: str | None, cluster_k: str | None,
@@ -21,3 +26,17 @@ def fn_config(filter_fn: bool, rules: str | None, cluster_k: str | None,
     if cluster_k is not None and cluster_k.strip().lower() != "auto":
         fields["cluster_ks"] = tuple(parse_int_list(cluster_k, "--fn-cluster-k"))
     return FalseNegativeConfig(**fields)
+
+
+def positive_config(per_anchor: int | None, neighbours: int,
+                    fn: FalseNegativeConfig | None) -> PositiveConfig | None:
+    """``--positives`` / ``--positive-neighbours`` as a config (None: no mined positives).
+    Default: mined positives with the false-negative filter (the same rules' verdicts made
+    useful to training), none without it (naive mining stays naive)."""
+    from pairkit.mine.positives import DEFAULT_PER_ANCHOR, PositiveConfig
+
+    if per_anchor is None:
+        per_anchor = DEFAULT_PER_ANCHOR if fn is not None else 0
+    cfg = PositiveConfig(per_anchor=per_anchor, neighbours=neighbours)
+    cfg.check()
+    return cfg if per_anchor > 0 else None

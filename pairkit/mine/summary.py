@@ -58,6 +58,13 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
     if stats.get("negatives_same_label") is not None:
         lines.append(f"negatives sharing their anchor's label: "
                      f"{stats['negatives_same_label']:.1%}")
+    mp = stats.get("mined_positives")
+    if mp:
+        reasons = ", ".join(f"{k} {v:,}" for k, v in mp["reasons"].items()) or "none"
+        lines.append(f"mined positives: {mp['rows']:,} rows ({reasons}) for "
+                     f"{mp['anchors_with_any']:,} anchors, {mp['per_anchor']:.2f} per anchor"
+                     + (f"; sharing their anchor's label: {mp['same_label']:.1%}"
+                        if mp.get("same_label") is not None else ""))
     if stats.get("retries"):
         lines.append(f"{stats['anchors_retried']:,} anchors searched again with a larger k "
                      f"(up to {stats['k_max']:,})")

@@ -27,13 +27,16 @@ HEAD_FORMAT = "pairkit-head"
 HEAD_FORMAT_VERSION = 1
 WEIGHTS = "head.safetensors"
 CONFIG = "config.json"
-HEAD_KINDS = ("linear", "mlp")
+HEAD_KINDS = ("residual", "linear", "mlp")
+RESIDUAL_HIDDEN = 512
 MAX_CONFIG_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
 class HeadSpec:
-    """Architecture of a head: ``linear`` (in -> out, no bias) or ``mlp`` (in -> hidden -> out)."""
+    """Architecture of a head: ``residual`` (in -> in: the input plus an MLP's correction,
+    identity at start; :class:`pairkit.train.modules.ResidualMLP`), ``linear`` (in -> out,
+    no bias) or ``mlp`` (in -> hidden -> out)."""
 
     kind: str
     in_dim: int
@@ -48,8 +51,11 @@ class HeadSpec:
             raise PairkitError(f"head input dim must be >= 1, got {self.in_dim}")
         if self.out_dim < 1:
             raise PairkitError(f"--out-dim must be >= 1, got {self.out_dim}")
-        if self.kind == "mlp" and (self.hidden is None or self.hidden < 1):
+        if self.kind in ("mlp", "residual") and (self.hidden is None or self.hidden < 1):
             raise PairkitError(f"--hidden must be >= 1, got {self.hidden}")
+        if self.kind == "residual" and self.out_dim != self.in_dim:
+            raise PairkitError(f"a residual head keeps the input dim ({self.in_dim}): "
+                               f"--out-dim {self.out_dim} needs --head mlp or linear")
 
 
 def build_module(spec: HeadSpec) -> torch.nn.Module:
@@ -57,6 +63,11 @@ def build_module(spec: HeadSpec) -> torch.nn.Module:
     import torch
 
     spec.check()
+    if spec.kind == "residual":
+        from pairkit.train.modules import ResidualMLP
+
+        assert spec.hidden is not None
+        return ResidualMLP(spec.in_dim, spec.hidden)
     if spec.kind == "linear":
         return torch.nn.Sequential(torch.nn.Linear(spec.in_dim, spec.out_dim, bias=False))
     assert spec.hidden is not None

@@ -37,11 +37,13 @@ from pairkit.train.data import (
     relation_groups,
     restrict,
     sample_relation_pairs,
+    table_kind,
 )
 from pairkit.train.head import (
     CONFIG,
     HEAD_FORMAT,
     HEAD_FORMAT_VERSION,
+    RESIDUAL_HIDDEN,
     WEIGHTS,
     HeadSpec,
     build_module,
@@ -51,6 +53,15 @@ from pairkit.train.head import (
 )
 from pairkit.train.losses import LossConfig, batch_loss
 from pairkit.train.losses.candidates import build_candidates
+from pairkit.train.positives import (
+    SAMPLINGS,
+    PositiveSets,
+    concat_pairs,
+    mined_only_examples,
+    positive_sets,
+    split_mined_rows,
+    swap_positives,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,14 +81,15 @@ COLLAPSE_UNIFORMITY = -0.1
 EVAL_ITEMS = 2048
 EVAL_PAIRS = 8192
 DEVICE_FRACTION = 0.5
+DEFAULT_OUT_DIM = 128  # linear and mlp heads
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines a training run (defaults live here)."""
 
-    head: str = "mlp"
-    out_dim: int = 128
+    head: str | None = None  # None: residual, or mlp when out_dim asks for another dim
+    out_dim: int | None = None  # None: the input dim (residual), DEFAULT_OUT_DIM otherwise
     hidden: int | None = None
     loss: LossConfig = field(default_factory=LossConfig)
     fn_mode: str = "eliminate"
@@ -92,6 +104,8 @@ class TrainConfig:
     precision: str = "auto"
     val_fraction: float = 0.0
     stop_on_collapse: bool = False
+    positive_share: float = 0.5  # examples whose positive is swapped for a mined one
+    positive_sampling: str = "uniform"
 
     def check(self) -> None:
         """Raise :class:`PairkitError` naming the first bad option."""
@@ -114,6 +128,21 @@ class TrainConfig:
                              f"got {self.precision}")
         if not 0 <= self.val_fraction < 1:
             raise UsageError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+        if not 0 <= self.positive_share <= 1:
+            raise UsageError(f"--positive-share must be in [0, 1], got {self.positive_share}")
+        if self.positive_sampling not in SAMPLINGS:
+            raise UsageError(f"--positive-sampling must be one of {', '.join(SAMPLINGS)}, "
+                             f"got {self.positive_sampling}")
+
+
+def head_spec(cfg: TrainConfig, in_dim: int) -> HeadSpec:
+    """The head architecture ``cfg`` asks for on ``in_dim``-dim vectors (defaults filled in)."""
+    kind = cfg.head or ("residual" if cfg.out_dim in (None, in_dim) else "mlp")
+    if kind == "residual":
+        return HeadSpec("residual", in_dim, in_dim if cfg.out_dim is None else cfg.out_dim,
+                        cfg.hidden or RESIDUAL_HIDDEN)
+    out_dim = DEFAULT_OUT_DIM if cfg.out_dim is None else cfg.out_dim
+    return HeadSpec(kind, in_dim, out_dim, (cfg.hidden or in_dim) if kind == "mlp" else None)
 
 
 class TrainHook(Protocol):
@@ -140,6 +169,9 @@ class TrainResult:
     examples: int
     stopped: str | None = None
     notes: list[str] = field(default_factory=list)
+    out_dim: int = 0
+    head_kind: str = ""
+    mined_positives: int = 0  # of the table, on the training side
 
     @property
     def pairs_per_second(self) -> float:
@@ -471,6 +503,31 @@ def train_head(store: Store, out: Path, cfg: TrainConfig, *,
                              resume=resume, force=force, hook=hook)
 
 
+def _read_pairs(table: pd.DataFrame, store: Store, cfg: TrainConfig, allowed: np.ndarray
+                ) -> tuple[PairArrays, TableInfo, PositiveSets | None]:
+    """The examples of a pair table, what was read, and its mined positives (or None).
+
+    Items with mined positives but no example row of their own (a one-view store) get
+    an example whose positive is mined."""
+    view_rows, mined_rows = split_mined_rows(table)
+    if mined_rows is None:
+        pairs, info = pairs_from_table(table, store.count, store.content_id, cfg.fn_mode)
+        return pairs, info, None
+    if len(view_rows):
+        pairs, info = pairs_from_table(view_rows, store.count, store.content_id, cfg.fn_mode)
+    else:
+        pairs_from_table(mined_rows, store.count, store.content_id, "keep")  # checks ids
+        pairs = PairArrays(*(np.zeros(0, np.int64),) * 2, np.zeros((0, 0), np.int64),
+                           np.zeros((0, 0), bool))
+        info = TableInfo(kind=table_kind(table), rows=0, flagged=0, notes=())
+    sets = positive_sets(mined_rows, store.count, allowed)
+    extra = mined_only_examples(sets, np.unique(pairs.anchor), allowed)
+    if len(extra):
+        pairs = concat_pairs(pairs, extra)
+    info = TableInfo(kind=info.kind, rows=len(table), flagged=info.flagged, notes=info.notes)
+    return pairs, info, sets
+
+
 def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
                   table: pd.DataFrame | None, table_name: str | None,
                   resume: bool, force: bool, hook: TrainHook | None) -> TrainResult:
@@ -499,14 +556,16 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     val_mask = split_by_source(sources, cfg.val_fraction, cfg.seed, option="--val-fraction",
                                allow_zero=True)
     info: TableInfo | None = None
+    mined: PositiveSets | None = None
     if table is not None:
-        all_pairs, info = pairs_from_table(table, store.count, store.content_id, cfg.fn_mode)
+        all_pairs, info, mined = _read_pairs(table, store, cfg, ~val_mask)
         for n in info.notes:
             note(n)
         train_pairs: PairArrays | None = restrict(all_pairs, ~val_mask)
         val_pairs = restrict(all_pairs, val_mask)
         pairs_id: dict[str, Any] = {"table": table_name, "kind": info.kind, "rows": info.rows,
-                                    "digest": table_digest(table), "flagged": info.flagged}
+                                    "digest": table_digest(table), "flagged": info.flagged,
+                                    "mined_positives": 0 if mined is None else mined.total}
         if len(train_pairs) == 0:
             raise PairkitError("no training pairs left outside the validation sources: lower "
                                "--val-fraction")
@@ -548,8 +607,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
         note(msg)
     data = _Data(vectors, groups, device, streaming)
 
-    spec = HeadSpec(cfg.head, store.dim, cfg.out_dim,
-                    (cfg.hidden or store.dim) if cfg.head == "mlp" else None)
+    spec = head_spec(cfg, store.dim)
     spec.check()
     torch.manual_seed(cfg.seed)
     module = build_module(spec).to(device)
@@ -625,7 +683,8 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
         if records:
             write_plot(out / PLOT, records)
         return TrainResult(head=out, records=records, device=str(device), precision=precision,
-                           streaming=streaming, examples=n_examples, notes=notes)
+                           streaming=streaming, examples=n_examples, notes=notes,
+                           out_dim=spec.out_dim, head_kind=spec.kind)
     if hook is not None:
         hook.start(n_examples * (cfg.epochs - start_epoch),
                    f"train {cfg.loss.name} on {device}")
@@ -638,6 +697,9 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
         else:
             epoch_pairs = train_pairs
         epoch_pairs = epoch_pairs.subset(rng.permutation(len(epoch_pairs)))
+        if mined is not None:
+            epoch_pairs = swap_positives(epoch_pairs, mined, cfg.positive_share, rng,
+                                         cfg.positive_sampling)
         t0 = time.perf_counter()
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         for start, stop in _batches(len(epoch_pairs), cfg.batch_size):
@@ -698,5 +760,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
             break
     write_plot(out / PLOT, records)
     return TrainResult(head=out, records=records, device=str(device), precision=precision,
-                       streaming=streaming, examples=n_examples, stopped=stopped, notes=notes)
+                       streaming=streaming, examples=n_examples, stopped=stopped, notes=notes,
+                       out_dim=spec.out_dim, head_kind=spec.kind,
+                       mined_positives=0 if mined is None else mined.total)
 

@@ -20,7 +20,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 $py - "$work" <<'PY'
 import sys
 import numpy as np, pandas as pd
-from pairkit.core.store import write_store
+from pairkit.core.store_writer import write_store
 rng = np.random.default_rng(0)
 c = rng.normal(size=(50, 64))
 x = np.concatenate([c[i % 50] + 0.3 * rng.normal(size=(2, 64)) for i in range(20000)])

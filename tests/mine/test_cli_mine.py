@@ -91,13 +91,16 @@ def test_filter_false_negatives_cli(store, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     df = pd.read_json(out, lines=True)
     labels = store.items["label"].to_numpy()
+    mined = df["positive_kind"] == "mined"  # mined positives: rows without a negative
+    assert (df.loc[mined, "negative_id"] == -1).all()
+    df = df[~mined]
     assert (labels[df["negative_id"]] != labels[df["anchor_id"]]).all()
     s = json.loads(stats.read_text())
     # every row labelled: the anchor's label is not searched at all (nothing to flag)
     assert s["label_rows_not_searched"] and s["false_negative_rules"] == ["label"]
     assert "(label: rows of the anchor's label were not searched)" in r.output
     r = mine(store.root, "--hard", "--filter-false-negatives", "--fn-rules", "label",
-             "--fn-mode", "keep", "-o", tmp_path / "k.jsonl")
+             "--fn-mode", "keep", "--positives", "0", "-o", tmp_path / "k.jsonl")
     df = pd.read_json(tmp_path / "k.jsonl", lines=True)
     assert {"false_negative", "fn_reason"} <= set(df.columns)
     same = labels[df["negative_id"]] == labels[df["anchor_id"]]
@@ -105,7 +108,7 @@ def test_filter_false_negatives_cli(store, tmp_path: Path) -> None:
     assert set(df.loc[df["false_negative"], "fn_reason"]) == {"label"}
     r = mine(store.root, "--hard", "--filter-false-negatives", "--fn-rules", "label,margin",
              "--fn-margin", "0.9", "--fn-mode", "attract", "--format", "labeled-pair",
-             "-o", tmp_path / "a.jsonl")
+             "--positives", "0", "-o", tmp_path / "a.jsonl")
     assert r.exit_code == 0, r.output
     df = pd.read_json(tmp_path / "a.jsonl", lines=True)
     extra = df[df["false_negative"]]

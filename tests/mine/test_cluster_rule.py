@@ -205,7 +205,8 @@ def test_votes_go_up_until_the_rule_flags_at_most_the_cap_then_off():
     share = cluster.vote_shares(ctx.cluster_assign, ctx.sources)
     for cap, want in ((0.95, 1), (0.6, 2), (0.2, 3), (0.05, 0)):
         ctx.cluster_info = {}
-        cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=3, cluster_max_share=cap)
+        cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=3, cluster_votes=1,
+                                  cluster_max_share=cap)
         assert cluster.choose_votes(ctx, cfg) == want, (cap, share)
         info = ctx.cluster_info
         assert info["votes"] == want

@@ -412,3 +412,11 @@ def test_community_rule_ignores_a_flooded_community():
                                   [[False, False], [False, False]])
     np.testing.assert_array_equal(community.flag(ctx, anchors, cand, None, None, high, None),
                                   [[True, False], [False, False]])
+
+
+def test_default_cluster_votes_two_capped_at_the_runs() -> None:
+    from pairkit.mine.false_negatives import DEFAULT_CLUSTER_VOTES, FalseNegativeConfig
+
+    assert DEFAULT_CLUSTER_VOTES == 2 and FalseNegativeConfig().cluster_votes == 2
+    assert FalseNegativeConfig(cluster_runs=1).cluster_votes == 1  # one run: one vote
+    assert FalseNegativeConfig(cluster_runs=1, cluster_ks=(4, 8)).cluster_votes == 2

@@ -103,7 +103,8 @@ def test_report_of_a_whole_pipeline(pipeline, tmp_path):
     for block in pairs["anchors"]:
         anchor = items[block["a"]]
         rows = table[table["anchor_id"] == anchor["id"]]
-        assert [items[n[0]]["id"] for n in block["n"]] == rows["negative_id"].tolist()
+        negatives = rows.loc[rows["negative_id"] >= 0, "negative_id"]  # mined positives: -1
+        assert [items[n[0]]["id"] for n in block["n"]] == negatives.tolist()
         assert anchor["path"] == store_items["path"][anchor["id"]]
     assert dedup["summary"]["groups"] == pd.read_csv(pipeline.duplicates)["group"].nunique()
     metrics = json.loads(pipeline.eval_json.read_text())
@@ -209,7 +210,8 @@ def test_a_damaged_store_nearby_is_skipped(tmp_path):
     nearby folder while it looked for the table's store."""
     import numpy as np
 
-    from pairkit.core.store import Store, write_store
+    from pairkit.core.store import Store
+    from pairkit.core.store_writer import write_store
 
     write_store(tmp_path / "broken", np.eye(3, dtype=np.float32),
                 pd.DataFrame({"path": ["x.png", "y.png", "z.png"]}), dtype="float32")

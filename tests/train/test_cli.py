@@ -15,7 +15,8 @@ from tests.conftest import random_store
 from tests.train.helpers import instance_triplets
 
 runner = CliRunner()
-FAST = ["--epochs", "2", "--batch-size", "16", "--out-dim", "8", "--device", "cpu"]
+FAST = ["--epochs", "2", "--batch-size", "16", "--head", "mlp", "--out-dim", "8",
+        "--device", "cpu"]
 
 
 def test_train_then_project(tmp_path):

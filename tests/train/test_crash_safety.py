@@ -20,7 +20,7 @@ from tests.conftest import random_store
 from tests.proc import start_python
 
 runner = CliRunner()
-FAST = {"batch_size": 16, "out_dim": 8, "device": "cpu", "relation": "instance"}
+FAST = {"batch_size": 16, "head": "mlp", "out_dim": 8, "device": "cpu", "relation": "instance"}
 
 KILL_IN_CONFIG_WRITE = """
 import os, signal, sys
@@ -37,7 +37,8 @@ def killed_while_writing(folder, config):
         os.kill(os.getpid(), signal.SIGKILL)
 
 loop.write_config = killed_while_writing
-cfg = TrainConfig(epochs=EPOCHS, batch_size=16, out_dim=8, device="cpu", relation="instance")
+cfg = TrainConfig(epochs=EPOCHS, batch_size=16, head="mlp", out_dim=8, device="cpu",
+                  relation="instance")
 train_head(Store.open(STORE), Path(HEAD), cfg)
 """
 
@@ -71,8 +72,8 @@ def test_kill_during_config_write_then_resume(store, tmp_path):
     assert {"head.safetensors", "checkpoint.pt", "train_log.jsonl"} <= names
     assert "config.json" not in names and any(n.startswith(".config.json.") for n in names)
     r = runner.invoke(app, ["train", str(store.root), "--relation", "instance", "-o", str(head),
-                            "--epochs", str(epochs), "--batch-size", "16", "--out-dim", "8",
-                            "--device", "cpu", "--resume", "-q"])
+                            "--epochs", str(epochs), "--batch-size", "16", "--head", "mlp",
+                            "--out-dim", "8", "--device", "cpu", "--resume", "-q"])
     assert r.exit_code == 0, r.output
     assert not [p for p in head.iterdir() if p.name.endswith(".tmp")]
     config = json.loads((head / "config.json").read_text())

@@ -21,7 +21,7 @@ from pairkit.train.losses import LossConfig
 from tests.conftest import random_store
 from tests.train.helpers import instance_triplets
 
-FAST = {"epochs": 2, "batch_size": 16, "out_dim": 8, "device": "cpu"}
+FAST = {"epochs": 2, "batch_size": 16, "head": "mlp", "out_dim": 8, "device": "cpu"}
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def test_every_loss_trains_from_a_flagged_table(store, tmp_path):
     for name in ("infonce", "triplet", "supcon", "debiased", "hard"):
         for mode in ("eliminate", "attract"):
             cfg = TrainConfig(loss=LossConfig(name, symmetric=name == "infonce"), fn_mode=mode,
-                              head="linear", **{**FAST, "epochs": 1})
+                              **{**FAST, "head": "linear", "epochs": 1})
             result = train_head(store, tmp_path / f"{name}-{mode}", cfg, table=table)
             assert math.isfinite(result.records[0]["loss"])
 
@@ -231,7 +231,8 @@ def test_bad_inputs(store, tmp_path):
 
 
 def test_head_api_and_errors(store, tmp_path):
-    train_head(store, tmp_path / "h", TrainConfig(relation="instance", head="linear", **FAST))
+    train_head(store, tmp_path / "h",
+               TrainConfig(relation="instance", **{**FAST, "head": "linear"}))
     head = load_head(tmp_path / "h")
     assert (head.in_dim, head.out_dim) == (12, 8)
     vectors = store.vectors()

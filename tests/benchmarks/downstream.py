@@ -1,0 +1,297 @@
+"""Downstream proof: does the label-free loop make a better embedding than it was given?
+
+For each real set (a training store and a disjoint held-out store, both embedded with an
+ImageNet EfficientNet-Lite through ``embed --checkpoint``; tests/benchmarks/real_data.py),
+run the loop as a user would, through the command line, and evaluate each head with
+``pairkit eval HELDOUT --against TRAIN --head HEAD`` (held-out kNN top-1 and linear probe):
+
+- raw: no head
+- in-batch: ``train --relation instance`` (no table)
+- naive: ``mine --hard`` (no filter) -> ``train --pairs``
+- lf-negatives: ``mine --hard --filter-false-negatives --fn-rules near-duplicate,cluster
+  --positives 0`` -> ``train --pairs`` (label-free negatives, no mined positives)
+- lf (the default loop): the same with mined positives (``--positives`` default)
+- label-negatives: ``--fn-rules label`` (the label oracle for negatives)
+- supcon-labels: ``train --relation label --loss supcon`` (labels as positives: the ceiling)
+
+Labels are in the stores (for the metrics and the oracle rows); the label-free rows never
+read them (``--fn-rules near-duplicate,cluster``). Mining cells of each table (view rows):
+false-negative share, useful hard negatives per anchor (another class of the anchor's coarse
+category), coarse-category share of the true negatives, median negative score, planted
+copies handed out as negatives (sets with planted copies), mined positives per anchor and
+their precision.
+
+Sets (built once under --work): fm0, mnist5k (false_negatives_real.CONFIGS), fm0-lt (fm0's
+rows subsampled by class to sizes 30x apart, the held-out split alike), fm0-copies (fm0 plus
+3% planted near-copies: 1-2 px shifts and +-10% brightness, embedded as new sources).
+
+Usage: python tests/benchmarks/downstream.py --work DIR --sets fm0,mnist5k --seeds 0,1,2
+    [--variants raw,in-batch,lf] --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.benchmarks.false_negatives_real import CONFIGS, coarse_of, prepare  # noqa: E402
+
+LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,cluster"]
+VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
+    # name: (mine options or None for no table, train options)
+    "raw": (None, []),
+    "in-batch": (None, ["--relation", "instance"]),
+    "naive": ([], []),
+    "lf-negatives": ([*LABEL_FREE, "--positives", "0"], []),
+    "lf": (LABEL_FREE, []),
+    "label-negatives": (["--filter-false-negatives", "--fn-rules", "label"], []),
+    "supcon-labels": (None, ["--relation", "label", "--loss", "supcon"]),
+}
+
+
+def pairkit(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "pairkit", *args], check=True,
+                          capture_output=True, text=True, env=env)
+
+
+# -- sets --------------------------------------------------------------------------------
+def long_tailed(work: Path, base: str = "fm0", ratio: float = 30.0, seed: int = 0
+                ) -> tuple[Path, Path]:
+    """``base``'s stores subsampled by class: class i keeps a share ratio**(-i/(C-1)) of
+    its sources (largest 1, smallest 1/ratio), train and held-out alike."""
+    import pandas as pd
+
+    from pairkit.core.store import Store
+    from pairkit.core.store_writer import write_store
+
+    out = work / f"{base}-lt"
+    train, held = out / "store", out / "heldout"
+    if (held / "manifest.json").exists():
+        return train, held
+    src_train, src_held = prepare(CONFIGS[base], work)
+    rng = np.random.default_rng(seed)
+    classes = None
+    for src, dst in ((src_train, train), (src_held, held)):
+        st = Store.open(src)
+        items = st.items
+        labels = items["label"].astype(str).to_numpy()
+        if classes is None:
+            classes = list(rng.permutation(sorted(set(labels))))
+        share = {c: ratio ** (-i / (len(classes) - 1)) for i, c in enumerate(classes)}
+        sources = items["source"].astype(str).to_numpy()
+        keep_src = set()
+        for c in classes:
+            srcs = sorted(set(sources[labels == c]))
+            n = max(2, int(round(share[c] * len(srcs))))
+            keep_src.update(rng.choice(srcs, size=min(n, len(srcs)), replace=False).tolist())
+        keep = np.array([s in keep_src for s in sources])
+        it = items.loc[keep, ["path", "source", "view", "label"]].reset_index(drop=True)
+        write_store(dst, st.vectors(np.float32)[keep], pd.DataFrame(it),
+                    encoder=st.encoder)
+    return train, held
+
+
+def planted_copies(work: Path, base: str = "fm0", share: float = 0.03, seed: int = 0
+                   ) -> tuple[Path, Path, Path]:
+    """``base``'s training store plus near-copies of a ``share`` of its images (1-2 px
+    shift, +-10% brightness) embedded with the same encoder as new sources; returns
+    (store, held-out, copies.json: copy path -> original path)."""
+    import pandas as pd
+    from PIL import Image
+
+    from pairkit.core.store import Store
+    from pairkit.core.store_writer import write_store
+    from tests.benchmarks.real_data import encoder_checkpoint
+
+    cfg = CONFIGS[base]
+    out = work / f"{base}-copies"
+    store, pairs_file = out / "store", out / "copies.json"
+    src_train, src_held = prepare(cfg, work)
+    if (store / "manifest.json").exists() and pairs_file.exists():
+        return store, src_held, pairs_file
+    images = out / "images"
+    orig_root = work / cfg.tag / "images"
+    files = sorted(orig_root.rglob("*.png"))
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(len(files), size=int(round(share * len(files))), replace=False)
+    copies: dict[str, str] = {}
+    for n, i in enumerate(chosen):
+        f = files[i]
+        img = np.asarray(Image.open(f).convert("RGB"), dtype=np.float32)
+        dx, dy = rng.integers(1, 3, size=2) * rng.choice([-1, 1], size=2)
+        img = np.roll(np.roll(img, int(dx), axis=1), int(dy), axis=0)
+        img = np.clip(img * rng.uniform(0.9, 1.1), 0, 255).astype(np.uint8)
+        rel = f.relative_to(orig_root)
+        name = rel.parent / f"copy{n:04d}-{rel.name}"
+        (images / rel.parent).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img).save(images / name)
+        copies[name.as_posix()] = rel.as_posix()
+    model = f"timm/tf_efficientnet_lite{cfg.lite}"
+    pairkit("embed", str(images), "-o", str(out / "copies-store"), "--model", model,
+            "--checkpoint", encoder_checkpoint(cfg.lite), "--views", "2", "--labels", "folder",
+            "--seed", str(cfg.seed + 1), "--quiet", "--force")
+    parts = [Store.open(src_train), Store.open(out / "copies-store")]
+    cols = ["path", "source", "view", "label"]
+    write_store(store, np.concatenate([p.vectors(np.float32) for p in parts]),
+                pd.concat([p.items[cols] for p in parts], ignore_index=True),
+                encoder=parts[0].encoder, force=True)
+    pairs_file.write_text(json.dumps(copies))
+    return store, src_held, pairs_file
+
+
+def get_set(tag: str, work: Path) -> tuple[Path, Path, Path | None]:
+    if tag.endswith("-lt"):
+        return (*long_tailed(work, tag[:-3]), None)
+    if tag.endswith("-copies"):
+        return planted_copies(work, tag[: -len("-copies")])
+    train, held = prepare(CONFIGS[tag], work)
+    assert held is not None, f"{tag} has no held-out split"
+    return train, held, None
+
+
+# -- mining cells ------------------------------------------------------------------------
+def mining_cells(table_path: Path, store_path: Path, copies: Path | None) -> dict:
+    import pandas as pd
+
+    from pairkit.core.store import Store
+
+    st = Store.open(store_path)
+    labels = np.asarray(st.labels(), dtype=object)
+    coarse = coarse_of(labels)
+    df = pd.read_parquet(table_path)
+    kind = df["positive_kind"] if "positive_kind" in df.columns else pd.Series(
+        "view", index=df.index)
+    views = df[kind == "view"]
+    mined = df[kind == "mined"]
+    anchors = views["anchor_id"].nunique()
+    a = views["anchor_id"].to_numpy()
+    n = views["negative_id"].to_numpy()
+    ok = n >= 0
+    a, n = a[ok], n[ok]
+    same = labels[a] == labels[n]
+    useful = ~same & (coarse[a] == coarse[n])
+    cells = {
+        "fn_share": round(float(same.mean()), 4),
+        "useful_per_anchor": round(float(useful.sum() / max(anchors, 1)), 3),
+        "coarse_share_of_true": round(float(useful.sum() / max((~same).sum(), 1)), 4),
+        "median_neg_score": round(float(np.median(views["neg_score"].to_numpy()[ok])), 4),
+        "negatives_per_anchor": round(float(len(n) / max(anchors, 1)), 3),
+        "mined_positives_per_anchor": round(len(mined) / max(anchors, 1), 3),
+    }
+    if len(mined):
+        ma, mp = mined["anchor_id"].to_numpy(), mined["positive_id"].to_numpy()
+        cells["mined_positive_precision"] = round(float((labels[ma] == labels[mp]).mean()), 4)
+    if copies is not None:
+        pairs = json.loads(copies.read_text())
+        path_id = {p: i for i, p in enumerate(st.items["path"].astype(str))}
+        copy_pairs = set()
+        for c, o in pairs.items():
+            for x, y in ((c, o), (o, c)):
+                if x in path_id and y in path_id:
+                    copy_pairs.add((path_id[x], path_id[y]))
+        # every view of a copy/original pair counts
+        src = st.source_codes()
+        src_pairs = {(src[x], src[y]) for x, y in copy_pairs}
+        handed = sum((src[x], src[y]) in src_pairs for x, y in zip(a, n, strict=True))
+        cells["planted_copies_as_negatives"] = int(handed)
+        if len(mined):
+            found = {(src[x], src[y]) for x, y in zip(ma, mp, strict=True)} & src_pairs
+            cells["planted_copy_pairs_as_positives"] = len(found)
+            cells["planted_copy_pairs"] = len(src_pairs)
+    return cells
+
+
+def evaluate(train: Path, held: Path, head: Path | None) -> dict:
+    args = ["eval", str(train), "--against", str(held), "--json", "--metrics", "knn,linear",
+            "-q"]
+    if head is not None:
+        args += ["--head", str(head)]
+    got = json.loads(pairkit(*args).stdout)
+    return {"knn_top1": got["knn_top1"], "linear_top1": got["linear_top1"]}
+
+
+def run_set(tag: str, work: Path, seeds: list[int], variants: list[str], epochs: int
+            ) -> list[dict]:
+    train, held, copies = get_set(tag, work)
+    out = work / tag / "downstream"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in variants:
+        mine_args, train_args = VARIANTS[name]
+        if name == "raw":
+            row = {"set": tag, "variant": name, "seed": None, **evaluate(train, held, None)}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            continue
+        pairs = None
+        mine_row: dict = {}
+        if mine_args is not None:
+            pairs = out / f"pairs-{name}.parquet"
+            t0 = time.perf_counter()
+            pairkit("mine", str(train), "--hard", "-k", "5", "-o", str(pairs), "--force", "-q",
+                    *mine_args)
+            mine_row = {"mine_seconds": round(time.perf_counter() - t0, 2),
+                        **mining_cells(pairs, train, copies)}
+        for seed in seeds:
+            head = out / f"head-{name}-{seed}"
+            args = ["train", str(train), "-o", str(head), "--force", "-q", "--seed", str(seed),
+                    "--epochs", str(epochs), *train_args]
+            if pairs is not None:
+                args += ["--pairs", str(pairs)]
+            pairkit(*args)
+            row = {"set": tag, "variant": name, "seed": seed, **mine_row,
+                   **evaluate(train, held, head)}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def summary(rows: list[dict]) -> str:
+    """Markdown: mean +- std over seeds of kNN top-1 and linear probe per set and variant."""
+    sets = list(dict.fromkeys(r["set"] for r in rows))
+    names = list(dict.fromkeys(r["variant"] for r in rows))
+    lines = ["| variant | " + " | ".join(f"{s} kNN | {s} linear" for s in sets) + " |",
+             "|---|" + "---|---|" * len(sets)]
+    for name in names:
+        cells = []
+        for s in sets:
+            got = [r for r in rows if r["set"] == s and r["variant"] == name]
+            for key in ("knn_top1", "linear_top1"):
+                v = np.array([r[key] for r in got], dtype=float)
+                cells.append("" if not len(v) else
+                             f"{v.mean():.3f}" + (f" ± {v.std():.3f}" if len(v) > 1 else ""))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--sets", default="fm0,mnist5k,fm0-lt,fm0-copies")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    rows: list[dict] = []
+    for tag in a.sets.split(","):
+        rows += run_set(tag, a.work, [int(s) for s in a.seeds.split(",")],
+                        a.variants.split(","), a.epochs)
+        if a.out:
+            a.out.write_text(json.dumps(rows, indent=1) + "\n")
+    print(summary(rows))
+
+
+if __name__ == "__main__":
+    main()

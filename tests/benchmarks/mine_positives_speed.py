@@ -1,0 +1,103 @@
+"""Whole ``pairkit mine`` with the label-free filter and mined positives against naive mining.
+
+Each round times, as separate processes (what a user pays: imports, store loading, the
+search, the false-negative context, the positives, the table), in this order:
+naive ``mine --hard -k 5``; ``--filter-false-negatives --fn-rules near-duplicate,cluster
+--positives 0``; the same with the default mined positives. Rounds alternate the three so
+that a change in the machine's load hits all of them; the best of ``--rounds`` is reported
+with the ratios to naive.
+
+``--rows N`` above the store's size makes a larger store from it: every row again with
+small Gaussian noise (sigma ``--noise``) as new sources, until N rows (written once under
+--work).
+
+Usage: python tests/benchmarks/mine_positives_speed.py --store STORE --work DIR
+    [--rows 200000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = {
+    "naive": [],
+    "label-free, no positives": ["--filter-false-negatives", "--fn-rules",
+                                 "near-duplicate,cluster", "--positives", "0"],
+    "label-free + positives (default)": ["--filter-false-negatives", "--fn-rules",
+                                         "near-duplicate,cluster"],
+}
+
+
+def grown_store(store: Path, rows: int, work: Path, noise: float, seed: int = 0) -> Path:
+    """``store`` grown to ``rows`` rows by noisy copies (new sources), written once."""
+    import pandas as pd
+
+    sys.path.insert(0, str(ROOT))
+    from pairkit.core.store import Store
+    from pairkit.core.store_writer import write_store
+
+    out = work / f"grown-{rows}"
+    if (out / "manifest.json").exists():
+        return out
+    st = Store.open(store)
+    x = st.vectors(np.float32)
+    items = st.items[["path", "source", "view", "label"]]
+    rng = np.random.default_rng(seed)
+    parts, tables = [x], [items]
+    copy = 0
+    while sum(len(p) for p in parts) < rows:
+        copy += 1
+        y = x + noise * rng.normal(size=x.shape).astype(np.float32)
+        parts.append(y / np.linalg.norm(y, axis=1, keepdims=True))
+        t = items.copy()
+        for col in ("path", "source"):
+            t[col] = f"copy{copy}/" + t[col].astype(str)
+        tables.append(t)
+    vectors = np.concatenate(parts)[:rows]
+    table = pd.concat(tables, ignore_index=True).iloc[:rows].reset_index(drop=True)
+    write_store(out, vectors, table, encoder=st.encoder)
+    return out
+
+
+def run(store: Path, args: list[str], out: Path) -> float:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pairkit", "mine", str(store), "--hard", "-k", "5",
+                    "-o", str(out), "--force", "-q", *args], check=True, env=env)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--store", type=Path, required=True)
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--rows", type=int, default=0)
+    ap.add_argument("--noise", type=float, default=0.02)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    a.work.mkdir(parents=True, exist_ok=True)
+    store = grown_store(a.store, a.rows, a.work, a.noise) if a.rows else a.store
+    times: dict[str, list[float]] = {k: [] for k in RUNS}
+    for r in range(a.rounds):
+        for name, args in RUNS.items():
+            times[name].append(run(store, args, a.work / "pairs.parquet"))
+            print(json.dumps({"round": r, "run": name, "seconds": round(times[name][-1], 2)}),
+                  flush=True)
+    best = {k: min(v) for k, v in times.items()}
+    print(json.dumps({"store": str(store), "rows": a.rows or None,
+                      "best_seconds": {k: round(v, 2) for k, v in best.items()},
+                      "x_naive": {k: round(v / best["naive"], 2) for k, v in best.items()},
+                      "load_at_end": os.getloadavg()[0]}))
+
+
+if __name__ == "__main__":
+    main()

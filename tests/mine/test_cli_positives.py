@@ -1,0 +1,133 @@
+"""pairkit mine --positives end to end: mined rows against a brute-force mutual-neighbour
+check, on by default with the filter only, the cap, bad values, and train reading them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from tests.conftest import random_store
+
+runner = CliRunner()
+LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,cluster"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory):
+    return random_store(tmp_path_factory.mktemp("pos") / "store", n_sources=60, views=2,
+                        dim=16, classes=4)
+
+
+def brute_mutual(store, m: int) -> set[tuple[int, int]]:  # noqa: ANN001
+    x = store.vectors(np.float32)
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    src = store.source_codes()
+    sims = x @ x.T
+    sims[src[:, None] == src[None, :]] = -np.inf
+    top = np.argsort(-sims, axis=1, kind="stable")[:, :m]
+    lists = [set(r.tolist()) for r in top]
+    return {(i, int(j)) for i in range(len(x)) for j in top[i] if i in lists[int(j)]}
+
+
+def test_default_with_filter_rows_are_mutual_neighbours(store, tmp_path: Path) -> None:
+    out, stats = tmp_path / "p.parquet", tmp_path / "s.json"
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", *LABEL_FREE, "-o", str(out),
+                            "--stats", str(stats)])
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(out)
+    mined = df[df["positive_kind"] == "mined"]
+    views = df[df["positive_kind"] == "view"]
+    assert len(views) == 120 * 5 and len(mined) > 0
+    assert (mined["negative_id"] == -1).all() and mined["negative_path"].isna().all()
+    assert set(mined["positive_reason"]) <= {"mutual_neighbour", "near_duplicate"}
+    got = set(zip(mined["anchor_id"], mined["positive_id"], strict=True))
+    want = brute_mutual(store, 10)
+    assert got == want  # 10 per anchor at most: no anchor here has more mutual ones
+    assert mined.groupby("anchor_id").size().max() <= 10
+    assert mined["positive_confidence"].between(0, 1).all()
+    assert views["positive_confidence"].isna().all()
+    s = json.loads(stats.read_text())["mined_positives"]
+    assert s["rows"] == len(mined) and s["neighbours"] == 10
+    labels = store.labels()
+    precision = np.mean(labels[mined["anchor_id"]] == labels[mined["positive_id"]])
+    assert s["same_label"] == pytest.approx(precision, abs=1e-4)
+    # rows stay grouped by anchor: each anchor's view rows, then its mined rows
+    first = df.groupby("anchor_id", sort=False).head(1).index.to_numpy()
+    assert (np.diff(df["anchor_id"].to_numpy()[first]) > 0).all()
+
+
+def test_naive_has_none_and_explicit_cap_works(store, tmp_path: Path) -> None:
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "-o", str(tmp_path / "n.csv")])
+    assert r.exit_code == 0, r.output
+    assert "positive_kind" not in pd.read_csv(tmp_path / "n.csv").columns
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "--positives", "2",
+                            "-o", str(tmp_path / "c.parquet")])
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(tmp_path / "c.parquet")
+    mined = df[df["positive_kind"] == "mined"]
+    assert 0 < mined.groupby("anchor_id").size().max() <= 2
+    assert set(zip(mined["anchor_id"], mined["positive_id"], strict=True)) <= brute_mutual(
+        store, 10)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--positives", "-1"], "--positives must be >= 0, got -1"),
+    (["--positive-neighbours", "0"], "--positive-neighbours must be >= 1, got 0"),
+])
+def test_bad_values(store, tmp_path: Path, args: list[str], message: str) -> None:
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", *args,
+                            "-o", str(tmp_path / "x.parquet")])
+    assert r.exit_code == 2 and message in r.output
+
+
+def test_train_reads_mined_positives(store, tmp_path: Path) -> None:
+    out = tmp_path / "p.parquet"
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", *LABEL_FREE, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    n_mined = int((pd.read_parquet(out)["positive_kind"] == "mined").sum())
+    r = runner.invoke(app, ["train", str(store.root), "--pairs", str(out), "-o",
+                            str(tmp_path / "h"), "--epochs", "1", "--batch-size", "32",
+                            "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    assert f"{n_mined} mined positives" in r.output
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert config["pairs"]["mined_positives"] == n_mined
+    assert config["head"] == {"kind": "residual", "in_dim": 16, "out_dim": 16, "hidden": 512}
+
+
+def test_reduced_search_finds_the_exact_mutual_pairs(tmp_path: Path) -> None:
+    """With the cluster rule on, neighbour lists come from its 128 principal components
+    (re-scored exactly): on 384-d vectors with a decaying spectrum, as real embeddings
+    have, they give nearly the exact search's mutual pairs."""
+    from pairkit.core.store_writer import write_store
+
+    rng = np.random.default_rng(3)
+    n_src, d = 150, 384
+    scale = 1.0 / np.arange(1, d + 1) ** 0.8
+    centers = rng.normal(size=(6, d)) * scale
+    base = centers[np.arange(n_src) % 6] + 0.6 * rng.normal(size=(n_src, d)) * scale
+    rows = np.repeat(base, 2, axis=0) + 0.1 * rng.normal(size=(2 * n_src, d)) * scale
+    items = pd.DataFrame({"path": [f"s{i // 2}.png" for i in range(2 * n_src)],
+                          "source": [f"s{i // 2}.png" for i in range(2 * n_src)],
+                          "view": [i % 2 for i in range(2 * n_src)]})
+    st = write_store(tmp_path / "s", rows.astype(np.float32), items, encoder={"name": "x"},
+                     dtype="float32")
+    exact, reduced = tmp_path / "e.parquet", tmp_path / "r.parquet"
+    for out, args in ((exact, ["--positives", "10"]), (reduced, LABEL_FREE)):
+        r = runner.invoke(app, ["mine", str(st.root), "--hard", *args, "-o", str(out)])
+        assert r.exit_code == 0, r.output
+
+    def pairs(path: Path) -> set[tuple[int, int]]:
+        df = pd.read_parquet(path)
+        df = df[df["positive_kind"] == "mined"]
+        return set(zip(df["anchor_id"], df["positive_id"], strict=True))
+
+    want, got = pairs(exact), pairs(reduced)
+    assert want == brute_mutual(st, 10)
+    assert len(want & got) >= 0.9 * len(want) and len(want & got) >= 0.9 * len(got)

@@ -1,0 +1,90 @@
+"""Mined positives: the mutual-neighbour test against sets built by hand and by brute
+force, near-duplicate mates first, one entry per pair, the per-anchor cap, confidence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pairkit.errors import UsageError
+from pairkit.mine.positives import (
+    PositiveConfig,
+    mine_positives,
+    mutual_neighbours,
+)
+
+
+def test_mutual_neighbours_by_hand() -> None:
+    ids = np.array([[1, 2], [0, 2], [3, 0], [2, 1]])
+    # 0-1: 1 lists 0; 0-2: 2 lists 0; 1-0 yes; 1-2: 2 lists 3, 0 -> no;
+    # 2-3: 3 lists 2; 2-0 yes; 3-2 yes; 3-1: 1 lists 0, 2 -> no
+    want = np.array([[True, True], [True, False], [True, True], [True, False]])
+    np.testing.assert_array_equal(mutual_neighbours(ids), want)
+
+
+def test_mutual_neighbours_padding_is_never_mutual() -> None:
+    ids = np.array([[1, -1], [0, -1], [-1, -1]])
+    np.testing.assert_array_equal(mutual_neighbours(ids),
+                                  [[True, False], [True, False], [False, False]])
+
+
+def test_mutual_neighbours_against_brute_force() -> None:
+    rng = np.random.default_rng(0)
+    n, m = 60, 5
+    x = rng.normal(size=(n, 8))
+    sims = x @ x.T
+    np.fill_diagonal(sims, -np.inf)
+    ids = np.argsort(-sims, axis=1)[:, :m]
+    lists = [set(r.tolist()) for r in ids]
+    want = np.array([[i in lists[j] for j in ids[i]] for i in range(n)])
+    np.testing.assert_array_equal(mutual_neighbours(ids), want)
+
+
+def _lists() -> tuple[np.ndarray, np.ndarray]:
+    # 4 items; row i's neighbours best first
+    ids = np.array([[1, 2, 3], [0, 3, 2], [0, 3, 1], [1, 2, 0]])
+    scores = np.array([[0.9, 0.8, 0.1], [0.9, 0.5, 0.4], [0.8, 0.7, 0.4], [0.5, 0.7, 0.1]],
+                      dtype=np.float32)
+    return ids, scores
+
+
+def test_mine_positives_mutual_only_with_rank_confidence() -> None:
+    ids, scores = _lists()
+    got = mine_positives(np.array([0, 1]), ids, scores, PositiveConfig(per_anchor=10,
+                                                                      neighbours=2))
+    # top-2 lists: 0:[1,2] 1:[0,3] 2:[0,3] 3:[1,2]; mutual: 0-1 (yes), 0-2 (yes),
+    # 1-0 (yes), 1-3 (yes)
+    assert got.rows.tolist() == [0, 0, 1, 1]
+    assert got.ids.tolist() == [1, 2, 0, 3]
+    np.testing.assert_allclose(got.scores, [0.9, 0.8, 0.9, 0.5])
+    np.testing.assert_allclose(got.confidence, [1.0, 0.5, 1.0, 0.5])  # 1 - rank / 2
+    assert set(got.reasons) == {"mutual_neighbour"}
+
+
+def test_mine_positives_cap_groups_first_and_cluster_confidence() -> None:
+    ids, scores = _lists()
+    groups = np.array([5, -1, -1, 5])  # 0 and 3 are near-duplicates
+    vectors = np.eye(4, dtype=np.float32)
+    assign = np.array([[0, 0, 1, 0], [0, 1, 1, 0]])  # runs of the cluster rule
+    got = mine_positives(np.array([0, 3]), ids, scores,
+                         PositiveConfig(per_anchor=2, neighbours=2), groups=groups,
+                         vectors=vectors, cluster_assign=assign)
+    # anchor 0: group mate 3 first (conf 1), then mutual 1 (agree 1 of 2 runs: 0.5) and 2
+    # (0 of 2): cap 2 keeps 3 and 1. Anchor 3: mate 0; mutual (top-2 of 3 = [1, 2]):
+    # 3-1? 1's top-2 is [0, 3] -> yes; 3-2? 2's is [0, 3] -> yes; confidences 3-1: runs
+    # agree 1 (run 0) -> 0.5, 3-2: 0 -> 0.
+    assert got.rows.tolist() == [0, 0, 1, 1]
+    assert got.ids.tolist() == [3, 1, 0, 1]
+    assert got.reasons.tolist() == ["near_duplicate", "mutual_neighbour",
+                                    "near_duplicate", "mutual_neighbour"]
+    np.testing.assert_allclose(got.confidence, [1.0, 0.5, 1.0, 0.5])
+    np.testing.assert_allclose(got.scores[[0, 2]], [0.0, 0.0])  # eye vectors: cosine 0
+
+
+def test_mine_positives_off_and_bad_config() -> None:
+    ids, scores = _lists()
+    assert len(mine_positives(np.array([0]), ids, scores, PositiveConfig(per_anchor=0))) == 0
+    with pytest.raises(UsageError, match="--positives must be >= 0, got -1"):
+        PositiveConfig(per_anchor=-1).check()
+    with pytest.raises(UsageError, match="--positive-neighbours must be >= 1, got 0"):
+        PositiveConfig(neighbours=0).check()

@@ -1,0 +1,111 @@
+"""Mined positives in training: reading them from a table, drawing them (uniform and by
+confidence, against expected frequencies), swapping a share of the positives, the
+residual head starting as the identity, and a whole run with mined rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pairkit.errors import PairkitError
+from pairkit.train.data import PairArrays
+from pairkit.train.positives import (
+    concat_pairs,
+    draw_positives,
+    mined_only_examples,
+    positive_sets,
+    split_mined_rows,
+    swap_positives,
+)
+
+
+def _table() -> pd.DataFrame:
+    return pd.DataFrame({
+        "anchor_id": [0, 0, 0, 0, 1, 2],
+        "positive_id": [1, 2, 3, 2, 0, 2],
+        "negative_id": [5, None, None, None, None, None],
+        "positive_kind": ["view", "mined", "mined", "mined", "mined", "mined"],
+        "positive_confidence": [None, 0.9, 0.1, 0.9, 1.0, 1.0],
+    })
+
+
+def test_split_and_sets() -> None:
+    views, mined = split_mined_rows(_table())
+    assert views["positive_id"].tolist() == [1]
+    assert mined is not None and len(mined) == 5
+    sets = positive_sets(mined, 6, np.ones(6, bool))
+    # anchor 0: 2 and 3 (the repeated 0-2 row once); anchor 1: 0; 2-2 (itself) dropped
+    np.testing.assert_array_equal(sets.offsets, [0, 2, 3, 3, 3, 3, 3])
+    assert sets.ids.tolist() == [2, 3, 0]
+    np.testing.assert_allclose(sets.confidence, [0.9, 0.1, 1.0])
+    # the training side of a split: rows touching item 3 are left out
+    allowed = np.array([True, True, True, False, True, True])
+    assert positive_sets(mined, 6, allowed).ids.tolist() == [2, 0]
+
+
+def test_tables_without_mined_rows_and_bad_kinds() -> None:
+    t = _table().drop(columns="positive_kind")
+    assert split_mined_rows(t)[1] is None
+    bad = _table()
+    bad.loc[2, "positive_kind"] = "maybe"
+    with pytest.raises(PairkitError, match="positive_kind must be 'view' or 'mined'.*row 2"):
+        split_mined_rows(bad)
+    _, mined = split_mined_rows(_table())
+    with pytest.raises(PairkitError, match="not an id of this store's 3 items"):
+        positive_sets(mined, 3, np.ones(3, bool))
+
+
+def test_draws_follow_uniform_and_confidence_weights() -> None:
+    _, mined = split_mined_rows(_table())
+    sets = positive_sets(mined, 6, np.ones(6, bool))
+    rng = np.random.default_rng(0)
+    anchors = np.zeros(20_000, dtype=np.int64)
+    uni = draw_positives(sets, anchors, rng)
+    conf = draw_positives(sets, anchors, rng, "confidence")
+    # expected shares: uniform 1/2 each; by confidence 0.9 / (0.9 + 0.1) = 0.9
+    assert abs((uni == 2).mean() - 0.5) < 0.02
+    assert abs((conf == 2).mean() - 0.9) < 0.01
+    assert set(np.unique(conf)) == {2, 3}
+    none = draw_positives(sets, np.array([2, 5]), rng)
+    assert none.tolist() == [-1, -1]
+
+
+def test_swap_share_and_untouched_examples() -> None:
+    _, mined = split_mined_rows(_table())
+    sets = positive_sets(mined, 6, np.ones(6, bool))
+    n = 10_000
+    pairs = PairArrays(np.array([0, 4] * (n // 2)), np.array([1, 5] * (n // 2)),
+                       np.full((n, 1), 5), np.zeros((n, 1), bool))
+    out = swap_positives(pairs, sets, 0.5, np.random.default_rng(1))
+    swapped = out.positive != pairs.positive
+    assert not swapped[1::2].any()  # anchor 4 has no mined positives
+    assert abs(swapped[0::2].mean() - 0.5) < 0.03
+    assert set(out.positive[0::2][swapped[0::2]]) == {2, 3}
+    np.testing.assert_array_equal(out.negatives, pairs.negatives)
+    assert swap_positives(pairs, sets, 0.0, np.random.default_rng(1)) is pairs
+    with pytest.raises(PairkitError, match=r"--positive-share must be in \[0, 1\], got 1.5"):
+        swap_positives(pairs, sets, 1.5, np.random.default_rng(1))
+
+
+def test_mined_only_examples_and_concat() -> None:
+    _, mined = split_mined_rows(_table())
+    sets = positive_sets(mined, 6, np.ones(6, bool))
+    extra = mined_only_examples(sets, np.array([0]), np.ones(6, bool))
+    assert extra.anchor.tolist() == [1] and extra.positive.tolist() == [0]
+    base = PairArrays(np.array([0]), np.array([1]), np.array([[5, 4]]), np.zeros((1, 2), bool))
+    both = concat_pairs(base, extra)
+    assert both.negatives.tolist() == [[5, 4], [-1, -1]]
+    assert both.anchor.tolist() == [0, 1]
+
+
+def test_residual_head_starts_as_identity() -> None:
+    import torch
+
+    from pairkit.train.head import HeadSpec, build_module
+
+    module = build_module(HeadSpec("residual", 6, 6, 4))
+    x = torch.randn(3, 6)
+    torch.testing.assert_close(module(x), x)
+    with pytest.raises(PairkitError, match="residual head keeps the input dim"):
+        HeadSpec("residual", 6, 3, 4).check()
