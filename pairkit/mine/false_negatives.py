@@ -78,6 +78,9 @@ class FalseNegativeConfig:
     rules: tuple[str, ...] = DEFAULT_RULES
     margin: float = 0.95
     near_duplicate_threshold: float | None = None  # None: `pairkit dedup`'s default
+    # threshold: the embedding cosine (fast); pixels / auto: dedup's check of the images
+    # (decodes and aligns every candidate pair: minutes per 10,000 images on a CPU)
+    near_duplicate_method: str = "threshold"
     cluster_ks: tuple[int, ...] = ()
     cluster_runs: int = 8
     cluster_votes: int = DEFAULT_CLUSTER_VOTES  # of cluster_runs_total (capped at it)
@@ -112,6 +115,9 @@ def validate_config(config: FalseNegativeConfig) -> None:
         raise UsageError(f"false-negative rules repeat: {','.join(config.rules)}")
     if not 0.0 < config.margin <= 1.0:
         raise UsageError(f"margin must be in (0, 1], got {config.margin}")
+    if config.near_duplicate_method not in ("threshold", "pixels", "auto"):
+        raise UsageError("near-duplicate method must be threshold, pixels or auto, got "
+                         f"{config.near_duplicate_method}")
     t = config.near_duplicate_threshold
     if t is not None and not 0.0 < t <= 1.0:
         raise UsageError(f"near-duplicate threshold must be in (0, 1], got {t}")

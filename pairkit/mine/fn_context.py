@@ -115,8 +115,9 @@ def near_duplicate_threshold(config: FalseNegativeConfig) -> float:
 
 def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray | None:
     """Near-duplicate group per item ((N,) int64, -1 none): ``pairkit dedup``'s groups,
-    with its decision (:func:`pairkit.mine.near_duplicate_check.choose_check`: pixels
-    calibrated on the store when its images can be read, else the threshold). None when
+    with the decision ``config.near_duplicate_method`` names
+    (:func:`pairkit.mine.near_duplicate_check.choose_check`; mine's default is the
+    embedding threshold, dedup's the pixel check when the images can be read). None when
     the run compares each offered pair with the threshold instead (a search that skips
     the anchor's clusters, and no images) or ``pairkit.mine.near_duplicates`` is absent."""
     if ctx.groups is not None:
@@ -127,7 +128,8 @@ def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.
     except ImportError:
         return None
     check = choose_check(
-        ctx.vectors, ctx.paths, ctx.image_root, "auto", config.near_duplicate_threshold,
+        ctx.vectors, ctx.paths, ctx.image_root, config.near_duplicate_method,
+        config.near_duplicate_threshold,
         knn_backend=ctx.backend, seed=ctx.seed,
         **({} if ctx.backend is None else
            {"device": ctx.backend.device, "backend": ctx.backend.name}))

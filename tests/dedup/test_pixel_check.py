@@ -172,7 +172,7 @@ def test_mine_rule_uses_the_same_decision_as_dedup(tmp_path: Path) -> None:
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     p = np.array(paths, dtype=object)
     root = str(tmp_path / "img")
-    cfg = FalseNegativeConfig(rules=("near-duplicate",))
+    cfg = FalseNegativeConfig(rules=("near-duplicate",), near_duplicate_method="auto")
     ctx = build_context(vecs, None, np.arange(len(paths)), cfg, paths=p, image_root=root)
     groups = near_duplicate_group_ids(ctx, cfg)
     dedup = find_near_duplicates(vecs, check=choose_check(vecs, p, root),

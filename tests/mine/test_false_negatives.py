@@ -420,3 +420,15 @@ def test_default_cluster_votes_two_capped_at_the_runs() -> None:
     assert DEFAULT_CLUSTER_VOTES == 2 and FalseNegativeConfig().cluster_votes == 2
     assert FalseNegativeConfig(cluster_runs=1).cluster_votes == 1  # one run: one vote
     assert FalseNegativeConfig(cluster_runs=1, cluster_ks=(4, 8)).cluster_votes == 2
+
+
+def test_near_duplicate_method_default_threshold_and_bad_value() -> None:
+    import pytest
+
+    from pairkit.errors import UsageError
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+
+    assert FalseNegativeConfig().near_duplicate_method == "threshold"
+    with pytest.raises(UsageError, match="near-duplicate method must be threshold, pixels or "
+                                         "auto, got fast"):
+        FalseNegativeConfig(near_duplicate_method="fast")
