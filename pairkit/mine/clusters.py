@@ -41,6 +41,14 @@ def knn_graph(
     views = int(np.bincount(sources).max()) if n else 1
     scores, ids = knn_search(vectors, _exact(vectors, backend), min(n, m + views),
                              batch_size=batch_size)
+    return other_sources(scores, ids, sources, m)
+
+
+def other_sources(scores: np.ndarray, ids: np.ndarray, sources: np.ndarray, m: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's first ``m`` hits of *other* sources, ``(ids, scores)`` (N, m), from a
+    search of the rows against themselves ``(scores, ids)`` (N, k), best first: own-source
+    hits and padding dropped, -1 / -inf padded when fewer are left."""
     own = (ids < 0) | (sources[np.maximum(ids, 0)] == sources[:, None])
     order = np.argsort(own, axis=1, kind="stable")[:, :m]
     ids = np.take_along_axis(np.where(own, -1, ids), order, axis=1)

@@ -322,6 +322,7 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
     kNN graph when it is deep enough, else from one search with mine's index options
     (exact up to ``--exact-max-rows``, approximate above)."""
     from pairkit.core.pairs import add_mined_positives
+    from pairkit.index.search import exact_scores
     from pairkit.mine.fn_context import near_duplicate_threshold
     from pairkit.mine.positives import mine_positives
 
@@ -334,7 +335,7 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
         # the exact lists' mutual pairs on fm0; the lists only choose who is compared)
         nb_ids, _ = _neighbour_lists(ctx.spectral.reduced, sources, 2 * cfg.neighbours,
                                      index, backend, None)
-        nb_scores = _exact_scores(vectors, nb_ids)
+        nb_scores = exact_scores(vectors, vectors, nb_ids)
         order = np.argsort(-nb_scores, axis=1, kind="stable")[:, :cfg.neighbours]
         nb_ids = np.take_along_axis(nb_ids, order, axis=1)
         nb_scores = np.take_along_axis(nb_scores, order, axis=1)
@@ -368,24 +369,13 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
     return out, stats
 
 
-def _exact_scores(vectors: np.ndarray, ids: np.ndarray, block: int = 4096) -> np.ndarray:
-    """(N, m) float32 inner products of every row with its listed rows (-inf for -1)."""
-    out = np.full(ids.shape, -np.inf, dtype=np.float32)
-    for s in range(0, len(ids), block):
-        e = min(len(ids), s + block)
-        rows = ids[s:e]
-        got = np.einsum("nd,nmd->nm", np.asarray(vectors[s:e], np.float32),
-                        np.asarray(vectors[np.maximum(rows, 0)], np.float32))
-        out[s:e] = np.where(rows >= 0, got, -np.inf)
-    return out
-
-
 def _neighbour_lists(vectors: np.ndarray, sources: np.ndarray, m: int, index: IndexOptions,
                      backend: Any, store: Any) -> tuple[np.ndarray, np.ndarray]:
     """Every row's ``m`` nearest rows of other sources ``(ids, scores)`` (N, m), best first,
     -1 padded, through the index mine's options pick (``store``: a saved index of its
     rows is reused; None for other vectors), by the one search entry point."""
     from pairkit.index.open import open_searcher
+    from pairkit.mine.clusters import other_sources
 
     n = len(vectors)
     views = int(np.bincount(sources).max()) if n else 1
@@ -395,12 +385,4 @@ def _neighbour_lists(vectors: np.ndarray, sources: np.ndarray, m: int, index: In
                            content_id=None if store is None else store.content_id,
                            engine=backend)
     scores, ids = opened.search(vectors, min(n, m + views))
-    own = (ids < 0) | (sources[np.maximum(ids, 0)] == sources[:, None])
-    order = np.argsort(own, axis=1, kind="stable")[:, :m]
-    ids = np.take_along_axis(np.where(own, -1, ids), order, axis=1)
-    scores = np.take_along_axis(np.where(own, -np.inf, scores), order, axis=1)
-    if ids.shape[1] < m:
-        pad = m - ids.shape[1]
-        ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
-        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
-    return ids, scores.astype(np.float32)
+    return other_sources(scores, ids, sources, m)
