@@ -91,6 +91,9 @@ def mine(
         show_default="10 with --filter-false-negatives, else 0"),
     positive_neighbours: int = typer.Option(10, "--positive-neighbours",
                                             help="Depth of the mutual-neighbour test."),
+    positive_whitening: float | None = typer.Option(
+        None, "--positive-whitening", help="Power of the partial PCA whitening the mutual "
+        "neighbours are found in (0: plain cosine, 0.5: full whitening).", show_default="0.25"),
     stats_path: Path | None = typer.Option(None, "--stats", help="Write the summary as JSON."),
     ray: str | None = o.ray_option(),
     force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
@@ -142,7 +145,8 @@ def mine(
             stats = mine_to_files(store, output, relation, fmt, cfg, idx, fn, stats_path, force,
                                   progress=bar.advance, on_start=lambda n: bar.start(n, "mining"),
                                   on_warning=bar.note, ray=ray,
-                                  positives=positive_config(positives, positive_neighbours, fn))
+                                  positives=positive_config(positives, positive_neighbours, fn,
+                                                            positive_whitening))
         finally:
             bar.stop()
         for line in summary_lines(stats, output):

@@ -29,14 +29,18 @@ def fn_config(filter_fn: bool, rules: str | None, cluster_k: str | None,
 
 
 def positive_config(per_anchor: int | None, neighbours: int,
-                    fn: FalseNegativeConfig | None) -> PositiveConfig | None:
-    """``--positives`` / ``--positive-neighbours`` as a config (None: no mined positives).
+                    fn: FalseNegativeConfig | None,
+                    whitening: float | None = None) -> PositiveConfig | None:
+    """``--positives`` / ``--positive-neighbours`` / ``--positive-whitening`` as a config
+    (None: no mined positives).
     Default: mined positives with the false-negative filter (the same rules' verdicts made
     useful to training), none without it (naive mining stays naive)."""
     from pairkit.mine.positives import DEFAULT_PER_ANCHOR, PositiveConfig
+    from pairkit.mine.whitening import DEFAULT_POWER
 
     if per_anchor is None:
         per_anchor = DEFAULT_PER_ANCHOR if fn is not None else 0
-    cfg = PositiveConfig(per_anchor=per_anchor, neighbours=neighbours)
+    cfg = PositiveConfig(per_anchor=per_anchor, neighbours=neighbours,
+                         whitening=DEFAULT_POWER if whitening is None else whitening)
     cfg.check()
     return cfg if per_anchor > 0 else None

@@ -44,7 +44,20 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.benchmarks.false_negatives_real import CONFIGS, coarse_of, prepare  # noqa: E402
+from tests.benchmarks.false_negatives_real import (  # noqa: E402
+    CONFIGS,
+    Config,
+    coarse_of,
+    prepare,
+)
+
+# held-out sets of other encoders and sizes, so no default is tuned to one set
+HELD_OUT_CONFIGS = {
+    **{k: v for k, v in CONFIGS.items() if v.heldout},
+    "fm3-lite2": Config("fm3-lite2", "fashion-mnist", 3000, 3, 2, heldout=1000),
+    "mnist-lite1": Config("mnist-lite1", "mnist-5k", 3000, 1, 1, heldout=1000),
+    "digits-h": Config("digits-h", "digits", 1200, 4, 0, heldout=597),
+}
 
 LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,cluster"]
 VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
@@ -79,7 +92,7 @@ def long_tailed(work: Path, base: str = "fm0", ratio: float = 30.0, seed: int = 
     train, held = out / "store", out / "heldout"
     if (held / "manifest.json").exists():
         return train, held
-    src_train, src_held = prepare(CONFIGS[base], work)
+    src_train, src_held = prepare(HELD_OUT_CONFIGS[base], work)
     rng = np.random.default_rng(seed)
     classes = None
     for src, dst in ((src_train, train), (src_held, held)):
@@ -114,7 +127,7 @@ def planted_copies(work: Path, base: str = "fm0", share: float = 0.03, seed: int
     from pairkit.core.store_writer import write_store
     from tests.benchmarks.real_data import encoder_checkpoint
 
-    cfg = CONFIGS[base]
+    cfg = HELD_OUT_CONFIGS[base]
     out = work / f"{base}-copies"
     store, pairs_file = out / "store", out / "copies.json"
     src_train, src_held = prepare(cfg, work)
@@ -155,9 +168,39 @@ def get_set(tag: str, work: Path) -> tuple[Path, Path, Path | None]:
         return (*long_tailed(work, tag[:-3]), None)
     if tag.endswith("-copies"):
         return planted_copies(work, tag[: -len("-copies")])
-    train, held = prepare(CONFIGS[tag], work)
+    if "+" in tag:
+        return (*union(work, tag.split("+")), None)
+    train, held = prepare(HELD_OUT_CONFIGS[tag], work)
     assert held is not None, f"{tag} has no held-out split"
     return train, held, None
+
+
+def union(work: Path, tags: list[str]) -> tuple[Path, Path]:
+    """The union of held-out sets embedded with one encoder (labels prefixed by set):
+    more classes, two domains."""
+    import pandas as pd
+
+    from pairkit.core.store import Store
+    from pairkit.core.store_writer import write_store
+
+    out = work / "+".join(tags)
+    train, held = out / "store", out / "heldout"
+    if (held / "manifest.json").exists():
+        return train, held
+    parts = [prepare(HELD_OUT_CONFIGS[t], work) for t in tags]
+    for side, dst in ((0, train), (1, held)):
+        vecs, items = [], []
+        for t, pair in zip(tags, parts, strict=True):
+            st = Store.open(pair[side])
+            vecs.append(st.vectors(np.float32))
+            it = st.items[["path", "source", "view", "label"]].copy()
+            for col in ("path", "source"):
+                it[col] = t + "/" + it[col].astype(str)
+            it["label"] = t + "::" + it["label"].astype(str)
+            items.append(it)
+        write_store(dst, np.concatenate(vecs), pd.concat(items, ignore_index=True),
+                    encoder=Store.open(parts[0][side]).encoder)
+    return train, held
 
 
 # -- mining cells ------------------------------------------------------------------------

@@ -24,9 +24,26 @@ def store(tmp_path_factory: pytest.TempPathFactory):
                         dim=16, classes=4)
 
 
-def brute_mutual(store, m: int) -> set[tuple[int, int]]:  # noqa: ANN001
+def reference_whitened(x: np.ndarray, power: float = 0.25, variance: float = 0.99,
+                       max_dims: int = 256) -> np.ndarray:
+    """Partial PCA whitening by an SVD of the centred rows (independent of the eigh of the
+    covariance that pairkit.mine.whitening uses), rows re-normalised."""
+    c = x.astype(np.float64) - x.astype(np.float64).mean(axis=0)
+    _, sv, vt = np.linalg.svd(c, full_matrices=False)
+    eig = sv**2 / (len(x) - 1)
+    share = np.cumsum(eig) / eig.sum()
+    dims = min(int(np.argmax(share >= variance - 1e-12)) + 1, max_dims)
+    z = c @ vt[:dims].T * eig[:dims] ** -power
+    return z / np.linalg.norm(z, axis=1, keepdims=True)
+
+
+def brute_mutual(store, m: int, whitening: float = 0.25) -> set[tuple[int, int]]:  # noqa: ANN001
+    """Mutual m-nearest other-source pairs by brute force: in the reference partial
+    whitening (the default), or by plain cosine with ``whitening`` 0."""
     x = store.vectors(np.float32)
     x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    if whitening > 0:
+        x = reference_whitened(x, whitening)
     src = store.source_codes()
     sims = x @ x.T
     sims[src[:, None] == src[None, :]] = -np.inf
@@ -79,6 +96,8 @@ def test_naive_has_none_and_explicit_cap_works(store, tmp_path: Path) -> None:
 @pytest.mark.parametrize("args, message", [
     (["--positives", "-1"], "--positives must be >= 0, got -1"),
     (["--positive-neighbours", "0"], "--positive-neighbours must be >= 1, got 0"),
+    (["--positive-whitening", "0.7"], "--positive-whitening must be in [0, 0.5], got 0.7"),
+    (["--positive-whitening", "nan"], "--positive-whitening must be a number, got nan"),
 ])
 def test_bad_values(store, tmp_path: Path, args: list[str], message: str) -> None:
     r = runner.invoke(app, ["mine", str(store.root), "--hard", *args,
@@ -101,10 +120,27 @@ def test_train_reads_mined_positives(store, tmp_path: Path) -> None:
     assert config["head"] == {"kind": "residual", "in_dim": 16, "out_dim": 16, "hidden": 512}
 
 
+def test_plain_cosine_when_whitening_is_off(store, tmp_path: Path) -> None:
+    out = tmp_path / "p.parquet"
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "--positives", "10",
+                            "--positive-whitening", "0", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(out)
+    mined = df[df["positive_kind"] == "mined"]
+    assert set(zip(mined["anchor_id"], mined["positive_id"], strict=True)) == brute_mutual(
+        store, 10, whitening=0)
+    # the table's score is the plain cosine whatever space the neighbours came from
+    x = store.vectors(np.float32)
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    want = np.einsum("nd,nd->n", x[mined["anchor_id"]], x[mined["positive_id"]])
+    np.testing.assert_allclose(mined["pos_score"], want, atol=1e-4)
+
+
 def test_reduced_search_finds_the_exact_mutual_pairs(tmp_path: Path) -> None:
-    """With the cluster rule on, neighbour lists come from its 128 principal components
-    (re-scored exactly): on 384-d vectors with a decaying spectrum, as real embeddings
-    have, they give nearly the exact search's mutual pairs."""
+    """Candidates from a search in fewer dims, re-scored in all: on 384-d vectors with a
+    decaying spectrum, as real embeddings have, both the whitened lists (candidates from
+    the first 128 whitened components) and the plain-cosine ones with the cluster rule on
+    (its 128 principal components) give nearly the exact search's mutual pairs."""
     from pairkit.core.store_writer import write_store
 
     rng = np.random.default_rng(3)
@@ -118,9 +154,10 @@ def test_reduced_search_finds_the_exact_mutual_pairs(tmp_path: Path) -> None:
                           "view": [i % 2 for i in range(2 * n_src)]})
     st = write_store(tmp_path / "s", rows.astype(np.float32), items, encoder={"name": "x"},
                      dtype="float32")
-    exact, reduced = tmp_path / "e.parquet", tmp_path / "r.parquet"
-    for out, args in ((exact, ["--positives", "10"]), (reduced, LABEL_FREE)):
-        r = runner.invoke(app, ["mine", str(st.root), "--hard", *args, "-o", str(out)])
+    runs = {"white": LABEL_FREE, "cosine": [*LABEL_FREE, "--positive-whitening", "0"]}
+    for name, args in runs.items():
+        r = runner.invoke(app, ["mine", str(st.root), "--hard", *args,
+                                "-o", str(tmp_path / f"{name}.parquet")])
         assert r.exit_code == 0, r.output
 
     def pairs(path: Path) -> set[tuple[int, int]]:
@@ -128,6 +165,7 @@ def test_reduced_search_finds_the_exact_mutual_pairs(tmp_path: Path) -> None:
         df = df[df["positive_kind"] == "mined"]
         return set(zip(df["anchor_id"], df["positive_id"], strict=True))
 
-    want, got = pairs(exact), pairs(reduced)
-    assert want == brute_mutual(st, 10)
-    assert len(want & got) >= 0.9 * len(want) and len(want & got) >= 0.9 * len(got)
+    for name, power in (("white", 0.25), ("cosine", 0.0)):
+        want, got = brute_mutual(st, 10, whitening=power), pairs(tmp_path / f"{name}.parquet")
+        assert len(want) > 100
+        assert len(want & got) >= 0.9 * len(want) and len(want & got) >= 0.9 * len(got)

@@ -1,0 +1,64 @@
+"""pairkit.mine.whitening against hand-computed spectra and an SVD reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pairkit.mine.whitening import fit_whitening
+
+
+def test_axis_aligned_spectrum_by_hand() -> None:
+    # variances 16, 4, 1 on three axes (rows: +-4, +-2, +-1 on one axis each)
+    x = np.zeros((6, 3))
+    x[0, 0], x[1, 0], x[2, 1], x[3, 1], x[4, 2], x[5, 2] = 4, -4, 2, -2, 1, -1
+    w = fit_whitening(x, power=0.25, variance=1.0)
+    var = np.array([32, 8, 2]) / 5.0  # sum of squares / (n - 1)
+    assert w.dims == 3
+    np.testing.assert_allclose(np.abs(w.components), np.eye(3), atol=1e-6)
+    # eigenvalue ** -1/4, relative to the leading one
+    np.testing.assert_allclose(w.scale, (var / var[0]) ** -0.25, rtol=1e-5)
+    z = w.apply(x)
+    np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0, atol=1e-6)
+    # variance share: 32/42 = 0.76, 40/42 = 0.95 -> 0.9 keeps two components
+    assert fit_whitening(x, variance=0.9).dims == 2
+    assert fit_whitening(x, variance=0.7).dims == 1
+    assert fit_whitening(x, variance=1.0, max_dims=2).dims == 2
+
+
+def test_full_power_whitens_the_covariance() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 6)) @ rng.normal(size=(6, 6)) + 3.0
+    w = fit_whitening(x, power=0.5, variance=1.0)
+    z = (x - w.mean) @ (w.components * w.scale)
+    cov = np.cov(z.T)
+    np.testing.assert_allclose(cov / cov[0, 0], np.eye(6), atol=1e-4)
+
+
+def test_matches_an_svd_reference_on_a_sample() -> None:
+    rng = np.random.default_rng(1)
+    x = (rng.normal(size=(300, 20)) / np.arange(1, 21)).astype(np.float32)
+    w = fit_whitening(x, power=0.25, variance=0.95)
+    c = x.astype(np.float64) - x.mean(axis=0)
+    _, sv, vt = np.linalg.svd(c, full_matrices=False)
+    eig = sv**2 / (len(x) - 1)
+    dims = int(np.argmax(np.cumsum(eig) / eig.sum() >= 0.95)) + 1
+    ref = c @ vt[:dims].T * eig[:dims] ** -0.25
+    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+    got = w.apply(x)
+    assert w.dims == dims
+    # components have a sign freedom: compare the cosine matrices
+    np.testing.assert_allclose(got @ got.T, ref @ ref.T, atol=1e-4)
+    # blocked application equals one block
+    np.testing.assert_allclose(w.apply(x, block=7), got, atol=1e-6)
+    np.testing.assert_allclose(w.apply(x, dims=3), got[:, :3] / np.linalg.norm(
+        got[:, :3], axis=1, keepdims=True), atol=1e-5)
+
+
+def test_degenerate_and_bad_values() -> None:
+    same = np.ones((5, 4), np.float32)
+    w = fit_whitening(same)
+    assert w.dims == 1 and np.isfinite(w.apply(same)).all()
+    for bad in ({"power": 0.6}, {"power": -0.1}, {"variance": 0.0}, {"variance": 1.5}):
+        with pytest.raises(ValueError):
+            fit_whitening(same, **bad)
