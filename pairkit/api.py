@@ -102,7 +102,7 @@ def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
     ``options``: :class:`pairkit.mine.config.MineConfig` fields (``num_negatives``,
     ``range_min``, ``sampling``, ``positive``, ``seed``, ``fn_mode`` ...) and
     :class:`pairkit.index.options.IndexOptions` fields (``kind``, ``nprobe``,
-    ``device``, ``backend`` ...). ``fn_rules`` ("label,near-duplicate,cluster") and
+    ``device``, ``backend`` ...). ``fn_rules`` ("label,near-duplicate,mutual-neighbour,cluster") and
     ``fn_options`` (:class:`pairkit.mine.false_negatives.FalseNegativeConfig` fields)
     apply with ``filter_false_negatives``. ``positives`` (mined positives per anchor, rows
     ``positive_kind = "mined"``; default 10 with ``filter_false_negatives``, else 0) and

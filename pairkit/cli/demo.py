@@ -14,7 +14,7 @@ import typer
 from pairkit.cli.common import console, say, user_errors
 from pairkit.errors import PairkitError
 
-NO_LABEL_RULES = "near-duplicate,cluster"
+NO_LABEL_RULES = "near-duplicate,mutual-neighbour,cluster"
 
 
 def _steps(d: Path, epochs: int) -> list[tuple[str, list[str]]]:

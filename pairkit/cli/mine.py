@@ -65,8 +65,9 @@ def mine(
     filter_fn: bool = typer.Option(
         False, "--filter-false-negatives", help="Flag likely false negatives among candidates."),
     fn_rules: str | None = typer.Option(
-        None, "--fn-rules", help="Comma list of label, near-duplicate, margin, cluster, "
-        "community (docs/methods.md).", show_default="label,near-duplicate,cluster"),
+        None, "--fn-rules", help="Comma list of label, near-duplicate, mutual-neighbour, "
+        "margin, cluster, community (docs/methods.md).",
+        show_default="label,near-duplicate,mutual-neighbour,cluster"),
     fn_mode: o.FnMode = typer.Option(
         "eliminate", "--fn-mode", help="Flagged candidates: eliminate (dropped), attract "
         "(extra positive rows) or keep (negatives, with false_negative/fn_reason columns)."),

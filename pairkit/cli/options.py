@@ -77,9 +77,9 @@ MOVED = {"--threads": "pairkit --threads N COMMAND ..."}
 # options of features that were measured and removed
 REMOVED = {
     "--fn-support-threshold": "the support rule was removed (docs/benchmarks.md); use "
-                              "--fn-rules near-duplicate,cluster",
+                              "--fn-rules near-duplicate,mutual-neighbour,cluster",
     "--fn-support-aggregate": "the support rule was removed (docs/benchmarks.md); use "
-                              "--fn-rules near-duplicate,cluster",
+                              "--fn-rules near-duplicate,mutual-neighbour,cluster",
 }
 
 

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from pairkit.mine.fn_context import FnContext
     from pairkit.mine.positives import PositiveConfig
 
-CANDIDATE_DIMS = 128  # whitened components the mined positives' candidates are searched in
 
 def mine_to_files(
     store: Path, output: str, relation: str | None, fmt: str, config: MineConfig,
@@ -218,11 +217,16 @@ def mine_store(
         from pairkit.mine import false_negatives as fnm
 
         sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
+        white = None
+        if "mutual-neighbour" in fn_config.rules:  # searched here with mine's index options
+            white = positive_neighbour_lists(None, vectors, sources,
+                                             _rule_lists_config(positives), index, where)
         ctx = fnm.build_context(vectors, store.labels(), sources, fn_config, seed=config.seed,
                                 file_sha256=sha if any(v is not None for v in sha) else None,
                                 views=items["view"].to_numpy(), backend=where,
                                 paths=items["path"].to_numpy(dtype=object),
-                                image_root=store.manifest.get("image_root"))
+                                image_root=store.manifest.get("image_root"),
+                                whitened_neighbours=white)
         skipped = skippable_rows(ctx, fn_config, config)
         if skipped is not None and ctx.groups is None:
             # a near-duplicate of the anchor (or of its positive) shares its clusters, so
@@ -327,7 +331,7 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
     from pairkit.mine.positives import mine_positives
 
     if cfg.whitening > 0:
-        nb_ids, nb_scores = _whitened_neighbour_lists(vectors, sources, cfg, index, backend)
+        nb_ids, nb_scores = positive_neighbour_lists(ctx, vectors, sources, cfg, index, backend)
     else:
         nb_ids, nb_scores = _cosine_neighbour_lists(vectors, sources, store, cfg, ctx, index,
                                                     backend)
@@ -358,29 +362,38 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
     return out, stats
 
 
-def _whitened_neighbour_lists(vectors: np.ndarray, sources: np.ndarray, cfg: PositiveConfig,
-                              index: IndexOptions, backend: Any
-                              ) -> tuple[np.ndarray, np.ndarray]:
-    """Every row's ``cfg.neighbours`` nearest rows of other sources in the partially
-    whitened space (:mod:`pairkit.mine.whitening`), best first, with their plain cosine
-    scores. Candidates come from a search in the first 128 whitened components three
-    times as deep, re-ranked in all of them (98% of the exact lists on fm0-lt)."""
-    from pairkit.index.search import exact_scores
-    from pairkit.mine.whitening import fit_whitening
+def _rule_lists_config(positives: PositiveConfig | None) -> PositiveConfig:
+    """The depth and whitening of the mutual-neighbour rule's lists: the mined positives'
+    (so an anchor's mined positive is never its negative), the default whitening when
+    they are off or mined by plain cosine."""
+    from pairkit.mine.positives import PositiveConfig
+    from pairkit.mine.whitening import DEFAULT_POWER
 
-    white = fit_whitening(vectors, power=cfg.whitening)
-    full = white.apply(vectors)
-    if white.dims > CANDIDATE_DIMS:
-        cand_space = full[:, :CANDIDATE_DIMS] / np.maximum(
-            np.linalg.norm(full[:, :CANDIDATE_DIMS], axis=1, keepdims=True), 1e-12)
-        cand, _ = _neighbour_lists(cand_space, sources, 3 * cfg.neighbours, index, backend,
-                                   None)
-        ranked = exact_scores(full, full, cand)
-        order = np.argsort(-ranked, axis=1, kind="stable")[:, :cfg.neighbours]
-        nb_ids = np.take_along_axis(cand, order, axis=1)
-    else:
-        nb_ids, _ = _neighbour_lists(full, sources, cfg.neighbours, index, backend, None)
-    return nb_ids, exact_scores(vectors, vectors, nb_ids)
+    cfg = positives if positives is not None else PositiveConfig()
+    return cfg if cfg.whitening > 0 else replace(cfg, whitening=DEFAULT_POWER)
+
+
+def positive_neighbour_lists(ctx: FnContext | None, vectors: np.ndarray, sources: np.ndarray,
+                             cfg: PositiveConfig, index: IndexOptions, backend: Any
+                             ) -> tuple[np.ndarray, np.ndarray]:
+    """The whitened mutual-neighbour lists (:func:`pairkit.mine.whitening.whitened_neighbours`)
+    searched with mine's index options; kept on ``ctx`` (the ``mutual-neighbour`` rule
+    and the mined positives share them)."""
+    from pairkit.mine.whitening import whitened_neighbours
+
+    if ctx is not None and ctx.whitened_neighbours is not None and (
+            ctx.whitened_neighbours[0].shape[1] >= cfg.neighbours):
+        ids, scores = ctx.whitened_neighbours
+        return ids[:, :cfg.neighbours], scores[:, :cfg.neighbours]
+
+    def search(space: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return _neighbour_lists(space, sources, k, index, backend, None)
+
+    lists = whitened_neighbours(vectors, cfg.neighbours, search, power=cfg.whitening,
+                                seed=index.seed)
+    if ctx is not None:
+        ctx.whitened_neighbours = lists
+    return lists
 
 
 def _cosine_neighbour_lists(vectors: np.ndarray, sources: np.ndarray, store: Any,

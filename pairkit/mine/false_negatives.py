@@ -45,7 +45,7 @@ REASONS: dict[str, str] = {name: m.REASON for name, m in MODULES.items()}
 # Rules that judge by similarity; with trust_labels, labelled pairs skip them.
 SIMILARITY_RULES: tuple[str, ...] = tuple(n for n, m in MODULES.items() if m.SIMILARITY)
 # Chosen by measurement on real images: docs/benchmarks.md ("False negatives").
-DEFAULT_RULES: tuple[str, ...] = ("label", "near-duplicate", "cluster")
+DEFAULT_RULES: tuple[str, ...] = ("label", "near-duplicate", "mutual-neighbour", "cluster")
 # rules that were measured and removed: the one-line reason an old spelling gets
 REMOVED_RULES: dict[str, str] = {
     "support": "the support rule (false-negative cancellation) was removed: on real images "
@@ -182,12 +182,15 @@ def build_context(
     backend: Any = None,
     paths: np.ndarray | None = None,
     image_root: str | None = None,
+    whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> FnContext:
     """An :class:`FnContext` with what ``config``'s rules need computed (each rule's
     ``prepare``); near-duplicate groups are computed on first use unless given.
     ``backend`` (a :class:`pairkit.index.backend.SearchBackend`; None: FAISS on the CPU)
     runs the rules' searches and k-means. ``paths`` (N,) and ``image_root``: the store's
-    images, for the near-duplicate decision's pixel check."""
+    images, for the near-duplicate decision's pixel check. ``whitened_neighbours``: the
+    mutual-neighbour rule's lists (:func:`pairkit.mine.whitening.whitened_neighbours`)
+    when the caller searched them already."""
     from pairkit.index.search import as_float32
 
     vectors = as_float32(vectors)
@@ -213,7 +216,7 @@ def build_context(
                     file_sha256=file_sha256, views=None if views is None else np.asarray(views),
                     seed=seed, neighbours=neighbours, backend=backend,
                     paths=None if paths is None else np.asarray(paths, dtype=object),
-                    image_root=image_root)
+                    image_root=image_root, whitened_neighbours=whitened_neighbours)
     for rule in config.rules:
         prepare = getattr(MODULES[rule], "prepare", None)
         if prepare is not None:

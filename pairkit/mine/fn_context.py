@@ -62,6 +62,10 @@ class FnContext:
     paths: np.ndarray | None = None  # (N,) item paths under image_root (the pixel check)
     image_root: str | None = None
     near_duplicate_decision: dict[str, Any] | None = None  # how the groups were decided
+    # (ids, cosine scores) (N, m): nearest other-source rows in the partial whitening
+    # (pairkit.mine.whitening), shared by the mutual-neighbour rule and mined positives
+    whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None
+    mutual_source_keys: np.ndarray | None = None  # sorted src_a * n_sources + src_b
 
     @property
     def count(self) -> int:

@@ -17,6 +17,7 @@ The fit is label-free and uses a seeded sample of at most ``sample`` rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,9 @@ import numpy as np
 DEFAULT_POWER = 0.25
 DEFAULT_VARIANCE = 0.99
 DEFAULT_MAX_DIMS = 256
+CANDIDATE_DIMS = 128  # whitened components the candidates of whitened_neighbours come from
+
+Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -89,3 +93,32 @@ def fit_whitening(vectors: np.ndarray, *, power: float = DEFAULT_POWER,
     scale = vals[:dims] ** -power
     return Whitening(mean.astype(np.float32), vecs[:, :dims].astype(np.float32),
                      (scale / scale[0]).astype(np.float32))
+
+
+def whitened_neighbours(vectors: np.ndarray, m: int, search: Search, *,
+                        power: float = DEFAULT_POWER, seed: int = 0
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's ``m`` nearest rows of other sources in the partial whitening of
+    ``vectors`` (N, d) L2-normalised, best first, ``(ids, scores)`` (N, m) with the
+    *plain cosine* scores, -1 / -inf padded.
+
+    ``search(space, k)``: every row's ``k`` nearest rows of other sources in ``space``
+    ``(ids, scores)`` (the caller's index: exact or approximate). Above
+    :data:`CANDIDATE_DIMS` whitened components, candidates come from a search in the
+    first of them three times as deep, re-ranked in all (98% of the exact lists on
+    fm0-lt, docs/benchmarks.md).
+    """
+    from pairkit.index.search import exact_scores
+
+    white = fit_whitening(vectors, power=power, seed=seed)
+    full = white.apply(vectors)
+    if white.dims > CANDIDATE_DIMS:
+        head = full[:, :CANDIDATE_DIMS]
+        head = head / np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
+        cand, _ = search(np.ascontiguousarray(head), 3 * m)
+        ranked = exact_scores(full, full, cand)
+        order = np.argsort(-ranked, axis=1, kind="stable")[:, :m]
+        ids = np.take_along_axis(cand, order, axis=1)
+    else:
+        ids, _ = search(full, m)
+    return ids, exact_scores(vectors, vectors, ids)

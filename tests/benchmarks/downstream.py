@@ -8,18 +8,19 @@ run the loop as a user would, through the command line, and evaluate each head w
 - raw: no head
 - in-batch: ``train --relation instance`` (no table)
 - naive: ``mine --hard`` (no filter) -> ``train --pairs``
-- lf-negatives: ``mine --hard --filter-false-negatives --fn-rules near-duplicate,cluster
-  --positives 0`` -> ``train --pairs`` (label-free negatives, no mined positives)
+- lf-negatives: ``mine --hard --filter-false-negatives --fn-rules
+  near-duplicate,mutual-neighbour,cluster --positives 0`` -> ``train --pairs`` (label-free
+  negatives, no mined positives)
 - lf (the default loop): the same with mined positives (``--positives`` default)
 - label-negatives: ``--fn-rules label`` (the label oracle for negatives)
 - supcon-labels: ``train --relation label --loss supcon`` (labels as positives: the ceiling)
 
 Labels are in the stores (for the metrics and the oracle rows); the label-free rows never
-read them (``--fn-rules near-duplicate,cluster``). Mining cells of each table (view rows):
-false-negative share, useful hard negatives per anchor (another class of the anchor's coarse
-category), coarse-category share of the true negatives, median negative score, planted
-copies handed out as negatives (sets with planted copies), mined positives per anchor and
-their precision.
+read them (``--fn-rules near-duplicate,mutual-neighbour,cluster``: the default rules of a
+store without labels). Mining cells of each table (view rows): false-negative share, useful
+hard negatives per anchor (another class of the anchor's coarse category), coarse-category
+share of the true negatives, median negative score, planted copies handed out as negatives
+(sets with planted copies), mined positives per anchor and their precision.
 
 Sets (built once under --work): fm0, mnist5k (false_negatives_real.CONFIGS), fm0-lt (fm0's
 rows subsampled by class to sizes 30x apart, the held-out split alike), fm0-copies (fm0 plus
@@ -59,7 +60,7 @@ HELD_OUT_CONFIGS = {
     "digits-h": Config("digits-h", "digits", 1200, 4, 0, heldout=597),
 }
 
-LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,cluster"]
+LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,mutual-neighbour,cluster"]
 VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
     # name: (mine options or None for no table, train options)
     "raw": (None, []),

@@ -1,8 +1,8 @@
 """Whole ``pairkit mine`` with the label-free filter and mined positives against naive mining.
 
 Each round times, as separate processes (what a user pays: imports, store loading, the
-search, the false-negative context, the positives, the table), in this order:
-naive ``mine --hard -k 5``; ``--filter-false-negatives --fn-rules near-duplicate,cluster
+search, the false-negative context, the positives, the table), in this order: naive ``mine
+--hard -k 5``; ``--filter-false-negatives --fn-rules near-duplicate,mutual-neighbour,cluster
 --positives 0``; the same with the default mined positives. Rounds alternate the three so
 that a change in the machine's load hits all of them; the best of ``--rounds`` is reported
 with the ratios to naive.
@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNS = {
     "naive": [],
     "label-free, no positives": ["--filter-false-negatives", "--fn-rules",
-                                 "near-duplicate,cluster", "--positives", "0"],
+                                 "near-duplicate,mutual-neighbour,cluster", "--positives", "0"],
     "label-free + positives (default)": ["--filter-false-negatives", "--fn-rules",
-                                         "near-duplicate,cluster"],
+                                         "near-duplicate,mutual-neighbour,cluster"],
 }
 
 

@@ -15,7 +15,7 @@ from pairkit.cli.main import app
 from tests.conftest import random_store
 
 runner = CliRunner()
-LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,cluster"]
+LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,mutual-neighbour,cluster"]
 
 
 @pytest.fixture(scope="module")

@@ -285,9 +285,17 @@ def test_similarity_to_rows_blocks_match_one_block():
 
 
 # -- all rules against a per-anchor reference loop ----------------------------------
-def reference_flags(x, labels, sources, groups, assign, comm, anchors, cand, scores, pos, cfg):
-    """Plain loops, one anchor and one candidate at a time."""
+def reference_flags(x, labels, sources, groups, assign, comm, anchors, cand, scores, pos, cfg,
+                    white=None):
+    """Plain loops, one anchor and one candidate at a time. ``white``: the mutual-neighbour
+    rule's lists (ids (N, m))."""
     out = np.empty(cand.shape, dtype=object)
+    mutual_sources = set()
+    if white is not None:
+        for i in range(len(x)):
+            for j in white[i]:
+                if j >= 0 and i in white[j] and sources[i] != sources[j]:
+                    mutual_sources |= {(sources[i], sources[j]), (sources[j], sources[i])}
     trust = cfg.trust_labels and "label" in cfg.rules
     for r, a in enumerate(anchors):
         views = [v for v in range(len(x)) if sources[v] == sources[a]]
@@ -299,7 +307,7 @@ def reference_flags(x, labels, sources, groups, assign, comm, anchors, cand, sco
                 continue
             labelled = trust and labels[a] is not None and labels[c] is not None
             for rule in cfg.rules:
-                if labelled and rule in ("margin", "cluster", "community"):
+                if labelled and rule in ("margin", "mutual-neighbour", "cluster", "community"):
                     continue
                 if rule == "label" and labels[a] is not None and labels[a] == labels[c]:
                     fired.append("label")
@@ -317,6 +325,8 @@ def reference_flags(x, labels, sources, groups, assign, comm, anchors, cand, sco
                         fired.append("cluster")
                 if rule == "community" and comm[a] == comm[c]:
                     fired.append("community")
+                if rule == "mutual-neighbour" and (sources[a], sources[c]) in mutual_sources:
+                    fired.append("mutual_neighbour")
             out[r, c_idx] = "|".join(fired) if fired else None
     return out
 
@@ -342,10 +352,44 @@ def test_vectorised_matches_reference_loop(trust):
     pos[0] = -np.inf
     flags, reasons = flag(ctx, anchors, cand, scores, pos, cfg)
     expected = reference_flags(x, labels, sources, groups, ctx.cluster_assign, ctx.communities,
-                               anchors, cand, scores, pos, cfg)
+                               anchors, cand, scores, pos, cfg, ctx.whitened_neighbours[0])
     assert reasons.tolist() == expected.tolist()
     assert flags.tolist() == (expected != None).tolist()  # noqa: E711
     assert flags.any() and not flags.all()
+
+
+# -- mutual-neighbour -----------------------------------------------------------------
+def test_mutual_neighbour_rule_by_hand():
+    # 4 sources x 2 views; lists given: rows 0 and 2 are mutual (sources 0 and 1), row 4
+    # lists row 6 but not back (sources 2 and 3: not mutual)
+    x = np.eye(8, dtype=np.float32)
+    ids = np.full((8, 2), -1, np.int64)
+    ids[0], ids[2], ids[4], ids[6] = [2, -1], [0, -1], [6, -1], [0, -1]
+    ctx = ctx_of(x, [0, 0, 1, 1, 2, 2, 3, 3],
+                 whitened_neighbours=(ids, np.zeros((8, 2), np.float32)))
+    cfg = FalseNegativeConfig(rules=("mutual-neighbour",))
+    # anchor 1 (source 0, the other view): the whole of source 1 is flagged, at any view
+    flags, reasons = flag(ctx, [1, 4], [[2, 3, 4, -1], [6, 7, 0, 2]], np.zeros((2, 4)),
+                          [0.5, 0.5], cfg)
+    assert flags.tolist() == [[True, True, False, False], [False, False, False, False]]
+    assert reasons[0, 0] == "mutual_neighbour" and reasons[1, 0] is None
+
+
+def test_mutual_neighbour_rule_computes_whitened_lists_when_missing():
+    from tests.mine.test_cli_positives import reference_whitened
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(40, 12)) / np.arange(1, 13)
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    sources = np.arange(40) // 2
+    ctx = build_context(x, None, sources, FalseNegativeConfig(rules=("mutual-neighbour",)))
+    ids = ctx.whitened_neighbours[0]
+    z = reference_whitened(x)
+    sims = z @ z.T
+    sims[sources[:, None] == sources[None, :]] = -np.inf
+    want = np.argsort(-sims, axis=1, kind="stable")[:, :10]
+    assert ids.shape == (40, 10)
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids, want, strict=True)]) > 0.99
 
 
 # -- config -------------------------------------------------------------------------

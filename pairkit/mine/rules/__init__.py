@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from pairkit.mine.rules import cluster, community, label, margin, near_duplicate
+from pairkit.mine.rules import cluster, community, label, margin, mutual, near_duplicate
 
 MODULES: dict[str, ModuleType] = {
-    m.NAME: m for m in (label, near_duplicate, margin, cluster, community)
+    m.NAME: m for m in (label, near_duplicate, mutual, margin, cluster, community)
 }
