@@ -24,7 +24,7 @@ import numpy as np
 
 DEFAULT_POWER = 0.25
 DEFAULT_VARIANCE = 0.99
-DEFAULT_MAX_DIMS = 256
+DEFAULT_MAX_DIMS = 512
 CANDIDATE_DIMS = 128  # whitened components the candidates of whitened_neighbours come from
 
 Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]

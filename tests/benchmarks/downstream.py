@@ -75,8 +75,10 @@ VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
 
 def pairkit(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # cwd=ROOT: ``python -m`` puts the working directory ahead of PYTHONPATH, so a run from
+    # another checkout would otherwise import that checkout's pairkit
     return subprocess.run([sys.executable, "-m", "pairkit", *args], check=True,
-                          capture_output=True, text=True, env=env)
+                          capture_output=True, text=True, env=env, cwd=ROOT)
 
 
 # -- sets --------------------------------------------------------------------------------

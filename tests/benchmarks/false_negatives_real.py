@@ -86,7 +86,7 @@ UNIONS = {"fm0+mnist5k": ("fm0", "mnist5k")}
 def pairkit(*args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pairkit", *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=ROOT)
 
 
 def prepare(cfg: Config, work: Path) -> tuple[Path, Path | None]:

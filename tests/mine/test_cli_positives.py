@@ -25,7 +25,7 @@ def store(tmp_path_factory: pytest.TempPathFactory):
 
 
 def reference_whitened(x: np.ndarray, power: float = 0.25, variance: float = 0.99,
-                       max_dims: int = 256) -> np.ndarray:
+                       max_dims: int = 512) -> np.ndarray:
     """Partial PCA whitening by an SVD of the centred rows (independent of the eigh of the
     covariance that pairkit.mine.whitening uses), rows re-normalised."""
     c = x.astype(np.float64) - x.astype(np.float64).mean(axis=0)
