@@ -17,6 +17,7 @@ import numpy as np
 
 from pairkit.errors import PairkitError
 from pairkit.report.inputs import item_columns
+from pairkit.report.thumbs import ViewRecipe, view_recipe
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,11 +30,13 @@ PATH_SAMPLE = 256
 
 @dataclass
 class StoreInfo:
-    """A store opened for a report; ``image_root`` is resolved, or None with ``note``."""
+    """A store opened for a report; ``image_root`` is resolved, or None with ``note``;
+    ``views``: how embed rendered its augmented views (None: show every row's file)."""
 
     store: Store
     image_root: Path | None
     note: str | None
+    views: ViewRecipe | None = None
 
 
 def open_for_report(path: str | os.PathLike[str]) -> StoreInfo:
@@ -50,7 +53,7 @@ def open_for_report(path: str | os.PathLike[str]) -> StoreInfo:
     if not real.is_dir():
         return StoreInfo(store, None, f"image folder {root} of store {path} not found: "
                          "no thumbnails")
-    return StoreInfo(store, real, None)
+    return StoreInfo(store, real, None, view_recipe(store.manifest))
 
 
 def mismatch(table: pd.DataFrame, fmt: str, store: Store) -> str | None:
