@@ -175,7 +175,10 @@ class BlockMapper:
     """``map_blocks(fn, shared, blocks)`` on a cluster (the hook of
     :func:`pairkit.mine.blocks.mine_block`). With ``warm`` (the ``fn`` the
     blocks will run), the actors start now and serve the first call; :meth:`close` stops
-    them if no call came."""
+    them if no call came. Its workers read the store themselves
+    (``workers_read_store``: :func:`pairkit.mine.command.workers_rows`)."""
+
+    workers_read_store = True
 
     def __init__(self, cluster: Cluster, what: str,
                  warm: Callable[[Any, Any], Any] | None = None,

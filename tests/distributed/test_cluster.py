@@ -64,6 +64,7 @@ def test_worker_node_killed_mid_mine(tmp_path, s3):
         assert proc.returncode == 0, err
         assert f"blocks on Ray ({cluster.address}: 2 CPUs; 2 workers x 1 threads)" in err
         assert len(list(hold.iterdir())) == 1  # one block was in flight when the node died
+        assert "index: flat on CPU, built on each worker" in err  # read the S3 store there
         alive = cluster.python(f"import ray; ray.init(address='{cluster.address}', "
                                "logging_level='ERROR'); "
                                "print(sum(n['Alive'] for n in ray.nodes()))")
