@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from pairkit.core.store import Store
-    from pairkit.train.loop import TrainResult
+    from pairkit.train.config import TrainResult
 
 
 def open_store(path: str | os.PathLike[str], verify: bool = True) -> Store:
@@ -157,15 +157,15 @@ def train_head(store: Any, output: str | os.PathLike[str],
     (``pairkit train``): pairs from a pair table (a DataFrame from :func:`mine_pairs` or
     a path), else ``relation="instance"|"label"`` with in-batch negatives.
 
-    ``options``: :class:`pairkit.train.loop.TrainConfig` fields (``head``, ``out_dim``,
+    ``options``: :class:`pairkit.train.config.TrainConfig` fields (``head``, ``out_dim``,
     ``epochs``, ``batch_size``, ``lr``, ``device``, ``fn_mode``, ``relation`` ...) and
     :class:`pairkit.train.losses.LossConfig` fields (``loss`` names it: infonce,
     triplet, supcon, debiased, hard; ``temperature``, ``margin`` ...). Returns the
-    :class:`pairkit.train.loop.TrainResult` (``records``: one dict per epoch); the head
+    :class:`pairkit.train.config.TrainResult` (``records``: one dict per epoch); the head
     itself: :func:`load_head`.
     """
     from pairkit.train.command import train_store
-    from pairkit.train.loop import TrainConfig
+    from pairkit.train.config import TrainConfig
     from pairkit.train.losses import LossConfig
 
     options = dict(options)

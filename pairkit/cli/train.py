@@ -25,7 +25,7 @@ class _TrainBar(ProgressBar):
     def epoch_done(self, record: dict[str, Any]) -> None:
         if self.quiet:
             return
-        from pairkit.train.loop import eval_loss_name
+        from pairkit.train.plot import eval_loss_name
 
         self.print(f"epoch {record['epoch']}: loss {record['loss']:.4f} (mean over the "
                    f"epoch), {eval_loss_name(record['metrics_on'])} {record['eval_loss']:.4f}, "
@@ -95,7 +95,8 @@ def train(
     Example: pairkit mine store --hard -o - | pairkit train store --pairs - -o head
     """
     from pairkit.train.command import train_store
-    from pairkit.train.loop import TrainConfig, json_record
+    from pairkit.train.config import TrainConfig
+    from pairkit.train.head_folder import json_record
     from pairkit.train.losses import LossConfig
 
     with user_errors():

@@ -12,7 +12,7 @@ from pairkit.errors import UsageError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from pairkit.train.loop import TrainConfig, TrainHook, TrainResult
+    from pairkit.train.config import TrainConfig, TrainHook, TrainResult
 
 
 def train_store(store: str | os.PathLike[str] | Any, output: str | os.PathLike[str],
@@ -22,7 +22,7 @@ def train_store(store: str | os.PathLike[str] | Any, output: str | os.PathLike[s
     """Train a head on ``store`` (a folder or an open :class:`~pairkit.core.store.Store`)
     into ``output``: pairs from ``pairs`` (a table path, ``-`` for stdin, or a DataFrame
     from :func:`pairkit.mine_pairs`), else positives from ``cfg.relation`` with in-batch
-    negatives. Returns the :class:`~pairkit.train.loop.TrainResult`."""
+    negatives. Returns the :class:`~pairkit.train.config.TrainResult`."""
     from pairkit.core.store import Store
     from pairkit.core.tables import read_table
     from pairkit.train.loop import train_head
@@ -34,7 +34,7 @@ def train_store(store: str | os.PathLike[str] | Any, output: str | os.PathLike[s
         raise UsageError("--resume and --force contradict each other: pick one")
     cfg.check()
     from pairkit.core.paths import check_output_apart
-    from pairkit.train.loop import check_head_output
+    from pairkit.train.head_folder import check_head_output
 
     # a wrong -o is refused before the store, the table and torch load
     if not isinstance(store, Store):

@@ -1,7 +1,7 @@
 """Training examples from a pair table or from a relation, as id arrays.
 
 A batch is built by index gathers into the store's vector matrix (see
-:mod:`pairkit.train.loop`); nothing here touches vectors.
+:mod:`pairkit.train.epoch`); nothing here touches vectors.
 """
 
 from __future__ import annotations

@@ -45,8 +45,9 @@ sys.path.insert(0, str(ROOT))
 from pairkit.core.store import Store  # noqa: E402
 from pairkit.core.store_writer import write_store  # noqa: E402
 from pairkit.index.search import knn_search  # noqa: E402
+from pairkit.train.config import TrainConfig  # noqa: E402
 from pairkit.train.head import load_head  # noqa: E402
-from pairkit.train.loop import TrainConfig, train_head  # noqa: E402
+from pairkit.train.loop import train_head  # noqa: E402
 from pairkit.train.losses import LossConfig  # noqa: E402
 
 

@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from pairkit.core.store_writer import write_store  # noqa: E402
-from pairkit.train.loop import TrainConfig, train_head  # noqa: E402
+from pairkit.train.config import TrainConfig  # noqa: E402
+from pairkit.train.loop import train_head  # noqa: E402
 from pairkit.train.losses import LossConfig  # noqa: E402
 
 

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from pairkit.cli.main import app
 from pairkit.errors import PairkitError
+from pairkit.train.config import TrainConfig
 from pairkit.train.head import load_head
-from pairkit.train.loop import TrainConfig, train_head
+from pairkit.train.loop import train_head
 from tests.conftest import random_store
 from tests.proc import start_python
 
@@ -27,8 +28,9 @@ import os, signal, sys
 from pathlib import Path
 from pairkit.core.atomic import atomic_open
 from pairkit.core.store import Store
-from pairkit.train import loop
-from pairkit.train.loop import TrainConfig, train_head
+from pairkit.train import epoch_end
+from pairkit.train.config import TrainConfig
+from pairkit.train.loop import train_head
 
 def killed_while_writing(folder, config):
     with atomic_open(Path(folder) / "config.json") as fh:
@@ -36,7 +38,7 @@ def killed_while_writing(folder, config):
         fh.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
-loop.write_config = killed_while_writing
+epoch_end.write_config = killed_while_writing
 cfg = TrainConfig(epochs=EPOCHS, batch_size=16, head="mlp", out_dim=8, device="cpu",
                   relation="instance")
 train_head(Store.open(STORE), Path(HEAD), cfg)

@@ -14,9 +14,12 @@ from pairkit.core.store_writer import write_store
 from pairkit.errors import PairkitError
 from pairkit.eval.geometry import all_pairs_uniformity as uniformity
 from pairkit.eval.geometry import pair_alignment as alignment
-from pairkit.train import loop
+from pairkit.train import epoch
+from pairkit.train.config import TrainConfig
+from pairkit.train.epoch import lr_at
+from pairkit.train.epoch_end import dim_std
 from pairkit.train.head import load_head
-from pairkit.train.loop import TrainConfig, dim_std, lr_at, train_head
+from pairkit.train.loop import train_head
 from pairkit.train.losses import LossConfig
 from tests.conftest import random_store
 from tests.train.helpers import instance_triplets
@@ -192,7 +195,8 @@ def test_collapse_is_detected_and_stops(tmp_path):
 def test_streaming_from_host_gives_the_same_weights(store, tmp_path, monkeypatch):
     cfg = TrainConfig(relation="instance", **FAST)
     train_head(store, tmp_path / "a", cfg)
-    monkeypatch.setattr(loop, "_place", lambda nbytes, device: (True, "kept in host memory"))
+    monkeypatch.setattr(epoch, "place_vectors",
+                        lambda nbytes, device: (True, "kept in host memory"))
     result = train_head(store, tmp_path / "b", cfg)
     assert result.streaming and "kept in host memory" in result.notes
     assert same_weights(tmp_path / "a", tmp_path / "b")
@@ -274,7 +278,8 @@ def test_metrics_against_loops():
 def test_messages_say_which_loss_and_which_precision():
     """Issue 20.13: the epoch line read `loss 5.1979, train loss 4.6756` (which is which?)
     and the NaN-loss message told an fp32 run to try fp32."""
-    from pairkit.train.loop import eval_loss_name, overflow_hint
+    from pairkit.train.epoch import overflow_hint
+    from pairkit.train.plot import eval_loss_name
 
     assert eval_loss_name("val") == "validation loss"
     assert eval_loss_name("train") == "train-pair loss after the epoch"

@@ -1,0 +1,114 @@
+"""The options of a training run (one frozen config), the head they ask for, the
+progress hook and what a run returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pairkit.core.devices import PRECISIONS
+from pairkit.errors import UsageError
+from pairkit.train.data import FN_MODES
+from pairkit.train.head import RESIDUAL_HIDDEN, HeadSpec
+from pairkit.train.losses import LossConfig
+from pairkit.train.positives import SAMPLINGS
+
+DEFAULT_OUT_DIM = 128  # linear and mlp heads
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run (defaults live here)."""
+
+    head: str | None = None  # None: residual, or mlp when out_dim asks for another dim
+    out_dim: int | None = None  # None: the input dim (residual), DEFAULT_OUT_DIM otherwise
+    hidden: int | None = None
+    loss: LossConfig = field(default_factory=LossConfig)
+    fn_mode: str = "eliminate"
+    relation: str | None = None
+    epochs: int = 10
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    warmup: float = 0.1
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "auto"
+    val_fraction: float = 0.0
+    stop_on_collapse: bool = False
+    positive_share: float = 0.5  # examples whose positive is swapped for a mined one
+    positive_sampling: str = "uniform"
+
+    def check(self) -> None:
+        """Raise :class:`PairkitError` naming the first bad option."""
+        self.loss.check()
+        if self.epochs < 1:
+            raise UsageError(f"--epochs must be >= 1, got {self.epochs}")
+        if self.batch_size < 2:
+            raise UsageError(f"--batch-size must be >= 2, got {self.batch_size}")
+        if not self.lr > 0:
+            raise UsageError(f"--lr must be > 0, got {self.lr}")
+        if not self.weight_decay >= 0:
+            raise UsageError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+        if not 0 <= self.warmup < 1:
+            raise UsageError(f"--warmup must be in [0, 1), got {self.warmup}")
+        if self.fn_mode not in FN_MODES:
+            raise UsageError(f"--fn-mode must be one of {', '.join(FN_MODES)}, "
+                             f"got {self.fn_mode}")
+        if self.precision not in PRECISIONS:
+            raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, "
+                             f"got {self.precision}")
+        if not 0 <= self.val_fraction < 1:
+            raise UsageError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+        if not 0 <= self.positive_share <= 1:
+            raise UsageError(f"--positive-share must be in [0, 1], got {self.positive_share}")
+        if self.positive_sampling not in SAMPLINGS:
+            raise UsageError(f"--positive-sampling must be one of {', '.join(SAMPLINGS)}, "
+                             f"got {self.positive_sampling}")
+
+
+def head_spec(cfg: TrainConfig, in_dim: int) -> HeadSpec:
+    """The head architecture ``cfg`` asks for on ``in_dim``-dim vectors (defaults filled in)."""
+    kind = cfg.head or ("residual" if cfg.out_dim in (None, in_dim) else "mlp")
+    if kind == "residual":
+        return HeadSpec("residual", in_dim, in_dim if cfg.out_dim is None else cfg.out_dim,
+                        cfg.hidden or RESIDUAL_HIDDEN)
+    out_dim = DEFAULT_OUT_DIM if cfg.out_dim is None else cfg.out_dim
+    return HeadSpec(kind, in_dim, out_dim, (cfg.hidden or in_dim) if kind == "mlp" else None)
+
+
+class TrainHook(Protocol):
+    """Progress callbacks (the CLI draws a bar; tests may interrupt)."""
+
+    def start(self, total: int, description: str) -> None: ...
+
+    def advance(self, pairs: int, loss: float, epoch: int) -> None: ...
+
+    def epoch_done(self, record: dict[str, Any]) -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+
+@dataclass
+class TrainResult:
+    """What a run did: per-epoch records, where, how, and why it stopped (None = finished)."""
+
+    head: Path
+    records: list[dict[str, Any]]
+    device: str
+    precision: str
+    streaming: bool
+    examples: int
+    stopped: str | None = None
+    notes: list[str] = field(default_factory=list)
+    out_dim: int = 0
+    head_kind: str = ""
+    mined_positives: int = 0  # of the table, on the training side
+
+    @property
+    def pairs_per_second(self) -> float:
+        """Training pairs per second over every epoch of the records (not the last only)."""
+        seconds = sum(r["seconds"] for r in self.records)
+        pairs = sum(r.get("pairs", self.examples) for r in self.records)
+        return pairs / seconds if seconds > 0 else 0.0

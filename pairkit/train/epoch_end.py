@@ -1,0 +1,137 @@
+"""The end of an epoch: the evaluation metrics (alignment and uniformity from
+:mod:`pairkit.eval.geometry`), the collapse guard, the epoch's record, and the
+epoch's files written into the head folder."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pairkit.eval.geometry import all_pairs_uniformity, pair_alignment
+from pairkit.train.data import PairArrays
+from pairkit.train.epoch import Autocast, DeviceData, batches, forward
+from pairkit.train.head import save_weights, write_config
+from pairkit.train.head_folder import write_log
+from pairkit.train.losses import batch_loss
+from pairkit.train.losses.candidates import build_candidates
+from pairkit.train.resume import save_checkpoint
+
+if TYPE_CHECKING:
+    import torch
+
+    from pairkit.train.config import TrainConfig
+    from pairkit.train.run_pairs import RunPairs
+
+# Collapse bounds: mean per-dimension std of the normalised outputs times sqrt(out_dim)
+# (about 1 for points spread over the sphere, 0 when collapsed), and the uniformity of
+# Wang & Isola 2020 (log E exp(-2 |x - y|^2): -4 when spread, 0 when collapsed).
+COLLAPSE_STD = 0.02
+COLLAPSE_UNIFORMITY = -0.1
+EVAL_ITEMS = 2048
+EVAL_PAIRS = 8192
+
+
+def dim_std(z: np.ndarray) -> float:
+    """Mean per-dimension std of rows ``z`` (n, d) times sqrt(d): ~1 spread, 0 collapsed."""
+    if len(z) < 2:
+        return float("nan")
+    return float(z.std(axis=0).mean() * math.sqrt(z.shape[1]))
+
+
+def eval_items(val_mask: np.ndarray, cfg: TrainConfig) -> tuple[np.ndarray, str]:
+    """The store rows whose projections the uniformity and dim std are measured on (the
+    validation sources', else the training ones'; a seeded sample of at most EVAL_ITEMS)
+    and which side that is (``val`` or ``train``)."""
+    items = np.flatnonzero(val_mask if cfg.val_fraction > 0 else ~val_mask)
+    if len(items) > EVAL_ITEMS:
+        items = np.sort(np.random.default_rng([cfg.seed, 31]).choice(
+            items, EVAL_ITEMS, replace=False))
+    return items, "val" if cfg.val_fraction > 0 else "train"
+
+
+def eval_pairs(pairs: RunPairs, epoch_pairs: PairArrays, cfg: TrainConfig) -> PairArrays:
+    """The pairs the evaluation loss and scores are measured on: the validation pairs,
+    else the epoch's first EVAL_PAIRS."""
+    if cfg.val_fraction > 0:
+        return pairs.val
+    return epoch_pairs.subset(np.arange(min(len(epoch_pairs), EVAL_PAIRS)))
+
+
+def evaluate(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, items: np.ndarray,
+             cfg: TrainConfig, autocast: Autocast) -> dict[str, float]:
+    """Loss, mean positive/negative cosine and their gap, alignment, uniformity, dim std."""
+    import torch
+
+    module.eval()
+    losses, weights = [], []
+    pos_sum = neg_sum = 0.0
+    pos_n = neg_n = 0
+    za_all, zp_all = [], []
+    with torch.no_grad():
+        for start, stop in batches(len(pairs), cfg.batch_size):
+            rows = np.arange(start, stop)
+            za, zp, zn, valid, attract, groups, neg_groups = forward(module, data, pairs, rows,
+                                                                     autocast)
+            loss = batch_loss(cfg.loss, za, zp, zn, valid, attract, groups, neg_groups)
+            losses.append(float(loss))
+            weights.append(stop - start)
+            scores, pos, neg = build_candidates(za, zp, zn, valid, attract, groups)
+            pos_sum += float(scores[pos].sum())
+            pos_n += int(pos.sum())
+            neg_sum += float(scores[neg].sum())
+            neg_n += int(neg.sum())
+            za_all.append(za.cpu().numpy())
+            zp_all.append(zp.cpu().numpy())
+        z_items = []
+        for start in range(0, len(items), 4096):
+            x = data.rows(data.ids(items[start : start + 4096]))
+            with autocast():
+                z = module(x)
+            z_items.append(torch.nn.functional.normalize(z.float(), dim=1).cpu().numpy())
+    module.train()
+    z = np.concatenate(z_items) if z_items else np.zeros((0, 1), np.float32)
+    pos_score = pos_sum / max(pos_n, 1)
+    neg_score = neg_sum / neg_n if neg_n else float("nan")
+    return {
+        "eval_loss": float(np.average(losses, weights=weights)) if losses else float("nan"),
+        "pos_score": pos_score,
+        "neg_score": neg_score,
+        "gap": pos_score - neg_score,
+        "alignment": pair_alignment(np.concatenate(za_all), np.concatenate(zp_all)),
+        "uniformity": all_pairs_uniformity(z),
+        "dim_std": dim_std(z),
+    }
+
+
+def epoch_record(epoch: int, loss_sum: float, n_pairs: int, lr: float, seconds: float,
+                 metrics_on: str, metrics: dict[str, float]) -> dict[str, Any]:
+    """The log record of 0-based ``epoch`` (its ``collapsed`` flag from the bounds)."""
+    collapsed = (metrics["dim_std"] < COLLAPSE_STD
+                 or metrics["uniformity"] > COLLAPSE_UNIFORMITY)
+    return {"epoch": epoch + 1, "loss": loss_sum / n_pairs, "lr": lr,
+            "seconds": round(seconds, 4), "pairs": n_pairs, "pairs_per_s": n_pairs / seconds,
+            "metrics_on": metrics_on, **metrics, "collapsed": bool(collapsed)}
+
+
+def collapse_note(record: dict[str, Any], stop_on_collapse: bool) -> str:
+    """The note of a collapsed epoch: what was measured and what to change."""
+    return (f"epoch {record['epoch']}: embeddings look collapsed (dim std "
+            f"{record['dim_std']:.3f} < {COLLAPSE_STD} or uniformity "
+            f"{record['uniformity']:.3f} > {COLLAPSE_UNIFORMITY}): lower --lr, raise "
+            "--temperature" + ("" if stop_on_collapse else ", or pass --stop-on-collapse"))
+
+
+def save_epoch(out: Path, module: torch.nn.Module, optimizer: Any, scaler: Any,
+               records: list[dict[str, Any]], step: int, fingerprint: dict[str, Any],
+               epochs: int, config: dict[str, Any]) -> None:
+    """Write the epoch into the head folder, each file atomically: the weights, the log,
+    the checkpoint (after ``records[-1]["epoch"]`` epochs and ``step`` steps), config.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    save_weights(out, module)
+    write_log(out, records)
+    save_checkpoint(out, module, optimizer, scaler, records[-1]["epoch"], step, fingerprint,
+                    epochs)
+    write_config(out, config)

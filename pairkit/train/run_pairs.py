@@ -1,0 +1,147 @@
+"""The pairs of one training run: examples from the pair table or the relation, the
+validation split by source, what identifies them in the head's fingerprint, and each
+epoch's shuffled (and positive-swapped) examples."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pairkit.errors import PairkitError
+from pairkit.eval.split import split_by_source
+from pairkit.train.data import (
+    PairArrays,
+    TableInfo,
+    pairs_from_table,
+    relation_groups,
+    restrict,
+    sample_relation_pairs,
+    table_kind,
+)
+from pairkit.train.positives import (
+    PositiveSets,
+    concat_pairs,
+    mined_only_examples,
+    positive_sets,
+    split_mined_rows,
+    swap_positives,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pairkit.core.store import Store
+    from pairkit.train.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class RunPairs:
+    """The examples of a run. ``train`` is None when they are drawn from the relation
+    afresh each epoch; ``examples`` is how many an epoch has."""
+
+    groups: np.ndarray  # (n,) positive-group code of each store row
+    val_mask: np.ndarray  # (n,) bool: rows of the validation sources
+    train: PairArrays | None
+    val: PairArrays
+    mined: PositiveSets | None
+    pairs_id: dict[str, Any]
+    examples: int
+
+
+def table_digest(df: pd.DataFrame) -> str:
+    """A short content hash of a table (identifies the pairs a head was trained on)."""
+    import pandas as pd
+
+    h = pd.util.hash_pandas_object(df, index=False).to_numpy()
+    return hashlib.sha256(h.tobytes() + ",".join(map(str, df.columns)).encode()).hexdigest()[:16]
+
+
+def read_pairs(table: pd.DataFrame, store: Store, cfg: TrainConfig, allowed: np.ndarray
+               ) -> tuple[PairArrays, TableInfo, PositiveSets | None]:
+    """The examples of a pair table, what was read, and its mined positives (or None).
+
+    Items with mined positives but no example row of their own (a one-view store) get
+    an example whose positive is mined."""
+    view_rows, mined_rows = split_mined_rows(table)
+    if mined_rows is None:
+        pairs, info = pairs_from_table(table, store.count, store.content_id, cfg.fn_mode)
+        return pairs, info, None
+    if len(view_rows):
+        pairs, info = pairs_from_table(view_rows, store.count, store.content_id, cfg.fn_mode)
+    else:
+        pairs_from_table(mined_rows, store.count, store.content_id, "keep")  # checks ids
+        pairs = PairArrays(*(np.zeros(0, np.int64),) * 2, np.zeros((0, 0), np.int64),
+                           np.zeros((0, 0), bool))
+        info = TableInfo(kind=table_kind(table), rows=0, flagged=0, notes=())
+    sets = positive_sets(mined_rows, store.count, allowed)
+    extra = mined_only_examples(sets, np.unique(pairs.anchor), allowed)
+    if len(extra):
+        pairs = concat_pairs(pairs, extra)
+    info = TableInfo(kind=info.kind, rows=len(table), flagged=info.flagged, notes=info.notes)
+    return pairs, info, sets
+
+
+def run_pairs(store: Store, cfg: TrainConfig, table: pd.DataFrame | None,
+              table_name: str | None, note: Callable[[str], None]) -> RunPairs:
+    """The run's examples from ``table`` (else ``cfg.relation``), split by source into
+    training and validation; the table's notes go to ``note``. Raises PairkitError when
+    too few pairs are left on either side."""
+    sources = store.source_codes()
+    relation = cfg.relation or "instance"
+    labels = store.labels() if relation == "label" else None
+    groups = relation_groups(sources, labels, relation)
+    val_mask = split_by_source(sources, cfg.val_fraction, cfg.seed, option="--val-fraction",
+                               allow_zero=True)
+    mined: PositiveSets | None = None
+    if table is not None:
+        all_pairs, info, mined = read_pairs(table, store, cfg, ~val_mask)
+        for n in info.notes:
+            note(n)
+        train_pairs: PairArrays | None = restrict(all_pairs, ~val_mask)
+        val_pairs = restrict(all_pairs, val_mask)
+        pairs_id: dict[str, Any] = {"table": table_name, "kind": info.kind, "rows": info.rows,
+                                    "digest": table_digest(table), "flagged": info.flagged,
+                                    "mined_positives": 0 if mined is None else mined.total}
+        if len(train_pairs) == 0:
+            raise PairkitError("no training pairs left outside the validation sources: lower "
+                               "--val-fraction")
+    else:
+        train_pairs = None
+        val_pairs = sample_relation_pairs(groups, val_mask,
+                                          np.random.default_rng([cfg.seed, 104729]))
+        pairs_id = {"relation": relation}
+    if table is None:
+        probe = sample_relation_pairs(groups, ~val_mask, np.random.default_rng(0))
+        if len(probe) < 2:
+            raise PairkitError(
+                f"--relation {relation}: fewer than 2 items have a positive in the store "
+                "(instance needs 2+ views per source: embed --views 2; or use --relation label "
+                "or a pair table)")
+        n_examples = len(probe)
+    else:
+        assert train_pairs is not None
+        n_examples = len(train_pairs)
+    if cfg.val_fraction > 0 and len(val_pairs) < 2:
+        raise PairkitError("--val-fraction leaves fewer than 2 validation pairs: raise it")
+    return RunPairs(groups=groups, val_mask=val_mask, train=train_pairs, val=val_pairs,
+                    mined=mined, pairs_id=pairs_id, examples=n_examples)
+
+
+def epoch_pairs(pairs: RunPairs, cfg: TrainConfig, epoch: int) -> PairArrays:
+    """The examples of 0-based ``epoch`` in training order: drawn from the relation (or
+    the table's), shuffled, a share of positives swapped for mined ones; seeded by
+    ``[cfg.seed, epoch]`` so a resumed run sees the same epochs."""
+    rng = np.random.default_rng([cfg.seed, epoch])
+    if pairs.train is None:
+        drawn = sample_relation_pairs(pairs.groups, ~pairs.val_mask, rng)
+    else:
+        drawn = pairs.train
+    drawn = drawn.subset(rng.permutation(len(drawn)))
+    if pairs.mined is not None:
+        drawn = swap_positives(drawn, pairs.mined, cfg.positive_share, rng,
+                               cfg.positive_sampling)
+    return drawn
