@@ -123,25 +123,24 @@ def mine(
             ("--fn-cluster-votes", fn_cluster_votes),
             ("--fn-community-neighbors", fn_community_neighbors)))
         cfg = MineConfig(
-            num_negatives=num_negatives, hard=hard, range_min=range_min or 0,
-            range_max=range_max, min_score=min_score, max_score=max_score,
-            absolute_margin=absolute_margin, relative_margin=relative_margin,
-            sampling=sampling or "top",
-            sampling_temperature=temperature if temperature is not None else 0.05,
-            positive=positive, max_positives=max_positives, seed=seed, batch_size=batch_size,
-            fn_mode=fn_mode)
+            num_negatives=num_negatives, hard=hard, range_min=range_min or 0, range_max=range_max,
+            min_score=min_score, max_score=max_score, absolute_margin=absolute_margin,
+            relative_margin=relative_margin, sampling=sampling or "top", fn_mode=fn_mode,
+            sampling_temperature=temperature if temperature is not None else 0.05, seed=seed,
+            positive=positive, max_positives=max_positives, batch_size=batch_size)
         idx = IndexOptions(kind=index, nprobe=nprobe, ef_search=ef_search, nlist=nlist,
                            exact_max_rows=exact_max_rows, device=device,
                            float16=dtype == "float16", backend=backend)
-        fn = fn_config(
-            filter_fn, fn_rules, margin=fn_margin, near_duplicate_threshold=fn_near_dup_threshold,
-            cluster_votes=fn_cluster_votes, cluster_k=fn_cluster_k,
-            cluster_runs=fn_cluster_runs, community_neighbors=fn_community_neighbors)
+        fn = fn_config(filter_fn, fn_rules, margin=fn_margin, cluster_votes=fn_cluster_votes,
+                       near_duplicate_threshold=fn_near_dup_threshold, cluster_k=fn_cluster_k,
+                       cluster_runs=fn_cluster_runs, community_neighbors=fn_community_neighbors)
+        if ray:  # the Ray layer is imported only with --ray
+            from pairkit.distributed.mine import RayMine
         bar = ProgressBar(quiet, unit="anchors")
         try:
             stats = mine_to_files(store, output, relation, fmt, cfg, idx, fn, stats_path, force,
                                   progress=bar.advance, on_start=lambda n: bar.start(n, "mining"),
-                                  on_warning=bar.note, ray=ray,
+                                  on_warning=bar.note, executor=RayMine(ray) if ray else None,
                                   positives=positive_config(positives, positive_neighbours, fn))
         finally:
             bar.stop()
