@@ -14,7 +14,7 @@ from tests.conftest import random_store
 from tests.proc import with_repo_path
 
 runner = CliRunner()
-PACKAGE = Path(__file__).resolve().parents[1] / "pairkit"
+PACKAGE = Path(__file__).resolve().parents[2] / "pairkit"
 COMMANDS = get_command(app).commands  # type: ignore[attr-defined]
 
 
