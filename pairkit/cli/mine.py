@@ -105,8 +105,7 @@ def mine(
     from pairkit.core.options import only_with
     from pairkit.index.options import IndexOptions
     from pairkit.mine.command import mine_to_files
-    from pairkit.mine.config import MineConfig
-    from pairkit.mine.options import fn_config, positive_config
+    from pairkit.mine.config import MineConfig, fn_config, positive_config
     from pairkit.mine.summary import summary_lines
 
     with c.user_errors():
@@ -134,13 +133,15 @@ def mine(
         fn = fn_config(filter_fn, fn_rules, margin=fn_margin, cluster_votes=fn_cluster_votes,
                        near_duplicate_threshold=fn_near_dup_threshold, cluster_k=fn_cluster_k,
                        cluster_runs=fn_cluster_runs, community_neighbors=fn_community_neighbors)
+        executor = None
         if ray:  # the Ray layer is imported only with --ray
             from pairkit.distributed.mine import RayMine
+            executor = RayMine(ray)
         bar = ProgressBar(quiet, unit="anchors")
         try:
             stats = mine_to_files(store, output, relation, fmt, cfg, idx, fn, stats_path, force,
                                   progress=bar.advance, on_start=lambda n: bar.start(n, "mining"),
-                                  on_warning=bar.note, executor=RayMine(ray) if ray else None,
+                                  on_warning=bar.note, executor=executor,
                                   positives=positive_config(positives, positive_neighbours, fn))
         finally:
             bar.stop()

@@ -42,7 +42,7 @@ __all__ = ["DEFAULT_RULES", "RULES", "FalseNegativeConfig", "FnContext", "build_
 
 RULES: tuple[str, ...] = tuple(MODULES)
 REASONS: dict[str, str] = {name: m.REASON for name, m in MODULES.items()}
-# Rules that judge by similarity; with trust_labels, labelled pairs skip them.
+# Rules that judge by similarity; with trust_labels, labeled pairs skip them.
 SIMILARITY_RULES: tuple[str, ...] = tuple(n for n, m in MODULES.items() if m.SIMILARITY)
 # Chosen by measurement on real images: docs/benchmarks.md ("False negatives").
 DEFAULT_RULES: tuple[str, ...] = ("label", "near-duplicate", "cluster")

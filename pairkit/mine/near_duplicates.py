@@ -96,7 +96,7 @@ def near_duplicate_groups(
 def merge_edges(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Join the components of edges (a, b); ``labels`` holds each node's root (min id).
 
-    Returns the new labels (every node labelled by the smallest node of its component).
+    Returns the new labels (every node labeled by the smallest node of its component).
     """
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
