@@ -83,8 +83,8 @@ def mine(
     fn_cluster_votes: int | None = typer.Option(
         None, "--fn-cluster-votes", help="cluster rule: runs that must put anchor and "
         "candidate together (raised while > 50% of random pairs would be).", show_default="2"),
-    fn_community_neighbors: int | None = typer.Option(
-        None, "--fn-community-neighbors", help="community rule: kNN graph neighbours.",
+    fn_community_neighbours: int | None = typer.Option(
+        None, "--fn-community-neighbours", help="community rule: kNN graph neighbours.",
         show_default="15"),
     positives: int | None = typer.Option(None, "--positives", help="Mined positives per anchor "
         "(near-duplicates, mutual neighbours) as rows positive_kind=mined.",
@@ -120,7 +120,7 @@ def mine(
             ("--fn-margin", fn_margin), ("--fn-near-dup-threshold", fn_near_dup_threshold),
             ("--fn-cluster-k", fn_cluster_k), ("--fn-cluster-runs", fn_cluster_runs),
             ("--fn-cluster-votes", fn_cluster_votes),
-            ("--fn-community-neighbors", fn_community_neighbors)))
+            ("--fn-community-neighbours", fn_community_neighbours)))
         cfg = MineConfig(
             num_negatives=num_negatives, hard=hard, range_min=range_min or 0, range_max=range_max,
             min_score=min_score, max_score=max_score, absolute_margin=absolute_margin,
@@ -132,7 +132,7 @@ def mine(
                            float16=dtype == "float16", backend=backend)
         fn = fn_config(filter_fn, fn_rules, margin=fn_margin, cluster_votes=fn_cluster_votes,
                        near_duplicate_threshold=fn_near_dup_threshold, cluster_k=fn_cluster_k,
-                       cluster_runs=fn_cluster_runs, community_neighbors=fn_community_neighbors)
+                       cluster_runs=fn_cluster_runs, community_neighbours=fn_community_neighbours)
         executor = None
         if ray:  # the Ray layer is imported only with --ray
             from pairkit.distributed.mine import RayMine

@@ -100,6 +100,7 @@ def test_bad_option_values_are_usage_errors(store, tmp_path: Path) -> None:
     ("mine", "--float16", "--dtype float16"), ("mine", "--keep-flagged", "--fn-mode keep"),
     ("index", "--kind", "--index"), ("eval", "--gpu", "--device cuda"),
     ("index", "--float16", "--dtype float16"),
+    ("mine", "--fn-community-neighbors", "--fn-community-neighbours"),
 ])
 def test_old_spellings_name_their_replacement(store, command: str, old: str, new: str) -> None:
     r = runner.invoke(app, [command, str(store.root), old])
