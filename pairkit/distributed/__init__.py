@@ -28,7 +28,13 @@ ENV = "PAIRKIT_RAY_ADDRESS"
 # Test hook: the first worker call that finds this file missing creates it and exits the
 # worker process at once (os._exit), as a killed worker would; Ray restarts and retries.
 CRASH_ENV = "PAIRKIT_TEST_CRASH_ONCE"
-RETRIES = 3  # Ray retries of a partition whose worker died
+# Test hooks, read on the workers (set in the environment of a node): a worker of a node
+# started with HOLD_ENV that gets a block writes ``holding-<pid>`` into that folder and
+# waits there until it is killed; one of a node with WAIT_ENV waits, before each block,
+# until that folder holds such a file. So a test can kill a node while it holds a block.
+HOLD_ENV = "PAIRKIT_TEST_HOLD"
+WAIT_ENV = "PAIRKIT_TEST_WAIT_FOR_HOLD"
+RETRIES = 3  # retries of a partition whose worker died
 
 
 def require_ray() -> Any:
@@ -105,6 +111,23 @@ def maybe_crash(marker: str | None) -> None:
         return
     os.close(fd)
     os._exit(1)
+
+
+def maybe_hold(wait_s: float = 600.0) -> None:
+    """The test hooks :data:`HOLD_ENV` (wait here until killed) and :data:`WAIT_ENV`
+    (wait until a worker holds a block, ``wait_s`` at most); nothing when unset."""
+    import time
+    from pathlib import Path
+
+    folder = os.environ.get(HOLD_ENV)
+    if folder:
+        Path(folder, f"holding-{os.getpid()}").write_text(str(os.getpid()))
+        while True:
+            time.sleep(1)
+    folder = os.environ.get(WAIT_ENV)
+    deadline = time.monotonic() + wait_s
+    while folder and not any(Path(folder).glob("holding-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def worker_error(exc: BaseException, what: str) -> PairkitError:

@@ -75,6 +75,8 @@ def on_ray(address: str, run: Run) -> tuple[Any, dict[str, Any]]:
             raise PairkitError("the Ray cluster did not start")
         return box["mapper"](fn, shared, blocks)
 
+    map_blocks.workers_read_store = True  # type: ignore[attr-defined]  # as BlockMapper's
+
     def work() -> None:
         try:
             box["result"] = run(map_blocks)

@@ -2,9 +2,15 @@
 
 ``shared`` (the index, the vectors, the false-negative context: whatever every block
 needs) goes into Ray's object store once; each actor deserialises it once (numpy arrays
-zero-copy on the same node) and then runs blocks as Ray's :class:`~ray.util.ActorPool`
-hands them out. An actor whose process dies is restarted by Ray and its block retried
-(``max_restarts`` / ``max_task_retries``), so a killed worker costs time, not results.
+zero-copy on the same node) and then runs the blocks this process hands it, one at a
+time, to whichever actor is free. An actor whose process dies (killed, out of memory, its
+node lost) is replaced by a new one, and its block handed to the next free actor (up to
+:data:`~pairkit.distributed.RETRIES` times per block), so a killed worker or node costs
+time, not results: results are kept only by this process, once per block.
+
+A new actor gets blocks only once it answers (its process started and imported what
+the blocks need): one that can't be placed (its node gone, no CPU left) never holds a
+block hostage while the others are free.
 
 The actors can be started before ``shared`` exists (:class:`BlockPool`): their processes
 start and import what the blocks need while this process is still loading the store and
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,6 +30,7 @@ from pairkit.distributed import (
     Cluster,
     crash_marker,
     maybe_crash,
+    maybe_hold,
     require_ray,
     worker_error,
 )
@@ -30,7 +38,7 @@ from pairkit.distributed import (
 
 class BlockWorker:
     """One Ray actor: runs ``fn(shared, block)`` for blocks; ``shared`` is fetched from
-    the object store on the first block (and again after a restart) and kept."""
+    the object store on the first block and kept."""
 
     def __init__(self, fn: Callable[[Any, Any], Any], threads: int, crash: str | None,
                  modules: tuple[str, ...] = ()) -> None:
@@ -44,8 +52,13 @@ class BlockWorker:
         self.shared: Any = None
         self.loaded = False
 
+    def ready(self) -> bool:
+        """Answers once the actor is up (its constructor ran)."""
+        return True
+
     def run(self, index: int, block: Any, box: list[Any]) -> tuple[int, Any]:
         maybe_crash(self.crash)
+        maybe_hold()
         if not self.loaded:
             import ray
 
@@ -61,44 +74,87 @@ class BlockPool:
                  modules: tuple[str, ...] = ()) -> None:
         ray = require_ray()
         self.what = what
-        actor = ray.remote(BlockWorker).options(num_cpus=cluster.threads,
-                                                max_restarts=RETRIES, max_task_retries=RETRIES)
-        self.actors = [actor.remote(fn, cluster.threads, crash_marker(), modules)
-                       for _ in range(cluster.workers)]
+        # no restart by Ray: a restarted actor keeps its block until it is placed again,
+        # which may be never (its node is gone and the other actors hold the CPUs); this
+        # pool replaces dead actors itself and hands their blocks to the living
+        self.actor = ray.remote(BlockWorker).options(num_cpus=cluster.threads,
+                                                     max_restarts=0, max_task_retries=0)
+        self.args = (fn, cluster.threads, crash_marker(), modules)
+        self.workers = cluster.workers
+        self.actors: list[Any] = []
+        self.starting: dict[Any, Any] = {}  # ready() future -> actor
+        for _ in range(self.workers):
+            self.start_actor()
+
+    def start_actor(self) -> None:
+        a = self.actor.remote(*self.args)
+        self.actors.append(a)
+        self.starting[a.ready.remote()] = a
+
+    def drop_actor(self, a: Any) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.kill(a, no_restart=True)
+        with contextlib.suppress(ValueError):
+            self.actors.remove(a)
 
     def map(self, shared: Any, blocks: list[Any]) -> Iterator[Any]:
         """Yield ``fn(shared, block)`` for each of ``blocks``, in order. A worker's error
-        is raised here as one PairkitError line."""
+        is raised here as one PairkitError line; so is a block whose worker died more
+        than RETRIES times."""
         import ray
-        from ray.util import ActorPool
+        from ray.exceptions import RayActorError
 
         try:
             if not blocks:
                 return
             box = [ray.put(shared)]  # nested: Ray hands the reference over, the actor fetches
-            pool = ActorPool(self.actors[:len(blocks)])
-            # the first free actor takes the next block; results wait here for their turn
-            results = pool.map_unordered(lambda a, job: a.run.remote(*job, box),
-                                         list(enumerate(blocks)))
+            todo = deque(range(len(blocks)))
+            tries = [0] * len(blocks)
+            idle: list[Any] = []
+            running: dict[Any, tuple[Any, int]] = {}  # run() future -> (actor, block)
             done: dict[int, Any] = {}
-            for turn in range(len(blocks)):
-                while turn not in done:
-                    try:
-                        index, result = next(results)
-                    except Exception as exc:
+            deaths, turn = 0, 0
+            while turn < len(blocks):
+                while todo and idle:
+                    a, i = idle.pop(), todo.popleft()
+                    running[a.run.remote(i, blocks[i], box)] = (a, i)
+                if turn in done:
+                    yield done.pop(turn)
+                    turn += 1
+                    continue
+                if not running and not self.starting:
+                    self.start_actor()  # every actor died: a new one, wherever it fits
+                (ref,), _ = ray.wait([*running, *self.starting], num_returns=1)
+                a, i = running.pop(ref) if ref in running else (self.starting.pop(ref), -1)
+                try:
+                    value = ray.get(ref)
+                except RayActorError as exc:
+                    self.drop_actor(a)
+                    deaths += 1
+                    if i >= 0:
+                        tries[i] += 1
+                        if tries[i] > RETRIES:
+                            raise worker_error(exc, self.what) from None
+                        todo.appendleft(i)
+                    elif deaths > RETRIES * max(self.workers, 1):
                         raise worker_error(exc, self.what) from None
+                    self.start_actor()
+                    continue
+                except Exception as exc:
+                    raise worker_error(exc, self.what) from None
+                idle.append(a)
+                if i >= 0:
+                    index, result = value
                     done[index] = result
-                yield done.pop(turn)
         finally:
             self.close()
 
     def close(self) -> None:
-        import ray
-
-        for a in self.actors:
-            with contextlib.suppress(Exception):
-                ray.kill(a)
-        self.actors = []
+        for a in list(self.actors):
+            self.drop_actor(a)
+        self.actors, self.starting = [], {}
 
 
 def ray_map_blocks(fn: Callable[[Any, Any], Any], shared: Any, blocks: list[Any],
@@ -119,7 +175,10 @@ class BlockMapper:
     """``map_blocks(fn, shared, blocks)`` on a cluster (the hook of
     :func:`pairkit.mine.blocks.mine_block`). With ``warm`` (the ``fn`` the
     blocks will run), the actors start now and serve the first call; :meth:`close` stops
-    them if no call came."""
+    them if no call came. Its workers read the store themselves
+    (``workers_read_store``: :func:`pairkit.mine.command.workers_rows`)."""
+
+    workers_read_store = True
 
     def __init__(self, cluster: Cluster, what: str,
                  warm: Callable[[Any, Any], Any] | None = None,

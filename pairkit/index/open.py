@@ -148,6 +148,20 @@ def open_searcher(
                     cpu_index=cpu_index, batch_size=options.batch_size)
 
 
+def planned_description(n: int, dim: int, options: IndexOptions, engine: SearchBackend,
+                        origin: str) -> str:
+    """What :meth:`Searcher.describe` says of the index :func:`open_searcher` builds over
+    ``n`` rows of ``dim`` on the CPU with ``options``, without building it (``origin``:
+    where it is built instead, e.g. ``built on each worker``)."""
+    kind, reason = options.kind, ""
+    if kind == "auto":
+        limit = options.exact_max_rows
+        kind, reason = choose_kind(n, EXACT_MAX_ROWS_CPU if limit is None else limit)
+    spec = replace(options, kind=kind).resolved(n, dim)
+    text = f"{spec.describe()} on {'GPU' if engine.gpu else 'CPU'}, {origin}"
+    return f"{text} ({reason})" if reason else text
+
+
 def exact_searcher(vectors: np.ndarray, engine: SearchBackend | None = None) -> Searcher:
     """:func:`open_searcher` of an exact index over ``vectors`` on ``engine`` (default:
     FAISS on the CPU): the searches that are not a command's main one (eval, k-means,

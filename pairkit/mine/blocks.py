@@ -77,6 +77,56 @@ def set_attracted(pairs: MinedPairs, attract: list[Attracted]) -> None:
     pairs.fn_reasons = np.concatenate([a[3] for a in attract])
 
 
+@dataclass(frozen=True)
+class StoreRows:
+    """Where the workers of a cluster read the store's vectors themselves (float32, the
+    store as committed under ``content_id``; ``store`` an absolute path every node sees,
+    or a URL) instead of receiving them from the driver."""
+
+    store: str
+    content_id: str
+
+    def load(self) -> np.ndarray:
+        """The vectors, read and verified once per process (kept for the next call)."""
+        if self.content_id not in LOADED:
+            from pairkit.core.store import Store
+            from pairkit.errors import PairkitError
+
+            st = Store.open(self.store, verify=True)
+            if st.content_id != self.content_id:
+                raise PairkitError(f"store {self.store} changed while it was being mined "
+                                   f"(content id {st.content_id}, not {self.content_id}): "
+                                   "rerun the command")
+            LOADED.clear()  # one store per worker process
+            LOADED[self.content_id] = st.vectors(np.float32)
+        return LOADED[self.content_id]
+
+
+LOADED: dict[str, np.ndarray] = {}  # StoreRows.load: content id -> vectors
+
+
+class StoreSearcher:
+    """A searcher built where it is first called: the index ``options`` say over the
+    vectors of ``rows``, by the one entry point (:func:`pairkit.index.open.open_searcher`,
+    the call the driver makes otherwise, so the index and every search result are the
+    same); pickled without the index, so the driver never builds or ships it."""
+
+    def __init__(self, rows: StoreRows, options: Any) -> None:
+        self.rows, self.options = rows, options
+        self.opened: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"rows": self.rows, "options": self.options, "opened": None}
+
+    def __call__(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.opened is None:
+            from pairkit.index.open import open_searcher
+
+            self.opened = open_searcher(self.rows.load(), self.options,
+                                        content_id=self.rows.content_id)
+        return self.opened.search(queries, k)  # type: ignore[no-any-return]
+
+
 def map_here(fn: Callable[[Any, Any], Any], shared: Any,
              spans: list[tuple[int, int]]) -> Iterator[Any]:
     """``fn(shared, span)`` for each span, in this process, in order."""
@@ -99,6 +149,16 @@ class MineBlocks:
     keep_flags: bool
     searcher: Searcher | None
     anchor_searcher: Searcher | None
+    rows_from: StoreRows | None = None  # ctx.vectors left out: read there (load_rows)
+
+    def load_rows(self) -> MineBlocks:
+        """These blocks with ``ctx.vectors`` read from the store when they were left out
+        (once per process: the object is updated and kept by the worker)."""
+        if self.rows_from is not None and self.ctx.vectors.size == 0 and len(self.anchors):
+            from dataclasses import replace
+
+            self.ctx = replace(self.ctx, vectors=self.rows_from.load())
+        return self
 
 
 def fetch_candidates(st: MineBlocks, rows: np.ndarray, k: int
@@ -129,6 +189,7 @@ def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
     arrays (and attracted rows) are relative to ``span[0]``. Anchors that come up short
     are searched again with 4x the k until they have the window or the store is
     exhausted."""
+    st = st.load_rows()
     cfg = st.ctx.cfg
     b0, b1 = span
     part = empty_result(st.anchors[b0:b1], st.positives[b0:b1], st.pos_scores[b0:b1],

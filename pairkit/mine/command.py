@@ -99,6 +99,31 @@ def anchor_parts(table: Any, per_part: int) -> list[int]:
     return np.diff(np.r_[starts, len(ids)]).astype(int).tolist()
 
 
+def workers_rows(store: Any, map_blocks: Any, fn_config: Any) -> Any:
+    """Where the workers read the store's vectors (:class:`pairkit.mine.blocks.StoreRows`)
+    when the blocks run elsewhere (``map_blocks.workers_read_store``: a Ray cluster) and
+    nothing else they get would carry the vectors anyway (no false-negative rules, whose
+    context holds them); else None (shipped with the blocks)."""
+    from pairkit.mine.blocks import StoreRows
+
+    if not getattr(map_blocks, "workers_read_store", False) or fn_config is not None:
+        return None
+    root = store.local_root
+    where = str(Path(root).resolve()) if root is not None else str(store.root)
+    return StoreRows(where, store.content_id)
+
+
+def saved_index(store: Any, index: IndexOptions, where: Any) -> bool:
+    """Whether ``pairkit index`` saved an index of this kind in the (local) store: then
+    it is loaded here as before (its checks are the driver's to make)."""
+    from pairkit.index.saved import index_paths
+
+    if store.local_root is None or where.name == "torch":
+        return False
+    kinds = {"flat", "ivf"} if index.kind == "auto" else {index.kind}
+    return any(index_paths(store.local_root, k)[0].exists() for k in kinds)
+
+
 def _timed(searcher: Searcher, total: list[float]) -> Searcher:
     """``searcher`` that adds its seconds to ``total[0]`` (the summary's search time)."""
     import time
@@ -192,7 +217,18 @@ def mine_store(
     searcher = anchor_searcher = None
     index_text = "none (easy negatives: uniform sample)"
     search_time = [0.0]
-    if config.hard and skipped is None:
+    rows_from = workers_rows(store, map_blocks, fn_config)
+    if config.hard and skipped is None and rows_from is not None and not saved_index(
+            store, index, where):
+        from pairkit.index.open import planned_description
+        from pairkit.mine.blocks import StoreSearcher
+
+        # built by each worker from the store (the driver neither builds nor ships it)
+        searcher = StoreSearcher(rows_from, replace(index, device=where.device,
+                                                    backend=where.name))
+        index_text = planned_description(len(vectors), vectors.shape[1], index, where,
+                                         "built on each worker")
+    elif config.hard and skipped is None:
         from pairkit.index.open import open_searcher
 
         opened = open_searcher(vectors, index, store_root=store.local_root,
@@ -210,7 +246,8 @@ def mine_store(
         on_start(len(rel.anchors()))
     t1 = time.perf_counter()
     result = mine_negatives(vectors, sources, rel, config, searcher, fn_filter, progress,
-                            anchor_searcher=anchor_searcher, map_blocks=map_blocks)
+                            anchor_searcher=anchor_searcher, map_blocks=map_blocks,
+                            rows_from=rows_from)
     table = build_pair_table(result.pairs, fmt, store.content_id,
                              items["path"].to_numpy(dtype=object),
                              flag_columns=fn_config is not None and config.keep_flagged)

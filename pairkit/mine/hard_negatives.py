@@ -45,6 +45,7 @@ from pairkit.mine.blocks import (
     MineBlocks,
     MineResult,
     Searcher,
+    StoreRows,
     empty_result,
     map_here,
     merge_block,
@@ -65,6 +66,7 @@ def mine_negatives(
     progress: Callable[[int], None] | None = None,
     anchor_searcher: Searcher | None = None,
     map_blocks: MapBlocks | None = None,
+    rows_from: StoreRows | None = None,
 ) -> MineResult:
     """Mine K negatives for every anchor of ``relation``.
 
@@ -80,6 +82,8 @@ def mine_negatives(
     anchors and yields the results in order (default: here, one after the other;
     ``pairkit.distributed.mine.on_ray`` runs them on a Ray cluster): each block is
     :func:`pairkit.mine.blocks.mine_block`, so the result is the same wherever they run.
+    ``rows_from``: the blocks leave ``vectors`` out and read them from the store where
+    they run (a cluster's workers), so the driver never ships them.
 
     Returns a :class:`MineResult`; raises :class:`PairkitError` when the relation
     gives no anchor a positive.
@@ -107,9 +111,13 @@ def mine_negatives(
     k0 = initial_k(cfg, relation, ctx.sources, offsets, n_items, fn_filter is not None)
     keep_flags = fn_filter is not None and cfg.fn_mode in ("keep", "attract")
     result = empty_result(anchors, positives, pos_scores, cfg.num_negatives, keep_flags, k0)
+    if rows_from is not None:
+        from dataclasses import replace
+
+        ctx = replace(ctx, vectors=np.zeros((0, vectors.shape[1]), np.float32))
     blocks = MineBlocks(ctx, anchors, positives, pos_scores, ref, k0,
                         n_items if cfg.hard else 16 * n_items, hi, keep_flags, searcher,
-                        anchor_searcher)
+                        anchor_searcher, rows_from)
     spans = [(b0, min(n, b0 + cfg.batch_size)) for b0 in range(0, n, cfg.batch_size)]
     attract: list[Attracted] = []
     run = map_blocks or map_here

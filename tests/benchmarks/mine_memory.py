@@ -8,11 +8,19 @@ written shard by shard so generating them needs little memory) are mined with
 driver process only, Ray's workers are other processes). The table is checked to have
 5 negatives per anchor.
 
+Each run also records where the memory goes (``--stages``, on by default): the child wraps
+the steps of ``mine`` (reading the item table, ``Store.vectors``, building the index
+``open_searcher``, ``mine_negatives``, ``build_pair_table``, ``write_table``) and reports
+its RSS after each step and the peak within it (a 20 ms sampler of /proc/self/status), so
+the growth per row can be put on the structures that hold it.
+
 Goal (issue 22): driver peak RSS of ``mine --ray`` flat (within 1.3x) from 1M to 8M rows;
 single-machine ``mine`` of 8M x 128 float16 under 3 GB. Run the sizes your machine allows
 and report the figures with the machine, date and load (docs/benchmarks.md).
 
     .venv/bin/python tests/benchmarks/mine_memory.py --rows 125000 250000 500000 [--ray]
+    .venv/bin/python tests/benchmarks/mine_memory.py --rows 250000 1000000 --only-ray \
+        --store-dir /tmp/stores --out ray.json
 """
 
 from __future__ import annotations
@@ -58,47 +66,154 @@ def make_store(path: Path, rows: int, seed: int = 0, shard: int = 1 << 16) -> No
         writer.commit()
 
 
-def peak_rss(cmd: list[str]) -> tuple[float, float, int]:
-    """(peak RSS in GB, seconds, exit code) of one child process."""
+STAGES = (("pairkit.core.store", "Store.vectors", "vectors"),
+          ("pairkit.index.open", "open_searcher", "index"),
+          ("pairkit.mine.hard_negatives", "mine_negatives", "mine"),
+          ("pairkit.core.pairs", "build_pair_table", "table"),
+          ("pairkit.core.tables", "write_table", "write"))
+
+
+def rss_gb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 1e6
+    return 0.0
+
+
+def run_with_stages(argv: list[str]) -> None:
+    """Child: ``pairkit ARGV`` with each step of STAGES (and the item table's first read)
+    wrapped; prints one JSON line ``{"stages": [[step, rss after, peak within], ...]}``
+    on stderr at the end."""
+    import functools
+    import importlib
+    import threading
+
+    peak = [0.0]
+    log: list[tuple[str, float, float]] = []
+
+    def sample() -> None:
+        while True:
+            peak[0] = max(peak[0], rss_gb())
+            time.sleep(0.02)
+
+    threading.Thread(target=sample, daemon=True).start()
+
+    def mark(name: str) -> None:
+        now = rss_gb()
+        log.append((name, round(now, 3), round(max(peak[0], now), 3)))
+        peak[0] = now
+
+    def wrapped(fn, name):  # type: ignore[no-untyped-def]
+        @functools.wraps(fn)
+        def inner(*a, **k):  # type: ignore[no-untyped-def]
+            mark(f"before {name}")
+            try:
+                return fn(*a, **k)
+            finally:
+                mark(name)
+        return inner
+
+    for module, attr, name in STAGES:
+        mod = importlib.import_module(module)
+        owner, _, leaf = attr.rpartition(".")
+        target = getattr(mod, owner) if owner else mod
+        setattr(target, leaf, wrapped(getattr(target, leaf), name))
+    from pairkit.core.store import Store
+
+    items = Store.items.fget
+
+    def first_items(self):  # type: ignore[no-untyped-def]
+        if self._items is not None:
+            return items(self)
+        mark("before items")
+        try:
+            return items(self)
+        finally:
+            mark("items")
+
+    Store.items = property(first_items)  # type: ignore[method-assign,assignment]
+    from pairkit.cli.main import app
+
+    mark("start")
+    code = 0
+    try:
+        app(argv, standalone_mode=False)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    mark("end")
+    print(json.dumps({"stages": log}), file=sys.stderr)
+    sys.exit(code)
+
+
+def peak_rss(cmd: list[str]) -> tuple[float, float, int, list]:
+    """(peak RSS in GB, seconds, exit code, stages) of one child process."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
+    err_bytes = proc.stderr.read() if proc.stderr else b""
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
-    err = proc.stderr.read().decode() if proc.stderr else ""
+    err = err_bytes.decode()
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         print(err, file=sys.stderr)
-    return usage.ru_maxrss / 1e6, seconds, code  # ru_maxrss is in KiB on Linux
+    stages = []
+    for line in err.splitlines():
+        if line.startswith('{"stages"'):
+            stages = json.loads(line)["stages"]
+    return usage.ru_maxrss / 1e6, seconds, code, stages  # ru_maxrss is in KiB on Linux
+
+
+def growth(stages: list) -> dict[str, float]:
+    """GB each step added to the RSS (after minus before) and its peak above the start."""
+    out: dict[str, float] = {}
+    before: dict[str, float] = {}
+    for name, now, top in stages:
+        if name.startswith("before "):
+            before[name[7:]] = now
+        elif name in before:
+            out[name] = round(now - before[name], 3)
+            out[name + "_peak"] = round(top - before[name], 3)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[125_000, 250_000, 500_000])
     parser.add_argument("--ray", action="store_true", help="also mine with --ray local")
+    parser.add_argument("--only-ray", action="store_true", help="mine with --ray local only")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--store-dir", type=Path, help="keep the generated stores here "
+                        "(reused when present) instead of a temp dir")
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        run_with_stages(sys.argv[2:])
     args = parser.parse_args()
     import pandas as pd
 
     results = []
     with tempfile.TemporaryDirectory(prefix="pairkit-mem-") as tmp:
         for rows in args.rows:
-            store = Path(tmp) / f"st{rows}"
+            store = (args.store_dir or Path(tmp)) / f"st{rows}"
             t0 = time.perf_counter()
-            make_store(store, rows)
+            if not (store / "manifest.json").exists():
+                make_store(store, rows)
             made = time.perf_counter() - t0
-            modes = [("local", [])] + ([("ray local", ["--ray", "local"])] if args.ray else [])
+            modes = [] if args.only_ray else [("local", [])]
+            if args.ray or args.only_ray:
+                modes.append(("ray local", ["--ray", "local"]))
             for name, extra in modes:
                 out = Path(tmp) / f"p{rows}.parquet"
-                cmd = [sys.executable, "-m", "pairkit", "mine", str(store), "--hard", "-k",
-                       "5", "--index", "ivf", "-o", str(out), "--force", "-q", *extra]
-                gb, seconds, code = peak_rss(cmd)
+                cmd = [sys.executable, __file__, "--child", "mine", str(store), "--hard",
+                       "-k", "5", "--index", "ivf", "-o", str(out), "--force", "-q", *extra]
+                gb, seconds, code, stages = peak_rss(cmd)
                 ok = code == 0 and len(pd.read_parquet(out, columns=["anchor_id"])) == 5 * rows
                 row = {"rows": rows, "mode": name, "peak_rss_gb": round(gb, 3),
                        "seconds": round(seconds, 1), "ok": ok,
                        "vectors_gb_float16": round(rows * DIM * 2 / 1e9, 3),
-                       "store_made_s": round(made, 1), "load": os.getloadavg()[0]}
+                       "store_made_s": round(made, 1), "load": os.getloadavg()[0],
+                       "steps_gb": growth(stages), "stages": stages}
                 results.append(row)
                 print(json.dumps(row), flush=True)
     info = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "

@@ -66,7 +66,7 @@ def same_stats(a: dict, b: dict) -> None:
         assert a.get(key) == b.get(key), key
 
 
-@pytest.mark.parametrize("case", ["hard", "easy", "cluster-keep", "rules-attract",
+@pytest.mark.parametrize("case", ["hard", "hard-ivf", "easy", "cluster-keep", "rules-attract",
                                   "outside-clusters", "outside-votes", "outside-labels",
                                   "outside-ivf"])
 def test_mine_blocks_on_ray_equal_local(store, cluster, case):
@@ -74,7 +74,9 @@ def test_mine_blocks_on_ray_equal_local(store, cluster, case):
     from pairkit.mine.false_negatives import FalseNegativeConfig
 
     cfg, fn, fmt, kind = MineConfig(batch_size=64), None, "triplet", "auto"
-    if case == "easy":
+    if case == "hard-ivf":  # the IVF index built on each worker from the store it reads
+        kind = "ivf"
+    elif case == "easy":
         cfg = MineConfig(hard=False, batch_size=64, num_negatives=3)
     elif case == "cluster-keep":  # default rules: spectral clustering, near-duplicate groups
         cfg, fn, fmt = MineConfig(batch_size=64, fn_mode="keep"), FalseNegativeConfig(), "n-tuple"
@@ -100,6 +102,9 @@ def test_mine_blocks_on_ray_equal_local(store, cluster, case):
         assert sa["index"] == sb["index"]
     if case == "outside-votes":
         assert "at least 2 of 4" in sa["index"]
+    if case in ("hard", "hard-ivf"):
+        # the workers read the store and build the index (the driver ships neither)
+        assert sb["index"] == sa["index"].replace("built now", "built on each worker")
     assert len(a) > 0
     pd.testing.assert_frame_equal(a, b)
     same_stats(sa, sb)

@@ -74,3 +74,43 @@ def test_block_size_does_not_change_the_result(store, fn_mode: str) -> None:  # 
         tables.append(build_pair_table(res.pairs, "triplet", "s", paths,
                                        flag_columns=fn_mode == "keep"))
     assert tables[0].equals(tables[1]) and tables[1].equals(tables[2])
+
+
+@pytest.mark.parametrize(("hard", "kind"), [(True, "flat"), (True, "ivf"), (False, "auto")])
+def test_blocks_that_read_the_store_where_they_run(tmp_path, hard: bool, kind: str) -> None:
+    """``mine_store`` with a ``map_blocks`` whose workers read the store themselves
+    (``workers_read_store``, as a Ray cluster's): what it ships (pickled here, as Ray
+    does) holds neither the vectors nor an index, each "worker" (a fresh load) builds the
+    index by the one entry point, and the table and stats are the local run's."""
+    import pickle
+
+    import pandas as pd
+
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine import blocks
+    from pairkit.mine.blocks import map_here
+    from pairkit.mine.command import mine_store
+
+    st = random_store(tmp_path / "s", n_sources=120, views=2, dim=16, classes=5)
+    shipped = []
+
+    def elsewhere(fn, shared, spans):  # noqa: ANN001, ANN202
+        data = pickle.dumps(shared)
+        shipped.append(len(data))
+        blocks.LOADED.clear()  # a new process: nothing read yet
+        return map_here(fn, pickle.loads(data), spans)
+
+    elsewhere.workers_read_store = True  # type: ignore[attr-defined]
+    cfg = MineConfig(hard=hard, batch_size=32, num_negatives=4)
+    idx = IndexOptions(kind=kind, nlist=8, device="cpu", backend="faiss")
+    want, sw = mine_store(st, None, cfg, idx)
+    got, sg = mine_store(st, None, cfg, idx, map_blocks=elsewhere)
+    pd.testing.assert_frame_equal(got, want)
+    for key in ("anchors", "rows", "removed", "neg_score", "rank_histogram", "k_max"):
+        assert sg.get(key) == sw.get(key), key
+    assert sg["index"] == (sw["index"].replace("built now", "built on each worker")
+                           if hard else sw["index"])
+    vector_bytes = st.count * 16 * 4
+    assert shipped and shipped[0] < vector_bytes  # the vectors (19 KB) were not shipped
+    assert len(blocks.LOADED) == 1  # read from the store where the blocks ran
+    blocks.LOADED.clear()
