@@ -73,6 +73,7 @@ def table_output(text: str) -> str:
 RENAMED = {
     "--gpu": "--device cuda", "--no-gpu": "--device cpu", "--float16": "--dtype float16",
     "--keep-flagged": "--fn-mode keep", "--kind": "--index",
+    "--fn-community-neighbors": "--fn-community-neighbours",
 }
 MOVED = {"--threads": "pairkit --threads N COMMAND ..."}
 # options of features that were measured and removed

@@ -8,6 +8,19 @@ import pytest
 from pairkit.mine.whitening import fit_whitening
 
 
+def reference_whitened(x: np.ndarray, power: float = 0.25, variance: float = 0.99,
+                       max_dims: int = 512) -> np.ndarray:
+    """Partial PCA whitening by an SVD of the centred rows (independent of the eigh of the
+    covariance that pairkit.mine.whitening uses), rows re-normalised."""
+    c = x.astype(np.float64) - x.astype(np.float64).mean(axis=0)
+    _, sv, vt = np.linalg.svd(c, full_matrices=False)
+    eig = sv**2 / (len(x) - 1)
+    share = np.cumsum(eig) / eig.sum()
+    dims = min(int(np.argmax(share >= variance - 1e-12)) + 1, max_dims)
+    z = c @ vt[:dims].T * eig[:dims] ** -power
+    return z / np.linalg.norm(z, axis=1, keepdims=True)
+
+
 def test_axis_aligned_spectrum_by_hand() -> None:
     # variances 16, 4, 1 on three axes (rows: +-4, +-2, +-1 on one axis each)
     x = np.zeros((6, 3))

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from pairkit.cli.main import app
 from tests.conftest import random_store
+from tests.mine.test_whitening import reference_whitened
 
 runner = CliRunner()
 LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,mutual-neighbour,cluster"]
@@ -22,19 +23,6 @@ LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,mutual-n
 def store(tmp_path_factory: pytest.TempPathFactory):
     return random_store(tmp_path_factory.mktemp("pos") / "store", n_sources=60, views=2,
                         dim=16, classes=4)
-
-
-def reference_whitened(x: np.ndarray, power: float = 0.25, variance: float = 0.99,
-                       max_dims: int = 512) -> np.ndarray:
-    """Partial PCA whitening by an SVD of the centred rows (independent of the eigh of the
-    covariance that pairkit.mine.whitening uses), rows re-normalised."""
-    c = x.astype(np.float64) - x.astype(np.float64).mean(axis=0)
-    _, sv, vt = np.linalg.svd(c, full_matrices=False)
-    eig = sv**2 / (len(x) - 1)
-    share = np.cumsum(eig) / eig.sum()
-    dims = min(int(np.argmax(share >= variance - 1e-12)) + 1, max_dims)
-    z = c @ vt[:dims].T * eig[:dims] ** -power
-    return z / np.linalg.norm(z, axis=1, keepdims=True)
 
 
 def brute_mutual(store, m: int, whitening: float = 0.25) -> set[tuple[int, int]]:  # noqa: ANN001
