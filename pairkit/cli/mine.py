@@ -65,9 +65,8 @@ def mine(
     filter_fn: bool = typer.Option(
         False, "--filter-false-negatives", help="Flag likely false negatives among candidates."),
     fn_rules: str | None = typer.Option(
-        None, "--fn-rules", help="Comma list of label, near-duplicate, mutual-neighbour, "
-        "margin, cluster, community (docs/methods.md).",
-        show_default="label,near-duplicate,mutual-neighbour,cluster"),
+        None, "--fn-rules", help="Comma list of label, near-duplicate, mutual-neighbour, margin, "
+        "cluster, community.", show_default="label,near-duplicate,mutual-neighbour,cluster"),
     fn_mode: o.FnMode = typer.Option(
         "eliminate", "--fn-mode", help="Flagged candidates: eliminate (dropped), attract "
         "(extra positive rows) or keep (negatives, with false_negative/fn_reason columns)."),
@@ -88,13 +87,10 @@ def mine(
         None, "--fn-community-neighbours", help="community rule: kNN graph neighbours.",
         show_default="15"),
     positives: int | None = typer.Option(None, "--positives", help="Mined positives per anchor "
-        "(near-duplicates, mutual neighbours) as rows positive_kind=mined.",
-        show_default="10 with --filter-false-negatives, else 0"),
-    positive_neighbours: int = typer.Option(10, "--positive-neighbours",
-                                            help="Depth of the mutual-neighbour test."),
-    positive_whitening: float | None = typer.Option(
-        None, "--positive-whitening", help="Power of the partial PCA whitening the mutual "
-        "neighbours are found in (0: plain cosine, 0.5: full whitening).", show_default="0.25"),
+        "(rows positive_kind=mined).", show_default="10 with --filter-false-negatives, else 0"),
+    positive_neighbours: int = typer.Option(10, "--positive-neighbours", help="Mutual-test depth."),
+    positive_whitening: float | None = typer.Option(None, "--positive-whitening", help="Power of "
+        "the partial PCA whitening of the mutual test (0: plain cosine).", show_default="0.25"),
     stats_path: Path | None = typer.Option(None, "--stats", help="Write the summary as JSON."),
     ray: str | None = o.ray_option(),
     force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
@@ -141,13 +137,12 @@ def mine(
         if ray:  # the Ray layer is imported only with --ray
             from pairkit.distributed.mine import RayMine
             executor = RayMine(ray)
+        pos = positive_config(positives, positive_neighbours, fn, positive_whitening)
         bar = ProgressBar(quiet, unit="anchors")
         try:
             stats = mine_to_files(store, output, relation, fmt, cfg, idx, fn, stats_path, force,
                                   progress=bar.advance, on_start=lambda n: bar.start(n, "mining"),
-                                  on_warning=bar.note, executor=executor,
-                                  positives=positive_config(positives, positive_neighbours, fn,
-                                                            positive_whitening))
+                                  on_warning=bar.note, executor=executor, positives=pos)
         finally:
             bar.stop()
         for line in summary_lines(stats, output):
