@@ -110,8 +110,7 @@ def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
     """
     from pairkit.index.options import IndexOptions
     from pairkit.mine.command import mine_store
-    from pairkit.mine.config import MineConfig
-    from pairkit.mine.options import fn_config, positive_config
+    from pairkit.mine.config import MineConfig, fn_config, positive_config
 
     if not filter_false_negatives and (fn_rules is not None or fn_options):
         raise UsageError("fn_rules and fn_options need filter_false_negatives=True")

@@ -66,7 +66,7 @@ def embed(
     force: bool = typer.Option(False, "--force", help="Replace a store made with other options."),
     ray: str | None = ray_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
-    json_summary: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
 ) -> None:
     """Embed an image folder into a store (resumable: a rerun embeds only what is missing).
 
@@ -129,5 +129,5 @@ def embed(
             say(f"{plural(summary.skipped, 'file')} skipped: see {where}", quiet)
         if summary.missing_from_folder:
             warn(f"{summary.missing_from_folder} images in the store are no longer in {images}")
-        if json_summary:
+        if json_out:
             typer.echo(json.dumps(summary_dict(summary)))

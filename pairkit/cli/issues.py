@@ -14,7 +14,7 @@ def issues(
     store: Path = typer.Argument(..., help="Store folder (made by embed or import)."),
     checks: str = typer.Option(
         "outlier,label-error", "--checks",
-        help="Comma-separated detectors: outlier, label-error (an unlabelled store: "
+        help="Comma-separated detectors: outlier, label-error (an unlabeled store: "
         "outlier only)."),
     k: int = typer.Option(10, "--k", help="Neighbours per source in the kNN graph."),
     outlier_z: float = typer.Option(

@@ -26,13 +26,14 @@ from pairkit.cli import report as report_cmd
 from pairkit.cli import search as search_cmd
 from pairkit.cli import train as train_cmd
 from pairkit.cli.common import show_one_line
-from pairkit.cli.options import Command, click_exceptions
+from pairkit.cli.options import Command, Group, click_exceptions
 
 # usage errors in pairkit's one-line style (`error: ...`, exit 2), like every other error
 click_exceptions().UsageError.show = show_one_line
 
 app = typer.Typer(
     name="pairkit",
+    cls=Group,
     help=(
         "Contrastive-learning data toolkit: embed image folders, mine hard negatives, "
         "flag false negatives and near-duplicates, train heads, evaluate.\n\n"

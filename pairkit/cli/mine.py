@@ -83,8 +83,8 @@ def mine(
     fn_cluster_votes: int | None = typer.Option(
         None, "--fn-cluster-votes", help="cluster rule: runs that must put anchor and "
         "candidate together (raised while > 50% of random pairs would be).", show_default="2"),
-    fn_community_neighbors: int | None = typer.Option(
-        None, "--fn-community-neighbors", help="community rule: kNN graph neighbours.",
+    fn_community_neighbours: int | None = typer.Option(
+        None, "--fn-community-neighbours", help="community rule: kNN graph neighbours.",
         show_default="15"),
     positives: int | None = typer.Option(None, "--positives", help="Mined positives per anchor "
         "(near-duplicates, mutual neighbours) as rows positive_kind=mined.",
@@ -105,8 +105,7 @@ def mine(
     from pairkit.core.options import only_with
     from pairkit.index.options import IndexOptions
     from pairkit.mine.command import mine_to_files
-    from pairkit.mine.config import MineConfig
-    from pairkit.mine.options import fn_config, positive_config
+    from pairkit.mine.config import MineConfig, fn_config, positive_config
     from pairkit.mine.summary import summary_lines
 
     with c.user_errors():
@@ -121,27 +120,28 @@ def mine(
             ("--fn-margin", fn_margin), ("--fn-near-dup-threshold", fn_near_dup_threshold),
             ("--fn-cluster-k", fn_cluster_k), ("--fn-cluster-runs", fn_cluster_runs),
             ("--fn-cluster-votes", fn_cluster_votes),
-            ("--fn-community-neighbors", fn_community_neighbors)))
+            ("--fn-community-neighbours", fn_community_neighbours)))
         cfg = MineConfig(
-            num_negatives=num_negatives, hard=hard, range_min=range_min or 0,
-            range_max=range_max, min_score=min_score, max_score=max_score,
-            absolute_margin=absolute_margin, relative_margin=relative_margin,
-            sampling=sampling or "top",
-            sampling_temperature=temperature if temperature is not None else 0.05,
-            positive=positive, max_positives=max_positives, seed=seed, batch_size=batch_size,
-            fn_mode=fn_mode)
+            num_negatives=num_negatives, hard=hard, range_min=range_min or 0, range_max=range_max,
+            min_score=min_score, max_score=max_score, absolute_margin=absolute_margin,
+            relative_margin=relative_margin, sampling=sampling or "top", fn_mode=fn_mode,
+            sampling_temperature=temperature if temperature is not None else 0.05, seed=seed,
+            positive=positive, max_positives=max_positives, batch_size=batch_size)
         idx = IndexOptions(kind=index, nprobe=nprobe, ef_search=ef_search, nlist=nlist,
                            exact_max_rows=exact_max_rows, device=device,
                            float16=dtype == "float16", backend=backend)
-        fn = fn_config(
-            filter_fn, fn_rules, margin=fn_margin, near_duplicate_threshold=fn_near_dup_threshold,
-            cluster_votes=fn_cluster_votes, cluster_k=fn_cluster_k,
-            cluster_runs=fn_cluster_runs, community_neighbors=fn_community_neighbors)
+        fn = fn_config(filter_fn, fn_rules, margin=fn_margin, cluster_votes=fn_cluster_votes,
+                       near_duplicate_threshold=fn_near_dup_threshold, cluster_k=fn_cluster_k,
+                       cluster_runs=fn_cluster_runs, community_neighbours=fn_community_neighbours)
+        executor = None
+        if ray:  # the Ray layer is imported only with --ray
+            from pairkit.distributed.mine import RayMine
+            executor = RayMine(ray)
         bar = ProgressBar(quiet, unit="anchors")
         try:
             stats = mine_to_files(store, output, relation, fmt, cfg, idx, fn, stats_path, force,
                                   progress=bar.advance, on_start=lambda n: bar.start(n, "mining"),
-                                  on_warning=bar.note, ray=ray,
+                                  on_warning=bar.note, executor=executor,
                                   positives=positive_config(positives, positive_neighbours, fn))
         finally:
             bar.stop()

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
+from pairkit.cli import help_labels
 from pairkit.errors import PairkitError, UsageError
 
 IndexKind = Literal["auto", "flat", "ivf", "ivfpq", "hnsw"]
@@ -35,7 +36,7 @@ def device_value(text: str) -> str:
 def device_option(help: str) -> Any:
     """The ``--device`` option (auto, cpu, cuda or cuda:N) of every command."""
     return typer.Option("auto", "--device", parser=device_value,
-                        metavar="auto|cpu|cuda|cuda:N", help=help)
+                        metavar="<auto|cpu|cuda|cuda:N>", help=help)
 
 
 def backend_option() -> Any:
@@ -49,7 +50,7 @@ def backend_option() -> Any:
 def ray_option() -> Any:
     """The ``--ray ADDRESS`` option of embed, mine, dedup and eval (docs/distributed.md)."""
     return typer.Option(
-        None, "--ray", envvar="PAIRKIT_RAY_ADDRESS", metavar="ADDRESS", show_envvar=True,
+        None, "--ray", envvar="PAIRKIT_RAY_ADDRESS", metavar="<address>", show_envvar=True,
         help="Run on a Ray cluster (pip install 'pairkit[ray]'): local (start one on this "
         "machine), auto (join the running one) or HOST:PORT; same results as without.")
 
@@ -72,6 +73,7 @@ def table_output(text: str) -> str:
 RENAMED = {
     "--gpu": "--device cuda", "--no-gpu": "--device cpu", "--float16": "--dtype float16",
     "--keep-flagged": "--fn-mode keep", "--kind": "--index",
+    "--fn-community-neighbors": "--fn-community-neighbours",
 }
 MOVED = {"--threads": "pairkit --threads N COMMAND ..."}
 # options of features that were measured and removed
@@ -83,15 +85,31 @@ REMOVED = {
 }
 
 
+class Group(TyperGroup):
+    """The ``pairkit`` group, its --help labelled as every command's (cli/help_labels.py)."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        help_labels.format_params(ctx, self.get_params(ctx), formatter)
+        self.format_commands(ctx, formatter)
+
+
 class Command(TyperCommand):
     """A subcommand whose "no such option" error names the replacement of an old spelling,
-    and whose numeric options are checked (:func:`check_values`) before it runs."""
+    whose numeric options are checked (:func:`check_values`) before it runs, and whose
+    --help names values one way (cli/help_labels.py)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for param in self.params:  # arguments spelled one way in help: STORE, INPUT...
             if param.param_type_name == "argument" and param.metavar is None:
                 param.metavar = param.name.upper()
+        help_labels.label_params(self.name or "", self.params)
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        help_labels.format_params(ctx, self.get_params(ctx), formatter)
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return help_labels.usage_pieces(ctx, self)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         cx = click_exceptions()

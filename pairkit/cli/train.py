@@ -88,7 +88,7 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint."),
     force: bool = typer.Option(False, "--force", help="Replace an existing head."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress or per-epoch lines."),
-    json_summary: bool = typer.Option(False, "--json", help="Print the last epoch as JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print the last epoch as JSON."),
 ) -> None:
     """Train a projection head on frozen embeddings with a contrastive loss.
 
@@ -116,7 +116,7 @@ def train(
         finally:
             bar.stop()
         last = result.records[-1]
-        if json_summary:
+        if json_out:
             typer.echo(json_record(last))
         if result.stopped == "collapse":
             from pairkit.errors import PairkitError

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -69,28 +70,41 @@ def dump_sealed(doc: dict[str, Any], fh: IO[str]) -> dict[str, Any]:
     return sealed
 
 
+def read_checked(path: str | os.PathLike[str], max_bytes: int,
+                 check: Callable[[os.stat_result], None]) -> bytes:
+    """At most ``max_bytes + 1`` bytes of ``path``, opened non-blocking; ``check`` sees the
+    open descriptor's stat first and raises to refuse (so a FIFO or a device, or a symlink
+    to one, is refused without blocking or reading). More than ``max_bytes`` bytes back
+    means the file grew while read: the caller says so in its own words. OSError (a
+    missing file ...) passes through."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        check(os.fstat(fd))
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            fd = -1
+            return fh.read(max_bytes + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str) -> bytes:
     """The bytes of ``path`` if it is a regular file of at most ``max_bytes``.
 
-    Opened non-blocking and checked on the open descriptor, so a FIFO or a device (or a
-    symlink to one) is refused without blocking or reading. Raises PairkitError naming
-    ``what``; FileNotFoundError passes through for callers that handle absence.
+    Opened non-blocking and checked on the open descriptor (:func:`read_checked`). Raises
+    PairkitError naming ``what``; FileNotFoundError passes through for callers that
+    handle absence.
     """
     p = Path(path)
-    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        st = os.fstat(fd)
+
+    def check(st: os.stat_result) -> None:
         if not stat.S_ISREG(st.st_mode):
             raise PairkitError(f"{what} {p} is not a regular file")
         if st.st_size > max_bytes:
             raise PairkitError(f"{what} {p} is {st.st_size:,} bytes, more than the "
                                f"{max_bytes:,} allowed")
-        with os.fdopen(fd, "rb", closefd=True) as fh:
-            fd = -1
-            data = fh.read(max_bytes + 1)
-    finally:
-        if fd >= 0:
-            os.close(fd)
+
+    data = read_checked(p, max_bytes, check)
     if len(data) > max_bytes:
         raise PairkitError(f"{what} {p} grew past {max_bytes:,} bytes while read")
     return data

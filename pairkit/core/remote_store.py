@@ -54,6 +54,7 @@ from pairkit.core.remote import (
     read_tagged,
     remove,
 )
+from pairkit.core.shard_book import ShardBook
 from pairkit.errors import PairkitError, StoreError
 
 if TYPE_CHECKING:
@@ -205,7 +206,7 @@ def write_shard_object(url: str, name: str, normed: np.ndarray) -> dict[str, Any
             "sha256": hashlib.sha256(data).hexdigest()}
 
 
-class RemoteStoreWriter:
+class RemoteStoreWriter(ShardBook):
     """:class:`pairkit.core.store_writer.StoreWriter` for a store on object storage
     (same methods; see the module docstring for the commit)."""
 
@@ -279,24 +280,14 @@ class RemoteStoreWriter:
                 with contextlib.suppress(PairkitError):
                     remove(join(self.root, name))
 
-    @property
-    def count(self) -> int:
-        return int(self.manifest["count"])
-
     def next_shard_name(self, offset: int = 0) -> str:
-        numbers = [int(m.group("number")) for s in self.manifest["shards"]
-                   if (m := SHARD_RE.match(s["file"]))]
-        return f"embeddings-{max(numbers, default=-1) + 1 + offset:05d}-{self.token}.npy"
+        """A shard name no committed shard has, with this writer's token."""
+        return f"embeddings-{self.next_shard_number(offset):05d}-{self.token}.npy"
 
     def add_shard(self, vectors: np.ndarray, items: pd.DataFrame) -> None:
         from pairkit.core.store import l2_normalize
 
-        vectors = np.asarray(vectors)
-        if vectors.ndim != 2 or vectors.shape[1] != self.manifest["dim"]:
-            raise PairkitError(f"vectors have shape {tuple(vectors.shape)}, store dim is "
-                               f"{self.manifest['dim']}")
-        if len(items) != len(vectors):
-            raise PairkitError(f"{len(items)} items for {len(vectors)} vectors")
+        vectors = self.checked_vectors(vectors, items)
         if len(vectors) == 0:
             return
         name = self.next_shard_name()
@@ -305,38 +296,12 @@ class RemoteStoreWriter:
                                     l2_normalize(vectors).astype(self.manifest["dtype"]))
         self.add_written_shard(record, items)
 
-    def add_written_shard(self, record: dict[str, Any], items: pd.DataFrame) -> None:
-        """Add a shard object already put by :func:`write_shard_object` (a Ray worker's);
-        its size is checked against the record."""
-        import pandas as pd
-
+    def _shard_size(self, name: str) -> int:
         from pairkit.core.remote import filesystem
-        from pairkit.core.store import normalize_items
 
-        name = record["file"]
-        if not SHARD_RE.match(name) or any(s["file"] == name for s in self.manifest["shards"]):
-            raise PairkitError(f"internal: shard name {name!r} is taken or not a shard name")
-        self._pending.add(name)
+        self._pending.add(name)  # put since the last commit: removed if this one loses
         fs, path = filesystem(join(self.root, name))
-        try:
-            size = fs.size(path)
-        except FileNotFoundError:
-            raise PairkitError(f"store {self.root}: shard {name} vanished before its "
-                               "commit") from None
-        if size != record["bytes"] or int(record["rows"]) != len(items):
-            raise PairkitError(f"store {self.root}: shard {name} does not match its record")
-        new_items = normalize_items(items, start_id=self.count)
-        self.items = new_items if self.count == 0 else pd.concat([self.items, new_items],
-                                                                 ignore_index=True)
-        self.manifest["shards"].append({"file": name, "rows": int(record["rows"]),
-                                        "sha256": record["sha256"], "start": self.count,
-                                        "bytes": record["bytes"]})
-        self.manifest["count"] = self.count + int(record["rows"])
-        self._items_dirty = True
-
-    def append(self, vectors: np.ndarray, items: pd.DataFrame) -> None:
-        self.add_shard(vectors, items)
-        self.commit()
+        return fs.size(path)
 
     def set_errors(self, errors: list[dict[str, Any]]) -> bool:
         """Put the error records as a new object; named at the next commit."""
@@ -357,10 +322,6 @@ class RemoteStoreWriter:
         self.manifest["errors"] = {"file": name, "bytes": len(data), "sha256": digest,
                                    "rows": len(errors)}
         return True
-
-    def update(self, **fields: Any) -> None:
-        self.manifest.update(fields)
-        self.commit()
 
     def commit(self) -> None:
         """The item table (a new object), then the manifest, conditionally: PairkitError

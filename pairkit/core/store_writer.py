@@ -36,6 +36,7 @@ from pairkit.core.manifest import (
     SHARD_RE,
     read_manifest,
 )
+from pairkit.core.shard_book import ShardBook
 from pairkit.core.store import (
     Store,
     is_ours,
@@ -118,7 +119,7 @@ def _remove_unreferenced(root: Path, manifest: dict[str, Any]) -> None:
                 os.unlink(entry.path)
 
 
-class StoreWriter:
+class StoreWriter(ShardBook):
     """Appends shards to a store; every commit leaves a valid store, readers never see a
     torn one. Holds the store's writer lock from create/resume until :meth:`close`.
 
@@ -258,63 +259,21 @@ class StoreWriter:
             self.manifest["errors"] = dict(_file_record(self.root / ERRORS), rows=lines)
         self.commit()
 
-    @property
-    def count(self) -> int:
-        return int(self.manifest["count"])
-
     def add_shard(self, vectors: np.ndarray, items: pd.DataFrame) -> None:
         """Write one shard: ``vectors`` (n, dim), normalised here; ``items`` n rows.
         Nothing is visible to readers until :meth:`commit`."""
-
-        vectors = np.asarray(vectors)
-        if vectors.ndim != 2 or vectors.shape[1] != self.manifest["dim"]:
-            raise PairkitError(
-                f"vectors have shape {tuple(vectors.shape)}, store dim is {self.manifest['dim']}"
-            )
-        if len(items) != len(vectors):
-            raise PairkitError(f"{len(items)} items for {len(vectors)} vectors")
+        vectors = self.checked_vectors(vectors, items)
         if len(vectors) == 0:
             return
         record = write_shard(self.root, self.next_shard_name(), vectors, self.manifest["dtype"])
         self.add_written_shard(record, items)
 
     def next_shard_name(self, offset: int = 0) -> str:
-        """A shard name no committed shard has: one past the highest number, plus
-        ``offset`` (names for shards written in parallel, :mod:`pairkit.distributed.embed`)."""
-        numbers = [int(m.group("number")) for s in self.manifest["shards"]
-                   if (m := SHARD_RE.match(s["file"]))]
-        return SHARD_PATTERN.format(max(numbers, default=-1) + 1 + offset)
+        """A shard name no committed shard has (:meth:`ShardBook.next_shard_number`)."""
+        return SHARD_PATTERN.format(self.next_shard_number(offset))
 
-    def add_written_shard(self, record: dict[str, Any], items: pd.DataFrame) -> None:
-        """Add a shard file already written into the store folder by :func:`write_shard`
-        (``record`` as it returned) with its ``items``; visible at the next :meth:`commit`.
-        The file's size is checked against the record."""
-        import pandas as pd
-
-        name = record["file"]
-        if not SHARD_RE.match(name) or any(s["file"] == name for s in self.manifest["shards"]):
-            raise PairkitError(f"internal: shard name {name!r} is taken or not a shard name")
-        try:
-            size = os.stat(self.root / name).st_size
-        except FileNotFoundError:
-            raise PairkitError(f"store {self.root}: shard {name} vanished before its commit"
-                               ) from None
-        if size != record["bytes"] or int(record["rows"]) != len(items):
-            raise PairkitError(f"store {self.root}: shard {name} does not match its record")
-        new_items = normalize_items(items, start_id=self.count)
-        self.items = new_items if self.count == 0 else pd.concat(
-            [self.items, new_items], ignore_index=True
-        )
-        self.manifest["shards"].append({"file": name, "rows": int(record["rows"]),
-                                        "sha256": record["sha256"], "start": self.count,
-                                        "bytes": record["bytes"]})
-        self.manifest["count"] = self.count + int(record["rows"])
-        self._items_dirty = True
-
-    def append(self, vectors: np.ndarray, items: pd.DataFrame) -> None:
-        """Write one shard and commit it (see :meth:`add_shard`)."""
-        self.add_shard(vectors, items)
-        self.commit()
+    def _shard_size(self, name: str) -> int:
+        return os.stat(self.root / name).st_size
 
     def set_errors(self, errors: list[dict[str, Any]]) -> bool:
         """Write errors.jsonl (one JSON object per line; removed when empty); the manifest
@@ -333,11 +292,6 @@ class StoreWriter:
                 fh.write(json_line(e) + "\n")
         self.manifest["errors"] = dict(_file_record(path), rows=len(errors))
         return self.manifest["errors"] != before
-
-    def update(self, **fields: Any) -> None:
-        """Set manifest fields and commit."""
-        self.manifest.update(fields)
-        self.commit()
 
     def commit(self) -> None:
         """Make everything written so far visible: item table (new name), then manifest."""

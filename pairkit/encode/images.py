@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pairkit.core.integrity import read_checked
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
@@ -111,19 +112,14 @@ def read_bytes(path: Path, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
     """
     try:
         _check_regular(os.stat(path).st_mode)  # before opening: a socket can't even be opened
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        try:
-            st = os.fstat(fd)  # the file may have been swapped since the stat
+
+        def check(st: os.stat_result) -> None:  # the file may have been swapped since the stat
             _check_regular(st.st_mode)
             if st.st_size > max_bytes:
                 raise DecodeError(f"file too large ({st.st_size:,} bytes > --max-file-bytes "
                                   f"{max_bytes:,})")
-            with os.fdopen(fd, "rb") as fh:
-                fd = -1
-                data = fh.read(max_bytes + 1)
-        finally:
-            if fd >= 0:
-                os.close(fd)
+
+        data = read_checked(path, max_bytes, check)
         if len(data) > max_bytes:
             raise DecodeError(f"file too large (grew past --max-file-bytes {max_bytes:,} while "
                               "read)")

@@ -71,7 +71,7 @@ def _quiet_third_party() -> Iterator[None]:
             lg.setLevel(level)
 
 
-def _load_with_cache_first(build: Any, what: str, offline: bool = False) -> Any:
+def load_with_cache_first(build: Any, what: str, offline: bool = False) -> Any:
     """Call ``build()`` with the hub cache only; if the weights are not cached and we
     may go online (``offline`` False and no HF_HUB_OFFLINE), call it again allowing a
     download. One-line error otherwise."""
@@ -134,7 +134,7 @@ def import_open_clip(name: str) -> Any:
     import importlib
     import sys
 
-    needed = _open_clip_needs(name)
+    needed = open_clip_needs(name)
     if "open_clip" in sys.modules:
         open_clip = sys.modules["open_clip"]
         for module, package in (("hf_model", "transformers"), ("timm_model", "timm")):
@@ -154,7 +154,7 @@ def import_open_clip(name: str) -> Any:
     return open_clip
 
 
-def _open_clip_needs(name: str) -> set[str]:
+def open_clip_needs(name: str) -> set[str]:
     """The optional packages open_clip model ``name`` needs, read from its config file in
     the installed open_clip (without importing it); all of them when unreadable."""
     import importlib.util
@@ -220,7 +220,7 @@ def _openclip_model(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any]
         if req.checkpoint:
             _apply_checkpoint(model, req.checkpoint, what, identity)
     else:
-        model = _load_with_cache_first(
+        model = load_with_cache_first(
             lambda: open_clip.create_model(name, pretrained=tag, require_pretrained=True),
             f"{what} ({tag})", offline=req.offline,
         )
@@ -241,7 +241,7 @@ def _openclip_visual(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any
     elif tag == "none":
         visual, preprocess_cfg = random_visual_tower(open_clip, name, req.seed)
     else:
-        visual, preprocess_cfg = _load_with_cache_first(
+        visual, preprocess_cfg = load_with_cache_first(
             lambda: pretrained_visual_tower(open_clip, name, tag),
             f"{what} ({tag})", offline=req.offline,
         )
@@ -387,7 +387,7 @@ def _timm(name: str, req: EncoderRequest) -> Encoder:
             identity["pretrained"] = "none"
             identity["seed"] = req.seed
     else:
-        model = _load_with_cache_first(
+        model = load_with_cache_first(
             lambda: timm.create_model(full, pretrained=True, num_classes=0), what,
             offline=req.offline,
         )

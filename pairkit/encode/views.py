@@ -39,7 +39,9 @@ def view_rng(seed: int, source: str, view: int) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest, "little"))
 
 
-def _resample(name: str) -> int:
+def pil_resample(name: str) -> int:
+    """The PIL resampling filter of a preprocessing's ``interpolation`` (bicubic when
+    unknown)."""
     from PIL import Image
 
     return {
@@ -53,7 +55,7 @@ def _resample(name: str) -> int:
 def plain_view(img: Image.Image, pre: Preprocess) -> Image.Image:
     """Resize (short side to ``pre.size``, centre crop; or squash) to size x size."""
     size = pre.size
-    resample = _resample(pre.interpolation)
+    resample = pil_resample(pre.interpolation)
     w, h = img.size
     if pre.resize == "squash":
         return img.resize((size, size), resample)
@@ -91,7 +93,7 @@ def augmented_view(
     from PIL import Image, ImageEnhance
 
     box = crop_box(img.width, img.height, rng, aug)
-    out = img.resize((pre.size, pre.size), _resample(pre.interpolation), box=box)
+    out = img.resize((pre.size, pre.size), pil_resample(pre.interpolation), box=box)
     if rng.uniform() < aug.flip:
         out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     b = rng.uniform(1 - aug.brightness, 1 + aug.brightness)

@@ -140,7 +140,7 @@ def run_issues(cfg: IssuesConfig) -> tuple[pd.DataFrame, dict[str, Any]]:
     labels_all = st.labels()
     checks = tuple(cfg.checks)
     if labels_all is None and cfg.checks == DEFAULT_CHECKS:
-        checks = ("outlier",)  # the default on an unlabelled store
+        checks = ("outlier",)  # the default on an unlabeled store
     if cfg.knn_graph:
         from pairkit.core.atomic import check_output
 

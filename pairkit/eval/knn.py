@@ -30,7 +30,7 @@ def knn_rank_classes(
     """Rank classes for each query from its first ``k`` neighbours.
 
     ``neighbour_labels`` int64 (nq, K >= k): class code of each neighbour, -1 for a
-    missing neighbour or an unlabelled one (ignored); ``neighbour_scores`` (nq, K):
+    missing neighbour or an unlabeled one (ignored); ``neighbour_scores`` (nq, K):
     similarities, best first. ``weighting`` "exp" uses exp(sim/T), "uniform" 1.
 
     Returns ``(classes, scores)``, both (nq, top): class codes best first (-1 where

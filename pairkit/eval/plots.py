@@ -3,7 +3,9 @@ umap-learn is installed)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,40 +71,45 @@ def map_file(method: str) -> str:
     return "map.png" if method == "pca" else f"{method}.png"
 
 
-def _save(fig: object, path: Path) -> None:
+def _save(fig: object, path: Path, title: str) -> None:
+    """The figure as a PNG whose Title field names what it shows (as its drawn title)."""
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight",  # type: ignore[attr-defined]
+                    metadata={"Title": title})
 
 
-def write_plots(out_dir: Path, scores: dict[str, np.ndarray], vectors: np.ndarray,
-                labels: np.ndarray | None, *, prefix: str = "", max_points: int = 5000,
-                seed: int = 0, maps: tuple[str, ...] = ("pca",)) -> list[Path]:
-    """Write ``{prefix}scores.png`` (histograms) and one map per method of ``maps``:
-    ``{prefix}map.png`` (PCA), ``{prefix}umap.png`` (UMAP).
-
-    ``labels``: object (n,) or None (one colour). At most ``max_points`` random rows
-    are drawn; the 20 most frequent labels get a colour, the rest are grey.
-    Returns the written paths.
-    """
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def write_plots(out_dir: Path, scores: dict[str, np.ndarray], vectors: np.ndarray,
+                labels: np.ndarray | None, *, prefix: str = "", max_points: int = 5000,
+                seed: int = 0, maps: tuple[str, ...] = ("pca",),
+                head_name: str | None = None) -> list[Path]:
+    """Write ``{prefix}scores.png`` (histograms) and one map per method of ``maps``:
+    ``{prefix}map.png`` (PCA), ``{prefix}umap.png`` (UMAP).
+
+    Each figure says in its title (and its PNG's Title field) which embeddings it shows:
+    "PCA of the raw query embeddings (no head)" when ``head_name`` is None, else "PCA of
+    the query embeddings through head NAME" (the same for "scores of the ...").
+    ``labels``: object (n,) or None (one colour). At most ``max_points`` random rows are
+    drawn; the 20 most frequent labels get a colour, the rest are grey (legend: see
+    :func:`map_figure`).
+    Returns the written paths.
+    """
+    plt = _pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    kinds = [k for k in ("positive", "random_negative", "mined_negative")
-             if k in scores and len(scores[k])]
-    if kinds:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for kind in kinds:
-            ax.hist(scores[kind], bins=60, range=(-1, 1), alpha=0.5, density=True,
-                    label=f"{_KIND_NAMES[kind]} (n={len(scores[kind])})")
-        ax.set_xlabel("cosine similarity")
-        ax.set_ylabel("density")
-        ax.legend(fontsize=7)
+    if any(len(scores.get(k, ())) for k in _KIND_NAMES):
+        title = "scores of the " + _subject("embeddings", head_name)
+        fig = scores_figure(scores, title)
         path = out_dir / f"{prefix}scores.png"
-        _save(fig, path)
+        _save(fig, path, title)
         plt.close(fig)
         written.append(path)
     if len(vectors):
@@ -111,33 +118,63 @@ def write_plots(out_dir: Path, scores: dict[str, np.ndarray], vectors: np.ndarra
         if len(rows) > max_points:
             rows = np.sort(rng.choice(rows, size=max_points, replace=False))
         x = np.asarray(vectors[rows], dtype=np.float32)
+        lab = None if labels is None else np.asarray(labels, dtype=object)[rows]
         for method in maps:
             xy = pca_2d(x) if method == "pca" else umap_2d(x, seed)
             path = out_dir / f"{prefix}{map_file(method)}"
-            _draw_map(plt, xy, labels, rows, f"{method.upper()} of the query embeddings", path)
+            title = f"{method.upper()} of the " + _subject("query embeddings", head_name)
+            fig = map_figure(xy, lab, title)
+            _save(fig, path, title)
+            plt.close(fig)
             written.append(path)
     return written
 
 
-def _draw_map(plt: object, xy: np.ndarray, labels: np.ndarray | None, rows: np.ndarray,
-              title: str, path: Path) -> None:
-    """One 2-D scatter coloured by the 20 most frequent labels (the rest grey)."""
-    fig, ax = plt.subplots(figsize=(6, 6))  # type: ignore[attr-defined]
+def _subject(what: str, head_name: str | None) -> str:
+    return f"raw {what} (no head)" if head_name is None else f"{what} through head {head_name}"
+
+
+def scores_figure(scores: dict[str, np.ndarray], title: str) -> Any:
+    """Histograms of the pair scores (positive, random and mined negatives) -> Figure."""
+    fig, ax = _pyplot().subplots(figsize=(7, 4))
+    for kind, name in _KIND_NAMES.items():
+        if kind in scores and len(scores[kind]):
+            ax.hist(scores[kind], bins=60, range=(-1, 1), alpha=0.5, density=True,
+                    label=f"{name} (n={len(scores[kind])})")
+    ax.set_xlabel("cosine similarity")
+    ax.set_ylabel("density")
+    ax.legend(fontsize=7)
+    ax.set_title(title)
+    return fig
+
+
+def label_order(names: Any) -> list[str]:
+    """Labels in natural order (numbers inside by value: 1, 2, 10; case ignored)."""
+    def key(name: str) -> list[tuple[int, Any]]:
+        parts = re.split(r"(\d+)", name.casefold())
+        return [(0, int(p)) if p.isdigit() else (1, p) for p in parts if p]
+
+    return sorted((str(n) for n in names), key=key)
+
+
+def map_figure(xy: np.ndarray, labels: np.ndarray | None, title: str) -> Any:
+    """A 2-D scatter of ``xy`` (n, 2) coloured by the 20 most frequent of ``labels``
+    (object (n,) or None), the rest grey; the legend in label order, "other" last."""
+    fig, ax = _pyplot().subplots(figsize=(6, 6))
     if labels is None:
         ax.scatter(xy[:, 0], xy[:, 1], s=4, alpha=0.6)
     else:
-        lab = np.asarray(labels, dtype=object)[rows]
-        lab = np.where(lab == None, "(none)", lab)  # noqa: E711 - elementwise
-        names, counts = np.unique(lab.astype(str), return_counts=True)
-        top = names[np.argsort(-counts, kind="stable")][:20]
-        rest = ~np.isin(lab.astype(str), top)
-        if rest.any():
-            ax.scatter(xy[rest, 0], xy[rest, 1], s=4, c="lightgrey", label="other")
-        cmap = plt.get_cmap("tab20")  # type: ignore[attr-defined]
+        lab = np.asarray(labels, dtype=object)
+        lab = np.where(lab == None, "(none)", lab).astype(str)  # noqa: E711 - elementwise
+        names, counts = np.unique(lab, return_counts=True)
+        top = label_order(names[np.argsort(-counts, kind="stable")][:20])
+        cmap = _pyplot().get_cmap("tab20")
         for n, name in enumerate(top):
-            m = lab.astype(str) == name
-            ax.scatter(xy[m, 0], xy[m, 1], s=4, color=cmap(n % 20), label=str(name))
+            m = lab == name
+            ax.scatter(xy[m, 0], xy[m, 1], s=4, color=cmap(n % 20), label=name)
+        rest = ~np.isin(lab, top)
+        if rest.any():
+            ax.scatter(xy[rest, 0], xy[rest, 1], s=4, c="lightgrey", label="other", zorder=0)
         ax.legend(fontsize=6, markerscale=3, loc="best")
     ax.set_title(title)
-    _save(fig, path)
-    plt.close(fig)  # type: ignore[attr-defined]
+    return fig

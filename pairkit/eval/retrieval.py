@@ -32,13 +32,13 @@ def relevant_counts(
 ) -> np.ndarray:
     """R for each query: references with the query's label minus excluded ones. int64 (nq,).
 
-    Labels are int codes, -1 = unlabelled (R = 0 for such queries).
+    Labels are int codes, -1 = unlabeled (R = 0 for such queries).
     """
     exclusion = exclusion or Exclusion()
     ql = np.asarray(query_labels, dtype=np.int64)
     rl = np.asarray(ref_labels, dtype=np.int64)
-    labelled = rl[rl >= 0]
-    counts = np.bincount(labelled, minlength=int(max(ql.max(initial=-1), rl.max(initial=-1))) + 1)
+    labeled = rl[rl >= 0]
+    counts = np.bincount(labeled, minlength=int(max(ql.max(initial=-1), rl.max(initial=-1))) + 1)
     r = np.where(ql >= 0, counts[np.maximum(ql, 0)], 0).astype(np.int64)
     qg = exclusion.query_groups
     rg = exclusion.ref_groups

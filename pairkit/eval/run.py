@@ -152,7 +152,7 @@ def evaluate(queries: EvalSide, references: EvalSide, cfg: EvalConfig,
         _label_metrics(queries, references, qsrc, rsrc, self_rows, wanted_label, cfg, rng,
                        report, index_factory)
     elif cfg.collect_scores and len(references):
-        _mined_unlabelled(queries, references, qsrc, rsrc, self_rows, cfg, report,
+        _mined_unlabeled(queries, references, qsrc, rsrc, self_rows, cfg, report,
                           index_factory)
     if "geometry" in chosen:
         _geometry(queries, qsrc, cfg, rng, report, explicit)
@@ -319,7 +319,7 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
         report.scores["mined_negative"] = np.concatenate(mined).astype(np.float64)
 
 
-def _mined_unlabelled(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
+def _mined_unlabeled(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
                       rsrc: np.ndarray, self_rows: np.ndarray | None, cfg: EvalConfig,
                       report: EvalReport, index_factory: IndexFactory | None = None) -> None:
     """Without labels the hardest negative is the nearest reference of another source."""

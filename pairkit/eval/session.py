@@ -131,5 +131,6 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
             from pairkit.eval.plots import write_plots
 
             write_plots(plot, report.scores, q.vectors, q.labels,
-                        prefix=f"{name}_" if len(runs) > 1 else "", seed=cfg.seed, maps=maps)
+                        prefix=f"{name}_" if len(runs) > 1 else "", seed=cfg.seed, maps=maps,
+                        head_name=Path(head_path).name if name == "head" and head_path else None)
     return results, reports

@@ -53,11 +53,12 @@ def split_queries(queries: list[str]) -> tuple[tuple[str, ...], tuple[int, ...]]
 
 def neighbours(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray,
                                                                           np.ndarray]:
-    """``(scores, ids)`` (nq, k) of the exact search of ``queries`` in ``vectors``: the
-    one call into the index package's search (best first, ties by id, -1 padding)."""
-    from pairkit.index.search import knn_search
+    """``(scores, ids)`` (nq, k) of the exact search of ``queries`` in ``vectors``, through
+    the one search entry point (:func:`pairkit.index.open.exact_searcher`: best first,
+    ties by id, -1 padding)."""
+    from pairkit.index.open import exact_searcher
 
-    return knn_search(np.ascontiguousarray(queries, dtype=np.float32), vectors, k)
+    return exact_searcher(vectors).search(np.ascontiguousarray(queries, dtype=np.float32), k)
 
 
 def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:

@@ -236,7 +236,7 @@ class TorchFlatIndex:
                 if qa is not None:  # runs in which query and row share a label
                     shared = qa @ self._base_assign[c0 : c0 + len(block)].T
                     scores.masked_fill_(shared > self._votes - 0.5, float("-inf"))
-                s, i = _block_topk(scores, min(kp, len(block)), self.chunk)
+                s, i = block_topk(scores, min(kp, len(block)), self.chunk)
                 i = i + c0
                 if run_s is None:
                     run_s, run_i = s, i
@@ -309,7 +309,7 @@ class TorchFlatIndex:
                 yield (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
 
 
-def _block_topk(scores: Any, kp: int, chunk: int) -> tuple[Any, Any]:
+def block_topk(scores: Any, kp: int, chunk: int) -> tuple[Any, Any]:
     """Top ``kp`` (unsorted) of each row of a score block: (values, column ids).
 
     Pre-selection: the ``kp`` chunks of ``c`` columns with the highest maximum hold every

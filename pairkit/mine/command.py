@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -24,6 +24,19 @@ if TYPE_CHECKING:
     from pairkit.mine.positives import PositiveConfig
 
 
+class MineExecutor(Protocol):
+    """Where ``mine`` runs its blocks of anchors (:class:`pairkit.distributed.mine.RayMine`)."""
+
+    def search_options(self, index: IndexOptions) -> IndexOptions:
+        """``index`` as the executor can search with it."""
+        ...
+
+    def __call__(self, run: Callable[[Any], tuple[Any, dict[str, Any]]]
+                 ) -> tuple[Any, dict[str, Any]]:
+        """``run(map_blocks)`` with the executor's ``map_blocks``."""
+        ...
+
+
 def mine_to_files(
     store: Path, output: str, relation: str | None, fmt: str, config: MineConfig,
     index: IndexOptions, fn_config: FalseNegativeConfig | None, stats_path: Path | None,
@@ -31,14 +44,14 @@ def mine_to_files(
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
-    ray: str | None = None,
+    executor: MineExecutor | None = None,
     positives: PositiveConfig | None = None,
 ) -> dict[str, Any]:
     """Mine the store at ``store`` and write the table to ``output`` (``-``: JSON Lines
     on stdout) and the stats to ``stats_path``; returns the stats dict. Outputs are
-    checked before any work and written atomically. ``ray``: a Ray cluster address; the
-    blocks of anchors are mined there (the index and the false-negative context are built
-    here once and shipped), with the same result."""
+    checked before any work and written atomically. ``executor``: where the blocks of
+    anchors are mined (None: here; the command line picks
+    :class:`pairkit.distributed.mine.RayMine` for ``--ray``), with the same result."""
     from pairkit.core.atomic import atomic_open, check_output
     from pairkit.core.paths import check_output_apart
     from pairkit.core.store import Store
@@ -59,9 +72,9 @@ def mine_to_files(
         return mine_store(st, relation, config, index, fn_config, fmt, progress=progress,
                           on_start=on_start, map_blocks=map_blocks, positives=positives)
 
-    if ray:
-        index = cpu_search(index, "mine")
-        table, stats = on_ray(ray, run)
+    if executor is not None:
+        index = executor.search_options(index)
+        table, stats = executor(run)
     else:
         table, stats = run()
     warning = unknown_pairs_warning(stats)
@@ -84,72 +97,6 @@ def anchor_parts(table: Any, per_part: int) -> list[int]:
     first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])  # first row of each anchor
     starts = first[::max(1, per_part)]
     return np.diff(np.r_[starts, len(ids)]).astype(int).tolist()
-
-
-def cpu_search(index: IndexOptions, command: str) -> IndexOptions:
-    """``--ray``: the search runs on the workers' CPUs with FAISS (an index built on a GPU
-    here could not be shipped to them); an explicit GPU device or the torch engine is
-    bad usage."""
-    from pairkit.index.backend import ray_search
-
-    where = ray_search(command, index.device, index.backend)
-    return replace(index, device=where.device, backend=where.name)
-
-
-def on_ray(address: str, run: Callable[[Any], tuple[Any, dict[str, Any]]]
-           ) -> tuple[Any, dict[str, Any]]:
-    """``run(map_blocks)`` with the blocks of anchors mined on the Ray cluster at
-    ``address``. With ``local``, ``run`` starts in a thread at once (store, index,
-    false-negative context) while this thread starts Ray and the workers (whose processes
-    start and import meanwhile); the blocks wait for them. A cluster to join is joined
-    first (quick, and a wrong address fails before any work)."""
-    import threading
-
-    from pairkit.distributed import connect, require_ray
-    from pairkit.distributed.pool import BlockMapper
-    from pairkit.mine.blocks import mine_block
-
-    require_ray()
-    if address != "local":
-        cluster = connect(address)
-        mapper = BlockMapper(cluster, "mining a block of anchors", warm=mine_block)
-        try:
-            table, stats = run(mapper)
-        finally:
-            mapper.close()
-        stats["ray"] = cluster.describe()
-        return table, stats
-    ready = threading.Event()
-    box: dict[str, Any] = {}
-
-    def map_blocks(fn: Any, shared: Any, blocks: list[Any]) -> Any:
-        ready.wait()
-        if "mapper" not in box:
-            raise PairkitError("the Ray cluster did not start")
-        return box["mapper"](fn, shared, blocks)
-
-    map_blocks.workers_read_store = True  # type: ignore[attr-defined]  # as BlockMapper's
-    def work() -> None:
-        try:
-            box["result"] = run(map_blocks)
-        except BaseException as exc:  # raised again in the calling thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=work, name="pairkit-mine", daemon=True)
-    thread.start()
-    try:
-        cluster = connect(address)
-        box["mapper"] = BlockMapper(cluster, "mining a block of anchors", warm=mine_block)
-    finally:
-        ready.set()
-        thread.join()  # also when Ray failed: the thread stops at its first block
-        if "mapper" in box:
-            box["mapper"].close()
-    if "error" in box:
-        raise box["error"]
-    table, stats = box["result"]
-    stats["ray"] = cluster.describe()
-    return table, stats
 
 
 def workers_rows(store: Any, map_blocks: Any, fn_config: Any) -> Any:

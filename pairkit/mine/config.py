@@ -1,10 +1,18 @@
-"""The options of ``pairkit mine`` that shape the selection, and their checks."""
+"""The options of ``pairkit mine``: those that shape the selection (:class:`MineConfig`)
+and their checks, and the false-negative and mined-positive configs built from its
+``--fn-*`` and ``--positive*`` options."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from pairkit.core.options import parse_int_list
 from pairkit.errors import PairkitError, UsageError
+
+if TYPE_CHECKING:
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.positives import PositiveConfig
 
 SAMPLINGS = ("top", "random", "softmax")
 POSITIVE_CHOICES = ("weakest", "random")
@@ -85,3 +93,33 @@ def validate_config(cfg: MineConfig, n_items: int) -> None:
     if k >= n_items:
         raise PairkitError(
             f"--num-negatives must be < the store's row count ({n_items}), got {k}")
+
+
+def fn_config(filter_fn: bool, rules: str | None, cluster_k: str | None,
+              **params: Any) -> Any:
+    """The FalseNegativeConfig for the ``--fn-*`` options (None without filtering);
+    ``params`` left None take the config's defaults."""
+    if not filter_fn:
+        return None
+    from pairkit.mine.false_negatives import FalseNegativeConfig, parse_rules
+
+    fields: dict[str, Any] = {k: v for k, v in params.items() if v is not None}
+    if rules is not None:
+        fields["rules"] = parse_rules(rules)
+    if cluster_k is not None and cluster_k.strip().lower() != "auto":
+        fields["cluster_ks"] = tuple(parse_int_list(cluster_k, "--fn-cluster-k"))
+    return FalseNegativeConfig(**fields)
+
+
+def positive_config(per_anchor: int | None, neighbours: int,
+                    fn: FalseNegativeConfig | None) -> PositiveConfig | None:
+    """``--positives`` / ``--positive-neighbours`` as a config (None: no mined positives).
+    Default: mined positives with the false-negative filter (the same rules' verdicts made
+    useful to training), none without it (naive mining stays naive)."""
+    from pairkit.mine.positives import DEFAULT_PER_ANCHOR, PositiveConfig
+
+    if per_anchor is None:
+        per_anchor = DEFAULT_PER_ANCHOR if fn is not None else 0
+    cfg = PositiveConfig(per_anchor=per_anchor, neighbours=neighbours)
+    cfg.check()
+    return cfg if per_anchor > 0 else None

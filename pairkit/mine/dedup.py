@@ -96,6 +96,9 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
         device="cpu" if pairs else cfg.device, backend="faiss" if pairs else cfg.backend,
         pairs=pairs, check=check)
     table = result.table
+    resized: dict[int, str] = {}
+    if keep == "best" and getattr(sizes, "facts", None) and image_root:
+        table, resized = rekeep_resized(table, vectors, items, image_root, sizes.facts)
     out_paths = paths[table["id"].to_numpy()]
     bad = first_bad_path(out_paths)
     if bad is not None:  # a hand-edited store: `--paths-only | xargs rm` would act on it
@@ -105,9 +108,12 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
     if cfg.absolute:
         out_paths = np.array([str(inside(image_root, p)) for p in out_paths], dtype=object)
     table.insert(2, "path", out_paths)
-    table["keep_reason"] = keep_reasons(
-        table, "first" if getattr(sizes, "fell_back", False) else keep, paths,
-        getattr(sizes, "facts", None))
+    reasons = keep_reasons(table, "first" if getattr(sizes, "fell_back", False) else keep,
+                           paths, getattr(sizes, "facts", None))
+    for row, item in enumerate(table["id"].tolist()):
+        if item in resized and table["keep"].iat[row]:
+            reasons[row] = resized[item]
+    table["keep_reason"] = reasons
     summary = {
         "groups": int(table["group"].nunique()),
         "sources_in_groups": len(table),
@@ -125,6 +131,42 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
         "ray": pairs.describe() if pairs is not None else None,
     }
     return table, summary
+
+
+def rekeep_resized(table: pd.DataFrame, vectors: np.ndarray, items: pd.DataFrame,
+                   image_root: str, facts: dict[int, Any]) -> tuple[pd.DataFrame, dict[int, str]]:
+    """``--keep best`` between resized copies (:mod:`pairkit.mine.keep_resized`): each
+    group's kept copy compared with its members of other pixel counts; returns the table
+    with the kept rows changed where that decides otherwise, and {new kept id: reason}."""
+    from pairkit.core.paths import resolve_item_path
+    from pairkit.mine.keep_best import best_key
+    from pairkit.mine.keep_resized import rekeep_groups, resized_keeper
+
+    root = Path(image_root)
+    paths = items["path"].to_numpy(dtype=object)
+
+    def pixels(i: int) -> float | None:
+        f = facts.get(i)
+        return None if f is None else f.pixels
+
+    def file_of(i: int) -> Path | None:
+        return resolve_item_path(root, str(paths[i]))
+
+    new_keeper: dict[int, int] = {}
+    reasons: dict[int, str] = {}
+    for g, rows in table.groupby("group", sort=False):
+        ids = rows["id"].tolist()
+        if len(ids) < 2 or len({pixels(i) for i in ids}) < 2:
+            continue
+        kept = int(rows["id"][rows["keep"]].iloc[0])
+        others = sorted((i for i in ids if i != kept and facts.get(i) is not None),
+                        key=lambda i: best_key(facts[i]), reverse=True)
+        new, why = resized_keeper(kept, others, pixels, file_of)
+        if why is not None and new != kept:
+            new_keeper[int(g)] = new
+            reasons[new] = why
+    sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
+    return rekeep_groups(table, vectors, sha, new_keeper), reasons
 
 
 def inside(image_root: str, path: str) -> Path:

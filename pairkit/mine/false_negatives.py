@@ -42,7 +42,7 @@ __all__ = ["DEFAULT_RULES", "RULES", "FalseNegativeConfig", "FnContext", "build_
 
 RULES: tuple[str, ...] = tuple(MODULES)
 REASONS: dict[str, str] = {name: m.REASON for name, m in MODULES.items()}
-# Rules that judge by similarity; with trust_labels, labelled pairs skip them.
+# Rules that judge by similarity; with trust_labels, labeled pairs skip them.
 SIMILARITY_RULES: tuple[str, ...] = tuple(n for n, m in MODULES.items() if m.SIMILARITY)
 # Chosen by measurement on real images: docs/benchmarks.md ("False negatives").
 DEFAULT_RULES: tuple[str, ...] = ("label", "near-duplicate", "cluster")
@@ -85,12 +85,12 @@ class FalseNegativeConfig:
     cluster_runs: int = 8
     cluster_votes: int = DEFAULT_CLUSTER_VOTES  # of cluster_runs_total (capped at it)
     cluster_niter: int = 20
-    cluster_neighbors: int = 15  # kNN graph of the spectral embedding
+    cluster_neighbours: int = 15  # kNN graph of the spectral embedding
     cluster_eigen_threshold: float = 0.93  # clusters = graph eigenvalues >= this
     # the most of all random pairs the rule may flag: more votes are required until it
     # flags no more, and with every run required and still more, the rule is off
     cluster_max_share: float = 0.5
-    community_neighbors: int = 15
+    community_neighbours: int = 15
     community_iters: int = 50
     community_max_share: float = 0.9  # a community holding more of the items flags nothing
     trust_labels: bool = True
@@ -134,15 +134,15 @@ def validate_config(config: FalseNegativeConfig) -> None:
     if not 0.0 < config.cluster_max_share <= 1.0:
         raise UsageError("cluster max share must be in (0, 1], got "
                          f"{config.cluster_max_share}")
-    if config.cluster_neighbors < 1:
-        raise UsageError(f"cluster neighbors must be >= 1, got {config.cluster_neighbors}")
+    if config.cluster_neighbours < 1:
+        raise UsageError(f"cluster neighbours must be >= 1, got {config.cluster_neighbours}")
     if not 0.0 < config.cluster_eigen_threshold < 1.0:
         raise UsageError("cluster eigen threshold must be in (0, 1), got "
                          f"{config.cluster_eigen_threshold}")
     if config.cluster_niter < 1:
         raise UsageError(f"cluster iterations must be >= 1, got {config.cluster_niter}")
-    if config.community_neighbors < 1:
-        raise UsageError(f"community neighbors must be >= 1, got {config.community_neighbors}")
+    if config.community_neighbours < 1:
+        raise UsageError(f"community neighbours must be >= 1, got {config.community_neighbours}")
     if not 0.0 < config.community_max_share <= 1.0:
         raise UsageError(
             f"community max share must be in (0, 1], got {config.community_max_share}"

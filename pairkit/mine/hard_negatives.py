@@ -80,7 +80,7 @@ def mine_negatives(
     own cluster, :func:`pairkit.index.outside.outside_searcher`).
     ``map_blocks(fn, shared, spans)`` runs ``fn(shared, span)`` for every block of
     anchors and yields the results in order (default: here, one after the other;
-    ``pairkit.mine.command.on_ray`` runs them on a Ray cluster): each block is
+    ``pairkit.distributed.mine.on_ray`` runs them on a Ray cluster): each block is
     :func:`pairkit.mine.blocks.mine_block`, so the result is the same wherever they run.
     ``rows_from``: the blocks leave ``vectors`` out and read them from the store where
     they run (a cluster's workers), so the driver never ships them.

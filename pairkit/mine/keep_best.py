@@ -25,7 +25,9 @@ beaten by a blurred PNG of itself), then ``detail = log2(sharpness) + 1.5 log2(p
 8 clipped`` (sharpness alone prefers a shrunk copy, pixels alone an upscaled one; with the
 exponent 1.5 every upscaled copy loses and about 60 % of the shrunk copies of smooth
 images do: no per-file signal can tell a lossless resize of a smooth image from its
-original), then file size, then the path.
+original), then file size, then the path. What no per-file signal can tell, which size
+of a resized image came first, :mod:`pairkit.mine.keep_resized` settles by comparing the
+two files of a group.
 """
 
 from __future__ import annotations

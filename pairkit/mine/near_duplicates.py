@@ -93,10 +93,10 @@ def near_duplicate_groups(
 
 
 # -- union-find over streamed edges ---------------------------------------------------
-def _merge_edges(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def merge_edges(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Join the components of edges (a, b); ``labels`` holds each node's root (min id).
 
-    Returns the new labels (every node labelled by the smallest node of its component).
+    Returns the new labels (every node labeled by the smallest node of its component).
     """
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
@@ -178,7 +178,7 @@ def near_components(n_units: int, edges: Iterator[tuple[np.ndarray, np.ndarray]]
     (a, b) edge arrays."""
     labels = np.arange(n_units, dtype=np.int64)
     for a, b in edges:
-        labels = _merge_edges(labels, a, b)
+        labels = merge_edges(labels, a, b)
     return labels
 
 

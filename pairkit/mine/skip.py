@@ -3,7 +3,7 @@
 Skipping is exact only when every candidate skipped would be flagged and dropped anyway:
 hard mining with flagged candidates eliminated (not kept or attracted), and either
 
-- the ``label`` rule trusted with every row labelled (more than one label): the labels
+- the ``label`` rule trusted with every row labeled (more than one label): the labels
   decide every pair, so the rows of the anchor's label are not searched (without this, a
   class of many rows sends each anchor's search ever deeper for its first candidate of
   another class); or

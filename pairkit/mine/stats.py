@@ -81,7 +81,7 @@ def cluster_stats(ctx: Any, fn_config: Any) -> dict[str, Any] | None:
 
 
 def same_label_share(pairs: MinedPairs, labels: np.ndarray) -> float | None:
-    """Share of mined negatives whose label equals their anchor's (both labelled):
+    """Share of mined negatives whose label equals their anchor's (both labeled):
     the exact false-negative share where labels define "the same thing"."""
     from pairkit.core.store import codes_of
 

@@ -83,17 +83,28 @@ def check_output_dir(out: Path, force: bool) -> None:
             "report); refusing to replace it")
 
 
+def _real(path: Path, what: str) -> Path:
+    """``path`` resolved; PairkitError for a symlink loop or a folder closed to this user."""
+    try:
+        return path.resolve()
+    except RuntimeError:  # Python < 3.13 reports a symlink loop so
+        raise PairkitError(f"{what} {path} not found (a symlink loop)") from None
+    except OSError as exc:
+        raise PairkitError(f"{what} {path} is unreadable ({exc.strerror or exc})") from None
+
+
 def _check_not_inside(out: Path, paths: list[str]) -> None:
     """Refuse an output folder that holds an input: replacing it would lose the input."""
     from pairkit.core.paths import check_output_apart
 
-    target = out.resolve()
+    target = _real(out, "output")
     for p in paths:
         if p == "-" or "://" in p:
             continue
-        if Path(p).resolve() == target:  # -o the store itself (or a table) is not "inside"
+        real = _real(Path(p), "input")
+        if real == target:  # -o the store itself (or a table) is not "inside"
             raise UsageError(f"-o {out} is the input {p}: choose another -o")
-        if Path(p).resolve().is_relative_to(target):
+        if real.is_relative_to(target):
             raise UsageError(f"input {p} is inside the output folder {out}; choose another -o")
     check_output_apart(out, paths)  # nor is a report written into a store
 

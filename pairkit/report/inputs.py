@@ -109,7 +109,11 @@ def read_input(spec: str) -> ReportInput:
     if is_url(spec):  # object storage: tables only (a store is given with --store)
         return _table_input(spec, None)
     path = Path(spec)
-    if not path.exists():
+    try:
+        found = path.exists()
+    except OSError as exc:  # inside a folder closed to this user
+        raise PairkitError(f"input {spec} is unreadable ({exc.strerror or exc})") from None
+    if not found:
         raise PairkitError(f"input {spec} not found")
     if path.is_dir():
         if (path / "manifest.json").is_file():

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pairkit.report.thumbs import make_thumbnails, resolve_under
+from pairkit.report.thumbs import ViewOf, ViewRecipe, make_thumbnails, resolve_under
 
 if TYPE_CHECKING:
     from pairkit.report.stores import StoreInfo
@@ -36,21 +36,27 @@ def _text(value: Any) -> str | None:
 
 
 class ItemTable:
-    """Rows ``{"id", "path", "label", "view", "thumb", "why"}`` in first-use order."""
+    """Rows ``{"id", "path", "label", "view", "view_thumb", "thumb", "why"}`` in first-use
+    order; ``view_thumb``: the thumbnail shows the row's augmented view, not its file."""
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
         self._index: dict[tuple[Any, ...], int] = {}
         self._roots: dict[int, Path] = {}  # row -> image root its path is under
+        self._views: dict[int, tuple[str, int, ViewRecipe]] = {}  # row -> its view's recipe
 
-    def _add(self, key: tuple[Any, ...], row: dict[str, Any], root: Path | None) -> int:
+    def _add(self, key: tuple[Any, ...], row: dict[str, Any], root: Path | None,
+             view: tuple[str, int, ViewRecipe] | None = None) -> int:
         k = self._index.get(key)
         if k is None:
             k = len(self.rows)
             self._index[key] = k
-            self.rows.append({**row, "thumb": None, "why": None})
+            self.rows.append({**row, "view_thumb": view is not None and root is not None,
+                              "thumb": None, "why": None})
             if root is not None:
                 self._roots[k] = root
+                if view is not None:
+                    self._views[k] = view
         return k
 
     def ref(self, info: StoreInfo | None) -> ItemRef:
@@ -66,6 +72,8 @@ class ItemTable:
         paths = items["path"].to_numpy(dtype=object)
         labels = items["label"].to_numpy(dtype=object, na_value=None)
         views = items["view"].to_numpy()
+        sources = items["source"].to_numpy(dtype=object)
+        recipe = info.views
         local = info.store.local_root
         store_key = str(local.resolve() if local is not None else info.store.root)
 
@@ -73,17 +81,22 @@ class ItemTable:
             i = int(item_id)
             row = {"id": i, "path": _text(paths[i]), "label": _text(labels[i]),
                    "view": int(views[i])}
-            return self._add((store_key, i), row, info.image_root)
+            view = ((str(sources[i]), int(views[i]), recipe)
+                    if recipe is not None and views[i] >= 1 else None)
+            return self._add((store_key, i), row, info.image_root, view)
 
         return from_store
 
     def add_thumbnails(self, out_dir: Path, size: int, workers: int | None = None) -> int:
         """Make the thumbnails of every item under an image root; returns how many."""
-        real_of: dict[int, Path] = {}
+        real_of: dict[int, Path | ViewOf] = {}
         for k, root in self._roots.items():
             real, problem = resolve_under(root, self.rows[k]["path"] or "")
             if real is None:
                 self.rows[k]["why"] = problem
+                self.rows[k]["view_thumb"] = False
+            elif k in self._views:
+                real_of[k] = ViewOf(real, *self._views[k])
             else:
                 real_of[k] = real
         thumbs = make_thumbnails(real_of.values(), out_dir, size, workers)

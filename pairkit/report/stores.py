@@ -17,6 +17,7 @@ import numpy as np
 
 from pairkit.errors import PairkitError
 from pairkit.report.inputs import item_columns
+from pairkit.report.thumbs import ViewRecipe, view_recipe
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,11 +30,13 @@ PATH_SAMPLE = 256
 
 @dataclass
 class StoreInfo:
-    """A store opened for a report; ``image_root`` is resolved, or None with ``note``."""
+    """A store opened for a report; ``image_root`` is resolved, or None with ``note``;
+    ``views``: how embed rendered its augmented views (None: show every row's file)."""
 
     store: Store
     image_root: Path | None
     note: str | None
+    views: ViewRecipe | None = None
 
 
 def open_for_report(path: str | os.PathLike[str]) -> StoreInfo:
@@ -46,11 +49,15 @@ def open_for_report(path: str | os.PathLike[str]) -> StoreInfo:
     if not root:
         return StoreInfo(store, None, f"store {path} has no image folder (made by import?): "
                          "ids, paths and labels are shown without thumbnails")
-    real = Path(root).resolve()
-    if not real.is_dir():
+    try:
+        real = Path(root).resolve()
+        usable = real.is_dir()
+    except (OSError, RuntimeError):  # closed to this user, a symlink loop (Python < 3.13)
+        usable = False
+    if not usable:
         return StoreInfo(store, None, f"image folder {root} of store {path} not found: "
                          "no thumbnails")
-    return StoreInfo(store, real, None)
+    return StoreInfo(store, real, None, view_recipe(store.manifest))
 
 
 def mismatch(table: pd.DataFrame, fmt: str, store: Store) -> str | None:
@@ -108,11 +115,20 @@ def candidates(near: Path | None) -> list[Path]:
     out: list[Path] = []
     for folder in (base, base.parent):
         for cand in [folder, *_subfolders(folder)]:
-            if cand not in out and (cand / "manifest.json").is_file():
+            if cand not in out and _has_manifest(cand):
                 out.append(cand)
             if len(out) >= MAX_CANDIDATES:
                 return out
     return out
+
+
+def _has_manifest(folder: Path) -> bool:
+    """Whether ``folder`` holds a manifest file; False for a folder this user may not
+    search (another user's store, mode 000: issue 20.14)."""
+    try:
+        return (folder / "manifest.json").is_file()
+    except OSError:
+        return False
 
 
 def _subfolders(folder: Path) -> list[Path]:

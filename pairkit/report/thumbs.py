@@ -9,6 +9,11 @@ of the resolved path: no name from the data reaches the file system. An item ins
 container file (a webdataset tar member ``SHARD.tar/MEMBER``, a Hugging Face dataset row
 ``FILE.arrow/ROW``) resolves to the container's real path joined with the rest, and is
 read from the container (:mod:`pairkit.encode.item_images`).
+
+A row that is an augmented view (view >= 1) of a store made by ``embed`` is shown as that
+view, rendered as embed rendered it (:mod:`pairkit.encode.views`: the same decode, crop,
+flip and colour, drawn from the same seed) at thumbnail size, so an anchor and its positive,
+two views of one file, look as the encoder saw them instead of the same picture twice.
 """
 
 from __future__ import annotations
@@ -19,11 +24,62 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 THUMB_DIR = "t"
 THUMB_SUFFIX = ".jpg"
 MAX_FILE_BYTES = 256 << 20  # larger files are not opened for a thumbnail
 CONTAINER_SUFFIXES = (".tar", ".arrow", ".parquet")
+
+
+@dataclass(frozen=True)
+class ViewRecipe:
+    """How a store's augmented views were rendered: embed's ``seed`` and the encoder's input
+    ``size`` and ``interpolation`` (manifest ``seed``, ``encoder.preprocess``)."""
+
+    seed: int
+    size: int
+    interpolation: str
+
+
+@dataclass(frozen=True)
+class ViewOf:
+    """View ``view`` (>= 1) of the file ``real``, whose store ``source`` seeds its edits."""
+
+    real: Path
+    source: str
+    view: int
+    recipe: ViewRecipe
+
+
+def view_recipe(manifest: dict) -> ViewRecipe | None:
+    """The recipe of a store made by embed with augmented views, else None (import, one
+    view, a manifest without the encoder's preprocessing)."""
+    embedding = manifest.get("embedding")
+    pre = (manifest.get("encoder") or {}).get("preprocess") or {}
+    if not isinstance(embedding, dict) or int(manifest.get("views") or 1) < 2:
+        return None
+    try:
+        return ViewRecipe(int(manifest.get("seed") or 0), int(pre["size"]),
+                          str(pre.get("interpolation", "bicubic")))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def view_image(data: bytes, spec: ViewOf, size: int) -> Image.Image:
+    """The view ``spec`` of the image in ``data`` as ``size`` x ``size`` RGB: decoded at
+    embed's draft size (twice the encoder's input, :class:`pairkit.encode.batches.SourceDataset`)
+    and edited with the random choices of :func:`pairkit.encode.views.view_rng`."""
+    from pairkit.encode.images import decode_image
+    from pairkit.encode.registry import Preprocess
+    from pairkit.encode.views import augmented_view, view_rng
+
+    img = decode_image(data, draft_size=2 * spec.recipe.size)
+    pre = Preprocess(size=size, interpolation=spec.recipe.interpolation)
+    return augmented_view(img, pre, view_rng(spec.recipe.seed, spec.source, spec.view))
 
 
 @dataclass(frozen=True)
@@ -79,14 +135,18 @@ def _container_of(src: Path) -> Path | None:
     return None
 
 
-def thumb_name(real: Path) -> str:
-    """Report-relative file name of the thumbnail of ``real``."""
-    digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:24]
+def thumb_name(real: Path | ViewOf) -> str:
+    """Report-relative file name of the thumbnail of ``real`` (a file, or a view of one)."""
+    key = os.fsencode(real) if isinstance(real, Path) else b"\0".join(
+        (os.fsencode(real.real), real.source.encode(errors="surrogateescape"),
+         repr((real.view, real.recipe)).encode()))
+    digest = hashlib.sha256(key).hexdigest()[:24]
     return f"{THUMB_DIR}/{digest}{THUMB_SUFFIX}"
 
 
-def make_thumbnail(src: Path, dst: Path, size: int) -> str | None:
-    """Write a JPEG thumbnail (longest side <= ``size``) of ``src`` to ``dst``.
+def make_thumbnail(src: Path | ViewOf, dst: Path, size: int) -> str | None:
+    """Write a JPEG thumbnail (longest side <= ``size``) of ``src`` to ``dst``; of a
+    :class:`ViewOf`, the view (:func:`view_image`, ``size`` x ``size``).
 
     Returns None on success, else the reason it could not (nothing is written).
     """
@@ -94,6 +154,9 @@ def make_thumbnail(src: Path, dst: Path, size: int) -> str | None:
 
     from pairkit.encode.images import DecodeError, decode_image, read_bytes
     from pairkit.errors import PairkitError
+
+    view = src if isinstance(src, ViewOf) else None
+    src = src.real if isinstance(src, ViewOf) else src
 
     try:
         container = None if src.is_file() else _container_of(src)
@@ -106,7 +169,7 @@ def make_thumbnail(src: Path, dst: Path, size: int) -> str | None:
             return f"file larger than {MAX_FILE_BYTES >> 20} MB"
         else:
             data = read_bytes(src)
-        img = decode_image(data, draft_size=size)
+        img = view_image(data, view, size) if view else decode_image(data, draft_size=size)
     except (DecodeError, PairkitError) as exc:
         return str(exc)
     except OSError as exc:
@@ -118,17 +181,19 @@ def make_thumbnail(src: Path, dst: Path, size: int) -> str | None:
     return None
 
 
-def make_thumbnails(files: Iterable[Path], out_dir: Path, size: int,
-                    workers: int | None = None) -> dict[Path, Thumb]:
-    """Thumbnails of resolved ``files`` under ``out_dir/t/``; returns file -> Thumb.
+def make_thumbnails(files: Iterable[Path | ViewOf], out_dir: Path, size: int,
+                    workers: int | None = None) -> dict[Path | ViewOf, Thumb]:
+    """Thumbnails of resolved ``files`` (or views of them) under ``out_dir/t/``; returns
+    file -> Thumb.
 
     Decoding and encoding run in a thread pool (PIL releases the GIL while it works).
     """
-    todo = sorted(set(files))
+    todo = sorted(set(files), key=lambda f: (str(f), 0) if isinstance(f, Path)
+                  else (str(f.real), f.view))
     (out_dir / THUMB_DIR).mkdir(parents=True, exist_ok=True)
     workers = workers or min(8, os.cpu_count() or 1)
 
-    def one(real: Path) -> Thumb:
+    def one(real: Path | ViewOf) -> Thumb:
         name = thumb_name(real)
         problem = make_thumbnail(real, out_dir / name, size)
         return Thumb(None, problem) if problem else Thumb(name, None)

@@ -216,7 +216,7 @@ def _group_triplets(anchor: np.ndarray, positive: np.ndarray, neg: np.ndarray,
 def relation_groups(sources: np.ndarray, labels: np.ndarray | None, relation: str) -> np.ndarray:
     """Group id per item (N,) int64: items sharing an id are positives of each other.
 
-    ``instance``: the source code; ``label``: the label (an unlabelled item is
+    ``instance``: the source code; ``label``: the label (an unlabeled item is
     a group of its own).
     """
     if relation not in RELATIONS:

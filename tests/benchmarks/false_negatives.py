@@ -230,7 +230,7 @@ def methods(grid: bool) -> list[tuple[str, FalseNegativeConfig | None, bool, boo
                 cfg = replace(base, rules=("cluster",), cluster_runs=runs, cluster_votes=votes)
                 out.append((f"cluster runs={runs} votes={votes}", cfg, False))
         for m in (10, 20, 30):
-            cfg = replace(base, rules=("community",), community_neighbors=m)
+            cfg = replace(base, rules=("community",), community_neighbours=m)
             out.append((f"community neighbors={m}", cfg, False))
         for extra in (("cluster",), ("community",), ("community", "cluster"),
                       ("community", "margin")):

@@ -3,8 +3,9 @@
 The goal: a bad path or value is refused before torch/faiss/open_clip load, in under 1 s
 (torch alone imports in about 4 s on the shared 2-core machine). Each case runs
 ``python -m pairkit ...`` ``--repeat`` times; the table gives the median wall time, the exit
-code and the one stderr line. ``import torch`` alone is timed the same way, in the same
-run, as the yardstick.
+code, the heavy modules (torch, faiss, open_clip, timm) it imported (one more run under
+``-X importtime``) and the one stderr line. ``import torch`` alone is timed the same way,
+in the same run, as the yardstick.
 
 Wall time depends on the machine's load; the child's CPU time (user + system) much less,
 so both are given. ``--before CHECKOUT`` runs every case under another checkout too (main
@@ -29,20 +30,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.conftest import make_images, random_store  # noqa: E402
 from tests.proc import REPO, child_env  # noqa: E402
 
+HEAVY = ("torch", "faiss", "open_clip", "timm")
 
-def run(args: list[str], checkout: Path = REPO) -> tuple[float, float, int, str]:
-    """(wall seconds, CPU seconds of the child, exit code, last stderr line)."""
+
+def run(args: list[str], checkout: Path = REPO,
+        imports: bool = False) -> tuple[float, float, int, str, str]:
+    """(wall seconds, CPU seconds of the child, exit code, last stderr line, the heavy
+    modules it imported: from ``-X importtime`` when ``imports``, a run of its own since
+    the import log costs time)."""
     env = child_env()
     env["PYTHONPATH"] = str(checkout)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, *args], cwd=checkout, env=env,
+    flags = ["-X", "importtime"] if imports else []
+    proc = subprocess.run([sys.executable, *flags, *args], cwd=checkout, env=env,
                           capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
-    return seconds, cpu, proc.returncode, lines[-1] if lines else ""
+    loaded = {x.rsplit("|", 1)[-1].strip() for x in lines if x.startswith("import time:")}
+    lines = [x for x in lines if not x.startswith("import time:")]
+    heavy = ",".join(m for m in HEAVY if m in loaded) or "none"
+    return seconds, cpu, proc.returncode, lines[-1] if lines else "", heavy
 
 
 def setup(work: Path) -> dict[str, str]:
@@ -102,11 +112,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         paths = setup(Path(tmp))
         torch = [run(["-c", "import torch"]) for _ in range(args.repeat)]
-        head = "| refusal | " + " | ".join(f"{n}: wall s | {n}: CPU s | {n}: exit"
-                                         for n, _ in checkouts) + " | message (after) |"
-        rows = [head, "|---" * (1 + 3 * len(checkouts) + 1) + "|",
+        head = "| refusal | " + " | ".join(
+            f"{n}: wall s | {n}: CPU s | {n}: exit | {n}: heavy imports"
+            for n, _ in checkouts) + " | message (after) |"
+        rows = [head, "|---" * (1 + 4 * len(checkouts) + 1) + "|",
                 f"| `import torch` (yardstick) | {statistics.median(t[0] for t in torch):.2f} | "
-                f"{statistics.median(t[1] for t in torch):.2f} | |" + " | | |" * (
+                f"{statistics.median(t[1] for t in torch):.2f} | | torch |" + " | | | |" * (
                     len(checkouts) - 1) + " |"]
         for name, argv in cases(paths):
             if args.only and args.only not in name:
@@ -116,7 +127,8 @@ def main() -> None:
                 got = [run(["-m", "pairkit", *argv], checkout) for _ in range(args.repeat)]
                 wall = statistics.median(g[0] for g in got)
                 cpu = statistics.median(g[1] for g in got)
-                cells += [f"{wall:.2f}", f"{cpu:.2f}", str(got[-1][2])]
+                heavy = run(["-m", "pairkit", *argv], checkout, imports=True)[4]
+                cells += [f"{wall:.2f}", f"{cpu:.2f}", str(got[-1][2]), heavy]
                 if label == "after":
                     message = got[-1][3]
             rows.append(f"| {name} | " + " | ".join(cells) + f" | `{message[:100]}` |")

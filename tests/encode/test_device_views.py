@@ -106,13 +106,13 @@ def test_draft_scale_is_pils() -> None:
 
 @pytest.mark.parametrize("interpolation", ["bicubic", "bilinear", "lanczos"])
 def test_resize_is_pils(interpolation: str) -> None:
-    from pairkit.encode.views import _resample
+    from pairkit.encode.views import pil_resample
 
     rng = np.random.default_rng(1)
     arr = rng.integers(0, 256, (57, 83, 3), dtype=np.uint8)
     x = torch.from_numpy(arr).permute(2, 0, 1).float()
     for (w, h, box) in [(31, 20, None), (120, 90, None), (40, 40, (10, 5, 70, 50))]:
-        ref = np.asarray(Image.fromarray(arr).resize((w, h), _resample(interpolation), box=box))
+        ref = np.asarray(Image.fromarray(arr).resize((w, h), pil_resample(interpolation), box=box))
         got = resize(x, w, h, interpolation, box=box).permute(1, 2, 0).numpy()
         diff = np.abs(ref.astype(int) - got.astype(int))
         assert diff.max() <= 1 and diff.mean() < 0.3, (interpolation, w, h, box)

@@ -47,8 +47,8 @@ def test_vision_tower_without_transformers_or_timm(fake_transformers: Path) -> N
 
 
 def test_hf_text_tower_config_asks_for_transformers() -> None:
-    from pairkit.encode.models import _open_clip_needs
+    from pairkit.encode.models import open_clip_needs
 
-    assert _open_clip_needs("ViT-B-32") == set()
-    assert "transformers" in _open_clip_needs("xlm-roberta-base-ViT-B-32")
-    assert _open_clip_needs("no-such-config") == {"transformers", "timm"}
+    assert open_clip_needs("ViT-B-32") == set()
+    assert "transformers" in open_clip_needs("xlm-roberta-base-ViT-B-32")
+    assert open_clip_needs("no-such-config") == {"transformers", "timm"}

@@ -92,7 +92,7 @@ def test_timm_offline(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_loader_stays_offline_and_quiet(capsys: pytest.CaptureFixture[str]) -> None:
-    from pairkit.encode.models import _load_with_cache_first
+    from pairkit.encode.models import load_with_cache_first
 
     calls = []
     sink = logging.StreamHandler(sys.stderr)
@@ -106,7 +106,7 @@ def test_loader_stays_offline_and_quiet(capsys: pytest.CaptureFixture[str]) -> N
 
     try:
         with pytest.raises(PairkitError, match="not in the Hugging Face cache") as err:
-            _load_with_cache_first(build, "openclip/X (tag)", offline=True)
+            load_with_cache_first(build, "openclip/X (tag)", offline=True)
     finally:
         logging.getLogger().removeHandler(sink)
     assert calls == [1]  # no download attempt

@@ -9,7 +9,7 @@ from pairkit.errors import PairkitError
 from pairkit.eval.run import EvalConfig, EvalSide, evaluate
 
 
-def _side(seed: int, n: int, classes: int = 5, d: int = 12, views: int = 2,
+def eval_side(seed: int, n: int, classes: int = 5, d: int = 12, views: int = 2,
           prefix: str = "") -> EvalSide:
     centres = np.random.default_rng(7).normal(size=(classes, d))
     rng = np.random.default_rng(seed)
@@ -22,7 +22,7 @@ def _side(seed: int, n: int, classes: int = 5, d: int = 12, views: int = 2,
 
 
 def test_block_size_does_not_change_results() -> None:
-    q, r = _side(1, 90, prefix="q"), _side(2, 300, prefix="r")
+    q, r = eval_side(1, 90, prefix="q"), eval_side(2, 300, prefix="r")
     base = dict(knn_ks=(3, 10), recall_ks=(1, 4), metrics=("knn", "retrieval", "geometry"))
     small = evaluate(q, r, EvalConfig(block_rows=7, **base)).metrics
     big = evaluate(q, r, EvalConfig(block_rows=10_000, **base)).metrics
@@ -31,7 +31,7 @@ def test_block_size_does_not_change_results() -> None:
 
 
 def test_gallery_of_queries_excludes_own_source() -> None:
-    q = _side(3, 80)
+    q = eval_side(3, 80)
     cfg = EvalConfig(metrics=("retrieval",), gallery="queries", recall_ks=(1,))
     excl = evaluate(q, q, cfg).metrics
     incl = evaluate(q, q, EvalConfig(metrics=("retrieval",), gallery="queries",
@@ -46,7 +46,7 @@ def test_gallery_of_queries_excludes_own_source() -> None:
 
 
 def test_partially_labelled_items_are_left_out_of_label_metrics() -> None:
-    q, r = _side(4, 60, prefix="q"), _side(5, 200, prefix="r")
+    q, r = eval_side(4, 60, prefix="q"), eval_side(5, 200, prefix="r")
     ql = q.labels.copy()
     ql[:10] = None
     rl = r.labels.copy()
@@ -63,7 +63,7 @@ def test_partially_labelled_items_are_left_out_of_label_metrics() -> None:
 
 
 def test_max_r_notes_and_exact_when_large_enough() -> None:
-    q, r = _side(6, 40, classes=2, prefix="q"), _side(7, 200, classes=2, prefix="r")
+    q, r = eval_side(6, 40, classes=2, prefix="q"), eval_side(7, 200, classes=2, prefix="r")
     exact = evaluate(q, r, EvalConfig(metrics=("retrieval",), max_r=1000))
     capped = evaluate(q, r, EvalConfig(metrics=("retrieval",), max_r=20))
     assert not any("lower bounds" in n for n in exact.notes)
@@ -72,7 +72,7 @@ def test_max_r_notes_and_exact_when_large_enough() -> None:
 
 
 def test_empty_queries_and_bad_config() -> None:
-    r = _side(8, 20)
+    r = eval_side(8, 20)
     empty = EvalSide(np.zeros((0, 12), np.float32), None, np.zeros(0, dtype=object))
     with pytest.raises(PairkitError, match="no queries"):
         evaluate(empty, r, EvalConfig())

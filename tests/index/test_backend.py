@@ -12,7 +12,7 @@ from pairkit.index.open import exact_searcher, open_searcher
 from pairkit.index.options import IndexOptions
 from pairkit.index.search import knn_search
 from pairkit.index.torch_search import TorchFlatIndex
-from tests.index.test_torch_search import _clustered
+from tests.index.test_torch_search import clustered
 
 
 def _gpus(monkeypatch: pytest.MonkeyPatch, faiss: int, torch: int) -> None:
@@ -74,7 +74,7 @@ def test_no_gpu_check_without_nvidia_devices(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_prepare_index_torch_backend_is_exact() -> None:
-    x = _clustered(3000, 32, seed=1)
+    x = clustered(3000, 32, seed=1)
     torch_loaded = open_searcher(x, IndexOptions(kind="auto", backend="torch", device="cpu"))
     assert isinstance(torch_loaded.index, TorchFlatIndex)
     assert torch_loaded.options.kind == "flat" and torch_loaded.engine.name == "torch"
@@ -89,7 +89,7 @@ def test_prepare_index_torch_backend_is_exact() -> None:
 
 
 def test_prepare_index_device_cpu() -> None:
-    loaded = open_searcher(_clustered(100, 8), IndexOptions(kind="flat", device="cpu"))
+    loaded = open_searcher(clustered(100, 8), IndexOptions(kind="flat", device="cpu"))
     assert loaded.engine == SearchBackend("faiss", "cpu", "", auto=True)
 
 
@@ -100,7 +100,7 @@ def test_auto_gives_way_to_faiss_for_approximate_kinds(monkeypatch: pytest.Monke
     index asked for by name runs in FAISS on the CPU (not a usage error); --backend
     torch keeps refusing it, and exact kinds stay on the torch search."""
     _gpus(monkeypatch, 0, 1)
-    x = _clustered(2000, 16, seed=4)
+    x = clustered(2000, 16, seed=4)
     loaded = open_searcher(x, IndexOptions(kind=kind, nprobe=64),
                            engine=resolve_backend("auto", "auto"))
     assert loaded.engine.name == "faiss" and loaded.engine.device == "cpu"
@@ -112,7 +112,7 @@ def test_auto_gives_way_to_faiss_for_approximate_kinds(monkeypatch: pytest.Monke
 
 
 def test_exact_index_and_knn_search_on_torch() -> None:
-    x = _clustered(800, 16, seed=2)
+    x = clustered(800, 16, seed=2)
     index = exact_searcher(x, SearchBackend("torch", "cpu")).index
     s, i = knn_search(x[:100], index, 20, batch_size=7)
     ref_s, ref_i = knn_search(x[:100], x, 20)
@@ -143,9 +143,9 @@ def test_mine_same_pairs_on_torch(tmp_path) -> None:  # noqa: ANN001
 
 def test_eval_same_metrics_on_torch() -> None:
     from pairkit.eval.run import EvalConfig, evaluate
-    from tests.eval.test_run import _side
+    from tests.eval.test_run import eval_side
 
-    q, r = _side(1, 90, prefix="q"), _side(2, 300, prefix="r")
+    q, r = eval_side(1, 90, prefix="q"), eval_side(2, 300, prefix="r")
     base = dict(knn_ks=(3, 10), recall_ks=(1, 4), metrics=("knn", "retrieval", "geometry"))
     on_faiss = evaluate(q, r, EvalConfig(backend="faiss", **base)).metrics
     on_torch = evaluate(q, r, EvalConfig(backend="torch", **base)).metrics
@@ -156,7 +156,7 @@ def test_near_duplicates_and_clusters_on_torch() -> None:
     from pairkit.mine.clusters import knn_graph
     from pairkit.mine.near_duplicates import find_near_duplicates
 
-    x = _clustered(700, 16, seed=3)
+    x = clustered(700, 16, seed=3)
     x[500:505] = x[3] + 1e-4
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     a = find_near_duplicates(x, 0.95, backend="faiss", device="cpu")
@@ -164,7 +164,7 @@ def test_near_duplicates_and_clusters_on_torch() -> None:
     np.testing.assert_array_equal(a.item_group, b.item_group)
     assert (a.item_group >= 0).sum() >= 6
     src = np.arange(700) // 2
-    x = _clustered(700, 16, seed=4)  # no planted copies: no ties within float rounding
+    x = clustered(700, 16, seed=4)  # no planted copies: no ties within float rounding
     ids_f, s_f = knn_graph(x, src, 8)
     ids_t, s_t = knn_graph(x, src, 8, backend=SearchBackend("torch", "cpu"))
     np.testing.assert_array_equal(ids_f, ids_t)

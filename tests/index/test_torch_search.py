@@ -7,7 +7,7 @@ import pytest
 
 from pairkit.index.range_search import range_search
 from pairkit.index.search import knn_search
-from pairkit.index.torch_search import TorchFlatIndex, _block_topk, error_bound, torch_knn
+from pairkit.index.torch_search import TorchFlatIndex, block_topk, error_bound, torch_knn
 from tests.index.test_search import brute_force
 
 
@@ -16,7 +16,7 @@ def _unit(n: int, d: int, seed: int = 0) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-def _clustered(n: int, d: int, seed: int = 0) -> np.ndarray:
+def clustered(n: int, d: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(max(2, n // 50), d))
     x = centres[rng.integers(0, len(centres), n)] + 0.4 * rng.normal(size=(n, d))
@@ -27,7 +27,7 @@ def _clustered(n: int, d: int, seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("chunk", [0, 8])
 @pytest.mark.parametrize("k", [1, 10, 299, 300, 305])
 def test_matches_brute_force(dtype: str, chunk: int, k: int) -> None:
-    base = _clustered(300, 24)
+    base = clustered(300, 24)
     queries = _unit(37, 24, seed=1)
     index = TorchFlatIndex(base, dtype=dtype, query_block=16, base_block=64, chunk=chunk,
                            margin=3)
@@ -44,7 +44,7 @@ def test_same_neighbours_as_faiss_flat(dtype: str) -> None:
     """Exactly the float64 brute force; FAISS flat too, but for neighbours whose true
     scores differ by less than float32 rounding: FAISS's own float32 GEMM may order such
     a near-tie either way (faiss-cpu 1.15's AVX512 kernels swap one pair here)."""
-    base = _clustered(4000, 64, seed=2)
+    base = clustered(4000, 64, seed=2)
     queries = base[::7]
     ref_s, ref_i = knn_search(queries, base, 14)
     scores, ids = torch_knn(queries, base, 14, dtype=dtype, query_block=200, base_block=1024)
@@ -59,7 +59,7 @@ def test_same_neighbours_as_faiss_flat(dtype: str) -> None:
 
 
 def test_float16_store_rows_are_exact_inputs() -> None:
-    base = _clustered(2000, 32, seed=3).astype(np.float16)
+    base = clustered(2000, 32, seed=3).astype(np.float16)
     index = TorchFlatIndex(base, dtype="float16", base_block=512, query_block=128)
     assert index.base_exact_input  # float16 rows need no input-rounding term
     scores, ids = index.search(base.astype(np.float32)[:300], 9)
@@ -91,7 +91,7 @@ def test_chunked_preselection_keeps_the_top() -> None:
     g = torch.Generator().manual_seed(0)
     scores = torch.randn(50, 4096, generator=g)
     for kp in (1, 7, 40, 300):
-        vals, cols = _block_topk(scores, kp, 64)
+        vals, cols = block_topk(scores, kp, 64)
         ref = scores.topk(kp, dim=1).values
         got = torch.sort(vals, dim=1, descending=True).values
         assert torch.equal(got, ref)
@@ -123,7 +123,7 @@ def test_bounded_blocks_and_empty_inputs() -> None:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_range_pairs_match_faiss(dtype: str) -> None:
-    x = _clustered(1500, 32, seed=5)
+    x = clustered(1500, 32, seed=5)
     x[10] = x[11]  # an exact copy
     t = 0.8
     ref = range_search(x, x, t, method="range", device="cpu", batch_size=200)
@@ -145,7 +145,7 @@ def test_range_pairs_match_faiss(dtype: str) -> None:
 
 
 def test_range_search_blocks_torch_backend() -> None:
-    x = _clustered(600, 16, seed=6)
+    x = clustered(600, 16, seed=6)
     ref = range_search(x, x, 0.9, method="range", device="cpu")
     got = range_search(x, x, 0.9, device="cpu", backend="torch", batch_size=100)
     exact = x.astype(np.float64) @ x.astype(np.float64).T
@@ -175,7 +175,7 @@ def test_search_and_ranges_at_size_match_brute_force(dtype: str) -> None:
 
 
 def _search_and_ranges_match_brute_force(device: str, dtype: str) -> None:
-    base = _clustered(20000, 64, seed=7)
+    base = clustered(20000, 64, seed=7)
     queries = base[::13]
     index = TorchFlatIndex(base, device=device, dtype=dtype, query_block=512, base_block=4096)
     scores, ids = index.search(queries, 25)
@@ -199,7 +199,7 @@ def _search_and_ranges_match_brute_force(device: str, dtype: str) -> None:
 def test_cuda_kmeans_objective() -> None:
     from pairkit.index.kmeans import spherical_kmeans, torch_spherical_kmeans
 
-    x = _clustered(6000, 32, seed=8)
+    x = clustered(6000, 32, seed=8)
     a, c = torch_spherical_kmeans(x, 40, seed=0, device="cuda")
     a2, c2 = spherical_kmeans(x, 40, seed=0)
 

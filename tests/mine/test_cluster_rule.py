@@ -91,7 +91,7 @@ def test_pca_reduce_spans_the_leading_components():
 
 def test_consensus_flags_any_shared_run_and_auto_k_is_recorded():
     x = blobs(4, 40, 12, spread=0.1)
-    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=3, cluster_neighbors=8)
+    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=3, cluster_neighbours=8)
     ctx = build_context(x, None, np.arange(len(x)), cfg, seed=0)
     assert ctx.cluster_assign.shape == (3, len(x))
     assert ctx.cluster_info["auto"] and ctx.cluster_info["k"] == [4]

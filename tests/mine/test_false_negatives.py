@@ -248,7 +248,7 @@ def test_community_rule_on_blobs_of_unequal_size():
                         for c, s in enumerate(sizes)]).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     truth = np.repeat([0, 1], sizes)
-    cfg = FalseNegativeConfig(rules=("community",), community_neighbors=5)
+    cfg = FalseNegativeConfig(rules=("community",), community_neighbours=5)
     ctx = build_context(x, None, np.arange(len(x)), cfg, seed=0)
     assert len(np.unique(ctx.communities)) == 2
     cand = np.array([[1, 39, 40, 47], [0, 45, 46, 20]])
@@ -331,7 +331,7 @@ def test_vectorised_matches_reference_loop(trust):
     labels = np.array([None if i % 7 == 0 else f"c{i % 4}" for i in range(n)], dtype=object)
     groups = np.where(rng.random(n) < 0.5, rng.integers(0, 5, n), -1)
     cfg = FalseNegativeConfig(rules=RULES, margin=0.8, cluster_ks=(6, 12, 24),
-                              cluster_runs=1, cluster_votes=2, community_neighbors=3,
+                              cluster_runs=1, cluster_votes=2, community_neighbours=3,
                               trust_labels=trust)
     ctx = build_context(x, labels, sources, cfg, seed=0, groups=groups)
     anchors = np.arange(0, n, 3)

@@ -178,3 +178,28 @@ def test_hostile_names_render_as_text(browser, tmp_path):
     assert 0 < len(rows) < len(paths) and all("日本" in r for r in rows)
     assert browser.js("window.__pwned === undefined") is True
     assert browser.errors == []
+
+
+def test_a_positive_view_of_the_anchors_file_is_shown_as_that_view(browser, pipeline, tmp_path):
+    """Issue 20.13: two views of one file were the same thumbnail twice."""
+    index = build(pipeline.pairs, "-o", tmp_path / "rep")
+    load(browser, index)
+    js_set(browser, ".pane-pairs .ctl-size", "100", "change")
+    rows = browser.js("""[...document.querySelectorAll('.pane-pairs .list > .anchor')].map(r => {
+        const a = r.querySelector('.card.is-anchor');
+        return {a: a.querySelector('img').getAttribute('src'),
+                apath: a.querySelector('.path').textContent,
+                p: [...r.querySelectorAll('.card.is-positive')].map(c => ({
+                  src: c.querySelector('img').getAttribute('src'),
+                  path: c.querySelector('.path').textContent,
+                  meta: c.querySelector('.meta').textContent,
+                  same: (c.querySelector('.same-file') || {}).textContent || null}))}; })""")
+    same = [(r, p) for r in rows for p in r["p"] if p["path"] == r["apath"]]
+    assert len(same) >= 16  # every anchor's positive is its file's other view (instance)
+    for row, p in same:
+        assert p["src"] != row["a"]
+        view = int(p["meta"].split("view ")[1].split()[0])
+        assert p["same"] == f"view {view} of the anchor\u2019s file"
+        if view >= 1:
+            assert "(shown as embedded: crop, flip, colour)" in p["meta"]
+    assert browser.errors == []

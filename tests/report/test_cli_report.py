@@ -319,3 +319,122 @@ def test_table_from_stdin(pipeline, tmp_path):
     data, _ = page_data(tmp_path / "rep" / "index.html")
     assert data["sections"][0]["summary"]["rows"] == 12
     assert np.all([it["thumb"] for it in data["items"]])
+
+
+def _run_as_nobody(args: list[str], cwd: Path):  # noqa: ANN202
+    """``pairkit ARGS`` as an unprivileged user (root reads any folder, so a folder
+    another user keeps closed can only be met without root): in-process when this test
+    is not root, else in a child under setpriv as uid/gid 65534; None when neither works."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.proc import child_env
+
+    if os.geteuid() != 0:
+        return report(*args[1:])
+    if shutil.which("setpriv") is None:
+        return None
+    env = child_env()
+    env["HOME"] = str(cwd)
+    proc = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+         "pairkit", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    if "No module named" in proc.stderr or "Permission denied: '/" in proc.stderr and \
+            str(cwd) not in proc.stderr:
+        return None  # the interpreter or checkout is closed to that user
+    return proc
+
+
+def test_a_closed_store_folder_nearby_is_skipped():
+    """Issue 20.14, reproduced: without --store, a nearby store folder this user may not
+    read (another user's, mode 000) ended report with 'internal error: PermissionError'
+    (exit 1) while it looked for the table's store. Damaged manifests, item tables and
+    shards next to the table were already skipped (tests/benchmarks/report_nearby.py)."""
+    import os
+    import shutil
+    import tempfile
+
+    from pairkit.core.store_writer import write_store
+
+    base = Path(tempfile.mkdtemp(prefix="pairkit-closed-"))  # not under pytest's 0700 root
+    try:
+        write_store(base / "store", np.eye(3, dtype=np.float32),
+                    pd.DataFrame({"path": ["x.png", "y.png", "z.png"]}), dtype="float32")
+        write_store(base / "closed", np.eye(3, dtype=np.float32)[::-1].copy(),
+                    pd.DataFrame({"path": ["q.png", "r.png", "s.png"]}), dtype="float32")
+        store = Store.open(base / "store")
+        (base / "work").mkdir()
+        t = pd.DataFrame({"store_id": [store.content_id], "anchor_id": [0], "positive_id": [1],
+                          "negative_id": [2], "anchor_path": ["x.png"],
+                          "positive_path": ["y.png"], "negative_path": ["z.png"]})
+        t.to_json(base / "work" / "p.jsonl", orient="records", lines=True)
+        if os.geteuid() == 0:
+            os.chown(base, 65534, 65534)
+            for p in base.rglob("*"):
+                os.chown(p, 65534, 65534)
+            os.chown(base / "closed", 0, 0)  # someone else's, closed to the user
+        base.chmod(0o755)
+        (base / "closed").chmod(0)
+        r = _run_as_nobody(["report", "work/p.jsonl", "-o", "rep"], base)
+        if r is None:
+            pytest.skip("no way to run as an unprivileged user here")
+        out = getattr(r, "output", None) or (r.stdout + r.stderr)
+        code = getattr(r, "exit_code", None)
+        code = r.returncode if code is None else code
+        assert code == 0, out
+        assert "internal error" not in out and "no store found" not in out
+        data, _ = page_data(base / "rep" / "index.html")
+        assert data["sections"][0]["store"] == str(base / "store")
+    finally:
+        (base / "closed").chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_an_image_folder_in_a_symlink_loop_costs_the_thumbnails(tmp_path):
+    """A store whose image folder became a symlink loop: no thumbnails and a note, not
+    'internal error: RuntimeError: Symlink loop'."""
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    store = image_store(tmp_path / "store", ["a.png"], [None], image_root=tmp_path / "loop")
+    t = pd.DataFrame({"store_id": [store.content_id], "anchor_id": [0], "positive_id": [0],
+                      "negative_id": [0]})
+    t.to_json(tmp_path / "p.jsonl", orient="records", lines=True)
+    r = report(tmp_path / "p.jsonl", "--store", store.root, "-o", tmp_path / "rep")
+    assert r.exit_code == 0, r.output
+    assert "internal error" not in r.output
+    assert f"image folder {tmp_path / 'loop'} of store" in r.output
+
+
+def test_an_input_in_a_symlink_loop_is_one_line(tmp_path):
+    (tmp_path / "p.jsonl").symlink_to(tmp_path / "p.jsonl")
+    r = report(tmp_path / "p.jsonl", "-o", tmp_path / "rep")
+    assert r.exit_code == 1, r.output
+    assert r.output.strip().splitlines() == [f"error: input {tmp_path / 'p.jsonl'} not found "
+                                             "(a symlink loop)"]
+
+
+def test_an_input_in_a_closed_folder_is_one_line():
+    import os
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="pairkit-closed-"))
+    try:
+        (base / "closed").mkdir()
+        (base / "closed" / "p.jsonl").write_text('{"anchor_id": 0}\n')
+        if os.geteuid() == 0:
+            os.chown(base, 65534, 65534)
+        base.chmod(0o755)
+        (base / "closed").chmod(0)
+        r = _run_as_nobody(["report", "closed/p.jsonl", "-o", "rep"], base)
+        if r is None:
+            pytest.skip("no way to run as an unprivileged user here")
+        out = getattr(r, "output", None) or (r.stdout + r.stderr)
+        code = getattr(r, "exit_code", None)
+        assert (r.returncode if code is None else code) == 1, out
+        assert out.strip().splitlines() == ["error: input closed/p.jsonl is unreadable "
+                                            "(Permission denied)"]
+    finally:
+        (base / "closed").chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)

@@ -6,7 +6,7 @@ other sources: ``p(c | i) = sum_j w_ij [y_j = c] / sum_j w_ij`` with ``w = max(s
 p(y_i | i)``, one minus cleanlab's *self-confidence* label quality. Flag, as confident
 learning does (Northcutt, Jiang and Chuang, *Confident Learning: Estimating Uncertainty in
 Dataset Labels*, JAIR 2021; cleanlab's ``find_label_issues``): per class ``c`` the
-threshold ``t_c`` is the mean ``p(c | i)`` over the sources labelled ``c``; a source is
+threshold ``t_c`` is the mean ``p(c | i)`` over the sources labeled ``c``; a source is
 flagged when some other class reaches its threshold (``p(c | i) >= t_c``) and beats the
 given label there: among the classes at their threshold, the most probable one is not
 ``y_i``. That class is the suggested label.
@@ -24,7 +24,7 @@ NEEDS_LABELS = True
 
 def vote(graph: Any, labels: np.ndarray, n_classes: int) -> np.ndarray:
     """(N, C) float64 label distributions from the neighbours' weighted votes (rows with
-    no labelled neighbour are 0)."""
+    no labeled neighbour are 0)."""
     ids = graph.ids
     w = np.where(ids >= 0, np.maximum(graph.similarities, 0.0), 0.0)
     lab = np.where(ids >= 0, labels[np.maximum(ids, 0)], -1)
@@ -48,7 +48,7 @@ def detect(graph: Any, labels: np.ndarray | None, config: Any) -> Any:
     has = labels >= 0
     given = np.where(has, probs[np.arange(n), np.maximum(labels, 0)], np.nan)
     score = np.where(has, 1.0 - given, np.nan)
-    # per-class thresholds: mean p(c | i) over the sources labelled c
+    # per-class thresholds: mean p(c | i) over the sources labeled c
     thresholds = np.full(max(n_classes, 1), np.inf)
     for c in range(n_classes):
         m = labels == c

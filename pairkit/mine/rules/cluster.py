@@ -45,7 +45,7 @@ def embedding(ctx: FnContext, config: FalseNegativeConfig) -> Any:
 
     if ctx.spectral is None:
         ctx.spectral = spectral_embedding(
-            ctx.vectors, ctx.sources, m=config.cluster_neighbors, seed=ctx.seed)
+            ctx.vectors, ctx.sources, m=config.cluster_neighbours, seed=ctx.seed)
     return ctx.spectral
 
 

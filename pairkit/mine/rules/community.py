@@ -23,7 +23,7 @@ def communities(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray:
     from pairkit.mine.clusters import label_propagation
 
     if ctx.communities is None:
-        nb, w = knn_neighbours(ctx, config.community_neighbors)
+        nb, w = knn_neighbours(ctx, config.community_neighbours)
         ctx.communities = label_propagation(
             np.asarray(nb, dtype=np.int64), np.asarray(w, dtype=np.float32),
             iters=config.community_iters, seed=ctx.seed,

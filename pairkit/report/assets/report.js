@@ -58,7 +58,9 @@
     var path = el('div', 'path', [item.path === null ? '(no path)' : item.path]);
     path.title = item.path === null ? '' : item.path;
     var meta = ['id ' + item.id];
-    if (item.view !== null && item.view !== undefined) meta.push('view ' + item.view);
+    if (item.view !== null && item.view !== undefined) {
+      meta.push('view ' + item.view + (item.view_thumb ? ' (shown as embedded: crop, flip, colour)' : ''));
+    }
     var cap = el('figcaption', '', [path, el('div', 'meta', [meta.join(' \u00b7 ')])]);
     if (item.label !== null && item.label !== undefined) {
       var lab = el('div', 'label', ['label ' + item.label]);
@@ -324,7 +326,12 @@
       line.dataset.anchor = String(ITEMS[a.a].id);
       line.appendChild(card(a.a, 'is-anchor', [el('div', 'role', ['anchor'])]));
       a.p.forEach(function (p) {
-        line.appendChild(card(p[0], 'is-positive', [el('div', 'role', ['positive \u00b7 score ' + score(p[1])])]));
+        var lines = [el('div', 'role', ['positive \u00b7 score ' + score(p[1])])];
+        var item = ITEMS[p[0]], anchor = ITEMS[a.a];
+        if (item.path !== null && item.path === anchor.path && item.view !== anchor.view) {
+          lines.push(el('div', 'same-file', ['view ' + item.view + ' of the anchor\u2019s file']));
+        }
+        line.appendChild(card(p[0], 'is-positive', lines));
       });
       r.negs.forEach(function (n) {
         var lines = [el('div', 'role', ['negative \u00b7 score ' + score(n[1]) +

@@ -10,8 +10,8 @@ from scipy.sparse.csgraph import connected_components
 from pairkit.core.store import l2_normalize
 from pairkit.errors import PairkitError, UsageError
 from pairkit.mine.near_duplicates import (
-    _merge_edges,
     find_near_duplicates,
+    merge_edges,
     near_duplicate_groups,
 )
 
@@ -40,11 +40,11 @@ def chain(n: int, step_deg: float = 30.0) -> np.ndarray:
 
 def test_merge_edges_is_union_find() -> None:
     labels = np.arange(6, dtype=np.int64)
-    labels = _merge_edges(labels, np.array([4, 1]), np.array([5, 2]))
+    labels = merge_edges(labels, np.array([4, 1]), np.array([5, 2]))
     assert labels.tolist() == [0, 1, 1, 3, 4, 4]
-    labels = _merge_edges(labels, np.array([2]), np.array([5]))
+    labels = merge_edges(labels, np.array([2]), np.array([5]))
     assert labels.tolist() == [0, 1, 1, 3, 1, 1]
-    assert _merge_edges(labels, np.array([1]), np.array([4])) is labels
+    assert merge_edges(labels, np.array([1]), np.array([4])) is labels
 
 
 def test_tight_clusters_match_brute_force_components() -> None:

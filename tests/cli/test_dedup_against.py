@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from pairkit.cli.main import app
 from pairkit.mine.near_duplicate_copies import edited_copy
-from tests.dedup.test_pixel_check import texture
+from tests.mine.test_near_duplicate_pixels import texture
 
 runner = CliRunner()
 

@@ -14,7 +14,7 @@ from tests.conftest import random_store
 from tests.proc import with_repo_path
 
 runner = CliRunner()
-PACKAGE = Path(__file__).resolve().parents[1] / "pairkit"
+PACKAGE = Path(__file__).resolve().parents[2] / "pairkit"
 COMMANDS = get_command(app).commands  # type: ignore[attr-defined]
 
 
@@ -100,6 +100,7 @@ def test_bad_option_values_are_usage_errors(store, tmp_path: Path) -> None:
     ("mine", "--float16", "--dtype float16"), ("mine", "--keep-flagged", "--fn-mode keep"),
     ("index", "--kind", "--index"), ("eval", "--gpu", "--device cuda"),
     ("index", "--float16", "--dtype float16"),
+    ("mine", "--fn-community-neighbors", "--fn-community-neighbours"),
 ])
 def test_old_spellings_name_their_replacement(store, command: str, old: str, new: str) -> None:
     r = runner.invoke(app, [command, str(store.root), old])

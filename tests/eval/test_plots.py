@@ -1,0 +1,79 @@
+"""eval --plot figures (issue 20.13): the class legend in label order, and the raw and head
+maps told apart inside the figure (its title, and the PNG's Title field), not only by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.eval.plots import label_order, map_figure, scores_figure
+from tests.conftest import random_store
+
+runner = CliRunner()
+
+
+def legend_texts(fig: object) -> list[str]:
+    legend = fig.axes[0].get_legend()  # type: ignore[attr-defined]
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def test_label_order_is_natural() -> None:
+    assert label_order(["10", "2", "1", "b", "a", "(none)"]) == ["1", "2", "10", "(none)", "a",
+                                                                 "b"]
+    assert label_order(["cat 12", "cat 3", "Dog"]) == ["cat 3", "cat 12", "Dog"]
+
+
+def test_map_legend_is_sorted_and_other_comes_last() -> None:
+    rng = np.random.default_rng(0)
+    # 22 labels, the two rarest ("5" and "7" once each) go grey as "other"
+    labels = np.array([str(n) for n in range(22) for _ in range(1 if n in (5, 7) else 3)],
+                      dtype=object)
+    rng.shuffle(labels)
+    xy = rng.normal(size=(len(labels), 2))
+    fig = map_figure(xy, labels, "PCA of the raw query embeddings")
+    shown = legend_texts(fig)
+    kept = [str(n) for n in range(22) if n not in (5, 7)]
+    assert shown == [*kept, "other"]
+    assert fig.axes[0].get_title() == "PCA of the raw query embeddings"
+
+
+def test_map_without_labels_has_no_legend() -> None:
+    fig = map_figure(np.zeros((3, 2)), None, "t")
+    assert fig.axes[0].get_legend() is None
+
+
+def test_scores_figure_names_what_it_shows() -> None:
+    fig = scores_figure({"positive": np.array([0.9, 0.8]), "random_negative": np.array([0.1])},
+                        "scores of the embeddings through head h")
+    assert fig.axes[0].get_title() == "scores of the embeddings through head h"
+
+
+def png_title(path: Path) -> str:
+    with Image.open(path) as img:
+        return str(img.info.get("Title"))
+
+
+@pytest.mark.parametrize("compare", [True, False])
+def test_raw_and_head_figures_say_which_they_are(tmp_path: Path, compare: bool) -> None:
+    st = random_store(tmp_path / "s", n_sources=30, views=2, dim=16)
+    head = tmp_path / "myhead"
+    r = runner.invoke(app, ["train", str(st.root), "-o", str(head), "--relation", "instance",
+                            "--epochs", "1", "-q"])
+    assert r.exit_code == 0, r.output
+    plots = tmp_path / "plots"
+    r = runner.invoke(app, ["eval", str(st.root), "--head", str(head), "--metrics", "knn",
+                            "--plot", str(plots), "-q", *(["--compare"] if compare else [])])
+    assert r.exit_code == 0, r.output
+    if compare:
+        assert png_title(plots / "raw_map.png") == "PCA of the raw query embeddings (no head)"
+        assert png_title(plots / "raw_scores.png") == "scores of the raw embeddings (no head)"
+        head_map, head_scores = plots / "head_map.png", plots / "head_scores.png"
+    else:
+        head_map, head_scores = plots / "map.png", plots / "scores.png"
+    assert png_title(head_map) == "PCA of the query embeddings through head myhead"
+    assert png_title(head_scores) == "scores of the embeddings through head myhead"
