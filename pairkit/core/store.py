@@ -473,6 +473,10 @@ class Store:
         self._vectors = out
         return out
 
+    def release_vectors(self) -> None:
+        """Forget the array :meth:`vectors` keeps (the next call reads the shards again)."""
+        self._vectors = None
+
     def iter_blocks(
         self, rows: int = 65536, dtype: str | np.dtype = np.float32
     ) -> Iterator[tuple[int, np.ndarray]]:

@@ -253,11 +253,17 @@ def mine_store(
     result = mine_negatives(vectors, sources, rel, config, searcher, fn_filter, progress,
                             anchor_searcher=anchor_searcher, map_blocks=map_blocks,
                             rows_from=rows_from)
+    mine_positives = positives is not None and positives.per_anchor > 0
+    if rows_from is not None and not mine_positives:
+        # the workers read their own copy; the table and stats don't need it here: freed
+        # before the table is built (the driver's peak)
+        vectors = np.zeros((0, store.dim), np.float32)
+        store.release_vectors()
     table = build_pair_table(result.pairs, fmt, store.content_id,
                              items["path"].to_numpy(dtype=object),
                              flag_columns=fn_config is not None and config.keep_flagged)
     mined_stats = None
-    if positives is not None and positives.per_anchor > 0:
+    if mine_positives:
         table, mined_stats = _with_mined_positives(table, fmt, result.pairs.anchors, vectors,
                                                    sources, store, positives, ctx, fn_config,
                                                    index, where)
