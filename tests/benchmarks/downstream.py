@@ -22,9 +22,11 @@ hard negatives per anchor (another class of the anchor's coarse category), coars
 share of the true negatives, median negative score, planted copies handed out as negatives
 (sets with planted copies), mined positives per anchor and their precision.
 
-Sets (built once under --work): fm0, mnist5k (false_negatives_real.CONFIGS), fm0-lt (fm0's
-rows subsampled by class to sizes 30x apart, the held-out split alike), fm0-copies (fm0 plus
-3% planted near-copies: 1-2 px shifts and +-10% brightness, embedded as new sources).
+Sets (built once under --work): fm0, mnist5k (false_negatives_real.CONFIGS), fm3-lite2
+(Fashion-MNIST, Lite2), mnist-lite1 (MNIST, Lite1), digits-h (scikit-learn digits), A+B
+(the union of two sets of one encoder, e.g. fm0+mnist5k), X-lt (X's rows subsampled by
+class to sizes 30x apart, the held-out split alike), X-copies (X plus 3% planted
+near-copies: 1-2 px shifts and +-10% brightness, embedded as new sources).
 
 Usage: python tests/benchmarks/downstream.py --work DIR --sets fm0,mnist5k --seeds 0,1,2
     [--variants raw,in-batch,lf] --out results.json
