@@ -52,6 +52,7 @@ from tests.benchmarks.false_negatives_real import (  # noqa: E402
     Config,
     coarse_of,
     prepare,
+    write_union,
 )
 
 # held-out sets of other encoders and sizes, so no default is tuned to one set
@@ -183,10 +184,7 @@ def get_set(tag: str, work: Path) -> tuple[Path, Path, Path | None]:
 def union(work: Path, tags: list[str]) -> tuple[Path, Path]:
     """The union of held-out sets embedded with one encoder (labels prefixed by set):
     more classes, two domains."""
-    import pandas as pd
-
     from pairkit.core.store import Store
-    from pairkit.core.store_writer import write_store
 
     out = work / "+".join(tags)
     train, held = out / "store", out / "heldout"
@@ -194,17 +192,8 @@ def union(work: Path, tags: list[str]) -> tuple[Path, Path]:
         return train, held
     parts = [prepare(HELD_OUT_CONFIGS[t], work) for t in tags]
     for side, dst in ((0, train), (1, held)):
-        vecs, items = [], []
-        for t, pair in zip(tags, parts, strict=True):
-            st = Store.open(pair[side])
-            vecs.append(st.vectors(np.float32))
-            it = st.items[["path", "source", "view", "label"]].copy()
-            for col in ("path", "source"):
-                it[col] = t + "/" + it[col].astype(str)
-            it["label"] = t + "::" + it["label"].astype(str)
-            items.append(it)
-        write_store(dst, np.concatenate(vecs), pd.concat(items, ignore_index=True),
-                    encoder=Store.open(parts[0][side]).encoder)
+        write_union(dst, {t: pair[side] for t, pair in zip(tags, parts, strict=True)},
+                    Store.open(parts[0][side]).encoder)
     return train, held
 
 

@@ -364,19 +364,16 @@ def coarse_of(labels: np.ndarray) -> np.ndarray:
     return np.array([one(x) for x in labels], dtype=object)
 
 
-def union_store(tags: tuple[str, ...], work: Path) -> Path:
-    """A store holding the rows of several (same-encoder) stores, labels prefixed by tag."""
+def write_union(out: Path, parts: dict[str, Path], encoder: dict) -> None:
+    """Write to ``out`` a store holding the rows of ``parts`` (tag -> store path, one
+    encoder), paths, sources and labels prefixed by their tag."""
     import pandas as pd
 
     from pairkit.core.store import Store
     from pairkit.core.store_writer import write_store
 
-    out = work / "+".join(tags) / "store"
-    if (out / "manifest.json").exists():
-        return out
     vecs, items = [], []
-    for tag in tags:
-        store_path, _ = prepare(CONFIGS[tag], work)
+    for tag, store_path in parts.items():
         st = Store.open(store_path)
         vecs.append(st.vectors(np.float32))
         it = st.items[["path", "source", "view", "label"]].copy()
@@ -385,7 +382,16 @@ def union_store(tags: tuple[str, ...], work: Path) -> Path:
         it["label"] = tag + "::" + it["label"].astype(str)
         items.append(it)
     write_store(out, np.concatenate(vecs), pd.concat(items, ignore_index=True),
-                encoder={"name": "union of " + ", ".join(tags)})
+                encoder=encoder)
+
+
+def union_store(tags: tuple[str, ...], work: Path) -> Path:
+    """A store holding the rows of several (same-encoder) stores, labels prefixed by tag."""
+    out = work / "+".join(tags) / "store"
+    if (out / "manifest.json").exists():
+        return out
+    write_union(out, {tag: prepare(CONFIGS[tag], work)[0] for tag in tags},
+                {"name": "union of " + ", ".join(tags)})
     return out
 
 
