@@ -36,6 +36,32 @@ def run_pairkit(*args: object, timeout: float = 180) -> subprocess.CompletedProc
                           env=child_env(), capture_output=True, text=True, timeout=timeout)
 
 
+HEAVY_MODULES = ("torch", "faiss", "open_clip", "timm")
+
+
+def exit_codes_in_one_child(runs: list[list[str]], timeout: float = 120
+                            ) -> tuple[list[object], list[str], str]:
+    """Run each argument list through pairkit's app in one fresh interpreter: the exit
+    codes, the heavy modules (:data:`HEAVY_MODULES`) imported by then, and stderr."""
+    import json
+
+    code = (
+        "import json, sys\n"
+        "from pairkit.cli.main import app\n"
+        "codes = []\n"
+        f"for args in {runs!r}:\n"
+        "    try:\n"
+        "        app(args=args, prog_name='pairkit')\n"
+        "    except SystemExit as exc:\n"
+        "        codes.append(exc.code)\n"
+        f"print(json.dumps([codes, sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules)]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(), cwd=REPO, timeout=timeout)
+    codes, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
+    return codes, heavy, proc.stderr
+
+
 def start_python(code: str, **kwargs: object) -> subprocess.Popen[str]:
     """Start ``python -c CODE`` in a child (stdin, stdout piped)."""
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=child_env(),

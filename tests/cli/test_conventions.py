@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from pairkit.cli.main import app
 from tests.conftest import random_store
-from tests.proc import with_repo_path
+from tests.proc import exit_codes_in_one_child
 
 runner = CliRunner()
 PACKAGE = Path(__file__).resolve().parents[2] / "pairkit"
@@ -126,10 +126,6 @@ def test_threads_is_a_global_option(store, monkeypatch: pytest.MonkeyPatch) -> N
 def test_wrong_paths_are_reported_before_heavy_imports(tmp_path: Path) -> None:
     """Every command says no to a missing input before torch (or faiss) loads: each runs in
     one fresh interpreter, which then reports what it imported."""
-    import json
-    import os
-    import subprocess
-    import sys
 
     missing = str(tmp_path / "missing")
     runs = [["embed", missing, "-o", str(tmp_path / "s"), "--model", "pixels"],
@@ -138,22 +134,7 @@ def test_wrong_paths_are_reported_before_heavy_imports(tmp_path: Path) -> None:
             ["train", missing, "-o", str(tmp_path / "h"), "--relation", "instance"],
             ["project", missing, "--head", missing, "-o", str(tmp_path / "p")],
             ["eval", missing], ["search", missing, "0"], ["info", missing]]
-    code = (
-        "import json, sys\n"
-        "from pairkit.cli.main import app\n"
-        "codes = []\n"
-        f"for args in {runs!r}:\n"
-        "    try:\n"
-        "        app(args=args, prog_name='pairkit')\n"
-        "    except SystemExit as exc:\n"
-        "        codes.append(exc.code)\n"
-        "print(json.dumps([codes, sorted(m for m in ('torch', 'faiss', 'open_clip', 'timm')\n"
-        "                                if m in sys.modules)]))\n"
-    )
-    env = {**os.environ, "PYTHONPATH": with_repo_path()}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, timeout=120)
-    codes, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert codes == [1] * len(runs), proc.stderr
+    codes, heavy, stderr = exit_codes_in_one_child(runs)
+    assert codes == [1] * len(runs), stderr
     assert heavy == [], heavy
-    assert proc.stderr.count("error: ") == len(runs) and "Traceback" not in proc.stderr
+    assert stderr.count("error: ") == len(runs) and "Traceback" not in stderr

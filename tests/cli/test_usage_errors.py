@@ -3,7 +3,6 @@ before heavy imports; a closed stdout ends a command quietly (issue 20.11-20.13)
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from typer.testing import CliRunner
 
 from pairkit.cli.main import app
 from tests.conftest import random_store
-from tests.proc import REPO, child_env, error_lines
+from tests.proc import REPO, child_env, error_lines, exit_codes_in_one_child
 
 runner = CliRunner()
 
@@ -63,22 +62,9 @@ def test_bad_values_are_one_line_usage_errors(store, tmp_path: Path) -> None:
 
 
 def test_usage_errors_come_before_heavy_imports(store, tmp_path: Path) -> None:
-    code = (
-        "import json, sys\n"
-        "from pairkit.cli.main import app\n"
-        "codes = []\n"
-        f"for args, _ in {cases(str(store.root), str(tmp_path))!r}:\n"
-        "    try:\n"
-        "        app(args=args, prog_name='pairkit')\n"
-        "    except SystemExit as exc:\n"
-        "        codes.append(exc.code)\n"
-        "print(json.dumps([codes, sorted(m for m in ('torch', 'faiss', 'open_clip', 'timm')\n"
-        "                                if m in sys.modules)]))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=child_env(), cwd=REPO, timeout=120)
-    codes, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(codes) == {2}, proc.stderr
+    runs = [args for args, _ in cases(str(store.root), str(tmp_path))]
+    codes, heavy, stderr = exit_codes_in_one_child(runs)
+    assert set(codes) == {2}, stderr
     assert heavy == [], heavy
 
 
@@ -125,22 +111,8 @@ def test_slow_refusals_come_before_heavy_imports(store, tmp_path: Path) -> None:
                    "cuda"], 1, "no CUDA GPU is visible"),
                  (["train", s, "-o", t + "/h2", "--relation", "instance", "--device", "cuda"],
                   1, "no CUDA GPU is visible")]
-    code = (
-        "import json, sys\n"
-        "from pairkit.cli.main import app\n"
-        "codes = []\n"
-        f"for args in {[a for a, _, _ in runs]!r}:\n"
-        "    try:\n"
-        "        app(args=args, prog_name='pairkit')\n"
-        "    except SystemExit as exc:\n"
-        "        codes.append(exc.code)\n"
-        "print(json.dumps([codes, sorted(m for m in ('torch', 'faiss', 'open_clip', 'timm')\n"
-        "                                if m in sys.modules)]))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=child_env(), cwd=REPO, timeout=120)
-    codes, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert codes == [c for _, c, _ in runs], proc.stderr
+    codes, heavy, stderr = exit_codes_in_one_child([a for a, _, _ in runs])
+    assert codes == [c for _, c, _ in runs], stderr
     for _, _, message in runs:
-        assert message in proc.stderr
+        assert message in stderr
     assert heavy == [], heavy
