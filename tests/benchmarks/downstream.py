@@ -26,7 +26,10 @@ Sets (built once under --work): fm0, mnist5k (false_negatives_real.CONFIGS), fm3
 (Fashion-MNIST, Lite2), mnist-lite1 (MNIST, Lite1), digits-h (scikit-learn digits), A+B
 (the union of two sets of one encoder, e.g. fm0+mnist5k), X-lt (X's rows subsampled by
 class to sizes 30x apart, the held-out split alike), X-copies (X plus 3% planted
-near-copies: 1-2 px shifts and +-10% brightness, embedded as new sources).
+near-copies: 1-2 px shifts and +-10% brightness, embedded as new sources), fm-tail and
+mnist-tail (drawn long-tailed from the start, class sizes 30x apart in another class order
+than fm0-lt's, held-out 1,000 drawn alike: the size of issue 19's set; mnist-tail with
+Lite1).
 
 Usage: python tests/benchmarks/downstream.py --work DIR --sets fm0,mnist5k --seeds 0,1,2
     [--variants raw,in-batch,lf] --out results.json
@@ -61,9 +64,10 @@ HELD_OUT_CONFIGS = {
     "fm3-lite2": Config("fm3-lite2", "fashion-mnist", 3000, 3, 2, heldout=1000),
     "mnist-lite1": Config("mnist-lite1", "mnist-5k", 3000, 1, 1, heldout=1000),
     "digits-h": Config("digits-h", "digits", 1200, 4, 0, heldout=597),
-    # bigger bases for long-tailed samples of the size of issue 19's (held-out ~1,000)
-    "fm-big": Config("fm-big", "fashion-mnist", 12000, 5, 0, heldout=3000),
-    "mnist-big": Config("mnist-big", "mnist-10k", 7000, 6, 1, heldout=3000),
+    # long-tailed at the source (class sizes 30x apart, another class order each), of the
+    # size of issue 19's set (held-out 1,000)
+    "fm-tail": Config("fm-tail", "fashion-mnist", 4000, 5, 0, heldout=1000, tail=30.0),
+    "mnist-tail": Config("mnist-tail", "mnist-10k", 3000, 6, 1, heldout=1000, tail=30.0),
 }
 
 LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,mutual-neighbour,cluster"]

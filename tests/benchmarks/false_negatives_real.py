@@ -51,6 +51,7 @@ from tests.benchmarks.real_data import (  # noqa: E402
     SETS,
     encoder_checkpoint,
     sample,
+    sample_tail,
     write_folder,
 )
 
@@ -68,6 +69,7 @@ class Config:
     lite: int
     invert: bool = False
     heldout: int = 0  # sources of a disjoint held-out split (one view) for --train
+    tail: float = 0.0  # > 0: long-tailed class sizes this many times apart, both splits
 
 
 CONFIGS = {
@@ -92,7 +94,8 @@ def pairkit(*args: str) -> subprocess.CompletedProcess:
 def prepare(cfg: Config, work: Path) -> tuple[Path, Path | None]:
     """Write and embed the set (cached); returns (store, held-out store or None)."""
     data = SETS[cfg.data]()
-    rows = sample(data, cfg.sources, cfg.seed)
+    rows = (sample_tail(data, cfg.sources, cfg.seed, cfg.tail) if cfg.tail
+            else sample(data, cfg.sources, cfg.seed))
     folder = work / cfg.tag
     ckpt = encoder_checkpoint(cfg.lite)
     model = f"timm/tf_efficientnet_lite{cfg.lite}"
@@ -106,7 +109,8 @@ def prepare(cfg: Config, work: Path) -> tuple[Path, Path | None]:
         used = set(rows.tolist())
         pool = np.array([i for i in range(len(data.images)) if i not in used])
         rng = np.random.default_rng(100 + cfg.seed)
-        test_rows = np.sort(rng.choice(pool, size=cfg.heldout, replace=False))
+        test_rows = (sample_tail(data, cfg.heldout, cfg.seed, cfg.tail, exclude=rows)
+                     if cfg.tail else np.sort(rng.choice(pool, size=cfg.heldout, replace=False)))
         if not (folder / "heldout-images").exists():
             write_folder(data, test_rows, folder / "heldout-images", invert=cfg.invert)
         held = folder / "heldout"

@@ -103,6 +103,25 @@ def sample(data: LabelledImages, n: int, seed: int) -> np.ndarray:
     return np.sort(rng.choice(len(data.images), size=min(n, len(data.images)), replace=False))
 
 
+def sample_tail(data: LabelledImages, n: int, seed: int, ratio: float,
+                exclude: np.ndarray | None = None) -> np.ndarray:
+    """Row indices of about ``n`` images with long-tailed class sizes: in a seeded order of
+    the classes, class i gets a share proportional to ``ratio ** (-i / (C - 1))`` (the
+    largest ``ratio`` times the smallest); rows in ``exclude`` are never drawn."""
+    rng = np.random.default_rng([seed, 41])
+    classes = rng.permutation(np.unique(data.labels))
+    weight = ratio ** (-np.arange(len(classes)) / max(len(classes) - 1, 1))
+    want = np.maximum(2, np.round(n * weight / weight.sum())).astype(int)
+    banned = np.zeros(len(data.labels), bool)
+    if exclude is not None:
+        banned[exclude] = True
+    rows = []
+    for c, k in zip(classes, want, strict=True):
+        pool = np.flatnonzero((data.labels == c) & ~banned)
+        rows.append(rng.choice(pool, size=min(k, len(pool)), replace=False))
+    return np.sort(np.concatenate(rows))
+
+
 def write_folder(data: LabelledImages, rows: np.ndarray, root: Path, invert: bool = False,
                  size: int | None = None) -> None:
     """Write ``data.images[rows]`` as PNGs ``root/<label>/<name>-<row>.png`` (the embed
