@@ -29,7 +29,8 @@ class to sizes 30x apart, the held-out split alike), X-copies (X plus 3% planted
 near-copies: 1-2 px shifts and +-10% brightness, embedded as new sources), fm-tail and
 mnist-tail (drawn long-tailed from the start, class sizes 30x apart in another class order
 than fm0-lt's, held-out 1,000 drawn alike: the size of issue 19's set; mnist-tail with
-Lite1).
+Lite1); X-bal: X's training store judged on a balanced held-out split (100 images of
+every class, drawn from the images X did not use), for the long-tailed sets.
 
 Usage: python tests/benchmarks/downstream.py --work DIR --sets fm0,mnist5k --seeds 0,1,2
     [--variants raw,in-batch,lf] --out results.json
@@ -176,7 +177,41 @@ def planted_copies(work: Path, base: str = "fm0", share: float = 0.03, seed: int
     return store, src_held, pairs_file
 
 
+def balanced_heldout(work: Path, base: str, per_class: int = 100) -> tuple[Path, Path]:
+    """``base``'s training store and a held-out store of ``per_class`` images of every
+    class (one view), drawn from the images neither split of ``base`` used: a long-tailed
+    training set judged on a balanced test, where the tail classes count as much as the
+    head."""
+    from pairkit.core.store import Store
+    from tests.benchmarks.real_data import SETS, encoder_checkpoint, write_folder
+
+    cfg = HELD_OUT_CONFIGS[base]
+    train, held = prepare(cfg, work)
+    out = work / base / "heldout-balanced"
+    if (out / "manifest.json").exists():
+        return train, out
+    data = SETS[cfg.data]()
+    used = np.zeros(len(data.labels), bool)
+    for store in (train, held):
+        # write_folder names each image <set>-<row>.png
+        paths = Store.open(store).items["path"].astype(str)
+        used[[int(Path(p).stem.rsplit("-", 1)[1]) for p in paths]] = True
+    rng = np.random.default_rng([cfg.seed, 43])
+    rows = np.sort(np.concatenate([
+        rng.choice(np.flatnonzero((data.labels == c) & ~used), size=per_class, replace=False)
+        for c in np.unique(data.labels)]))
+    folder = work / base / "heldout-balanced-images"
+    if not folder.exists():
+        write_folder(data, rows, folder, invert=cfg.invert)
+    pairkit("embed", str(folder), "-o", str(out), "--model",
+            f"timm/tf_efficientnet_lite{cfg.lite}", "--checkpoint",
+            encoder_checkpoint(cfg.lite), "--views", "1", "--labels", "folder", "--quiet")
+    return train, out
+
+
 def get_set(tag: str, work: Path) -> tuple[Path, Path, Path | None]:
+    if tag.endswith("-bal"):
+        return (*balanced_heldout(work, tag[: -len("-bal")]), None)
     if tag.endswith("-lt"):
         return (*long_tailed(work, tag[:-3]), None)
     if tag.endswith("-copies"):
