@@ -384,7 +384,7 @@ def find_near_duplicates(
     ``keep``: ``first`` (lowest row id), ``largest`` or ``best`` (largest ``sizes``: an
     (N,) float array, NaN where unknown, or a function from item ids to such an array,
     called only for items that have a duplicate; ties by lowest id; ``best`` is the name
-    under which :mod:`pairkit.mine.dedup` passes its pixels/bytes/path order) or
+    under which :mod:`pairkit.mine.keep_readers` passes its pixels/bytes/path order) or
     ``central`` (highest mean similarity to the other members of its component).
     ``near=False`` finds only exact duplicates by hash. ``check``: which pairs are
     near-duplicates (:mod:`pairkit.mine.near_duplicate_check`; the calibrated
