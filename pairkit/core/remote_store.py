@@ -239,7 +239,7 @@ class RemoteStoreWriter(ShardBook):
         import pandas as pd
 
         from pairkit import __version__
-        from pairkit.core.store import normalize_items
+        from pairkit.core.items import normalize_items
 
         if dtype not in DTYPES:
             raise PairkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
