@@ -137,6 +137,12 @@ class Store:
         """The store folder, or None on object storage (no saved indices there)."""
         return None if self.is_remote else self.root
 
+    def hold(self, arrays: list[np.ndarray], items_raw: bytes | None) -> None:
+        """Hold a snapshot read elsewhere (object storage, :mod:`pairkit.core.remote_store`):
+        its shard arrays (n_i, dim) and the item table's bytes (None: not in the manifest)."""
+        self._arrays = arrays
+        self._items_raw = items_raw
+
     # -- opening and validation -------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike[str], verify: bool = True) -> Store:
