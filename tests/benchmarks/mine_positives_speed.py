@@ -83,20 +83,30 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=0)
     ap.add_argument("--noise", type=float, default=0.02)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", default=",".join(RUNS),
+                    help="comma-separated names of RUNS to time (naive is always one)")
     a = ap.parse_args()
+    names = ["naive", *[n for n in a.runs.split(",") if n and n != "naive"]]
+    unknown = sorted(set(names) - set(RUNS))
+    if unknown:
+        ap.error(f"unknown runs {unknown}; choose from {list(RUNS)}")
     a.work.mkdir(parents=True, exist_ok=True)
     store = grown_store(a.store, a.rows, a.work, a.noise) if a.rows else a.store
-    times: dict[str, list[float]] = {k: [] for k in RUNS}
+    load0 = os.getloadavg()[0]
+    times: dict[str, list[float]] = {k: [] for k in names}
     for r in range(a.rounds):
-        for name, args in RUNS.items():
-            times[name].append(run(store, args, a.work / "pairs.parquet"))
+        for name in names:
+            times[name].append(run(store, RUNS[name], a.work / "pairs.parquet"))
             print(json.dumps({"round": r, "run": name, "seconds": round(times[name][-1], 2)}),
                   flush=True)
     best = {k: min(v) for k, v in times.items()}
-    print(json.dumps({"store": str(store), "rows": a.rows or None,
+    print(json.dumps({"store": str(store), "rows": a.rows or None, "rounds": a.rounds,
                       "best_seconds": {k: round(v, 2) for k, v in best.items()},
                       "x_naive": {k: round(v / best["naive"], 2) for k, v in best.items()},
-                      "load_at_end": os.getloadavg()[0]}))
+                      "x_naive_per_round": {k: [round(t / n, 2) for t, n in
+                                                zip(v, times["naive"], strict=True)]
+                                            for k, v in times.items() if k != "naive"},
+                      "load_at_start": load0, "load_at_end": os.getloadavg()[0]}))
 
 
 if __name__ == "__main__":

@@ -40,12 +40,14 @@ SIMILARITY = True
 
 
 def embedding(ctx: FnContext, config: FalseNegativeConfig) -> Any:
-    """The spectral embedding of the store's kNN graph (computed once)."""
+    """The spectral embedding of the store's kNN graph (computed once), in the context's
+    principal components when it has them."""
     from pairkit.mine.spectral import spectral_embedding
 
     if ctx.spectral is None:
         ctx.spectral = spectral_embedding(
-            ctx.vectors, ctx.sources, m=config.cluster_neighbours, seed=ctx.seed)
+            ctx.vectors, ctx.sources, m=config.cluster_neighbours, seed=ctx.seed,
+            reduced=ctx.principal)
     return ctx.spectral
 
 
