@@ -190,21 +190,16 @@ def mine_store(
         from pairkit.mine import false_negatives as fnm
 
         sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
-        white = principal = None
+        white = None
         if "mutual-neighbour" in fn_config.rules:  # searched here with mine's index options
-            from pairkit.mine.spectral import PCA_DIMS
-
-            lists = _whitened_lists(vectors, sources, _rule_lists_config(positives), index,
-                                    where, principal_dims=PCA_DIMS)
-            # the whitening's leading components are the cluster rule's graph space too:
-            # one decomposition of the vectors instead of two
-            white, principal = (lists.ids, lists.scores), lists.principal
+            white = positive_neighbour_lists(None, vectors, sources,
+                                             _rule_lists_config(positives), index, where)
         ctx = fnm.build_context(vectors, store.labels(), sources, fn_config, seed=config.seed,
                                 file_sha256=sha if any(v is not None for v in sha) else None,
                                 views=items["view"].to_numpy(), backend=where,
                                 paths=items["path"].to_numpy(dtype=object),
                                 image_root=store.manifest.get("image_root"),
-                                whitened_neighbours=white, principal=principal)
+                                whitened_neighbours=white)
         skipped = skippable_rows(ctx, fn_config, config)
         if skipped is not None and ctx.groups is None:
             # a near-duplicate of the anchor (or of its positive) shares its clusters, so
@@ -376,26 +371,21 @@ def positive_neighbour_lists(ctx: FnContext | None, vectors: np.ndarray, sources
     """The whitened mutual-neighbour lists (:func:`pairkit.mine.whitening.whitened_neighbours`)
     searched with mine's index options; kept on ``ctx`` (the ``mutual-neighbour`` rule
     and the mined positives share them)."""
+    from pairkit.mine.whitening import whitened_neighbours
+
     if ctx is not None and ctx.whitened_neighbours is not None and (
             ctx.whitened_neighbours[0].shape[1] >= cfg.neighbours):
         ids, scores = ctx.whitened_neighbours
         return ids[:, :cfg.neighbours], scores[:, :cfg.neighbours]
-    lists = _whitened_lists(vectors, sources, cfg, index, backend)
-    if ctx is not None:
-        ctx.whitened_neighbours = lists.ids, lists.scores
-    return lists.ids, lists.scores
-
-
-def _whitened_lists(vectors: np.ndarray, sources: np.ndarray, cfg: PositiveConfig,
-                    index: IndexOptions, backend: Any, principal_dims: int = 0) -> Any:
-    """:func:`pairkit.mine.whitening.whitened_lists` searched with mine's index options."""
-    from pairkit.mine.whitening import whitened_lists
 
     def search(space: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         return _neighbour_lists(space, sources, k, index, backend, None)
 
-    return whitened_lists(vectors, cfg.neighbours, search, power=cfg.whitening,
-                          seed=index.seed, principal_dims=principal_dims)
+    lists = whitened_neighbours(vectors, cfg.neighbours, search, power=cfg.whitening,
+                                seed=index.seed)
+    if ctx is not None:
+        ctx.whitened_neighbours = lists
+    return lists
 
 
 def _cosine_neighbour_lists(vectors: np.ndarray, sources: np.ndarray, store: Any,

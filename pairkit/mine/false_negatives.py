@@ -183,7 +183,6 @@ def build_context(
     paths: np.ndarray | None = None,
     image_root: str | None = None,
     whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None,
-    principal: np.ndarray | None = None,
 ) -> FnContext:
     """An :class:`FnContext` with what ``config``'s rules need computed (each rule's
     ``prepare``); near-duplicate groups are computed on first use unless given.
@@ -191,9 +190,7 @@ def build_context(
     runs the rules' searches and k-means. ``paths`` (N,) and ``image_root``: the store's
     images, for the near-duplicate decision's pixel check. ``whitened_neighbours``: the
     mutual-neighbour rule's lists (:func:`pairkit.mine.whitening.whitened_neighbours`)
-    when the caller searched them already; ``principal``: every row on the leading
-    principal components (:class:`pairkit.mine.whitening.WhitenedLists`), the space of
-    the cluster rule's graph (None: the rule's own PCA)."""
+    when the caller searched them already."""
     from pairkit.index.search import as_float32
 
     vectors = as_float32(vectors)
@@ -219,8 +216,7 @@ def build_context(
                     file_sha256=file_sha256, views=None if views is None else np.asarray(views),
                     seed=seed, neighbours=neighbours, backend=backend,
                     paths=None if paths is None else np.asarray(paths, dtype=object),
-                    image_root=image_root, whitened_neighbours=whitened_neighbours,
-                    principal=principal)
+                    image_root=image_root, whitened_neighbours=whitened_neighbours)
     for rule in config.rules:
         prepare = getattr(MODULES[rule], "prepare", None)
         if prepare is not None:

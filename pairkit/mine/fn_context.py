@@ -66,9 +66,6 @@ class FnContext:
     # (pairkit.mine.whitening), shared by the mutual-neighbour rule and mined positives
     whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None
     mutual_source_keys: np.ndarray | None = None  # sorted src_a * n_sources + src_b
-    # (N, spectral.PCA_DIMS) every row on the leading principal components, normalised,
-    # from the whitening's decomposition: the cluster rule's graph space (None: its own PCA)
-    principal: np.ndarray | None = None
 
     @property
     def count(self) -> int:

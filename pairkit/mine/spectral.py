@@ -32,7 +32,6 @@ import numpy as np
 
 EIGEN_THRESHOLD = 0.93
 MAX_CLUSTERS = 64
-PCA_DIMS = 128  # principal components the graph is searched in
 
 
 @dataclass
@@ -81,15 +80,10 @@ def knn_graph_approx(reduced: np.ndarray, sources: np.ndarray, rows: np.ndarray,
 
 
 def spectral_embedding(vectors: np.ndarray, sources: np.ndarray, *, m: int = 15,
-                       sample: int = 20_000, pca_dims: int = PCA_DIMS,
-                       n_eigen: int = MAX_CLUSTERS, seed: int = 0,
-                       reduced: np.ndarray | None = None) -> SpectralEmbedding:
+                       sample: int = 20_000, pca_dims: int = 128, n_eigen: int = MAX_CLUSTERS,
+                       seed: int = 0) -> SpectralEmbedding:
     """The normalised-adjacency embedding of the kNN graph of (a sample of) the rows.
 
-    ``reduced``: every row on its ``pca_dims`` leading principal components, normalised,
-    when the caller has them (the whitening's decomposition,
-    :func:`pairkit.mine.whitening.whitened_lists`); else a randomized PCA of a 5,000-row
-    sample (:func:`pairkit.mine.clusters.pca_reduce`).
     Returns a :class:`SpectralEmbedding` with the ``n_eigen`` leading eigenvectors
     (fewer for tiny stores), rows normalised to unit length (NJW).
     """
@@ -98,10 +92,7 @@ def spectral_embedding(vectors: np.ndarray, sources: np.ndarray, *, m: int = 15,
     from pairkit.mine.clusters import pca_reduce
 
     n = len(vectors)
-    if reduced is None:
-        reduced = pca_reduce(vectors, pca_dims, sample=5_000, seed=seed)
-    elif reduced.shape != (n, min(pca_dims, vectors.shape[1])):
-        raise ValueError(f"reduced must be ({n}, {pca_dims}), got {reduced.shape}")
+    reduced = pca_reduce(vectors, pca_dims, sample=5_000, seed=seed)
     rng = np.random.default_rng([seed, 23])
     rows = (np.arange(n) if n <= sample
             else np.sort(rng.choice(n, size=sample, replace=False)))

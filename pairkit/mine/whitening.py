@@ -123,35 +123,12 @@ def _kept_dims(vals: np.ndarray, variance: float, max_dims: int) -> int:
     return int(min(np.searchsorted(share, variance - 1e-12) + 1, len(vals), max_dims))
 
 
-@dataclass(frozen=True)
-class WhitenedLists:
-    """What :func:`whitened_lists` finds: ``ids``, ``scores`` (N, m) the neighbour lists,
-    ``principal`` (N, dims) float32 every row on the leading principal components, centred
-    and re-normalised (what :func:`pairkit.mine.clusters.pca_reduce` computes, here from
-    the whitening's exact decomposition), None when not asked for or the whitening kept
-    fewer components or ``vectors`` have no more dimensions than that."""
-
-    ids: np.ndarray
-    scores: np.ndarray
-    principal: np.ndarray | None = None
-
-
 def whitened_neighbours(vectors: np.ndarray, m: int, search: Search, *,
                         power: float = DEFAULT_POWER, seed: int = 0
                         ) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, scores)`` of :func:`whitened_lists`."""
-    lists = whitened_lists(vectors, m, search, power=power, seed=seed)
-    return lists.ids, lists.scores
-
-
-def whitened_lists(vectors: np.ndarray, m: int, search: Search, *,
-                   power: float = DEFAULT_POWER, seed: int = 0,
-                   principal_dims: int = 0) -> WhitenedLists:
     """Every row's ``m`` nearest rows of other sources in the partial whitening of
     ``vectors`` (N, d) L2-normalised, best first, ``(ids, scores)`` (N, m) with the
-    *plain cosine* scores, -1 / -inf padded; with ``principal_dims``, also the rows on
-    that many leading principal components (the same decomposition, unscaled), which
-    the cluster rule's spectral embedding takes instead of a PCA of its own.
+    *plain cosine* scores, -1 / -inf padded.
 
     ``search(space, k)``: every row's ``k`` nearest rows of other sources in ``space``
     ``(ids, scores)`` (the caller's index: exact or approximate). Above
@@ -163,12 +140,6 @@ def whitened_lists(vectors: np.ndarray, m: int, search: Search, *,
 
     white = fit_whitening(vectors, power=power, seed=seed)
     full = white.apply(vectors)
-    principal = None
-    if 0 < principal_dims <= white.dims and principal_dims < vectors.shape[1]:
-        # full's rows are (x - mean) @ (components * scale), normalised: dividing the
-        # scale back out and normalising again gives the plain projection's direction
-        principal = full[:, :principal_dims] / white.scale[:principal_dims]
-        principal /= np.maximum(np.linalg.norm(principal, axis=1, keepdims=True), 1e-12)
     if white.dims > CANDIDATE_DIMS:
         head = full[:, :CANDIDATE_DIMS]
         head = head / np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
@@ -178,4 +149,4 @@ def whitened_lists(vectors: np.ndarray, m: int, search: Search, *,
         ids = np.take_along_axis(cand, order, axis=1)
     else:
         ids, _ = search(full, m)
-    return WhitenedLists(ids, exact_scores(vectors, vectors, ids), principal)
+    return ids, exact_scores(vectors, vectors, ids)

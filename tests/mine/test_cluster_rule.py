@@ -242,27 +242,3 @@ def test_skipping_with_raised_votes_equals_full_search(tmp_path, monkeypatch, ki
     assert stats["clusters"]["votes"] > 1 and "raised" in stats["clusters"]
     assert f"at least {stats['clusters']['votes']} of 4" in stats["index"]
     _full_search_gives(fast, monkeypatch, store, cfg, idx, fcfg)
-
-
-def test_spectral_embedding_takes_the_callers_principal_components():
-    """``reduced`` given (the whitening's components, via the context's ``principal``)
-    gives the embedding computed from them; the same array as pca_reduce's gives the same
-    embedding as none given; a wrong shape is refused."""
-    x = blobs(4, 40, 160, spread=0.1, seed=3)
-    sources = np.arange(len(x))
-    own = spectral_embedding(x, sources, m=8)
-    same = spectral_embedding(x, sources, m=8, reduced=pca_reduce(x, 128, sample=5_000))
-    np.testing.assert_array_equal(same.reduced, own.reduced)
-    np.testing.assert_allclose(np.abs(same.x), np.abs(own.x), atol=1e-6)
-    with pytest.raises(ValueError):
-        spectral_embedding(x, sources, m=8, reduced=own.reduced[:, :5])
-    rng = np.random.default_rng(0)
-    other = rng.normal(size=(len(x), 128)).astype(np.float32)
-    other /= np.linalg.norm(other, axis=1, keepdims=True)
-    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=2, cluster_neighbours=8)
-    ctx = build_context(x, None, sources, cfg, seed=0, principal=other)
-    assert ctx.spectral.reduced is other  # the graph was built in the given space
-    given = spectral_embedding(x, sources, m=8, reduced=other)
-    np.testing.assert_array_equal(ctx.spectral.x, given.x)
-    plain = build_context(x, None, sources, cfg, seed=0)
-    np.testing.assert_array_equal(plain.spectral.reduced, own.reduced)

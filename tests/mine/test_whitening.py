@@ -109,34 +109,3 @@ def test_a_tail_below_the_float32_floor_is_solved_in_float64() -> None:
     got = w.apply(x)
     np.testing.assert_allclose(got @ got.T, ref @ ref.T, atol=1e-5)
 
-
-def test_whitened_lists_principal_components_are_the_exact_pca() -> None:
-    """``principal``: the rows on the leading components, centred and normalised, as an
-    SVD of the centred rows gives them (up to each component's sign); None when the
-    whitening kept fewer components or the rows have no more dimensions."""
-    from pairkit.mine.clusters import knn_graph
-    from pairkit.mine.whitening import whitened_lists, whitened_neighbours
-
-    rng = np.random.default_rng(5)
-    x = (rng.normal(size=(400, 40)) / np.arange(1, 41) ** 0.5 + 0.2).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    sources = np.arange(400) // 2
-
-    def search(space: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return knn_graph(space, sources, k)
-
-    lists = whitened_lists(x, 5, search, principal_dims=8)
-    c = x.astype(np.float64) - x.astype(np.float64).mean(axis=0)
-    vt = np.linalg.svd(c, full_matrices=False)[2][:8]
-    ref = c @ vt.T
-    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
-    assert lists.principal.shape == (400, 8) and lists.principal.dtype == np.float32
-    signs = np.sign(np.sum(lists.principal * ref, axis=0))
-    np.testing.assert_allclose(lists.principal * signs, ref, atol=1e-4)
-    ids, scores = whitened_neighbours(x, 5, search)  # the same lists without them
-    np.testing.assert_array_equal(lists.ids, ids)
-    np.testing.assert_array_equal(lists.scores, scores)
-    assert whitened_lists(x, 5, search).principal is None
-    assert whitened_lists(x, 5, search, principal_dims=40).principal is None  # d = 40
-    few = whitened_lists(x, 5, search, principal_dims=30, power=0.25)
-    assert (few.principal is None) == (fit_whitening(x).dims < 30)

@@ -40,14 +40,12 @@ SIMILARITY = True
 
 
 def embedding(ctx: FnContext, config: FalseNegativeConfig) -> Any:
-    """The spectral embedding of the store's kNN graph (computed once), in the context's
-    principal components when it has them."""
+    """The spectral embedding of the store's kNN graph (computed once)."""
     from pairkit.mine.spectral import spectral_embedding
 
     if ctx.spectral is None:
         ctx.spectral = spectral_embedding(
-            ctx.vectors, ctx.sources, m=config.cluster_neighbours, seed=ctx.seed,
-            reduced=ctx.principal)
+            ctx.vectors, ctx.sources, m=config.cluster_neighbours, seed=ctx.seed)
     return ctx.spectral
 
 
