@@ -56,6 +56,23 @@ def flat_index(base: np.ndarray) -> Any:
     return index
 
 
+class ArrayIndex:
+    """An exact inner-product search of an (N, d) array in place: ``faiss.knn`` (the
+    brute-force kernel of ``IndexFlatIP``, same results) without copying the rows into an
+    index first. What :func:`knn_search` uses for an array."""
+
+    def __init__(self, base: np.ndarray) -> None:
+        self.base = as_float32(base)
+        self.ntotal = int(self.base.shape[0])
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        from pairkit.core.threads import import_faiss
+
+        faiss = import_faiss()
+        return faiss.knn(as_float32(queries), self.base, k,
+                         metric=faiss.METRIC_INNER_PRODUCT)
+
+
 def is_gpu_index(index: Any) -> bool:
     """True for FAISS GPU indices (and shards of them), whose search caps k at 2048."""
     names = {type(index).__name__}
@@ -107,7 +124,7 @@ def knn_search(
     index, never passed to the GPU.
     """
     if isinstance(index, np.ndarray):
-        index = flat_index(index)
+        index = ArrayIndex(index)
     if getattr(index, "exact_ties", False):  # the torch search: exact, ties by id, any k
         return index.search(queries, k)
     nq = len(queries)

@@ -185,3 +185,21 @@ def test_exact_scores_on_a_memory_map(tmp_path) -> None:
     q = _unit(10, 16, seed=7)
     ids = np.random.default_rng(8).integers(0, 200, (10, 5))
     np.testing.assert_allclose(exact_scores(q, mm, ids), exact_scores(q, base, ids), atol=1e-7)
+
+
+def test_knn_search_of_an_array_equals_the_flat_index() -> None:
+    """An array is searched in place (faiss.knn, no index copy): the same scores and ids
+    as its IndexFlatIP, ties settled by id, short bases padded."""
+    base = _unit(40, 6, seed=9)
+    base[10] = base[3]  # exact ties
+    base[25] = base[3]
+    queries = np.concatenate([_unit(15, 6, seed=10), base[[3, 10]]])
+    for k in (1, 3, 40, 45):
+        s, i = knn_search(queries, base, k, batch_size=4)
+        s2, i2 = knn_search(queries, flat_index(base), k, batch_size=4)
+        np.testing.assert_array_equal(i, i2)
+        np.testing.assert_array_equal(s, s2)
+    s, i = knn_search(base[[3]], base, 3)
+    assert i[0].tolist() == [3, 10, 25]
+    s, i = knn_search(queries, base, 45)
+    assert (i[:, 40:] == -1).all() and np.isneginf(s[:, 40:]).all()
