@@ -5,14 +5,18 @@ search, the false-negative context, the positives, the table), in this order: na
 --hard -k 5``; ``--filter-false-negatives --fn-rules near-duplicate,mutual-neighbour,cluster
 --positives 0``; the same with the default mined positives. Rounds alternate the three so
 that a change in the machine's load hits all of them; the best of ``--rounds`` is reported
-with the ratios to naive.
+with the ratios to naive (and each round's own ratios). ``--runs lf`` times naive and the
+default only.
 
 ``--rows N`` above the store's size makes a larger store from it: every row again with
 small Gaussian noise (sigma ``--noise``) as new sources, until N rows (written once under
 --work).
 
+The rules are the default ones of a store without labels (the stores here have labels,
+which the default would use). Results: docs/benchmarks.md ("Downstream", whole command).
+
 Usage: python tests/benchmarks/mine_positives_speed.py --store STORE --work DIR
-    [--rows 200000] [--rounds 3]
+    [--rows 200000] [--rounds 3] [--runs lf-negatives,lf]
 """
 
 from __future__ import annotations
@@ -28,12 +32,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
+LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,mutual-neighbour,cluster"]
 RUNS = {
     "naive": [],
-    "label-free, no positives": ["--filter-false-negatives", "--fn-rules",
-                                 "near-duplicate,mutual-neighbour,cluster", "--positives", "0"],
-    "label-free + positives (default)": ["--filter-false-negatives", "--fn-rules",
-                                         "near-duplicate,mutual-neighbour,cluster"],
+    "lf-negatives": [*LABEL_FREE, "--positives", "0"],  # the filter, no mined positives
+    "lf": LABEL_FREE,  # the default: filter + mined positives
 }
 
 
