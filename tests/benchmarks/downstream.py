@@ -61,6 +61,9 @@ HELD_OUT_CONFIGS = {
     "fm3-lite2": Config("fm3-lite2", "fashion-mnist", 3000, 3, 2, heldout=1000),
     "mnist-lite1": Config("mnist-lite1", "mnist-5k", 3000, 1, 1, heldout=1000),
     "digits-h": Config("digits-h", "digits", 1200, 4, 0, heldout=597),
+    # bigger bases for long-tailed samples of the size of issue 19's (held-out ~1,000)
+    "fm-big": Config("fm-big", "fashion-mnist", 12000, 5, 0, heldout=3000),
+    "mnist-big": Config("mnist-big", "mnist-10k", 7000, 6, 1, heldout=3000),
 }
 
 LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,mutual-neighbour,cluster"]
@@ -85,10 +88,10 @@ def pairkit(*args: str) -> subprocess.CompletedProcess:
 
 
 # -- sets --------------------------------------------------------------------------------
-def long_tailed(work: Path, base: str = "fm0", ratio: float = 30.0, seed: int = 0
-                ) -> tuple[Path, Path]:
+def long_tailed(work: Path, base: str = "fm0", ratio: float = 30.0) -> tuple[Path, Path]:
     """``base``'s stores subsampled by class: class i keeps a share ratio**(-i/(C-1)) of
-    its sources (largest 1, smallest 1/ratio), train and held-out alike."""
+    its sources (largest 1, smallest 1/ratio), train and held-out alike; the class order
+    is a permutation seeded by the base's seed."""
     import pandas as pd
 
     from pairkit.core.store import Store
@@ -99,7 +102,7 @@ def long_tailed(work: Path, base: str = "fm0", ratio: float = 30.0, seed: int = 
     if (held / "manifest.json").exists():
         return train, held
     src_train, src_held = prepare(HELD_OUT_CONFIGS[base], work)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(HELD_OUT_CONFIGS[base].seed)
     classes = None
     for src, dst in ((src_train, train), (src_held, held)):
         st = Store.open(src)
