@@ -37,7 +37,7 @@ def _side(store: Any, rows: np.ndarray | None = None) -> EvalSide:
     return EvalSide(vectors, labels, sources)
 
 
-def check_eval(cfg: Any, head_path: Path | None) -> None:
+def check_eval(cfg: EvalConfig, head_path: Path | None) -> None:
     """The options and the ``--head`` folder, checked before any store or library loads
     (:func:`pairkit.eval.run.check_eval_config`, :func:`pairkit.train.head.read_head_config`)."""
     from pairkit.eval.run import check_eval_config

@@ -86,7 +86,6 @@ def find_issues(vectors: np.ndarray, labels: np.ndarray | None, *,
     ``vectors`` (N, d) L2-normalised, ``labels`` (N,) label names (None/NaN missing) or
     None. Returns ``({check: Detection}, graph, label names by code or None)``.
     """
-    import pandas as pd
 
     from pairkit.eval.issues import MODULES
 
@@ -97,8 +96,9 @@ def find_issues(vectors: np.ndarray, labels: np.ndarray | None, *,
     graph = knn_graph(vectors, min(k, n - 1), backend)
     codes, names = None, None
     if labels is not None:
-        raw, uniques = pd.factorize(pd.Series(labels, dtype=object), use_na_sentinel=True)
-        codes, names = raw.astype(np.int64), np.asarray(uniques, dtype=object)
+        from pairkit.core.store import codes_of
+
+        codes, names = codes_of(labels)
     cfg = IssuesConfig(k=k, checks=tuple(checks), outlier_z=outlier_z)
     found = {c: MODULES[c].detect(graph, codes, cfg) for c in checks}
     return found, graph, names

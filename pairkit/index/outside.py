@@ -221,7 +221,7 @@ class MaskedIvfSearch:
         first = self.assign[0]
         self.dominant = np.full(self.nlist, -1, dtype=np.int64)
         for lid in range(self.nlist):
-            _, ids = self.lists._list(lid)
+            _, ids = self.lists.inverted_list(lid)
             if len(ids):
                 values, counts = np.unique(first[ids], return_counts=True)
                 if counts.max() >= own_share * len(ids):
@@ -260,7 +260,7 @@ class MaskedIvfSearch:
             for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(flat)], strict=True):
                 if hi <= lo:
                     continue
-                vec, lid_ids = self.lists._list(int(flat[lo]))
+                vec, lid_ids = self.lists.inverted_list(int(flat[lo]))
                 if len(lid_ids) == 0:
                     continue
                 sub = qids[lo:hi]

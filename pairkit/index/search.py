@@ -277,7 +277,8 @@ class IvfListMajor:
             return False
         return int(index.ntotal) >= 256 * int(faiss.extract_index_ivf(index).nlist)
 
-    def _list(self, lid: int) -> tuple[np.ndarray, np.ndarray]:
+    def inverted_list(self, lid: int) -> tuple[np.ndarray, np.ndarray]:
+        """List ``lid``'s vectors (n, d) float32 and ids (n,) int64, read once and kept."""
         import faiss
 
         if lid not in self._lists:
@@ -311,7 +312,7 @@ class IvfListMajor:
         for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(flat)], strict=True):
             if hi <= lo:
                 continue
-            vec, ids = self._list(int(flat[lo]))
+            vec, ids = self.inverted_list(int(flat[lo]))
             if len(ids) == 0:
                 continue
             sub = qids[lo:hi]

@@ -101,7 +101,7 @@ def anchor_parts(table: Any, per_part: int) -> list[int]:
     return np.diff(np.r_[starts, len(ids)]).astype(int).tolist()
 
 
-def workers_rows(store: Any, map_blocks: Any, fn_config: Any) -> Any:
+def workers_rows(store: Any, map_blocks: Any, fn_config: FalseNegativeConfig | None) -> Any:
     """Where the workers read the store's vectors (:class:`pairkit.mine.blocks.StoreRows`)
     when the blocks run elsewhere (``map_blocks.workers_read_store``: a Ray cluster) and
     nothing else they get would carry the vectors anyway (no false-negative rules, whose

@@ -151,12 +151,11 @@ def source_nodes(n: int, sources: np.ndarray | None, views: np.ndarray | None
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Step 1: ``(item_node (N,), node_item (S,))``: one node per source, standing for it
     by its lowest view (ties by lowest row)."""
-    import pandas as pd
+    from pairkit.core.store import codes_of
 
     if sources is None:
         return np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64)
-    codes, _ = pd.factorize(pd.Series(np.asarray(sources, dtype=object)))
-    item_node = codes.astype(np.int64)
+    item_node = codes_of(sources)[0]
     view_key = np.arange(n) if views is None else np.asarray(views, dtype=np.int64)
     order = np.lexsort((np.arange(n), view_key, item_node))
     first = np.ones(n, dtype=bool)
@@ -169,6 +168,8 @@ def exact_units(node_item: np.ndarray, file_sha256: np.ndarray | None) -> np.nda
     without a hash is a unit of its own."""
     import pandas as pd
 
+    from pairkit.core.store import codes_of
+
     n_nodes = len(node_item)
     if file_sha256 is None:
         return np.arange(n_nodes, dtype=np.int64)
@@ -177,7 +178,7 @@ def exact_units(node_item: np.ndarray, file_sha256: np.ndarray | None) -> np.nda
     empty = as_series.map(lambda h: isinstance(h, str) and not h)
     missing = (as_series.isna() | empty).to_numpy(dtype=bool)
     keys = np.where(missing, None, hashes)
-    codes, _ = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=True)
+    codes = codes_of(keys)[0]
     node_unit = np.empty(n_nodes, dtype=np.int64)
     n_hash = int(codes.max()) + 1 if (codes >= 0).any() else 0
     node_unit[~missing] = codes[~missing]
