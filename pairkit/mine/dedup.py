@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pairkit.errors import PairkitError, UsageError
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 DEFAULT_KEEP = "best"
@@ -47,26 +48,12 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     """
     import numpy as np
 
-    from pairkit.core.paths import first_bad_path
     from pairkit.core.store import Store
-    from pairkit.mine.keep_readers import (
-        best_reader,
-        keep_reasons,
-        largest_reader,
-        rekeep_resized,
-    )
-    from pairkit.mine.near_duplicates import (
-        DEFAULT_THRESHOLD,
-        KEEP_RULES,
-        check_threshold,
-        find_near_duplicates,
-    )
+    from pairkit.mine.keep_readers import rekeep_resized
+    from pairkit.mine.near_duplicate_check import choose_check
+    from pairkit.mine.near_duplicates import find_near_duplicates
 
-    threshold = check_threshold(DEFAULT_THRESHOLD if cfg.threshold is None else cfg.threshold)
-    if cfg.keep not in KEEP_RULES:
-        raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {cfg.keep}")
-    if cfg.batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    threshold = check_dedup(cfg)
     if cfg.exact_only:
         pairs = None
     if pairs is not None:
@@ -80,46 +67,26 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
         raise UsageError(f"--absolute needs the store's image_root, and {store} has none "
                          "(made by import?)")
     paths = items["path"].to_numpy(dtype=object)
-    keep, sizes = cfg.keep, None
-    if keep == "best":
-        sizes = best_reader(image_root, paths, warn)
-    elif keep == "largest":
-        sizes = largest_reader(image_root, paths, warn)
-        if sizes is None:
-            keep = "first"
-    from pairkit.mine.near_duplicate_check import choose_check
-
+    keep, sizes = keep_sizes(cfg.keep, image_root, paths, warn)
     vectors = st.vectors(np.float32)
+    device, backend = ("cpu", "faiss") if pairs else (cfg.device, cfg.backend)
     check = choose_check(
         vectors, paths, image_root, cfg.method, cfg.threshold, cfg.pixel_threshold,
-        batch_size=cfg.batch_size, device="cpu" if pairs else cfg.device,
-        backend="faiss" if pairs else cfg.backend, pairs=pairs)
+        batch_size=cfg.batch_size, device=device, backend=backend, pairs=pairs)
     result = find_near_duplicates(
         vectors, threshold,
         file_sha256=items["file_sha256"].to_numpy(dtype=object, na_value=None),
         sources=items["source"].to_numpy(dtype=object), views=items["view"].to_numpy(),
         keep=keep, sizes=sizes, near=not cfg.exact_only, batch_size=cfg.batch_size,
-        device="cpu" if pairs else cfg.device, backend="faiss" if pairs else cfg.backend,
-        pairs=pairs, check=check)
+        device=device, backend=backend, pairs=pairs, check=check)
     table = result.table
     resized: dict[int, str] = {}
     if keep == "best" and getattr(sizes, "facts", None) and image_root:
         table, resized = rekeep_resized(table, vectors, items, image_root, sizes.facts)
-    out_paths = paths[table["id"].to_numpy()]
-    bad = first_bad_path(out_paths)
-    if bad is not None:  # a hand-edited store: `--paths-only | xargs rm` would act on it
-        row, value, reason = bad
-        raise PairkitError(f"item path {value!a} {reason} (store {store}, id "
-                           f"{int(table['id'].iloc[row])}): refusing to list it")
-    if cfg.absolute:
-        out_paths = np.array([str(inside(image_root, p)) for p in out_paths], dtype=object)
-    table.insert(2, "path", out_paths)
-    reasons = keep_reasons(table, "first" if getattr(sizes, "fell_back", False) else keep,
-                           paths, getattr(sizes, "facts", None))
-    for row, item in enumerate(table["id"].tolist()):
-        if item in resized and table["keep"].iat[row]:
-            reasons[row] = resized[item]
-    table["keep_reason"] = reasons
+    table.insert(2, "path", listed_paths(table, paths, store, image_root, cfg.absolute))
+    if getattr(sizes, "fell_back", False):
+        keep = "first"
+    table["keep_reason"] = keep_reason_column(table, keep, paths, sizes, resized)
     summary = {
         "groups": int(table["group"].nunique()),
         "sources_in_groups": len(table),
@@ -132,11 +99,72 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
         "split": result.components_split,
         "threshold": threshold,
         "decision": result.decision if not cfg.exact_only else None,
-        "keep": "first" if getattr(sizes, "fell_back", False) else keep,
+        "keep": keep,
         "exact_only": cfg.exact_only,
         "ray": pairs.describe() if pairs is not None else None,
     }
     return table, summary
+
+
+def check_dedup(cfg: DedupConfig) -> float:
+    """The threshold ``cfg`` asks for (None: the measured default), after checking it, the
+    keep rule and the batch size; UsageError naming the option otherwise."""
+    from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD, KEEP_RULES, check_threshold
+
+    threshold = check_threshold(DEFAULT_THRESHOLD if cfg.threshold is None else cfg.threshold)
+    if cfg.keep not in KEEP_RULES:
+        raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {cfg.keep}")
+    if cfg.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    return threshold
+
+
+def keep_sizes(keep: str, image_root: str | None, paths: np.ndarray,
+               warn: Callable[[str], None]) -> tuple[str, Any]:
+    """``(keep rule, sizes)`` for :func:`~pairkit.mine.near_duplicates.find_near_duplicates`:
+    the image-reading rules' goodness per item (:mod:`pairkit.mine.keep_readers`), None for
+    the others; ``largest`` becomes ``first`` (warned) when the images can't be found."""
+    from pairkit.mine.keep_readers import best_reader, largest_reader
+
+    if keep == "best":
+        return keep, best_reader(image_root, paths, warn)
+    if keep == "largest":
+        sizes = largest_reader(image_root, paths, warn)
+        return ("first", None) if sizes is None else (keep, sizes)
+    return keep, None
+
+
+def listed_paths(table: pd.DataFrame, paths: np.ndarray, store: str | Path,
+                 image_root: str | None, absolute: bool) -> np.ndarray:
+    """The ``path`` column of the table's rows (joined to ``image_root`` when ``absolute``);
+    PairkitError for a path a pipeline must not act on (a hand-edited store: ``--paths-only
+    | xargs rm`` would)."""
+    import numpy as np
+
+    from pairkit.core.paths import first_bad_path
+
+    out_paths = paths[table["id"].to_numpy()]
+    bad = first_bad_path(out_paths)
+    if bad is not None:
+        row, value, reason = bad
+        raise PairkitError(f"item path {value!a} {reason} (store {store}, id "
+                           f"{int(table['id'].iloc[row])}): refusing to list it")
+    if absolute:
+        out_paths = np.array([str(inside(image_root, p)) for p in out_paths], dtype=object)
+    return out_paths
+
+
+def keep_reason_column(table: pd.DataFrame, keep: str, paths: np.ndarray, sizes: Any,
+                       resized: dict[int, str]) -> list[str | None]:
+    """The ``keep_reason`` column (:func:`pairkit.mine.keep_readers.keep_reasons`), with the
+    resized-copy reason on the kept rows ``resized`` names."""
+    from pairkit.mine.keep_readers import keep_reasons
+
+    reasons = keep_reasons(table, keep, paths, getattr(sizes, "facts", None))
+    for row, item in enumerate(table["id"].tolist()):
+        if item in resized and table["keep"].iat[row]:
+            reasons[row] = resized[item]
+    return reasons
 
 
 def inside(image_root: str, path: str) -> Path:
