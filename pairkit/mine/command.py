@@ -320,6 +320,7 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
     mine's index options (exact up to ``--exact-max-rows``, approximate above) in the
     partially whitened space, or by plain cosine with ``whitening`` 0."""
     from pairkit.core.pairs import add_mined_positives
+    from pairkit.core.unique import sorted_unique
     from pairkit.mine.fn_context import near_duplicate_threshold
     from pairkit.mine.positives import mine_positives
 
@@ -340,7 +341,7 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
                               store.items["path"].to_numpy(dtype=object))
     reasons, counts = np.unique(mined.reasons.astype(str), return_counts=True)
     stats: dict[str, Any] = {
-        "rows": len(mined), "anchors_with_any": int(len(np.unique(mined.rows))),
+        "rows": len(mined), "anchors_with_any": int(len(sorted_unique(mined.rows))),
         "per_anchor": round(len(mined) / max(len(anchors), 1), 3),
         "reasons": {str(r): int(c) for r, c in zip(reasons, counts, strict=True)},
         "neighbours": cfg.neighbours, "max_per_anchor": cfg.per_anchor,

@@ -5,14 +5,18 @@ search, the false-negative context, the positives, the table), in this order: na
 --hard -k 5``; ``--filter-false-negatives --fn-rules near-duplicate,mutual-neighbour,cluster
 --positives 0``; the same with the default mined positives. Rounds alternate the three so
 that a change in the machine's load hits all of them; the best of ``--rounds`` is reported
-with the ratios to naive.
+with the ratios to naive (and each round's own ratios). ``--runs lf`` times naive and the
+default only.
 
 ``--rows N`` above the store's size makes a larger store from it: every row again with
 small Gaussian noise (sigma ``--noise``) as new sources, until N rows (written once under
 --work).
 
+The rules are the default ones of a store without labels (the stores here have labels,
+which the default would use). Results: docs/benchmarks.md ("Downstream", whole command).
+
 Usage: python tests/benchmarks/mine_positives_speed.py --store STORE --work DIR
-    [--rows 200000] [--rounds 3]
+    [--rows 200000] [--rounds 3] [--runs lf-negatives,lf]
 """
 
 from __future__ import annotations
@@ -28,12 +32,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
+LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,mutual-neighbour,cluster"]
 RUNS = {
     "naive": [],
-    "label-free, no positives": ["--filter-false-negatives", "--fn-rules",
-                                 "near-duplicate,mutual-neighbour,cluster", "--positives", "0"],
-    "label-free + positives (default)": ["--filter-false-negatives", "--fn-rules",
-                                         "near-duplicate,mutual-neighbour,cluster"],
+    "lf-negatives": [*LABEL_FREE, "--positives", "0"],  # the filter, no mined positives
+    "lf": LABEL_FREE,  # the default: filter + mined positives
 }
 
 
@@ -83,20 +86,30 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=0)
     ap.add_argument("--noise", type=float, default=0.02)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", default=",".join(RUNS),
+                    help="comma-separated names of RUNS to time (naive is always one)")
     a = ap.parse_args()
+    names = ["naive", *[n for n in a.runs.split(",") if n and n != "naive"]]
+    unknown = sorted(set(names) - set(RUNS))
+    if unknown:
+        ap.error(f"unknown runs {unknown}; choose from {list(RUNS)}")
     a.work.mkdir(parents=True, exist_ok=True)
     store = grown_store(a.store, a.rows, a.work, a.noise) if a.rows else a.store
-    times: dict[str, list[float]] = {k: [] for k in RUNS}
+    load0 = os.getloadavg()[0]
+    times: dict[str, list[float]] = {k: [] for k in names}
     for r in range(a.rounds):
-        for name, args in RUNS.items():
-            times[name].append(run(store, args, a.work / "pairs.parquet"))
+        for name in names:
+            times[name].append(run(store, RUNS[name], a.work / "pairs.parquet"))
             print(json.dumps({"round": r, "run": name, "seconds": round(times[name][-1], 2)}),
                   flush=True)
     best = {k: min(v) for k, v in times.items()}
-    print(json.dumps({"store": str(store), "rows": a.rows or None,
+    print(json.dumps({"store": str(store), "rows": a.rows or None, "rounds": a.rounds,
                       "best_seconds": {k: round(v, 2) for k, v in best.items()},
                       "x_naive": {k: round(v / best["naive"], 2) for k, v in best.items()},
-                      "load_at_end": os.getloadavg()[0]}))
+                      "x_naive_per_round": {k: [round(t / n, 2) for t, n in
+                                                zip(v, times["naive"], strict=True)]
+                                            for k, v in times.items() if k != "naive"},
+                      "load_at_start": load0, "load_at_end": os.getloadavg()[0]}))
 
 
 if __name__ == "__main__":
