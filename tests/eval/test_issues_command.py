@@ -10,7 +10,7 @@ import pytest
 from pairkit.core.tables import read_table
 from pairkit.eval.data_issues import IssuesConfig, find_issues
 from pairkit.eval.issues_command import issues_to_files
-from tests.conftest import random_store
+from tests.conftest import ClosedStdout, random_store
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +37,7 @@ def test_table_is_the_detectors_verdict_on_view_0(store, tmp_path) -> None:
 
 
 def test_a_closed_stdout_is_reported_not_raised(store, monkeypatch) -> None:
-    class Closed:
-        def write(self, _: str) -> int:
-            raise BrokenPipeError
-
-        def flush(self) -> None:
-            raise BrokenPipeError
-
-    monkeypatch.setattr("sys.stdout", Closed())
+    monkeypatch.setattr("sys.stdout", ClosedStdout())
     summary = issues_to_files(store.root, "-", IssuesConfig(k=5, all_rows=True))
     assert summary["stdout_closed"] is True and summary["sources"] == 30
 

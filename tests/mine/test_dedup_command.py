@@ -9,7 +9,7 @@ from pairkit.core.tables import read_table
 from pairkit.errors import UsageError
 from pairkit.mine.dedup import DedupConfig, run_dedup
 from pairkit.mine.dedup_command import dedup_to_files
-from tests.conftest import random_store
+from tests.conftest import ClosedStdout, random_store
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +40,6 @@ def test_the_table_written_is_run_dedups(store, tmp_path) -> None:
 
 
 def test_a_closed_stdout_is_reported_not_raised(store, monkeypatch) -> None:
-    class Closed:
-        def write(self, _: str) -> int:
-            raise BrokenPipeError
-
-        def flush(self) -> None:
-            raise BrokenPipeError
-
-    monkeypatch.setattr("sys.stdout", Closed())
+    monkeypatch.setattr("sys.stdout", ClosedStdout())
     summary = dedup_to_files(store.root, "-", CFG, paths_only=True)
     assert summary["stdout_closed"] is True and summary["groups"] > 0
