@@ -101,7 +101,7 @@ FLOAT32_FLOOR = 1e-4  # the smallest kept eigenvalue (of the largest) float32 so
 def _spectrum(fit: np.ndarray, mean: np.ndarray, dtype: type) -> tuple[np.ndarray, np.ndarray]:
     """Eigenvalues (float64, descending, those below 1e-6 of the largest dropped) and
     eigenvectors (d, kept) of the covariance of ``fit`` (n, d) around ``mean``, computed
-    in ``dtype``: LAPACK's divide-and-conquer solver (syevd), which in float32 is ~3x
+    in ``dtype``: LAPACK's divide-and-conquer solver (syevd), which in float32 is 2-3x
     faster than float64 on 1,280 dims (docs/benchmarks.md)."""
     from scipy.linalg import eigh
 
