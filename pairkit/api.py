@@ -140,9 +140,8 @@ def find_duplicates(store: Any, *, threshold: float | None = None, keep: str = "
     from pairkit.mine.dedup import DedupConfig, run_dedup
 
     (kw,) = _split_options(options, DedupConfig)
-    cfg = DedupConfig(_root(store), threshold=threshold, keep=keep, exact_only=exact_only,
-                      **kw)
-    table, summary = run_dedup(cfg, warn or (lambda _: None))
+    cfg = DedupConfig(threshold=threshold, keep=keep, exact_only=exact_only, **kw)
+    table, summary = run_dedup(_root(store), cfg, warn or (lambda _: None))
     if drop:
         table = table[~table["keep"]].reset_index(drop=True)
     table.attrs["summary"] = summary
@@ -163,7 +162,7 @@ def train_head(store: Any, output: str | os.PathLike[str],
     :class:`pairkit.train.config.TrainResult` (``records``: one dict per epoch); the head
     itself: :func:`load_head`.
     """
-    from pairkit.train.command import train_store
+    from pairkit.train.command import train_to_files
     from pairkit.train.config import TrainConfig
     from pairkit.train.losses import LossConfig
 
@@ -172,7 +171,7 @@ def train_head(store: Any, output: str | os.PathLike[str],
         options["name"] = options.pop("loss")
     train_kw, loss_kw = _split_options(options, TrainConfig, LossConfig)
     cfg = TrainConfig(loss=LossConfig(**loss_kw), **train_kw)
-    return train_store(store, output, cfg, pairs, resume=resume, force=force)
+    return train_to_files(store, output, cfg, pairs=pairs, resume=resume, force=force)
 
 
 def load_head(path: str | os.PathLike[str]) -> Any:
@@ -201,17 +200,18 @@ def evaluate(store: Any, *, against: Any = None, test_fraction: float = 0.2,
     import pandas as pd
 
     from pairkit.core.options import parse_choices
+    from pairkit.eval.command import eval_to_files
     from pairkit.eval.run import METRICS, EvalConfig
-    from pairkit.eval.session import load_sides, run_eval
 
     if compare and head is None:
         raise UsageError("compare needs head")
     (kw,) = _split_options(options, EvalConfig)
     cfg = EvalConfig(metrics=parse_choices(metrics, METRICS, "metrics"), **kw)
-    sides = load_sides(_root(store), None if against is None else _root(against),
-                       test_fraction, cfg.seed)
-    results, _ = run_eval(sides, cfg, None if head is None else Path(head), compare,
-                          None if plot is None else Path(plot), force, maps=tuple(maps))
+    results, _ = eval_to_files(
+        _root(store), None if plot is None else Path(plot), cfg,
+        against=None if against is None else _root(against), test_fraction=test_fraction,
+        head=None if head is None else Path(head), compare=compare, maps=tuple(maps),
+        force=force)
     return pd.DataFrame({name: pd.Series(values, dtype=object)
                          for name, values in results.items()})
 

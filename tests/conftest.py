@@ -130,3 +130,15 @@ def s3(s3_endpoint, request) -> str:
     bucket = f"{name}-{uuid.uuid4().hex[:8]}"
     s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint}).mkdir(bucket)
     return f"s3://{bucket}"
+
+
+class ClosedStdout:
+    """A stdout whose reader went away (``| head``): every write and flush raises. Set it
+    in the test's body (``monkeypatch.setattr("sys.stdout", ClosedStdout())``): pytest's
+    capture replaces ``sys.stdout`` again after the fixtures are set up."""
+
+    def write(self, _: str) -> int:
+        raise BrokenPipeError
+
+    def flush(self) -> None:
+        raise BrokenPipeError

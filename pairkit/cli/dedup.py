@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Literal
 
 import typer
@@ -66,58 +65,22 @@ def dedup(
 
     Example: pairkit dedup store --paths-only --drop -0 | xargs -0 rm --
     """
-    from pairkit.core.options import table_output
     from pairkit.errors import UsageError
-    from pairkit.mine.dedup import (
-        DedupConfig,
-        against_line,
-        run_against,
-        run_dedup,
-        summary_line,
-        write_paths,
-    )
+    from pairkit.mine.dedup import DedupConfig, against_line, summary_line
+    from pairkit.mine.dedup_command import dedup_to_files
 
     with user_errors():
-        if print0 and not paths_only:
-            raise UsageError("--print0 needs --paths-only")
-        if against is not None and drop:
-            raise UsageError("--drop does not apply to --against: every row is a leak")
-        if not paths_only:
-            table_output(output)
-        if output != "-":
-            from pairkit.core.atomic import check_output
-            from pairkit.core.paths import check_output_apart
-            from pairkit.core.tables import check_table_output
+        if against is not None and ray:
+            raise UsageError("dedup --against runs here: drop --ray")
+        cfg = DedupConfig(threshold, keep, exact_only, batch_size, device, absolute, backend,
+                          method, pixel_threshold)
+        pairs = None
+        if ray:
+            from pairkit.distributed.dedup import RayPairs
 
-            check_output_apart(output, [store])
-            (check_output if paths_only else check_table_output)(output, force)
-        t0 = time.perf_counter()
-        cfg = DedupConfig(store, threshold, keep, exact_only, batch_size, device, absolute,
-                          backend, method, pixel_threshold)
-        if against is not None:
-            if ray:
-                raise UsageError("dedup --against runs here: drop --ray")
-            table, summary = run_against(cfg, against, warn)
-        else:
-            pairs = None
-            if ray:
-                from pairkit.distributed.dedup import RayPairs
-
-                pairs = RayPairs(ray)
-            table, summary = run_dedup(cfg, warn, pairs)
-        if drop:
-            table = table[~table["keep"]].reset_index(drop=True)
-        try:
-            if paths_only:
-                write_paths(table["path"].tolist(), output, force, "\0" if print0 else "\n")
-            else:
-                from pairkit.core.tables import write_table
-
-                write_table(table, output, force)
-            gone = False
-        except BrokenPipeError:
-            gone = True  # `| head`: not an error; the summary still goes to stderr
-        summary["seconds"] = time.perf_counter() - t0
+            pairs = RayPairs(ray)
+        summary = dedup_to_files(store, output, cfg, against=against, paths_only=paths_only,
+                                 print0=print0, drop=drop, force=force, warn=warn, pairs=pairs)
         say((against_line if against is not None else summary_line)(summary), quiet)
-    if gone:
+    if summary["stdout_closed"]:
         raise reader_gone()

@@ -66,9 +66,9 @@ def eval_store(
     """
     from pairkit.core.options import parse_choices, parse_int_list
     from pairkit.errors import UsageError
+    from pairkit.eval.command import eval_to_files
     from pairkit.eval.plots import MAP_METHODS, check_map_methods
     from pairkit.eval.run import METRICS, EvalConfig
-    from pairkit.eval.session import check_eval, load_sides, run_eval
     from pairkit.eval.table import metrics_table
 
     with user_errors():
@@ -94,14 +94,15 @@ def eval_store(
             metrics=parse_choices(metrics, METRICS, "--metrics"), pair_sample=pair_sample,
             probe_max_train=probe_max_train, seed=seed, device=device, backend=backend,
             block_rows=batch_size, collect_scores=True)
-        check_eval(cfg, head)
-        sides = load_sides(store, against, 0.2 if test_fraction is None else test_fraction, seed)
         factory = None
         if ray:
             from pairkit.distributed.search import index_factory
 
             factory = index_factory(ray)
-        results, reports = run_eval(sides, cfg, head, compare, plot, force, factory, maps)
+        results, reports = eval_to_files(
+            store, plot, cfg, against=against, head=head, compare=compare, maps=maps,
+            test_fraction=0.2 if test_fraction is None else test_fraction, force=force,
+            index_factory=factory)
         if not quiet:
             for name, report in reports.items():
                 prefix = f"{name}: " if len(reports) > 1 else ""

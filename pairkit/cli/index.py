@@ -40,11 +40,11 @@ def index(
 
     Example: pairkit index store --index ivf
     """
+    from pairkit.index.command import index_to_files
     from pairkit.index.options import IndexOptions
-    from pairkit.index.store_index import index_store
 
     with user_errors():
-        result = index_store(store, IndexOptions(
+        result = index_to_files(store, IndexOptions(
             kind=kind, nlist=nlist, nprobe=nprobe, pq_m=pq_m, hnsw_m=hnsw_m,
             ef_search=ef_search, exact_max_rows=exact_max_rows, float16=dtype == "float16",
             seed=seed), force=force)

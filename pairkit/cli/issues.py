@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import typer
@@ -35,26 +34,13 @@ def issues(
 
     One row per source (its view 0). Example: pairkit issues store -o issues.csv
     """
-    from pairkit.core.options import table_output
-    from pairkit.eval.data_issues import IssuesConfig, run_issues, summary_line
+    from pairkit.eval.data_issues import IssuesConfig
+    from pairkit.eval.issues_command import issues_to_files, summary_line
 
     with user_errors():
-        table_output(output)
-        if output != "-":
-            from pairkit.core.tables import check_table_output
-
-            check_table_output(output, force)
-        t0 = time.perf_counter()
         names = tuple(c.strip() for c in checks.split(",") if c.strip())
-        cfg = IssuesConfig(store, k, names, outlier_z, all_rows, knn_graph, force)
-        table, summary = run_issues(cfg)
-        from pairkit.core.tables import write_table
-
-        try:
-            write_table(table, output, force)
-            reader_gone = False
-        except BrokenPipeError:
-            reader_gone = True
-        say(summary_line(summary, time.perf_counter() - t0), quiet)
-    if reader_gone:
+        cfg = IssuesConfig(k, names, outlier_z, all_rows, knn_graph)
+        summary = issues_to_files(store, output, cfg, force=force)
+        say(summary_line(summary), quiet)
+    if summary["stdout_closed"]:
         raise BrokenPipeError

@@ -133,16 +133,16 @@ def mine(
         fn = fn_config(filter_fn, fn_rules, margin=fn_margin, cluster_votes=fn_cluster_votes,
                        near_duplicate_threshold=fn_near_dup_threshold, cluster_k=fn_cluster_k,
                        cluster_runs=fn_cluster_runs, community_neighbours=fn_community_neighbours)
-        executor = None
         if ray:  # the Ray layer is imported only with --ray
             from pairkit.distributed.mine import RayMine
-            executor = RayMine(ray)
+        executor = RayMine(ray) if ray else None
         pos = positive_config(positives, positive_neighbours, fn, positive_whitening)
         bar = ProgressBar(quiet, unit="anchors")
         try:
-            stats = mine_to_files(store, output, relation, fmt, cfg, idx, fn, stats_path, force,
+            stats = mine_to_files(store, output, cfg, relation=relation, fmt=fmt, index=idx,
+                                  fn_config=fn, positives=pos, stats_path=stats_path, force=force,
                                   progress=bar.advance, on_start=lambda n: bar.start(n, "mining"),
-                                  on_warning=bar.note, executor=executor, positives=pos)
+                                  on_warning=bar.note, executor=executor)
         finally:
             bar.stop()
         for line in summary_lines(stats, output):

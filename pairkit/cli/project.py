@@ -25,11 +25,11 @@ def project(
 
     Example: pairkit project store --head head -o store-projected
     """
-    from pairkit.train.project import project_store
+    from pairkit.train.project_command import ProjectConfig, project_to_files
 
     with user_errors():
-        result = project_store(store, head, output, device=device, batch_size=batch_size,
-                               dtype=dtype, force=force)
+        result = project_to_files(store, output, ProjectConfig(
+            head, device=device, batch_size=batch_size, dtype=dtype), force=force)
         if not result.head_complete:
             from pairkit.cli.common import warn
 

@@ -35,17 +35,12 @@ def search(
 
     Example: pairkit search store photo.jpg 12 --text "a red car" -k 5 -o hits.csv
     """
-    from pairkit.core.tables import check_table_output, write_table
-    from pairkit.index.query import QueryRequest, search_store, split_queries
+    from pairkit.index.query import QueryRequest, split_queries
+    from pairkit.index.search_command import search_to_files
 
     with user_errors():
-        if output != "-":
-            check_table_output(output, force)
-        from pairkit.core.store import Store
-
         images, ids = split_queries(list(queries or []))
-        table = search_store(Store.open(store), QueryRequest(
+        search_to_files(store, output, QueryRequest(
             images=images, ids=ids, texts=tuple(text or ()), k=k,
             include_same_source=include_same_source, device=device,
-            checkpoint=None if checkpoint is None else str(checkpoint)))
-        write_table(table, output, force)
+            checkpoint=None if checkpoint is None else str(checkpoint)), force=force)

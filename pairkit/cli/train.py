@@ -94,7 +94,7 @@ def train(
 
     Example: pairkit mine store --hard -o - | pairkit train store --pairs - -o head
     """
-    from pairkit.train.command import train_store
+    from pairkit.train.command import train_to_files
     from pairkit.train.config import TrainConfig
     from pairkit.train.head_folder import json_record
     from pairkit.train.losses import LossConfig
@@ -111,8 +111,8 @@ def train(
         )
         bar = _TrainBar(quiet)
         try:
-            result = train_store(store, output, cfg, pairs, resume=resume, force=force,
-                                 hook=bar)
+            result = train_to_files(store, output, cfg, pairs=pairs, resume=resume,
+                                    force=force, hook=bar)
         finally:
             bar.stop()
         last = result.records[-1]

@@ -123,6 +123,29 @@ def _nullable(values: Any) -> Any:
     return pd.Series(np.asarray(values, dtype=object), dtype=object)
 
 
+@dataclass(frozen=True)
+class _TableParts:
+    """What every format's columns are built from: the store's paths (and as a column), the
+    store id as a column, anchors ``n`` by negative slots ``k``, whether the flag columns
+    are written, the flags and reasons of the negatives (n, k), and the attracted rows
+    (anchor row, candidate id, score, rank, reason; empty arrays when there are none)."""
+
+    paths: np.ndarray
+    path_col: _Column
+    store_col: _Column
+    n: int
+    k: int
+    flags: bool
+    attract: bool
+    neg_flags: np.ndarray
+    neg_reasons: np.ndarray
+    fn_rows: np.ndarray
+    fn_ids: np.ndarray
+    fn_scores: np.ndarray
+    fn_ranks: np.ndarray
+    fn_reasons: np.ndarray
+
+
 def build_pair_table(
     mined: MinedPairs, fmt: str, store_id: str, paths: np.ndarray, flag_columns: bool = False
 ) -> pd.DataFrame:
@@ -132,90 +155,119 @@ def build_pair_table(
     ``false_negative`` and ``fn_reason`` (always added when attracted rows exist).
     Rows are ordered by anchor, then by negative rank.
     """
-    import pandas as pd
-
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt}")
+    parts = _table_parts(mined, store_id, paths, flag_columns)
+    if fmt == "triplet":
+        return _triplet_table(mined, parts)
+    if fmt == "labeled-pair":
+        return _labeled_pair_table(mined, parts)
+    return _n_tuple_table(mined, parts, store_id)
+
+
+def _table_parts(mined: MinedPairs, store_id: str, paths: np.ndarray, flag_columns: bool
+                 ) -> _TableParts:
     paths = np.asarray(paths, dtype=object)
-    path_col = _Column(paths)
-    store_col = _Column([store_id])
     n, k = mined.neg_ids.shape
     has_attract = mined.fn_ids is not None and len(mined.fn_ids) > 0
-    flags = flag_columns or has_attract
     neg_flags = mined.neg_flags if mined.neg_flags is not None else np.zeros((n, k), bool)
     neg_reasons = (mined.neg_reasons if mined.neg_reasons is not None
                    else np.full((n, k), None, dtype=object))
     if has_attract:
-        fr = mined.fn_rows
-        fn = (fr, mined.fn_ids, mined.fn_scores, mined.fn_ranks, mined.fn_reasons)
+        fn = (mined.fn_rows, mined.fn_ids, mined.fn_scores, mined.fn_ranks, mined.fn_reasons)
     else:
         e = np.zeros(0, dtype=np.int64)
         fn = (e, e, np.zeros(0, np.float32), e, np.zeros(0, dtype=object))
     fn_rows, fn_ids, fn_scores, fn_ranks, fn_reasons = fn  # type: ignore[misc]
-    fn_rows = np.asarray(fn_rows, dtype=np.int64)
+    return _TableParts(paths, _Column(paths), _Column([store_id]), n, k,
+                       flag_columns or has_attract, has_attract, neg_flags, neg_reasons,
+                       np.asarray(fn_rows, dtype=np.int64), fn_ids, fn_scores, fn_ranks,
+                       fn_reasons)
 
-    if fmt == "triplet":
-        r, c, cells = _filled(mined.neg_ids)
-        rows = np.concatenate([r, fn_rows])
-        per_row = len(fn_rows) == 0 and len(r) == n * k  # every anchor has K negatives
 
-        def by_row(x: np.ndarray) -> np.ndarray:  # x[rows]: a repeat when every row has K
-            return np.repeat(x, k) if per_row else x[rows]
+def _triplet_table(mined: MinedPairs, p: _TableParts) -> pd.DataFrame:
+    """One row per (anchor, negative), then the attracted rows, in anchor order."""
+    import pandas as pd
 
-        def joined(x: np.ndarray, extra: np.ndarray, dtype: Any) -> np.ndarray:
-            return np.concatenate([cells(x), extra]).astype(dtype, copy=False)
+    path_col, store_col, n, k = p.path_col, p.store_col, p.n, p.k
+    flags, neg_flags, neg_reasons = p.flags, p.neg_flags, p.neg_reasons
+    fn_rows, fn_ids, fn_scores, fn_ranks, fn_reasons = (p.fn_rows, p.fn_ids, p.fn_scores,
+                                                        p.fn_ranks, p.fn_reasons)
+    r, c, cells = _filled(mined.neg_ids)
+    rows = np.concatenate([r, fn_rows])
+    per_row = len(fn_rows) == 0 and len(r) == n * k  # every anchor has K negatives
 
-        neg = joined(mined.neg_ids, fn_ids, np.int64)
-        anchor_ids, positive_ids = by_row(mined.anchors), by_row(mined.positives)
-        df = pd.DataFrame({
-            "store_id": store_col.repeat(len(rows)),
-            "anchor_id": anchor_ids,
-            "positive_id": positive_ids,
-            "negative_id": neg,
-            "anchor_path": path_col.take(anchor_ids),
-            "positive_path": path_col.take(positive_ids),
-            "negative_path": path_col.take(neg),
-            "pos_score": by_row(mined.pos_scores).astype(np.float32, copy=False),
-            "neg_score": joined(mined.neg_scores, fn_scores, np.float32),
-            "neg_rank": joined(mined.neg_ranks, fn_ranks, np.int64),
-        })
-        if flags:
-            df["false_negative"] = np.concatenate(
-                [cells(neg_flags), np.ones(len(fn_rows), bool)])
-            df["fn_reason"] = _nullable(np.concatenate([cells(neg_reasons), fn_reasons]))
-        if not len(fn_rows):  # rows of np.nonzero: in anchor order already
-            return df
-        order = np.argsort(rows, kind="stable")
-        return df.iloc[order].reset_index(drop=True)
+    def by_row(x: np.ndarray) -> np.ndarray:  # x[rows]: a repeat when every row has K
+        return np.repeat(x, k) if per_row else x[rows]
 
-    if fmt == "labeled-pair":
-        r, c = np.nonzero(mined.neg_ids >= 0)
-        pos_rows = np.arange(n)
-        rows = np.concatenate([pos_rows, r, fn_rows])
-        other = np.concatenate([mined.positives, mined.neg_ids[r, c], fn_ids]).astype(np.int64)
-        label = np.concatenate([np.ones(n, np.int64), np.zeros(len(r), np.int64),
-                                np.ones(len(fn_rows), np.int64)])
-        score = np.concatenate([mined.pos_scores, mined.neg_scores[r, c], fn_scores])
-        # within an anchor: the positive first, then negatives by rank, then attracted
-        kind_order = np.concatenate([np.zeros(n), np.ones(len(r)), np.full(len(fn_rows), 2)])
-        df = pd.DataFrame({
-            "store_id": store_col.repeat(len(rows)),
-            "anchor_id": mined.anchors[rows],
-            "other_id": other,
-            "anchor_path": path_col.take(mined.anchors[rows]),
-            "other_path": path_col.take(other),
-            "label": label,
-            "score": score.astype(np.float32),
-        })
-        if flags:
-            df["false_negative"] = np.concatenate(
-                [np.zeros(n, bool), neg_flags[r, c], np.ones(len(fn_rows), bool)])
-            df["fn_reason"] = _nullable(np.concatenate(
-                [np.full(n, None, dtype=object), neg_reasons[r, c], fn_reasons]))
-        order = np.lexsort((kind_order, rows))
-        return df.iloc[order].reset_index(drop=True)
+    def joined(x: np.ndarray, extra: np.ndarray, dtype: Any) -> np.ndarray:
+        return np.concatenate([cells(x), extra]).astype(dtype, copy=False)
 
-    # n-tuple: one row per anchor, then one row per attracted candidate
+    neg = joined(mined.neg_ids, fn_ids, np.int64)
+    anchor_ids, positive_ids = by_row(mined.anchors), by_row(mined.positives)
+    df = pd.DataFrame({
+        "store_id": store_col.repeat(len(rows)),
+        "anchor_id": anchor_ids,
+        "positive_id": positive_ids,
+        "negative_id": neg,
+        "anchor_path": path_col.take(anchor_ids),
+        "positive_path": path_col.take(positive_ids),
+        "negative_path": path_col.take(neg),
+        "pos_score": by_row(mined.pos_scores).astype(np.float32, copy=False),
+        "neg_score": joined(mined.neg_scores, fn_scores, np.float32),
+        "neg_rank": joined(mined.neg_ranks, fn_ranks, np.int64),
+    })
+    if flags:
+        df["false_negative"] = np.concatenate(
+            [cells(neg_flags), np.ones(len(fn_rows), bool)])
+        df["fn_reason"] = _nullable(np.concatenate([cells(neg_reasons), fn_reasons]))
+    if not len(fn_rows):  # rows of np.nonzero: in anchor order already
+        return df
+    order = np.argsort(rows, kind="stable")
+    return df.iloc[order].reset_index(drop=True)
+
+
+def _labeled_pair_table(mined: MinedPairs, p: _TableParts) -> pd.DataFrame:
+    """Per anchor: the positive (label 1), the negatives by rank (0), the attracted (1)."""
+    import pandas as pd
+
+    path_col, store_col, n = p.path_col, p.store_col, p.n
+    flags, neg_flags, neg_reasons = p.flags, p.neg_flags, p.neg_reasons
+    fn_rows, fn_ids, fn_scores, fn_reasons = p.fn_rows, p.fn_ids, p.fn_scores, p.fn_reasons
+    r, c = np.nonzero(mined.neg_ids >= 0)
+    pos_rows = np.arange(n)
+    rows = np.concatenate([pos_rows, r, fn_rows])
+    other = np.concatenate([mined.positives, mined.neg_ids[r, c], fn_ids]).astype(np.int64)
+    label = np.concatenate([np.ones(n, np.int64), np.zeros(len(r), np.int64),
+                            np.ones(len(fn_rows), np.int64)])
+    score = np.concatenate([mined.pos_scores, mined.neg_scores[r, c], fn_scores])
+    # within an anchor: the positive first, then negatives by rank, then attracted
+    kind_order = np.concatenate([np.zeros(n), np.ones(len(r)), np.full(len(fn_rows), 2)])
+    df = pd.DataFrame({
+        "store_id": store_col.repeat(len(rows)),
+        "anchor_id": mined.anchors[rows],
+        "other_id": other,
+        "anchor_path": path_col.take(mined.anchors[rows]),
+        "other_path": path_col.take(other),
+        "label": label,
+        "score": score.astype(np.float32),
+    })
+    if flags:
+        df["false_negative"] = np.concatenate(
+            [np.zeros(n, bool), neg_flags[r, c], np.ones(len(fn_rows), bool)])
+        df["fn_reason"] = _nullable(np.concatenate(
+            [np.full(n, None, dtype=object), neg_reasons[r, c], fn_reasons]))
+    order = np.lexsort((kind_order, rows))
+    return df.iloc[order].reset_index(drop=True)
+
+
+def _n_tuple_table(mined: MinedPairs, p: _TableParts, store_id: str) -> pd.DataFrame:
+    """One row per anchor with its K negatives, then one row per attracted candidate."""
+    import pandas as pd
+
+    paths, path_col, store_col, n, k = p.paths, p.path_col, p.store_col, p.n, p.k
+    flags, neg_flags, neg_reasons, has_attract = p.flags, p.neg_flags, p.neg_reasons, p.attract
+    fn_rows, fn_ids, fn_scores, fn_reasons = p.fn_rows, p.fn_ids, p.fn_scores, p.fn_reasons
     data: dict[str, object] = {
         "store_id": store_col.repeat(n),
         "anchor_id": mined.anchors,

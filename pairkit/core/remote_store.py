@@ -148,10 +148,10 @@ def open_remote(cls: type[Store], url: str) -> Store:
                              "folders only: copy it here and rerun embed or import")
         store = cls(url, manifest, raw)  # type: ignore[arg-type]
         try:
-            store._arrays = [shard_array(url, s, store.dim, store.dtype)
-                             for s in manifest["shards"]]
-            if manifest.get("items") is not None:
-                store._items_raw = _object(url, manifest["items"], "item table")
+            arrays = [shard_array(url, s, store.dim, store.dtype) for s in manifest["shards"]]
+            items_raw = (_object(url, manifest["items"], "item table")
+                         if manifest.get("items") is not None else None)
+            store.hold(arrays, items_raw)
         except StoreError:
             with contextlib.suppress(StoreError):
                 if manifest_bytes(url)[1] != tag:
@@ -239,7 +239,7 @@ class RemoteStoreWriter(ShardBook):
         import pandas as pd
 
         from pairkit import __version__
-        from pairkit.core.store import normalize_items
+        from pairkit.core.items import normalize_items
 
         if dtype not in DTYPES:
             raise PairkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")

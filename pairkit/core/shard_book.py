@@ -66,7 +66,7 @@ class ShardBook:
         checked against the record."""
         import pandas as pd
 
-        from pairkit.core.store import normalize_items
+        from pairkit.core.items import normalize_items
 
         name = record["file"]
         if not SHARD_RE.match(name) or any(s["file"] == name for s in self.manifest["shards"]):

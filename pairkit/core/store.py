@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from pairkit.core.integrity import sha256_fd, sha256_file
+from pairkit.core.items import ITEM_COLUMNS, normalize_items
 from pairkit.core.manifest import (
     DTYPES,
     ERRORS,
@@ -45,18 +45,18 @@ from pairkit.core.manifest import (
     read_manifest,
     read_manifest_bytes,
 )
-from pairkit.errors import PairkitError, StoreError
+from pairkit.core.store_files import map_shard, open_regular, parquet_rows
+from pairkit.errors import StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
-    "DTYPES", "ERRORS", "FORMAT", "FORMAT_VERSION", "ITEMS", "ITEM_COLUMNS", "MANIFEST",
-    "SHARD_PATTERN", "Shard", "Store", "is_store", "l2_normalize", "normalize_items",
+    "DTYPES", "ERRORS", "FORMAT", "FORMAT_VERSION", "ITEMS", "MANIFEST",
+    "SHARD_PATTERN", "Shard", "Store", "is_store", "l2_normalize",
     "read_manifest", "sha256_file",
 ]
 
-ITEM_COLUMNS = ("id", "path", "source", "view", "label", "file_sha256")
 OPEN_ATTEMPTS = 8
 
 
@@ -100,44 +100,6 @@ class Shard:
     bytes: int | None = None
 
 
-def normalize_items(items: pd.DataFrame, start_id: int = 0) -> pd.DataFrame:
-    """Return ``items`` with the store's columns and dtypes, ids from ``start_id``.
-
-    ``path`` is required; ``source`` defaults to ``path``, ``view`` to 0,
-    ``label`` and ``file_sha256`` to null.
-    """
-    import pandas as pd
-
-    if "path" not in items.columns:
-        raise PairkitError("items need a 'path' column")
-    n = len(items)
-    out = pd.DataFrame(
-        {
-            "id": np.arange(start_id, start_id + n, dtype=np.int64),
-            "path": items["path"].astype(str).to_numpy(),
-        }
-    )
-    out["source"] = (
-        items["source"].astype(str).to_numpy() if "source" in items.columns else out["path"]
-    )
-    if "view" in items.columns:
-        views = pd.to_numeric(items["view"], errors="coerce")
-        if views.isna().any():
-            raise PairkitError("items column 'view' must hold integers")
-        out["view"] = views.astype(np.int16).to_numpy()
-    else:
-        out["view"] = np.zeros(n, dtype=np.int16)
-    for col in ("label", "file_sha256"):
-        if col in items.columns:
-            values = items[col].to_numpy(dtype=object)
-            out[col] = pd.array(
-                [None if _is_missing(v) else str(v) for v in values], dtype="string"
-            )
-        else:
-            out[col] = pd.array([None] * n, dtype="string")
-    return out
-
-
 def codes_of(values: Any, missing: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes of ``values`` (N,) (labels, sources, any hashable objects): ``(codes
     int64 (N,), distinct values object (U,))``, codes in order of first appearance.
@@ -149,66 +111,6 @@ def codes_of(values: Any, missing: bool = True) -> tuple[np.ndarray, np.ndarray]
               else pd.Series(np.asarray(values, dtype=object), dtype=object))
     codes, uniques = pd.factorize(series, use_na_sentinel=missing)
     return codes.astype(np.int64), np.asarray(uniques, dtype=object)
-
-
-def _is_missing(value: Any) -> bool:
-    if value is None:
-        return True
-    try:
-        import pandas as pd
-
-        return bool(pd.isna(value))
-    except (TypeError, ValueError):
-        return False
-
-
-def open_regular(path: Path, what: str) -> IO[bytes]:
-    """Open a store file for reading; StoreError when missing or not a regular file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise StoreError(f"store {path.parent}: {what} {path.name} is missing") from None
-    except OSError as exc:
-        raise StoreError(f"store {path.parent}: {what} {path.name} is unreadable "
-                         f"({exc.strerror})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise StoreError(f"store {path.parent}: {what} {path.name} is not a regular file")
-    return os.fdopen(fd, "rb")
-
-
-def _map_shard(fh: IO[bytes], root: Path, shard: Shard, dim: int, dtype: str) -> np.ndarray:
-    """Check a shard's .npy header against the manifest and memory-map its rows (read-only)."""
-    fmt = np.lib.format
-    try:
-        version = fmt.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dt = fmt.read_array_header_1_0(fh)
-        elif version == (2, 0):
-            shape, fortran, dt = fmt.read_array_header_2_0(fh)
-        else:
-            raise ValueError(f"npy version {version}")
-    except Exception as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
-        raise StoreError(f"store {root}: shard {shard.file} is unreadable ({first})") from None
-    if str(dt) != dtype:
-        raise StoreError(f"store {root}: shard {shard.file} is {dt}, manifest says {dtype}")
-    if tuple(shape) != (shard.rows, dim):
-        raise StoreError(f"store {root}: shard {shard.file} has shape {tuple(shape)}, "
-                         f"manifest says ({shard.rows}, {dim})")
-    offset = fh.tell()
-    size = os.fstat(fh.fileno()).st_size
-    if shard.bytes is not None and size != shard.bytes:
-        raise StoreError(f"store {root}: shard {shard.file} is {size} bytes, manifest says "
-                         f"{shard.bytes} (file changed or damaged)")
-    expected = offset + shard.rows * dim * dt.itemsize
-    if size != expected:
-        raise StoreError(f"store {root}: shard {shard.file} is {size} bytes, its header says "
-                         f"{expected} (truncated or padded)")
-    if shard.rows == 0:
-        return np.empty((0, dim), dtype=dt)
-    return np.memmap(fh, dtype=dt, mode="r", shape=(shard.rows, dim), offset=offset,
-                     order="F" if fortran else "C")
 
 
 class Store:
@@ -234,6 +136,12 @@ class Store:
     def local_root(self) -> Path | None:
         """The store folder, or None on object storage (no saved indices there)."""
         return None if self.is_remote else self.root
+
+    def hold(self, arrays: list[np.ndarray], items_raw: bytes | None) -> None:
+        """Hold a snapshot read elsewhere (object storage, :mod:`pairkit.core.remote_store`):
+        its shard arrays (n_i, dim) and the item table's bytes (None: not in the manifest)."""
+        self._arrays = arrays
+        self._items_raw = items_raw
 
     # -- opening and validation -------------------------------------------------
     @classmethod
@@ -278,7 +186,7 @@ class Store:
         arrays = []
         for shard in self.shards:
             with open_regular(self.root / shard.file, "shard") as fh:
-                arrays.append(_map_shard(fh, self.root, shard, self.dim, self.dtype))
+                arrays.append(map_shard(fh, self.root, shard, self.dim, self.dtype))
                 if verify and sha256_fd(fh) != shard.sha256:
                     raise StoreError(f"store {self.root}: shard {shard.file} checksum mismatch "
                                      "(file changed or damaged)")
@@ -494,17 +402,6 @@ def _manifest_moved(root: Path, raw: bytes) -> bool:
         return read_manifest_bytes(root) != raw
     except StoreError:
         return True
-
-
-def parquet_rows(fh: IO[bytes], path: Path) -> int:
-    import pyarrow.parquet as pq
-
-    try:
-        fh.seek(0)
-        return int(pq.ParquetFile(fh).metadata.num_rows)
-    except Exception as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
-        raise StoreError(f"{path} is unreadable ({first})") from None
 
 
 def is_store(path: str | os.PathLike[str]) -> bool:

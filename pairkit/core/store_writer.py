@@ -22,6 +22,7 @@ import numpy as np
 from pairkit import __version__
 from pairkit.core.atomic import atomic_open, atomic_path, fsync_dir, fsync_file, remove_stale_temps
 from pairkit.core.integrity import dump_sealed, sha256_fd
+from pairkit.core.items import normalize_items
 from pairkit.core.lock import LOCK_NAME, is_held, writer_lock
 from pairkit.core.manifest import (
     DTYPES,
@@ -37,14 +38,8 @@ from pairkit.core.manifest import (
     read_manifest,
 )
 from pairkit.core.shard_book import ShardBook
-from pairkit.core.store import (
-    Store,
-    is_ours,
-    l2_normalize,
-    normalize_items,
-    open_regular,
-    parquet_rows,
-)
+from pairkit.core.store import Store, is_ours, l2_normalize
+from pairkit.core.store_files import open_regular, parquet_rows
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:

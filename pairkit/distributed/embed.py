@@ -19,10 +19,15 @@ here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pairkit.distributed import RETRIES, Cluster, connect, crash_marker, maybe_crash, require_ray
 from pairkit.errors import PairkitError
+
+if TYPE_CHECKING:
+    from pairkit.core.store_writer import StoreWriter
+    from pairkit.encode.config import EmbedConfig, EmbedSummary, ProgressHook
+    from pairkit.encode.images import ImageFile
 
 TARS_PER_TASK = 8
 _WORKER: dict[str, Any] = {}  # per worker process: the encoder of the last task
@@ -45,8 +50,9 @@ class RayEmbed:
     def find_sources(self, images: Path) -> Any:
         return find_sources_on_ray(self.address, images)
 
-    def embed(self, cfg: Any, writer: Any, todo: list[Any], labels: dict[str, Any],
-              errors: list[dict[str, str]], summary: Any, hook: Any, offline: bool) -> None:
+    def embed(self, cfg: EmbedConfig, writer: StoreWriter, todo: list[ImageFile],
+              labels: dict[str, str | None], errors: list[dict[str, str]],
+              summary: EmbedSummary, hook: ProgressHook, offline: bool) -> None:
         embed_on_ray(self.address, cfg, writer, todo, labels, errors, summary, hook, offline)
 
 
@@ -73,7 +79,7 @@ def find_sources_on_ray(address: str, images: Path) -> Any:
     return Sources(root, files, problems, labels)
 
 
-def _embed_task(cfg: Any, files: list[Any], labels: dict[str, Any], shard_name: str,
+def _embed_task(cfg: EmbedConfig, files: list[ImageFile], labels: dict[str, Any], shard_name: str,
                 offline: bool, threads: int, device: str, crash: str | None) -> dict[str, Any]:
     """One partition on a Ray worker: the encoder is loaded once per worker process."""
     maybe_crash(crash)
@@ -109,9 +115,9 @@ def _task_options(cluster: Cluster, device: str) -> tuple[dict[str, Any], str, i
     return {"num_cpus": cluster.threads}, "cpu", cluster.threads
 
 
-def embed_on_ray(address: str, cfg: Any, writer: Any, todo: list[Any],
-                 labels: dict[str, Any], errors: list[dict[str, str]], summary: Any,
-                 hook: Any, offline: bool) -> None:
+def embed_on_ray(address: str, cfg: EmbedConfig, writer: StoreWriter, todo: list[ImageFile],
+                 labels: dict[str, str | None], errors: list[dict[str, str]],
+                 summary: EmbedSummary, hook: ProgressHook, offline: bool) -> None:
     """Embed ``todo`` on the cluster at ``address`` into ``writer``'s store (see the module
     docstring); adds to ``errors`` and ``summary`` as the local loop does."""
     import pandas as pd

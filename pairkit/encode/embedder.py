@@ -42,8 +42,9 @@ from pairkit.encode.sources import (
 from pairkit.errors import PairkitError
 
 # the public names of the embedding step, importable from here as before the split
-__all__ = ["EmbedConfig", "EmbedSummary", "ProgressHook", "Sources", "embed_folder",
-           "embed_partition", "find_any_sources", "find_sources", "summary_dict"]
+__all__ = ["EmbedConfig", "EmbedSummary", "ProgressHook", "Sources", "embed_folder", "embed_here",
+           "embed_partition", "find_any_sources", "find_sources", "resume_or_prepare",
+           "summary_dict"]
 
 
 def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
@@ -92,28 +93,12 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
                   labels: dict[str, str | None], identity: dict[str, Any], device: str,
                   t0: float, weights_offline: bool = False, executor: Any = None
                   ) -> EmbedSummary:
-    """The rest of :func:`embed_folder`, under the store's writer lock."""
-    import pandas as pd
-
+    """The rest of :func:`embed_folder`, under the store's writer lock: the store resumed
+    or prepared, the encoder loaded, the images embedded (here: :func:`embed_here`, or by
+    ``executor``), the run recorded."""
     files, problems = sources.files, sources.problems
     cfg_store = location(cfg.store)
-    writer: StoreWriter | None = None
-    done: set[str] = set()
-    if has_manifest(cfg_store) and not cfg.force:
-        old = read_manifest(cfg_store).get("embedding")
-        if old != identity:
-            diff = sorted(k for k in set(identity) | set(old or {})
-                          if (old or {}).get(k) != identity.get(k))
-            raise PairkitError(
-                f"store {cfg_store} was made with other options ({', '.join(diff)} differ); "
-                "pass --force to replace it, or choose another -o"
-            )
-        writer = StoreWriter.resume(cfg_store)
-        done = set(writer.items["source"].astype(str))
-        same_image_root(cfg_store, writer.manifest.get("image_root"), sources, done)
-    else:
-        prepare_store_dir(cfg_store, cfg.force)
-
+    writer, done = resume_or_prepare(cfg, identity, sources)
     todo = [f for f in files if f.path not in done]
     summary = EmbedSummary(device=device)
     summary.already = len(files) - len(todo)
@@ -161,32 +146,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     if executor is not None:
         executor.embed(cfg, writer, todo, labels, errors, summary, hook, weights_offline)
     else:
-        runner = Runner(encoder, device, cfg.precision)
-        buffer = ShardBuffer()
-
-        def flush(whole: bool = True) -> None:
-            """Commit the rows held as shards that end at multiples of --shard-rows
-            (``whole=False``: only full ones, the rest stays held), so a resumed run cuts
-            where a clean run does and gets the same store_id."""
-            shards = buffer.take_shards(writer.count, cfg.shard_rows, whole)
-            if shards:
-                writer.set_errors(errors)
-            for vectors, items in shards:
-                writer.append(vectors, pd.DataFrame(items))
-
-        for batch in encode_batches(cfg, todo, labels, encoder, runner, device):
-            buffer.add(batch)
-            errors += batch.errors
-            hook.advance(batch.images + len(batch.errors))
-            held = buffer.pending()
-            if held and buffer.seconds() > cfg.shard_seconds:
-                flush()  # a slow encoder's rows are saved (at the cost of a boundary)
-            elif held >= cfg.shard_rows - writer.count % cfg.shard_rows:
-                flush(whole=False)
-        flush()
-        summary.images += buffer.images
-        summary.views += buffer.rows
-        summary.decoded_on_device += buffer.on_device
+        embed_here(cfg, writer, todo, labels, errors, summary, hook, encoder, device)
     summary.loop_seconds = time.perf_counter() - t_loop
     writer.set_errors(errors)
     summary.skipped = sum(1 for e in errors if not e["reason"].startswith("symlink loop"))
@@ -199,6 +159,69 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
             f"no image could be embedded: all {len(todo)} failed (see {cfg_store}/{ERRORS})"
         )
     return summary
+
+
+def resume_or_prepare(cfg: EmbedConfig, identity: dict[str, Any], sources: Sources
+                      ) -> tuple[StoreWriter | None, set[str]]:
+    """``(writer, sources it holds)`` of the store an earlier run with the same options
+    (``identity``) left at ``cfg.store``, to resume; ``(None, empty)`` after preparing the
+    folder for a new store (``--force`` replaces one). PairkitError when the store there
+    was made with other options, or from other images."""
+    cfg_store = location(cfg.store)
+    if has_manifest(cfg_store) and not cfg.force:
+        old = read_manifest(cfg_store).get("embedding")
+        if old != identity:
+            diff = sorted(k for k in set(identity) | set(old or {})
+                          if (old or {}).get(k) != identity.get(k))
+            raise PairkitError(
+                f"store {cfg_store} was made with other options ({', '.join(diff)} differ); "
+                "pass --force to replace it, or choose another -o"
+            )
+        writer = StoreWriter.resume(cfg_store)
+        done = set(writer.items["source"].astype(str))
+        same_image_root(cfg_store, writer.manifest.get("image_root"), sources, done)
+        return writer, done
+    prepare_store_dir(cfg_store, cfg.force)
+    return None, set()
+
+
+def embed_here(cfg: EmbedConfig, writer: StoreWriter, todo: list[ImageFile],
+               labels: dict[str, str | None], errors: list[dict[str, str]],
+               summary: EmbedSummary, hook: ProgressHook, encoder: Encoder, device: str
+               ) -> None:
+    """The local loop: ``todo``'s batches through ``encoder`` on ``device``, held in a
+    :class:`~pairkit.encode.shards.ShardBuffer` and committed to ``writer`` as shards that
+    end at multiples of ``--shard-rows`` (or sooner after ``--shard-seconds``); ``errors``
+    and ``summary`` (images, views, decoded on device) grow as it goes. The same
+    arguments as the Ray executor's ``embed``."""
+    import pandas as pd
+
+    runner = Runner(encoder, device, cfg.precision)
+    buffer = ShardBuffer()
+
+    def flush(whole: bool = True) -> None:
+        """Commit the rows held as shards that end at multiples of --shard-rows
+        (``whole=False``: only full ones, the rest stays held), so a resumed run cuts
+        where a clean run does and gets the same store_id."""
+        shards = buffer.take_shards(writer.count, cfg.shard_rows, whole)
+        if shards:
+            writer.set_errors(errors)
+        for vectors, items in shards:
+            writer.append(vectors, pd.DataFrame(items))
+
+    for batch in encode_batches(cfg, todo, labels, encoder, runner, device):
+        buffer.add(batch)
+        errors += batch.errors
+        hook.advance(batch.images + len(batch.errors))
+        held = buffer.pending()
+        if held and buffer.seconds() > cfg.shard_seconds:
+            flush()  # a slow encoder's rows are saved (at the cost of a boundary)
+        elif held >= cfg.shard_rows - writer.count % cfg.shard_rows:
+            flush(whole=False)
+    flush()
+    summary.images += buffer.images
+    summary.views += buffer.rows
+    summary.decoded_on_device += buffer.on_device
 
 
 def embed_partition(cfg: EmbedConfig, files: list[ImageFile], labels: dict[str, str | None],

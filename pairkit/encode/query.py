@@ -88,6 +88,6 @@ def encode_texts(request: Any, texts: list[str]) -> np.ndarray:
     if prefix != "openclip":
         raise UsageError(f"text queries need an open_clip store; this one was embedded with "
                          f"{request.model}, which has no text tower")
-    from pairkit.encode.models import openclip_text_encoder
+    from pairkit.encode.openclip import openclip_text_encoder
 
     return l2_normalize(openclip_text_encoder(name, request)(list(texts)))

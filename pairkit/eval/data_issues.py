@@ -1,5 +1,6 @@
-"""``pairkit issues``: outliers and likely label errors of a store from its kNN graph,
-and the graph itself in the sparse form cleanlab's ``Datalab`` takes (``knn_graph``).
+"""Outliers and likely label errors of a set of vectors from its kNN graph
+(:func:`find_issues`, what ``pairkit issues`` runs: :mod:`pairkit.eval.issues_command`),
+and the graph itself in the sparse form cleanlab's ``Datalab`` takes (``to_csr``).
 
 One node per source (its lowest view, as in ``dedup``): views of one source are never
 each other's neighbours. The detectors are :mod:`pairkit.eval.issues`.
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,7 +17,7 @@ import numpy as np
 from pairkit.errors import PairkitError, UsageError
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
 DEFAULT_K = 10
 DEFAULT_CHECKS = ("outlier", "label-error")
@@ -43,13 +43,11 @@ class KnnGraph:
 class IssuesConfig:
     """Options of ``pairkit issues``."""
 
-    store: Path
     k: int = DEFAULT_K
     checks: tuple[str, ...] = DEFAULT_CHECKS
     outlier_z: float = 3.5
     all_rows: bool = False
     knn_graph: str | None = None  # write the graph here (.npz)
-    force: bool = False
 
 
 def knn_graph(vectors: np.ndarray, k: int, backend: Any = None) -> KnnGraph:
@@ -88,7 +86,6 @@ def find_issues(vectors: np.ndarray, labels: np.ndarray | None, *,
     ``vectors`` (N, d) L2-normalised, ``labels`` (N,) label names (None/NaN missing) or
     None. Returns ``({check: Detection}, graph, label names by code or None)``.
     """
-    import pandas as pd
 
     from pairkit.eval.issues import MODULES
 
@@ -99,9 +96,10 @@ def find_issues(vectors: np.ndarray, labels: np.ndarray | None, *,
     graph = knn_graph(vectors, min(k, n - 1), backend)
     codes, names = None, None
     if labels is not None:
-        raw, uniques = pd.factorize(pd.Series(labels, dtype=object), use_na_sentinel=True)
-        codes, names = raw.astype(np.int64), np.asarray(uniques, dtype=object)
-    cfg = IssuesConfig(Path("."), k=k, checks=tuple(checks), outlier_z=outlier_z)
+        from pairkit.core.store import codes_of
+
+        codes, names = codes_of(labels)
+    cfg = IssuesConfig(k=k, checks=tuple(checks), outlier_z=outlier_z)
     found = {c: MODULES[c].detect(graph, codes, cfg) for c in checks}
     return found, graph, names
 
@@ -124,78 +122,3 @@ def check_issue_options(checks: Sequence[str], k: int, outlier_z: float,
     if not has_labels and any(MODULES[c].NEEDS_LABELS for c in checks):
         raise UsageError("label-error needs labels and the store has none: embed with "
                          "--labels, or use --checks outlier")
-
-
-def run_issues(cfg: IssuesConfig) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Open the store, run the checks on one row per source (its lowest view), write the
-    kNN graph when asked; returns the table (flagged rows, or all with ``all_rows``) and
-    a summary."""
-    import pandas as pd
-
-    from pairkit.core.store import Store
-    from pairkit.mine.near_duplicates import source_nodes
-
-    st = Store.open(cfg.store)
-    items = st.items
-    labels_all = st.labels()
-    checks = tuple(cfg.checks)
-    if labels_all is None and cfg.checks == DEFAULT_CHECKS:
-        checks = ("outlier",)  # the default on an unlabeled store
-    if cfg.knn_graph:
-        from pairkit.core.atomic import check_output
-
-        check_output(cfg.knn_graph, cfg.force)
-    _, rows = source_nodes(len(items), items["source"].to_numpy(dtype=object),
-                           items["view"].to_numpy())
-    vectors = st.vectors(np.float32)[rows]
-    labels = None if labels_all is None else np.asarray(labels_all, dtype=object)[rows]
-    found, graph, names = find_issues(vectors, labels, checks=checks, k=cfg.k,
-                                      outlier_z=cfg.outlier_z)
-    if cfg.knn_graph:
-        write_graph(graph, rows, cfg.knn_graph, cfg.force)
-    paths = items["path"].to_numpy(dtype=object)[rows]
-    parts = []
-    for check, det in found.items():
-        sugg = np.full(len(rows), None, dtype=object)
-        if names is not None:
-            has = det.suggested >= 0
-            sugg[has] = names[det.suggested[has]]
-        parts.append(pd.DataFrame({
-            "id": rows, "path": paths,
-            "label": labels if labels is not None else np.full(len(rows), None, object),
-            "issue": check, "score": det.score, "flagged": det.flag,
-            "suggested_label": sugg, "reason": det.reason}))
-    table = pd.concat(parts, ignore_index=True)
-    summary = {"sources": len(rows), "k": graph.ids.shape[1],
-               **{c: int(d.flag.sum()) for c, d in found.items()}}
-    if not cfg.all_rows:
-        table = table[table["flagged"]]
-    table = table.sort_values(["issue", "score", "id"], ascending=[True, False, True],
-                              kind="stable").reset_index(drop=True)
-    return table[list(COLUMNS)], summary
-
-
-def write_graph(graph: KnnGraph, rows: np.ndarray, output: str, force: bool) -> None:
-    """``scipy.sparse.save_npz`` of :func:`to_csr` (row/column i = store row ``rows[i]``,
-    also saved beside it as ``OUTPUT.ids.npy``), atomically."""
-    from scipy.sparse import save_npz
-
-    from pairkit.core.atomic import atomic_open, check_output
-
-    target = Path(check_output(output, force))
-    if target.suffix != ".npz":
-        raise UsageError(f"--knn-graph must end in .npz, got {output}")
-    ids_file = target.with_suffix(".ids.npy")
-    check_output(ids_file, force)
-    csr = to_csr(graph)
-    with atomic_open(target, "wb") as fh:
-        save_npz(fh, csr)
-    with atomic_open(ids_file, "wb") as fh:
-        np.save(fh, np.asarray(rows, dtype=np.int64))
-
-
-def summary_line(s: dict[str, Any], seconds: float) -> str:
-    """The one line ``pairkit issues`` prints on stderr."""
-    found = ", ".join(f"{s[c]} {c.replace('-', ' ')}s" for c in ("outlier", "label-error")
-                      if c in s)
-    return f"{found} among {s['sources']} sources (k = {s['k']}), {seconds:.1f} s"

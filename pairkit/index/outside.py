@@ -132,10 +132,12 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
     sigs, group = np.unique(assign[:, query_rows].T, axis=0, return_inverse=True)
     group = np.asarray(group).ravel()
     small: list[np.ndarray] = []
+    small_groups: list[np.ndarray] = []
     for g, sig in enumerate(sigs):
         members = np.flatnonzero(group == g)
         if len(members) < big_group:
             small.append(members)
+            small_groups.append(np.full(len(members), g))
             continue
         cols = np.flatnonzero((assign == sig[:, None]).sum(axis=0) < votes)
         kk = min(k, len(cols))
@@ -146,11 +148,15 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
         ids[members, :kk] = np.where(i >= 0, cols[np.maximum(i, 0)], -1)
     if small:
         members = np.concatenate(small)
+        member_group = np.concatenate(small_groups)
         step = max(1, block_bytes // max(1, 4 * n))
         for s0 in range(0, len(members), step):
             sel = members[s0 : s0 + step]
-            shared = (assign[:, None, :] == assign[:, query_rows[sel], None]).sum(axis=0)
-            allowed = shared < votes
+            # one allowed row set per signature (its queries share it), not one per query
+            here, which = np.unique(member_group[s0 : s0 + step], return_inverse=True)
+            table = np.stack([(assign == sigs[g][:, None]).sum(axis=0) < votes
+                              for g in here])
+            allowed = table[np.asarray(which).ravel()]
             top_s, top_i = _masked_top(x[query_rows[sel]] @ x.T, allowed, k)
             scores[sel] = top_s
             ids[sel] = top_i
@@ -215,7 +221,7 @@ class MaskedIvfSearch:
         first = self.assign[0]
         self.dominant = np.full(self.nlist, -1, dtype=np.int64)
         for lid in range(self.nlist):
-            _, ids = self.lists._list(lid)
+            _, ids = self.lists.inverted_list(lid)
             if len(ids):
                 values, counts = np.unique(first[ids], return_counts=True)
                 if counts.max() >= own_share * len(ids):
@@ -254,7 +260,7 @@ class MaskedIvfSearch:
             for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(flat)], strict=True):
                 if hi <= lo:
                     continue
-                vec, lid_ids = self.lists._list(int(flat[lo]))
+                vec, lid_ids = self.lists.inverted_list(int(flat[lo]))
                 if len(lid_ids) == 0:
                     continue
                 sub = qids[lo:hi]

@@ -56,6 +56,23 @@ def flat_index(base: np.ndarray) -> Any:
     return index
 
 
+class ArrayIndex:
+    """An exact inner-product search of an (N, d) array in place: ``faiss.knn`` (the
+    brute-force kernel of ``IndexFlatIP``, same results) without copying the rows into an
+    index first. What :func:`knn_search` uses for an array."""
+
+    def __init__(self, base: np.ndarray) -> None:
+        self.base = as_float32(base)
+        self.ntotal = int(self.base.shape[0])
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        from pairkit.core.threads import import_faiss
+
+        faiss = import_faiss()
+        return faiss.knn(as_float32(queries), self.base, k,
+                         metric=faiss.METRIC_INNER_PRODUCT)
+
+
 def is_gpu_index(index: Any) -> bool:
     """True for FAISS GPU indices (and shards of them), whose search caps k at 2048."""
     names = {type(index).__name__}
@@ -107,7 +124,7 @@ def knn_search(
     index, never passed to the GPU.
     """
     if isinstance(index, np.ndarray):
-        index = flat_index(index)
+        index = ArrayIndex(index)
     if getattr(index, "exact_ties", False):  # the torch search: exact, ties by id, any k
         return index.search(queries, k)
     nq = len(queries)
@@ -155,9 +172,41 @@ def exact_scores(queries: np.ndarray, base: np.ndarray, ids: np.ndarray,
                  batch_size: int = 1024) -> np.ndarray:
     """Exact inner products of ``queries[i]`` with ``base[ids[i, j]]``: float32 (nq, k).
 
-    ``-inf`` where ``ids`` is -1. Used to re-score candidates of a lossy index.
-    Memory: O(batch_size x k x d).
+    ``-inf`` where ``ids`` is -1. Used to re-score candidates of a lossy index. A float32
+    C-contiguous ``base`` (an array or a memory map) is read in place by FAISS's
+    ``fvec_inner_products_by_idx`` (~10x faster than gathering the rows: measured in
+    docs/benchmarks.md); any other goes through :func:`gathered_scores`. Memory:
+    O(batch_size x d) in place, O(batch_size x k x d) gathered.
     """
+    ids = np.asarray(ids)
+    if ids.size and int(ids.max()) >= len(base):
+        raise IndexError(f"id {int(ids.max())} out of range for {len(base)} rows")
+    if not (isinstance(base, np.ndarray) and base.dtype == np.float32
+            and base.flags.c_contiguous and base.ndim == 2 and ids.ndim == 2):
+        return gathered_scores(queries, base, ids, batch_size)
+    try:
+        import faiss
+    except ImportError:  # pragma: no cover - faiss is a dependency
+        return gathered_scores(queries, base, ids, batch_size)
+    out = np.full(ids.shape, -np.inf, dtype=np.float32)
+    (_, k), d = ids.shape, base.shape[1]
+    if ids.size == 0 or len(base) == 0:  # no id to score (all -1 when base is empty)
+        return out
+    for start in range(0, len(ids), batch_size):
+        blk = ids[start : start + batch_size]
+        q = as_float32(queries[start : start + batch_size])
+        safe = np.ascontiguousarray(np.where(blk < 0, 0, blk), dtype=np.int64)
+        got = np.empty(blk.shape, dtype=np.float32)
+        faiss.fvec_inner_products_by_idx(faiss.swig_ptr(got), faiss.swig_ptr(q),
+                                         faiss.swig_ptr(base), faiss.swig_ptr(safe),
+                                         d, len(blk), k)
+        out[start : start + len(blk)] = np.where(blk < 0, -np.inf, got)
+    return out
+
+
+def gathered_scores(queries: np.ndarray, base: np.ndarray, ids: np.ndarray,
+                    batch_size: int = 1024) -> np.ndarray:
+    """:func:`exact_scores` by gathering ``base[ids]`` (any dtype, any array-like base)."""
     out = np.full(ids.shape, -np.inf, dtype=np.float32)
     for start in range(0, len(ids), batch_size):
         blk = ids[start : start + batch_size]
@@ -228,7 +277,8 @@ class IvfListMajor:
             return False
         return int(index.ntotal) >= 256 * int(faiss.extract_index_ivf(index).nlist)
 
-    def _list(self, lid: int) -> tuple[np.ndarray, np.ndarray]:
+    def inverted_list(self, lid: int) -> tuple[np.ndarray, np.ndarray]:
+        """List ``lid``'s vectors (n, d) float32 and ids (n,) int64, read once and kept."""
         import faiss
 
         if lid not in self._lists:
@@ -262,7 +312,7 @@ class IvfListMajor:
         for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(flat)], strict=True):
             if hi <= lo:
                 continue
-            vec, ids = self._list(int(flat[lo]))
+            vec, ids = self.inverted_list(int(flat[lo]))
             if len(ids) == 0:
                 continue
             sub = qids[lo:hi]

@@ -1,6 +1,7 @@
 """``pairkit mine`` from a store to a pair table and its stats: :func:`mine_store` (a
 :class:`~pairkit.core.store.Store` in, table and stats dict out) and :func:`mine_to_files`
-(a store folder in, a table file or stdout and a stats file out)."""
+(the command's store-to-files step: a store folder in, a table file or stdout and a stats
+file out)."""
 
 from __future__ import annotations
 
@@ -38,14 +39,14 @@ class MineExecutor(Protocol):
 
 
 def mine_to_files(
-    store: Path, output: str, relation: str | None, fmt: str, config: MineConfig,
-    index: IndexOptions, fn_config: FalseNegativeConfig | None, stats_path: Path | None,
-    force: bool = False,
+    store: Path, output: str, cfg: MineConfig, *, relation: str | None = None,
+    fmt: str = "triplet", index: IndexOptions | None = None,
+    fn_config: FalseNegativeConfig | None = None, positives: PositiveConfig | None = None,
+    stats_path: Path | None = None, force: bool = False,
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
     executor: MineExecutor | None = None,
-    positives: PositiveConfig | None = None,
 ) -> dict[str, Any]:
     """Mine the store at ``store`` and write the table to ``output`` (``-``: JSON Lines
     on stdout) and the stats to ``stats_path``; returns the stats dict. Outputs are
@@ -58,6 +59,7 @@ def mine_to_files(
     from pairkit.core.tables import check_table_output, table_kind, write_table
     from pairkit.mine.summary import unknown_pairs_warning
 
+    index = IndexOptions() if index is None else index
     if stats_path is not None and str(stats_path) == output:
         raise UsageError("--stats and -o must be different files")
     check_output_apart(output, [store])
@@ -69,7 +71,7 @@ def mine_to_files(
         check_output(stats_path, force, what="stats file")
     def run(map_blocks: Any = None) -> tuple[Any, dict[str, Any]]:
         st = Store.open(store, verify=True)
-        return mine_store(st, relation, config, index, fn_config, fmt, progress=progress,
+        return mine_store(st, relation, cfg, index, fn_config, fmt, progress=progress,
                           on_start=on_start, map_blocks=map_blocks, positives=positives)
 
     if executor is not None:
@@ -80,7 +82,7 @@ def mine_to_files(
     warning = unknown_pairs_warning(stats)
     if warning and on_warning is not None:
         on_warning(warning)
-    write_table(table, output, force=force, part_rows=anchor_parts(table, config.batch_size))
+    write_table(table, output, force=force, part_rows=anchor_parts(table, cfg.batch_size))
     if stats_path is not None:
         with atomic_open(stats_path, replace=force) as fh:
             json.dump(stats, fh, indent=2)
@@ -99,7 +101,7 @@ def anchor_parts(table: Any, per_part: int) -> list[int]:
     return np.diff(np.r_[starts, len(ids)]).astype(int).tolist()
 
 
-def workers_rows(store: Any, map_blocks: Any, fn_config: Any) -> Any:
+def workers_rows(store: Any, map_blocks: Any, fn_config: FalseNegativeConfig | None) -> Any:
     """Where the workers read the store's vectors (:class:`pairkit.mine.blocks.StoreRows`)
     when the blocks run elsewhere (``map_blocks.workers_read_store``: a Ray cluster) and
     nothing else they get would carry the vectors anyway (no false-negative rules, whose
@@ -318,6 +320,7 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
     mine's index options (exact up to ``--exact-max-rows``, approximate above) in the
     partially whitened space, or by plain cosine with ``whitening`` 0."""
     from pairkit.core.pairs import add_mined_positives
+    from pairkit.core.unique import sorted_unique
     from pairkit.mine.fn_context import near_duplicate_threshold
     from pairkit.mine.positives import mine_positives
 
@@ -338,7 +341,7 @@ def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np
                               store.items["path"].to_numpy(dtype=object))
     reasons, counts = np.unique(mined.reasons.astype(str), return_counts=True)
     stats: dict[str, Any] = {
-        "rows": len(mined), "anchors_with_any": int(len(np.unique(mined.rows))),
+        "rows": len(mined), "anchors_with_any": int(len(sorted_unique(mined.rows))),
         "per_anchor": round(len(mined) / max(len(anchors), 1), 3),
         "reasons": {str(r): int(c) for r, c in zip(reasons, counts, strict=True)},
         "neighbours": cfg.neighbours, "max_per_anchor": cfg.per_anchor,

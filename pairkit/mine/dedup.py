@@ -1,9 +1,10 @@
-"""``pairkit dedup`` from a store folder to a table of groups: the keep rules that look at
-the image files, paths for pipelines, and the summary line."""
+"""``pairkit dedup`` from a store folder to a table: its near-duplicate groups
+(:func:`run_dedup`) or, with ``--against``, its sources that duplicate another store's
+(:func:`run_against`); their summary lines. The files: :mod:`pairkit.mine.dedup_command`;
+the keep rules that read images: :mod:`pairkit.mine.keep_readers`."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,6 @@ DEFAULT_KEEP = "best"
 class DedupConfig:
     """Options of ``pairkit dedup`` (``threshold`` None: the measured default)."""
 
-    store: Path
     threshold: float | None = None
     keep: str = DEFAULT_KEEP
     exact_only: bool = False
@@ -34,9 +34,10 @@ class DedupConfig:
     pixel_threshold: float | None = None  # None: calibrated on the store
 
 
-def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
+def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
               pairs: Any = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Open the store, group its sources; return the table (with paths) and a summary.
+    """Open the store at ``store``, group its sources; return the table (with paths) and a
+    summary.
 
     ``warn`` gets one line when a keep rule can't read the images and falls back.
     ``pairs``: the near-duplicate pair search
@@ -47,73 +48,45 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
     """
     import numpy as np
 
-    from pairkit.core.paths import first_bad_path
     from pairkit.core.store import Store
-    from pairkit.mine.near_duplicates import (
-        DEFAULT_THRESHOLD,
-        KEEP_RULES,
-        check_threshold,
-        find_near_duplicates,
-    )
+    from pairkit.mine.keep_readers import rekeep_resized
+    from pairkit.mine.near_duplicate_check import choose_check
+    from pairkit.mine.near_duplicates import find_near_duplicates
 
-    threshold = check_threshold(DEFAULT_THRESHOLD if cfg.threshold is None else cfg.threshold)
-    if cfg.keep not in KEEP_RULES:
-        raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {cfg.keep}")
-    if cfg.batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    threshold = check_dedup(cfg)
     if cfg.exact_only:
         pairs = None
     if pairs is not None:
         from pairkit.index.backend import ray_search
 
         ray_search("dedup", cfg.device, cfg.backend)
-    st = Store.open(cfg.store)
+    st = Store.open(store)
     items = st.items
     image_root = st.manifest.get("image_root")
     if cfg.absolute and not image_root:
-        raise UsageError(f"--absolute needs the store's image_root, and {cfg.store} has none "
+        raise UsageError(f"--absolute needs the store's image_root, and {store} has none "
                          "(made by import?)")
     paths = items["path"].to_numpy(dtype=object)
-    keep, sizes = cfg.keep, None
-    if keep == "best":
-        sizes = best_reader(image_root, paths, warn)
-    elif keep == "largest":
-        sizes = largest_reader(image_root, paths, warn)
-        if sizes is None:
-            keep = "first"
-    from pairkit.mine.near_duplicate_check import choose_check
-
+    keep, sizes = keep_sizes(cfg.keep, image_root, paths, warn)
     vectors = st.vectors(np.float32)
+    device, backend = ("cpu", "faiss") if pairs else (cfg.device, cfg.backend)
     check = choose_check(
         vectors, paths, image_root, cfg.method, cfg.threshold, cfg.pixel_threshold,
-        batch_size=cfg.batch_size, device="cpu" if pairs else cfg.device,
-        backend="faiss" if pairs else cfg.backend, pairs=pairs)
+        batch_size=cfg.batch_size, device=device, backend=backend, pairs=pairs)
     result = find_near_duplicates(
         vectors, threshold,
         file_sha256=items["file_sha256"].to_numpy(dtype=object, na_value=None),
         sources=items["source"].to_numpy(dtype=object), views=items["view"].to_numpy(),
         keep=keep, sizes=sizes, near=not cfg.exact_only, batch_size=cfg.batch_size,
-        device="cpu" if pairs else cfg.device, backend="faiss" if pairs else cfg.backend,
-        pairs=pairs, check=check)
+        device=device, backend=backend, pairs=pairs, check=check)
     table = result.table
     resized: dict[int, str] = {}
     if keep == "best" and getattr(sizes, "facts", None) and image_root:
         table, resized = rekeep_resized(table, vectors, items, image_root, sizes.facts)
-    out_paths = paths[table["id"].to_numpy()]
-    bad = first_bad_path(out_paths)
-    if bad is not None:  # a hand-edited store: `--paths-only | xargs rm` would act on it
-        row, value, reason = bad
-        raise PairkitError(f"item path {value!a} {reason} (store {cfg.store}, id "
-                           f"{int(table['id'].iloc[row])}): refusing to list it")
-    if cfg.absolute:
-        out_paths = np.array([str(inside(image_root, p)) for p in out_paths], dtype=object)
-    table.insert(2, "path", out_paths)
-    reasons = keep_reasons(table, "first" if getattr(sizes, "fell_back", False) else keep,
-                           paths, getattr(sizes, "facts", None))
-    for row, item in enumerate(table["id"].tolist()):
-        if item in resized and table["keep"].iat[row]:
-            reasons[row] = resized[item]
-    table["keep_reason"] = reasons
+    table.insert(2, "path", listed_paths(table, paths, store, image_root, cfg.absolute))
+    if getattr(sizes, "fell_back", False):
+        keep = "first"
+    table["keep_reason"] = keep_reason_column(table, keep, paths, sizes, resized)
     summary = {
         "groups": int(table["group"].nunique()),
         "sources_in_groups": len(table),
@@ -126,47 +99,72 @@ def run_dedup(cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
         "split": result.components_split,
         "threshold": threshold,
         "decision": result.decision if not cfg.exact_only else None,
-        "keep": "first" if getattr(sizes, "fell_back", False) else keep,
+        "keep": keep,
         "exact_only": cfg.exact_only,
         "ray": pairs.describe() if pairs is not None else None,
     }
     return table, summary
 
 
-def rekeep_resized(table: pd.DataFrame, vectors: np.ndarray, items: pd.DataFrame,
-                   image_root: str, facts: dict[int, Any]) -> tuple[pd.DataFrame, dict[int, str]]:
-    """``--keep best`` between resized copies (:mod:`pairkit.mine.keep_resized`): each
-    group's kept copy compared with its members of other pixel counts; returns the table
-    with the kept rows changed where that decides otherwise, and {new kept id: reason}."""
-    from pairkit.core.paths import resolve_item_path
-    from pairkit.mine.keep_best import best_key
-    from pairkit.mine.keep_resized import rekeep_groups, resized_keeper
+def check_dedup(cfg: DedupConfig) -> float:
+    """The threshold ``cfg`` asks for (None: the measured default), after checking it, the
+    keep rule and the batch size; UsageError naming the option otherwise."""
+    from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD, KEEP_RULES, check_threshold
 
-    root = Path(image_root)
-    paths = items["path"].to_numpy(dtype=object)
+    threshold = check_threshold(DEFAULT_THRESHOLD if cfg.threshold is None else cfg.threshold)
+    if cfg.keep not in KEEP_RULES:
+        raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {cfg.keep}")
+    if cfg.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    return threshold
 
-    def pixels(i: int) -> float | None:
-        f = facts.get(i)
-        return None if f is None else f.pixels
 
-    def file_of(i: int) -> Path | None:
-        return resolve_item_path(root, str(paths[i]))
+def keep_sizes(keep: str, image_root: str | None, paths: np.ndarray,
+               warn: Callable[[str], None]) -> tuple[str, Any]:
+    """``(keep rule, sizes)`` for :func:`~pairkit.mine.near_duplicates.find_near_duplicates`:
+    the image-reading rules' goodness per item (:mod:`pairkit.mine.keep_readers`), None for
+    the others; ``largest`` becomes ``first`` (warned) when the images can't be found."""
+    from pairkit.mine.keep_readers import best_reader, largest_reader
 
-    new_keeper: dict[int, int] = {}
-    reasons: dict[int, str] = {}
-    for g, rows in table.groupby("group", sort=False):
-        ids = rows["id"].tolist()
-        if len(ids) < 2 or len({pixels(i) for i in ids}) < 2:
-            continue
-        kept = int(rows["id"][rows["keep"]].iloc[0])
-        others = sorted((i for i in ids if i != kept and facts.get(i) is not None),
-                        key=lambda i: best_key(facts[i]), reverse=True)
-        new, why = resized_keeper(kept, others, pixels, file_of)
-        if why is not None and new != kept:
-            new_keeper[int(g)] = new
-            reasons[new] = why
-    sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
-    return rekeep_groups(table, vectors, sha, new_keeper), reasons
+    if keep == "best":
+        return keep, best_reader(image_root, paths, warn)
+    if keep == "largest":
+        sizes = largest_reader(image_root, paths, warn)
+        return ("first", None) if sizes is None else (keep, sizes)
+    return keep, None
+
+
+def listed_paths(table: pd.DataFrame, paths: np.ndarray, store: str | Path,
+                 image_root: str | None, absolute: bool) -> np.ndarray:
+    """The ``path`` column of the table's rows (joined to ``image_root`` when ``absolute``);
+    PairkitError for a path a pipeline must not act on (a hand-edited store: ``--paths-only
+    | xargs rm`` would)."""
+    import numpy as np
+
+    from pairkit.core.paths import first_bad_path
+
+    out_paths = paths[table["id"].to_numpy()]
+    bad = first_bad_path(out_paths)
+    if bad is not None:
+        row, value, reason = bad
+        raise PairkitError(f"item path {value!a} {reason} (store {store}, id "
+                           f"{int(table['id'].iloc[row])}): refusing to list it")
+    if absolute:
+        out_paths = np.array([str(inside(image_root, p)) for p in out_paths], dtype=object)
+    return out_paths
+
+
+def keep_reason_column(table: pd.DataFrame, keep: str, paths: np.ndarray, sizes: Any,
+                       resized: dict[int, str]) -> list[str | None]:
+    """The ``keep_reason`` column (:func:`pairkit.mine.keep_readers.keep_reasons`), with the
+    resized-copy reason on the kept rows ``resized`` names."""
+    from pairkit.mine.keep_readers import keep_reasons
+
+    reasons = keep_reasons(table, keep, paths, getattr(sizes, "facts", None))
+    for row, item in enumerate(table["id"].tolist()):
+        if item in resized and table["keep"].iat[row]:
+            reasons[row] = resized[item]
+    return reasons
 
 
 def inside(image_root: str, path: str) -> Path:
@@ -178,155 +176,6 @@ def inside(image_root: str, path: str) -> Path:
         raise PairkitError(f"item path {path!a} {reason}: refusing to print it as an "
                            "absolute path")
     return Path(image_root) / path
-
-
-def image_facts(root: Path, paths: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, ...]:
-    """``(pixels, file bytes)`` float arrays for the items ``ids``; NaN where a file is
-    missing, unreadable or outside the image root (never opened; the header is read, not
-    the pixels)."""
-    import numpy as np
-    from PIL import Image
-
-    from pairkit.core.paths import resolve_item_path
-
-    pixels = np.full(len(ids), np.nan)
-    size = np.full(len(ids), np.nan)
-    for k, i in enumerate(ids):
-        f = resolve_item_path(root, str(paths[i]))
-        if f is None:
-            continue  # a path outside the image root is never opened
-        try:
-            with Image.open(f) as im:
-                w, h = im.size
-            pixels[k], size[k] = float(w * h), float(f.stat().st_size)
-        except (OSError, ValueError, Image.DecompressionBombError):
-            continue
-    return pixels, size
-
-
-def best_reader(image_root: str | None, paths: np.ndarray,
-                warn: Callable[[str], None]) -> Callable[[np.ndarray], np.ndarray]:
-    """The ``best`` keep rule as a goodness per item (higher is kept): the copy that lost
-    least (:func:`pairkit.mine.keep_best.best_key`: JPEG quality band, then detail from
-    sharpness, pixels and clipping, then file size), then the shortest path, then path
-    order. Items whose image can't be read rank below every readable one (a warning says
-    how many); without an image root (an imported store) only the path decides. The
-    returned function keeps the facts it read in ``.facts`` (id -> CopyFacts or None)."""
-    import numpy as np
-
-    from pairkit.core.paths import resolve_item_path
-    from pairkit.mine.keep_best import best_key, copy_facts
-
-    root = Path(image_root) if image_root else None
-    if root is not None and not root.is_dir():  # unset (an imported store): paths decide
-        warn(f"--keep best: the store's image_root {root} is missing; keeping the shortest "
-             "path of each group")
-
-    def goodness(ids: np.ndarray) -> np.ndarray:
-        ids = np.asarray(ids, dtype=np.int64)
-        readable = root is not None and root.is_dir()
-        for i in ids.tolist():
-            f = resolve_item_path(root, str(paths[i])) if readable else None
-            goodness.facts[i] = copy_facts(f) if f is not None else None  # type: ignore[attr-defined]
-        bad = sum(goodness.facts[i] is None for i in ids.tolist())  # type: ignore[attr-defined]
-        if readable and bad:
-            warn(f"--keep best: {bad} images unreadable under {root}; they are kept only "
-                 "when no copy can be read")
-        names = [str(paths[i]) for i in ids]
-        path_rank = np.argsort(np.argsort(np.array(names, dtype=object), kind="stable"),
-                               kind="stable")
-
-        def key(k: int) -> tuple:
-            facts = goodness.facts[int(ids[k])]  # type: ignore[attr-defined]
-            quality = (1, *best_key(facts)) if facts is not None else (0,)
-            return (quality, -len(names[k]), -int(path_rank[k]))
-
-        order = sorted(range(len(ids)), key=key, reverse=True)
-        out = np.empty(len(ids), dtype=float)
-        out[order] = -np.arange(len(ids), dtype=float)  # best first = highest goodness
-        return out
-
-    goodness.facts = {}  # type: ignore[attr-defined]
-    return goodness
-
-
-KEEP_REASONS = {"first": "lowest id", "largest": "largest image",
-                "central": "most similar to the others"}
-
-
-def keep_reasons(table: pd.DataFrame, keep: str, paths: np.ndarray,
-                 facts: dict[int, Any] | None) -> list[str | None]:
-    """The ``keep_reason`` column: on each group's kept row why that copy was kept (for
-    ``best``: :func:`pairkit.mine.keep_best.keep_reason` against the group's runner-up),
-    None on the other rows."""
-    from pairkit.mine.keep_best import best_key, keep_reason
-
-    out: list[str | None] = [None] * len(table)
-    ids, groups, kept = (table[c].to_numpy() for c in ("id", "group", "keep"))
-    if keep != "best" or facts is None:
-        reason = KEEP_REASONS.get(keep, keep)
-        return [reason if k else None for k in kept]
-    by_group: dict[int, list[int]] = {}
-    for row, g in enumerate(groups.tolist()):
-        by_group.setdefault(g, []).append(row)
-    for rows in by_group.values():
-        kept_row = next(r for r in rows if kept[r])
-        others = [int(ids[r]) for r in rows if r != kept_row]
-        readable = [i for i in others if facts.get(i) is not None]
-        runner_up = max(readable, key=lambda i: best_key(facts[i]), default=None)
-        mine = facts.get(int(ids[kept_row]))
-        if mine is None:  # (a readable copy would have ranked first)
-            out[kept_row] = "images not readable: shortest path"
-        else:
-            out[kept_row] = keep_reason(mine, facts[runner_up] if runner_up is not None
-                                        else None)
-    return out
-
-
-def largest_reader(image_root: str | None, paths: np.ndarray,
-                   warn: Callable[[str], None]) -> Any:
-    """The ``largest`` keep rule: image area, file size as tie-break; None (warned) when
-    the images can't be found. Falls back to ``first`` when some are unreadable."""
-    import numpy as np
-
-    if not image_root or not Path(image_root).is_dir():
-        warn("--keep largest: the store's image_root is "
-             f"{'unset' if not image_root else 'missing: ' + image_root}; using --keep first")
-        return None
-    root = Path(image_root)
-
-    def checked(ids: np.ndarray) -> np.ndarray:
-        pixels, size = image_facts(root, paths, ids)
-        bad = int(np.isnan(pixels).sum())
-        if bad:
-            warn(f"--keep largest: {bad} images unreadable under {root}; using --keep first")
-            checked.fell_back = True  # type: ignore[attr-defined]
-            return np.asarray(-ids, dtype=float)  # larger = lower id: the 'first' rule
-        return pixels + size / 1e12
-
-    checked.fell_back = False  # type: ignore[attr-defined]
-    return checked
-
-
-def write_paths(paths: list[str], output: str, force: bool, end: str) -> None:
-    """One path per line (``end``: newline or NUL) to ``output`` or stdout (``-``); a path
-    that holds ``end`` is refused rather than split."""
-    for p in paths:
-        if end in p:
-            raise PairkitError(
-                f"path {p!a} holds a newline, so one path per line would split it: use -0 "
-                "(--print0) for NUL-terminated paths" if end == "\n" else
-                f"path {p!a} holds a NUL byte: it can't be written NUL-terminated")
-    text = "".join(p + end for p in paths)
-    if output == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    from pairkit.core.atomic import atomic_open, check_output
-
-    target = check_output(output, force)
-    with atomic_open(target, replace=force) as fh:
-        fh.write(text)
 
 
 def summary_line(s: dict[str, Any]) -> str:
@@ -352,9 +201,10 @@ def summary_line(s: dict[str, Any]) -> str:
 AGAINST_COLUMNS = ("id", "path", "other_id", "other_path", "similarity", "match")
 
 
-def run_against(cfg: DedupConfig, other: str | Path, warn: Callable[[str], None] = lambda _: None
+def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
+                warn: Callable[[str], None] = lambda _: None
                 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Sources of ``cfg.store`` that duplicate a source of ``other`` (train/test leaks):
+    """Sources of the store at ``store`` that duplicate a source of ``other`` (train/test leaks):
     exact by file hash, near by the same decision as :func:`run_dedup`, on the two stores
     together. Table: one row per leaking source of the store (``id``, ``path``), with the
     most similar duplicate in ``other`` (``other_id``, ``other_path``, ``similarity`` of
@@ -371,9 +221,9 @@ def run_against(cfg: DedupConfig, other: str | Path, warn: Callable[[str], None]
     )
     from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD, find_near_duplicates
 
-    a, b = Store.open(cfg.store), Store.open(other)
+    a, b = Store.open(store), Store.open(other)
     if a.dim != b.dim:
-        raise UsageError(f"--against: {cfg.store} has {a.dim}-d vectors and {other} "
+        raise UsageError(f"--against: {store} has {a.dim}-d vectors and {other} "
                          f"{b.dim}-d; embed both with one encoder")
     ea, eb = a.encoder.get("name"), b.encoder.get("name")
     if ea != eb:

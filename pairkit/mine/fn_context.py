@@ -172,11 +172,14 @@ def similarity_to_rows(vectors: np.ndarray, rows: np.ndarray, cand: np.ndarray,
     ``vectors[cand]`` (n, k); NaN where a row id is -1 (a candidate of -1 gives
     row 0's similarity: callers mask padding).
 
-    Per block of anchors: short candidate lists gather the candidates' vectors; long
+    Per block of anchors: short candidate lists are scored by id, one row column at a
+    time (:func:`pairkit.index.search.exact_scores`, in place for a float32 store); long
     ones (k in the hundreds or thousands, which share most candidates) multiply the
-    block's rows once by its distinct candidates and look the products up, which
-    costs one matrix product instead of a gather of k x d floats per anchor.
+    block's rows once by its distinct candidates and look the products up, which costs
+    one matrix product instead of k x d multiply-adds per anchor.
     """
+    from pairkit.index.search import exact_scores
+
     n, m = rows.shape
     k = cand.shape[1]
     out = np.empty((n, m, k), dtype=np.float32)
@@ -197,8 +200,7 @@ def similarity_to_rows(vectors: np.ndarray, rows: np.ndarray, cand: np.ndarray,
             sims = (left.reshape(-1, d) @ right.T).reshape(e - s, m, len(uniq))
             block = np.take_along_axis(sims, inv[:, None, :], axis=2)
         else:
-            right = np.asarray(vectors[c.ravel()], dtype=np.float32).reshape(e - s, k, d)
-            block = np.matmul(left, right.transpose(0, 2, 1))
+            block = np.stack([exact_scores(left[:, j], vectors, c) for j in range(m)], axis=1)
         block = block.astype(np.float32, copy=False)
         block[np.broadcast_to((r < 0)[:, :, None], block.shape)] = np.nan
         out[s:e] = block

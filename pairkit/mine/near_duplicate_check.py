@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
+
 CANDIDATES = 8  # nearest sources per source, by the embedding and by the descriptor
 CALIBRATION_SAMPLE = 200  # images copied (once per edit) to calibrate
 COPY_QUANTILE = 0.01  # the threshold: this quantile of the known copies' scores
@@ -77,7 +79,7 @@ class PixelCheck:
     paths: np.ndarray
     image_root: str | Path | np.ndarray  # one folder, or (N,) one per item
     threshold: float | None = None
-    fallback: float = 0.965
+    fallback: float = NEAR_DUPLICATE_THRESHOLD
     candidates: int = CANDIDATES
     sample: int = CALIBRATION_SAMPLE
     seed: int = 0

@@ -5,18 +5,24 @@ views of one source are augmentations of the same file, never duplicates of
 each other. Each source is represented by its lowest view (view 0, the plain
 image); every view of a source gets its source's group id.
 
-Steps (see docs/methods.md):
+:func:`find_near_duplicates` runs six steps, one function each (see docs/methods.md):
 
-1. Sources with the same ``file_sha256`` are one node (an exact-duplicate set).
-2. Nodes with similarity >= ``threshold`` are joined (streamed range search,
-   :mod:`pairkit.index.range_search`) and their connected components found
-   with a vectorised union-find, block by block.
-3. Chain guard: a component is split greedily. The best remaining node by the
-   keep rule becomes a representative; every remaining node of the component
-   within ``threshold`` of it joins its group; repeat on what is left. So every
-   member of a group is within the threshold of the group's representative,
-   and a chain a~b~c with a !~ c never lands in one group unless b leads it.
-4. A group needs at least two sources; a node left alone is in no group.
+1. :func:`source_nodes`: one node per source, standing for it by its lowest view.
+2. :func:`exact_units`: nodes with the same ``file_sha256`` are one unit (an
+   exact-duplicate set); :func:`node_units` holds what the later steps need of them.
+3. :func:`near_components`: units the check links (``similarity >= threshold`` by
+   streamed range search, :mod:`pairkit.index.range_search`, or the calibrated pixel
+   check) are joined, block by block, with a vectorised union-find; a unit is a
+   candidate when its component or itself holds two sources or more.
+4. :func:`unit_leaders`: the best node of each candidate unit by the keep rule
+   (:func:`node_ranks`), which stands for the unit, and its rank.
+5. :func:`chain_guard`: a component is split greedily. The best remaining unit becomes
+   a representative; every remaining unit of the component linked to it joins its
+   group; repeat on what is left. So every member of a group is within the threshold
+   of the group's representative, and a chain a~b~c with a !~ c never lands in one
+   group unless b leads it. A group needs at least two sources: a unit of one source
+   left alone is in no group.
+6. :func:`group_table`: the table, one row per grouped source, and each item's group.
 """
 
 from __future__ import annotations
@@ -123,27 +129,33 @@ def merge_edges(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 # -- the grouping ----------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Nodes:
-    """Step 1-2: ``item_node`` (N,) node of every item, ``node_item`` (S,) the row that
+class NodeUnits:
+    """Steps 1-2: ``item_node`` (N,) node of every item, ``node_item`` (S,) the row that
     stands for each node, ``node_unit`` (S,) exact-duplicate unit of each node,
-    ``unit_node`` (U,) first node of each unit."""
+    ``unit_node`` (U,) first node of each unit, ``unit_items`` (U,) its row,
+    ``unit_size`` (U,) nodes in each unit."""
 
     item_node: np.ndarray
     node_item: np.ndarray
     node_unit: np.ndarray
     unit_node: np.ndarray
+    unit_items: np.ndarray
+    unit_size: np.ndarray
+
+    @property
+    def n_units(self) -> int:
+        return len(self.unit_node)
 
 
 def source_nodes(n: int, sources: np.ndarray | None, views: np.ndarray | None
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Step 1: ``(item_node (N,), node_item (S,))``: one node per source, standing for it
     by its lowest view (ties by lowest row)."""
-    import pandas as pd
+    from pairkit.core.store import codes_of
 
     if sources is None:
         return np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64)
-    codes, _ = pd.factorize(pd.Series(np.asarray(sources, dtype=object)))
-    item_node = codes.astype(np.int64)
+    item_node = codes_of(sources)[0]
     view_key = np.arange(n) if views is None else np.asarray(views, dtype=np.int64)
     order = np.lexsort((np.arange(n), view_key, item_node))
     first = np.ones(n, dtype=bool)
@@ -156,6 +168,8 @@ def exact_units(node_item: np.ndarray, file_sha256: np.ndarray | None) -> np.nda
     without a hash is a unit of its own."""
     import pandas as pd
 
+    from pairkit.core.store import codes_of
+
     n_nodes = len(node_item)
     if file_sha256 is None:
         return np.arange(n_nodes, dtype=np.int64)
@@ -164,12 +178,27 @@ def exact_units(node_item: np.ndarray, file_sha256: np.ndarray | None) -> np.nda
     empty = as_series.map(lambda h: isinstance(h, str) and not h)
     missing = (as_series.isna() | empty).to_numpy(dtype=bool)
     keys = np.where(missing, None, hashes)
-    codes, _ = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=True)
+    codes = codes_of(keys)[0]
     node_unit = np.empty(n_nodes, dtype=np.int64)
     n_hash = int(codes.max()) + 1 if (codes >= 0).any() else 0
     node_unit[~missing] = codes[~missing]
     node_unit[missing] = n_hash + np.arange(int(missing.sum()))
     return node_unit
+
+
+def node_units(n: int, sources: np.ndarray | None, views: np.ndarray | None,
+               file_sha256: np.ndarray | None) -> NodeUnits:
+    """Steps 1-2 for ``n`` items: their nodes (:func:`source_nodes`) and the nodes'
+    exact-duplicate units (:func:`exact_units`)."""
+    item_node, node_item = source_nodes(n, sources, views)
+    n_nodes = len(node_item)
+    node_unit = exact_units(node_item, file_sha256)
+    n_units = int(node_unit.max()) + 1 if n_nodes else 0
+    unit_node = np.full(n_units, n_nodes, dtype=np.int64)  # the unit's first node
+    np.minimum.at(unit_node, node_unit, np.arange(n_nodes, dtype=np.int64))
+    unit_items = node_item[unit_node] if n_units else np.zeros(0, np.int64)
+    return NodeUnits(item_node, node_item, node_unit, unit_node, unit_items,
+                     np.bincount(node_unit, minlength=n_units))
 
 
 def near_components(n_units: int, edges: Iterator[tuple[np.ndarray, np.ndarray]]
@@ -180,6 +209,13 @@ def near_components(n_units: int, edges: Iterator[tuple[np.ndarray, np.ndarray]]
     for a, b in edges:
         labels = merge_edges(labels, a, b)
     return labels
+
+
+def candidate_units(labels: np.ndarray, unit_size: np.ndarray) -> np.ndarray:
+    """Step 3's end: (U,) bool, the units that may be in a group: their component has
+    two units or more, or they hold two nodes or more (hash copies)."""
+    comp_size = np.bincount(labels, minlength=len(labels))
+    return (comp_size[labels] > 1) | (unit_size > 1)
 
 
 def node_ranks(candidate_nodes: np.ndarray, node_item: np.ndarray, n_nodes: int,
@@ -203,11 +239,28 @@ def node_ranks(candidate_nodes: np.ndarray, node_item: np.ndarray, n_nodes: int,
     return rank
 
 
+def unit_leaders(candidate_unit: np.ndarray, units: NodeUnits, keep: str, sizes: SizeInput
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Step 4: ``(unit_best (U,) int64, unit_rank (U,) float)``: the best node of each
+    candidate unit by the keep rule (:func:`node_ranks`) and its rank; -1 and inf for
+    the other units."""
+    node_unit = units.node_unit
+    candidate_nodes = np.nonzero(candidate_unit[node_unit])[0]
+    rank = node_ranks(candidate_nodes, units.node_item, len(units.node_item), keep, sizes)
+    unit_best = np.full(units.n_units, -1, dtype=np.int64)
+    unit_rank = np.full(units.n_units, np.inf)
+    cand_order = candidate_nodes[np.argsort(rank[candidate_nodes], kind="stable")]
+    units_seen, first_pos = np.unique(node_unit[cand_order], return_index=True)
+    unit_best[units_seen] = cand_order[first_pos]  # best rank comes first in cand_order
+    unit_rank[units_seen] = rank[cand_order[first_pos]]
+    return unit_best, unit_rank
+
+
 def chain_guard(labels: np.ndarray, candidate_unit: np.ndarray, unit_rank: np.ndarray,
-                unit_nodes_count: np.ndarray, unit_vecs: np.ndarray, rule: str,
+                unit_size: np.ndarray, unit_vecs: np.ndarray, rule: str,
                 linked: Callable[[int, np.ndarray], np.ndarray]
                 ) -> tuple[list[tuple[int, np.ndarray]], int]:
-    """Step 4: split each component greedily around representatives: the best remaining
+    """Step 5: split each component greedily around representatives: the best remaining
     unit leads, every remaining unit ``linked`` to it (``linked(leader, units) -> bool``)
     joins its group, repeat. Returns ``([(leader, member units)], components split)``."""
     groups: list[tuple[int, np.ndarray]] = []
@@ -236,7 +289,7 @@ def chain_guard(labels: np.ndarray, candidate_unit: np.ndarray, unit_rank: np.nd
                       else np.asarray(linked(int(leader), remaining), dtype=bool))
             inside[lead_pos] = True
             members = remaining[inside]
-            if len(members) > 1 or unit_nodes_count[leader] > 1:
+            if len(members) > 1 or unit_size[leader] > 1:
                 groups.append((int(leader), members))
                 made += 1
                 covered += len(members)
@@ -246,9 +299,10 @@ def chain_guard(labels: np.ndarray, candidate_unit: np.ndarray, unit_rank: np.nd
     return groups, split
 
 
-def group_table(groups: list[tuple[int, np.ndarray]], nodes: _Nodes, unit_best: np.ndarray,
-                vectors: np.ndarray, n: int) -> tuple[pd.DataFrame, np.ndarray]:
-    """Step 5: the table (one row per grouped source, see :class:`NearDuplicates`) and
+def group_table(groups: list[tuple[int, np.ndarray]], nodes: NodeUnits,
+                unit_best: np.ndarray, vectors: np.ndarray, n: int
+                ) -> tuple[pd.DataFrame, np.ndarray]:
+    """Step 6: the table (one row per grouped source, see :class:`NearDuplicates`) and
     the (N,) group id of every item."""
     import pandas as pd
 
@@ -292,6 +346,23 @@ def group_table(groups: list[tuple[int, np.ndarray]], nodes: _Nodes, unit_best: 
     return table, item_group.astype(np.int64)
 
 
+def check_inputs(vectors: np.ndarray, keep: str, sizes: SizeInput,
+                 **per_item: np.ndarray | None) -> np.ndarray:
+    """``vectors`` as a contiguous float32 (N, d) array, after checking the keep rule (and
+    its sizes) and that every array of ``per_item`` has N entries."""
+    if keep not in KEEP_RULES:
+        raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {keep}")
+    if keep in ("best", "largest") and sizes is None:
+        raise UsageError(f"keep rule {keep!r} needs sizes")
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2:
+        raise PairkitError(f"vectors must be 2-d (N, d), got shape {vectors.shape}")
+    for name, arr in per_item.items():
+        if arr is not None and len(arr) != len(vectors):
+            raise PairkitError(f"{name} has {len(arr)} entries, vectors {len(vectors)}")
+    return vectors
+
+
 def find_near_duplicates(
     vectors: np.ndarray,
     threshold: float = DEFAULT_THRESHOLD,
@@ -308,12 +379,13 @@ def find_near_duplicates(
     pairs: Callable[..., Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]] | None = None,
     check: Any = None,
 ) -> NearDuplicates:
-    """Exact- and near-duplicate groups of sources, with one representative each.
+    """Exact- and near-duplicate groups of sources, with one representative each: the
+    six steps of the module's docstring, one call each.
 
     ``keep``: ``first`` (lowest row id), ``largest`` or ``best`` (largest ``sizes``: an
     (N,) float array, NaN where unknown, or a function from item ids to such an array,
     called only for items that have a duplicate; ties by lowest id; ``best`` is the name
-    under which :mod:`pairkit.mine.dedup` passes its pixels/bytes/path order) or
+    under which :mod:`pairkit.mine.keep_readers` passes its pixels/bytes/path order) or
     ``central`` (highest mean similarity to the other members of its component).
     ``near=False`` finds only exact duplicates by hash. ``check``: which pairs are
     near-duplicates (:mod:`pairkit.mine.near_duplicate_check`; the calibrated
@@ -330,56 +402,21 @@ def find_near_duplicates(
     from pairkit.mine.near_duplicate_check import ThresholdCheck
 
     t = check_threshold(threshold)
-    if keep not in KEEP_RULES:
-        raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {keep}")
-    if keep in ("best", "largest") and sizes is None:
-        raise UsageError(f"keep rule {keep!r} needs sizes")
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    if vectors.ndim != 2:
-        raise PairkitError(f"vectors must be 2-d (N, d), got shape {vectors.shape}")
+    vectors = check_inputs(vectors, keep, sizes, file_sha256=file_sha256, sources=sources,
+                           views=views)
     n = len(vectors)
-    for name, arr in (("file_sha256", file_sha256), ("sources", sources), ("views", views)):
-        if arr is not None and len(arr) != n:
-            raise PairkitError(f"{name} has {len(arr)} entries, vectors {n}")
     if check is None:
         check = ThresholdCheck(vectors, t, batch_size=batch_size, device=device,
                                backend=backend, pairs=pairs)
-
-    # 1-2. sources -> nodes (one per source, its lowest view) -> exact-duplicate units
-    item_node, node_item = source_nodes(n, sources, views)
-    n_nodes = len(node_item)
-    node_unit = exact_units(node_item, file_sha256)
-    n_units = int(node_unit.max()) + 1 if n_nodes else 0
-    unit_node = np.full(n_units, n_nodes, dtype=np.int64)  # the unit's first node
-    np.minimum.at(unit_node, node_unit, np.arange(n_nodes, dtype=np.int64))
-    nodes = _Nodes(item_node, node_item, node_unit, unit_node)
-    unit_items = node_item[unit_node] if n_units else np.zeros(0, np.int64)
-    unit_vecs = vectors[unit_items] if n_units else vectors[:0]
-    unit_nodes_count = np.bincount(node_unit, minlength=n_units)
-
-    # 3. near duplicates: connected components of units, edges streamed by the check
-    edges = check.edges(unit_items) if near and n_units > 1 else iter(())
-    labels = near_components(n_units, edges)
-    comp_size = np.bincount(labels, minlength=n_units)
-    candidate_unit = (comp_size[labels] > 1) | (unit_nodes_count > 1)
-    candidate_nodes = np.nonzero(candidate_unit[node_unit])[0]
-
-    # best node of each unit by the keep rule, and its rank
-    rank = node_ranks(candidate_nodes, node_item, n_nodes, keep, sizes)
-    unit_best = np.full(n_units, -1, dtype=np.int64)
-    unit_rank = np.full(n_units, np.inf)
-    cand_order = candidate_nodes[np.argsort(rank[candidate_nodes], kind="stable")]
-    units_seen, first_pos = np.unique(node_unit[cand_order], return_index=True)
-    unit_best[units_seen] = cand_order[first_pos]  # best rank comes first in cand_order
-    unit_rank[units_seen] = rank[cand_order[first_pos]]
-
-    # 4. chain guard: split each component greedily around representatives
-    groups, split = chain_guard(
-        labels, candidate_unit, unit_rank, unit_nodes_count, unit_vecs, keep,
-        lambda leader, units: check.linked(unit_items, leader, units))
-
-    # 5. table: one row per grouped source
-    table, item_group = group_table(groups, nodes, unit_best, vectors, n)
+    units = node_units(n, sources, views, file_sha256)  # 1-2
+    edges = check.edges(units.unit_items) if near and units.n_units > 1 else iter(())
+    labels = near_components(units.n_units, edges)  # 3
+    candidate_unit = candidate_units(labels, units.unit_size)
+    unit_best, unit_rank = unit_leaders(candidate_unit, units, keep, sizes)  # 4
+    groups, split = chain_guard(  # 5
+        labels, candidate_unit, unit_rank, units.unit_size, vectors[units.unit_items], keep,
+        lambda leader, members: check.linked(units.unit_items, leader, members))
+    table, item_group = group_table(groups, units, unit_best, vectors, n)  # 6
     return NearDuplicates(item_group, table, split, keep, check.describe())
 
 

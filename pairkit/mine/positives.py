@@ -86,6 +86,8 @@ def mutual_neighbours(ids: np.ndarray) -> np.ndarray:
     ``ids`` (N, m) int64: every row's nearest rows (-1 padded). Vectorised: a pair
     (i, j) is mutual when (j, i) is also an edge, found by sorting edge keys.
     """
+    from pairkit.core.unique import sorted_unique
+
     n, m = ids.shape
     if n == 0 or m == 0:
         return np.zeros((n, m), dtype=bool)
@@ -94,7 +96,7 @@ def mutual_neighbours(ids: np.ndarray) -> np.ndarray:
     ok = dst >= 0
     key = np.where(ok, src * n + dst, -1)
     back = np.where(ok, np.maximum(dst, 0) * n + src, -2)
-    edges = np.unique(key[ok])
+    edges = sorted_unique(key[ok])  # np.unique's hash path is ~70x slower here
     pos = np.searchsorted(edges, back)
     pos = np.minimum(pos, max(len(edges) - 1, 0))
     found = ok & (len(edges) > 0) & (edges[pos] == back) if len(edges) else np.zeros_like(ok)

@@ -3,12 +3,16 @@ turns them into lines for a person)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pairkit.core.pairs import MinedPairs
 from pairkit.mine.blocks import MineResult
+
+if TYPE_CHECKING:
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.fn_context import FnContext
 
 RANK_BINS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10_000)
 
@@ -70,7 +74,8 @@ def rank_histogram(ranks: np.ndarray, edges: list[int]) -> np.ndarray:
     return np.diff(below[np.asarray(edges)])
 
 
-def cluster_stats(ctx: Any, fn_config: Any) -> dict[str, Any] | None:
+def cluster_stats(ctx: FnContext | None, fn_config: FalseNegativeConfig
+                  ) -> dict[str, Any] | None:
     """What the cluster rule chose: number of clusters (auto or given), the leading
     eigenvalues it was read from, runs and votes."""
     info = getattr(ctx, "cluster_info", None)

@@ -1,5 +1,6 @@
 """``pairkit train`` from a store folder and a pair table (a path, ``-`` or a DataFrame) to a
-head folder: the checks of the options, then :func:`pairkit.train.loop.train_head`."""
+head folder (the command's store-to-files step, :func:`train_to_files`): the checks of the
+options, then :func:`pairkit.train.loop.train_head`."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ if TYPE_CHECKING:
     from pairkit.train.config import TrainConfig, TrainHook, TrainResult
 
 
-def train_store(store: str | os.PathLike[str] | Any, output: str | os.PathLike[str],
-                cfg: TrainConfig, pairs: str | pd.DataFrame | None = None, *,
-                resume: bool = False, force: bool = False,
-                hook: TrainHook | None = None) -> TrainResult:
+def train_to_files(store: str | os.PathLike[str] | Any, output: str | os.PathLike[str],
+                   cfg: TrainConfig, *, pairs: str | pd.DataFrame | None = None,
+                   resume: bool = False, force: bool = False,
+                   hook: TrainHook | None = None) -> TrainResult:
     """Train a head on ``store`` (a folder or an open :class:`~pairkit.core.store.Store`)
     into ``output``: pairs from ``pairs`` (a table path, ``-`` for stdin, or a DataFrame
     from :func:`pairkit.mine_pairs`), else positives from ``cfg.relation`` with in-batch

@@ -60,8 +60,8 @@ def child_pairkit(ref: str, queries: str, threads: int) -> dict:
     """kNN + retrieval through pairkit's own path (stores -> sides -> evaluate)."""
     import faiss
 
+    from pairkit.eval.command import load_sides
     from pairkit.eval.run import EvalConfig, evaluate
-    from pairkit.eval.session import load_sides
 
     if threads:
         faiss.omp_set_num_threads(threads)

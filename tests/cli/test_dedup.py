@@ -259,7 +259,7 @@ def test_keep_reason_of_the_other_rules(tmp_path: Path) -> None:
 
 
 def test_keep_best_ties_by_shortest_path_then_path_order() -> None:
-    from pairkit.mine.dedup import best_reader
+    from pairkit.mine.keep_readers import best_reader
 
     paths = np.array(["x/long-copy.png", "x/b.png", "x/a.png", "x/z.png"], dtype=object)
     goodness = best_reader(None, paths, lambda _: None)(np.arange(4))

@@ -71,7 +71,8 @@ def test_usage_errors_come_before_heavy_imports(store, tmp_path: Path) -> None:
 def test_a_closed_stdout_ends_quietly(store) -> None:
     """Issue 20.12: `pairkit mine st --hard | head -1` exited 1 with an empty stderr."""
     for args in (["mine", str(store.root), "--hard", "-q"],
-                 ["dedup", str(store.root), "-t", "0.5", "-q"]):
+                 ["dedup", str(store.root), "-t", "0.5", "-q"],
+                 ["issues", str(store.root), "--all", "-q"]):
         proc = subprocess.Popen([sys.executable, "-m", "pairkit", *args], cwd=REPO,
                                 env=child_env(), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)

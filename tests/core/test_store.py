@@ -164,7 +164,8 @@ def test_resume_removes_what_the_manifest_never_committed(tmp_path):
 
 def _v1_store(root, x, items):
     """A store as pairkit wrote it before format 2 (fixed items.parquet, no item checksum)."""
-    from pairkit.core.store import normalize_items, sha256_file
+    from pairkit.core.items import normalize_items
+    from pairkit.core.store import sha256_file
 
     root.mkdir()
     np.save(root / "embeddings-00000.npy", l2_normalize(x).astype(np.float16))

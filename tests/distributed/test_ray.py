@@ -143,8 +143,8 @@ def dedup_table(st, ray=None):
     from pairkit.distributed.dedup import RayPairs
     from pairkit.mine.dedup import DedupConfig, run_dedup
 
-    table, summary = run_dedup(DedupConfig(st.root, threshold=0.9, keep="central",
-                                           batch_size=64),
+    table, summary = run_dedup(st.root, DedupConfig(threshold=0.9, keep="central",
+                                                    batch_size=64),
                                pairs=RayPairs(ray) if ray else None)
     return table, summary
 

@@ -165,7 +165,7 @@ def test_random_image_tower_alone_has_create_models_weights(name):
     open_clip's whole-model create_model draws from the same seed."""
     import open_clip
 
-    from pairkit.encode.models import random_visual_tower
+    from pairkit.encode.openclip import random_visual_tower
 
     visual, cfg = random_visual_tower(open_clip, name, seed=5)
     torch.manual_seed(5)
@@ -181,7 +181,7 @@ def test_random_tower_of_a_text_first_model_class_takes_the_whole_model(tmp_path
 
     import open_clip
 
-    from pairkit.encode.models import random_visual_tower
+    from pairkit.encode.openclip import random_visual_tower
 
     cfg = json.loads((Path(__file__).parent / "data" / f"{TINY}.json").read_text())
     cfg["text_cfg"].update(embed_cls=True, output_tokens=True)
@@ -206,7 +206,7 @@ def test_pretrained_file_loads_into_a_meta_model_with_create_models_result(tmp_p
     import open_clip
     from safetensors.torch import save_file
 
-    from pairkit.encode.models import pretrained_visual_tower
+    from pairkit.encode.openclip import pretrained_visual_tower
 
     torch.manual_seed(11)
     src = open_clip.create_model(TINY, pretrained=None)

@@ -47,7 +47,7 @@ def test_vision_tower_without_transformers_or_timm(fake_transformers: Path) -> N
 
 
 def test_hf_text_tower_config_asks_for_transformers() -> None:
-    from pairkit.encode.models import open_clip_needs
+    from pairkit.encode.openclip import open_clip_needs
 
     assert open_clip_needs("ViT-B-32") == set()
     assert "transformers" in open_clip_needs("xlm-roberta-base-ViT-B-32")

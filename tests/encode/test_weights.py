@@ -92,7 +92,7 @@ def test_timm_offline(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_loader_stays_offline_and_quiet(capsys: pytest.CaptureFixture[str]) -> None:
-    from pairkit.encode.models import load_with_cache_first
+    from pairkit.encode.model_loading import load_with_cache_first
 
     calls = []
     sink = logging.StreamHandler(sys.stderr)

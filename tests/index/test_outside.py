@@ -43,6 +43,11 @@ def test_masked_exact_search_equals_brute_force(big_group, votes):
     rs, ri = brute(x, assign, rows, 7, votes)
     np.testing.assert_array_equal(i, ri)
     np.testing.assert_allclose(s, rs, atol=1e-6)
+    # blocks of 5 queries, which cut across the signature groups
+    s, i = masked_exact_search(x, assign, rows, 7, big_group=big_group, votes=votes,
+                               block_bytes=4 * 120 * 5)
+    np.testing.assert_array_equal(i, ri)
+    np.testing.assert_allclose(s, rs, atol=1e-6)
 
 
 def test_masked_exact_search_pads_when_few_rows_are_allowed():

@@ -151,3 +151,55 @@ def test_row_dots_in_place_runs_and_gathers_give_the_same_products() -> None:
                 np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32
                                            else 1e-12)
                 np.testing.assert_array_equal(got, row_dots(vectors, a, b, dtype=dtype))
+
+
+def test_exact_scores_in_place_equals_the_gathered_products() -> None:
+    """The in-place path (FAISS by id, float32 contiguous base, also a memory map) gives the
+    gathered einsum's products; other bases go through the gather; bad ids are refused."""
+    from pairkit.index.search import gathered_scores
+
+    base = _unit(500, 48, seed=2)
+    q = _unit(70, 48, seed=3)
+    ids = np.random.default_rng(4).integers(-1, 500, (70, 9))
+    ref = q.astype(np.float64) @ base.astype(np.float64).T
+    want = np.where(ids < 0, -np.inf, np.take_along_axis(ref, np.maximum(ids, 0), 1))
+    for got in (exact_scores(q, base, ids, batch_size=16), gathered_scores(q, base, ids, 16)):
+        assert (np.isneginf(got) == (ids < 0)).all()
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    # a non-contiguous or float16 base takes the gather
+    wide = np.repeat(base, 2, axis=1)[:, ::2]
+    np.testing.assert_allclose(exact_scores(q, wide, ids), want, atol=1e-6)
+    half = base.astype(np.float16)
+    np.testing.assert_allclose(exact_scores(q, half, ids), gathered_scores(q, half, ids),
+                               atol=1e-6)
+    with pytest.raises(IndexError):
+        exact_scores(q, base, np.full((70, 2), 500))
+    assert np.isneginf(exact_scores(q[:2], base[:0], np.full((2, 3), -1))).all()
+    assert exact_scores(q, base, np.zeros((70, 0), np.int64)).shape == (70, 0)
+
+
+def test_exact_scores_on_a_memory_map(tmp_path) -> None:
+    base = _unit(200, 16, seed=6)
+    np.save(tmp_path / "v.npy", base)
+    mm = np.load(tmp_path / "v.npy", mmap_mode="r")
+    q = _unit(10, 16, seed=7)
+    ids = np.random.default_rng(8).integers(0, 200, (10, 5))
+    np.testing.assert_allclose(exact_scores(q, mm, ids), exact_scores(q, base, ids), atol=1e-7)
+
+
+def test_knn_search_of_an_array_equals_the_flat_index() -> None:
+    """An array is searched in place (faiss.knn, no index copy): the same scores and ids
+    as its IndexFlatIP, ties settled by id, short bases padded."""
+    base = _unit(40, 6, seed=9)
+    base[10] = base[3]  # exact ties
+    base[25] = base[3]
+    queries = np.concatenate([_unit(15, 6, seed=10), base[[3, 10]]])
+    for k in (1, 3, 40, 45):
+        s, i = knn_search(queries, base, k, batch_size=4)
+        s2, i2 = knn_search(queries, flat_index(base), k, batch_size=4)
+        np.testing.assert_array_equal(i, i2)
+        np.testing.assert_array_equal(s, s2)
+    s, i = knn_search(base[[3]], base, 3)
+    assert i[0].tolist() == [3, 10, 25]
+    s, i = knn_search(queries, base, 45)
+    assert (i[:, 40:] == -1).all() and np.isneginf(s[:, 40:]).all()

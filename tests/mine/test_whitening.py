@@ -75,3 +75,37 @@ def test_degenerate_and_bad_values() -> None:
     for bad in ({"power": 0.6}, {"power": -0.1}, {"variance": 0.0}, {"variance": 1.5}):
         with pytest.raises(ValueError):
             fit_whitening(same, **bad)
+
+
+def test_float32_solve_matches_a_float64_svd_on_many_dimensions() -> None:
+    """The float32 path (a well-conditioned spectrum on 128 dimensions): scales and the
+    whitened cosines as the float64 SVD reference; the kept tail is above the floor."""
+    from pairkit.mine.whitening import FLOAT32_FLOOR
+
+    rng = np.random.default_rng(2)
+    x = (rng.normal(size=(500, 128)) / np.linspace(1, 20, 128)).astype(np.float32)
+    w = fit_whitening(x, power=0.25, variance=0.99)
+    ref = reference_whitened(x, 0.25, 0.99)
+    assert w.dims == ref.shape[1]
+    c = x.astype(np.float64) - x.astype(np.float64).mean(axis=0)
+    eig = np.linalg.svd(c, compute_uv=False) ** 2 / (len(x) - 1)
+    assert eig[w.dims - 1] >= FLOAT32_FLOOR * eig[0]  # the float32 solve was used
+    np.testing.assert_allclose(w.scale, (eig[: w.dims] / eig[0]) ** -0.25, rtol=1e-4)
+    got = w.apply(x)
+    np.testing.assert_allclose(got @ got.T, ref @ ref.T, atol=2e-5)
+
+
+def test_a_tail_below_the_float32_floor_is_solved_in_float64() -> None:
+    """Variances spanning 1e5 (kept eigenvalues down to 1e-5 of the largest): float32
+    would get the smallest wrong by ~1%; the float64 solve matches the SVD to 1e-6."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2000, 12)) * np.logspace(0, -2.5, 12)  # variances 1 .. 1e-5
+    w = fit_whitening(x, power=0.5, variance=1.0)
+    c = x - x.mean(axis=0)
+    eig = np.linalg.svd(c, compute_uv=False) ** 2 / (len(x) - 1)
+    assert w.dims == 12
+    np.testing.assert_allclose(w.scale, (eig / eig[0]) ** -0.5, rtol=1e-6)
+    ref = reference_whitened(x, 0.5, 1.0)
+    got = w.apply(x)
+    np.testing.assert_allclose(got @ got.T, ref @ ref.T, atol=1e-5)
+

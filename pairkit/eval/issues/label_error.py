@@ -14,15 +14,19 @@ given label there: among the classes at their threshold, the most probable one i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pairkit.eval.data_issues import IssuesConfig, KnnGraph
+    from pairkit.eval.issues import Detection
 
 NAME = "label-error"
 NEEDS_LABELS = True
 
 
-def vote(graph: Any, labels: np.ndarray, n_classes: int) -> np.ndarray:
+def vote(graph: KnnGraph, labels: np.ndarray, n_classes: int) -> np.ndarray:
     """(N, C) float64 label distributions from the neighbours' weighted votes (rows with
     no labeled neighbour are 0)."""
     ids = graph.ids
@@ -36,7 +40,7 @@ def vote(graph: Any, labels: np.ndarray, n_classes: int) -> np.ndarray:
     return np.divide(probs, total, out=np.zeros_like(probs), where=total > 0)
 
 
-def detect(graph: Any, labels: np.ndarray | None, config: Any) -> Any:
+def detect(graph: KnnGraph, labels: np.ndarray | None, config: IssuesConfig) -> Detection:
     from pairkit.eval.issues import Detection
 
     n = len(graph.ids)

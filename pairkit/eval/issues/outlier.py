@@ -12,9 +12,13 @@ instead of a fixed distance.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pairkit.eval.data_issues import IssuesConfig, KnnGraph
+    from pairkit.eval.issues import Detection
 
 NAME = "outlier"
 NEEDS_LABELS = False
@@ -36,7 +40,7 @@ def robust_z(score: np.ndarray) -> np.ndarray:
     return (score - med) / scale
 
 
-def detect(graph: Any, labels: np.ndarray | None, config: Any) -> Any:
+def detect(graph: KnnGraph, labels: np.ndarray | None, config: IssuesConfig) -> Detection:
     from pairkit.eval.issues import Detection
 
     dist = graph.distances  # (N, k), +inf padding

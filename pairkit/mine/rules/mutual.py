@@ -44,6 +44,7 @@ def mutual_source_keys(ctx: FnContext) -> np.ndarray:
     """Sorted int64 keys ``a * n_sources + b`` of the ordered source pairs (a, b), a != b,
     with a mutual row pair between them (both orders present)."""
     if ctx.mutual_source_keys is None:
+        from pairkit.core.unique import sorted_unique
         from pairkit.mine.positives import mutual_neighbours
 
         ids, _ = neighbour_lists(ctx)
@@ -52,7 +53,7 @@ def mutual_source_keys(ctx: FnContext) -> np.ndarray:
         n_src = int(ctx.sources.max()) + 1 if len(ctx.sources) else 1
         a, b = ctx.sources[rows], ctx.sources[ids[rows, cols]]
         a, b = a[a != b], b[a != b]
-        ctx.mutual_source_keys = np.unique(np.concatenate([a * n_src + b, b * n_src + a]))
+        ctx.mutual_source_keys = sorted_unique(np.concatenate([a * n_src + b, b * n_src + a]))
     return ctx.mutual_source_keys
 
 

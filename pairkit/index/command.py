@@ -1,4 +1,5 @@
-"""``pairkit index``: build a store's FAISS index and save it beside the store."""
+"""``pairkit index`` from a store folder to its saved FAISS index (the command's store-to-files
+step): :func:`index_to_files`."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from pairkit.errors import PairkitError
 from pairkit.index.options import IndexOptions
 
 
-def index_store(store_path: Path, request: IndexOptions, force: bool = False) -> str:
-    """Build and save the index of the store at ``store_path``; return the summary line.
+def index_to_files(store: Path, cfg: IndexOptions, *, force: bool = False) -> str:
+    """Build and save the index of the store at ``store`` beside it (``STORE/index/``);
+    return the summary line.
 
     An index of the same kind and options already saved for these rows is kept (a
-    no-op); one saved with other options is replaced only with ``force``. ``request``'s
+    no-op); one saved with other options is replaced only with ``force``. ``cfg``'s
     ``exact_max_rows`` (default 50,000) resolves ``auto``; its search-only fields
     (batch size, backend, device) are not used.
     """
@@ -22,16 +24,16 @@ def index_store(store_path: Path, request: IndexOptions, force: bool = False) ->
     from pairkit.index.options import EXACT_MAX_ROWS_CPU, choose_kind
     from pairkit.index.saved import build_and_save, index_paths, saved_spec
 
-    st = Store.open(store_path, verify=True)
+    st = Store.open(store, verify=True)
     if st.count == 0:
-        raise PairkitError(f"store {store_path} is empty: nothing to index")
-    kind, reason = request.kind, ""
+        raise PairkitError(f"store {store} is empty: nothing to index")
+    kind, reason = cfg.kind, ""
     if kind == "auto":
-        kind, reason = choose_kind(st.count, EXACT_MAX_ROWS_CPU if request.exact_max_rows is None
-                                    else request.exact_max_rows)
-    spec = IndexOptions(kind=kind, nlist=request.nlist, nprobe=request.nprobe,
-                        pq_m=request.pq_m, hnsw_m=request.hnsw_m, ef_search=request.ef_search,
-                        float16=request.float16, seed=request.seed).resolved(st.count, st.dim)
+        kind, reason = choose_kind(st.count, EXACT_MAX_ROWS_CPU if cfg.exact_max_rows is None
+                                    else cfg.exact_max_rows)
+    spec = IndexOptions(kind=kind, nlist=cfg.nlist, nprobe=cfg.nprobe,
+                        pq_m=cfg.pq_m, hnsw_m=cfg.hnsw_m, ef_search=cfg.ef_search,
+                        float16=cfg.float16, seed=cfg.seed).resolved(st.count, st.dim)
     path = index_paths(st.root, spec.kind)[0]
     saved = saved_spec(st.root, spec.kind, st.content_id)
     if saved is not None and not force:

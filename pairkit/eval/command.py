@@ -1,5 +1,6 @@
-"""Stores in, reports out: the I/O edge of ``pairkit eval`` (reading stores, a head,
-writing plots). The metrics themselves live in :mod:`pairkit.eval.run`."""
+"""``pairkit eval`` from a store folder (and a head folder, a second store) to metrics and
+plot files (the command's store-to-files step, :func:`eval_to_files`): reading the stores
+and the head, writing the plots. The metrics themselves live in :mod:`pairkit.eval.run`."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _side(store: Any, rows: np.ndarray | None = None) -> EvalSide:
     return EvalSide(vectors, labels, sources)
 
 
-def check_eval(cfg: Any, head_path: Path | None) -> None:
+def check_eval(cfg: EvalConfig, head_path: Path | None) -> None:
     """The options and the ``--head`` folder, checked before any store or library loads
     (:func:`pairkit.eval.run.check_eval_config`, :func:`pairkit.train.head.read_head_config`)."""
     from pairkit.eval.run import check_eval_config
@@ -134,3 +135,18 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
                         prefix=f"{name}_" if len(runs) > 1 else "", seed=cfg.seed, maps=maps,
                         head_name=Path(head_path).name if name == "head" and head_path else None)
     return results, reports
+
+
+def eval_to_files(store: Path, plot: Path | None, cfg: EvalConfig, *,
+                  against: Path | None = None, test_fraction: float = 0.2,
+                  head: Path | None = None, compare: bool = False,
+                  maps: tuple[str, ...] = ("pca",), force: bool = False,
+                  index_factory: Any = None,
+                  ) -> tuple[dict[str, dict[str, Any]], dict[str, EvalReport]]:
+    """Evaluate the store at ``store`` (:func:`check_eval`, :func:`load_sides`,
+    :func:`run_eval`): queries from ``against`` or a ``test_fraction`` of its sources
+    (seeded by ``cfg.seed``), raw and/or ``head`` vectors; the plots go to the folder
+    ``plot`` (None: none). Returns (metrics by name, reports by name)."""
+    check_eval(cfg, head)
+    sides = load_sides(store, against, test_fraction, cfg.seed)
+    return run_eval(sides, cfg, head, compare, plot, force, index_factory, maps)

@@ -1,0 +1,63 @@
+"""The item table of a store: its columns and their dtypes, whatever a writer was given."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pairkit.errors import PairkitError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+ITEM_COLUMNS = ("id", "path", "source", "view", "label", "file_sha256")
+
+
+def normalize_items(items: pd.DataFrame, start_id: int = 0) -> pd.DataFrame:
+    """Return ``items`` with the store's columns and dtypes, ids from ``start_id``.
+
+    ``path`` is required; ``source`` defaults to ``path``, ``view`` to 0,
+    ``label`` and ``file_sha256`` to null.
+    """
+    import pandas as pd
+
+    if "path" not in items.columns:
+        raise PairkitError("items need a 'path' column")
+    n = len(items)
+    out = pd.DataFrame(
+        {
+            "id": np.arange(start_id, start_id + n, dtype=np.int64),
+            "path": items["path"].astype(str).to_numpy(),
+        }
+    )
+    out["source"] = (
+        items["source"].astype(str).to_numpy() if "source" in items.columns else out["path"]
+    )
+    if "view" in items.columns:
+        views = pd.to_numeric(items["view"], errors="coerce")
+        if views.isna().any():
+            raise PairkitError("items column 'view' must hold integers")
+        out["view"] = views.astype(np.int16).to_numpy()
+    else:
+        out["view"] = np.zeros(n, dtype=np.int16)
+    for col in ("label", "file_sha256"):
+        if col in items.columns:
+            values = items[col].to_numpy(dtype=object)
+            out[col] = pd.array(
+                [None if _is_missing(v) else str(v) for v in values], dtype="string"
+            )
+        else:
+            out[col] = pd.array([None] * n, dtype="string")
+    return out
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        import pandas as pd
+
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,113 @@
+"""``pairkit issues`` from a store folder to a table of outliers and likely label errors
+and, with ``--knn-graph``, the kNN graph as a sparse ``.npz`` (the command's store-to-files
+step): :func:`issues_to_files`. The detectors: :mod:`pairkit.eval.data_issues`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pairkit.errors import UsageError
+from pairkit.eval.data_issues import (
+    COLUMNS,
+    DEFAULT_CHECKS,
+    IssuesConfig,
+    KnnGraph,
+    find_issues,
+    to_csr,
+)
+
+
+def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
+                    force: bool = False) -> dict[str, Any]:
+    """Run the checks on one row per source (its lowest view) of the store at ``store``,
+    write the kNN graph when ``cfg.knn_graph`` names a file, and the table (flagged rows,
+    or all with ``cfg.all_rows``) to ``output`` (``-``: stdout). Outputs are checked before
+    any work and written atomically. Returns the summary, with ``seconds`` and
+    ``stdout_closed`` (the reader of ``-`` went away: not an error)."""
+    from pairkit.core.options import table_output
+    from pairkit.core.tables import check_table_output
+
+    table_output(output)
+    if output != "-":
+        check_table_output(output, force)
+    t0 = time.perf_counter()
+    import pandas as pd
+
+    from pairkit.core.store import Store
+    from pairkit.core.tables import write_table
+    from pairkit.mine.near_duplicates import source_nodes
+
+    st = Store.open(store)
+    items = st.items
+    labels_all = st.labels()
+    checks = tuple(cfg.checks)
+    if labels_all is None and cfg.checks == DEFAULT_CHECKS:
+        checks = ("outlier",)  # the default on an unlabeled store
+    if cfg.knn_graph:
+        from pairkit.core.atomic import check_output
+
+        check_output(cfg.knn_graph, force)
+    _, rows = source_nodes(len(items), items["source"].to_numpy(dtype=object),
+                           items["view"].to_numpy())
+    vectors = st.vectors(np.float32)[rows]
+    labels = None if labels_all is None else np.asarray(labels_all, dtype=object)[rows]
+    found, graph, names = find_issues(vectors, labels, checks=checks, k=cfg.k,
+                                      outlier_z=cfg.outlier_z)
+    if cfg.knn_graph:
+        write_graph(graph, rows, cfg.knn_graph, force)
+    paths = items["path"].to_numpy(dtype=object)[rows]
+    parts = []
+    for check, det in found.items():
+        sugg = np.full(len(rows), None, dtype=object)
+        if names is not None:
+            has = det.suggested >= 0
+            sugg[has] = names[det.suggested[has]]
+        parts.append(pd.DataFrame({
+            "id": rows, "path": paths,
+            "label": labels if labels is not None else np.full(len(rows), None, object),
+            "issue": check, "score": det.score, "flagged": det.flag,
+            "suggested_label": sugg, "reason": det.reason}))
+    table = pd.concat(parts, ignore_index=True)
+    summary = {"sources": len(rows), "k": graph.ids.shape[1],
+               **{c: int(d.flag.sum()) for c, d in found.items()}}
+    if not cfg.all_rows:
+        table = table[table["flagged"]]
+    table = table.sort_values(["issue", "score", "id"], ascending=[True, False, True],
+                              kind="stable").reset_index(drop=True)
+    try:
+        write_table(table[list(COLUMNS)], output, force)
+        summary["stdout_closed"] = False
+    except BrokenPipeError:
+        summary["stdout_closed"] = True  # `| head`: not an error; the summary still counts
+    summary["seconds"] = time.perf_counter() - t0
+    return summary
+
+
+def write_graph(graph: KnnGraph, rows: np.ndarray, output: str, force: bool) -> None:
+    """``scipy.sparse.save_npz`` of :func:`to_csr` (row/column i = store row ``rows[i]``,
+    also saved beside it as ``OUTPUT.ids.npy``), atomically."""
+    from scipy.sparse import save_npz
+
+    from pairkit.core.atomic import atomic_open, check_output
+
+    target = Path(check_output(output, force))
+    if target.suffix != ".npz":
+        raise UsageError(f"--knn-graph must end in .npz, got {output}")
+    ids_file = target.with_suffix(".ids.npy")
+    check_output(ids_file, force)
+    csr = to_csr(graph)
+    with atomic_open(target, "wb") as fh:
+        save_npz(fh, csr)
+    with atomic_open(ids_file, "wb") as fh:
+        np.save(fh, np.asarray(rows, dtype=np.int64))
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    """The one line ``pairkit issues`` prints on stderr."""
+    found = ", ".join(f"{s[c]} {c.replace('-', ' ')}s" for c in ("outlier", "label-error")
+                      if c in s)
+    return f"{found} among {s['sources']} sources (k = {s['k']}), {s['seconds']:.1f} s"

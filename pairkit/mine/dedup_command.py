@@ -1,0 +1,85 @@
+"""``pairkit dedup`` from a store folder to a table file, a list of paths or stdout (the
+command's store-to-files step): :func:`dedup_to_files`."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pairkit.errors import PairkitError, UsageError
+from pairkit.mine.dedup import DedupConfig
+
+
+def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
+                   against: str | Path | None = None, paths_only: bool = False,
+                   print0: bool = False, drop: bool = False, force: bool = False,
+                   warn: Callable[[str], None] = lambda _: None, pairs: Any = None
+                   ) -> dict[str, Any]:
+    """Group the store at ``store`` (:func:`pairkit.mine.dedup.run_dedup`) or, with
+    ``against``, list its sources that duplicate the other store's
+    (:func:`pairkit.mine.dedup.run_against`); write the table (``drop``: only the rows to
+    remove) or its paths (``paths_only``, NUL-terminated with ``print0``) to ``output``
+    (``-``: stdout). Outputs are checked before any work and written atomically. Returns
+    the summary, with ``seconds`` and ``stdout_closed`` (the reader of ``-`` went away:
+    not an error). ``pairs``: the Ray pair search (``--ray``), see
+    :func:`~pairkit.mine.dedup.run_dedup`."""
+    from pairkit.core.options import table_output
+    from pairkit.core.tables import write_table
+    from pairkit.mine.dedup import run_against, run_dedup
+
+    if print0 and not paths_only:
+        raise UsageError("--print0 needs --paths-only")
+    if against is not None and drop:
+        raise UsageError("--drop does not apply to --against: every row is a leak")
+    if not paths_only:
+        table_output(output)
+    if output != "-":
+        from pairkit.core.atomic import check_output
+        from pairkit.core.paths import check_output_apart
+        from pairkit.core.tables import check_table_output
+
+        check_output_apart(output, [store])
+        (check_output if paths_only else check_table_output)(output, force)
+    t0 = time.perf_counter()
+    if against is not None:
+        if pairs is not None:
+            raise UsageError("dedup --against runs here: drop --ray")
+        table, summary = run_against(store, cfg, against, warn)
+    else:
+        table, summary = run_dedup(store, cfg, warn, pairs)
+    if drop:
+        table = table[~table["keep"]].reset_index(drop=True)
+    try:
+        if paths_only:
+            write_paths(table["path"].tolist(), output, force, "\0" if print0 else "\n")
+        else:
+            write_table(table, output, force)
+        summary["stdout_closed"] = False
+    except BrokenPipeError:
+        summary["stdout_closed"] = True  # `| head`: not an error; the summary still counts
+    summary["seconds"] = time.perf_counter() - t0
+    return summary
+
+
+def write_paths(paths: list[str], output: str, force: bool, end: str) -> None:
+    """One path per line (``end``: newline or NUL) to ``output`` or stdout (``-``); a path
+    that holds ``end`` is refused rather than split."""
+    for p in paths:
+        if end in p:
+            raise PairkitError(
+                f"path {p!a} holds a newline, so one path per line would split it: use -0 "
+                "(--print0) for NUL-terminated paths" if end == "\n" else
+                f"path {p!a} holds a NUL byte: it can't be written NUL-terminated")
+    text = "".join(p + end for p in paths)
+    if output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from pairkit.core.atomic import atomic_open, check_output
+
+    target = check_output(output, force)
+    with atomic_open(target, replace=force) as fh:
+        fh.write(text)

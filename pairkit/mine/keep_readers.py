@@ -1,0 +1,177 @@
+"""The ``dedup`` keep rules that read the image files (``best``, ``largest``), the
+``keep_reason`` column, and ``best``'s second look at resized copies
+(:mod:`pairkit.mine.keep_resized`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+
+def image_facts(root: Path, paths: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(pixels, file bytes)`` float arrays for the items ``ids``; NaN where a file is
+    missing, unreadable or outside the image root (never opened; the header is read, not
+    the pixels)."""
+    import numpy as np
+    from PIL import Image
+
+    from pairkit.core.paths import resolve_item_path
+
+    pixels = np.full(len(ids), np.nan)
+    size = np.full(len(ids), np.nan)
+    for k, i in enumerate(ids):
+        f = resolve_item_path(root, str(paths[i]))
+        if f is None:
+            continue  # a path outside the image root is never opened
+        try:
+            with Image.open(f) as im:
+                w, h = im.size
+            pixels[k], size[k] = float(w * h), float(f.stat().st_size)
+        except (OSError, ValueError, Image.DecompressionBombError):
+            continue
+    return pixels, size
+
+
+def best_reader(image_root: str | None, paths: np.ndarray,
+                warn: Callable[[str], None]) -> Callable[[np.ndarray], np.ndarray]:
+    """The ``best`` keep rule as a goodness per item (higher is kept): the copy that lost
+    least (:func:`pairkit.mine.keep_best.best_key`: JPEG quality band, then detail from
+    sharpness, pixels and clipping, then file size), then the shortest path, then path
+    order. Items whose image can't be read rank below every readable one (a warning says
+    how many); without an image root (an imported store) only the path decides. The
+    returned function keeps the facts it read in ``.facts`` (id -> CopyFacts or None)."""
+    import numpy as np
+
+    from pairkit.core.paths import resolve_item_path
+    from pairkit.mine.keep_best import best_key, copy_facts
+
+    root = Path(image_root) if image_root else None
+    if root is not None and not root.is_dir():  # unset (an imported store): paths decide
+        warn(f"--keep best: the store's image_root {root} is missing; keeping the shortest "
+             "path of each group")
+
+    def goodness(ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        readable = root is not None and root.is_dir()
+        for i in ids.tolist():
+            f = resolve_item_path(root, str(paths[i])) if readable else None
+            goodness.facts[i] = copy_facts(f) if f is not None else None  # type: ignore[attr-defined]
+        bad = sum(goodness.facts[i] is None for i in ids.tolist())  # type: ignore[attr-defined]
+        if readable and bad:
+            warn(f"--keep best: {bad} images unreadable under {root}; they are kept only "
+                 "when no copy can be read")
+        names = [str(paths[i]) for i in ids]
+        path_rank = np.argsort(np.argsort(np.array(names, dtype=object), kind="stable"),
+                               kind="stable")
+
+        def key(k: int) -> tuple:
+            facts = goodness.facts[int(ids[k])]  # type: ignore[attr-defined]
+            quality = (1, *best_key(facts)) if facts is not None else (0,)
+            return (quality, -len(names[k]), -int(path_rank[k]))
+
+        order = sorted(range(len(ids)), key=key, reverse=True)
+        out = np.empty(len(ids), dtype=float)
+        out[order] = -np.arange(len(ids), dtype=float)  # best first = highest goodness
+        return out
+
+    goodness.facts = {}  # type: ignore[attr-defined]
+    return goodness
+
+
+KEEP_REASONS = {"first": "lowest id", "largest": "largest image",
+                "central": "most similar to the others"}
+
+
+def keep_reasons(table: pd.DataFrame, keep: str, paths: np.ndarray,
+                 facts: dict[int, Any] | None) -> list[str | None]:
+    """The ``keep_reason`` column: on each group's kept row why that copy was kept (for
+    ``best``: :func:`pairkit.mine.keep_best.keep_reason` against the group's runner-up),
+    None on the other rows."""
+    from pairkit.mine.keep_best import best_key, keep_reason
+
+    out: list[str | None] = [None] * len(table)
+    ids, groups, kept = (table[c].to_numpy() for c in ("id", "group", "keep"))
+    if keep != "best" or facts is None:
+        reason = KEEP_REASONS.get(keep, keep)
+        return [reason if k else None for k in kept]
+    by_group: dict[int, list[int]] = {}
+    for row, g in enumerate(groups.tolist()):
+        by_group.setdefault(g, []).append(row)
+    for rows in by_group.values():
+        kept_row = next(r for r in rows if kept[r])
+        others = [int(ids[r]) for r in rows if r != kept_row]
+        readable = [i for i in others if facts.get(i) is not None]
+        runner_up = max(readable, key=lambda i: best_key(facts[i]), default=None)
+        mine = facts.get(int(ids[kept_row]))
+        if mine is None:  # (a readable copy would have ranked first)
+            out[kept_row] = "images not readable: shortest path"
+        else:
+            out[kept_row] = keep_reason(mine, facts[runner_up] if runner_up is not None
+                                        else None)
+    return out
+
+
+def largest_reader(image_root: str | None, paths: np.ndarray,
+                   warn: Callable[[str], None]) -> Any:
+    """The ``largest`` keep rule: image area, file size as tie-break; None (warned) when
+    the images can't be found. Falls back to ``first`` when some are unreadable."""
+    import numpy as np
+
+    if not image_root or not Path(image_root).is_dir():
+        warn("--keep largest: the store's image_root is "
+             f"{'unset' if not image_root else 'missing: ' + image_root}; using --keep first")
+        return None
+    root = Path(image_root)
+
+    def checked(ids: np.ndarray) -> np.ndarray:
+        pixels, size = image_facts(root, paths, ids)
+        bad = int(np.isnan(pixels).sum())
+        if bad:
+            warn(f"--keep largest: {bad} images unreadable under {root}; using --keep first")
+            checked.fell_back = True  # type: ignore[attr-defined]
+            return np.asarray(-ids, dtype=float)  # larger = lower id: the 'first' rule
+        return pixels + size / 1e12
+
+    checked.fell_back = False  # type: ignore[attr-defined]
+    return checked
+
+
+def rekeep_resized(table: pd.DataFrame, vectors: np.ndarray, items: pd.DataFrame,
+                   image_root: str, facts: dict[int, Any]) -> tuple[pd.DataFrame, dict[int, str]]:
+    """``--keep best`` between resized copies (:mod:`pairkit.mine.keep_resized`): each
+    group's kept copy compared with its members of other pixel counts; returns the table
+    with the kept rows changed where that decides otherwise, and {new kept id: reason}."""
+    from pairkit.core.paths import resolve_item_path
+    from pairkit.mine.keep_best import best_key
+    from pairkit.mine.keep_resized import rekeep_groups, resized_keeper
+
+    root = Path(image_root)
+    paths = items["path"].to_numpy(dtype=object)
+
+    def pixels(i: int) -> float | None:
+        f = facts.get(i)
+        return None if f is None else f.pixels
+
+    def file_of(i: int) -> Path | None:
+        return resolve_item_path(root, str(paths[i]))
+
+    new_keeper: dict[int, int] = {}
+    reasons: dict[int, str] = {}
+    for g, rows in table.groupby("group", sort=False):
+        ids = rows["id"].tolist()
+        if len(ids) < 2 or len({pixels(i) for i in ids}) < 2:
+            continue
+        kept = int(rows["id"][rows["keep"]].iloc[0])
+        others = sorted((i for i in ids if i != kept and facts.get(i) is not None),
+                        key=lambda i: best_key(facts[i]), reverse=True)
+        new, why = resized_keeper(kept, others, pixels, file_of)
+        if why is not None and new != kept:
+            new_keeper[int(g)] = new
+            reasons[new] = why
+    sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
+    return rekeep_groups(table, vectors, sha, new_keeper), reasons

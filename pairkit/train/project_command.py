@@ -1,0 +1,65 @@
+"""``pairkit project`` from a store folder and a head folder to a new store (the command's
+store-to-files step): :func:`project_to_files`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from pairkit.errors import PairkitError
+from pairkit.train.project import ProjectResult
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """Options of ``pairkit project``: the head folder, where it runs, rows per block, the
+    new store's precision (None: the input's)."""
+
+    head: str | os.PathLike[str]
+    device: str = "auto"
+    batch_size: int = 65536
+    dtype: str | None = None
+
+
+def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[str],
+                     cfg: ProjectConfig, *, force: bool = False) -> ProjectResult:
+    """Write the store at ``store`` projected by the head ``cfg.head`` as a new store at
+    ``output`` (:func:`pairkit.train.project.project_vectors`).
+
+    The manifest keeps the encoder and records the head (path, weights sha256,
+    config) under ``encoder.head`` and ``projected``.
+    """
+    from pairkit.core.devices import resolve_device
+    from pairkit.core.paths import check_output_apart
+    from pairkit.core.store import DTYPES, Store, sha256_file
+    from pairkit.core.store_writer import write_store
+    from pairkit.train.head import WEIGHTS, load_head, read_head_config
+    from pairkit.train.project import project_vectors
+
+    if cfg.batch_size < 1:
+        raise PairkitError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    if cfg.dtype is not None and cfg.dtype not in DTYPES:
+        raise PairkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype}")
+    # wrong paths are refused before the store's vectors and torch load
+    check_output_apart(output, [store, cfg.head])
+    read_head_config(cfg.head)
+    st = Store.open(store)
+    head = load_head(cfg.head)
+    dev = resolve_device(cfg.device)
+    vectors = project_vectors(st, head, device=dev, batch_size=cfg.batch_size)
+    head_record = {
+        "path": str(head.path),
+        "weights_sha256": sha256_file(head.path / WEIGHTS),
+        "head": head.config.get("head"),
+        "loss": head.config.get("loss"),
+        "trained_on": (head.config.get("store") or {}).get("content_id"),
+        "complete": head.complete,
+    }
+    encoder = dict(st.encoder)
+    encoder["head"] = head_record
+    write_store(output, vectors, st.items, encoder=encoder, dtype=cfg.dtype or st.dtype,
+                force=force,
+                extra={"projected": {"from_store": str(st.root),
+                                     "from_content_id": st.content_id, **head_record},
+                       "views": st.manifest.get("views"), "seed": st.manifest.get("seed")})
+    return ProjectResult(st.count, head.in_dim, head.out_dim, head.complete)
