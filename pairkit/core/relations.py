@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pairkit.core.unique import sorted_unique
 from pairkit.errors import PairkitError, UsageError
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class Relation:
             has[valid] = sizes[g[valid]] >= 2
             return np.flatnonzero(has).astype(np.int64)
         assert self.pair_anchors is not None
-        return np.unique(self.pair_anchors).astype(np.int64)
+        return sorted_unique(self.pair_anchors).astype(np.int64)
 
     # -- membership -----------------------------------------------------------------
     def is_positive(self, anchors: np.ndarray, cand: np.ndarray) -> np.ndarray:
@@ -254,7 +255,7 @@ def _pairs_relation(items: pd.DataFrame, pairs: pd.DataFrame) -> Relation:
         )
     pa = np.asarray(anchors, dtype=np.int64)
     pp = np.asarray(positives, dtype=np.int64)
-    keys = np.unique(np.concatenate([pa * n + pp, pp * n + pa]))
+    keys = sorted_unique(np.concatenate([pa * n + pp, pp * n + pa]))
     return Relation(
         "pairs", n, f"pairs ({total - unknown} of {total} rows matched)",
         pair_anchors=pa, pair_positives=pp, pair_keys=keys, rows_total=total,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pairkit.core.unique import sorted_unique
 from pairkit.errors import PairkitError
 from pairkit.eval.split import split_by_source
 from pairkit.train.data import (
@@ -78,7 +79,7 @@ def read_pairs(table: pd.DataFrame, store: Store, cfg: TrainConfig, allowed: np.
                            np.zeros((0, 0), bool))
         info = TableInfo(kind=table_kind(table), rows=0, flagged=0, notes=())
     sets = positive_sets(mined_rows, store.count, allowed)
-    extra = mined_only_examples(sets, np.unique(pairs.anchor), allowed)
+    extra = mined_only_examples(sets, sorted_unique(pairs.anchor), allowed)
     if len(extra):
         pairs = concat_pairs(pairs, extra)
     info = TableInfo(kind=info.kind, rows=len(table), flagged=info.flagged, notes=info.notes)
