@@ -324,7 +324,8 @@ def test_table_from_stdin(pipeline, tmp_path):
 def _run_as_nobody(args: list[str], cwd: Path):  # noqa: ANN202
     """``pairkit ARGS`` as an unprivileged user (root reads any folder, so a folder
     another user keeps closed can only be met without root): in-process when this test
-    is not root, else in a child under setpriv as uid/gid 65534; None when neither works."""
+    is not root, else in a child under setpriv as uid/gid 65534. Returns (exit code,
+    output: stdout and stderr together), or None when neither works."""
     import os
     import shutil
     import subprocess
@@ -333,7 +334,8 @@ def _run_as_nobody(args: list[str], cwd: Path):  # noqa: ANN202
     from tests.proc import child_env
 
     if os.geteuid() != 0:
-        return report(*args[1:])
+        r = report(*args[1:])
+        return r.exit_code, r.output
     if shutil.which("setpriv") is None:
         return None
     env = child_env()
@@ -344,7 +346,7 @@ def _run_as_nobody(args: list[str], cwd: Path):  # noqa: ANN202
     if "No module named" in proc.stderr or "Permission denied: '/" in proc.stderr and \
             str(cwd) not in proc.stderr:
         return None  # the interpreter or checkout is closed to that user
-    return proc
+    return proc.returncode, proc.stdout + proc.stderr
 
 
 def test_a_closed_store_folder_nearby_is_skipped():
@@ -380,9 +382,7 @@ def test_a_closed_store_folder_nearby_is_skipped():
         r = _run_as_nobody(["report", "work/p.jsonl", "-o", "rep"], base)
         if r is None:
             pytest.skip("no way to run as an unprivileged user here")
-        out = getattr(r, "output", None) or (r.stdout + r.stderr)
-        code = getattr(r, "exit_code", None)
-        code = r.returncode if code is None else code
+        code, out = r
         assert code == 0, out
         assert "internal error" not in out and "no store found" not in out
         data, _ = page_data(base / "rep" / "index.html")
@@ -430,9 +430,8 @@ def test_an_input_in_a_closed_folder_is_one_line():
         r = _run_as_nobody(["report", "closed/p.jsonl", "-o", "rep"], base)
         if r is None:
             pytest.skip("no way to run as an unprivileged user here")
-        out = getattr(r, "output", None) or (r.stdout + r.stderr)
-        code = getattr(r, "exit_code", None)
-        assert (r.returncode if code is None else code) == 1, out
+        code, out = r
+        assert code == 1, out
         assert out.strip().splitlines() == ["error: input closed/p.jsonl is unreadable "
                                             "(Permission denied)"]
     finally:
