@@ -198,10 +198,39 @@ class BlockMapper:
             return pool.map(shared, blocks, fn)
         return ray_map_blocks(fn, shared, blocks, self.cluster, self.what, self.modules)
 
+    def remote_pair(self, fn: Callable[..., tuple[Any, Any]], *args: Any) -> tuple[Any, Any]:
+        """``fn(*args)`` (a pair ``(big, small)``) run by a Ray task on the cluster:
+        ``big`` stays in Ray's object store (its reference is returned: pass it as the
+        ``shared`` of a call, this process never holds it), ``small`` comes back. The
+        task reserves no CPU (the blocks' actors may hold them all) and is retried when
+        its worker dies."""
+        return remote_pair(self.cluster, self.what, fn, *args)
+
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
             self.pool = None
+
+
+def pair_task(threads: int, fn: Callable[..., tuple[Any, Any]],
+              args: tuple[Any, ...]) -> tuple[Any, Any]:
+    """The body of :func:`remote_pair`'s task."""
+    from pairkit.core.threads import configure
+
+    configure(threads)
+    return fn(*args)
+
+
+def remote_pair(cluster: Cluster, what: str, fn: Callable[..., tuple[Any, Any]],
+                *args: Any) -> tuple[Any, Any]:
+    """See :meth:`BlockMapper.remote_pair`."""
+    ray = require_ray()
+    task = ray.remote(pair_task).options(num_returns=2, num_cpus=0, max_retries=RETRIES)
+    big, small = task.remote(cluster.threads, fn, args)
+    try:
+        return big, ray.get(small)
+    except Exception as exc:
+        raise worker_error(exc, what) from None
 
 
 def block_mapper(cluster: Cluster, what: str) -> BlockMapper:

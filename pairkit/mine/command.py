@@ -74,12 +74,12 @@ def mine_to_files(
     parts = streams_parts(output, fn_config, positives, executor)
 
     def run(map_blocks: Any = None) -> tuple[Any, dict[str, Any]]:
-        st = Store.open(store, verify=True)
         if parts and map_blocks is not None:  # the blocks write the table, committed here
-            stats = mine_parts(st, relation, cfg, index, fmt, output, force, map_blocks,
+            stats = mine_parts(store, relation, cfg, index, fmt, output, force, map_blocks,
                                progress=progress, on_start=on_start)
             if stats is not None:
                 return None, stats
+        st = Store.open(store, verify=True)
         return mine_store(st, relation, cfg, index, fn_config, fmt, progress=progress,
                           on_start=on_start, map_blocks=map_blocks, positives=positives)
 
@@ -281,7 +281,7 @@ def mine_store(
                                                    sources, store, positives, ctx, fn_config,
                                                    index, where)
     stats = run_stats(
-        store, rel, config, fmt, index_text, len(table),
+        store, rel.description, config, fmt, index_text, len(table),
         summary_stats(result, config.num_negatives, config.hard), fn_config, ctx, skipped,
         seconds={"setup": round(t1 - t0, 3), "mine": round(time.perf_counter() - t1, 3),
                  "false_negative_context": round(t_fn - t_index, 3),
@@ -299,12 +299,13 @@ def mine_store(
     return table, stats
 
 
-def run_stats(store: Any, rel: Any, config: MineConfig, fmt: str, index_text: str, rows: int,
-              summary: dict[str, Any], fn_config: FalseNegativeConfig | None = None,
+def run_stats(store: Any, relation: str, config: MineConfig, fmt: str, index_text: str,
+              rows: int, summary: dict[str, Any], fn_config: FalseNegativeConfig | None = None,
               ctx: FnContext | None = None, skipped: SkippedRows | None = None,
               seconds: dict[str, float] | None = None) -> dict[str, Any]:
-    """The stats dict of a run: the store, relation and options, ``rows`` of the table,
-    the ``summary`` (:func:`pairkit.mine.stats.summary_stats`), the rules' context."""
+    """The stats dict of a run: the store, the relation (its description) and options,
+    ``rows`` of the table, the ``summary`` (:func:`pairkit.mine.stats.summary_stats`),
+    the rules' context."""
     from pairkit.mine.stats import cluster_stats
 
     lo, hi = config.window()
@@ -312,7 +313,7 @@ def run_stats(store: Any, rel: Any, config: MineConfig, fmt: str, index_text: st
         "store": str(store.root),
         "store_id": store.content_id,
         "items": int(store.count),
-        "relation": rel.description,
+        "relation": relation,
         "hard": config.hard,
         "index": index_text,
         "format": fmt,

@@ -70,7 +70,12 @@ STAGES = (("pairkit.core.store", "Store.vectors", "vectors"),
           ("pairkit.index.open", "open_searcher", "index"),
           ("pairkit.mine.hard_negatives", "mine_negatives", "mine"),
           ("pairkit.core.pairs", "build_pair_table", "table"),
-          ("pairkit.core.tables", "write_table", "write"))
+          ("pairkit.core.tables", "write_table", "write"),
+          # the path where the blocks write the table (mine --ray to parquet): the whole
+          # run, its plan (relation, positive sets) and the commit of the parts
+          ("pairkit.mine.parts_run", "mine_parts", "parts run"),
+          ("pairkit.mine.hard_negatives", "plan_blocks", "plan"),
+          ("pairkit.core.table_parts", "commit_parts", "commit"))
 
 
 def rss_gb() -> float:
