@@ -4,9 +4,9 @@ With ``mine --ray`` and a parquet output (a file or ``-o DIR/``), each worker mi
 block (:func:`pairkit.mine.blocks.mine_block`, the positives scored there too), builds the
 block's rows by the local path's call (:func:`pairkit.core.pairs.build_pair_table`),
 writes them as ``part-NNNNN.parquet`` (NNNNN: the block's number) into the run's parts
-folder and returns only a :class:`BlockSummary`: the counts behind the summary and the
-block's scores (``pos_score`` per anchor, ``neg_score`` per negative), which the driver
-spills to disk for the exact quantiles (:mod:`pairkit.mine.stream_quantiles`).
+folder, the keys of its scores (``pos_score`` per anchor, ``neg_score`` per negative)
+beside it for the exact quantiles (:mod:`pairkit.mine.stream_quantiles`), and returns
+only a :class:`BlockSummary` (a few kB): the counts behind the summary.
 :class:`SummaryCounts` adds the blocks up into the dict
 :func:`pairkit.mine.stats.summary_stats` gives for the whole run. The driver's side:
 :mod:`pairkit.mine.parts_run`.
@@ -50,8 +50,8 @@ class BlockSummary:
 
     rows: int
     per_anchor: np.ndarray  # (K + 1,) anchors with 0 .. K negatives
-    pos_scores: np.ndarray  # (anchors,) float32
-    neg_scores: np.ndarray  # (negatives,) float32
+    pos_keys: tuple[str, np.ndarray, int]  # the pos_score of each anchor, and
+    neg_keys: tuple[str, np.ndarray, int]  # of each negative: (keys file, buckets, NaNs)
     rank_counts: np.ndarray  # (len(RANK_BINS),) negatives per rank bin, the last open
     rank_max: int  # the largest rank (-1: none)
     removed: dict[str, int]
@@ -111,7 +111,7 @@ def mine_block_part(job: PartsJob, span: tuple[int, int]) -> BlockSummary:
     with atomic_path(Path(job.plan.folder) / part_name(number)) as tmp:
         table.to_parquet(tmp, index=False)
     return summarize(part, len(table), labels if job.plan.labels else None,
-                     st.ctx.cfg.num_negatives, st.ctx.cfg.hard)
+                     st.ctx.cfg.num_negatives, st.ctx.cfg.hard, job.plan.folder, number)
 
 
 def label_match_counts(pairs: Any, codes: np.ndarray) -> tuple[int, int]:
@@ -125,9 +125,13 @@ def label_match_counts(pairs: Any, codes: np.ndarray) -> tuple[int, int]:
 
 
 def summarize(part: MineResult, rows: int, labels: np.ndarray | None, K: int,
-              hard: bool) -> BlockSummary:
-    """The :class:`BlockSummary` of a block's result (``rows``: its table's rows;
-    ``labels``: the store's label codes or None)."""
+              hard: bool, folder: str | Path, number: int) -> BlockSummary:
+    """The :class:`BlockSummary` of block ``number``'s result (``rows``: its table's rows;
+    ``labels``: the store's label codes or None); its scores' keys are written into
+    ``folder`` (:func:`pairkit.mine.stream_quantiles.write_keys`), so that the summary
+    stays small (Ray returns it inline, not through the object store)."""
+    from pairkit.mine.stream_quantiles import keys_path
+
     p = part.pairs
     ok = p.neg_ids >= 0
     per = ok.sum(axis=1)
@@ -136,12 +140,21 @@ def summarize(part: MineResult, rows: int, labels: np.ndarray | None, K: int,
     same = None if labels is None else label_match_counts(p, labels)
     return BlockSummary(
         rows=rows, per_anchor=np.bincount(per, minlength=K + 1).astype(np.int64),
-        pos_scores=np.asarray(p.pos_scores, np.float32),
-        neg_scores=np.asarray(p.neg_scores[ok], np.float32),
+        pos_keys=scores_file(p.pos_scores, keys_path(folder, "pos", number)),
+        neg_keys=scores_file(p.neg_scores[ok], keys_path(folder, "neg", number)),
         rank_counts=np.bincount(bins, minlength=len(RANK_BINS)).astype(np.int64),
         rank_max=int(ranks.max()) if len(ranks) else -1,
         removed=dict(part.removed), fn_flagged=dict(part.fn_flagged), retries=part.retries,
         anchors_retried=part.anchors_retried, k_max=part.k_max, same_label=same)
+
+
+def scores_file(values: np.ndarray, path: Path) -> tuple[str, np.ndarray, int]:
+    """``(path, buckets, NaNs)``: ``values``' keys written to ``path``
+    (:func:`pairkit.mine.stream_quantiles.write_keys`)."""
+    from pairkit.mine.stream_quantiles import write_keys
+
+    buckets, nans = write_keys(values, path)
+    return str(path), buckets, nans
 
 
 @dataclass
@@ -187,8 +200,8 @@ class SummaryCounts:
         if s.same_label is not None:
             self.same += s.same_label[0]
             self.both += s.same_label[1]
-        self.pos.add(s.pos_scores)
-        self.neg.add(s.neg_scores)
+        self.pos.add_file(*s.pos_keys)
+        self.neg.add_file(*s.neg_keys)
 
     def negatives_same_label(self) -> float | None:
         """:func:`pairkit.mine.stats.same_label_share` of the whole run."""

@@ -133,8 +133,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
             job, info = plan_job(spec)
         n = info["anchors"]
         counts = SummaryCounts(config.num_negatives, config.hard, info["k0"],
-                               StreamQuantiles(folder / ".pos_scores"),
-                               StreamQuantiles(folder / ".neg_scores"))
+                               StreamQuantiles(folder, "pos"), StreamQuantiles(folder, "neg"))
         if on_start is not None:
             on_start(n)
         t1 = time.perf_counter()

@@ -1,11 +1,12 @@
 """Exact quantiles of float32 values that arrive block by block, without holding them.
 
 ``np.quantile(x.astype(np.float64), qs)`` (the summary's score quantiles) needs only the
-count and the few order statistics next to each ``(n - 1) * q``. :class:`StreamQuantiles`
-appends each block's values to a spill file and counts them by the top 16 bits of an
-order-preserving 32-bit key; at the end one pass over the file counts, inside the
-buckets that hold the wanted ranks, the low 16 bits: the exact float32 at each rank.
-Memory: two 65,536-bin histograms per wanted bucket, and one chunk of the file at a time.
+count and the few order statistics next to each ``(n - 1) * q``. Each block's values are
+written to a file as order-preserving 32-bit keys (:func:`write_keys`, where the block
+ran) and counted by their top 16 bits; :class:`StreamQuantiles` adds the counts up and at
+the end reads the files once, counting, inside the buckets that hold the wanted ranks,
+the low 16 bits: the exact float32 at each rank. Memory: a 65,536-bin histogram per
+wanted bucket, and one chunk of one file at a time.
 """
 
 from __future__ import annotations
@@ -33,29 +34,50 @@ def from_keys(keys: np.ndarray) -> np.ndarray:
     return u.view(np.float32)
 
 
-class StreamQuantiles:
-    """Values added with :meth:`add`; :meth:`quantiles` as ``np.quantile`` on all of them
-    (as float64, method ``linear``). The spill file ``path`` is removed by :meth:`close`."""
+def keys_path(folder: str | os.PathLike[str], name: str, number: int) -> Path:
+    """The keys file of block ``number`` of the values ``name`` in ``folder``."""
+    return Path(folder) / f".{name}-{number:06d}.keys"
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.fh = open(self.path, "wb")  # noqa: SIM115 (closed by close())
+
+def write_keys(values: np.ndarray, path: str | os.PathLike[str]) -> tuple[np.ndarray, int]:
+    """Write the :func:`sort_keys` of ``values`` (NaN left out) to ``path`` (raw uint32)
+    and return ``(counts by top 16 bits as pairs (bucket, count) (m, 2) int64, NaNs)``: a
+    block's share of a :class:`StreamQuantiles`, made where the block ran."""
+    x = np.asarray(values, dtype=np.float32).ravel()
+    nan = np.isnan(x)
+    keys = sort_keys(x[~nan])
+    with open(path, "wb") as fh:
+        keys.tofile(fh)
+    buckets, counts = np.unique(keys >> 16, return_counts=True)
+    return np.stack([buckets.astype(np.int64), counts.astype(np.int64)], axis=1), int(nan.sum())
+
+
+class StreamQuantiles:
+    """Values added block by block, each block's keys in a file (:meth:`add`: written
+    here into ``folder``; :meth:`add_file`: written where the block ran, by
+    :func:`write_keys`); :meth:`quantiles` as ``np.quantile`` on all of them (as float64,
+    method ``linear``), reading the files once. :meth:`close` removes the files."""
+
+    def __init__(self, folder: str | os.PathLike[str], name: str = "values") -> None:
+        self.folder, self.name = Path(folder), name
+        self.files: list[Path] = []
         self.high = np.zeros(BINS, np.int64)
         self.count = 0
         self.nans = 0
 
     def add(self, values: np.ndarray) -> None:
-        x = np.asarray(values, dtype=np.float32).ravel()
-        nan = np.isnan(x)
-        if nan.any():
-            self.nans += int(nan.sum())
-            x = x[~nan]
-        if not len(x):
-            return
-        keys = sort_keys(x)
-        self.high += np.bincount(keys >> 16, minlength=BINS)
-        self.count += len(x)
-        keys.tofile(self.fh)
+        """Add ``values`` (their keys written to a file in the folder)."""
+        path = keys_path(self.folder, self.name, len(self.files))
+        self.add_file(path, *write_keys(values, path))
+
+    def add_file(self, path: str | os.PathLike[str], buckets: np.ndarray, nans: int) -> None:
+        """Add a block's values: their keys in ``path``, ``buckets`` and ``nans`` as
+        :func:`write_keys` returned them."""
+        self.files.append(Path(path))
+        b = np.asarray(buckets, dtype=np.int64).reshape(-1, 2)
+        np.add.at(self.high, b[:, 0], b[:, 1])
+        self.count += int(b[:, 1].sum())
+        self.nans += nans
 
     def quantiles(self, qs: Sequence[float]) -> list[float] | None:
         """``np.quantile(all values as float64, qs)`` as floats; None when none were added
@@ -85,24 +107,24 @@ class StreamQuantiles:
 
     def order_statistics(self, ranks: list[int]) -> list[float]:
         """The float32 value at each 0-based rank of the sorted values."""
-        self.fh.flush()
         below = np.concatenate([[0], np.cumsum(self.high)])
         buckets = [int(np.searchsorted(below, r, side="right")) - 1 for r in ranks]
         wanted = sorted(set(buckets))
         low = {b: np.zeros(BINS, np.int64) for b in wanted}
         wanted_arr = np.array(wanted, dtype=np.uint32)
-        with open(self.path, "rb") as fh:
-            while True:
-                keys = np.fromfile(fh, dtype=np.uint32, count=CHUNK)
-                if not len(keys):
-                    break
-                hi = keys >> 16
-                hit = np.isin(hi, wanted_arr)
-                if not hit.any():
-                    continue
-                k, h = keys[hit], hi[hit]
-                for b in wanted:
-                    low[b] += np.bincount(k[h == b] & 0xFFFF, minlength=BINS)
+        for path in self.files:
+            with open(path, "rb") as fh:
+                while True:
+                    keys = np.fromfile(fh, dtype=np.uint32, count=CHUNK)
+                    if not len(keys):
+                        break
+                    hi = keys >> 16
+                    hit = np.isin(hi, wanted_arr)
+                    if not hit.any():
+                        continue
+                    k, h = keys[hit], hi[hit]
+                    for b in wanted:
+                        low[b] += np.bincount(k[h == b] & 0xFFFF, minlength=BINS)
         out = []
         for r, b in zip(ranks, buckets, strict=True):
             inside = np.cumsum(low[b])
@@ -111,6 +133,6 @@ class StreamQuantiles:
         return out
 
     def close(self) -> None:
-        """Close and remove the spill file."""
-        self.fh.close()
-        self.path.unlink(missing_ok=True)
+        """Remove the files."""
+        for path in self.files:
+            path.unlink(missing_ok=True)

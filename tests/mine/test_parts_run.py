@@ -205,14 +205,14 @@ def test_summary_counts_equal_summary_stats(store, tmp_path):
     whole = mine_negatives(x, store.source_codes(), rel, cfg, exact)
     blocks = plan_blocks(x, store.source_codes(), rel, cfg, exact)
     codes = codes_of(store.labels())[0]
-    counts = SummaryCounts(4, True, blocks.k0, StreamQuantiles(tmp_path / "p"),
-                           StreamQuantiles(tmp_path / "n"))
+    counts = SummaryCounts(4, True, blocks.k0, StreamQuantiles(tmp_path, "pos"),
+                           StreamQuantiles(tmp_path, "neg"))
     from pairkit.mine.blocks import mine_block
 
     same = both_ = 0
     for span in block_spans(len(blocks.anchors), cfg.batch_size):
         part = mine_block(blocks, span)
-        s = summarize(part, 0, codes, 4, True)
+        s = summarize(part, 0, codes, 4, True, tmp_path, span[0] // cfg.batch_size)
         counts.add(s)
         same, both_ = same + s.same_label[0], both_ + s.same_label[1]
     assert counts.stats() == summary_stats(whole, 4, True)
@@ -228,17 +228,17 @@ def test_stream_quantiles_equal_numpy(tmp_path, seed):
     n = [1, 2, 7, 1000, 4097, 30000][seed]
     x = [rng.normal(size=n), rng.integers(-3, 3, n) / 4, 0.6 + 1e-3 * rng.random(n),
          np.full(n, 0.7), rng.normal(size=n) * 1e-30, rng.random(n)][seed].astype(np.float32)
-    q = StreamQuantiles(tmp_path / "spill")
+    q = StreamQuantiles(tmp_path)
     for part in np.array_split(x, 3):
         q.add(part)
     qs = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
     assert q.quantiles(qs) == [float(v) for v in np.quantile(x.astype(np.float64), qs)]
     q.close()
-    assert not (tmp_path / "spill").exists()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_stream_quantiles_empty_and_nan(tmp_path):
-    q = StreamQuantiles(tmp_path / "a")
+    q = StreamQuantiles(tmp_path)
     assert q.quantiles((0.5,)) is None
     q.add(np.array([1.0, np.nan], np.float32))
     assert np.isnan(q.quantiles((0.5,))[0])
