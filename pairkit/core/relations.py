@@ -128,20 +128,20 @@ def _group_positive_sets(
         sorted_g = group[order]
         lo = np.searchsorted(sorted_g, ga, side="left")
         sizes = np.searchsorted(sorted_g, ga, side="right") - lo  # anchor included
-    hi = lo + sizes
     big = sizes > max_positives + 1
-    counts = np.where(big, max_positives, sizes - 1).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    any_big = bool(big.any())
+    counts = np.where(big, max_positives, sizes - 1) if any_big else sizes - 1
+    offsets = np.zeros(len(anchors) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
     ids = np.empty(int(offsets[-1]), dtype=np.int64)
     # small groups: every member except the anchor, in sorted order; the j-th positive
     # is the member at lo + j, or lo + j + 1 from the anchor's own place on
-    small = np.flatnonzero(~big)
-    if len(small):
+    small = np.flatnonzero(~big) if any_big else slice(None)
+    start, count, dest = lo[small], counts[small], offsets[:-1][small]
+    if len(count):
         place = np.empty(len(group), dtype=np.int64)
         place[order] = np.arange(len(group))
-        own = place[anchors[small]] - lo[small]  # the anchor's place in its group
-        start, count = lo[small], counts[small]
-        dest = offsets[small]
+        own = place[anchors[small]] - start  # the anchor's place in its group
         for j in range(int(count.max(initial=0))):
             more = count > j
             if not more.all():
@@ -150,7 +150,7 @@ def _group_positive_sets(
     # big groups (label relation): a seeded sample of max_positives members
     rng = np.random.default_rng(seed)
     for i in np.flatnonzero(big):
-        members = order[lo[i]:hi[i]]
+        members = order[lo[i]:lo[i] + sizes[i]]
         members = members[members != anchors[i]]
         pick = np.sort(rng.choice(members, size=max_positives, replace=False))
         ids[offsets[i]:offsets[i + 1]] = pick

@@ -192,6 +192,7 @@ def main() -> None:
     if args.before:
         variants = {"before": checkout(args.work, args.before), "after": ROOT}
     results: dict[str, list[dict]] = {name: [] for name in variants}
+    load_before = os.getloadavg()
     for _ in range(args.runs):
         for name, code in variants.items():
             target = args.work / "table.parquet" if args.write else None
@@ -200,7 +201,7 @@ def main() -> None:
     summary: dict = {
         "n": args.n, "dim": args.dim, "k": K, "runs": args.runs,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
-        "load_before": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
+        "load_before": load_before, "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                               time.gmtime()),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                  capture_output=True, text=True).stdout.strip(),
