@@ -63,7 +63,7 @@ class Relation:
             sizes = np.bincount(g[valid])
             has = np.zeros(self.n, dtype=bool)
             has[valid] = sizes[g[valid]] >= 2
-            return np.flatnonzero(has).astype(np.int64)
+            return np.flatnonzero(has).astype(np.int64, copy=False)
         assert self.pair_anchors is not None
         return sorted_unique(self.pair_anchors).astype(np.int64)
 

@@ -22,8 +22,9 @@ def summary_stats(result: MineResult, K: int, hard: bool) -> dict[str, Any]:
     histogram, candidates removed by each rule, FN flags per rule."""
     p = result.pairs
     found = p.neg_ids >= 0
-    per = found.sum(axis=1, dtype=np.int64)  # p.negatives_per_anchor
-    every = bool(found.all())
+    every = bool(found.all())  # every anchor has its K (no sum along the short axis)
+    per = (np.full(len(found), found.shape[1], np.int64) if every
+           else found.sum(axis=1, dtype=np.int64))  # p.negatives_per_anchor
     neg = p.neg_scores.reshape(-1) if every else p.neg_scores[found]
     qs = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
 
