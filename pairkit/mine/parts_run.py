@@ -10,12 +10,14 @@ folder beside the output; the driver keeps the blocks' summaries (counts, and th
 spilled to disk for the exact quantiles) and commits the parts in block order
 (:func:`pairkit.core.table_parts.commit_parts`). A block that fails for good, or a
 driver stopped before the commit, leaves no output (a killed driver leaves the temp
-folder ``.NAME.XXXXXXXX.tmp`` beside it); a rerun starts afresh. Table and stats are the
+folder ``.NAME.XXXXXXXX.tmp`` beside it, removed by a later run to that output once a
+day old: :func:`remove_stale_parts`); a rerun starts afresh. Table and stats are the
 local path's (tests/distributed).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -120,6 +122,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                                          "built on each worker")
     target = Path(output.rstrip("/")) if output.endswith("/") else Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_parts(target)
     folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp",
                                    dir=target.parent)).resolve()
     counts = None
@@ -164,6 +167,33 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         stats["negatives_same_label"] = counts.negatives_same_label()
     stats.update(info["relation_stats"])
     return stats
+
+
+STALE_S = 86400.0  # a parts folder untouched this long was left by a killed driver
+
+
+def remove_stale_parts(target: Path, now: float | None = None) -> list[str]:
+    """Remove the parts folders (``.NAME.XXXXXXXX.tmp``) of ``target`` left by killed
+    drivers: those not modified for :data:`STALE_S` (a live run adds a part every block).
+    Returns the removed names."""
+    from pairkit.core.atomic import TEMP_RE
+
+    now = time.time() if now is None else now
+    removed = []
+    with os.scandir(target.parent) as entries:
+        for entry in entries:
+            m = TEMP_RE.match(entry.name)
+            if not m or m.group("target") != target.name:
+                continue
+            try:
+                if not entry.is_dir(follow_symlinks=False) or \
+                        now - entry.stat(follow_symlinks=False).st_mtime < STALE_S:
+                    continue
+            except OSError:
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
 
 
 def relation_stats(rel: Any) -> dict[str, Any]:

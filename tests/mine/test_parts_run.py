@@ -244,3 +244,25 @@ def test_stream_quantiles_empty_and_nan(tmp_path):
     assert np.isnan(q.quantiles((0.5,))[0])
     assert np.isnan(np.quantile(np.array([1.0, np.nan]), 0.5))
     q.close()
+
+
+def test_stale_parts_folders_removed_fresh_ones_kept(store, tmp_path):
+    """A killed driver's parts folder (untouched for a day) is removed by the next run to
+    the same output; a live run's (fresh) one and other outputs' folders are kept."""
+    import os
+
+    from pairkit.mine.parts_run import STALE_S, remove_stale_parts
+
+    old, fresh, other = (tmp_path / n for n in (".pairs.parquet.abcd1234.tmp",
+                                                ".pairs.parquet.efgh5678.tmp",
+                                                ".other.parquet.abcd1234.tmp"))
+    for folder in (old, fresh, other):
+        folder.mkdir()
+        (folder / "part-00000.parquet").write_bytes(b"x")
+    past = os.stat(fresh).st_mtime - STALE_S - 10
+    os.utime(old, (past, past))
+    os.utime(other, (past, past))
+    mine_to_files(store.root, str(tmp_path / "pairs.parquet"), MineConfig(batch_size=40),
+                  executor=Here())
+    assert not old.exists() and fresh.exists() and other.exists()
+    assert remove_stale_parts(tmp_path / "pairs.parquet") == []
