@@ -130,3 +130,26 @@ def test_a_given_pixel_threshold_is_kept_and_the_calibration_recorded(tmp_path: 
     groups, d = grouped(paths, tmp_path / "img", threshold=0.9)
     assert d["threshold"] == 0.9 and d["raised"]  # what the calibration would have done
     assert sum(len(g) for g in groups) > 20  # 0.9 groups the look-alikes, as asked
+
+
+def test_dedup_says_when_it_raised_the_threshold(tmp_path: Path) -> None:
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from pairkit.cli.main import app
+    from pairkit.core.store_writer import write_store
+
+    paths, truth = lookalike_folder(tmp_path / "img", 0.1)
+    vecs = np.random.default_rng(0).normal(size=(len(paths), 8)).astype(np.float32)
+    items = pd.DataFrame({"path": paths, "source": paths, "view": 0})
+    store = tmp_path / "store"
+    write_store(store, vecs / np.linalg.norm(vecs, axis=1, keepdims=True), items,
+                encoder={"name": "test"}, dtype="float32",
+                extra={"image_root": str(tmp_path / "img")})
+    r = CliRunner().invoke(app, ["dedup", str(store), "--keep", "first"])
+    assert r.exit_code == 0, r.output
+    line = r.stderr.strip().splitlines()[-1]
+    assert "(raised from 0.9" in line and "score like copies; about" in line
+    assert "of copies may be missed)" in line
+    dropped = sum(1 for row in r.stdout.splitlines() if '"keep": false' in row)
+    assert 3 <= dropped <= 4  # the planted copies (one may be missed), not the families
