@@ -167,15 +167,16 @@ class PixelCheck:
             "prefilter": round(self.prefilter, 4),
         }
 
-    def _set_threshold(self, nearest: np.ndarray) -> None:
-        """The calibrated threshold from the copies and ``nearest`` (each readable
-        image's best score against another image; :mod:`near_duplicate_threshold`)."""
+    def _set_threshold(self, nearest: np.ndarray, pair_scores: np.ndarray) -> None:
+        """The calibrated threshold from the copies, ``nearest`` (each readable image's
+        best score against another image) and the pairs' scores
+        (:mod:`near_duplicate_threshold`)."""
         from pairkit.mine.near_duplicate_threshold import choose_threshold
 
         copies = getattr(self, "_copy_scores", None)
         if copies is None or not len(copies):
             return
-        choice = choose_threshold(copies, nearest, COPY_QUANTILE)
+        choice = choose_threshold(copies, nearest, COPY_QUANTILE, pair_scores=pair_scores)
         if self.threshold is None:
             self.threshold = choice.threshold
         self.calibration.update(choice.record())
@@ -220,7 +221,7 @@ class PixelCheck:
         best = np.full(n, -1.0, dtype=np.float32)
         np.maximum.at(best, pa, fine)
         np.maximum.at(best, pb, fine)
-        self._set_threshold(best[ok])
+        self._set_threshold(best[ok], fine)
         found[both] = fine >= np.float32(self.threshold)
         self.calibration["pairs_checked"] = int(both.sum())
         self.calibration["pairs_aligned"] = int((fine > -1).sum())
