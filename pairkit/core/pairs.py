@@ -75,45 +75,85 @@ def _paths(paths: np.ndarray, ids: np.ndarray) -> Any:
     return _nullable(out)
 
 
-class _Column:
+REPEAT_CHUNK = 1 << 16  # rows of the one chunk a repeated value's column is made of
+
+
+class StringColumn:
     """One pandas array of ``values`` (the store's paths, the store id), taken by row:
-    pandas infers the string type once for the N distinct values instead of once per
-    table row (5 M rows at 1 M anchors), and a take of an Arrow-backed array copies no
-    Python objects. The column is the one ``pd.DataFrame`` would infer from the values."""
+    the string type is found once for the N distinct values instead of once per table
+    row (5 M rows at 1 M anchors), and a take of an Arrow-backed array copies no Python
+    objects. The column is the one ``pd.DataFrame`` would infer from the values
+    (:func:`inferred_array`)."""
 
     def __init__(self, values: Any) -> None:
         import pandas as pd
 
-        self.array = pd.Series(np.asarray(values, dtype=object)).array
+        self.array = inferred_array(values)
+        self.arrow = (pa_array(self.array) if isinstance(self.array, pd.arrays.ArrowStringArray)
+                      else None)
 
     def take(self, ids: np.ndarray) -> Any:
+        """``pd.Series(array.take(ids))``: for Arrow strings, the take in memory from the
+        system allocator (a 5 M-row take into fresh memory from pyarrow's default one,
+        mimalloc, measured 3-5x slower on Linux; the same values)."""
         import pandas as pd
 
-        return pd.Series(self.array.take(np.asarray(ids, dtype=np.intp)))
+        ids = np.asarray(ids, dtype=np.intp)
+        if self.arrow is None or (len(ids) and int(ids.min()) < 0):
+            return pd.Series(self.array.take(ids), copy=False)
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        taken = pc.take(self.arrow, pa.array(ids), memory_pool=pa.system_memory_pool())
+        return pd.Series(pd.arrays.ArrowStringArray(taken, dtype=self.array.dtype),
+                         copy=False)
 
     def repeat(self, m: int) -> Any:
-        """The first value ``m`` times (the store id of every row)."""
+        """The first value ``m`` times (the store id of every row): for an Arrow string
+        array, one chunk of REPEAT_CHUNK copies referenced as often as needed (no
+        memory per row; the same values, and the same parquet bytes, as one array)."""
         import pandas as pd
 
         if isinstance(self.array, pd.arrays.ArrowStringArray):
             import pyarrow as pa
 
-            one = pa.array(self.array)
-            return pd.Series(pd.arrays.ArrowStringArray(pa.repeat(one[0], m),
-                                                        dtype=self.array.dtype))
+            one = self.arrow
+            block = pa.repeat(one[0], min(m, REPEAT_CHUNK))
+            chunks = [block] * (m // REPEAT_CHUNK) if m >= REPEAT_CHUNK else []
+            if m % REPEAT_CHUNK or not chunks:
+                chunks.append(block.slice(0, m % REPEAT_CHUNK if chunks else m))
+            column = pa.chunked_array(chunks, type=block.type)
+            return pd.Series(pd.arrays.ArrowStringArray(column, dtype=self.array.dtype),
+                             copy=False)
         return self.take(np.zeros(m, np.intp))
 
 
-def _filled(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
-    """``(r, c, cells)``: the row and column of every filled cell (``ids >= 0``) in row
-    order, and ``cells(x)`` = ``x[r, c]`` (a ravel when every cell is filled)."""
-    ok = ids >= 0
-    if ok.all():
-        r = np.repeat(np.arange(ids.shape[0]), ids.shape[1])
-        c = np.tile(np.arange(ids.shape[1]), ids.shape[0]) if ids.shape[0] else r
-        return r, c, lambda x: np.asarray(x).ravel()
-    r, c = np.nonzero(ok)
-    return r, c, lambda x: np.asarray(x)[r, c]
+def pa_array(values: Any) -> Any:
+    """The pyarrow (chunked) array behind a pandas Arrow-backed array."""
+    import pyarrow as pa
+
+    return pa.array(values)
+
+
+def inferred_array(values: Any) -> Any:
+    """``pd.Series(values).array`` for a sequence of values: pandas' string array when
+    every value is a ``str`` (built by pyarrow in one pass, no check of each value's
+    type in Python), else whatever pandas infers (None, NaN, numbers, bytes...)."""
+    import pandas as pd
+
+    obj = np.asarray(values, dtype=object)
+    if obj.ndim == 1 and len(obj):
+        import pyarrow as pa
+
+        try:
+            arr = pa.array(obj)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            arr = None
+        if arr is not None and pa.types.is_string(arr.type) and arr.null_count == 0:
+            dtype = pd.Series(np.array(["x"], dtype=object)).dtype  # pandas' str type
+            if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
+                return pd.arrays.ArrowStringArray(arr, dtype=dtype)
+    return pd.Series(obj).array
 
 
 def _nullable(values: Any) -> Any:
@@ -131,8 +171,8 @@ class _TableParts:
     (anchor row, candidate id, score, rank, reason; empty arrays when there are none)."""
 
     paths: np.ndarray
-    path_col: _Column
-    store_col: _Column
+    path_col: StringColumn
+    store_col: StringColumn
     n: int
     k: int
     flags: bool
@@ -153,7 +193,8 @@ def build_pair_table(
 
     ``paths`` (N,) object: the store's item paths. ``flag_columns`` adds
     ``false_negative`` and ``fn_reason`` (always added when attracted rows exist).
-    Rows are ordered by anchor, then by negative rank.
+    Rows are ordered by anchor, then by negative rank. The table's columns may share
+    memory with ``mined``'s arrays (5 M rows are not copied): change neither in place.
     """
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt}")
@@ -179,7 +220,7 @@ def _table_parts(mined: MinedPairs, store_id: str, paths: np.ndarray, flag_colum
         e = np.zeros(0, dtype=np.int64)
         fn = (e, e, np.zeros(0, np.float32), e, np.zeros(0, dtype=object))
     fn_rows, fn_ids, fn_scores, fn_ranks, fn_reasons = fn  # type: ignore[misc]
-    return _TableParts(paths, _Column(paths), _Column([store_id]), n, k,
+    return _TableParts(paths, StringColumn(paths), StringColumn([store_id]), n, k,
                        flag_columns or has_attract, has_attract, neg_flags, neg_reasons,
                        np.asarray(fn_rows, dtype=np.int64), fn_ids, fn_scores, fn_ranks,
                        fn_reasons)
@@ -193,20 +234,34 @@ def _triplet_table(mined: MinedPairs, p: _TableParts) -> pd.DataFrame:
     flags, neg_flags, neg_reasons = p.flags, p.neg_flags, p.neg_reasons
     fn_rows, fn_ids, fn_scores, fn_ranks, fn_reasons = (p.fn_rows, p.fn_ids, p.fn_scores,
                                                         p.fn_ranks, p.fn_reasons)
-    r, c, cells = _filled(mined.neg_ids)
-    rows = np.concatenate([r, fn_rows])
-    per_row = len(fn_rows) == 0 and len(r) == n * k  # every anchor has K negatives
+    ok = mined.neg_ids >= 0
+    if not len(fn_rows) and bool(ok.all()):  # every anchor has K negatives, nothing added
+        rows = None
 
-    def by_row(x: np.ndarray) -> np.ndarray:  # x[rows]: a repeat when every row has K
-        return np.repeat(x, k) if per_row else x[rows]
+        def by_row(x: np.ndarray) -> np.ndarray:  # np.repeat(x, k), by one strided copy
+            x = np.asarray(x)
+            out = np.empty((n, k), dtype=x.dtype)
+            out[:] = x[:, None]
+            return out.reshape(-1)
 
-    def joined(x: np.ndarray, extra: np.ndarray, dtype: Any) -> np.ndarray:
-        return np.concatenate([cells(x), extra]).astype(dtype, copy=False)
+        def joined(x: np.ndarray, extra: np.ndarray, dtype: Any) -> np.ndarray:
+            return np.asarray(x).reshape(-1).astype(dtype, copy=False)  # a view of x
+    else:
+        r, c = np.nonzero(ok)  # rows in anchor order
+        rows = np.concatenate([r, fn_rows])
+
+        def by_row(x: np.ndarray) -> np.ndarray:
+            return np.asarray(x)[rows]
+
+        def joined(x: np.ndarray, extra: np.ndarray, dtype: Any) -> np.ndarray:
+            return np.concatenate([np.asarray(x)[r, c], extra]).astype(dtype, copy=False)
 
     neg = joined(mined.neg_ids, fn_ids, np.int64)
     anchor_ids, positive_ids = by_row(mined.anchors), by_row(mined.positives)
+    # copy=False: pandas leaves the columns apart instead of copying the numeric ones
+    # into one block per type (the negatives' columns may be views of mined's arrays)
     df = pd.DataFrame({
-        "store_id": store_col.repeat(len(rows)),
+        "store_id": store_col.repeat(len(neg)),
         "anchor_id": anchor_ids,
         "positive_id": positive_ids,
         "negative_id": neg,
@@ -216,12 +271,11 @@ def _triplet_table(mined: MinedPairs, p: _TableParts) -> pd.DataFrame:
         "pos_score": by_row(mined.pos_scores).astype(np.float32, copy=False),
         "neg_score": joined(mined.neg_scores, fn_scores, np.float32),
         "neg_rank": joined(mined.neg_ranks, fn_ranks, np.int64),
-    })
+    }, copy=False)
     if flags:
-        df["false_negative"] = np.concatenate(
-            [cells(neg_flags), np.ones(len(fn_rows), bool)])
-        df["fn_reason"] = _nullable(np.concatenate([cells(neg_reasons), fn_reasons]))
-    if not len(fn_rows):  # rows of np.nonzero: in anchor order already
+        df["false_negative"] = joined(neg_flags, np.ones(len(fn_rows), bool), bool)
+        df["fn_reason"] = _nullable(joined(neg_reasons, fn_reasons, object))
+    if rows is None or not len(fn_rows):  # rows of np.nonzero: in anchor order already
         return df
     order = np.argsort(rows, kind="stable")
     return df.iloc[order].reset_index(drop=True)

@@ -63,7 +63,7 @@ class Relation:
             sizes = np.bincount(g[valid])
             has = np.zeros(self.n, dtype=bool)
             has[valid] = sizes[g[valid]] >= 2
-            return np.flatnonzero(has).astype(np.int64)
+            return np.flatnonzero(has).astype(np.int64, copy=False)
         assert self.pair_anchors is not None
         return sorted_unique(self.pair_anchors).astype(np.int64)
 
@@ -117,30 +117,40 @@ def _group_positive_sets(
     group: np.ndarray, anchors: np.ndarray, seed: int, max_positives: int
 ) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(group, kind="stable")
-    sorted_g = group[order]
-    lo = np.searchsorted(sorted_g, group[anchors], side="left")
-    hi = np.searchsorted(sorted_g, group[anchors], side="right")
-    sizes = hi - lo  # group size, anchor included
+    ga = group[anchors]
+    if len(anchors) and int(ga.min()) >= 0:
+        # each group's first place in sorted order and its size, by one count per group
+        # (what the two searchsorted below give for an anchor in a group)
+        sizes_of = np.bincount(group[group >= 0])
+        first_of = int((group < 0).sum()) + np.cumsum(sizes_of) - sizes_of
+        lo, sizes = first_of[ga], sizes_of[ga]
+    else:
+        sorted_g = group[order]
+        lo = np.searchsorted(sorted_g, ga, side="left")
+        sizes = np.searchsorted(sorted_g, ga, side="right") - lo  # anchor included
     big = sizes > max_positives + 1
-    counts = np.where(big, max_positives, sizes - 1).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    any_big = bool(big.any())
+    counts = np.where(big, max_positives, sizes - 1) if any_big else sizes - 1
+    offsets = np.zeros(len(anchors) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
     ids = np.empty(int(offsets[-1]), dtype=np.int64)
-    # small groups, vectorised: every member except the anchor
-    small = np.flatnonzero(~big)
-    if len(small):
-        sz = sizes[small]
-        starts = np.repeat(lo[small], sz)
-        within = np.arange(int(sz.sum())) - np.repeat(np.cumsum(sz) - sz, sz)
-        members = order[starts + within]
-        owner = np.repeat(anchors[small], sz)
-        keep = members != owner
-        dest = np.repeat(offsets[small], sz - 1)
-        dest = dest + (np.arange(len(dest)) - np.repeat(np.cumsum(sz - 1) - (sz - 1), sz - 1))
-        ids[dest] = members[keep]
+    # small groups: every member except the anchor, in sorted order; the j-th positive
+    # is the member at lo + j, or lo + j + 1 from the anchor's own place on
+    small = np.flatnonzero(~big) if any_big else slice(None)
+    start, count, dest = lo[small], counts[small], offsets[:-1][small]
+    if len(count):
+        place = np.empty(len(group), dtype=np.int64)
+        place[order] = np.arange(len(group))
+        own = place[anchors[small]] - start  # the anchor's place in its group
+        for j in range(int(count.max(initial=0))):
+            more = count > j
+            if not more.all():
+                start, count, own, dest = start[more], count[more], own[more], dest[more]
+            ids[dest + j] = order[start + j + (j >= own)]
     # big groups (label relation): a seeded sample of max_positives members
     rng = np.random.default_rng(seed)
     for i in np.flatnonzero(big):
-        members = order[lo[i]:hi[i]]
+        members = order[lo[i]:lo[i] + sizes[i]]
         members = members[members != anchors[i]]
         pick = np.sort(rng.choice(members, size=max_positives, replace=False))
         ids[offsets[i]:offsets[i + 1]] = pick

@@ -381,6 +381,12 @@ class Store:
         self._vectors = out
         return out
 
+    def release_items(self) -> None:
+        """Forget the parsed item table, for a caller done with it (its memory freed). The
+        pinned file was read when the items were parsed: open the store again to read
+        them again."""
+        self._items = None
+
     def release_vectors(self) -> None:
         """Forget the array :meth:`vectors` keeps (the next call reads the shards again)."""
         self._vectors = None

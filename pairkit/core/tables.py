@@ -357,16 +357,22 @@ def _write_dataset(df: pd.DataFrame, target: Path, part_rows: list[int]) -> None
             with atomic_path(tmp / PART_PATTERN.format(i)) as f:
                 part.to_parquet(f, index=False)
             start += rows
-        os.chmod(tmp, 0o755)
-        old = None
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old",
-                                        dir=target.parent))
-            os.replace(target, old / target.name)
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        commit_dataset_folder(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             shutil.rmtree(tmp)
         raise
+
+
+def commit_dataset_folder(tmp: Path, target: Path) -> None:
+    """Put the folder of parts ``tmp`` (beside ``target``) in place of ``target``: an old
+    folder of parts is renamed away first and removed after."""
+    os.chmod(tmp, 0o755)
+    old = None
+    if target.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old",
+                                    dir=target.parent))
+        os.replace(target, old / target.name)
+    os.replace(tmp, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

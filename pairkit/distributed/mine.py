@@ -75,7 +75,14 @@ def on_ray(address: str, run: Run) -> tuple[Any, dict[str, Any]]:
             raise PairkitError("the Ray cluster did not start")
         return box["mapper"](fn, shared, blocks)
 
+    def remote_pair(fn: Any, *args: Any) -> tuple[Any, Any]:
+        ready.wait()
+        if "mapper" not in box:
+            raise PairkitError("the Ray cluster did not start")
+        return box["mapper"].remote_pair(fn, *args)  # type: ignore[no-any-return]
+
     map_blocks.workers_read_store = True  # type: ignore[attr-defined]  # as BlockMapper's
+    map_blocks.remote_pair = remote_pair  # type: ignore[attr-defined]
 
     def work() -> None:
         try:

@@ -56,14 +56,15 @@ class BlockWorker:
         """Answers once the actor is up (its constructor ran)."""
         return True
 
-    def run(self, index: int, block: Any, box: list[Any]) -> tuple[int, Any]:
+    def run(self, index: int, block: Any, box: list[Any],
+            fn: Callable[[Any, Any], Any] | None = None) -> tuple[int, Any]:
         maybe_crash(self.crash)
         maybe_hold()
         if not self.loaded:
             import ray
 
             self.shared, self.loaded = ray.get(box[0]), True
-        return index, self.fn(self.shared, block)
+        return index, (fn or self.fn)(self.shared, block)
 
 
 class BlockPool:
@@ -99,17 +100,20 @@ class BlockPool:
         with contextlib.suppress(ValueError):
             self.actors.remove(a)
 
-    def map(self, shared: Any, blocks: list[Any]) -> Iterator[Any]:
-        """Yield ``fn(shared, block)`` for each of ``blocks``, in order. A worker's error
-        is raised here as one PairkitError line; so is a block whose worker died more
-        than RETRIES times."""
+    def map(self, shared: Any, blocks: list[Any],
+            fn: Callable[[Any, Any], Any] | None = None) -> Iterator[Any]:
+        """Yield ``fn(shared, block)`` (``fn``: the pool's own by default) for each of
+        ``blocks``, in order. ``shared`` may be a reference into Ray's object store (made
+        on a worker: this process never holds it). A worker's error is raised here as one
+        PairkitError line; so is a block whose worker died more than RETRIES times."""
         import ray
         from ray.exceptions import RayActorError
 
         try:
             if not blocks:
                 return
-            box = [ray.put(shared)]  # nested: Ray hands the reference over, the actor fetches
+            # nested: Ray hands the reference over, the actor fetches
+            box = [shared if isinstance(shared, ray.ObjectRef) else ray.put(shared)]
             todo = deque(range(len(blocks)))
             tries = [0] * len(blocks)
             idle: list[Any] = []
@@ -119,7 +123,7 @@ class BlockPool:
             while turn < len(blocks):
                 while todo and idle:
                     a, i = idle.pop(), todo.popleft()
-                    running[a.run.remote(i, blocks[i], box)] = (a, i)
+                    running[a.run.remote(i, blocks[i], box, fn)] = (a, i)
                 if turn in done:
                     yield done.pop(turn)
                     turn += 1
@@ -168,7 +172,8 @@ def ray_map_blocks(fn: Callable[[Any, Any], Any], shared: Any, blocks: list[Any]
     return BlockPool(fn, cluster, what, modules).map(shared, blocks)
 
 
-MINE_MODULES = ("faiss", "pairkit.index.search", "pairkit.mine.blocks")
+MINE_MODULES = ("faiss", "pairkit.index.search", "pairkit.mine.blocks",
+                "pairkit.mine.block_parts")
 
 
 class BlockMapper:
@@ -189,16 +194,43 @@ class BlockMapper:
     def __call__(self, fn: Callable[[Any, Any], Any], shared: Any,
                  blocks: list[Any]) -> Iterator[Any]:
         pool, self.pool = self.pool, None
-        if pool is not None and fn is self.warm:
-            return pool.map(shared, blocks)
-        if pool is not None:
-            pool.close()
+        if pool is not None:  # its actors run any function of the modules they imported
+            return pool.map(shared, blocks, fn)
         return ray_map_blocks(fn, shared, blocks, self.cluster, self.what, self.modules)
+
+    def remote_pair(self, fn: Callable[..., tuple[Any, Any]], *args: Any) -> tuple[Any, Any]:
+        """``fn(*args)`` (a pair ``(big, small)``) run by a Ray task on the cluster:
+        ``big`` stays in Ray's object store (its reference is returned: pass it as the
+        ``shared`` of a call, this process never holds it), ``small`` comes back. The
+        task reserves no CPU (the blocks' actors may hold them all) and is retried when
+        its worker dies."""
+        return remote_pair(self.cluster, self.what, fn, *args)
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
             self.pool = None
+
+
+def pair_task(threads: int, fn: Callable[..., tuple[Any, Any]],
+              args: tuple[Any, ...]) -> tuple[Any, Any]:
+    """The body of :func:`remote_pair`'s task."""
+    from pairkit.core.threads import configure
+
+    configure(threads)
+    return fn(*args)
+
+
+def remote_pair(cluster: Cluster, what: str, fn: Callable[..., tuple[Any, Any]],
+                *args: Any) -> tuple[Any, Any]:
+    """See :meth:`BlockMapper.remote_pair`."""
+    ray = require_ray()
+    task = ray.remote(pair_task).options(num_returns=2, num_cpus=0, max_retries=RETRIES)
+    big, small = task.remote(cluster.threads, fn, args)
+    try:
+        return big, ray.get(small)
+    except Exception as exc:
+        raise worker_error(exc, what) from None
 
 
 def block_mapper(cluster: Cluster, what: str) -> BlockMapper:

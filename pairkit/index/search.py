@@ -29,20 +29,29 @@ def row_dots(
 ) -> np.ndarray:
     """Inner products ``vectors[a[i]] . vectors[b[i]]``, shape (len(a),), in ``dtype``,
     gathered and multiplied ``chunk`` pairs at a time (memory O(chunk x d), small enough
-    to stay in cache). A run of consecutive rows in ``a`` (every row against another:
-    the anchors of a store) is read in place instead of gathered. Each product is the
-    same whatever the chunk."""
+    to stay in cache). Rows of ``a`` or ``b`` evenly spaced (a run of consecutive rows:
+    the anchors of a store; every other row: the two views of each source) are read in
+    place, as a strided view, instead of gathered. Each product is the same whatever the
+    chunk and however its rows are read."""
     a = np.asarray(a)
+    b = np.asarray(b)
     out = np.empty(len(a), dtype=dtype)
     for s in range(0, len(a), chunk):
-        ia = a[s : s + chunk]
-        if len(ia) and ia[-1] - ia[0] == len(ia) - 1 and bool((np.diff(ia) == 1).all()):
-            va = np.asarray(vectors[int(ia[0]) : int(ia[-1]) + 1], dtype=dtype)
-        else:
-            va = np.asarray(vectors[ia], dtype=dtype)
-        vb = np.asarray(vectors[b[s : s + chunk]], dtype=dtype)
+        va = _rows(vectors, a[s : s + chunk], dtype)
+        vb = _rows(vectors, b[s : s + chunk], dtype)
         out[s : s + chunk] = np.einsum("nd,nd->n", va, vb)
     return out
+
+
+def _rows(vectors: np.ndarray, ids: np.ndarray, dtype: Any) -> np.ndarray:
+    """``vectors[ids]`` in ``dtype``: a strided view when ``ids`` step evenly upwards."""
+    if len(ids) > 1:
+        step = int(ids[1]) - int(ids[0])
+        last = int(ids[0]) + step * (len(ids) - 1)
+        if (step > 0 and int(ids[0]) >= 0 and int(ids[-1]) == last < len(vectors)
+                and bool((np.diff(ids) == step).all())):
+            return np.asarray(vectors[int(ids[0]) : last + 1 : step], dtype=dtype)
+    return np.asarray(vectors[ids], dtype=dtype)
 
 
 def flat_index(base: np.ndarray) -> Any:

@@ -150,6 +150,7 @@ class MineBlocks:
     searcher: Searcher | None
     anchor_searcher: Searcher | None
     rows_from: StoreRows | None = None  # ctx.vectors left out: read there (load_rows)
+    positives_there: bool = False  # positives scored where the blocks run (score_positives)
 
     def load_rows(self) -> MineBlocks:
         """These blocks with ``ctx.vectors`` read from the store when they were left out
@@ -159,6 +160,27 @@ class MineBlocks:
 
             self.ctx = replace(self.ctx, vectors=self.rows_from.load())
         return self
+
+    def score_positives(self, span: tuple[int, int]) -> None:
+        """With ``positives_there`` (planned without the vectors): choose and score the
+        positives of the anchors in ``span`` here, from the vectors read here
+        (:func:`pairkit.mine.selection.choose_positives` per anchor, so the same as one
+        call for all anchors)."""
+        if not self.positives_there:
+            return
+        from pairkit.mine.selection import choose_positives
+
+        n = len(self.anchors)
+        if len(self.positives) != n:  # the first block in this process
+            self.positives = np.full(n, -1, np.int64)
+            self.pos_scores = np.full(n, np.nan, np.float32)
+            self.ref = np.full(n, np.nan, np.float32)
+        b0, b1 = span
+        o = self.ctx.pos_offsets
+        p, s, r = choose_positives(self.ctx.vectors, self.anchors[b0:b1], o[b0:b1 + 1] - o[b0],
+                                   self.ctx.pos_ids[o[b0]:o[b1]], self.ctx.cfg.positive,
+                                   self.ctx.cfg.seed)
+        self.positives[b0:b1], self.pos_scores[b0:b1], self.ref[b0:b1] = p, s, r
 
 
 def fetch_candidates(st: MineBlocks, rows: np.ndarray, k: int
@@ -190,6 +212,7 @@ def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
     are searched again with 4x the k until they have the window or the store is
     exhausted."""
     st = st.load_rows()
+    st.score_positives(span)
     cfg = st.ctx.cfg
     b0, b1 = span
     part = empty_result(st.anchors[b0:b1], st.positives[b0:b1], st.pos_scores[b0:b1],

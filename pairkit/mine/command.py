@@ -69,7 +69,16 @@ def mine_to_files(
         check_table_output(output, force)
     if stats_path is not None:
         check_output(stats_path, force, what="stats file")
+    from pairkit.mine.parts_run import mine_parts, streams_parts
+
+    parts = streams_parts(output, fn_config, positives, executor)
+
     def run(map_blocks: Any = None) -> tuple[Any, dict[str, Any]]:
+        if parts and map_blocks is not None:  # the blocks write the table, committed here
+            stats = mine_parts(store, relation, cfg, index, fmt, output, force, map_blocks,
+                               progress=progress, on_start=on_start)
+            if stats is not None:
+                return None, stats
         st = Store.open(store, verify=True)
         return mine_store(st, relation, cfg, index, fn_config, fmt, progress=progress,
                           on_start=on_start, map_blocks=map_blocks, positives=positives)
@@ -82,7 +91,8 @@ def mine_to_files(
     warning = unknown_pairs_warning(stats)
     if warning and on_warning is not None:
         on_warning(warning)
-    write_table(table, output, force=force, part_rows=anchor_parts(table, cfg.batch_size))
+    if table is not None:  # else committed by the blocks' parts already
+        write_table(table, output, force=force, part_rows=anchor_parts(table, cfg.batch_size))
     if stats_path is not None:
         with atomic_open(stats_path, replace=force) as fh:
             json.dump(stats, fh, indent=2)
@@ -170,7 +180,8 @@ def mine_store(
     from pairkit.index.open import engine_for
     from pairkit.mine.config import validate_config
     from pairkit.mine.hard_negatives import mine_negatives
-    from pairkit.mine.stats import cluster_stats, same_label_share, summary_stats
+    from pairkit.mine.parts_run import relation_stats
+    from pairkit.mine.stats import same_label_share, summary_stats
 
     t0 = time.perf_counter()
     if fmt not in FORMATS:
@@ -269,30 +280,12 @@ def mine_store(
         table, mined_stats = _with_mined_positives(table, fmt, result.pairs.anchors, vectors,
                                                    sources, store, positives, ctx, fn_config,
                                                    index, where)
-    stats = summary_stats(result, config.num_negatives, config.hard)
-    lo, hi = config.window()
-    stats = {
-        "store": str(store.root),
-        "store_id": store.content_id,
-        "items": int(store.count),
-        "relation": rel.description,
-        "hard": config.hard,
-        "index": index_text,
-        "format": fmt,
-        "rows": int(len(table)),
-        **stats,
-        "window": [lo, hi] if config.hard else None,
-        "sampling": config.sampling if config.hard else "uniform",
-        "seed": config.seed,
-        "false_negative_rules": list(fn_config.rules) if fn_config is not None else [],
-        "clusters": cluster_stats(ctx, fn_config) if fn_config is not None else None,
-        "cluster_rows_not_searched": skipped is not None and skipped.what == "cluster",
-        "label_rows_not_searched": skipped is not None and skipped.what == "label",
-        "fn_mode": config.fn_mode if fn_config is not None else None,
-        "seconds": {"setup": round(t1 - t0, 3), "mine": round(time.perf_counter() - t1, 3),
-                    "false_negative_context": round(t_fn - t_index, 3),
-                    "index": round(t1 - t_fn, 3), "search": round(search_time[0], 3)},
-    }
+    stats = run_stats(
+        store, rel.description, config, fmt, index_text, len(table),
+        summary_stats(result, config.num_negatives, config.hard), fn_config, ctx, skipped,
+        seconds={"setup": round(t1 - t0, 3), "mine": round(time.perf_counter() - t1, 3),
+                 "false_negative_context": round(t_fn - t_index, 3),
+                 "index": round(t1 - t_fn, 3), "search": round(search_time[0], 3)})
     if mined_stats is not None:
         stats["mined_positives"] = mined_stats
     if fn_config is not None:
@@ -302,11 +295,40 @@ def mine_store(
     labels = store.labels()
     if labels is not None:
         stats["negatives_same_label"] = same_label_share(result.pairs, labels)
-    if rel.kind == "pairs":
-        stats["pairs_rows"] = rel.rows_total
-        stats["pairs_rows_unknown"] = rel.rows_unknown
-        stats["pairs_unknown_examples"] = list(rel.unknown_examples)
+    stats.update(relation_stats(rel))
     return table, stats
+
+
+def run_stats(store: Any, relation: str, config: MineConfig, fmt: str, index_text: str,
+              rows: int, summary: dict[str, Any], fn_config: FalseNegativeConfig | None = None,
+              ctx: FnContext | None = None, skipped: SkippedRows | None = None,
+              seconds: dict[str, float] | None = None) -> dict[str, Any]:
+    """The stats dict of a run: the store, the relation (its description) and options,
+    ``rows`` of the table, the ``summary`` (:func:`pairkit.mine.stats.summary_stats`),
+    the rules' context."""
+    from pairkit.mine.stats import cluster_stats
+
+    lo, hi = config.window()
+    return {
+        "store": str(store.root),
+        "store_id": store.content_id,
+        "items": int(store.count),
+        "relation": relation,
+        "hard": config.hard,
+        "index": index_text,
+        "format": fmt,
+        "rows": int(rows),
+        **summary,
+        "window": [lo, hi] if config.hard else None,
+        "sampling": config.sampling if config.hard else "uniform",
+        "seed": config.seed,
+        "false_negative_rules": list(fn_config.rules) if fn_config is not None else [],
+        "clusters": cluster_stats(ctx, fn_config) if fn_config is not None else None,
+        "cluster_rows_not_searched": skipped is not None and skipped.what == "cluster",
+        "label_rows_not_searched": skipped is not None and skipped.what == "label",
+        "fn_mode": config.fn_mode if fn_config is not None else None,
+        "seconds": seconds or {},
+    }
 
 
 def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np.ndarray,

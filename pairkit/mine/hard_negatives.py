@@ -88,8 +88,49 @@ def mine_negatives(
     Returns a :class:`MineResult`; raises :class:`PairkitError` when the relation
     gives no anchor a positive.
     """
+    blocks = plan_blocks(vectors, sources, relation, config, searcher, fn_filter,
+                         anchor_searcher, rows_from)
+    anchors, cfg = blocks.anchors, config
+    n = len(anchors)
+    result = empty_result(anchors, blocks.positives, blocks.pos_scores, cfg.num_negatives,
+                          blocks.keep_flags, blocks.k0)
+    spans = block_spans(n, cfg.batch_size)
+    attract: list[Attracted] = []
+    run = map_blocks or map_here
+    for (b0, b1), part in zip(spans, run(mine_block, blocks, spans), strict=True):
+        merge_block(result, part, b0, attract)
+        if progress is not None:
+            progress(b1 - b0)
+    set_attracted(result.pairs, attract)
+    return result
+
+
+def block_spans(n: int, batch_size: int) -> list[tuple[int, int]]:
+    """The blocks of ``n`` anchors: ``(start, end)`` spans of ``batch_size``."""
+    return [(b0, min(n, b0 + batch_size)) for b0 in range(0, n, batch_size)]
+
+
+def plan_blocks(
+    vectors: np.ndarray | None,
+    sources: np.ndarray,
+    relation: Relation,
+    config: MineConfig,
+    searcher: Searcher | None = None,
+    fn_filter: FnFilter | None = None,
+    anchor_searcher: Searcher | None = None,
+    rows_from: StoreRows | None = None,
+    n_items: int | None = None,
+) -> MineBlocks:
+    """What every block of :func:`mine_negatives` needs (its arguments, same meaning).
+    ``vectors`` None (``rows_from`` and ``n_items`` given): this process holds no vectors;
+    the positives are then scored where the blocks run, block by block
+    (:meth:`pairkit.mine.blocks.MineBlocks.score_positives`), with the same result."""
     cfg = config
-    n_items = len(vectors)
+    if vectors is None:
+        if rows_from is None or n_items is None:
+            raise PairkitError("internal: blocks without vectors need rows_from and n_items")
+    else:
+        n_items = len(vectors)
     validate_config(cfg, n_items)
     if cfg.hard and searcher is None and anchor_searcher is None:
         raise UsageError("hard-negative mining needs a search function")
@@ -99,31 +140,26 @@ def mine_negatives(
             f"the relation {relation.kind} gives no item a positive: nothing to mine "
             "(try another --relation)")
     offsets, pos_ids = relation.positive_sets(anchors, cfg.seed, cfg.max_positives)
-    positives, pos_scores, ref = choose_positives(vectors, anchors, offsets, pos_ids,
-                                                  cfg.positive, cfg.seed)
+    if vectors is not None:
+        positives, pos_scores, ref = choose_positives(vectors, anchors, offsets, pos_ids,
+                                                      cfg.positive, cfg.seed)
+    else:
+        positives = np.zeros(0, np.int64)
+        pos_scores = ref = np.zeros(0, np.float32)
     sources = np.asarray(sources, dtype=np.int64)
-    ctx = SelectionContext(vectors, sources, relation, cfg, fn_filter, offsets, pos_ids,
+    dim = 0 if vectors is None else vectors.shape[1]
+    ctx = SelectionContext(vectors if vectors is not None else np.zeros((0, dim), np.float32),
+                           sources, relation, cfg, fn_filter, offsets, pos_ids,
                            positives_share_source=relation.kind == "instance"
                            and relation.group is not None
                            and np.array_equal(relation.group, sources))
     _, hi = cfg.window() if cfg.hard else (0, cfg.num_negatives)
-    n = len(anchors)
     k0 = initial_k(cfg, relation, ctx.sources, offsets, n_items, fn_filter is not None)
     keep_flags = fn_filter is not None and cfg.fn_mode in ("keep", "attract")
-    result = empty_result(anchors, positives, pos_scores, cfg.num_negatives, keep_flags, k0)
-    if rows_from is not None:
+    if rows_from is not None and vectors is not None:
         from dataclasses import replace
 
-        ctx = replace(ctx, vectors=np.zeros((0, vectors.shape[1]), np.float32))
-    blocks = MineBlocks(ctx, anchors, positives, pos_scores, ref, k0,
-                        n_items if cfg.hard else 16 * n_items, hi, keep_flags, searcher,
-                        anchor_searcher, rows_from)
-    spans = [(b0, min(n, b0 + cfg.batch_size)) for b0 in range(0, n, cfg.batch_size)]
-    attract: list[Attracted] = []
-    run = map_blocks or map_here
-    for (b0, b1), part in zip(spans, run(mine_block, blocks, spans), strict=True):
-        merge_block(result, part, b0, attract)
-        if progress is not None:
-            progress(b1 - b0)
-    set_attracted(result.pairs, attract)
-    return result
+        ctx = replace(ctx, vectors=np.zeros((0, dim), np.float32))
+    return MineBlocks(ctx, anchors, positives, pos_scores, ref, k0,
+                      n_items if cfg.hard else 16 * n_items, hi, keep_flags, searcher,
+                      anchor_searcher, rows_from, positives_there=vectors is None)

@@ -21,15 +21,20 @@ def summary_stats(result: MineResult, K: int, hard: bool) -> dict[str, Any]:
     """JSON-ready statistics: anchors, negatives per anchor, score quantiles, rank
     histogram, candidates removed by each rule, FN flags per rule."""
     p = result.pairs
-    per = p.negatives_per_anchor
-    neg = p.neg_scores[p.neg_ids >= 0]
+    found = p.neg_ids >= 0
+    every = bool(found.all())  # every anchor has its K (no sum along the short axis)
+    per = (np.full(len(found), found.shape[1], np.int64) if every
+           else found.sum(axis=1, dtype=np.int64))  # p.negatives_per_anchor
+    neg = p.neg_scores.reshape(-1) if every else p.neg_scores[found]
     qs = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
 
     def quant(x: np.ndarray) -> dict[str, float] | None:
         if len(x) == 0:
             return None
+        # the float64 copy is ours: np.quantile may partition it in place (no 2nd copy)
+        values = np.quantile(x.astype(np.float64), qs, overwrite_input=True)
         return {f"q{int(q * 100):02d}": round(float(v), 6)
-                for q, v in zip(qs, np.quantile(x.astype(np.float64), qs), strict=True)}
+                for q, v in zip(qs, values, strict=True)}
 
     hist = np.bincount(per, minlength=K + 1)
     stats: dict[str, Any] = {
@@ -54,7 +59,7 @@ def summary_stats(result: MineResult, K: int, hard: bool) -> dict[str, Any]:
         "k_max": result.k_max,
     }
     if hard:
-        ranks = p.neg_ranks[p.neg_ids >= 0]
+        ranks = p.neg_ranks.reshape(-1) if every else p.neg_ranks[found]
         edges = [*RANK_BINS, max(RANK_BINS[-1] + 1, int(ranks.max()) + 1 if len(ranks) else 0)]
         h = rank_histogram(ranks, edges)
         stats["rank_histogram"] = {

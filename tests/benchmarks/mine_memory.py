@@ -4,15 +4,20 @@ Stores of N x 128 float16 rows (clustered random unit vectors, two views per sou
 written shard by shard so generating them needs little memory) are mined with
 ``pairkit mine STORE --hard -k 5 --index ivf -o pairs.parquet`` (and, with ``--ray``,
 ``--ray local``); each run is a child process whose peak RSS is read from the kernel
-(``os.wait4``: ``ru_maxrss``, the largest resident set of that process; for ``--ray`` the
-driver process only, Ray's workers are other processes). The table is checked to have
-5 negatives per anchor.
+(``os.wait4``: ``ru_maxrss``, the largest resident set of that process and of the
+descendants it waited for: with ``--ray local`` possibly Ray's head processes, gcs and
+raylet with its object store, which the driver starts and stops) and, as
+``driver_hwm_gb``, the child's own peak (``VmHWM``: the driver alone). The table is
+checked to have 5 negatives per anchor.
 
 Each run also records where the memory goes (``--stages``, on by default): the child wraps
 the steps of ``mine`` (reading the item table, ``Store.vectors``, building the index
 ``open_searcher``, ``mine_negatives``, ``build_pair_table``, ``write_table``) and reports
 its RSS after each step and the peak within it (a 20 ms sampler of /proc/self/status), so
-the growth per row can be put on the structures that hold it.
+the growth per row can be put on the structures that hold it. ``mine --ray`` to a parquet
+output takes the path where the workers write the table (pairkit/mine/parts_run.py): its
+steps are the whole run (``mine_parts``) and the commit of the parts (``commit_parts``);
+the plan is made by a Ray task, not in this process.
 
 Goal (issue 22): driver peak RSS of ``mine --ray`` flat (within 1.3x) from 1M to 8M rows;
 single-machine ``mine`` of 8M x 128 float16 under 3 GB. Run the sizes your machine allows
@@ -70,13 +75,29 @@ STAGES = (("pairkit.core.store", "Store.vectors", "vectors"),
           ("pairkit.index.open", "open_searcher", "index"),
           ("pairkit.mine.hard_negatives", "mine_negatives", "mine"),
           ("pairkit.core.pairs", "build_pair_table", "table"),
-          ("pairkit.core.tables", "write_table", "write"))
+          ("pairkit.core.tables", "write_table", "write"),
+          # the path where the blocks write the table (mine --ray to parquet): the whole
+          # run, its plan (relation, positive sets) and the commit of the parts
+          ("pairkit.mine.parts_run", "mine_parts", "parts run"),
+          ("pairkit.mine.hard_negatives", "plan_blocks", "plan"),
+          ("pairkit.core.table_parts", "commit_parts", "commit"))
 
 
 def rss_gb() -> float:
     with open("/proc/self/status") as fh:
         for line in fh:
             if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 1e6
+    return 0.0
+
+
+def vm_hwm_gb() -> float:
+    """This process's own peak resident set (VmHWM), in GB: unlike ``ru_maxrss`` from
+    ``wait4``, not raised by the children it waited for (with ``--ray local``: Ray's head
+    processes, whose object store holds the plan and the blocks' results)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM"):
                 return int(line.split()[1]) / 1e6
     return 0.0
 
@@ -142,12 +163,14 @@ def run_with_stages(argv: list[str]) -> None:
     except SystemExit as exc:
         code = int(exc.code or 0)
     mark("end")
-    print(json.dumps({"stages": log}), file=sys.stderr)
+    print(json.dumps({"stages": log, "hwm_gb": vm_hwm_gb()}), file=sys.stderr)
     sys.exit(code)
 
 
-def peak_rss(cmd: list[str]) -> tuple[float, float, int, list]:
-    """(peak RSS in GB, seconds, exit code, stages) of one child process."""
+def peak_rss(cmd: list[str]) -> tuple[float, float, int, list, float | None]:
+    """(peak RSS in GB, seconds, exit code, stages, the child's own VmHWM in GB) of one
+    child process. The peak is ``ru_maxrss`` from ``wait4``: the largest of the child and
+    the descendants it waited for."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
@@ -159,11 +182,11 @@ def peak_rss(cmd: list[str]) -> tuple[float, float, int, list]:
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         print(err, file=sys.stderr)
-    stages = []
+    stages, hwm = [], None
     for line in err.splitlines():
         if line.startswith('{"stages"'):
-            stages = json.loads(line)["stages"]
-    return usage.ru_maxrss / 1e6, seconds, code, stages  # ru_maxrss is in KiB on Linux
+            stages, hwm = json.loads(line)["stages"], json.loads(line).get("hwm_gb")
+    return usage.ru_maxrss / 1e6, seconds, code, stages, hwm  # ru_maxrss is in KiB on Linux
 
 
 def growth(stages: list) -> dict[str, float]:
@@ -207,9 +230,10 @@ def main() -> None:
                 out = Path(tmp) / f"p{rows}.parquet"
                 cmd = [sys.executable, __file__, "--child", "mine", str(store), "--hard",
                        "-k", "5", "--index", "ivf", "-o", str(out), "--force", "-q", *extra]
-                gb, seconds, code, stages = peak_rss(cmd)
+                gb, seconds, code, stages, hwm = peak_rss(cmd)
                 ok = code == 0 and len(pd.read_parquet(out, columns=["anchor_id"])) == 5 * rows
                 row = {"rows": rows, "mode": name, "peak_rss_gb": round(gb, 3),
+                       "driver_hwm_gb": hwm,
                        "seconds": round(seconds, 1), "ok": ok,
                        "vectors_gb_float16": round(rows * DIM * 2 / 1e9, 3),
                        "store_made_s": round(made, 1), "load": os.getloadavg()[0],

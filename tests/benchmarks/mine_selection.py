@@ -13,9 +13,11 @@ source, float16 as ``import`` stores by default). Each measured run is a child p
 of its own; ``--before COMMIT`` also runs that commit's code (``git archive`` into the
 work folder) on the same store and candidates, alternating with this checkout, and
 reports the ratio of the medians (the machine is shared: ratios within one run).
+``--write`` also writes each table to parquet as ``mine`` does (``write_table``), timed
+apart (not in the total), and compares the files' sha256 (same bytes before and after).
 
     .venv/bin/python tests/benchmarks/mine_selection.py --n 1000000 --before HEAD~1 \
-        [--runs 3] [--work /tmp/pairkit-mine-selection] [--out result.json]
+        [--runs 3] [--write] [--work /tmp/pairkit-mine-selection] [--out result.json]
     .venv/bin/python tests/benchmarks/mine_selection.py --n 20000 --quick  # smoke run
 """
 
@@ -131,17 +133,28 @@ digest = __import__("hashlib").sha256(
                          .to_numpy()).tobytes()
     + table["neg_score"].to_numpy().tobytes() + table["pos_score"].to_numpy().tobytes()
     + "\n".join(table["negative_path"]).encode()).hexdigest()
-print(json.dumps({"select": t1 - t0 - fetch[0], "fetch": fetch[0], "table": t2 - t1,
-                  "stats": t3 - t2, "total": t3 - t0 - fetch[0], "rows": len(table),
-                  "digest": digest}))
+out = {"select": t1 - t0 - fetch[0], "fetch": fetch[0], "table": t2 - t1,
+       "stats": t3 - t2, "total": t3 - t0 - fetch[0], "rows": len(table), "digest": digest}
+if len(sys.argv) > 3:  # --write: the table written to parquet as mine writes it (not in total)
+    from pairkit.core.tables import write_table
+    t4 = time.perf_counter()
+    write_table(table, sys.argv[3], force=True)
+    out["write"] = time.perf_counter() - t4
+    out["file_sha256"] = __import__("hashlib").sha256(open(sys.argv[3], "rb").read()).hexdigest()
+print(json.dumps(out))
 """.replace("NUM_NEGATIVES", str(K))
 
 
-def run_child(code_root: Path, store: Path, cand: Path) -> dict:
+def run_child(code_root: Path, store: Path, cand: Path, write: Path | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(code_root)}
-    out = subprocess.run([sys.executable, "-c", CHILD, str(store), str(cand)], env=env,
-                         cwd=str(code_root), capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    extra = [str(write)] if write is not None else []
+    out = subprocess.run([sys.executable, "-c", CHILD, str(store), str(cand), *extra],
+                         env=env, cwd=str(code_root), capture_output=True, text=True,
+                         check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if write is not None:
+        write.unlink()
+    return result
 
 
 def checkout(work: Path, commit: str) -> Path:
@@ -166,6 +179,9 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("/tmp/pairkit-mine-selection"))
     p.add_argument("--quick", action="store_true", help="n = 20,000, one run")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--write", action="store_true",
+                   help="also write each table to parquet (timed apart, not in the total; "
+                        "the files' sha256 compared)")
     args = p.parse_args()
     if args.quick:
         args.n, args.runs = 20_000, 1
@@ -176,14 +192,16 @@ def main() -> None:
     if args.before:
         variants = {"before": checkout(args.work, args.before), "after": ROOT}
     results: dict[str, list[dict]] = {name: [] for name in variants}
+    load_before = os.getloadavg()
     for _ in range(args.runs):
         for name, code in variants.items():
-            results[name].append(run_child(code, store, cand))
+            target = args.work / "table.parquet" if args.write else None
+            results[name].append(run_child(code, store, cand, target))
             print(name, json.dumps(results[name][-1]), flush=True)
     summary: dict = {
         "n": args.n, "dim": args.dim, "k": K, "runs": args.runs,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
-        "load_before": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
+        "load_before": load_before, "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                               time.gmtime()),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                  capture_output=True, text=True).stdout.strip(),
@@ -192,12 +210,18 @@ def main() -> None:
         summary[name] = {key: round(statistics.median(r[key] for r in runs), 3)
                          for key in ("select", "table", "stats", "total")}
         summary[name]["digest"] = runs[0]["digest"]
+        if args.write:
+            summary[name]["write"] = round(statistics.median(r["write"] for r in runs), 3)
+            summary[name]["file_sha256"] = runs[0]["file_sha256"]
         summary[name]["rows"] = runs[0]["rows"]
     if "before" in results:
         b, a = summary["before"], summary["after"]
         summary["speedup"] = {key: round(b[key] / max(a[key], 1e-9), 2)
                               for key in ("select", "table", "stats", "total")}
         summary["same_table"] = b["digest"] == a["digest"]
+        if args.write:
+            summary["same_file"] = b["file_sha256"] == a["file_sha256"]
+            summary["speedup"]["write"] = round(b["write"] / max(a["write"], 1e-9), 2)
     summary["load_after"] = os.getloadavg()
     text = json.dumps(summary, indent=2)
     print(text)

@@ -106,3 +106,41 @@ def test_normalize_rel_path() -> None:
     for bad in ("../x", "a/../../x", "/etc/passwd", "C:\\\\x.jpg", ".."):
         with pytest.raises(PairkitError):
             normalize_rel_path(bad)
+
+
+def plain_group_positive_sets(group: np.ndarray, anchors: np.ndarray, seed: int,
+                              max_positives: int) -> tuple[np.ndarray, np.ndarray]:
+    """The positive sets of a group relation, one anchor at a time (its group's members
+    in id order but itself; a big group: the seeded sample, in the same draw order)."""
+    order = np.argsort(group, kind="stable")
+    rng = np.random.default_rng(seed)
+    sets, big = [], []
+    for a in anchors:
+        members = order[group[order] == group[a]]
+        members = members[members != a]
+        if len(members) > max_positives:
+            big.append(len(sets))
+        sets.append(members)
+    for i in big:
+        sets[i] = np.sort(rng.choice(sets[i], size=max_positives, replace=False))
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in sets])]).astype(np.int64)
+    return offsets, (np.concatenate(sets) if sets else np.zeros(0)).astype(np.int64)
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_group_positive_sets_are_the_plain_ones(case: int) -> None:
+    from pairkit.core.relations import Relation
+
+    rng = np.random.default_rng(case)
+    n = [40, 300, 1000, 2, 500, 60, 200, 1][case]
+    if case == 4:  # two views per source, every source: the instance relation of a store
+        group = np.arange(n) // 2
+    else:
+        group = rng.integers(-1 if case % 2 else 0, max(1, n // [3, 5, 50, 1][case % 4]), n)
+    rel = Relation("label", n, "test", group=group)
+    for anchors in (rel.anchors(), rng.permutation(rel.anchors())):
+        for max_positives in (64, 3, 1):
+            got = rel.positive_sets(anchors, seed=case, max_positives=max_positives)
+            want = plain_group_positive_sets(group, anchors, case, max_positives)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])

@@ -126,6 +126,54 @@ def test_mine_cli_writes_one_part_per_block(store, cluster, tmp_path):
     pd.testing.assert_frame_equal(read_table(dist), read_table(local))
 
 
+def test_mine_cli_parquet_written_by_the_workers(store, cluster, tmp_path, monkeypatch):
+    """``mine --ray local -o FILE.parquet``: the workers write their blocks' parts (the
+    driver never holds the table) and the driver commits them into one file: the table and
+    the stats are the local run's, also when a worker dies mid-run (its block is mined
+    again and counted once)."""
+    import json
+
+    local, dist = tmp_path / "local.parquet", tmp_path / "dist.parquet"
+    args = ["--hard", "--batch-size", "64", "--format", "n-tuple", "-q"]
+    r = runner.invoke(app, ["mine", str(store.root), *args, "-o", str(local), "--stats",
+                            str(tmp_path / "local.json")])
+    assert r.exit_code == 0, r.output
+    marker = tmp_path / "crashed"
+    monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(marker))
+    r = runner.invoke(app, ["mine", str(store.root), *args, "-o", str(dist), "--stats",
+                            str(tmp_path / "dist.json"), "--ray", "local"])
+    assert r.exit_code == 0, r.output
+    assert marker.exists()  # a worker died
+    pd.testing.assert_frame_equal(read_table(dist), read_table(local))
+    a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("local", "dist"))
+    assert b["index"] == a["index"].replace("built now", "built on each worker")
+    skip = {"seconds", "index", "ray"}
+    assert {k: v for k, v in a.items() if k not in skip} == \
+        {k: v for k, v in b.items() if k not in skip}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "crashed", "dist.json", "dist.parquet", "local.json", "local.parquet"]
+
+
+def test_mine_ray_damaged_store_leaves_no_output(tmp_path, cluster):
+    """A shard damaged after the driver opened the store: the plan (made by a Ray task,
+    which verifies the store) refuses it in one line, no output nor temp folder is left;
+    with the store repaired the rerun writes the table."""
+    st = random_store(tmp_path / "store", n_sources=40, views=2, dim=8, classes=4)
+    shard = next((tmp_path / "store").glob("embeddings-*.npy"))
+    good = shard.read_bytes()
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF
+    shard.write_bytes(bytes(bad))
+    out = tmp_path / "out" / "pairs.parquet"
+    r = runner.invoke(app, ["mine", str(st.root), "--hard", "-o", str(out), "--ray", "local"])
+    assert r.exit_code == 1 and "checksum mismatch" in r.output, r.output
+    assert list((tmp_path / "out").iterdir()) == []
+    shard.write_bytes(good)
+    r = runner.invoke(app, ["mine", str(st.root), "--hard", "-o", str(out), "--ray", "local"])
+    assert r.exit_code == 0, r.output
+    assert len(read_table(out)) == 5 * 80
+
+
 def test_worker_killed_mid_mine(store, cluster, tmp_path, monkeypatch):
     """The first block's worker process exits mid-job (os._exit): Ray restarts the actor,
     the block is mined again, and the table is the local one, no row lost or doubled."""

@@ -132,14 +132,19 @@ def test_exact_scores_and_sort_results() -> None:
 
 
 def test_row_dots_in_place_runs_and_gathers_give_the_same_products() -> None:
-    """A run of consecutive rows is read in place, other rows gathered: each product is
-    the one einsum gives for that pair alone, in float32 and float64, from float16 too."""
+    """Evenly spaced rows (a run of consecutive rows, every other row) are read in place,
+    other rows gathered: each product is the one einsum gives for that pair alone, in
+    float32 and float64, from float16 too, and chunk 1 (every row gathered) gives the
+    same bits as the views."""
     from pairkit.index.search import row_dots
 
     rng = np.random.default_rng(5)
     x = rng.normal(size=(5000, 24)).astype(np.float32)
-    a = np.concatenate([np.arange(3000), rng.integers(0, 5000, 2000), np.arange(10, 20)])
-    b = rng.integers(0, 5000, len(a))
+    a = np.concatenate([np.arange(3000), rng.integers(0, 5000, 2000), np.arange(10, 20),
+                        np.arange(0, 5000, 2), np.arange(7, 5000, 3), [4999, 4999]])
+    b = np.concatenate([rng.integers(0, 5000, 5010), np.arange(1, 5000, 2),
+                        np.arange(4, 4997, 3), [4998, 4999]])
+    assert len(a) == len(b)
     for vectors in (x, x.astype(np.float16)):
         for dtype in (np.float32, np.float64):
             want = np.array([np.einsum("d,d->", np.asarray(vectors[i], dtype),
@@ -151,6 +156,9 @@ def test_row_dots_in_place_runs_and_gathers_give_the_same_products() -> None:
                 np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32
                                            else 1e-12)
                 np.testing.assert_array_equal(got, row_dots(vectors, a, b, dtype=dtype))
+    for bad in ([4998, 4999, 5000], [-5003, -5002, -5001]):  # refused as by a gather
+        with pytest.raises(IndexError):
+            row_dots(x, np.array([0, 1, 2]), np.array(bad))
 
 
 def test_exact_scores_in_place_equals_the_gathered_products() -> None:

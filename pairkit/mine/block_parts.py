@@ -1,0 +1,251 @@
+"""A block of anchors mined into its own part of the pair table, where it runs.
+
+With ``mine --ray`` and a parquet output (a file or ``-o DIR/``), each worker mines its
+block (:func:`pairkit.mine.blocks.mine_block`, the positives scored there too), builds the
+block's rows by the local path's call (:func:`pairkit.core.pairs.build_pair_table`),
+writes them as ``part-NNNNN.parquet`` (NNNNN: the block's number) into the run's parts
+folder, the keys of its scores (``pos_score`` per anchor, ``neg_score`` per negative)
+beside it for the exact quantiles (:mod:`pairkit.mine.stream_quantiles`), and returns
+only a :class:`BlockSummary` (a few kB): the counts behind the summary.
+:class:`SummaryCounts` adds the blocks up into the dict
+:func:`pairkit.mine.stats.summary_stats` gives for the whole run. The driver's side:
+:mod:`pairkit.mine.parts_run`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pairkit.mine.blocks import MineBlocks, MineResult, StoreRows, mine_block
+from pairkit.mine.stats import RANK_BINS
+
+
+@dataclass(frozen=True)
+class PartsPlan:
+    """Where and how the blocks write their parts: ``folder`` (absolute, seen by every
+    node), the table ``fmt``, the store id of every row, and whether the store has
+    labels (the share of negatives sharing their anchor's label is counted)."""
+
+    folder: str
+    fmt: str
+    store_id: str
+    labels: bool
+
+
+@dataclass
+class PartsJob:
+    """What every block needs: the run's blocks (without the vectors) and the plan."""
+
+    blocks: MineBlocks
+    plan: PartsPlan
+
+
+@dataclass
+class BlockSummary:
+    """What a block sends back instead of its rows (see the module docstring)."""
+
+    rows: int
+    per_anchor: np.ndarray  # (K + 1,) anchors with 0 .. K negatives
+    pos_keys: tuple[str, np.ndarray, int]  # the pos_score of each anchor, and
+    neg_keys: tuple[str, np.ndarray, int]  # of each negative: (keys file, buckets, NaNs)
+    rank_counts: np.ndarray  # (len(RANK_BINS),) negatives per rank bin, the last open
+    rank_max: int  # the largest rank (-1: none)
+    removed: dict[str, int]
+    fn_flagged: dict[str, int]
+    retries: int
+    anchors_retried: int
+    k_max: int
+    same_label: tuple[int, int] | None  # (negatives sharing the label, both labelled)
+
+
+QUANTILES = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)  # as summary_stats'
+COLUMNS: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}  # content id -> paths, codes
+
+
+def store_columns(rows: StoreRows) -> tuple[np.ndarray, np.ndarray | None]:
+    """The store's paths and label codes (:func:`pairkit.core.store.codes_of`, -1: none;
+    None: unlabelled), read once per process."""
+    if rows.content_id not in COLUMNS:
+        from pairkit.core.store import Store
+
+        st = Store.open(rows.store, verify=False)
+        if st.content_id != rows.content_id:
+            from pairkit.errors import PairkitError
+
+            raise PairkitError(f"store {rows.store} changed while it was being mined "
+                               f"(content id {st.content_id}, not {rows.content_id}): "
+                               "rerun the command")
+        from pairkit.core.store import codes_of
+
+        labels = st.labels()
+        COLUMNS.clear()
+        COLUMNS[rows.content_id] = (st.items["path"].to_numpy(dtype=object),
+                                    None if labels is None else codes_of(labels)[0])
+    return COLUMNS[rows.content_id]
+
+
+def part_name(number: int) -> str:
+    """The file of block ``number`` in the parts folder (the dataset's part name)."""
+    from pairkit.core.tables import PART_PATTERN
+
+    return PART_PATTERN.format(number)
+
+
+def mine_block_part(job: PartsJob, span: tuple[int, int]) -> BlockSummary:
+    """Mine the anchors ``span``, write their rows as the block's part, return its
+    summary. A block mined again (its worker died) writes the same part again: the
+    part is replaced atomically and the driver counts each block's summary once."""
+    from pairkit.core.atomic import atomic_path
+    from pairkit.core.pairs import build_pair_table
+
+    st = job.blocks
+    part = mine_block(st, span)
+    assert st.rows_from is not None
+    paths, labels = store_columns(st.rows_from)
+    table = build_pair_table(part.pairs, job.plan.fmt, job.plan.store_id, paths)
+    number = span[0] // st.ctx.cfg.batch_size
+    with atomic_path(Path(job.plan.folder) / part_name(number)) as tmp:
+        table.to_parquet(tmp, index=False)
+    return summarize(part, len(table), labels if job.plan.labels else None,
+                     st.ctx.cfg.num_negatives, st.ctx.cfg.hard, job.plan.folder, number)
+
+
+def label_match_counts(pairs: Any, codes: np.ndarray) -> tuple[int, int]:
+    """(negatives whose label code equals their anchor's, negatives where both are
+    labelled): :func:`pairkit.mine.stats.same_label_share` is their ratio."""
+    ok = pairs.neg_ids >= 0
+    a = np.broadcast_to(codes[pairs.anchors][:, None], ok.shape)[ok]
+    c = codes[np.maximum(pairs.neg_ids, 0)][ok]
+    both = (a >= 0) & (c >= 0)
+    return int((a[both] == c[both]).sum()), int(both.sum())
+
+
+def summarize(part: MineResult, rows: int, labels: np.ndarray | None, K: int,
+              hard: bool, folder: str | Path, number: int) -> BlockSummary:
+    """The :class:`BlockSummary` of block ``number``'s result (``rows``: its table's rows;
+    ``labels``: the store's label codes or None); its scores' keys are written into
+    ``folder`` (:func:`pairkit.mine.stream_quantiles.write_keys`), so that the summary
+    stays small (Ray returns it inline, not through the object store)."""
+    from pairkit.mine.stream_quantiles import keys_path
+
+    p = part.pairs
+    ok = p.neg_ids >= 0
+    per = ok.sum(axis=1)
+    ranks = p.neg_ranks[ok] if hard else np.zeros(0, np.int64)
+    bins = np.searchsorted(np.asarray(RANK_BINS), ranks, side="right") - 1
+    same = None if labels is None else label_match_counts(p, labels)
+    return BlockSummary(
+        rows=rows, per_anchor=np.bincount(per, minlength=K + 1).astype(np.int64),
+        pos_keys=scores_file(p.pos_scores, keys_path(folder, "pos", number)),
+        neg_keys=scores_file(p.neg_scores[ok], keys_path(folder, "neg", number)),
+        rank_counts=np.bincount(bins, minlength=len(RANK_BINS)).astype(np.int64),
+        rank_max=int(ranks.max()) if len(ranks) else -1,
+        removed=dict(part.removed), fn_flagged=dict(part.fn_flagged), retries=part.retries,
+        anchors_retried=part.anchors_retried, k_max=part.k_max, same_label=same)
+
+
+def scores_file(values: np.ndarray, path: Path) -> tuple[str, np.ndarray, int]:
+    """``(path, buckets, NaNs)``: ``values``' keys written to ``path``
+    (:func:`pairkit.mine.stream_quantiles.write_keys`)."""
+    from pairkit.mine.stream_quantiles import write_keys
+
+    buckets, nans = write_keys(values, path)
+    return str(path), buckets, nans
+
+
+@dataclass
+class SummaryCounts:
+    """The blocks' summaries added up (:meth:`add`, in block order); :meth:`stats` the
+    dict of :func:`pairkit.mine.stats.summary_stats` for the whole run. ``pos`` and
+    ``neg`` hold the exact quantiles' spill files."""
+
+    K: int
+    hard: bool
+    k0: int
+    pos: Any
+    neg: Any
+    rows: int = 0
+    per_anchor: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rank_counts: np.ndarray = field(default_factory=lambda: np.zeros(len(RANK_BINS),
+                                                                      np.int64))
+    rank_max: int = -1
+    removed: dict[str, int] = field(default_factory=dict)
+    fn_flagged: dict[str, int] = field(default_factory=dict)
+    retries: int = 0
+    anchors_retried: int = 0
+    k_max: int = 0
+    same: int = 0
+    both: int = 0
+
+    def __post_init__(self) -> None:
+        self.per_anchor = np.zeros(self.K + 1, np.int64)
+        self.k_max = self.k0
+
+    def add(self, s: BlockSummary) -> None:
+        self.rows += s.rows
+        self.per_anchor += s.per_anchor
+        self.rank_counts += s.rank_counts
+        self.rank_max = max(self.rank_max, s.rank_max)
+        for name, count in s.removed.items():
+            self.removed[name] = self.removed.get(name, 0) + count
+        for name, count in s.fn_flagged.items():
+            self.fn_flagged[name] = self.fn_flagged.get(name, 0) + count
+        self.retries += s.retries
+        self.anchors_retried += s.anchors_retried
+        self.k_max = max(self.k_max, s.k_max)
+        if s.same_label is not None:
+            self.same += s.same_label[0]
+            self.both += s.same_label[1]
+        self.pos.add_file(*s.pos_keys)
+        self.neg.add_file(*s.neg_keys)
+
+    def negatives_same_label(self) -> float | None:
+        """:func:`pairkit.mine.stats.same_label_share` of the whole run."""
+        return round(self.same / self.both, 4) if self.both else None
+
+    def stats(self) -> dict[str, Any]:
+        """The dict :func:`pairkit.mine.stats.summary_stats` gives for the whole run."""
+        hist = self.per_anchor
+        n = int(hist.sum())
+        present = np.flatnonzero(hist)
+        negatives = int((np.arange(len(hist)) * hist).sum())
+
+        def quant(values: list[float] | None) -> dict[str, float] | None:
+            if values is None:
+                return None
+            return {f"q{int(q * 100):02d}": round(v, 6)
+                    for q, v in zip(QUANTILES, values, strict=True)}
+
+        stats: dict[str, Any] = {
+            "anchors": n,
+            "anchors_short": int(hist[:self.K].sum()),
+            "anchors_without_negatives": int(hist[0]),
+            "negatives": negatives,
+            "negatives_per_anchor": {
+                "mean": round(negatives / n, 4) if n else 0.0,
+                "min": int(present[0]) if n else 0,
+                "max": int(present[-1]) if n else 0,
+                "histogram": {str(i): int(c) for i, c in enumerate(hist)},
+            },
+            "pos_score": quant(self.pos.quantiles(QUANTILES)),
+            "neg_score": quant(self.neg.quantiles(QUANTILES)),
+            "removed": dict(self.removed),
+            "fn_flagged": dict(sorted(self.fn_flagged.items())),
+            "attracted": 0,
+            "retries": self.retries,
+            "anchors_retried": self.anchors_retried,
+            "k_initial": self.k0,
+            "k_max": self.k_max,
+        }
+        if self.hard:
+            last = max(RANK_BINS[-1] + 1, self.rank_max + 1)
+            edges = [*RANK_BINS, last]
+            stats["rank_histogram"] = {
+                (f"{a}" if b - a == 1 else f"{a}-{b - 1}"): int(c)
+                for a, b, c in zip(edges[:-1], edges[1:], self.rank_counts, strict=True)
+            }
+        return stats

@@ -1,0 +1,174 @@
+"""``mine`` with the blocks writing the table (the driver's side of
+:mod:`pairkit.mine.block_parts`): a run whose driver holds neither the vectors nor the
+table.
+
+When the blocks run on workers that read the store themselves (``mine --ray``), without
+false-negative rules or mined positives, and the output is a local ``.parquet`` file or
+``-o DIR/``: the driver plans the blocks (the relation, the anchors' positive sets), the
+workers score their anchors' positives, mine, and write their block's part into a temp
+folder beside the output; the driver keeps the blocks' summaries (counts, and the scores
+spilled to disk for the exact quantiles) and commits the parts in block order
+(:func:`pairkit.core.table_parts.commit_parts`). A block that fails for good, or a
+driver stopped before the commit, leaves no output (a killed driver leaves the temp
+folder ``.NAME.XXXXXXXX.tmp`` beside it); a rerun starts afresh. Table and stats are the
+local path's (tests/distributed).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pairkit.core.remote import is_url
+from pairkit.index.options import IndexOptions
+from pairkit.mine.config import MineConfig
+
+
+def streams_parts(output: str, fn_config: Any, positives: Any, executor: Any) -> bool:
+    """Whether ``mine`` can run this way (see the module docstring): blocks run by an
+    executor, no false-negative rules, no mined positives, a local parquet output."""
+    from pairkit.core.tables import table_kind
+
+    if executor is None or fn_config is not None or output == "-" or is_url(output):
+        return False
+    if positives is not None and positives.per_anchor > 0:
+        return False
+    return table_kind(output) in ("parquet", "dataset")
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """What :func:`plan_job` needs to plan the blocks of a run where it runs."""
+
+    content_id: str
+    relation: str | None
+    config: MineConfig
+    searcher: Any
+    rows_from: Any  # StoreRows: the store every node reads
+    folder: str
+    fmt: str
+
+
+def plan_job(spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
+    """``(PartsJob, info)``: the blocks of the run planned from the store (its relation,
+    the anchors' positive sets: :func:`pairkit.mine.hard_negatives.plan_blocks` without
+    the vectors) and the few facts the driver needs (anchors, first k, the relation's
+    description and stats, whether the store has labels). Run by a Ray task where it can
+    be, so that the plan stays in Ray's object store."""
+    from pairkit.core.relations import load_relation
+    from pairkit.core.store import Store
+    from pairkit.errors import PairkitError
+    from pairkit.mine.block_parts import PartsJob, PartsPlan
+    from pairkit.mine.hard_negatives import plan_blocks
+
+    st = Store.open(spec.rows_from.store, verify=True)
+    if st.content_id != spec.content_id:
+        raise PairkitError(f"store {spec.rows_from.store} changed while it was being mined "
+                           f"(content id {st.content_id}, not {spec.content_id}): rerun "
+                           "the command")
+    rel = load_relation(spec.relation, st.items)
+    blocks = plan_blocks(None, st.source_codes(), rel, spec.config, spec.searcher,
+                         rows_from=spec.rows_from, n_items=st.count)
+    labelled = st.has_labels
+    info = {"anchors": len(blocks.anchors), "k0": blocks.k0, "relation": rel.description,
+            "relation_stats": relation_stats(rel), "labelled": labelled}
+    return PartsJob(blocks, PartsPlan(spec.folder, spec.fmt, st.content_id, labelled)), info
+
+
+def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
+               index: IndexOptions, fmt: str, output: str, force: bool, map_blocks: Any,
+               progress: Callable[[int], None] | None = None,
+               on_start: Callable[[int], None] | None = None) -> dict[str, Any] | None:
+    """Mine the store at ``store_path`` into ``output`` block by block (module docstring)
+    and return the stats of :func:`pairkit.mine.command.mine_store`; None when this run
+    can't go this way after all (the blocks run here, or a saved index is the driver's
+    to load): the caller mines as usual. The plan is made by ``map_blocks.remote_pair``
+    when the executor has it (a Ray task: the driver never holds the relation, the
+    anchors or the item table), else here; a ``pairs:FILE`` relation is read here."""
+    from pairkit.core.pairs import FORMATS
+    from pairkit.core.store import Store
+    from pairkit.core.table_parts import commit_parts
+    from pairkit.errors import PairkitError, UsageError
+    from pairkit.index.open import engine_for, planned_description
+    from pairkit.mine.block_parts import SummaryCounts, mine_block_part, part_name
+    from pairkit.mine.blocks import StoreSearcher
+    from pairkit.mine.command import run_stats, saved_index, workers_rows
+    from pairkit.mine.hard_negatives import block_spans
+    from pairkit.mine.stream_quantiles import StreamQuantiles
+
+    t0 = time.perf_counter()
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt}")
+    store = Store.open(store_path, verify=False)  # verified where it is read (the plan)
+    if store.count == 0:
+        raise PairkitError(f"store {store.root} is empty: nothing to mine")
+    index = replace(index, seed=config.seed)
+    where = engine_for(index)
+    rows_from = workers_rows(store, map_blocks, None)
+    if rows_from is None or (config.hard and saved_index(store, index, where)):
+        return None
+    searcher, index_text = None, "none (easy negatives: uniform sample)"
+    if config.hard:
+        searcher = StoreSearcher(rows_from, replace(index, device=where.device,
+                                                    backend=where.name))
+        index_text = planned_description(store.count, store.dim, index, where,
+                                         "built on each worker")
+    target = Path(output.rstrip("/")) if output.endswith("/") else Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp",
+                                   dir=target.parent)).resolve()
+    counts = None
+    try:
+        spec = PlanSpec(store.content_id, relation, config, searcher, rows_from, str(folder),
+                        fmt)
+        remote = getattr(map_blocks, "remote_pair", None)
+        if remote is not None and not (relation or "").startswith("pairs:"):
+            job, info = remote(plan_job, spec)
+        else:
+            job, info = plan_job(spec)
+        n = info["anchors"]
+        counts = SummaryCounts(config.num_negatives, config.hard, info["k0"],
+                               StreamQuantiles(folder, "pos"), StreamQuantiles(folder, "neg"))
+        if on_start is not None:
+            on_start(n)
+        t1 = time.perf_counter()
+        spans = block_spans(n, config.batch_size)
+        rows: list[int] = []
+        for (b0, b1), summary in zip(spans, map_blocks(mine_block_part, job, spans),
+                                     strict=True):
+            counts.add(summary)
+            rows.append(summary.rows)
+            if progress is not None:
+                progress(b1 - b0)
+        del job
+        summary_stats = counts.stats()
+        counts.pos.close()
+        counts.neg.close()
+        commit_parts(folder, [part_name(i) for i in range(len(spans))], rows, output, force)
+    finally:
+        if counts is not None:
+            counts.pos.close()
+            counts.neg.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    stats = run_stats(store, info["relation"], config, fmt, index_text, counts.rows,
+                      summary_stats,
+                      seconds={"setup": round(t1 - t0, 3),
+                               "mine": round(time.perf_counter() - t1, 3),
+                               "false_negative_context": 0.0, "index": 0.0, "search": 0.0})
+    if info["labelled"]:
+        stats["negatives_same_label"] = counts.negatives_same_label()
+    stats.update(info["relation_stats"])
+    return stats
+
+
+def relation_stats(rel: Any) -> dict[str, Any]:
+    """The stats of a ``pairs:FILE`` relation (rows, unknown rows, examples)."""
+    if rel.kind != "pairs":
+        return {}
+    return {"pairs_rows": rel.rows_total, "pairs_rows_unknown": rel.rows_unknown,
+            "pairs_unknown_examples": list(rel.unknown_examples)}
