@@ -188,6 +188,10 @@ def summary_line(s: dict[str, Any]) -> str:
         cal = (f" calibrated on {d['copies']} copies of {d['images']} images"
                if d.get("copies") else "")
         how = f"pixels, aligned correlation >= {d['threshold']:.4f}{cal}"
+        if d.get("raised"):
+            how += (f" (raised from {d['copies_threshold']:.4f}: other images of this store "
+                    f"score like copies; about {1 - d['expected_recall']:.0%} of copies "
+                    "may be missed)")
     groups = "1 group" if s["groups"] == 1 else f"{s['groups']} groups"
     return (
         f"{groups}: {s['sources_in_groups']} of {s['sources']} sources in groups"

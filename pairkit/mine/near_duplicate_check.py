@@ -11,8 +11,10 @@ either:
   :mod:`pairkit.mine.near_duplicate_pixels`) and is a near-duplicate when its aligned
   correlation reaches a threshold **calibrated on the store**: copies of a sample of the
   store's own images are made in memory (:mod:`pairkit.mine.near_duplicate_copies`) and
-  the threshold is the 1st percentile of their scores against their originals. Nothing in
-  it depends on the encoder, so it holds for any model.
+  the threshold is the 1st percentile of their scores against their originals, raised
+  when more of the store's images reach it than duplicates explain
+  (:mod:`pairkit.mine.near_duplicate_threshold`). Nothing in it depends on the encoder,
+  so it holds for any model.
 - :class:`ThresholdCheck`: inner product of the stored vectors >= a fixed threshold (an
   imported store without images, ``--threshold``).
 """
@@ -121,9 +123,9 @@ class PixelCheck:
                                          shift[g] * (FINE / coarse_a.shape[-1]))
         return coarse, fine
 
-    def _calibrate(self, items: np.ndarray, ok: np.ndarray, cand: np.ndarray) -> None:
-        """Set the threshold and prefilter from copies of a sample of ``items``;
-        ``cand`` (n, m): each item's candidate positions (-1 padded)."""
+    def _calibrate(self, items: np.ndarray, ok: np.ndarray) -> None:
+        """Score copies of a sample of ``items`` against their originals (the threshold
+        is set from them once the store's own pairs are scored) and set the prefilter."""
         from pairkit.core.paths import resolve_item_path
         from pairkit.encode.images import DecodeError, load_image
         from pairkit.mine.near_duplicate_copies import EDITS, edited_copy
@@ -153,34 +155,31 @@ class PixelCheck:
         if not oc:
             self.threshold = self.threshold if self.threshold is not None else 0.995
             self.calibration = {"copies": 0}
+            self._copy_scores = None
             return
         oc_a, of_a, cc_a, cf_a = (np.stack(x) for x in (oc, of, cc, cf))
         coarse, fine = self._scores(cc_a, oc_a, lambda g: cf_a[g], lambda g: of_a[g], -2.0)
-        prefilter = float(min(PREFILTER_MAX, np.quantile(coarse, 0.005) - 0.01))
-        threshold = float(np.quantile(fine, COPY_QUANTILE))
-        # the store's own pairs of the sampled images: how close do non-copies come?
-        own = np.unique(np.asarray(owner))
-        a = np.repeat(own, cand.shape[1])
-        b = cand[own].ravel()
-        keep = (b >= 0) & ok[np.maximum(b, 0)]
-        a, b = a[keep], b[keep]
-        thumbs = self._coarse
-        _, nf = self._scores(thumbs[a], thumbs[b], lambda g: self._fine_thumbs(items[a[g]]),
-                             lambda g: self._fine_thumbs(items[b[g]]), prefilter)
-        best = np.full(len(items), -1.0)
-        np.maximum.at(best, a, nf)
-        nearest = best[own]
-        if self.threshold is None:
-            self.threshold = threshold
-        self.prefilter = prefilter
+        self.prefilter = float(min(PREFILTER_MAX, np.quantile(coarse, 0.005) - 0.01))
+        self._copy_scores = fine
         self.calibration = {
-            "copies": len(oc), "images": len(own), "threshold": round(threshold, 5),
-            "copies_q01": round(float(np.quantile(fine, 0.01)), 5),
+            "copies": len(oc), "images": len(np.unique(np.asarray(owner))),
             "copies_median": round(float(np.median(fine)), 5),
-            "nearest_other_q99": round(float(np.quantile(nearest, 0.99)), 5),
-            "nearest_other_above": float(np.mean(nearest >= self.threshold)),
-            "prefilter": round(prefilter, 4),
+            "prefilter": round(self.prefilter, 4),
         }
+
+    def _set_threshold(self, nearest: np.ndarray, pair_scores: np.ndarray) -> None:
+        """The calibrated threshold from the copies, ``nearest`` (each readable image's
+        best score against another image) and the pairs' scores
+        (:mod:`near_duplicate_threshold`)."""
+        from pairkit.mine.near_duplicate_threshold import choose_threshold
+
+        copies = getattr(self, "_copy_scores", None)
+        if copies is None or not len(copies):
+            return
+        choice = choose_threshold(copies, nearest, COPY_QUANTILE, pair_scores=pair_scores)
+        if self.threshold is None:
+            self.threshold = choice.threshold
+        self.calibration.update(choice.record())
 
     # -- the contract -------------------------------------------------------------------
     def edges(self, items: np.ndarray) -> Any:
@@ -202,7 +201,7 @@ class PixelCheck:
         ids_d, _ = knn_graph(desc, own, k, backend=self.backend)
         cand = np.concatenate([ids_e, ids_d], axis=1)
         self.prefilter = PREFILTER_MAX
-        self._calibrate(items, ok, cand)
+        self._calibrate(items, ok)
         a = np.repeat(own, cand.shape[1])
         b = cand.ravel()
         keep = b >= 0
@@ -219,6 +218,10 @@ class PixelCheck:
         _, fine = self._scores(self._coarse[pa], self._coarse[pb],
                                lambda g: self._fine_thumbs(items[pa[g]]),
                                lambda g: self._fine_thumbs(items[pb[g]]), self.prefilter)
+        best = np.full(n, -1.0, dtype=np.float32)
+        np.maximum.at(best, pa, fine)
+        np.maximum.at(best, pb, fine)
+        self._set_threshold(best[ok], fine)
         found[both] = fine >= np.float32(self.threshold)
         self.calibration["pairs_checked"] = int(both.sum())
         self.calibration["pairs_aligned"] = int((fine > -1).sum())
@@ -246,8 +249,8 @@ class PixelCheck:
         return out
 
     def describe(self) -> dict[str, Any]:
-        return {"method": "pixels", "threshold": float(self.threshold or 0.0),
-                "fallback_threshold": self.fallback, **self.calibration}
+        return {"method": "pixels", **self.calibration,
+                "threshold": float(self.threshold or 0.0), "fallback_threshold": self.fallback}
 
 
 def images_readable(image_root: str | None, paths: np.ndarray, probe: int = 16) -> bool:
