@@ -179,7 +179,9 @@ class PixelCheck:
         choice = choose_threshold(copies, nearest, COPY_QUANTILE, pair_scores=pair_scores)
         if self.threshold is None:
             self.threshold = choice.threshold
-        self.calibration.update(choice.record())
+            self.calibration.update(choice.record())
+        else:  # the user's threshold decides; what the calibration would have set, beside
+            self.calibration["calibrated_threshold"] = choice.threshold
 
     # -- the contract -------------------------------------------------------------------
     def edges(self, items: np.ndarray) -> Any:
