@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pairkit.mine.blocks import MineBlocks, MineResult, StoreRows, mine_block
+from pairkit.mine.blocks import MineBlocks, MineResult, StoreRows, add_counts, mine_block
 from pairkit.mine.stats import RANK_BINS
 
 
@@ -70,17 +70,9 @@ def store_columns(rows: StoreRows) -> tuple[np.ndarray, np.ndarray | None]:
     """The store's paths and label codes (:func:`pairkit.core.store.codes_of`, -1: none;
     None: unlabelled), read once per process."""
     if rows.content_id not in COLUMNS:
-        from pairkit.core.store import Store
-
-        st = Store.open(rows.store, verify=False)
-        if st.content_id != rows.content_id:
-            from pairkit.errors import PairkitError
-
-            raise PairkitError(f"store {rows.store} changed while it was being mined "
-                               f"(content id {st.content_id}, not {rows.content_id}): "
-                               "rerun the command")
         from pairkit.core.store import codes_of
 
+        st = rows.open(verify=False)
         labels = st.labels()
         COLUMNS.clear()
         COLUMNS[rows.content_id] = (st.items["path"].to_numpy(dtype=object),
@@ -190,13 +182,7 @@ class SummaryCounts:
         self.per_anchor += s.per_anchor
         self.rank_counts += s.rank_counts
         self.rank_max = max(self.rank_max, s.rank_max)
-        for name, count in s.removed.items():
-            self.removed[name] = self.removed.get(name, 0) + count
-        for name, count in s.fn_flagged.items():
-            self.fn_flagged[name] = self.fn_flagged.get(name, 0) + count
-        self.retries += s.retries
-        self.anchors_retried += s.anchors_retried
-        self.k_max = max(self.k_max, s.k_max)
+        add_counts(self, s)
         if s.same_label is not None:
             self.same += s.same_label[0]
             self.both += s.same_label[1]

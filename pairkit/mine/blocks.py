@@ -86,17 +86,23 @@ class StoreRows:
     store: str
     content_id: str
 
+    def open(self, verify: bool) -> Any:
+        """The store (:class:`pairkit.core.store.Store`), refused in one line when it is
+        no longer the one committed under ``content_id``."""
+        from pairkit.core.store import Store
+        from pairkit.errors import PairkitError
+
+        st = Store.open(self.store, verify=verify)
+        if st.content_id != self.content_id:
+            raise PairkitError(f"store {self.store} changed while it was being mined "
+                               f"(content id {st.content_id}, not {self.content_id}): "
+                               "rerun the command")
+        return st
+
     def load(self) -> np.ndarray:
         """The vectors, read and verified once per process (kept for the next call)."""
         if self.content_id not in LOADED:
-            from pairkit.core.store import Store
-            from pairkit.errors import PairkitError
-
-            st = Store.open(self.store, verify=True)
-            if st.content_id != self.content_id:
-                raise PairkitError(f"store {self.store} changed while it was being mined "
-                                   f"(content id {st.content_id}, not {self.content_id}): "
-                                   "rerun the command")
+            st = self.open(verify=True)
             LOADED.clear()  # one store per worker process
             LOADED[self.content_id] = st.vectors(np.float32)
         return LOADED[self.content_id]
@@ -244,6 +250,19 @@ def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
     return part
 
 
+def add_counts(into: Any, part: Any) -> None:
+    """Add a block's counts (``removed``, ``fn_flagged`` by rule, ``retries``,
+    ``anchors_retried``; ``k_max`` the larger) into a run's (a :class:`MineResult`, or
+    anything with those fields)."""
+    for name, count in part.removed.items():
+        into.removed[name] = into.removed.get(name, 0) + count
+    for name, count in part.fn_flagged.items():
+        into.fn_flagged[name] = into.fn_flagged.get(name, 0) + count
+    into.retries += part.retries
+    into.anchors_retried += part.anchors_retried
+    into.k_max = max(into.k_max, part.k_max)
+
+
 def merge_block(result: MineResult, part: MineResult, b0: int,
                 attract: list[Attracted]) -> None:
     """Write a block's :class:`MineResult` (from :func:`mine_block`) into ``result``;
@@ -255,13 +274,7 @@ def merge_block(result: MineResult, part: MineResult, b0: int,
                                                               q.neg_ranks)
     if p.neg_flags is not None and q.neg_flags is not None:
         p.neg_flags[rows], p.neg_reasons[rows] = q.neg_flags, q.neg_reasons
-    for name, count in part.removed.items():
-        result.removed[name] = result.removed.get(name, 0) + count
-    for name, count in part.fn_flagged.items():
-        result.fn_flagged[name] = result.fn_flagged.get(name, 0) + count
-    result.retries += part.retries
-    result.anchors_retried += part.anchors_retried
-    result.k_max = max(result.k_max, part.k_max)
+    add_counts(result, part)
     if q.fn_rows is not None and len(q.fn_rows):
         attract.append((q.fn_rows + b0, q.fn_ids, q.fn_scores, q.fn_reasons))
 
