@@ -236,8 +236,6 @@ def _triplet_table(mined: MinedPairs, p: _TableParts) -> pd.DataFrame:
                                                         p.fn_ranks, p.fn_reasons)
     ok = mined.neg_ids >= 0
     if not len(fn_rows) and bool(ok.all()):  # every anchor has K negatives, nothing added
-        rows = None
-
         def by_row(x: np.ndarray) -> np.ndarray:  # np.repeat(x, k), by one strided copy
             x = np.asarray(x)
             out = np.empty((n, k), dtype=x.dtype)
@@ -275,7 +273,7 @@ def _triplet_table(mined: MinedPairs, p: _TableParts) -> pd.DataFrame:
     if flags:
         df["false_negative"] = joined(neg_flags, np.ones(len(fn_rows), bool), bool)
         df["fn_reason"] = _nullable(joined(neg_reasons, fn_reasons, object))
-    if rows is None or not len(fn_rows):  # rows of np.nonzero: in anchor order already
+    if not len(fn_rows):  # rows of np.nonzero (or every row): in anchor order already
         return df
     order = np.argsort(rows, kind="stable")
     return df.iloc[order].reset_index(drop=True)

@@ -23,8 +23,8 @@ def commit_parts(folder: Path, names: list[str], rows: list[int], output: str,
     but files whose names start with a dot. Parts of no rows are left out (one is kept
     when all are empty), as in ``write_table``. The folder is used up."""
     keep = [n for n, r in zip(names, rows, strict=True) if r > 0] or names[:1]
+    target = check_table_output(output, force)
     if table_kind(output) == "dataset":
-        target = check_table_output(output, force)
         for name in names:
             if name not in keep:
                 (folder / name).unlink()
@@ -35,7 +35,6 @@ def commit_parts(folder: Path, names: list[str], rows: list[int], output: str,
                 extra.unlink()
         commit_dataset_folder(folder, target)
         return
-    target = check_table_output(output, force)
     write_streamed(folder, keep, target, force)
 
 

@@ -21,7 +21,14 @@ from typing import Any
 import numpy as np
 
 from pairkit.mine.blocks import MineBlocks, MineResult, StoreRows, add_counts, mine_block
-from pairkit.mine.stats import RANK_BINS
+from pairkit.mine.stats import (
+    QUANTILES,
+    RANK_BINS,
+    label_share,
+    rank_record,
+    run_record,
+    same_label_counts,
+)
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,6 @@ class BlockSummary:
     same_label: tuple[int, int] | None  # (negatives sharing the label, both labelled)
 
 
-QUANTILES = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)  # as summary_stats'
 COLUMNS: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}  # content id -> paths, codes
 
 
@@ -106,16 +112,6 @@ def mine_block_part(job: PartsJob, span: tuple[int, int]) -> BlockSummary:
                      st.ctx.cfg.num_negatives, st.ctx.cfg.hard, job.plan.folder, number)
 
 
-def label_match_counts(pairs: Any, codes: np.ndarray) -> tuple[int, int]:
-    """(negatives whose label code equals their anchor's, negatives where both are
-    labelled): :func:`pairkit.mine.stats.same_label_share` is their ratio."""
-    ok = pairs.neg_ids >= 0
-    a = np.broadcast_to(codes[pairs.anchors][:, None], ok.shape)[ok]
-    c = codes[np.maximum(pairs.neg_ids, 0)][ok]
-    both = (a >= 0) & (c >= 0)
-    return int((a[both] == c[both]).sum()), int(both.sum())
-
-
 def summarize(part: MineResult, rows: int, labels: np.ndarray | None, K: int,
               hard: bool, folder: str | Path, number: int) -> BlockSummary:
     """The :class:`BlockSummary` of block ``number``'s result (``rows``: its table's rows;
@@ -129,7 +125,7 @@ def summarize(part: MineResult, rows: int, labels: np.ndarray | None, K: int,
     per = ok.sum(axis=1)
     ranks = p.neg_ranks[ok] if hard else np.zeros(0, np.int64)
     bins = np.searchsorted(np.asarray(RANK_BINS), ranks, side="right") - 1
-    same = None if labels is None else label_match_counts(p, labels)
+    same = None if labels is None else same_label_counts(p, labels)
     return BlockSummary(
         rows=rows, per_anchor=np.bincount(per, minlength=K + 1).astype(np.int64),
         pos_keys=scores_file(p.pos_scores, keys_path(folder, "pos", number)),
@@ -191,47 +187,12 @@ class SummaryCounts:
 
     def negatives_same_label(self) -> float | None:
         """:func:`pairkit.mine.stats.same_label_share` of the whole run."""
-        return round(self.same / self.both, 4) if self.both else None
+        return label_share(self.same, self.both)
 
     def stats(self) -> dict[str, Any]:
         """The dict :func:`pairkit.mine.stats.summary_stats` gives for the whole run."""
-        hist = self.per_anchor
-        n = int(hist.sum())
-        present = np.flatnonzero(hist)
-        negatives = int((np.arange(len(hist)) * hist).sum())
-
-        def quant(values: list[float] | None) -> dict[str, float] | None:
-            if values is None:
-                return None
-            return {f"q{int(q * 100):02d}": round(v, 6)
-                    for q, v in zip(QUANTILES, values, strict=True)}
-
-        stats: dict[str, Any] = {
-            "anchors": n,
-            "anchors_short": int(hist[:self.K].sum()),
-            "anchors_without_negatives": int(hist[0]),
-            "negatives": negatives,
-            "negatives_per_anchor": {
-                "mean": round(negatives / n, 4) if n else 0.0,
-                "min": int(present[0]) if n else 0,
-                "max": int(present[-1]) if n else 0,
-                "histogram": {str(i): int(c) for i, c in enumerate(hist)},
-            },
-            "pos_score": quant(self.pos.quantiles(QUANTILES)),
-            "neg_score": quant(self.neg.quantiles(QUANTILES)),
-            "removed": dict(self.removed),
-            "fn_flagged": dict(sorted(self.fn_flagged.items())),
-            "attracted": 0,
-            "retries": self.retries,
-            "anchors_retried": self.anchors_retried,
-            "k_initial": self.k0,
-            "k_max": self.k_max,
-        }
+        stats = run_record(self.per_anchor, self.K, self.pos.quantiles(QUANTILES),
+                           self.neg.quantiles(QUANTILES), self, 0, self.k0)
         if self.hard:
-            last = max(RANK_BINS[-1] + 1, self.rank_max + 1)
-            edges = [*RANK_BINS, last]
-            stats["rank_histogram"] = {
-                (f"{a}" if b - a == 1 else f"{a}-{b - 1}"): int(c)
-                for a, b, c in zip(edges[:-1], edges[1:], self.rank_counts, strict=True)
-            }
+            stats["rank_histogram"] = rank_record(self.rank_counts, self.rank_max)
         return stats

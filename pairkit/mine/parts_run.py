@@ -47,11 +47,10 @@ def streams_parts(output: str, fn_config: Any, positives: Any, executor: Any) ->
 class PlanSpec:
     """What :func:`plan_job` needs to plan the blocks of a run where it runs."""
 
-    content_id: str
     relation: str | None
     config: MineConfig
     searcher: Any
-    rows_from: Any  # StoreRows: the store every node reads
+    rows_from: Any  # StoreRows: the store every node reads, and its content id
     folder: str
     fmt: str
 
@@ -63,16 +62,10 @@ def plan_job(spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     description and stats, whether the store has labels). Run by a Ray task where it can
     be, so that the plan stays in Ray's object store."""
     from pairkit.core.relations import load_relation
-    from pairkit.core.store import Store
-    from pairkit.errors import PairkitError
     from pairkit.mine.block_parts import PartsJob, PartsPlan
     from pairkit.mine.hard_negatives import plan_blocks
 
-    st = Store.open(spec.rows_from.store, verify=True)
-    if st.content_id != spec.content_id:
-        raise PairkitError(f"store {spec.rows_from.store} changed while it was being mined "
-                           f"(content id {st.content_id}, not {spec.content_id}): rerun "
-                           "the command")
+    st = spec.rows_from.open(verify=True)  # the store as committed under its content id
     rel = load_relation(spec.relation, st.items)
     blocks = plan_blocks(None, st.source_codes(), rel, spec.config, spec.searcher,
                          rows_from=spec.rows_from, n_items=st.count)
@@ -127,8 +120,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                                    dir=target.parent)).resolve()
     counts = None
     try:
-        spec = PlanSpec(store.content_id, relation, config, searcher, rows_from, str(folder),
-                        fmt)
+        spec = PlanSpec(relation, config, searcher, rows_from, str(folder), fmt)
         remote = getattr(map_blocks, "remote_pair", None)
         if remote is not None and not (relation or "").startswith("pairs:"):
             job, info = remote(plan_job, spec)

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 RANK_BINS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10_000)
 
 
+QUANTILES = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)  # of the scores in the stats
+
+
 def summary_stats(result: MineResult, K: int, hard: bool) -> dict[str, Any]:
     """JSON-ready statistics: anchors, negatives per anchor, score quantiles, rank
     histogram, candidates removed by each rule, FN flags per rule."""
@@ -26,48 +29,73 @@ def summary_stats(result: MineResult, K: int, hard: bool) -> dict[str, Any]:
     per = (np.full(len(found), found.shape[1], np.int64) if every
            else found.sum(axis=1, dtype=np.int64))  # p.negatives_per_anchor
     neg = p.neg_scores.reshape(-1) if every else p.neg_scores[found]
-    qs = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
 
-    def quant(x: np.ndarray) -> dict[str, float] | None:
-        if len(x) == 0:
-            return None
+    def quantiles(x: np.ndarray) -> np.ndarray | None:
         # the float64 copy is ours: np.quantile may partition it in place (no 2nd copy)
-        values = np.quantile(x.astype(np.float64), qs, overwrite_input=True)
-        return {f"q{int(q * 100):02d}": round(float(v), 6)
-                for q, v in zip(qs, values, strict=True)}
+        return (np.quantile(x.astype(np.float64), QUANTILES, overwrite_input=True)
+                if len(x) else None)
 
-    hist = np.bincount(per, minlength=K + 1)
-    stats: dict[str, Any] = {
-        "anchors": int(len(p.anchors)),
-        "anchors_short": int((per < K).sum()),
-        "anchors_without_negatives": int((per == 0).sum()),
-        "negatives": int(per.sum()),
-        "negatives_per_anchor": {
-            "mean": round(float(per.mean()), 4) if len(per) else 0.0,
-            "min": int(per.min()) if len(per) else 0,
-            "max": int(per.max()) if len(per) else 0,
-            "histogram": {str(i): int(c) for i, c in enumerate(hist)},
-        },
-        "pos_score": quant(p.pos_scores),
-        "neg_score": quant(neg),
-        "removed": dict(result.removed),
-        "fn_flagged": dict(sorted(result.fn_flagged.items())),
-        "attracted": int(len(p.fn_ids)) if p.fn_ids is not None else 0,
-        "retries": result.retries,
-        "anchors_retried": result.anchors_retried,
-        "k_initial": result.k_initial,
-        "k_max": result.k_max,
-    }
+    stats = run_record(np.bincount(per, minlength=K + 1), K, quantiles(p.pos_scores),
+                       quantiles(neg), result,
+                       int(len(p.fn_ids)) if p.fn_ids is not None else 0, result.k_initial)
     if hard:
         ranks = p.neg_ranks.reshape(-1) if every else p.neg_ranks[found]
-        edges = [*RANK_BINS, max(RANK_BINS[-1] + 1, int(ranks.max()) + 1 if len(ranks) else 0)]
-        h = rank_histogram(ranks, edges)
-        stats["rank_histogram"] = {
-            (f"{a}" if b - a == 1 else f"{a}-{b - 1}"): int(c)
-            for a, b, c in zip(edges[:-1], edges[1:], h, strict=True)
-        }
+        top = int(ranks.max()) if len(ranks) else -1
+        stats["rank_histogram"] = rank_record(rank_histogram(ranks, rank_edges(top)), top)
     return stats
 
+
+def run_record(hist: np.ndarray, K: int, pos_quantiles: Any, neg_quantiles: Any,
+               counts: Any, attracted: int, k_initial: int) -> dict[str, Any]:
+    """The stats of a run from ``hist`` (anchors with 0 .. K negatives), the scores'
+    :data:`QUANTILES` (None: no scores), and ``counts`` (``removed``, ``fn_flagged``,
+    ``retries``, ``anchors_retried``, ``k_max``: a :class:`MineResult` or the blocks'
+    sum): the one layout of :func:`summary_stats` and of ``mine --ray``'s parts."""
+    n = int(hist.sum())
+    present = np.flatnonzero(hist)
+    negatives = int((np.arange(len(hist)) * hist).sum())
+    return {
+        "anchors": n,
+        "anchors_short": int(hist[:K].sum()),
+        "anchors_without_negatives": int(hist[0]),
+        "negatives": negatives,
+        "negatives_per_anchor": {
+            "mean": round(negatives / n, 4) if n else 0.0,
+            "min": int(present[0]) if n else 0,
+            "max": int(present[-1]) if n else 0,
+            "histogram": {str(i): int(c) for i, c in enumerate(hist)},
+        },
+        "pos_score": quantile_record(pos_quantiles),
+        "neg_score": quantile_record(neg_quantiles),
+        "removed": dict(counts.removed),
+        "fn_flagged": dict(sorted(counts.fn_flagged.items())),
+        "attracted": attracted,
+        "retries": counts.retries,
+        "anchors_retried": counts.anchors_retried,
+        "k_initial": k_initial,
+        "k_max": counts.k_max,
+    }
+
+
+def quantile_record(values: Any) -> dict[str, float] | None:
+    """``{"q00": ..., "q05": ..., ...}`` of the :data:`QUANTILES` ``values`` (None: none)."""
+    if values is None:
+        return None
+    return {f"q{int(q * 100):02d}": round(float(v), 6)
+            for q, v in zip(QUANTILES, values, strict=True)}
+
+
+def rank_edges(top: int) -> list[int]:
+    """The rank histogram's bin edges: :data:`RANK_BINS`, the last bin open up to the
+    largest rank ``top`` (-1: none)."""
+    return [*RANK_BINS, max(RANK_BINS[-1] + 1, top + 1)]
+
+
+def rank_record(counts: np.ndarray, top: int) -> dict[str, int]:
+    """The rank histogram of the stats: ``counts`` per bin of :func:`rank_edges`."""
+    edges = rank_edges(top)
+    return {(f"{a}" if b - a == 1 else f"{a}-{b - 1}"): int(c)
+            for a, b, c in zip(edges[:-1], edges[1:], counts, strict=True)}
 
 
 def rank_histogram(ranks: np.ndarray, edges: list[int]) -> np.ndarray:
@@ -95,9 +123,19 @@ def same_label_share(pairs: MinedPairs, labels: np.ndarray) -> float | None:
     the exact false-negative share where labels define "the same thing"."""
     from pairkit.core.store import codes_of
 
-    codes, _ = codes_of(labels)
+    return label_share(*same_label_counts(pairs, codes_of(labels)[0]))
+
+
+def same_label_counts(pairs: Any, codes: np.ndarray) -> tuple[int, int]:
+    """(negatives whose label code equals their anchor's, negatives where both are
+    labelled; codes -1: no label)."""
     ok = pairs.neg_ids >= 0
     a = np.broadcast_to(codes[pairs.anchors][:, None], ok.shape)[ok]
     c = codes[np.maximum(pairs.neg_ids, 0)][ok]
     both = (a >= 0) & (c >= 0)
-    return round(float((a[both] == c[both]).mean()), 4) if both.any() else None
+    return int((a[both] == c[both]).sum()), int(both.sum())
+
+
+def label_share(same: int, both: int) -> float | None:
+    """``same / both`` rounded as the stats give it (None: no labelled negative)."""
+    return round(same / both, 4) if both else None

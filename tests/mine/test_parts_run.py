@@ -16,16 +16,11 @@ import pytest
 from pairkit.core.tables import read_table
 from pairkit.errors import PairkitError
 from pairkit.index.options import IndexOptions
-from pairkit.mine.block_parts import (
-    QUANTILES,
-    SummaryCounts,
-    label_match_counts,
-    summarize,
-)
+from pairkit.mine.block_parts import SummaryCounts, summarize
 from pairkit.mine.blocks import map_here
 from pairkit.mine.command import mine_to_files
 from pairkit.mine.config import MineConfig
-from pairkit.mine.stats import same_label_share, summary_stats
+from pairkit.mine.stats import QUANTILES, same_label_counts, same_label_share, summary_stats
 from pairkit.mine.stream_quantiles import StreamQuantiles
 from tests.conftest import random_store
 
@@ -217,7 +212,7 @@ def test_summary_counts_equal_summary_stats(store, tmp_path):
         same, both_ = same + s.same_label[0], both_ + s.same_label[1]
     assert counts.stats() == summary_stats(whole, 4, True)
     assert counts.negatives_same_label() == same_label_share(whole.pairs, store.labels())
-    assert label_match_counts(whole.pairs, codes) == (same, both_)
+    assert same_label_counts(whole.pairs, codes) == (same, both_)
     assert summary_stats(whole, 4, True)["anchors_short"] > 0
     assert len(QUANTILES) == 7
 
