@@ -79,12 +79,16 @@ def set_attracted(pairs: MinedPairs, attract: list[Attracted]) -> None:
 
 @dataclass(frozen=True)
 class StoreRows:
-    """Where the workers of a cluster read the store's vectors themselves (float32, the
-    store as committed under ``content_id``; ``store`` an absolute path every node sees,
-    or a URL) instead of receiving them from the driver."""
+    """Where the blocks read the store's vectors themselves (the store as committed under
+    ``content_id``; ``store`` an absolute path every node sees, or a URL) instead of
+    receiving them: a cluster's workers (float32, read once per process), or with
+    ``streamed`` this process reading the rows in place from the shards
+    (:class:`pairkit.core.shard_rows.ShardRows`: no copy of the store; the index built
+    from them shard by shard, :func:`pairkit.index.faiss_build.build_index`)."""
 
     store: str
     content_id: str
+    streamed: bool = False
 
     def open(self, verify: bool) -> Any:
         """The store (:class:`pairkit.core.store.Store`), refused in one line when it is
@@ -99,16 +103,23 @@ class StoreRows:
                                "rerun the command")
         return st
 
-    def load(self) -> np.ndarray:
-        """The vectors, read and verified once per process (kept for the next call)."""
-        if self.content_id not in LOADED:
+    def load(self) -> Any:
+        """The vectors (an array, or the :class:`~pairkit.core.shard_rows.ShardRows` with
+        ``streamed``), read and verified once per process (kept for the next call)."""
+        key = (self.content_id, self.streamed)
+        if key not in LOADED:
             st = self.open(verify=True)
-            LOADED.clear()  # one store per worker process
-            LOADED[self.content_id] = st.vectors(np.float32)
-        return LOADED[self.content_id]
+            LOADED.clear()  # one store per process
+            LOADED[key] = st.rows() if self.streamed else st.vectors(np.float32)
+        return LOADED[key]
 
 
-LOADED: dict[str, np.ndarray] = {}  # StoreRows.load: content id -> vectors
+LOADED: dict[tuple[str, bool], Any] = {}  # StoreRows.load: (content id, streamed) -> rows
+
+
+def forget_loaded() -> None:
+    """Drop what :meth:`StoreRows.load` keeps (a run done with the store in this process)."""
+    LOADED.clear()
 
 
 class StoreSearcher:
@@ -123,6 +134,10 @@ class StoreSearcher:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"rows": self.rows, "options": self.options, "opened": None}
+
+    def release(self) -> None:
+        """Forget the index built here (the blocks are done; its memory freed)."""
+        self.opened = None
 
     def __call__(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.opened is None:

@@ -31,13 +31,23 @@ from pairkit.index.options import IndexOptions
 from pairkit.mine.config import MineConfig
 
 
-def streams_parts(output: str, fn_config: Any, positives: Any, executor: Any) -> bool:
-    """Whether ``mine`` can run this way (see the module docstring): blocks run by an
-    executor, no false-negative rules, no mined positives, a local parquet output."""
+def streams_parts(output: str, fn_config: Any, positives: Any, executor: Any = None,
+                  index: IndexOptions | None = None) -> bool:
+    """Whether ``mine`` can run this way (see the module docstring): no false-negative
+    rules, no mined positives, a local parquet output; blocks run by an executor, or here
+    (``executor`` None: streamed from the shards, see :func:`mine_parts`) with FAISS on
+    the CPU and no ``hnsw`` index (``index``: the run's options)."""
     from pairkit.core.tables import table_kind
 
-    if executor is None or fn_config is not None or output == "-" or is_url(output):
+    if fn_config is not None or output == "-" or is_url(output):
         return False
+    if executor is None:
+        from pairkit.index.open import engine_for
+
+        opts = index or IndexOptions()
+        where = engine_for(opts)
+        if where.name == "torch" or where.gpu or opts.kind == "hnsw":
+            return False
     if positives is not None and positives.per_anchor > 0:
         return False
     return table_kind(output) in ("parquet", "dataset")
@@ -81,17 +91,31 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                on_start: Callable[[int], None] | None = None) -> dict[str, Any] | None:
     """Mine the store at ``store_path`` into ``output`` block by block (module docstring)
     and return the stats of :func:`pairkit.mine.command.mine_store`; None when this run
-    can't go this way after all (the blocks run here, or a saved index is the driver's
-    to load): the caller mines as usual. The plan is made by ``map_blocks.remote_pair``
-    when the executor has it (a Ray task: the driver never holds the relation, the
-    anchors or the item table), else here; a ``pairs:FILE`` relation is read here."""
+    can't go this way after all (the blocks would run here without reading the store,
+    or a saved index is the driver's to load): the caller mines as usual. The plan is
+    made by ``map_blocks.remote_pair`` when the executor has it (a Ray task: the driver
+    never holds the relation, the anchors or the item table), else here; a
+    ``pairs:FILE`` relation is read here.
+
+    ``map_blocks`` None: the blocks run here, one after the other, **streamed**: the rows
+    are read in place from the store's shards (:class:`pairkit.core.shard_rows.ShardRows`),
+    the index is built from them block by block (:func:`pairkit.index.faiss_build.build_index`:
+    an ``ivf`` index keeps the store's float16), and each block writes its part as a
+    worker would, so this process never holds a float32 copy of the store, the item
+    table's paths as Python strings, or the table (docs/mine.md#memory)."""
     from pairkit.core.pairs import FORMATS
     from pairkit.core.store import Store
     from pairkit.core.table_parts import commit_parts
     from pairkit.errors import PairkitError, UsageError
     from pairkit.index.open import engine_for, planned_description
-    from pairkit.mine.block_parts import SummaryCounts, mine_block_part, part_name
-    from pairkit.mine.blocks import StoreSearcher
+    from pairkit.mine.block_parts import (
+        SummaryCounts,
+        forget_columns,
+        mine_block_part,
+        part_name,
+        store_columns,
+    )
+    from pairkit.mine.blocks import StoreSearcher, forget_loaded, map_here
     from pairkit.mine.command import run_stats, saved_index, workers_rows
     from pairkit.mine.hard_negatives import block_spans
     from pairkit.mine.stream_quantiles import StreamQuantiles
@@ -104,15 +128,18 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         raise PairkitError(f"store {store.root} is empty: nothing to mine")
     index = replace(index, seed=config.seed)
     where = engine_for(index)
-    rows_from = workers_rows(store, map_blocks, None)
+    here = map_blocks is None
+    rows_from = local_rows(store) if here else workers_rows(store, map_blocks, None)
     if rows_from is None or (config.hard and saved_index(store, index, where)):
         return None
+    if here:
+        map_blocks = map_here
     searcher, index_text = None, "none (easy negatives: uniform sample)"
     if config.hard:
         searcher = StoreSearcher(rows_from, replace(index, device=where.device,
                                                     backend=where.name))
         index_text = planned_description(store.count, store.dim, index, where,
-                                         "built on each worker")
+                                         STREAMED if here else "built on each worker")
     target = Path(output.rstrip("/")) if output.endswith("/") else Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_parts(target)
@@ -129,6 +156,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         n = info["anchors"]
         counts = SummaryCounts(config.num_negatives, config.hard, info["k0"],
                                StreamQuantiles(folder, "pos"), StreamQuantiles(folder, "neg"))
+        if here:
+            store_columns(rows_from)  # the paths, read before the index takes its memory
         if on_start is not None:
             on_start(n)
         t1 = time.perf_counter()
@@ -141,6 +170,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
             if progress is not None:
                 progress(b1 - b0)
         del job
+        if searcher is not None:
+            searcher.release()  # built here when streamed: freed before the commit
         summary_stats = counts.stats()
         counts.pos.close()
         counts.neg.close()
@@ -150,6 +181,9 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
             counts.pos.close()
             counts.neg.close()
         shutil.rmtree(folder, ignore_errors=True)
+        if here:  # this process's copies of the store's rows and paths
+            forget_loaded()
+            forget_columns()
     stats = run_stats(store, info["relation"], config, fmt, index_text, counts.rows,
                       summary_stats,
                       seconds={"setup": round(t1 - t0, 3),
@@ -159,6 +193,19 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         stats["negatives_same_label"] = counts.negatives_same_label()
     stats.update(info["relation_stats"])
     return stats
+
+
+STREAMED = "built now from the store's shards"  # the index text's origin, streamed here
+
+
+def local_rows(store: Any) -> Any:
+    """The :class:`pairkit.mine.blocks.StoreRows` of a run streamed here: the store's
+    rows read in place (``streamed``)."""
+    from pairkit.mine.blocks import StoreRows
+
+    root = store.local_root
+    where = str(Path(root).resolve()) if root is not None else str(store.root)
+    return StoreRows(where, store.content_id, streamed=True)
 
 
 STALE_S = 86400.0  # a parts folder untouched this long was left by a killed driver
