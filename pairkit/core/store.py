@@ -401,8 +401,7 @@ class Store:
             return [pa.array(self.items[name]) for name in names]
         import pyarrow.parquet as pq
 
-        raw = self._items_raw if self._items_raw is not None else self._read_items_bytes()
-        self._items_raw = raw  # for the whole table, if it is asked for later
+        raw = self.items_bytes()  # kept for the whole table, if it is asked for later
         file = (self.manifest.get("items") or {}).get("file", ITEMS)
         try:
             table = pq.read_table(io.BytesIO(raw), columns=list(names))
@@ -415,11 +414,23 @@ class Store:
                              f"{table.num_rows} rows, manifest says {self.count}")
         return [table.column(name).combine_chunks() for name in names]
 
+    def items_bytes(self) -> bytes:
+        """The item table's file as committed (checked against the manifest), kept until
+        the table is parsed or released; empty for a store of no rows."""
+        if self._items is not None:
+            raise StoreError(f"store {self.root}: the item table was parsed already")
+        if self.count == 0:
+            return b""
+        if self._items_raw is None:
+            self._items_raw = self._read_items_bytes()
+        return self._items_raw
+
     def release_items(self) -> None:
-        """Forget the parsed item table, for a caller done with it (its memory freed). The
-        pinned file was read when the items were parsed: open the store again to read
-        them again."""
+        """Forget the item table (parsed, or its bytes), for a caller done with it (its
+        memory freed). The pinned file was read when the items were parsed: open the
+        store again to read them again."""
         self._items = None
+        self._items_raw = None
 
     def release_vectors(self) -> None:
         """Forget the array :meth:`vectors` keeps (the next call reads the shards again)."""

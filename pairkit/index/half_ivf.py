@@ -14,7 +14,7 @@ same (tests/index/test_half_ivf.py). A float32 store is kept as float32 (no loss
 
 Building takes two passes over the rows, one shard block at a time: the cell of every row
 (4 bytes a row kept), then each row copied into its cell's place; memory is the lists
-(2 bytes a value for float16) plus 12 bytes a row.
+(2 bytes a value for float16) plus 8 bytes a row (4 of them only while building).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ ASSIGN_BLOCK_ROWS = 65_536  # rows read, converted and assigned at a time (a mul
 
 class HalfIvf:
     """The cells' ``quantizer`` (a FAISS ``IndexFlatIP``), ``nprobe``, and the rows of every
-    cell: ``codes`` (N, d) in the rows' stored dtype, cell by cell, ``ids`` (N,) int64 their
-    row ids, ``offsets`` (nlist + 1,) where each cell starts. ``ntotal`` and
+    cell: ``codes`` (N, d) in the rows' stored dtype, cell by cell, ``ids`` (N,) their row ids
+    (int32 below 2^31 rows), ``offsets`` (nlist + 1,) where each cell starts. ``ntotal`` and
     ``search(x, k)`` as a FAISS index (:func:`pairkit.index.search.knn_search` takes it)."""
 
     def __init__(self, quantizer: Any, nprobe: int, codes: np.ndarray, ids: np.ndarray,
@@ -45,7 +45,7 @@ class HalfIvf:
         """Cell ``cell``'s rows as float32 (a new C-contiguous array) and their ids."""
         lo, hi = int(self.offsets[cell]), int(self.offsets[cell + 1])
         return (np.ascontiguousarray(self.codes[lo:hi], dtype=np.float32),
-                self.ids[lo:hi])
+                self.ids[lo:hi].astype(np.int64))
 
     def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(D, I)`` (nq, k): best first, -1/-inf padded (as ``IndexIVFFlat`` searched
@@ -68,7 +68,7 @@ def build_half_ivf(rows: Any, quantizer: Any, nprobe: int) -> HalfIvf:
     offsets = np.zeros(nlist + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     codes = np.empty((n, d), dtype=rows.dtype)
-    ids = np.empty(n, dtype=np.int64)
+    ids = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
     cursor = offsets[:-1].copy()
     for start, block in rows.blocks(ASSIGN_BLOCK_ROWS):
         c = cells[start:start + len(block)].astype(np.int64)

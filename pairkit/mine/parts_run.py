@@ -71,11 +71,16 @@ def plan_job(spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     the vectors) and the few facts the driver needs (anchors, first k, the relation's
     description and stats, whether the store has labels). Run by a Ray task where it can
     be, so that the plan stays in Ray's object store."""
+    # the store as committed under its content id (this process's snapshot when pinned)
+    return plan_of(spec.rows_from.open(verify=True), spec)
+
+
+def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
+    """:func:`plan_job` of the opened store ``st``."""
     from pairkit.core.relations import load_relation
     from pairkit.mine.block_parts import PartsJob, PartsPlan
     from pairkit.mine.hard_negatives import plan_blocks
 
-    st = spec.rows_from.open(verify=True)  # the store as committed under its content id
     rel = load_relation(spec.relation, st.items)
     blocks = plan_blocks(None, st.source_codes(), rel, spec.config, spec.searcher,
                          rows_from=spec.rows_from, n_items=st.count)
@@ -83,6 +88,53 @@ def plan_job(spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     info = {"anchors": len(blocks.anchors), "k0": blocks.k0, "relation": rel.description,
             "relation_stats": relation_stats(rel), "labelled": labelled}
     return PartsJob(blocks, PartsPlan(spec.folder, spec.fmt, st.content_id, labelled)), info
+
+
+PLAN_APART_ROWS = 1_000_000  # streamed here: stores above this are planned in a child
+
+
+def plan_here(store: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
+    """The plan of a run streamed here (:func:`mine_parts` without an executor), with
+    the store's paths and label codes kept for the blocks
+    (:func:`pairkit.mine.block_parts.store_columns`). Above :data:`PLAN_APART_ROWS` rows
+    it is made in a child process (spawned) from the snapshot's item table: what only
+    planning needs (the pandas item table, the relation's factorisation of 8M sources:
+    about 1 GB at 8M rows, much of it kept by the allocators after it is freed) goes
+    with the child, and this process receives the plan's arrays and the paths. The
+    same plan either way (tests/mine/test_streamed.py)."""
+    from pairkit.mine.block_parts import keep_columns, read_columns
+
+    if store.count <= PLAN_APART_ROWS:
+        keep_columns(store.content_id, *read_columns(store))  # before the table is parsed
+        job, info = plan_of(store, spec)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(1, mp_context=context) as pool:
+            job, info, path, codes = pool.submit(
+                plan_in_child, store.root, store.manifest, store.items_bytes(), spec).result()
+        keep_columns(store.content_id, path, codes)
+        del path
+        # the plan's copies of these are not pinned to this process's snapshot
+        job.blocks.rows_from, job.blocks.searcher = spec.rows_from, spec.searcher
+    store.release_items()
+    return job, info
+
+
+def plan_in_child(root: Any, manifest: dict[str, Any], items: bytes, spec: PlanSpec
+                  ) -> tuple[Any, dict[str, Any], Any, Any]:
+    """:func:`plan_here`'s child: the plan, the paths and the label codes of the store
+    snapshot whose manifest and item table's bytes are given."""
+    from pairkit.core.store import Store
+    from pairkit.mine.block_parts import read_columns
+
+    st = Store(root, manifest)
+    st.hold([], items)
+    path, codes = read_columns(st)
+    job, info = plan_of(st, spec)
+    return job, info, path, codes
 
 
 def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
@@ -113,7 +165,6 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         forget_columns,
         mine_block_part,
         part_name,
-        store_columns,
     )
     from pairkit.mine.blocks import StoreSearcher, forget_loaded, map_here
     from pairkit.mine.command import run_stats, saved_index, workers_rows
@@ -123,12 +174,13 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     t0 = time.perf_counter()
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt}")
-    store = Store.open(store_path, verify=False)  # verified where it is read (the plan)
+    here = map_blocks is None
+    # verified where it is read: by the plan on a cluster; here, once, the run's snapshot
+    store = Store.open(store_path, verify=here)
     if store.count == 0:
         raise PairkitError(f"store {store.root} is empty: nothing to mine")
     index = replace(index, seed=config.seed)
     where = engine_for(index)
-    here = map_blocks is None
     rows_from = local_rows(store) if here else workers_rows(store, map_blocks, None)
     if rows_from is None or (config.hard and saved_index(store, index, where)):
         return None
@@ -149,15 +201,15 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     try:
         spec = PlanSpec(relation, config, searcher, rows_from, str(folder), fmt)
         remote = getattr(map_blocks, "remote_pair", None)
-        if remote is not None and not (relation or "").startswith("pairs:"):
+        if here:
+            job, info = plan_here(store, spec)
+        elif remote is not None and not (relation or "").startswith("pairs:"):
             job, info = remote(plan_job, spec)
         else:
             job, info = plan_job(spec)
         n = info["anchors"]
         counts = SummaryCounts(config.num_negatives, config.hard, info["k0"],
                                StreamQuantiles(folder, "pos"), StreamQuantiles(folder, "neg"))
-        if here:
-            store_columns(rows_from)  # the paths, read before the index takes its memory
         if on_start is not None:
             on_start(n)
         t1 = time.perf_counter()
@@ -199,13 +251,13 @@ STREAMED = "built now from the store's shards"  # the index text's origin, strea
 
 
 def local_rows(store: Any) -> Any:
-    """The :class:`pairkit.mine.blocks.StoreRows` of a run streamed here: the store's
-    rows read in place (``streamed``)."""
+    """The :class:`pairkit.mine.blocks.StoreRows` of a run streamed here: the rows of the
+    snapshot ``store`` (opened and verified once) read in place (``streamed``)."""
     from pairkit.mine.blocks import StoreRows
 
     root = store.local_root
     where = str(Path(root).resolve()) if root is not None else str(store.root)
-    return StoreRows(where, store.content_id, streamed=True)
+    return StoreRows(where, store.content_id, streamed=True, pinned=store)
 
 
 STALE_S = 86400.0  # a parts folder untouched this long was left by a killed driver
