@@ -13,6 +13,12 @@ driver stopped before the commit, leaves no output (a killed driver leaves the t
 folder ``.NAME.XXXXXXXX.tmp`` beside it, removed by a later run to that output once a
 day old: :func:`remove_stale_parts`); a rerun starts afresh. Table and stats are the
 local path's (tests/distributed).
+
+The same path runs in one process without ``--ray`` (:func:`mine_parts` with no
+executor): the blocks one after the other, the rows read in place from the store's shards
+and the index built from them (the store's snapshot opened once), so that a local ``mine``
+of a store larger than memory as float32 holds neither a float32 copy nor the table
+(docs/mine.md#memory; tests/mine/test_streamed.py).
 """
 
 from __future__ import annotations
@@ -104,7 +110,7 @@ def plan_here(store: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     same plan either way (tests/mine/test_streamed.py)."""
     from pairkit.mine.block_parts import keep_columns, read_columns
 
-    if store.count <= PLAN_APART_ROWS:
+    if store.count <= PLAN_APART_ROWS or spec.relation == "pairs:-":  # stdin: read here
         keep_columns(store.content_id, *read_columns(store))  # before the table is parsed
         job, info = plan_of(store, spec)
     else:
