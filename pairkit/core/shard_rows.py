@@ -67,11 +67,15 @@ class ShardRows:
         lo, hi = int(shard.min()), int(shard.max())
         if lo == hi:  # one shard (a block of consecutive rows, mostly)
             out[:] = self.arrays[lo][ids - self.starts[lo]]
-        else:
-            for s in np.unique(shard):
-                sel = shard == s
-                out[sel] = self.arrays[s][ids[sel] - self.starts[s]]
-        self.release(range(lo, hi + 1))
+            self.release([lo])
+            return out
+        for s in np.unique(shard):
+            sel = shard == s
+            out[sel] = self.arrays[s][ids[sel] - self.starts[s]]
+            # each shard handed back before the next is read: scattered rows fault in
+            # their neighbours too (the kernel maps 64 kB around each), so a sample
+            # across a 2 GB store would otherwise map most of it at once
+            self.release([int(s)])
         return out
 
     def blocks(self, rows: int) -> Any:

@@ -129,3 +129,22 @@ def test_hnsw_needs_the_rows_in_memory(store):
 
     with pytest.raises(PairkitError, match="in memory"):
         faiss_build.build_index(store.rows(), IndexOptions(kind="hnsw").resolved(3000, 24))
+
+
+def test_scattered_rows_map_one_shard_at_a_time(store, monkeypatch):
+    """A sample across every shard (the IVF training rows): at most one shard's pages are
+    mapped at any time, each handed back before the next shard is read."""
+    rows = store.rows()
+    rows.release()
+    seen = []
+    real = rows.release
+
+    def spy(shards=None):
+        seen.append(mapped_rss_kb(rows))
+        real(shards)
+
+    monkeypatch.setattr(rows, "release", spy)
+    rows[np.arange(0, 3000, 7)]
+    shard_kb = 450 * 24 * 2 / 1024
+    assert len(seen) == 7 and max(seen) <= shard_kb + 8, seen  # one shard (+ a page)
+    assert mapped_rss_kb(rows) == 0
