@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 from typer.testing import CliRunner
@@ -25,12 +26,12 @@ def test_train_then_project(tmp_path):
                             "--relation", "instance", "--val-fraction", "0.2", *FAST])
     assert r.exit_code == 0, r.stderr
     assert "epoch 2: loss" in r.stderr and "pairs/s" in r.stderr
-    assert "trained mlp head 12->8 with infonce for 2 epochs" in r.stderr
+    assert re.search(r"trained mlp head 12->8 \(outputs whitened to [78] dims\) with infonce "
+                     "for 2 epochs", r.stderr), r.stderr
     # the summary's rate is over all epochs: total pairs / total seconds of the log
     log = [json.loads(x) for x in (tmp_path / "h" / "train_log.jsonl").read_text().splitlines()]
     epochs = [x for x in log if "epoch" in x]
     want = sum(x["pairs"] for x in epochs) / sum(x["seconds"] for x in epochs)
-    import re
 
     said = re.search(r"([\d,]+) pairs/s over all epochs", r.stderr)
     assert said is not None, r.stderr
@@ -39,7 +40,9 @@ def test_train_then_project(tmp_path):
                             "-o", str(tmp_path / "p")])
     assert r.exit_code == 0, r.stderr
     out = Store.open(tmp_path / "p")
-    assert (out.count, out.dim, out.dtype) == (store.count, 8, store.dtype)
+    head = load_head(tmp_path / "h")
+    assert (out.count, out.dim, out.dtype) == (store.count, head.out_dim, store.dtype)
+    assert out.encoder["head"]["whitening"]["dims"] == head.out_dim
     assert out.items.equals(store.items)
     assert out.manifest["projected"]["from_content_id"] == store.content_id
     assert out.encoder["head"]["head"]["out_dim"] == 8
