@@ -9,8 +9,8 @@ them and by hubs. Rotating onto the principal components and scaling each by
 variance dropped, flattens that spectrum. It is label-free and costs one eigen solve
 of a d x d covariance at the end of training (a head whose training did not finish has
 none). Measured on the real sets of docs/benchmarks.md ("Downstream"): held-out kNN
-top-1 of the same heads +0.01 to +0.06 with it; the linear probe 0.02 lower to 0.01
-higher.
+top-1 of the same heads -0.003 to +0.054 with it (the default loop +0.013 to +0.068 over
+the raw features); the linear probe -0.018 to +0.012 against the raw features'.
 
 Stored as ``whitening.safetensors`` in the head folder: ``mean`` (d,) and ``projection``
 (d, D) = the components times their scales; ``config.json`` says ``whitening``
