@@ -39,7 +39,7 @@ class TrainConfig:
     stop_on_collapse: bool = False
     positive_share: float = 0.5  # examples whose positive is swapped for a mined one
     positive_sampling: str = "uniform"
-    whiten: float = 0.25  # power of the output whitening (0: none; output_whitening.py)
+    whiten: float = 0.0  # power of the output whitening (0: none; output_whitening.py)
 
     def check(self) -> None:
         """Raise :class:`PairkitError` naming the first bad option."""

@@ -10,7 +10,9 @@ variance dropped, flattens that spectrum. It is label-free and costs one eigen s
 of a d x d covariance at the end of training (a head whose training did not finish has
 none). Measured on the real sets of docs/benchmarks.md ("Downstream"): held-out kNN
 top-1 of the same heads -0.003 to +0.054 with it (the default loop +0.013 to +0.068 over
-the raw features); the linear probe -0.018 to +0.012 against the raw features'.
+the raw features); the linear probe -0.018 to +0.012 against the raw features', and
+MAP@R / R-precision 0.03-0.07 lower: a trade-off, so ``train`` leaves it off unless
+``--whiten`` asks for it.
 
 Stored as ``whitening.safetensors`` in the head folder: ``mean`` (d,) and ``projection``
 (d, D) = the components times their scales; ``config.json`` says ``whitening``
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 FILE = "whitening.safetensors"
 VARIANCE = 0.999  # of the outputs' variance kept (the rest: mostly noise, dropped)
 FIT_ROWS = 20_000  # training rows the whitening is fitted on (seeded sample)
-DEFAULT_POWER = 0.25
+DEFAULT_POWER = 0.25  # the measured choice when it is turned on (train's default is 0: off)
 
 
 def fit_rows(train_rows: np.ndarray, seed: int) -> np.ndarray:

@@ -6,9 +6,9 @@ run the loop as a user would, through the command line, and evaluate each head w
 ``pairkit eval HELDOUT --against TRAIN --head HEAD`` (held-out kNN top-1 and linear probe):
 
 - raw: no head
-- raw-whitened: no head, the raw features through the partial PCA whitening that ``train``
-  fits on its outputs (``--whiten`` 0.25, fitted on the training store): what a user gets
-  for free without any training
+- raw-whitened: no head, the raw features through the partial PCA whitening that ``train
+  --whiten 0.25`` fits on its outputs (fitted on the training store): what a user gets for
+  free without any training
 - in-batch: ``train --relation instance`` (no table)
 - naive: ``mine --hard`` (no filter) -> ``train --pairs``
 - lf-negatives: ``mine --hard --filter-false-negatives --fn-rules
@@ -17,8 +17,8 @@ run the loop as a user would, through the command line, and evaluate each head w
 - lf (the default loop): the same with mined positives (``--positives`` default)
 - label-negatives: ``--fn-rules label`` (the label oracle for negatives)
 - supcon-labels: ``train --relation label --loss supcon`` (labels as positives: the ceiling)
-- in-batch-unwhitened, lf-unwhitened: in-batch and lf with ``train --whiten 0`` (the
-  heads before the output whitening)
+- in-batch-whitened, lf-whitened: in-batch and lf with ``train --whiten 0.25`` (the
+  output whitening, off by default)
 
 Labels are in the stores (for the metrics and the oracle rows); the label-free rows never
 read them (``--fn-rules near-duplicate,mutual-neighbour,cluster``: the default rules of a
@@ -87,8 +87,8 @@ VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
     "lf": (LABEL_FREE, []),
     "label-negatives": (["--filter-false-negatives", "--fn-rules", "label"], []),
     "supcon-labels": (None, ["--relation", "label", "--loss", "supcon"]),
-    "in-batch-unwhitened": (None, ["--relation", "instance", "--whiten", "0"]),
-    "lf-unwhitened": (LABEL_FREE, ["--whiten", "0"]),
+    "in-batch-whitened": (None, ["--relation", "instance", "--whiten", "0.25"]),
+    "lf-whitened": (LABEL_FREE, ["--whiten", "0.25"]),
 }
 
 
@@ -310,7 +310,7 @@ def evaluate(train: Path, held: Path, head: Path | None) -> dict:
 
 def evaluate_whitened(train: Path, held: Path) -> dict:
     """Held-out kNN top-1 and linear probe of the raw features through the output
-    whitening ``train`` fits (same power, variance and fit), no head: as ``eval
+    whitening ``train --whiten 0.25`` fits (same power, variance and fit), no head: as ``eval
     --against`` computes them (references grouped by source)."""
     from pairkit.core.store import Store
     from pairkit.eval.run import EvalConfig, EvalSide

@@ -235,9 +235,8 @@ def test_bad_inputs(store, tmp_path):
 
 
 def test_head_api_and_errors(store, tmp_path):
-    # whiten=0: the module alone (the output whitening: tests/train/test_output_whitening.py)
     train_head(store, tmp_path / "h",
-               TrainConfig(relation="instance", whiten=0.0, **{**FAST, "head": "linear"}))
+               TrainConfig(relation="instance", **{**FAST, "head": "linear"}))
     head = load_head(tmp_path / "h")
     assert (head.in_dim, head.out_dim) == (12, 8)
     vectors = store.vectors()

@@ -86,9 +86,12 @@ def test_hand_computed_whitening_of_an_axis_aligned_cloud():
     np.testing.assert_allclose(np.abs(out), [[1, 0], [1, 0], [0, 1], [0, 1]], atol=1e-5)
 
 
+ON = {**FAST, "whiten": 0.25}
+
+
 def test_validation_rows_are_not_fitted_on(store, tmp_path):
     train_head(store, tmp_path / "h", TrainConfig(relation="instance", val_fraction=0.25,
-                                                   **FAST))
+                                                   **ON))
     config = json.loads((tmp_path / "h" / "config.json").read_text())
     assert config["whitening"]["rows"] < store.count
 
@@ -102,7 +105,7 @@ def test_fit_rows_samples_large_sides():
 
 
 def test_whiten_zero_is_the_module_alone(store, tmp_path):
-    train_head(store, tmp_path / "h", TrainConfig(relation="instance", whiten=0.0, **FAST))
+    train_head(store, tmp_path / "h", TrainConfig(relation="instance", **FAST))  # the default
     head = load_head(tmp_path / "h")
     assert not (tmp_path / "h" / FILE).exists() and head.whitening is None
     config = json.loads((tmp_path / "h" / "config.json").read_text())
@@ -110,12 +113,14 @@ def test_whiten_zero_is_the_module_alone(store, tmp_path):
     np.testing.assert_allclose(head.apply(store.vectors()),
                                module_outputs(head, store.vectors()), atol=1e-5)
     # the same folder retrained with whitening, then without: no stale file left behind
-    train_head(store, tmp_path / "h", TrainConfig(relation="instance", **FAST), force=True)
+    train_head(store, tmp_path / "h", TrainConfig(relation="instance", **ON), force=True)
     assert (tmp_path / "h" / FILE).exists()
+    train_head(store, tmp_path / "h", TrainConfig(relation="instance", **FAST), force=True)
+    assert not (tmp_path / "h" / FILE).exists()
 
 
 def test_resumed_run_has_the_uninterrupted_whitening(store, tmp_path):
-    cfg = TrainConfig(relation="instance", **{**FAST, "epochs": 3})
+    cfg = TrainConfig(relation="instance", **{**ON, "epochs": 3})
     train_head(store, tmp_path / "a", cfg)
 
     class Stop(Exception):
@@ -139,7 +144,7 @@ def test_resumed_run_has_the_uninterrupted_whitening(store, tmp_path):
 
 
 def test_damaged_or_missing_whitening_is_refused(store, tmp_path):
-    train_head(store, tmp_path / "h", TrainConfig(relation="instance", **FAST))
+    train_head(store, tmp_path / "h", TrainConfig(relation="instance", **ON))
     path = tmp_path / "h" / FILE
     tensors = load_file(str(path))
     save_file({"mean": tensors["mean"], "projection": tensors["projection"][:, :1].copy()},
@@ -169,10 +174,10 @@ def test_too_few_rows_per_dim_keep_the_module_alone(tmp_path):
     # 36 rows for 32 output dims: under 2 rows per dim, no whitening, and the result says why
     store = random_store(tmp_path / "s", n_sources=18, views=2, dim=12, classes=3)
     result = train_head(store, tmp_path / "h", TrainConfig(relation="instance",
-                                                            **{**FAST, "out_dim": 32}))
+                                                            **{**ON, "out_dim": 32}))
     assert not result.whitened and result.out_dim == result.module_dim == 32
     assert result.whitening_skipped == "36 training rows for 32 output dims, under 2 per dim"
     assert load_head(tmp_path / "h").whitening is None
-    off = train_head(store, tmp_path / "h0", TrainConfig(relation="instance", whiten=0.0,
+    off = train_head(store, tmp_path / "h0", TrainConfig(relation="instance",
                                                           **{**FAST, "out_dim": 32}))
     assert off.whitening_skipped is None
