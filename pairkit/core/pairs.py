@@ -67,10 +67,15 @@ class MinedPairs:
         return (self.neg_ids >= 0).sum(axis=1).astype(np.int64)
 
 
-def _paths(paths: np.ndarray, ids: np.ndarray) -> Any:
+def _values(paths: np.ndarray | StringColumn, ids: np.ndarray) -> np.ndarray:
+    """``paths[ids]`` (ids >= 0) as an object array, from an array or a column."""
+    return paths.values(ids) if isinstance(paths, StringColumn) else paths[ids]
+
+
+def _paths(paths: np.ndarray | StringColumn, ids: np.ndarray) -> Any:
     out = np.empty(ids.shape, dtype=object)
     ok = ids >= 0
-    out[ok] = paths[ids[ok]]
+    out[ok] = _values(paths, ids[ok])
     out[~ok] = None
     return _nullable(out)
 
@@ -91,6 +96,28 @@ class StringColumn:
         self.array = inferred_array(values)
         self.arrow = (pa_array(self.array) if isinstance(self.array, pd.arrays.ArrowStringArray)
                       else None)
+
+    @classmethod
+    def of_arrow(cls, values: Any) -> StringColumn:
+        """The column of a pyarrow string array without nulls (the store's paths read by
+        :meth:`pairkit.core.store.Store.item_columns`): the array :func:`inferred_array`
+        makes of the same values as Python strings, without making them."""
+        import pandas as pd
+        import pyarrow as pa
+
+        dtype = pd.Series(np.array(["x"], dtype=object)).dtype  # pandas' str type
+        if (not pa.types.is_string(values.type) and not pa.types.is_large_string(values.type)
+                or values.null_count or not isinstance(dtype, pd.StringDtype)
+                or dtype.storage != "pyarrow"):
+            return cls(values.to_numpy(zero_copy_only=False))
+        column = cls.__new__(cls)
+        column.array = pd.arrays.ArrowStringArray(values, dtype=dtype)
+        column.arrow = pa_array(column.array)
+        return column
+
+    def values(self, ids: np.ndarray) -> np.ndarray:
+        """The values of rows ``ids`` (>= 0) as an object array of Python strings."""
+        return np.asarray(self.take(ids), dtype=object)
 
     def take(self, ids: np.ndarray) -> Any:
         """``pd.Series(array.take(ids))``: for Arrow strings, the take in memory from the
@@ -170,7 +197,7 @@ class _TableParts:
     are written, the flags and reasons of the negatives (n, k), and the attracted rows
     (anchor row, candidate id, score, rank, reason; empty arrays when there are none)."""
 
-    paths: np.ndarray
+    paths: np.ndarray | StringColumn
     path_col: StringColumn
     store_col: StringColumn
     n: int
@@ -187,11 +214,13 @@ class _TableParts:
 
 
 def build_pair_table(
-    mined: MinedPairs, fmt: str, store_id: str, paths: np.ndarray, flag_columns: bool = False
+    mined: MinedPairs, fmt: str, store_id: str, paths: np.ndarray | StringColumn,
+    flag_columns: bool = False
 ) -> pd.DataFrame:
     """The pair table of ``mined`` in ``fmt`` (one of :data:`FORMATS`).
 
-    ``paths`` (N,) object: the store's item paths. ``flag_columns`` adds
+    ``paths`` (N,) object: the store's item paths (or their :class:`StringColumn`, made
+    once for many tables: :meth:`StringColumn.of_arrow`). ``flag_columns`` adds
     ``false_negative`` and ``fn_reason`` (always added when attracted rows exist).
     Rows are ordered by anchor, then by negative rank. The table's columns may share
     memory with ``mined``'s arrays (5 M rows are not copied): change neither in place.
@@ -206,9 +235,13 @@ def build_pair_table(
     return _n_tuple_table(mined, parts, store_id)
 
 
-def _table_parts(mined: MinedPairs, store_id: str, paths: np.ndarray, flag_columns: bool
-                 ) -> _TableParts:
-    paths = np.asarray(paths, dtype=object)
+def _table_parts(mined: MinedPairs, store_id: str, paths: np.ndarray | StringColumn,
+                 flag_columns: bool) -> _TableParts:
+    if isinstance(paths, StringColumn):
+        path_col = paths
+    else:
+        paths = np.asarray(paths, dtype=object)
+        path_col = StringColumn(paths)
     n, k = mined.neg_ids.shape
     has_attract = mined.fn_ids is not None and len(mined.fn_ids) > 0
     neg_flags = mined.neg_flags if mined.neg_flags is not None else np.zeros((n, k), bool)
@@ -220,7 +253,7 @@ def _table_parts(mined: MinedPairs, store_id: str, paths: np.ndarray, flag_colum
         e = np.zeros(0, dtype=np.int64)
         fn = (e, e, np.zeros(0, np.float32), e, np.zeros(0, dtype=object))
     fn_rows, fn_ids, fn_scores, fn_ranks, fn_reasons = fn  # type: ignore[misc]
-    return _TableParts(paths, StringColumn(paths), StringColumn([store_id]), n, k,
+    return _TableParts(paths, path_col, StringColumn([store_id]), n, k,
                        flag_columns or has_attract, has_attract, neg_flags, neg_reasons,
                        np.asarray(fn_rows, dtype=np.int64), fn_ids, fn_scores, fn_ranks,
                        fn_reasons)
@@ -347,15 +380,15 @@ def _n_tuple_table(mined: MinedPairs, p: _TableParts, store_id: str) -> pd.DataF
             "store_id": store_id,
             "anchor_id": mined.anchors[fn_rows],
             "positive_id": mined.positives[fn_rows],
-            "anchor_path": paths[mined.anchors[fn_rows]],
-            "positive_path": paths[mined.positives[fn_rows]],
+            "anchor_path": _values(paths, mined.anchors[fn_rows]),
+            "positive_path": _values(paths, mined.positives[fn_rows]),
             "pos_score": mined.pos_scores[fn_rows].astype(np.float32),
         }
         m = len(fn_rows)
         for j in range(k):
             extra[f"negative_id_{j + 1}"] = fn_ids if j == 0 else np.full(m, -1, np.int64)
         for j in range(k):
-            extra[f"negative_path_{j + 1}"] = _nullable(paths[fn_ids] if j == 0
+            extra[f"negative_path_{j + 1}"] = _nullable(_values(paths, fn_ids) if j == 0
                                                         else np.full(m, None, dtype=object))
         for j in range(k):
             extra[f"neg_score_{j + 1}"] = (np.asarray(fn_scores, np.float32) if j == 0

@@ -51,6 +51,8 @@ from pairkit.errors import StoreError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from pairkit.core.shard_rows import ShardRows
+
 __all__ = [
     "DTYPES", "ERRORS", "FORMAT", "FORMAT_VERSION", "ITEMS", "MANIFEST",
     "SHARD_PATTERN", "Shard", "Store", "is_store", "l2_normalize",
@@ -381,11 +383,54 @@ class Store:
         self._vectors = out
         return out
 
+    def rows(self) -> ShardRows:
+        """The rows read in place from the shards (:class:`pairkit.core.shard_rows.ShardRows`,
+        the stored dtype): what a pass over the store needs without :meth:`vectors`' copy."""
+        from pairkit.core.shard_rows import ShardRows
+
+        return ShardRows(self._arrays, self.dim, self.dtype)
+
+    def item_columns(self, *names: str) -> list[Any]:
+        """Columns of the item table as pyarrow arrays (one chunk each), read without
+        building the pandas table (:attr:`items`, whose paths are Python objects once
+        converted); from the parsed table when it is read already. Checked as
+        :attr:`items` is (sha256, row count)."""
+        import pyarrow as pa
+
+        if self._items is not None or self.count == 0:
+            return [pa.array(self.items[name]) for name in names]
+        import pyarrow.parquet as pq
+
+        raw = self.items_bytes()  # kept for the whole table, if it is asked for later
+        file = (self.manifest.get("items") or {}).get("file", ITEMS)
+        try:
+            table = pq.read_table(io.BytesIO(raw), columns=list(names))
+        except Exception as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+            raise StoreError(f"store {self.root}: item table {file} is unreadable "
+                             f"({first})") from None
+        if table.num_rows != self.count:
+            raise StoreError(f"store {self.root}: row count mismatch: {file} has "
+                             f"{table.num_rows} rows, manifest says {self.count}")
+        return [table.column(name).combine_chunks() for name in names]
+
+    def items_bytes(self) -> bytes:
+        """The item table's file as committed (checked against the manifest), kept until
+        the table is parsed or released; empty for a store of no rows."""
+        if self._items is not None:
+            raise StoreError(f"store {self.root}: the item table was parsed already")
+        if self.count == 0:
+            return b""
+        if self._items_raw is None:
+            self._items_raw = self._read_items_bytes()
+        return self._items_raw
+
     def release_items(self) -> None:
-        """Forget the parsed item table, for a caller done with it (its memory freed). The
-        pinned file was read when the items were parsed: open the store again to read
-        them again."""
+        """Forget the item table (parsed, or its bytes), for a caller done with it (its
+        memory freed). The pinned file was read when the items were parsed: open the
+        store again to read them again."""
         self._items = None
+        self._items_raw = None
 
     def release_vectors(self) -> None:
         """Forget the array :meth:`vectors` keeps (the next call reads the shards again)."""

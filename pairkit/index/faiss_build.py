@@ -21,16 +21,25 @@ from pairkit.index.options import IndexOptions
 ADD_BLOCK_ROWS = 65_536  # rows converted to float32 and added to a flat index at a time
 
 
-def build_index(vectors: np.ndarray, spec: IndexOptions) -> Any:
+def build_index(vectors: Any, spec: IndexOptions) -> Any:
     """Build a CPU FAISS index of ``spec.kind`` over ``vectors`` (N, d) (rows in id order).
 
     ``spec`` must be :meth:`IndexOptions.resolved`. IVF training uses a seeded sample of
     at most 64 x nlist rows. Returns the FAISS index (ids = row numbers).
+
+    ``vectors`` may be rows read in place from a store's shards
+    (:class:`pairkit.core.shard_rows.ShardRows`): then no float32 copy of them is made;
+    the training sample is gathered and the rows are added ``ADD_BLOCK_ROWS`` at a time
+    (the same index: tests/index/test_half_ivf.py), and an ``ivf`` index whose cells are
+    long enough for the list-major search (:meth:`pairkit.index.search.IvfListMajor.worthwhile`)
+    is a :class:`pairkit.index.half_ivf.HalfIvf`, its lists in the store's dtype (float16:
+    half of ``IndexIVFFlat``'s memory). HNSW needs the rows in memory (refused here).
     """
     faiss = import_faiss()
     n, d = vectors.shape
     metric = faiss.METRIC_INNER_PRODUCT
     sq16 = faiss.ScalarQuantizer.QT_fp16
+    in_memory = isinstance(vectors, np.ndarray)
     if spec.kind == "flat":
         index = (
             faiss.IndexScalarQuantizer(d, sq16, metric) if spec.float16 else faiss.IndexFlatIP(d)
@@ -38,29 +47,20 @@ def build_index(vectors: np.ndarray, spec: IndexOptions) -> Any:
         for s in range(0, n, ADD_BLOCK_ROWS):
             index.add(np.ascontiguousarray(vectors[s:s + ADD_BLOCK_ROWS], dtype=np.float32))
         return index
-    x = np.ascontiguousarray(vectors, dtype=np.float32)
     if spec.kind in ("ivf", "ivfpq"):
-        quantizer = faiss.IndexFlatIP(d)
-        if spec.kind == "ivfpq":
-            if n < 1000:
-                raise PairkitError(f"an ivfpq index needs at least 1000 rows, the store has {n}")
-            # 8-bit codebooks want 39 x 256 training rows; smaller stores get fewer bits
-            nbits = max(4, min(8, int(math.log2(min(n, 64 * int(spec.nlist), 10_000) / 39))))
-            index = faiss.IndexIVFPQ(quantizer, d, spec.nlist, spec.pq_m, nbits, metric)
-        elif spec.float16:
-            index = faiss.IndexIVFScalarQuantizer(quantizer, d, spec.nlist, sq16, metric)
-        else:
-            index = faiss.IndexIVFFlat(quantizer, d, spec.nlist, metric)
-        index.cp.seed = spec.seed
-        max_train = max(64 * int(spec.nlist), 10_000 if spec.kind == "ivfpq" else 0)
-        if n > max_train:
-            rng = np.random.default_rng(spec.seed)
-            train = x[np.sort(rng.choice(n, size=max_train, replace=False))]
-        else:
-            train = x
-        index.train(train)
-        index.nprobe = spec.nprobe
+        index, quantizer = trained_ivf(vectors, spec)
+        if not in_memory:
+            if spec.kind == "ivf" and not spec.float16 and n >= 256 * int(spec.nlist):
+                from pairkit.index.half_ivf import build_half_ivf
+
+                return build_half_ivf(vectors, quantizer, int(spec.nprobe))
+            for s in range(0, n, ADD_BLOCK_ROWS):
+                index.add(np.ascontiguousarray(vectors[s:s + ADD_BLOCK_ROWS],
+                                               dtype=np.float32))
+            return index
     elif spec.kind == "hnsw":
+        if not in_memory:
+            raise PairkitError("an hnsw index is built from vectors in memory")
         if spec.float16:
             index = faiss.IndexHNSWSQ(d, sq16, spec.hnsw_m, metric)
         else:
@@ -69,8 +69,39 @@ def build_index(vectors: np.ndarray, spec: IndexOptions) -> Any:
         index.hnsw.efSearch = spec.ef_search
     else:  # pragma: no cover - resolved() rejects it
         raise PairkitError(f"unknown index kind {spec.kind}")
-    index.add(x)
+    index.add(np.ascontiguousarray(vectors, dtype=np.float32))
     return index
+
+
+def trained_ivf(vectors: Any, spec: IndexOptions) -> tuple[Any, Any]:
+    """``(index, quantizer)``: the empty ``ivf`` / ``ivfpq`` index of ``spec`` trained on
+    a seeded sample of at most 64 x nlist rows of ``vectors`` (all of them when fewer;
+    an array or rows read on demand: the sample's values are the same)."""
+    faiss = import_faiss()
+    n, d = vectors.shape
+    metric = faiss.METRIC_INNER_PRODUCT
+    quantizer = faiss.IndexFlatIP(d)
+    if spec.kind == "ivfpq":
+        if n < 1000:
+            raise PairkitError(f"an ivfpq index needs at least 1000 rows, the store has {n}")
+        # 8-bit codebooks want 39 x 256 training rows; smaller stores get fewer bits
+        nbits = max(4, min(8, int(math.log2(min(n, 64 * int(spec.nlist), 10_000) / 39))))
+        index = faiss.IndexIVFPQ(quantizer, d, spec.nlist, spec.pq_m, nbits, metric)
+    elif spec.float16:
+        index = faiss.IndexIVFScalarQuantizer(quantizer, d, spec.nlist,
+                                              faiss.ScalarQuantizer.QT_fp16, metric)
+    else:
+        index = faiss.IndexIVFFlat(quantizer, d, spec.nlist, metric)
+    index.cp.seed = spec.seed
+    max_train = max(64 * int(spec.nlist), 10_000 if spec.kind == "ivfpq" else 0)
+    if n > max_train:
+        rng = np.random.default_rng(spec.seed)
+        train = vectors[np.sort(rng.choice(n, size=max_train, replace=False))]
+    else:
+        train = vectors[:n]
+    index.train(np.ascontiguousarray(train, dtype=np.float32))
+    index.nprobe = spec.nprobe
+    return index, quantizer
 
 
 def set_search_params(index: Any, spec: IndexOptions) -> None:

@@ -190,6 +190,8 @@ def exact_scores(queries: np.ndarray, base: np.ndarray, ids: np.ndarray,
     ids = np.asarray(ids)
     if ids.size and int(ids.max()) >= len(base):
         raise IndexError(f"id {int(ids.max())} out of range for {len(base)} rows")
+    if not isinstance(base, np.ndarray) and ids.ndim == 2:
+        return _gathered_exact(queries, base, ids, batch_size)
     if not (isinstance(base, np.ndarray) and base.dtype == np.float32
             and base.flags.c_contiguous and base.ndim == 2 and ids.ndim == 2):
         return gathered_scores(queries, base, ids, batch_size)
@@ -210,6 +212,26 @@ def exact_scores(queries: np.ndarray, base: np.ndarray, ids: np.ndarray,
                                          faiss.swig_ptr(base), faiss.swig_ptr(safe),
                                          d, len(blk), k)
         out[start : start + len(blk)] = np.where(blk < 0, -np.inf, got)
+    return out
+
+
+def _gathered_exact(queries: np.ndarray, base: Any, ids: np.ndarray,
+                    batch_size: int) -> np.ndarray:
+    """:func:`exact_scores` against rows read on demand (a
+    :class:`~pairkit.core.shard_rows.ShardRows`): each batch's distinct rows gathered as
+    float32, then scored by the same FAISS kernel as an array in memory (same scores)."""
+    out = np.full(ids.shape, -np.inf, dtype=np.float32)
+    for start in range(0, len(ids), batch_size):
+        blk = ids[start : start + batch_size]
+        ok = blk >= 0
+        if not ok.any():
+            continue
+        rows, local = np.unique(blk[ok], return_inverse=True)
+        sub = np.ascontiguousarray(base[rows], dtype=np.float32)
+        where = np.full(blk.shape, -1, dtype=np.int64)
+        where[ok] = local.ravel()
+        out[start : start + len(blk)] = exact_scores(queries[start : start + batch_size],
+                                                     sub, where, batch_size)
     return out
 
 
@@ -304,27 +326,38 @@ class IvfListMajor:
 
     def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(D, I)`` (nq, k) like ``index.search``: best first, -1/-inf padded."""
-        import faiss
+        return list_major_search(self.ivf.quantizer, int(self.ivf.nprobe), self.inverted_list,
+                                 x, k)
 
-        x = as_float32(x)
-        nq = len(x)
-        nprobe = int(self.ivf.nprobe)
-        _, assign = self.ivf.quantizer.search(x, nprobe)
-        flat = assign.ravel()
-        qids = np.repeat(np.arange(nq, dtype=np.int64), nprobe)
-        keep = flat >= 0
-        flat, qids = flat[keep], qids[keep]
-        order = np.argsort(flat, kind="stable")
-        flat, qids = flat[order], qids[order]
-        bounds = np.flatnonzero(np.diff(flat)) + 1
-        heap = faiss.ResultHeap(nq, k, keep_max=True)
-        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(flat)], strict=True):
-            if hi <= lo:
-                continue
-            vec, ids = self.inverted_list(int(flat[lo]))
-            if len(ids) == 0:
-                continue
-            sub = qids[lo:hi]
-            heap.add_result_subset(sub, x[sub] @ vec.T, ids)
-        heap.finalize()
-        return np.where(heap.I >= 0, heap.D, -np.inf).astype(np.float32), heap.I
+
+def list_major_search(quantizer: Any, nprobe: int, inverted_list: Any, x: np.ndarray,
+                      k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The list-major search of :class:`IvfListMajor` over any inverted lists:
+    ``quantizer`` (a FAISS index of the cells' centroids) picks each query's ``nprobe``
+    cells, ``inverted_list(cell)`` gives a cell's rows ``(vectors (n, d) float32 C-contiguous,
+    ids (n,) int64)``; each cell's queries are scored against its rows by one matrix
+    product and merged into a k-heap per query. ``(D, I)`` (nq, k), best first,
+    -1/-inf padded."""
+    import faiss
+
+    x = as_float32(x)
+    nq = len(x)
+    _, assign = quantizer.search(x, nprobe)
+    flat = assign.ravel()
+    qids = np.repeat(np.arange(nq, dtype=np.int64), nprobe)
+    keep = flat >= 0
+    flat, qids = flat[keep], qids[keep]
+    order = np.argsort(flat, kind="stable")
+    flat, qids = flat[order], qids[order]
+    bounds = np.flatnonzero(np.diff(flat)) + 1
+    heap = faiss.ResultHeap(nq, k, keep_max=True)
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(flat)], strict=True):
+        if hi <= lo:
+            continue
+        vec, ids = inverted_list(int(flat[lo]))
+        if len(ids) == 0:
+            continue
+        sub = qids[lo:hi]
+        heap.add_result_subset(sub, x[sub] @ vec.T, ids)
+    heap.finalize()
+    return np.where(heap.I >= 0, heap.D, -np.inf).astype(np.float32), heap.I

@@ -69,21 +69,44 @@ class BlockSummary:
     same_label: tuple[int, int] | None  # (negatives sharing the label, both labelled)
 
 
-COLUMNS: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}  # content id -> paths, codes
+COLUMNS: dict[str, tuple[Any, np.ndarray | None]] = {}  # content id -> paths, codes
 
 
-def store_columns(rows: StoreRows) -> tuple[np.ndarray, np.ndarray | None]:
-    """The store's paths and label codes (:func:`pairkit.core.store.codes_of`, -1: none;
-    None: unlabelled), read once per process."""
+def store_columns(rows: StoreRows) -> tuple[Any, np.ndarray | None]:
+    """The store's paths (a :class:`pairkit.core.pairs.StringColumn`, for every block's
+    table) and label codes (:func:`pairkit.core.store.codes_of`, -1: none; None:
+    unlabelled), read once per process from the item table's two columns (not the whole
+    table: 8M paths as Python strings would take about 0.5 GB)."""
     if rows.content_id not in COLUMNS:
-        from pairkit.core.store import codes_of
-
-        st = rows.open(verify=False)
-        labels = st.labels()
-        COLUMNS.clear()
-        COLUMNS[rows.content_id] = (st.items["path"].to_numpy(dtype=object),
-                                    None if labels is None else codes_of(labels)[0])
+        path, codes = read_columns(rows.open(verify=False))
+        keep_columns(rows.content_id, path, codes)
     return COLUMNS[rows.content_id]
+
+
+def read_columns(st: Any) -> tuple[Any, np.ndarray | None]:
+    """``(paths as a pyarrow array, label codes or None)`` of the store ``st``
+    (:func:`store_columns`)."""
+    from pairkit.core.store import codes_of
+
+    path, label = st.item_columns("path", "label")
+    codes = None
+    if len(label) and label.null_count < len(label):
+        codes = codes_of(label.to_pandas())[0]
+    return path, codes
+
+
+def keep_columns(content_id: str, path: Any, codes: np.ndarray | None) -> None:
+    """Keep the columns :func:`read_columns` gave (read elsewhere: a child process) as
+    :func:`store_columns`' for the store ``content_id``."""
+    from pairkit.core.pairs import StringColumn
+
+    COLUMNS.clear()
+    COLUMNS[content_id] = (StringColumn.of_arrow(path), codes)
+
+
+def forget_columns() -> None:
+    """Drop what :func:`store_columns` keeps (a run done with the store in this process)."""
+    COLUMNS.clear()
 
 
 def part_name(number: int) -> str:

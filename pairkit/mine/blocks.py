@@ -9,7 +9,7 @@ into the run's result. Where the blocks run (here, or on a Ray cluster) is the c
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -79,19 +79,37 @@ def set_attracted(pairs: MinedPairs, attract: list[Attracted]) -> None:
 
 @dataclass(frozen=True)
 class StoreRows:
-    """Where the workers of a cluster read the store's vectors themselves (float32, the
-    store as committed under ``content_id``; ``store`` an absolute path every node sees,
-    or a URL) instead of receiving them from the driver."""
+    """Where the blocks read the store's vectors themselves (the store as committed under
+    ``content_id``; ``store`` an absolute path every node sees, or a URL) instead of
+    receiving them: a cluster's workers (float32, read once per process), or with
+    ``streamed`` this process reading the rows in place from the shards
+    (:class:`pairkit.core.shard_rows.ShardRows`: no copy of the store; the index built
+    from them shard by shard, :func:`pairkit.index.faiss_build.build_index`)."""
 
     store: str
     content_id: str
+    streamed: bool = False
+    # this process's snapshot of the store, opened (and verified) once for the whole run
+    pinned: Any = field(default=None, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": self.store, "content_id": self.content_id,
+                "streamed": self.streamed, "pinned": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
 
     def open(self, verify: bool) -> Any:
         """The store (:class:`pairkit.core.store.Store`), refused in one line when it is
-        no longer the one committed under ``content_id``."""
+        no longer the one committed under ``content_id``; the ``pinned`` snapshot when
+        there is one (every read of the run sees the same rows, whatever a writer
+        commits meanwhile)."""
         from pairkit.core.store import Store
         from pairkit.errors import PairkitError
 
+        if self.pinned is not None:
+            return self.pinned
         st = Store.open(self.store, verify=verify)
         if st.content_id != self.content_id:
             raise PairkitError(f"store {self.store} changed while it was being mined "
@@ -99,16 +117,23 @@ class StoreRows:
                                "rerun the command")
         return st
 
-    def load(self) -> np.ndarray:
-        """The vectors, read and verified once per process (kept for the next call)."""
-        if self.content_id not in LOADED:
+    def load(self) -> Any:
+        """The vectors (an array, or the :class:`~pairkit.core.shard_rows.ShardRows` with
+        ``streamed``), read and verified once per process (kept for the next call)."""
+        key = (self.content_id, self.streamed)
+        if key not in LOADED:
             st = self.open(verify=True)
-            LOADED.clear()  # one store per worker process
-            LOADED[self.content_id] = st.vectors(np.float32)
-        return LOADED[self.content_id]
+            LOADED.clear()  # one store per process
+            LOADED[key] = st.rows() if self.streamed else st.vectors(np.float32)
+        return LOADED[key]
 
 
-LOADED: dict[str, np.ndarray] = {}  # StoreRows.load: content id -> vectors
+LOADED: dict[tuple[str, bool], Any] = {}  # StoreRows.load: (content id, streamed) -> rows
+
+
+def forget_loaded() -> None:
+    """Drop what :meth:`StoreRows.load` keeps (a run done with the store in this process)."""
+    LOADED.clear()
 
 
 class StoreSearcher:
@@ -123,6 +148,10 @@ class StoreSearcher:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"rows": self.rows, "options": self.options, "opened": None}
+
+    def release(self) -> None:
+        """Forget the index built here (the blocks are done; its memory freed)."""
+        self.opened = None
 
     def __call__(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.opened is None:
@@ -157,6 +186,7 @@ class MineBlocks:
     anchor_searcher: Searcher | None
     rows_from: StoreRows | None = None  # ctx.vectors left out: read there (load_rows)
     positives_there: bool = False  # positives scored where the blocks run (score_positives)
+    pos_start: int = 0  # the anchor row of positives[0] (not 0: scored block by block)
 
     def load_rows(self) -> MineBlocks:
         """These blocks with ``ctx.vectors`` read from the store when they were left out
@@ -171,22 +201,18 @@ class MineBlocks:
         """With ``positives_there`` (planned without the vectors): choose and score the
         positives of the anchors in ``span`` here, from the vectors read here
         (:func:`pairkit.mine.selection.choose_positives` per anchor, so the same as one
-        call for all anchors)."""
+        call for all anchors); ``positives``, ``pos_scores`` and ``ref`` then hold the
+        block's anchors only, from ``pos_start``."""
         if not self.positives_there:
             return
         from pairkit.mine.selection import choose_positives
 
-        n = len(self.anchors)
-        if len(self.positives) != n:  # the first block in this process
-            self.positives = np.full(n, -1, np.int64)
-            self.pos_scores = np.full(n, np.nan, np.float32)
-            self.ref = np.full(n, np.nan, np.float32)
         b0, b1 = span
         o = self.ctx.pos_offsets
-        p, s, r = choose_positives(self.ctx.vectors, self.anchors[b0:b1], o[b0:b1 + 1] - o[b0],
-                                   self.ctx.pos_ids[o[b0]:o[b1]], self.ctx.cfg.positive,
-                                   self.ctx.cfg.seed)
-        self.positives[b0:b1], self.pos_scores[b0:b1], self.ref[b0:b1] = p, s, r
+        self.positives, self.pos_scores, self.ref = choose_positives(
+            self.ctx.vectors, self.anchors[b0:b1], o[b0:b1 + 1] - o[b0],
+            self.ctx.pos_ids[o[b0]:o[b1]], self.ctx.cfg.positive, self.ctx.cfg.seed)
+        self.pos_start = b0
 
 
 def fetch_candidates(st: MineBlocks, rows: np.ndarray, k: int
@@ -221,7 +247,9 @@ def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
     st.score_positives(span)
     cfg = st.ctx.cfg
     b0, b1 = span
-    part = empty_result(st.anchors[b0:b1], st.positives[b0:b1], st.pos_scores[b0:b1],
+    p0 = st.pos_start
+    part = empty_result(st.anchors[b0:b1], st.positives[b0 - p0:b1 - p0],
+                        st.pos_scores[b0 - p0:b1 - p0],
                         cfg.num_negatives, st.keep_flags, st.k0)
     attract: list[Attracted] = []
     bs = cfg.batch_size
@@ -233,7 +261,7 @@ def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
         for c0 in range(0, len(pending), step):
             rows = pending[c0:c0 + step]
             s, i, exh = fetch_candidates(st, rows, k)
-            block = select_negatives(st.ctx, rows, st.anchors[rows], i, s, st.ref[rows],
+            block = select_negatives(st.ctx, rows, st.anchors[rows], i, s, st.ref[rows - p0],
                                      exh | (k >= st.k_cap), cfg.hard)
             done = ~block.short
             collect(part, block.take(done), rows[done] - b0, st.hi, cfg, st.keep_flags,

@@ -47,12 +47,20 @@ def mine_to_files(
     on_start: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
     executor: MineExecutor | None = None,
+    streamed: bool | None = None,
 ) -> dict[str, Any]:
     """Mine the store at ``store`` and write the table to ``output`` (``-``: JSON Lines
     on stdout) and the stats to ``stats_path``; returns the stats dict. Outputs are
     checked before any work and written atomically. ``executor``: where the blocks of
     anchors are mined (None: here; the command line picks
-    :class:`pairkit.distributed.mine.RayMine` for ``--ray``), with the same result."""
+    :class:`pairkit.distributed.mine.RayMine` for ``--ray``), with the same result.
+
+    Here, a run that can (:func:`pairkit.mine.parts_run.streams_parts`: a local parquet
+    output, no false-negative rules or mined positives, FAISS on the CPU, not ``hnsw``)
+    is **streamed** from the store's shards block by block
+    (:func:`pairkit.mine.parts_run.mine_parts`), with the same table and stats;
+    ``streamed`` False keeps such a run in memory (the store's float32 copy, the whole
+    table), True or None (default) streams it."""
     from pairkit.core.atomic import atomic_open, check_output
     from pairkit.core.paths import check_output_apart
     from pairkit.core.store import Store
@@ -71,10 +79,12 @@ def mine_to_files(
         check_output(stats_path, force, what="stats file")
     from pairkit.mine.parts_run import mine_parts, streams_parts
 
-    parts = streams_parts(output, fn_config, positives, executor)
+    parts = streams_parts(output, fn_config, positives, executor, index)
+    if executor is None and streamed is not None:
+        parts = parts and streamed
 
     def run(map_blocks: Any = None) -> tuple[Any, dict[str, Any]]:
-        if parts and map_blocks is not None:  # the blocks write the table, committed here
+        if parts:  # the blocks write the table, committed here (streamed when local)
             stats = mine_parts(store, relation, cfg, index, fmt, output, force, map_blocks,
                                progress=progress, on_start=on_start)
             if stats is not None:

@@ -147,12 +147,13 @@ def plan_blocks(
         positives = np.zeros(0, np.int64)
         pos_scores = ref = np.zeros(0, np.float32)
     sources = np.asarray(sources, dtype=np.int64)
+    same_groups = relation.group is not None and np.array_equal(relation.group, sources)
+    if same_groups:  # the instance relation's groups are the sources: one array for both
+        sources = relation.group
     dim = 0 if vectors is None else vectors.shape[1]
     ctx = SelectionContext(vectors if vectors is not None else np.zeros((0, dim), np.float32),
                            sources, relation, cfg, fn_filter, offsets, pos_ids,
-                           positives_share_source=relation.kind == "instance"
-                           and relation.group is not None
-                           and np.array_equal(relation.group, sources))
+                           positives_share_source=relation.kind == "instance" and same_groups)
     _, hi = cfg.window() if cfg.hard else (0, cfg.num_negatives)
     k0 = initial_k(cfg, relation, ctx.sources, offsets, n_items, fn_filter is not None)
     keep_flags = fn_filter is not None and cfg.fn_mode in ("keep", "attract")

@@ -13,6 +13,12 @@ driver stopped before the commit, leaves no output (a killed driver leaves the t
 folder ``.NAME.XXXXXXXX.tmp`` beside it, removed by a later run to that output once a
 day old: :func:`remove_stale_parts`); a rerun starts afresh. Table and stats are the
 local path's (tests/distributed).
+
+The same path runs in one process without ``--ray`` (:func:`mine_parts` with no
+executor): the blocks one after the other, the rows read in place from the store's shards
+and the index built from them (the store's snapshot opened once), so that a local ``mine``
+of a store larger than memory as float32 holds neither a float32 copy nor the table
+(docs/mine.md#memory; tests/mine/test_streamed.py).
 """
 
 from __future__ import annotations
@@ -31,13 +37,23 @@ from pairkit.index.options import IndexOptions
 from pairkit.mine.config import MineConfig
 
 
-def streams_parts(output: str, fn_config: Any, positives: Any, executor: Any) -> bool:
-    """Whether ``mine`` can run this way (see the module docstring): blocks run by an
-    executor, no false-negative rules, no mined positives, a local parquet output."""
+def streams_parts(output: str, fn_config: Any, positives: Any, executor: Any = None,
+                  index: IndexOptions | None = None) -> bool:
+    """Whether ``mine`` can run this way (see the module docstring): no false-negative
+    rules, no mined positives, a local parquet output; blocks run by an executor, or here
+    (``executor`` None: streamed from the shards, see :func:`mine_parts`) with FAISS on
+    the CPU and no ``hnsw`` index (``index``: the run's options)."""
     from pairkit.core.tables import table_kind
 
-    if executor is None or fn_config is not None or output == "-" or is_url(output):
+    if fn_config is not None or output == "-" or is_url(output):
         return False
+    if executor is None:
+        from pairkit.index.open import engine_for
+
+        opts = index or IndexOptions()
+        where = engine_for(opts)
+        if where.name == "torch" or where.gpu or opts.kind == "hnsw":
+            return False
     if positives is not None and positives.per_anchor > 0:
         return False
     return table_kind(output) in ("parquet", "dataset")
@@ -61,11 +77,16 @@ def plan_job(spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     the vectors) and the few facts the driver needs (anchors, first k, the relation's
     description and stats, whether the store has labels). Run by a Ray task where it can
     be, so that the plan stays in Ray's object store."""
+    # the store as committed under its content id (this process's snapshot when pinned)
+    return plan_of(spec.rows_from.open(verify=True), spec)
+
+
+def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
+    """:func:`plan_job` of the opened store ``st``."""
     from pairkit.core.relations import load_relation
     from pairkit.mine.block_parts import PartsJob, PartsPlan
     from pairkit.mine.hard_negatives import plan_blocks
 
-    st = spec.rows_from.open(verify=True)  # the store as committed under its content id
     rel = load_relation(spec.relation, st.items)
     blocks = plan_blocks(None, st.source_codes(), rel, spec.config, spec.searcher,
                          rows_from=spec.rows_from, n_items=st.count)
@@ -75,23 +96,83 @@ def plan_job(spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     return PartsJob(blocks, PartsPlan(spec.folder, spec.fmt, st.content_id, labelled)), info
 
 
+PLAN_APART_ROWS = 1_000_000  # streamed here: stores above this are planned in a child
+
+
+def plan_here(store: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
+    """The plan of a run streamed here (:func:`mine_parts` without an executor), with
+    the store's paths and label codes kept for the blocks
+    (:func:`pairkit.mine.block_parts.store_columns`). Above :data:`PLAN_APART_ROWS` rows
+    it is made in a child process (spawned) from the snapshot's item table: what only
+    planning needs (the pandas item table, the relation's factorisation of 8M sources:
+    about 1 GB at 8M rows, much of it kept by the allocators after it is freed) goes
+    with the child, and this process receives the plan's arrays and the paths. The
+    same plan either way (tests/mine/test_streamed.py)."""
+    from pairkit.mine.block_parts import keep_columns, read_columns
+
+    if store.count <= PLAN_APART_ROWS or spec.relation == "pairs:-":  # stdin: read here
+        keep_columns(store.content_id, *read_columns(store))  # before the table is parsed
+        job, info = plan_of(store, spec)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(1, mp_context=context) as pool:
+            job, info, path, codes = pool.submit(
+                plan_in_child, store.root, store.manifest, store.items_bytes(), spec).result()
+        keep_columns(store.content_id, path, codes)
+        del path
+        # the plan's copies of these are not pinned to this process's snapshot
+        job.blocks.rows_from, job.blocks.searcher = spec.rows_from, spec.searcher
+    store.release_items()
+    return job, info
+
+
+def plan_in_child(root: Any, manifest: dict[str, Any], items: bytes, spec: PlanSpec
+                  ) -> tuple[Any, dict[str, Any], Any, Any]:
+    """:func:`plan_here`'s child: the plan, the paths and the label codes of the store
+    snapshot whose manifest and item table's bytes are given."""
+    from pairkit.core.store import Store
+    from pairkit.mine.block_parts import read_columns
+
+    st = Store(root, manifest)
+    st.hold([], items)
+    path, codes = read_columns(st)
+    job, info = plan_of(st, spec)
+    return job, info, path, codes
+
+
 def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                index: IndexOptions, fmt: str, output: str, force: bool, map_blocks: Any,
                progress: Callable[[int], None] | None = None,
                on_start: Callable[[int], None] | None = None) -> dict[str, Any] | None:
     """Mine the store at ``store_path`` into ``output`` block by block (module docstring)
     and return the stats of :func:`pairkit.mine.command.mine_store`; None when this run
-    can't go this way after all (the blocks run here, or a saved index is the driver's
-    to load): the caller mines as usual. The plan is made by ``map_blocks.remote_pair``
-    when the executor has it (a Ray task: the driver never holds the relation, the
-    anchors or the item table), else here; a ``pairs:FILE`` relation is read here."""
+    can't go this way after all (the blocks would run here without reading the store,
+    or a saved index is the driver's to load): the caller mines as usual. The plan is
+    made by ``map_blocks.remote_pair`` when the executor has it (a Ray task: the driver
+    never holds the relation, the anchors or the item table), else here; a
+    ``pairs:FILE`` relation is read here.
+
+    ``map_blocks`` None: the blocks run here, one after the other, **streamed**: the rows
+    are read in place from the store's shards (:class:`pairkit.core.shard_rows.ShardRows`),
+    the index is built from them block by block (:func:`pairkit.index.faiss_build.build_index`:
+    an ``ivf`` index keeps the store's float16), and each block writes its part as a
+    worker would, so this process never holds a float32 copy of the store, the item
+    table's paths as Python strings, or the table (docs/mine.md#memory)."""
     from pairkit.core.pairs import FORMATS
     from pairkit.core.store import Store
     from pairkit.core.table_parts import commit_parts
     from pairkit.errors import PairkitError, UsageError
     from pairkit.index.open import engine_for, planned_description
-    from pairkit.mine.block_parts import SummaryCounts, mine_block_part, part_name
-    from pairkit.mine.blocks import StoreSearcher
+    from pairkit.mine.block_parts import (
+        SummaryCounts,
+        forget_columns,
+        mine_block_part,
+        part_name,
+    )
+    from pairkit.mine.blocks import StoreSearcher, forget_loaded, map_here
     from pairkit.mine.command import run_stats, saved_index, workers_rows
     from pairkit.mine.hard_negatives import block_spans
     from pairkit.mine.stream_quantiles import StreamQuantiles
@@ -99,20 +180,24 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     t0 = time.perf_counter()
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt}")
-    store = Store.open(store_path, verify=False)  # verified where it is read (the plan)
+    here = map_blocks is None
+    # verified where it is read: by the plan on a cluster; here, once, the run's snapshot
+    store = Store.open(store_path, verify=here)
     if store.count == 0:
         raise PairkitError(f"store {store.root} is empty: nothing to mine")
     index = replace(index, seed=config.seed)
     where = engine_for(index)
-    rows_from = workers_rows(store, map_blocks, None)
+    rows_from = local_rows(store) if here else workers_rows(store, map_blocks, None)
     if rows_from is None or (config.hard and saved_index(store, index, where)):
         return None
+    if here:
+        map_blocks = map_here
     searcher, index_text = None, "none (easy negatives: uniform sample)"
     if config.hard:
         searcher = StoreSearcher(rows_from, replace(index, device=where.device,
                                                     backend=where.name))
         index_text = planned_description(store.count, store.dim, index, where,
-                                         "built on each worker")
+                                         STREAMED if here else "built on each worker")
     target = Path(output.rstrip("/")) if output.endswith("/") else Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_parts(target)
@@ -122,7 +207,9 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     try:
         spec = PlanSpec(relation, config, searcher, rows_from, str(folder), fmt)
         remote = getattr(map_blocks, "remote_pair", None)
-        if remote is not None and not (relation or "").startswith("pairs:"):
+        if here:
+            job, info = plan_here(store, spec)
+        elif remote is not None and not (relation or "").startswith("pairs:"):
             job, info = remote(plan_job, spec)
         else:
             job, info = plan_job(spec)
@@ -141,6 +228,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
             if progress is not None:
                 progress(b1 - b0)
         del job
+        if searcher is not None:
+            searcher.release()  # built here when streamed: freed before the commit
         summary_stats = counts.stats()
         counts.pos.close()
         counts.neg.close()
@@ -150,6 +239,9 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
             counts.pos.close()
             counts.neg.close()
         shutil.rmtree(folder, ignore_errors=True)
+        if here:  # this process's copies of the store's rows and paths
+            forget_loaded()
+            forget_columns()
     stats = run_stats(store, info["relation"], config, fmt, index_text, counts.rows,
                       summary_stats,
                       seconds={"setup": round(t1 - t0, 3),
@@ -159,6 +251,19 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         stats["negatives_same_label"] = counts.negatives_same_label()
     stats.update(info["relation_stats"])
     return stats
+
+
+STREAMED = "built now from the store's shards"  # the index text's origin, streamed here
+
+
+def local_rows(store: Any) -> Any:
+    """The :class:`pairkit.mine.blocks.StoreRows` of a run streamed here: the rows of the
+    snapshot ``store`` (opened and verified once) read in place (``streamed``)."""
+    from pairkit.mine.blocks import StoreRows
+
+    root = store.local_root
+    where = str(Path(root).resolve()) if root is not None else str(store.root)
+    return StoreRows(where, store.content_id, streamed=True, pinned=store)
 
 
 STALE_S = 86400.0  # a parts folder untouched this long was left by a killed driver

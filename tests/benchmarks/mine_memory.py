@@ -19,6 +19,13 @@ output takes the path where the workers write the table (pairkit/mine/parts_run.
 steps are the whole run (``mine_parts``) and the commit of the parts (``commit_parts``);
 the plan is made by a Ray task, not in this process.
 
+Local ``mine`` to a parquet output is streamed from the store's shards by default (issue 22:
+pairkit/mine/parts_run.py run here, the index built from the rows read in place); mode
+``memory`` runs the same command the way it ran before, in memory (the store's float32
+copy, the whole table), by turning the streamed path off in the child. ``--watch S``
+prints the child's ``VmHWM`` and the parts written every S seconds (for runs too long to
+wait for: the peak so far and the blocks done).
+
 Goal (issue 22): driver peak RSS of ``mine --ray`` flat (within 1.3x) from 1M to 8M rows;
 single-machine ``mine`` of 8M x 128 float16 under 3 GB. Run the sizes your machine allows
 and report the figures with the machine, date and load (docs/benchmarks.md).
@@ -26,6 +33,8 @@ and report the figures with the machine, date and load (docs/benchmarks.md).
     .venv/bin/python tests/benchmarks/mine_memory.py --rows 125000 250000 500000 [--ray]
     .venv/bin/python tests/benchmarks/mine_memory.py --rows 250000 1000000 --only-ray \
         --store-dir /tmp/stores --out ray.json
+    .venv/bin/python tests/benchmarks/mine_memory.py --rows 1000000 --modes streamed memory \
+        --store-dir /tmp/stores --out local.json
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 DIM = 128
@@ -154,6 +164,16 @@ def run_with_stages(argv: list[str]) -> None:
             mark("items")
 
     Store.items = property(first_items)  # type: ignore[method-assign,assignment]
+    if os.environ.get("MINE_MEMORY_IN_MEMORY") == "1":  # mode "memory": as before issue 22
+        import pairkit.mine.parts_run as parts_run
+
+        original = parts_run.streams_parts
+
+        def not_here(output, fn_config, positives, executor=None, index=None):  # type: ignore[no-untyped-def]
+            return executor is not None and original(output, fn_config, positives, executor,
+                                                      index)
+
+        parts_run.streams_parts = not_here
     from pairkit.cli.main import app
 
     mark("start")
@@ -167,15 +187,42 @@ def run_with_stages(argv: list[str]) -> None:
     sys.exit(code)
 
 
-def peak_rss(cmd: list[str]) -> tuple[float, float, int, list, float | None]:
+def watch(pid: int, every: float, out: Path, stop: Any) -> None:
+    """Every ``every`` s until ``stop`` is set: the child's VmHWM / VmRSS (GB) and the
+    parts its run has written (beside ``out``), one JSON line on stdout."""
+    t0 = time.perf_counter()
+    while not stop.wait(every):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return
+        vm = {line.split(":")[0]: int(line.split()[1]) / 1e6 for line in status.splitlines()
+              if line.startswith(("VmHWM", "VmRSS"))}
+        parts = sum(len(list(d.glob("part-*.parquet")))
+                    for d in out.parent.glob(f".{out.name}.*.tmp"))
+        print(json.dumps({"elapsed_s": round(time.perf_counter() - t0), "hwm_gb": vm.get("VmHWM"),
+                          "rss_gb": vm.get("VmRSS"), "parts": parts,
+                          "load": os.getloadavg()[0]}), flush=True)
+
+
+def peak_rss(cmd: list[str], env_extra: dict[str, str] | None = None,
+             watch_every: float | None = None, out: Path | None = None
+             ) -> tuple[float, float, int, list, float | None]:
     """(peak RSS in GB, seconds, exit code, stages, the child's own VmHWM in GB) of one
     child process. The peak is ``ru_maxrss`` from ``wait4``: the largest of the child and
     the descendants it waited for."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    import threading
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), **(env_extra or {}))
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
+    stop = threading.Event()
+    if watch_every and out is not None:
+        threading.Thread(target=watch, args=(proc.pid, watch_every, out, stop),
+                         daemon=True).start()
     err_bytes = proc.stderr.read() if proc.stderr else b""
+    stop.set()
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
     err = err_bytes.decode()
@@ -210,6 +257,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--store-dir", type=Path, help="keep the generated stores here "
                         "(reused when present) instead of a temp dir")
+    parser.add_argument("--modes", nargs="+", choices=("streamed", "memory", "ray"),
+                        help="local streamed (the default path), local in memory (as "
+                        "before), --ray local (default: streamed, and ray with --ray)")
+    parser.add_argument("--nprobe", type=int, help="pass --nprobe (default: mine's)")
+    parser.add_argument("--watch", type=float, help="print the child's peak every S s")
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         run_with_stages(sys.argv[2:])
     args = parser.parse_args()
@@ -223,20 +275,25 @@ def main() -> None:
             if not (store / "manifest.json").exists():
                 make_store(store, rows)
             made = time.perf_counter() - t0
-            modes = [] if args.only_ray else [("local", [])]
-            if args.ray or args.only_ray:
-                modes.append(("ray local", ["--ray", "local"]))
-            for name, extra in modes:
+            chosen = args.modes or (["ray"] if args.only_ray else
+                                    ["streamed", "ray"] if args.ray else ["streamed"])
+            runs = {"streamed": ("local", [], {}),
+                    "memory": ("local in memory", [], {"MINE_MEMORY_IN_MEMORY": "1"}),
+                    "ray": ("ray local", ["--ray", "local"], {})}
+            for name, extra, env_extra in (runs[m] for m in chosen):
                 out = Path(tmp) / f"p{rows}.parquet"
+                if args.nprobe:
+                    extra = [*extra, "--nprobe", str(args.nprobe)]
                 cmd = [sys.executable, __file__, "--child", "mine", str(store), "--hard",
                        "-k", "5", "--index", "ivf", "-o", str(out), "--force", "-q", *extra]
-                gb, seconds, code, stages, hwm = peak_rss(cmd)
+                gb, seconds, code, stages, hwm = peak_rss(cmd, env_extra, args.watch, out)
                 ok = code == 0 and len(pd.read_parquet(out, columns=["anchor_id"])) == 5 * rows
                 row = {"rows": rows, "mode": name, "peak_rss_gb": round(gb, 3),
                        "driver_hwm_gb": hwm,
                        "seconds": round(seconds, 1), "ok": ok,
                        "vectors_gb_float16": round(rows * DIM * 2 / 1e9, 3),
                        "store_made_s": round(made, 1), "load": os.getloadavg()[0],
+                       "nprobe": args.nprobe,
                        "steps_gb": growth(stages), "stages": stages}
                 results.append(row)
                 print(json.dumps(row), flush=True)

@@ -58,7 +58,7 @@ def both(store, tmp_path: Path, cfg: MineConfig, out: str, fmt: str = "triplet",
     index = index or IndexOptions(kind="auto", device="cpu", backend="faiss", nlist=8)
     a_out, b_out = tmp_path / f"a-{out}", tmp_path / f"b-{out}"
     sa = mine_to_files(store.root, str(a_out) + ("/" if out.endswith("/") else ""), cfg,
-                       fmt=fmt, index=index)
+                       fmt=fmt, index=index, streamed=False)
     ex = executor or Here()
     sb = mine_to_files(store.root, str(b_out) + ("/" if out.endswith("/") else ""), cfg,
                        fmt=fmt, index=index, executor=ex)
@@ -107,7 +107,7 @@ def test_label_relation_parts_equal_local(store, tmp_path):
     cfg = MineConfig(batch_size=50, max_positives=3)
     index = IndexOptions(kind="flat", device="cpu", backend="faiss")
     sa = mine_to_files(store.root, str(tmp_path / "a.parquet"), cfg, relation="label",
-                       index=index)
+                       index=index, streamed=False)
     sb = mine_to_files(store.root, str(tmp_path / "b.parquet"), cfg, relation="label",
                        index=index, executor=Here())
     pd.testing.assert_frame_equal(read_table(tmp_path / "a.parquet"),
@@ -140,7 +140,8 @@ def test_failed_block_leaves_no_output_and_rerun_works(store, tmp_path):
         mine_to_files(store.root, str(out), MineConfig(batch_size=40), executor=Here(fail_third))
     assert list(tmp_path.iterdir()) == []  # no output, no parts folder
     stats = mine_to_files(store.root, str(out), MineConfig(batch_size=40), executor=Here())
-    local = mine_to_files(store.root, str(tmp_path / "local.parquet"), MineConfig(batch_size=40))
+    local = mine_to_files(store.root, str(tmp_path / "local.parquet"), MineConfig(batch_size=40),
+                          streamed=False)
     pd.testing.assert_frame_equal(read_table(out), read_table(tmp_path / "local.parquet"))
     same_stats(local, stats)
 

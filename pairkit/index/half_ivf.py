@@ -1,0 +1,82 @@
+"""An IVF index whose lists hold the store's float16 rows: :class:`HalfIvf`, what
+:func:`pairkit.index.faiss_build.build_index` builds for ``--index ivf`` from rows read in
+place (:class:`pairkit.core.shard_rows.ShardRows`) of a float16 store, instead of a FAISS
+``IndexIVFFlat`` that holds every row as float32 (4 bytes a value: 4 GB at 8M x 128).
+
+Same index, half the memory: the cells are trained by the same call on the same seeded
+sample (:func:`pairkit.index.faiss_build.trained_ivf`), each row goes to the cell the same
+quantizer assigns (``quantizer.assign``, what ``IndexIVF.add`` does), rows are kept in id
+order within a cell (as ``add`` appends them), and the search is the list-major one
+(:func:`pairkit.index.search.list_major_search`) that mine uses over an ``IndexIVFFlat``
+(:class:`pairkit.index.search.IvfListMajor`) with each cell converted to float32 when it
+is scanned: float16 to float32 is exact, so the matrix products and the results are the
+same (tests/index/test_half_ivf.py). A float32 store is kept as float32 (no loss).
+
+Building takes two passes over the rows, one shard block at a time: the cell of every row
+(4 bytes a row kept), then each row copied into its cell's place; memory is the lists
+(2 bytes a value for float16) plus 8 bytes a row (4 of them only while building).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+ASSIGN_BLOCK_ROWS = 65_536  # rows read, converted and assigned at a time (a multiple of 4096)
+
+
+class HalfIvf:
+    """The cells' ``quantizer`` (a FAISS ``IndexFlatIP``), ``nprobe``, and the rows of every
+    cell: ``codes`` (N, d) in the rows' stored dtype, cell by cell, ``ids`` (N,) their row ids
+    (int32 below 2^31 rows), ``offsets`` (nlist + 1,) where each cell starts. ``ntotal`` and
+    ``search(x, k)`` as a FAISS index (:func:`pairkit.index.search.knn_search` takes it)."""
+
+    def __init__(self, quantizer: Any, nprobe: int, codes: np.ndarray, ids: np.ndarray,
+                 offsets: np.ndarray) -> None:
+        self.quantizer = quantizer
+        self.nprobe = int(nprobe)
+        self.codes, self.ids, self.offsets = codes, ids, offsets
+        self.ntotal = int(len(ids))
+        self.nlist = int(len(offsets) - 1)
+        self.d = int(codes.shape[1])
+
+    def inverted_list(self, cell: int) -> tuple[np.ndarray, np.ndarray]:
+        """Cell ``cell``'s rows as float32 (a new C-contiguous array) and their ids."""
+        lo, hi = int(self.offsets[cell]), int(self.offsets[cell + 1])
+        return (np.ascontiguousarray(self.codes[lo:hi], dtype=np.float32),
+                self.ids[lo:hi].astype(np.int64))
+
+    def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(D, I)`` (nq, k): best first, -1/-inf padded (as ``IndexIVFFlat`` searched
+        list-major with the same ``nprobe``)."""
+        from pairkit.index.search import list_major_search
+
+        return list_major_search(self.quantizer, self.nprobe, self.inverted_list, x, k)
+
+
+def build_half_ivf(rows: Any, quantizer: Any, nprobe: int) -> HalfIvf:
+    """A :class:`HalfIvf` of ``rows`` (N, d), read ``ASSIGN_BLOCK_ROWS`` at a time, over
+    the cells of a trained ``quantizer``."""
+    n, d = rows.shape
+    nlist = int(quantizer.ntotal)
+    cells = np.empty(n, dtype=np.int32)
+    for start, block in rows.blocks(ASSIGN_BLOCK_ROWS):
+        assigned = quantizer.assign(np.ascontiguousarray(block, dtype=np.float32), 1)
+        cells[start:start + len(block)] = assigned.ravel()
+    counts = np.bincount(cells, minlength=nlist).astype(np.int64)
+    offsets = np.zeros(nlist + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    codes = np.empty((n, d), dtype=rows.dtype)
+    ids = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+    cursor = offsets[:-1].copy()
+    for start, block in rows.blocks(ASSIGN_BLOCK_ROWS):
+        c = cells[start:start + len(block)].astype(np.int64)
+        order = np.argsort(c, kind="stable")  # by cell, ids ascending within each
+        c_sorted = c[order]
+        first = np.searchsorted(c_sorted, c_sorted, side="left")  # first of its cell here
+        place = cursor[c_sorted] + (np.arange(len(c_sorted)) - first)
+        codes[place] = block[order]
+        ids[place] = start + order
+        cursor += np.bincount(c, minlength=nlist)
+    return HalfIvf(quantizer, nprobe, codes, ids, offsets)

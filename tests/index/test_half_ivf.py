@@ -1,0 +1,131 @@
+"""Indices built from a store's rows read in place (pairkit/core/shard_rows.py,
+pairkit/index/half_ivf.py): the same index and the same search results as from the
+store's float32 copy in memory, block by block across shards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pairkit.core.shard_rows import ShardRows
+from pairkit.core.store_writer import write_store
+from pairkit.index import faiss_build, half_ivf
+from pairkit.index.half_ivf import HalfIvf
+from pairkit.index.open import open_searcher
+from pairkit.index.options import IndexOptions
+from pairkit.index.search import IvfListMajor, exact_scores
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """3,000 clustered float16 rows in 7 shards (the last one short)."""
+    rng = np.random.default_rng(3)
+    centers = rng.normal(size=(6, 24))
+    x = centers[rng.integers(0, 6, 3000)] + 0.4 * rng.normal(size=(3000, 24))
+    items = pd.DataFrame({"path": [f"i{i}.jpg" for i in range(3000)]})
+    return write_store(tmp_path_factory.mktemp("half") / "st", x.astype(np.float32), items,
+                       dtype="float16", shard_rows=450)
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of 256 rows (so a block spans two shards) instead of 65,536."""
+    monkeypatch.setattr(faiss_build, "ADD_BLOCK_ROWS", 256)
+    monkeypatch.setattr(half_ivf, "ASSIGN_BLOCK_ROWS", 256)
+
+
+def test_shard_rows_read_what_the_float32_copy_holds(store):
+    rows, x = store.rows(), store.vectors(np.float32)
+    assert len(store.shard_arrays()) == 7 and rows.shape == x.shape and rows.dtype == np.float16
+    ids = np.array([0, 449, 450, 2999, 5, 5, 1800, -1])
+    np.testing.assert_array_equal(rows[ids].astype(np.float32), x[ids])
+    np.testing.assert_array_equal(rows[440:1400:3].astype(np.float32), x[440:1400:3])
+    np.testing.assert_array_equal(rows[7].astype(np.float32), x[7])
+    assert rows[np.zeros(0, np.int64)].shape == (0, 24)
+    starts = [s for s, _ in rows.blocks(1000)]
+    assert starts == [0, 1000, 2000]
+    with pytest.raises(IndexError):
+        rows[np.array([3000])]
+    with pytest.raises(IndexError):
+        rows[np.array([0.5])]
+
+
+def test_shard_rows_hand_back_mapped_pages(store):
+    """Rows read through ShardRows leave none of the shards' mapped pages in this
+    process's resident set (/proc/self/smaps); read straight from the mapping they do."""
+    rows = store.rows()
+    assert all(m is not None for m in rows.maps)  # every shard is a file mapping
+    rows.release()
+    assert mapped_rss_kb(rows) == 0
+    float(np.asarray(rows.arrays[0], np.float32).sum())  # the plain mapping: pages stay
+    assert mapped_rss_kb(rows) > 0
+    rows[np.arange(3000)]
+    rows[100:2900]
+    assert mapped_rss_kb(rows) == 0
+
+
+def mapped_rss_kb(rows: ShardRows) -> int:
+    """The resident kB of ``rows``' shard mappings in this process (/proc/self/smaps)."""
+    spans = []
+    for m in rows.maps:
+        arr = np.frombuffer(m, np.uint8)
+        spans.append((arr.ctypes.data, arr.ctypes.data + len(arr)))
+    total, current = 0, None
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                current = any(lo < b and a < hi for a, b in spans)
+            elif head == "Rss:" and current:
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.parametrize("case", ["ivf", "ivf-short-lists", "flat", "ivf-float16", "flat-float16",
+                                  "ivfpq"])
+def test_index_from_shard_rows_searches_as_from_memory(store, small_blocks, case):
+    opts = {"ivf": IndexOptions(kind="ivf", nlist=8, nprobe=3),
+            "ivf-short-lists": IndexOptions(kind="ivf", nlist=40, nprobe=5),
+            "flat": IndexOptions(kind="flat"),
+            "ivf-float16": IndexOptions(kind="ivf", nlist=8, nprobe=3, float16=True),
+            "flat-float16": IndexOptions(kind="flat", float16=True),
+            "ivfpq": IndexOptions(kind="ivfpq", nlist=8, nprobe=3)}[case]
+    opts = opts.__class__(**{**opts.__dict__, "device": "cpu", "backend": "faiss"})
+    x = store.vectors(np.float32)
+    mem = open_searcher(x, opts)
+    streamed = open_searcher(store.rows(), opts)
+    if case == "ivf":  # 3,000 rows >= 256 x 8 cells: float16 lists, list-major search
+        assert isinstance(streamed.index, HalfIvf) and IvfListMajor.worthwhile(mem.index)
+        assert streamed.index.codes.dtype == np.float16
+        lists = IvfListMajor(mem.index)
+        for cell in range(8):
+            v16, i16 = streamed.index.inverted_list(cell)
+            v32, i32 = lists.inverted_list(cell)
+            np.testing.assert_array_equal(i16, i32)
+            np.testing.assert_array_equal(v16, v32)
+    else:
+        assert not isinstance(streamed.index, HalfIvf)
+    q = x[::7]
+    for k in (1, 10, 60):
+        s1, i1 = mem.search(q, k)
+        s2, i2 = streamed.search(q, k)
+        np.testing.assert_array_equal(i1, i2)
+        np.testing.assert_array_equal(s1, s2)
+
+
+def test_exact_scores_against_shard_rows_equal_the_array(store):
+    x = store.vectors(np.float32)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(-1, 3000, size=(50, 9))
+    q = x[:50]
+    np.testing.assert_array_equal(exact_scores(q, store.rows(), ids, batch_size=16),
+                                  exact_scores(q, x, ids))
+
+
+def test_hnsw_needs_the_rows_in_memory(store):
+    from pairkit.errors import PairkitError
+
+    with pytest.raises(PairkitError, match="in memory"):
+        faiss_build.build_index(store.rows(), IndexOptions(kind="hnsw").resolved(3000, 24))

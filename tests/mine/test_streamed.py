@@ -1,0 +1,222 @@
+"""Local ``mine`` to a parquet output streamed from the store's shards (the parts path of
+pairkit/mine/parts_run.py run in this process, the rows read in place, the index built
+from them block by block): the table and the stats equal the in-memory run's; no float32
+copy of the store is made; a failure leaves no output and no temp folder; the runs that
+can't stream (other outputs, rules, mined positives, hnsw) keep the in-memory path."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pairkit.core.store import Store
+from pairkit.core.store_writer import write_store
+from pairkit.core.tables import read_table
+from pairkit.errors import PairkitError, StoreError
+from pairkit.index import faiss_build, half_ivf
+from pairkit.index.options import IndexOptions
+from pairkit.mine.command import mine_to_files
+from pairkit.mine.config import MineConfig
+from pairkit.mine.parts_run import STREAMED
+
+
+def make_store(path, dtype: str, n_sources: int = 1100, shard_rows: int = 500):
+    """Clustered rows, two views per source, labels by class, in several shards."""
+    rng = np.random.default_rng(5)
+    centers = rng.normal(size=(5, 16))
+    base = centers[np.arange(n_sources) % 5] + 0.5 * rng.normal(size=(n_sources, 16))
+    x = np.repeat(base, 2, axis=0) + 0.1 * rng.normal(size=(2 * n_sources, 16))
+    sources = np.repeat(np.arange(n_sources), 2)
+    items = pd.DataFrame({"path": [f"c{s % 5}/s{s}.jpg" for s in sources],
+                          "view": np.tile([0, 1], n_sources),
+                          "label": [f"c{s % 5}" for s in sources]})
+    items["source"] = items["path"]
+    return write_store(path, x.astype(np.float32), items, dtype=dtype, shard_rows=shard_rows)
+
+
+@pytest.fixture(scope="module")
+def store16(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("s16") / "st", "float16")
+
+
+@pytest.fixture(scope="module")
+def store32(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("s32") / "st", "float32", n_sources=300,
+                      shard_rows=170)
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Index blocks of 256 rows, so that building crosses the shards' borders."""
+    monkeypatch.setattr(faiss_build, "ADD_BLOCK_ROWS", 256)
+    monkeypatch.setattr(half_ivf, "ASSIGN_BLOCK_ROWS", 256)
+
+
+def both(store, tmp_path, cfg, out="pairs.parquet", fmt="triplet", index=None, relation=None):
+    """(in-memory table, its stats, streamed table, its stats)."""
+    index = index or IndexOptions(kind="ivf", nlist=8, device="cpu", backend="faiss")
+    suffix = "/" if out.endswith("/") else ""
+    a, b = tmp_path / f"a-{out.rstrip('/')}", tmp_path / f"b-{out.rstrip('/')}"
+    sa = mine_to_files(store.root, str(a) + suffix, cfg, fmt=fmt, index=index,
+                       relation=relation, streamed=False)
+    sb = mine_to_files(store.root, str(b) + suffix, cfg, fmt=fmt, index=index,
+                       relation=relation)
+    assert STREAMED not in sa["index"]
+    return read_table(a), sa, read_table(b), sb
+
+
+def same_stats(sa, sb):
+    skip = {"seconds", "index"}
+    assert {k: v for k, v in sa.items() if k not in skip} == \
+        {k: v for k, v in sb.items() if k not in skip}
+    if sa["hard"]:
+        assert sb["index"] == sa["index"].replace("built now", STREAMED)
+
+
+@pytest.mark.parametrize("case", ["ivf", "ivf-short-lists", "flat", "ivf-float16", "ivfpq",
+                                  "n-tuple", "labeled-pair", "easy", "short", "label",
+                                  "random-positive"])
+def test_streamed_equals_in_memory(store16, tmp_path, small_blocks, case):
+    cfg, fmt, index, relation = MineConfig(batch_size=300), "triplet", None, None
+    cpu = {"device": "cpu", "backend": "faiss"}
+    if case == "ivf-short-lists":  # 2,200 rows < 256 x 40 cells: an IndexIVFFlat
+        index = IndexOptions(kind="ivf", nlist=40, **cpu)
+    elif case == "flat":
+        index = IndexOptions(kind="flat", **cpu)
+    elif case == "ivf-float16":  # a lossy index: candidates re-scored from the shards
+        index = IndexOptions(kind="ivf", nlist=8, float16=True, **cpu)
+    elif case == "ivfpq":
+        index = IndexOptions(kind="ivfpq", nlist=8, **cpu)
+    elif case in ("n-tuple", "labeled-pair"):
+        fmt = case
+    elif case == "easy":
+        cfg = MineConfig(hard=False, batch_size=300, num_negatives=3)
+    elif case == "short":
+        cfg, fmt = MineConfig(batch_size=300, num_negatives=6, min_score=0.9), "n-tuple"
+    elif case == "label":
+        cfg, relation = MineConfig(batch_size=300, max_positives=3), "label"
+    elif case == "random-positive":
+        cfg = MineConfig(batch_size=250, positive="random", sampling="softmax")
+    a, sa, b, sb = both(store16, tmp_path, cfg, fmt=fmt, index=index, relation=relation)
+    if case == "short":
+        assert sa["anchors_short"] > 0
+    assert len(a) > 0
+    pd.testing.assert_frame_equal(a, b)
+    same_stats(sa, sb)
+    assert sb["negatives_same_label"] is not None
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
+
+
+@pytest.mark.parametrize("relation", [None, "label"])
+def test_plan_made_in_a_child_process_is_the_same(store16, tmp_path, monkeypatch, relation):
+    """Above PLAN_APART_ROWS the plan is made in a spawned child from the snapshot's item
+    table (its memory goes with the child): same table and stats."""
+    import pairkit.mine.parts_run as parts_run
+
+    seen = []
+    real = parts_run.plan_here
+
+    def spy(store, spec):
+        seen.append(store.count > parts_run.PLAN_APART_ROWS)
+        return real(store, spec)
+
+    monkeypatch.setattr(parts_run, "PLAN_APART_ROWS", 1000)
+    monkeypatch.setattr(parts_run, "plan_here", spy)
+    a, sa, b, sb = both(store16, tmp_path, MineConfig(batch_size=700, max_positives=4),
+                        relation=relation)
+    assert seen == [True]
+    pd.testing.assert_frame_equal(a, b)
+    same_stats(sa, sb)
+
+
+def test_streamed_float32_store_and_dataset_output(store32, tmp_path):
+    a, sa, b, sb = both(store32, tmp_path, MineConfig(batch_size=100), out="pairs/")
+    names = sorted(p.name for p in (tmp_path / "b-pairs").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "a-pairs").iterdir()) == [
+        f"part-0000{i}.parquet" for i in range(6)]  # 600 anchors, 100 per block
+    pd.testing.assert_frame_equal(a, b)
+    same_stats(sa, sb)
+
+
+def test_streamed_run_makes_no_float32_copy(store16, tmp_path, monkeypatch):
+    """The streamed run never calls Store.vectors (the copy of the whole store)."""
+    def refuse(self, dtype=np.float32):
+        raise AssertionError("Store.vectors called")
+
+    monkeypatch.setattr(Store, "vectors", refuse)
+    stats = mine_to_files(store16.root, str(tmp_path / "p.parquet"), MineConfig(batch_size=500),
+                          index=IndexOptions(kind="ivf", nlist=8, device="cpu", backend="faiss"))
+    assert STREAMED in stats["index"] and stats["rows"] == 5 * 2200
+    with pytest.raises(AssertionError, match="Store.vectors"):  # the in-memory path does
+        mine_to_files(store16.root, str(tmp_path / "q.parquet"), MineConfig(batch_size=500),
+                      streamed=False)
+
+
+def test_failure_mid_run_leaves_no_output_and_no_temp_folder(store16, tmp_path, monkeypatch):
+    import pairkit.core.pairs as pairs
+
+    real = pairs.build_pair_table
+    calls = []
+
+    def fail_third(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise PairkitError("boom")
+        return real(*a, **k)
+
+    monkeypatch.setattr(pairs, "build_pair_table", fail_third)
+    out = tmp_path / "out" / "pairs.parquet"
+    with pytest.raises(PairkitError, match="boom"):
+        mine_to_files(store16.root, str(out), MineConfig(batch_size=500),
+                      stats_path=tmp_path / "out" / "stats.json")
+    assert list((tmp_path / "out").iterdir()) == []  # no output, no stats, no parts folder
+    monkeypatch.setattr(pairs, "build_pair_table", real)
+    stats = mine_to_files(store16.root, str(out), MineConfig(batch_size=500))
+    assert len(read_table(out)) == stats["rows"] > 0
+
+
+def test_damaged_shard_refused_in_one_line_nothing_written(tmp_path):
+    st = make_store(tmp_path / "st", "float16", n_sources=200, shard_rows=150)
+    shard = tmp_path / "st" / st.shards[1].file
+    data = bytearray(shard.read_bytes())
+    data[-3] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    out = tmp_path / "o" / "pairs.parquet"
+    out.parent.mkdir()
+    with pytest.raises(StoreError, match="checksum mismatch"):
+        mine_to_files(st.root, str(out), MineConfig(batch_size=100))
+    assert list(out.parent.iterdir()) == []
+
+
+def test_existing_output_refused_then_replaced_with_force(store16, tmp_path):
+    out = tmp_path / "pairs.parquet"
+    out.write_bytes(b"old")
+    with pytest.raises(PairkitError, match="exists"):
+        mine_to_files(store16.root, str(out), MineConfig(batch_size=500))
+    assert out.read_bytes() == b"old"
+    mine_to_files(store16.root, str(out), MineConfig(batch_size=500), force=True,
+                  stats_path=tmp_path / "stats.json")
+    assert len(read_table(out)) == json.loads((tmp_path / "stats.json").read_text())["rows"]
+
+
+@pytest.mark.parametrize("case", ["csv", "stdout", "rules", "mined-positives", "hnsw"])
+def test_runs_that_cannot_stream_stay_in_memory(store32, tmp_path, capsys, case):
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.positives import PositiveConfig
+
+    out, kw = str(tmp_path / "p.parquet"), {}
+    if case == "csv":
+        out = str(tmp_path / "p.csv")
+    elif case == "stdout":
+        out = "-"
+    elif case == "rules":
+        kw["fn_config"] = FalseNegativeConfig(rules=("margin",))
+    elif case == "mined-positives":
+        kw["positives"] = PositiveConfig(per_anchor=2)
+    elif case == "hnsw":
+        kw["index"] = IndexOptions(kind="hnsw", device="cpu", backend="faiss")
+    stats = mine_to_files(store32.root, out, MineConfig(batch_size=100), **kw)
+    assert STREAMED not in stats["index"] and stats["rows"] > 0
