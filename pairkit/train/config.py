@@ -39,6 +39,7 @@ class TrainConfig:
     stop_on_collapse: bool = False
     positive_share: float = 0.5  # examples whose positive is swapped for a mined one
     positive_sampling: str = "uniform"
+    whiten: float = 0.0  # power of the output whitening (0: none; output_whitening.py)
 
     def check(self) -> None:
         """Raise :class:`PairkitError` naming the first bad option."""
@@ -66,6 +67,9 @@ class TrainConfig:
         if self.positive_sampling not in SAMPLINGS:
             raise UsageError(f"--positive-sampling must be one of {', '.join(SAMPLINGS)}, "
                              f"got {self.positive_sampling}")
+        if not 0 <= self.whiten <= 0.5:
+            raise UsageError(f"--whiten must be in [0, 0.5] (0: none, 0.5: full whitening), "
+                             f"got {self.whiten}")
 
 
 def head_spec(cfg: TrainConfig, in_dim: int) -> HeadSpec:
@@ -102,7 +106,10 @@ class TrainResult:
     examples: int
     stopped: str | None = None
     notes: list[str] = field(default_factory=list)
-    out_dim: int = 0
+    out_dim: int = 0  # of Head.apply's rows: the whitening's when whitened
+    module_dim: int = 0  # of the module's outputs
+    whitened: bool = False
+    whitening_skipped: str | None = None  # why the output whitening was not fitted
     head_kind: str = ""
     mined_positives: int = 0  # of the table, on the training side
 

@@ -17,6 +17,12 @@ from pairkit.train.head import save_weights, write_config
 from pairkit.train.head_folder import write_log
 from pairkit.train.losses import batch_loss
 from pairkit.train.losses.candidates import build_candidates
+from pairkit.train.output_whitening import FILE as WHITENING_FILE
+from pairkit.train.output_whitening import (
+    VARIANCE,
+    fit_output_whitening,
+    save_output_whitening,
+)
 from pairkit.train.resume import save_checkpoint
 
 if TYPE_CHECKING:
@@ -124,14 +130,59 @@ def collapse_note(record: dict[str, Any], stop_on_collapse: bool) -> str:
             "--temperature" + ("" if stop_on_collapse else ", or pass --stop-on-collapse"))
 
 
+Whitening = tuple[np.ndarray, np.ndarray]  # (mean, projection): output_whitening.py
+MIN_ROWS_PER_DIM = 2
+
+
+def output_whitening(module: torch.nn.Module, data: DeviceData, rows: np.ndarray,
+                     power: float, out_dim: int) -> Whitening | None:
+    """The partial whitening of the head's outputs on the store ``rows`` (the training
+    rows of :func:`pairkit.train.output_whitening.fit_rows`), computed in float32 as
+    :meth:`Head.apply` projects; None when ``power`` is 0 or there are fewer than
+    :data:`MIN_ROWS_PER_DIM` rows per dim of the module's outputs (``out_dim``): a
+    covariance of fewer rows is too noisy to scale its small directions up."""
+    import torch
+
+    if power == 0 or len(rows) < MIN_ROWS_PER_DIM * out_dim:
+        return None
+    was_training = module.training
+    module.eval()
+    parts = []
+    with torch.no_grad():
+        for start in range(0, len(rows), 4096):
+            x = data.rows(data.ids(rows[start : start + 4096])).float()
+            parts.append(torch.nn.functional.normalize(module(x).float(), dim=1).cpu().numpy())
+    module.train(was_training)
+    return fit_output_whitening(np.concatenate(parts), power)
+
+
+def whitening_record(whitening: Whitening | None, power: float, rows: int
+                     ) -> dict[str, Any] | None:
+    """config.json's ``whitening`` entry (None: no whitening)."""
+    if whitening is None:
+        return None
+    return {"power": power, "variance": VARIANCE, "dims": int(whitening[1].shape[1]),
+            "rows": int(rows)}
+
+
 def save_epoch(out: Path, module: torch.nn.Module, optimizer: Any, scaler: Any,
                records: list[dict[str, Any]], step: int, fingerprint: dict[str, Any],
-               epochs: int, config: dict[str, Any]) -> None:
-    """Write the epoch into the head folder, each file atomically: the weights, the log,
-    the checkpoint (after ``records[-1]["epoch"]`` epochs and ``step`` steps), config.json."""
+               epochs: int, config: dict[str, Any], whitening: Whitening | None) -> None:
+    """Write the epoch into the head folder, each file atomically: the weights, the output
+    whitening (or none), the log, the checkpoint (after ``records[-1]["epoch"]`` epochs and
+    ``step`` steps), config.json (last: what a reader trusts)."""
     out.mkdir(parents=True, exist_ok=True)
     save_weights(out, module)
+    save_whitening_file(out, whitening)
     write_log(out, records)
     save_checkpoint(out, module, optimizer, scaler, records[-1]["epoch"], step, fingerprint,
                     epochs)
     write_config(out, config)
+
+
+def save_whitening_file(out: Path, whitening: Whitening | None) -> None:
+    """Write the head's ``whitening.safetensors``, or remove a stale one."""
+    if whitening is None:
+        (out / WHITENING_FILE).unlink(missing_ok=True)
+    else:
+        save_output_whitening(out, *whitening)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import torch
 
 HEAD_FORMAT = "pairkit-head"
-HEAD_FORMAT_VERSION = 1
+HEAD_FORMAT_VERSION = 2  # 2: may carry an output whitening (output_whitening.py)
 WEIGHTS = "head.safetensors"
 CONFIG = "config.json"
 HEAD_KINDS = ("residual", "linear", "mlp")
@@ -98,11 +98,13 @@ class Head:
     """A trained head, ready to project vectors. Read one with :func:`load_head`."""
 
     def __init__(self, path: Path, spec: HeadSpec, module: torch.nn.Module,
-                 config: dict[str, Any]) -> None:
+                 config: dict[str, Any],
+                 whitening: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.path = path
         self.spec = spec
         self.module = module.eval()
         self.config = config
+        self.whitening = whitening  # (mean, projection) applied after the module, or None
 
     @property
     def in_dim(self) -> int:
@@ -110,7 +112,8 @@ class Head:
 
     @property
     def out_dim(self) -> int:
-        return self.spec.out_dim
+        """Dim of :meth:`apply`'s rows: the whitening's when the head has one."""
+        return self.spec.out_dim if self.whitening is None else self.whitening[1].shape[1]
 
     @property
     def complete(self) -> bool:
@@ -119,8 +122,11 @@ class Head:
 
     def apply(self, vectors: np.ndarray, device: str = "cpu",
               batch_size: int = 65536) -> np.ndarray:
-        """Project ``vectors`` (n, in_dim) -> float32 (n, out_dim), rows L2-normalised."""
+        """Project ``vectors`` (n, in_dim) -> float32 (n, out_dim), rows L2-normalised:
+        the module's outputs, L2-normalised, then (when the head has one) the output
+        whitening (:func:`pairkit.train.output_whitening.whiten`)."""
         from pairkit.core.threads import import_torch
+        from pairkit.train.output_whitening import whiten
 
         torch = import_torch()
 
@@ -134,12 +140,16 @@ class Head:
             raise PairkitError(f"batch_size must be >= 1, got {batch_size}")
         out = np.empty((len(vectors), self.out_dim), dtype=np.float32)
         module = self.module.to(device)
+        white = None if self.whitening is None else tuple(
+            torch.from_numpy(a).to(device) for a in self.whitening)
         with torch.no_grad():
             for start in range(0, len(vectors), batch_size):
                 block = torch.from_numpy(
                     np.array(vectors[start : start + batch_size], dtype=np.float32, order="C")
                 ).to(device)
                 z = torch.nn.functional.normalize(module(block).float(), dim=1)
+                if white is not None:
+                    z = whiten(z, *white)
                 out[start : start + len(block)] = z.cpu().numpy()
         return out
 
@@ -165,7 +175,12 @@ def load_head(path: str | os.PathLike[str]) -> Head:
         first = str(exc).splitlines()[0]
         raise PairkitError(f"head {root}: weights don't match config.json ({first})") from None
     module = module.to(torch.float32)
-    return Head(root, spec, module, config)
+    whitening = None
+    if config.get("whitening"):
+        from pairkit.train.output_whitening import load_output_whitening
+
+        whitening = load_output_whitening(root, spec.out_dim, int(config["whitening"]["dims"]))
+    return Head(root, spec, module, config, whitening)
 
 
 def read_head_config(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any], HeadSpec]:
@@ -196,6 +211,11 @@ def read_head_config(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]
         spec.check()
     except (KeyError, TypeError) as exc:
         raise PairkitError(f"head {root}: {CONFIG} has a bad 'head' entry ({exc})") from None
+    white = config.get("whitening")
+    if white is not None and not (isinstance(white, dict) and isinstance(white.get("dims"), int)
+                                  and not isinstance(white["dims"], bool)
+                                  and 1 <= white["dims"] <= spec.out_dim):
+        raise PairkitError(f"head {root}: {CONFIG} has a bad 'whitening' entry ({white!r})")
     return root, config, spec
 
 

@@ -28,6 +28,7 @@ from pairkit.train.head import (
     HeadSpec,
     spec_dict,
 )
+from pairkit.train.output_whitening import FILE as WHITENING
 
 if TYPE_CHECKING:
     from pairkit.core.store import Store
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 CHECKPOINT = "checkpoint.pt"
 LOG = "train_log.jsonl"
 PLOT = "train_plot.png"
-HEAD_FILES = (WEIGHTS, CONFIG, LOG, PLOT, CHECKPOINT)
+HEAD_FILES = (WEIGHTS, CONFIG, LOG, PLOT, CHECKPOINT, WHITENING)
 
 
 def _is_head_file(name: str) -> bool:
@@ -126,9 +127,11 @@ def _now() -> str:
 
 def head_config(cfg: TrainConfig, spec: HeadSpec, store: Store, pairs_id: dict[str, Any],
                 fingerprint: dict[str, Any], *, device: str, precision: str, streaming: bool,
-                epochs_done: int, complete: bool, stopped: str | None) -> dict[str, Any]:
+                epochs_done: int, complete: bool, stopped: str | None,
+                whitening: dict[str, Any] | None = None) -> dict[str, Any]:
     """The content of a head's config.json after ``epochs_done`` epochs: architecture,
     loss, training options (as run: device, precision, streaming), the store, the pairs,
+    the output whitening (format version 2; none: version 1, which older pairkits read)
     and the run's fingerprint (what ``--resume`` compares)."""
     training = asdict(cfg)
     training.pop("loss")
@@ -136,9 +139,10 @@ def head_config(cfg: TrainConfig, spec: HeadSpec, store: Store, pairs_id: dict[s
         training.pop(key)
     training.update(device=device, precision=precision, streaming=streaming)
     return {
-        "format": HEAD_FORMAT, "format_version": HEAD_FORMAT_VERSION,
+        "format": HEAD_FORMAT, "format_version": HEAD_FORMAT_VERSION if whitening else 1,
         "pairkit_version": __version__, "written": _now(),
-        "head": spec_dict(spec), "loss": asdict(cfg.loss), "training": training,
+        "head": spec_dict(spec), "whitening": whitening, "loss": asdict(cfg.loss),
+        "training": training,
         "store": {"path": str(store.root), "content_id": store.content_id,
                   "manifest_hash": store.manifest_hash, "dim": store.dim,
                   "count": store.count, "encoder": store.encoder},

@@ -23,15 +23,20 @@ from pairkit.errors import PairkitError
 from pairkit.train.config import TrainConfig, TrainHook, TrainResult, head_spec
 from pairkit.train.epoch import batches, device_data, lr_at, make_autocast, train_epoch
 from pairkit.train.epoch_end import (
+    MIN_ROWS_PER_DIM,
     collapse_note,
     epoch_record,
     eval_items,
     eval_pairs,
     evaluate,
+    output_whitening,
     save_epoch,
+    save_whitening_file,
+    whitening_record,
 )
 from pairkit.train.head import CONFIG, build_module, write_config
 from pairkit.train.head_folder import PLOT, head_config, prepare_head_dir
+from pairkit.train.output_whitening import fit_rows
 from pairkit.train.plot import write_plot
 from pairkit.train.resume import ResumeState, fingerprint, resume_state
 from pairkit.train.run_pairs import epoch_pairs, run_pairs
@@ -108,24 +113,31 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
         if complete:
             return result(state.records)
     items, metrics_on = eval_items(pairs.val_mask, cfg)
+    white_rows = fit_rows(np.flatnonzero(~pairs.val_mask), cfg.seed)
 
-    def config(epochs_done: int, complete: bool, stopped: str | None) -> dict[str, Any]:
+    def config(epochs_done: int, complete: bool, stopped: str | None,
+               whitening: Any) -> dict[str, Any]:
         return head_config(cfg, spec, store, pairs.pairs_id, run_id, device=str(device),
                            precision=precision, streaming=data.streaming,
-                           epochs_done=epochs_done, complete=complete, stopped=stopped)
+                           epochs_done=epochs_done, complete=complete, stopped=stopped,
+                           whitening=whitening_record(whitening, cfg.whiten, len(white_rows)))
 
     records, step = state.records, state.step
     if state.epoch >= cfg.epochs:
         # killed after its last checkpoint but before config.json: finish the folder
         note(f"{out}: the run was stopped before its {CONFIG} was written; written now")
-        write_config(out, config(state.epoch, True, None))
+        whitening = output_whitening(module, data, white_rows, cfg.whiten, spec.out_dim)
+        save_whitening_file(out, whitening)
+        write_config(out, config(state.epoch, True, None, whitening))
         if records:
             write_plot(out / PLOT, records)
-        return result(records, out_dim=spec.out_dim, head_kind=spec.kind)
+        return result(records, head_kind=spec.kind,
+                      **dims_out(spec.out_dim, whitening, cfg.whiten, len(white_rows)))
     if hook is not None:
         hook.start(pairs.examples * (cfg.epochs - state.epoch),
                    f"train {cfg.loss.name} on {device}")
     stopped: str | None = None
+    whitening = None
     module.train()
     for epoch in range(state.epoch, cfg.epochs):
         shuffled = epoch_pairs(pairs, cfg, epoch)
@@ -141,12 +153,30 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
         if record["collapsed"]:
             stopped = "collapse" if cfg.stop_on_collapse else None
             note(collapse_note(record, cfg.stop_on_collapse))
+        last = epoch + 1 == cfg.epochs
+        # fitted once, on the last epoch's outputs (an eigen solve of the output dim's
+        # covariance: seconds at 1,280 dims; an unfinished head has none)
+        whitening = (output_whitening(module, data, white_rows, cfg.whiten, spec.out_dim)
+                     if last else None)
         save_epoch(out, module, optimizer, scaler, records, step, run_id, cfg.epochs,
-                   config(epoch + 1, epoch + 1 == cfg.epochs, stopped))
+                   config(epoch + 1, last, stopped, whitening), whitening)
         if hook is not None:
             hook.epoch_done(record)
-        if epoch + 1 == cfg.epochs or stopped is not None:
+        if last or stopped is not None:
             break
     write_plot(out / PLOT, records)
-    return result(records, stopped=stopped, out_dim=spec.out_dim, head_kind=spec.kind,
+    return result(records, stopped=stopped, head_kind=spec.kind,
+                  **dims_out(spec.out_dim, whitening, cfg.whiten, len(white_rows)),
                   mined_positives=0 if pairs.mined is None else pairs.mined.total)
+
+
+def dims_out(module_dim: int, whitening: Any, power: float, rows: int) -> dict[str, Any]:
+    """The result's ``out_dim`` (the whitening's, else the module's), ``module_dim``,
+    ``whitened`` and, when asked for but not fitted, ``whitening_skipped`` (why)."""
+    out_dim = module_dim if whitening is None else int(whitening[1].shape[1])
+    skipped = None
+    if whitening is None and power > 0:
+        skipped = (f"{rows} training rows for {module_dim} output dims, under "
+                   f"{MIN_ROWS_PER_DIM} per dim")
+    return {"out_dim": out_dim, "module_dim": module_dim, "whitened": whitening is not None,
+            "whitening_skipped": skipped}

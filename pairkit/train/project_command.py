@@ -34,6 +34,7 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
     from pairkit.core.store import DTYPES, Store, sha256_file
     from pairkit.core.store_writer import write_store
     from pairkit.train.head import WEIGHTS, load_head, read_head_config
+    from pairkit.train.output_whitening import FILE as WHITENING_FILE
     from pairkit.train.project import project_vectors
 
     if cfg.batch_size < 1:
@@ -51,6 +52,9 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
         "path": str(head.path),
         "weights_sha256": sha256_file(head.path / WEIGHTS),
         "head": head.config.get("head"),
+        "whitening": head.config.get("whitening"),
+        **({"whitening_sha256": sha256_file(head.path / WHITENING_FILE)}
+           if head.whitening is not None else {}),
         "loss": head.config.get("loss"),
         "trained_on": (head.config.get("store") or {}).get("content_id"),
         "complete": head.complete,

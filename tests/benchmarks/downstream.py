@@ -6,6 +6,9 @@ run the loop as a user would, through the command line, and evaluate each head w
 ``pairkit eval HELDOUT --against TRAIN --head HEAD`` (held-out kNN top-1 and linear probe):
 
 - raw: no head
+- raw-whitened: no head, the raw features through the partial PCA whitening that ``train
+  --whiten 0.25`` fits on its outputs (fitted on the training store): what a user gets for
+  free without any training
 - in-batch: ``train --relation instance`` (no table)
 - naive: ``mine --hard`` (no filter) -> ``train --pairs``
 - lf-negatives: ``mine --hard --filter-false-negatives --fn-rules
@@ -14,6 +17,8 @@ run the loop as a user would, through the command line, and evaluate each head w
 - lf (the default loop): the same with mined positives (``--positives`` default)
 - label-negatives: ``--fn-rules label`` (the label oracle for negatives)
 - supcon-labels: ``train --relation label --loss supcon`` (labels as positives: the ceiling)
+- in-batch-whitened, lf-whitened: in-batch and lf with ``train --whiten 0.25`` (the
+  output whitening, off by default)
 
 Labels are in the stores (for the metrics and the oracle rows); the label-free rows never
 read them (``--fn-rules near-duplicate,mutual-neighbour,cluster``: the default rules of a
@@ -75,12 +80,15 @@ LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,mutual-n
 VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
     # name: (mine options or None for no table, train options)
     "raw": (None, []),
+    "raw-whitened": (None, []),
     "in-batch": (None, ["--relation", "instance"]),
     "naive": ([], []),
     "lf-negatives": ([*LABEL_FREE, "--positives", "0"], []),
     "lf": (LABEL_FREE, []),
     "label-negatives": (["--filter-false-negatives", "--fn-rules", "label"], []),
     "supcon-labels": (None, ["--relation", "label", "--loss", "supcon"]),
+    "in-batch-whitened": (None, ["--relation", "instance", "--whiten", "0.25"]),
+    "lf-whitened": (LABEL_FREE, ["--whiten", "0.25"]),
 }
 
 
@@ -300,6 +308,31 @@ def evaluate(train: Path, held: Path, head: Path | None) -> dict:
     return {"knn_top1": got["knn_top1"], "linear_top1": got["linear_top1"]}
 
 
+def evaluate_whitened(train: Path, held: Path) -> dict:
+    """Held-out kNN top-1 and linear probe of the raw features through the output
+    whitening ``train --whiten 0.25`` fits (same power, variance and fit), no head: as ``eval
+    --against`` computes them (references grouped by source)."""
+    from pairkit.core.store import Store
+    from pairkit.eval.run import EvalConfig, EvalSide
+    from pairkit.eval.run import evaluate as run_eval
+    from pairkit.train.output_whitening import DEFAULT_POWER, fit_output_whitening, fit_rows
+
+    def unit(x: np.ndarray) -> np.ndarray:
+        return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+    st, ho = Store.open(train), Store.open(held)
+    x, q = unit(st.vectors(np.float32)), unit(ho.vectors(np.float32))
+    mean, proj = fit_output_whitening(x[fit_rows(np.arange(len(x)), 0)], DEFAULT_POWER)
+    ref = EvalSide(unit((x - mean) @ proj).astype(np.float32),
+                   np.asarray(st.labels(), dtype=object),
+                   st.source_codes().astype(str).astype(object))
+    qs = EvalSide(unit((q - mean) @ proj).astype(np.float32),
+                  np.asarray(ho.labels(), dtype=object),
+                  np.array([f"q{i}" for i in range(len(q))], dtype=object))
+    got = run_eval(qs, ref, EvalConfig(metrics=("knn", "linear"))).metrics
+    return {"knn_top1": got["knn_top1"], "linear_top1": got["linear_top1"]}
+
+
 def run_set(tag: str, work: Path, seeds: list[int], variants: list[str], epochs: int
             ) -> list[dict]:
     train, held, copies = get_set(tag, work)
@@ -308,8 +341,10 @@ def run_set(tag: str, work: Path, seeds: list[int], variants: list[str], epochs:
     rows = []
     for name in variants:
         mine_args, train_args = VARIANTS[name]
-        if name == "raw":
-            row = {"set": tag, "variant": name, "seed": None, **evaluate(train, held, None)}
+        if name in ("raw", "raw-whitened"):
+            got = (evaluate(train, held, None) if name == "raw"
+                   else evaluate_whitened(train, held))
+            row = {"set": tag, "variant": name, "seed": None, **got}
             print(json.dumps(row), flush=True)
             rows.append(row)
             continue

@@ -150,3 +150,31 @@ def test_usage_errors(tmp_path):
     r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
                             "--relation", "label", "--resume", "--force"])
     assert r.exit_code == 2 and "contradict" in r.stderr
+
+
+def test_train_whiten_then_project(tmp_path):
+    store = random_store(tmp_path / "s", n_sources=40, views=2, dim=12, classes=4)
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "--whiten", "0.25", *FAST])
+    assert r.exit_code == 0, r.stderr
+    head = load_head(tmp_path / "h")
+    assert head.whitening is not None and 1 <= head.out_dim <= 8
+    assert (f"trained mlp head 12->8 (outputs whitened to {head.out_dim} dims) with infonce"
+            in r.stderr)
+    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(tmp_path / "h"),
+                            "-o", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.stderr
+    out = Store.open(tmp_path / "p")
+    assert out.dim == head.out_dim
+    assert out.encoder["head"]["whitening"]["dims"] == head.out_dim
+    assert len(out.encoder["head"]["whitening_sha256"]) == 64
+    np.testing.assert_allclose(out.vectors(), head.apply(store.vectors()), atol=2e-3)
+    # too few rows for the output dims: not whitened, and the summary says why
+    random_store(tmp_path / "s2", n_sources=3, views=2, dim=12, classes=3)
+    r = runner.invoke(app, ["train", str(tmp_path / "s2"), "-o", str(tmp_path / "h2"),
+                            "--relation", "instance", "--whiten", "0.25", *FAST])
+    assert r.exit_code == 0, r.stderr
+    assert "(outputs not whitened: 6 training rows for 8 output dims, under 2 per dim)" in r.stderr
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h3"),
+                            "--relation", "instance", "--whiten", "0.9", *FAST])
+    assert r.exit_code == 2 and "--whiten must be in [0, 0.5]" in r.stderr
