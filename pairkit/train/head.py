@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -158,16 +159,9 @@ def load_head(path: str | os.PathLike[str]) -> Head:
     """Open a head folder written by ``pairkit train``; raise PairkitError naming the problem."""
     root, config, spec = read_head_config(path)
     import torch
-    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    weights = root / WEIGHTS
-    if not weights.is_file():
-        raise PairkitError(f"head {root}: {WEIGHTS} is missing")
-    try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise PairkitError(f"head {root}: {WEIGHTS} is unreadable ({exc})") from None
+    state = read_tensor_file(root, WEIGHTS, load_file)
     module = build_module(spec)
     try:
         module.load_state_dict(state)
@@ -181,6 +175,21 @@ def load_head(path: str | os.PathLike[str]) -> Head:
 
         whitening = load_output_whitening(root, spec.out_dim, int(config["whitening"]["dims"]))
     return Head(root, spec, module, config, whitening)
+
+
+def read_tensor_file(root: Path, name: str, load: Callable[[str], dict[str, Any]]
+                     ) -> dict[str, Any]:
+    """The tensors of the head folder's safetensors file ``name``, read by ``load``
+    (safetensors' numpy or torch ``load_file``); PairkitError when missing or unreadable."""
+    from safetensors import SafetensorError
+
+    path = root / name
+    if not path.is_file():
+        raise PairkitError(f"head {root}: {name} is missing")
+    try:
+        return load(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise PairkitError(f"head {root}: {name} is unreadable ({exc})") from None
 
 
 def read_head_config(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any], HeadSpec]:

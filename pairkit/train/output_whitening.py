@@ -73,16 +73,11 @@ def load_output_whitening(folder: Path, out_dim: int, dims: int
                           ) -> tuple[np.ndarray, np.ndarray]:
     """``(mean, projection)`` from ``folder``, checked against the module's ``out_dim``
     and the ``dims`` that config.json records; PairkitError naming the problem."""
-    from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    path = folder / FILE
-    if not path.is_file():
-        raise PairkitError(f"head {folder}: config.json says whitening but {FILE} is missing")
-    try:
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise PairkitError(f"head {folder}: {FILE} is unreadable ({exc})") from None
+    from pairkit.train.head import read_tensor_file
+
+    tensors = read_tensor_file(folder, FILE, load_file)
     mean, projection = tensors.get("mean"), tensors.get("projection")
     if (mean is None or projection is None or mean.shape != (out_dim,)
             or projection.shape != (out_dim, dims)
