@@ -141,6 +141,14 @@ def test_resumed_run_has_the_uninterrupted_whitening(store, tmp_path):
     wa, wb = load_file(str(tmp_path / "a" / FILE)), load_file(str(tmp_path / "b" / FILE))
     for key in ("mean", "projection"):
         np.testing.assert_array_equal(wa[key], wb[key])
+    # the whitening does not change the weights: a run started without it resumes with it
+    off = TrainConfig(relation="instance", **{**FAST, "epochs": 3})
+    with pytest.raises(Stop):
+        train_head(store, tmp_path / "c", off, hook=Hook())
+    train_head(store, tmp_path / "c", cfg, resume=True)
+    wc = load_file(str(tmp_path / "c" / FILE))
+    for key in ("mean", "projection"):
+        np.testing.assert_array_equal(wa[key], wc[key])
 
 
 def test_damaged_or_missing_whitening_is_refused(store, tmp_path):
