@@ -12,7 +12,7 @@ import numpy as np
 
 from pairkit.eval.geometry import all_pairs_uniformity, pair_alignment
 from pairkit.train.data import PairArrays
-from pairkit.train.epoch import Autocast, DeviceData, batches, forward
+from pairkit.train.epoch import Autocast, DeviceData, batches, forward, make_autocast
 from pairkit.train.head import save_weights, write_config
 from pairkit.train.head_folder import write_log
 from pairkit.train.losses import batch_loss
@@ -91,14 +91,8 @@ def evaluate(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, items
             neg_n += int(neg.sum())
             za_all.append(za.cpu().numpy())
             zp_all.append(zp.cpu().numpy())
-        z_items = []
-        for start in range(0, len(items), 4096):
-            x = data.rows(data.ids(items[start : start + 4096]))
-            with autocast():
-                z = module(x)
-            z_items.append(torch.nn.functional.normalize(z.float(), dim=1).cpu().numpy())
+    z = row_outputs(module, data, items, autocast)
     module.train()
-    z = np.concatenate(z_items) if z_items else np.zeros((0, 1), np.float32)
     pos_score = pos_sum / max(pos_n, 1)
     neg_score = neg_sum / neg_n if neg_n else float("nan")
     return {
@@ -110,6 +104,22 @@ def evaluate(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, items
         "uniformity": all_pairs_uniformity(z),
         "dim_std": dim_std(z),
     }
+
+
+def row_outputs(module: torch.nn.Module, data: DeviceData, rows: np.ndarray,
+                autocast: Autocast) -> np.ndarray:
+    """The module's L2-normalised outputs (float32, (len(rows), out)) on the store
+    ``rows``, 4096 at a time, without gradients ((0, 1) for no rows)."""
+    import torch
+
+    parts = []
+    with torch.no_grad():
+        for start in range(0, len(rows), 4096):
+            x = data.rows(data.ids(rows[start : start + 4096]))
+            with autocast():
+                z = module(x)
+            parts.append(torch.nn.functional.normalize(z.float(), dim=1).cpu().numpy())
+    return np.concatenate(parts) if parts else np.zeros((0, 1), np.float32)
 
 
 def epoch_record(epoch: int, loss_sum: float, n_pairs: int, lr: float, seconds: float,
@@ -141,19 +151,13 @@ def output_whitening(module: torch.nn.Module, data: DeviceData, rows: np.ndarray
     :meth:`Head.apply` projects; None when ``power`` is 0 or there are fewer than
     :data:`MIN_ROWS_PER_DIM` rows per dim of the module's outputs (``out_dim``): a
     covariance of fewer rows is too noisy to scale its small directions up."""
-    import torch
-
     if power == 0 or len(rows) < MIN_ROWS_PER_DIM * out_dim:
         return None
     was_training = module.training
     module.eval()
-    parts = []
-    with torch.no_grad():
-        for start in range(0, len(rows), 4096):
-            x = data.rows(data.ids(rows[start : start + 4096])).float()
-            parts.append(torch.nn.functional.normalize(module(x).float(), dim=1).cpu().numpy())
+    z = row_outputs(module, data, rows, make_autocast(data.device, None))  # full precision
     module.train(was_training)
-    return fit_output_whitening(np.concatenate(parts), power)
+    return fit_output_whitening(z, power)
 
 
 def whitening_record(whitening: Whitening | None, power: float, rows: int

@@ -312,21 +312,18 @@ def evaluate_whitened(train: Path, held: Path) -> dict:
     """Held-out kNN top-1 and linear probe of the raw features through the output
     whitening ``train --whiten 0.25`` fits (same power, variance and fit), no head: as ``eval
     --against`` computes them (references grouped by source)."""
-    from pairkit.core.store import Store
+    from pairkit.core.store import Store, l2_normalize
     from pairkit.eval.run import EvalConfig, EvalSide
     from pairkit.eval.run import evaluate as run_eval
     from pairkit.train.output_whitening import DEFAULT_POWER, fit_output_whitening, fit_rows
 
-    def unit(x: np.ndarray) -> np.ndarray:
-        return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
     st, ho = Store.open(train), Store.open(held)
-    x, q = unit(st.vectors(np.float32)), unit(ho.vectors(np.float32))
+    x, q = l2_normalize(st.vectors(np.float32)), l2_normalize(ho.vectors(np.float32))
     mean, proj = fit_output_whitening(x[fit_rows(np.arange(len(x)), 0)], DEFAULT_POWER)
-    ref = EvalSide(unit((x - mean) @ proj).astype(np.float32),
+    ref = EvalSide(l2_normalize((x - mean) @ proj),
                    np.asarray(st.labels(), dtype=object),
                    st.source_codes().astype(str).astype(object))
-    qs = EvalSide(unit((q - mean) @ proj).astype(np.float32),
+    qs = EvalSide(l2_normalize((q - mean) @ proj),
                   np.asarray(ho.labels(), dtype=object),
                   np.array([f"q{i}" for i in range(len(q))], dtype=object))
     got = run_eval(qs, ref, EvalConfig(metrics=("knn", "linear"))).metrics
