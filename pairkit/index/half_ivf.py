@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 ASSIGN_BLOCK_ROWS = 65_536  # rows read, converted and assigned at a time (a multiple of 4096)
+PROBES_PER_SEARCH = 1 << 21  # query x cell pairs per list-major pass (~100 MB of bookkeeping)
 
 
 class HalfIvf:
@@ -40,6 +41,15 @@ class HalfIvf:
         self.ntotal = int(len(ids))
         self.nlist = int(len(offsets) - 1)
         self.d = int(codes.shape[1])
+
+    @property
+    def query_batch(self) -> int:
+        """Queries :func:`pairkit.index.search.knn_search` hands :meth:`search` at a time.
+        Each pass converts every cell it scans to float32 once, for all of its queries, so
+        the more queries a pass has the less that conversion costs per query (at 16,384
+        queries and 8M rows it took longer than the matrix products); the pass's bookkeeping
+        (cells, query ids and their order: ~48 bytes per query and cell probed) bounds it."""
+        return max(8192, PROBES_PER_SEARCH // max(1, self.nprobe))
 
     def inverted_list(self, cell: int) -> tuple[np.ndarray, np.ndarray]:
         """Cell ``cell``'s rows as float32 (a new C-contiguous array) and their ids."""

@@ -157,8 +157,9 @@ def knn_search(
         d = np.where(i >= 0, d, -np.inf).astype(np.float32)
         return sort_results(d, i)
 
-    for start in range(0, nq, batch_size):
-        block = as_float32(queries[start : start + batch_size])
+    step = int(getattr(index, "query_batch", 0) or batch_size)  # list-major: more at once
+    for start in range(0, nq, step):
+        block = as_float32(queries[start : start + step])
         kq = min(kk + 1, ntotal)
         d, i = run(block, kq)
         out_d, out_i = d[:, :kk].copy(), i[:, :kk].copy()

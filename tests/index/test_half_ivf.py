@@ -148,3 +148,29 @@ def test_scattered_rows_map_one_shard_at_a_time(store, monkeypatch):
     shard_kb = 450 * 24 * 2 / 1024
     assert len(seen) == 7 and max(seen) <= shard_kb + 8, seen  # one shard (+ a page)
     assert mapped_rss_kb(rows) == 0
+
+
+def test_half_ivf_takes_many_queries_per_pass(store, small_blocks, monkeypatch):
+    """knn_search hands a HalfIvf up to ``query_batch`` queries per call (each call converts
+    every cell it scans once, so bigger calls convert less per query), not its
+    ``batch_size``; the neighbours are those of searching in small batches."""
+    from pairkit.index.search import knn_search
+
+    opts = IndexOptions(kind="ivf", nlist=8, nprobe=3, device="cpu", backend="faiss")
+    index = open_searcher(store.rows(), opts).index
+    assert isinstance(index, HalfIvf)
+    assert index.query_batch == half_ivf.PROBES_PER_SEARCH // 3
+    monkeypatch.setattr(half_ivf, "PROBES_PER_SEARCH", 3 * 2000)
+    assert index.query_batch == 8192  # never fewer than knn_search's default batch
+    monkeypatch.setattr(half_ivf, "PROBES_PER_SEARCH", 3 * 20_000)
+    calls: list[int] = []
+    search = HalfIvf.search
+    monkeypatch.setattr(HalfIvf, "search", lambda self, x, k: calls.append(len(x))
+                        or search(self, x, k))
+    q = np.tile(store.vectors(np.float32), (4, 1))  # 12,000 queries
+    s1, i1 = knn_search(q, index, 10, batch_size=1000)
+    assert calls == [12_000]
+    small = [knn_search(q[a:a + 1000], index, 10) for a in range(0, 12_000, 1000)]
+    s2, i2 = np.concatenate([s for s, _ in small]), np.concatenate([i for _, i in small])
+    np.testing.assert_array_equal(i1, i2)
+    np.testing.assert_allclose(s1, s2, rtol=0, atol=1e-6)  # BLAS blocking: last-bit rounding
