@@ -81,10 +81,12 @@ def set_attracted(pairs: MinedPairs, attract: list[Attracted]) -> None:
 class StoreRows:
     """Where the blocks read the store's vectors themselves (the store as committed under
     ``content_id``; ``store`` an absolute path every node sees, or a URL) instead of
-    receiving them: a cluster's workers (float32, read once per process), or with
-    ``streamed`` this process reading the rows in place from the shards
-    (:class:`pairkit.core.shard_rows.ShardRows`: no copy of the store; the index built
-    from them shard by shard, :func:`pairkit.index.faiss_build.build_index`)."""
+    receiving them: a cluster's workers, or this process. With ``streamed`` (the parts
+    path of :mod:`pairkit.mine.parts_run` on the CPU: here, and on every worker) the rows
+    are read in place from the shards (:class:`pairkit.core.shard_rows.ShardRows`: no copy
+    of the store; the index built from them shard by shard, an IVF index's lists in the
+    store's float16: :func:`pairkit.index.faiss_build.build_index`); else the float32 copy,
+    read once per process."""
 
     store: str
     content_id: str

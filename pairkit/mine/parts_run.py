@@ -5,7 +5,9 @@ table.
 When the blocks run on workers that read the store themselves (``mine --ray``), without
 false-negative rules or mined positives, and the output is a local ``.parquet`` file or
 ``-o DIR/``: the driver plans the blocks (the relation, the anchors' positive sets), the
-workers score their anchors' positives, mine, and write their block's part into a temp
+workers read the store's rows in place from its shards (FAISS on the CPU, not ``hnsw``:
+:func:`streams_rows`; each worker's IVF lists in the store's float16, never a float32
+copy), score their anchors' positives, mine, and write their block's part into a temp
 folder beside the output; the driver keeps the blocks' summaries (counts, and the scores
 spilled to disk for the exact quantiles) and commits the parts in block order
 (:func:`pairkit.core.table_parts.commit_parts`). A block that fails for good, or a
@@ -47,16 +49,21 @@ def streams_parts(output: str, fn_config: Any, positives: Any, executor: Any = N
 
     if fn_config is not None or output == "-" or is_url(output):
         return False
-    if executor is None:
-        from pairkit.index.open import engine_for
-
-        opts = index or IndexOptions()
-        where = engine_for(opts)
-        if where.name == "torch" or where.gpu or opts.kind == "hnsw":
-            return False
+    if executor is None and not streams_rows(index or IndexOptions()):
+        return False
     if positives is not None and positives.per_anchor > 0:
         return False
     return table_kind(output) in ("parquet", "dataset")
+
+
+def streams_rows(index: IndexOptions) -> bool:
+    """Whether the blocks' index can be built from the rows read in place
+    (:class:`pairkit.core.shard_rows.ShardRows`): FAISS on the CPU, not ``hnsw`` (which
+    needs the rows in memory); the torch and GPU searches take the float32 copy."""
+    from pairkit.index.open import engine_for
+
+    where = engine_for(index)
+    return where.name != "torch" and not where.gpu and index.kind != "hnsw"
 
 
 @dataclass(frozen=True)
@@ -190,6 +197,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     rows_from = local_rows(store) if here else workers_rows(store, map_blocks, None)
     if rows_from is None or (config.hard and saved_index(store, index, where)):
         return None
+    if not here and streams_rows(index):  # the workers too read the shards in place
+        rows_from = replace(rows_from, streamed=True)
     if here:
         map_blocks = map_here
     searcher, index_text = None, "none (easy negatives: uniform sample)"

@@ -220,3 +220,65 @@ def test_runs_that_cannot_stream_stay_in_memory(store32, tmp_path, capsys, case)
         kw["index"] = IndexOptions(kind="hnsw", device="cpu", backend="faiss")
     stats = mine_to_files(store32.root, out, MineConfig(batch_size=100), **kw)
     assert STREAMED not in stats["index"] and stats["rows"] > 0
+
+
+
+class PickledWorkers:
+    """A :class:`pairkit.mine.command.MineExecutor` whose "workers" are this process: what
+    each block gets is pickled and unpickled, as Ray ships it, every block a fresh worker
+    (nothing loaded kept), and the workers read the store themselves
+    (``workers_read_store``, as on a Ray cluster)."""
+
+    workers_read_store = True
+
+    def search_options(self, index):
+        return index
+
+    def __call__(self, run):
+        return run(self.map_blocks)
+
+    def map_blocks(self, fn, shared, spans):
+        import pickle
+
+        from pairkit.mine.blocks import forget_loaded
+
+        for span in spans:
+            forget_loaded()
+            yield fn(pickle.loads(pickle.dumps(shared)), span)
+
+    map_blocks.workers_read_store = True  # type: ignore[attr-defined]
+
+
+def test_cluster_workers_read_the_shards_in_place(store16, tmp_path, small_blocks,
+                                                  monkeypatch):
+    """On a cluster (workers reading the store) the parts path's workers take the rows in
+    place as the local streamed run does, never the float32 copy: the same table and stats
+    as in memory, each worker's IVF index a HalfIvf of float16 lists."""
+    from pairkit.mine.blocks import StoreSearcher
+
+    def refuse(self, dtype=np.float32):
+        raise AssertionError("Store.vectors called")
+
+    built = []
+    search = StoreSearcher.__call__
+
+    def record(self, queries, k):
+        out = search(self, queries, k)
+        built.append(type(self.opened.index).__name__)
+        return out
+
+    index = IndexOptions(kind="ivf", nlist=8, device="cpu", backend="faiss")
+    cfg = MineConfig(batch_size=500)
+    sa = mine_to_files(store16.root, str(tmp_path / "a.parquet"), cfg, index=index,
+                       streamed=False)
+    monkeypatch.setattr(Store, "vectors", refuse)
+    monkeypatch.setattr(StoreSearcher, "__call__", record)
+    sb = mine_to_files(store16.root, str(tmp_path / "b.parquet"), cfg, index=index,
+                       executor=PickledWorkers())
+    pd.testing.assert_frame_equal(read_table(tmp_path / "a.parquet"),
+                                  read_table(tmp_path / "b.parquet"))
+    assert sb["index"] == sa["index"].replace("built now", "built on each worker")
+    skip = {"seconds", "index"}
+    assert {k: v for k, v in sa.items() if k not in skip} == \
+        {k: v for k, v in sb.items() if k not in skip}
+    assert len(built) == 5 and set(built) == {"HalfIvf"}  # 5 blocks, 5 fresh workers
