@@ -46,9 +46,10 @@ class HalfIvf:
     def query_batch(self) -> int:
         """Queries :func:`pairkit.index.search.knn_search` hands :meth:`search` at a time.
         Each pass converts every cell it scans to float32 once, for all of its queries, so
-        the more queries a pass has the less that conversion costs per query (at 16,384
-        queries and 8M rows it took longer than the matrix products); the pass's bookkeeping
-        (cells, query ids and their order: ~48 bytes per query and cell probed) bounds it."""
+        the more queries a pass has the less that conversion costs per query (with 8,192 a
+        pass at 2M rows it took longer than the matrix products: 41% of a streamed mine);
+        the pass's bookkeeping (cells, query ids and their order: ~48 bytes per query and
+        cell probed) bounds it."""
         return max(8192, PROBES_PER_SEARCH // max(1, self.nprobe))
 
     def inverted_list(self, cell: int) -> tuple[np.ndarray, np.ndarray]:

@@ -57,6 +57,10 @@ def test_store_on_s3_equals_the_local_store(s3, tmp_path):
     np.testing.assert_array_equal(again.vectors(), local.vectors())
     pd.testing.assert_frame_equal(again.items, local.items)
     assert again.content_id == local.content_id == remote.content_id
+    # the rows read in place (what streamed mine workers read) are the same rows too
+    ids = np.array([0, 19, 20, len(x) - 1, 5])
+    np.testing.assert_array_equal(again.rows()[ids], local.rows()[ids])
+    assert [s for s, _ in again.rows().blocks(16)] == [s for s, _ in local.rows().blocks(16)]
     # every object carries the writer's token; no temp objects, no lock object
     listed = names(f"{s3}/st")
     assert listed[-1] == "manifest.json" and len(listed) == 5

@@ -282,3 +282,26 @@ def test_cluster_workers_read_the_shards_in_place(store16, tmp_path, small_block
     assert {k: v for k, v in sa.items() if k not in skip} == \
         {k: v for k, v in sb.items() if k not in skip}
     assert len(built) == 5 and set(built) == {"HalfIvf"}  # 5 blocks, 5 fresh workers
+
+
+def test_cluster_workers_stream_an_s3_store(s3, tmp_path, small_blocks):
+    """A store on S3, the table to a local parquet: the workers read the shards from the
+    bucket (checksums verified) and build the same float16 lists; the table is the one
+    of the same store on disk, mined in memory."""
+    rng = np.random.default_rng(2)
+    x = np.repeat(rng.normal(size=(400, 16)), 2, axis=0) + 0.1 * rng.normal(size=(800, 16))
+    items = pd.DataFrame({"path": [f"s{i // 2}.jpg" for i in range(800)],
+                          "view": np.tile([0, 1], 400)})
+    items["source"] = items["path"]
+    local = write_store(tmp_path / "st", x.astype(np.float32), items, dtype="float16",
+                        shard_rows=300)
+    write_store(f"{s3}/st", x.astype(np.float32), items, dtype="float16", shard_rows=300)
+    index = IndexOptions(kind="ivf", nlist=3, device="cpu", backend="faiss")
+    cfg = MineConfig(batch_size=300)
+    sa = mine_to_files(local.root, str(tmp_path / "a.parquet"), cfg, index=index,
+                       streamed=False)
+    sb = mine_to_files(f"{s3}/st", str(tmp_path / "b.parquet"), cfg, index=index,
+                       executor=PickledWorkers())
+    pd.testing.assert_frame_equal(read_table(tmp_path / "a.parquet"),
+                                  read_table(tmp_path / "b.parquet"))
+    assert "built on each worker" in sb["index"] and sb["rows"] == sa["rows"] == 5 * 800
