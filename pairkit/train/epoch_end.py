@@ -20,6 +20,7 @@ from pairkit.train.losses.candidates import build_candidates
 from pairkit.train.output_whitening import FILE as WHITENING_FILE
 from pairkit.train.output_whitening import (
     VARIANCE,
+    Whitening,
     fit_output_whitening,
     save_output_whitening,
 )
@@ -140,7 +141,6 @@ def collapse_note(record: dict[str, Any], stop_on_collapse: bool) -> str:
             "--temperature" + ("" if stop_on_collapse else ", or pass --stop-on-collapse"))
 
 
-Whitening = tuple[np.ndarray, np.ndarray]  # (mean, projection): output_whitening.py
 MIN_ROWS_PER_DIM = 2
 
 

@@ -24,6 +24,8 @@ from pairkit.errors import PairkitError
 if TYPE_CHECKING:
     import torch
 
+    from pairkit.train.output_whitening import Whitening
+
 HEAD_FORMAT = "pairkit-head"
 HEAD_FORMAT_VERSION = 2  # 2: may carry an output whitening (output_whitening.py)
 WEIGHTS = "head.safetensors"
@@ -100,7 +102,7 @@ class Head:
 
     def __init__(self, path: Path, spec: HeadSpec, module: torch.nn.Module,
                  config: dict[str, Any],
-                 whitening: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                 whitening: Whitening | None = None) -> None:
         self.path = path
         self.spec = spec
         self.module = module.eval()

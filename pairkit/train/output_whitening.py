@@ -36,6 +36,7 @@ FILE = "whitening.safetensors"
 VARIANCE = 0.999  # of the outputs' variance kept (the rest: mostly noise, dropped)
 FIT_ROWS = 20_000  # training rows the whitening is fitted on (seeded sample)
 DEFAULT_POWER = 0.25  # the measured choice when it is turned on (train's default is 0: off)
+Whitening = tuple[np.ndarray, np.ndarray]  # (mean (d,), projection (d, D))
 
 
 def fit_rows(train_rows: np.ndarray, seed: int) -> np.ndarray:
@@ -47,7 +48,7 @@ def fit_rows(train_rows: np.ndarray, seed: int) -> np.ndarray:
     return np.sort(rng.choice(train_rows, FIT_ROWS, replace=False))
 
 
-def fit_output_whitening(outputs: np.ndarray, power: float) -> tuple[np.ndarray, np.ndarray]:
+def fit_output_whitening(outputs: np.ndarray, power: float) -> Whitening:
     """``(mean (d,), projection (d, D))`` of the partial whitening of ``outputs`` (n, d),
     the head's L2-normalised outputs on the fitting rows: the fewest leading principal
     components holding :data:`VARIANCE` of the variance, scaled by ``eigenvalue **
@@ -69,8 +70,7 @@ def save_output_whitening(folder: Path, mean: np.ndarray, projection: np.ndarray
                    "projection": np.ascontiguousarray(projection, dtype=np.float32)}, str(tmp))
 
 
-def load_output_whitening(folder: Path, out_dim: int, dims: int
-                          ) -> tuple[np.ndarray, np.ndarray]:
+def load_output_whitening(folder: Path, out_dim: int, dims: int) -> Whitening:
     """``(mean, projection)`` from ``folder``, checked against the module's ``out_dim``
     and the ``dims`` that config.json records; PairkitError naming the problem."""
     from safetensors.numpy import load_file

@@ -226,10 +226,8 @@ def test_runs_that_cannot_stream_stay_in_memory(store32, tmp_path, capsys, case)
 class PickledWorkers:
     """A :class:`pairkit.mine.command.MineExecutor` whose "workers" are this process: what
     each block gets is pickled and unpickled, as Ray ships it, every block a fresh worker
-    (nothing loaded kept), and the workers read the store themselves
-    (``workers_read_store``, as on a Ray cluster)."""
-
-    workers_read_store = True
+    (nothing loaded kept), and the workers read the store themselves (its ``map_blocks``
+    says ``workers_read_store``, as on a Ray cluster)."""
 
     def search_options(self, index):
         return index
