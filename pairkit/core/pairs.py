@@ -408,7 +408,7 @@ POSITIVE_COLUMNS = ("positive_kind", "positive_reason", "positive_confidence")
 def add_mined_positives(table: pd.DataFrame, fmt: str, anchors: np.ndarray,
                         rows: np.ndarray, ids: np.ndarray, scores: np.ndarray,
                         confidence: np.ndarray, reasons: np.ndarray, store_id: str,
-                        paths: np.ndarray) -> pd.DataFrame:
+                        paths: np.ndarray | StringColumn) -> pd.DataFrame:
     """``table`` (from :func:`build_pair_table`) with one extra row per mined positive.
 
     ``rows`` index into ``anchors``; ``ids``, ``scores``, ``confidence``, ``reasons`` are
@@ -421,17 +421,23 @@ def add_mined_positives(table: pd.DataFrame, fmt: str, anchors: np.ndarray,
     """
     import pandas as pd
 
-    paths = np.asarray(paths, dtype=object)
+    column = paths if isinstance(paths, StringColumn) else None
+    array = None if column is not None else np.asarray(paths, dtype=object)
+
+    def path_of(of: np.ndarray) -> np.ndarray:
+        return column.values(of) if column is not None else array[of]  # type: ignore[index]
+
     m = len(ids)
+    ids = np.asarray(ids, dtype=np.int64)
     a = np.asarray(anchors, dtype=np.int64)[rows]
     if fmt == "labeled-pair":
         extra: dict[str, Any] = {"store_id": store_id, "anchor_id": a, "other_id": ids,
-                                 "anchor_path": paths[a], "other_path": paths[ids],
+                                 "anchor_path": path_of(a), "other_path": path_of(ids),
                                  "label": np.ones(m, np.int64),
                                  "score": np.asarray(scores, np.float32)}
     else:
         extra = {"store_id": store_id, "anchor_id": a, "positive_id": ids,
-                 "anchor_path": paths[a], "positive_path": paths[ids],
+                 "anchor_path": path_of(a), "positive_path": path_of(ids),
                  "pos_score": np.asarray(scores, np.float32)}
         if fmt == "triplet":
             extra.update(negative_id=np.full(m, -1, np.int64),

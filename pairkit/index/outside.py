@@ -204,8 +204,6 @@ class MaskedIvfSearch:
 
     def __init__(self, index: Any, assign: np.ndarray, nprobe: int,
                  own_share: float = 1.0, votes: int = 1) -> None:
-        import faiss
-
         from pairkit.index.search import IvfListMajor
 
         self.lists = IvfListMajor(index)
@@ -226,11 +224,12 @@ class MaskedIvfSearch:
                 values, counts = np.unique(first[ids], return_counts=True)
                 if counts.max() >= own_share * len(ids):
                     self.dominant[lid] = values[np.argmax(counts)]
-        self._faiss = faiss
 
     def search(self, query_rows: np.ndarray, k: int, queries: np.ndarray,
                block: int = 16_384) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)`` (nq, k) for the query rows (their vectors ``queries``)."""
+        import faiss
+
         from pairkit.index.search import sort_results
 
         query_rows = np.asarray(query_rows, dtype=np.int64)
@@ -255,7 +254,7 @@ class MaskedIvfSearch:
             order = np.argsort(flat, kind="stable")
             flat, qids = flat[order], qids[order]
             bounds = np.flatnonzero(np.diff(flat)) + 1
-            heap = self._faiss.ResultHeap(len(rows), k, keep_max=True)
+            heap = faiss.ResultHeap(len(rows), k, keep_max=True)
             q_assign = self.assign[:, rows]
             for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(flat)], strict=True):
                 if hi <= lo:
@@ -277,6 +276,49 @@ class MaskedIvfSearch:
             scores[s : s + len(rows)] = got_s
             ids[s : s + len(rows)] = got_i
         return scores, ids
+
+
+@dataclass
+class AnchorSearch:
+    """``search(anchor_rows, k)`` of :func:`outside_searcher` (a class, so that it pickles:
+    a Ray worker gets it with the blocks): ``how`` ``torch`` (``inner``: a torch flat
+    index, masked), ``exact`` (:func:`masked_exact_search`), ``ivf`` (``inner``: a
+    :class:`MaskedIvfSearch`) or ``full`` (``inner``: the plain index's search)."""
+
+    how: str
+    vectors: np.ndarray
+    assign: np.ndarray
+    votes: int
+    inner: Any = None
+
+    def __call__(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.how == "torch":
+            return self.inner.search_masked(  # type: ignore[no-any-return]
+                self.vectors[rows], k, self.assign[:, rows], self.assign, votes=self.votes)
+        if self.how == "exact":
+            return masked_exact_search(self.vectors, self.assign, rows, k, votes=self.votes)
+        if self.how == "ivf":
+            return self.inner.search(rows, k, self.vectors[rows])  # type: ignore[no-any-return]
+        return self.inner(self.vectors[rows], k)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class PartIndex:
+    """One cluster's search for :class:`OutsideSearcher`: the run's index ``kind`` (exact
+    for a part of at most 4,096 rows), built by the one entry point."""
+
+    index: IndexOptions
+    kind: str
+    engine: SearchBackend
+
+    def __call__(self, sub: np.ndarray) -> Any:
+        from dataclasses import replace
+
+        from pairkit.index.open import open_searcher
+
+        sub_kind = self.kind if self.kind == "flat" or len(sub) > 4096 else "flat"
+        return open_searcher(sub, replace(self.index, kind=sub_kind, nlist=None),
+                             engine=self.engine).search
 
 
 def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptions,
@@ -301,15 +343,13 @@ def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOption
                "rows of the anchor's label not searched (label rule)")
     if engine.name == "torch":
         tindex = open_searcher(vectors, IndexOptions(kind="flat"), engine=engine).index
-        return (lambda rows, k: tindex.search_masked(vectors[rows], k, assign[:, rows],
-                                                     assign, votes=votes)), (
+        return AnchorSearch("torch", vectors, assign, votes, tindex), (
             f"exact, {engine.describe()}; {skipped}")
     kind = index.kind
     if kind == "auto":
         kind, _ = choose_kind(len(vectors), index.exact_max_rows or EXACT_MAX_ROWS_CPU)
     if kind == "flat" and not index.float16:
-        return (lambda rows, k: masked_exact_search(vectors, assign, rows, k, votes=votes)), (
-            f"flat (exact), {skipped}")
+        return AnchorSearch("exact", vectors, assign, votes), f"flat (exact), {skipped}"
     if kind == "ivf" and not index.float16:
         from pairkit.index.backend import CPU
         from pairkit.index.search import IvfListMajor
@@ -320,19 +360,12 @@ def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOption
             masked = MaskedIvfSearch(opened.index, assign, opened.options.nprobe or 1,
                                      votes=votes)
             text = f"{opened.describe()}; cells and {skipped}"
-            return (lambda rows, k: masked.search(rows, k, vectors[rows])), text
+            return AnchorSearch("ivf", vectors, assign, votes, masked), text
     if votes > 1:  # the per-cluster indices skip one run's cluster: too much here
         full = open_searcher(vectors, index, store_root=store_root, content_id=content_id,
                              engine=engine)
-        return (lambda rows, k: full.search(vectors[rows], k)), full.describe()
-    parts = assign[0]
-
-    def make(sub: np.ndarray) -> Any:
-        sub_kind = kind if kind == "flat" or len(sub) > 4096 else "flat"
-        return open_searcher(sub, replace(index, kind=sub_kind, nlist=None),
-                             engine=engine).search
-
-    outside = OutsideSearcher(vectors, parts, make)
+        return AnchorSearch("full", vectors, assign, votes, full.search), full.describe()
+    outside = OutsideSearcher(vectors, assign[0], PartIndex(index, kind, engine))
     n_parts = len(outside.labels)
     text = (f"{kind} per cluster ({n_parts} clusters), built now; the anchor's own cluster "
             "is not searched (cluster rule)")

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from pairkit.mine.blocks import MineBlocks, MineResult, StoreRows, add_counts, mine_block
+from pairkit.mine.positives import MinedPositives
 from pairkit.mine.stats import (
     QUANTILES,
     RANK_BINS,
@@ -41,14 +42,18 @@ class PartsPlan:
     fmt: str
     store_id: str
     labels: bool
+    flags: bool = False  # the false_negative / fn_reason columns (--fn-mode keep)
 
 
 @dataclass
 class PartsJob:
-    """What every block needs: the run's blocks (without the vectors) and the plan."""
+    """What every block needs: the run's blocks (without the vectors, unless the rules'
+    context needs them: :mod:`pairkit.mine.rules_plan`), the plan, and the mined
+    positives of every anchor (None: none mined)."""
 
     blocks: MineBlocks
     plan: PartsPlan
+    mined: MinedPositives | None = None
 
 
 @dataclass
@@ -67,6 +72,7 @@ class BlockSummary:
     anchors_retried: int
     k_max: int
     same_label: tuple[int, int] | None  # (negatives sharing the label, both labelled)
+    attracted: int = 0  # flagged candidates attracted as extra positives (--fn-mode attract)
 
 
 COLUMNS: dict[str, tuple[Any, np.ndarray | None]] = {}  # content id -> paths, codes
@@ -127,7 +133,13 @@ def mine_block_part(job: PartsJob, span: tuple[int, int]) -> BlockSummary:
     part = mine_block(st, span)
     assert st.rows_from is not None
     paths, labels = store_columns(st.rows_from)
-    table = build_pair_table(part.pairs, job.plan.fmt, job.plan.store_id, paths)
+    table = build_pair_table(part.pairs, job.plan.fmt, job.plan.store_id, paths,
+                             flag_columns=job.plan.flags)
+    if job.mined is not None:  # the block's anchors' mined positives, grouped by anchor
+        from pairkit.mine.rules_run import with_mined_positives
+
+        table = with_mined_positives(table, job.plan.fmt, st.anchors, job.mined, span,
+                                     job.plan.store_id, paths)
     number = span[0] // st.ctx.cfg.batch_size
     with atomic_path(Path(job.plan.folder) / part_name(number)) as tmp:
         table.to_parquet(tmp, index=False)
@@ -156,7 +168,8 @@ def summarize(part: MineResult, rows: int, labels: np.ndarray | None, K: int,
         rank_counts=np.bincount(bins, minlength=len(RANK_BINS)).astype(np.int64),
         rank_max=int(ranks.max()) if len(ranks) else -1,
         removed=dict(part.removed), fn_flagged=dict(part.fn_flagged), retries=part.retries,
-        anchors_retried=part.anchors_retried, k_max=part.k_max, same_label=same)
+        anchors_retried=part.anchors_retried, k_max=part.k_max, same_label=same,
+        attracted=0 if p.fn_ids is None else len(p.fn_ids))
 
 
 def scores_file(values: np.ndarray, path: Path) -> tuple[str, np.ndarray, int]:
@@ -191,6 +204,7 @@ class SummaryCounts:
     k_max: int = 0
     same: int = 0
     both: int = 0
+    attracted: int = 0
 
     def __post_init__(self) -> None:
         self.per_anchor = np.zeros(self.K + 1, np.int64)
@@ -201,6 +215,7 @@ class SummaryCounts:
         self.per_anchor += s.per_anchor
         self.rank_counts += s.rank_counts
         self.rank_max = max(self.rank_max, s.rank_max)
+        self.attracted += s.attracted
         add_counts(self, s)
         if s.same_label is not None:
             self.same += s.same_label[0]
@@ -215,7 +230,7 @@ class SummaryCounts:
     def stats(self) -> dict[str, Any]:
         """The dict :func:`pairkit.mine.stats.summary_stats` gives for the whole run."""
         stats = run_record(self.per_anchor, self.K, self.pos.quantiles(QUANTILES),
-                           self.neg.quantiles(QUANTILES), self, 0, self.k0)
+                           self.neg.quantiles(QUANTILES), self, self.attracted, self.k0)
         if self.hard:
             stats["rank_histogram"] = rank_record(self.rank_counts, self.rank_max)
         return stats

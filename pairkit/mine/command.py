@@ -15,9 +15,9 @@ import numpy as np
 
 from pairkit.errors import PairkitError, UsageError
 from pairkit.index.options import IndexOptions
-from pairkit.mine.blocks import MapBlocks, Searcher
+from pairkit.mine.blocks import MapBlocks
 from pairkit.mine.config import MineConfig
-from pairkit.mine.skip import SkippedRows, skippable_rows
+from pairkit.mine.skip import SkippedRows
 
 if TYPE_CHECKING:
     from pairkit.mine.false_negatives import FalseNegativeConfig
@@ -86,7 +86,8 @@ def mine_to_files(
     def run(map_blocks: Any = None) -> tuple[Any, dict[str, Any]]:
         if parts:  # the blocks write the table, committed here (streamed when local)
             stats = mine_parts(store, relation, cfg, index, fmt, output, force, map_blocks,
-                               progress=progress, on_start=on_start)
+                               progress=progress, on_start=on_start, fn_config=fn_config,
+                               positives=positives)
             if stats is not None:
                 return None, stats
         st = Store.open(store, verify=True)
@@ -146,20 +147,6 @@ def saved_index(store: Any, index: IndexOptions, where: Any) -> bool:
     return any(index_paths(store.local_root, k)[0].exists() for k in kinds)
 
 
-def _timed(searcher: Searcher, total: list[float]) -> Searcher:
-    """``searcher`` that adds its seconds to ``total[0]`` (the summary's search time)."""
-    import time
-
-    def search(queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        t = time.perf_counter()
-        try:
-            return searcher(queries, k)
-        finally:
-            total[0] += time.perf_counter() - t
-
-    return search
-
-
 def mine_store(
     store: Any,
     relation: str | None,
@@ -210,37 +197,11 @@ def mine_store(
     skipped: SkippedRows | None = None  # what the search skips
     ctx = None
     if fn_config is not None:
-        from pairkit.mine import false_negatives as fnm
+        from pairkit.mine.rules_run import RuleFilter, rules_context
 
-        sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
-        white = None
-        if "mutual-neighbour" in fn_config.rules:  # searched here with mine's index options
-            white = positive_neighbour_lists(None, vectors, sources,
-                                             _rule_lists_config(positives), index, where)
-        ctx = fnm.build_context(vectors, store.labels(), sources, fn_config, seed=config.seed,
-                                file_sha256=sha if any(v is not None for v in sha) else None,
-                                views=items["view"].to_numpy(), backend=where,
-                                paths=items["path"].to_numpy(dtype=object),
-                                image_root=store.manifest.get("image_root"),
-                                whitened_neighbours=white)
-        skipped = skippable_rows(ctx, fn_config, config)
-        if skipped is not None and ctx.groups is None:
-            # a near-duplicate of the anchor (or of its positive) shares its clusters, so
-            # the search never offers it; the rare one across a border is caught by
-            # comparing each offered candidate with the threshold, without the store-wide
-            # range search that grouping needs
-            ctx.pairwise_near_duplicates = True
-
-        if map_blocks is not None and "near-duplicate" in fn_config.rules:
-            # computed on first use otherwise: here once, not once per worker
-            from pairkit.mine.fn_context import near_duplicate_group_ids
-
-            near_duplicate_group_ids(ctx, fn_config)
-
-        def fn_filter(a: np.ndarray, c: np.ndarray, s: np.ndarray, r: np.ndarray,
-                      pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            return fnm.flag_false_negatives(ctx, a, c, s, r, fn_config, positives=pos)
-
+        ctx, skipped = rules_context(store, vectors, sources, fn_config, config, positives,
+                                     index, where, shipped=map_blocks is not None)
+        fn_filter = RuleFilter(ctx, fn_config)
     t_fn = time.perf_counter()
     searcher = anchor_searcher = None
     index_text = "none (easy negatives: uniform sample)"
@@ -256,19 +217,11 @@ def mine_store(
                                                     backend=where.name))
         index_text = planned_description(len(vectors), vectors.shape[1], index, where,
                                          "built on each worker")
-    elif config.hard and skipped is None:
-        from pairkit.index.open import open_searcher
-
-        opened = open_searcher(vectors, index, store_root=store.local_root,
-                               content_id=store.content_id, engine=where)
-        searcher = _timed(opened.search, search_time)
-        index_text = opened.describe()
     elif config.hard:
-        from pairkit.index.outside import outside_searcher
+        from pairkit.mine.rules_run import open_searchers
 
-        anchor_searcher, index_text = outside_searcher(
-            vectors, skipped.parts, index, where, store_root=store.local_root,
-            content_id=store.content_id, votes=skipped.votes, what=skipped.what)
+        searcher, anchor_searcher, index_text = open_searchers(store, vectors, index, where,
+                                                               skipped, search_time)
 
     if on_start is not None:
         on_start(len(rel.anchors()))
@@ -287,9 +240,13 @@ def mine_store(
                              flag_columns=fn_config is not None and config.keep_flagged)
     mined_stats = None
     if mine_positives:
-        table, mined_stats = _with_mined_positives(table, fmt, result.pairs.anchors, vectors,
-                                                   sources, store, positives, ctx, fn_config,
-                                                   index, where)
+        from pairkit.mine.rules_run import mined_positives, with_mined_positives
+
+        anchors = result.pairs.anchors
+        mined, mined_stats = mined_positives(anchors, vectors, sources, store, positives, ctx,
+                                             fn_config, index, where)
+        table = with_mined_positives(table, fmt, anchors, mined, None, store.content_id,
+                                     store.items["path"].to_numpy(dtype=object))
     stats = run_stats(
         store, rel.description, config, fmt, index_text, len(table),
         summary_stats(result, config.num_negatives, config.hard), fn_config, ctx, skipped,
@@ -339,127 +296,3 @@ def run_stats(store: Any, relation: str, config: MineConfig, fmt: str, index_tex
         "fn_mode": config.fn_mode if fn_config is not None else None,
         "seconds": seconds or {},
     }
-
-
-def _with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, vectors: np.ndarray,
-                          sources: np.ndarray, store: Any, cfg: PositiveConfig,
-                          ctx: FnContext | None, fn_config: FalseNegativeConfig | None,
-                          index: IndexOptions, backend: Any) -> tuple[Any, dict[str, Any]]:
-    """``table`` with the mined positives of ``anchors`` as extra rows, and their stats.
-
-    The near-duplicate groups and cluster runs are the false-negative context's when it
-    has them (computed once for both); every row's neighbour list comes from searches with
-    mine's index options (exact up to ``--exact-max-rows``, approximate above) in the
-    partially whitened space, or by plain cosine with ``whitening`` 0."""
-    from pairkit.core.pairs import add_mined_positives
-    from pairkit.core.unique import sorted_unique
-    from pairkit.mine.fn_context import near_duplicate_threshold
-    from pairkit.mine.positives import mine_positives
-
-    if cfg.whitening > 0:
-        nb_ids, nb_scores = positive_neighbour_lists(ctx, vectors, sources, cfg, index, backend)
-    else:
-        nb_ids, nb_scores = _cosine_neighbour_lists(vectors, sources, store, cfg, ctx, index,
-                                                    backend)
-    threshold = None
-    if fn_config is not None and "near-duplicate" in fn_config.rules:
-        threshold = near_duplicate_threshold(fn_config)
-    mined = mine_positives(anchors, nb_ids, nb_scores, cfg,
-                           groups=None if ctx is None else ctx.groups, vectors=vectors,
-                           cluster_assign=None if ctx is None else ctx.cluster_assign,
-                           near_duplicate_threshold=threshold)
-    out = add_mined_positives(table, fmt, anchors, mined.rows, mined.ids, mined.scores,
-                              mined.confidence, mined.reasons, store.content_id,
-                              store.items["path"].to_numpy(dtype=object))
-    reasons, counts = np.unique(mined.reasons.astype(str), return_counts=True)
-    stats: dict[str, Any] = {
-        "rows": len(mined), "anchors_with_any": int(len(sorted_unique(mined.rows))),
-        "per_anchor": round(len(mined) / max(len(anchors), 1), 3),
-        "reasons": {str(r): int(c) for r, c in zip(reasons, counts, strict=True)},
-        "neighbours": cfg.neighbours, "max_per_anchor": cfg.per_anchor,
-    }
-    labels = store.labels()
-    if labels is not None and len(mined):
-        a = np.asarray(labels, dtype=object)[np.asarray(anchors)[mined.rows]]
-        b = np.asarray(labels, dtype=object)[mined.ids]
-        known = np.array([x is not None and y is not None for x, y in zip(a, b, strict=True)])
-        if known.any():
-            stats["same_label"] = round(float((a[known] == b[known]).mean()), 4)
-    return out, stats
-
-
-def _rule_lists_config(positives: PositiveConfig | None) -> PositiveConfig:
-    """The depth and whitening of the mutual-neighbour rule's lists: the mined positives'
-    (so an anchor's mined positive is never its negative), the default whitening when
-    they are off or mined by plain cosine."""
-    from pairkit.mine.positives import PositiveConfig
-    from pairkit.mine.whitening import DEFAULT_POWER
-
-    cfg = positives if positives is not None else PositiveConfig()
-    return cfg if cfg.whitening > 0 else replace(cfg, whitening=DEFAULT_POWER)
-
-
-def positive_neighbour_lists(ctx: FnContext | None, vectors: np.ndarray, sources: np.ndarray,
-                             cfg: PositiveConfig, index: IndexOptions, backend: Any
-                             ) -> tuple[np.ndarray, np.ndarray]:
-    """The whitened mutual-neighbour lists (:func:`pairkit.mine.whitening.whitened_neighbours`)
-    searched with mine's index options; kept on ``ctx`` (the ``mutual-neighbour`` rule
-    and the mined positives share them)."""
-    from pairkit.mine.whitening import whitened_neighbours
-
-    if ctx is not None and ctx.whitened_neighbours is not None and (
-            ctx.whitened_neighbours[0].shape[1] >= cfg.neighbours):
-        ids, scores = ctx.whitened_neighbours
-        return ids[:, :cfg.neighbours], scores[:, :cfg.neighbours]
-
-    def search(space: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return _neighbour_lists(space, sources, k, index, backend, None)
-
-    lists = whitened_neighbours(vectors, cfg.neighbours, search, power=cfg.whitening,
-                                seed=index.seed)
-    if ctx is not None:
-        ctx.whitened_neighbours = lists
-    return lists
-
-
-def _cosine_neighbour_lists(vectors: np.ndarray, sources: np.ndarray, store: Any,
-                            cfg: PositiveConfig, ctx: FnContext | None, index: IndexOptions,
-                            backend: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Every row's ``cfg.neighbours`` nearest rows of other sources by plain cosine, best
-    first: the context's kNN graph when it is deep enough, else candidates from the
-    cluster rule's principal components, else one search with mine's index options."""
-    from pairkit.index.search import exact_scores
-
-    given = ctx.neighbours if ctx is not None else None
-    if given is not None and given[0].shape[1] >= cfg.neighbours:
-        return given
-    if ctx is not None and ctx.spectral is not None:
-        # the cluster rule's principal components of every row: a search in 128 dims
-        # instead of d, twice as deep, re-scored exactly and cut back to the best (98% of
-        # the exact lists' mutual pairs on fm0; the lists only choose who is compared)
-        nb_ids, _ = _neighbour_lists(ctx.spectral.reduced, sources, 2 * cfg.neighbours,
-                                     index, backend, None)
-        nb_scores = exact_scores(vectors, vectors, nb_ids)
-        order = np.argsort(-nb_scores, axis=1, kind="stable")[:, :cfg.neighbours]
-        return (np.take_along_axis(nb_ids, order, axis=1),
-                np.take_along_axis(nb_scores, order, axis=1))
-    return _neighbour_lists(vectors, sources, cfg.neighbours, index, backend, store)
-
-
-def _neighbour_lists(vectors: np.ndarray, sources: np.ndarray, m: int, index: IndexOptions,
-                     backend: Any, store: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Every row's ``m`` nearest rows of other sources ``(ids, scores)`` (N, m), best first,
-    -1 padded, through the index mine's options pick (``store``: a saved index of its
-    rows is reused; None for other vectors), by the one search entry point."""
-    from pairkit.index.open import open_searcher
-    from pairkit.mine.clusters import other_sources
-
-    n = len(vectors)
-    views = int(np.bincount(sources).max()) if n else 1
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    opened = open_searcher(vectors, index,
-                           store_root=None if store is None else store.local_root,
-                           content_id=None if store is None else store.content_id,
-                           engine=backend)
-    scores, ids = opened.search(vectors, min(n, m + views))
-    return other_sources(scores, ids, sources, m)

@@ -46,12 +46,12 @@ def streams_parts(output: str, fn_config: Any, positives: Any, executor: Any = N
     (``executor`` None: streamed from the shards, see :func:`mine_parts`) with FAISS on
     the CPU and no ``hnsw`` index (``index``: the run's options)."""
     from pairkit.core.tables import table_kind
+    from pairkit.mine.rules_plan import has_rules
 
-    if fn_config is not None or output == "-" or is_url(output):
+    if output == "-" or is_url(output):
         return False
-    if executor is None and not streams_rows(index or IndexOptions()):
-        return False
-    if positives is not None and positives.per_anchor > 0:
+    if executor is None and (has_rules(fn_config, positives)
+                             or not streams_rows(index or IndexOptions())):
         return False
     return table_kind(output) in ("parquet", "dataset")
 
@@ -76,6 +76,7 @@ class PlanSpec:
     rows_from: Any  # StoreRows: the store every node reads, and its content id
     folder: str
     fmt: str
+    rules: Any = None  # RulesSpec (pairkit.mine.rules_plan): planned with the vectors
 
 
 def plan_job(spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
@@ -89,11 +90,16 @@ def plan_job(spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
 
 
 def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
-    """:func:`plan_job` of the opened store ``st``."""
+    """:func:`plan_job` of the opened store ``st`` (with ``spec.rules``:
+    :func:`pairkit.mine.rules_plan.plan_with_rules`)."""
     from pairkit.core.relations import load_relation
     from pairkit.mine.block_parts import PartsJob, PartsPlan
     from pairkit.mine.hard_negatives import plan_blocks
 
+    if spec.rules is not None:
+        from pairkit.mine.rules_plan import plan_with_rules
+
+        return plan_with_rules(st, spec)
     rel = load_relation(spec.relation, st.items)
     blocks = plan_blocks(None, st.source_codes(), rel, spec.config, spec.searcher,
                          rows_from=spec.rows_from, n_items=st.count)
@@ -153,14 +159,18 @@ def plan_in_child(root: Any, manifest: dict[str, Any], items: bytes, spec: PlanS
 def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                index: IndexOptions, fmt: str, output: str, force: bool, map_blocks: Any,
                progress: Callable[[int], None] | None = None,
-               on_start: Callable[[int], None] | None = None) -> dict[str, Any] | None:
+               on_start: Callable[[int], None] | None = None, fn_config: Any = None,
+               positives: Any = None) -> dict[str, Any] | None:
     """Mine the store at ``store_path`` into ``output`` block by block (module docstring)
     and return the stats of :func:`pairkit.mine.command.mine_store`; None when this run
     can't go this way after all (the blocks would run here without reading the store,
     or a saved index is the driver's to load): the caller mines as usual. The plan is
     made by ``map_blocks.remote_pair`` when the executor has it (a Ray task: the driver
     never holds the relation, the anchors or the item table), else here; a
-    ``pairs:FILE`` relation is read here.
+    ``pairs:FILE`` relation is read here. With false-negative rules (``fn_config``) or
+    mined positives (``positives``) the plan is made with the vectors, the rules'
+    context, the index and the mined positives (:mod:`pairkit.mine.rules_plan`), by the
+    Ray task too: the driver holds none of them (blocks on a cluster only).
 
     ``map_blocks`` None: the blocks run here, one after the other, **streamed**: the rows
     are read in place from the store's shards (:class:`pairkit.core.shard_rows.ShardRows`),
@@ -182,12 +192,18 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     from pairkit.mine.blocks import StoreSearcher, forget_loaded, map_here
     from pairkit.mine.command import run_stats, saved_index, workers_rows
     from pairkit.mine.hard_negatives import block_spans
+    from pairkit.mine.rules_plan import RulesSpec, has_rules
     from pairkit.mine.stream_quantiles import StreamQuantiles
 
     t0 = time.perf_counter()
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt}")
     here = map_blocks is None
+    rules = None
+    if has_rules(fn_config, positives):
+        if here:  # the rules' context needs the vectors: mined in memory
+            return None
+        rules = RulesSpec(fn_config, positives, replace(index, seed=config.seed))
     # verified where it is read: by the plan on a cluster; here, once, the run's snapshot
     store = Store.open(store_path, verify=here)
     if store.count == 0:
@@ -197,12 +213,12 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     rows_from = local_rows(store) if here else workers_rows(store, map_blocks, None)
     if rows_from is None or (config.hard and saved_index(store, index, where)):
         return None
-    if not here and streams_rows(index):  # the workers too read the shards in place
+    if not here and rules is None and streams_rows(index):  # the workers too stream
         rows_from = replace(rows_from, streamed=True)
     if here:
         map_blocks = map_here
     searcher, index_text = None, "none (easy negatives: uniform sample)"
-    if config.hard:
+    if config.hard and rules is None:  # with rules: the plan's task builds the index
         searcher = StoreSearcher(rows_from, replace(index, device=where.device,
                                                     backend=where.name))
         index_text = planned_description(store.count, store.dim, index, where,
@@ -214,7 +230,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                                    dir=target.parent)).resolve()
     counts = None
     try:
-        spec = PlanSpec(relation, config, searcher, rows_from, str(folder), fmt)
+        spec = PlanSpec(relation, config, searcher, rows_from, str(folder), fmt, rules)
         remote = getattr(map_blocks, "remote_pair", None)
         if here:
             job, info = plan_here(store, spec)
@@ -251,11 +267,14 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         if here:  # this process's copies of the store's rows and paths
             forget_loaded()
             forget_columns()
-    stats = run_stats(store, info["relation"], config, fmt, index_text, counts.rows,
-                      summary_stats,
+    stats = run_stats(store, info["relation"], config, fmt, info.get("index", index_text),
+                      counts.rows, summary_stats,
                       seconds={"setup": round(t1 - t0, 3),
                                "mine": round(time.perf_counter() - t1, 3),
-                               "false_negative_context": 0.0, "index": 0.0, "search": 0.0})
+                               "false_negative_context": 0.0, "index": 0.0, "search": 0.0,
+                               **info.get("seconds", {})})
+    stats.update(info.get("rules", {}))  # the keys run_stats has, as the rules set them
+    stats.update(info.get("after", {}))  # mined positives, the label-free estimate
     if info["labelled"]:
         stats["negatives_same_label"] = counts.negatives_same_label()
     stats.update(info["relation_stats"])

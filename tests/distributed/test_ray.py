@@ -156,6 +156,36 @@ def test_mine_cli_parquet_written_by_the_workers(store, cluster, tmp_path, monke
         "crashed", "dist.json", "dist.parquet", "local.json", "local.parquet"]
 
 
+def test_mine_cli_rules_planned_on_a_worker(store, cluster, tmp_path, monkeypatch):
+    """``mine --ray local --hard --filter-false-negatives -o FILE.parquet`` (the default
+    rules and mined positives): a Ray task plans the run with the vectors, the rules'
+    context and the index, the workers write the parts; the driver never reads the
+    vectors (refused here), and the table and stats are the local run's."""
+    import json
+
+    args = ["--hard", "--filter-false-negatives", "--batch-size", "64", "-q"]
+    local, dist = tmp_path / "local.parquet", tmp_path / "dist.parquet"
+    r = runner.invoke(app, ["mine", str(store.root), *args, "-o", str(local), "--stats",
+                            str(tmp_path / "local.json")])
+    assert r.exit_code == 0, r.output
+
+    def refuse(self, dtype=np.float32):
+        raise AssertionError("the driver read the vectors")
+
+    monkeypatch.setattr(Store, "vectors", refuse)  # this process only: not the workers
+    r = runner.invoke(app, ["mine", str(store.root), *args, "-o", str(dist), "--stats",
+                            str(tmp_path / "dist.json"), "--ray", "local"])
+    assert r.exit_code == 0, r.output
+    a, b = read_table(local), read_table(dist)
+    assert (a["positive_kind"] == "mined").any()
+    pd.testing.assert_frame_equal(a, b)
+    sa, sb = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("local", "dist"))
+    assert sa["false_negative_rules"] and sa["fn_estimate"] and sa["mined_positives"]
+    skip = {"seconds", "ray"}
+    assert {k: v for k, v in sa.items() if k not in skip} == \
+        {k: v for k, v in sb.items() if k not in skip}
+
+
 def test_mine_ray_damaged_store_leaves_no_output(tmp_path, cluster):
     """A shard damaged after the driver opened the store: the plan (made by a Ray task,
     which verifies the store) refuses it in one line, no output nor temp folder is left;

@@ -119,9 +119,9 @@ def _store_with_blobs(tmp_path, labels: bool):
 def _full_search_gives(fast, monkeypatch, store, cfg, idx, fcfg):
     """Mine again with nothing skipped (no outside search) and check the table equals
     ``fast``; returns (table, stats) of that full search."""
-    from pairkit.mine import command
+    from pairkit.mine import command, rules_run
 
-    monkeypatch.setattr(command, "skippable_rows", lambda *a: None)
+    monkeypatch.setattr(rules_run, "skippable_rows", lambda *a: None)
     slow, stats = command.mine_store(store, "instance", cfg, idx, fcfg)
     monkeypatch.undo()
     cols = ["anchor_id", "positive_id", "negative_id", "neg_rank"]

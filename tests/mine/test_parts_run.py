@@ -103,6 +103,68 @@ def test_parts_equal_local(store, tmp_path, case):
     assert sb["negatives_same_label"] is not None
 
 
+def pickled_blocks(fn, shared, spans):
+    """Each block given a pickled copy of what it shares, as a Ray worker gets it."""
+    import pickle
+
+    for span in spans:
+        yield fn(pickle.loads(pickle.dumps(shared)), span)
+
+
+@pytest.mark.parametrize("case", ["default", "keep", "attract", "ivf", "positives-only",
+                                  "labels", "votes"])
+def test_rules_and_mined_positives_parts_equal_local(store, tmp_path, case, monkeypatch):
+    """With false-negative rules and mined positives the blocks write the parts too (the
+    plan holds the vectors, the rules' context, the index and every anchor's mined
+    positives; each block adds its anchors' mined rows): the table and the stats are
+    those of the run in memory, for every mode, format, index and rule set."""
+    from pairkit.mine import command
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.positives import PositiveConfig
+
+    rules = ("near-duplicate", "mutual-neighbour", "cluster")  # a store without labels
+    cfg, fmt, index = MineConfig(batch_size=40), "triplet", None
+    fn, pos = FalseNegativeConfig(rules=rules), PositiveConfig()
+    if case == "keep":
+        cfg, fmt = MineConfig(batch_size=40, fn_mode="keep"), "n-tuple"
+    elif case == "attract":
+        cfg, fmt = MineConfig(batch_size=40, fn_mode="attract"), "labeled-pair"
+    elif case == "ivf":  # the masked IVF search that skips the anchor's clusters
+        index = IndexOptions(kind="ivf", device="cpu", backend="faiss", nlist=8)
+    elif case == "positives-only":
+        fn = None
+    elif case == "labels":  # the store's labels trusted: the label rule skips the label
+        fn = FalseNegativeConfig()
+    elif case == "votes":  # per-cluster indices of one vote, retries, a sampled window
+        fn = FalseNegativeConfig(rules=rules, cluster_ks=(5,), cluster_runs=2,
+                                 cluster_votes=1)
+        cfg = MineConfig(batch_size=40, sampling="softmax", range_max=30)
+        index = IndexOptions(kind="hnsw", device="cpu", backend="faiss")
+    index = index or IndexOptions(kind="auto", device="cpu", backend="faiss")
+    kw = {"fmt": fmt, "index": index, "fn_config": fn, "positives": pos}
+    sa = mine_to_files(store.root, str(tmp_path / "a.parquet"), cfg, **kw)
+    ex = Here(pickled_blocks)
+    monkeypatch.setattr(command, "mine_store", None)  # the parts path, or a TypeError
+    sb = mine_to_files(store.root, str(tmp_path / "b.parquet"), cfg, executor=ex, **kw)
+    from pairkit.mine.block_parts import mine_block_part
+
+    assert ex.fn is mine_block_part
+    a, b = read_table(tmp_path / "a.parquet"), read_table(tmp_path / "b.parquet")
+    assert (a["positive_kind"] == "mined").sum() > 0
+    if case == "keep":
+        assert a["false_negative"].any()
+    if case == "attract":
+        assert sa["attracted"] > 0
+    if case in ("default", "ivf"):
+        assert sa["cluster_rows_not_searched"]
+    if case == "labels":
+        assert sa["label_rows_not_searched"]
+    pd.testing.assert_frame_equal(a, b)
+    assert {k: v for k, v in sa.items() if k != "seconds"} == \
+        {k: v for k, v in sb.items() if k != "seconds"}
+    assert list(sa) == list(sb)
+
+
 def test_label_relation_parts_equal_local(store, tmp_path):
     cfg = MineConfig(batch_size=50, max_positives=3)
     index = IndexOptions(kind="flat", device="cpu", backend="faiss")

@@ -303,3 +303,15 @@ def test_cluster_workers_stream_an_s3_store(s3, tmp_path, small_blocks):
     pd.testing.assert_frame_equal(read_table(tmp_path / "a.parquet"),
                                   read_table(tmp_path / "b.parquet"))
     assert "built on each worker" in sb["index"] and sb["rows"] == sa["rows"] == 5 * 800
+    # with the default rules and mined positives: planned from the S3 store's vectors
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.positives import PositiveConfig
+
+    kw = {"index": index, "fn_config": FalseNegativeConfig(), "positives": PositiveConfig()}
+    sa = mine_to_files(local.root, str(tmp_path / "c.parquet"), cfg, **kw)
+    sb = mine_to_files(f"{s3}/st", str(tmp_path / "d.parquet"), cfg, executor=PickledWorkers(),
+                       **kw)
+    c, d = read_table(tmp_path / "c.parquet"), read_table(tmp_path / "d.parquet")
+    assert (c["positive_kind"] == "mined").any()
+    pd.testing.assert_frame_equal(c, d)
+    assert sa["fn_estimate"] == sb["fn_estimate"] and sa["clusters"] == sb["clusters"]

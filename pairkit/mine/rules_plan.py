@@ -1,0 +1,126 @@
+"""The plan of a ``mine --ray`` run with false-negative rules or mined positives, made
+where the store is read: a Ray task on the cluster, never the driver.
+
+The task opens the store, builds the rules' context (the mutual-neighbour lists, the
+cluster rule's consensus runs, the near-duplicate groups:
+:func:`pairkit.mine.rules_run.rules_context`), the searchers and the mined positives
+of every anchor by the calls a run here makes (:func:`pairkit.mine.command.mine_store`),
+and plans the blocks with the vectors. The
+plan (vectors, context, index) stays in Ray's object store, where the blocks' workers
+take it (zero-copy on the task's node); the driver receives only the counts and the
+stats of the rules (a few kB). The workers then write their blocks' parts, the mined
+positives of their anchors with them, as on the path without rules
+(:mod:`pairkit.mine.block_parts`), and the driver commits the parts
+(:mod:`pairkit.mine.parts_run`): table and stats are the local run's (tests).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pairkit.index.options import IndexOptions
+
+if TYPE_CHECKING:
+    from pairkit.mine.block_parts import PartsJob
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.parts_run import PlanSpec
+    from pairkit.mine.positives import PositiveConfig
+
+
+@dataclass(frozen=True)
+class RulesSpec:
+    """The rules of a run planned by :func:`plan_with_rules`: the false-negative
+    config (None: no rules), the mined positives' (None or ``per_anchor`` 0: none) and
+    the index options of the run's searches (fitted to the workers)."""
+
+    fn_config: FalseNegativeConfig | None
+    positives: PositiveConfig | None
+    index: IndexOptions
+
+    @property
+    def mines_positives(self) -> bool:
+        return self.positives is not None and self.positives.per_anchor > 0
+
+
+def has_rules(fn_config: Any, positives: Any) -> bool:
+    """Whether a run has false-negative rules or mined positives (planned with the
+    vectors: :func:`plan_with_rules`)."""
+    return fn_config is not None or (positives is not None and positives.per_anchor > 0)
+
+
+def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
+    """``(PartsJob, info)`` of the opened store ``st`` for ``spec`` (``spec.rules`` set):
+    see the module docstring. ``info`` has what :func:`pairkit.mine.parts_run.plan_of`
+    gives, plus the index text, the rules' stats (``rules``: keys of
+    :func:`pairkit.mine.command.run_stats`; ``after``: the mined positives' and the
+    label-free estimate's) and the seconds of the context and the index."""
+    from pairkit.core.relations import load_relation
+    from pairkit.index.open import engine_for
+    from pairkit.mine.block_parts import PartsJob, PartsPlan
+    from pairkit.mine.hard_negatives import plan_blocks
+    from pairkit.mine.parts_run import relation_stats
+    from pairkit.mine.rules_run import (
+        RuleFilter,
+        mined_positives,
+        open_searchers,
+        rules_context,
+    )
+    from pairkit.mine.stats import cluster_stats
+
+    rules = spec.rules
+    assert rules is not None
+    config, fn_config = spec.config, rules.fn_config
+    t0 = time.perf_counter()
+    rel = load_relation(spec.relation, st.items)
+    vectors = st.vectors(np.float32)
+    sources = st.source_codes()
+    where = engine_for(rules.index)
+    ctx = skipped = fn_filter = None
+    if fn_config is not None:
+        ctx, skipped = rules_context(st, vectors, sources, fn_config, config, rules.positives,
+                                     rules.index, where, shipped=True)
+        fn_filter = RuleFilter(ctx, fn_config)
+    t_fn = time.perf_counter()
+    searcher = anchor_searcher = None
+    index_text = "none (easy negatives: uniform sample)"
+    search_time = [0.0]
+    if config.hard:
+        searcher, anchor_searcher, index_text = open_searchers(st, vectors, rules.index, where,
+                                                               skipped, search_time)
+    t_index = time.perf_counter()
+    # with the vectors (not rows_from): the rules' context holds them anyway, and the
+    # positives are scored here once, as in a run here
+    blocks = plan_blocks(vectors, sources, rel, config, searcher, fn_filter, anchor_searcher)
+    blocks.rows_from = spec.rows_from  # the workers' paths and label codes (store_columns)
+    mined = after = None
+    after_stats: dict[str, Any] = {}
+    if rules.mines_positives:
+        mined, after = mined_positives(blocks.anchors, vectors, sources, st, rules.positives,
+                                       ctx, fn_config, rules.index, where)
+        after_stats["mined_positives"] = after
+    if fn_config is not None:
+        from pairkit.mine.fn_estimate import estimate_quality
+
+        after_stats["fn_estimate"] = estimate_quality(ctx, fn_config, seed=config.seed)
+    rule_stats: dict[str, Any] = {}
+    if fn_config is not None:
+        rule_stats = {
+            "false_negative_rules": list(fn_config.rules),
+            "clusters": cluster_stats(ctx, fn_config),
+            "cluster_rows_not_searched": skipped is not None and skipped.what == "cluster",
+            "label_rows_not_searched": skipped is not None and skipped.what == "label",
+            "fn_mode": config.fn_mode,
+        }
+    labelled = st.has_labels
+    flags = fn_config is not None and config.keep_flagged
+    info = {"anchors": len(blocks.anchors), "k0": blocks.k0, "relation": rel.description,
+            "relation_stats": relation_stats(rel), "labelled": labelled,
+            "index": index_text, "rules": rule_stats, "after": after_stats,
+            "seconds": {"false_negative_context": round(t_fn - t0, 3),
+                        "index": round(t_index - t_fn, 3)}}
+    plan = PartsPlan(spec.folder, spec.fmt, st.content_id, labelled, flags=flags)
+    return PartsJob(blocks, plan, mined=mined), info

@@ -1,0 +1,258 @@
+"""The false-negative rules and mined positives of a ``mine`` run: the rules' context
+and what the search may skip (:func:`rules_context`), the searchers
+(:func:`open_searchers`), the mined positives (:func:`mined_positives`) and their rows
+(:func:`with_mined_positives`). The same calls for a run here
+(:func:`pairkit.mine.command.mine_store`) and for the plan a Ray task makes of a run on a
+cluster (:mod:`pairkit.mine.rules_plan`), so the tables are the same."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pairkit.index.options import IndexOptions
+from pairkit.mine.config import MineConfig
+from pairkit.mine.skip import skippable_rows
+
+if TYPE_CHECKING:
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.fn_context import FnContext
+    from pairkit.mine.positives import MinedPositives, PositiveConfig
+    from pairkit.mine.skip import SkippedRows
+
+
+@dataclass
+class RuleFilter:
+    """The blocks' false-negative filter: ``config``'s rules over ``ctx``
+    (:func:`pairkit.mine.false_negatives.flag_false_negatives`); pickled with its context
+    (a Ray worker gets both)."""
+
+    ctx: FnContext
+    config: FalseNegativeConfig
+
+    def __call__(self, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarray,
+                 ref: np.ndarray, positives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from pairkit.mine.false_negatives import flag_false_negatives
+
+        return flag_false_negatives(self.ctx, anchors, cand, scores, ref, self.config,
+                                    positives=positives)
+
+
+def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
+                  fn_config: FalseNegativeConfig, config: MineConfig,
+                  positives: PositiveConfig | None, index: IndexOptions, where: Any,
+                  shipped: bool) -> tuple[FnContext, SkippedRows | None]:
+    """The rules' context of the store ``store`` (its float32 ``vectors`` and source
+    codes given) and the rows the search may skip (None: search everything). ``shipped``:
+    the blocks run elsewhere (the near-duplicate groups are computed here once, not once
+    per worker)."""
+    from pairkit.mine import false_negatives as fnm
+
+    items = store.items
+    sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
+    white = None
+    if "mutual-neighbour" in fn_config.rules:  # searched here with mine's index options
+        white = positive_neighbour_lists(None, vectors, sources, rule_lists_config(positives),
+                                         index, where)
+    ctx = fnm.build_context(vectors, store.labels(), sources, fn_config, seed=config.seed,
+                            file_sha256=sha if any(v is not None for v in sha) else None,
+                            views=items["view"].to_numpy(), backend=where,
+                            paths=items["path"].to_numpy(dtype=object),
+                            image_root=store.manifest.get("image_root"),
+                            whitened_neighbours=white)
+    skipped = skippable_rows(ctx, fn_config, config)
+    if skipped is not None and ctx.groups is None:
+        # a near-duplicate of the anchor (or of its positive) shares its clusters, so
+        # the search never offers it; the rare one across a border is caught by
+        # comparing each offered candidate with the threshold, without the store-wide
+        # range search that grouping needs
+        ctx.pairwise_near_duplicates = True
+    if shipped and "near-duplicate" in fn_config.rules:
+        # computed on first use otherwise: here once, not once per worker
+        from pairkit.mine.fn_context import near_duplicate_group_ids
+
+        near_duplicate_group_ids(ctx, fn_config)
+    return ctx, skipped
+
+
+def timed(searcher: Any, total: list[float]) -> Any:
+    """``searcher`` that adds its seconds to ``total[0]`` (the summary's search time)."""
+    return TimedSearch(searcher, total)
+
+
+@dataclass
+class TimedSearch:
+    """:func:`timed`'s searcher (a class, so that it pickles)."""
+
+    searcher: Any
+    total: list[float]
+
+    def __call__(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        import time
+
+        t = time.perf_counter()
+        try:
+            return self.searcher(queries, k)  # type: ignore[no-any-return]
+        finally:
+            self.total[0] += time.perf_counter() - t
+
+
+def open_searchers(store: Any, vectors: np.ndarray, index: IndexOptions, where: Any,
+                   skipped: SkippedRows | None, search_time: list[float]
+                   ) -> tuple[Any, Any, str]:
+    """``(searcher, anchor_searcher, index text)`` of a hard run over ``vectors`` (the
+    store's): one index of every row, or, when the search skips rows
+    (``skipped``), the searcher of the rows outside each anchor's clusters (or label)."""
+    if skipped is None:
+        from pairkit.index.open import open_searcher
+
+        opened = open_searcher(vectors, index, store_root=store.local_root,
+                               content_id=store.content_id, engine=where)
+        return timed(opened.search, search_time), None, opened.describe()
+    from pairkit.index.outside import outside_searcher
+
+    anchor_searcher, text = outside_searcher(
+        vectors, skipped.parts, index, where, store_root=store.local_root,
+        content_id=store.content_id, votes=skipped.votes, what=skipped.what)
+    return None, anchor_searcher, text
+
+
+def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarray,
+                    store: Any, cfg: PositiveConfig, ctx: FnContext | None,
+                    fn_config: FalseNegativeConfig | None, index: IndexOptions,
+                    backend: Any) -> tuple[MinedPositives, dict[str, Any]]:
+    """The mined positives of ``anchors`` and their stats.
+
+    The near-duplicate groups and cluster runs are the false-negative context's when it
+    has them (computed once for both); every row's neighbour list comes from searches with
+    mine's index options (exact up to ``--exact-max-rows``, approximate above) in the
+    partially whitened space, or by plain cosine with ``whitening`` 0."""
+    from pairkit.core.unique import sorted_unique
+    from pairkit.mine.fn_context import near_duplicate_threshold
+    from pairkit.mine.positives import mine_positives
+
+    if cfg.whitening > 0:
+        nb_ids, nb_scores = positive_neighbour_lists(ctx, vectors, sources, cfg, index, backend)
+    else:
+        nb_ids, nb_scores = _cosine_neighbour_lists(vectors, sources, store, cfg, ctx, index,
+                                                    backend)
+    threshold = None
+    if fn_config is not None and "near-duplicate" in fn_config.rules:
+        threshold = near_duplicate_threshold(fn_config)
+    mined = mine_positives(anchors, nb_ids, nb_scores, cfg,
+                           groups=None if ctx is None else ctx.groups, vectors=vectors,
+                           cluster_assign=None if ctx is None else ctx.cluster_assign,
+                           near_duplicate_threshold=threshold)
+    reasons, counts = np.unique(mined.reasons.astype(str), return_counts=True)
+    stats: dict[str, Any] = {
+        "rows": len(mined), "anchors_with_any": int(len(sorted_unique(mined.rows))),
+        "per_anchor": round(len(mined) / max(len(anchors), 1), 3),
+        "reasons": {str(r): int(c) for r, c in zip(reasons, counts, strict=True)},
+        "neighbours": cfg.neighbours, "max_per_anchor": cfg.per_anchor,
+    }
+    labels = store.labels()
+    if labels is not None and len(mined):
+        a = np.asarray(labels, dtype=object)[np.asarray(anchors)[mined.rows]]
+        b = np.asarray(labels, dtype=object)[mined.ids]
+        known = np.array([x is not None and y is not None for x, y in zip(a, b, strict=True)])
+        if known.any():
+            stats["same_label"] = round(float((a[known] == b[known]).mean()), 4)
+    return mined, stats
+
+
+def with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, mined: MinedPositives,
+                         span: tuple[int, int] | None, store_id: str, paths: Any) -> Any:
+    """``table`` (the rows of ``anchors``, or of ``anchors[span[0]:span[1]]``: one block's)
+    with the mined positives of those anchors as extra rows
+    (:func:`pairkit.core.pairs.add_mined_positives`); ``paths`` the store's (an object
+    array or a :class:`pairkit.core.pairs.StringColumn`)."""
+    from pairkit.core.pairs import add_mined_positives
+
+    rows, ids, scores, conf, reasons = (mined.rows, mined.ids, mined.scores,
+                                        mined.confidence, mined.reasons)
+    if span is not None:  # mined.rows are sorted: the block's are one slice
+        lo, hi = np.searchsorted(rows, span)
+        rows, ids, scores, conf, reasons = (rows[lo:hi] - span[0], ids[lo:hi], scores[lo:hi],
+                                            conf[lo:hi], reasons[lo:hi])
+        anchors = anchors[span[0]:span[1]]
+    return add_mined_positives(table, fmt, anchors, rows, ids, scores, conf, reasons,
+                               store_id, paths)
+
+
+def rule_lists_config(positives: PositiveConfig | None) -> PositiveConfig:
+    """The depth and whitening of the mutual-neighbour rule's lists: the mined positives'
+    (so an anchor's mined positive is never its negative), the default whitening when
+    they are off or mined by plain cosine."""
+    from pairkit.mine.positives import PositiveConfig
+    from pairkit.mine.whitening import DEFAULT_POWER
+
+    cfg = positives if positives is not None else PositiveConfig()
+    return cfg if cfg.whitening > 0 else replace(cfg, whitening=DEFAULT_POWER)
+
+
+def positive_neighbour_lists(ctx: FnContext | None, vectors: np.ndarray, sources: np.ndarray,
+                             cfg: PositiveConfig, index: IndexOptions, backend: Any
+                             ) -> tuple[np.ndarray, np.ndarray]:
+    """The whitened mutual-neighbour lists (:func:`pairkit.mine.whitening.whitened_neighbours`)
+    searched with mine's index options; kept on ``ctx`` (the ``mutual-neighbour`` rule
+    and the mined positives share them)."""
+    from pairkit.mine.whitening import whitened_neighbours
+
+    if ctx is not None and ctx.whitened_neighbours is not None and (
+            ctx.whitened_neighbours[0].shape[1] >= cfg.neighbours):
+        ids, scores = ctx.whitened_neighbours
+        return ids[:, :cfg.neighbours], scores[:, :cfg.neighbours]
+
+    def search(space: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return _neighbour_lists(space, sources, k, index, backend, None)
+
+    lists = whitened_neighbours(vectors, cfg.neighbours, search, power=cfg.whitening,
+                                seed=index.seed)
+    if ctx is not None:
+        ctx.whitened_neighbours = lists
+    return lists
+
+
+def _cosine_neighbour_lists(vectors: np.ndarray, sources: np.ndarray, store: Any,
+                            cfg: PositiveConfig, ctx: FnContext | None, index: IndexOptions,
+                            backend: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's ``cfg.neighbours`` nearest rows of other sources by plain cosine, best
+    first: the context's kNN graph when it is deep enough, else candidates from the
+    cluster rule's principal components, else one search with mine's index options."""
+    from pairkit.index.search import exact_scores
+
+    given = ctx.neighbours if ctx is not None else None
+    if given is not None and given[0].shape[1] >= cfg.neighbours:
+        return given
+    if ctx is not None and ctx.spectral is not None:
+        # the cluster rule's principal components of every row: a search in 128 dims
+        # instead of d, twice as deep, re-scored exactly and cut back to the best (98% of
+        # the exact lists' mutual pairs on fm0; the lists only choose who is compared)
+        nb_ids, _ = _neighbour_lists(ctx.spectral.reduced, sources, 2 * cfg.neighbours,
+                                     index, backend, None)
+        nb_scores = exact_scores(vectors, vectors, nb_ids)
+        order = np.argsort(-nb_scores, axis=1, kind="stable")[:, :cfg.neighbours]
+        return (np.take_along_axis(nb_ids, order, axis=1),
+                np.take_along_axis(nb_scores, order, axis=1))
+    return _neighbour_lists(vectors, sources, cfg.neighbours, index, backend, store)
+
+
+def _neighbour_lists(vectors: np.ndarray, sources: np.ndarray, m: int, index: IndexOptions,
+                     backend: Any, store: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's ``m`` nearest rows of other sources ``(ids, scores)`` (N, m), best first,
+    -1 padded, through the index mine's options pick (``store``: a saved index of its
+    rows is reused; None for other vectors), by the one search entry point."""
+    from pairkit.index.open import open_searcher
+    from pairkit.mine.clusters import other_sources
+
+    n = len(vectors)
+    views = int(np.bincount(sources).max()) if n else 1
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    opened = open_searcher(vectors, index,
+                           store_root=None if store is None else store.local_root,
+                           content_id=None if store is None else store.content_id,
+                           engine=backend)
+    scores, ids = opened.search(vectors, min(n, m + views))
+    return other_sources(scores, ids, sources, m)
