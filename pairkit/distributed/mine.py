@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from pairkit.errors import PairkitError
 from pairkit.index.options import IndexOptions
 
 Run = Callable[[Any], tuple[Any, dict[str, Any]]]
@@ -46,62 +45,21 @@ class RayMine:
 
 def on_ray(address: str, run: Run) -> tuple[Any, dict[str, Any]]:
     """``run(map_blocks)`` with the blocks of anchors mined on the Ray cluster at
-    ``address``. With ``local``, ``run`` starts in a thread at once (store, index,
-    false-negative context) while this thread starts Ray and the workers (whose processes
-    start and import meanwhile); the blocks wait for them. A cluster to join is joined
-    first (quick, and a wrong address fails before any work)."""
-    import threading
-
+    ``address`` (``local``: started here), joined or started first. Not meanwhile in
+    another thread: ``ray.init`` forks the processes of a local cluster, and a fork while
+    another thread is in a BLAS call hung the driver in OpenBLAS's fork handler (the
+    false-negative context being built; tests/distributed/test_ray.py). The blocks'
+    actors start at once and import while ``run`` loads the store and plans."""
     from pairkit.distributed import connect, require_ray
     from pairkit.distributed.pool import BlockMapper
     from pairkit.mine.blocks import mine_block
 
     require_ray()
-    if address != "local":
-        cluster = connect(address)
-        mapper = BlockMapper(cluster, "mining a block of anchors", warm=mine_block)
-        try:
-            table, stats = run(mapper)
-        finally:
-            mapper.close()
-        stats["ray"] = cluster.describe()
-        return table, stats
-    ready = threading.Event()
-    box: dict[str, Any] = {}
-
-    def map_blocks(fn: Any, shared: Any, blocks: list[Any]) -> Any:
-        ready.wait()
-        if "mapper" not in box:
-            raise PairkitError("the Ray cluster did not start")
-        return box["mapper"](fn, shared, blocks)
-
-    def remote_pair(fn: Any, *args: Any) -> tuple[Any, Any]:
-        ready.wait()
-        if "mapper" not in box:
-            raise PairkitError("the Ray cluster did not start")
-        return box["mapper"].remote_pair(fn, *args)  # type: ignore[no-any-return]
-
-    map_blocks.workers_read_store = True  # type: ignore[attr-defined]  # as BlockMapper's
-    map_blocks.remote_pair = remote_pair  # type: ignore[attr-defined]
-
-    def work() -> None:
-        try:
-            box["result"] = run(map_blocks)
-        except BaseException as exc:  # raised again in the calling thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=work, name="pairkit-mine", daemon=True)
-    thread.start()
+    cluster = connect(address)
+    mapper = BlockMapper(cluster, "mining a block of anchors", warm=mine_block)
     try:
-        cluster = connect(address)
-        box["mapper"] = BlockMapper(cluster, "mining a block of anchors", warm=mine_block)
+        table, stats = run(mapper)
     finally:
-        ready.set()
-        thread.join()  # also when Ray failed: the thread stops at its first block
-        if "mapper" in box:
-            box["mapper"].close()
-    if "error" in box:
-        raise box["error"]
-    table, stats = box["result"]
+        mapper.close()
     stats["ray"] = cluster.describe()
     return table, stats

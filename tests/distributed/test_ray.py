@@ -186,6 +186,27 @@ def test_mine_cli_rules_planned_on_a_worker(store, cluster, tmp_path, monkeypatc
         {k: v for k, v in sb.items() if k not in skip}
 
 
+def test_mine_ray_local_starts_ray_before_the_run():
+    """``--ray local``: Ray is started before the run does any work, never while it
+    runs in another thread: ray.init forks its processes, and a fork while another thread
+    is in a BLAS call hung the driver in OpenBLAS's fork handler (``blas_thread_shutdown_``;
+    seen with the false-negative context being built). In a fresh process (this one's
+    Ray is already up)."""
+    import subprocess
+    import sys
+
+    code = ("import ray\n"
+            "from pairkit.distributed.mine import on_ray\n"
+            "def run(map_blocks):\n"
+            "    assert ray.is_initialized(), 'run before ray.init'\n"
+            "    return None, {}\n"
+            "print(on_ray('local', run)[1]['ray'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("Ray (local:")
+
+
 def test_mine_ray_damaged_store_leaves_no_output(tmp_path, cluster):
     """A shard damaged after the driver opened the store: the plan (made by a Ray task,
     which verifies the store) refuses it in one line, no output nor temp folder is left;
