@@ -77,14 +77,10 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
     return ctx, skipped
 
 
-def timed(searcher: Any, total: list[float]) -> Any:
-    """``searcher`` that adds its seconds to ``total[0]`` (the summary's search time)."""
-    return TimedSearch(searcher, total)
-
-
 @dataclass
 class TimedSearch:
-    """:func:`timed`'s searcher (a class, so that it pickles)."""
+    """``searcher`` that adds its seconds to ``total[0]`` (the summary's search time); a
+    class, so that it pickles."""
 
     searcher: Any
     total: list[float]
@@ -110,7 +106,7 @@ def open_searchers(store: Any, vectors: np.ndarray, index: IndexOptions, where: 
 
         opened = open_searcher(vectors, index, store_root=store.local_root,
                                content_id=store.content_id, engine=where)
-        return timed(opened.search, search_time), None, opened.describe()
+        return TimedSearch(opened.search, search_time), None, opened.describe()
     from pairkit.index.outside import outside_searcher
 
     anchor_searcher, text = outside_searcher(
