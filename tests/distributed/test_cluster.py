@@ -73,3 +73,42 @@ def test_worker_node_killed_mid_mine(tmp_path, s3):
     got, want = read_table(f"{s3}/pairs/"), pd.read_parquet(tmp_path / "local.parquet")
     assert got["anchor_id"].nunique() == 300 and len(got) == 5 * 300
     pd.testing.assert_frame_equal(got, want)
+
+
+def test_worker_node_killed_mid_mine_with_the_rules(tmp_path, s3):
+    """``mine --ray HOST:PORT --hard --filter-false-negatives -o FILE.parquet`` (the
+    default rules and mined positives: the plan, with the vectors, the rules' context and
+    the index, is made by a Ray task and kept in the object store, wherever it ran), the
+    worker node killed while it holds a block: the run completes and the table is the
+    local run's."""
+    st = random_store(tmp_path / "src", n_sources=150, views=2, dim=16, classes=5)
+    np.save(tmp_path / "emb.npy", st.vectors())
+    st.items.drop(columns=["label"]).to_parquet(tmp_path / "items.parquet")
+    common = [tmp_path / "emb.npy", "--items", tmp_path / "items.parquet", "--dtype", "float32"]
+    ok("import", *common, "-o", f"{s3}/store")
+    args = ["--hard", "-k", "5", "--batch-size", "50", "--filter-false-negatives"]
+    ok("mine", f"{s3}/store", *args, "-o", tmp_path / "local.parquet", "-q")
+
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    with two_nodes(head_env={"PAIRKIT_TEST_WAIT_FOR_HOLD": str(hold)},
+                   worker_env={"PAIRKIT_TEST_HOLD": str(hold)}) as cluster:
+        proc = cluster.pairkit("mine", f"{s3}/store", *args, "-o", tmp_path / "dist.parquet",
+                               "--ray", cluster.address)
+        try:
+            deadline = time.monotonic() + 180
+            while not list(hold.iterdir()):
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "no block reached the worker node"
+                time.sleep(0.2)
+            cluster.nodes[1].kill()
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 0, err
+        assert len(list(hold.iterdir())) == 1
+    got, want = read_table(tmp_path / "dist.parquet"), read_table(tmp_path / "local.parquet")
+    assert (want["positive_kind"] == "mined").any()
+    pd.testing.assert_frame_equal(got, want)
