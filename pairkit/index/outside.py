@@ -114,8 +114,9 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
     (one copy, then BLAS search); smaller groups are scored against all rows with one
     matrix product, masked and cut (``big_group`` 128: 1.1-1.8x faster than 256, and
     faster than 64 or 32, on three real sets of 8,000 rows; same results). Results are
-    ordered by score descending, ties by ascending id. Returns ``(scores, ids)`` (nq, k), -inf / -1 padded. Work: about one
-    exact search (nq x N x d); memory O(N x d) for the largest allowed set.
+    ordered by score descending, ties by ascending id. Returns ``(scores, ids)`` (nq, k),
+    -inf / -1 padded. Work: about one exact search (nq x N x d); memory O(N x d) for the
+    largest allowed set.
     """
     from pairkit.index.search import knn_search
 

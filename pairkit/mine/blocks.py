@@ -186,7 +186,8 @@ class MineBlocks:
     keep_flags: bool
     searcher: Searcher | None
     anchor_searcher: Searcher | None
-    rows_from: StoreRows | None = None  # ctx.vectors left out: read there (load_rows)
+    # where the blocks read the store (its paths; ctx.vectors too when left out: load_rows)
+    rows_from: StoreRows | None = None
     positives_there: bool = False  # positives scored where the blocks run (score_positives)
     pos_start: int = 0  # the anchor row of positives[0] (not 0: scored block by block)
 
