@@ -268,6 +268,21 @@ def test_metrics_against_loops():
     assert alignment(z[:3], z[3:6]) == pytest.approx(
         sum(float(np.sum((z[i] - z[i + 3]) ** 2)) for i in range(3)) / 3)
     assert dim_std(np.tile(z[:1], (5, 1))) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_epoch_uniformity_is_over_every_pair_of_the_eval_items():
+    """The epoch metrics' uniformity over the EVAL_ITEMS (2,048) rows is the exact mean over
+    all their distinct pairs (scipy's pdist as the reference), not a sample of pairs."""
+    from scipy.spatial.distance import pdist
+
+    from pairkit.train.epoch_end import EVAL_ITEMS
+
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(EVAL_ITEMS, 24))
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    a = -2.0 * pdist(z, "sqeuclidean")
+    want = float(a.max() + np.log(np.mean(np.exp(a - a.max()))))
+    assert uniformity(z) == pytest.approx(want, rel=1e-9)
     assert lr_at(0, 100, 10, 1.0) == pytest.approx(0.1)
     assert lr_at(9, 100, 10, 1.0) == pytest.approx(1.0)
     assert lr_at(10, 100, 10, 1.0) == pytest.approx(1.0)
