@@ -273,8 +273,6 @@ def run_stats(store: Any, relation: str, config: MineConfig, fmt: str, index_tex
     """The stats dict of a run: the store, the relation (its description) and options,
     ``rows`` of the table, the ``summary`` (:func:`pairkit.mine.stats.summary_stats`),
     the rules' context."""
-    from pairkit.mine.stats import cluster_stats
-
     lo, hi = config.window()
     return {
         "store": str(store.root),
@@ -289,10 +287,21 @@ def run_stats(store: Any, relation: str, config: MineConfig, fmt: str, index_tex
         "window": [lo, hi] if config.hard else None,
         "sampling": config.sampling if config.hard else "uniform",
         "seed": config.seed,
+        **rules_stats(config, fn_config, ctx, skipped),
+        "seconds": seconds or {},
+    }
+
+
+def rules_stats(config: MineConfig, fn_config: FalseNegativeConfig | None,
+                ctx: FnContext | None, skipped: SkippedRows | None) -> dict[str, Any]:
+    """The keys of :func:`run_stats` that say what the false-negative rules did (the
+    rules, the clusters chosen, which rows the search skipped, the mode)."""
+    from pairkit.mine.stats import cluster_stats
+
+    return {
         "false_negative_rules": list(fn_config.rules) if fn_config is not None else [],
         "clusters": cluster_stats(ctx, fn_config) if fn_config is not None else None,
         "cluster_rows_not_searched": skipped is not None and skipped.what == "cluster",
         "label_rows_not_searched": skipped is not None and skipped.what == "label",
         "fn_mode": config.fn_mode if fn_config is not None else None,
-        "seconds": seconds or {},
     }

@@ -201,16 +201,15 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt}")
     here = map_blocks is None
-    rules = None
-    if has_rules(fn_config, positives):
-        if here:  # the rules' context needs the vectors: mined in memory
-            return None
-        rules = RulesSpec(fn_config, positives, replace(index, seed=config.seed))
+    with_rules = has_rules(fn_config, positives)
+    if with_rules and here:  # the rules' context needs the vectors: mined in memory
+        return None
     # verified where it is read: by the plan on a cluster; here, once, the run's snapshot
     store = Store.open(store_path, verify=here)
     if store.count == 0:
         raise PairkitError(f"store {store.root} is empty: nothing to mine")
     index = replace(index, seed=config.seed)
+    rules = RulesSpec(fn_config, positives, index) if with_rules else None
     where = engine_for(index)
     rows_from = local_rows(store) if here else workers_rows(store, map_blocks, None)
     if rows_from is None or (config.hard and saved_index(store, index, where)):

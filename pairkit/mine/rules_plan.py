@@ -61,6 +61,7 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
     from pairkit.core.relations import load_relation
     from pairkit.index.open import engine_for
     from pairkit.mine.block_parts import PartsJob, PartsPlan
+    from pairkit.mine.command import rules_stats
     from pairkit.mine.hard_negatives import plan_blocks
     from pairkit.mine.parts_run import relation_stats
     from pairkit.mine.rules_run import (
@@ -69,7 +70,6 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
         open_searchers,
         rules_context,
     )
-    from pairkit.mine.stats import cluster_stats
 
     rules = spec.rules
     assert rules is not None
@@ -96,30 +96,22 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
     # positives are scored here once, as in a run here
     blocks = plan_blocks(vectors, sources, rel, config, searcher, fn_filter, anchor_searcher)
     blocks.rows_from = spec.rows_from  # the workers' paths and label codes (store_columns)
-    mined = after = None
+    mined = None
     after_stats: dict[str, Any] = {}
     if rules.mines_positives:
-        mined, after = mined_positives(blocks.anchors, vectors, sources, st, rules.positives,
-                                       ctx, fn_config, rules.index, where)
-        after_stats["mined_positives"] = after
+        mined, after_stats["mined_positives"] = mined_positives(
+            blocks.anchors, vectors, sources, st, rules.positives, ctx, fn_config, rules.index,
+            where)
     if fn_config is not None:
         from pairkit.mine.fn_estimate import estimate_quality
 
         after_stats["fn_estimate"] = estimate_quality(ctx, fn_config, seed=config.seed)
-    rule_stats: dict[str, Any] = {}
-    if fn_config is not None:
-        rule_stats = {
-            "false_negative_rules": list(fn_config.rules),
-            "clusters": cluster_stats(ctx, fn_config),
-            "cluster_rows_not_searched": skipped is not None and skipped.what == "cluster",
-            "label_rows_not_searched": skipped is not None and skipped.what == "label",
-            "fn_mode": config.fn_mode,
-        }
     labelled = st.has_labels
     flags = fn_config is not None and config.keep_flagged
     info = {"anchors": len(blocks.anchors), "k0": blocks.k0, "relation": rel.description,
             "relation_stats": relation_stats(rel), "labelled": labelled,
-            "index": index_text, "rules": rule_stats, "after": after_stats,
+            "index": index_text, "rules": rules_stats(config, fn_config, ctx, skipped),
+            "after": after_stats,
             "seconds": {"false_negative_context": round(t_fn - t0, 3),
                         "index": round(t_index - t_fn, 3)}}
     plan = PartsPlan(spec.folder, spec.fmt, st.content_id, labelled, flags=flags)

@@ -31,6 +31,27 @@ def ok(*args: object) -> None:
     assert r.exit_code == 0, r.output
 
 
+def mine_killing_the_worker_node(cluster, hold, *args: object) -> str:
+    """``pairkit mine ARGS --ray`` on ``cluster``, its worker node killed (every process)
+    once that node's actor holds a block (``hold`` gets its file); returns the run's
+    stderr, asserting it exited 0."""
+    proc = cluster.pairkit("mine", *args, "--ray", cluster.address)
+    try:
+        deadline = time.monotonic() + 180
+        while not list(hold.iterdir()):  # the worker node's actor holds a block
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no block reached the worker node"
+            time.sleep(0.2)
+        cluster.nodes[1].kill()
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    return err
+
+
 def test_worker_node_killed_mid_mine(tmp_path, s3):
     st = random_store(tmp_path / "src", n_sources=150, views=2, dim=16, classes=5)
     np.save(tmp_path / "emb.npy", st.vectors())
@@ -47,21 +68,8 @@ def test_worker_node_killed_mid_mine(tmp_path, s3):
     # head's waits for that before its first block (else it may mine them all first)
     with two_nodes(head_env={"PAIRKIT_TEST_WAIT_FOR_HOLD": str(hold)},
                    worker_env={"PAIRKIT_TEST_HOLD": str(hold)}) as cluster:
-        proc = cluster.pairkit("mine", f"{s3}/store", *args, "-o", f"{s3}/pairs/", "--ray",
-                               cluster.address)
-        try:
-            deadline = time.monotonic() + 180
-            while not list(hold.iterdir()):  # the worker node's actor holds a block
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline, "no block reached the worker node"
-                time.sleep(0.2)
-            cluster.nodes[1].kill()
-            out, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        assert proc.returncode == 0, err
+        err = mine_killing_the_worker_node(cluster, hold, f"{s3}/store", *args, "-o",
+                                           f"{s3}/pairs/")
         assert f"blocks on Ray ({cluster.address}: 2 CPUs; 2 workers x 1 threads)" in err
         assert len(list(hold.iterdir())) == 1  # one block was in flight when the node died
         assert "index: flat on CPU, built on each worker" in err  # read the S3 store there
@@ -93,21 +101,8 @@ def test_worker_node_killed_mid_mine_with_the_rules(tmp_path, s3):
     hold.mkdir()
     with two_nodes(head_env={"PAIRKIT_TEST_WAIT_FOR_HOLD": str(hold)},
                    worker_env={"PAIRKIT_TEST_HOLD": str(hold)}) as cluster:
-        proc = cluster.pairkit("mine", f"{s3}/store", *args, "-o", tmp_path / "dist.parquet",
-                               "--ray", cluster.address)
-        try:
-            deadline = time.monotonic() + 180
-            while not list(hold.iterdir()):
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline, "no block reached the worker node"
-                time.sleep(0.2)
-            cluster.nodes[1].kill()
-            out, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        assert proc.returncode == 0, err
+        mine_killing_the_worker_node(cluster, hold, f"{s3}/store", *args, "-o",
+                                     tmp_path / "dist.parquet")
         assert len(list(hold.iterdir())) == 1
     got, want = read_table(tmp_path / "dist.parquet"), read_table(tmp_path / "local.parquet")
     assert (want["positive_kind"] == "mined").any()
