@@ -99,6 +99,9 @@ def read_bytes(url: str, max_bytes: int | None = None) -> bytes:
     than ``max_bytes`` or unreadable)."""
     fs, path = filesystem(url)
     try:
+        # a listing cached here (list_names) may predate the object: s3fs sizes it from
+        # that listing and would say there is none
+        fs.invalidate_cache(path)
         if max_bytes is not None:
             size = fs.size(path)
             if size is not None and size > max_bytes:

@@ -138,8 +138,46 @@ def shard_array(url: str, rec: dict[str, Any], dim: int, dtype: str) -> np.ndarr
         rec["rows"], dim)
 
 
-def open_remote(cls: type[Store], url: str) -> Store:
-    """The last committed snapshot of the store at ``url`` (every object verified)."""
+class LazyShard:
+    """One shard of a store on object storage, fetched (and verified) when its rows are
+    first read, as an array-like of shape (rows, dim): ``len``, ``shard[key]`` (numpy
+    indexing of the rows) and ``np.asarray(shard)``. Of the shards of one store only the
+    last one read is kept (``held``), so a pass over the rows holds one shard at a time."""
+
+    def __init__(self, url: str, rec: dict[str, Any], dim: int, dtype: str,
+                 held: list[Any]) -> None:
+        self.url, self.rec, self.dim, self.dtype = url, rec, dim, np.dtype(dtype)
+        self.shape = (int(rec["rows"]), int(dim))
+        self.held = held  # [shard, its array] shared by the store's shards: the last read
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def array(self) -> np.ndarray:
+        """The shard's rows (read-only), fetched now unless it is the one held."""
+        if self.held and self.held[0] is self:
+            return self.held[1]  # type: ignore[no-any-return]
+        try:
+            rows = shard_array(self.url, self.rec, self.dim, str(self.dtype))
+        except StoreError as exc:
+            raise StoreError(f"{exc}; the store may have been rewritten while it was "
+                             "being read: rerun the command") from None
+        self.held[:] = [self, rows]
+        return rows
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return self.array()[key]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        rows = self.array()
+        return rows if dtype is None else rows.astype(dtype)
+
+
+def open_remote(cls: type[Store], url: str, verify: bool = True) -> Store:
+    """The last committed snapshot of the store at ``url``: every object fetched and
+    verified now; with ``verify`` False only the manifest is read now, the item table and
+    each shard when first used (:class:`LazyShard`, verified then): what a process that
+    only plans (the driver of a Ray run) needs, without holding the vectors."""
     for attempt in range(OPEN_ATTEMPTS):
         raw, tag = manifest_bytes(url)
         manifest = parse_manifest(url, raw)  # type: ignore[arg-type]
@@ -147,6 +185,12 @@ def open_remote(cls: type[Store], url: str) -> Store:
             raise StoreError(f"store {url} has format 1, which pairkit reads from local "
                              "folders only: copy it here and rerun embed or import")
         store = cls(url, manifest, raw)  # type: ignore[arg-type]
+        if not verify:
+            held: list[Any] = []
+            store.hold([LazyShard(url, s, store.dim, store.dtype, held)  # type: ignore[misc]
+                        for s in manifest["shards"]], None)
+            store.tag = tag
+            return store
         try:
             arrays = [shard_array(url, s, store.dim, store.dtype) for s in manifest["shards"]]
             items_raw = (_object(url, manifest["items"], "item table")
@@ -165,6 +209,11 @@ def open_remote(cls: type[Store], url: str) -> Store:
 
 def read_errors(url: str, rec: dict[str, Any]) -> bytes:
     return _object(url, rec, "errors file")
+
+
+def read_items(url: str, rec: dict[str, Any]) -> bytes:
+    """The item table's bytes (a store opened without ``verify``: read when first used)."""
+    return _object(url, rec, "item table")
 
 
 def prepare_remote(url: str, force: bool) -> str:

@@ -14,11 +14,9 @@ pairkit write that never committed: refused).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
-import secrets
 from typing import TYPE_CHECKING
 
 from pairkit.core.remote import (
@@ -30,18 +28,15 @@ from pairkit.core.remote import (
     put,
     put_if,
     read_bytes,
-    read_tagged,
-    remove,
     scheme,
 )
+from pairkit.core.remote_parts import MAX_PARTS_BYTES, PARTS
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-PARTS = "_pairkit_parts.json"
 MAX_TABLE_BYTES = 16 << 30
-MAX_PARTS_BYTES = 64 << 20
 
 
 def is_remote_dataset(url: str) -> bool:
@@ -92,43 +87,21 @@ def write_remote_table(df: pd.DataFrame, url: str, kind: str, force: bool,
 
 
 def _write_dataset(df: pd.DataFrame, url: str, part_rows: list[int], force: bool) -> None:
+    from pairkit.core.remote_parts import start_parts
+
     if sum(part_rows) != len(df):
         raise PairkitError(f"internal: parts of {sum(part_rows)} rows for {len(df)} rows")
-    token = secrets.token_hex(4)
-    old_tag, old_parts = None, set()
-    try:
-        raw, old_tag = read_tagged(join(url, PARTS), MAX_PARTS_BYTES)
-        old_parts = {p["file"] for p in json.loads(raw)["parts"]}
-    except FileNotFoundError:
-        pass
-    except (ValueError, KeyError, TypeError):
-        old_parts = set()
-    written, records, start = [], [], 0
+    parts = start_parts(url)
+    records, start = [], 0
     try:
         for i, rows in enumerate(r for r in part_rows if r > 0 or len(df) == 0):
-            data = _frame_bytes(df.iloc[start:start + rows], "parquet")
-            name = f"part-{i:05d}-{token}.parquet"
-            put(join(url, name), data)
-            written.append(name)
-            records.append({"file": name, "rows": int(rows), "bytes": len(data),
-                            "sha256": hashlib.sha256(data).hexdigest()})
+            records.append(parts.put_part(i, _frame_bytes(df.iloc[start:start + rows],
+                                                          "parquet"), rows))
             start += rows
-        doc = json.dumps({"format": "pairkit-parts", "parts": records}, indent=1).encode()
-        if scheme(url) in ("s3", "s3a"):
-            put_if(join(url, PARTS), doc, old_tag)
-        else:
-            put(join(url, PARTS), doc)
-    except BaseException as exc:
-        for name in written:
-            with contextlib.suppress(PairkitError):
-                remove(join(url, name))
-        if isinstance(exc, CommitConflict):
-            raise PairkitError(f"output {url}/ was written meanwhile by another process: "
-                               "nothing of this run was committed") from None
+    except BaseException:
+        parts.abort()
         raise
-    for name in (old_parts - set(written)) if force else ():
-        with contextlib.suppress(PairkitError):
-            remove(join(url, name))
+    parts.commit(records, force)
 
 
 def read_remote_table(url: str, kind: str) -> pd.DataFrame:

@@ -154,14 +154,16 @@ class Store:
         dtype, the item table's size, and (when the items are read) its sha256, row count
         and ids. ``verify`` also checks every shard's and the item table's sha256 now
         (reads every byte once). ``path`` may be a URL (``s3://bucket/store``): every
-        object is then fetched and always verified (core/remote_store.py).
+        object is then fetched and always verified (core/remote_store.py); without
+        ``verify`` only the manifest now, each other object when first read (verified
+        then), one shard held at a time.
         """
         from pairkit.core.remote import is_url, location
 
         if is_url(path):
             from pairkit.core.remote_store import open_remote
 
-            return open_remote(cls, str(path))
+            return open_remote(cls, str(path), verify)
         root = Path(location(path))
         if not root.exists():
             raise StoreError(f"store {root} not found")
@@ -219,7 +221,12 @@ class Store:
                              f"manifest says {self.count}")
 
     def _read_items_bytes(self) -> bytes:
-        """The item table's bytes from the pinned file, checked against the manifest."""
+        """The item table's bytes from the pinned file (object storage: the object),
+        checked against the manifest."""
+        if self.is_remote:
+            from pairkit.core.remote_store import read_items
+
+            return read_items(str(self.root), self.manifest["items"])
         assert self._items_fh is not None
         with self._items_fh as fh:
             fh.seek(0)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.remote_parts import RemoteParts
 from pairkit.mine.blocks import MineBlocks, MineResult, StoreRows, add_counts, mine_block
 from pairkit.mine.positives import MinedPositives
 from pairkit.mine.stats import (
@@ -43,6 +44,9 @@ class PartsPlan:
     store_id: str
     labels: bool
     flags: bool = False  # the false_negative / fn_reason columns (--fn-mode keep)
+    # an output on object storage (``-o s3://bucket/pairs/``): the parts and the keys
+    # are put straight there under the writer's token (``folder``: its URL)
+    remote: RemoteParts | None = None
 
 
 @dataclass
@@ -73,6 +77,7 @@ class BlockSummary:
     k_max: int
     same_label: tuple[int, int] | None  # (negatives sharing the label, both labelled)
     attracted: int = 0  # flagged candidates attracted as extra positives (--fn-mode attract)
+    part: dict[str, Any] | None = None  # the part's record, put on object storage
 
 
 COLUMNS: dict[str, tuple[Any, np.ndarray | None]] = {}  # content id -> paths, codes
@@ -141,14 +146,25 @@ def mine_block_part(job: PartsJob, span: tuple[int, int]) -> BlockSummary:
         table = with_mined_positives(table, job.plan.fmt, st.anchors, job.mined, span,
                                      job.plan.store_id, paths)
     number = span[0] // st.ctx.cfg.batch_size
-    with atomic_path(Path(job.plan.folder) / part_name(number)) as tmp:
-        table.to_parquet(tmp, index=False)
-    return summarize(part, len(table), labels if job.plan.labels else None,
-                     st.ctx.cfg.num_negatives, st.ctx.cfg.hard, job.plan.folder, number)
+    remote, record = job.plan.remote, None
+    if remote is not None:  # put whole, under the writer's token
+        import io
+
+        buf = io.BytesIO()
+        table.to_parquet(buf, index=False)
+        record = remote.put_part(number, buf.getvalue(), len(table))
+    else:
+        with atomic_path(Path(job.plan.folder) / part_name(number)) as tmp:
+            table.to_parquet(tmp, index=False)
+    summary = summarize(part, len(table), labels if job.plan.labels else None,
+                        st.ctx.cfg.num_negatives, st.ctx.cfg.hard, job.plan.folder, number,
+                        remote.token if remote is not None else "")
+    summary.part = record
+    return summary
 
 
 def summarize(part: MineResult, rows: int, labels: np.ndarray | None, K: int,
-              hard: bool, folder: str | Path, number: int) -> BlockSummary:
+              hard: bool, folder: str | Path, number: int, token: str = "") -> BlockSummary:
     """The :class:`BlockSummary` of block ``number``'s result (``rows``: its table's rows;
     ``labels``: the store's label codes or None); its scores' keys are written into
     ``folder`` (:func:`pairkit.mine.stream_quantiles.write_keys`), so that the summary
@@ -163,8 +179,8 @@ def summarize(part: MineResult, rows: int, labels: np.ndarray | None, K: int,
     same = None if labels is None else same_label_counts(p, labels)
     return BlockSummary(
         rows=rows, per_anchor=np.bincount(per, minlength=K + 1).astype(np.int64),
-        pos_keys=scores_file(p.pos_scores, keys_path(folder, "pos", number)),
-        neg_keys=scores_file(p.neg_scores[ok], keys_path(folder, "neg", number)),
+        pos_keys=scores_file(p.pos_scores, keys_path(folder, "pos", number, token)),
+        neg_keys=scores_file(p.neg_scores[ok], keys_path(folder, "neg", number, token)),
         rank_counts=np.bincount(bins, minlength=len(RANK_BINS)).astype(np.int64),
         rank_max=int(ranks.max()) if len(ranks) else -1,
         removed=dict(part.removed), fn_flagged=dict(part.fn_flagged), retries=part.retries,
@@ -172,7 +188,7 @@ def summarize(part: MineResult, rows: int, labels: np.ndarray | None, K: int,
         attracted=0 if p.fn_ids is None else len(p.fn_ids))
 
 
-def scores_file(values: np.ndarray, path: Path) -> tuple[str, np.ndarray, int]:
+def scores_file(values: np.ndarray, path: Path | str) -> tuple[str, np.ndarray, int]:
     """``(path, buckets, NaNs)``: ``values``' keys written to ``path``
     (:func:`pairkit.mine.stream_quantiles.write_keys`)."""
     from pairkit.mine.stream_quantiles import write_keys

@@ -43,14 +43,16 @@ from pairkit.mine.config import MineConfig
 
 def streams_parts(output: str, fn_config: Any, positives: Any, executor: Any = None,
                   index: IndexOptions | None = None) -> bool:
-    """Whether ``mine`` can run this way (see the module docstring): no false-negative
-    rules, no mined positives, a local parquet output; blocks run by an executor, or here
-    (``executor`` None: streamed from the shards, see :func:`mine_parts`) with FAISS on
-    the CPU and no ``hnsw`` index (``index``: the run's options)."""
+    """Whether ``mine`` can run this way (see the module docstring): a local parquet
+    output, or with an executor a dataset on object storage (``-o s3://bucket/pairs/``:
+    the blocks put their parts there, :mod:`pairkit.core.remote_parts`); blocks run by an
+    executor, or here (``executor`` None: streamed from the shards, see
+    :func:`mine_parts`) with no false-negative rules or mined positives, FAISS on the CPU
+    and no ``hnsw`` index (``index``: the run's options)."""
     from pairkit.core.tables import table_kind
     from pairkit.mine.rules_plan import has_rules
 
-    if output == "-" or is_url(output):
+    if output == "-" or (is_url(output) and (executor is None or not output.endswith("/"))):
         return False
     if executor is None and (has_rules(fn_config, positives)
                              or not streams_rows(index or IndexOptions())):
@@ -79,6 +81,7 @@ class PlanSpec:
     folder: str
     fmt: str
     rules: Any = None  # RulesSpec (pairkit.mine.rules_plan): planned with the vectors
+    remote: Any = None  # RemoteParts: the parts put straight on object storage
 
 
 def plan_job(spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
@@ -108,7 +111,8 @@ def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     labelled = st.has_labels
     info = {"anchors": len(blocks.anchors), "k0": blocks.k0, "relation": rel.description,
             "relation_stats": relation_stats(rel), "labelled": labelled}
-    return PartsJob(blocks, PartsPlan(spec.folder, spec.fmt, st.content_id, labelled)), info
+    plan = PartsPlan(spec.folder, spec.fmt, st.content_id, labelled, remote=spec.remote)
+    return PartsJob(blocks, plan), info
 
 
 PLAN_APART_ROWS = 1_000_000  # streamed here: stores above this are planned in a child
@@ -224,14 +228,12 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                                                     backend=where.name))
         index_text = planned_description(store.count, store.dim, index, where,
                                          STREAMED if here else "built on each worker")
-    target = Path(output.rstrip("/")) if output.endswith("/") else Path(output)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_parts(target)
-    folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp",
-                                   dir=target.parent)).resolve()
+    put_parts, folder = parts_folder(output)
     counts = None
     try:
-        spec = PlanSpec(relation, config, searcher, rows_from, str(folder), fmt, rules)
+        spec = PlanSpec(relation, config, searcher, rows_from,
+                        put_parts.url if folder is None else str(folder), fmt, rules,
+                        put_parts)
         remote = getattr(map_blocks, "remote_pair", None)
         if here:
             job, info = plan_here(store, spec)
@@ -241,16 +243,19 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
             job, info = plan_job(spec)
         n = info["anchors"]
         counts = SummaryCounts(config.num_negatives, config.hard, info["k0"],
-                               StreamQuantiles(folder, "pos"), StreamQuantiles(folder, "neg"))
+                               StreamQuantiles(spec.folder, "pos"),
+                               StreamQuantiles(spec.folder, "neg"))
         if on_start is not None:
             on_start(n)
         t1 = time.perf_counter()
         spans = block_spans(n, config.batch_size)
         rows: list[int] = []
+        records: list[Any] = []  # the parts' records, put on object storage
         for (b0, b1), summary in zip(spans, map_blocks(mine_block_part, job, spans),
                                      strict=True):
             counts.add(summary)
             rows.append(summary.rows)
+            records.append(summary.part)
             if progress is not None:
                 progress(b1 - b0)
         del job
@@ -259,12 +264,20 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         summary_stats = counts.stats()
         counts.pos.close()
         counts.neg.close()
-        commit_parts(folder, [part_name(i) for i in range(len(spans))], rows, output, force)
+        if folder is None:
+            put_parts.commit(records, force)
+            put_parts = None  # committed: nothing of it to remove
+        else:
+            commit_parts(folder, [part_name(i) for i in range(len(spans))], rows, output,
+                         force)
     finally:
         if counts is not None:
             counts.pos.close()
             counts.neg.close()
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        elif put_parts is not None:
+            put_parts.abort()
         if here:  # this process's copies of the store's rows and paths
             forget_loaded()
             forget_columns()
@@ -280,6 +293,22 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         stats["negatives_same_label"] = counts.negatives_same_label()
     stats.update(info["relation_stats"])
     return stats
+
+
+def parts_folder(output: str) -> tuple[Any, Path | None]:
+    """Where the blocks put their parts: ``(RemoteParts, None)`` for a dataset on object
+    storage (:mod:`pairkit.core.remote_parts`: straight into it, under this writer's
+    token), else ``(None, a new temp folder beside the output)``, the stale ones of
+    killed drivers removed first."""
+    if is_url(output):
+        from pairkit.core.remote_parts import start_parts
+
+        return start_parts(output), None
+    target = Path(output.rstrip("/")) if output.endswith("/") else Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_parts(target)
+    return None, Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp",
+                                       dir=target.parent)).resolve()
 
 
 STREAMED = "built now from the store's shards"  # the index text's origin, streamed here

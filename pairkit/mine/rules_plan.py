@@ -114,5 +114,6 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
             "after": after_stats,
             "seconds": {"false_negative_context": round(t_fn - t0, 3),
                         "index": round(t_index - t_fn, 3)}}
-    plan = PartsPlan(spec.folder, spec.fmt, st.content_id, labelled, flags=flags)
+    plan = PartsPlan(spec.folder, spec.fmt, st.content_id, labelled, flags=flags,
+                     remote=spec.remote)
     return PartsJob(blocks, plan, mined=mined), info

@@ -12,7 +12,7 @@ wanted bucket, and one chunk of one file at a time.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +34,31 @@ def from_keys(keys: np.ndarray) -> np.ndarray:
     return u.view(np.float32)
 
 
-def keys_path(folder: str | os.PathLike[str], name: str, number: int) -> Path:
-    """The keys file of block ``number`` of the values ``name`` in ``folder``."""
+def keys_path(folder: str | os.PathLike[str], name: str, number: int, token: str = ""
+              ) -> Path | str:
+    """The keys file of block ``number`` of the values ``name`` in ``folder`` (a URL:
+    the object's URL, its name with the writer's ``token``)."""
+    from pairkit.core.remote import is_url, join
+
+    if is_url(folder):
+        return join(str(folder), f".{name}-{number:06d}-{token}.keys")
     return Path(folder) / f".{name}-{number:06d}.keys"
+
+
+def read_key_chunks(path: str | os.PathLike[str]) -> Iterator[np.ndarray]:
+    """The keys of a file written by :func:`write_keys` (a URL: one object, read whole),
+    :data:`CHUNK` at a time."""
+    from pairkit.core.remote import is_url, read_bytes
+
+    if is_url(path):
+        yield np.frombuffer(read_bytes(str(path)), dtype=np.uint32)
+        return
+    with open(path, "rb") as fh:
+        while True:
+            keys = np.fromfile(fh, dtype=np.uint32, count=CHUNK)
+            if not len(keys):
+                return
+            yield keys
 
 
 def write_keys(values: np.ndarray, path: str | os.PathLike[str]) -> tuple[np.ndarray, int]:
@@ -46,8 +68,13 @@ def write_keys(values: np.ndarray, path: str | os.PathLike[str]) -> tuple[np.nda
     x = np.asarray(values, dtype=np.float32).ravel()
     nan = np.isnan(x)
     keys = sort_keys(x[~nan])
-    with open(path, "wb") as fh:
-        keys.tofile(fh)
+    from pairkit.core.remote import is_url, put
+
+    if is_url(path):
+        put(str(path), keys.tobytes())
+    else:
+        with open(path, "wb") as fh:
+            keys.tofile(fh)
     buckets, counts = np.unique(keys >> 16, return_counts=True)
     return np.stack([buckets.astype(np.int64), counts.astype(np.int64)], axis=1), int(nan.sum())
 
@@ -59,8 +86,8 @@ class StreamQuantiles:
     method ``linear``), reading the files once. :meth:`close` removes the files."""
 
     def __init__(self, folder: str | os.PathLike[str], name: str = "values") -> None:
-        self.folder, self.name = Path(folder), name
-        self.files: list[Path] = []
+        self.folder, self.name = folder, name  # a folder, or a URL prefix
+        self.files: list[str | Path] = []
         self.high = np.zeros(BINS, np.int64)
         self.count = 0
         self.nans = 0
@@ -73,7 +100,9 @@ class StreamQuantiles:
     def add_file(self, path: str | os.PathLike[str], buckets: np.ndarray, nans: int) -> None:
         """Add a block's values: their keys in ``path``, ``buckets`` and ``nans`` as
         :func:`write_keys` returned them."""
-        self.files.append(Path(path))
+        from pairkit.core.remote import is_url
+
+        self.files.append(str(path) if is_url(path) else Path(path))
         b = np.asarray(buckets, dtype=np.int64).reshape(-1, 2)
         np.add.at(self.high, b[:, 0], b[:, 1])
         self.count += int(b[:, 1].sum())
@@ -113,18 +142,14 @@ class StreamQuantiles:
         low = {b: np.zeros(BINS, np.int64) for b in wanted}
         wanted_arr = np.array(wanted, dtype=np.uint32)
         for path in self.files:
-            with open(path, "rb") as fh:
-                while True:
-                    keys = np.fromfile(fh, dtype=np.uint32, count=CHUNK)
-                    if not len(keys):
-                        break
-                    hi = keys >> 16
-                    hit = np.isin(hi, wanted_arr)
-                    if not hit.any():
-                        continue
-                    k, h = keys[hit], hi[hit]
-                    for b in wanted:
-                        low[b] += np.bincount(k[h == b] & 0xFFFF, minlength=BINS)
+            for keys in read_key_chunks(path):
+                hi = keys >> 16
+                hit = np.isin(hi, wanted_arr)
+                if not hit.any():
+                    continue
+                k, h = keys[hit], hi[hit]
+                for b in wanted:
+                    low[b] += np.bincount(k[h == b] & 0xFFFF, minlength=BINS)
         out = []
         for r, b in zip(ranks, buckets, strict=True):
             inside = np.cumsum(low[b])
@@ -133,6 +158,16 @@ class StreamQuantiles:
         return out
 
     def close(self) -> None:
-        """Remove the files."""
+        """Remove the files (objects, for a URL)."""
+        import contextlib
+
+        from pairkit.core.remote import remove
+        from pairkit.errors import PairkitError
+
         for path in self.files:
-            path.unlink(missing_ok=True)
+            if isinstance(path, Path):
+                path.unlink(missing_ok=True)
+            else:
+                with contextlib.suppress(PairkitError):
+                    remove(path)
+        self.files = []

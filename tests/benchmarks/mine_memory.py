@@ -43,6 +43,7 @@ and report the figures with the machine, date and load (docs/benchmarks.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -52,6 +53,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # tests.s3server
 
 REPO = Path(__file__).resolve().parents[2]
 DIM = 128
@@ -252,6 +257,39 @@ def growth(stages: list) -> dict[str, float]:
     return out
 
 
+class S3Bench:
+    """A local S3 server (tests/s3server.py) for the ``ray-s3`` mode: a bucket, the
+    stores uploaded to it object by object (the manifest last), the children's env."""
+
+    bucket = "s3://pairkit-bench"
+
+    def __enter__(self) -> S3Bench:
+        from tests.s3server import ENV, moto_server
+
+        self.server = moto_server()
+        endpoint = self.server.__enter__()
+        if endpoint is None:
+            raise SystemExit("ray-s3: moto_server and s3fs are needed (the dev extra)")
+        self.env = {**ENV, "AWS_ENDPOINT_URL": endpoint}
+        os.environ.update(self.env)  # this process reads the tables back
+        import s3fs
+
+        self.fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint})
+        self.fs.mkdir(self.bucket[len("s3://"):])
+        return self
+
+    def upload(self, store: Path) -> str:
+        url = f"{self.bucket}/{store.name}"
+        files = sorted(p for p in store.iterdir() if p.is_file() and p.name != "manifest.json"
+                       and not p.name.startswith("."))
+        for f in [*files, store / "manifest.json"]:
+            self.fs.put_file(str(f), f"{url[len('s3://'):]}/{f.name}")
+        return url
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.__exit__(*exc)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[125_000, 250_000, 500_000])
@@ -260,9 +298,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--store-dir", type=Path, help="keep the generated stores here "
                         "(reused when present) instead of a temp dir")
-    parser.add_argument("--modes", nargs="+", choices=("streamed", "memory", "ray"),
+    parser.add_argument("--modes", nargs="+", choices=("streamed", "memory", "ray", "ray-s3"),
                         help="local streamed (the default path), local in memory (as "
-                        "before), --ray local (default: streamed, and ray with --ray)")
+                        "before), --ray local (default: streamed, and ray with --ray); "
+                        "ray-s3: --ray local with the store and the output on a local S3 "
+                        "server (moto_server, started here; the store uploaded to it)")
     parser.add_argument("--nprobe", type=int, help="pass --nprobe (default: mine's)")
     parser.add_argument("--watch", type=float, help="print the child's peak every S s")
     parser.add_argument("--rules", action="store_true", help="mine with "
@@ -273,7 +313,9 @@ def main() -> None:
     import pandas as pd
 
     results = []
-    with tempfile.TemporaryDirectory(prefix="pairkit-mem-") as tmp:
+    s3 = S3Bench() if "ray-s3" in (args.modes or []) else None
+    with tempfile.TemporaryDirectory(prefix="pairkit-mem-") as tmp, \
+            (s3 if s3 is not None else contextlib.nullcontext()):
         for rows in args.rows:
             store = (args.store_dir or Path(tmp)) / f"st{rows}"
             t0 = time.perf_counter()
@@ -284,18 +326,31 @@ def main() -> None:
                                     ["streamed", "ray"] if args.ray else ["streamed"])
             runs = {"streamed": ("local", [], {}),
                     "memory": ("local in memory", [], {"MINE_MEMORY_IN_MEMORY": "1"}),
-                    "ray": ("ray local", ["--ray", "local"], {})}
-            for name, extra, env_extra in (runs[m] for m in chosen):
-                out = Path(tmp) / f"p{rows}.parquet"
+                    "ray": ("ray local", ["--ray", "local"], {}),
+                    "ray-s3": ("ray local, s3:// store and output", ["--ray", "local"], {})}
+            for mode in chosen:
+                name, extra, env_extra = runs[mode]
+                out: Any = Path(tmp) / f"p{rows}.parquet"
+                where: Any = store
+                if mode == "ray-s3":
+                    assert s3 is not None
+                    where, out = s3.upload(store), f"{s3.bucket}/p{rows}/"
+                    env_extra = s3.env
                 if args.nprobe:
                     extra = [*extra, "--nprobe", str(args.nprobe)]
                 if args.rules:
                     extra = [*extra, "--filter-false-negatives"]
-                cmd = [sys.executable, __file__, "--child", "mine", str(store), "--hard",
+                cmd = [sys.executable, __file__, "--child", "mine", str(where), "--hard",
                        "-k", "5", "--index", "ivf", "-o", str(out), "--force", "-q", *extra]
                 gb, seconds, code, stages, hwm = peak_rss(cmd, env_extra, args.watch, out)
-                negatives = (int((pd.read_parquet(out, columns=["negative_id"])["negative_id"]
-                                  >= 0).sum()) if code == 0 else 0)
+                negatives = 0
+                if code == 0 and mode == "ray-s3":
+                    from pairkit.core.tables import read_table
+
+                    negatives = int((read_table(out)["negative_id"] >= 0).sum())
+                elif code == 0:
+                    negatives = int((pd.read_parquet(out, columns=["negative_id"])[
+                        "negative_id"] >= 0).sum())
                 # the rules may leave an anchor short; without them each has its 5
                 ok = code == 0 and (negatives >= 0.99 * 5 * rows if args.rules
                                     else negatives == 5 * rows)

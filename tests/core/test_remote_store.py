@@ -91,6 +91,44 @@ def test_a_flipped_byte_is_refused(s3, target):
         Store.open(f"{s3}/st")
 
 
+def test_opened_without_verify_reads_each_object_when_first_used(s3, tmp_path, monkeypatch):
+    """``Store.open(url, verify=False)`` (a Ray run's driver): the manifest only, the
+    item table and each shard when first read, verified then, one shard held at a time;
+    the same rows and items as the store read whole."""
+    import pairkit.core.remote_store as remote_store
+
+    x, items = rows()
+    local = write_store(tmp_path / "st", x, items, shard_rows=20)
+    write_store(f"{s3}/st", x, items, shard_rows=20)
+    fetched: list[str] = []
+    read = remote_store.read_bytes
+
+    def counted(url, **kw):
+        fetched.append(url.rsplit("/", 1)[-1])
+        return read(url, **kw)
+
+    monkeypatch.setattr(remote_store, "read_bytes", counted)
+    lazy = Store.open(f"{s3}/st", verify=False)
+    assert fetched == [] and lazy.count == len(x) and lazy.content_id == local.content_id
+    ids = np.array([21, 25, 39])  # all in the second shard: one object fetched
+    np.testing.assert_array_equal(lazy.rows()[ids], local.rows()[ids])
+    assert fetched == [lazy.shards[1].file]
+    np.testing.assert_array_equal(lazy.rows()[ids], local.rows()[ids])
+    assert len(fetched) == 1  # the shard held: not fetched again
+    np.testing.assert_array_equal(lazy.rows()[np.array([0, 45, 20])],
+                                  local.rows()[np.array([0, 45, 20])])
+    assert len(fetched) == 4 and not any(f.startswith("items") for f in fetched)
+    np.testing.assert_array_equal(lazy.vectors(), local.vectors())
+    assert [s for s, _ in lazy.iter_blocks(16)] == [s for s, _ in local.iter_blocks(16)]
+    pd.testing.assert_frame_equal(lazy.items, local.items)
+    assert sum(f.startswith("items") for f in fetched) == 1
+    # a damaged shard is refused when it is read, in one line
+    flip_byte(f"{s3}/st", lazy.shards[2].file)
+    again = Store.open(f"{s3}/st", verify=False)
+    with pytest.raises(StoreError, match="checksum mismatch.*rerun the command"):
+        again.rows()[np.array([41])]
+
+
 def test_two_writers_creating_one_store_one_commits(s3):
     """Both find no store and write their shards; the first manifest wins, the second
     writer's conditional write fails: one line, its objects removed, the store intact."""

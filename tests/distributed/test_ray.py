@@ -400,3 +400,72 @@ def test_embed_and_mine_on_ray_with_s3(tmp_path, cluster, s3, monkeypatch):
     got, want = read_table(f"{s3}/pairs/"), pd.read_parquet(tmp_path / "p.parquet")
     assert (got["store_id"] == b.content_id).all()  # shards cut otherwise: another id
     pd.testing.assert_frame_equal(got.drop(columns="store_id"), want.drop(columns="store_id"))
+
+
+@pytest.mark.parametrize("rules", [False, True], ids=["plain", "rules"])
+def test_mine_s3_store_to_s3_parts_never_on_the_driver(store, cluster, s3, tmp_path,
+                                                       monkeypatch, rules):
+    """``mine s3://…/st --ray local -o s3://…/pairs/``: the driver reads the store's
+    manifest only (fetching a shard is refused here), the workers put their blocks'
+    parts and score keys straight into the output prefix under the run's token, and the
+    driver commits them with one conditional ``_pairkit_parts.json`` (building the table
+    is refused here): the table and stats are the local run's, no other object is left,
+    and a second run without --force is refused in one line."""
+    import json
+
+    import pairkit.core.pairs as pairs_module
+    import pairkit.core.remote_store as remote_store
+    from pairkit.core.remote import list_names, read_bytes
+
+    cols = ["path", "source", "view", "label"]
+    write_store(f"{s3}/st", store.vectors(), store.items[cols], encoder=store.encoder,
+                dtype=store.dtype)
+    args = ["--hard", "--batch-size", "64", "-q"] + (["--filter-false-negatives"] if rules
+                                                       else [])
+    r = runner.invoke(app, ["mine", str(store.root), *args, "-o", str(tmp_path / "p.parquet"),
+                            "--stats", str(tmp_path / "local.json")])
+    assert r.exit_code == 0, r.output
+
+    def refuse(*a, **kw):
+        raise AssertionError("the driver read a shard or built the table")
+
+    with monkeypatch.context() as m:  # this process only: not the workers
+        m.setattr(remote_store, "shard_array", refuse)
+        m.setattr(pairs_module, "build_pair_table", refuse)
+        r = runner.invoke(app, ["mine", f"{s3}/st", *args, "-o", f"{s3}/pairs/", "--stats",
+                                str(tmp_path / "dist.json"), "--ray", "local"])
+    assert r.exit_code == 0, r.output
+    got, want = read_table(f"{s3}/pairs/"), pd.read_parquet(tmp_path / "p.parquet")
+    assert (got["store_id"] == Store.open(f"{s3}/st").content_id).all()
+    pd.testing.assert_frame_equal(got.drop(columns="store_id"), want.drop(columns="store_id"))
+    assert rules == ("positive_kind" in got and (got["positive_kind"] == "mined").any())
+    sa, sb = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("local", "dist"))
+    # the positives' scores are computed where the blocks run: float32 sums in another order
+    assert sb.pop("pos_score") == pytest.approx(sa.pop("pos_score"), abs=1e-5)
+    skip = {"seconds", "ray", "store", "store_id", "index"}
+    assert {k: v for k, v in sa.items() if k not in skip} == \
+        {k: v for k, v in sb.items() if k not in skip}
+    parts = json.loads(read_bytes(f"{s3}/pairs/_pairkit_parts.json"))["parts"]
+    assert sorted(list_names(f"{s3}/pairs")) == sorted(
+        [p["file"] for p in parts] + ["_pairkit_parts.json"])
+    r = runner.invoke(app, ["mine", f"{s3}/st", *args, "-o", f"{s3}/pairs/", "--ray", "local"])
+    assert r.exit_code == 1 and "exists; pass --force" in r.output
+    if rules:
+        return
+    # another run commits to the output between this run's start and its commit: this
+    # run's commit is refused, and every object it put is removed
+    import pairkit.core.remote_parts as remote_parts
+
+    real = remote_parts.put_if
+
+    def racing(url, data, tag):
+        real(url, json.dumps({"format": "pairkit-parts", "parts": parts}).encode(), tag)
+        return real(url, data, tag)
+
+    before = sorted(list_names(f"{s3}/pairs"))
+    with monkeypatch.context() as m:
+        m.setattr(remote_parts, "put_if", racing)
+        r = runner.invoke(app, ["mine", f"{s3}/st", *args, "-o", f"{s3}/pairs/", "--ray",
+                                "local", "--force"])
+    assert r.exit_code == 1 and "written meanwhile by another process" in r.output, r.output
+    assert sorted(list_names(f"{s3}/pairs")) == before

@@ -1,0 +1,81 @@
+"""A dataset on object storage written part by part and committed once
+(pairkit/core/remote_parts.py), against the real S3 server process (tests/s3server.py):
+the commit names exactly the parts, in order; of two writers only the first commits and
+the other leaves nothing; a failed writer's objects go; --force replaces the old parts."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pandas as pd
+import pytest
+
+from pairkit.core.remote import list_names, put, read_bytes
+from pairkit.core.remote_parts import PARTS, start_parts
+from pairkit.core.tables import read_table
+from pairkit.errors import PairkitError
+
+
+def part(values: list[int]) -> tuple[bytes, int]:
+    buf = io.BytesIO()
+    pd.DataFrame({"x": values}).to_parquet(buf, index=False)
+    return buf.getvalue(), len(values)
+
+
+def test_parts_committed_in_order_empty_ones_dropped(s3):
+    w = start_parts(f"{s3}/t/")
+    assert w.url == f"{s3}/t" and w.old_tag is None
+    records = [w.put_part(i, *part(v)) for i, v in enumerate([[1, 2], [], [3]])]
+    assert list_names(f"{s3}/t")  # put, not yet committed: a reader refuses them
+    with pytest.raises(PairkitError, match="half-written"):
+        read_table(f"{s3}/t/")
+    w.commit(records, force=False)
+    assert read_table(f"{s3}/t/")["x"].tolist() == [1, 2, 3]
+    doc = json.loads(read_bytes(f"{s3}/t/{PARTS}"))
+    assert [p["file"] for p in doc["parts"]] == [w.part_name(0), w.part_name(2)]
+    assert sorted(list_names(f"{s3}/t")) == sorted([PARTS, w.part_name(0), w.part_name(2)])
+
+
+def test_of_two_writers_the_second_commit_is_refused_and_leaves_nothing(s3):
+    a, b = start_parts(f"{s3}/t"), start_parts(f"{s3}/t")
+    ra, rb = [a.put_part(0, *part([1]))], [b.put_part(0, *part([2]))]
+    a.commit(ra, force=False)
+    with pytest.raises(PairkitError, match="written meanwhile by another process"):
+        b.commit(rb, force=True)
+    assert read_table(f"{s3}/t/")["x"].tolist() == [1]
+    assert not [n for n in list_names(f"{s3}/t") if b.token in n]
+
+
+def test_abort_removes_only_this_writers_objects_and_force_the_old_parts(s3):
+    first = start_parts(f"{s3}/t")
+    first.commit([first.put_part(0, *part([1]))], force=False)
+    put(f"{s3}/t/notes.txt", b"someone else's")
+    failed = start_parts(f"{s3}/t")
+    failed.put_part(0, *part([9]))
+    put(f"{s3}/t/.neg-000000-{failed.token}.keys", b"\0\0\0\0")
+    failed.abort()
+    assert sorted(list_names(f"{s3}/t")) == sorted([PARTS, first.part_name(0), "notes.txt"])
+    again = start_parts(f"{s3}/t")
+    assert again.old_parts == {first.part_name(0)}
+    again.commit([again.put_part(0, *part([5, 6]))], force=True)
+    assert read_table(f"{s3}/t/")["x"].tolist() == [5, 6]
+    assert sorted(list_names(f"{s3}/t")) == sorted([PARTS, again.part_name(0), "notes.txt"])
+
+
+def test_an_object_put_by_another_process_after_a_listing_is_read(s3):
+    """A Ray worker puts an object into a prefix the driver listed before (the output
+    check): the driver reads it. s3fs keeps the listing and sized the object from it,
+    so the read said the object did not exist (found by the race test of
+    tests/distributed/test_ray.py)."""
+    import os
+
+    import s3fs
+
+    put(f"{s3}/t/a", b"1")
+    assert list(list_names(f"{s3}/t")) == ["a"]  # the listing is cached in this process
+    other = s3fs.S3FileSystem(skip_instance_cache=True,
+                              client_kwargs={"endpoint_url": os.environ["AWS_ENDPOINT_URL"]})
+    other.pipe_file(f"{s3[len('s3://'):]}/t/.keys-b", b"22")  # "another process"
+    assert read_bytes(f"{s3}/t/.keys-b") == b"22"
+    assert read_bytes(f"{s3}/t/.keys-b", max_bytes=10) == b"22"
