@@ -75,6 +75,10 @@ def train(
     whiten: float = typer.Option(
         0.0, "--whiten", help="Power of a partial PCA whitening of the head's outputs, fitted "
         "on the training rows (0: none; 0.25: kNN up, MAP@R down; 0.5: full whitening)."),
+    pair_whitening: int = typer.Option(
+        0, "--pair-whitening", metavar="<dims>", help="Whiten the head's outputs by what the "
+        "table's positives differ by, keeping the <dims> directions its negatives differ most "
+        "along (learned whitening; needs --pairs; 128: MAP@R up; 0: none)."),
     epochs: int = typer.Option(10, "--epochs", help="Passes over the pairs."),
     batch_size: int = typer.Option(256, "--batch-size", help="Pairs per batch."),
     lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate (AdamW)."),
@@ -111,7 +115,7 @@ def train(
             weight_decay=weight_decay, warmup=warmup, seed=seed, device=device,
             precision=precision, val_fraction=val_fraction, stop_on_collapse=stop_on_collapse,
             positive_share=positive_share, positive_sampling=positive_sampling,
-            whiten=whiten,
+            whiten=whiten, pair_whitening=pair_whitening,
         )
         bar = _TrainBar(quiet)
         try:

@@ -40,6 +40,7 @@ class TrainConfig:
     positive_share: float = 0.5  # examples whose positive is swapped for a mined one
     positive_sampling: str = "uniform"
     whiten: float = 0.0  # power of the output whitening (0: none; output_whitening.py)
+    pair_whitening: int = 0  # dims of the pair whitening (0: none; pair_whitening.py)
 
     def check(self) -> None:
         """Raise :class:`PairkitError` naming the first bad option."""
@@ -70,6 +71,12 @@ class TrainConfig:
         if not 0 <= self.whiten <= 0.5:
             raise UsageError(f"--whiten must be in [0, 0.5] (0: none, 0.5: full whitening), "
                              f"got {self.whiten}")
+        if self.pair_whitening < 0:
+            raise UsageError(f"--pair-whitening must be >= 0 (0: none), got "
+                             f"{self.pair_whitening}")
+        if self.pair_whitening and self.whiten:
+            raise UsageError("--whiten and --pair-whitening are two whitenings of the same "
+                             "outputs: give one")
 
 
 def head_spec(cfg: TrainConfig, in_dim: int) -> HeadSpec:

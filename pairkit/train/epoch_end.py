@@ -160,12 +160,53 @@ def output_whitening(module: torch.nn.Module, data: DeviceData, rows: np.ndarray
     return fit_output_whitening(z, power)
 
 
-def whitening_record(whitening: Whitening | None, power: float, rows: int
+def pair_whitening(module: torch.nn.Module, data: DeviceData, pairs: Any,
+                   rows: np.ndarray, dims: int, seed: int) -> Whitening | None:
+    """The learned whitening of the head's outputs from the training table's pairs
+    (:mod:`pairkit.train.pair_whitening`; ``pairs``: the run's
+    :class:`~pairkit.train.run_pairs.RunPairs`, ``rows`` the training rows whose outputs'
+    mean centres it); None when ``dims`` is 0 or the table gives no positive or no
+    negative pair."""
+    from pairkit.train.pair_whitening import fit_pair_whitening, training_pairs
+
+    if dims == 0 or pairs.train is None:
+        return None
+    t, mined = pairs.train, pairs.mined
+    pos, neg = training_pairs(t.anchor, t.positive, t.negatives, t.neg_attract,
+                              None if mined is None else mined.offsets,
+                              None if mined is None else mined.ids, ~pairs.val_mask, seed)
+    if not len(pos) or not len(neg):
+        return None
+    ids = np.unique(np.concatenate([pos.ravel(), neg.ravel(), rows]))
+    was_training = module.training
+    module.eval()
+    z = row_outputs(module, data, ids, make_autocast(data.device, None))
+    module.train(was_training)
+    mean = z[np.searchsorted(ids, rows)].mean(axis=0)
+    return fit_pair_whitening(z, np.searchsorted(ids, pos), np.searchsorted(ids, neg), mean,
+                              dims=dims)
+
+
+def fitted_whitening(module: torch.nn.Module, data: DeviceData, pairs: Any,
+                     rows: np.ndarray, cfg: Any, out_dim: int) -> Whitening | None:
+    """The whitening ``cfg`` asks for (``--whiten``: PCA; ``--pair-whitening``: learned
+    from the pairs), fitted on the last epoch's outputs; None for none."""
+    if cfg.pair_whitening:
+        return pair_whitening(module, data, pairs, rows, cfg.pair_whitening, cfg.seed)
+    return output_whitening(module, data, rows, cfg.whiten, out_dim)
+
+
+def whitening_record(whitening: Whitening | None, cfg: Any, rows: int
                      ) -> dict[str, Any] | None:
     """config.json's ``whitening`` entry (None: no whitening)."""
     if whitening is None:
         return None
-    return {"power": power, "variance": VARIANCE, "dims": int(whitening[1].shape[1]),
+    dims = int(whitening[1].shape[1])
+    if cfg.pair_whitening:
+        from pairkit.train.pair_whitening import SHRINK
+
+        return {"kind": "pairs", "shrink": SHRINK, "dims": dims, "rows": int(rows)}
+    return {"kind": "pca", "power": cfg.whiten, "variance": VARIANCE, "dims": dims,
             "rows": int(rows)}
 
 

@@ -29,7 +29,7 @@ from pairkit.train.epoch_end import (
     eval_items,
     eval_pairs,
     evaluate,
-    output_whitening,
+    fitted_whitening,
     save_epoch,
     save_whitening_file,
     whitening_record,
@@ -120,19 +120,19 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
         return head_config(cfg, spec, store, pairs.pairs_id, run_id, device=str(device),
                            precision=precision, streaming=data.streaming,
                            epochs_done=epochs_done, complete=complete, stopped=stopped,
-                           whitening=whitening_record(whitening, cfg.whiten, len(white_rows)))
+                           whitening=whitening_record(whitening, cfg, len(white_rows)))
 
     records, step = state.records, state.step
     if state.epoch >= cfg.epochs:
         # killed after its last checkpoint but before config.json: finish the folder
         note(f"{out}: the run was stopped before its {CONFIG} was written; written now")
-        whitening = output_whitening(module, data, white_rows, cfg.whiten, spec.out_dim)
+        whitening = fitted_whitening(module, data, pairs, white_rows, cfg, spec.out_dim)
         save_whitening_file(out, whitening)
         write_config(out, config(state.epoch, True, None, whitening))
         if records:
             write_plot(out / PLOT, records)
         return result(records, head_kind=spec.kind,
-                      **dims_out(spec.out_dim, whitening, cfg.whiten, len(white_rows)))
+                      **dims_out(spec.out_dim, whitening, cfg, len(white_rows)))
     if hook is not None:
         hook.start(pairs.examples * (cfg.epochs - state.epoch),
                    f"train {cfg.loss.name} on {device}")
@@ -156,7 +156,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
         last = epoch + 1 == cfg.epochs
         # fitted once, on the last epoch's outputs (an eigen solve of the output dim's
         # covariance: seconds at 1,280 dims; an unfinished head has none)
-        whitening = (output_whitening(module, data, white_rows, cfg.whiten, spec.out_dim)
+        whitening = (fitted_whitening(module, data, pairs, white_rows, cfg, spec.out_dim)
                      if last else None)
         save_epoch(out, module, optimizer, scaler, records, step, run_id, cfg.epochs,
                    config(epoch + 1, last, stopped, whitening), whitening)
@@ -166,16 +166,18 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
             break
     write_plot(out / PLOT, records)
     return result(records, stopped=stopped, head_kind=spec.kind,
-                  **dims_out(spec.out_dim, whitening, cfg.whiten, len(white_rows)),
+                  **dims_out(spec.out_dim, whitening, cfg, len(white_rows)),
                   mined_positives=0 if pairs.mined is None else pairs.mined.total)
 
 
-def dims_out(module_dim: int, whitening: Any, power: float, rows: int) -> dict[str, Any]:
+def dims_out(module_dim: int, whitening: Any, cfg: Any, rows: int) -> dict[str, Any]:
     """The result's ``out_dim`` (the whitening's, else the module's), ``module_dim``,
     ``whitened`` and, when asked for but not fitted, ``whitening_skipped`` (why)."""
     out_dim = module_dim if whitening is None else int(whitening[1].shape[1])
     skipped = None
-    if whitening is None and power > 0:
+    if whitening is None and cfg.pair_whitening:
+        skipped = "the pairs give no positive or no negative pair"
+    elif whitening is None and cfg.whiten > 0:
         skipped = (f"{rows} training rows for {module_dim} output dims, under "
                    f"{MIN_ROWS_PER_DIM} per dim")
     return {"out_dim": out_dim, "module_dim": module_dim, "whitened": whitening is not None,

@@ -41,11 +41,13 @@ def same(a: Any, b: Any) -> bool:
 
 def fingerprint(cfg: TrainConfig, store: Store, pairs_id: dict[str, Any]) -> dict[str, Any]:
     """What a resumed run must share with the run it continues: every option but those
-    that don't change the weights (epochs, device, precision, stop_on_collapse, whiten:
-    the output whitening is fitted after the last epoch), the store's content id, and
+    that don't change the weights (epochs, device, precision, stop_on_collapse, whiten and
+    pair_whitening: the whitenings are fitted after the last epoch), the store's content
+    id, and
     what identifies the pairs."""
     d = asdict(cfg)
-    for key in ("epochs", "device", "precision", "stop_on_collapse", "whiten"):
+    for key in ("epochs", "device", "precision", "stop_on_collapse", "whiten",
+                "pair_whitening"):
         d.pop(key)
     d["store"] = store.content_id
     d["pairs"] = pairs_id

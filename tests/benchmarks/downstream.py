@@ -19,6 +19,11 @@ run the loop as a user would, through the command line, and evaluate each head w
 - supcon-labels: ``train --relation label --loss supcon`` (labels as positives: the ceiling)
 - in-batch-whitened, lf-whitened: in-batch and lf with ``train --whiten 0.25`` (the
   output whitening, off by default)
+- lf-pair-whitened: lf with ``train --pair-whitening 128`` (the learned whitening from the
+  table's pairs, off by default)
+
+Each head is judged by held-out kNN top-1 (k = 20), linear probe and MAP@R (``eval``'s
+retrieval metrics).
 
 Labels are in the stores (for the metrics and the oracle rows); the label-free rows never
 read them (``--fn-rules near-duplicate,mutual-neighbour,cluster``: the default rules of a
@@ -89,6 +94,7 @@ VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
     "supcon-labels": (None, ["--relation", "label", "--loss", "supcon"]),
     "in-batch-whitened": (None, ["--relation", "instance", "--whiten", "0.25"]),
     "lf-whitened": (LABEL_FREE, ["--whiten", "0.25"]),
+    "lf-pair-whitened": (LABEL_FREE, ["--pair-whitening", "128"]),
 }
 
 
@@ -300,12 +306,13 @@ def mining_cells(table_path: Path, store_path: Path, copies: Path | None) -> dic
 
 
 def evaluate(train: Path, held: Path, head: Path | None) -> dict:
-    args = ["eval", str(train), "--against", str(held), "--json", "--metrics", "knn,linear",
-            "-q"]
+    args = ["eval", str(train), "--against", str(held), "--json", "--metrics",
+            "knn,linear,retrieval", "-q"]
     if head is not None:
         args += ["--head", str(head)]
     got = json.loads(pairkit(*args).stdout)
-    return {"knn_top1": got["knn_top1"], "linear_top1": got["linear_top1"]}
+    return {"knn_top1": got["knn_top1"], "linear_top1": got["linear_top1"],
+            "map_at_r": got["map_at_r"]}
 
 
 def evaluate_whitened(train: Path, held: Path) -> dict:

@@ -70,7 +70,7 @@ def test_head_applies_the_whitening_of_its_training_outputs(store, tmp_path, pow
     np.testing.assert_allclose(got @ got.T, want @ want.T, atol=2e-4)
     config = json.loads((tmp_path / "h" / "config.json").read_text())
     assert config["format_version"] == 2
-    assert config["whitening"] == {"power": power, "variance": VARIANCE,
+    assert config["whitening"] == {"kind": "pca", "power": power, "variance": VARIANCE,
                                    "dims": proj.shape[1], "rows": store.count}
 
 
