@@ -3,11 +3,13 @@
 table.
 
 When the blocks run on workers that read the store themselves (``mine --ray``) and the
-output is a local ``.parquet`` file or ``-o DIR/``: the driver plans the blocks (the
-relation, the anchors' positive sets; with false-negative rules or mined positives a Ray
-task plans them with the vectors, the rules' context, the index and the mined positives:
-:mod:`pairkit.mine.rules_plan`), the workers (without rules) read the store's rows in
-place from its shards (FAISS on the CPU, not ``hnsw``:
+output is a local ``.parquet`` file or ``-o DIR/`` (or a dataset on object storage, ``-o
+s3://bucket/pairs/``: the workers put their parts there under the run's token and the
+driver commits them by one conditional write, :mod:`pairkit.core.remote_parts`): the
+driver plans the blocks (the relation, the anchors' positive sets; with false-negative
+rules or mined positives a Ray task plans them with the vectors, the rules' context, the
+index and the mined positives: :mod:`pairkit.mine.rules_plan`), the workers (without
+rules) read the store's rows in place from its shards (FAISS on the CPU, not ``hnsw``:
 :func:`streams_rows`; each worker's IVF lists in the store's float16, never a float32
 copy), score their anchors' positives, mine, and write their block's part into a temp
 folder beside the output; the driver keeps the blocks' summaries (counts, and the scores
