@@ -55,7 +55,8 @@ def check_remote_output(url: str, force: bool) -> str:
     return url
 
 
-def _frame_bytes(df: pd.DataFrame, kind: str) -> bytes:
+def frame_bytes(df: pd.DataFrame, kind: str) -> bytes:
+    """``df`` as the bytes of a table file of ``kind`` (parquet, csv, jsonl): one object."""
     buf = io.BytesIO()
     if kind == "parquet":
         df.to_parquet(buf, index=False)
@@ -75,7 +76,7 @@ def write_remote_table(df: pd.DataFrame, url: str, kind: str, force: bool,
     if kind == "dataset":
         _write_dataset(df, url.rstrip("/"), part_rows or [len(df)], force)
         return
-    data = _frame_bytes(df, kind)
+    data = frame_bytes(df, kind)
     if scheme(url) in ("s3", "s3a") and not force:
         try:
             put_if(url, data, None)
@@ -95,7 +96,7 @@ def _write_dataset(df: pd.DataFrame, url: str, part_rows: list[int], force: bool
     records, start = [], 0
     try:
         for i, rows in enumerate(r for r in part_rows if r > 0 or len(df) == 0):
-            records.append(parts.put_part(i, _frame_bytes(df.iloc[start:start + rows],
+            records.append(parts.put_part(i, frame_bytes(df.iloc[start:start + rows],
                                                           "parquet"), rows))
             start += rows
     except BaseException:

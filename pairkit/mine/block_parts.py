@@ -148,11 +148,9 @@ def mine_block_part(job: PartsJob, span: tuple[int, int]) -> BlockSummary:
     number = span[0] // st.ctx.cfg.batch_size
     remote, record = job.plan.remote, None
     if remote is not None:  # put whole, under the writer's token
-        import io
+        from pairkit.core.remote_tables import frame_bytes
 
-        buf = io.BytesIO()
-        table.to_parquet(buf, index=False)
-        record = remote.put_part(number, buf.getvalue(), len(table))
+        record = remote.put_part(number, frame_bytes(table, "parquet"), len(table))
     else:
         with atomic_path(Path(job.plan.folder) / part_name(number)) as tmp:
             table.to_parquet(tmp, index=False)

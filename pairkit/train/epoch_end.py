@@ -153,11 +153,18 @@ def output_whitening(module: torch.nn.Module, data: DeviceData, rows: np.ndarray
     covariance of fewer rows is too noisy to scale its small directions up."""
     if power == 0 or len(rows) < MIN_ROWS_PER_DIM * out_dim:
         return None
+    return fit_output_whitening(eval_outputs(module, data, rows), power)
+
+
+def eval_outputs(module: torch.nn.Module, data: DeviceData, rows: np.ndarray) -> np.ndarray:
+    """:func:`row_outputs` of the store ``rows`` in eval mode and full precision (as
+    :meth:`Head.apply` projects), the module's mode restored after: what a whitening is
+    fitted on."""
     was_training = module.training
     module.eval()
-    z = row_outputs(module, data, rows, make_autocast(data.device, None))  # full precision
+    z = row_outputs(module, data, rows, make_autocast(data.device, None))
     module.train(was_training)
-    return fit_output_whitening(z, power)
+    return z
 
 
 def pair_whitening(module: torch.nn.Module, data: DeviceData, pairs: Any,
@@ -178,10 +185,7 @@ def pair_whitening(module: torch.nn.Module, data: DeviceData, pairs: Any,
     if not len(pos) or not len(neg):
         return None
     ids = np.unique(np.concatenate([pos.ravel(), neg.ravel(), rows]))
-    was_training = module.training
-    module.eval()
-    z = row_outputs(module, data, ids, make_autocast(data.device, None))
-    module.train(was_training)
+    z = eval_outputs(module, data, ids)
     mean = z[np.searchsorted(ids, rows)].mean(axis=0)
     return fit_pair_whitening(z, np.searchsorted(ids, pos), np.searchsorted(ids, neg), mean,
                               dims=dims)
