@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from pairkit.core.remote_parts import RemoteParts
-from pairkit.mine.blocks import MineBlocks, MineResult, StoreRows, add_counts, mine_block
+from pairkit.core.store_rows import StoreRows
+from pairkit.mine.blocks import MineBlocks, MineResult, add_counts, mine_block
 from pairkit.mine.positives import MinedPositives
 from pairkit.mine.stats import (
     QUANTILES,

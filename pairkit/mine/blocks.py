@@ -9,12 +9,13 @@ into the run's result. Where the blocks run (here, or on a Ray cluster) is the c
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from pairkit.core.pairs import MinedPairs
+from pairkit.core.store_rows import StoreRows
 from pairkit.index.search import row_dots
 from pairkit.mine.config import MineConfig
 from pairkit.mine.selection import (
@@ -75,67 +76,6 @@ def set_attracted(pairs: MinedPairs, attract: list[Attracted]) -> None:
     pairs.fn_scores = np.concatenate([a[2] for a in attract])
     pairs.fn_ranks = np.full(len(pairs.fn_ids), -1, np.int64)
     pairs.fn_reasons = np.concatenate([a[3] for a in attract])
-
-
-@dataclass(frozen=True)
-class StoreRows:
-    """Where the blocks read the store's vectors themselves (the store as committed under
-    ``content_id``; ``store`` an absolute path every node sees, or a URL) instead of
-    receiving them: a cluster's workers, or this process. With ``streamed`` (the parts
-    path of :mod:`pairkit.mine.parts_run` on the CPU: here, and on every worker) the rows
-    are read in place from the shards (:class:`pairkit.core.shard_rows.ShardRows`: no copy
-    of the store; the index built from them shard by shard, an IVF index's lists in the
-    store's float16: :func:`pairkit.index.faiss_build.build_index`); else the float32 copy,
-    read once per process."""
-
-    store: str
-    content_id: str
-    streamed: bool = False
-    # this process's snapshot of the store, opened (and verified) once for the whole run
-    pinned: Any = field(default=None, compare=False, repr=False)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"store": self.store, "content_id": self.content_id,
-                "streamed": self.streamed, "pinned": None}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        for key, value in state.items():
-            object.__setattr__(self, key, value)
-
-    def open(self, verify: bool) -> Any:
-        """The store (:class:`pairkit.core.store.Store`), refused in one line when it is
-        no longer the one committed under ``content_id``; the ``pinned`` snapshot when
-        there is one (every read of the run sees the same rows, whatever a writer
-        commits meanwhile)."""
-        from pairkit.core.store import Store
-        from pairkit.errors import PairkitError
-
-        if self.pinned is not None:
-            return self.pinned
-        st = Store.open(self.store, verify=verify)
-        if st.content_id != self.content_id:
-            raise PairkitError(f"store {self.store} changed while it was being mined "
-                               f"(content id {st.content_id}, not {self.content_id}): "
-                               "rerun the command")
-        return st
-
-    def load(self) -> Any:
-        """The vectors (an array, or the :class:`~pairkit.core.shard_rows.ShardRows` with
-        ``streamed``), read and verified once per process (kept for the next call)."""
-        key = (self.content_id, self.streamed)
-        if key not in LOADED:
-            st = self.open(verify=True)
-            LOADED.clear()  # one store per process
-            LOADED[key] = st.rows() if self.streamed else st.vectors(np.float32)
-        return LOADED[key]
-
-
-LOADED: dict[tuple[str, bool], Any] = {}  # StoreRows.load: (content id, streamed) -> rows
-
-
-def forget_loaded() -> None:
-    """Drop what :meth:`StoreRows.load` keeps (a run done with the store in this process)."""
-    LOADED.clear()
 
 
 class StoreSearcher:

@@ -123,11 +123,11 @@ def anchor_parts(table: Any, per_part: int) -> list[int]:
 
 
 def workers_rows(store: Any, map_blocks: Any, fn_config: FalseNegativeConfig | None) -> Any:
-    """Where the workers read the store's vectors (:class:`pairkit.mine.blocks.StoreRows`)
+    """Where the workers read the store's vectors (:class:`pairkit.core.store_rows.StoreRows`)
     when the blocks run elsewhere (``map_blocks.workers_read_store``: a Ray cluster) and
     nothing else they get would carry the vectors anyway (no false-negative rules, whose
     context holds them); else None (shipped with the blocks)."""
-    from pairkit.mine.blocks import StoreRows
+    from pairkit.core.store_rows import StoreRows
 
     if not getattr(map_blocks, "workers_read_store", False) or fn_config is not None:
         return None

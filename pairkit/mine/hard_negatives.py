@@ -38,6 +38,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pairkit.core.relations import Relation
+from pairkit.core.store_rows import StoreRows
 from pairkit.errors import PairkitError, UsageError
 from pairkit.mine.blocks import (
     Attracted,
@@ -45,7 +46,6 @@ from pairkit.mine.blocks import (
     MineBlocks,
     MineResult,
     Searcher,
-    StoreRows,
     empty_result,
     map_here,
     merge_block,

@@ -188,6 +188,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     table's paths as Python strings, or the table (docs/mine.md#memory)."""
     from pairkit.core.pairs import FORMATS
     from pairkit.core.store import Store
+    from pairkit.core.store_rows import forget_loaded
     from pairkit.core.table_parts import commit_parts
     from pairkit.errors import PairkitError, UsageError
     from pairkit.index.open import engine_for, planned_description
@@ -197,7 +198,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         mine_block_part,
         part_name,
     )
-    from pairkit.mine.blocks import StoreSearcher, forget_loaded, map_here
+    from pairkit.mine.blocks import StoreSearcher, map_here
     from pairkit.mine.command import run_stats, saved_index, workers_rows
     from pairkit.mine.hard_negatives import block_spans
     from pairkit.mine.rules_plan import RulesSpec, has_rules
@@ -317,9 +318,9 @@ STREAMED = "built now from the store's shards"  # the index text's origin, strea
 
 
 def local_rows(store: Any) -> Any:
-    """The :class:`pairkit.mine.blocks.StoreRows` of a run streamed here: the rows of the
+    """The :class:`pairkit.core.store_rows.StoreRows` of a run streamed here: the rows of the
     snapshot ``store`` (opened and verified once) read in place (``streamed``)."""
-    from pairkit.mine.blocks import StoreRows
+    from pairkit.core.store_rows import StoreRows
 
     root = store.local_root
     where = str(Path(root).resolve()) if root is not None else str(store.root)

@@ -86,8 +86,8 @@ def test_blocks_that_read_the_store_where_they_run(tmp_path, hard: bool, kind: s
 
     import pandas as pd
 
+    from pairkit.core import store_rows
     from pairkit.index.options import IndexOptions
-    from pairkit.mine import blocks
     from pairkit.mine.blocks import map_here
     from pairkit.mine.command import mine_store
 
@@ -97,7 +97,7 @@ def test_blocks_that_read_the_store_where_they_run(tmp_path, hard: bool, kind: s
     def elsewhere(fn, shared, spans):  # noqa: ANN001, ANN202
         data = pickle.dumps(shared)
         shipped.append(len(data))
-        blocks.LOADED.clear()  # a new process: nothing read yet
+        store_rows.LOADED.clear()  # a new process: nothing read yet
         return map_here(fn, pickle.loads(data), spans)
 
     elsewhere.workers_read_store = True  # type: ignore[attr-defined]
@@ -112,5 +112,5 @@ def test_blocks_that_read_the_store_where_they_run(tmp_path, hard: bool, kind: s
                            if hard else sw["index"])
     vector_bytes = st.count * 16 * 4
     assert shipped and shipped[0] < vector_bytes  # the vectors (19 KB) were not shipped
-    assert len(blocks.LOADED) == 1  # read from the store where the blocks ran
-    blocks.LOADED.clear()
+    assert len(store_rows.LOADED) == 1  # read from the store where the blocks ran
+    store_rows.LOADED.clear()

@@ -238,7 +238,7 @@ class PickledWorkers:
     def map_blocks(self, fn, shared, spans):
         import pickle
 
-        from pairkit.mine.blocks import forget_loaded
+        from pairkit.core.store_rows import forget_loaded
 
         for span in spans:
             forget_loaded()
