@@ -166,3 +166,28 @@ class GatheredRows:
 def is_view(x: Any) -> bool:
     """True for rows read on demand (a :class:`RowView`), False for an array."""
     return isinstance(x, RowView)
+
+
+class Reindexed:
+    """``rows[ids[key]]`` for every ``key``: rows (an array, :class:`GatheredRows`) seen
+    through a map of positions (the units of ``dedup`` to their rows)."""
+
+    def __init__(self, rows: Any, ids: np.ndarray) -> None:
+        self.rows, self.ids = rows, ids
+        self.shape = (len(ids), rows.shape[1])
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return self.rows[self.ids[key]]
+
+
+def store_view(store: Any) -> RowView:
+    """Every row of the opened ``store`` (a :class:`~pairkit.core.store.Store`) as a
+    :class:`RowView`: read here in place from its shards, and on a worker from the store
+    itself (a lazily opened :class:`~pairkit.core.store_rows.StoreRows`)."""
+    from pairkit.core.store_rows import StoreRows
+
+    return RowView(StoreRows.of(store, streamed=True, lazy=True), rows=store.rows(),
+                   dim=store.dim)

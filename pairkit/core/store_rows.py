@@ -9,6 +9,7 @@ of the references: :mod:`pairkit.core.row_view`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,15 @@ class StoreRows:
     lazy: bool = False
     # this process's snapshot of the store, opened (and verified) once for the whole run
     pinned: Any = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, store: Any, **options: Any) -> StoreRows:
+        """The :class:`StoreRows` of the opened ``store`` (a
+        :class:`~pairkit.core.store.Store`): its folder as an absolute path, or its URL;
+        ``options``: the other fields."""
+        root = store.local_root
+        where = str(Path(root).resolve()) if root is not None else str(store.root)
+        return cls(where, store.content_id, **options)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"store": self.store, "content_id": self.content_id,

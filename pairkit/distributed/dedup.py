@@ -3,7 +3,10 @@
 Each block runs :func:`pairkit.index.range_search.range_search_blocks` (the local path's
 own search) on its rows against the whole set; the driver receives the blocks' pairs in
 order and joins them by union-find (:func:`pairkit.mine.near_duplicates.
-find_near_duplicates`), so the groups are the ones of a local run.
+find_near_duplicates`), so the groups are the ones of a local run. Given rows read on
+demand (``pairkit dedup --ray``: a :class:`~pairkit.core.row_view.RowView` of the store),
+the workers read the rows from the store themselves, once per process: the driver
+ships row ids, never vectors.
 """
 
 from __future__ import annotations
@@ -19,14 +22,36 @@ from pairkit.distributed import Cluster
 Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def _span_pairs(shared: tuple[np.ndarray, np.ndarray, float, int], span: tuple[int, int]
-                ) -> Pairs:
+class PairSearch:
+    """What every block of a search shares: the queries and the base (arrays, or
+    :class:`~pairkit.core.row_view.RowView`: rows the workers read from the store
+    themselves, each process once), the threshold and the batch size."""
+
+    def __init__(self, queries: Any, base: Any, threshold: float, batch_size: int) -> None:
+        self.same = queries is base
+        self.queries, self.base = queries, base
+        self.threshold, self.batch_size = threshold, batch_size
+        self.read: np.ndarray | None = None  # the base, read on this process
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "read": None}
+
+    def base_rows(self) -> np.ndarray:
+        if self.read is None:
+            self.read = np.ascontiguousarray(np.asarray(self.base), dtype=np.float32)
+        return self.read
+
+    def query_rows(self, b0: int, b1: int) -> np.ndarray:
+        return self.base_rows()[b0:b1] if self.same else np.asarray(self.queries[b0:b1])
+
+
+def _span_pairs(shared: PairSearch, span: tuple[int, int]) -> Pairs:
     """The pairs of query rows ``span[0] .. span[1] - 1`` (global query ids)."""
     from pairkit.index.range_search import range_search_blocks
 
-    queries, base, threshold, batch_size = shared
     b0, b1 = span
-    parts = list(range_search_blocks(queries[b0:b1], base, threshold, batch_size=batch_size,
+    parts = list(range_search_blocks(shared.query_rows(b0, b1), shared.base_rows(),
+                                     shared.threshold, batch_size=shared.batch_size,
                                      device="cpu", backend="faiss"))
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
@@ -48,8 +73,11 @@ class RayPairs:
         self.blocks_per_worker = blocks_per_worker
         self.cluster: Cluster | None = None
 
-    def __call__(self, queries: np.ndarray, base: np.ndarray, threshold: float, *,
+    def __call__(self, queries: Any, base: Any, threshold: float, *,
                  batch_size: int = 4096, **_: Any) -> Iterator[Pairs]:
+        """The pairs, block by block in order. ``queries`` and ``base``: arrays (shipped
+        to the workers) or rows read on demand (:class:`~pairkit.core.row_view.RowView`:
+        each worker reads them from the store; this process never holds them)."""
         from pairkit.distributed import connect
         from pairkit.distributed.pool import ray_map_blocks
 
@@ -58,7 +86,7 @@ class RayPairs:
         n = len(queries)
         step = max(batch_size, math.ceil(n / (self.cluster.workers * self.blocks_per_worker)))
         spans = [(b0, min(n, b0 + step)) for b0 in range(0, n, step)]
-        shared = (queries, base, float(threshold), batch_size)
+        shared = PairSearch(queries, base, float(threshold), batch_size)
         yield from ray_map_blocks(_span_pairs, shared, spans, self.cluster,
                                   "a near-duplicate search block")
 

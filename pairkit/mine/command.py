@@ -131,9 +131,7 @@ def workers_rows(store: Any, map_blocks: Any, fn_config: FalseNegativeConfig | N
 
     if not getattr(map_blocks, "workers_read_store", False) or fn_config is not None:
         return None
-    root = store.local_root
-    where = str(Path(root).resolve()) if root is not None else str(store.root)
-    return StoreRows(where, store.content_id)
+    return StoreRows.of(store)
 
 
 def saved_index(store: Any, index: IndexOptions, where: Any) -> bool:

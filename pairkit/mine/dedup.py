@@ -48,6 +48,8 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     """
     import numpy as np
 
+    from pairkit.core.remote import is_url
+    from pairkit.core.row_view import is_view, store_view
     from pairkit.core.store import Store
     from pairkit.mine.keep_readers import rekeep_resized
     from pairkit.mine.near_duplicate_check import choose_check
@@ -60,7 +62,8 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
         from pairkit.index.backend import ray_search
 
         ray_search("dedup", cfg.device, cfg.backend)
-    st = Store.open(store)
+    # on Ray the workers read the store: the manifest only, here, for one on object storage
+    st = Store.open(store, verify=not (pairs is not None and is_url(store)))
     items = st.items
     image_root = st.manifest.get("image_root")
     if cfg.absolute and not image_root:
@@ -68,7 +71,9 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
                          "(made by import?)")
     paths = items["path"].to_numpy(dtype=object)
     keep, sizes = keep_sizes(cfg.keep, image_root, paths, warn)
-    vectors = st.vectors(np.float32)
+    # on Ray: rows read where they lie (the search's on the workers, here only the
+    # candidates' rows: find_near_duplicates), never the store's float32 copy
+    vectors = store_view(st) if pairs is not None else st.vectors(np.float32)
     device, backend = ("cpu", "faiss") if pairs else (cfg.device, cfg.backend)
     check = choose_check(
         vectors, paths, image_root, cfg.method, cfg.threshold, cfg.pixel_threshold,
@@ -82,7 +87,8 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     table = result.table
     resized: dict[int, str] = {}
     if keep == "best" and getattr(sizes, "facts", None) and image_root:
-        table, resized = rekeep_resized(table, vectors, items, image_root, sizes.facts)
+        grouped = vectors.gather(table["id"].to_numpy()) if is_view(vectors) else vectors
+        table, resized = rekeep_resized(table, grouped, items, image_root, sizes.facts)
     table.insert(2, "path", listed_paths(table, paths, store, image_root, cfg.absolute))
     if getattr(sizes, "fell_back", False):
         keep = "first"

@@ -48,16 +48,31 @@ class ThresholdCheck:
     pairs: Any = None  # the pair stream (range_search_blocks' signature); None: local
 
     def edges(self, items: np.ndarray) -> Any:
-        """Stream of (a, b) index arrays into ``items``, a < b, similar enough."""
+        """Stream of (a, b) index arrays into ``items``, a < b, similar enough. Rows read
+        on demand (:class:`~pairkit.core.row_view.RowView`) go to the Ray search as they
+        are (its workers read them), else they are read here."""
+        from pairkit.core.row_view import is_view
         from pairkit.index.range_search import range_search_blocks
 
-        vecs = self.vectors[items]
+        if is_view(self.vectors):
+            vecs = self.vectors.subset(items)
+            if self.pairs is None:
+                vecs = np.asarray(vecs)
+        else:
+            vecs = self.vectors[items]
         for a, b, _ in (self.pairs or range_search_blocks)(
             vecs, vecs, self.threshold, batch_size=self.batch_size, device=self.device,
             backend=self.backend,
         ):
             upper = b > a
             yield a[upper], b[upper]
+
+    def reading(self, rows: Any) -> ThresholdCheck:
+        """This check deciding ``linked`` from ``rows`` (the gathered rows of the
+        candidates: :meth:`pairkit.core.row_view.RowView.gather`)."""
+        from dataclasses import replace
+
+        return replace(self, vectors=rows)
 
     def linked(self, items: np.ndarray, leader: int, others: np.ndarray) -> np.ndarray:
         """(len(others),) bool: ``items[others]`` within the threshold of ``items[leader]``."""
@@ -250,6 +265,10 @@ class PixelCheck:
         out[others == leader] = True
         return out
 
+    def reading(self, rows: Any) -> PixelCheck:
+        """This check (its vectors are an array in memory: see :func:`choose_check`)."""
+        return self
+
     def describe(self) -> dict[str, Any]:
         return {"method": "pixels", **self.calibration,
                 "threshold": float(self.threshold or 0.0), "fallback_threshold": self.fallback}
@@ -297,8 +316,11 @@ def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str 
         raise UsageError("--method pixels needs the store's images: its image_root is "
                          f"{'unset' if not image_root else 'missing or unreadable: ' + image_root}")
     use_pixels = method == "pixels" or (method == "auto" and readable and threshold is None)
-    if use_pixels:
+    if use_pixels:  # it reads every image here: and the vectors (a view read now)
         return PixelCheck(np.asarray(vectors, dtype=np.float32), np.asarray(paths),
                           str(image_root), threshold=pixel_threshold, fallback=t, seed=seed,
                           backend=knn_backend)
-    return ThresholdCheck(np.asarray(vectors, dtype=np.float32), t, **threshold_options)
+    from pairkit.core.row_view import is_view
+
+    rows = vectors if is_view(vectors) else np.asarray(vectors, dtype=np.float32)
+    return ThresholdCheck(rows, t, **threshold_options)

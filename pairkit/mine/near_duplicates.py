@@ -348,13 +348,17 @@ def group_table(groups: list[tuple[int, np.ndarray]], nodes: NodeUnits,
 
 def check_inputs(vectors: np.ndarray, keep: str, sizes: SizeInput,
                  **per_item: np.ndarray | None) -> np.ndarray:
-    """``vectors`` as a contiguous float32 (N, d) array, after checking the keep rule (and
-    its sizes) and that every array of ``per_item`` has N entries."""
+    """``vectors`` as a contiguous float32 (N, d) array (rows read on demand, a
+    :class:`~pairkit.core.row_view.RowView`, as they are), after checking the keep rule
+    (and its sizes) and that every array of ``per_item`` has N entries."""
+    from pairkit.core.row_view import is_view
+
     if keep not in KEEP_RULES:
         raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {keep}")
     if keep in ("best", "largest") and sizes is None:
         raise UsageError(f"keep rule {keep!r} needs sizes")
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if not is_view(vectors):
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if vectors.ndim != 2:
         raise PairkitError(f"vectors must be 2-d (N, d), got shape {vectors.shape}")
     for name, arr in per_item.items():
@@ -413,11 +417,28 @@ def find_near_duplicates(
     labels = near_components(units.n_units, edges)  # 3
     candidate_unit = candidate_units(labels, units.unit_size)
     unit_best, unit_rank = unit_leaders(candidate_unit, units, keep, sizes)  # 4
+    rows, unit_rows = candidate_rows(vectors, units, candidate_unit)
+    check = check.reading(rows) if rows is not vectors else check
     groups, split = chain_guard(  # 5
-        labels, candidate_unit, unit_rank, units.unit_size, vectors[units.unit_items], keep,
+        labels, candidate_unit, unit_rank, units.unit_size, unit_rows, keep,
         lambda leader, members: check.linked(units.unit_items, leader, members))
-    table, item_group = group_table(groups, units, unit_best, vectors, n)  # 6
+    table, item_group = group_table(groups, units, unit_best, rows, n)  # 6
     return NearDuplicates(item_group, table, split, keep, check.describe())
+
+
+def candidate_rows(vectors: Any, units: NodeUnits, candidate_unit: np.ndarray
+                   ) -> tuple[Any, Any]:
+    """``(rows, unit rows)`` that steps 5-6 read: ``vectors`` and its rows of every unit,
+    for an array; for rows read on demand (a :class:`~pairkit.core.row_view.RowView`),
+    the rows of the candidate units' sources only, gathered in one pass (the rest of the
+    store is never read here)."""
+    from pairkit.core.row_view import Reindexed, is_view
+
+    if not is_view(vectors):
+        return vectors, vectors[units.unit_items]
+    nodes = np.flatnonzero(candidate_unit[units.node_unit])
+    rows = vectors.gather(units.node_item[nodes])
+    return rows, Reindexed(rows, units.unit_items)
 
 
 def _members_by_unit(node_unit: np.ndarray, n_units: int) -> list[np.ndarray]:

@@ -322,9 +322,7 @@ def local_rows(store: Any) -> Any:
     snapshot ``store`` (opened and verified once) read in place (``streamed``)."""
     from pairkit.core.store_rows import StoreRows
 
-    root = store.local_root
-    where = str(Path(root).resolve()) if root is not None else str(store.root)
-    return StoreRows(where, store.content_id, streamed=True, pinned=store)
+    return StoreRows.of(store, streamed=True, pinned=store)
 
 
 STALE_S = 86400.0  # a parts folder untouched this long was left by a killed driver

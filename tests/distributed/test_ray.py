@@ -244,7 +244,7 @@ def dedup_table(st, ray=None):
     from pairkit.distributed.dedup import RayPairs
     from pairkit.mine.dedup import DedupConfig, run_dedup
 
-    table, summary = run_dedup(st.root, DedupConfig(threshold=0.9, keep="central",
+    table, summary = run_dedup(str(st.root), DedupConfig(threshold=0.9, keep="central",
                                                     batch_size=64),
                                pairs=RayPairs(ray) if ray else None)
     return table, summary
@@ -264,6 +264,53 @@ def test_dedup_edges_on_ray_equal_local(tmp_path, cluster, monkeypatch):
     assert sa["groups"] >= 10 and sa["split"] == sb["split"]
     assert sb["ray"].startswith("Ray (local")
     pd.testing.assert_frame_equal(a, b)
+
+
+def planted_dups(tmp_path, where, dim=12):
+    """A store of 200 rows, 50 of them near-copies of others: at ``where`` (a folder or
+    an s3:// URL), float16, two shards at least."""
+    rng = np.random.default_rng(5)
+    base = rng.normal(size=(150, dim))
+    rows = np.concatenate([base, base[:40] + 0.05 * rng.normal(size=(40, dim)),
+                           base[:10] + 0.02 * rng.normal(size=(10, dim))])
+    items = pd.DataFrame({"path": [f"i{k:03d}.jpg" for k in range(len(rows))]})
+    return write_store(where, rows.astype(np.float32), items, dtype="float16", shard_rows=64)
+
+
+@pytest.mark.parametrize("on", ["folder", "s3"])
+def test_dedup_on_ray_reads_only_the_candidates_on_the_driver(tmp_path, cluster, request,
+                                                              monkeypatch, on):
+    """``dedup --ray``: the workers read the store for the search themselves; the driver
+    never makes the store's float32 copy, and reads only the rows of the sources that
+    have a near-duplicate (in one pass); the table is the local run's, from a folder and
+    from object storage."""
+    from pairkit.core.row_view import RowView
+
+    where = str(tmp_path / "st") if on == "folder" else f"{request.getfixturevalue('s3')}/st"
+    st = planted_dups(tmp_path, where)
+    want, sw = dedup_table(st)
+    taken = []
+    real_take = RowView.take
+
+    def counted(self, positions):
+        taken.append(len(positions))
+        return real_take(self, positions)
+
+    def refuse(*a, **kw):
+        raise AssertionError("the driver made the store's float32 copy")
+
+    with monkeypatch.context() as m:  # this process only: not the workers
+        m.setattr(Store, "vectors", refuse)
+        m.setattr(RowView, "take", counted)
+        got, sg = dedup_table(st, ray="local")
+    pd.testing.assert_frame_equal(got, want)
+    assert sg["groups"] == sw["groups"] >= 40 and sg["split"] == sw["split"]
+    assert len(taken) == 1 and taken[0] <= 110  # the 100 grouped sources, of 200
+    args = ["dedup", where, "--threshold", "0.9", "-o", "-", "-q"]
+    here = runner.invoke(app, args)
+    there = runner.invoke(app, [*args, "--ray", "local"])
+    assert here.exit_code == 0 and there.exit_code == 0, there.output
+    assert there.stdout == here.stdout and here.stdout.count("near") >= 40
 
 
 def test_sharded_search_equals_exact_search_with_ties(cluster):
