@@ -1,8 +1,10 @@
 """``eval --ray``: exact search over references sharded across Ray actors, top-k merged.
 
-Each actor holds one contiguous shard of the references in an exact FAISS index and
-answers :func:`pairkit.index.search.knn_search` on it (ties at the k-th place by lowest
-id); the driver merges the shards' lists by score, then id
+Each actor holds one contiguous shard of the references in an exact FAISS index (given
+rows read on demand, :class:`~pairkit.core.row_view.RowView`, it reads its shard from the
+store itself: the driver never holds the references) and answers
+:func:`pairkit.index.search.knn_search` on it (ties at the k-th place by lowest id); the
+driver merges the shards' lists by score, then id
 (:func:`pairkit.index.search.sort_results`). Every member of the global top-k is in its
 shard's top-k, so the merged list is the one a single exact search returns.
 """
@@ -46,7 +48,9 @@ class ShardWorker:
         if self.index is None:
             import ray
 
-            self.index = exact_searcher(ray.get(box[0])).index
+            rows = ray.get(box[0])  # an array, or rows this worker reads from the store
+            self.index = exact_searcher(np.ascontiguousarray(np.asarray(rows),
+                                                             dtype=np.float32)).index
         scores, ids = knn_search(queries, self.index, k)
         return scores, np.where(ids >= 0, ids + start, -1)
 
@@ -58,13 +62,17 @@ class RayShardedIndex:
 
     exact_ties = True  # knn_search hands it the queries as they are
 
-    def __init__(self, vectors: np.ndarray, cluster: Cluster) -> None:
+    def __init__(self, vectors: Any, cluster: Cluster) -> None:
+        from pairkit.core.row_view import is_view
+
         ray = require_ray()
         self.ntotal = len(vectors)
         shards = max(1, min(cluster.workers, self.ntotal))
         bounds = np.linspace(0, self.ntotal, shards + 1).astype(int)
         self.starts = bounds[:-1].tolist()
-        self.boxes = [[ray.put(np.ascontiguousarray(vectors[a:b], dtype=np.float32))]
+        # rows read on demand go as their view: each actor reads its own rows
+        self.boxes = [[ray.put(vectors.subset(slice(a, b)) if is_view(vectors) else
+                               np.ascontiguousarray(vectors[a:b], dtype=np.float32))]
                       for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         actor = ray.remote(ShardWorker).options(num_cpus=cluster.threads,
                                                 max_restarts=RETRIES, max_task_retries=RETRIES)
@@ -99,14 +107,28 @@ class RayShardedIndex:
             self.close()
 
 
-def sharded_index(vectors: np.ndarray, address: str) -> RayShardedIndex:
+def sharded_index(vectors: Any, address: str) -> RayShardedIndex:
     """:class:`RayShardedIndex` over ``vectors`` on the cluster at ``address``."""
     from pairkit.distributed import connect
 
     return RayShardedIndex(vectors, connect(address))
 
 
-def index_factory(address: str) -> Callable[[np.ndarray], RayShardedIndex]:
+class ShardedIndexFactory:
     """``eval --ray``: the ``index_factory`` of :func:`pairkit.eval.run.evaluate` whose
-    indices are sharded on the cluster at ``address``."""
-    return lambda vectors: sharded_index(vectors, address)
+    indices are sharded on the cluster at ``address``. ``reads_store``: the references
+    may stay in the store (:func:`pairkit.eval.command.load_sides`), each actor reads
+    its own rows."""
+
+    reads_store = True
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def __call__(self, vectors: Any) -> RayShardedIndex:
+        return sharded_index(vectors, self.address)
+
+
+def index_factory(address: str) -> Callable[[Any], RayShardedIndex]:
+    """:class:`ShardedIndexFactory` for the cluster at ``address``."""
+    return ShardedIndexFactory(address)

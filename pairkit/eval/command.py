@@ -24,12 +24,23 @@ class Sides:
     dim: int
 
 
-def _side(store: Any, rows: np.ndarray | None = None) -> EvalSide:
-    vectors = store.vectors(store.dtype)
+def _side(store: Any, rows: np.ndarray | None = None, where: str = "here") -> EvalSide:
+    """The side of ``store``'s ``rows`` (None: all). ``where``: ``here``, its vectors in
+    memory; ``queries``, the rows read here in one pass (float32, the same values);
+    ``workers``, the rows left in the store (a :class:`~pairkit.core.row_view.RowView`:
+    the workers read them for the search, this process only the rows a metric samples)."""
+    if where == "here":
+        vectors = store.vectors(store.dtype)
+        vectors = vectors if rows is None else vectors[rows]
+    else:
+        from pairkit.core.row_view import store_view
+
+        view = store_view(store)
+        view = view if rows is None else view.subset(rows)
+        vectors = view if where == "workers" else np.asarray(view)
     sources = store.items["source"].to_numpy(dtype=object)
     labels = store.labels()
     if rows is not None:
-        vectors = vectors[rows]
         sources = sources[rows]
         labels = None if labels is None else labels[rows]
         if labels is not None and all(v is None for v in labels):
@@ -50,29 +61,57 @@ def check_eval(cfg: EvalConfig, head_path: Path | None) -> None:
 
 
 def load_sides(store_path: Path, against: Path | None, test_fraction: float,
-               seed: int) -> Sides:
-    """Open the store(s) and split them into queries and references."""
+               seed: int, on_workers: bool = False) -> Sides:
+    """Open the store(s) and split them into queries and references. ``on_workers``
+    (``eval --ray``): the references stay in the store, read by the workers that search
+    them (:func:`_side`); the queries are read here, in one pass; a store on object
+    storage is opened by its manifest, its shards fetched when read."""
+    from pairkit.core.remote import is_url
     from pairkit.core.store import Store
     from pairkit.eval.split import check_compatible, split_by_source
 
-    store = Store.open(store_path)
+    def opened(path: Path) -> Any:
+        return Store.open(path, verify=not (on_workers and is_url(path)))
+
+    q_where, r_where = ("queries", "workers") if on_workers else ("here", "here")
+    store = opened(store_path)
     if store.count == 0:
         raise PairkitError(f"store {store_path} is empty")
     if against is not None:
-        test = Store.open(against)
+        test = opened(against)
         if test.count == 0:
             raise PairkitError(f"store {against} is empty")
         check_compatible(store.dim, store.encoder, test.dim, test.encoder, str(store_path),
                          str(against))
         same = test.content_id == store.content_id
-        return Sides(_side(test), _side(store), np.arange(test.count) if same else None,
-                     store.dim)
+        return Sides(_side(test, where=q_where), _side(store, where=r_where),
+                     np.arange(test.count) if same else None, store.dim)
     is_test = split_by_source(store.source_codes(), test_fraction, seed)
-    return Sides(_side(store, np.flatnonzero(is_test)), _side(store, np.flatnonzero(~is_test)),
-                 None, store.dim)
+    return Sides(_side(store, np.flatnonzero(is_test), q_where),
+                 _side(store, np.flatnonzero(~is_test), r_where), None, store.dim)
+
+
+class HeadMap:
+    """A trained head as the function of a :class:`~pairkit.core.row_view.RowView`: rows
+    in, the head's outputs out, on ``device`` here and on the CPU of a worker it is
+    shipped to."""
+
+    def __init__(self, head: Any, device: str) -> None:
+        self.head, self.device = head, device
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"head": self.head, "device": "cpu"}
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        return self.head.apply(rows, device=self.device)  # type: ignore[no-any-return]
 
 
 def _with_head(side: EvalSide, head: Any, device: str) -> EvalSide:
+    from pairkit.core.row_view import is_view
+
+    if is_view(side.vectors):  # through the head as they are read, here or on a worker
+        return EvalSide(side.vectors.mapped(HeadMap(head, device), head.out_dim),
+                        side.labels, side.sources)
     return EvalSide(head.apply(side.vectors, device=device), side.labels, side.sources)
 
 
@@ -148,5 +187,6 @@ def eval_to_files(store: Path, plot: Path | None, cfg: EvalConfig, *,
     (seeded by ``cfg.seed``), raw and/or ``head`` vectors; the plots go to the folder
     ``plot`` (None: none). Returns (metrics by name, reports by name)."""
     check_eval(cfg, head)
-    sides = load_sides(store, against, test_fraction, cfg.seed)
+    sides = load_sides(store, against, test_fraction, cfg.seed,
+                       on_workers=getattr(index_factory, "reads_store", False))
     return run_eval(sides, cfg, head, compare, plot, force, index_factory, maps)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -194,7 +195,7 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
         report.notes.append(
             f"label metrics use labelled items only: {int(q_keep.sum())} of {len(q_keep)} "
             f"queries, {int(r_keep.sum())} of {len(r_keep)} references")
-    qx = queries.vectors[q_keep] if not q_keep.all() else queries.vectors
+    qx = _rows(queries.vectors, q_keep)
     ql = ql_all[q_keep]
     qg = qsrc[q_keep]
     absent = np.setdiff1d(np.unique(ql), np.unique(rl_all[r_keep]))
@@ -205,7 +206,7 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
 
     need_ref_search = ("knn" in wanted) or ("retrieval" in wanted and cfg.gallery == "reference")
     if need_ref_search:
-        rx = references.vectors[r_keep] if not r_keep.all() else references.vectors
+        rx = _rows(references.vectors, r_keep)
         rl = rl_all[r_keep]
         rg = rsrc[r_keep]
         srows = _subset_self_rows(self_rows, q_keep, r_keep)
@@ -241,11 +242,23 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
         _probe(queries, references, ql_all, rl_all, q_keep, r_keep, rsrc, cfg, rng, report)
 
 
-def _index(x: np.ndarray, cfg: EvalConfig, factory: IndexFactory | None = None) -> object:
-    """Exact index over ``x``: ``factory(x)`` when given, else the exact search of
-    ``cfg.backend`` on ``cfg.device`` (:func:`pairkit.index.open.open_searcher`)."""
+def _rows(x: Any, keep: np.ndarray) -> Any:
+    """The rows ``keep`` (a mask) of ``x``: an array, or a view for rows read on demand
+    (:class:`~pairkit.core.row_view.RowView`: nothing read now); ``x`` itself when all."""
+    from pairkit.core.row_view import is_view
+
+    if keep.all():
+        return x
+    return x.subset(keep) if is_view(x) else x[keep]
+
+
+def _index(x: Any, cfg: EvalConfig, factory: IndexFactory | None = None) -> object:
+    """Exact index over ``x``: ``factory(x)`` when given (``x`` may be rows read on
+    demand, the workers' to read), else the exact search of ``cfg.backend`` on
+    ``cfg.device`` (:func:`pairkit.index.open.open_searcher`)."""
     if factory is not None:
         return factory(x)
+    x = np.asarray(x)
     from pairkit.index.open import open_searcher
     from pairkit.index.options import IndexOptions
 

@@ -345,6 +345,57 @@ def test_eval_on_ray_equals_local(store, cluster, tmp_path):
     assert '"knn_top1"' in local.stdout
 
 
+@pytest.mark.parametrize("on", ["folder", "s3"])
+def test_eval_on_ray_leaves_the_references_to_the_workers(store, cluster, tmp_path, request,
+                                                          monkeypatch, on):
+    """``eval --ray`` with a head, ``--compare`` and the linear probe: each actor reads its
+    shard of the references from the store (through the head) itself; the driver never
+    makes the store's float32 copy and reads only the queries and the probe's sample of
+    references (one read each, per run), from a folder and from object storage. The
+    metrics are the local run's."""
+    import json
+
+    from pairkit.core.row_view import RowView
+    from tests.cli.test_eval import _write_head
+
+    where = str(store.root)
+    if on == "s3":
+        where = f"{request.getfixturevalue('s3')}/st"
+        write_store(where, store.vectors(), store.items[["path", "source", "view", "label"]],
+                    encoder=store.encoder, dtype=store.dtype, shard_rows=100)
+    rng = np.random.default_rng(0)
+    _write_head(tmp_path / "head", rng.normal(size=(8, 16)).astype(np.float32))
+    args = ["eval", where, "--json", "-q", "--knn-k", "5", "--head", str(tmp_path / "head"),
+            "--compare", "--probe-max-train", "60", "--batch-size", "64"]
+    local = runner.invoke(app, args)
+    assert local.exit_code == 0, local.output
+    taken = []
+    real_take = RowView.take
+
+    def counted(self, positions):
+        taken.append(len(positions))
+        return real_take(self, positions)
+
+    def refuse(*a, **kw):
+        raise AssertionError("the driver made the store's float32 copy")
+
+    with monkeypatch.context() as m:  # this process only: not the workers
+        m.setattr(Store, "vectors", refuse)
+        m.setattr(RowView, "take", counted)
+        dist = runner.invoke(app, [*args, "--ray", "local"])
+    assert dist.exit_code == 0, dist.output
+    want, got = json.loads(local.stdout), json.loads(dist.stdout)
+    flat_want, flat_got = pd.json_normalize(want).iloc[0], pd.json_normalize(got).iloc[0]
+    assert list(flat_got.index) == list(flat_want.index)
+    assert "head.linear_top1" in flat_want and "raw.knn_top1" in flat_want
+    for key, value in flat_want.items():
+        assert flat_got[key] == pytest.approx(value, abs=1e-6), key
+    n_queries = want["raw"]["n_queries"]
+    # per run: the queries once, the probe's 60 references once (the head's queries are
+    # the raw queries through the head: read here, as arrays)
+    assert sorted(taken) == sorted([n_queries, 60, 60]), taken
+
+
 def embed_cfg(images, out, **extra):
     from pairkit.encode.embedder import EmbedConfig
 
