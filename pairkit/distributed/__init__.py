@@ -13,7 +13,8 @@ the same output as a run here. Ray (``pip install 'pairkit[ray]'``) is imported 
 
 Each worker is one process with ``pairkit --threads N`` threads (the thread budget of this
 command), so a cluster of C CPUs runs C / N workers at a time. Stores and tables must lie
-on a path every node sees (a shared file system).
+on a path every node sees (a shared file system) or on object storage (``s3://``...):
+the workers read the stores themselves (:class:`pairkit.core.store_rows.StoreRows`).
 """
 
 from __future__ import annotations

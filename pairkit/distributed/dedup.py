@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.row_view import is_view
 from pairkit.distributed import Cluster
 
 Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -65,13 +66,17 @@ class RayPairs:
     about ``blocks_per_worker`` blocks per worker, each at least ``batch_size`` rows; the
     search runs on the workers' CPUs)."""
 
-    def __init__(self, address: str, blocks_per_worker: int = 4) -> None:
+    def __init__(self, address: str, blocks_per_worker: int = 4,
+                 rows_per_part: int | None = None) -> None:
         from pairkit.distributed import require_ray
+        from pairkit.index.partitioned_range import ROWS_PER_PART
 
         require_ray()  # not installed: one line before any work
         self.address = address
         self.blocks_per_worker = blocks_per_worker
+        self.rows_per_part = rows_per_part or ROWS_PER_PART
         self.cluster: Cluster | None = None
+        self.stats: dict[str, Any] = {}
 
     def __call__(self, queries: Any, base: Any, threshold: float, *,
                  batch_size: int = 4096, **_: Any) -> Iterator[Pairs]:
@@ -83,13 +88,41 @@ class RayPairs:
 
         if self.cluster is None:
             self.cluster = connect(self.address)
+        cluster = self.cluster
         n = len(queries)
-        step = max(batch_size, math.ceil(n / (self.cluster.workers * self.blocks_per_worker)))
+        step = max(batch_size, math.ceil(n / (cluster.workers * self.blocks_per_worker)))
+        if queries is base and is_view(base):  # the store's rows: searched by partitions
+            from pairkit.distributed.pool import BlockPool
+            from pairkit.index.partitioned_range import partitioned_pairs, search_part
+
+            # one set of actors for the three passes (assign, route, search)
+            pool = BlockPool(search_part, cluster, "a block of the near-duplicate search",
+                             ("faiss", "pairkit.index.partitioned_range"))
+
+            def on_cluster(fn: Any, shared: Any, blocks: list[Any]) -> Iterator[Any]:
+                return pool.map(shared, blocks, fn, last=False)
+
+            try:
+                yield from partitioned_pairs(base, threshold, on_cluster,
+                                             rows_per_part=self.rows_per_part,
+                                             batch_size=batch_size, block_rows=step,
+                                             stats=self.stats)
+            finally:
+                pool.close()
+            return
         spans = [(b0, min(n, b0 + step)) for b0 in range(0, n, step)]
         shared = PairSearch(queries, base, float(threshold), batch_size)
-        yield from ray_map_blocks(_span_pairs, shared, spans, self.cluster,
+        yield from ray_map_blocks(_span_pairs, shared, spans, cluster,
                                   "a near-duplicate search block")
 
     def describe(self) -> str | None:
-        """The cluster the search ran on (None before the first call)."""
-        return self.cluster.describe() if self.cluster is not None else None
+        """The cluster the search ran on, and its partitions (None before the first
+        call)."""
+        if self.cluster is None:
+            return None
+        s = self.stats
+        if not s:
+            return self.cluster.describe()
+        return (f"{self.cluster.describe()}, {s['parts']} partitions of at most "
+                f"{s['largest']} sources, {s['routed'] / max(1, s['rows']):.2f} searched "
+                "per source")

@@ -50,7 +50,7 @@ class BlockWorker:
         self.fn = fn
         self.crash = crash
         self.shared: Any = None
-        self.loaded = False
+        self.loaded: Any = None  # the reference ``shared`` came from
 
     def ready(self) -> bool:
         """Answers once the actor is up (its constructor ran)."""
@@ -60,10 +60,11 @@ class BlockWorker:
             fn: Callable[[Any, Any], Any] | None = None) -> tuple[int, Any]:
         maybe_crash(self.crash)
         maybe_hold()
-        if not self.loaded:
+        if self.loaded != box[0]:  # the first block of a map: its shared, fetched once
             import ray
 
-            self.shared, self.loaded = ray.get(box[0]), True
+            self.shared = None  # the last map's, freed first
+            self.shared, self.loaded = ray.get(box[0]), box[0]
         return index, (fn or self.fn)(self.shared, block)
 
 
@@ -84,6 +85,7 @@ class BlockPool:
         self.workers = cluster.workers
         self.actors: list[Any] = []
         self.starting: dict[Any, Any] = {}  # ready() future -> actor
+        self.idle: list[Any] = []  # ready, between two maps
         for _ in range(self.workers):
             self.start_actor()
 
@@ -101,14 +103,17 @@ class BlockPool:
             self.actors.remove(a)
 
     def map(self, shared: Any, blocks: list[Any],
-            fn: Callable[[Any, Any], Any] | None = None) -> Iterator[Any]:
+            fn: Callable[[Any, Any], Any] | None = None, last: bool = True) -> Iterator[Any]:
         """Yield ``fn(shared, block)`` (``fn``: the pool's own by default) for each of
         ``blocks``, in order. ``shared`` may be a reference into Ray's object store (made
         on a worker: this process never holds it). A worker's error is raised here as one
-        PairkitError line; so is a block whose worker died more than RETRIES times."""
+        PairkitError line; so is a block whose worker died more than RETRIES times. The
+        actors stop at the end unless ``last`` is False (another map follows: then
+        :meth:`close` them when done)."""
         import ray
         from ray.exceptions import RayActorError
 
+        finished = False
         try:
             if not blocks:
                 return
@@ -116,7 +121,7 @@ class BlockPool:
             box = [shared if isinstance(shared, ray.ObjectRef) else ray.put(shared)]
             todo = deque(range(len(blocks)))
             tries = [0] * len(blocks)
-            idle: list[Any] = []
+            idle, self.idle = self.idle, []  # the actors a previous map left free
             running: dict[Any, tuple[Any, int]] = {}  # run() future -> (actor, block)
             done: dict[int, Any] = {}
             deaths, turn = 0, 0
@@ -152,13 +157,16 @@ class BlockPool:
                 if i >= 0:
                     index, result = value
                     done[index] = result
+            finished = True
+            self.idle = idle
         finally:
-            self.close()
+            if last or not finished:  # failed, stopped early, or the last map
+                self.close()
 
     def close(self) -> None:
         for a in list(self.actors):
             self.drop_actor(a)
-        self.actors, self.starting = [], {}
+        self.actors, self.starting, self.idle = [], {}, []
 
 
 def ray_map_blocks(fn: Callable[[Any, Any], Any], shared: Any, blocks: list[Any],

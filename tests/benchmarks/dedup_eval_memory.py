@@ -91,7 +91,7 @@ def run_child(code: Path, argv: list[str], env_extra: dict[str, str]) -> dict[st
     env = dict(os.environ, PYTHONPATH=str(code), **env_extra)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", CHILD, *argv], cwd=code, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     hwm = None
     for line in proc.stderr.splitlines():

@@ -240,13 +240,13 @@ def test_worker_killed_mid_mine(store, cluster, tmp_path, monkeypatch):
     same_stats(sa, sb)
 
 
-def dedup_table(st, ray=None):
+def dedup_table(st, ray=None, per_part=None):
     from pairkit.distributed.dedup import RayPairs
     from pairkit.mine.dedup import DedupConfig, run_dedup
 
     table, summary = run_dedup(str(st.root), DedupConfig(threshold=0.9, keep="central",
-                                                    batch_size=64),
-                               pairs=RayPairs(ray) if ray else None)
+                                                         batch_size=64),
+                               pairs=RayPairs(ray, rows_per_part=per_part) if ray else None)
     return table, summary
 
 
@@ -259,7 +259,7 @@ def test_dedup_edges_on_ray_equal_local(tmp_path, cluster, monkeypatch):
     st = write_store(tmp_path / "st", rows.astype(np.float32), items, dtype="float32")
     a, sa = dedup_table(st)
     monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(tmp_path / "crashed"))
-    b, sb = dedup_table(st, ray="local")
+    b, sb = dedup_table(st, ray="local", per_part=20)
     assert (tmp_path / "crashed").exists()
     assert sa["groups"] >= 10 and sa["split"] == sb["split"]
     assert sb["ray"].startswith("Ray (local")
@@ -302,10 +302,14 @@ def test_dedup_on_ray_reads_only_the_candidates_on_the_driver(tmp_path, cluster,
     with monkeypatch.context() as m:  # this process only: not the workers
         m.setattr(Store, "vectors", refuse)
         m.setattr(RowView, "take", counted)
-        got, sg = dedup_table(st, ray="local")
+        got, sg = dedup_table(st, ray="local", per_part=25)
     pd.testing.assert_frame_equal(got, want)
     assert sg["groups"] == sw["groups"] >= 40 and sg["split"] == sw["split"]
-    assert len(taken) == 1 and taken[0] <= 110  # the 100 grouped sources, of 200
+    assert "partitions of at most" in sg["ray"]
+    parts = int(sg["ray"].split(" partitions")[0].rsplit(" ", 1)[1])
+    assert parts >= 4  # searched by partitions, not as one set
+    # here: the k-means sample (64 a partition: all 200 rows) once, then only the grouped
+    assert len(taken) == 2 and taken[1] <= 110  # sources' rows (100 of 200), in one pass
     args = ["dedup", where, "--threshold", "0.9", "-o", "-", "-q"]
     here = runner.invoke(app, args)
     there = runner.invoke(app, [*args, "--ray", "local"])
