@@ -188,7 +188,7 @@ def test_plots(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.stderr
 
 
-def _write_head(folder: Path, weight: np.ndarray) -> None:
+def write_head(folder: Path, weight: np.ndarray) -> None:
     head_mod = pytest.importorskip("pairkit.train.head",
                                    reason="pairkit/train/head.py (load_head) not available")
     import torch
@@ -205,7 +205,7 @@ def _write_head(folder: Path, weight: np.ndarray) -> None:
 
 def test_head_compare(tmp_path: Path) -> None:
     noisy_store(tmp_path / "s")
-    _write_head(tmp_path / "identity", np.eye(8, dtype=np.float32))
+    write_head(tmp_path / "identity", np.eye(8, dtype=np.float32))
     s = str(tmp_path / "s")
     args = ["--json", "--metrics", "knn,retrieval,geometry"]
     out = _json(_run(s, "--head", str(tmp_path / "identity"), "--compare", *args))
@@ -213,10 +213,10 @@ def test_head_compare(tmp_path: Path) -> None:
     for key in ("knn_top1", "precision_at_1", "map_at_r", "alignment", "uniformity"):
         assert out["head"][key] == pytest.approx(out["raw"][key], abs=1e-6), key
     rng = np.random.default_rng(0)
-    _write_head(tmp_path / "proj", rng.normal(size=(3, 8)).astype(np.float32))
+    write_head(tmp_path / "proj", rng.normal(size=(3, 8)).astype(np.float32))
     head_only = _json(_run(s, "--head", str(tmp_path / "proj"), *args))
     assert "raw" not in head_only and "knn_top1" in head_only
-    _write_head(tmp_path / "wrong", np.eye(5, dtype=np.float32))
+    write_head(tmp_path / "wrong", np.eye(5, dtype=np.float32))
     res = _run(s, "--head", str(tmp_path / "wrong"))
     assert res.exit_code == 1
     assert "takes vectors of dim 5, the store has dim 8" in res.stderr

@@ -360,7 +360,7 @@ def test_eval_on_ray_leaves_the_references_to_the_workers(store, cluster, tmp_pa
     import json
 
     from pairkit.core.row_view import RowView
-    from tests.cli.test_eval import _write_head
+    from tests.cli.test_eval import write_head
 
     where = str(store.root)
     if on == "s3":
@@ -368,7 +368,7 @@ def test_eval_on_ray_leaves_the_references_to_the_workers(store, cluster, tmp_pa
         write_store(where, store.vectors(), store.items[["path", "source", "view", "label"]],
                     encoder=store.encoder, dtype=store.dtype, shard_rows=100)
     rng = np.random.default_rng(0)
-    _write_head(tmp_path / "head", rng.normal(size=(8, 16)).astype(np.float32))
+    write_head(tmp_path / "head", rng.normal(size=(8, 16)).astype(np.float32))
     args = ["eval", where, "--json", "-q", "--knn-k", "5", "--head", str(tmp_path / "head"),
             "--compare", "--probe-max-train", "60", "--batch-size", "64"]
     local = runner.invoke(app, args)
