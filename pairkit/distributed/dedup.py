@@ -76,7 +76,7 @@ class RayPairs:
         self.blocks_per_worker = blocks_per_worker
         self.rows_per_part = rows_per_part or ROWS_PER_PART
         self.cluster: Cluster | None = None
-        self.stats: dict[str, Any] = {}
+        self.plan: str | None = None  # the partitions' plan, described
 
     def __call__(self, queries: Any, base: Any, threshold: float, *,
                  batch_size: int = 4096, **_: Any) -> Iterator[Pairs]:
@@ -91,11 +91,11 @@ class RayPairs:
         cluster = self.cluster
         n = len(queries)
         step = max(batch_size, math.ceil(n / (cluster.workers * self.blocks_per_worker)))
-        if queries is base and is_view(base):  # the store's rows: searched by partitions
+        if queries is base and is_view(base):  # the store's rows: by partitions if worth it
             from pairkit.distributed.pool import BlockPool
-            from pairkit.index.partitioned_range import partitioned_pairs, search_part
+            from pairkit.index.partitioned_range import plan_pairs, plan_partitions, search_part
 
-            # one set of actors for the three passes (assign, route, search)
+            # one set of actors for the passes (assign, count, route, search)
             pool = BlockPool(search_part, cluster, "a block of the near-duplicate search",
                              ("faiss", "pairkit.index.partitioned_range"))
 
@@ -103,13 +103,14 @@ class RayPairs:
                 return pool.map(shared, blocks, fn, last=False)
 
             try:
-                yield from partitioned_pairs(base, threshold, on_cluster,
-                                             rows_per_part=self.rows_per_part,
-                                             batch_size=batch_size, block_rows=step,
-                                             stats=self.stats)
+                plan = plan_partitions(base, threshold, on_cluster,
+                                       rows_per_part=self.rows_per_part, block_rows=step)
+                self.plan = plan.describe()
+                if plan.worth_it():
+                    yield from plan_pairs(base, plan, on_cluster, batch_size=batch_size)
+                    return
             finally:
                 pool.close()
-            return
         spans = [(b0, min(n, b0 + step)) for b0 in range(0, n, step)]
         shared = PairSearch(queries, base, float(threshold), batch_size)
         yield from ray_map_blocks(_span_pairs, shared, spans, cluster,
@@ -120,9 +121,4 @@ class RayPairs:
         call)."""
         if self.cluster is None:
             return None
-        s = self.stats
-        if not s:
-            return self.cluster.describe()
-        return (f"{self.cluster.describe()}, {s['parts']} partitions of at most "
-                f"{s['largest']} sources, {s['routed'] / max(1, s['rows']):.2f} searched "
-                "per source")
+        return self.cluster.describe() + (f"; {self.plan}" if self.plan else "")

@@ -1,32 +1,38 @@
 """Range search by partitions: every pair of rows with similarity >= a threshold, found
 cluster by cluster, exactly, so that no process holds more than a cluster's rows.
 
-What ``dedup --ray`` runs (the semantic-deduplication layout of SemDeDup, Abbas et al.
-2023, and NeMo Curator: k-means partitions, each searched by itself; here with the
-partitions' boundaries handled, so no pair is lost):
+What ``dedup`` runs on big stores, and ``dedup --ray`` (the semantic-deduplication layout
+of SemDeDup, Abbas et al. 2023, and NeMo Curator: k-means partitions, each searched by
+itself; here with the partitions' boundaries handled, so no pair is lost):
 
 1. **Fit** spherical k-means (:func:`pairkit.index.kmeans.spherical_kmeans`, seeded) on
-   a sample of the rows, read in one pass: ``k`` centroids ``c_j``.
+   a sample of the rows, read in one pass: ``k`` unit centroids ``c_j``.
 2. **Assign** (per block of rows, where the blocks run): each row's cluster (highest inner
-   product), its distance ``||x - c_j||`` to that centroid and its norm. Each cluster's
-   radius ``R_j`` is the largest distance of its members; ``M`` the largest norm.
+   product), its angle ``angle(x, c_j)`` to that centroid and its norm. Each cluster's
+   radius ``R_j`` is the largest angle of its members; ``M`` the largest norm.
 3. **Route** (per block): a row ``a`` is a query of cluster ``j`` when
-   ``||a - c_j|| <= R_j + r``, where ``r = sqrt(2 M^2 - 2 t)`` bounds ``||a - b||`` for
-   any pair with ``a . b >= t`` (``||a - b||^2 = |a|^2 + |b|^2 - 2 a . b``). By the
-   triangle inequality, ``||a - c_j|| <= ||a - b|| + ||b - c_j|| <= r + R_j`` for every
-   member ``b`` of ``j`` that pairs with ``a``: every pair is found by the cluster of
-   each of its rows. (Both bounds get a small slack for float32 rounding: a wider
-   route costs time, never a pair.)
+   ``angle(a, c_j) <= R_j + phi``, where ``phi = arccos(t / M^2)`` bounds the angle of any
+   pair with ``a . b >= t > 0`` (``cos(a, b) = a . b / (|a| |b|) >= t / M^2``). By the
+   triangle inequality of angles on the sphere, ``angle(a, c_j) <= angle(a, b) +
+   angle(b, c_j) <= phi + R_j`` for every member ``b`` of ``j`` that pairs with ``a``:
+   every pair is found by the cluster of each of its rows. (A small slack covers float32
+   rounding: a wider route costs time, never a pair.) Angles give tighter routes than
+   chord lengths (``sin`` is concave: ``sin((x + y) / 2) <= sin(x / 2) + sin(y / 2)``).
 4. **Search** (per cluster): the range search of the local path
    (:func:`pairkit.index.range_search.range_search_blocks`) of the cluster's queries
    against its members. A pair of rows in clusters ``i <= j`` is kept by cluster ``j``
    only (and within one cluster once), so each pair comes out once, as ``(low, high)``.
 
 The work is the sum over clusters of queries x members, instead of N x N: about ``k``
-times less when the routes spill little (well-separated clusters); it only approaches
-the global search when most rows are near most centroids, and stays exact either way.
-``map_blocks`` runs steps 2-4 (here: :func:`pairkit.mine.blocks.map_here`; on Ray, the
-actors, each reading its rows from the store: :class:`pairkit.core.row_view.RowView`).
+times less when the routes spill little (well-separated clusters); when most rows are
+near most centroids (high-dimensional rows with no cluster structure) it approaches the
+global search, and stays exact either way. So :func:`plan_partitions` first counts the
+routes (step 3 without keeping them) and :meth:`Plan.worth_it` says whether the search
+by partitions does at least :data:`WORK_GAIN` times less work than the global one, with
+at most :data:`MAX_ROUTES` routes per row (the routes are held where the plan is made);
+if not, the callers search globally. ``map_blocks`` runs steps 2-4 (here:
+:func:`map_here`; on Ray, the actors, each reading its rows from the store:
+:class:`pairkit.core.row_view.RowView`).
 """
 
 from __future__ import annotations
@@ -44,8 +50,16 @@ MapBlocks = Callable[[Callable[[Any, Any], Any], Any, list[Any]], Iterator[Any]]
 ROWS_PER_PART = 4096  # rows per cluster on average, by default
 SAMPLE_PER_PART = 64  # k-means trains on this many rows per cluster (a seeded sample)
 MAX_PARTS = 4096  # clusters at most: beyond 16.7M rows they grow instead
-SLACK = 1e-4  # added to the radii and to r: float32 rounding of the distances
+SLACK = 5e-3  # radians added to every route: well over float32 rounding of the angles
 DISTANCES = 1 << 24  # rows x clusters of distances per block (64 MB), at most
+WORK_GAIN = 4.0  # partitions are searched when they cut the work at least this much
+MAX_ROUTES = 16  # ... and route at most this many clusters per row (12 bytes a route)
+LOCAL_MIN_ROWS = 50_000  # the local dedup tries partitions from this many rows
+
+
+def map_here(fn: Callable[[Any, Any], Any], shared: Any, blocks: list[Any]) -> Iterator[Any]:
+    """``fn(shared, block)`` for each block, in this process, in order."""
+    return (fn(shared, block) for block in blocks)
 
 
 def parts_for(n: int, rows_per_part: int = ROWS_PER_PART) -> int:
@@ -56,8 +70,9 @@ def parts_for(n: int, rows_per_part: int = ROWS_PER_PART) -> int:
 
 @dataclass
 class Partitions:
-    """Steps 1-2's results: ``centroids`` (k, d), each row's cluster ``own`` (n,), the
-    clusters' radii (k,) and the rows' largest norm."""
+    """Steps 1-2's results: unit ``centroids`` (k, d), each row's cluster ``own`` (n,),
+    the clusters' radii (k,: the members' largest angle to their centroid, radians) and
+    the rows' largest norm."""
 
     centroids: np.ndarray
     own: np.ndarray
@@ -65,51 +80,68 @@ class Partitions:
     max_norm: float
 
     def reach(self, threshold: float) -> float:
-        """``r`` of the module docstring (with its slack)."""
-        return math.sqrt(max(0.0, 2 * self.max_norm**2 - 2 * threshold)) + SLACK
+        """``phi`` of the module docstring (radians, with its slack): the largest angle of
+        a pair at ``threshold``; pi (every route) for a threshold <= 0."""
+        if threshold <= 0 or self.max_norm <= 0:
+            return math.pi
+        return math.acos(min(1.0, threshold / self.max_norm**2)) + SLACK
+
+    def bounds(self, threshold: float) -> np.ndarray:
+        """(k,) the cosine a row needs with each centroid to be routed to it:
+        ``cos(min(pi, R_j + phi))``."""
+        return np.cos(np.minimum(math.pi, self.radii.astype(np.float64) + SLACK
+                                 + self.reach(threshold))).astype(np.float32)
 
 
 @dataclass
 class RouteShared:
     """What the assign and route blocks share: the rows, the centroids, and (routing)
-    the radii and ``r``."""
+    each centroid's cosine bound."""
 
     rows: Any
     centroids: np.ndarray
-    radii: np.ndarray | None = None
-    reach: float = 0.0
+    bounds: np.ndarray | None = None
 
 
-def centroid_distances(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(x @ centroids.T, ||x - c||)`` for float32 rows ``x`` (m, d) and unit-norm
-    centroids: the distances from the inner products, clipped at 0 before the root."""
+def centroid_cosines(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(cos(x, c) (m, k), ||x|| (m,))`` for float32 rows ``x`` (m, d) and unit
+    centroids (a zero row has cosine 0 with every centroid)."""
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))
     dots = x @ centroids.T
-    sq = np.einsum("ij,ij->i", x, x)[:, None] + np.einsum(
-        "ij,ij->i", centroids, centroids)[None, :] - 2 * dots
-    return dots, np.sqrt(np.maximum(sq, 0.0))
+    return dots / np.maximum(norms, 1e-30)[:, None], norms
 
 
 def assign_block(shared: RouteShared, span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray,
                                                                        float]:
-    """Step 2 for rows ``span``: ``(own (m,) int32, largest distance per cluster (k,),
+    """Step 2 for rows ``span``: ``(own (m,) int32, largest angle per cluster (k,),
     largest norm)``."""
     x = np.ascontiguousarray(shared.rows[slice(*span)], dtype=np.float32)
-    dots, dist = centroid_distances(x, shared.centroids)
-    own = np.argmax(dots, axis=1)
+    cos, norms = centroid_cosines(x, shared.centroids)
+    own = np.argmax(cos, axis=1)
     radii = np.zeros(len(shared.centroids), np.float32)
-    np.maximum.at(radii, own, dist[np.arange(len(x)), own].astype(np.float32))
-    norm = float(np.sqrt(np.einsum("ij,ij->i", x, x).max())) if len(x) else 0.0
-    return own.astype(np.int32), radii, norm
+    # the angle from the chord, 2 asin(|x/|x| - c| / 2): exact for small angles too
+    chord = np.linalg.norm(x / np.maximum(norms, 1e-30)[:, None] - shared.centroids[own],
+                           axis=1)
+    angle = (2 * np.arcsin(np.minimum(1.0, chord / 2))).astype(np.float32)
+    np.maximum.at(radii, own, angle)
+    return own.astype(np.int32), radii, float(norms.max()) if len(x) else 0.0
 
 
 def route_block(shared: RouteShared, span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """Step 3 for rows ``span``: ``(rows, clusters)``, every (row, cluster) where the row
     is a query of the cluster (its own cluster included)."""
-    assert shared.radii is not None
+    assert shared.bounds is not None
     x = np.ascontiguousarray(shared.rows[slice(*span)], dtype=np.float32)
-    _, dist = centroid_distances(x, shared.centroids)
-    rows, parts = np.nonzero(dist <= (shared.radii + SLACK + shared.reach)[None, :])
+    cos, _ = centroid_cosines(x, shared.centroids)
+    rows, parts = np.nonzero(cos >= shared.bounds[None, :])
     return rows.astype(np.int64) + span[0], parts.astype(np.int32)
+
+
+def count_block(shared: RouteShared, span: tuple[int, int]) -> np.ndarray:
+    """Step 3 counted, not kept: (k,) how many rows of ``span`` each cluster is queried
+    by."""
+    _, parts = route_block(shared, span)
+    return np.bincount(parts, minlength=len(shared.centroids))
 
 
 @dataclass
@@ -185,36 +217,128 @@ def partition(rows: Any, n_parts: int, map_blocks: MapBlocks, *, block_rows: int
     return Partitions(centroids, own, radii, top)
 
 
+@dataclass
+class Plan:
+    """Steps 1-3 counted: the partitions, the threshold, the blocks, and per cluster its
+    members and the rows routed to it (its queries)."""
+
+    parts: Partitions
+    threshold: float
+    blocks: list[tuple[int, int]]
+    members: np.ndarray  # (k,) int64
+    queries: np.ndarray  # (k,) int64
+
+    @property
+    def rows(self) -> int:
+        return int(self.members.sum())
+
+    @property
+    def work(self) -> float:
+        """Query-member comparisons of the search by partitions."""
+        return float(self.members.astype(np.float64) @ self.queries)
+
+    def worth_it(self) -> bool:
+        """Whether to search by partitions: at least :data:`WORK_GAIN` times less work
+        than the global search's ``n^2``, and at most :data:`MAX_ROUTES` routes per row."""
+        n = self.rows
+        return (len(self.members) > 1 and self.work * WORK_GAIN <= float(n) * n
+                and int(self.queries.sum()) <= MAX_ROUTES * n)
+
+    def stats(self) -> dict[str, Any]:
+        """What describes the plan (for the run's summary)."""
+        n = max(1, self.rows)
+        return {"parts": int((self.members > 0).sum()), "rows": self.rows,
+                "routed": int(self.queries.sum()), "largest": int(self.members.max()),
+                "work_share": round(self.work / (float(n) * n), 4),
+                "partitioned": self.worth_it()}
+
+    def describe(self) -> str:
+        s = self.stats()
+        how = ("searched by partitions" if s["partitioned"] else
+               "searched globally (partitions would not cut the work enough)")
+        return (f"{s['parts']} k-means partitions of at most {s['largest']} sources, "
+                f"{s['routed'] / max(1, s['rows']):.2f} searched per source, "
+                f"{s['work_share']:.1%} of the global search's comparisons: {how}")
+
+
+def plan_partitions(rows: Any, threshold: float, map_blocks: MapBlocks, *,
+                    rows_per_part: int = ROWS_PER_PART, block_rows: int = 65_536,
+                    seed: int = 0) -> Plan:
+    """Steps 1-2, and step 3 counted (module docstring): what :meth:`Plan.worth_it`
+    decides on and :func:`plan_pairs` searches."""
+    n = len(rows)
+    n_parts = parts_for(n, rows_per_part)
+    block_rows = max(1024, min(block_rows, DISTANCES // n_parts))  # a block's distances
+    parts = partition(rows, n_parts, map_blocks, block_rows=block_rows, seed=seed)
+    blocks = spans(n, block_rows)
+    shared = RouteShared(rows, parts.centroids, parts.bounds(threshold))
+    queries = np.zeros(len(parts.centroids), np.int64)
+    for counted in map_blocks(count_block, shared, blocks):
+        queries += counted
+    members = np.bincount(parts.own, minlength=len(parts.centroids)).astype(np.int64)
+    return Plan(parts, float(threshold), blocks, members, queries)
+
+
+def plan_pairs(rows: Any, plan: Plan, map_blocks: MapBlocks, *,
+               batch_size: int = 4096) -> Iterator[Pairs]:
+    """Steps 3-4 of ``plan`` (made by :func:`plan_partitions` on the same ``rows``): every
+    pair at the plan's threshold, once each as ``(low, high, score)``."""
+    parts = plan.parts
+    k = len(parts.centroids)
+    shared = RouteShared(rows, parts.centroids, parts.bounds(plan.threshold))
+    q_rows = np.empty(int(plan.queries.sum()), np.int64)  # by cluster, rows ascending
+    q_bounds = np.r_[0, np.cumsum(plan.queries)]
+    filled = q_bounds[:-1].copy()
+    for r, p in map_blocks(route_block, shared, plan.blocks):
+        order = np.argsort(p, kind="stable")
+        r, p = r[order], p[order]
+        cut = np.searchsorted(p, np.arange(k + 1))
+        for j in np.flatnonzero(np.diff(cut)):
+            got = r[cut[j]:cut[j + 1]]
+            q_rows[filled[j]:filled[j] + len(got)] = got
+            filled[j] += len(got)
+    m_order = np.argsort(parts.own, kind="stable").astype(np.int64)
+    m_bounds = np.r_[0, np.cumsum(plan.members)]
+    work = [(j, m_order[m_bounds[j]:m_bounds[j + 1]], q_rows[q_bounds[j]:q_bounds[j + 1]])
+            for j in range(k) if plan.members[j]]
+    # the biggest clusters first: the last task to start is a small one
+    work.sort(key=lambda w: -len(w[1]) * len(w[2]))
+    yield from map_blocks(search_part, SearchShared(rows, parts.own, plan.threshold,
+                                                    batch_size), work)
+
+
 def partitioned_pairs(rows: Any, threshold: float, map_blocks: MapBlocks, *,
                       rows_per_part: int = ROWS_PER_PART, batch_size: int = 4096,
                       block_rows: int = 65_536, seed: int = 0,
                       stats: dict[str, Any] | None = None) -> Iterator[Pairs]:
     """Every pair of ``rows`` (an (n, d) array or row view of L2-normalised rows) with
     inner product >= ``threshold``, once each as ``(low, high, score)``, cluster by
-    cluster (module docstring). ``stats`` (when given) gets the clusters, the queries
-    routed (rows x clusters) and the largest cluster."""
-    n = len(rows)
-    n_parts = parts_for(n, rows_per_part)
-    block_rows = max(1024, min(block_rows, DISTANCES // n_parts))  # a block's distances
-    parts = partition(rows, n_parts, map_blocks, block_rows=block_rows, seed=seed)
-    blocks = spans(n, block_rows)
-    shared = RouteShared(rows, parts.centroids, parts.radii, parts.reach(threshold))
-    routed = [r for r in map_blocks(route_block, shared, blocks)]
-    q_rows = np.concatenate([r[0] for r in routed]) if routed else np.zeros(0, np.int64)
-    q_parts = np.concatenate([r[1] for r in routed]) if routed else np.zeros(0, np.int32)
-    del routed
-    order = np.argsort(q_parts, kind="stable")  # by cluster, rows ascending within
-    q_rows, q_parts = q_rows[order], q_parts[order]
-    q_bounds = np.searchsorted(q_parts, np.arange(len(parts.centroids) + 1))
-    m_order = np.argsort(parts.own, kind="stable").astype(np.int64)
-    m_bounds = np.searchsorted(parts.own[m_order], np.arange(len(parts.centroids) + 1))
-    work = [(j, m_order[m_bounds[j]:m_bounds[j + 1]], q_rows[q_bounds[j]:q_bounds[j + 1]])
-            for j in range(len(parts.centroids))]
-    # the biggest clusters first: the last task to start is a small one
-    work = [w for w in work if len(w[1])]
-    work.sort(key=lambda w: -len(w[1]) * len(w[2]))
+    cluster (module docstring), whether or not that is worth it. ``stats`` (when given)
+    gets :meth:`Plan.stats`."""
+    plan = plan_partitions(rows, threshold, map_blocks, rows_per_part=rows_per_part,
+                           block_rows=block_rows, seed=seed)
     if stats is not None:
-        stats.update(parts=len(work), routed=len(q_rows), rows=n,
-                     largest=max((len(w[1]) for w in work), default=0))
-    yield from map_blocks(search_part, SearchShared(rows, parts.own, float(threshold),
-                                                    batch_size), work)
+        stats.update(plan.stats())
+    yield from plan_pairs(rows, plan, map_blocks, batch_size=batch_size)
+
+
+def pairs_here(queries: Any, base: Any, threshold: float, *, batch_size: int = 4096,
+               device: str = "cpu", backend: str = "faiss",
+               **_: Any) -> Iterator[Pairs]:
+    """:func:`pairkit.index.range_search.range_search_blocks` for a search of the rows
+    against themselves (``queries is base``) in this process: by partitions when there
+    are at least :data:`LOCAL_MIN_ROWS` rows, the search runs on FAISS's CPU search, and
+    the plan is :meth:`Plan.worth_it`, else the global search. The pairs are the same
+    (each ``(low, high)`` once here; the global search yields both orders)."""
+    from pairkit.index.backend import resolve_backend
+    from pairkit.index.range_search import range_search_blocks
+
+    if queries is base and len(base) >= LOCAL_MIN_ROWS:
+        where = resolve_backend(backend, device)
+        if where.name == "faiss" and not where.gpu:
+            plan = plan_partitions(base, threshold, map_here, rows_per_part=ROWS_PER_PART)
+            if plan.worth_it():
+                yield from plan_pairs(base, plan, map_here, batch_size=batch_size)
+                return
+    yield from range_search_blocks(queries, base, threshold, batch_size=batch_size,
+                                   device=device, backend=backend)

@@ -45,14 +45,15 @@ class ThresholdCheck:
     batch_size: int = 4096
     device: str = "cpu"
     backend: str = "faiss"
-    pairs: Any = None  # the pair stream (range_search_blocks' signature); None: local
+    pairs: Any = None  # the pair stream (range_search_blocks' signature); None: here
+    # (pairkit.index.partitioned_range.pairs_here: by k-means partitions on big stores)
 
     def edges(self, items: np.ndarray) -> Any:
         """Stream of (a, b) index arrays into ``items``, a < b, similar enough. Rows read
         on demand (:class:`~pairkit.core.row_view.RowView`) go to the Ray search as they
         are (its workers read them), else they are read here."""
         from pairkit.core.row_view import is_view
-        from pairkit.index.range_search import range_search_blocks
+        from pairkit.index.partitioned_range import pairs_here
 
         if is_view(self.vectors):
             vecs = self.vectors.subset(items)
@@ -60,7 +61,7 @@ class ThresholdCheck:
                 vecs = np.asarray(vecs)
         else:
             vecs = self.vectors[items]
-        for a, b, _ in (self.pairs or range_search_blocks)(
+        for a, b, _ in (self.pairs or pairs_here)(
             vecs, vecs, self.threshold, batch_size=self.batch_size, device=self.device,
             backend=self.backend,
         ):

@@ -258,6 +258,7 @@ def test_dedup_edges_on_ray_equal_local(tmp_path, cluster, monkeypatch):
     items = pd.DataFrame({"path": [f"i{k:03d}.jpg" for k in range(len(rows))]})
     st = write_store(tmp_path / "st", rows.astype(np.float32), items, dtype="float32")
     a, sa = dedup_table(st)
+    monkeypatch.setattr("pairkit.index.partitioned_range.WORK_GAIN", 0.0)  # partitions
     monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(tmp_path / "crashed"))
     b, sb = dedup_table(st, ray="local", per_part=20)
     assert (tmp_path / "crashed").exists()
@@ -302,11 +303,13 @@ def test_dedup_on_ray_reads_only_the_candidates_on_the_driver(tmp_path, cluster,
     with monkeypatch.context() as m:  # this process only: not the workers
         m.setattr(Store, "vectors", refuse)
         m.setattr(RowView, "take", counted)
+        # searched by partitions however little they save (the plan is made here)
+        m.setattr("pairkit.index.partitioned_range.WORK_GAIN", 0.0)
         got, sg = dedup_table(st, ray="local", per_part=25)
     pd.testing.assert_frame_equal(got, want)
     assert sg["groups"] == sw["groups"] >= 40 and sg["split"] == sw["split"]
-    assert "partitions of at most" in sg["ray"]
-    parts = int(sg["ray"].split(" partitions")[0].rsplit(" ", 1)[1])
+    assert "partitions of at most" in sg["ray"] and "searched by partitions" in sg["ray"]
+    parts = int(sg["ray"].split(" k-means partitions")[0].rsplit(" ", 1)[1])
     assert parts >= 4  # searched by partitions, not as one set
     # here: the k-means sample (64 a partition: all 200 rows) once, then only the grouped
     assert len(taken) == 2 and taken[1] <= 110  # sources' rows (100 of 200), in one pass

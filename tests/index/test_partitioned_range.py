@@ -9,10 +9,15 @@ import pytest
 
 from pairkit.core.row_view import RowView
 from pairkit.index.partitioned_range import (
+    SLACK,
     Partitions,
+    RouteShared,
     partition,
     partitioned_pairs,
     parts_for,
+    plan_pairs,
+    plan_partitions,
+    route_block,
 )
 from pairkit.index.range_search import self_pairs_blocks
 from pairkit.mine.blocks import map_here
@@ -75,18 +80,62 @@ def test_pairs_across_a_boundary_are_found():
 
 
 def test_radii_and_reach_are_hand_checked():
-    """Two clusters on a circle: the radii are the members' largest distances to their
-    centroid, r = sqrt(2 - 2 t) for unit rows."""
+    """Two clusters on a circle: the radii are the members' largest angles to their
+    centroid, phi = arccos(t) for unit rows; a row is routed to a cluster when its angle
+    to the centroid is within radius + phi (+ slack)."""
     angles = np.array([0.0, 0.1, 0.2, np.pi, np.pi + 0.3])
     x = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
     parts = partition(x, 2, map_here, block_rows=2)
     assert isinstance(parts, Partitions) and len(set(parts.own.tolist())) == 2
-    for j in range(2):
-        members = x[parts.own == j]
-        want = np.linalg.norm(members - parts.centroids[j], axis=1).max()
-        assert parts.radii[j] == pytest.approx(want, abs=1e-5)
+    first = parts.own[0]
+    assert parts.own.tolist() == [first] * 3 + [1 - first] * 2
+    # the centroids are the mean directions 0.1 and pi + 0.15: radii 0.1 and 0.15
+    assert parts.radii[first] == pytest.approx(0.1, abs=1e-5)
+    assert parts.radii[1 - first] == pytest.approx(0.15, abs=1e-5)
     assert parts.max_norm == pytest.approx(1.0, abs=1e-6)
-    assert parts.reach(0.98) == pytest.approx(np.sqrt(2 - 2 * 0.98), abs=2e-4)
+    assert parts.reach(0.98) == pytest.approx(np.arccos(0.98) + SLACK, abs=1e-6)
+    assert parts.reach(0.0) == pytest.approx(np.pi)
+    bounds = parts.bounds(0.98)
+    assert bounds[first] == pytest.approx(np.cos(0.1 + np.arccos(0.98) + 2 * SLACK), abs=1e-6)
+    # a row at angle 0.4 is routed to the first cluster (0.3 from its centroid, within
+    # 0.1 + 0.2 + slack), one at 0.45 is not
+    near, far = (np.array([[np.cos(a), np.sin(a)]], np.float32) for a in (0.4, 0.45))
+    shared = RouteShared(near, parts.centroids, bounds)
+    assert route_block(shared, (0, 1))[1].tolist() == [first]
+    assert route_block(RouteShared(far, parts.centroids, bounds), (0, 1))[1].tolist() == []
+
+
+def test_unclustered_rows_are_searched_globally(monkeypatch):
+    """Rows with no cluster structure (Gaussian in 64 dims, a low threshold): the routes
+    cover most clusters, so the plan is not worth it and ``pairs_here`` searches globally;
+    clustered rows are searched by partitions. The pairs are the global search's either
+    way."""
+    import pairkit.index.partitioned_range as pr
+
+    monkeypatch.setattr(pr, "LOCAL_MIN_ROWS", 100)
+    monkeypatch.setattr(pr, "ROWS_PER_PART", 50)
+    rng = np.random.default_rng(0)
+    flat = unit(rng.normal(size=(800, 64)))
+    plan = plan_partitions(flat, 0.3, map_here, rows_per_part=50)
+    assert not plan.worth_it() and plan.work > 0.25 * 800**2
+    assert "searched globally" in plan.describe()
+    centers = rng.normal(size=(40, 64))
+    clustered = unit(centers[rng.integers(0, 40, 2000)] + 0.05 * rng.normal(size=(2000, 64)))
+    plan = plan_partitions(clustered, 0.95, map_here, rows_per_part=50)
+    assert plan.worth_it(), plan.describe()
+    calls = []
+    monkeypatch.setattr(pr, "plan_pairs", lambda *a, **k: calls.append(1) or
+                        real_plan_pairs(*a, **k))
+    for x, t, partitioned in ((flat, 0.3, False), (clustered, 0.95, True)):
+        calls.clear()
+        want = {p for p in pair_set(self_pairs_blocks(x, t))}
+        got = {(a, b) for a, b, _ in zip(*(np.concatenate(c) for c in zip(*pr.pairs_here(
+            x, x, t), strict=True)), strict=True) if a < b}
+        assert got == want and len(want) > 100
+        assert bool(calls) == partitioned
+
+
+real_plan_pairs = plan_pairs
 
 
 def test_a_row_view_gives_the_same_pairs():
@@ -96,3 +145,28 @@ def test_a_row_view_gives_the_same_pairs():
     assert pair_set(partitioned_pairs(view, 0.9, map_here, rows_per_part=80)) == want
     empty = pair_set(partitioned_pairs(x[:1], 0.9, map_here))
     assert empty == set()
+
+
+def test_dedup_by_partitions_gives_the_global_groups(monkeypatch):
+    """The local dedup (``find_near_duplicates`` with its default pair search) groups the
+    same sources with the same leaders whether the search runs by partitions or
+    globally."""
+    import pandas as pd
+
+    import pairkit.index.partitioned_range as pr
+    from pairkit.mine.near_duplicates import find_near_duplicates
+
+    x = data(n=900, seed=4)
+    sources = np.arange(len(x)) // 3  # three views a source
+    want = find_near_duplicates(x, 0.9, sources=sources, keep="central")
+    calls = []
+    monkeypatch.setattr(pr, "LOCAL_MIN_ROWS", 10)
+    monkeypatch.setattr(pr, "ROWS_PER_PART", 40)
+    monkeypatch.setattr(pr, "WORK_GAIN", 0.0)
+    monkeypatch.setattr(pr, "plan_pairs", lambda *a, **k: calls.append(1) or
+                        real_plan_pairs(*a, **k))
+    got = find_near_duplicates(x, 0.9, sources=sources, keep="central")
+    assert calls, "not searched by partitions"
+    np.testing.assert_array_equal(got.item_group, want.item_group)
+    pd.testing.assert_frame_equal(got.table, want.table)
+    assert (want.item_group >= 0).sum() > 50
