@@ -267,6 +267,29 @@ def test_dedup_edges_on_ray_equal_local(tmp_path, cluster, monkeypatch):
     pd.testing.assert_frame_equal(a, b)
 
 
+@contextlib.contextmanager
+def driver_reads(monkeypatch):
+    """Within: this process (the driver, not the workers) refuses the store's float32
+    copy, and lists the row counts of every read of rows on demand (``RowView.take``).
+    Yields ``(the monkeypatch context, that list)``."""
+    from pairkit.core.row_view import RowView
+
+    taken: list[int] = []
+    real_take = RowView.take
+
+    def counted(self, positions):
+        taken.append(len(positions))
+        return real_take(self, positions)
+
+    def refuse(*a, **kw):
+        raise AssertionError("the driver made the store's float32 copy")
+
+    with monkeypatch.context() as m:
+        m.setattr(Store, "vectors", refuse)
+        m.setattr(RowView, "take", counted)
+        yield m, taken
+
+
 def planted_dups(tmp_path, where, dim=12):
     """A store of 200 rows, 50 of them near-copies of others: at ``where`` (a folder or
     an s3:// URL), float16, two shards at least."""
@@ -285,24 +308,10 @@ def test_dedup_on_ray_reads_only_the_candidates_on_the_driver(tmp_path, cluster,
     never makes the store's float32 copy, and reads only the rows of the sources that
     have a near-duplicate (in one pass); the table is the local run's, from a folder and
     from object storage."""
-    from pairkit.core.row_view import RowView
-
     where = str(tmp_path / "st") if on == "folder" else f"{request.getfixturevalue('s3')}/st"
     st = planted_dups(tmp_path, where)
     want, sw = dedup_table(st)
-    taken = []
-    real_take = RowView.take
-
-    def counted(self, positions):
-        taken.append(len(positions))
-        return real_take(self, positions)
-
-    def refuse(*a, **kw):
-        raise AssertionError("the driver made the store's float32 copy")
-
-    with monkeypatch.context() as m:  # this process only: not the workers
-        m.setattr(Store, "vectors", refuse)
-        m.setattr(RowView, "take", counted)
+    with driver_reads(monkeypatch) as (m, taken):  # this process only: not the workers
         # searched by partitions however little they save (the plan is made here)
         m.setattr("pairkit.index.partitioned_range.WORK_GAIN", 0.0)
         got, sg = dedup_table(st, ray="local", per_part=25)
@@ -363,7 +372,6 @@ def test_eval_on_ray_leaves_the_references_to_the_workers(store, cluster, tmp_pa
     metrics are the local run's."""
     import json
 
-    from pairkit.core.row_view import RowView
     from tests.cli.test_eval import write_head
 
     where = str(store.root)
@@ -379,19 +387,7 @@ def test_eval_on_ray_leaves_the_references_to_the_workers(store, cluster, tmp_pa
         args += ["--head", str(tmp_path / "head"), "--compare"]
     local = runner.invoke(app, args)
     assert local.exit_code == 0, local.output
-    taken = []
-    real_take = RowView.take
-
-    def counted(self, positions):
-        taken.append(len(positions))
-        return real_take(self, positions)
-
-    def refuse(*a, **kw):
-        raise AssertionError("the driver made the store's float32 copy")
-
-    with monkeypatch.context() as m:  # this process only: not the workers
-        m.setattr(Store, "vectors", refuse)
-        m.setattr(RowView, "take", counted)
+    with driver_reads(monkeypatch) as (m, taken):  # this process only: not the workers
         dist = runner.invoke(app, [*args, "--ray", "local"])
     assert dist.exit_code == 0, dist.output
     want, got = json.loads(local.stdout), json.loads(dist.stdout)
