@@ -295,8 +295,15 @@ def plan_pairs(rows: Any, plan: Plan, map_blocks: MapBlocks, *,
         cut = np.searchsorted(p, np.arange(k + 1))
         for j in np.flatnonzero(np.diff(cut)):
             got = r[cut[j]:cut[j + 1]]
+            if filled[j] + len(got) > q_bounds[j + 1]:
+                break  # more routes than counted: refused below
             q_rows[filled[j]:filled[j] + len(got)] = got
             filled[j] += len(got)
+    if not np.array_equal(filled, q_bounds[1:]):  # the two passes must agree, exactly
+        from pairkit.errors import PairkitError
+
+        raise PairkitError("the partitioned search routed other rows than it counted "
+                           "(the blocks' arithmetic differed between the passes)")
     m_order = np.argsort(parts.own, kind="stable").astype(np.int64)
     m_bounds = np.r_[0, np.cumsum(plan.members)]
     work = [(j, m_order[m_bounds[j]:m_bounds[j + 1]], q_rows[q_bounds[j]:q_bounds[j + 1]])

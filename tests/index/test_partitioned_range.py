@@ -170,3 +170,19 @@ def test_dedup_by_partitions_gives_the_global_groups(monkeypatch):
     np.testing.assert_array_equal(got.item_group, want.item_group)
     pd.testing.assert_frame_equal(got.table, want.table)
     assert (want.item_group >= 0).sum() > 50
+
+
+def test_routes_that_differ_from_the_count_are_refused(monkeypatch):
+    """The route pass must give the routes the count pass counted (else a cluster's
+    query list would hold unset rows): one route less, or one more, is refused."""
+    import pairkit.index.partitioned_range as pr
+    from pairkit.errors import PairkitError
+
+    x = data()
+    plan = plan_partitions(x, 0.9, map_here, rows_per_part=60, block_rows=128)
+    real = pr.route_block
+    for change in (lambda r, p: (r[1:], p[1:]), lambda r, p: (np.r_[r, r[:1]], np.r_[p, p[:1]])):
+        monkeypatch.setattr(pr, "route_block", lambda shared, span, c=change: c(
+            *real(shared, span)))
+        with pytest.raises(PairkitError, match="routed other rows than it counted"):
+            list(plan_pairs(x, plan, map_here))
