@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.blocks_here import block_spans
 from pairkit.core.row_view import is_view
 from pairkit.distributed import Cluster
 
@@ -111,7 +112,7 @@ class RayPairs:
                     return
             finally:
                 pool.close()
-        spans = [(b0, min(n, b0 + step)) for b0 in range(0, n, step)]
+        spans = block_spans(n, step)
         shared = PairSearch(queries, base, float(threshold), batch_size)
         yield from ray_map_blocks(_span_pairs, shared, spans, cluster,
                                   "a near-duplicate search block")

@@ -38,14 +38,15 @@ if not, the callers search globally. ``map_blocks`` runs steps 2-4 (here:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from pairkit.core.blocks_here import MapBlocks, block_spans, map_here
+
 Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]
-MapBlocks = Callable[[Callable[[Any, Any], Any], Any, list[Any]], Iterator[Any]]
 
 ROWS_PER_PART = 4096  # rows per cluster on average, by default
 SAMPLE_PER_PART = 64  # k-means trains on this many rows per cluster (a seeded sample)
@@ -55,11 +56,6 @@ DISTANCES = 1 << 24  # rows x clusters of distances per block (64 MB), at most
 WORK_GAIN = 4.0  # partitions are searched when they cut the work at least this much
 MAX_ROUTES = 16  # ... and route at most this many clusters per row (12 bytes a route)
 LOCAL_MIN_ROWS = 50_000  # the local dedup tries partitions from this many rows
-
-
-def map_here(fn: Callable[[Any, Any], Any], shared: Any, blocks: list[Any]) -> Iterator[Any]:
-    """``fn(shared, block)`` for each block, in this process, in order."""
-    return (fn(shared, block) for block in blocks)
 
 
 def parts_for(n: int, rows_per_part: int = ROWS_PER_PART) -> int:
@@ -196,10 +192,6 @@ def fit_partitions(rows: Any, n_parts: int, seed: int = 0) -> np.ndarray:
     return centroids
 
 
-def spans(n: int, step: int) -> list[tuple[int, int]]:
-    return [(s, min(n, s + step)) for s in range(0, n, step)]
-
-
 def partition(rows: Any, n_parts: int, map_blocks: MapBlocks, *, block_rows: int = 65_536,
               seed: int = 0) -> Partitions:
     """Steps 1-2 (module docstring), the blocks run by ``map_blocks``."""
@@ -208,7 +200,7 @@ def partition(rows: Any, n_parts: int, map_blocks: MapBlocks, *, block_rows: int
     own = np.empty(n, np.int32)
     radii = np.zeros(len(centroids), np.float32)
     top = 0.0
-    blocks = spans(n, block_rows)
+    blocks = block_spans(n, block_rows)
     for (b0, b1), (o, r, m) in zip(blocks, map_blocks(assign_block, RouteShared(
             rows, centroids), blocks), strict=True):
         own[b0:b1] = o
@@ -270,7 +262,7 @@ def plan_partitions(rows: Any, threshold: float, map_blocks: MapBlocks, *,
     n_parts = parts_for(n, rows_per_part)
     block_rows = max(1024, min(block_rows, DISTANCES // n_parts))  # a block's distances
     parts = partition(rows, n_parts, map_blocks, block_rows=block_rows, seed=seed)
-    blocks = spans(n, block_rows)
+    blocks = block_spans(n, block_rows)
     shared = RouteShared(rows, parts.centroids, parts.bounds(threshold))
     queries = np.zeros(len(parts.centroids), np.int64)
     for counted in map_blocks(count_block, shared, blocks):
@@ -312,21 +304,6 @@ def plan_pairs(rows: Any, plan: Plan, map_blocks: MapBlocks, *,
     work.sort(key=lambda w: -len(w[1]) * len(w[2]))
     yield from map_blocks(search_part, SearchShared(rows, parts.own, plan.threshold,
                                                     batch_size), work)
-
-
-def partitioned_pairs(rows: Any, threshold: float, map_blocks: MapBlocks, *,
-                      rows_per_part: int = ROWS_PER_PART, batch_size: int = 4096,
-                      block_rows: int = 65_536, seed: int = 0,
-                      stats: dict[str, Any] | None = None) -> Iterator[Pairs]:
-    """Every pair of ``rows`` (an (n, d) array or row view of L2-normalised rows) with
-    inner product >= ``threshold``, once each as ``(low, high, score)``, cluster by
-    cluster (module docstring), whether or not that is worth it. ``stats`` (when given)
-    gets :meth:`Plan.stats`."""
-    plan = plan_partitions(rows, threshold, map_blocks, rows_per_part=rows_per_part,
-                           block_rows=block_rows, seed=seed)
-    if stats is not None:
-        stats.update(plan.stats())
-    yield from plan_pairs(rows, plan, map_blocks, batch_size=batch_size)
 
 
 def pairs_here(queries: Any, base: Any, threshold: float, *, batch_size: int = 4096,

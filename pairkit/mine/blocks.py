@@ -8,7 +8,7 @@ into the run's result. Where the blocks run (here, or on a Ray cluster) is the c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,6 @@ from pairkit.mine.selection import (
 )
 
 Searcher = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
-MapBlocks = Callable[[Callable[[Any, Any], Any], Any, list[tuple[int, int]]], Iterator[Any]]
 # attracted rows of one block: (anchor rows, item ids, scores, reasons)
 Attracted = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -102,12 +101,6 @@ class StoreSearcher:
             self.opened = open_searcher(self.rows.load(), self.options,
                                         content_id=self.rows.content_id)
         return self.opened.search(queries, k)  # type: ignore[no-any-return]
-
-
-def map_here(fn: Callable[[Any, Any], Any], shared: Any,
-             spans: list[tuple[int, int]]) -> Iterator[Any]:
-    """``fn(shared, span)`` for each span, in this process, in order."""
-    return (fn(shared, span) for span in spans)
 
 
 @dataclass

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from pairkit.core.blocks_here import MapBlocks
 from pairkit.errors import PairkitError, UsageError
 from pairkit.index.options import IndexOptions
-from pairkit.mine.blocks import MapBlocks
 from pairkit.mine.config import MineConfig
 from pairkit.mine.skip import SkippedRows
 

@@ -37,17 +37,16 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pairkit.core.blocks_here import MapBlocks, block_spans, map_here
 from pairkit.core.relations import Relation
 from pairkit.core.store_rows import StoreRows
 from pairkit.errors import PairkitError, UsageError
 from pairkit.mine.blocks import (
     Attracted,
-    MapBlocks,
     MineBlocks,
     MineResult,
     Searcher,
     empty_result,
-    map_here,
     merge_block,
     mine_block,
     set_attracted,
@@ -103,11 +102,6 @@ def mine_negatives(
             progress(b1 - b0)
     set_attracted(result.pairs, attract)
     return result
-
-
-def block_spans(n: int, batch_size: int) -> list[tuple[int, int]]:
-    """The blocks of ``n`` anchors: ``(start, end)`` spans of ``batch_size``."""
-    return [(b0, min(n, b0 + batch_size)) for b0 in range(0, n, batch_size)]
 
 
 def plan_blocks(

@@ -186,6 +186,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     an ``ivf`` index keeps the store's float16), and each block writes its part as a
     worker would, so this process never holds a float32 copy of the store, the item
     table's paths as Python strings, or the table (docs/mine.md#memory)."""
+    from pairkit.core.blocks_here import block_spans, map_here
     from pairkit.core.pairs import FORMATS
     from pairkit.core.store import Store
     from pairkit.core.store_rows import forget_loaded
@@ -198,9 +199,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         mine_block_part,
         part_name,
     )
-    from pairkit.mine.blocks import StoreSearcher, map_here
+    from pairkit.mine.blocks import StoreSearcher
     from pairkit.mine.command import run_stats, saved_index, workers_rows
-    from pairkit.mine.hard_negatives import block_spans
     from pairkit.mine.rules_plan import RulesSpec, has_rules
     from pairkit.mine.stream_quantiles import StreamQuantiles
 

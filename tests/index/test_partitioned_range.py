@@ -7,20 +7,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pairkit.core.blocks_here import map_here
 from pairkit.core.row_view import RowView
 from pairkit.index.partitioned_range import (
     SLACK,
     Partitions,
     RouteShared,
     partition,
-    partitioned_pairs,
     parts_for,
     plan_pairs,
     plan_partitions,
     route_block,
 )
 from pairkit.index.range_search import self_pairs_blocks
-from pairkit.mine.blocks import map_here
 
 
 def unit(x: np.ndarray) -> np.ndarray:
@@ -38,6 +37,16 @@ def data(n: int = 600, d: int = 16, seed: int = 0) -> np.ndarray:
     x[-40:-20] = mid
     x[-20:] = mid + 0.05 * rng.normal(size=(20, d))
     return unit(x)
+
+
+def partitioned_pairs(rows, threshold, map_blocks, *, stats=None, **plan_args):
+    """The search by partitions whether or not the plan says it is worth it (``stats``:
+    the plan's)."""
+    batch_size = plan_args.pop("batch_size", 4096)
+    plan = plan_partitions(rows, threshold, map_blocks, **plan_args)
+    if stats is not None:
+        stats.update(plan.stats())
+    return plan_pairs(rows, plan, map_blocks, batch_size=batch_size)
 
 
 def pair_set(stream) -> set[tuple[int, int]]:
@@ -124,8 +133,8 @@ def test_unclustered_rows_are_searched_globally(monkeypatch):
     plan = plan_partitions(clustered, 0.95, map_here, rows_per_part=50)
     assert plan.worth_it(), plan.describe()
     calls = []
-    monkeypatch.setattr(pr, "plan_pairs", lambda *a, **k: calls.append(1) or
-                        real_plan_pairs(*a, **k))
+    real = pr.plan_pairs
+    monkeypatch.setattr(pr, "plan_pairs", lambda *a, **k: calls.append(1) or real(*a, **k))
     for x, t, partitioned in ((flat, 0.3, False), (clustered, 0.95, True)):
         calls.clear()
         want = {p for p in pair_set(self_pairs_blocks(x, t))}
@@ -133,9 +142,6 @@ def test_unclustered_rows_are_searched_globally(monkeypatch):
             x, x, t), strict=True)), strict=True) if a < b}
         assert got == want and len(want) > 100
         assert bool(calls) == partitioned
-
-
-real_plan_pairs = plan_pairs
 
 
 def test_a_row_view_gives_the_same_pairs():
@@ -160,11 +166,11 @@ def test_dedup_by_partitions_gives_the_global_groups(monkeypatch):
     sources = np.arange(len(x)) // 3  # three views a source
     want = find_near_duplicates(x, 0.9, sources=sources, keep="central")
     calls = []
+    real = pr.plan_pairs
     monkeypatch.setattr(pr, "LOCAL_MIN_ROWS", 10)
     monkeypatch.setattr(pr, "ROWS_PER_PART", 40)
     monkeypatch.setattr(pr, "WORK_GAIN", 0.0)
-    monkeypatch.setattr(pr, "plan_pairs", lambda *a, **k: calls.append(1) or
-                        real_plan_pairs(*a, **k))
+    monkeypatch.setattr(pr, "plan_pairs", lambda *a, **k: calls.append(1) or real(*a, **k))
     got = find_near_duplicates(x, 0.9, sources=sources, keep="central")
     assert calls, "not searched by partitions"
     np.testing.assert_array_equal(got.item_group, want.item_group)

@@ -87,8 +87,8 @@ def test_blocks_that_read_the_store_where_they_run(tmp_path, hard: bool, kind: s
     import pandas as pd
 
     from pairkit.core import store_rows
+    from pairkit.core.blocks_here import map_here
     from pairkit.index.options import IndexOptions
-    from pairkit.mine.blocks import map_here
     from pairkit.mine.command import mine_store
 
     st = random_store(tmp_path / "s", n_sources=120, views=2, dim=16, classes=5)

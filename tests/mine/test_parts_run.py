@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pairkit.core.blocks_here import map_here
 from pairkit.core.tables import read_table
 from pairkit.errors import PairkitError
 from pairkit.index.options import IndexOptions
 from pairkit.mine.block_parts import SummaryCounts, summarize
-from pairkit.mine.blocks import map_here
 from pairkit.mine.command import mine_to_files
 from pairkit.mine.config import MineConfig
 from pairkit.mine.stats import QUANTILES, same_label_counts, same_label_share, summary_stats
@@ -247,9 +247,10 @@ def test_summary_counts_equal_summary_stats(store, tmp_path):
     """Blocks' summaries added up give summary_stats of the whole run, and the label
     share; checked against the functions the local path calls, on a run with short
     anchors."""
+    from pairkit.core.blocks_here import block_spans
     from pairkit.core.relations import load_relation
     from pairkit.core.store import codes_of
-    from pairkit.mine.hard_negatives import block_spans, mine_negatives, plan_blocks
+    from pairkit.mine.hard_negatives import mine_negatives, plan_blocks
 
     x = store.vectors()
     rel = load_relation(None, store.items)
