@@ -69,7 +69,7 @@ def lists_spec(n: int, dim: int, options: IndexOptions) -> IndexOptions | None:
     from dataclasses import replace
 
     spec = replace(options, kind="ivf").resolved(n, dim)
-    return spec if n >= 256 * int(spec.nlist) else None  # type: ignore[arg-type]
+    return spec if n >= 256 * int(spec.nlist or 1) else None
 
 
 @dataclass
@@ -128,7 +128,7 @@ def plan_lists(rows: Any, spec: IndexOptions, partitions: int) -> IvfLists:
     ids = np.argsort(cells, kind="stable").astype(np.int32 if len(rows) < 2**31 else np.int64)
     del cells
     centroids = quantizer.reconstruct_n(0, nlist)
-    return IvfLists(centroids, int(spec.nprobe), offsets, ids,  # type: ignore[arg-type]
+    return IvfLists(centroids, int(spec.nprobe or 1), offsets, ids,
                     split_cells(offsets, partitions), len(rows), quantizer)
 
 
@@ -268,7 +268,8 @@ class ListCandidates:
         """Where the anchor ids ``a`` are in ``anchors``."""
         if self.order is None:
             self.order = np.argsort(self.anchors, kind="stable")
-        return self.order[np.searchsorted(self.anchors[self.order], a)]  # type: ignore[no-any-return]
+        order: np.ndarray = self.order
+        return np.asarray(order[np.searchsorted(self.anchors[order], a)])
 
     def block(self, number: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Block ``number``'s merged candidates (``k`` columns), read once."""

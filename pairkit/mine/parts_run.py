@@ -117,7 +117,11 @@ def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     if spec.partitions and spec.lists_spec is not None:  # the lists split: ivf_parts
         from pairkit.mine.ivf_parts import ListCandidates, plan_lists
 
-        lists = plan_lists(st.rows(), spec.lists_spec, spec.partitions)
+        rows = st.rows()
+        if len(rows) != st.count:  # plan_in_child's snapshot holds no shard: opened here
+            rows = spec.rows_from.open(verify=False).rows()  # (verified by the parent)
+        lists = plan_lists(rows, spec.lists_spec, spec.partitions)
+        del rows
         blocks = replace(blocks, searcher=None, anchor_searcher=ListCandidates(
             lists, spec.rows_from, spec.folder, blocks.anchors, spec.config.batch_size,
             blocks.k0))
@@ -156,7 +160,11 @@ def plan_here(store: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
         keep_columns(store.content_id, path, codes)
         del path
         # the plan's copies of these are not pinned to this process's snapshot
-        job.blocks.rows_from, job.blocks.searcher = spec.rows_from, spec.searcher
+        job.blocks.rows_from = spec.rows_from
+        if job.blocks.anchor_searcher is None:
+            job.blocks.searcher = spec.searcher
+        else:  # the lists split (pairkit.mine.ivf_parts): its searcher reads the store
+            job.blocks.anchor_searcher.rows_from = spec.rows_from
     store.release_items()
     return job, info
 

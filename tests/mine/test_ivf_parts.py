@@ -231,3 +231,17 @@ def test_merge_top_equals_brute_force_with_ties():
     assert mi[0].tolist() == [7, 8, 1, 2]
     assert mi[1].tolist() == [10, 1, 2, 4]
     assert mi[2].tolist() == [-1] * 4
+
+
+def test_split_plan_made_in_a_child_process(store16, tmp_path, monkeypatch):
+    """Above PLAN_APART_ROWS the plan (with the cells' row ids) is made in a spawned
+    child: the same table and stats."""
+    import pairkit.mine.parts_run as parts_run
+
+    cfg = MineConfig(batch_size=700)
+    index = IndexOptions(kind="ivf", nlist=8, nprobe=3, **CPU)
+    a, sa = run(store16, tmp_path, cfg, index, partitions=0, name="whole")
+    monkeypatch.setattr(parts_run, "PLAN_APART_ROWS", 1000)
+    b, sb = run(store16, tmp_path, cfg, index, partitions=3, name="split")
+    assert "in 3 partitions" in sb["index"]
+    same(a, sa, b, sb)
