@@ -181,7 +181,7 @@ def ray_map_blocks(fn: Callable[[Any, Any], Any], shared: Any, blocks: list[Any]
 
 
 MINE_MODULES = ("faiss", "pairkit.index.search", "pairkit.mine.blocks",
-                "pairkit.mine.block_parts")
+                "pairkit.mine.block_parts", "pairkit.mine.ivf_parts")
 
 
 class BlockMapper:
@@ -192,6 +192,11 @@ class BlockMapper:
     (``workers_read_store``: :func:`pairkit.mine.command.workers_rows`)."""
 
     workers_read_store = True
+
+    @property
+    def workers(self) -> int:
+        """The cluster's workers (actors at a time)."""
+        return int(self.cluster.workers)
 
     def __init__(self, cluster: Cluster, what: str,
                  warm: Callable[[Any, Any], Any] | None = None,

@@ -50,7 +50,7 @@ class HalfIvf:
         pass at 2M rows it took longer than the matrix products: 41% of a streamed mine);
         the pass's bookkeeping (cells, query ids and their order: ~48 bytes per query and
         cell probed) bounds it."""
-        return max(8192, PROBES_PER_SEARCH // max(1, self.nprobe))
+        return queries_per_pass(self.nprobe)
 
     def inverted_list(self, cell: int) -> tuple[np.ndarray, np.ndarray]:
         """Cell ``cell``'s rows as float32 (a new C-contiguous array) and their ids."""
@@ -66,18 +66,18 @@ class HalfIvf:
         return list_major_search(self.quantizer, self.nprobe, self.inverted_list, x, k)
 
 
+def queries_per_pass(nprobe: int) -> int:
+    """:attr:`HalfIvf.query_batch` of an index probing ``nprobe`` cells per query."""
+    return max(8192, PROBES_PER_SEARCH // max(1, int(nprobe)))
+
+
 def build_half_ivf(rows: Any, quantizer: Any, nprobe: int) -> HalfIvf:
     """A :class:`HalfIvf` of ``rows`` (N, d), read ``ASSIGN_BLOCK_ROWS`` at a time, over
     the cells of a trained ``quantizer``."""
     n, d = rows.shape
     nlist = int(quantizer.ntotal)
-    cells = np.empty(n, dtype=np.int32)
-    for start, block in rows.blocks(ASSIGN_BLOCK_ROWS):
-        assigned = quantizer.assign(np.ascontiguousarray(block, dtype=np.float32), 1)
-        cells[start:start + len(block)] = assigned.ravel()
-    counts = np.bincount(cells, minlength=nlist).astype(np.int64)
-    offsets = np.zeros(nlist + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
+    cells = assign_cells(rows, quantizer)
+    offsets = cell_offsets(cells, nlist)
     codes = np.empty((n, d), dtype=rows.dtype)
     ids = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
     cursor = offsets[:-1].copy()
@@ -91,3 +91,23 @@ def build_half_ivf(rows: Any, quantizer: Any, nprobe: int) -> HalfIvf:
         ids[place] = start + order
         cursor += np.bincount(c, minlength=nlist)
     return HalfIvf(quantizer, nprobe, codes, ids, offsets)
+
+
+def assign_cells(rows: Any, quantizer: Any) -> np.ndarray:
+    """The cell of every row of ``rows`` (N, d): ``quantizer.assign`` of
+    ``ASSIGN_BLOCK_ROWS`` rows at a time, as float32 (int32, (N,)); what
+    :func:`build_half_ivf` and the lists of ``mine --ray``
+    (:mod:`pairkit.mine.ivf_parts`) assign, block for block."""
+    cells = np.empty(len(rows), dtype=np.int32)
+    for start, block in rows.blocks(ASSIGN_BLOCK_ROWS):
+        assigned = quantizer.assign(np.ascontiguousarray(block, dtype=np.float32), 1)
+        cells[start:start + len(block)] = assigned.ravel()
+    return cells
+
+
+def cell_offsets(cells: np.ndarray, nlist: int) -> np.ndarray:
+    """Where each of ``nlist`` cells starts when the rows are laid out cell by cell:
+    (nlist + 1,) int64, the last the row count."""
+    offsets = np.zeros(nlist + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cells, minlength=nlist), out=offsets[1:])
+    return offsets

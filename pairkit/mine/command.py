@@ -48,6 +48,7 @@ def mine_to_files(
     on_warning: Callable[[str], None] | None = None,
     executor: MineExecutor | None = None,
     streamed: bool | None = None,
+    partitions: int | None = None,
 ) -> dict[str, Any]:
     """Mine the store at ``store`` and write the table to ``output`` (``-``: JSON Lines
     on stdout) and the stats to ``stats_path``; returns the stats dict. Outputs are
@@ -60,7 +61,9 @@ def mine_to_files(
     is **streamed** from the store's shards block by block
     (:func:`pairkit.mine.parts_run.mine_parts`), with the same table and stats;
     ``streamed`` False keeps such a run in memory (the store's float32 copy, the whole
-    table), True or None (default) streams it."""
+    table), True or None (default) streams it. ``partitions``: the IVF lists' partitions
+    of such a run (:func:`pairkit.mine.parts_run.mine_parts`; None: one per worker with an
+    executor)."""
     from pairkit.core.atomic import atomic_open, check_output
     from pairkit.core.paths import check_output_apart
     from pairkit.core.store import Store
@@ -87,7 +90,7 @@ def mine_to_files(
         if parts:  # the blocks write the table, committed here (streamed when local)
             stats = mine_parts(store, relation, cfg, index, fmt, output, force, map_blocks,
                                progress=progress, on_start=on_start, fn_config=fn_config,
-                               positives=positives)
+                               positives=positives, partitions=partitions)
             if stats is not None:
                 return None, stats
         st = Store.open(store, verify=True)

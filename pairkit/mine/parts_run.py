@@ -84,6 +84,10 @@ class PlanSpec:
     fmt: str
     rules: Any = None  # RulesSpec (pairkit.mine.rules_plan): planned with the vectors
     remote: Any = None  # RemoteParts: the parts put straight on object storage
+    # the IVF lists split into this many partitions (pairkit.mine.ivf_parts), of the
+    # index ``lists_spec`` (resolved): 0, the index built whole where the blocks run
+    partitions: int = 0
+    lists_spec: IndexOptions | None = None
 
 
 def plan_job(spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
@@ -110,6 +114,17 @@ def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     rel = load_relation(spec.relation, st.items)
     blocks = plan_blocks(None, st.source_codes(), rel, spec.config, spec.searcher,
                          rows_from=spec.rows_from, n_items=st.count)
+    if spec.partitions and spec.lists_spec is not None:  # the lists split: ivf_parts
+        from pairkit.mine.ivf_parts import ListCandidates, plan_lists
+
+        rows = st.rows()
+        if len(rows) != st.count:  # plan_in_child's snapshot holds no shard: opened here
+            rows = spec.rows_from.open(verify=False).rows()  # (verified by the parent)
+        lists = plan_lists(rows, spec.lists_spec, spec.partitions)
+        del rows
+        blocks = replace(blocks, searcher=None, anchor_searcher=ListCandidates(
+            lists, spec.rows_from, spec.folder, blocks.anchors, spec.config.batch_size,
+            blocks.k0))
     labelled = st.has_labels
     info = {"anchors": len(blocks.anchors), "k0": blocks.k0, "relation": rel.description,
             "relation_stats": relation_stats(rel), "labelled": labelled}
@@ -145,7 +160,11 @@ def plan_here(store: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
         keep_columns(store.content_id, path, codes)
         del path
         # the plan's copies of these are not pinned to this process's snapshot
-        job.blocks.rows_from, job.blocks.searcher = spec.rows_from, spec.searcher
+        job.blocks.rows_from = spec.rows_from
+        if job.blocks.anchor_searcher is None:
+            job.blocks.searcher = spec.searcher
+        else:  # the lists split (pairkit.mine.ivf_parts): its searcher reads the store
+            job.blocks.anchor_searcher.rows_from = spec.rows_from
     store.release_items()
     return job, info
 
@@ -168,7 +187,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                index: IndexOptions, fmt: str, output: str, force: bool, map_blocks: Any,
                progress: Callable[[int], None] | None = None,
                on_start: Callable[[int], None] | None = None, fn_config: Any = None,
-               positives: Any = None) -> dict[str, Any] | None:
+               positives: Any = None, partitions: int | None = None
+               ) -> dict[str, Any] | None:
     """Mine the store at ``store_path`` into ``output`` block by block (module docstring)
     and return the stats of :func:`pairkit.mine.command.mine_store`; None when this run
     can't go this way after all (the blocks would run here without reading the store,
@@ -185,7 +205,13 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     the index is built from them block by block (:func:`pairkit.index.faiss_build.build_index`:
     an ``ivf`` index keeps the store's float16), and each block writes its part as a
     worker would, so this process never holds a float32 copy of the store, the item
-    table's paths as Python strings, or the table (docs/mine.md#memory)."""
+    table's paths as Python strings, or the table (docs/mine.md#memory).
+
+    ``partitions``: with an executor, a search that is a float16 IVF
+    (:func:`pairkit.mine.ivf_parts.lists_spec`) to a local parquet output has its lists
+    split over the workers (:mod:`pairkit.mine.ivf_parts`: none holds them all), in one
+    partition per worker by default (None); 0 keeps the index built whole by each worker;
+    a count forces that many partitions, also here (same table and stats)."""
     from pairkit.core.blocks_here import block_spans, map_here
     from pairkit.core.pairs import FORMATS
     from pairkit.core.store import Store
@@ -232,11 +258,24 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         index_text = planned_description(store.count, store.dim, index, where,
                                          STREAMED if here else "built on each worker")
     put_parts, folder = parts_folder(output)
+    split, lists = 0, None
+    if searcher is not None and folder is not None and partitions != 0:
+        from pairkit.mine.ivf_parts import lists_partitions, lists_spec
+
+        lists = lists_spec(store.count, store.dim, searcher.options)
+        if lists is not None and (partitions or not here):
+            split = partitions or lists_partitions(
+                store.count, store.dim, lists, int(getattr(map_blocks, "workers", 0) or 2))
+            split = max(1, min(split, int(lists.nlist or 1)))
+            index_text = planned_description(
+                store.count, store.dim, index, where,
+                f"{STREAMED if here else 'built on the workers'}, its lists in {split} "
+                "partitions, each searched by one worker")
     counts = None
     try:
         spec = PlanSpec(relation, config, searcher, rows_from,
                         put_parts.url if folder is None else str(folder), fmt, rules,
-                        put_parts)
+                        put_parts, split, lists if split else None)
         remote = getattr(map_blocks, "remote_pair", None)
         if here:
             job, info = plan_here(store, spec)
@@ -251,6 +290,11 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         if on_start is not None:
             on_start(n)
         t1 = time.perf_counter()
+        if split:  # each partition's lists searched by one worker, before the blocks
+            from pairkit.mine.ivf_parts import search_partition
+
+            for _ in map_blocks(search_partition, job, list(range(split))):
+                pass
         spans = block_spans(n, config.batch_size)
         rows: list[int] = []
         records: list[Any] = []  # the parts' records, put on object storage

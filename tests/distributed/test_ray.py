@@ -156,6 +156,36 @@ def test_mine_cli_parquet_written_by_the_workers(store, cluster, tmp_path, monke
         "crashed", "dist.json", "dist.parquet", "local.json", "local.parquet"]
 
 
+def test_mine_cli_ivf_lists_split_over_the_workers(cluster, tmp_path, monkeypatch):
+    """``mine --ray local --index ivf -o FILE.parquet`` on a store whose search is a float16
+    IVF: its lists are split into one partition per worker (each worker reads only its
+    cells' rows: pairkit/mine/ivf_parts.py), also when a worker dies mid-search; the
+    table and the stats are the local run's."""
+    import json
+
+    st = random_store(tmp_path / "st", n_sources=1100, views=2, dim=16, classes=5,
+                      dtype="float16")
+    local, dist = tmp_path / "local.parquet", tmp_path / "dist.parquet"
+    args = ["--hard", "--batch-size", "500", "--index", "ivf", "--nlist", "8", "--nprobe",
+            "3", "--format", "n-tuple", "-q"]
+    r = runner.invoke(app, ["mine", str(st.root), *args, "-o", str(local), "--stats",
+                            str(tmp_path / "local.json")])
+    assert r.exit_code == 0, r.output
+    marker = tmp_path / "crashed"
+    monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(marker))
+    r = runner.invoke(app, ["mine", str(st.root), *args, "-o", str(dist), "--stats",
+                            str(tmp_path / "dist.json"), "--ray", "local"])
+    assert r.exit_code == 0, r.output
+    assert marker.exists()  # a worker died: the first task, a partition's search
+    pd.testing.assert_frame_equal(read_table(dist), read_table(local))
+    a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("local", "dist"))
+    assert "its lists in 2 partitions, each searched by one worker" in b["index"]
+    skip = {"seconds", "index", "ray"}
+    assert {k: v for k, v in a.items() if k not in skip} == \
+        {k: v for k, v in b.items() if k not in skip}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
+
+
 def test_mine_cli_rules_planned_on_a_worker(store, cluster, tmp_path, monkeypatch):
     """``mine --ray local --hard --filter-false-negatives -o FILE.parquet`` (the default
     rules and mined positives): a Ray task plans the run with the vectors, the rules'

@@ -251,7 +251,8 @@ def test_cluster_workers_read_the_shards_in_place(store16, tmp_path, small_block
                                                   monkeypatch):
     """On a cluster (workers reading the store) the parts path's workers take the rows in
     place as the local streamed run does, never the float32 copy: the same table and stats
-    as in memory, each worker's IVF index a HalfIvf of float16 lists."""
+    as in memory, each worker's IVF index a HalfIvf of float16 lists (with the lists kept
+    whole, ``partitions=0``; by default they are split: pairkit/mine/ivf_parts.py)."""
     from pairkit.mine.blocks import StoreSearcher
 
     def refuse(self, dtype=np.float32):
@@ -272,7 +273,7 @@ def test_cluster_workers_read_the_shards_in_place(store16, tmp_path, small_block
     monkeypatch.setattr(Store, "vectors", refuse)
     monkeypatch.setattr(StoreSearcher, "__call__", record)
     sb = mine_to_files(store16.root, str(tmp_path / "b.parquet"), cfg, index=index,
-                       executor=PickledWorkers())
+                       executor=PickledWorkers(), partitions=0)
     pd.testing.assert_frame_equal(read_table(tmp_path / "a.parquet"),
                                   read_table(tmp_path / "b.parquet"))
     assert sb["index"] == sa["index"].replace("built now", "built on each worker")
@@ -280,6 +281,15 @@ def test_cluster_workers_read_the_shards_in_place(store16, tmp_path, small_block
     assert {k: v for k, v in sa.items() if k not in skip} == \
         {k: v for k, v in sb.items() if k not in skip}
     assert len(built) == 5 and set(built) == {"HalfIvf"}  # 5 blocks, 5 fresh workers
+    # by default the lists are split: 2 partitions (no worker count), no index built whole
+    sc = mine_to_files(store16.root, str(tmp_path / "c.parquet"), cfg, index=index,
+                       executor=PickledWorkers())
+    pd.testing.assert_frame_equal(read_table(tmp_path / "a.parquet"),
+                                  read_table(tmp_path / "c.parquet"))
+    assert "built on the workers, its lists in 2 partitions" in sc["index"]
+    assert {k: v for k, v in sa.items() if k not in skip} == \
+        {k: v for k, v in sc.items() if k not in skip}
+    assert len(built) == 5
 
 
 def test_cluster_workers_stream_an_s3_store(s3, tmp_path, small_blocks):
@@ -302,7 +312,8 @@ def test_cluster_workers_stream_an_s3_store(s3, tmp_path, small_blocks):
                        executor=PickledWorkers())
     pd.testing.assert_frame_equal(read_table(tmp_path / "a.parquet"),
                                   read_table(tmp_path / "b.parquet"))
-    assert "built on each worker" in sb["index"] and sb["rows"] == sa["rows"] == 5 * 800
+    # each worker reads its partition's cells from the bucket (pairkit/mine/ivf_parts.py)
+    assert "its lists in 2 partitions" in sb["index"] and sb["rows"] == sa["rows"] == 5 * 800
     # with the default rules and mined positives: planned from the S3 store's vectors
     from pairkit.mine.false_negatives import FalseNegativeConfig
     from pairkit.mine.positives import PositiveConfig
