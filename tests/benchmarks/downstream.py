@@ -95,6 +95,11 @@ VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
     "in-batch-whitened": (None, ["--relation", "instance", "--whiten", "0.25"]),
     "lf-whitened": (LABEL_FREE, ["--whiten", "0.25"]),
     "lf-pair-whitened": (LABEL_FREE, ["--pair-whitening", "128"]),
+    # flagged candidates kept in the table and attracted (FNC's attraction, Huynh et al.)
+    "lf-attract": ([*LABEL_FREE, "--fn-mode", "keep"], ["--fn-mode", "attract"]),
+    # ProtoNCE (train --prototypes): clusters of 50, 25 and 12 rows, refitted every epoch
+    "in-batch-proto": (None, ["--relation", "instance", "--prototypes", "50,25,12"]),
+    "lf-proto": (LABEL_FREE, ["--prototypes", "50,25,12"]),
 }
 
 
@@ -343,6 +348,7 @@ def run_set(tag: str, work: Path, seeds: list[int], variants: list[str], epochs:
     out = work / tag / "downstream"
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    tables: dict[tuple[str, ...], tuple[Path, dict]] = {}  # one mine run per option set
     for name in variants:
         mine_args, train_args = VARIANTS[name]
         if name in ("raw", "raw-whitened"):
@@ -354,13 +360,16 @@ def run_set(tag: str, work: Path, seeds: list[int], variants: list[str], epochs:
             continue
         pairs = None
         mine_row: dict = {}
-        if mine_args is not None:
+        if mine_args is not None and tuple(mine_args) in tables:
+            pairs, mine_row = tables[tuple(mine_args)]
+        elif mine_args is not None:
             pairs = out / f"pairs-{name}.parquet"
             t0 = time.perf_counter()
             pairkit("mine", str(train), "--hard", "-k", "5", "-o", str(pairs), "--force", "-q",
                     *mine_args)
             mine_row = {"mine_seconds": round(time.perf_counter() - t0, 2),
                         **mining_cells(pairs, train, copies)}
+            tables[tuple(mine_args)] = (pairs, mine_row)
         for seed in seeds:
             head = out / f"head-{name}-{seed}"
             args = ["train", str(train), "-o", str(head), "--force", "-q", "--seed", str(seed),
@@ -401,7 +410,14 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--define", action="append", default=[], metavar="NAME=BASE:ARGS",
+                    help="one more variant: BASE's mine and train options plus train ARGS "
+                    "(e.g. 'lf-p100=lf:--prototypes 100,50')")
     a = ap.parse_args()
+    for d in a.define:
+        name, rest = d.split("=", 1)
+        base, extra = rest.split(":", 1)
+        VARIANTS[name] = (VARIANTS[base][0], [*VARIANTS[base][1], *extra.split()])
     rows: list[dict] = []
     for tag in a.sets.split(","):
         rows += run_set(tag, a.work, [int(s) for s in a.seeds.split(",")],
