@@ -24,11 +24,13 @@ class StoreRows:
     are read in place from the shards (:class:`pairkit.core.shard_rows.ShardRows`: no copy
     of the store; the index built from them shard by shard, an IVF index's lists in the
     store's float16: :func:`pairkit.index.faiss_build.build_index`); else the float32 copy,
-    read once per process. With ``lazy`` a store on object storage is opened by its
-    manifest, each shard fetched (and verified) when first read, one held at a time
-    (:class:`pairkit.core.remote_store.LazyShard`): for workers that read only some of
-    its rows (``eval --ray``'s shards of the references); a local store is verified at
-    open either way."""
+    read once per process. With ``lazy`` or ``streamed`` a store on object storage is
+    opened by its manifest, and the rows a worker reads are fetched by byte ranges, each
+    checked as it is read (:class:`pairkit.core.ranged_shard.RangedShard`: the shard's
+    block checksums, or its sha256 streamed once for an older store): a worker that reads
+    some of the rows (a partition's IVF lists, its blocks' anchors, ``eval --ray``'s
+    shards of the references) fetches those, never holds the store; a local store is
+    memory-mapped and verified at open either way."""
 
     store: str
     content_id: str
@@ -65,7 +67,9 @@ class StoreRows:
 
         if self.pinned is not None:
             return self.pinned
-        st = Store.open(self.store, verify=verify and not (self.lazy and is_url(self.store)))
+        # on object storage the rows are read by byte ranges, each checked as it is read
+        ranged = (self.lazy or self.streamed) and is_url(self.store)
+        st = Store.open(self.store, verify=verify and not ranged)
         if st.content_id != self.content_id:
             raise PairkitError(f"store {self.store} changed while it was being read "
                                f"(content id {st.content_id}, not {self.content_id}): "
