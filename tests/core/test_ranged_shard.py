@@ -8,6 +8,7 @@ partition fetches its cells' blocks, not the store."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 
@@ -226,3 +227,23 @@ def test_mine_split_lists_from_s3_equal_local_and_a_partition_reads_its_blocks(
     assert len(per_part) == 2
     assert all(store_bytes / 2 < b < 0.75 * store_bytes for b in per_part), \
         (per_part, store_bytes)
+
+
+def test_block_checksums_in_the_manifest(tmp_path):
+    """Every writer records a shard's block checksums (a local store too, so that a copy
+    of it on object storage has them); a malformed ``blocks`` is refused in one line."""
+    x, items = rows(n=50)
+    st = write_store(tmp_path / "st", x, items, shard_rows=20)
+    data = (tmp_path / "st" / st.shards[0].file).read_bytes()
+    rec = st.manifest["shards"][0]["blocks"]
+    assert rec == {"bytes": 1 << 20, "sha256": [hashlib.sha256(data).hexdigest()]}
+    path = tmp_path / "st" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    for bad, says in (({"bytes": 1 << 20, "sha256": []}, "a list of 1 checksums"),
+                      ({"bytes": 0, "sha256": []}, "an integer >= 1"),
+                      ({"bytes": 8, "sha256": ["x"] * -(-len(data) // 8)}, "64 hex digits")):
+        manifest["shards"][0]["blocks"] = bad
+        path.write_text(json.dumps(seal(manifest)))
+        with pytest.raises(StoreError, match="shards\\[0\\].blocks") as err:
+            Store.open(tmp_path / "st")
+        assert says in str(err.value) and "\n" not in str(err.value)
