@@ -170,7 +170,8 @@ def test_mine_split_lists_from_s3_equal_local_and_a_partition_reads_its_blocks(
     read the store themselves (each a fresh process: nothing loaded), from s3://: the
     table and stats of the local store's run. The store's rows lie cluster by cluster and
     only a few items have a positive (the anchors), so a partition's cells and the
-    anchors are a part of the blocks: its worker fetches those, not the whole store."""
+    anchors are a part of the blocks: its worker fetches those, not the whole store; the
+    blocks' workers fetch the store whole, as before."""
     from pairkit.core import store_rows
     from pairkit.core.tables import read_table
     from pairkit.index.options import IndexOptions
@@ -199,6 +200,7 @@ def test_mine_split_lists_from_s3_equal_local_and_a_partition_reads_its_blocks(
 
     fetched = Fetched(monkeypatch)
     per_part: list[int] = []
+    per_block: list[int] = []
 
     def workers(fn, shared, items_):  # noqa: ANN001, ANN202
         for item in items_:
@@ -206,8 +208,8 @@ def test_mine_split_lists_from_s3_equal_local_and_a_partition_reads_its_blocks(
             store_rows.forget_loaded()  # a new process: nothing read yet
             before = fetched.bytes()
             out = fn(job, item)
-            if fn is search_partition:
-                per_part.append(fetched.bytes() - before)
+            (per_part if fn is search_partition else per_block).append(
+                fetched.bytes() - before)
             yield out
         store_rows.forget_loaded()
 
@@ -227,6 +229,8 @@ def test_mine_split_lists_from_s3_equal_local_and_a_partition_reads_its_blocks(
     assert len(per_part) == 2
     assert all(store_bytes / 2 < b < 0.75 * store_bytes for b in per_part), \
         (per_part, store_bytes)
+    # the blocks (each a fresh process here) fetch the store whole and hold it, as before
+    assert len(per_block) == 3 and all(b >= store_bytes for b in per_block)
 
 
 def test_block_checksums_in_the_manifest(tmp_path):
@@ -247,3 +251,34 @@ def test_block_checksums_in_the_manifest(tmp_path):
         with pytest.raises(StoreError, match="shards\\[0\\].blocks") as err:
             Store.open(tmp_path / "st")
         assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_rows_read_by_ranges_kept_beside_the_held_copy(s3, monkeypatch):
+    """A worker of ``mine --ray``'s split lists loads the store twice, its blocks' copy
+    (fetched whole, held) and its searches' rows (by ranges, holding nothing): both are
+    kept, so neither makes the other fetch again; another store replaces both."""
+    from pairkit.core import store_rows
+    from pairkit.core.store_rows import StoreRows
+
+    small_blocks(monkeypatch, 256)
+    x, items = rows(n=300, d=8)
+    st = write_store(f"{s3}/st", x, items, shard_rows=100)
+    fetched = Fetched(monkeypatch)
+    store_rows.forget_loaded()
+    whole = StoreRows.of(st, streamed=True)
+    ranged = StoreRows.of(st, streamed=True, ranged=True)
+    assert ranged.by_ranges and not whole.by_ranges
+    held = whole.load()
+    assert fetched.bytes() == sum(s.bytes for s in st.shards)
+    fetched.clear()
+    some = ranged.load()
+    assert isinstance(some.arrays[0], ranged_shard.RangedShard)
+    np.testing.assert_array_equal(some[np.array([5, 250])], held[np.array([5, 250])])
+    assert 0 < fetched.bytes() < sum(s.bytes for s in st.shards)
+    fetched.clear()
+    assert whole.load() is held and ranged.load() is some and fetched.bytes() == 0
+    assert len(store_rows.LOADED) == 2
+    other = write_store(f"{s3}/other", x[:50], items[:50])
+    StoreRows.of(other, streamed=True, ranged=True).load()
+    assert len(store_rows.LOADED) == 1
+    store_rows.forget_loaded()
