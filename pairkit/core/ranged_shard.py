@@ -133,8 +133,9 @@ class RangedShard:
         r0 = base + run0 * unit
         r1 = np.minimum(base + (run1 + 1) * unit, self.bytes)
         # a row across the cut of a long run: its range reaches to the row's last block
-        need = np.zeros(len(r0), dtype=np.int64)
-        np.maximum.at(need, np.searchsorted(r0, firsts, side="right") - 1, ends)
+        which = np.searchsorted(r0, firsts, side="right") - 1  # ascending, as firsts
+        last = np.searchsorted(which, np.arange(len(r0)), side="right") - 1
+        need = ends[np.maximum(last, 0)]  # the end of the last row starting in each
         r1 = np.maximum(r1, np.minimum(base - (base - need) // unit * unit, self.bytes))
         return r0, r1, units
 

@@ -282,3 +282,51 @@ def test_rows_read_by_ranges_kept_beside_the_held_copy(s3, monkeypatch):
     StoreRows.of(other, streamed=True, ranged=True).load()
     assert len(store_rows.LOADED) == 1
     store_rows.forget_loaded()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ranges_cover_every_row_whatever_the_sizes(monkeypatch, seed):
+    """Random block, batch and gap sizes (rows across block bounds and across the cuts
+    of long runs), random ids: the rows are numpy's, and only the blocks holding them are
+    checked (a damaged block elsewhere is never read). The object served from memory."""
+    import io
+
+    from pairkit.core import remote
+    from pairkit.core.integrity import block_sha256
+
+    rng = np.random.default_rng(seed)
+    dtype = ["float16", "float32"][seed % 2]
+    n, d = int(rng.integers(1, 400)), int(rng.integers(1, 40))
+    x = rng.normal(size=(n, d)).astype(dtype)
+    buf = io.BytesIO()
+    np.save(buf, x)
+    data = bytearray(buf.getvalue())
+    block = int(rng.integers(16, 700))
+    digests = block_sha256(bytes(data), block)
+    rec = {"file": "embeddings-00000.npy", "rows": n, "bytes": len(data),
+           "sha256": hashlib.sha256(data).hexdigest()}
+    if seed < 4:
+        rec["blocks"] = {"bytes": block, "sha256": digests}
+    monkeypatch.setattr(ranged_shard, "BATCH_BYTES", int(rng.integers(1, 3000)))
+    monkeypatch.setattr(ranged_shard, "GAP_BYTES", int(rng.integers(0, 2000)))
+    calls = []
+
+    def served(url, starts, ends):  # noqa: ANN001, ANN202
+        calls.append(list(zip(starts, ends, strict=True)))
+        return [bytes(data[s:e]) for s, e in zip(starts, ends, strict=True)]
+
+    monkeypatch.setattr(remote, "read_ranges", served)
+    shard = ranged_shard.RangedShard("s3://b/st", rec, d, dtype)
+    for _ in range(5):
+        ids = rng.integers(-n, n, size=int(rng.integers(0, 2 * n)))
+        np.testing.assert_array_equal(shard[ids], x[ids])
+    np.testing.assert_array_equal(np.asarray(shard), x)
+    np.testing.assert_array_equal(shard[n // 2:], x[n // 2:])
+    if "blocks" in rec and len(digests) > 3:  # damage the last block: only it refuses
+        data[-1] ^= 1
+        fresh = ranged_shard.RangedShard("s3://b/st", rec, d, dtype)
+        ok = np.arange(n)[(128 + (np.arange(n) + 1) * d * x.itemsize - 1) // block
+                          < len(digests) - 1]
+        np.testing.assert_array_equal(fresh[ok], x[ok])
+        with pytest.raises(StoreError, match="checksum mismatch"):
+            fresh[np.array([n - 1])]
