@@ -330,3 +330,17 @@ def test_ranges_cover_every_row_whatever_the_sizes(monkeypatch, seed):
         np.testing.assert_array_equal(fresh[ok], x[ok])
         with pytest.raises(StoreError, match="checksum mismatch"):
             fresh[np.array([n - 1])]
+
+
+def test_a_local_store_stays_memory_mapped(tmp_path):
+    """``ranged`` changes nothing for a store in a folder: its shards memory-mapped."""
+    from pairkit.core import store_rows
+    from pairkit.core.store_rows import StoreRows
+
+    x, items = rows(n=60)
+    st = write_store(tmp_path / "st", x, items, shard_rows=20)
+    store_rows.forget_loaded()
+    got = StoreRows.of(st, streamed=True, ranged=True)
+    assert not got.by_ranges
+    assert all(isinstance(a, np.memmap) for a in got.load().arrays)
+    store_rows.forget_loaded()
