@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -34,24 +35,37 @@ def sha256_fd(fh: IO[bytes], chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def block_sha256(data: bytes | memoryview, block: int) -> list[str]:
-    """Hex sha256 of each ``block`` bytes of ``data`` in order (the last piece shorter):
-    a shard's block checksums (docs/formats.md), what a ranged read checks."""
+def block_sha256(data: bytes | memoryview, block: int) -> str:
+    """A shard's block checksums (docs/formats.md), what a ranged read checks: the sha256
+    of each ``block`` bytes of ``data`` in order (the last piece shorter), their 32-byte
+    digests one after the other, in base64 (43 characters a block, not 64 in hex)."""
     view = memoryview(data)
-    return [hashlib.sha256(view[i:i + block]).hexdigest() for i in range(0, len(view), block)]
+    return base64.b64encode(b"".join(hashlib.sha256(view[i:i + block]).digest()
+                                     for i in range(0, len(view), block))).decode("ascii")
 
 
-def sha256_blocks_fd(fh: IO[bytes], block: int) -> tuple[str, list[str]]:
-    """``(sha256 of the whole file, its block checksums)`` (:func:`block_sha256`) of an
-    open binary file, read once from its start (position restored to 0)."""
+def sha256_blocks_fd(fh: IO[bytes], block: int) -> tuple[str, str]:
+    """``(hex sha256 of the whole file, its block checksums)`` (:func:`block_sha256`) of
+    an open binary file, read once from its start (position restored to 0)."""
     whole = hashlib.sha256()
     blocks = []
     fh.seek(0)
     while piece := fh.read(block):
         whole.update(piece)
-        blocks.append(hashlib.sha256(piece).hexdigest())
+        blocks.append(hashlib.sha256(piece).digest())
     fh.seek(0)
-    return whole.hexdigest(), blocks
+    return whole.hexdigest(), base64.b64encode(b"".join(blocks)).decode("ascii")
+
+
+def block_digests(text: Any) -> bytes | None:
+    """The digests (32 bytes each) of a shard's block checksums (:func:`block_sha256`),
+    None when ``text`` is not base64."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        return None
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pairkit.core.integrity import SEAL_KEY, read_regular_file, seal_ok
+from pairkit.core.integrity import SEAL_KEY, block_digests, read_regular_file, seal_ok
 from pairkit.errors import PairkitError, StoreError
 
 FORMAT = "pairkit-store"
@@ -135,16 +135,16 @@ def _file_record(root: Path, rec: Any, where: str, name_ok: Any, rows: int | Non
 
 
 def _blocks(root: Path, rec: Any, where: str, size: int) -> None:
-    """A shard's ``blocks``: ``{"bytes": B, "sha256": [one per B bytes of the file]}``."""
+    """A shard's ``blocks``: ``{"bytes": B, "sha256_base64": the sha256 digests of each B
+    bytes of the file, concatenated, in base64}`` (integrity.block_sha256)."""
     if not isinstance(rec, dict):
         raise _bad(root, where, "an object", rec)
     block = _int(root, rec, "bytes", f"{where}.", 1)
-    digests = rec.get("sha256")
+    digests = block_digests(rec.get("sha256_base64"))
     want = -(-size // block)
-    if not isinstance(digests, list) or len(digests) != want:
-        raise _bad(root, f"{where}.sha256", f"a list of {want} checksums", digests)
-    if not all(isinstance(d, str) and SHA_RE.match(d) for d in digests):
-        raise _bad(root, f"{where}.sha256", "checksums of 64 hex digits", digests)
+    if digests is None or len(digests) != 32 * want:
+        raise _bad(root, f"{where}.sha256_base64", f"the base64 of {want} sha256 digests",
+                   rec.get("sha256_base64"))
 
 
 def check_manifest(root: Path, m: Any) -> None:

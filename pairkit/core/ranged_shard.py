@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.integrity import block_digests
 from pairkit.errors import PairkitError, StoreError
 
 GAP_BYTES = 1 << 18  # pieces at most this far apart are fetched as one range
@@ -55,7 +56,8 @@ class RangedShard:
         self.bytes = int(rec["bytes"])
         blocks = rec.get("blocks")
         self.block = int(blocks["bytes"]) if blocks else 0
-        self.digests: list[str] | None = list(blocks["sha256"]) if blocks else None
+        # the blocks' sha256 digests, 32 bytes each (checked by the manifest's parser)
+        self.digests = block_digests(blocks["sha256_base64"]) if blocks else None
         self.offset: int | None = None  # where the rows start, from the header
         self.verified = False  # an older shard's whole sha256 checked here
 
@@ -163,8 +165,8 @@ class RangedShard:
                     number = (lo + k) // self.block
                     if used is not None and not has(used, number):
                         continue
-                    if hashlib.sha256(view[k:k + self.block]).hexdigest() != \
-                            self.digests[number]:
+                    if hashlib.sha256(view[k:k + self.block]).digest() != \
+                            self.digests[32 * number:32 * number + 32]:
                         raise self.fail(f"checksum mismatch in bytes {lo + k}.."
                                         f"{min(lo + k + self.block, self.bytes) - 1} "
                                         "(object changed or damaged)")

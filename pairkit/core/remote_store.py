@@ -226,7 +226,7 @@ def write_shard_object(url: str, name: str, normed: np.ndarray) -> dict[str, Any
     return {"file": name, "rows": len(normed), "bytes": len(data),
             "sha256": hashlib.sha256(data).hexdigest(),
             "blocks": {"bytes": SHARD_BLOCK_BYTES,
-                       "sha256": block_sha256(data, SHARD_BLOCK_BYTES)}}
+                       "sha256_base64": block_sha256(data, SHARD_BLOCK_BYTES)}}
 
 
 class RemoteStoreWriter(ShardBook):

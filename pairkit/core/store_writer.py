@@ -336,7 +336,7 @@ def write_shard(root: str | os.PathLike[str], name: str, vectors: np.ndarray,
             digest, blocks = sha256_blocks_fd(fh, SHARD_BLOCK_BYTES)
             size = os.fstat(fh.fileno()).st_size
     return {"file": name, "rows": len(normed), "bytes": size, "sha256": digest,
-            "blocks": {"bytes": SHARD_BLOCK_BYTES, "sha256": blocks}}
+            "blocks": {"bytes": SHARD_BLOCK_BYTES, "sha256_base64": blocks}}
 
 
 def _file_record(path: Path) -> dict[str, Any]:

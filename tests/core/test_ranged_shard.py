@@ -8,6 +8,7 @@ partition fetches its cells' blocks, not the store."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import pickle
@@ -110,7 +111,8 @@ def test_a_few_rows_fetch_a_few_blocks(s3, monkeypatch):
     x, items = rows(n=20000, d=64)
     st = write_store(f"{s3}/st", x, items, dtype="float32")
     size = st.shards[0].bytes
-    assert size > 5_000_000 and len(st.manifest["shards"][0]["blocks"]["sha256"]) == 5
+    blocks = st.manifest["shards"][0]["blocks"]["sha256_base64"]
+    assert size > 5_000_000 and len(base64.b64decode(blocks)) == 5 * 32
     fetched = Fetched(monkeypatch)
     lazy = Store.open(f"{s3}/st", verify=False)
     ids = np.array([9000, 9001, 9003])
@@ -240,12 +242,15 @@ def test_block_checksums_in_the_manifest(tmp_path):
     st = write_store(tmp_path / "st", x, items, shard_rows=20)
     data = (tmp_path / "st" / st.shards[0].file).read_bytes()
     rec = st.manifest["shards"][0]["blocks"]
-    assert rec == {"bytes": 1 << 20, "sha256": [hashlib.sha256(data).hexdigest()]}
+    assert rec == {"bytes": 1 << 20, "sha256_base64": base64.b64encode(
+        hashlib.sha256(data).digest()).decode()}
     path = tmp_path / "st" / "manifest.json"
     manifest = json.loads(path.read_text())
-    for bad, says in (({"bytes": 1 << 20, "sha256": []}, "a list of 1 checksums"),
-                      ({"bytes": 0, "sha256": []}, "an integer >= 1"),
-                      ({"bytes": 8, "sha256": ["x"] * -(-len(data) // 8)}, "64 hex digits")):
+    two = base64.b64encode(hashlib.sha256(data).digest() * 2).decode()
+    for bad, says in (({"bytes": 1 << 20, "sha256_base64": two}, "base64 of 1 sha256"),
+                      ({"bytes": 0, "sha256_base64": ""}, "an integer >= 1"),
+                      ({"bytes": 1 << 20, "sha256_base64": "not base64!"}, "base64 of 1"),
+                      ({"bytes": 1 << 20, "sha256_base64": [1]}, "base64 of 1")):
         manifest["shards"][0]["blocks"] = bad
         path.write_text(json.dumps(seal(manifest)))
         with pytest.raises(StoreError, match="shards\\[0\\].blocks") as err:
@@ -306,7 +311,7 @@ def test_ranges_cover_every_row_whatever_the_sizes(monkeypatch, seed):
     rec = {"file": "embeddings-00000.npy", "rows": n, "bytes": len(data),
            "sha256": hashlib.sha256(data).hexdigest()}
     if seed < 4:
-        rec["blocks"] = {"bytes": block, "sha256": digests}
+        rec["blocks"] = {"bytes": block, "sha256_base64": digests}
     monkeypatch.setattr(ranged_shard, "BATCH_BYTES", int(rng.integers(1, 3000)))
     monkeypatch.setattr(ranged_shard, "GAP_BYTES", int(rng.integers(0, 2000)))
     calls = []
@@ -322,11 +327,12 @@ def test_ranges_cover_every_row_whatever_the_sizes(monkeypatch, seed):
         np.testing.assert_array_equal(shard[ids], x[ids])
     np.testing.assert_array_equal(np.asarray(shard), x)
     np.testing.assert_array_equal(shard[n // 2:], x[n // 2:])
-    if "blocks" in rec and len(digests) > 3:  # damage the last block: only it refuses
+    count = -(-len(data) // block)  # blocks
+    if "blocks" in rec and count > 3:  # damage the last block: only it refuses
         data[-1] ^= 1
         fresh = ranged_shard.RangedShard("s3://b/st", rec, d, dtype)
         ok = np.arange(n)[(128 + (np.arange(n) + 1) * d * x.itemsize - 1) // block
-                          < len(digests) - 1]
+                          < count - 1]
         np.testing.assert_array_equal(fresh[ok], x[ok])
         with pytest.raises(StoreError, match="checksum mismatch"):
             fresh[np.array([n - 1])]
