@@ -1,6 +1,8 @@
 """Checksums and bounded reads: what pairkit reads back is what it wrote.
 
 - :func:`sha256_file` / :func:`sha256_fd`: hex sha256 of a file (by path or open file).
+- :func:`block_sha256` / :func:`sha256_blocks_fd`: a shard's block checksums (the sha256
+  of each piece of a fixed size), which a ranged read of a few rows can check.
 - :func:`seal` / :func:`check_seal`: a JSON document that carries the sha256 of its own
   canonical form, so a flipped bit anywhere in it is refused, not believed.
 - :func:`read_regular_file`: the bytes of a regular file of bounded size (a FIFO, a
@@ -9,6 +11,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -30,6 +33,39 @@ def sha256_fd(fh: IO[bytes], chunk: int = 1 << 22) -> str:
         h.update(block)
     fh.seek(0)
     return h.hexdigest()
+
+
+def block_sha256(data: bytes | memoryview, block: int) -> str:
+    """A shard's block checksums (docs/formats.md), what a ranged read checks: the sha256
+    of each ``block`` bytes of ``data`` in order (the last piece shorter), their 32-byte
+    digests one after the other, in base64 (43 characters a block, not 64 in hex)."""
+    view = memoryview(data)
+    return base64.b64encode(b"".join(hashlib.sha256(view[i:i + block]).digest()
+                                     for i in range(0, len(view), block))).decode("ascii")
+
+
+def sha256_blocks_fd(fh: IO[bytes], block: int) -> tuple[str, str]:
+    """``(hex sha256 of the whole file, its block checksums)`` (:func:`block_sha256`) of
+    an open binary file, read once from its start (position restored to 0)."""
+    whole = hashlib.sha256()
+    blocks = []
+    fh.seek(0)
+    while piece := fh.read(block):
+        whole.update(piece)
+        blocks.append(hashlib.sha256(piece).digest())
+    fh.seek(0)
+    return whole.hexdigest(), base64.b64encode(b"".join(blocks)).decode("ascii")
+
+
+def block_digests(text: Any) -> bytes | None:
+    """The digests (32 bytes each) of a shard's block checksums (:func:`block_sha256`),
+    None when ``text`` is not base64."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        return None
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pairkit.core.integrity import SEAL_KEY, read_regular_file, seal_ok
+from pairkit.core.integrity import SEAL_KEY, block_digests, read_regular_file, seal_ok
 from pairkit.errors import PairkitError, StoreError
 
 FORMAT = "pairkit-store"
@@ -37,6 +37,9 @@ SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 DTYPES = ("float16", "float32")
 # 64 MiB holds the entries of ~300,000 shards; anything larger is not a pairkit manifest
 MAX_MANIFEST_BYTES = 64 << 20
+# a shard's block checksums (``blocks``): the sha256 of each piece of this many bytes of
+# its file, what a ranged read verifies (pairkit.core.ranged_shard; docs/formats.md)
+SHARD_BLOCK_BYTES = 1 << 20
 
 
 def read_manifest_bytes(root: Path) -> bytes:
@@ -131,6 +134,19 @@ def _file_record(root: Path, rec: Any, where: str, name_ok: Any, rows: int | Non
                          f"manifest says {rows}")
 
 
+def _blocks(root: Path, rec: Any, where: str, size: int) -> None:
+    """A shard's ``blocks``: ``{"bytes": B, "sha256_base64": the sha256 digests of each B
+    bytes of the file, concatenated, in base64}`` (integrity.block_sha256)."""
+    if not isinstance(rec, dict):
+        raise _bad(root, where, "an object", rec)
+    block = _int(root, rec, "bytes", f"{where}.", 1)
+    digests = block_digests(rec.get("sha256_base64"))
+    want = -(-size // block)
+    if digests is None or len(digests) != 32 * want:
+        raise _bad(root, f"{where}.sha256_base64", f"the base64 of {want} sha256 digests",
+                   rec.get("sha256_base64"))
+
+
 def check_manifest(root: Path, m: Any) -> None:
     """Raise StoreError unless ``m`` is a well-formed manifest of format 1 or 2."""
     if not isinstance(m, dict) or m.get("format") != FORMAT:
@@ -167,7 +183,9 @@ def check_manifest(root: Path, m: Any) -> None:
         if not isinstance(s.get("sha256"), str) or not SHA_RE.match(s["sha256"]):
             raise _bad(root, f"{where}.sha256", "64 hex digits", s.get("sha256"))
         if version >= 2:
-            _int(root, s, "bytes", f"{where}.", 0)
+            size = _int(root, s, "bytes", f"{where}.", 0)
+            if s.get("blocks") is not None:
+                _blocks(root, s["blocks"], f"{where}.blocks", size)
             if s.get("start") != start:
                 raise StoreError(
                     f"store {root}: shard {s['file']} says it starts at row {s.get('start')}, "

@@ -13,7 +13,9 @@ The same layout and manifest as a local store (docs/formats.md), committed diffe
 - A reader fetches the manifest, then each object it names, and checks every object's
   size and sha256 (always: the bytes are in hand) and each shard's ``.npy`` header; an
   object that vanished because a writer committed meanwhile makes it read the new
-  manifest and try again.
+  manifest and try again. A reader that opens the store without ``verify`` reads each
+  shard's rows by byte ranges instead, checked by the shard's block checksums
+  (:mod:`pairkit.core.ranged_shard`).
 - Objects no manifest names (a killed writer's, or a losing writer's it could not
   remove) are invisible; the next writer removes those older than a day.
 """
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pairkit.core.integrity import seal
+from pairkit.core.integrity import block_sha256, seal
 from pairkit.core.manifest import (
     DTYPES,
     ERRORS_RE,
@@ -40,6 +42,7 @@ from pairkit.core.manifest import (
     ITEMS_RE,
     MANIFEST,
     MAX_MANIFEST_BYTES,
+    SHARD_BLOCK_BYTES,
     SHARD_RE,
     parse_manifest,
 )
@@ -138,46 +141,13 @@ def shard_array(url: str, rec: dict[str, Any], dim: int, dtype: str) -> np.ndarr
         rec["rows"], dim)
 
 
-class LazyShard:
-    """One shard of a store on object storage, fetched (and verified) when its rows are
-    first read, as an array-like of shape (rows, dim): ``len``, ``shard[key]`` (numpy
-    indexing of the rows) and ``np.asarray(shard)``. Of the shards of one store only the
-    last one read is kept (``held``), so a pass over the rows holds one shard at a time."""
-
-    def __init__(self, url: str, rec: dict[str, Any], dim: int, dtype: str,
-                 held: list[Any]) -> None:
-        self.url, self.rec, self.dim, self.dtype = url, rec, dim, np.dtype(dtype)
-        self.shape = (int(rec["rows"]), int(dim))
-        self.held = held  # [shard, its array] shared by the store's shards: the last read
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def array(self) -> np.ndarray:
-        """The shard's rows (read-only), fetched now unless it is the one held."""
-        if self.held and self.held[0] is self:
-            return self.held[1]  # type: ignore[no-any-return]
-        try:
-            rows = shard_array(self.url, self.rec, self.dim, str(self.dtype))
-        except StoreError as exc:
-            raise StoreError(f"{exc}; the store may have been rewritten while it was "
-                             "being read: rerun the command") from None
-        self.held[:] = [self, rows]
-        return rows
-
-    def __getitem__(self, key: Any) -> np.ndarray:
-        return self.array()[key]
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        rows = self.array()
-        return rows if dtype is None else rows.astype(dtype)
-
-
 def open_remote(cls: type[Store], url: str, verify: bool = True) -> Store:
     """The last committed snapshot of the store at ``url``: every object fetched and
-    verified now; with ``verify`` False only the manifest is read now, the item table and
-    each shard when first used (:class:`LazyShard`, verified then): what a process that
-    only plans (the driver of a Ray run) needs, without holding the vectors."""
+    verified now; with ``verify`` False only the manifest is read now, the item table
+    when first used (verified then) and each shard's rows by byte ranges when they are
+    read (:class:`pairkit.core.ranged_shard.RangedShard`, verified then): what a process
+    that plans (the driver of a Ray run) or reads some rows (a worker) needs, without
+    holding the vectors."""
     for attempt in range(OPEN_ATTEMPTS):
         raw, tag = manifest_bytes(url)
         manifest = parse_manifest(url, raw)  # type: ignore[arg-type]
@@ -186,8 +156,9 @@ def open_remote(cls: type[Store], url: str, verify: bool = True) -> Store:
                              "folders only: copy it here and rerun embed or import")
         store = cls(url, manifest, raw)  # type: ignore[arg-type]
         if not verify:
-            held: list[Any] = []
-            store.hold([LazyShard(url, s, store.dim, store.dtype, held)  # type: ignore[misc]
+            from pairkit.core.ranged_shard import RangedShard
+
+            store.hold([RangedShard(url, s, store.dim, store.dtype)  # type: ignore[misc]
                         for s in manifest["shards"]], None)
             store.tag = tag
             return store
@@ -246,13 +217,16 @@ def _named(manifest: dict[str, Any]) -> set[str]:
 
 def write_shard_object(url: str, name: str, normed: np.ndarray) -> dict[str, Any]:
     """Put ``normed`` (already normalised, store dtype) as the object ``url/name``;
-    returns ``{file, rows, bytes, sha256}`` (invisible until a manifest names it)."""
+    returns ``{file, rows, bytes, sha256, blocks}`` (invisible until a manifest names
+    it; ``blocks``: its block checksums, docs/formats.md)."""
     buf = io.BytesIO()
     np.save(buf, np.ascontiguousarray(normed))
     data = buf.getvalue()
     put(join(url, name), data)
     return {"file": name, "rows": len(normed), "bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest()}
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "blocks": {"bytes": SHARD_BLOCK_BYTES,
+                       "sha256_base64": block_sha256(data, SHARD_BLOCK_BYTES)}}
 
 
 class RemoteStoreWriter(ShardBook):

@@ -7,8 +7,9 @@ What a command's driver uses so that it never holds a copy of a collection's vec
 themselves (a :class:`RowView` pickles as the :class:`~pairkit.core.store_rows.StoreRows` it
 reads from, its ids and its function, never as rows), and the driver reads only the rows
 a step needs, in as few passes over the shards as it can: each read of ``ids`` visits
-each shard once (on object storage, one fetch per shard and read), so many small reads of
-scattered rows cost a pass each; gather them first (:meth:`RowView.gather`).
+each shard once (on object storage, the blocks that hold the rows, fetched by byte
+ranges: :mod:`pairkit.core.ranged_shard`), so many small reads of scattered rows cost a
+pass each; gather them first (:meth:`RowView.gather`).
 """
 
 from __future__ import annotations

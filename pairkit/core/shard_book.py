@@ -81,9 +81,11 @@ class ShardBook:
         new_items = normalize_items(items, start_id=self.count)
         self.items = new_items if self.count == 0 else pd.concat([self.items, new_items],
                                                                  ignore_index=True)
-        self.manifest["shards"].append({"file": name, "rows": int(record["rows"]),
-                                        "sha256": record["sha256"], "start": self.count,
-                                        "bytes": record["bytes"]})
+        shard = {"file": name, "rows": int(record["rows"]), "sha256": record["sha256"],
+                 "start": self.count, "bytes": record["bytes"]}
+        if record.get("blocks") is not None:  # block checksums (docs/formats.md)
+            shard["blocks"] = record["blocks"]
+        self.manifest["shards"].append(shard)
         self.manifest["count"] = self.count + int(record["rows"])
         self._items_dirty = True
 

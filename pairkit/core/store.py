@@ -155,8 +155,9 @@ class Store:
         and ids. ``verify`` also checks every shard's and the item table's sha256 now
         (reads every byte once). ``path`` may be a URL (``s3://bucket/store``): every
         object is then fetched and always verified (core/remote_store.py); without
-        ``verify`` only the manifest now, each other object when first read (verified
-        then), one shard held at a time.
+        ``verify`` only the manifest now, the item table when first read (verified then),
+        and the shards' rows by byte ranges as they are read, each checked by the shard's
+        block checksums (core/ranged_shard.py): no shard held.
         """
         from pairkit.core.remote import is_url, location
 

@@ -24,16 +24,23 @@ class StoreRows:
     are read in place from the shards (:class:`pairkit.core.shard_rows.ShardRows`: no copy
     of the store; the index built from them shard by shard, an IVF index's lists in the
     store's float16: :func:`pairkit.index.faiss_build.build_index`); else the float32 copy,
-    read once per process. With ``lazy`` a store on object storage is opened by its
-    manifest, each shard fetched (and verified) when first read, one held at a time
-    (:class:`pairkit.core.remote_store.LazyShard`): for workers that read only some of
-    its rows (``eval --ray``'s shards of the references); a local store is verified at
-    open either way."""
+    read once per process; a store on object storage is fetched whole (verified) and held
+    by the process. With ``lazy`` or ``ranged`` a store on object storage is opened by its
+    manifest instead, and the rows a worker reads are fetched by byte ranges, each checked
+    as it is read (:class:`pairkit.core.ranged_shard.RangedShard`: the shard's block
+    checksums, or its sha256 streamed once for an older store): for workers that read
+    some of the rows once (``mine --ray``'s partitions of the IVF lists and their
+    anchors, ``eval --ray``'s shards of the references, ``dedup --ray``'s searches),
+    which fetch those and never hold the store; not for reads of rows scattered over the
+    store again and again (the easy negatives' or a label's positives' scores), which
+    would fetch its blocks again each time. A local store is memory-mapped and verified
+    at open either way."""
 
     store: str
     content_id: str
     streamed: bool = False
     lazy: bool = False
+    ranged: bool = False
     # this process's snapshot of the store, opened (and verified) once for the whole run
     pinned: Any = field(default=None, compare=False, repr=False)
 
@@ -48,7 +55,8 @@ class StoreRows:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"store": self.store, "content_id": self.content_id,
-                "streamed": self.streamed, "lazy": self.lazy, "pinned": None}
+                "streamed": self.streamed, "lazy": self.lazy, "ranged": self.ranged,
+                "pinned": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
@@ -59,31 +67,44 @@ class StoreRows:
         no longer the one committed under ``content_id``; the ``pinned`` snapshot when
         there is one (every read of the run sees the same rows, whatever a writer
         commits meanwhile)."""
-        from pairkit.core.remote import is_url
         from pairkit.core.store import Store
         from pairkit.errors import PairkitError
 
         if self.pinned is not None:
             return self.pinned
-        st = Store.open(self.store, verify=verify and not (self.lazy and is_url(self.store)))
+        # on object storage the rows are read by byte ranges, each checked as it is read
+        st = Store.open(self.store, verify=verify and not self.by_ranges)
         if st.content_id != self.content_id:
             raise PairkitError(f"store {self.store} changed while it was being read "
                                f"(content id {st.content_id}, not {self.content_id}): "
                                "rerun the command")
         return st
 
+    @property
+    def by_ranges(self) -> bool:
+        """Whether the rows are read by byte ranges (``lazy`` or ``ranged``, on object
+        storage): nothing of the store is held."""
+        from pairkit.core.remote import is_url
+
+        return (self.lazy or self.ranged) and is_url(self.store)
+
     def load(self) -> Any:
         """The vectors (an array, or the :class:`~pairkit.core.shard_rows.ShardRows` with
-        ``streamed``), read and verified once per process (kept for the next call)."""
-        key = (self.content_id, self.streamed, self.lazy)
+        ``streamed``), read and verified once per process (kept for the next call). One
+        store per process, and one copy of its rows held: rows read by ranges (which
+        hold nothing) are kept beside it."""
+        key = (self.content_id, self.streamed, self.by_ranges)
         if key not in LOADED:
             st = self.open(verify=True)
-            LOADED.clear()  # one store per process
+            for other in list(LOADED):
+                if other[0] != self.content_id or not (other[2] or key[2]):
+                    del LOADED[other]
             LOADED[key] = st.rows() if self.streamed else st.vectors(np.float32)
         return LOADED[key]
 
 
-LOADED: dict[tuple[str, bool, bool], Any] = {}  # StoreRows.load: (content id, streamed, lazy)
+# StoreRows.load: (content id, streamed, read by ranges)
+LOADED: dict[tuple[str, bool, bool], Any] = {}
 
 
 def forget_loaded() -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from pairkit import __version__
 from pairkit.core.atomic import atomic_open, atomic_path, fsync_dir, fsync_file, remove_stale_temps
-from pairkit.core.integrity import dump_sealed, sha256_fd
+from pairkit.core.integrity import dump_sealed, sha256_blocks_fd, sha256_fd
 from pairkit.core.items import normalize_items
 from pairkit.core.lock import LOCK_NAME, is_held, writer_lock
 from pairkit.core.manifest import (
@@ -33,6 +33,7 @@ from pairkit.core.manifest import (
     ITEMS_PATTERN,
     ITEMS_RE,
     MANIFEST,
+    SHARD_BLOCK_BYTES,
     SHARD_PATTERN,
     SHARD_RE,
     read_manifest,
@@ -315,7 +316,8 @@ class StoreWriter(ShardBook):
 def write_shard(root: str | os.PathLike[str], name: str, vectors: np.ndarray,
                 dtype: str) -> dict[str, Any]:
     """Write ``vectors`` (n, dim), L2-normalised, as ``dtype`` into ``root/name``
-    atomically (temp file, fsync, rename). Returns ``{file, rows, bytes, sha256}``. The
+    atomically (temp file, fsync, rename). Returns ``{file, rows, bytes, sha256,
+    blocks}`` (``blocks``: its block checksums, docs/formats.md). The
     file is invisible to readers until a writer adds it to the manifest. ``root`` may be
     a URL: the shard is put as an object (a Ray worker writing straight to storage)."""
     from pairkit.core.remote import is_url
@@ -330,8 +332,11 @@ def write_shard(root: str | os.PathLike[str], name: str, vectors: np.ndarray,
             np.save(fh, normed)
             fh.flush()
             os.fsync(fh.fileno())
-        record = _file_record(tmp)
-    return dict(record, file=name, rows=len(normed))
+        with open(tmp, "rb") as fh:
+            digest, blocks = sha256_blocks_fd(fh, SHARD_BLOCK_BYTES)
+            size = os.fstat(fh.fileno()).st_size
+    return {"file": name, "rows": len(normed), "bytes": size, "sha256": digest,
+            "blocks": {"bytes": SHARD_BLOCK_BYTES, "sha256_base64": blocks}}
 
 
 def _file_record(path: Path) -> dict[str, Any]:

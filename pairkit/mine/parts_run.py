@@ -123,8 +123,8 @@ def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
         lists = plan_lists(rows, spec.lists_spec, spec.partitions)
         del rows
         blocks = replace(blocks, searcher=None, anchor_searcher=ListCandidates(
-            lists, spec.rows_from, spec.folder, blocks.anchors, spec.config.batch_size,
-            blocks.k0))
+            lists, lists_rows(spec.rows_from), spec.folder, blocks.anchors,
+            spec.config.batch_size, blocks.k0))
     labelled = st.has_labels
     info = {"anchors": len(blocks.anchors), "k0": blocks.k0, "relation": rel.description,
             "relation_stats": relation_stats(rel), "labelled": labelled}
@@ -164,9 +164,17 @@ def plan_here(store: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
         if job.blocks.anchor_searcher is None:
             job.blocks.searcher = spec.searcher
         else:  # the lists split (pairkit.mine.ivf_parts): its searcher reads the store
-            job.blocks.anchor_searcher.rows_from = spec.rows_from
+            job.blocks.anchor_searcher.rows_from = lists_rows(spec.rows_from)
     store.release_items()
     return job, info
+
+
+def lists_rows(rows_from: Any) -> Any:
+    """Where the split lists' searches (:mod:`pairkit.mine.ivf_parts`) read the store:
+    ``rows_from`` by byte ranges on object storage (``ranged``: a partition's cells and
+    the anchors are read once, a deeper search's probed cells; nothing held), the same
+    rows otherwise."""
+    return replace(rows_from, ranged=True)
 
 
 def plan_in_child(root: Any, manifest: dict[str, Any], items: bytes, spec: PlanSpec
