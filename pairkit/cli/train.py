@@ -79,12 +79,6 @@ def train(
         0, "--pair-whitening", metavar="<dims>", help="Whiten the head's outputs by what the "
         "table's positives differ by, keeping the <dims> directions its negatives differ most "
         "along (learned whitening; needs --pairs; 128: MAP@R up; 0: none)."),
-    prototypes: str = typer.Option(
-        "0", "--prototypes", metavar="<rows,...>", help="ProtoNCE: also pull each anchor to "
-        "its cluster's centroid, the head's outputs re-clustered by k-means every epoch, one "
-        "clustering per entry (rows per cluster, e.g. 50,25,12; 0: off; docs/train.md)."),
-    proto_weight: float = typer.Option(1.0, "--proto-weight",
-                                       help="Weight of the ProtoNCE term."),
     epochs: int = typer.Option(10, "--epochs", help="Passes over the pairs."),
     batch_size: int = typer.Option(256, "--batch-size", help="Pairs per batch."),
     lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate (AdamW)."),
@@ -113,9 +107,6 @@ def train(
     from pairkit.train.losses import LossConfig
 
     with user_errors():
-        from pairkit.core.options import parse_int_list
-
-        protos = tuple(p for p in parse_int_list(prototypes, "--prototypes") if p != 0)
         cfg = TrainConfig(
             head=head, out_dim=out_dim, hidden=hidden,
             loss=LossConfig(name=loss, temperature=temperature, symmetric=symmetric,
@@ -124,8 +115,7 @@ def train(
             weight_decay=weight_decay, warmup=warmup, seed=seed, device=device,
             precision=precision, val_fraction=val_fraction, stop_on_collapse=stop_on_collapse,
             positive_share=positive_share, positive_sampling=positive_sampling,
-            whiten=whiten, pair_whitening=pair_whitening, prototypes=protos,
-            proto_weight=proto_weight,
+            whiten=whiten, pair_whitening=pair_whitening,
         )
         bar = _TrainBar(quiet)
         try:

@@ -41,9 +41,6 @@ class TrainConfig:
     positive_sampling: str = "uniform"
     whiten: float = 0.0  # power of the output whitening (0: none; output_whitening.py)
     pair_whitening: int = 0  # dims of the pair whitening (0: none; pair_whitening.py)
-    # ProtoNCE (prototypes.py): rows per cluster of each granularity (empty: off), weight
-    prototypes: tuple[int, ...] = ()
-    proto_weight: float = 1.0
 
     def check(self) -> None:
         """Raise :class:`PairkitError` naming the first bad option."""
@@ -77,11 +74,6 @@ class TrainConfig:
         if self.pair_whitening < 0:
             raise UsageError(f"--pair-whitening must be >= 0 (0: none), got "
                              f"{self.pair_whitening}")
-        if any(p < 2 for p in self.prototypes):
-            raise UsageError(f"--prototypes: rows per cluster must be >= 2, got "
-                             f"{','.join(map(str, self.prototypes))}")
-        if not self.proto_weight >= 0:
-            raise UsageError(f"--proto-weight must be >= 0, got {self.proto_weight}")
         if self.pair_whitening and self.whiten:
             raise UsageError("--whiten and --pair-whitening are two whitenings of the same "
                              "outputs: give one")

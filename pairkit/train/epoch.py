@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     import torch
 
     from pairkit.train.config import TrainConfig, TrainHook
-    from pairkit.train.prototypes import Prototypes
 
 DEVICE_FRACTION = 0.5
 Autocast = Callable[[], Any]  # a fresh autocast context manager per call
@@ -136,31 +135,11 @@ def overflow_hint(precision: str) -> str:
     return f" or {precision} overflow (--precision {precision}; try {others[precision]})"
 
 
-class DevicePrototypes:
-    """One epoch's :class:`~pairkit.train.prototypes.Prototypes` where the vectors are."""
-
-    def __init__(self, protos: Prototypes, data: DeviceData) -> None:
-        import torch
-
-        self.assign = [torch.from_numpy(a).to(data.vectors.device) for a in protos.assign]
-        self.centroids = [torch.from_numpy(c).to(data.device) for c in protos.centroids]
-        self.phi = [torch.from_numpy(p).to(data.device) for p in protos.phi]
-
-    def loss(self, z: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """ProtoNCE of the projected rows ``z`` (B, d) of store rows ``ids`` (B,)."""
-        from pairkit.train.prototypes import proto_loss
-
-        clusters = [a[ids].to(z.device) for a in self.assign]
-        return proto_loss(z, clusters, self.centroids, self.phi)
-
-
 def train_epoch(module: torch.nn.Module, optimizer: Any, scaler: Any, data: DeviceData,
                 pairs: PairArrays, cfg: TrainConfig, *, epoch: int, step: int,
                 total_steps: int, warmup_steps: int, precision: str, autocast: Autocast,
-                hook: TrainHook | None, protos: DevicePrototypes | None = None
-                ) -> tuple[float, int, float]:
-    """One pass over ``pairs`` in batches of ``cfg.batch_size``, from optimizer ``step``;
-    with ``protos``, each batch's loss adds ``cfg.proto_weight`` x the anchors' ProtoNCE.
+                hook: TrainHook | None) -> tuple[float, int, float]:
+    """One pass over ``pairs`` in batches of ``cfg.batch_size``, from optimizer ``step``.
 
     Returns (the sum over pairs of the batch loss, the next step, seconds). Raises
     PairkitError on a non-finite loss (nothing of the epoch is saved).
@@ -177,8 +156,6 @@ def train_epoch(module: torch.nn.Module, optimizer: Any, scaler: Any, data: Devi
         za, zp, zn, valid, attract, g, ng = forward(module, data, pairs,
                                                     np.arange(start, stop), autocast)
         loss = batch_loss(cfg.loss, za, zp, zn, valid, attract, g, ng)
-        if protos is not None and cfg.proto_weight > 0:
-            loss = loss + cfg.proto_weight * protos.loss(za, data.ids(pairs.anchor[start:stop]))
         value = float(loss.detach())
         if not math.isfinite(value):
             raise PairkitError(

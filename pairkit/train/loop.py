@@ -21,21 +21,12 @@ from pairkit.core.devices import autocast_dtype, resolve_device, resolve_precisi
 from pairkit.core.lock import writer_lock
 from pairkit.errors import PairkitError
 from pairkit.train.config import TrainConfig, TrainHook, TrainResult, head_spec
-from pairkit.train.epoch import (
-    DeviceData,
-    DevicePrototypes,
-    batches,
-    device_data,
-    lr_at,
-    make_autocast,
-    train_epoch,
-)
+from pairkit.train.epoch import batches, device_data, lr_at, make_autocast, train_epoch
 from pairkit.train.epoch_end import (
     MIN_ROWS_PER_DIM,
     collapse_note,
     epoch_record,
     eval_items,
-    eval_outputs,
     eval_pairs,
     evaluate,
     fitted_whitening,
@@ -48,11 +39,10 @@ from pairkit.train.head_folder import PLOT, head_config, prepare_head_dir
 from pairkit.train.output_whitening import fit_rows
 from pairkit.train.plot import write_plot
 from pairkit.train.resume import ResumeState, fingerprint, resume_state
-from pairkit.train.run_pairs import RunPairs, epoch_pairs, run_pairs
+from pairkit.train.run_pairs import epoch_pairs, run_pairs
 
 if TYPE_CHECKING:
     import pandas as pd
-    import torch
 
     from pairkit.core.store import Store
 
@@ -151,11 +141,10 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     module.train()
     for epoch in range(state.epoch, cfg.epochs):
         shuffled = epoch_pairs(pairs, cfg, epoch)
-        protos = epoch_prototypes(module, data, pairs, cfg, epoch)
         loss_sum, step, seconds = train_epoch(
             module, optimizer, scaler, data, shuffled, cfg, epoch=epoch, step=step,
             total_steps=total_steps, warmup_steps=warmup_steps, precision=precision,
-            autocast=autocast, hook=hook, protos=protos)
+            autocast=autocast, hook=hook)
         metrics = evaluate(module, data, eval_pairs(pairs, shuffled, cfg), items, cfg, autocast)
         record = epoch_record(epoch, loss_sum, len(shuffled),
                               lr_at(step - 1, total_steps, warmup_steps, cfg.lr), seconds,
@@ -179,23 +168,6 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     return result(records, stopped=stopped, head_kind=spec.kind,
                   **dims_out(spec.out_dim, whitening, cfg, len(white_rows)),
                   mined_positives=0 if pairs.mined is None else pairs.mined.total)
-
-
-def epoch_prototypes(module: torch.nn.Module, data: DeviceData, pairs: RunPairs,
-                     cfg: TrainConfig, epoch: int) -> DevicePrototypes | None:
-    """The epoch's ProtoNCE clusters (``--prototypes``), fitted on the head's outputs of
-    the training rows at the epoch's start (PCL's E-step); None when off."""
-    if not cfg.prototypes or cfg.proto_weight == 0:
-        return None
-    from pairkit.train.prototypes import cluster_counts, fit_prototypes
-
-    rows = np.flatnonzero(~pairs.val_mask)
-    out = eval_outputs(module, data, rows)
-    z = np.zeros((len(pairs.val_mask), out.shape[1]), np.float32)
-    z[rows] = out
-    fitted = fit_prototypes(z, rows, cluster_counts(cfg.prototypes, len(rows)),
-                            cfg.loss.temperature, cfg.seed * 1_000 + epoch)
-    return DevicePrototypes(fitted, data)
 
 
 def dims_out(module_dim: int, whitening: Any, cfg: Any, rows: int) -> dict[str, Any]:

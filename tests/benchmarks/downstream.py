@@ -21,6 +21,8 @@ run the loop as a user would, through the command line, and evaluate each head w
   output whitening, off by default)
 - lf-pair-whitened: lf with ``train --pair-whitening 128`` (the learned whitening from the
   table's pairs, off by default)
+- lf-attract: the lf table mined with ``--fn-mode keep`` (the flagged candidates stay in
+  it) and trained with ``--fn-mode attract`` (FNC's attraction, Huynh et al. 2022)
 
 Each head is judged by held-out kNN top-1 (k = 20), linear probe and MAP@R (``eval``'s
 retrieval metrics).
@@ -97,9 +99,6 @@ VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
     "lf-pair-whitened": (LABEL_FREE, ["--pair-whitening", "128"]),
     # flagged candidates kept in the table and attracted (FNC's attraction, Huynh et al.)
     "lf-attract": ([*LABEL_FREE, "--fn-mode", "keep"], ["--fn-mode", "attract"]),
-    # ProtoNCE (train --prototypes): clusters of 50, 25 and 12 rows, refitted every epoch
-    "in-batch-proto": (None, ["--relation", "instance", "--prototypes", "50,25,12"]),
-    "lf-proto": (LABEL_FREE, ["--prototypes", "50,25,12"]),
 }
 
 
@@ -412,7 +411,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--define", action="append", default=[], metavar="NAME=BASE:ARGS",
                     help="one more variant: BASE's mine and train options plus train ARGS "
-                    "(e.g. 'lf-p100=lf:--prototypes 100,50')")
+                    "(e.g. 'lf-wd=lf:--weight-decay 0.05')")
     a = ap.parse_args()
     for d in a.define:
         name, rest = d.split("=", 1)
