@@ -1,12 +1,16 @@
-"""``dedup --ray``: the near-duplicate pairs of blocks of queries found on Ray workers.
+"""``dedup --ray``: the near-duplicate pairs found on Ray workers.
 
-Each block runs :func:`pairkit.index.range_search.range_search_blocks` (the local path's
-own search) on its rows against the whole set; the driver receives the blocks' pairs in
-order and joins them by union-find (:func:`pairkit.mine.near_duplicates.
-find_near_duplicates`), so the groups are the ones of a local run. Given rows read on
-demand (``pairkit dedup --ray``: a :class:`~pairkit.core.row_view.RowView` of the store),
-the workers read the rows from the store themselves, once per process: the driver
-ships row ids, never vectors.
+Given the store's rows read on demand (``pairkit dedup --ray``: a
+:class:`~pairkit.core.row_view.RowView` of one row per source), the workers read the rows
+from the store themselves: the driver ships row ids, never vectors. The search runs by
+k-means partitions when the counted plan says they cut the work enough
+(:mod:`pairkit.index.partitioned_range`), else globally by tiles
+(:mod:`pairkit.index.tiled_range`: pairs of blocks of rows, a worker holding at most two
+blocks). Given arrays, each block of queries runs
+:func:`pairkit.index.range_search.range_search_blocks` (the local path's own search)
+against the whole set. Either way the driver receives only pairs and joins them by
+union-find (:func:`pairkit.mine.near_duplicates.find_near_duplicates`), so the groups
+are the ones of a local run.
 """
 
 from __future__ import annotations
@@ -95,10 +99,12 @@ class RayPairs:
         if queries is base and is_view(base):  # the store's rows: by partitions if worth it
             from pairkit.distributed.pool import BlockPool
             from pairkit.index.partitioned_range import plan_pairs, plan_partitions, search_part
+            from pairkit.index.tiled_range import tiled_pairs
 
-            # one set of actors for the passes (assign, count, route, search)
+            # one set of actors for the passes (assign, count, route, search or tiles)
             pool = BlockPool(search_part, cluster, "a block of the near-duplicate search",
-                             ("faiss", "pairkit.index.partitioned_range"))
+                             ("faiss", "pairkit.index.partitioned_range",
+                              "pairkit.index.tiled_range"))
 
             def on_cluster(fn: Any, shared: Any, blocks: list[Any]) -> Iterator[Any]:
                 return pool.map(shared, blocks, fn, last=False)
@@ -109,7 +115,12 @@ class RayPairs:
                 self.plan = plan.describe()
                 if plan.worth_it():
                     yield from plan_pairs(base, plan, on_cluster, batch_size=batch_size)
-                    return
+                else:  # the global search, by tiles: no worker holds every row
+                    tasks = cluster.workers * self.blocks_per_worker
+                    self.plan = f"{self.plan}; {tiles_line(n, base.shape[1], tasks, batch_size)}"
+                    yield from tiled_pairs(base, threshold, on_cluster, tasks=tasks,
+                                           batch_size=batch_size, min_rows=batch_size)
+                return
             finally:
                 pool.close()
         spans = block_spans(n, step)
@@ -123,3 +134,15 @@ class RayPairs:
         if self.cluster is None:
             return None
         return self.cluster.describe() + (f"; {self.plan}" if self.plan else "")
+
+
+def tiles_line(n: int, dim: int, tasks: int, batch_size: int) -> str:
+    """How :func:`pairkit.index.tiled_range.tiled_pairs` cuts ``n`` rows of width ``dim``
+    for ``tasks`` tasks, in words (for the run's summary)."""
+    from pairkit.index.tiled_range import tile_spans
+
+    spans = tile_spans(n, dim, tasks=tasks, min_rows=batch_size)
+    most = max((b - a for a, b in spans), default=0)
+    r = len(spans)
+    return (f"{r} block{'s' * (r != 1)} of at most {most} sources, "
+            f"{r * (r + 1) // 2} tile{'s' * (r * (r + 1) // 2 != 1)}")

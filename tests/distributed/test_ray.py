@@ -359,6 +359,28 @@ def test_dedup_on_ray_reads_only_the_candidates_on_the_driver(tmp_path, cluster,
     assert there.stdout == here.stdout and here.stdout.count("near") >= 40
 
 
+@pytest.mark.parametrize("on", ["folder", "s3"])
+def test_dedup_on_ray_global_search_by_tiles(tmp_path, cluster, request, monkeypatch, on):
+    """``dedup --ray`` when the partitions would not cut the work (the plan falls back to
+    the global search): tiles of blocks of rows on the workers, each task reading its
+    blocks from the store; the driver never makes the store's float32 copy, and the table
+    is the local run's, from a folder and from object storage."""
+    where = str(tmp_path / "st") if on == "folder" else f"{request.getfixturevalue('s3')}/st"
+    st = planted_dups(tmp_path, where)
+    want, sw = dedup_table(st)
+    with driver_reads(monkeypatch) as (m, taken):  # this process only: not the workers
+        got, sg = dedup_table(st, ray="local")
+    pd.testing.assert_frame_equal(got, want)
+    assert sg["groups"] == sw["groups"] >= 40 and sg["split"] == sw["split"]
+    assert "searched globally" in sg["ray"]
+    # 200 rows, --batch-size 64, 2 workers x 4 tasks: 4 blocks of 50 rows, 10 tiles (the
+    # planted copies 150-199 of rows 0-49: pairs across blocks)
+    assert "4 blocks of at most 50 sources, 10 tiles" in sg["ray"]
+    # here: the k-means sample of the plan (64 rows), then only the grouped sources'
+    # rows (100 of 200) in one pass; no block of a tile
+    assert len(taken) == 2 and taken[0] <= 64 and taken[1] <= 110
+
+
 def test_sharded_search_equals_exact_search_with_ties(cluster):
     """Duplicate rows in several shards: the merged top-k keeps the lowest ids, as the
     exact search does."""
