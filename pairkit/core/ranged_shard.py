@@ -210,20 +210,13 @@ class RangedShard:
                                                       "little")
             if end > len(head) and end <= min(self.bytes, MAX_HEAD_BYTES):
                 head = self.head(end)
-        fmt = np.lib.format
-        fh = io.BytesIO(head)
         try:
-            version = fmt.read_magic(fh)
-            read_header = fmt.read_array_header_1_0 if version == (1, 0) else \
-                fmt.read_array_header_2_0
-            shape, fortran, dt = read_header(fh)
-        except Exception as exc:
-            first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
-            raise self.fail(f"is unreadable ({first})") from None
+            shape, fortran, dt, offset = npy_header(head)
+        except ValueError as exc:
+            raise self.fail(f"is unreadable ({exc})") from None
         want = (self.shape[0], self.shape[1])
         if str(dt) != str(self.dtype) or tuple(shape) != want or fortran:
             raise self.fail(f"is {dt} {tuple(shape)}, manifest says {self.dtype} {want}")
-        offset = fh.tell()
         if self.bytes != offset + want[0] * want[1] * dt.itemsize:
             raise self.fail(f"is {self.bytes} bytes in the manifest, its header says "
                             f"{offset + want[0] * want[1] * dt.itemsize}")
@@ -272,3 +265,19 @@ def batches(sizes: np.ndarray) -> list[tuple[int, int]]:
         total += size
     out.append((a, len(sizes)))
     return out
+
+
+def npy_header(data: bytes) -> tuple[tuple[int, ...], bool, Any, int]:
+    """``(shape, fortran_order, dtype, offset of the data)`` of the ``.npy`` file starting
+    with ``data`` (its header at least); ValueError with the reader's first line (at most
+    120 characters) when it is not one."""
+    fmt = np.lib.format
+    fh = io.BytesIO(data)
+    try:
+        version = fmt.read_magic(fh)
+        read_header = fmt.read_array_header_1_0 if version == (1, 0) else \
+            fmt.read_array_header_2_0
+        shape, fortran, dt = read_header(fh)
+    except Exception as exc:
+        raise ValueError((str(exc).splitlines() or [type(exc).__name__])[0][:120]) from None
+    return tuple(shape), bool(fortran), dt, fh.tell()

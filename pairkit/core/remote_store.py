@@ -119,21 +119,16 @@ def _object(url: str, rec: dict[str, Any], what: str) -> bytes:
 
 def shard_array(url: str, rec: dict[str, Any], dim: int, dtype: str) -> np.ndarray:
     """One shard's rows (read-only, shape (rows, dim)) from its verified object."""
+    from pairkit.core.ranged_shard import npy_header
+
     data = _object(url, rec, "shard")
-    fmt = np.lib.format
-    fh = io.BytesIO(data)
     try:
-        version = fmt.read_magic(fh)
-        read_header = fmt.read_array_header_1_0 if version == (1, 0) else \
-            fmt.read_array_header_2_0
-        shape, fortran, dt = read_header(fh)
-    except Exception as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
-        raise StoreError(f"store {url}: shard {rec['file']} is unreadable ({first})") from None
+        shape, fortran, dt, offset = npy_header(data)
+    except ValueError as exc:
+        raise StoreError(f"store {url}: shard {rec['file']} is unreadable ({exc})") from None
     if str(dt) != dtype or tuple(shape) != (rec["rows"], dim) or fortran:
         raise StoreError(f"store {url}: shard {rec['file']} is {dt} {tuple(shape)}, manifest "
                          f"says {dtype} ({rec['rows']}, {dim})")
-    offset = fh.tell()
     if len(data) != offset + rec["rows"] * dim * dt.itemsize:
         raise StoreError(f"store {url}: shard {rec['file']} is {len(data)} bytes, its header "
                          f"says {offset + rec['rows'] * dim * dt.itemsize}")
