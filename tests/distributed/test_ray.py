@@ -126,26 +126,33 @@ def test_mine_cli_writes_one_part_per_block(store, cluster, tmp_path):
     pd.testing.assert_frame_equal(read_table(dist), read_table(local))
 
 
+def local_and_ray_with_a_crash(root, args, tmp_path, monkeypatch):
+    """``mine ROOT ARGS`` here into ``local.parquet`` and with ``--ray local`` into
+    ``dist.parquet`` while one worker dies mid-run; asserts both succeed with equal tables
+    and returns their stats (local, ray)."""
+    import json
+
+    local, dist = tmp_path / "local.parquet", tmp_path / "dist.parquet"
+    r = runner.invoke(app, ["mine", str(root), *args, "-o", str(local), "--stats",
+                            str(tmp_path / "local.json")])
+    assert r.exit_code == 0, r.output
+    marker = tmp_path / "crashed"
+    monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(marker))
+    r = runner.invoke(app, ["mine", str(root), *args, "-o", str(dist), "--stats",
+                            str(tmp_path / "dist.json"), "--ray", "local"])
+    assert r.exit_code == 0, r.output
+    assert marker.exists()  # a worker died
+    pd.testing.assert_frame_equal(read_table(dist), read_table(local))
+    return tuple(json.loads((tmp_path / f"{n}.json").read_text()) for n in ("local", "dist"))
+
+
 def test_mine_cli_parquet_written_by_the_workers(store, cluster, tmp_path, monkeypatch):
     """``mine --ray local -o FILE.parquet``: the workers write their blocks' parts (the
     driver never holds the table) and the driver commits them into one file: the table and
     the stats are the local run's, also when a worker dies mid-run (its block is mined
     again and counted once)."""
-    import json
-
-    local, dist = tmp_path / "local.parquet", tmp_path / "dist.parquet"
     args = ["--hard", "--batch-size", "64", "--format", "n-tuple", "-q"]
-    r = runner.invoke(app, ["mine", str(store.root), *args, "-o", str(local), "--stats",
-                            str(tmp_path / "local.json")])
-    assert r.exit_code == 0, r.output
-    marker = tmp_path / "crashed"
-    monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(marker))
-    r = runner.invoke(app, ["mine", str(store.root), *args, "-o", str(dist), "--stats",
-                            str(tmp_path / "dist.json"), "--ray", "local"])
-    assert r.exit_code == 0, r.output
-    assert marker.exists()  # a worker died
-    pd.testing.assert_frame_equal(read_table(dist), read_table(local))
-    a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("local", "dist"))
+    a, b = local_and_ray_with_a_crash(store.root, args, tmp_path, monkeypatch)
     # the local run to a parquet file is streamed from the shards (tests/mine/test_streamed.py)
     assert b["index"] == a["index"].replace("built now from the store's shards",
                                             "built on each worker")
@@ -161,24 +168,12 @@ def test_mine_cli_ivf_lists_split_over_the_workers(cluster, tmp_path, monkeypatc
     IVF: its lists are split into one partition per worker (each worker reads only its
     cells' rows: pairkit/mine/ivf_parts.py), also when a worker dies mid-search; the
     table and the stats are the local run's."""
-    import json
-
     st = random_store(tmp_path / "st", n_sources=1100, views=2, dim=16, classes=5,
                       dtype="float16")
-    local, dist = tmp_path / "local.parquet", tmp_path / "dist.parquet"
     args = ["--hard", "--batch-size", "500", "--index", "ivf", "--nlist", "8", "--nprobe",
             "3", "--format", "n-tuple", "-q"]
-    r = runner.invoke(app, ["mine", str(st.root), *args, "-o", str(local), "--stats",
-                            str(tmp_path / "local.json")])
-    assert r.exit_code == 0, r.output
-    marker = tmp_path / "crashed"
-    monkeypatch.setenv("PAIRKIT_TEST_CRASH_ONCE", str(marker))
-    r = runner.invoke(app, ["mine", str(st.root), *args, "-o", str(dist), "--stats",
-                            str(tmp_path / "dist.json"), "--ray", "local"])
-    assert r.exit_code == 0, r.output
-    assert marker.exists()  # a worker died: the first task, a partition's search
-    pd.testing.assert_frame_equal(read_table(dist), read_table(local))
-    a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("local", "dist"))
+    # the worker that dies runs the first task: a partition's search
+    a, b = local_and_ray_with_a_crash(st.root, args, tmp_path, monkeypatch)
     assert "its lists in 2 partitions, each searched by one worker" in b["index"]
     skip = {"seconds", "index", "ray"}
     assert {k: v for k, v in a.items() if k not in skip} == \
