@@ -1,8 +1,8 @@
 """Checksums and bounded reads: what pairkit reads back is what it wrote.
 
 - :func:`sha256_file` / :func:`sha256_fd`: hex sha256 of a file (by path or open file).
-- :func:`block_sha256` / :func:`sha256_blocks_fd`: a shard's block checksums (the sha256
-  of each piece of a fixed size), which a ranged read of a few rows can check.
+- :func:`shard_sums`: a shard's size, sha256 and block checksums (the sha256 of each
+  piece of a fixed size, which a ranged read of a few rows can check), in one pass.
 - :func:`seal` / :func:`check_seal`: a JSON document that carries the sha256 of its own
   canonical form, so a flipped bit anywhere in it is refused, not believed.
 - :func:`read_regular_file`: the bytes of a regular file of bounded size (a FIFO, a
@@ -35,30 +35,29 @@ def sha256_fd(fh: IO[bytes], chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def block_sha256(data: bytes | memoryview, block: int) -> str:
-    """A shard's block checksums (docs/formats.md), what a ranged read checks: the sha256
-    of each ``block`` bytes of ``data`` in order (the last piece shorter), their 32-byte
-    digests one after the other, in base64 (43 characters a block, not 64 in hex)."""
-    view = memoryview(data)
-    return base64.b64encode(b"".join(hashlib.sha256(view[i:i + block]).digest()
-                                     for i in range(0, len(view), block))).decode("ascii")
-
-
-def sha256_blocks_fd(fh: IO[bytes], block: int) -> tuple[str, str]:
-    """``(hex sha256 of the whole file, its block checksums)`` (:func:`block_sha256`) of
-    an open binary file, read once from its start (position restored to 0)."""
+def shard_sums(fh: IO[bytes], block: int) -> dict[str, Any]:
+    """A shard's manifest sums (docs/formats.md) of an open binary file, read once from its
+    start (position restored to 0): ``{"bytes": its size, "sha256": hex sha256 of the
+    whole, "blocks": {"bytes": block, "sha256_base64": ...}}``, the block checksums being
+    the sha256 of each ``block`` bytes in order (the last piece shorter), their 32-byte
+    digests one after the other, in base64 (43 characters a block, not 64 in hex): what a
+    ranged read checks."""
     whole = hashlib.sha256()
     blocks = []
+    size = 0
     fh.seek(0)
     while piece := fh.read(block):
         whole.update(piece)
         blocks.append(hashlib.sha256(piece).digest())
+        size += len(piece)
     fh.seek(0)
-    return whole.hexdigest(), base64.b64encode(b"".join(blocks)).decode("ascii")
+    return {"bytes": size, "sha256": whole.hexdigest(),
+            "blocks": {"bytes": block,
+                       "sha256_base64": base64.b64encode(b"".join(blocks)).decode("ascii")}}
 
 
 def block_digests(text: Any) -> bytes | None:
-    """The digests (32 bytes each) of a shard's block checksums (:func:`block_sha256`),
+    """The digests (32 bytes each) of a shard's block checksums (:func:`shard_sums`),
     None when ``text`` is not base64."""
     if not isinstance(text, str):
         return None

@@ -136,7 +136,7 @@ def _file_record(root: Path, rec: Any, where: str, name_ok: Any, rows: int | Non
 
 def _blocks(root: Path, rec: Any, where: str, size: int) -> None:
     """A shard's ``blocks``: ``{"bytes": B, "sha256_base64": the sha256 digests of each B
-    bytes of the file, concatenated, in base64}`` (integrity.block_sha256)."""
+    bytes of the file, concatenated, in base64}`` (integrity.shard_sums)."""
     if not isinstance(rec, dict):
         raise _bad(root, where, "an object", rec)
     block = _int(root, rec, "bytes", f"{where}.", 1)

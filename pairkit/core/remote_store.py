@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pairkit.core.integrity import block_sha256, seal
+from pairkit.core.integrity import seal, shard_sums
 from pairkit.core.manifest import (
     DTYPES,
     ERRORS_RE,
@@ -218,10 +218,7 @@ def write_shard_object(url: str, name: str, normed: np.ndarray) -> dict[str, Any
     np.save(buf, np.ascontiguousarray(normed))
     data = buf.getvalue()
     put(join(url, name), data)
-    return {"file": name, "rows": len(normed), "bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
-            "blocks": {"bytes": SHARD_BLOCK_BYTES,
-                       "sha256_base64": block_sha256(data, SHARD_BLOCK_BYTES)}}
+    return {"file": name, "rows": len(normed), **shard_sums(buf, SHARD_BLOCK_BYTES)}
 
 
 class RemoteStoreWriter(ShardBook):

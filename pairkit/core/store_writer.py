@@ -21,7 +21,7 @@ import numpy as np
 
 from pairkit import __version__
 from pairkit.core.atomic import atomic_open, atomic_path, fsync_dir, fsync_file, remove_stale_temps
-from pairkit.core.integrity import dump_sealed, sha256_blocks_fd, sha256_fd
+from pairkit.core.integrity import dump_sealed, sha256_fd, shard_sums
 from pairkit.core.items import normalize_items
 from pairkit.core.lock import LOCK_NAME, is_held, writer_lock
 from pairkit.core.manifest import (
@@ -333,10 +333,8 @@ def write_shard(root: str | os.PathLike[str], name: str, vectors: np.ndarray,
             fh.flush()
             os.fsync(fh.fileno())
         with open(tmp, "rb") as fh:
-            digest, blocks = sha256_blocks_fd(fh, SHARD_BLOCK_BYTES)
-            size = os.fstat(fh.fileno()).st_size
-    return {"file": name, "rows": len(normed), "bytes": size, "sha256": digest,
-            "blocks": {"bytes": SHARD_BLOCK_BYTES, "sha256_base64": blocks}}
+            sums = shard_sums(fh, SHARD_BLOCK_BYTES)
+    return {"file": name, "rows": len(normed), **sums}
 
 
 def _file_record(path: Path) -> dict[str, Any]:

@@ -41,9 +41,12 @@ def float32_radius(threshold: float) -> float:
     return float(np.nextafter(t, np.float32(-np.inf)))
 
 
-def _range_block(
+def range_block(
     index: Any, block: np.ndarray, radius: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FAISS ``range_search`` of the query ``block`` in the flat ``index`` at ``radius``
+    (:func:`float32_radius`): ``(rows of block, index ids, scores)``, int64, int64,
+    float32, sorted by row."""
     lims, scores, ids = index.range_search(as_float32(block), radius)
     counts = np.diff(lims).astype(np.int64)
     rows = np.repeat(np.arange(len(block), dtype=np.int64), counts)
@@ -111,7 +114,7 @@ def range_search_blocks(
     for start in range(0, len(queries), batch_size):
         block = as_float32(queries[start : start + batch_size])
         if method == "range":
-            rows, ids, scores = _range_block(cpu_index, block, radius)
+            rows, ids, scores = range_block(cpu_index, block, radius)
         else:
             rows, ids, scores = _knn_block(knn_index, cpu_index, block, kk, t32, radius)
         yield rows + start, ids, scores
@@ -135,7 +138,7 @@ def _knn_block(
     scores = d[keep].astype(np.float32)
     if saturated.any():
         sat_rows = np.nonzero(saturated)[0]
-        r2, i2, s2 = _range_block(cpu_index, block[sat_rows], radius)
+        r2, i2, s2 = range_block(cpu_index, block[sat_rows], radius)
         rows = np.concatenate([rows, sat_rows[r2].astype(np.int64)])
         ids = np.concatenate([ids, i2])
         scores = np.concatenate([scores, s2])

@@ -92,7 +92,7 @@ def tile_row(shared: TileShared, task: tuple[int, tuple[int, ...]]) -> Pairs:
     """The pairs of the tiles ``(i, j)`` of ``task = (i, (j, ...))`` (module docstring):
     global row ids ``a < b`` and their scores."""
     from pairkit.core.threads import import_faiss
-    from pairkit.index.range_search import float32_radius
+    from pairkit.index.range_search import float32_radius, range_block
 
     faiss = import_faiss()
 
@@ -110,15 +110,12 @@ def tile_row(shared: TileShared, task: tuple[int, tuple[int, ...]]) -> Pairs:
             for p0, p1 in block_spans(j1 - j0, PIECE_ROWS):
                 index.add(read_block(shared.rows, (j0 + p0, j0 + p1)))
         for start in range(0, len(xi), shared.batch_size):
-            lims, scores, ids = index.range_search(xi[start:start + shared.batch_size],
-                                                   radius)
-            a = np.repeat(np.arange(start, start + len(lims) - 1, dtype=np.int64),
-                          np.diff(lims).astype(np.int64))
-            b = ids.astype(np.int64)
+            a, b, scores = range_block(index, xi[start:start + shared.batch_size], radius)
+            a += start
             if j == i:  # the diagonal: each pair once, no self pair
                 keep = b > a
                 a, b, scores = a[keep], b[keep], scores[keep]
-            out.append((a + i0, b + j0, scores.astype(np.float32)))
+            out.append((a + i0, b + j0, scores))
         del index
     if not out:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)

@@ -296,8 +296,9 @@ class ListCandidates:
             s, i = self.block(number, kk)
             rows = at - number * self.batch_size
             return pad(s[rows], i[rows], k)
-        x = np.asarray(self.rows_from.load()[np.asarray(a)], dtype=np.float32)
-        return search_cells(self.rows_from.load(), self.lists, x, k)
+        rows = self.rows_from.load()
+        x = np.asarray(rows[np.asarray(a)], dtype=np.float32)
+        return search_cells(rows, self.lists, x, k)
 
 
 def pad(s: np.ndarray, i: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
