@@ -21,7 +21,9 @@ FAISS's list-major search and SemDeDup cut theirs:
    anchor is scored against the cells of its ``nprobe`` probes that the partition holds,
    by the same matrix products as the whole index (the same queries per cell), and the
    partition's exact top-``k0`` (score, then lowest id: ``knn_search``'s order) of the
-   anchors that probe it is written beside the run's parts (``cand-BBBBB-PPPPP.npz``).
+   anchors that probe it is written beside the run's parts (``cand-BBBBB-PPPPP.npz``; on
+   object storage ``.cand-BBBBB-PPPPP-TOKEN.npz`` beside the dataset's parts, removed
+   when the blocks are done).
 3. **Merge and mine** (the blocks of :func:`pairkit.mine.block_parts.mine_block_part`,
    unchanged): the blocks' searcher is a :class:`ListCandidates`, which answers a block's
    first search by merging its partitions' files (:func:`merge_top`: the top ``k0`` of
@@ -32,8 +34,9 @@ FAISS's list-major search and SemDeDup cut theirs:
 
 The table and the stats are the parts path's (tests/mine/test_ivf_parts.py,
 tests/distributed/test_ray.py). Used by ``mine --ray`` without false-negative rules or
-mined positives, to a local parquet output, when the search is such a float16 IVF
-(:func:`lists_spec`); the other runs keep the index built on each worker.
+mined positives, to a local parquet output or a dataset on object storage, when the
+search is such a float16 IVF (:func:`lists_spec`); the other runs keep the index built on
+each worker.
 """
 
 from __future__ import annotations
@@ -200,9 +203,62 @@ def partial_search(index: Any, queries: np.ndarray, k: int) -> tuple[np.ndarray,
 CAND_NAME = "cand-{:05d}-{:05d}.npz"  # block, partition: beside the run's parts
 
 
-def candidates_path(folder: str, block: int, part: int) -> Path:
-    """The file of partition ``part``'s candidates of block ``block``."""
+def candidates_path(folder: str, block: int, part: int, token: str = "") -> Path | str:
+    """The file of partition ``part``'s candidates of block ``block``: in the run's parts
+    folder, or for a dataset on object storage (``folder`` its URL) the object beside
+    its parts, named with the writer's ``token`` (so that the run's abort removes it)."""
+    from pairkit.core.remote import is_url, join
+
+    if is_url(folder):
+        return join(folder, f".{CAND_NAME.format(block, part)[:-4]}-{token}.npz")
     return Path(folder) / CAND_NAME.format(block, part)
+
+
+def write_candidates(path: Path | str, rows: np.ndarray, ids: np.ndarray,
+                     scores: np.ndarray) -> None:
+    """Write a partition's candidates of one block (atomically: a file renamed into
+    place, or one object put whole)."""
+    import io
+
+    from pairkit.core.atomic import atomic_path
+    from pairkit.core.remote import is_url, put
+
+    if is_url(path):
+        buf = io.BytesIO()
+        np.savez(buf, rows=rows, ids=ids, scores=scores)
+        put(str(path), buf.getvalue())
+        return
+    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, rows=rows, ids=ids, scores=scores)
+
+
+def read_candidates(path: Path | str) -> dict[str, np.ndarray]:
+    """:func:`write_candidates`' arrays (``rows``, ``ids``, ``scores``)."""
+    import io
+
+    from pairkit.core.remote import is_url, read_bytes
+
+    src: Any = io.BytesIO(read_bytes(str(path))) if is_url(path) else path
+    with np.load(src, allow_pickle=False) as f:
+        return {name: f[name] for name in ("rows", "ids", "scores")}
+
+
+def remove_candidates(folder: str, blocks: int, parts: int, token: str = "") -> None:
+    """Remove the run's candidate files (best effort: a local folder goes with the run's
+    parts folder, objects left over go with the writer's token)."""
+    import contextlib
+
+    from pairkit.core.remote import is_url, remove
+    from pairkit.errors import PairkitError
+
+    for b in range(blocks):
+        for p in range(parts):
+            path = candidates_path(folder, b, p, token)
+            if is_url(path):
+                with contextlib.suppress(PairkitError):
+                    remove(str(path))
+            else:
+                Path(path).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -221,7 +277,6 @@ def search_partition(job: Any, part: int) -> PartitionDone:
     :class:`ListCandidates`): its cells' rows read from the store's shards, every block
     of anchors searched against them, each block's candidates written atomically (a
     partition searched again writes the same files)."""
-    from pairkit.core.atomic import atomic_path
     from pairkit.core.blocks_here import block_spans
 
     st = job.blocks
@@ -237,9 +292,8 @@ def search_partition(job: Any, part: int) -> PartitionDone:
         s, i = partial_search(index, queries, k)
         hit = np.flatnonzero(i[:, 0] >= 0) if k else np.zeros(0, np.int64)
         answered += len(hit)
-        with atomic_path(candidates_path(cand.folder, number, part)) as tmp, \
-                open(tmp, "wb") as fh:
-            np.savez(fh, rows=hit.astype(np.int32), ids=i[hit], scores=s[hit])
+        write_candidates(candidates_path(cand.folder, number, part, cand.token),
+                         hit.astype(np.int32), i[hit], s[hit])
     return PartitionDone(part, int(index.ntotal), answered)
 
 
@@ -250,8 +304,9 @@ class ListCandidates:
     at a time. Pickled without what it has read."""
 
     def __init__(self, lists: IvfLists, rows_from: Any, folder: str, anchors: np.ndarray,
-                 batch_size: int, first_k: int) -> None:
+                 batch_size: int, first_k: int, token: str = "") -> None:
         self.lists, self.rows_from, self.folder = lists, rows_from, folder
+        self.token = token  # the writer's, when ``folder`` is a dataset's URL
         self.anchors, self.batch_size = anchors, int(batch_size)
         self.first_k = int(first_k)  # the blocks' first k (k0): answered from the files
         self.order: np.ndarray | None = None
@@ -278,10 +333,10 @@ class ListCandidates:
             nq = min(len(self.anchors), b0 + self.batch_size) - b0
             partials = []
             for p in range(self.parts):
-                with np.load(candidates_path(self.folder, number, p)) as f:
-                    s = np.full((nq, k), -np.inf, np.float32)
-                    i = np.full((nq, k), -1, np.int64)
-                    s[f["rows"]], i[f["rows"]] = f["scores"], f["ids"]
+                f = read_candidates(candidates_path(self.folder, number, p, self.token))
+                s = np.full((nq, k), -np.inf, np.float32)
+                i = np.full((nq, k), -1, np.int64)
+                s[f["rows"]], i[f["rows"]] = f["scores"], f["ids"]
                 partials.append((s, i))
             self.merged = (number, *merge_top(partials, k))
         return self.merged[1], self.merged[2]

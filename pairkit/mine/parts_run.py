@@ -124,7 +124,8 @@ def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
         del rows
         blocks = replace(blocks, searcher=None, anchor_searcher=ListCandidates(
             lists, lists_rows(spec.rows_from), spec.folder, blocks.anchors,
-            spec.config.batch_size, blocks.k0))
+            spec.config.batch_size, blocks.k0,
+            token=spec.remote.token if spec.remote is not None else ""))
     labelled = st.has_labels
     info = {"anchors": len(blocks.anchors), "k0": blocks.k0, "relation": rel.description,
             "relation_stats": relation_stats(rel), "labelled": labelled}
@@ -216,7 +217,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     table's paths as Python strings, or the table (docs/mine.md#memory).
 
     ``partitions``: with an executor, a search that is a float16 IVF
-    (:func:`pairkit.mine.ivf_parts.lists_spec`) to a local parquet output has its lists
+    (:func:`pairkit.mine.ivf_parts.lists_spec`) has its lists
     split over the workers (:mod:`pairkit.mine.ivf_parts`: none holds them all), in one
     partition per worker by default (None); 0 keeps the index built whole by each worker;
     a count forces that many partitions, also here (same table and stats)."""
@@ -267,7 +268,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                                          STREAMED if here else "built on each worker")
     put_parts, folder = parts_folder(output)
     split, lists = 0, None
-    if searcher is not None and folder is not None and partitions != 0:
+    if searcher is not None and partitions != 0:
         from pairkit.mine.ivf_parts import lists_partitions, lists_spec
 
         lists = lists_spec(store.count, store.dim, searcher.options)
@@ -313,6 +314,11 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
             records.append(summary.part)
             if progress is not None:
                 progress(b1 - b0)
+        if split:  # the partitions' candidates: read by every block, no longer needed
+            from pairkit.mine.ivf_parts import remove_candidates
+
+            remove_candidates(spec.folder, len(spans), split,
+                              put_parts.token if folder is None else "")
         del job
         if searcher is not None:
             searcher.release()  # built here when streamed: freed before the commit

@@ -235,6 +235,77 @@ def test_mine_split_lists_from_s3_equal_local_and_a_partition_reads_its_blocks(
     assert len(per_block) == 3 and all(b >= store_bytes for b in per_block)
 
 
+def test_mine_split_lists_to_an_s3_dataset_equal_local_and_leave_no_candidates(
+        s3, tmp_path, monkeypatch):
+    """``mine -o s3://bucket/pairs/`` with the lists split in 3 partitions, its
+    partitions and blocks run by "workers" (each gets a pickled copy of the job): the
+    partitions' candidates go to objects beside the dataset's parts under the run's
+    token and are gone after the commit; the table read back and the stats are the local
+    run's. A run whose partition fails leaves no object of it (candidates included)."""
+    from pairkit.core import store_rows
+    from pairkit.core.tables import read_table
+    from pairkit.errors import PairkitError
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine import ivf_parts
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.parts_run import mine_parts
+
+    rng = np.random.default_rng(5)
+    n = 2400
+    x = rng.normal(size=(n, 12)) + 3 * np.eye(12)[rng.integers(0, 6, n)]
+    items = pd.DataFrame({"path": [f"i{i}.jpg" for i in range(n)],
+                          "source": [f"s{i // 2}" for i in range(n)]})
+    local = write_store(tmp_path / "st", x.astype(np.float32), items, shard_rows=700)
+    write_store(f"{s3}/st", x.astype(np.float32), items, shard_rows=700)
+    cfg = MineConfig(batch_size=500, num_negatives=4, hard=True)
+    index = IndexOptions(kind="ivf", nlist=6, nprobe=2, device="cpu", backend="faiss")
+    want = tmp_path / "local.parquet"
+    sw = mine_parts(local.root, None, cfg, index, "n-tuple", str(want), False, None,
+                    partitions=0)
+    seen: list[str] = []
+
+    def workers(fn, shared, items_):  # noqa: ANN001, ANN202
+        for item in items_:
+            job = pickle.loads(pickle.dumps(shared))  # what a worker receives
+            store_rows.forget_loaded()
+            out = fn(job, item)
+            if fn is not ivf_parts.search_partition:  # the blocks: candidates are there
+                fs().invalidate_cache()
+                seen.extend(n for n in fs().ls(f"{s3[5:]}/pairs") if "/.cand-" in n)
+            yield out
+        store_rows.forget_loaded()
+
+    workers.workers_read_store = True  # type: ignore[attr-defined]
+    workers.workers = 3  # type: ignore[attr-defined]
+    sg = mine_parts(f"{s3}/st", None, cfg, index, "n-tuple", f"{s3}/pairs/", False, workers)
+    assert "its lists in 3 partitions" in sg["index"]
+    assert len(seen) == 5 * 3 * 5 and all(n.endswith(".npz") for n in seen)  # 5 blocks
+    fs().invalidate_cache()
+    names = sorted(n.rsplit("/", 1)[-1] for n in fs().ls(f"{s3[5:]}/pairs"))
+    assert not [n for n in names if n.startswith(".")]  # no candidates, no keys left
+    assert "_pairkit_parts.json" in names
+    pd.testing.assert_frame_equal(read_table(f"{s3}/pairs/"), read_table(want))
+    skip = {"seconds", "index", "store"}
+    assert {k: v for k, v in sg.items() if k not in skip} == \
+        {k: v for k, v in sw.items() if k not in skip}
+
+    calls = []
+    search = ivf_parts.search_partition
+
+    def failing(job, part):  # noqa: ANN001, ANN202
+        calls.append(part)
+        if len(calls) == 2:  # the first partition wrote its candidates
+            raise PairkitError("partition lost")
+        return search(job, part)
+
+    monkeypatch.setattr(ivf_parts, "search_partition", failing)
+    with pytest.raises(PairkitError, match="partition lost"):
+        mine_parts(f"{s3}/st", None, cfg, index, "n-tuple", f"{s3}/other/", False, workers)
+    assert calls == [0, 1]
+    fs().invalidate_cache()
+    assert not fs().exists(f"{s3[5:]}/other") or not fs().ls(f"{s3[5:]}/other")
+
+
 def test_block_checksums_in_the_manifest(tmp_path):
     """Every writer records a shard's block checksums (a local store too, so that a copy
     of it on object storage has them); a malformed ``blocks`` is refused in one line."""

@@ -181,6 +181,46 @@ def test_mine_cli_ivf_lists_split_over_the_workers(cluster, tmp_path, monkeypatc
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
 
 
+def test_mine_cli_ivf_lists_split_from_s3_to_s3(cluster, s3, tmp_path, monkeypatch):
+    """``mine s3://…/st --ray local --index ivf -o s3://…/pairs/``: the lists split over
+    the workers with the store and the dataset on object storage (the partitions'
+    candidates are objects beside the parts, gone after the commit); the driver reads
+    no shard, and the table and the stats are the local run's."""
+    import json
+
+    import pairkit.core.remote_store as remote_store
+    from pairkit.core.remote import list_names, read_bytes
+
+    st = random_store(tmp_path / "st", n_sources=1100, views=2, dim=16, classes=5,
+                      dtype="float16")
+    write_store(f"{s3}/st16", st.vectors(), st.items[["path", "source", "view", "label"]],
+                dtype="float16")
+    args = ["--hard", "--batch-size", "500", "--index", "ivf", "--nlist", "8", "--nprobe",
+            "3", "--format", "n-tuple", "-q"]
+    r = runner.invoke(app, ["mine", str(st.root), *args, "-o", str(tmp_path / "p.parquet"),
+                            "--stats", str(tmp_path / "local.json")])
+    assert r.exit_code == 0, r.output
+
+    def refuse(*a, **kw):
+        raise AssertionError("the driver read a shard")
+
+    with monkeypatch.context() as m:  # this process only: not the workers
+        m.setattr(remote_store, "shard_array", refuse)
+        r = runner.invoke(app, ["mine", f"{s3}/st16", *args, "-o", f"{s3}/pairs16/",
+                                "--stats", str(tmp_path / "dist.json"), "--ray", "local"])
+    assert r.exit_code == 0, r.output
+    got, want = read_table(f"{s3}/pairs16/"), pd.read_parquet(tmp_path / "p.parquet")
+    pd.testing.assert_frame_equal(got.drop(columns="store_id"), want.drop(columns="store_id"))
+    sa, sb = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("local", "dist"))
+    assert "its lists in 2 partitions, each searched by one worker" in sb["index"]
+    skip = {"seconds", "ray", "store", "store_id", "index"}
+    assert {k: v for k, v in sa.items() if k not in skip} == \
+        {k: v for k, v in sb.items() if k not in skip}
+    parts = json.loads(read_bytes(f"{s3}/pairs16/_pairkit_parts.json"))["parts"]
+    assert sorted(list_names(f"{s3}/pairs16")) == sorted(
+        [p["file"] for p in parts] + ["_pairkit_parts.json"])
+
+
 def test_mine_cli_rules_planned_on_a_worker(store, cluster, tmp_path, monkeypatch):
     """``mine --ray local --hard --filter-false-negatives -o FILE.parquet`` (the default
     rules and mined positives): a Ray task plans the run with the vectors, the rules'
