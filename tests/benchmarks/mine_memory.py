@@ -7,7 +7,9 @@ written shard by shard so generating them needs little memory) are mined with
 (``os.wait4``: ``ru_maxrss``, the largest resident set of that process and of the
 descendants it waited for: with ``--ray local`` possibly Ray's head processes, gcs and
 raylet with its object store, which the driver starts and stops) and, as
-``driver_hwm_gb``, the child's own peak (``VmHWM``: the driver alone). The table is
+``driver_hwm_gb``, the child's own peak (``VmHWM``: the driver alone); with ``--ray``,
+``workers_hwm_gb``: the peak (``VmHWM``) of each Ray worker process (command line
+``ray::...``), sampled from /proc every 0.2 s while the run lasts. The table is
 checked to have 5 negatives per anchor (``--rules``: ``--filter-false-negatives``, the
 default rules and mined positives, at least 99% of them).
 
@@ -38,6 +40,8 @@ and report the figures with the machine, date and load (docs/benchmarks.md).
         --store-dir /tmp/stores --out local.json
     .venv/bin/python tests/benchmarks/mine_memory.py --rows 200000 1000000 --modes memory ray \
         --rules --store-dir /tmp/stores --out rules.json
+    .venv/bin/python tests/benchmarks/mine_memory.py --rows 1000000 4000000 \
+        --modes ray ray-whole --store-dir /tmp/stores --out split.json   # the split lists
 """
 
 from __future__ import annotations
@@ -182,6 +186,10 @@ def run_with_stages(argv: list[str]) -> None:
                                                       index)
 
         parts_run.streams_parts = not_here
+    if os.environ.get("MINE_MEMORY_WHOLE_LISTS") == "1":  # mode "ray-whole": each worker
+        import pairkit.mine.ivf_parts as ivf_parts  # builds the whole index (as before)
+
+        ivf_parts.lists_spec = lambda n, dim, options: None
     from pairkit.cli.main import app
 
     mark("start")
@@ -213,12 +221,40 @@ def watch(pid: int, every: float, out: Path, stop: Any) -> None:
                           "load": os.getloadavg()[0]}), flush=True)
 
 
+def ray_workers_hwm(peaks: dict[int, tuple[float, str]]) -> None:
+    """Record into ``peaks`` (pid -> (GB, what it ran)) the VmHWM of every Ray worker
+    process alive now (its command line starts with ``ray::``: the workers and actors, not
+    gcs or the raylet) and the last task or actor its title named (``ray::IDLE`` between
+    tasks). VmHWM is the process's own peak, so a sample before it exits catches it."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                title = fh.read(200).split(b"\0")[0].decode(errors="replace")
+            if not title.startswith("ray::"):
+                continue
+            with open(f"/proc/{entry.name}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM"):
+                        pid = int(entry.name)
+                        gb, seen = peaks.get(pid, (0.0, "IDLE"))
+                        name = title[5:].split(" ")[0]
+                        peaks[pid] = (max(gb, int(line.split()[1]) / 1e6),
+                                      seen if name == "IDLE" else name)
+                        break
+        except OSError:
+            continue
+
+
 def peak_rss(cmd: list[str], env_extra: dict[str, str] | None = None,
-             watch_every: float | None = None, out: Path | None = None
+             watch_every: float | None = None, out: Path | None = None,
+             workers: dict[int, tuple[float, str]] | None = None
              ) -> tuple[float, float, int, list, float | None]:
     """(peak RSS in GB, seconds, exit code, stages, the child's own VmHWM in GB) of one
     child process. The peak is ``ru_maxrss`` from ``wait4``: the largest of the child and
-    the descendants it waited for."""
+    the descendants it waited for. ``workers``: filled with the peak (VmHWM, GB) of each
+    Ray worker process seen while the child ran (sampled every 0.2 s)."""
     import threading
 
     env = dict(os.environ, PYTHONPATH=str(REPO), **(env_extra or {}))
@@ -229,6 +265,12 @@ def peak_rss(cmd: list[str], env_extra: dict[str, str] | None = None,
     if watch_every and out is not None:
         threading.Thread(target=watch, args=(proc.pid, watch_every, out, stop),
                          daemon=True).start()
+    if workers is not None:
+        def sample_workers() -> None:
+            while not stop.wait(0.2):
+                ray_workers_hwm(workers)
+
+        threading.Thread(target=sample_workers, daemon=True).start()
     err_bytes = proc.stderr.read() if proc.stderr else b""
     stop.set()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -298,9 +340,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--store-dir", type=Path, help="keep the generated stores here "
                         "(reused when present) instead of a temp dir")
-    parser.add_argument("--modes", nargs="+", choices=("streamed", "memory", "ray", "ray-s3"),
+    parser.add_argument("--modes", nargs="+",
+                        choices=("streamed", "memory", "ray", "ray-whole", "ray-s3"),
                         help="local streamed (the default path), local in memory (as "
                         "before), --ray local (default: streamed, and ray with --ray); "
+                        "ray-whole: --ray local with the IVF lists not split (each worker "
+                        "builds the whole index, as before the split); "
                         "ray-s3: --ray local with the store and the output on a local S3 "
                         "server (moto_server, started here; the store uploaded to it)")
     parser.add_argument("--nprobe", type=int, help="pass --nprobe (default: mine's)")
@@ -327,6 +372,8 @@ def main() -> None:
             runs = {"streamed": ("local", [], {}),
                     "memory": ("local in memory", [], {"MINE_MEMORY_IN_MEMORY": "1"}),
                     "ray": ("ray local", ["--ray", "local"], {}),
+                    "ray-whole": ("ray local, lists not split", ["--ray", "local"],
+                                  {"MINE_MEMORY_WHOLE_LISTS": "1"}),
                     "ray-s3": ("ray local, s3:// store and output", ["--ray", "local"], {})}
             for mode in chosen:
                 name, extra, env_extra = runs[mode]
@@ -342,7 +389,10 @@ def main() -> None:
                     extra = [*extra, "--filter-false-negatives"]
                 cmd = [sys.executable, __file__, "--child", "mine", str(where), "--hard",
                        "-k", "5", "--index", "ivf", "-o", str(out), "--force", "-q", *extra]
-                gb, seconds, code, stages, hwm = peak_rss(cmd, env_extra, args.watch, out)
+                workers: dict[int, tuple[float, str]] = {}
+                gb, seconds, code, stages, hwm = peak_rss(
+                    cmd, env_extra, args.watch, out,
+                    workers if mode.startswith("ray") else None)
                 negatives = 0
                 if code == 0 and mode == "ray-s3":
                     from pairkit.core.tables import read_table
@@ -356,6 +406,10 @@ def main() -> None:
                                     else negatives == 5 * rows)
                 row = {"rows": rows, "mode": name, "peak_rss_gb": round(gb, 3),
                        "driver_hwm_gb": hwm,
+                       # each Ray worker process's own peak (VmHWM) and what it last
+                       # ran, largest first
+                       "workers_hwm_gb": sorted(([round(gb, 3), name] for gb, name
+                                                 in workers.values()), reverse=True)[:8],
                        "seconds": round(seconds, 1), "ok": ok,
                        "vectors_gb_float16": round(rows * DIM * 2 / 1e9, 3),
                        "store_made_s": round(made, 1), "load": os.getloadavg()[0],
