@@ -8,8 +8,10 @@ written shard by shard so generating them needs little memory) are mined with
 descendants it waited for: with ``--ray local`` possibly Ray's head processes, gcs and
 raylet with its object store, which the driver starts and stops) and, as
 ``driver_hwm_gb``, the child's own peak (``VmHWM``: the driver alone); with ``--ray``,
-``workers_hwm_gb``: the peak (``VmHWM``) of each Ray worker process (command line
-``ray::...``), sampled from /proc every 0.2 s while the run lasts. The table is
+``workers_gb``: per Ray worker process (command line ``ray::...``), its peak
+(``VmHWM``, which counts the shards' pages read through the memory map), the largest
+``RssAnon`` seen (what it holds itself) and what it last ran, sampled from /proc every
+0.2 s while the run lasts. The table is
 checked to have 5 negatives per anchor (``--rules``: ``--filter-false-negatives``, the
 default rules and mined positives, at least 99% of them).
 
@@ -221,11 +223,14 @@ def watch(pid: int, every: float, out: Path, stop: Any) -> None:
                           "load": os.getloadavg()[0]}), flush=True)
 
 
-def ray_workers_hwm(peaks: dict[int, tuple[float, str]]) -> None:
-    """Record into ``peaks`` (pid -> (GB, what it ran)) the VmHWM of every Ray worker
-    process alive now (its command line starts with ``ray::``: the workers and actors, not
-    gcs or the raylet) and the last task or actor its title named (``ray::IDLE`` between
-    tasks). VmHWM is the process's own peak, so a sample before it exits catches it."""
+def ray_workers_hwm(peaks: dict[int, tuple[float, float, str]]) -> None:
+    """Record into ``peaks`` (pid -> (VmHWM GB, largest RssAnon GB seen, what it ran)) the
+    peak of every Ray worker process alive now (its command line starts with ``ray::``:
+    the workers and actors, not gcs or the raylet) and the last task or actor its title
+    named (``ray::IDLE`` between tasks). VmHWM is the process's own peak, so a sample
+    before it exits catches it; it counts the store's shards' pages a worker has read
+    through its memory map (file pages, shared with the page cache), which RssAnon (the
+    memory the process itself holds: its index, its arrays) leaves out."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -235,21 +240,20 @@ def ray_workers_hwm(peaks: dict[int, tuple[float, str]]) -> None:
             if not title.startswith("ray::"):
                 continue
             with open(f"/proc/{entry.name}/status") as fh:
-                for line in fh:
-                    if line.startswith("VmHWM"):
-                        pid = int(entry.name)
-                        gb, seen = peaks.get(pid, (0.0, "IDLE"))
-                        name = title[5:].split(" ")[0]
-                        peaks[pid] = (max(gb, int(line.split()[1]) / 1e6),
-                                      seen if name == "IDLE" else name)
-                        break
+                vm = {line.split(":")[0]: int(line.split()[1]) / 1e6 for line in fh
+                      if line.startswith(("VmHWM", "RssAnon"))}
+            pid = int(entry.name)
+            hwm, anon, seen = peaks.get(pid, (0.0, 0.0, "IDLE"))
+            name = title[5:].split(" ")[0]
+            peaks[pid] = (max(hwm, vm.get("VmHWM", 0.0)), max(anon, vm.get("RssAnon", 0.0)),
+                          seen if name == "IDLE" else name)
         except OSError:
             continue
 
 
 def peak_rss(cmd: list[str], env_extra: dict[str, str] | None = None,
              watch_every: float | None = None, out: Path | None = None,
-             workers: dict[int, tuple[float, str]] | None = None
+             workers: dict[int, tuple[float, float, str]] | None = None
              ) -> tuple[float, float, int, list, float | None]:
     """(peak RSS in GB, seconds, exit code, stages, the child's own VmHWM in GB) of one
     child process. The peak is ``ru_maxrss`` from ``wait4``: the largest of the child and
@@ -389,7 +393,7 @@ def main() -> None:
                     extra = [*extra, "--filter-false-negatives"]
                 cmd = [sys.executable, __file__, "--child", "mine", str(where), "--hard",
                        "-k", "5", "--index", "ivf", "-o", str(out), "--force", "-q", *extra]
-                workers: dict[int, tuple[float, str]] = {}
+                workers: dict[int, tuple[float, float, str]] = {}
                 gb, seconds, code, stages, hwm = peak_rss(
                     cmd, env_extra, args.watch, out,
                     workers if mode.startswith("ray") else None)
@@ -406,10 +410,11 @@ def main() -> None:
                                     else negatives == 5 * rows)
                 row = {"rows": rows, "mode": name, "peak_rss_gb": round(gb, 3),
                        "driver_hwm_gb": hwm,
-                       # each Ray worker process's own peak (VmHWM) and what it last
-                       # ran, largest first
-                       "workers_hwm_gb": sorted(([round(gb, 3), name] for gb, name
-                                                 in workers.values()), reverse=True)[:8],
+                       # each Ray worker process's own peak (VmHWM), its largest
+                       # RssAnon sampled and what it last ran, largest first
+                       "workers_gb": sorted(([round(hwm, 3), round(anon, 3), name]
+                                             for hwm, anon, name in workers.values()),
+                                            reverse=True)[:8],
                        "seconds": round(seconds, 1), "ok": ok,
                        "vectors_gb_float16": round(rows * DIM * 2 / 1e9, 3),
                        "store_made_s": round(made, 1), "load": os.getloadavg()[0],

@@ -181,46 +181,6 @@ def test_mine_cli_ivf_lists_split_over_the_workers(cluster, tmp_path, monkeypatc
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
 
 
-def test_mine_cli_ivf_lists_split_from_s3_to_s3(cluster, s3, tmp_path, monkeypatch):
-    """``mine s3://…/st --ray local --index ivf -o s3://…/pairs/``: the lists split over
-    the workers with the store and the dataset on object storage (the partitions'
-    candidates are objects beside the parts, gone after the commit); the driver reads
-    no shard, and the table and the stats are the local run's."""
-    import json
-
-    import pairkit.core.remote_store as remote_store
-    from pairkit.core.remote import list_names, read_bytes
-
-    st = random_store(tmp_path / "st", n_sources=1100, views=2, dim=16, classes=5,
-                      dtype="float16")
-    write_store(f"{s3}/st16", st.vectors(), st.items[["path", "source", "view", "label"]],
-                dtype="float16")
-    args = ["--hard", "--batch-size", "500", "--index", "ivf", "--nlist", "8", "--nprobe",
-            "3", "--format", "n-tuple", "-q"]
-    r = runner.invoke(app, ["mine", str(st.root), *args, "-o", str(tmp_path / "p.parquet"),
-                            "--stats", str(tmp_path / "local.json")])
-    assert r.exit_code == 0, r.output
-
-    def refuse(*a, **kw):
-        raise AssertionError("the driver read a shard")
-
-    with monkeypatch.context() as m:  # this process only: not the workers
-        m.setattr(remote_store, "shard_array", refuse)
-        r = runner.invoke(app, ["mine", f"{s3}/st16", *args, "-o", f"{s3}/pairs16/",
-                                "--stats", str(tmp_path / "dist.json"), "--ray", "local"])
-    assert r.exit_code == 0, r.output
-    got, want = read_table(f"{s3}/pairs16/"), pd.read_parquet(tmp_path / "p.parquet")
-    pd.testing.assert_frame_equal(got.drop(columns="store_id"), want.drop(columns="store_id"))
-    sa, sb = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("local", "dist"))
-    assert "its lists in 2 partitions, each searched by one worker" in sb["index"]
-    skip = {"seconds", "ray", "store", "store_id", "index"}
-    assert {k: v for k, v in sa.items() if k not in skip} == \
-        {k: v for k, v in sb.items() if k not in skip}
-    parts = json.loads(read_bytes(f"{s3}/pairs16/_pairkit_parts.json"))["parts"]
-    assert sorted(list_names(f"{s3}/pairs16")) == sorted(
-        [p["file"] for p in parts] + ["_pairkit_parts.json"])
-
-
 def test_mine_cli_rules_planned_on_a_worker(store, cluster, tmp_path, monkeypatch):
     """``mine --ray local --hard --filter-false-negatives -o FILE.parquet`` (the default
     rules and mined positives): a Ray task plans the run with the vectors, the rules'
@@ -596,26 +556,34 @@ def test_embed_and_mine_on_ray_with_s3(tmp_path, cluster, s3, monkeypatch):
     pd.testing.assert_frame_equal(got.drop(columns="store_id"), want.drop(columns="store_id"))
 
 
-@pytest.mark.parametrize("rules", [False, True], ids=["plain", "rules"])
+@pytest.mark.parametrize("case", ["plain", "rules", "split"])
 def test_mine_s3_store_to_s3_parts_never_on_the_driver(store, cluster, s3, tmp_path,
-                                                       monkeypatch, rules):
+                                                       monkeypatch, case):
     """``mine s3://…/st --ray local -o s3://…/pairs/``: the driver reads the store's
     manifest only (fetching a shard is refused here), the workers put their blocks'
     parts and score keys straight into the output prefix under the run's token, and the
     driver commits them with one conditional ``_pairkit_parts.json`` (building the table
     is refused here): the table and stats are the local run's, no other object is left,
-    and a second run without --force is refused in one line."""
+    and a second run without --force is refused in one line. ``split``: a float16 IVF
+    search, its lists split over the workers (the partitions' candidates are objects
+    beside the parts, gone after the commit)."""
     import json
 
     import pairkit.core.pairs as pairs_module
     import pairkit.core.remote_store as remote_store
     from pairkit.core.remote import list_names, read_bytes
 
+    rules = case == "rules"
+    args = ["--hard", "--batch-size", "64", "-q"] + (["--filter-false-negatives"] if rules
+                                                       else [])
+    if case == "split":  # lists of >= 256 rows on average: pairkit/mine/ivf_parts.py
+        store = random_store(tmp_path / "st16", n_sources=1100, views=2, dim=16, classes=5,
+                             dtype="float16")
+        args = ["--hard", "--batch-size", "500", "--index", "ivf", "--nlist", "8",
+                "--nprobe", "3", "-q"]
     cols = ["path", "source", "view", "label"]
     write_store(f"{s3}/st", store.vectors(), store.items[cols], encoder=store.encoder,
                 dtype=store.dtype)
-    args = ["--hard", "--batch-size", "64", "-q"] + (["--filter-false-negatives"] if rules
-                                                       else [])
     r = runner.invoke(app, ["mine", str(store.root), *args, "-o", str(tmp_path / "p.parquet"),
                             "--stats", str(tmp_path / "local.json")])
     assert r.exit_code == 0, r.output
@@ -639,12 +607,13 @@ def test_mine_s3_store_to_s3_parts_never_on_the_driver(store, cluster, s3, tmp_p
     skip = {"seconds", "ray", "store", "store_id", "index"}
     assert {k: v for k, v in sa.items() if k not in skip} == \
         {k: v for k, v in sb.items() if k not in skip}
+    assert (case == "split") == ("its lists in 2 partitions" in sb["index"])
     parts = json.loads(read_bytes(f"{s3}/pairs/_pairkit_parts.json"))["parts"]
     assert sorted(list_names(f"{s3}/pairs")) == sorted(
         [p["file"] for p in parts] + ["_pairkit_parts.json"])
     r = runner.invoke(app, ["mine", f"{s3}/st", *args, "-o", f"{s3}/pairs/", "--ray", "local"])
     assert r.exit_code == 1 and "exists; pass --force" in r.output
-    if rules:
+    if case != "plain":
         return
     # another run commits to the output between this run's start and its commit: this
     # run's commit is refused, and every object it put is removed
