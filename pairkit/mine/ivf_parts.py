@@ -30,7 +30,9 @@ FAISS's list-major search and SemDeDup cut theirs:
    the union in the same order is the top ``k0`` of the whole index, since each file
    holds its partition's exact top ``k0``), and a retry's deeper search (anchors short of
    negatives) by searching the short anchors' probed cells one partition at a time
-   (:func:`search_cells`): never more than one partition's rows at a time.
+   (:func:`search_cells`): never more than one partition's rows at a time. From object
+   storage the blocks read their anchors' and positives' rows by byte ranges when those
+   lie together (:func:`blocks_read_by_ranges`), so no worker holds the store.
 
 The table and the stats are the parts path's (tests/mine/test_ivf_parts.py,
 tests/distributed/test_ray.py). Used by ``mine --ray`` without false-negative rules or
@@ -387,6 +389,39 @@ def search_cells(rows: Any, lists: IvfLists, x: np.ndarray, k: int
         if len(cells):
             partials.append(partial_search(partition_index(rows, lists, cells), x, kk))
     return pad(*merge_top(partials, kk), k)
+
+
+def blocks_read_by_ranges(anchors: np.ndarray, offsets: np.ndarray, pos_ids: np.ndarray,
+                          batch_size: int, n: int, row_bytes: int, block_bytes: int) -> bool:
+    """Whether the blocks of anchors of a run whose lists are split should read their rows
+    from object storage by byte ranges rather than fetch the store whole and hold it:
+    their only reads are their anchors' rows and those of the anchors' positives
+    (``offsets``, ``pos_ids``: each anchor's positive set), so a block fetches the
+    ``block_bytes`` blocks of the store those rows lie in. Yes when those blocks, summed
+    over the blocks of anchors, come to at most twice the store's (the views of a source
+    side by side, as ``embed`` writes them); no when the positives are scattered over the
+    store (a ``pairs:`` relation in another order), where every block would fetch most
+    of it again."""
+    per = max(1, block_bytes // max(1, row_bytes))
+    store_blocks = -(-max(n, 1) // per)
+    touched = 0
+    for b0 in range(0, len(anchors), max(1, batch_size)):
+        b1 = min(len(anchors), b0 + batch_size)
+        ids = np.concatenate([anchors[b0:b1], pos_ids[offsets[b0]:offsets[b1]]])
+        touched += len(np.unique(ids // per))
+        if touched > 2 * store_blocks:
+            return False
+    return True
+
+
+def checked_block_bytes(manifest: dict[str, Any]) -> int:
+    """The bytes of the pieces a ranged read of the store fetches and checks (its first
+    shard's block checksums; :data:`pairkit.core.manifest.SHARD_BLOCK_BYTES` for a store
+    written without them)."""
+    from pairkit.core.manifest import SHARD_BLOCK_BYTES
+
+    shards = manifest.get("shards") or [{}]
+    return int((shards[0].get("blocks") or {}).get("bytes") or SHARD_BLOCK_BYTES)
 
 
 def lists_partitions(n: int, dim: int, spec: IndexOptions, workers: int) -> int:

@@ -115,13 +115,25 @@ def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     blocks = plan_blocks(None, st.source_codes(), rel, spec.config, spec.searcher,
                          rows_from=spec.rows_from, n_items=st.count)
     if spec.partitions and spec.lists_spec is not None:  # the lists split: ivf_parts
-        from pairkit.mine.ivf_parts import ListCandidates, plan_lists
+        from pairkit.mine.ivf_parts import (
+            ListCandidates,
+            blocks_read_by_ranges,
+            checked_block_bytes,
+            plan_lists,
+        )
 
         rows = st.rows()
         if len(rows) != st.count:  # plan_in_child's snapshot holds no shard: opened here
             rows = spec.rows_from.open(verify=False).rows()  # (verified by the parent)
         lists = plan_lists(rows, spec.lists_spec, spec.partitions)
         del rows
+        if is_url(spec.rows_from.store) and blocks_read_by_ranges(
+                blocks.anchors, blocks.ctx.pos_offsets, blocks.ctx.pos_ids,
+                spec.config.batch_size, st.count, st.dim * (2 if st.dtype == "float16" else 4),
+                checked_block_bytes(st.manifest)):
+            # the blocks read only their anchors' and positives' rows: by byte ranges,
+            # so that no worker holds the store (the partitions hold their lists)
+            blocks = replace(blocks, rows_from=lists_rows(spec.rows_from))
         blocks = replace(blocks, searcher=None, anchor_searcher=ListCandidates(
             lists, lists_rows(spec.rows_from), spec.folder, blocks.anchors,
             spec.config.batch_size, blocks.k0,

@@ -172,8 +172,8 @@ def test_mine_split_lists_from_s3_equal_local_and_a_partition_reads_its_blocks(
     read the store themselves (each a fresh process: nothing loaded), from s3://: the
     table and stats of the local store's run. The store's rows lie cluster by cluster and
     only a few items have a positive (the anchors), so a partition's cells and the
-    anchors are a part of the blocks: its worker fetches those, not the whole store; the
-    blocks' workers fetch the store whole, as before."""
+    anchors are a part of the blocks: its worker fetches those, not the whole store; a
+    block's worker fetches its anchors' and their positives' blocks only."""
     from pairkit.core import store_rows
     from pairkit.core.tables import read_table
     from pairkit.index.options import IndexOptions
@@ -231,8 +231,10 @@ def test_mine_split_lists_from_s3_equal_local_and_a_partition_reads_its_blocks(
     assert len(per_part) == 2
     assert all(store_bytes / 2 < b < 0.75 * store_bytes for b in per_part), \
         (per_part, store_bytes)
-    # the blocks (each a fresh process here) fetch the store whole and hold it, as before
-    assert len(per_block) == 3 and all(b >= store_bytes for b in per_block)
+    # the blocks (each a fresh process here) read only their anchors' and positives' rows
+    # (the views of a source side by side): a few blocks each, never the store
+    assert len(per_block) == 3 and all(0 < b < 0.2 * store_bytes for b in per_block), \
+        (per_block, store_bytes)
 
 
 def test_mine_split_lists_to_an_s3_dataset_equal_local_and_leave_no_candidates(

@@ -245,3 +245,26 @@ def test_split_plan_made_in_a_child_process(store16, tmp_path, monkeypatch):
     b, sb = run(store16, tmp_path, cfg, index, partitions=3, name="split")
     assert "in 3 partitions" in sb["index"]
     same(a, sa, b, sb)
+
+
+def test_blocks_read_by_ranges_when_their_rows_lie_together():
+    """The blocks of a split run read by byte ranges when their anchors' and positives'
+    rows fall in at most twice the store's blocks (hand-counted), not when the positives
+    are scattered over the store."""
+    from pairkit.mine.ivf_parts import blocks_read_by_ranges
+
+    n, row_bytes, block = 1000, 100, 1000  # 10 rows a block: 100 blocks
+    anchors = np.arange(n)
+    offsets = np.arange(n + 1)
+    beside = anchors ^ 1  # the other view of a source, next to it
+    assert blocks_read_by_ranges(anchors, offsets, beside, 100, n, row_bytes, block)
+    # 10 blocks of anchors, each with positives in every block of the store: 10 x 100
+    scattered = (anchors * 37) % n
+    assert not blocks_read_by_ranges(anchors, offsets, scattered, 100, n, row_bytes, block)
+    # the limit: each block of 100 anchors touches its 10 blocks plus 10 of another
+    # block of anchors (20 x 10 = 200 = 2 x 100 blocks: yes); one more block: no
+    other = (anchors + 100) % n
+    assert blocks_read_by_ranges(anchors, offsets, other, 100, n, row_bytes, block)
+    one_more = other.copy()
+    one_more[0] = 555
+    assert not blocks_read_by_ranges(anchors, offsets, one_more, 100, n, row_bytes, block)
