@@ -581,6 +581,12 @@ def test_mine_s3_store_to_s3_parts_never_on_the_driver(store, cluster, s3, tmp_p
                              dtype="float16")
         args = ["--hard", "--batch-size", "500", "--index", "ivf", "--nlist", "8",
                 "--nprobe", "3", "-q"]
+        # checked pieces of 1 KiB (in the manifest): the blocks of anchors then read their
+        # rows by byte ranges on the workers (their views lie side by side)
+        import pairkit.core.store_writer as store_writer
+
+        monkeypatch.setattr(store_writer, "SHARD_BLOCK_BYTES", 1024)
+        monkeypatch.setattr(remote_store, "SHARD_BLOCK_BYTES", 1024)
     cols = ["path", "source", "view", "label"]
     write_store(f"{s3}/st", store.vectors(), store.items[cols], encoder=store.encoder,
                 dtype=store.dtype)
