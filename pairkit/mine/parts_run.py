@@ -114,6 +114,7 @@ def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     rel = load_relation(spec.relation, st.items)
     blocks = plan_blocks(None, st.source_codes(), rel, spec.config, spec.searcher,
                          rows_from=spec.rows_from, n_items=st.count)
+    reads = None  # with the lists split, from object storage: how the blocks read rows
     if spec.partitions and spec.lists_spec is not None:  # the lists split: ivf_parts
         from pairkit.mine.ivf_parts import (
             ListCandidates,
@@ -127,13 +128,18 @@ def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
             rows = spec.rows_from.open(verify=False).rows()  # (verified by the parent)
         lists = plan_lists(rows, spec.lists_spec, spec.partitions)
         del rows
-        if is_url(spec.rows_from.store) and blocks_read_by_ranges(
-                blocks.anchors, blocks.ctx.pos_offsets, blocks.ctx.pos_ids,
-                spec.config.batch_size, st.count, st.dim * (2 if st.dtype == "float16" else 4),
-                checked_block_bytes(st.manifest)):
-            # the blocks read only their anchors' and positives' rows: by byte ranges,
-            # so that no worker holds the store (the partitions hold their lists)
-            blocks = replace(blocks, rows_from=lists_rows(spec.rows_from))
+        if is_url(spec.rows_from.store):
+            reads = ("the store fetched whole by each (their anchors' and positives' rows "
+                     "span most of it)")
+            if blocks_read_by_ranges(
+                    blocks.anchors, blocks.ctx.pos_offsets, blocks.ctx.pos_ids,
+                    spec.config.batch_size, st.count,
+                    st.dim * (2 if st.dtype == "float16" else 4),
+                    checked_block_bytes(st.manifest)):
+                # the blocks read only their anchors' and positives' rows: by byte
+                # ranges, so that no worker holds the store (the partitions their lists)
+                blocks = replace(blocks, rows_from=lists_rows(spec.rows_from))
+                reads = "their anchors' and positives' rows read by byte ranges"
         blocks = replace(blocks, searcher=None, anchor_searcher=ListCandidates(
             lists, lists_rows(spec.rows_from), spec.folder, blocks.anchors,
             spec.config.batch_size, blocks.k0,
@@ -141,6 +147,8 @@ def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     labelled = st.has_labels
     info = {"anchors": len(blocks.anchors), "k0": blocks.k0, "relation": rel.description,
             "relation_stats": relation_stats(rel), "labelled": labelled}
+    if reads is not None:
+        info["blocks_read"] = reads
     plan = PartsPlan(spec.folder, spec.fmt, st.content_id, labelled, remote=spec.remote)
     return PartsJob(blocks, plan), info
 
@@ -354,6 +362,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         if here:  # this process's copies of the store's rows and paths
             forget_loaded()
             forget_columns()
+    if "blocks_read" in info:  # the split lists from object storage: say what the
+        index_text += f"; the blocks of anchors: {info['blocks_read']}"  # blocks held
     stats = run_stats(store, info["relation"], config, fmt, info.get("index", index_text),
                       counts.rows, summary_stats,
                       seconds={"setup": round(t1 - t0, 3),

@@ -222,6 +222,8 @@ def test_mine_split_lists_from_s3_equal_local_and_a_partition_reads_its_blocks(
                     partitions=2)
     table = read_table(got)
     assert len(table) > 0 and "in 2 partitions" in sg["index"]
+    assert sg["index"].endswith("the blocks of anchors: their anchors' and positives' rows "
+                                "read by byte ranges")
     pd.testing.assert_frame_equal(table, read_table(want))
     skip = {"seconds", "index", "store"}
     assert {k: v for k, v in sg.items() if k not in skip} == \
@@ -281,6 +283,9 @@ def test_mine_split_lists_to_an_s3_dataset_equal_local_and_leave_no_candidates(
     workers.workers = 3  # type: ignore[attr-defined]
     sg = mine_parts(f"{s3}/st", None, cfg, index, "n-tuple", f"{s3}/pairs/", False, workers)
     assert "its lists in 3 partitions" in sg["index"]
+    # 5 blocks of anchors in a store of one 1 MiB piece a shard: fetched whole
+    assert sg["index"].endswith("the store fetched whole by each (their anchors' and "
+                                "positives' rows span most of it)")
     assert len(seen) == 5 * 3 * 5 and all(n.endswith(".npz") for n in seen)  # 5 blocks
     fs().invalidate_cache()
     names = sorted(n.rsplit("/", 1)[-1] for n in fs().ls(f"{s3[5:]}/pairs"))
