@@ -170,9 +170,15 @@ def partition_index(rows: Any, lists: IvfLists, cells: np.ndarray) -> Any:
                             for c in np.sort(cells)])
     order = np.argsort(ids, kind="stable")  # read in id order: shard by shard
     codes = np.empty((len(ids), rows.shape[1]), dtype=rows.dtype)
-    if len(ids):
-        codes[order] = rows[ids[order].astype(np.int64)]
+    # a piece at a time: one read of every row at once would hold them twice
+    step = max(1, READ_BYTES // max(1, codes.shape[1] * codes.itemsize))
+    for s in range(0, len(ids), step):
+        at = order[s:s + step]
+        codes[at] = rows[ids[at].astype(np.int64)]
     return HalfIvf(lists.quantizer, lists.nprobe, codes, ids, offsets)
+
+
+READ_BYTES = 64 << 20  # a partition's rows read this many bytes at a time
 
 
 def merge_top(partials: list[tuple[np.ndarray, np.ndarray]], k: int

@@ -129,12 +129,17 @@ def lists_of(store, nlist=8, nprobe=2, parts=3):
     return ivf_parts.plan_lists(store.rows(), spec, parts), spec
 
 
-def test_partition_reads_only_its_cells_rows(store16):
-    """A partition's index is made of its cells' rows only (other reads refused), and its
-    search is the whole index's restricted to those cells."""
+@pytest.mark.parametrize("read_bytes", [None, 100], ids=["one-read", "3-rows-a-read"])
+def test_partition_reads_only_its_cells_rows(store16, monkeypatch, read_bytes):
+    """A partition's index is made of its cells' rows only (other reads refused; each
+    row read once, also a few rows at a time), and its search is the whole index's
+    restricted to those cells."""
     from pairkit.index.faiss_build import build_index
     from pairkit.index.half_ivf import HalfIvf
     from pairkit.index.search import knn_search
+
+    if read_bytes:
+        monkeypatch.setattr(ivf_parts, "READ_BYTES", read_bytes)
 
     lists, spec = lists_of(store16)
     whole = build_index(store16.rows(), spec)
