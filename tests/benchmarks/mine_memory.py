@@ -223,26 +223,43 @@ def watch(pid: int, every: float, out: Path, stop: Any) -> None:
                           "load": os.getloadavg()[0]}), flush=True)
 
 
-def ray_workers_hwm(peaks: dict[int, tuple[float, float, str]]) -> None:
+def descendants(root: int) -> set[int]:
+    """The processes below ``root`` (its children, theirs, ...), from /proc."""
+    parent: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as fh:
+                    # the command name is in parentheses and may hold spaces
+                    parent[int(entry.name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    below: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - below
+        below |= frontier
+    return below
+
+
+def ray_workers_hwm(peaks: dict[int, tuple[float, float, str]], root: int) -> None:
     """Record into ``peaks`` (pid -> (VmHWM GB, largest RssAnon GB seen, what it ran)) the
     peak of every Ray worker process alive now (its command line starts with ``ray::``:
     the workers and actors, not gcs or the raylet) and the last task or actor its title
     named (``ray::IDLE`` between tasks). VmHWM is the process's own peak, so a sample
     before it exits catches it; it counts the store's shards' pages a worker has read
     through its memory map (file pages, shared with the page cache), which RssAnon (the
-    memory the process itself holds: its index, its arrays) leaves out."""
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    memory the process itself holds: its index, its arrays) leaves out. Only the
+    processes below ``root`` (the run's own Ray, not another on the machine)."""
+    for pid in sorted(descendants(root)):
         try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 title = fh.read(200).split(b"\0")[0].decode(errors="replace")
             if not title.startswith("ray::"):
                 continue
-            with open(f"/proc/{entry.name}/status") as fh:
+            with open(f"/proc/{pid}/status") as fh:
                 vm = {line.split(":")[0]: int(line.split()[1]) / 1e6 for line in fh
                       if line.startswith(("VmHWM", "RssAnon"))}
-            pid = int(entry.name)
             hwm, anon, seen = peaks.get(pid, (0.0, 0.0, "IDLE"))
             name = title[5:].split(" ")[0]
             peaks[pid] = (max(hwm, vm.get("VmHWM", 0.0)), max(anon, vm.get("RssAnon", 0.0)),
@@ -272,7 +289,7 @@ def peak_rss(cmd: list[str], env_extra: dict[str, str] | None = None,
     if workers is not None:
         def sample_workers() -> None:
             while not stop.wait(0.2):
-                ray_workers_hwm(workers)
+                ray_workers_hwm(workers, proc.pid)
 
         threading.Thread(target=sample_workers, daemon=True).start()
     err_bytes = proc.stderr.read() if proc.stderr else b""
