@@ -398,6 +398,11 @@ class Store:
 
         return ShardRows(self._arrays, self.dim, self.dtype)
 
+    @property
+    def items_parsed(self) -> bool:
+        """Whether the item table is parsed already (:attr:`items` was read)."""
+        return self._items is not None
+
     def item_columns(self, *names: str) -> list[Any]:
         """Columns of the item table as pyarrow arrays (one chunk each), read without
         building the pandas table (:attr:`items`, whose paths are Python objects once
