@@ -159,10 +159,10 @@ def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
 def plan_items(st: Any, relation: str | None) -> Any:
     """The item table's columns the relation's plan reads (``source`` and ``label``; the
     whole table for a ``pairs:`` relation, which matches paths), Arrow-backed rather than
-    Python strings when the table is not parsed yet: about a third of the memory (the
-    plan's task held ~0.25 GB a million rows with the parsed table). Codes and the
-    relation are the same (pandas factorises Arrow strings in order of first appearance,
-    missing values -1, as :func:`pairkit.core.store.codes_of` does)."""
+    Python strings when the table is not parsed yet (measured at 4M rows: the plan's task
+    0.07 GB smaller, docs/benchmarks.md). Codes and the relation are the same (pandas
+    factorises Arrow strings in order of first appearance, missing values -1, as
+    :func:`pairkit.core.store.codes_of` does)."""
     import pandas as pd
 
     if (relation or "").startswith("pairs:") or st.count == 0 or st.items_parsed:
