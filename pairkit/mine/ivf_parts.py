@@ -251,22 +251,19 @@ def read_candidates(path: Path | str) -> dict[str, np.ndarray]:
         return {name: f[name] for name in ("rows", "ids", "scores")}
 
 
-def remove_candidates(folder: str, blocks: int, parts: int, token: str = "") -> None:
-    """Remove the run's candidate files (best effort: a local folder goes with the run's
-    parts folder, objects left over go with the writer's token)."""
+def remove_candidates(url: str, blocks: int, parts: int, token: str) -> None:
+    """Remove the run's candidate objects beside the dataset at ``url`` (best effort:
+    any left over go with the writer's token; a local run's candidates go with its parts
+    folder)."""
     import contextlib
 
-    from pairkit.core.remote import is_url, remove
+    from pairkit.core.remote import remove
     from pairkit.errors import PairkitError
 
     for b in range(blocks):
         for p in range(parts):
-            path = candidates_path(folder, b, p, token)
-            if is_url(path):
-                with contextlib.suppress(PairkitError):
-                    remove(str(path))
-            else:
-                Path(path).unlink(missing_ok=True)
+            with contextlib.suppress(PairkitError):
+                remove(str(candidates_path(url, b, p, token)))
 
 
 @dataclass(frozen=True)

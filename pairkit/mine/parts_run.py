@@ -353,11 +353,12 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
             records.append(summary.part)
             if progress is not None:
                 progress(b1 - b0)
-        if split:  # the partitions' candidates: read by every block, no longer needed
+        if split and folder is None:
+            # the partitions' candidate objects are no longer needed (a local parts
+            # folder, candidates and all, is removed below)
             from pairkit.mine.ivf_parts import remove_candidates
 
-            remove_candidates(spec.folder, len(spans), split,
-                              put_parts.token if folder is None else "")
+            remove_candidates(spec.folder, len(spans), split, put_parts.token)
         del job
         if searcher is not None:
             searcher.release()  # built here when streamed: freed before the commit
