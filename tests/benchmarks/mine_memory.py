@@ -107,23 +107,23 @@ STAGES = (("pairkit.core.store", "Store.vectors", "vectors"),
           ("pairkit.core.table_parts", "commit_parts", "commit"))
 
 
+def status_gb(pid: int | str, *keys: str) -> dict[str, float]:
+    """The fields ``keys`` (``VmRSS``, ``VmHWM``, ``RssAnon``: kB in the kernel's table)
+    of /proc/PID/status in GB; OSError when the process is gone."""
+    with open(f"/proc/{pid}/status") as fh:
+        return {line.split(":")[0]: int(line.split()[1]) / 1e6 for line in fh
+                if line.startswith(keys)}
+
+
 def rss_gb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1e6
-    return 0.0
+    return status_gb("self", "VmRSS").get("VmRSS", 0.0)
 
 
 def vm_hwm_gb() -> float:
     """This process's own peak resident set (VmHWM), in GB: unlike ``ru_maxrss`` from
     ``wait4``, not raised by the children it waited for (with ``--ray local``: Ray's head
     processes, whose object store holds the plan and the blocks' results)."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM"):
-                return int(line.split()[1]) / 1e6
-    return 0.0
+    return status_gb("self", "VmHWM").get("VmHWM", 0.0)
 
 
 def run_with_stages(argv: list[str]) -> None:
@@ -211,11 +211,9 @@ def watch(pid: int, every: float, out: Path, stop: Any) -> None:
     t0 = time.perf_counter()
     while not stop.wait(every):
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
+            vm = status_gb(pid, "VmHWM", "VmRSS")
         except OSError:
             return
-        vm = {line.split(":")[0]: int(line.split()[1]) / 1e6 for line in status.splitlines()
-              if line.startswith(("VmHWM", "VmRSS"))}
         parts = sum(len(list(d.glob("part-*.parquet")))
                     for d in out.parent.glob(f".{out.name}.*.tmp"))
         print(json.dumps({"elapsed_s": round(time.perf_counter() - t0), "hwm_gb": vm.get("VmHWM"),
@@ -257,9 +255,7 @@ def ray_workers_hwm(peaks: dict[int, tuple[float, float, str]], root: int) -> No
                 title = fh.read(200).split(b"\0")[0].decode(errors="replace")
             if not title.startswith("ray::"):
                 continue
-            with open(f"/proc/{pid}/status") as fh:
-                vm = {line.split(":")[0]: int(line.split()[1]) / 1e6 for line in fh
-                      if line.startswith(("VmHWM", "RssAnon"))}
+            vm = status_gb(pid, "VmHWM", "RssAnon")
             hwm, anon, seen = peaks.get(pid, (0.0, 0.0, "IDLE"))
             name = title[5:].split(" ")[0]
             peaks[pid] = (max(hwm, vm.get("VmHWM", 0.0)), max(anon, vm.get("RssAnon", 0.0)),
