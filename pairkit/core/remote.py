@@ -180,6 +180,18 @@ def put(url: str, data: bytes) -> None:
         raise _failure(url, exc, "writing") from None
 
 
+def write_whole(location: str | Path, data: bytes | memoryview) -> None:
+    """Write ``data`` as the whole object or file at ``location``, atomically either way:
+    an object put whole (:func:`put`), a local file renamed into place."""
+    if is_url(location):
+        put(str(location), bytes(data))
+        return
+    from pairkit.core.atomic import atomic_path
+
+    with atomic_path(Path(location)) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+
+
 def put_if(url: str, data: bytes, tag: str | None) -> str | None:
     """Write the object only if it is still the version ``tag`` (None: only if there is
     none); returns the new tag. CommitConflict when another writer got there first."""

@@ -224,20 +224,15 @@ def candidates_path(folder: str, block: int, part: int, token: str = "") -> Path
 
 def write_candidates(path: Path | str, rows: np.ndarray, ids: np.ndarray,
                      scores: np.ndarray) -> None:
-    """Write a partition's candidates of one block (atomically: a file renamed into
-    place, or one object put whole)."""
+    """Write a partition's candidates of one block (atomically: one object put whole, or
+    a file renamed into place)."""
     import io
 
-    from pairkit.core.atomic import atomic_path
-    from pairkit.core.remote import is_url, put
+    from pairkit.core.remote import write_whole
 
-    if is_url(path):
-        buf = io.BytesIO()
-        np.savez(buf, rows=rows, ids=ids, scores=scores)
-        put(str(path), buf.getvalue())
-        return
-    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as fh:
-        np.savez(fh, rows=rows, ids=ids, scores=scores)
+    buf = io.BytesIO()
+    np.savez(buf, rows=rows, ids=ids, scores=scores)
+    write_whole(path, buf.getbuffer())
 
 
 def read_candidates(path: Path | str) -> dict[str, np.ndarray]:

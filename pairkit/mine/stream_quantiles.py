@@ -68,13 +68,9 @@ def write_keys(values: np.ndarray, path: str | os.PathLike[str]) -> tuple[np.nda
     x = np.asarray(values, dtype=np.float32).ravel()
     nan = np.isnan(x)
     keys = sort_keys(x[~nan])
-    from pairkit.core.remote import is_url, put
+    from pairkit.core.remote import write_whole
 
-    if is_url(path):
-        put(str(path), keys.tobytes())
-    else:
-        with open(path, "wb") as fh:
-            keys.tofile(fh)
+    write_whole(path, memoryview(keys).cast("B"))
     buckets, counts = np.unique(keys >> 16, return_counts=True)
     return np.stack([buckets.astype(np.int64), counts.astype(np.int64)], axis=1), int(nan.sum())
 

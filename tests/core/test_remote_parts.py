@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -79,3 +80,20 @@ def test_an_object_put_by_another_process_after_a_listing_is_read(s3):
     other.pipe_file(f"{s3[len('s3://'):]}/t/.keys-b", b"22")  # "another process"
     assert read_bytes(f"{s3}/t/.keys-b") == b"22"
     assert read_bytes(f"{s3}/t/.keys-b", max_bytes=10) == b"22"
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_write_whole_puts_bytes_and_buffers_whole_and_replaces(s3, tmp_path, where):
+    import numpy as np
+
+    from pairkit.core.remote import write_whole
+
+    target = f"{s3}/w/keys" if where == "s3" else str(tmp_path / "sub" / "keys")
+    keys = np.arange(5, dtype=np.uint32)
+    write_whole(target, memoryview(keys).cast("B"))
+    got = read_bytes(target) if where == "s3" else Path(target).read_bytes()
+    assert np.frombuffer(got, dtype=np.uint32).tolist() == [0, 1, 2, 3, 4]
+    write_whole(target, b"")  # replaced whole, an empty buffer too
+    assert (read_bytes(target) if where == "s3" else Path(target).read_bytes()) == b""
+    if where == "local":  # no temp file is left beside it
+        assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["keys"]
