@@ -114,7 +114,10 @@ def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
         return plan_with_rules(st, spec)
     items = plan_items(st, spec.relation)
     rel = load_relation(spec.relation, items)
-    blocks = plan_blocks(None, codes_of(items["source"])[0], rel, spec.config,
+    # the instance relation's groups are the source codes (the same call): not factorised
+    # twice
+    sources = rel.group if rel.kind == "instance" else codes_of(items["source"])[0]
+    blocks = plan_blocks(None, sources, rel, spec.config,
                          spec.searcher, rows_from=spec.rows_from, n_items=st.count)
     labelled = bool(len(items)) and bool(items["label"].notna().any())
     del items
