@@ -57,13 +57,14 @@ def mine_to_files(
     :class:`pairkit.distributed.mine.RayMine` for ``--ray``), with the same result.
 
     Here, a run that can (:func:`pairkit.mine.parts_run.streams_parts`: a local parquet
-    output, no false-negative rules or mined positives, FAISS on the CPU, not ``hnsw``)
-    is **streamed** from the store's shards block by block
-    (:func:`pairkit.mine.parts_run.mine_parts`), with the same table and stats;
-    ``streamed`` False keeps such a run in memory (the store's float32 copy, the whole
-    table), True or None (default) streams it. ``partitions``: the IVF lists' partitions
-    of such a run (:func:`pairkit.mine.parts_run.mine_parts`; None: one per worker with an
-    executor)."""
+    output, and no false-negative rules or mined positives, FAISS on the CPU, not
+    ``hnsw``) is **streamed** from the store's shards block by block
+    (:func:`pairkit.mine.parts_run.mine_parts`), with the same table and stats; with rules
+    or mined positives the blocks still write the table part by part (the vectors held,
+    not the table). ``streamed`` False keeps such a run in memory (the store's float32
+    copy, the whole table), True or None (default) writes it by parts. ``partitions``:
+    the IVF lists' partitions of such a run (:func:`pairkit.mine.parts_run.mine_parts`;
+    None: one per worker with an executor)."""
     from pairkit.core.atomic import atomic_open, check_output
     from pairkit.core.paths import check_output_apart
     from pairkit.core.store import Store

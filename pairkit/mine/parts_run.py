@@ -24,7 +24,10 @@ The same path runs in one process without ``--ray`` (:func:`mine_parts` with no
 executor): the blocks one after the other, the rows read in place from the store's shards
 and the index built from them (the store's snapshot opened once), so that a local ``mine``
 of a store larger than memory as float32 holds neither a float32 copy nor the table
-(docs/mine.md#memory; tests/mine/test_streamed.py).
+(docs/mine.md#memory; tests/mine/test_streamed.py). With false-negative rules or mined
+positives the plan is made here as a cluster's task makes it (with the vectors, the
+context, the index and the mined positives, which the blocks use in place) and the
+blocks write their parts: the vectors are held, the table is not.
 """
 
 from __future__ import annotations
@@ -48,16 +51,16 @@ def streams_parts(output: str, fn_config: Any, positives: Any, executor: Any = N
     """Whether ``mine`` can run this way (see the module docstring): a local parquet
     output, or with an executor a dataset on object storage (``-o s3://bucket/pairs/``:
     the blocks put their parts there, :mod:`pairkit.core.remote_parts`); blocks run by an
-    executor, or here (``executor`` None: streamed from the shards, see
-    :func:`mine_parts`) with no false-negative rules or mined positives, FAISS on the CPU
-    and no ``hnsw`` index (``index``: the run's options)."""
+    executor, or here (``executor`` None, see :func:`mine_parts`): with false-negative
+    rules or mined positives (planned with the vectors, any index), or streamed from the
+    shards with FAISS on the CPU and no ``hnsw`` index (``index``: the run's options)."""
     from pairkit.core.tables import table_kind
     from pairkit.mine.rules_plan import has_rules
 
     if output == "-" or (is_url(output) and (executor is None or not output.endswith("/"))):
         return False
-    if executor is None and (has_rules(fn_config, positives)
-                             or not streams_rows(index or IndexOptions())):
+    if executor is None and not has_rules(fn_config, positives) and not streams_rows(
+            index or IndexOptions()):
         return False
     return table_kind(output) in ("parquet", "dataset")
 
@@ -189,7 +192,9 @@ def plan_here(store: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     same plan either way (tests/mine/test_streamed.py)."""
     from pairkit.mine.block_parts import keep_columns, read_columns
 
-    if store.count <= PLAN_APART_ROWS or spec.relation == "pairs:-":  # stdin: read here
+    # stdin is read here; a plan with the rules holds the vectors, the context and the
+    # index, which the blocks use here: never pickled back from a child
+    if store.count <= PLAN_APART_ROWS or spec.relation == "pairs:-" or spec.rules is not None:
         keep_columns(store.content_id, *read_columns(store))  # before the table is parsed
         job, info = plan_of(store, spec)
     else:
@@ -249,7 +254,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     ``pairs:FILE`` relation is read here. With false-negative rules (``fn_config``) or
     mined positives (``positives``) the plan is made with the vectors, the rules'
     context, the index and the mined positives (:mod:`pairkit.mine.rules_plan`), by the
-    Ray task too: the driver holds none of them (blocks on a cluster only).
+    Ray task too: the driver holds none of them; here, by this process, whose blocks then
+    use them in place and write their parts (the table is never whole here).
 
     ``map_blocks`` None: the blocks run here, one after the other, **streamed**: the rows
     are read in place from the store's shards (:class:`pairkit.core.shard_rows.ShardRows`),
@@ -286,8 +292,6 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt}")
     here = map_blocks is None
     with_rules = has_rules(fn_config, positives)
-    if with_rules and here:  # the rules' context needs the vectors: mined in memory
-        return None
     # verified where it is read: by the plan on a cluster; here, once, the run's snapshot
     store = Store.open(store_path, verify=here)
     if store.count == 0:
@@ -391,7 +395,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                       counts.rows, summary_stats,
                       seconds={"setup": round(t1 - t0, 3),
                                "mine": round(time.perf_counter() - t1, 3),
-                               "false_negative_context": 0.0, "index": 0.0, "search": 0.0,
+                               "false_negative_context": 0.0, "index": 0.0,
+                               "search": round(info.get("search_time", [0.0])[0], 3),
                                **info.get("seconds", {})})
     stats.update(info.get("rules", {}))  # the keys run_stats has, as the rules set them
     stats.update(info.get("after", {}))  # mined positives, the label-free estimate

@@ -112,6 +112,9 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
             "relation_stats": relation_stats(rel), "labelled": labelled,
             "index": index_text, "rules": rules_stats(config, fn_config, ctx, skipped),
             "after": after_stats,
+            # the search's seconds: added up by the blocks where they run in this process
+            # (mine_parts here), not by a cluster's workers
+            "search_time": search_time,
             "seconds": {"false_negative_context": round(t_fn - t0, 3),
                         "index": round(t_index - t_fn, 3)}}
     plan = PartsPlan(spec.folder, spec.fmt, st.content_id, labelled, flags=flags,

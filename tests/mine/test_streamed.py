@@ -2,7 +2,8 @@
 pairkit/mine/parts_run.py run in this process, the rows read in place, the index built
 from them block by block): the table and the stats equal the in-memory run's; no float32
 copy of the store is made; a failure leaves no output and no temp folder; the runs that
-can't stream (other outputs, rules, mined positives, hnsw) keep the in-memory path."""
+can't stream (other outputs, hnsw) keep the in-memory path; with false-negative rules or
+mined positives the blocks write the table part by part, equal to the in-memory run's."""
 
 from __future__ import annotations
 
@@ -202,24 +203,74 @@ def test_existing_output_refused_then_replaced_with_force(store16, tmp_path):
     assert len(read_table(out)) == json.loads((tmp_path / "stats.json").read_text())["rows"]
 
 
-@pytest.mark.parametrize("case", ["csv", "stdout", "rules", "mined-positives", "hnsw"])
+@pytest.mark.parametrize("case", ["csv", "stdout", "hnsw"])
 def test_runs_that_cannot_stream_stay_in_memory(store32, tmp_path, capsys, case):
-    from pairkit.mine.false_negatives import FalseNegativeConfig
-    from pairkit.mine.positives import PositiveConfig
-
     out, kw = str(tmp_path / "p.parquet"), {}
     if case == "csv":
         out = str(tmp_path / "p.csv")
     elif case == "stdout":
         out = "-"
-    elif case == "rules":
-        kw["fn_config"] = FalseNegativeConfig(rules=("margin",))
-    elif case == "mined-positives":
-        kw["positives"] = PositiveConfig(per_anchor=2)
     elif case == "hnsw":
         kw["index"] = IndexOptions(kind="hnsw", device="cpu", backend="faiss")
     stats = mine_to_files(store32.root, out, MineConfig(batch_size=100), **kw)
     assert STREAMED not in stats["index"] and stats["rows"] > 0
+
+
+@pytest.mark.parametrize("case", ["margin", "default-rules", "mined-positives", "keep-flags",
+                                  "n-tuple-dataset", "label-rule", "hnsw"])
+def test_rules_and_mined_positives_written_block_by_block_equal_in_memory(
+        store32, tmp_path, monkeypatch, case):
+    """With false-negative rules or mined positives a local parquet output is written by
+    the blocks, part by part (the plan holds the vectors, the context and the index, as
+    the in-memory run does; the table is never whole here): the same table and stats."""
+    import pairkit.mine.command as command
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.positives import PositiveConfig
+
+    default = ("near-duplicate", "mutual-neighbour", "cluster")
+    cfg, fmt, out, kw = MineConfig(batch_size=90), "triplet", "pairs.parquet", {}
+    index = IndexOptions(kind="flat", device="cpu", backend="faiss")
+    if case == "margin":
+        kw["fn_config"] = FalseNegativeConfig(rules=("margin",))
+    elif case == "default-rules":
+        kw = {"fn_config": FalseNegativeConfig(rules=default), "positives": PositiveConfig()}
+    elif case == "mined-positives":
+        kw["positives"] = PositiveConfig(per_anchor=2)
+    elif case == "keep-flags":
+        cfg = MineConfig(batch_size=90, fn_mode="keep")
+        kw = {"fn_config": FalseNegativeConfig(rules=default), "positives": PositiveConfig()}
+    elif case == "n-tuple-dataset":
+        fmt, out = "n-tuple", "pairs/"
+        kw = {"fn_config": FalseNegativeConfig(rules=default), "positives": PositiveConfig()}
+    elif case == "label-rule":  # the search skips the anchor's label
+        kw["fn_config"] = FalseNegativeConfig(rules=("label", "near-duplicate"))
+    elif case == "hnsw":  # the plan's index is built from its vectors: any kind
+        index = IndexOptions(kind="hnsw", device="cpu", backend="faiss")
+        kw["fn_config"] = FalseNegativeConfig(rules=("margin",))
+    in_memory = []
+    real = command.mine_store
+    monkeypatch.setattr(command, "mine_store",
+                        lambda *a, **k: in_memory.append(1) or real(*a, **k))
+    suffix = "/" if out.endswith("/") else ""
+    a, b = tmp_path / f"a-{out.rstrip('/')}", tmp_path / f"b-{out.rstrip('/')}"
+    sa = mine_to_files(store32.root, str(a) + suffix, cfg, fmt=fmt, index=index,
+                       streamed=False, **kw)
+    assert in_memory == [1]
+    sb = mine_to_files(store32.root, str(b) + suffix, cfg, fmt=fmt, index=index, **kw)
+    assert in_memory == [1]  # not mined in memory: by the blocks' parts
+    ta, tb = read_table(a), read_table(b)
+    assert len(ta) > 0
+    pd.testing.assert_frame_equal(ta, tb)
+    skip = {"seconds"}
+    assert {k: v for k, v in sa.items() if k not in skip} == \
+        {k: v for k, v in sb.items() if k not in skip}
+    if "positives" in kw:
+        assert (ta["positive_kind"] == "mined").any()
+    if case == "keep-flags":
+        assert ta["false_negative"].any()
+    if out.endswith("/"):
+        assert len(list(b.glob("*.parquet"))) > 1  # one part per block
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
 
 
 
