@@ -106,6 +106,14 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
         from pairkit.mine.fn_estimate import estimate_quality
 
         after_stats["fn_estimate"] = estimate_quality(ctx, fn_config, seed=config.seed)
+    if ctx is not None and ctx.spectral is not None:
+        # the cluster runs are assigned and the positives mined: the blocks read only the
+        # runs, never every row's principal components (512 bytes a row at 128), so those
+        # are not kept (nor shipped)
+        from dataclasses import replace
+
+        dims = ctx.spectral.reduced.shape[1]
+        ctx.spectral = replace(ctx.spectral, reduced=np.zeros((0, dims), np.float32))
     labelled = st.has_labels
     flags = fn_config is not None and config.keep_flagged
     info = {"anchors": len(blocks.anchors), "k0": blocks.k0, "relation": rel.description,

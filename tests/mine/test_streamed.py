@@ -256,8 +256,19 @@ def test_rules_and_mined_positives_written_block_by_block_equal_in_memory(
     sa = mine_to_files(store32.root, str(a) + suffix, cfg, fmt=fmt, index=index,
                        streamed=False, **kw)
     assert in_memory == [1]
+    import pairkit.mine.block_parts as block_parts
+
+    jobs = []
+    real_block = block_parts.mine_block_part
+    monkeypatch.setattr(block_parts, "mine_block_part",
+                        lambda job, span: jobs.append(job) or real_block(job, span))
     sb = mine_to_files(store32.root, str(b) + suffix, cfg, fmt=fmt, index=index, **kw)
     assert in_memory == [1]  # not mined in memory: by the blocks' parts
+    fn_filter = jobs[0].blocks.ctx.fn_filter
+    if "cluster" in getattr(kw.get("fn_config"), "rules", ()):
+        # the cluster rule's principal components of every row are not kept for the blocks
+        assert fn_filter.ctx.spectral.reduced.size == 0
+        assert fn_filter.ctx.cluster_assign.shape[1] == store32.count
     ta, tb = read_table(a), read_table(b)
     assert len(ta) > 0
     pd.testing.assert_frame_equal(ta, tb)
