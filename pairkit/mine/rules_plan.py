@@ -114,6 +114,9 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
 
         dims = ctx.spectral.reduced.shape[1]
         ctx.spectral = replace(ctx.spectral, reduced=np.zeros((0, dims), np.float32))
+    from pairkit.core.heap import return_free_memory
+
+    return_free_memory()  # the context's and the positives' temporaries, before the blocks
     labelled = st.has_labels
     flags = fn_config is not None and config.keep_flagged
     info = {"anchors": len(blocks.anchors), "k0": blocks.k0, "relation": rel.description,
