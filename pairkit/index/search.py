@@ -310,7 +310,10 @@ class IvfListMajor:
         return int(index.ntotal) >= 256 * int(faiss.extract_index_ivf(index).nlist)
 
     def inverted_list(self, lid: int) -> tuple[np.ndarray, np.ndarray]:
-        """List ``lid``'s vectors (n, d) float32 and ids (n,) int64, read once and kept."""
+        """List ``lid``'s vectors (n, d) float32 and ids (n,) int64: read-only views of the
+        index's own lists (no copy: a copy of every list probed doubled the index's memory,
+        0.5 GB a million rows at 128 dims), valid while this object (which keeps the index)
+        lives and the index is not added to."""
         import faiss
 
         if lid not in self._lists:
@@ -320,8 +323,10 @@ class IvfListMajor:
                 vec, ids = np.zeros((0, self.d), np.float32), np.zeros(0, np.int64)
             else:
                 codes = faiss.rev_swig_ptr(inv.get_codes(lid), n * self.d * 4)
-                vec = np.frombuffer(codes, dtype=np.float32).reshape(n, self.d).copy()
-                ids = faiss.rev_swig_ptr(inv.get_ids(lid), n).astype(np.int64).copy()
+                vec = np.frombuffer(codes, dtype=np.float32).reshape(n, self.d)
+                ids = np.asarray(faiss.rev_swig_ptr(inv.get_ids(lid), n), dtype=np.int64)
+                vec.flags.writeable = False
+                ids.flags.writeable = False
             self._lists[lid] = (vec, ids)
         return self._lists[lid]
 
