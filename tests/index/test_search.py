@@ -211,3 +211,30 @@ def test_knn_search_of_an_array_equals_the_flat_index() -> None:
     assert i[0].tolist() == [3, 10, 25]
     s, i = knn_search(queries, base, 45)
     assert (i[:, 40:] == -1).all() and np.isneginf(s[:, 40:]).all()
+
+
+def test_ivf_list_major_reads_the_lists_in_place_and_searches_as_faiss() -> None:
+    """IvfListMajor's lists are read-only views of the index's own memory (no copy of the
+    index), hold exactly the rows faiss put in each list, and the list-major search gives
+    faiss's own results."""
+    import faiss
+
+    from pairkit.index.search import IvfListMajor
+
+    x = np.random.default_rng(3).normal(size=(6000, 16)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(16), 16, 12, faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add(x)
+    index.nprobe = 4
+    lists = IvfListMajor(index)
+    seen = []
+    for lid in range(12):
+        vec, ids = lists.inverted_list(lid)
+        assert not vec.flags.owndata and not vec.flags.writeable and not ids.flags.writeable
+        assert ids.dtype == np.int64 and np.array_equal(vec, x[ids])
+        seen.append(ids)
+    assert np.array_equal(np.sort(np.concatenate(seen)), np.arange(6000))
+    d_ref, i_ref = index.search(x[:300], 7)
+    d, i = lists.search(x[:300], 7)
+    assert np.array_equal(i, i_ref) and np.allclose(d, d_ref, atol=1e-5)
