@@ -24,7 +24,7 @@ what moves held-out kNN above the raw features there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -124,7 +124,31 @@ def mine_positives(anchors: np.ndarray, neighbour_ids: np.ndarray,
         return MinedPositives.empty()
     m = min(cfg.neighbours, neighbour_ids.shape[1])
     nb = neighbour_ids[:, :m]
-    mutual = mutual_neighbours(nb)[anchors]
+    mutual_all = mutual_neighbours(nb)
+    parts = []
+    for c0 in range(0, len(anchors), CHUNK_ANCHORS):
+        part = _mine_chunk(anchors[c0:c0 + CHUNK_ANCHORS], mutual_all, nb, neighbour_scores,
+                           cfg, m, groups, vectors, cluster_assign, near_duplicate_threshold)
+        parts.append(replace(part, rows=part.rows + c0))
+    if len(parts) == 1:
+        return parts[0]
+    return MinedPositives(*(np.concatenate([getattr(p, f.name) for p in parts])
+                            for f in fields(MinedPositives)))
+
+
+# anchors mined at a time: a chunk's temporaries are ~100 bytes per anchor and neighbour
+# (every anchor at once made the peak of mine's plan at 1M rows: docs/benchmarks.md)
+CHUNK_ANCHORS = 131_072
+
+
+def _mine_chunk(anchors: np.ndarray, mutual_all: np.ndarray, nb: np.ndarray,
+                neighbour_scores: np.ndarray, cfg: PositiveConfig, m: int,
+                groups: np.ndarray | None, vectors: np.ndarray | None,
+                cluster_assign: np.ndarray | None,
+                near_duplicate_threshold: float | None) -> MinedPositives:
+    """:func:`mine_positives` of the anchors ``anchors`` (rows relative to them): every
+    step after the store-wide mutual test is per anchor."""
+    mutual = mutual_all[anchors]
     cand = np.where(mutual, nb[anchors], -1)
     cand_scores = np.where(mutual, neighbour_scores[anchors, :m], np.nan).astype(np.float32)
     ranks = np.broadcast_to(np.arange(m), cand.shape)

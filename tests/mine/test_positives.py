@@ -88,3 +88,35 @@ def test_mine_positives_off_and_bad_config() -> None:
         PositiveConfig(per_anchor=-1).check()
     with pytest.raises(UsageError, match="--positive-neighbours must be >= 1, got 0"):
         PositiveConfig(neighbours=0).check()
+
+
+@pytest.mark.parametrize("case", ["groups", "threshold", "rank-confidence"])
+def test_mine_positives_in_chunks_of_anchors_equal_one_pass(monkeypatch, case) -> None:
+    """Mined a few anchors at a time (the temporaries of a chunk, not of every anchor),
+    the result is that of one pass: rows offset by each chunk's start, every array equal."""
+    import pairkit.mine.positives as positives
+
+    rng = np.random.default_rng(4)
+    n, m = 300, 6
+    x = rng.normal(size=(n, 12)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    sims = x @ x.T
+    np.fill_diagonal(sims, -np.inf)
+    ids = np.argsort(-sims, axis=1)[:, :m]
+    scores = np.take_along_axis(sims, ids, 1).astype(np.float32)
+    kw = {}
+    if case == "groups":
+        kw = {"groups": np.where(np.arange(n) % 7 == 0, np.arange(n) % 3, -1),
+              "vectors": x, "cluster_assign": rng.integers(0, 4, size=(3, n))}
+    elif case == "threshold":
+        kw = {"near_duplicate_threshold": float(np.quantile(scores[:, 0], 0.8)),
+              "cluster_assign": rng.integers(0, 4, size=(2, n))}
+    anchors = np.sort(rng.choice(n, size=250, replace=False))
+    cfg = PositiveConfig(per_anchor=4, neighbours=m)
+    whole = mine_positives(anchors, ids, scores, cfg, **kw)
+    monkeypatch.setattr(positives, "CHUNK_ANCHORS", 17)
+    chunked = mine_positives(anchors, ids, scores, cfg, **kw)
+    assert len(whole) > 100
+    for name in ("rows", "ids", "scores", "confidence", "reasons"):
+        a, b = getattr(whole, name), getattr(chunked, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
