@@ -141,18 +141,21 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
                            groups=None if ctx is None else ctx.groups, vectors=vectors,
                            cluster_assign=None if ctx is None else ctx.cluster_assign,
                            near_duplicate_threshold=threshold)
-    reasons, counts = np.unique(mined.reasons.astype(str), return_counts=True)
+    from pairkit.mine.positives import REASONS
+
+    # per reason, in name order (not np.unique of the strings: a 64-byte copy per row)
+    counted = {r: int((mined.reasons == r).sum()) for r in sorted(REASONS)}
     stats: dict[str, Any] = {
         "rows": len(mined), "anchors_with_any": int(len(sorted_unique(mined.rows))),
         "per_anchor": round(len(mined) / max(len(anchors), 1), 3),
-        "reasons": {str(r): int(c) for r, c in zip(reasons, counts, strict=True)},
+        "reasons": {r: c for r, c in counted.items() if c},
         "neighbours": cfg.neighbours, "max_per_anchor": cfg.per_anchor,
     }
-    labels = store.labels()
-    if labels is not None and len(mined):
-        a = np.asarray(labels, dtype=object)[np.asarray(anchors)[mined.rows]]
-        b = np.asarray(labels, dtype=object)[mined.ids]
-        known = np.array([x is not None and y is not None for x, y in zip(a, b, strict=True)])
+    codes = store.label_codes()  # equal labels, equal codes; -1: missing (no Python
+    if codes is not None and len(mined):  # objects per mined pair)
+        a = codes[np.asarray(anchors)[mined.rows]]
+        b = codes[mined.ids]
+        known = (a >= 0) & (b >= 0)
         if known.any():
             stats["same_label"] = round(float((a[known] == b[known]).mean()), 4)
     return mined, stats
