@@ -73,10 +73,12 @@ def estimate_quality(ctx: FnContext, config: FalseNegativeConfig, *, sample: int
     out["random_pair_flag_rate"] = round(float(flags[valid].mean()), 4) if valid.any() else None
     codes = label_codes(ctx)
     if codes is not None:
-        a, b = codes[anchors][valid[:, 0]], codes[np.maximum(other[:, 0], 0)][valid[:, 0]]
-        both = (a >= 0) & (b >= 0)
-        if both.any():
-            out["random_pair_same_label"] = round(float((a[both] == b[both]).mean()), 4)
+        from pairkit.mine.stats import label_share, pair_label_counts
+
+        share = label_share(*pair_label_counts(
+            codes[anchors][valid[:, 0]], codes[np.maximum(other[:, 0], 0)][valid[:, 0]]))
+        if share is not None:
+            out["random_pair_same_label"] = share
     return out
 
 

@@ -17,7 +17,7 @@ positives of their anchors with them, as on the path without rules
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -110,8 +110,6 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
         # the cluster runs are assigned and the positives mined: the blocks read only the
         # runs, never every row's principal components (512 bytes a row at 128), so those
         # are not kept (nor shipped)
-        from dataclasses import replace
-
         dims = ctx.spectral.reduced.shape[1]
         ctx.spectral = replace(ctx.spectral, reduced=np.zeros((0, dims), np.float32))
     from pairkit.core.heap import return_free_memory

@@ -153,11 +153,12 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
     }
     codes = store.label_codes()  # equal labels, equal codes; -1: missing (no Python
     if codes is not None and len(mined):  # objects per mined pair)
-        a = codes[np.asarray(anchors)[mined.rows]]
-        b = codes[mined.ids]
-        known = (a >= 0) & (b >= 0)
-        if known.any():
-            stats["same_label"] = round(float((a[known] == b[known]).mean()), 4)
+        from pairkit.mine.stats import label_share, pair_label_counts
+
+        share = label_share(*pair_label_counts(codes[np.asarray(anchors)[mined.rows]],
+                                               codes[mined.ids]))
+        if share is not None:
+            stats["same_label"] = share
     return mined, stats
 
 

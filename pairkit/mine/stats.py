@@ -131,9 +131,14 @@ def same_label_counts(pairs: Any, codes: np.ndarray) -> tuple[int, int]:
     labelled; codes -1: no label)."""
     ok = pairs.neg_ids >= 0
     a = np.broadcast_to(codes[pairs.anchors][:, None], ok.shape)[ok]
-    c = codes[np.maximum(pairs.neg_ids, 0)][ok]
-    both = (a >= 0) & (c >= 0)
-    return int((a[both] == c[both]).sum()), int(both.sum())
+    return pair_label_counts(a, codes[np.maximum(pairs.neg_ids, 0)][ok])
+
+
+def pair_label_counts(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
+    """(pairs whose label codes ``a`` and ``b`` are equal, pairs where both are
+    labelled); codes -1: no label."""
+    both = (a >= 0) & (b >= 0)
+    return int((a[both] == b[both]).sum()), int(both.sum())
 
 
 def label_share(same: int, both: int) -> float | None:
