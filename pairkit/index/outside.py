@@ -206,13 +206,16 @@ class MaskedIvfSearch:
 
     def __init__(self, index: Any, assign: np.ndarray, nprobe: int,
                  own_share: float = 1.0, votes: int = 1) -> None:
+        from pairkit.index.half_ivf import HalfIvf
         from pairkit.index.search import IvfListMajor
 
-        self.lists = IvfListMajor(index)
+        # a HalfIvf (lists in the store's float16, converted as scanned: the same results)
+        # is scanned as it is; an IndexIVFFlat through read-only views of its lists
+        self.lists = index if isinstance(index, HalfIvf) else IvfListMajor(index)
         self.assign = np.asarray(assign, dtype=np.int64)
         if self.assign.ndim == 1:
             self.assign = self.assign[None, :]
-        ivf = self.lists.ivf
+        ivf = index if isinstance(index, HalfIvf) else self.lists.ivf
         self.nlist = int(ivf.nlist)
         self.nprobe = max(1, int(nprobe))
         self.votes = max(1, int(votes))
@@ -326,11 +329,15 @@ class PartIndex:
 def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptions,
                      engine: SearchBackend, store_root: Any = None,
                      content_id: str | None = None, votes: int = 1,
-                     what: str = "cluster") -> tuple[Any, str]:
+                     what: str = "cluster", rows: Any = None) -> tuple[Any, str]:
     """An anchor searcher that skips the rows sharing the anchor's cluster in at least
     ``votes`` runs of ``assign`` (runs, N). Exact (``flat``, and ``auto`` on a small
     store): those rows are masked out of one exact search. IVF: the store's IVF index
-    (built, or loaded when saved) scanned list by list with the same mask. Other kinds,
+    (built, or loaded when saved) scanned list by list with the same mask; built from
+    ``rows`` when given (the store's rows read in place,
+    :class:`pairkit.core.shard_rows.ShardRows`: lists long enough for the list-major scan
+    keep the store's float16, a :class:`pairkit.index.half_ivf.HalfIvf`, half the memory
+    of a float32 ``IndexIVFFlat`` beside ``vectors``; the same results). Other kinds,
     one vote: one index per cluster of the first run, the anchor's own not searched
     (other runs' clusters are flagged after); more votes: the plain index (the rule flags
     after). Returns ``(search(anchor_rows, k), description)``."""
@@ -354,11 +361,12 @@ def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOption
         return AnchorSearch("exact", vectors, assign, votes), f"flat (exact), {skipped}"
     if kind == "ivf" and not index.float16:
         from pairkit.index.backend import CPU
+        from pairkit.index.half_ivf import HalfIvf
         from pairkit.index.search import IvfListMajor
 
-        opened = open_searcher(vectors, replace(index, kind=kind), store_root=store_root,
-                               content_id=content_id, engine=CPU)
-        if IvfListMajor.supports(opened.index):
+        opened = open_searcher(vectors if rows is None else rows, replace(index, kind=kind),
+                               store_root=store_root, content_id=content_id, engine=CPU)
+        if isinstance(opened.index, HalfIvf) or IvfListMajor.supports(opened.index):
             masked = MaskedIvfSearch(opened.index, assign, opened.options.nprobe or 1,
                                      votes=votes)
             text = f"{opened.describe()}; cells and {skipped}"

@@ -32,6 +32,7 @@ from pairkit.errors import UsageError
 from pairkit.mine.whitening import DEFAULT_POWER
 
 REASONS = ("near_duplicate", "mutual_neighbour")
+NEAR_DUPLICATE, MUTUAL = 0, 1  # their codes (MinedPositives.codes)
 DEFAULT_PER_ANCHOR = 10
 DEFAULT_NEIGHBOURS = 10
 
@@ -61,46 +62,63 @@ class PositiveConfig:
 class MinedPositives:
     """Flat lists, ordered by anchor row, then strongest first: ``rows`` index into the
     anchors, ``ids`` item ids, ``scores`` cosine to the anchor, ``confidence`` in [0, 1],
-    ``reasons`` one of :data:`REASONS`. All (m,). Within an anchor: near-duplicates first,
-    then by confidence, then by score."""
+    ``codes`` uint8 index of the reason in :data:`REASONS` (``reasons``: the names). All
+    (m,). Within an anchor: near-duplicates first, then by confidence, then by score."""
 
     rows: np.ndarray
     ids: np.ndarray
     scores: np.ndarray
     confidence: np.ndarray
-    reasons: np.ndarray
+    codes: np.ndarray
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def reasons(self) -> np.ndarray:
+        """(m,) object: the reason names (one byte a row in ``codes`` until asked for:
+        an object array costs eight, and building one per chunk held ~50 MB at 200k rows)."""
+        return reason_names(self.codes)
+
+    def counts(self) -> dict[str, int]:
+        """Rows per reason, in :data:`REASONS` order, the reasons with none left out."""
+        found = np.bincount(self.codes, minlength=len(REASONS))
+        return {r: int(c) for r, c in zip(REASONS, found, strict=False) if c}
 
     @classmethod
     def empty(cls) -> MinedPositives:
         e = np.zeros(0, dtype=np.int64)
         return cls(e, e, np.zeros(0, np.float32), np.zeros(0, np.float32),
-                   np.zeros(0, dtype=object))
+                   np.zeros(0, dtype=np.uint8))
+
+
+def reason_names(codes: np.ndarray) -> np.ndarray:
+    """(m,) object array of the :data:`REASONS` names of uint8 ``codes``."""
+    return np.asarray(REASONS, dtype=object)[np.asarray(codes, dtype=np.intp)]
+
+
+MUTUAL_CHUNK_CELLS = 1 << 22  # (rows x m x m) entries compared at a time
 
 
 def mutual_neighbours(ids: np.ndarray) -> np.ndarray:
     """(N, m) bool: ``ids[i, r]`` is a row whose own list ``ids[j]`` holds ``i``.
 
-    ``ids`` (N, m) int64: every row's nearest rows (-1 padded). Vectorised: a pair
-    (i, j) is mutual when (j, i) is also an edge, found by sorting edge keys.
+    ``ids`` (N, m) int64: every row's nearest rows (-1 padded). Each row's list is looked
+    up in its neighbours' lists, :data:`MUTUAL_CHUNK_CELLS` list entries at a time: memory
+    stays a few tens of MB at any N (sorting the N x m edge keys, as this did before, held
+    about seven N x m int64 arrays at once: ~0.5 GB at 1M rows, m = 10).
     """
-    from pairkit.core.unique import sorted_unique
-
     n, m = ids.shape
+    found = np.zeros((n, m), dtype=bool)
     if n == 0 or m == 0:
-        return np.zeros((n, m), dtype=bool)
-    src = np.repeat(np.arange(n, dtype=np.int64), m)
-    dst = ids.reshape(-1)
-    ok = dst >= 0
-    key = np.where(ok, src * n + dst, -1)
-    back = np.where(ok, np.maximum(dst, 0) * n + src, -2)
-    edges = sorted_unique(key[ok])  # np.unique's hash path is ~70x slower here
-    pos = np.searchsorted(edges, back)
-    pos = np.minimum(pos, max(len(edges) - 1, 0))
-    found = ok & (len(edges) > 0) & (edges[pos] == back) if len(edges) else np.zeros_like(ok)
-    return found.reshape(n, m)
+        return found
+    step = max(1, MUTUAL_CHUNK_CELLS // (m * m))
+    for lo in range(0, n, step):
+        block = ids[lo:lo + step]
+        back = ids[np.maximum(block, 0)]  # (b, m, m): the lists of each row's neighbours
+        here = np.arange(lo, lo + len(block), dtype=ids.dtype)[:, None, None]
+        found[lo:lo + step] = (block >= 0) & (back == here).any(axis=2)
+    return found
 
 
 def mine_positives(anchors: np.ndarray, neighbour_ids: np.ndarray,
@@ -160,10 +178,10 @@ def _mine_chunk(anchors: np.ndarray, mutual_all: np.ndarray, nb: np.ndarray,
         conf = agree / len(cluster_assign)
     else:
         conf = (1.0 - ranks / m).astype(np.float32)
-    reason = np.full(cand.shape, REASONS[1], dtype=object)
+    reason = np.full(cand.shape, MUTUAL, dtype=np.uint8)
     if groups is None and near_duplicate_threshold is not None:
         dup = (cand >= 0) & (np.nan_to_num(cand_scores, nan=-2.0) >= near_duplicate_threshold)
-        reason[dup] = REASONS[0]
+        reason[dup] = NEAR_DUPLICATE
         conf = np.where(dup, 1.0, conf)
     rows = [np.repeat(np.arange(len(anchors)), m).reshape(len(anchors), m)]
     parts_ids, parts_scores, parts_conf = [cand], [cand_scores], [conf.astype(np.float32)]
@@ -174,7 +192,7 @@ def _mine_chunk(anchors: np.ndarray, mutual_all: np.ndarray, nb: np.ndarray,
         parts_ids.append(g_ids[:, None])
         parts_scores.append(g_scores[:, None])
         parts_conf.append(np.ones((len(g_ids), 1), np.float32))
-        parts_reason.append(np.full((len(g_ids), 1), REASONS[0], dtype=object))
+        parts_reason.append(np.full((len(g_ids), 1), NEAR_DUPLICATE, dtype=np.uint8))
     row = np.concatenate([r.reshape(-1) for r in rows])
     ids = np.concatenate([p.reshape(-1) for p in parts_ids])
     scores = np.concatenate([p.reshape(-1) for p in parts_scores])
@@ -185,15 +203,14 @@ def _mine_chunk(anchors: np.ndarray, mutual_all: np.ndarray, nb: np.ndarray,
                                                               reasons))
     # one entry per (anchor, id): a group mate that is also a mutual neighbour is a
     # near-duplicate (listed first); then strongest first, at most per_anchor each
-    strength = np.where(reasons == REASONS[0], 0, 1)
-    order = np.lexsort((-scores, strength, ids, row))
-    row, ids, scores, conf_all, reasons, strength = (
-        a[order] for a in (row, ids, scores, conf_all, reasons, strength))
+    order = np.lexsort((-scores, reasons, ids, row))  # near-duplicates (code 0) first
+    row, ids, scores, conf_all, reasons = (
+        a[order] for a in (row, ids, scores, conf_all, reasons))
     first = np.ones(len(ids), dtype=bool)
     first[1:] = (row[1:] != row[:-1]) | (ids[1:] != ids[:-1])
-    row, ids, scores, conf_all, reasons, strength = (
-        a[first] for a in (row, ids, scores, conf_all, reasons, strength))
-    order = np.lexsort((-scores, -conf_all, strength, row))  # groups, confidence, score
+    row, ids, scores, conf_all, reasons = (
+        a[first] for a in (row, ids, scores, conf_all, reasons))
+    order = np.lexsort((-scores, -conf_all, reasons, row))  # groups, confidence, score
     row, ids, scores, conf_all, reasons = (a[order] for a in (row, ids, scores, conf_all,
                                                                reasons))
     start = np.searchsorted(row, row, side="left")

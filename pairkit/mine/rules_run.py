@@ -56,12 +56,14 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
     if "mutual-neighbour" in fn_config.rules:  # searched here with mine's index options
         white = positive_neighbour_lists(None, vectors, sources, rule_lists_config(positives),
                                          index, where)
+    image_root = store.manifest.get("image_root")
     ctx = fnm.build_context(vectors, store.labels(), sources, fn_config, seed=config.seed,
                             file_sha256=sha if any(v is not None for v in sha) else None,
                             views=items["view"].to_numpy(), backend=where,
-                            paths=items["path"].to_numpy(dtype=object),
-                            image_root=store.manifest.get("image_root"),
-                            whitened_neighbours=white)
+                            # for the pixel check only: without images, no Python string
+                            # per row kept (and shipped to the workers with the context)
+                            paths=items["path"].to_numpy(dtype=object) if image_root else None,
+                            image_root=image_root, whitened_neighbours=white)
     skipped = skippable_rows(ctx, fn_config, config)
     if skipped is not None and ctx.groups is None:
         # a near-duplicate of the anchor (or of its positive) shares its clusters, so
@@ -109,9 +111,11 @@ def open_searchers(store: Any, vectors: np.ndarray, index: IndexOptions, where: 
         return TimedSearch(opened.search, search_time), None, opened.describe()
     from pairkit.index.outside import outside_searcher
 
+    # an IVF index built from the store's rows in place keeps their float16
     anchor_searcher, text = outside_searcher(
         vectors, skipped.parts, index, where, store_root=store.local_root,
-        content_id=store.content_id, votes=skipped.votes, what=skipped.what)
+        content_id=store.content_id, votes=skipped.votes, what=skipped.what,
+        rows=store.rows())
     return None, anchor_searcher, text
 
 
@@ -141,14 +145,10 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
                            groups=None if ctx is None else ctx.groups, vectors=vectors,
                            cluster_assign=None if ctx is None else ctx.cluster_assign,
                            near_duplicate_threshold=threshold)
-    from pairkit.mine.positives import REASONS
-
-    # per reason, in name order (not np.unique of the strings: a 64-byte copy per row)
-    counted = {r: int((mined.reasons == r).sum()) for r in sorted(REASONS)}
     stats: dict[str, Any] = {
         "rows": len(mined), "anchors_with_any": int(len(sorted_unique(mined.rows))),
         "per_anchor": round(len(mined) / max(len(anchors), 1), 3),
-        "reasons": {r: c for r, c in counted.items() if c},
+        "reasons": dict(sorted(mined.counts().items())),
         "neighbours": cfg.neighbours, "max_per_anchor": cfg.per_anchor,
     }
     codes = store.label_codes()  # equal labels, equal codes; -1: missing (no Python
@@ -169,16 +169,17 @@ def with_mined_positives(table: Any, fmt: str, anchors: np.ndarray, mined: Mined
     (:func:`pairkit.core.pairs.add_mined_positives`); ``paths`` the store's (an object
     array or a :class:`pairkit.core.pairs.StringColumn`)."""
     from pairkit.core.pairs import add_mined_positives
+    from pairkit.mine.positives import reason_names
 
-    rows, ids, scores, conf, reasons = (mined.rows, mined.ids, mined.scores,
-                                        mined.confidence, mined.reasons)
+    rows, ids, scores, conf, codes = (mined.rows, mined.ids, mined.scores,
+                                      mined.confidence, mined.codes)
     if span is not None:  # mined.rows are sorted: the block's are one slice
         lo, hi = np.searchsorted(rows, span)
-        rows, ids, scores, conf, reasons = (rows[lo:hi] - span[0], ids[lo:hi], scores[lo:hi],
-                                            conf[lo:hi], reasons[lo:hi])
+        rows, ids, scores, conf, codes = (rows[lo:hi] - span[0], ids[lo:hi], scores[lo:hi],
+                                          conf[lo:hi], codes[lo:hi])
         anchors = anchors[span[0]:span[1]]
-    return add_mined_positives(table, fmt, anchors, rows, ids, scores, conf, reasons,
-                               store_id, paths)
+    return add_mined_positives(table, fmt, anchors, rows, ids, scores, conf,
+                               reason_names(codes), store_id, paths)
 
 
 def rule_lists_config(positives: PositiveConfig | None) -> PositiveConfig:

@@ -104,7 +104,17 @@ STAGES = (("pairkit.core.store", "Store.vectors", "vectors"),
           # run, its plan (relation, positive sets) and the commit of the parts
           ("pairkit.mine.parts_run", "mine_parts", "parts run"),
           ("pairkit.mine.hard_negatives", "plan_blocks", "plan"),
-          ("pairkit.core.table_parts", "commit_parts", "commit"))
+          ("pairkit.core.table_parts", "commit_parts", "commit"),
+          # with --rules: the false-negative context and the mined positives, step by step
+          ("pairkit.mine.rules_run", "rules_context", "rules context"),
+          ("pairkit.mine.rules_run", "positive_neighbour_lists", "whitened lists"),
+          ("pairkit.mine.positives", "mutual_neighbours", "mutual"),
+          ("pairkit.mine.spectral", "spectral_embedding", "spectral"),
+          ("pairkit.mine.spectral", "cluster_runs", "cluster runs"),
+          ("pairkit.mine.rules.near_duplicate", "prepare", "near-duplicate groups"),
+          ("pairkit.index.outside", "outside_searcher", "masked index"),
+          ("pairkit.mine.rules_run", "mined_positives", "mined positives"),
+          ("pairkit.mine.fn_estimate", "estimate_quality", "estimate"))
 
 
 def status_gb(pid: int | str, *keys: str) -> dict[str, float]:

@@ -174,3 +174,28 @@ def test_half_ivf_takes_many_queries_per_pass(store, small_blocks, monkeypatch):
     s2, i2 = np.concatenate([s for s, _ in small]), np.concatenate([i for _, i in small])
     np.testing.assert_array_equal(i1, i2)
     np.testing.assert_allclose(s1, s2, rtol=0, atol=1e-6)  # BLAS blocking: last-bit rounding
+
+
+@pytest.mark.parametrize("votes", [1, 2])
+def test_masked_search_over_the_float16_lists_equals_the_float32_index(store, small_blocks,
+                                                                       votes):
+    # the cluster rule's search skipping the anchor's clusters, its IVF index built from
+    # the rows in place (float16 lists): the same results as over a float32 IndexIVFFlat
+    from pairkit.index.backend import CPU
+    from pairkit.index.outside import outside_searcher
+
+    x = store.vectors(np.float32)
+    rng = np.random.default_rng(5)
+    assign = rng.integers(0, 4, size=(3, len(x)))
+    options = IndexOptions(kind="ivf", nlist=8, nprobe=3, seed=0)
+    half, text_half = outside_searcher(x, assign, options, CPU, votes=votes,
+                                       rows=store.rows())
+    full, text_full = outside_searcher(x, assign, options, CPU, votes=votes)
+    assert isinstance(half.inner.lists, HalfIvf)
+    assert not isinstance(full.inner.lists, HalfIvf)
+    anchors = np.arange(0, len(x), 5)
+    s_half, i_half = half(anchors, 7)
+    s_full, i_full = full(anchors, 7)
+    np.testing.assert_array_equal(i_half, i_full)
+    np.testing.assert_array_equal(s_half, s_full)
+    assert (i_half >= 0).all() and text_half.endswith(text_full.split(";", 1)[1])

@@ -70,6 +70,18 @@ def test_spectral_on_a_sample_extends_to_every_row():
         assert adjusted_rand_score(truth, run) > 0.99
 
 
+def test_spectral_extension_by_small_blocks_equals_one_block(monkeypatch):
+    # the rows outside the sample are labelled a few at a time (a fixed memory) with the
+    # same result as all at once
+    from pairkit.mine import spectral
+
+    x = blobs(4, 300, 16, spread=0.15, seed=3)
+    emb = spectral_embedding(x, np.arange(len(x)), m=8, sample=400, seed=0)
+    whole = cluster_runs(emb, 4, 2, seed=5)
+    monkeypatch.setattr(spectral, "EXTEND_BLOCK_BYTES", 4 * 100 * 7)  # a few rows a block
+    np.testing.assert_array_equal(cluster_runs(emb, 4, 2, seed=5), whole)
+
+
 def test_pca_reduce_spans_the_leading_components():
     rng = np.random.default_rng(4)
     basis = np.linalg.qr(rng.normal(size=(64, 3)))[0]  # data near a 3-d subspace

@@ -40,6 +40,24 @@ def test_mutual_neighbours_against_brute_force() -> None:
     np.testing.assert_array_equal(mutual_neighbours(ids), want)
 
 
+@pytest.mark.parametrize("cells", [1, 7 * 25, 1 << 22])
+def test_mutual_neighbours_by_chunks_against_brute_force(monkeypatch: pytest.MonkeyPatch,
+                                                         cells: int) -> None:
+    # rows looked up a few at a time (1 cell: one row per step; 175: 7 rows) give the
+    # lists' brute-force answer, padded lists and a row listing itself included
+    from pairkit.mine import positives
+
+    monkeypatch.setattr(positives, "MUTUAL_CHUNK_CELLS", cells)
+    rng = np.random.default_rng(1)
+    n, m = 83, 5
+    ids = rng.integers(0, n, size=(n, m))
+    ids[rng.random((n, m)) < 0.2] = -1
+    ids[3, 0] = 3
+    lists = [set(r.tolist()) for r in ids]
+    want = np.array([[j >= 0 and i in lists[j] for j in ids[i]] for i in range(n)])
+    np.testing.assert_array_equal(positives.mutual_neighbours(ids), want)
+
+
 def _lists() -> tuple[np.ndarray, np.ndarray]:
     # 4 items; row i's neighbours best first
     ids = np.array([[1, 2, 3], [0, 3, 2], [0, 3, 1], [1, 2, 0]])
