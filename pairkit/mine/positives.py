@@ -156,7 +156,7 @@ def mine_positives(anchors: np.ndarray, neighbour_ids: np.ndarray,
 
 # anchors mined at a time: a chunk's temporaries are ~100 bytes per anchor and neighbour
 # (every anchor at once made the peak of mine's plan at 1M rows: docs/benchmarks.md)
-CHUNK_ANCHORS = 131_072
+CHUNK_ANCHORS = 32_768
 
 
 def _mine_chunk(anchors: np.ndarray, mutual_all: np.ndarray, nb: np.ndarray,

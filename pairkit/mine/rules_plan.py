@@ -84,6 +84,8 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
         ctx, skipped = rules_context(st, vectors, sources, fn_config, config, rules.positives,
                                      rules.index, where, shipped=True)
         fn_filter = RuleFilter(ctx, fn_config)
+        if not (rules.mines_positives and rules.positives.whitening == 0):
+            drop_reduced(ctx)  # only positives by plain cosine search in them
     t_fn = time.perf_counter()
     searcher = anchor_searcher = None
     index_text = "none (easy negatives: uniform sample)"
@@ -106,12 +108,8 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
         from pairkit.mine.fn_estimate import estimate_quality
 
         after_stats["fn_estimate"] = estimate_quality(ctx, fn_config, seed=config.seed)
-    if ctx is not None and ctx.spectral is not None:
-        # the cluster runs are assigned and the positives mined: the blocks read only the
-        # runs, never every row's principal components (512 bytes a row at 128), so those
-        # are not kept (nor shipped)
-        dims = ctx.spectral.reduced.shape[1]
-        ctx.spectral = replace(ctx.spectral, reduced=np.zeros((0, dims), np.float32))
+    if ctx is not None:
+        drop_reduced(ctx)
     from pairkit.core.heap import return_free_memory
 
     return_free_memory()  # the context's and the positives' temporaries, before the blocks
@@ -129,3 +127,16 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
     plan = PartsPlan(spec.folder, spec.fmt, st.content_id, labelled, flags=flags,
                      remote=spec.remote)
     return PartsJob(blocks, plan, mined=mined), info
+
+
+def drop_reduced(ctx: Any) -> None:
+    """Forget every row's principal components of the cluster rule's spectral embedding
+    (512 bytes a row at 128 dims) once the cluster runs are assigned: the blocks read only
+    the runs, so they are not kept (nor shipped), and not held while the positives are
+    mined (0.5 GB of the plan's peak at 1M rows)."""
+    if ctx.spectral is not None and len(ctx.spectral.reduced):
+        from pairkit.core.heap import return_free_memory
+
+        dims = ctx.spectral.reduced.shape[1]
+        ctx.spectral = replace(ctx.spectral, reduced=np.zeros((0, dims), np.float32))
+        return_free_memory()

@@ -217,7 +217,8 @@ def test_runs_that_cannot_stream_stay_in_memory(store32, tmp_path, capsys, case)
 
 
 @pytest.mark.parametrize("case", ["margin", "default-rules", "mined-positives", "keep-flags",
-                                  "n-tuple-dataset", "label-rule", "hnsw"])
+                                  "n-tuple-dataset", "label-rule", "hnsw",
+                                  "cosine-positives"])
 def test_rules_and_mined_positives_written_block_by_block_equal_in_memory(
         store32, tmp_path, monkeypatch, case):
     """With false-negative rules or mined positives a local parquet output is written by
@@ -244,6 +245,9 @@ def test_rules_and_mined_positives_written_block_by_block_equal_in_memory(
         kw = {"fn_config": FalseNegativeConfig(rules=default), "positives": PositiveConfig()}
     elif case == "label-rule":  # the search skips the anchor's label
         kw["fn_config"] = FalseNegativeConfig(rules=("label", "near-duplicate"))
+    elif case == "cosine-positives":  # mined by plain cosine, in the cluster rule's PCA
+        kw = {"fn_config": FalseNegativeConfig(rules=default),
+              "positives": PositiveConfig(whitening=0.0)}
     elif case == "hnsw":  # the plan's index is built from its vectors: any kind
         index = IndexOptions(kind="hnsw", device="cpu", backend="faiss")
         kw["fn_config"] = FalseNegativeConfig(rules=("margin",))
