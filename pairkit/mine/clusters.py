@@ -44,12 +44,15 @@ def knn_graph(
     return other_sources(scores, ids, sources, m)
 
 
-def other_sources(scores: np.ndarray, ids: np.ndarray, sources: np.ndarray, m: int
+def other_sources(scores: np.ndarray, ids: np.ndarray, sources: np.ndarray, m: int,
+                  query_sources: np.ndarray | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Every row's first ``m`` hits of *other* sources, ``(ids, scores)`` (N, m), from a
     search of the rows against themselves ``(scores, ids)`` (N, k), best first: own-source
-    hits and padding dropped, -1 / -inf padded when fewer are left."""
-    own = (ids < 0) | (sources[np.maximum(ids, 0)] == sources[:, None])
+    hits and padding dropped, -1 / -inf padded when fewer are left. ``query_sources``: the
+    sources of the searched rows when they are not all of ``sources`` (a block of them)."""
+    mine = sources if query_sources is None else query_sources
+    own = (ids < 0) | (sources[np.maximum(ids, 0)] == mine[:, None])
     order = np.argsort(own, axis=1, kind="stable")[:, :m]
     ids = np.take_along_axis(np.where(own, -1, ids), order, axis=1)
     scores = np.take_along_axis(np.where(own, -np.inf, scores), order, axis=1)

@@ -206,11 +206,11 @@ def positive_neighbour_lists(ctx: FnContext | None, vectors: np.ndarray, sources
         ids, scores = ctx.whitened_neighbours
         return ids[:, :cfg.neighbours], scores[:, :cfg.neighbours]
 
-    def search(space: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(space: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
         return _neighbour_lists(space, sources, k, index, backend, None)
 
     lists = whitened_neighbours(vectors, cfg.neighbours, search, power=cfg.whitening,
-                                seed=index.seed)
+                                seed=index.seed, on_demand=True)
     if ctx is not None:
         ctx.whitened_neighbours = lists
     return lists
@@ -240,20 +240,46 @@ def _cosine_neighbour_lists(vectors: np.ndarray, sources: np.ndarray, store: Any
     return _neighbour_lists(vectors, sources, cfg.neighbours, index, backend, store)
 
 
-def _neighbour_lists(vectors: np.ndarray, sources: np.ndarray, m: int, index: IndexOptions,
+def _neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: IndexOptions,
                      backend: Any, store: Any) -> tuple[np.ndarray, np.ndarray]:
     """Every row's ``m`` nearest rows of other sources ``(ids, scores)`` (N, m), best first,
     -1 padded, through the index mine's options pick (``store``: a saved index of its
-    rows is reused; None for other vectors), by the one search entry point."""
+    rows is reused; None for other vectors), by the one search entry point.
+
+    ``vectors`` an array, or rows computed when read (a
+    :class:`pairkit.mine.whitening.WhitenedRows`): the index is built from them block by
+    block and searched :data:`LIST_QUERY_BLOCK` rows at a time, so no (N, d) array of them
+    is made where a FAISS index on the CPU takes them (an exact, IVF or IVF-PQ one; the
+    torch engine and HNSW get the array); the same lists."""
     from pairkit.index.open import open_searcher
+    from pairkit.index.options import EXACT_MAX_ROWS_CPU, choose_kind
     from pairkit.mine.clusters import other_sources
 
     n = len(vectors)
     views = int(np.bincount(sources).max()) if n else 1
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if not isinstance(vectors, np.ndarray):
+        kind = index.kind
+        if kind == "auto":
+            kind, _ = choose_kind(n, index.exact_max_rows or EXACT_MAX_ROWS_CPU)
+        if (backend is not None and backend.name == "torch") or kind == "hnsw":
+            vectors = vectors[:]
+    if isinstance(vectors, np.ndarray):
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     opened = open_searcher(vectors, index,
                            store_root=None if store is None else store.local_root,
                            content_id=None if store is None else store.content_id,
                            engine=backend)
-    scores, ids = opened.search(vectors, min(n, m + views))
-    return other_sources(scores, ids, sources, m)
+    k = min(n, m + views)
+    ids = np.full((n, m), -1, dtype=np.int64)
+    scores = np.full((n, m), -np.inf, dtype=np.float32)
+    for lo in range(0, n, LIST_QUERY_BLOCK):
+        hi = min(n, lo + LIST_QUERY_BLOCK)
+        found_s, found_i = opened.search(vectors[lo:hi], k)
+        ids[lo:hi], scores[lo:hi] = other_sources(found_s, found_i, sources, m,
+                                                  query_sources=sources[lo:hi])
+    return ids, scores
+
+
+# rows searched at a time for the rules' neighbour lists: the results and the other-source
+# filter's temporaries (~100 bytes a row and hit) stay ~0.15 GB at any N
+LIST_QUERY_BLOCK = 131_072

@@ -17,7 +17,7 @@ The fit is label-free and uses a seeded sample of at most ``sample`` rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +46,8 @@ class Whitening:
     def apply(self, vectors: np.ndarray, dims: int | None = None,
               block: int = 65_536) -> np.ndarray:
         """Rows centred, projected on the first ``dims`` (default all) components, scaled
-        and re-normalised: float32 (N, dims). Memory: O(block x d) besides the result."""
+        and re-normalised: float32 (N, dims). Memory: O(block x d) besides the result
+        (normalised in place: a second (N, dims) array was 0.5 GB at 1M x 128)."""
         dims = self.dims if dims is None else min(dims, self.dims)
         proj = np.ascontiguousarray(self.components[:, :dims] * self.scale[:dims],
                                     dtype=np.float32)
@@ -55,8 +56,10 @@ class Whitening:
         for s in range(0, len(x), block):
             out[s : s + block] = (np.asarray(x[s : s + block], dtype=np.float32)
                                   - self.mean) @ proj
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.maximum(norms, 1e-12)
+        for s in range(0, len(out), block):  # in place: no second (N, dims) array
+            part = out[s : s + block]
+            part /= np.maximum(np.linalg.norm(part, axis=1, keepdims=True), 1e-12)
+        return out
 
 
 def fit_whitening(vectors: np.ndarray, *, power: float = DEFAULT_POWER,
@@ -124,8 +127,8 @@ def _kept_dims(vals: np.ndarray, variance: float, max_dims: int) -> int:
 
 
 def whitened_neighbours(vectors: np.ndarray, m: int, search: Search, *,
-                        power: float = DEFAULT_POWER, seed: int = 0
-                        ) -> tuple[np.ndarray, np.ndarray]:
+                        power: float = DEFAULT_POWER, seed: int = 0,
+                        on_demand: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Every row's ``m`` nearest rows of other sources in the partial whitening of
     ``vectors`` (N, d) L2-normalised, best first, ``(ids, scores)`` (N, m) with the
     *plain cosine* scores, -1 / -inf padded.
@@ -134,19 +137,55 @@ def whitened_neighbours(vectors: np.ndarray, m: int, search: Search, *,
     ``(ids, scores)`` (the caller's index: exact or approximate). Above
     :data:`CANDIDATE_DIMS` whitened components, candidates come from a search in the
     first of them three times as deep, re-ranked in all (98% of the exact lists on
-    fm0-lt, docs/benchmarks.md).
+    fm0-lt, docs/benchmarks.md). ``on_demand``: ``space`` is a :class:`WhitenedRows`
+    (rows whitened as they are read: no (N, dims) array beside the caller's index) instead
+    of an array.
     """
     from pairkit.index.search import exact_scores
 
     white = fit_whitening(vectors, power=power, seed=seed)
-    full = white.apply(vectors)
+    full = WhitenedRows(vectors, white) if on_demand else white.apply(vectors)
     if white.dims > CANDIDATE_DIMS:
-        head = full[:, :CANDIDATE_DIMS]
-        head = head / np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
-        cand, _ = search(np.ascontiguousarray(head), 3 * m)
+        if on_demand:
+            head = WhitenedRows(vectors, white, CANDIDATE_DIMS)
+        else:
+            head = full[:, :CANDIDATE_DIMS]
+            head = np.ascontiguousarray(
+                head / np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12))
+        cand, _ = search(head, 3 * m)
         ranked = exact_scores(full, full, cand)
         order = np.argsort(-ranked, axis=1, kind="stable")[:, :m]
         ids = np.take_along_axis(cand, order, axis=1)
     else:
         ids, _ = search(full, m)
     return ids, exact_scores(vectors, vectors, ids)
+
+
+class WhitenedRows:
+    """Rows ``0 .. N - 1`` of ``vectors`` through ``white`` (its first ``dims``
+    components, re-normalised), computed when read, in blocks: what an index is built
+    from and searched with (:func:`pairkit.index.faiss_build.build_index` takes rows read
+    on demand) without an (N, dims) float32 array of them (0.5 GB at 1M x 128) beside the
+    index's own copy. ``rows[key]`` (a slice, an int array) gives ``white.apply`` of those
+    rows; ``blocks(n)`` yields ``(start, block)`` as
+    :class:`pairkit.core.shard_rows.ShardRows` does."""
+
+    ndim = 2
+
+    def __init__(self, vectors: np.ndarray, white: Whitening, dims: int | None = None) -> None:
+        self.vectors, self.white = vectors, white
+        self.dims = white.dims if dims is None else min(dims, white.dims)
+        self.shape = (len(vectors), self.dims)
+        self.dtype = np.dtype(np.float32)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: object) -> np.ndarray:
+        if isinstance(key, (int, np.integer)):
+            return self[np.array([key])][0]
+        return self.white.apply(self.vectors[key], self.dims)  # type: ignore[index]
+
+    def blocks(self, rows: int) -> Iterator[tuple[int, np.ndarray]]:
+        for start in range(0, len(self), rows):
+            yield start, self[start:start + rows]
