@@ -207,7 +207,7 @@ def positive_neighbour_lists(ctx: FnContext | None, vectors: np.ndarray, sources
         return ids[:, :cfg.neighbours], scores[:, :cfg.neighbours]
 
     def search(space: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return _neighbour_lists(space, sources, k, index, backend, None)
+        return search_neighbour_lists(space, sources, k, index, backend, None)
 
     lists = whitened_neighbours(vectors, cfg.neighbours, search, power=cfg.whitening,
                                 seed=index.seed, on_demand=True)
@@ -231,17 +231,17 @@ def _cosine_neighbour_lists(vectors: np.ndarray, sources: np.ndarray, store: Any
         # the cluster rule's principal components of every row: a search in 128 dims
         # instead of d, twice as deep, re-scored exactly and cut back to the best (98% of
         # the exact lists' mutual pairs on fm0; the lists only choose who is compared)
-        nb_ids, _ = _neighbour_lists(ctx.spectral.reduced, sources, 2 * cfg.neighbours,
-                                     index, backend, None)
+        nb_ids, _ = search_neighbour_lists(ctx.spectral.reduced, sources,
+                                           2 * cfg.neighbours, index, backend, None)
         nb_scores = exact_scores(vectors, vectors, nb_ids)
         order = np.argsort(-nb_scores, axis=1, kind="stable")[:, :cfg.neighbours]
         return (np.take_along_axis(nb_ids, order, axis=1),
                 np.take_along_axis(nb_scores, order, axis=1))
-    return _neighbour_lists(vectors, sources, cfg.neighbours, index, backend, store)
+    return search_neighbour_lists(vectors, sources, cfg.neighbours, index, backend, store)
 
 
-def _neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: IndexOptions,
-                     backend: Any, store: Any) -> tuple[np.ndarray, np.ndarray]:
+def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: IndexOptions,
+                           backend: Any, store: Any) -> tuple[np.ndarray, np.ndarray]:
     """Every row's ``m`` nearest rows of other sources ``(ids, scores)`` (N, m), best first,
     -1 padded, through the index mine's options pick (``store``: a saved index of its
     rows is reused; None for other vectors), by the one search entry point.

@@ -109,3 +109,40 @@ def test_a_tail_below_the_float32_floor_is_solved_in_float64() -> None:
     got = w.apply(x)
     np.testing.assert_allclose(got @ got.T, ref @ ref.T, atol=1e-5)
 
+
+
+@pytest.mark.parametrize(("dim", "kind"), [(24, "flat"), (24, "ivf"), (160, "flat")])
+def test_lists_from_rows_whitened_when_read_equal_the_array(monkeypatch, dim, kind) -> None:
+    # mine's whitened lists from rows whitened as they are read (index built block by
+    # block, searched block by block) against the same search of the whole whitened array,
+    # and, exact, against brute force; 160 dims: candidates from the first 128 components
+    from pairkit.index.backend import CPU
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine import rules_run
+    from pairkit.mine.whitening import WhitenedRows, whitened_neighbours
+
+    monkeypatch.setattr(rules_run, "LIST_QUERY_BLOCK", 333)
+    rng = np.random.default_rng(4)
+    centers = rng.normal(size=(8, dim))
+    x = centers[rng.integers(0, 8, 1500)] + 0.7 * rng.normal(size=(1500, dim))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    sources = np.arange(1500) // 2  # two views per source
+    options = IndexOptions(kind=kind, nlist=6 if kind == "ivf" else None, nprobe=2, seed=0)
+    seen = []
+
+    def search(space, k):
+        seen.append(type(space))
+        return rules_run.search_neighbour_lists(space, sources, k, options, CPU, None)
+
+    lazy = whitened_neighbours(x, 10, search, on_demand=True)
+    whole = whitened_neighbours(x, 10, search)
+    assert seen == [WhitenedRows, np.ndarray]
+    np.testing.assert_array_equal(lazy[0], whole[0])
+    np.testing.assert_allclose(lazy[1], whole[1], atol=1e-6)
+    if kind == "flat" and dim <= 128:
+        white = fit_whitening(x)
+        z = white.apply(x)
+        sims = z @ z.T
+        sims[sources[:, None] == sources[None, :]] = -np.inf
+        want = np.argsort(-sims, axis=1, kind="stable")[:, :10]
+        assert (lazy[0] == want).mean() > 0.999  # ties aside
