@@ -157,5 +157,7 @@ def pca_reduce(vectors: np.ndarray, dims: int = 32, *, sample: int = 20_000, see
     comps = np.ascontiguousarray(vt[:dims].T, dtype=np.float32)  # (d, dims)
     out = np.empty((n, comps.shape[1]), dtype=np.float32)
     for s in range(0, n, block):
-        out[s : s + block] = (np.asarray(x[s : s + block], dtype=np.float32) - mean) @ comps
-    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        part = out[s : s + block]
+        part[:] = (np.asarray(x[s : s + block], dtype=np.float32) - mean) @ comps
+        part /= np.maximum(np.linalg.norm(part, axis=1, keepdims=True), 1e-12)  # in place
+    return out
