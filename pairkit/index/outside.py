@@ -194,7 +194,8 @@ def _masked_top(sims: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarr
 
 class MaskedIvfSearch:
     """Approximate kNN that skips the rows sharing a cluster with the query, on an
-    ``IndexIVFFlat`` scanned list by list (BLAS, as :class:`IvfListMajor`).
+    ``IndexIVFFlat`` or a :class:`~pairkit.index.half_ivf.HalfIvf` (the store's float16
+    lists, converted as scanned) scanned list by list (BLAS, as :class:`IvfListMajor`).
 
     For a query, lists whose rows are all in its own cluster of the first run are not
     probed (they would give nothing; with ``votes`` 1 only); of the rest the ``nprobe``
