@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.row_view import is_view
+
 
 def cluster_counts(n: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
     """Number of clusters for each wanted mean cluster size: ``max(2, round(n / size))``,
@@ -137,11 +139,14 @@ def pca_reduce(vectors: np.ndarray, dims: int = 32, *, sample: int = 20_000, see
     two power iterations) of a seeded sample of at most ``sample`` centred rows; all
     rows are then projected ``block`` rows at a time.
     """
-    x = np.asarray(vectors)
+    x = vectors if is_view(vectors) else np.asarray(vectors)  # a view: read in blocks
     n, d = x.shape
     if d <= dims or n < 3:
-        out = np.asarray(x, dtype=np.float32)
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        out = np.array(x, dtype=np.float32)  # a copy, normalised in place
+        for s in range(0, n, block):
+            part = out[s : s + block]
+            part /= np.maximum(np.linalg.norm(part, axis=1, keepdims=True), 1e-12)
+        return out
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(n, size=sample, replace=False)) if n > sample else slice(None)
     fit = np.asarray(x[rows], dtype=np.float32)

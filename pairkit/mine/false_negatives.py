@@ -190,10 +190,13 @@ def build_context(
     runs the rules' searches and k-means. ``paths`` (N,) and ``image_root``: the store's
     images, for the near-duplicate decision's pixel check. ``whitened_neighbours``: the
     mutual-neighbour rule's lists (:func:`pairkit.mine.whitening.whitened_neighbours`)
-    when the caller searched them already."""
+    when the caller searched them already. ``vectors`` may be rows read as float32 when
+    used (a :class:`~pairkit.core.row_view.RowView`: kept as it is)."""
+    from pairkit.core.row_view import is_view
     from pairkit.index.search import as_float32
 
-    vectors = as_float32(vectors)
+    if not is_view(vectors):
+        vectors = as_float32(vectors)
     sources = np.asarray(sources, dtype=np.int64)
     if vectors.ndim != 2:
         raise UsageError(f"vectors must be 2-D, got shape {vectors.shape}")

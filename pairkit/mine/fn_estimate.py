@@ -84,7 +84,8 @@ def estimate_quality(ctx: FnContext, config: FalseNegativeConfig, *, sample: int
 
 def _scores(vectors: np.ndarray, anchors: np.ndarray, cand: np.ndarray) -> np.ndarray:
     x = vectors[anchors]
-    sims = np.einsum("nd,nkd->nk", x, vectors[np.maximum(cand, 0)]).astype(np.float32)
+    rows = vectors[np.maximum(cand, 0).ravel()].reshape(*cand.shape, -1)  # arrays and views
+    sims = np.einsum("nd,nkd->nk", x, rows).astype(np.float32)
     return np.where(cand >= 0, sims, -np.inf).astype(np.float32)
 
 

@@ -104,10 +104,14 @@ def open_searchers(store: Any, vectors: np.ndarray, index: IndexOptions, where: 
     store's): one index of every row, or, when the search skips rows
     (``skipped``), the searcher of the rows outside each anchor's clusters (or label)."""
     if skipped is None:
+        from pairkit.core.row_view import is_view
         from pairkit.index.open import open_searcher
 
-        opened = open_searcher(vectors, index, store_root=store.local_root,
-                               content_id=store.content_id, engine=where)
+        # rows read when used (the plan's float16 rows): the index from the store's rows
+        # in place, an IVF one keeping their float16
+        opened = open_searcher(store.rows() if is_view(vectors) else vectors, index,
+                               store_root=store.local_root, content_id=store.content_id,
+                               engine=where)
         return TimedSearch(opened.search, search_time), None, opened.describe()
     from pairkit.index.outside import outside_searcher
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pairkit.core.row_view import is_view
+
 DEFAULT_POWER = 0.25
 DEFAULT_VARIANCE = 0.99
 DEFAULT_MAX_DIMS = 512
@@ -51,7 +53,7 @@ class Whitening:
         dims = self.dims if dims is None else min(dims, self.dims)
         proj = np.ascontiguousarray(self.components[:, :dims] * self.scale[:dims],
                                     dtype=np.float32)
-        x = np.asarray(vectors)
+        x = vectors if is_view(vectors) else np.asarray(vectors)  # a view: read in blocks
         out = np.empty((len(x), dims), dtype=np.float32)
         for s in range(0, len(x), block):
             out[s : s + block] = (np.asarray(x[s : s + block], dtype=np.float32)
@@ -77,7 +79,7 @@ def fit_whitening(vectors: np.ndarray, *, power: float = DEFAULT_POWER,
         raise ValueError(f"power must be in [0, 0.5], got {power}")
     if not 0.0 < variance <= 1.0:
         raise ValueError(f"variance must be in (0, 1], got {variance}")
-    x = np.asarray(vectors)
+    x = vectors if is_view(vectors) else np.asarray(vectors)  # a view: the sample read
     n, d = x.shape
     rng = np.random.default_rng([seed, 31])
     rows = np.sort(rng.choice(n, size=sample, replace=False)) if n > sample else slice(None)

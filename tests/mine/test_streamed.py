@@ -218,9 +218,9 @@ def test_runs_that_cannot_stream_stay_in_memory(store32, tmp_path, capsys, case)
 
 @pytest.mark.parametrize("case", ["margin", "default-rules", "mined-positives", "keep-flags",
                                   "n-tuple-dataset", "label-rule", "hnsw",
-                                  "cosine-positives"])
+                                  "cosine-positives", "ivf-float16"])
 def test_rules_and_mined_positives_written_block_by_block_equal_in_memory(
-        store32, tmp_path, monkeypatch, case):
+        store32, tmp_path, monkeypatch, request, case):
     """With false-negative rules or mined positives a local parquet output is written by
     the blocks, part by part (the plan holds the vectors, the context and the index, as
     the in-memory run does; the table is never whole here): the same table and stats."""
@@ -245,6 +245,10 @@ def test_rules_and_mined_positives_written_block_by_block_equal_in_memory(
         kw = {"fn_config": FalseNegativeConfig(rules=default), "positives": PositiveConfig()}
     elif case == "label-rule":  # the search skips the anchor's label
         kw["fn_config"] = FalseNegativeConfig(rules=("label", "near-duplicate"))
+    elif case == "ivf-float16":  # the plan holds the float16 rows, read as float32 when used
+        store32 = request.getfixturevalue("store16")
+        index = IndexOptions(kind="ivf", nlist=8, nprobe=3, device="cpu", backend="faiss")
+        kw = {"fn_config": FalseNegativeConfig(rules=default), "positives": PositiveConfig()}
     elif case == "cosine-positives":  # mined by plain cosine, in the cluster rule's PCA
         kw = {"fn_config": FalseNegativeConfig(rules=default),
               "positives": PositiveConfig(whitening=0.0)}
@@ -269,6 +273,9 @@ def test_rules_and_mined_positives_written_block_by_block_equal_in_memory(
     sb = mine_to_files(store32.root, str(b) + suffix, cfg, fmt=fmt, index=index, **kw)
     assert in_memory == [1]  # not mined in memory: by the blocks' parts
     fn_filter = jobs[0].blocks.ctx.fn_filter
+    from pairkit.core.row_view import is_view
+
+    assert is_view(jobs[0].blocks.ctx.vectors) == (case == "ivf-float16")
     if "cluster" in getattr(kw.get("fn_config"), "rules", ()):
         # the cluster rule's principal components of every row are not kept for the blocks
         assert fn_filter.ctx.spectral.reduced.size == 0
