@@ -38,6 +38,8 @@ def knn_graph(
     """
     from pairkit.index.search import knn_search
 
+    if is_view(vectors):  # an exact search of every row against every row: an array
+        vectors = np.asarray(vectors, dtype=np.float32)
     sources = np.asarray(sources, dtype=np.int64)
     n = len(vectors)
     views = int(np.bincount(sources).max()) if n else 1
