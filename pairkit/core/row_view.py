@@ -124,7 +124,7 @@ class RowView:
         out = np.empty(self.shape, np.float32)
         for start, block in self.blocks():
             out[start:start + len(block)] = block
-        return out if dtype is None else out.astype(dtype)
+        return out if dtype is None else out.astype(dtype, copy=False)
 
     def gather(self, positions: np.ndarray) -> GatheredRows:
         """The rows at ``positions``, read now in one pass, for a step that reads them

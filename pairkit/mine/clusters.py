@@ -143,10 +143,11 @@ def pca_reduce(vectors: np.ndarray, dims: int = 32, *, sample: int = 20_000, see
     """
     x = vectors if is_view(vectors) else np.asarray(vectors)  # a view: read in blocks
     n, d = x.shape
-    if d <= dims or n < 3:
-        out = np.array(x, dtype=np.float32)  # a copy, normalised in place
+    if d <= dims or n < 3:  # the rows themselves: a float32 copy, normalised in place
+        out = np.empty((n, d), dtype=np.float32)
         for s in range(0, n, block):
             part = out[s : s + block]
+            part[:] = x[s : s + block]
             part /= np.maximum(np.linalg.norm(part, axis=1, keepdims=True), 1e-12)
         return out
     rng = np.random.default_rng(seed)
