@@ -19,7 +19,10 @@ Each run also records where the memory goes (``--stages``, on by default): the c
 the steps of ``mine`` (reading the item table, ``Store.vectors``, building the index
 ``open_searcher``, ``mine_negatives``, ``build_pair_table``, ``write_table``) and reports
 its RSS after each step and the peak within it (a 20 ms sampler of /proc/self/status), so
-the growth per row can be put on the structures that hold it. ``mine --ray`` to a parquet
+the growth per row can be put on the structures that hold it; with ``--rules`` also the
+false-negative context's steps (the whitened neighbour lists, the mutual test, the
+spectral embedding and cluster runs, the near-duplicate groups, the masked index, the
+mined positives, the label-free estimate). ``mine --ray`` to a parquet
 output takes the path where the workers write the table (pairkit/mine/parts_run.py): its
 steps are the whole run (``mine_parts``) and the commit of the parts (``commit_parts``);
 the plan is made by a Ray task, not in this process.
