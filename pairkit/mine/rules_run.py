@@ -250,8 +250,8 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
     -1 padded, through the index mine's options pick (``store``: a saved index of its
     rows is reused; None for other vectors), by the one search entry point.
 
-    ``vectors`` an array, or rows computed when read (a
-    :class:`pairkit.mine.whitening.WhitenedRows`): the index is built from them block by
+    ``vectors`` an array, or rows computed when read (a :class:`~pairkit.core.row_view.RowView`,
+    e.g. :func:`pairkit.mine.whitening.whitened_rows`): the index is built from them block by
     block and searched :data:`LIST_QUERY_BLOCK` rows at a time, so no (N, d) array of them
     is made where a FAISS index on the CPU takes them (an exact, IVF or IVF-PQ one; the
     torch engine and HNSW get the array); the same lists."""

@@ -17,12 +17,13 @@ The fit is label-free and uses a seeded sample of at most ``sample`` rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
-from pairkit.core.row_view import is_view
+from pairkit.core.row_view import RowView, is_view
 
 DEFAULT_POWER = 0.25
 DEFAULT_VARIANCE = 0.99
@@ -139,17 +140,17 @@ def whitened_neighbours(vectors: np.ndarray, m: int, search: Search, *,
     ``(ids, scores)`` (the caller's index: exact or approximate). Above
     :data:`CANDIDATE_DIMS` whitened components, candidates come from a search in the
     first of them three times as deep, re-ranked in all (98% of the exact lists on
-    fm0-lt, docs/benchmarks.md). ``on_demand``: ``space`` is a :class:`WhitenedRows`
-    (rows whitened as they are read: no (N, dims) array beside the caller's index) instead
-    of an array.
+    fm0-lt, docs/benchmarks.md). ``on_demand``: ``space`` is a :class:`RowView` of the
+    rows whitened as they are read (:func:`whitened_rows`: no (N, dims) array beside the
+    caller's index) instead of an array.
     """
     from pairkit.index.search import exact_scores
 
     white = fit_whitening(vectors, power=power, seed=seed)
-    full = WhitenedRows(vectors, white) if on_demand else white.apply(vectors)
+    full = whitened_rows(vectors, white) if on_demand else white.apply(vectors)
     if white.dims > CANDIDATE_DIMS:
         if on_demand:
-            head = WhitenedRows(vectors, white, CANDIDATE_DIMS)
+            head = whitened_rows(vectors, white, CANDIDATE_DIMS)
         else:
             head = full[:, :CANDIDATE_DIMS]
             head = np.ascontiguousarray(
@@ -163,31 +164,12 @@ def whitened_neighbours(vectors: np.ndarray, m: int, search: Search, *,
     return ids, exact_scores(vectors, vectors, ids)
 
 
-class WhitenedRows:
-    """Rows ``0 .. N - 1`` of ``vectors`` through ``white`` (its first ``dims``
-    components, re-normalised), computed when read, in blocks: what an index is built
-    from and searched with (:func:`pairkit.index.faiss_build.build_index` takes rows read
-    on demand) without an (N, dims) float32 array of them (0.5 GB at 1M x 128) beside the
-    index's own copy. ``rows[key]`` (a slice, an int array) gives ``white.apply`` of those
-    rows; ``blocks(n)`` yields ``(start, block)`` as
-    :class:`pairkit.core.shard_rows.ShardRows` does."""
-
-    ndim = 2
-
-    def __init__(self, vectors: np.ndarray, white: Whitening, dims: int | None = None) -> None:
-        self.vectors, self.white = vectors, white
-        self.dims = white.dims if dims is None else min(dims, white.dims)
-        self.shape = (len(vectors), self.dims)
-        self.dtype = np.dtype(np.float32)
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key: object) -> np.ndarray:
-        if isinstance(key, (int, np.integer)):
-            return self[np.array([key])][0]
-        return self.white.apply(self.vectors[key], self.dims)  # type: ignore[index]
-
-    def blocks(self, rows: int) -> Iterator[tuple[int, np.ndarray]]:
-        for start in range(0, len(self), rows):
-            yield start, self[start:start + rows]
+def whitened_rows(vectors: np.ndarray, white: Whitening, dims: int | None = None) -> RowView:
+    """Rows ``0 .. N - 1`` of ``vectors`` (an array or a :class:`RowView`) through ``white``
+    (its first ``dims`` components, re-normalised), computed when read: a :class:`RowView`
+    mapped by ``white.apply``. What an index is built from and searched with
+    (:func:`pairkit.index.faiss_build.build_index` takes rows read on demand) without an
+    (N, dims) float32 array of them (0.5 GB at 1M x 128) beside the index's own copy."""
+    width = white.dims if dims is None else min(dims, white.dims)
+    fn = partial(white.apply, dims=width)
+    return vectors.mapped(fn, width) if is_view(vectors) else RowView(vectors, fn=fn, dim=width)

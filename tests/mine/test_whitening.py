@@ -116,10 +116,11 @@ def test_lists_from_rows_whitened_when_read_equal_the_array(monkeypatch, dim, ki
     # mine's whitened lists from rows whitened as they are read (index built block by
     # block, searched block by block) against the same search of the whole whitened array,
     # and, exact, against brute force; 160 dims: candidates from the first 128 components
+    from pairkit.core.row_view import RowView
     from pairkit.index.backend import CPU
     from pairkit.index.options import IndexOptions
     from pairkit.mine import rules_run
-    from pairkit.mine.whitening import WhitenedRows, whitened_neighbours
+    from pairkit.mine.whitening import whitened_neighbours
 
     monkeypatch.setattr(rules_run, "LIST_QUERY_BLOCK", 333)
     rng = np.random.default_rng(4)
@@ -136,7 +137,7 @@ def test_lists_from_rows_whitened_when_read_equal_the_array(monkeypatch, dim, ki
 
     lazy = whitened_neighbours(x, 10, search, on_demand=True)
     whole = whitened_neighbours(x, 10, search)
-    assert seen == [WhitenedRows, np.ndarray]
+    assert seen == [RowView, np.ndarray]
     np.testing.assert_array_equal(lazy[0], whole[0])
     np.testing.assert_allclose(lazy[1], whole[1], atol=1e-6)
     if kind == "flat" and dim <= 128:
