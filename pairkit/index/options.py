@@ -58,6 +58,15 @@ class IndexOptions:
     backend: str = "auto"
     device: str = "auto"
 
+    def cpu_kind(self, n: int) -> str:
+        """The kind of index these options build over ``n`` rows on the CPU: ``kind``, with
+        ``auto`` resolved by :func:`choose_kind` (exact up to ``exact_max_rows``, None:
+        :data:`EXACT_MAX_ROWS_CPU`), as :func:`pairkit.index.open.open_searcher` does."""
+        if self.kind != "auto":
+            return self.kind
+        limit = EXACT_MAX_ROWS_CPU if self.exact_max_rows is None else self.exact_max_rows
+        return choose_kind(n, limit)[0]
+
     def resolved(self, n: int, dim: int) -> IndexOptions:
         """These options with every size-dependent default filled in for ``n`` rows of
         ``dim`` (``kind`` must be one of :data:`KINDS`)."""

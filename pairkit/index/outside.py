@@ -345,7 +345,7 @@ def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOption
     from dataclasses import replace
 
     from pairkit.index.open import open_searcher
-    from pairkit.index.options import EXACT_MAX_ROWS_CPU, IndexOptions, choose_kind
+    from pairkit.index.options import IndexOptions
 
     which = "any" if votes == 1 else f"at least {votes}"
     skipped = (f"rows sharing a cluster with the anchor in {which} of {len(assign)} k-means "
@@ -355,9 +355,7 @@ def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOption
         tindex = open_searcher(vectors, IndexOptions(kind="flat"), engine=engine).index
         return AnchorSearch("torch", vectors, assign, votes, tindex), (
             f"exact, {engine.describe()}; {skipped}")
-    kind = index.kind
-    if kind == "auto":
-        kind, _ = choose_kind(len(vectors), index.exact_max_rows or EXACT_MAX_ROWS_CPU)
+    kind = index.cpu_kind(len(vectors))
     if kind == "flat" and not index.float16:
         return AnchorSearch("exact", vectors, assign, votes), f"flat (exact), {skipped}"
     if kind == "ivf" and not index.float16:

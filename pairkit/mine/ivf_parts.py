@@ -60,16 +60,11 @@ def lists_spec(n: int, dim: int, options: IndexOptions) -> IndexOptions | None:
     its row limit, not float16, lists of >= 256 rows on average:
     :func:`pairkit.index.faiss_build.build_index`); else None."""
     from pairkit.index.open import engine_for
-    from pairkit.index.options import EXACT_MAX_ROWS_CPU, choose_kind
 
     where = engine_for(options)
     if where.name == "torch" or where.gpu:
         return None
-    kind = options.kind
-    if kind == "auto":
-        limit = options.exact_max_rows
-        kind, _ = choose_kind(n, EXACT_MAX_ROWS_CPU if limit is None else limit)
-    if kind != "ivf" or options.float16:
+    if options.cpu_kind(n) != "ivf" or options.float16:
         return None
     from dataclasses import replace
 

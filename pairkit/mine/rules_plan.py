@@ -151,12 +151,8 @@ def plan_vectors(st: Any, index: IndexOptions, where: Any) -> Any:
     float32 copy (an exact search multiplies all rows at once; the GPU and torch searches
     take an array)."""
     from pairkit.core.row_view import RowView
-    from pairkit.index.options import EXACT_MAX_ROWS_CPU, choose_kind
 
-    kind = index.kind
-    if kind == "auto":
-        kind, _ = choose_kind(st.count, index.exact_max_rows or EXACT_MAX_ROWS_CPU)
-    if (np.dtype(st.dtype) != np.float16 or kind != "ivf" or index.float16 or where.name != "faiss"
-            or where.gpu):
+    if (np.dtype(st.dtype) != np.float16 or index.cpu_kind(st.count) != "ivf"
+            or index.float16 or where.name != "faiss" or where.gpu):
         return st.vectors(np.float32)
     return RowView(st.vectors(np.float16))

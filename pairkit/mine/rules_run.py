@@ -256,17 +256,13 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
     is made where a FAISS index on the CPU takes them (an exact, IVF or IVF-PQ one; the
     torch engine and HNSW get the array); the same lists."""
     from pairkit.index.open import open_searcher
-    from pairkit.index.options import EXACT_MAX_ROWS_CPU, choose_kind
     from pairkit.mine.clusters import other_sources
 
     n = len(vectors)
     views = int(np.bincount(sources).max()) if n else 1
-    if not isinstance(vectors, np.ndarray):
-        kind = index.kind
-        if kind == "auto":
-            kind, _ = choose_kind(n, index.exact_max_rows or EXACT_MAX_ROWS_CPU)
-        if (backend is not None and backend.name == "torch") or kind == "hnsw":
-            vectors = vectors[:]
+    if not isinstance(vectors, np.ndarray) and (
+            (backend is not None and backend.name == "torch") or index.cpu_kind(n) == "hnsw"):
+        vectors = vectors[:]
     if isinstance(vectors, np.ndarray):
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     opened = open_searcher(vectors, index,

@@ -190,3 +190,22 @@ def test_outside_searcher_for_every_engine_and_kind_skips_the_rows(kind, votes):
         elif votes == 1:
             own = assign[0][rows][:, None] == assign[0][np.maximum(i, 0)]
             assert not (own & (i >= 0)).any()
+
+
+def test_cluster_skipping_search_follows_exact_max_rows_zero():
+    # --exact-max-rows 0: never exact, as the main index (open_searcher) resolves it; the
+    # search that skips the anchor's clusters took 0 for "unset" and searched exactly
+    from pairkit.index.backend import CPU
+    from pairkit.index.options import IndexOptions
+    from pairkit.index.outside import outside_searcher
+
+    x = unit(3000, 12, seed=3)
+    assign = np.random.default_rng(1).integers(0, 4, size=(2, 3000))
+    _, text = outside_searcher(x, assign, IndexOptions(exact_max_rows=0, nlist=8), CPU)
+    assert text.startswith("ivf") and "flat (exact)" not in text
+    _, text = outside_searcher(x, assign, IndexOptions(), CPU)
+    assert text.startswith("flat (exact)")
+    assert IndexOptions(exact_max_rows=0).cpu_kind(10) == "ivf"
+    assert IndexOptions().cpu_kind(50_000) == "flat"
+    assert IndexOptions().cpu_kind(50_001) == "ivf"
+    assert IndexOptions(kind="hnsw").cpu_kind(10) == "hnsw"
