@@ -4,11 +4,12 @@ propagation over it (``community``), PCA, cluster counts. Spherical k-means is
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from pairkit.core.row_view import is_view
+from pairkit.core.row_view import RowView, is_view
 
 
 def cluster_counts(n: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
@@ -133,23 +134,36 @@ def label_propagation(
 def pca_reduce(vectors: np.ndarray, dims: int = 32, *, sample: int = 20_000, seed: int = 0,
                block: int = 65_536) -> np.ndarray:
     """Rows projected on their ``dims`` leading principal components, re-normalised:
-    float32 (N, min(dims, d)).
+    float32 (N, min(dims, d)), all of them (:func:`pca_rows` read in ``block`` rows at a
+    time).
 
     k-means on the leading components finds the same coarse clusters as on the full
     vectors (measured on real embeddings: docs/benchmarks.md) at a fraction of the
-    cost. The components come from a randomized SVD (Halko, Martinsson & Tropp 2011,
-    two power iterations) of a seeded sample of at most ``sample`` centred rows; all
-    rows are then projected ``block`` rows at a time.
+    cost.
     """
-    x = vectors if is_view(vectors) else np.asarray(vectors)  # a view: read in blocks
+    rows = pca_rows(vectors, dims, sample=sample, seed=seed)
+    out = np.empty(rows.shape, dtype=np.float32)
+    for s, part in rows.blocks(block):
+        out[s : s + len(part)] = part
+    return out
+
+
+def pca_rows(vectors: Any, dims: int = 32, *, sample: int = 20_000,
+             seed: int = 0) -> RowView:
+    """The rows of :func:`pca_reduce`, computed when read: a
+    :class:`~pairkit.core.row_view.RowView` of ``vectors`` (an array or a view) mapped by
+    the projection and the normalisation, so no (N, dims) float32 array of them is held
+    (0.5 GB at 1M x 128: the cluster rule reads every row twice, for its sample's graph
+    and for the runs' extension, and the mined positives' candidate lists once more).
+
+    The components come from a randomized SVD (Halko, Martinsson & Tropp 2011, two power
+    iterations) of a seeded sample of at most ``sample`` centred rows; with ``d <= dims``
+    (or under 3 rows) the rows themselves, normalised.
+    """
+    x = vectors if is_view(vectors) else np.asarray(vectors)  # a view: the sample read
     n, d = x.shape
-    if d <= dims or n < 3:  # the rows themselves: a float32 copy, normalised in place
-        out = np.empty((n, d), dtype=np.float32)
-        for s in range(0, n, block):
-            part = out[s : s + block]
-            part[:] = x[s : s + block]
-            part /= np.maximum(np.linalg.norm(part, axis=1, keepdims=True), 1e-12)
-        return out
+    if d <= dims or n < 3:
+        return _mapped(x, _normalised, d)
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(n, size=sample, replace=False)) if n > sample else slice(None)
     fit = np.asarray(x[rows], dtype=np.float32)
@@ -163,9 +177,22 @@ def pca_reduce(vectors: np.ndarray, dims: int = 32, *, sample: int = 20_000, see
     q, _ = np.linalg.qr(y)
     _, _, vt = np.linalg.svd(q.T @ fit, full_matrices=False)
     comps = np.ascontiguousarray(vt[:dims].T, dtype=np.float32)  # (d, dims)
-    out = np.empty((n, comps.shape[1]), dtype=np.float32)
-    for s in range(0, n, block):
-        part = out[s : s + block]
-        part[:] = (np.asarray(x[s : s + block], dtype=np.float32) - mean) @ comps
-        part /= np.maximum(np.linalg.norm(part, axis=1, keepdims=True), 1e-12)  # in place
+    return _mapped(x, partial(_projected, mean=mean, comps=comps), comps.shape[1])
+
+
+def _mapped(x: Any, fn: Any, dim: int) -> RowView:
+    return x.mapped(fn, dim) if is_view(x) else RowView(x, fn=fn, dim=dim)
+
+
+def _normalised(rows: np.ndarray) -> np.ndarray:
+    """``rows`` (a new float32 array) scaled to unit length in place."""
+    rows = np.array(rows, dtype=np.float32)
+    rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    return rows
+
+
+def _projected(rows: np.ndarray, *, mean: np.ndarray, comps: np.ndarray) -> np.ndarray:
+    """``rows`` centred on ``mean``, projected on ``comps`` and normalised."""
+    out = (np.asarray(rows, dtype=np.float32) - mean) @ comps
+    out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)  # in place
     return out

@@ -84,8 +84,6 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
         ctx, skipped = rules_context(st, vectors, sources, fn_config, config, rules.positives,
                                      rules.index, where, shipped=True)
         fn_filter = RuleFilter(ctx, fn_config)
-        if not (rules.mines_positives and rules.positives.whitening == 0):
-            drop_reduced(ctx)  # only positives by plain cosine search in them
     t_fn = time.perf_counter()
     searcher = anchor_searcher = None
     index_text = "none (easy negatives: uniform sample)"
@@ -130,16 +128,13 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
 
 
 def drop_reduced(ctx: Any) -> None:
-    """Forget every row's principal components of the cluster rule's spectral embedding
-    (512 bytes a row at 128 dims) once the cluster runs are assigned: the blocks read only
-    the runs, so they are not kept (nor shipped), and not held while the positives are
-    mined (0.5 GB of the plan's peak at 1M rows)."""
+    """Forget the cluster rule's principal components of every row once the cluster runs
+    are assigned: the blocks read only the runs. They are computed when read
+    (:func:`pairkit.mine.clusters.pca_rows`), so they hold no memory here, but a view of
+    an array pickles with the array: kept, a Ray plan would ship the rows twice."""
     if ctx.spectral is not None and len(ctx.spectral.reduced):
-        from pairkit.core.heap import return_free_memory
-
         dims = ctx.spectral.reduced.shape[1]
         ctx.spectral = replace(ctx.spectral, reduced=np.zeros((0, dims), np.float32))
-        return_free_memory()
 
 
 def plan_vectors(st: Any, index: IndexOptions, where: Any) -> Any:

@@ -39,12 +39,13 @@ class SpectralEmbedding:
     """Rows ``rows`` (sorted ids of the store) and ``x`` (len(rows), dims), the
     leading eigenvectors of the normalised adjacency; ``eigenvalues``, largest
     first; ``reduced``: every store row in the principal components (for the
-    extension)."""
+    extension), computed when read (:func:`pairkit.mine.clusters.pca_rows`) or an
+    array."""
 
     rows: np.ndarray
     x: np.ndarray
     eigenvalues: np.ndarray
-    reduced: np.ndarray
+    reduced: Any
 
     def cluster_count(self, threshold: float = EIGEN_THRESHOLD) -> int:
         """Eigenvalues >= ``threshold``, between 2 and the embedding's width."""
@@ -52,7 +53,7 @@ class SpectralEmbedding:
         return int(min(max(count, 2), len(self.eigenvalues)))
 
 
-def knn_graph_approx(reduced: np.ndarray, sources: np.ndarray, rows: np.ndarray, m: int,
+def knn_graph_approx(reduced: Any, sources: np.ndarray, rows: np.ndarray, m: int,
                      *, block: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """Each row of ``rows``' ``m`` nearest other-source rows among ``rows``, by exact
     search in ``reduced`` (the rows' principal components; the graph's weights are
@@ -89,10 +90,10 @@ def spectral_embedding(vectors: np.ndarray, sources: np.ndarray, *, m: int = 15,
     """
     from scipy import sparse
 
-    from pairkit.mine.clusters import pca_reduce
+    from pairkit.mine.clusters import pca_rows
 
     n = len(vectors)
-    reduced = pca_reduce(vectors, pca_dims, sample=5_000, seed=seed)
+    reduced = pca_rows(vectors, pca_dims, sample=5_000, seed=seed)
     rng = np.random.default_rng([seed, 23])
     rows = (np.arange(n) if n <= sample
             else np.sort(rng.choice(n, size=sample, replace=False)))

@@ -21,6 +21,8 @@ run the loop as a user would, through the command line, and evaluate each head w
   output whitening, off by default)
 - lf-pair-whitened: lf with ``train --pair-whitening 128`` (the learned whitening from the
   table's pairs, off by default)
+- lf-easy: the default loop's mining without ``--hard`` (its mined positives, negatives
+  drawn uniformly): what the hard negatives add
 - lf-attract: the lf table mined with ``--fn-mode keep`` (the flagged candidates stay in
   it) and trained with ``--fn-mode attract`` (FNC's attraction, Huynh et al. 2022)
 
@@ -83,6 +85,7 @@ HELD_OUT_CONFIGS = {
     "mnist-tail": Config("mnist-tail", "mnist-10k", 3000, 6, 1, heldout=1000, tail=30.0),
 }
 
+EASY = "easy"  # a variant's mine options starting with it: no --hard
 LABEL_FREE = ["--filter-false-negatives", "--fn-rules", "near-duplicate,mutual-neighbour,cluster"]
 VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
     # name: (mine options or None for no table, train options)
@@ -99,6 +102,9 @@ VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
     "lf-pair-whitened": (LABEL_FREE, ["--pair-whitening", "128"]),
     # flagged candidates kept in the table and attracted (FNC's attraction, Huynh et al.)
     "lf-attract": ([*LABEL_FREE, "--fn-mode", "keep"], ["--fn-mode", "attract"]),
+    # the default loop's mined positives with easy (uniformly drawn) negatives instead of
+    # hard ones: what the hard negatives add to the mined positives
+    "lf-easy": ([EASY, *LABEL_FREE], []),
 }
 
 
@@ -364,8 +370,9 @@ def run_set(tag: str, work: Path, seeds: list[int], variants: list[str], epochs:
         elif mine_args is not None:
             pairs = out / f"pairs-{name}.parquet"
             t0 = time.perf_counter()
-            pairkit("mine", str(train), "--hard", "-k", "5", "-o", str(pairs), "--force", "-q",
-                    *mine_args)
+            easy = mine_args[:1] == [EASY]
+            pairkit("mine", str(train), *([] if easy else ["--hard"]), "-k", "5", "-o",
+                    str(pairs), "--force", "-q", *mine_args[easy:])
             mine_row = {"mine_seconds": round(time.perf_counter() - t0, 2),
                         **mining_cells(pairs, train, copies)}
             tables[tuple(mine_args)] = (pairs, mine_row)

@@ -254,3 +254,37 @@ def test_skipping_with_raised_votes_equals_full_search(tmp_path, monkeypatch, ki
     assert stats["clusters"]["votes"] > 1 and "raised" in stats["clusters"]
     assert f"at least {stats['clusters']['votes']} of 4" in stats["index"]
     _full_search_gives(fast, monkeypatch, store, cfg, idx, fcfg)
+
+
+def test_pca_rows_read_on_demand_are_pca_reduce_rows():
+    # the cluster rule's principal components are computed when read (no (N, dims) array
+    # held): the same rows as the array, whether the input is an array or a view, and
+    # whatever rows a read asks for
+    from pairkit.core.row_view import RowView
+    from pairkit.mine.clusters import pca_rows
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(300, 24)).astype(np.float32)
+    for dims in (8, 24, 40):  # projected, and the rows themselves (d <= dims)
+        whole = pca_reduce(x, dims, sample=200, seed=3)
+        for source in (x, RowView(x)):
+            lazy = pca_rows(source, dims, sample=200, seed=3)
+            assert lazy.shape == whole.shape
+            pick = np.array([5, 0, 299, 17, 5])
+            np.testing.assert_allclose(lazy[pick], whole[pick], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(np.asarray(lazy), whole, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.linalg.norm(whole, axis=1), 1.0, atol=1e-5)
+    # the input is never changed (the normalisation works on copies)
+    before = x.copy()
+    pca_rows(x, 40)[np.arange(10)]
+    np.testing.assert_array_equal(x, before)
+
+
+def test_spectral_embedding_holds_no_copy_of_the_rows():
+    from pairkit.core.row_view import is_view
+
+    x = blobs(3, 200, 16, seed=4)
+    emb = spectral_embedding(x, np.arange(len(x)), m=8, sample=300, seed=0)
+    assert is_view(emb.reduced) and emb.reduced.shape == (600, 16)
+    np.testing.assert_allclose(emb.reduced[np.arange(600)], pca_reduce(x, 128, sample=5_000),
+                               rtol=1e-5, atol=1e-6)
