@@ -32,6 +32,9 @@ class RowView:
 
     ndim = 2
     dtype = np.dtype(np.float32)
+    # cheap to compute again (set by the view's maker): an index of these rows may keep
+    # their ids and read them again when it scans them (pairkit.index.half_ivf.CellRows)
+    recompute = False
 
     def __init__(self, source: Any, ids: np.ndarray | None = None, fn: Map | None = None,
                  dim: int | None = None, rows: Any = None) -> None:

@@ -101,6 +101,13 @@ class OutsideSearcher:
         return scores, ids
 
 
+def integer_rows(assign: Any) -> np.ndarray:
+    """``assign`` as an integer array in its own dtype (the cluster rule keeps its runs in
+    the smallest that holds them: no int64 copy of (runs, N) here), else int64."""
+    assign = np.asarray(assign)
+    return assign if assign.dtype.kind in "iu" else assign.astype(np.int64)
+
+
 def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.ndarray,
                         k: int, *, votes: int = 1, big_group: int = 128,
                         block_bytes: int = 1 << 27) -> tuple[np.ndarray, np.ndarray]:
@@ -121,7 +128,7 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
     from pairkit.index.search import knn_search
 
     x = np.asarray(vectors, dtype=np.float32)
-    assign = np.asarray(assign, dtype=np.int64)
+    assign = integer_rows(assign)
     if assign.ndim == 1:
         assign = assign[None, :]
     query_rows = np.asarray(query_rows, dtype=np.int64)
@@ -213,7 +220,7 @@ class MaskedIvfSearch:
         # a HalfIvf (lists in the store's float16, converted as scanned: the same results)
         # is scanned as it is; an IndexIVFFlat through read-only views of its lists
         self.lists = index if isinstance(index, HalfIvf) else IvfListMajor(index)
-        self.assign = np.asarray(assign, dtype=np.int64)
+        self.assign = integer_rows(assign)
         if self.assign.ndim == 1:
             self.assign = self.assign[None, :]
         ivf = index if isinstance(index, HalfIvf) else self.lists.ivf

@@ -159,7 +159,9 @@ class TorchFlatIndex:
             return scores, ids
         # "shares a label in some run" as a product of one-hot codes: one narrow GEMM per
         # score block (R x L columns) instead of R comparison passes over it
-        base_assign = np.asarray(base_assign, dtype=np.int64)
+        base_assign = np.asarray(base_assign)  # its own integer dtype: the same object
+        if base_assign.dtype.kind not in "iu":  # for the cache below
+            base_assign = base_assign.astype(np.int64)
         if base_assign.ndim == 1:
             base_assign = base_assign[None, :]
             query_assign = np.asarray(query_assign)[None, :]
@@ -189,7 +191,8 @@ class TorchFlatIndex:
         import torch
 
         r, n = assign.shape
-        cols = torch.from_numpy((np.arange(r)[:, None] * width + assign).T.copy()).to(
+        cols = torch.from_numpy((np.arange(r)[:, None] * width
+                                 + assign.astype(np.int64)).T.copy()).to(
             self.device)
         code = torch.zeros((n, r * width), dtype=self.base_low.dtype, device=self.device)
         code.scatter_(1, cols, 1.0)

@@ -181,7 +181,9 @@ def pca_rows(vectors: Any, dims: int = 32, *, sample: int = 20_000,
 
 
 def _mapped(x: Any, fn: Any, dim: int) -> RowView:
-    return x.mapped(fn, dim) if is_view(x) else RowView(x, fn=fn, dim=dim)
+    view = x.mapped(fn, dim) if is_view(x) else RowView(x, fn=fn, dim=dim)
+    view.recompute = True  # an IVF index of them keeps ids, not a copy (half_ivf.CellRows)
+    return view
 
 
 def _normalised(rows: np.ndarray) -> np.ndarray:

@@ -50,7 +50,7 @@ class FnContext:
     views: np.ndarray | None = None
     seed: int = 0
     label_codes: np.ndarray | None = None
-    cluster_assign: np.ndarray | None = None  # (G, N) int64
+    cluster_assign: np.ndarray | None = None  # (G, N) int16 (rules.cluster.compact)
     cluster_info: dict[str, Any] = field(default_factory=dict)  # k chosen, stability table
     source_views: np.ndarray | None = None  # (n_sources, max_views) int64, -1 padded
     neighbours: tuple[np.ndarray, np.ndarray] | None = None  # (ids, scores), each (N, m)

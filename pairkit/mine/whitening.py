@@ -169,7 +169,11 @@ def whitened_rows(vectors: np.ndarray, white: Whitening, dims: int | None = None
     (its first ``dims`` components, re-normalised), computed when read: a :class:`RowView`
     mapped by ``white.apply``. What an index is built from and searched with
     (:func:`pairkit.index.faiss_build.build_index` takes rows read on demand) without an
-    (N, dims) float32 array of them (0.5 GB at 1M x 128) beside the index's own copy."""
+    (N, dims) float32 array of them (0.5 GB at 1M x 128); an IVF index of them keeps their
+    ids, not a copy, and reads a cell's rows again when it scans it (``recompute``:
+    :class:`pairkit.index.half_ivf.CellRows`)."""
     width = white.dims if dims is None else min(dims, white.dims)
     fn = partial(white.apply, dims=width)
-    return vectors.mapped(fn, width) if is_view(vectors) else RowView(vectors, fn=fn, dim=width)
+    view = vectors.mapped(fn, width) if is_view(vectors) else RowView(vectors, fn=fn, dim=width)
+    view.recompute = True  # an IVF index of them keeps ids, not a copy (half_ivf.CellRows)
+    return view

@@ -199,3 +199,31 @@ def test_masked_search_over_the_float16_lists_equals_the_float32_index(store, sm
     np.testing.assert_array_equal(i_half, i_full)
     np.testing.assert_array_equal(s_half, s_full)
     assert (i_half >= 0).all() and text_half.endswith(text_full.split(";", 1)[1])
+
+
+def test_lists_of_rows_computed_when_read_keep_ids_and_search_the_same():
+    # rows computed when read with ``recompute`` set (the rules' whitened rows): the lists
+    # hold only the ids in cell order and compute a cell's rows again when it is scanned;
+    # the same results as the lists holding the rows themselves
+    from pairkit.core.row_view import RowView
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(3000, 16)).astype(np.float32)
+
+    def unit(rows):
+        rows = np.array(rows, dtype=np.float32) * 2.0 - 0.1
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    view = RowView(x, fn=unit, dim=16)
+    spec = IndexOptions(kind="ivf", nlist=8, nprobe=3, seed=0).resolved(len(x), 16)
+    kept = faiss_build.build_index(view, spec)
+    view.recompute = True
+    lazy = faiss_build.build_index(view, spec)
+    assert isinstance(kept.codes, np.ndarray) and isinstance(lazy.codes, half_ivf.CellRows)
+    np.testing.assert_array_equal(lazy.ids, kept.ids)
+    np.testing.assert_array_equal(lazy.offsets, kept.offsets)
+    q = unit(x[:500])
+    d1, i1 = kept.search(q, 7)
+    d2, i2 = lazy.search(q, 7)
+    np.testing.assert_array_equal(i2, i1)
+    np.testing.assert_array_equal(d2, d1)

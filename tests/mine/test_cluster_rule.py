@@ -288,3 +288,25 @@ def test_spectral_embedding_holds_no_copy_of_the_rows():
     assert is_view(emb.reduced) and emb.reduced.shape == (600, 16)
     np.testing.assert_allclose(emb.reduced[np.arange(600)], pca_reduce(x, 128, sample=5_000),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_cluster_runs_are_kept_in_the_smallest_integer_type():
+    # (G, N) runs as int16 (16 bytes a row for 8 runs, not 64), and the masked search that
+    # skips an anchor's clusters gives the same results from them as from int64 runs
+    from pairkit.index.outside import masked_exact_search
+    from pairkit.mine.rules.cluster import compact
+
+    assert compact(np.array([[0, 5, 63]])).dtype == np.int16
+    assert compact(np.array([[0, 40_000]])).dtype == np.int32
+    x = blobs(4, 150, 16, seed=6)
+    cfg = FalseNegativeConfig(rules=("cluster",))
+    ctx = build_context(x, None, np.arange(len(x)) // 2, cfg)
+    from pairkit.mine.rules.cluster import assignments
+
+    assign = assignments(ctx, cfg)
+    assert assign.dtype == np.int16 and assign.shape[1] == len(x)
+    rows = np.arange(0, 600, 7)
+    got = masked_exact_search(x, assign, rows, 6, votes=2)
+    want = masked_exact_search(x, assign.astype(np.int64), rows, 6, votes=2)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[0], want[0])

@@ -111,24 +111,33 @@ def test_a_tail_below_the_float32_floor_is_solved_in_float64() -> None:
 
 
 
-@pytest.mark.parametrize(("dim", "kind"), [(24, "flat"), (24, "ivf"), (160, "flat")])
+@pytest.mark.parametrize(("dim", "kind"), [(24, "flat"), (24, "ivf"), (24, "ivf-lists"),
+                                           (160, "flat")])
 def test_lists_from_rows_whitened_when_read_equal_the_array(monkeypatch, dim, kind) -> None:
     # mine's whitened lists from rows whitened as they are read (index built block by
     # block, searched block by block) against the same search of the whole whitened array,
-    # and, exact, against brute force; 160 dims: candidates from the first 128 components
+    # and, exact, against brute force; 160 dims: candidates from the first 128 components;
+    # ivf-lists: cells long enough for the list-major HalfIvf, which keeps only the ids of
+    # the whitened rows and whitens a cell's rows again when it scans it (CellRows)
     from pairkit.core.row_view import RowView
+    from pairkit.index import half_ivf
     from pairkit.index.backend import CPU
     from pairkit.index.options import IndexOptions
     from pairkit.mine import rules_run
     from pairkit.mine.whitening import whitened_neighbours
 
     monkeypatch.setattr(rules_run, "LIST_QUERY_BLOCK", 333)
+    built = []
+    real_build = half_ivf.build_half_ivf
+    monkeypatch.setattr(half_ivf, "build_half_ivf",
+                        lambda *a: built.append(real_build(*a)) or built[-1])
     rng = np.random.default_rng(4)
     centers = rng.normal(size=(8, dim))
     x = centers[rng.integers(0, 8, 1500)] + 0.7 * rng.normal(size=(1500, dim))
     x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
     sources = np.arange(1500) // 2  # two views per source
-    options = IndexOptions(kind=kind, nlist=6 if kind == "ivf" else None, nprobe=2, seed=0)
+    nlist = {"ivf": 6, "ivf-lists": 4}.get(kind)
+    options = IndexOptions(kind=kind.split("-")[0], nlist=nlist, nprobe=2, seed=0)
     seen = []
 
     def search(space, k):
@@ -138,6 +147,10 @@ def test_lists_from_rows_whitened_when_read_equal_the_array(monkeypatch, dim, ki
     lazy = whitened_neighbours(x, 10, search, on_demand=True)
     whole = whitened_neighbours(x, 10, search)
     assert seen == [RowView, np.ndarray]
+    if kind == "ivf-lists":
+        assert len(built) == 1 and isinstance(built[0].codes, half_ivf.CellRows)
+    else:
+        assert built == []
     np.testing.assert_array_equal(lazy[0], whole[0])
     np.testing.assert_allclose(lazy[1], whole[1], atol=1e-6)
     if kind == "flat" and dim <= 128:
