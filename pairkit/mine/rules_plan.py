@@ -77,7 +77,7 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
     t0 = time.perf_counter()
     rel = load_relation(spec.relation, st.items)
     where = engine_for(rules.index)
-    vectors = plan_vectors(st, rules.index, where)
+    vectors = plan_vectors(st, rules.index, where, spec.rows_from)
     sources = st.source_codes()
     ctx = skipped = fn_filter = None
     if fn_config is not None:
@@ -137,17 +137,21 @@ def drop_reduced(ctx: Any) -> None:
         ctx.spectral = replace(ctx.spectral, reduced=np.zeros((0, dims), np.float32))
 
 
-def plan_vectors(st: Any, index: IndexOptions, where: Any) -> Any:
+def plan_vectors(st: Any, index: IndexOptions, where: Any, rows_from: Any = None) -> Any:
     """The store's rows as the plan holds them: for a float16 store searched by an IVF
     index on the CPU (what a store above the exact-search limit gets), its float16 rows
-    read as float32 when used (a :class:`~pairkit.core.row_view.RowView` of them: half the
-    memory of a float32 copy, 0.25 GB at 1M x 128, and half of what a Ray plan ships;
-    float16 to float32 is exact, so the same table: tests/mine/test_streamed.py); else the
-    float32 copy (an exact search multiplies all rows at once; the GPU and torch searches
-    take an array)."""
+    read as float32 when used (a :class:`~pairkit.core.row_view.RowView`; float16 to
+    float32 is exact, so the same table: tests/mine/test_streamed.py): read in place from
+    the store's shards when the plan is made here for blocks streamed here (``rows_from``
+    streamed: no copy at all, the pages handed back after each read), else a float16 copy
+    (half of a float32 one, 0.25 GB at 1M x 128, and half of what a Ray plan ships); in
+    every other case the float32 copy (an exact search multiplies all rows at once; the
+    GPU and torch searches take an array)."""
     from pairkit.core.row_view import RowView
 
     if (np.dtype(st.dtype) != np.float16 or index.cpu_kind(st.count) != "ivf"
             or index.float16 or where.name != "faiss" or where.gpu):
         return st.vectors(np.float32)
+    if rows_from is not None and rows_from.streamed:
+        return RowView(rows_from, rows=st.rows(), dim=st.dim)
     return RowView(st.vectors(np.float16))
