@@ -105,10 +105,15 @@ class Shard:
 def codes_of(values: Any, missing: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes of ``values`` (N,) (labels, sources, any hashable objects): ``(codes
     int64 (N,), distinct values object (U,))``, codes in order of first appearance.
-    ``missing``: None/NaN get -1 (else a code of their own). The one place where pairkit
-    turns labels and sources into codes."""
+    ``missing``: None/NaN get -1 (else a code of their own). An integer array (codes
+    already, e.g. ``dedup --ray``'s sources) is renumbered without a Python object per
+    row, its distinct values an integer array. The one place where pairkit turns labels
+    and sources into codes."""
     import pandas as pd
 
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":  # codes already
+        codes, uniques = pd.factorize(values)  # (no missing value, no object per row)
+        return codes.astype(np.int64), np.asarray(uniques)
     series = (values if isinstance(values, pd.Series)
               else pd.Series(np.asarray(values, dtype=object), dtype=object))
     codes, uniques = pd.factorize(series, use_na_sentinel=missing)
@@ -426,6 +431,34 @@ class Store:
             raise StoreError(f"store {self.root}: row count mismatch: {file} has "
                              f"{table.num_rows} rows, manifest says {self.count}")
         return [table.column(name).combine_chunks() for name in names]
+
+    def item_batches(self, name: str, rows: int = 1 << 16) -> Iterator[Any]:
+        """The item table's column ``name`` as pyarrow arrays of at most ``rows`` rows, in
+        order, decoded batch by batch from the table's file (never the whole column at
+        once; checked as :attr:`items` is); from the parsed table when it is read already."""
+        import pyarrow as pa
+
+        if self._items is not None or self.count == 0:
+            whole = pa.array(self.items[name])
+            for s in range(0, len(whole), rows):
+                yield whole.slice(s, rows)
+            return
+        import pyarrow.parquet as pq
+
+        file = (self.manifest.get("items") or {}).get("file", ITEMS)
+        seen = 0
+        try:
+            reader = pq.ParquetFile(io.BytesIO(self.items_bytes()))
+            for batch in reader.iter_batches(batch_size=rows, columns=[name]):
+                seen += batch.num_rows
+                yield batch.column(0)
+        except Exception as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+            raise StoreError(f"store {self.root}: item table {file} is unreadable "
+                             f"({first})") from None
+        if seen != self.count:
+            raise StoreError(f"store {self.root}: row count mismatch: {file} has "
+                             f"{seen} rows, manifest says {self.count}")
 
     def items_bytes(self) -> bytes:
         """The item table's file as committed (checked against the manifest), kept until

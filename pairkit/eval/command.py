@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.columns import Coded
 from pairkit.errors import PairkitError
 from pairkit.eval.run import EvalConfig, EvalReport, EvalSide, evaluate
 
@@ -24,11 +25,14 @@ class Sides:
     dim: int
 
 
-def _side(store: Any, rows: np.ndarray | None = None, where: str = "here") -> EvalSide:
+def _side(store: Any, rows: np.ndarray | None = None, where: str = "here",
+          columns: tuple[Coded | None, Coded] | None = None) -> EvalSide:
     """The side of ``store``'s ``rows`` (None: all). ``where``: ``here``, its vectors in
     memory; ``queries``, the rows read here in one pass (float32, the same values);
     ``workers``, the rows left in the store (a :class:`~pairkit.core.row_view.RowView`:
-    the workers read them for the search, this process only the rows a metric samples)."""
+    the workers read them for the search, this process only the rows a metric samples).
+    ``columns``: the store's labels and sources as codes (:func:`coded_columns`), which
+    the side takes instead of the parsed item table's Python objects (``eval --ray``)."""
     if where == "here":
         vectors = store.vectors(store.dtype)
         vectors = vectors if rows is None else vectors[rows]
@@ -38,6 +42,14 @@ def _side(store: Any, rows: np.ndarray | None = None, where: str = "here") -> Ev
         view = store_view(store)
         view = view if rows is None else view.subset(rows)
         vectors = view if where == "workers" else np.asarray(view)
+    if columns is not None:
+        labels, sources = columns
+        if rows is not None:
+            labels = None if labels is None else labels.take(rows)
+            sources = sources.take(rows)
+        if labels is not None and not (labels.codes >= 0).any():
+            labels = None
+        return EvalSide(vectors, labels, sources)
     sources = store.items["source"].to_numpy(dtype=object)
     labels = store.labels()
     if rows is not None:
@@ -46,6 +58,19 @@ def _side(store: Any, rows: np.ndarray | None = None, where: str = "here") -> Ev
         if labels is not None and all(v is None for v in labels):
             labels = None
     return EvalSide(vectors, labels, sources)
+
+
+def coded_columns(store: Any) -> tuple[Coded | None, Coded]:
+    """The store's labels (None: no label at all) and sources as codes, read from its
+    item table's file without parsing the table, whose bytes are then let go."""
+    from pairkit.core.columns import store_column
+    from pairkit.core.heap import return_free_memory
+
+    labels = store_column(store, "label")
+    sources = store_column(store, "source", distinct="many")
+    store.release_items()
+    return_free_memory()  # the encodings' temporaries
+    return (labels if (labels.codes >= 0).any() else None), sources
 
 
 def check_eval(cfg: EvalConfig, head_path: Path | None) -> None:
@@ -77,6 +102,8 @@ def load_sides(store_path: Path, against: Path | None, test_fraction: float,
     store = opened(store_path)
     if store.count == 0:
         raise PairkitError(f"store {store_path} is empty")
+    # on the workers: labels and sources as codes, no Python object per reference
+    columns = coded_columns(store) if on_workers else None
     if against is not None:
         test = opened(against)
         if test.count == 0:
@@ -84,11 +111,14 @@ def load_sides(store_path: Path, against: Path | None, test_fraction: float,
         check_compatible(store.dim, store.encoder, test.dim, test.encoder, str(store_path),
                          str(against))
         same = test.content_id == store.content_id
-        return Sides(_side(test, where=q_where), _side(store, where=r_where),
+        test_columns = coded_columns(test) if on_workers else None
+        return Sides(_side(test, where=q_where, columns=test_columns),
+                     _side(store, where=r_where, columns=columns),
                      np.arange(test.count) if same else None, store.dim)
-    is_test = split_by_source(store.source_codes(), test_fraction, seed)
-    return Sides(_side(store, np.flatnonzero(is_test), q_where),
-                 _side(store, np.flatnonzero(~is_test), r_where), None, store.dim)
+    source_codes = store.source_codes() if columns is None else columns[1].codes
+    is_test = split_by_source(source_codes, test_fraction, seed)
+    return Sides(_side(store, np.flatnonzero(is_test), q_where, columns),
+                 _side(store, np.flatnonzero(~is_test), r_where, columns), None, store.dim)
 
 
 class HeadMap:
@@ -170,7 +200,8 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
         if plot is not None:
             from pairkit.eval.plots import write_plots
 
-            write_plots(plot, report.scores, q.vectors, q.labels,
+            labels = q.labels.objects() if isinstance(q.labels, Coded) else q.labels
+            write_plots(plot, report.scores, q.vectors, labels,
                         prefix=f"{name}_" if len(runs) > 1 else "", seed=cfg.seed, maps=maps,
                         head_name=Path(head_path).name if name == "head" and head_path else None)
     return results, reports

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.columns import Coded, value_at
 from pairkit.errors import PairkitError, UsageError
 from pairkit.eval.geometry import (
     alignment,
@@ -54,11 +55,13 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class EvalSide:
-    """One side of an evaluation: vectors (n, d), labels (object (n,) or None), sources (n,)."""
+    """One side of an evaluation: vectors (n, d), labels (object (n,) or None), sources (n,).
+    Labels and sources may also be :class:`~pairkit.core.columns.Coded` (integer codes into
+    their distinct values: ``eval --ray``'s references, no Python object per row)."""
 
     vectors: np.ndarray
-    labels: np.ndarray | None
-    sources: np.ndarray
+    labels: np.ndarray | Coded | None
+    sources: np.ndarray | Coded
 
     def __len__(self) -> int:
         return len(self.vectors)
@@ -76,15 +79,26 @@ class EvalReport:
     details: dict[str, object] = field(default_factory=dict)
 
 
-def _codes(values_a: np.ndarray | None, values_b: np.ndarray | None,
-           na_missing: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Joint integer codes of two object arrays (-1 for None). Returns (a, b, uniques)."""
+def _codes(values_a: Any, values_b: Any,
+           na_missing: bool) -> tuple[np.ndarray, np.ndarray, Any]:
+    """Joint integer codes of two columns (-1 for None). Returns (a, b, uniques).
+    Object arrays, or :class:`~pairkit.core.columns.Coded` columns (``eval --ray``'s,
+    whose distinct values stay a pyarrow array)."""
+    from pairkit.core.columns import Coded, joint_codes
+
+    if isinstance(values_a, Coded) or isinstance(values_b, Coded):
+        return joint_codes(values_a, values_b)
     from pairkit.core.store import codes_of
 
     a = np.asarray(values_a, dtype=object)
     b = np.asarray(values_b, dtype=object)
     codes, uniques = codes_of(np.concatenate([a, b]), missing=na_missing)
     return codes[: len(a)], codes[len(a):], uniques
+
+
+def _kept(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``values[keep]`` (a mask), ``values`` itself when every row is kept (no copy)."""
+    return values if keep.all() else values[keep]
 
 
 def check_eval_config(cfg: EvalConfig) -> tuple[str, ...]:
@@ -165,10 +179,16 @@ def _label_status(queries: EvalSide, references: EvalSide, cfg: EvalConfig) -> t
         side = "queries" if queries.labels is None else "references"
         return False, f"need labels, the {side} have none"
     ref_labels = references.labels if references.labels is not None else queries.labels
-    present = {v for v in ref_labels if v is not None}
-    if len(present) < 2:
-        return False, (f"need at least 2 classes on the reference side, found {len(present)}"
-                       + (f" ({next(iter(present))})" if present else ""))
+    if isinstance(ref_labels, Coded):
+        codes = ref_labels.present()
+        present = [value_at(ref_labels.values, c) for c in codes[:2]]
+        n_present = len(codes)
+    else:
+        present = list({v for v in ref_labels if v is not None})
+        n_present = len(present)
+    if n_present < 2:
+        return False, (f"need at least 2 classes on the reference side, found {n_present}"
+                       + (f" ({present[0]})" if present else ""))
     return True, ""
 
 
@@ -186,9 +206,11 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
                    rsrc: np.ndarray, self_rows: np.ndarray | None, wanted: list[str],
                    cfg: EvalConfig, rng: np.random.Generator, report: EvalReport,
                    index_factory: IndexFactory | None = None) -> None:
-    ref_labels = references.labels if references.labels is not None else np.full(
-        len(references), None, dtype=object)
-    ql_all, rl_all, classes = _codes(queries.labels, ref_labels, na_missing=True)
+    if references.labels is None:  # retrieval among the queries only
+        ql_all, _, classes = _codes(queries.labels, np.empty(0, dtype=object), na_missing=True)
+        rl_all = np.full(len(references), -1, dtype=np.int64)
+    else:
+        ql_all, rl_all, classes = _codes(queries.labels, references.labels, na_missing=True)
     q_keep = ql_all >= 0
     r_keep = rl_all >= 0
     if not q_keep.all() or not r_keep.all():
@@ -196,19 +218,22 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
             f"label metrics use labelled items only: {int(q_keep.sum())} of {len(q_keep)} "
             f"queries, {int(r_keep.sum())} of {len(r_keep)} references")
     qx = _rows(queries.vectors, q_keep)
-    ql = ql_all[q_keep]
-    qg = qsrc[q_keep]
-    absent = np.setdiff1d(np.unique(ql), np.unique(rl_all[r_keep]))
+    ql = _kept(ql_all, q_keep)
+    qg = _kept(qsrc, q_keep)
+    # classes with a reference: counted, not sorted (the references may be many)
+    with_ref = np.flatnonzero(np.bincount(rl_all + 1, minlength=len(classes) + 1)[1:])
+    absent = np.setdiff1d(np.unique(ql), with_ref)
     if len(absent) and ("knn" in wanted or "linear" in wanted):
         report.notes.append(
-            f"{len(absent)} query class(es) have no reference (e.g. {classes[absent[0]]}): "
+            f"{len(absent)} query class(es) have no reference (e.g. "
+            f"{value_at(classes, absent[0])}): "
             "their queries count as wrong for kNN and the linear probe")
 
     need_ref_search = ("knn" in wanted) or ("retrieval" in wanted and cfg.gallery == "reference")
     if need_ref_search:
         rx = _rows(references.vectors, r_keep)
-        rl = rl_all[r_keep]
-        rg = rsrc[r_keep]
+        rl = _kept(rl_all, r_keep)
+        rg = _kept(rsrc, r_keep)
         srows = _subset_self_rows(self_rows, q_keep, r_keep)
         excl = Exclusion(srows, qg if cfg.exclude_same_source else None,
                          rg if cfg.exclude_same_source else None)

@@ -64,12 +64,12 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
         ray_search("dedup", cfg.device, cfg.backend)
     # on Ray the workers read the store: the manifest only, here, for one on object storage
     st = Store.open(store, verify=not (pairs is not None and is_url(store)))
-    items = st.items
     image_root = st.manifest.get("image_root")
     if cfg.absolute and not image_root:
         raise UsageError(f"--absolute needs the store's image_root, and {store} has none "
                          "(made by import?)")
-    paths = items["path"].to_numpy(dtype=object)
+    columns = item_columns(st, as_objects=pairs is None)
+    paths = columns.paths
     keep, sizes = keep_sizes(cfg.keep, image_root, paths, warn)
     # on Ray: rows read where they lie (the search's on the workers, here only the
     # candidates' rows: find_near_duplicates), never the store's float32 copy
@@ -79,16 +79,15 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
         vectors, paths, image_root, cfg.method, cfg.threshold, cfg.pixel_threshold,
         batch_size=cfg.batch_size, device=device, backend=backend, pairs=pairs)
     result = find_near_duplicates(
-        vectors, threshold,
-        file_sha256=items["file_sha256"].to_numpy(dtype=object, na_value=None),
-        sources=items["source"].to_numpy(dtype=object), views=items["view"].to_numpy(),
-        keep=keep, sizes=sizes, near=not cfg.exact_only, batch_size=cfg.batch_size,
-        device=device, backend=backend, pairs=pairs, check=check)
+        vectors, threshold, file_sha256=columns.file_sha256, sources=columns.sources,
+        views=columns.views, keep=keep, sizes=sizes, near=not cfg.exact_only,
+        batch_size=cfg.batch_size, device=device, backend=backend, pairs=pairs, check=check)
     table = result.table
     resized: dict[int, str] = {}
     if keep == "best" and getattr(sizes, "facts", None) and image_root:
         grouped = vectors.gather(table["id"].to_numpy()) if is_view(vectors) else vectors
-        table, resized = rekeep_resized(table, grouped, items, image_root, sizes.facts)
+        table, resized = rekeep_resized(table, grouped, paths, columns.sha_of, image_root,
+                                        sizes.facts)
     table.insert(2, "path", listed_paths(table, paths, store, image_root, cfg.absolute))
     if getattr(sizes, "fell_back", False):
         keep = "first"
@@ -96,9 +95,9 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     summary = {
         "groups": int(table["group"].nunique()),
         "sources_in_groups": len(table),
-        "sources": int(items["source"].nunique()) if len(items) else 0,
+        "sources": columns.n_sources,
         "items_in_groups": int((result.item_group >= 0).sum()),
-        "items": len(items),
+        "items": st.count,
         "drop": int((~table["keep"]).sum()),
         "exact": int((table["match"] == "exact").sum()),
         "near": int((table["match"] == "near").sum()),
@@ -110,6 +109,48 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
         "ray": pairs.describe() if pairs is not None else None,
     }
     return table, summary
+
+
+@dataclass(frozen=True)
+class ItemColumns:
+    """What ``dedup`` reads of the item table: ``paths`` (indexable by row ids),
+    ``sources`` and ``views`` (N,), ``file_sha256`` (N,) hashes or their codes (None:
+    none in the store), ``sha_of`` the hashes by row id (None: none), ``n_sources``."""
+
+    paths: Any
+    sources: np.ndarray
+    views: np.ndarray
+    file_sha256: np.ndarray | None
+    sha_of: Any
+    n_sources: int
+
+
+def item_columns(st: Any, as_objects: bool = True) -> ItemColumns:
+    """The item table's columns ``dedup`` needs. ``as_objects``: from the parsed table (a
+    run here, which reads the images and vectors anyway); else read from the table's file
+    by pyarrow without a Python object per item (``dedup --ray``'s driver): sources and
+    hashes as integer codes, paths and hashes read by row where used
+    (:class:`pairkit.core.columns.StringColumn`), the file's bytes let go after."""
+
+    if as_objects:
+        items = st.items
+        sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
+        return ItemColumns(items["path"].to_numpy(dtype=object),
+                           items["source"].to_numpy(dtype=object), items["view"].to_numpy(),
+                           sha, sha, int(items["source"].nunique()) if len(items) else 0)
+    from pairkit.core.columns import StringColumn, hashed_codes, missing_as_null
+    from pairkit.core.heap import return_free_memory
+
+    sources = hashed_codes(lambda: st.item_batches("source"), st.count)
+    sha_codes = hashed_codes(lambda: (missing_as_null(b) for b in st.item_batches("file_sha256")),
+                             st.count)
+    path, view, sha = st.item_columns("path", "view", "file_sha256")
+    st.release_items()
+    return_free_memory()
+    hashed = bool((sha_codes.codes >= 0).any())
+    return ItemColumns(StringColumn(path), sources.codes, view.to_numpy(zero_copy_only=False),
+                       sha_codes.codes if hashed else None, StringColumn(sha) if hashed else None,
+                       len(sources.values))
 
 
 def check_dedup(cfg: DedupConfig) -> float:

@@ -141,17 +141,17 @@ def largest_reader(image_root: str | None, paths: np.ndarray,
     return checked
 
 
-def rekeep_resized(table: pd.DataFrame, vectors: np.ndarray, items: pd.DataFrame,
+def rekeep_resized(table: pd.DataFrame, vectors: np.ndarray, paths: Any, file_sha256: Any,
                    image_root: str, facts: dict[int, Any]) -> tuple[pd.DataFrame, dict[int, str]]:
     """``--keep best`` between resized copies (:mod:`pairkit.mine.keep_resized`): each
     group's kept copy compared with its members of other pixel counts; returns the table
-    with the kept rows changed where that decides otherwise, and {new kept id: reason}."""
+    with the kept rows changed where that decides otherwise, and {new kept id: reason}.
+    ``paths`` and ``file_sha256`` (None: no hashes): the items' by row id."""
     from pairkit.core.paths import resolve_item_path
     from pairkit.mine.keep_best import best_key
     from pairkit.mine.keep_resized import rekeep_groups, resized_keeper
 
     root = Path(image_root)
-    paths = items["path"].to_numpy(dtype=object)
 
     def pixels(i: int) -> float | None:
         f = facts.get(i)
@@ -173,5 +173,4 @@ def rekeep_resized(table: pd.DataFrame, vectors: np.ndarray, items: pd.DataFrame
         if why is not None and new != kept:
             new_keeper[int(g)] = new
             reasons[new] = why
-    sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
-    return rekeep_groups(table, vectors, sha, new_keeper), reasons
+    return rekeep_groups(table, vectors, file_sha256, new_keeper), reasons

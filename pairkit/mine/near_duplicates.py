@@ -165,7 +165,8 @@ def source_nodes(n: int, sources: np.ndarray | None, views: np.ndarray | None
 
 def exact_units(node_item: np.ndarray, file_sha256: np.ndarray | None) -> np.ndarray:
     """Step 2: (S,) unit of every node: nodes with one file hash are one unit; a node
-    without a hash is a unit of its own."""
+    without a hash is a unit of its own. ``file_sha256`` (N,): hex strings (None or empty:
+    none), or their integer codes (-1: none)."""
     import pandas as pd
 
     from pairkit.core.store import codes_of
@@ -173,12 +174,19 @@ def exact_units(node_item: np.ndarray, file_sha256: np.ndarray | None) -> np.nda
     n_nodes = len(node_item)
     if file_sha256 is None:
         return np.arange(n_nodes, dtype=np.int64)
-    hashes = np.asarray(file_sha256, dtype=object)[node_item]
-    as_series = pd.Series(hashes, dtype=object)
-    empty = as_series.map(lambda h: isinstance(h, str) and not h)
-    missing = (as_series.isna() | empty).to_numpy(dtype=bool)
-    keys = np.where(missing, None, hashes)
-    codes = codes_of(keys)[0]
+    if np.asarray(file_sha256[:0]).dtype.kind in "iu":
+        # the hashes as codes (-1 missing: dedup --ray's, no Python object per item),
+        # renumbered in order of first appearance among the nodes, as the strings are
+        keys = np.asarray(file_sha256)[node_item].astype(np.float64)
+        missing = keys < 0
+        keys[missing] = np.nan
+        codes = pd.factorize(keys, use_na_sentinel=True)[0].astype(np.int64)
+    else:
+        hashes = np.asarray(file_sha256, dtype=object)[node_item]
+        as_series = pd.Series(hashes, dtype=object)
+        empty = as_series.map(lambda h: isinstance(h, str) and not h)
+        missing = (as_series.isna() | empty).to_numpy(dtype=bool)
+        codes = codes_of(np.where(missing, None, hashes))[0]
     node_unit = np.empty(n_nodes, dtype=np.int64)
     n_hash = int(codes.max()) + 1 if (codes >= 0).any() else 0
     node_unit[~missing] = codes[~missing]

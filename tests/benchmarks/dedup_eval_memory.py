@@ -9,7 +9,8 @@ by shard; each command runs in a child process that reports its own peak residen
 
 - ``dedup STORE --threshold 0.95 --ray local -o groups.parquet``
 - ``eval STORE --ray local --knn-k 20 --json`` (kNN, retrieval, linear probe on 200,000
-  references at most, geometry; queries: a 2% test split, ``--test-fraction 0.02``)
+  references at most, geometry; queries: a 2% test split, ``--test-fraction 0.02``, or
+  about ``--queries`` N at every size)
 
 With ``--s3`` the store is uploaded to a local S3 server (moto_server, started here) and
 read from there. ``--code DIR`` runs another checkout's pairkit (the "before" figures:
@@ -114,6 +115,10 @@ def main() -> None:
     parser.add_argument("--store-dir", type=Path, help="keep the generated stores here "
                         "(reused when present) instead of a temp dir")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--queries", type=int, default=0,
+                        help="eval's queries: about this many at every size (the test "
+                             "fraction QUERIES / rows), so that the search grows with the "
+                             "references only (default: a 2%% test split)")
     args = parser.parse_args()
 
     from tests.benchmarks.mine_memory import S3Bench
@@ -133,9 +138,11 @@ def main() -> None:
                 argv = (["dedup", where, "--threshold", "0.95", "--ray", "local", "-o",
                          str(out), "-q", "--force"] if command == "dedup" else
                         ["eval", where, "--ray", "local", "--knn-k", "20",
-                         "--test-fraction", "0.02", "--json", "-q"])
+                         "--test-fraction", str(args.queries / rows if args.queries else 0.02),
+                         "--json", "-q"])
                 got = run_child(args.code, argv, env)
                 row = {"command": command, "rows": rows, "s3": args.s3,
+                       "queries": args.queries or None,
                        "code": str(args.code), **got}
                 print(json.dumps(row), flush=True)
                 results.append(row)

@@ -295,7 +295,9 @@ def test_dedup_edges_on_ray_equal_local(tmp_path, cluster, monkeypatch):
 @contextlib.contextmanager
 def driver_reads(monkeypatch):
     """Within: this process (the driver, not the workers) refuses the store's float32
-    copy, and lists the row counts of every read of rows on demand (``RowView.take``).
+    copy and the parsed item table (the columns it needs are read as codes:
+    :mod:`pairkit.core.columns`), and lists the row counts of every read of rows on demand
+    (``RowView.take``).
     Yields ``(the monkeypatch context, that list)``."""
     from pairkit.core.row_view import RowView
 
@@ -309,8 +311,12 @@ def driver_reads(monkeypatch):
     def refuse(*a, **kw):
         raise AssertionError("the driver made the store's float32 copy")
 
+    def no_table(self):
+        raise AssertionError("the driver parsed the item table (a Python object per item)")
+
     with monkeypatch.context() as m:
         m.setattr(Store, "vectors", refuse)
+        m.setattr(Store, "items", property(no_table))
         m.setattr(RowView, "take", counted)
         yield m, taken
 
@@ -352,6 +358,36 @@ def test_dedup_on_ray_reads_only_the_candidates_on_the_driver(tmp_path, cluster,
     there = runner.invoke(app, [*args, "--ray", "local"])
     assert here.exit_code == 0 and there.exit_code == 0, there.output
     assert there.stdout == here.stdout and here.stdout.count("near") >= 40
+
+
+@pytest.mark.parametrize("keep", ["first", "best"])
+def test_dedup_on_ray_views_and_file_hashes_from_codes(tmp_path, cluster, monkeypatch, keep):
+    """``dedup --ray``'s driver reads sources, views and file hashes as codes and paths
+    one by one: with two views a source, exact copies by hash (one of them far apart in
+    the embedding), hashes missing or empty, the table and summary are the local run's."""
+    rng = np.random.default_rng(8)
+    base = rng.normal(size=(60, 10))
+    src = np.concatenate([base, base[:15] + 0.03 * rng.normal(size=(15, 10))])
+    rows = np.repeat(src, 2, axis=0) + 0.01 * rng.normal(size=(150, 10))
+    sha = [f"h{i // 2}" if i % 7 else None for i in range(150)]
+    sha[100], sha[101], sha[2], sha[3] = "same", "same", "same", ""  # exact copies
+    sha[4] = ""
+    items = pd.DataFrame({"path": [f"d{i % 3}/img{i // 2:03d}_{'ab'[i % 2]}.jpg"
+                                   for i in range(150)],
+                          "source": [f"s{i // 2}" for i in range(150)], "view": np.arange(150) % 2,
+                          "file_sha256": sha})
+    st = write_store(tmp_path / "st", rows.astype(np.float32), items, dtype="float32")
+    from pairkit.distributed.dedup import RayPairs
+    from pairkit.mine.dedup import DedupConfig, run_dedup
+
+    cfg = DedupConfig(threshold=0.9, keep=keep, batch_size=64)
+    want, sw = run_dedup(str(st.root), cfg)
+    with driver_reads(monkeypatch):
+        got, sg = run_dedup(str(st.root), cfg, pairs=RayPairs("local"))
+    pd.testing.assert_frame_equal(got, want)
+    assert (want["match"] == "exact").any() and (want["match"] == "near").sum() >= 10
+    assert {k: v for k, v in sg.items() if k != "ray"} == \
+        {k: v for k, v in sw.items() if k != "ray"}
 
 
 @pytest.mark.parametrize("on", ["folder", "s3"])
