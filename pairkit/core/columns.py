@@ -186,6 +186,8 @@ def hashed_codes(batches: Any, count: int | None = None) -> Coded:
         taken.append(b.take(pa.array(first_rows[lo:hi] - start)))
         start += len(b)
     values = (pa.concat_arrays(taken) if taken else pa.array([], type=pa.string()))
+    if len(values) == 0:  # every row null (or none)
+        return Coded(codes, values)
     start = 0
     for b in batches():  # every row equals its code's first row: no collision
         mine = codes[start:start + len(b)]

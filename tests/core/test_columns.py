@@ -199,6 +199,9 @@ def test_hashed_codes_equal_codes_of_and_survive_a_collision(monkeypatch) -> Non
         got = columns.hashed_codes(batches, n)
         np.testing.assert_array_equal(got.codes, want)
         assert got.values.to_pylist() == list(uniques)
+    nulls = columns.hashed_codes(lambda: iter([pa.array([None] * 5, type=pa.string())]))
+    assert list(nulls.codes) == [-1] * 5 and len(nulls.values) == 0
+    assert len(columns.hashed_codes(lambda: iter([]), 0).codes) == 0
     monkeypatch.setattr(columns, "string_hashes", lambda a: np.zeros(len(a), np.uint64))
     got = columns.hashed_codes(batches)
     np.testing.assert_array_equal(got.codes, want)
