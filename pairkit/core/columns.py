@@ -214,24 +214,57 @@ def as_coded(values: Any) -> Coded:
 
 def joint_codes(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray, Any]:
     """Codes of two columns in one code space: ``(codes of a, codes of b, distinct
-    values)``. Columns that share their values keep their codes; else ``b``'s values
-    are looked up among ``a``'s (by pyarrow, no Python object per value) and those not
-    there get new codes after them."""
+    values)``, numbered in order of first appearance over ``a`` then ``b`` (-1 missing):
+    the codes :func:`pairkit.core.store.codes_of` gives the two concatenated, so that what
+    depends on the numbering (the linear probe's split by source, its classes) is the
+    same. ``b``'s values are looked up among ``a``'s (by pyarrow, no Python object per
+    value) unless the two share them."""
     a, b = as_coded(a), as_coded(b)
-    if a.values is b.values:
-        return a.codes, b.codes, a.values
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    va = a.values
-    vb = b.values if b.values.type == va.type else b.values.cast(va.type)
-    where = pc.index_in(vb, value_set=va).fill_null(-1).to_numpy(zero_copy_only=False)
-    where = where.astype(np.int64)
-    new = where < 0
-    where[new] = len(va) + np.arange(int(new.sum()))
-    values = pa.concat_arrays([va, vb.filter(pa.array(new))]) if new.any() else va
-    b_codes = np.where(b.codes >= 0, where[np.maximum(b.codes, 0)], -1)
-    return a.codes, b_codes, values
+    if a.values is b.values:
+        values, b_codes = a.values, b.codes
+    else:
+        import pyarrow.compute as pc
+
+        va = a.values
+        vb = b.values if b.values.type == va.type else b.values.cast(va.type)
+        where = pc.index_in(vb, value_set=va).fill_null(-1).to_numpy(zero_copy_only=False)
+        where = where.astype(np.int64)
+        new = where < 0
+        where[new] = len(va) + np.arange(int(new.sum()))
+        values = pa.concat_arrays([va, vb.filter(pa.array(new))]) if new.any() else va
+        b_codes = np.where(b.codes >= 0, where[np.maximum(b.codes, 0)], -1)
+    a_codes, b_codes, old = renumbered(a.codes, b_codes, len(values))
+    if len(old) == len(values) and not np.any(old != np.arange(len(old))):
+        return a_codes, b_codes, values  # numbered so already
+    return a_codes, b_codes, values.take(pa.array(old))
+
+
+RENUMBER_ROWS = 1 << 20
+
+
+def renumbered(a: np.ndarray, b: np.ndarray, n_values: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Codes ``a`` and ``b`` (into ``n_values`` values, -1 missing) renumbered in order of
+    first appearance over ``a`` then ``b``: ``(a, b, old)``, ``old`` the old code of each
+    new one (values used by neither side dropped). A first position per value, by blocks
+    of rows (no sort of the rows); ``a`` and ``b`` themselves when they are numbered so
+    already (no copy)."""
+    none = np.iinfo(np.int64).max
+    first = np.full(n_values, none, dtype=np.int64)
+    for offset, codes in ((0, a), (len(a), b)):
+        for s in range(0, len(codes), RENUMBER_ROWS):
+            block = codes[s:s + RENUMBER_ROWS]
+            ok = block >= 0
+            np.minimum.at(first, block[ok], np.flatnonzero(ok) + (offset + s))
+    used = np.flatnonzero(first < none)
+    old = used[np.argsort(first[used], kind="stable")]
+    if not np.any(old != np.arange(len(old))):  # numbered so already: no copy
+        return a, b, old
+    new_of_old = np.full(n_values + 1, -1, dtype=np.int64)  # [-1] -> -1
+    new_of_old[old] = np.arange(len(old))
+    return new_of_old[a], new_of_old[b], old
 
 
 def value_at(values: Any, code: int) -> Any:

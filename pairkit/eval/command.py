@@ -31,8 +31,9 @@ def _side(store: Any, rows: np.ndarray | None = None, where: str = "here",
     memory; ``queries``, the rows read here in one pass (float32, the same values);
     ``workers``, the rows left in the store (a :class:`~pairkit.core.row_view.RowView`:
     the workers read them for the search, this process only the rows a metric samples).
-    ``columns``: the store's labels and sources as codes (:func:`coded_columns`), which
-    the side takes instead of the parsed item table's Python objects (``eval --ray``)."""
+    ``columns``: the rows' labels and sources as codes (:func:`coded_columns`,
+    :func:`split_columns`), which the side takes instead of the parsed item table's Python
+    objects (``eval --ray``)."""
     if where == "here":
         vectors = store.vectors(store.dtype)
         vectors = vectors if rows is None else vectors[rows]
@@ -42,11 +43,8 @@ def _side(store: Any, rows: np.ndarray | None = None, where: str = "here",
         view = store_view(store)
         view = view if rows is None else view.subset(rows)
         vectors = view if where == "workers" else np.asarray(view)
-    if columns is not None:
+    if columns is not None:  # already the rows' (split_columns)
         labels, sources = columns
-        if rows is not None:
-            labels = None if labels is None else labels.take(rows)
-            sources = sources.take(rows)
         if labels is not None and not (labels.codes >= 0).any():
             labels = None
         return EvalSide(vectors, labels, sources)
@@ -117,8 +115,36 @@ def load_sides(store_path: Path, against: Path | None, test_fraction: float,
                      np.arange(test.count) if same else None, store.dim)
     source_codes = store.source_codes() if columns is None else columns[1].codes
     is_test = split_by_source(source_codes, test_fraction, seed)
-    return Sides(_side(store, np.flatnonzero(is_test), q_where, columns),
-                 _side(store, np.flatnonzero(~is_test), r_where, columns), None, store.dim)
+    q_rows, r_rows = np.flatnonzero(is_test), np.flatnonzero(~is_test)
+    if columns is None:
+        return Sides(_side(store, q_rows, q_where), _side(store, r_rows, r_where), None,
+                     store.dim)
+    del source_codes
+    q_cols, r_cols = split_columns(columns, q_rows, r_rows)
+    del columns
+    return Sides(_side(store, q_rows, q_where, q_cols), _side(store, r_rows, r_where, r_cols),
+                 None, store.dim)
+
+
+def split_columns(columns: tuple[Coded | None, Coded], q_rows: np.ndarray,
+                  r_rows: np.ndarray) -> tuple[tuple[Coded | None, Coded], ...]:
+    """The queries' and the references' labels and sources, numbered in order of first
+    appearance over the queries then the references (the codes the evaluation gives the
+    two sides joined: :func:`pairkit.core.columns.joint_codes`, which then keeps them
+    without a copy), each pair sharing its distinct values."""
+    from pairkit.core.columns import renumbered
+
+    out: list[list[Coded | None]] = [[], []]
+    for col in columns:
+        if col is None:
+            out[0].append(None)
+            out[1].append(None)
+            continue
+        q, r, old = renumbered(col.codes[q_rows], col.codes[r_rows], len(col.values))
+        values = col.values.take(old)
+        out[0].append(Coded(q, values))
+        out[1].append(Coded(r, values))
+    return (out[0][0], out[0][1]), (out[1][0], out[1][1])  # type: ignore[return-value]
 
 
 class HeadMap:

@@ -48,7 +48,7 @@ def test_joint_codes_keep_equality_and_missing(seed: int) -> None:
         assert got == [v for v in b if v is not None]
     shared = coded_array(pa.array(list(a), pa.string()))
     ca, cb, values = joint_codes(shared, shared.take(np.arange(5)))
-    assert values is shared.values and (cb == ca[:5]).all()
+    assert values.to_pylist() == shared.values.to_pylist() and (cb == ca[:5]).all()
 
 
 def coded(side: EvalSide) -> EvalSide:
@@ -127,6 +127,14 @@ def test_sides_on_workers_never_parse_the_item_table(tmp_path, against: bool) ->
     np.testing.assert_array_equal(
         local.self_rows if local.self_rows is not None else [],
         dist.self_rows if dist.self_rows is not None else [])
+    for name in ("labels", "sources"):  # numbered as the local sides joined
+        q, r = getattr(dist.queries, name), getattr(dist.references, name)
+        ca, cb, _ = joint_codes(q, r)
+        want_codes = codes_of(np.concatenate([getattr(local.queries, name),
+                                              getattr(local.references, name)]))[0]
+        np.testing.assert_array_equal(np.concatenate([ca, cb]), want_codes)
+        if not against:  # the split's sides come numbered so: kept without a copy
+            assert ca is q.codes and cb is r.codes
     cfg = EvalConfig(knn_ks=(3,), recall_ks=(1,), probe_max_train=50)
     want = evaluate(local.queries, local.references, cfg, self_rows=local.self_rows)
     got = evaluate(dist.queries, EvalSide(np.asarray(dist.references.vectors),
@@ -206,3 +214,22 @@ def test_hashed_codes_equal_codes_of_and_survive_a_collision(monkeypatch) -> Non
     got = columns.hashed_codes(batches)
     np.testing.assert_array_equal(got.codes, want)
     assert got.values.to_pylist() == list(uniques)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_joint_codes_of_one_stores_columns_number_as_codes_of(seed: int) -> None:
+    """Two subsets of one store's column (a split's queries and references, in any
+    order) get the codes ``codes_of`` gives their concatenation: the numbering the
+    linear probe's split by source and its classes depend on."""
+    rng = np.random.default_rng(seed)
+    pool = [f"v{i}" for i in range(40)] + [None]
+    whole = np.array([pool[i] for i in rng.integers(0, len(pool), 500)], dtype=object)
+    coded = coded_array(pa.array(list(whole), type=pa.string()))
+    rows = rng.permutation(500)
+    qa, qb = rows[:120], np.sort(rows[120:])
+    want, uniques = codes_of(np.concatenate([whole[qa], whole[qb]]))
+    ca, cb, values = joint_codes(coded.take(qa), coded.take(qb))
+    np.testing.assert_array_equal(np.concatenate([ca, cb]), want)
+    assert values.to_pylist() == list(uniques)
+    ca, cb, values = joint_codes(whole[qa], coded.take(qb))  # an object side and a coded one
+    np.testing.assert_array_equal(np.concatenate([ca, cb]), want)
