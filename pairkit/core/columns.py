@@ -4,12 +4,15 @@ codes (:class:`Coded`), paths and hashes read one by one (:class:`StringColumn`)
 ``eval --ray`` keeps the references in the store, read by the workers; what the driver
 still needs of every reference is its label and its source, to vote and to leave out a
 query's own source. As Python objects (the parsed item table, ``store.labels()``) that
-costs ~0.4 kB a row and grows with the collection; as codes it is 8 bytes a row for each.
+costs ~0.3 kB a row and grows with the collection; as codes it is 8 bytes a row for each.
 :class:`Coded` is such a column: int64 codes into the distinct values, which stay a
-pyarrow array (compact strings, no object per value). The item table's columns are
-encoded by pyarrow straight from the parquet file (:func:`store_column`), in order of
-first appearance, as :func:`pairkit.core.store.codes_of` numbers them. ``dedup --ray``
-reads its item table the same way (:func:`pairkit.mine.dedup.dedup_store`).
+pyarrow array (compact strings, no object per value), numbered in order of first
+appearance as :func:`pairkit.core.store.codes_of` numbers them. The item table's columns
+are read from its parquet file (:func:`store_column`): labels dictionary-encoded by
+pyarrow, sources (about one per item) by 64-bit hashes checked against each code's first
+row (:func:`hashed_codes`). ``dedup --ray``'s driver (:func:`pairkit.mine.dedup.run_dedup`)
+and the relation's plan of ``mine`` (:func:`pairkit.mine.parts_run.plan_items`) read the
+item table the same way.
 """
 
 from __future__ import annotations
@@ -82,6 +85,10 @@ def string_hashes(array: Any) -> np.ndarray:
     n = len(array)
     if n == 0:
         return np.zeros(0, dtype=np.uint64)
+    if str(array.type) not in ("string", "large_string"):  # a view or dictionary type
+        import pyarrow as pa
+
+        array = array.cast(pa.large_string())
     wide = str(array.type) == "large_string"
     _, off_buf, data_buf = array.buffers()
     off = np.frombuffer(off_buf, dtype=np.int64 if wide else np.int32)

@@ -233,3 +233,14 @@ def test_joint_codes_of_one_stores_columns_number_as_codes_of(seed: int) -> None
     assert values.to_pylist() == list(uniques)
     ca, cb, values = joint_codes(whole[qa], coded.take(qb))  # an object side and a coded one
     np.testing.assert_array_equal(np.concatenate([ca, cb]), want)
+
+
+def test_string_hashes_do_not_depend_on_the_arrow_type_or_slice() -> None:
+    from pairkit.core.columns import string_hashes
+
+    arr = pa.array(["x", "yy", "x", "", "é" * 40, "yy"], type=pa.string())
+    h = string_hashes(arr)
+    assert h[0] == h[2] and h[1] == h[5] and len(set(h.tolist())) == 4
+    np.testing.assert_array_equal(string_hashes(arr.cast(pa.large_string())), h)
+    np.testing.assert_array_equal(string_hashes(arr.dictionary_encode()), h)
+    np.testing.assert_array_equal(string_hashes(arr.slice(2, 3)), h[2:5])
