@@ -127,24 +127,23 @@ def load_sides(store_path: Path, against: Path | None, test_fraction: float,
 
 
 def split_columns(columns: tuple[Coded | None, Coded], q_rows: np.ndarray,
-                  r_rows: np.ndarray) -> tuple[tuple[Coded | None, Coded], ...]:
+                  r_rows: np.ndarray
+                  ) -> tuple[tuple[Coded | None, Coded], tuple[Coded | None, Coded]]:
     """The queries' and the references' labels and sources, numbered in order of first
     appearance over the queries then the references (the codes the evaluation gives the
     two sides joined: :func:`pairkit.core.columns.joint_codes`, which then keeps them
     without a copy), each pair sharing its distinct values."""
     from pairkit.core.columns import renumbered
 
-    out: list[list[Coded | None]] = [[], []]
-    for col in columns:
-        if col is None:
-            out[0].append(None)
-            out[1].append(None)
-            continue
+    def split(col: Coded) -> tuple[Coded, Coded]:
         q, r, old = renumbered(col.codes[q_rows], col.codes[r_rows], len(col.values))
         values = col.values.take(old)
-        out[0].append(Coded(q, values))
-        out[1].append(Coded(r, values))
-    return (out[0][0], out[0][1]), (out[1][0], out[1][1])  # type: ignore[return-value]
+        return Coded(q, values), Coded(r, values)
+
+    labels, sources = columns
+    q_labels, r_labels = (None, None) if labels is None else split(labels)
+    q_sources, r_sources = split(sources)
+    return (q_labels, q_sources), (r_labels, r_sources)
 
 
 class HeadMap:

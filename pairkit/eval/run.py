@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pairkit.core.columns import Coded, value_at
+from pairkit.core.columns import Coded, joint_codes, value_at
 from pairkit.errors import PairkitError, UsageError
 from pairkit.eval.geometry import (
     alignment,
@@ -84,8 +84,6 @@ def _codes(values_a: Any, values_b: Any,
     """Joint integer codes of two columns (-1 for None). Returns (a, b, uniques).
     Object arrays, or :class:`~pairkit.core.columns.Coded` columns (``eval --ray``'s,
     whose distinct values stay a pyarrow array)."""
-    from pairkit.core.columns import Coded, joint_codes
-
     if isinstance(values_a, Coded) or isinstance(values_b, Coded):
         return joint_codes(values_a, values_b)
     from pairkit.core.store import codes_of

@@ -142,14 +142,16 @@ def item_columns(st: Any, as_objects: bool = True) -> ItemColumns:
     from pairkit.core.heap import return_free_memory
 
     sources = hashed_codes(lambda: st.item_batches("source"), st.count)
-    sha_codes = hashed_codes(lambda: (missing_as_null(b) for b in st.item_batches("file_sha256")),
-                             st.count)
     path, view, sha = st.item_columns("path", "view", "file_sha256")
     st.release_items()
+    # the hashes, held anyway for the rows that read them, coded from that array (none:
+    # an imported store, nothing to code)
+    sha_codes = (hashed_codes(lambda: iter([missing_as_null(sha)]), st.count).codes
+                 if sha.null_count < len(sha) else None)
     return_free_memory()
-    hashed = bool((sha_codes.codes >= 0).any())
+    hashed = sha_codes is not None and bool((sha_codes >= 0).any())
     return ItemColumns(StringColumn(path), sources.codes, view.to_numpy(zero_copy_only=False),
-                       sha_codes.codes if hashed else None, StringColumn(sha) if hashed else None,
+                       sha_codes if hashed else None, StringColumn(sha) if hashed else None,
                        len(sources.values))
 
 

@@ -174,10 +174,10 @@ def exact_units(node_item: np.ndarray, file_sha256: np.ndarray | None) -> np.nda
     n_nodes = len(node_item)
     if file_sha256 is None:
         return np.arange(n_nodes, dtype=np.int64)
-    if np.asarray(file_sha256[:0]).dtype.kind in "iu":
+    if isinstance(file_sha256, np.ndarray) and file_sha256.dtype.kind in "iu":
         # the hashes as codes (-1 missing: dedup --ray's, no Python object per item),
         # renumbered in order of first appearance among the nodes, as the strings are
-        keys = np.asarray(file_sha256)[node_item].astype(np.float64)
+        keys = file_sha256[node_item].astype(np.float64)
         missing = keys < 0
         keys[missing] = np.nan
         codes = pd.factorize(keys, use_na_sentinel=True)[0].astype(np.int64)
