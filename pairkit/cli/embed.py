@@ -48,6 +48,11 @@ def embed(
                                 "torch sees a GPU, else cpu."),
     precision: Precision = typer.Option(
         "auto", "--precision", help="Autocast precision; auto: fp16 on CUDA, fp32 on CPU."),
+    image_size: int | None = typer.Option(
+        None, "--image-size",
+        help="Square input size in pixels the encoder is fed (a CNN with global pooling takes "
+        "any; models with a fixed grid, such as ViTs, refuse). Recorded in the store.",
+        show_default="the model's own, e.g. 224 for ViT-B-32"),
     batch_size: int = typer.Option(64, "--batch-size", help="Rows (views) per encoder batch."),
     workers: int | None = typer.Option(
         None, "--workers", help="Decoding processes.",
@@ -87,6 +92,7 @@ def embed(
             device=device,
             precision=precision,
             batch_size=batch_size,
+            image_size=image_size,
             workers=workers,
             dtype=dtype,
             decode=decode,

@@ -88,7 +88,7 @@ def _embed_task(cfg: EmbedConfig, files: list[ImageFile], labels: dict[str, Any]
     from pairkit.encode.runner import Runner
 
     key = repr((cfg.model, cfg.pretrained, cfg.checkpoint, cfg.seed, cfg.precision, device,
-                threads))
+                threads, cfg.image_size))
     if _WORKER.get("key") != key:
         from pairkit.core.threads import configure, import_torch
 
@@ -96,7 +96,8 @@ def _embed_task(cfg: EmbedConfig, files: list[ImageFile], labels: dict[str, Any]
         configure(threads)
         import_torch()
         encoder = load_encoder(EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint,
-                                              device, cfg.seed, offline=offline))
+                                              device, cfg.seed, offline=offline,
+                                              image_size=cfg.image_size))
         _WORKER.update(key=key, encoder=encoder,
                        runner=Runner(encoder, device, cfg.precision))
     return embed_partition(cfg, files, labels, _WORKER["encoder"], _WORKER["runner"], device,

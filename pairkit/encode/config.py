@@ -18,6 +18,8 @@ from pairkit.encode.images import DEFAULT_MAX_FILE_BYTES
 from pairkit.encode.registry import DEFAULT_MODEL
 from pairkit.errors import PairkitError, UsageError
 
+MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 4096  # --image-size bounds (pixels a side)
+
 
 @dataclass(frozen=True)
 class EmbedConfig:
@@ -41,6 +43,7 @@ class EmbedConfig:
     decode: str = "auto"  # auto | cpu | gpu (pairkit.encode.device_pipeline)
     image_column: str | None = None  # Hugging Face dataset input (pairkit.encode.hf_datasets)
     label_column: str | None = None
+    image_size: int | None = None  # None: the encoder's own input size
 
 
 @dataclass
@@ -88,6 +91,8 @@ def embedding_identity(cfg: EmbedConfig) -> dict[str, Any]:
         ident["checkpoint_sha256"] = sha256_file(cfg.checkpoint)
     if cfg.image_column:
         ident["image_column"] = cfg.image_column
+    if cfg.image_size is not None:
+        ident["image_size"] = cfg.image_size
     return ident
 
 
@@ -104,6 +109,9 @@ def check_config(cfg: EmbedConfig) -> bool:
         raise UsageError(f"--views must be >= 1, got {cfg.views}")
     if cfg.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    if cfg.image_size is not None and not MIN_IMAGE_SIZE <= cfg.image_size <= MAX_IMAGE_SIZE:
+        raise UsageError(f"--image-size must be {MIN_IMAGE_SIZE}..{MAX_IMAGE_SIZE} pixels, got "
+                         f"{cfg.image_size}")
     if cfg.workers is not None and cfg.workers < 0:
         raise UsageError(f"--workers must be >= 0, got {cfg.workers}")
     if cfg.precision not in PRECISIONS:

@@ -122,7 +122,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     # this one only describes the encoder in the manifest
     encoder = load_encoder(EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint,
                                           "cpu" if executor else device, cfg.seed,
-                                          offline=weights_offline))
+                                          offline=weights_offline, image_size=cfg.image_size))
     fit = encoder.identity.get("checkpoint_fit", "")
     if fit and fit != "checkpoint layout: as saved":
         hook.note(fit)

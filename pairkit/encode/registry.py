@@ -10,7 +10,7 @@ data pipeline and the model agree in one place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pairkit.errors import PairkitError
@@ -45,6 +45,7 @@ class EncoderRequest:
     device: str = "cpu"
     seed: int = 0
     offline: bool = False  # load weights from the hub cache only (no download attempt)
+    image_size: int | None = None  # None: the model's own input size
 
 
 @dataclass
@@ -120,7 +121,33 @@ def load_encoder(request: EncoderRequest) -> Encoder:
             f"unknown model {request.model!r}: use openclip/NAME, timm/NAME or pixels "
             f"(registered: {', '.join(sorted(_REGISTRY))})"
         )
-    return factory(rest, request)
+    encoder = factory(rest, request)
+    if request.image_size is not None and request.image_size != encoder.preprocess.size:
+        encoder = resized(encoder, request.image_size)
+    return encoder
+
+
+def resized(encoder: Encoder, size: int) -> Encoder:
+    """``encoder`` fed ``size`` x ``size`` images instead of its own input size (a CNN
+    with global pooling takes any size; a model with a fixed grid, such as a ViT, does not:
+    PairkitError). The width is probed again on the new size."""
+    from pairkit.encode.model_loading import probe_dim
+
+    if encoder.name == "pixels":
+        raise PairkitError("--image-size does not apply to --model pixels (its features are "
+                           f"computed at {encoder.preprocess.size} px)")
+    try:
+        dim = probe_dim(encoder.module, size)
+    except Exception as exc:  # noqa: BLE001 - any failure of the model on that size
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise PairkitError(f"{encoder.name} does not take {size} x {size} images (its input "
+                           f"size is {encoder.preprocess.size}): {first}") from None
+    if dim != encoder.dim:
+        raise PairkitError(f"{encoder.name} gives {dim} dims at {size} px against {encoder.dim} "
+                           f"at its own {encoder.preprocess.size} px: --image-size needs a "
+                           "model whose width does not depend on the input size")
+    return replace(encoder, preprocess=replace(encoder.preprocess, size=size),
+                   identity={**encoder.identity, "image_size": size})
 
 
 def _ensure_builtins() -> None:

@@ -70,6 +70,7 @@ class Config:
     invert: bool = False
     heldout: int = 0  # sources of a disjoint held-out split (one view) for --train
     tail: float = 0.0  # > 0: long-tailed class sizes this many times apart, both splits
+    image_size: int = 0  # > 0: embed --image-size (the encoder's input side); 0: its own
 
 
 CONFIGS = {
@@ -101,9 +102,10 @@ def prepare(cfg: Config, work: Path) -> tuple[Path, Path | None]:
     model = f"timm/tf_efficientnet_lite{cfg.lite}"
     if not (folder / "images").exists():
         write_folder(data, rows, folder / "images", invert=cfg.invert)
+    size = ["--image-size", str(cfg.image_size)] if cfg.image_size else []
     pairkit("embed", str(folder / "images"), "-o", str(folder / "store"), "--model", model,
             "--checkpoint", ckpt, "--views", "2", "--labels", "folder", "--seed",
-            str(cfg.seed), "--quiet")
+            str(cfg.seed), "--quiet", *size)
     held = None
     if cfg.heldout:
         used = set(rows.tolist())
@@ -115,7 +117,7 @@ def prepare(cfg: Config, work: Path) -> tuple[Path, Path | None]:
             write_folder(data, test_rows, folder / "heldout-images", invert=cfg.invert)
         held = folder / "heldout"
         pairkit("embed", str(folder / "heldout-images"), "-o", str(held), "--model", model,
-                "--checkpoint", ckpt, "--views", "1", "--labels", "folder", "--quiet")
+                "--checkpoint", ckpt, "--views", "1", "--labels", "folder", "--quiet", *size)
     return folder / "store", held
 
 
