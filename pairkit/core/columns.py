@@ -144,8 +144,8 @@ def first_of_groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def hashed_codes(batches: Any, count: int | None = None) -> Coded:
     """:class:`Coded` of a column of strings with many distinct values, given as a
-    function that yields its pyarrow arrays in order (read again for each pass; ``count``
-    its rows, when known, saves a pass): codes in
+    function that yields its pyarrow arrays in order (read twice, three times without
+    ``count``, the rows when known): codes in
     order of first appearance (as :func:`pairkit.core.store.codes_of`) from 64-bit hashes
     of the strings (:func:`string_hashes`), then every row checked against the first row
     of its code, so that two strings sharing a hash can't share a code: on such a
@@ -187,21 +187,22 @@ def hashed_codes(batches: Any, count: int | None = None) -> Coded:
         codes[rows] = rank[group]
         first_rows = rows[first[order]]
     del group, rank
-    taken, start = [], 0
-    for b in batches():  # the distinct values: each code's first row
+    # one more pass: each batch adds the distinct values first seen in it, then its rows
+    # are checked against their codes' first rows (always in this batch or an earlier one)
+    taken: list[Any] = []
+    start = 0
+    for b in batches():
         lo, hi = np.searchsorted(first_rows, [start, start + len(b)])
-        taken.append(b.take(pa.array(first_rows[lo:hi] - start)))
+        if hi > lo:
+            taken.append(b.take(pa.array(first_rows[lo:hi] - start)))
+        mine = codes[start:start + len(b)]
+        if taken and len(b):
+            seen = pa.chunked_array(taken)
+            same = pc.equal(b, seen.take(pa.array(np.maximum(mine, 0))))  # nulls: skipped
+            if not pc.all(same).as_py():  # two strings share a hash
+                return coded_array(pa.concat_arrays(list(batches())))
         start += len(b)
     values = (pa.concat_arrays(taken) if taken else pa.array([], type=pa.string()))
-    if len(values) == 0:  # every row null (or none)
-        return Coded(codes, values)
-    start = 0
-    for b in batches():  # every row equals its code's first row: no collision
-        mine = codes[start:start + len(b)]
-        same = pc.equal(b, values.take(pa.array(np.maximum(mine, 0))))  # nulls: skipped
-        if not pc.all(same).as_py():
-            return coded_array(pa.concat_arrays(list(batches())))
-        start += len(b)
     return Coded(codes, values)
 
 

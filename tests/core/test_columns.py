@@ -194,6 +194,7 @@ def test_hashed_codes_equal_codes_of_and_survive_a_collision(monkeypatch) -> Non
     forced equal) the check finds it and the column is dictionary-encoded instead."""
     import pairkit.core.columns as columns
 
+    real = columns.string_hashes
     rng = np.random.default_rng(4)
     pool = ["", "a", "ab", "ba", "é", "s1.jpg", "x" * 300, None] + [f"s{i}" for i in range(300)]
     values = [pool[i] for i in rng.integers(0, len(pool), 3000)]
@@ -214,6 +215,20 @@ def test_hashed_codes_equal_codes_of_and_survive_a_collision(monkeypatch) -> Non
     got = columns.hashed_codes(batches)
     np.testing.assert_array_equal(got.codes, want)
     assert got.values.to_pylist() == list(uniques)
+    # a string of the last batch only shares the hash of one first seen in the first batch
+    late = values + ["zz"]
+    arr2 = pa.array(late, type=pa.string())
+    want2, uniques2 = codes_of(np.array(late, dtype=object))
+
+    def colliding(a):
+        h = real(a)
+        h[np.asarray(a.to_pylist(), dtype=object) == "zz"] = real(pa.array(["a"]))[0]
+        return h
+
+    monkeypatch.setattr(columns, "string_hashes", colliding)
+    got = columns.hashed_codes(lambda: (arr2.slice(s, 700) for s in range(0, len(arr2), 700)))
+    np.testing.assert_array_equal(got.codes, want2)
+    assert got.values.to_pylist() == list(uniques2)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
