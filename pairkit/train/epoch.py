@@ -88,7 +88,8 @@ def make_autocast(device: torch.device, amp_dtype: Any) -> Autocast:
 
 def forward(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, rows: np.ndarray,
             autocast: Autocast) -> tuple[torch.Tensor, ...]:
-    """Projected, normalised anchors (B, d), positives (B, d), negatives (B, K, d) + masks."""
+    """Projected, normalised anchors (B, d), positives (B, d), negatives (B, K, d), their
+    masks and groups, and the anchors' input rows normalised (B, d_in)."""
     import torch
 
     a_id = data.ids(pairs.anchor[rows])
@@ -105,7 +106,8 @@ def forward(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, rows: 
     valid = (n_id >= 0).to(data.device)
     groups = data.groups[a_id].to(data.device)
     neg_groups = data.groups[n_id.clamp(min=0)].to(data.device)
-    return za, zp, zn, valid, attract & valid, groups, neg_groups
+    xa = torch.nn.functional.normalize(x[:b].float(), dim=1)
+    return za, zp, zn, valid, attract & valid, groups, neg_groups, xa
 
 
 def batches(n: int, batch_size: int) -> list[tuple[int, int]]:
@@ -153,9 +155,9 @@ def train_epoch(module: torch.nn.Module, optimizer: Any, scaler: Any, data: Devi
         lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        za, zp, zn, valid, attract, g, ng = forward(module, data, pairs,
-                                                    np.arange(start, stop), autocast)
-        loss = batch_loss(cfg.loss, za, zp, zn, valid, attract, g, ng)
+        za, zp, zn, valid, attract, g, ng, xa = forward(module, data, pairs,
+                                                        np.arange(start, stop), autocast)
+        loss = batch_loss(cfg.loss, za, zp, zn, valid, attract, g, ng, xa)
         value = float(loss.detach())
         if not math.isfinite(value):
             raise PairkitError(

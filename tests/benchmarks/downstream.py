@@ -106,6 +106,11 @@ VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
     "in-batch-whitened": (None, ["--relation", "instance", "--whiten", "0.25"]),
     "lf-whitened": (LABEL_FREE, ["--whiten", "0.25"]),
     "lf-pair-whitened": (LABEL_FREE, ["--pair-whitening", "128"]),
+    # the input's neighbourhoods kept (train --keep-input) or not, whatever the default
+    "lf-keep": (LABEL_FREE, ["--keep-input", "2"]),
+    "in-batch-keep": (None, ["--relation", "instance", "--keep-input", "2"]),
+    "lf-no-keep": (LABEL_FREE, ["--keep-input", "0"]),
+    "in-batch-no-keep": (None, ["--relation", "instance", "--keep-input", "0"]),
     # flagged candidates kept in the table and attracted (FNC's attraction, Huynh et al.)
     "lf-attract": ([*LABEL_FREE, "--fn-mode", "keep"], ["--fn-mode", "attract"]),
     # the default loop's mined positives with easy (uniformly drawn) negatives instead of
@@ -197,7 +202,8 @@ def planted_copies(work: Path, base: str = "fm0", share: float = 0.03, seed: int
     model = f"timm/tf_efficientnet_lite{cfg.lite}"
     pairkit("embed", str(images), "-o", str(out / "copies-store"), "--model", model,
             "--checkpoint", encoder_checkpoint(cfg.lite), "--views", "2", "--labels", "folder",
-            "--seed", str(cfg.seed + 1), "--quiet", "--force")
+            "--seed", str(cfg.seed + 1), "--quiet", "--force",
+            *(["--image-size", str(cfg.image_size)] if cfg.image_size else []))
     parts = [Store.open(src_train), Store.open(out / "copies-store")]
     cols = ["path", "source", "view", "label"]
     write_store(store, np.concatenate([p.vectors(np.float32) for p in parts]),

@@ -10,7 +10,16 @@ import pytest
 import torch
 
 from pairkit.errors import PairkitError
-from pairkit.train.losses import LossConfig, batch_loss, debiased, hard, infonce, supcon, triplet
+from pairkit.train.losses import (
+    LossConfig,
+    batch_loss,
+    debiased,
+    hard,
+    infonce,
+    keep_input,
+    supcon,
+    triplet,
+)
 
 
 def unit(*angles_deg: float) -> torch.Tensor:
@@ -262,7 +271,69 @@ def test_batch_loss_supcon_uses_negatives_labels_and_flags():
     ({"margin": -1.0}, "--margin must be >= 0"),
     ({"tau_plus": 1.0}, "--tau-plus must be in [0, 1)"),
     ({"beta": -0.5}, "--beta must be >= 0"),
+    ({"keep_input": -1.0}, "--keep-input must be >= 0"),
+    ({"keep_input_temperature": 0.0}, "--keep-input-temperature must be > 0"),
 ])
 def test_loss_config_checks(kwargs, message):
     with pytest.raises(PairkitError, match=message.replace("[", r"\[").replace(")", r"\)")):
         LossConfig(**kwargs).check()
+
+
+def ref_keep_input(x: torch.Tensor, z: torch.Tensor, t_in: float, t: float) -> float:
+    """Mean over anchors i of -sum_{j != i} p_ij log q_ij, p and q softmaxes over the
+    other anchors of the input's and the outputs' cosines; loops only."""
+    rows = x.shape[0]
+    total = 0.0
+    for i in range(rows):
+        others = [j for j in range(rows) if j != i]
+        ex = [math.exp(dot(x[i], x[j]) / t_in) for j in others]
+        ez = [math.exp(dot(z[i], z[j]) / t) for j in others]
+        total += -sum(e / sum(ex) * math.log(f / sum(ez)) for e, f in zip(ex, ez, strict=True))
+    return total / rows
+
+
+def test_keep_input_hand_computed():
+    # inputs at 0, 90 and 180 deg, outputs at 0, 60, 180 deg, both temperatures 1:
+    # p_0 = softmax(cos 90, cos 180) = softmax(0, -1); q_0 = softmax(cos 60, cos 180)
+    x, z = unit(0, 90, 180), unit(0, 60, 180)
+    got = keep_input.compute_loss_from_embeddings(x, z, input_temperature=1.0, temperature=1.0)
+
+    def soft(a: float, b: float) -> tuple[float, float]:
+        return math.exp(a) / (math.exp(a) + math.exp(b)), math.exp(b) / (math.exp(a) + math.exp(b))
+
+    c = math.cos(math.radians(120))
+    rows = [(soft(0, -1), soft(0.5, -1)),   # anchor 0: others 1, 2
+            (soft(0, 0), soft(0.5, c)),     # anchor 1: others 0, 2
+            (soft(-1, 0), soft(-1, c))]     # anchor 2: others 0, 1
+    want = sum(-(p[0] * math.log(q[0]) + p[1] * math.log(q[1])) for p, q in rows) / 3
+    assert float(got) == pytest.approx(want, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_keep_input_against_loops_and_its_minimum(seed):
+    x, z = rand_unit(7, 5, seed=seed), rand_unit(7, 3, seed=seed + 10)
+    got = keep_input.compute_loss_from_embeddings(x, z, input_temperature=0.05, temperature=0.1)
+    assert float(got) == pytest.approx(ref_keep_input(x, z, 0.05, 0.1), rel=1e-5)
+    # at equal temperatures the outputs equal to the inputs are the minimum: the
+    # cross-entropy is then the teacher's own entropy, below any other outputs'
+    same = keep_input.compute_loss_from_embeddings(x, x, input_temperature=0.1, temperature=0.1)
+    other = keep_input.compute_loss_from_embeddings(x, z[:, :3] @ torch.eye(3, 5),
+                                                    input_temperature=0.1, temperature=0.1)
+    assert float(same) < float(other)
+    assert float(keep_input.compute_loss_from_embeddings(x[:1], z[:1])) == 0.0
+
+
+def test_batch_loss_adds_the_weighted_keep_input_term():
+    a, p, n = rand_unit(4, 4, seed=31), rand_unit(4, 4, seed=32), rand_unit(4, 2, 4, seed=33)
+    x = rand_unit(4, 6, seed=34)
+    valid = torch.ones(4, 2, dtype=torch.bool)
+    attract = torch.zeros(4, 2, dtype=torch.bool)
+    groups, neg_groups = torch.arange(4), torch.full((4, 2), 9)
+    base = batch_loss(LossConfig(), a, p, n, valid, attract, groups, neg_groups, x)
+    plain = infonce.compute_loss_from_embeddings(a, p, n, valid, attract, groups,
+                                                 temperature=0.1)
+    assert float(base) == pytest.approx(float(plain), rel=1e-6)  # off by default
+    cfg = LossConfig(keep_input=2.0, keep_input_temperature=0.05)
+    got = batch_loss(cfg, a, p, n, valid, attract, groups, neg_groups, x)
+    assert float(got) == pytest.approx(float(plain) + 2.0 * ref_keep_input(x, a, 0.05, 0.1),
+                                       rel=1e-5)

@@ -28,6 +28,8 @@ class LossConfig:
     margin: float = 0.2
     tau_plus: float = 0.1
     beta: float = 1.0
+    keep_input: float = 0.0  # weight of the input's neighbourhoods (keep_input.py); 0: off
+    keep_input_temperature: float = 0.05
 
     def check(self) -> None:
         """Raise :class:`UsageError` naming the first bad value."""
@@ -41,6 +43,11 @@ class LossConfig:
             raise UsageError(f"--tau-plus must be in [0, 1), got {self.tau_plus}")
         if not self.beta >= 0:
             raise UsageError(f"--beta must be >= 0, got {self.beta}")
+        if not self.keep_input >= 0:
+            raise UsageError(f"--keep-input must be >= 0 (0: off), got {self.keep_input}")
+        if not self.keep_input_temperature > 0:
+            raise UsageError(f"--keep-input-temperature must be > 0, got "
+                             f"{self.keep_input_temperature}")
 
 
 def batch_loss(
@@ -52,8 +59,35 @@ def batch_loss(
     neg_attract: torch.Tensor,
     groups: torch.Tensor,
     neg_groups: torch.Tensor,
+    inputs: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The loss of one batch: anchors/positives (B, d), negatives (B, K, d), masks (B, K).
+    """The loss of one batch: the contrastive loss (:func:`contrastive_loss`) plus, with
+    ``cfg.keep_input`` > 0, that weight times the input's neighbourhoods kept
+    (:mod:`pairkit.train.losses.keep_input`; ``inputs``: the anchors' input rows, (B, d_in)
+    L2-normalised)."""
+    loss = contrastive_loss(cfg, anchors, positives, negatives, neg_valid, neg_attract,
+                            groups, neg_groups)
+    if cfg.keep_input > 0 and inputs is not None:
+        from pairkit.train.losses import keep_input
+
+        loss = loss + cfg.keep_input * keep_input.compute_loss_from_embeddings(
+            inputs, anchors, input_temperature=cfg.keep_input_temperature,
+            temperature=cfg.temperature)
+    return loss
+
+
+def contrastive_loss(
+    cfg: LossConfig,
+    anchors: torch.Tensor,
+    positives: torch.Tensor,
+    negatives: torch.Tensor,
+    neg_valid: torch.Tensor,
+    neg_attract: torch.Tensor,
+    groups: torch.Tensor,
+    neg_groups: torch.Tensor,
+) -> torch.Tensor:
+    """The chosen contrastive loss of one batch: anchors/positives (B, d), negatives
+    (B, K, d), masks (B, K).
 
     ``groups`` (B,): relation group of each anchor; ``neg_groups`` (B, K): of each
     negative (used by supcon, where features of one group are positives).
