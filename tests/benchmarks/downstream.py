@@ -111,6 +111,8 @@ VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
     "in-batch-keep": (None, ["--relation", "instance", "--keep-input", "2"]),
     "lf-no-keep": (LABEL_FREE, ["--keep-input", "0"]),
     "in-batch-no-keep": (None, ["--relation", "instance", "--keep-input", "0"]),
+    "lf-negatives-keep": ([*LABEL_FREE, "--positives", "0"], ["--keep-input", "2"]),
+    "lf-easy-keep": ([EASY, *LABEL_FREE], ["--keep-input", "2"]),
     # flagged candidates kept in the table and attracted (FNC's attraction, Huynh et al.)
     "lf-attract": ([*LABEL_FREE, "--fn-mode", "keep"], ["--fn-mode", "attract"]),
     # the default loop's mined positives with easy (uniformly drawn) negatives instead of
