@@ -61,64 +61,48 @@ def batch_loss(
     neg_groups: torch.Tensor,
     inputs: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The loss of one batch: the contrastive loss (:func:`contrastive_loss`) plus, with
-    ``cfg.keep_input`` > 0, that weight times the input's neighbourhoods kept
-    (:mod:`pairkit.train.losses.keep_input`; ``inputs``: the anchors' input rows, (B, d_in)
-    L2-normalised)."""
-    loss = contrastive_loss(cfg, anchors, positives, negatives, neg_valid, neg_attract,
-                            groups, neg_groups)
-    if cfg.keep_input > 0 and inputs is not None:
-        from pairkit.train.losses import keep_input
+    """The loss of one batch: anchors/positives (B, d), negatives (B, K, d), masks (B, K).
 
+    ``groups`` (B,): relation group of each anchor; ``neg_groups`` (B, K): of each
+    negative (used by supcon, where features of one group are positives). The chosen
+    contrastive loss, plus, with ``cfg.keep_input`` > 0, that weight times the term that
+    keeps the input's neighbourhoods (:mod:`pairkit.train.losses.keep_input`; ``inputs``:
+    the anchors' input rows, (B, d_in) L2-normalised).
+    """
+    import torch
+
+    from pairkit.train.losses import debiased, hard, infonce, keep_input, supcon, triplet
+
+    if cfg.name == "infonce":
+        loss = infonce.compute_loss_from_embeddings(
+            anchors, positives, negatives, neg_valid, neg_attract, groups,
+            temperature=cfg.temperature, symmetric=cfg.symmetric)
+    elif cfg.name == "triplet":
+        loss = triplet.compute_loss_from_embeddings(
+            anchors, positives, negatives, neg_valid, neg_attract, groups, margin=cfg.margin)
+    elif cfg.name == "debiased":
+        loss = debiased.compute_loss_from_embeddings(
+            anchors, positives, negatives, neg_valid, neg_attract, groups,
+            temperature=cfg.temperature, tau_plus=cfg.tau_plus, symmetric=cfg.symmetric)
+    elif cfg.name == "hard":
+        loss = hard.compute_loss_from_embeddings(
+            anchors, positives, negatives, neg_valid, neg_attract, groups,
+            temperature=cfg.temperature, tau_plus=cfg.tau_plus, beta=cfg.beta,
+            symmetric=cfg.symmetric)
+    else:
+        # supcon: anchors and positives share the anchor's group; mined negatives keep
+        # their own group unless attracted (then the anchor's); eliminated ones are dropped.
+        b, k = neg_valid.shape
+        features = torch.cat([anchors, positives, negatives.reshape(b * k, anchors.shape[1])],
+                             dim=0)
+        neg_labels = torch.where(neg_attract, groups[:, None].expand(b, k), neg_groups)
+        labels = torch.cat([groups, groups, neg_labels.reshape(-1)])
+        valid = torch.cat([torch.ones(2 * b, dtype=torch.bool, device=anchors.device),
+                           neg_valid.reshape(-1)])
+        loss = supcon.compute_loss_from_embeddings(features, labels, valid,
+                                                   temperature=cfg.temperature)
+    if cfg.keep_input > 0 and inputs is not None:
         loss = loss + cfg.keep_input * keep_input.compute_loss_from_embeddings(
             inputs, anchors, input_temperature=cfg.keep_input_temperature,
             temperature=cfg.temperature)
     return loss
-
-
-def contrastive_loss(
-    cfg: LossConfig,
-    anchors: torch.Tensor,
-    positives: torch.Tensor,
-    negatives: torch.Tensor,
-    neg_valid: torch.Tensor,
-    neg_attract: torch.Tensor,
-    groups: torch.Tensor,
-    neg_groups: torch.Tensor,
-) -> torch.Tensor:
-    """The chosen contrastive loss of one batch: anchors/positives (B, d), negatives
-    (B, K, d), masks (B, K).
-
-    ``groups`` (B,): relation group of each anchor; ``neg_groups`` (B, K): of each
-    negative (used by supcon, where features of one group are positives).
-    """
-    import torch
-
-    from pairkit.train.losses import debiased, hard, infonce, supcon, triplet
-
-    if cfg.name == "infonce":
-        return infonce.compute_loss_from_embeddings(
-            anchors, positives, negatives, neg_valid, neg_attract, groups,
-            temperature=cfg.temperature, symmetric=cfg.symmetric)
-    if cfg.name == "triplet":
-        return triplet.compute_loss_from_embeddings(
-            anchors, positives, negatives, neg_valid, neg_attract, groups, margin=cfg.margin)
-    if cfg.name == "debiased":
-        return debiased.compute_loss_from_embeddings(
-            anchors, positives, negatives, neg_valid, neg_attract, groups,
-            temperature=cfg.temperature, tau_plus=cfg.tau_plus, symmetric=cfg.symmetric)
-    if cfg.name == "hard":
-        return hard.compute_loss_from_embeddings(
-            anchors, positives, negatives, neg_valid, neg_attract, groups,
-            temperature=cfg.temperature, tau_plus=cfg.tau_plus, beta=cfg.beta,
-            symmetric=cfg.symmetric)
-    # supcon: anchors and positives share the anchor's group; mined negatives keep their
-    # own group unless attracted (then the anchor's); eliminated ones are dropped.
-    b, k = neg_valid.shape
-    features = torch.cat([anchors, positives, negatives.reshape(b * k, anchors.shape[1])], dim=0)
-    neg_labels = torch.where(neg_attract, groups[:, None].expand(b, k), neg_groups)
-    labels = torch.cat([groups, groups, neg_labels.reshape(-1)])
-    valid = torch.cat([torch.ones(2 * b, dtype=torch.bool, device=anchors.device),
-                       neg_valid.reshape(-1)])
-    return supcon.compute_loss_from_embeddings(features, labels, valid,
-                                               temperature=cfg.temperature)
