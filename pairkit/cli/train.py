@@ -79,14 +79,10 @@ def train(
         0, "--pair-whitening", metavar="<dims>", help="Whiten the head's outputs by what the "
         "table's positives differ by, keeping the <dims> directions its negatives differ most "
         "along (learned whitening; needs --pairs; 128: MAP@R up; 0: none)."),
-    keep_input: float = typer.Option(
-        0.0, "--keep-input", metavar="<weight>", help="Weight of a second term that keeps each "
-        "anchor's neighbours over the batch ordered as the input features order them "
-        "(relational distillation from the input; 0: off)."),
+    keep_input: float = typer.Option(0.0, "--keep-input", metavar="<weight>", help="Weight "
+                                     "of keeping the input's neighbour order (0: off)."),
     keep_input_temperature: float = typer.Option(
-        0.05, "--keep-input-temperature",
-        help="Temperature of the input's similarities in --keep-input (the head's: "
-        "--temperature)."),
+        0.05, "--keep-input-temperature", help="The input's temperature in --keep-input."),
     epochs: int = typer.Option(10, "--epochs", help="Passes over the pairs."),
     batch_size: int = typer.Option(256, "--batch-size", help="Pairs per batch."),
     lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate (AdamW)."),
@@ -118,8 +114,7 @@ def train(
         cfg = TrainConfig(
             head=head, out_dim=out_dim, hidden=hidden,
             loss=LossConfig(name=loss, temperature=temperature, symmetric=symmetric,
-                            margin=margin, tau_plus=tau_plus, beta=beta,
-                            keep_input=keep_input,
+                            margin=margin, tau_plus=tau_plus, beta=beta, keep_input=keep_input,
                             keep_input_temperature=keep_input_temperature),
             fn_mode=fn_mode, relation=relation, epochs=epochs, batch_size=batch_size, lr=lr,
             weight_decay=weight_decay, warmup=warmup, seed=seed, device=device,
