@@ -79,7 +79,7 @@ def train(
         0, "--pair-whitening", metavar="<dims>", help="Whiten the head's outputs by what the "
         "table's positives differ by, keeping the <dims> directions its negatives differ most "
         "along (learned whitening; needs --pairs; 128: MAP@R up; 0: none)."),
-    keep_input: float = typer.Option(0.0, "--keep-input", metavar="<weight>", help="Weight "
+    keep_input: float = typer.Option(0.5, "--keep-input", metavar="<weight>", help="Weight "
                                      "of keeping the input's neighbour order (0: off)."),
     keep_input_temperature: float = typer.Option(
         0.05, "--keep-input-temperature", help="The input's temperature in --keep-input."),

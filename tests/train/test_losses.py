@@ -329,10 +329,13 @@ def test_batch_loss_adds_the_weighted_keep_input_term():
     valid = torch.ones(4, 2, dtype=torch.bool)
     attract = torch.zeros(4, 2, dtype=torch.bool)
     groups, neg_groups = torch.arange(4), torch.full((4, 2), 9)
-    base = batch_loss(LossConfig(), a, p, n, valid, attract, groups, neg_groups, x)
+    off = batch_loss(LossConfig(keep_input=0.0), a, p, n, valid, attract, groups, neg_groups, x)
     plain = infonce.compute_loss_from_embeddings(a, p, n, valid, attract, groups,
                                                  temperature=0.1)
-    assert float(base) == pytest.approx(float(plain), rel=1e-6)  # off by default
+    assert float(off) == pytest.approx(float(plain), rel=1e-6)
+    default = batch_loss(LossConfig(), a, p, n, valid, attract, groups, neg_groups, x)
+    assert float(default) == pytest.approx(float(plain) + 0.5 * ref_keep_input(x, a, 0.05, 0.1),
+                                           rel=1e-5)  # on by default, weight 0.5
     cfg = LossConfig(keep_input=2.0, keep_input_temperature=0.05)
     got = batch_loss(cfg, a, p, n, valid, attract, groups, neg_groups, x)
     assert float(got) == pytest.approx(float(plain) + 2.0 * ref_keep_input(x, a, 0.05, 0.1),

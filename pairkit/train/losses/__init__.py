@@ -28,7 +28,7 @@ class LossConfig:
     margin: float = 0.2
     tau_plus: float = 0.1
     beta: float = 1.0
-    keep_input: float = 0.0  # weight of the input's neighbourhoods (keep_input.py); 0: off
+    keep_input: float = 0.5  # weight of the input's neighbourhoods (keep_input.py); 0: off
     keep_input_temperature: float = 0.05
 
     def check(self) -> None:
