@@ -70,6 +70,7 @@ from tests.benchmarks.false_negatives_real import (  # noqa: E402
     Config,
     coarse_of,
     prepare,
+    size_args,
     write_union,
 )
 
@@ -205,7 +206,7 @@ def planted_copies(work: Path, base: str = "fm0", share: float = 0.03, seed: int
     pairkit("embed", str(images), "-o", str(out / "copies-store"), "--model", model,
             "--checkpoint", encoder_checkpoint(cfg.lite), "--views", "2", "--labels", "folder",
             "--seed", str(cfg.seed + 1), "--quiet", "--force",
-            *(["--image-size", str(cfg.image_size)] if cfg.image_size else []))
+            *size_args(cfg))
     parts = [Store.open(src_train), Store.open(out / "copies-store")]
     cols = ["path", "source", "view", "label"]
     write_store(store, np.concatenate([p.vectors(np.float32) for p in parts]),
@@ -243,7 +244,8 @@ def balanced_heldout(work: Path, base: str, per_class: int = 100) -> tuple[Path,
         write_folder(data, rows, folder, invert=cfg.invert)
     pairkit("embed", str(folder), "-o", str(out), "--model",
             f"timm/tf_efficientnet_lite{cfg.lite}", "--checkpoint",
-            encoder_checkpoint(cfg.lite), "--views", "1", "--labels", "folder", "--quiet")
+            encoder_checkpoint(cfg.lite), "--views", "1", "--labels", "folder", "--quiet",
+            *size_args(cfg))
     return train, out
 
 

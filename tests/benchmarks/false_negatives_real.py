@@ -73,6 +73,12 @@ class Config:
     image_size: int = 0  # > 0: embed --image-size (the encoder's input side); 0: its own
 
 
+def size_args(cfg: Config) -> list[str]:
+    """``embed``'s ``--image-size`` for ``cfg`` (none at the encoder's own size): every
+    store of one set is embedded at one size."""
+    return ["--image-size", str(cfg.image_size)] if cfg.image_size else []
+
+
 CONFIGS = {
     "fm0": Config("fm0", "fashion-mnist", 4000, 0, 0, heldout=2000),
     "fm1-inv": Config("fm1-inv", "fashion-mnist", 4000, 1, 0, invert=True),
@@ -102,7 +108,7 @@ def prepare(cfg: Config, work: Path) -> tuple[Path, Path | None]:
     model = f"timm/tf_efficientnet_lite{cfg.lite}"
     if not (folder / "images").exists():
         write_folder(data, rows, folder / "images", invert=cfg.invert)
-    size = ["--image-size", str(cfg.image_size)] if cfg.image_size else []
+    size = size_args(cfg)
     pairkit("embed", str(folder / "images"), "-o", str(folder / "store"), "--model", model,
             "--checkpoint", ckpt, "--views", "2", "--labels", "folder", "--seed",
             str(cfg.seed), "--quiet", *size)
