@@ -90,6 +90,13 @@ HELD_OUT_CONFIGS = {
                          image_size=96),
     "mnist-tail-96": Config("mnist-tail-96", "mnist-10k", 3000, 6, 1, heldout=1000,
                             tail=30.0, image_size=96),
+    # smaller still: raw features further from what labels reach (more for a head to learn)
+    "fm-tail-32": Config("fm-tail-32", "fashion-mnist", 4000, 5, 0, heldout=1000, tail=30.0,
+                         image_size=32),
+    "fm-tail-48": Config("fm-tail-48", "fashion-mnist", 4000, 5, 0, heldout=1000, tail=30.0,
+                         image_size=48),
+    "mnist-tail-48": Config("mnist-tail-48", "mnist-10k", 3000, 6, 1, heldout=1000,
+                            tail=30.0, image_size=48),
 }
 
 EASY = "easy"  # a variant's mine options starting with it: no --hard
