@@ -360,6 +360,90 @@ def test_dedup_on_ray_reads_only_the_candidates_on_the_driver(tmp_path, cluster,
     assert there.stdout == here.stdout and here.stdout.count("near") >= 40
 
 
+def scratch_left(where: str) -> list[str]:
+    """The route files' scratch folders (and files) left under the store ``where``."""
+    from pairkit.core.remote import filesystem, is_url
+
+    if not is_url(where):
+        return [p.name for p in Path(where).rglob("*") if "dedup-routes" in str(p)]
+    fs, path = filesystem(where)
+    fs.invalidate_cache()
+    return [name for name in fs.find(path, withdirs=True) if "dedup-routes" in name]
+
+
+@pytest.mark.parametrize("on", ["folder", "s3"])
+def test_dedup_on_ray_keeps_the_routes_on_the_workers(tmp_path, cluster, request,
+                                                      monkeypatch, on):
+    """``dedup --ray`` by partitions: the route blocks write their routes into a scratch
+    folder under the store and send the driver their counts only (two (k,) arrays and a
+    flag a block, never a row id); the folder is gone after the run, and the table is the
+    local run's."""
+    from pairkit.distributed.pool import BlockPool
+
+    where = str(tmp_path / "st") if on == "folder" else f"{request.getfixturevalue('s3')}/st"
+    st = planted_dups(tmp_path, where)
+    want, _ = dedup_table(st)
+    received: list = []
+    real_map = BlockPool.map
+
+    def recorded(self, shared, blocks, fn=None, last=True):
+        for result in real_map(self, shared, blocks, fn, last):
+            received.append(((fn or self.args[0]).__name__, result))
+            yield result
+
+    during: list = []
+    with monkeypatch.context() as m:  # this process only: what the driver receives
+        m.setattr("pairkit.index.partitioned_range.WORK_GAIN", 0.0)
+        m.setattr(BlockPool, "map", recorded)
+        real_work = __import__("pairkit.index.partitioned_range",
+                               fromlist=["Plan"]).Plan.work_list
+
+        def work_list(plan):
+            during.extend(scratch_left(where))  # the routes, written under the store
+            return real_work(plan)
+
+        m.setattr("pairkit.index.partitioned_range.Plan.work_list", work_list)
+        got, sg = dedup_table(st, ray="local", per_part=25)
+    pd.testing.assert_frame_equal(got, want)
+    assert "searched by partitions" in sg["ray"]
+    names = [name for name, _ in received]
+    routes = [r for name, r in received if name == "write_routes"]
+    assert routes and "route_block" not in names and "search_part" in names
+    k = len(routes[0][0])
+    for routed, members, within in routes:
+        assert routed.shape == members.shape == (k,) and within is True
+    assert any(".dedup-routes." in name for name in during)
+    assert any(name.endswith(".bin") for name in during)
+    assert scratch_left(where) == []
+
+
+def test_dedup_on_ray_failing_block_leaves_no_output_nor_routes(tmp_path, cluster,
+                                                                 monkeypatch):
+    """A search block that fails for good (here: its routes' file is missing) stops
+    ``dedup --ray`` in one line with no output, and the routes' scratch folder is removed
+    as after a run that succeeds."""
+    import pairkit.index.partitioned_range as pr
+
+    st = planted_dups(tmp_path, str(tmp_path / "st"))
+    real_work = pr.Plan.work_list
+
+    def broken(plan):  # every task reads a block that was never written
+        return [(j, blocks + 1000, starts, counts) for j, blocks, starts, counts
+                in real_work(plan)]
+
+    out = tmp_path / "groups.parquet"
+    with monkeypatch.context() as m:
+        m.setattr(pr, "WORK_GAIN", 0.0)
+        m.setattr(pr.Plan, "work_list", broken)
+        m.setattr(pr, "ROWS_PER_PART", 25)  # read by RayPairs: partitions on 200 rows
+        r = runner.invoke(app, ["dedup", str(st.root), "--threshold", "0.9", "-o", str(out),
+                                "--ray", "local"])
+    assert r.exit_code == 1, r.output
+    assert "routes-01000.bin" in r.output and "Traceback" not in r.output
+    assert not out.exists() and list(tmp_path.glob(".groups*")) == []
+    assert scratch_left(str(st.root)) == []
+
+
 @pytest.mark.parametrize("keep", ["first", "best"])
 def test_dedup_on_ray_views_and_file_hashes_from_codes(tmp_path, cluster, monkeypatch, keep):
     """``dedup --ray``'s driver reads sources, views and file hashes as codes and paths
