@@ -3,9 +3,12 @@ against the store size (issue 22: "dedup and eval the same way": the driver hold
 vectors, the workers read the store).
 
 Stores of N x 128 float16 rows (two views per source, 1,000 clusters, a label per source
-from its cluster, 1% of the sources planted as near-copies of another) are written shard
-by shard; each command runs in a child process that reports its own peak resident set
-(``VmHWM``: the driver alone, not Ray's processes) and the wall time:
+from its cluster, 1% of the sources planted as near-copies of another; ``--clustered``:
+one cluster per 4,096 sources, so that dedup's plan takes the k-means partitions, and
+with ``--nearby N`` the clusters in groups of N, so that a source is routed to about N
+partitions) are written shard by shard; each command runs in a child process that
+reports its own peak resident set (``VmHWM``: the driver alone, not Ray's processes) and
+the wall time:
 
 - ``dedup STORE --threshold 0.95 --ray local -o groups.parquet``
 - ``eval STORE --ray local --knn-k 20 --json`` (kNN, retrieval, linear probe on 200,000
