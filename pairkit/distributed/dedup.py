@@ -6,9 +6,9 @@ from the store themselves: the driver ships row ids, never vectors. The search r
 k-means partitions when the counted plan says they cut the work enough
 (:mod:`pairkit.index.partitioned_range`), else globally by tiles
 (:mod:`pairkit.index.tiled_range`: pairs of blocks of rows, a worker holding at most two
-blocks). By partitions, the routes stay with the workers (files in a scratch folder under
-the store's location: :func:`pairkit.index.partitioned_range.scratch_pairs`); the driver
-holds the plan's counts. Given arrays, each block of queries runs
+blocks). By partitions, the routes stay with the workers (files in a scratch folder beside
+the output: :func:`pairkit.index.partitioned_range.scratch_pairs`); the driver holds the
+plan's counts. Given arrays, each block of queries runs
 :func:`pairkit.index.range_search.range_search_blocks` (the local path's own search)
 against the whole set. Either way the driver receives only pairs and joins them by
 union-find (:func:`pairkit.mine.near_duplicates.find_near_duplicates`), so the groups
@@ -72,8 +72,9 @@ class RayPairs:
     blocks of queries run on the Ray cluster at ``address`` (joined at the first call;
     about ``blocks_per_worker`` blocks per worker, each at least ``batch_size`` rows; the
     search runs on the workers' CPUs). By partitions, the route blocks write their routes
-    into a scratch folder under ``scratch`` (a folder or URL every worker sees; None: the
-    store's own, which the workers read), removed when the search ends or fails."""
+    into a scratch folder under ``scratch`` (a folder or URL every worker sees, e.g. the
+    output's: :func:`pairkit.index.route_files.scratch_beside`; None: the system's temp
+    folder, one machine's), removed when the search ends or fails."""
 
     def __init__(self, address: str, blocks_per_worker: int = 4,
                  rows_per_part: int | None = None, scratch: str | None = None) -> None:
@@ -84,7 +85,7 @@ class RayPairs:
         self.address = address
         self.blocks_per_worker = blocks_per_worker
         self.rows_per_part = rows_per_part or ROWS_PER_PART
-        self.scratch = scratch  # where the routes' folder goes (None: under the store)
+        self.scratch = scratch  # where the routes' folder goes (None: the temp folder)
         self.cluster: Cluster | None = None
         self.plan: str | None = None  # the partitions' plan, described
 
@@ -108,7 +109,6 @@ class RayPairs:
                 scratch_pairs,
                 search_part,
             )
-            from pairkit.index.route_files import scratch_location
             from pairkit.index.tiled_range import tiled_pairs
 
             # one set of actors for the passes (assign, count, route, search or tiles)
@@ -125,7 +125,7 @@ class RayPairs:
                 self.plan = plan.describe()
                 if plan.worth_it():  # the routes in files under the store, never here
                     yield from scratch_pairs(base, plan, on_cluster, batch_size=batch_size,
-                                             where=self.scratch or scratch_location(base))
+                                             where=self.scratch)
                 else:  # the global search, by tiles: no worker holds every row
                     tasks = cluster.workers * self.blocks_per_worker
                     self.plan = f"{self.plan}; {tiles_line(n, base.shape[1], tasks, batch_size)}"

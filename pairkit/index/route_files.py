@@ -10,8 +10,9 @@ its slice of each block's array (the offsets come from the counted plan), nothin
 - :class:`RouteFiles`: one file (or object) per block in a scratch folder, a local path
   or a URL of object storage (:mod:`pairkit.core.remote`): what ``dedup --ray``'s
   workers write and read (ranged reads), so that the driver never holds the routes.
-  :func:`scratch_routes` makes the folder under a location every worker sees (the
-  store's); :meth:`RouteFiles.remove` removes it, on success and on failure alike.
+  :func:`scratch_routes` makes the folder under a location every worker sees (beside
+  the run's output: :func:`scratch_beside`); :meth:`RouteFiles.remove` removes it, on
+  success and on failure alike.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import contextlib
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -139,10 +139,16 @@ def scratch_routes(where: str | Path | None) -> RouteFiles:
     return RouteFiles(str(Path(folder).resolve()))
 
 
-def scratch_location(rows: Any) -> str | None:
-    """Where ``rows`` (a :class:`~pairkit.core.row_view.RowView` of a store, or an
-    array) can have its route files seen by every worker: the store's folder or URL
-    (the workers read it); None (the system's temp folder) for rows in memory."""
-    source = getattr(rows, "source", None)
-    store = getattr(source, "store", None)
-    return str(store) if isinstance(store, str) else None
+def scratch_beside(output: str) -> str | None:
+    """Where ``dedup --ray`` keeps its route files for an output at ``output``: the
+    output's folder (a local path) or prefix (a URL), which the run writes anyway; None
+    (the system's temp folder: one machine's) for standard output. Never under the
+    store, which is the run's input."""
+    from pairkit.core.remote import is_url
+
+    if output in ("", "-"):
+        return None
+    if is_url(output):
+        head, _, _ = output.rstrip("/").rpartition("/")
+        return head if "://" in head and not head.endswith(":/") else output.rstrip("/")
+    return str(Path(output).resolve().parent)

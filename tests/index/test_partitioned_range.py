@@ -330,3 +330,15 @@ def test_zero_rows(threshold):
     x[[5, 77, 150]] = 0
     want = pair_set(self_pairs_blocks(x, threshold, batch_size=64))
     assert pair_set(partitioned_pairs(x, threshold, map_here, rows_per_part=40)) == want
+
+
+def test_route_scratch_beside_the_output_never_the_store(tmp_path):
+    """``dedup --ray`` keeps its route files beside its output (a local file's folder, a
+    URL's prefix) and in the system's temp folder for standard output: never under the
+    store it reads."""
+    from pairkit.index.route_files import scratch_beside
+
+    assert scratch_beside("-") is None
+    assert scratch_beside(str(tmp_path / "groups.parquet")) == str(tmp_path.resolve())
+    assert scratch_beside("s3://bucket/run/groups.parquet") == "s3://bucket/run"
+    assert scratch_beside("s3://bucket/groups.parquet") == "s3://bucket"
