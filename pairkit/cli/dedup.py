@@ -77,8 +77,9 @@ def dedup(
         pairs = None
         if ray:
             from pairkit.distributed.dedup import RayPairs
+            from pairkit.index.route_files import scratch_beside
 
-            pairs = RayPairs(ray)
+            pairs = RayPairs(ray, scratch=scratch_beside(output))
         summary = dedup_to_files(store, output, cfg, against=against, paths_only=paths_only,
                                  print0=print0, drop=drop, force=force, warn=warn, pairs=pairs)
         say((against_line if against is not None else summary_line)(summary), quiet)

@@ -6,7 +6,9 @@ from the store themselves: the driver ships row ids, never vectors. The search r
 k-means partitions when the counted plan says they cut the work enough
 (:mod:`pairkit.index.partitioned_range`), else globally by tiles
 (:mod:`pairkit.index.tiled_range`: pairs of blocks of rows, a worker holding at most two
-blocks). Given arrays, each block of queries runs
+blocks). By partitions, the routes stay with the workers (files in a scratch folder beside
+the output: :func:`pairkit.index.partitioned_range.scratch_pairs`); the driver holds the
+plan's counts. Given arrays, each block of queries runs
 :func:`pairkit.index.range_search.range_search_blocks` (the local path's own search)
 against the whole set. Either way the driver receives only pairs and joins them by
 union-find (:func:`pairkit.mine.near_duplicates.find_near_duplicates`), so the groups
@@ -69,10 +71,13 @@ class RayPairs:
     """``dedup --ray``: a function with the signature of ``range_search_blocks`` whose
     blocks of queries run on the Ray cluster at ``address`` (joined at the first call;
     about ``blocks_per_worker`` blocks per worker, each at least ``batch_size`` rows; the
-    search runs on the workers' CPUs)."""
+    search runs on the workers' CPUs). By partitions, the route blocks write their routes
+    into a scratch folder under ``scratch`` (a folder or URL every worker sees, e.g. the
+    output's: :func:`pairkit.index.route_files.scratch_beside`; None: the system's temp
+    folder, one machine's), removed when the search ends or fails."""
 
     def __init__(self, address: str, blocks_per_worker: int = 4,
-                 rows_per_part: int | None = None) -> None:
+                 rows_per_part: int | None = None, scratch: str | None = None) -> None:
         from pairkit.distributed import require_ray
         from pairkit.index.partitioned_range import ROWS_PER_PART
 
@@ -80,6 +85,7 @@ class RayPairs:
         self.address = address
         self.blocks_per_worker = blocks_per_worker
         self.rows_per_part = rows_per_part or ROWS_PER_PART
+        self.scratch = scratch  # where the routes' folder goes (None: the temp folder)
         self.cluster: Cluster | None = None
         self.plan: str | None = None  # the partitions' plan, described
 
@@ -98,7 +104,11 @@ class RayPairs:
         step = max(batch_size, math.ceil(n / (cluster.workers * self.blocks_per_worker)))
         if queries is base and is_view(base):  # the store's rows: by partitions if worth it
             from pairkit.distributed.pool import BlockPool
-            from pairkit.index.partitioned_range import plan_pairs, plan_partitions, search_part
+            from pairkit.index.partitioned_range import (
+                plan_partitions,
+                scratch_pairs,
+                search_part,
+            )
             from pairkit.index.tiled_range import tiled_pairs
 
             # one set of actors for the passes (assign, count, route, search or tiles)
@@ -113,8 +123,9 @@ class RayPairs:
                 plan = plan_partitions(base, threshold, on_cluster,
                                        rows_per_part=self.rows_per_part, block_rows=step)
                 self.plan = plan.describe()
-                if plan.worth_it():
-                    yield from plan_pairs(base, plan, on_cluster, batch_size=batch_size)
+                if plan.worth_it():  # the routes in files under the store, never here
+                    yield from scratch_pairs(base, plan, on_cluster, batch_size=batch_size,
+                                             where=self.scratch)
                 else:  # the global search, by tiles: no worker holds every row
                     tasks = cluster.workers * self.blocks_per_worker
                     self.plan = f"{self.plan}; {tiles_line(n, base.shape[1], tasks, batch_size)}"

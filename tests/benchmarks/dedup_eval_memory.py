@@ -3,9 +3,12 @@ against the store size (issue 22: "dedup and eval the same way": the driver hold
 vectors, the workers read the store).
 
 Stores of N x 128 float16 rows (two views per source, 1,000 clusters, a label per source
-from its cluster, 1% of the sources planted as near-copies of another) are written shard
-by shard; each command runs in a child process that reports its own peak resident set
-(``VmHWM``: the driver alone, not Ray's processes) and the wall time:
+from its cluster, 1% of the sources planted as near-copies of another; ``--clustered``:
+one cluster per 4,096 sources, so that dedup's plan takes the k-means partitions, and
+with ``--nearby N`` the clusters in groups of N, so that a source is routed to about N
+partitions) are written shard by shard; each command runs in a child process that
+reports its own peak resident set (``VmHWM``: the driver alone, not Ray's processes) and
+the wall time:
 
 - ``dedup STORE --threshold 0.95 --ray local -o groups.parquet``
 - ``eval STORE --ray local --knn-k 20 --json`` (kNN, retrieval, linear probe on 200,000
@@ -56,15 +59,21 @@ app()
 """
 
 
-def make_store(path: Path, rows: int, seed: int = 0, shard: int = 1 << 16) -> None:
-    """``rows`` float16 rows, written shard by shard (see the module docstring)."""
+def make_store(path: Path, rows: int, seed: int = 0, shard: int = 1 << 16,
+               clusters: int = 1000, nearby: int = 1) -> None:
+    """``rows`` float16 rows around ``clusters`` centres, written shard by shard (see the
+    module docstring); ``nearby`` > 1: the centres in groups of that many near one
+    another (about 0.6 rad apart: a row is within reach of its group's clusters)."""
     import numpy as np
     import pandas as pd
 
     from pairkit.core.store_writer import StoreWriter, prepare_store_dir
 
     rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(1000, DIM)).astype(np.float32)
+    centers = rng.normal(size=(clusters, DIM)).astype(np.float32)
+    if nearby > 1:
+        groups = rng.normal(size=(-(-clusters // nearby), DIM)).astype(np.float32)
+        centers = groups[np.arange(clusters) // nearby] + 0.5 * centers
     prepare_store_dir(path, force=True)
     with StoreWriter.create(path, DIM, "float16", {"name": "random"}, {"views": 2},
                             commit=False) as writer:
@@ -73,7 +82,7 @@ def make_store(path: Path, rows: int, seed: int = 0, shard: int = 1 << 16) -> No
             source = np.arange(start, start + n) // 2
             first = np.flatnonzero(np.r_[True, source[1:] != source[:-1]])
             src = source[first]
-            base = centers[src % 1000] + 0.6 * rng.normal(size=(len(first), DIM))
+            base = centers[src % clusters] + 0.6 * rng.normal(size=(len(first), DIM))
             copies = rng.random(len(first)) < 0.01  # a near-copy of the previous source
             copies[0] = False
             base[copies] = base[np.flatnonzero(copies) - 1] + 0.01 * rng.normal(
@@ -82,7 +91,7 @@ def make_store(path: Path, rows: int, seed: int = 0, shard: int = 1 << 16) -> No
             x = base[per_row] + 0.05 * rng.normal(size=(n, DIM))
             items = pd.DataFrame({"path": [f"s{s}.jpg" for s in source],
                                   "view": (np.arange(start, start + n) % 2).astype(np.int16),
-                                  "label": [f"c{c % 10}" for c in source % 1000]})
+                                  "label": [f"c{c % 10}" for c in source % clusters]})
             writer.add_shard(x.astype(np.float32), items)
         writer.commit()
 
@@ -100,8 +109,11 @@ def run_child(code: Path, argv: list[str], env_extra: dict[str, str]) -> dict[st
             hwm = json.loads(line)["hwm_gb"]
     if proc.returncode != 0:
         print(proc.stderr[-2000:], file=sys.stderr)
+    # dedup's summary (stderr): its search line says whether partitions were searched
+    plan = [line for line in proc.stderr.splitlines() if "search on" in line]
     return {"driver_hwm_gb": hwm, "seconds": round(seconds, 1), "exit": proc.returncode,
-            "stdout_tail": proc.stdout[-300:] if proc.returncode == 0 else ""}
+            "stdout_tail": proc.stdout[-300:] if proc.returncode == 0 else "",
+            **({"plan": plan[-1].split("search on", 1)[1].strip()} if plan else {})}
 
 
 def main() -> None:
@@ -115,6 +127,13 @@ def main() -> None:
     parser.add_argument("--store-dir", type=Path, help="keep the generated stores here "
                         "(reused when present) instead of a temp dir")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--clustered", action="store_true",
+                        help="one cluster per 4,096 sources (as many as dedup's k-means "
+                             "partitions) instead of 1,000: the plan takes the partitions")
+    parser.add_argument("--nearby", type=int, default=1,
+                        help="with --clustered: the clusters in groups of this many near "
+                             "one another, so that a row is routed to about as many "
+                             "partitions (default 1: independent clusters)")
     parser.add_argument("--queries", type=int, default=0,
                         help="eval's queries: about this many at every size (the test "
                              "fraction QUERIES / rows), so that the search grows with the "
@@ -128,15 +147,18 @@ def main() -> None:
             (S3Bench() if args.s3 else contextlib.nullcontext()) as s3:
         stores = args.store_dir or Path(tmp)
         for rows in args.rows:
-            path = stores / f"labelled{rows}"
+            clusters = max(1, rows // 8192) if args.clustered else 1000
+            name = f"clustered{rows}" + (f"-nearby{args.nearby}" if args.nearby > 1 else "")
+            path = stores / (name if args.clustered else f"labelled{rows}")
             if not (path / "manifest.json").exists():
-                make_store(path, rows)
+                make_store(path, rows, clusters=clusters,
+                           nearby=args.nearby if args.clustered else 1)
             where = s3.upload(path) if s3 is not None else str(path)
             env = s3.env if s3 is not None else {}
             for command in args.commands:
                 out = Path(tmp) / f"{command}{rows}.parquet"
                 argv = (["dedup", where, "--threshold", "0.95", "--ray", "local", "-o",
-                         str(out), "-q", "--force"] if command == "dedup" else
+                         str(out), "--force"] if command == "dedup" else
                         ["eval", where, "--ray", "local", "--knn-k", "20",
                          "--test-fraction", str(args.queries / rows if args.queries else 0.02),
                          "--json", "-q"])

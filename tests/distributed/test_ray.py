@@ -265,13 +265,13 @@ def test_worker_killed_mid_mine(store, cluster, tmp_path, monkeypatch):
     same_stats(sa, sb)
 
 
-def dedup_table(st, ray=None, per_part=None):
+def dedup_table(st, ray=None, per_part=None, scratch=None):
     from pairkit.distributed.dedup import RayPairs
     from pairkit.mine.dedup import DedupConfig, run_dedup
 
+    pairs = RayPairs(ray, rows_per_part=per_part, scratch=scratch) if ray else None
     table, summary = run_dedup(str(st.root), DedupConfig(threshold=0.9, keep="central",
-                                                         batch_size=64),
-                               pairs=RayPairs(ray, rows_per_part=per_part) if ray else None)
+                                                         batch_size=64), pairs=pairs)
     return table, summary
 
 
@@ -339,13 +339,16 @@ def test_dedup_on_ray_reads_only_the_candidates_on_the_driver(tmp_path, cluster,
     never makes the store's float32 copy, and reads only the rows of the sources that
     have a near-duplicate (in one pass); the table is the local run's, from a folder and
     from object storage."""
-    where = str(tmp_path / "st") if on == "folder" else f"{request.getfixturevalue('s3')}/st"
+    root = str(tmp_path) if on == "folder" else request.getfixturevalue("s3")
+    where, out = f"{root}/st", f"{root}/out"
+    if on == "folder":
+        Path(out).mkdir()
     st = planted_dups(tmp_path, where)
     want, sw = dedup_table(st)
     with driver_reads(monkeypatch) as (m, taken):  # this process only: not the workers
         # searched by partitions however little they save (the plan is made here)
         m.setattr("pairkit.index.partitioned_range.WORK_GAIN", 0.0)
-        got, sg = dedup_table(st, ray="local", per_part=25)
+        got, sg = dedup_table(st, ray="local", per_part=25, scratch=out)
     pd.testing.assert_frame_equal(got, want)
     assert sg["groups"] == sw["groups"] >= 40 and sg["split"] == sw["split"]
     assert "partitions of at most" in sg["ray"] and "searched by partitions" in sg["ray"]
@@ -358,6 +361,94 @@ def test_dedup_on_ray_reads_only_the_candidates_on_the_driver(tmp_path, cluster,
     there = runner.invoke(app, [*args, "--ray", "local"])
     assert here.exit_code == 0 and there.exit_code == 0, there.output
     assert there.stdout == here.stdout and here.stdout.count("near") >= 40
+
+
+def scratch_left(where: str) -> list[str]:
+    """The route files' scratch folders (and files) under ``where``."""
+    from pairkit.core.remote import filesystem, is_url
+
+    if not is_url(where):
+        return [p.name for p in Path(where).rglob("*") if "dedup-routes" in str(p)]
+    fs, path = filesystem(where)
+    fs.invalidate_cache()
+    return [name for name in fs.find(path, withdirs=True) if "dedup-routes" in name]
+
+
+@pytest.mark.parametrize("on", ["folder", "s3"])
+def test_dedup_on_ray_keeps_the_routes_on_the_workers(tmp_path, cluster, request,
+                                                      monkeypatch, on):
+    """``dedup --ray`` by partitions: the route blocks write their routes into a scratch
+    folder beside the output (never under the store, the run's input) and send the
+    driver their counts only (two (k,) arrays and a flag a block, never a row id); the
+    folder is gone after the run, and the table is the local run's."""
+    from pairkit.distributed.pool import BlockPool
+
+    root = str(tmp_path) if on == "folder" else request.getfixturevalue("s3")
+    where, out = f"{root}/st", f"{root}/out"
+    if on == "folder":
+        Path(out).mkdir()
+    st = planted_dups(tmp_path, where)
+    want, _ = dedup_table(st)
+    received: list = []
+    real_map = BlockPool.map
+
+    def recorded(self, shared, blocks, fn=None, last=True):
+        for result in real_map(self, shared, blocks, fn, last):
+            received.append(((fn or self.args[0]).__name__, result))
+            yield result
+
+    during: list = []
+    with monkeypatch.context() as m:  # this process only: what the driver receives
+        m.setattr("pairkit.index.partitioned_range.WORK_GAIN", 0.0)
+        m.setattr(BlockPool, "map", recorded)
+        real_work = __import__("pairkit.index.partitioned_range",
+                               fromlist=["Plan"]).Plan.work_list
+
+        def work_list(plan):
+            during.extend(scratch_left(out))  # the routes, written beside the output
+            assert scratch_left(where) == []  # nothing under the store
+            return real_work(plan)
+
+        m.setattr("pairkit.index.partitioned_range.Plan.work_list", work_list)
+        got, sg = dedup_table(st, ray="local", per_part=25, scratch=out)
+    pd.testing.assert_frame_equal(got, want)
+    assert "searched by partitions" in sg["ray"]
+    names = [name for name, _ in received]
+    routes = [r for name, r in received if name == "write_routes"]
+    assert routes and "route_block" not in names and "search_part" in names
+    k = len(routes[0][0])
+    for routed, members, within in routes:
+        assert routed.shape == members.shape == (k,) and within is True
+    assert any(".dedup-routes." in name for name in during)
+    assert any(name.endswith(".bin") for name in during)
+    assert scratch_left(out) == [] and scratch_left(where) == []
+
+
+def test_dedup_on_ray_failing_block_leaves_no_output_nor_routes(tmp_path, cluster,
+                                                                 monkeypatch):
+    """A search block that fails for good (here: its routes' file is missing) stops
+    ``dedup --ray`` in one line with no output, and the routes' scratch folder is removed
+    as after a run that succeeds."""
+    import pairkit.index.partitioned_range as pr
+
+    st = planted_dups(tmp_path, str(tmp_path / "st"))
+    real_work = pr.Plan.work_list
+
+    def broken(plan):  # every task reads a block that was never written
+        return [(j, blocks + 1000, starts, counts) for j, blocks, starts, counts
+                in real_work(plan)]
+
+    out = tmp_path / "groups.parquet"
+    with monkeypatch.context() as m:
+        m.setattr(pr, "WORK_GAIN", 0.0)
+        m.setattr(pr.Plan, "work_list", broken)
+        m.setattr(pr, "ROWS_PER_PART", 25)  # read by RayPairs: partitions on 200 rows
+        r = runner.invoke(app, ["dedup", str(st.root), "--threshold", "0.9", "-o", str(out),
+                                "--ray", "local"])
+    assert r.exit_code == 1, r.output
+    assert "routes-01000.bin" in r.output and "Traceback" not in r.output
+    assert not out.exists() and list(tmp_path.glob(".groups*")) == []
+    assert scratch_left(str(tmp_path)) == []  # beside the output, where they were written
 
 
 @pytest.mark.parametrize("keep", ["first", "best"])
@@ -396,7 +487,10 @@ def test_dedup_on_ray_global_search_by_tiles(tmp_path, cluster, request, monkeyp
     the global search): tiles of blocks of rows on the workers, each task reading its
     blocks from the store; the driver never makes the store's float32 copy, and the table
     is the local run's, from a folder and from object storage."""
-    where = str(tmp_path / "st") if on == "folder" else f"{request.getfixturevalue('s3')}/st"
+    root = str(tmp_path) if on == "folder" else request.getfixturevalue("s3")
+    where, out = f"{root}/st", f"{root}/out"
+    if on == "folder":
+        Path(out).mkdir()
     st = planted_dups(tmp_path, where)
     want, sw = dedup_table(st)
     with driver_reads(monkeypatch) as (m, taken):  # this process only: not the workers

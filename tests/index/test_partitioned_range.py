@@ -39,6 +39,11 @@ def data(n: int = 600, d: int = 16, seed: int = 0) -> np.ndarray:
     return unit(x)
 
 
+def owners(x: np.ndarray, parts: Partitions) -> np.ndarray:
+    """Each row's cluster, as the route pass computes it."""
+    return route_block(RouteShared(x, parts.centroids, parts.bounds(0.9)), (0, len(x))).own
+
+
 def partitioned_pairs(rows, threshold, map_blocks, *, stats=None, **plan_args):
     """The search by partitions whether or not the plan says it is worth it (``stats``:
     the plan's)."""
@@ -81,8 +86,8 @@ def test_pairs_across_a_boundary_are_found():
     two clusters, and others): every one found, once."""
     x = data()
     parts = partition(x, parts_for(len(x), 60), map_here, block_rows=100)
-    across = {p for p in pair_set(self_pairs_blocks(x, 0.9))
-              if parts.own[p[0]] != parts.own[p[1]]}
+    own = owners(x, parts)
+    across = {p for p in pair_set(self_pairs_blocks(x, 0.9)) if own[p[0]] != own[p[1]]}
     assert len(across) >= 5
     got = pair_set(partitioned_pairs(x, 0.9, map_here, rows_per_part=60, block_rows=100))
     assert across <= got
@@ -95,9 +100,11 @@ def test_radii_and_reach_are_hand_checked():
     angles = np.array([0.0, 0.1, 0.2, np.pi, np.pi + 0.3])
     x = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
     parts = partition(x, 2, map_here, block_rows=2)
-    assert isinstance(parts, Partitions) and len(set(parts.own.tolist())) == 2
-    first = parts.own[0]
-    assert parts.own.tolist() == [first] * 3 + [1 - first] * 2
+    own = owners(x, parts)
+    assert isinstance(parts, Partitions) and len(set(own.tolist())) == 2
+    first = own[0]
+    assert own.tolist() == [first] * 3 + [1 - first] * 2
+    assert parts.members[first] == 3 and parts.members[1 - first] == 2
     # the centroids are the mean directions 0.1 and pi + 0.15: radii 0.1 and 0.15
     assert parts.radii[first] == pytest.approx(0.1, abs=1e-5)
     assert parts.radii[1 - first] == pytest.approx(0.15, abs=1e-5)
@@ -110,8 +117,8 @@ def test_radii_and_reach_are_hand_checked():
     # 0.1 + 0.2 + slack), one at 0.45 is not
     near, far = (np.array([[np.cos(a), np.sin(a)]], np.float32) for a in (0.4, 0.45))
     shared = RouteShared(near, parts.centroids, bounds)
-    assert route_block(shared, (0, 1))[1].tolist() == [first]
-    assert route_block(RouteShared(far, parts.centroids, bounds), (0, 1))[1].tolist() == []
+    assert route_block(shared, (0, 1)).parts.tolist() == [first]
+    assert route_block(RouteShared(far, parts.centroids, bounds), (0, 1)).parts.tolist() == []
 
 
 def test_unclustered_rows_are_searched_globally(monkeypatch):
@@ -178,17 +185,160 @@ def test_dedup_by_partitions_gives_the_global_groups(monkeypatch):
     assert (want.item_group >= 0).sum() > 50
 
 
-def test_routes_that_differ_from_the_count_are_refused(monkeypatch):
+@pytest.mark.parametrize("chunk", [1024, 64])
+def test_routes_that_differ_from_the_count_are_refused(monkeypatch, chunk):
     """The route pass must give the routes the count pass counted (else a cluster's
-    query list would hold unset rows): one route less, or one more, is refused."""
+    slices of the route blocks would be misread): one route less, or one more, in one
+    block of several, is refused."""
+    import pairkit.index.partitioned_range as pr
+    from pairkit.errors import PairkitError
+
+    monkeypatch.setattr(pr, "MIN_CHUNK", chunk)
+    x = data()
+    plan = plan_partitions(x, 0.9, map_here, rows_per_part=60, block_rows=128)
+    assert len(plan.blocks) == (5 if chunk == 64 else 1)
+    last = plan.blocks[-1][0]
+    real = pr.route_block
+    first = real(pr.RouteShared(x, plan.parts.centroids, plan.parts.bounds(0.9)),
+                 plan.blocks[0]).parts[0]
+    changes = [lambda r, p, s: (r[1:], p[1:]) if s == last else (r, p),
+               lambda r, p, s: (np.r_[r, r[:1]], np.r_[p, p[:1]]) if s == last else (r, p)]
+    if chunk == 64:  # one route moved from the first block to the last: the totals agree
+        changes.append(lambda r, p, s: (r[1:], p[1:]) if s == 0 else (
+            (np.r_[r, s], np.r_[p, first]) if s == last else (r, p)))
+    for change in changes:
+        def changed(shared, span, c=change):
+            got = real(shared, span)
+            got.rows, got.parts = c(got.rows, got.parts, span[0])
+            return got
+
+        monkeypatch.setattr(pr, "route_block", changed)
+        with pytest.raises(PairkitError, match="routed other rows than it counted"):
+            list(plan_pairs(x, plan, map_here))
+
+
+def recording(calls: list):
+    """``map_here`` that lists ``(function name, result)`` of every block: what the
+    driver receives from the blocks."""
+
+    def map_blocks(fn, shared, blocks):
+        for block in blocks:
+            result = fn(shared, block)
+            calls.append((fn.__name__, result))
+            yield result
+
+    return map_blocks
+
+
+def test_route_files_give_the_same_pairs_and_only_counts_come_back(tmp_path, monkeypatch):
+    """With the routes in files of a scratch folder (``dedup --ray``'s way), the pairs are
+    those of the routes kept in memory; every route block returns its counts only (two
+    (k,) arrays and a flag: no row id), and the folder is gone at the end."""
+    import pairkit.index.partitioned_range as pr
+    from pairkit.index.route_files import ROUTE
+
+    monkeypatch.setattr(pr, "MIN_CHUNK", 64)
+    x = data(n=900, seed=6)
+    plan = plan_partitions(x, 0.9, map_here, rows_per_part=60, block_rows=128)
+    assert len(plan.blocks) > 3 and plan.routed.shape == (len(plan.blocks), plan.members.size)
+    want = list(pr.plan_pairs(x, plan, map_here, batch_size=50))
+    calls: list = []
+    seen: list = []
+    real_read = pr.RoutesHere.read  # not used: the files are read instead
+    got = []
+    for pairs in pr.scratch_pairs(x, plan, recording(calls), batch_size=50,
+                                  where=str(tmp_path)):
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        got.append(pairs)
+    assert pr.RoutesHere.read is real_read
+    assert [tuple(map(np.ndarray.tolist, p)) for p in got] == \
+        [tuple(map(np.ndarray.tolist, p)) for p in want]
+    assert pair_set(got) == pair_set(self_pairs_blocks(x, 0.9))
+    k = plan.members.size
+    routes = [r for name, r in calls if name == "write_routes"]
+    assert len(routes) == len(plan.blocks)
+    for routed, members, within in routes:  # counts only, never the routes
+        assert routed.shape == members.shape == (k,) and within is True
+    # the folder held one file of 12-byte records per block while the search ran
+    folder = tmp_path / seen[0][0]
+    assert seen[0][0].startswith(".dedup-routes.") and seen[0][0].endswith(".tmp")
+    assert not folder.exists() and list(tmp_path.iterdir()) == []
+    assert ROUTE.itemsize == 12
+
+
+def test_scratch_removed_when_a_block_fails_or_the_caller_stops(tmp_path, monkeypatch):
+    """The scratch folder is removed when a search block fails (the error reaches the
+    caller) and when the caller stops reading the pairs early."""
+    import pairkit.index.partitioned_range as pr
+
+    monkeypatch.setattr(pr, "MIN_CHUNK", 64)
+    x = data(n=900, seed=6)
+    plan = plan_partitions(x, 0.9, map_here, rows_per_part=60, block_rows=128)
+
+    def failing(fn, shared, blocks):
+        for i, block in enumerate(blocks):
+            if fn.__name__ == "search_part" and i == 2:
+                assert len(list(tmp_path.iterdir())) == 1  # the routes, still there
+                raise RuntimeError("a block failed")
+            yield fn(shared, block)
+
+    with pytest.raises(RuntimeError, match="a block failed"):
+        list(pr.scratch_pairs(x, plan, failing, where=str(tmp_path)))
+    assert list(tmp_path.iterdir()) == []
+    stream = pr.scratch_pairs(x, plan, map_here, where=str(tmp_path))
+    next(stream)
+    assert len(list(tmp_path.iterdir())) == 1
+    stream.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_row_outside_its_radius_is_refused(monkeypatch):
+    """The route pass recomputes each row's cluster: a row whose angle to it exceeds the
+    radius the assign pass measured (the passes' arithmetic differed) stops the run,
+    even when the routes are the ones counted."""
     import pairkit.index.partitioned_range as pr
     from pairkit.errors import PairkitError
 
     x = data()
     plan = plan_partitions(x, 0.9, map_here, rows_per_part=60, block_rows=128)
-    real = pr.route_block
-    for change in (lambda r, p: (r[1:], p[1:]), lambda r, p: (np.r_[r, r[:1]], np.r_[p, p[:1]])):
-        monkeypatch.setattr(pr, "route_block", lambda shared, span, c=change: c(
-            *real(shared, span)))
-        with pytest.raises(PairkitError, match="routed other rows than it counted"):
-            list(plan_pairs(x, plan, map_here))
+    real = pr.own_angles
+    monkeypatch.setattr(pr, "own_angles", lambda *a: (lambda o, g: (o, g + 0.01))(*real(*a)))
+    with pytest.raises(PairkitError, match="routed other rows than it counted"):
+        list(plan_pairs(x, plan, map_here))
+
+
+def test_many_rows_cut_into_at_most_max_blocks(monkeypatch):
+    """Past ``MAX_BLOCKS`` blocks of distances, a block holds several of them (the plan's
+    counts stay blocks x clusters); the pairs are the same."""
+    import pairkit.index.partitioned_range as pr
+
+    x = data(n=900, seed=2)
+    want = pair_set(partitioned_pairs(x, 0.9, map_here, rows_per_part=60, block_rows=128))
+    monkeypatch.setattr(pr, "MIN_CHUNK", 50)
+    monkeypatch.setattr(pr, "MAX_BLOCKS", 4)  # 18 blocks of distances of 50 rows: 4 blocks
+    plan = plan_partitions(x, 0.9, map_here, rows_per_part=60, block_rows=50)
+    assert plan.chunk == 50 and [b - a for a, b in plan.blocks] == [250, 250, 250, 150]
+    got = pair_set(plan_pairs(x, plan, map_here))
+    assert got == want
+
+
+@pytest.mark.parametrize("threshold", [0.97, 0.0])
+def test_zero_rows(threshold):
+    """Zero rows (no direction: at a threshold > 0 they pair with nothing, and are routed
+    nowhere) give the global search's pairs."""
+    x = data(n=300, seed=7)
+    x[[5, 77, 150]] = 0
+    want = pair_set(self_pairs_blocks(x, threshold, batch_size=64))
+    assert pair_set(partitioned_pairs(x, threshold, map_here, rows_per_part=40)) == want
+
+
+def test_route_scratch_beside_the_output_never_the_store(tmp_path):
+    """``dedup --ray`` keeps its route files beside its output (a local file's folder, a
+    URL's prefix) and in the system's temp folder for standard output: never under the
+    store it reads."""
+    from pairkit.index.route_files import scratch_beside
+
+    assert scratch_beside("-") is None
+    assert scratch_beside(str(tmp_path / "groups.parquet")) == str(tmp_path.resolve())
+    assert scratch_beside("s3://bucket/run/groups.parquet") == "s3://bucket/run"
+    assert scratch_beside("s3://bucket/groups.parquet") == "s3://bucket"
