@@ -142,13 +142,18 @@ def whitened_neighbours(vectors: np.ndarray, m: int, search: Search, *,
     first of them three times as deep, re-ranked in all (98% of the exact lists on
     fm0-lt, docs/benchmarks.md). ``on_demand``: ``space`` is a :class:`RowView` of the
     rows whitened as they are read (:func:`whitened_rows`: no (N, dims) array beside the
-    caller's index) instead of an array.
+    caller's index) instead of an array; with the re-ranking, the (N, dims) array of all
+    components is made all the same (the re-ranking reads each row many times).
     """
     from pairkit.index.search import exact_scores
 
     white = fit_whitening(vectors, power=power, seed=seed)
-    full = whitened_rows(vectors, white) if on_demand else white.apply(vectors)
-    if white.dims > CANDIDATE_DIMS:
+    rerank = white.dims > CANDIDATE_DIMS
+    # the re-ranking reads every row's whitened form about 3 m times, in other rows' lists:
+    # computed when read, each row was whitened that often (135 s of a 252 s run at
+    # 200,000 x 1,280), so it gets them as one array; only the search is fed rows on demand
+    full = whitened_rows(vectors, white) if on_demand and not rerank else white.apply(vectors)
+    if rerank:
         if on_demand:
             head = whitened_rows(vectors, white, CANDIDATE_DIMS)
         else:
