@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -172,3 +173,28 @@ def check_output(path: str | os.PathLike[str], force: bool, what: str = "output"
     if p.exists() and not force:
         raise PairkitError(f"{what} {p} exists; pass --force to overwrite it")
     return p
+
+
+STALE_S = 86400.0  # a parts folder untouched this long was left by a killed driver
+
+
+def remove_stale_parts(target: Path, now: float | None = None) -> list[str]:
+    """Remove the parts folders (``.NAME.XXXXXXXX.tmp``) of ``target`` left by killed
+    drivers: those not modified for :data:`STALE_S` (a live run adds a part every block).
+    Returns the removed names."""
+    now = time.time() if now is None else now
+    removed = []
+    with os.scandir(target.parent) as entries:
+        for entry in entries:
+            m = TEMP_RE.match(entry.name)
+            if not m or m.group("target") != target.name:
+                continue
+            try:
+                if not entry.is_dir(follow_symlinks=False) or \
+                        now - entry.stat(follow_symlinks=False).st_mtime < STALE_S:
+                    continue
+            except OSError:
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.name)
+    return removed

@@ -125,7 +125,7 @@ def scratch_routes(where: str | Path | None) -> RouteFiles:
         return RouteFiles(join(str(where), f"{SCRATCH_PREFIX}{secrets.token_hex(4)}.tmp"))
     parent = Path(where) if where is not None else Path(tempfile.gettempdir())
     if where is not None:
-        from pairkit.mine.parts_run import remove_stale_parts
+        from pairkit.core.atomic import remove_stale_parts
 
         with contextlib.suppress(OSError):
             remove_stale_parts(parent / SCRATCH_PREFIX.strip("."))

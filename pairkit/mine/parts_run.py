@@ -17,8 +17,8 @@ spilled to disk for the exact quantiles) and commits the parts in block order
 (:func:`pairkit.core.table_parts.commit_parts`). A block that fails for good, or a
 driver stopped before the commit, leaves no output (a killed driver leaves the temp
 folder ``.NAME.XXXXXXXX.tmp`` beside it, removed by a later run to that output once a
-day old: :func:`remove_stale_parts`); a rerun starts afresh. Table and stats are the
-local path's (tests/distributed).
+day old: :func:`pairkit.core.atomic.remove_stale_parts`); a rerun starts afresh. Table
+and stats are the local path's (tests/distributed).
 
 The same path runs in one process without ``--ray`` (:func:`mine_parts` with no
 executor): the blocks one after the other, the rows read in place from the store's shards
@@ -32,7 +32,6 @@ blocks write their parts: the vectors are held, the table is not.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -41,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pairkit.core.atomic import remove_stale_parts
 from pairkit.core.remote import is_url
 from pairkit.index.options import IndexOptions
 from pairkit.mine.config import MineConfig
@@ -438,33 +438,6 @@ def local_rows(store: Any) -> Any:
     from pairkit.core.store_rows import StoreRows
 
     return StoreRows.of(store, streamed=True, pinned=store)
-
-
-STALE_S = 86400.0  # a parts folder untouched this long was left by a killed driver
-
-
-def remove_stale_parts(target: Path, now: float | None = None) -> list[str]:
-    """Remove the parts folders (``.NAME.XXXXXXXX.tmp``) of ``target`` left by killed
-    drivers: those not modified for :data:`STALE_S` (a live run adds a part every block).
-    Returns the removed names."""
-    from pairkit.core.atomic import TEMP_RE
-
-    now = time.time() if now is None else now
-    removed = []
-    with os.scandir(target.parent) as entries:
-        for entry in entries:
-            m = TEMP_RE.match(entry.name)
-            if not m or m.group("target") != target.name:
-                continue
-            try:
-                if not entry.is_dir(follow_symlinks=False) or \
-                        now - entry.stat(follow_symlinks=False).st_mtime < STALE_S:
-                    continue
-            except OSError:
-                continue
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed.append(entry.name)
-    return removed
 
 
 def relation_stats(rel: Any) -> dict[str, Any]:

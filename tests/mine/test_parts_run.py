@@ -310,7 +310,7 @@ def test_stale_parts_folders_removed_fresh_ones_kept(store, tmp_path):
     the same output; a live run's (fresh) one and other outputs' folders are kept."""
     import os
 
-    from pairkit.mine.parts_run import STALE_S, remove_stale_parts
+    from pairkit.core.atomic import STALE_S, remove_stale_parts
 
     old, fresh, other = (tmp_path / n for n in (".pairs.parquet.abcd1234.tmp",
                                                 ".pairs.parquet.efgh5678.tmp",
