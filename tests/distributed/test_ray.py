@@ -339,16 +339,13 @@ def test_dedup_on_ray_reads_only_the_candidates_on_the_driver(tmp_path, cluster,
     never makes the store's float32 copy, and reads only the rows of the sources that
     have a near-duplicate (in one pass); the table is the local run's, from a folder and
     from object storage."""
-    root = str(tmp_path) if on == "folder" else request.getfixturevalue("s3")
-    where, out = f"{root}/st", f"{root}/out"
-    if on == "folder":
-        Path(out).mkdir()
+    where = str(tmp_path / "st") if on == "folder" else f"{request.getfixturevalue('s3')}/st"
     st = planted_dups(tmp_path, where)
     want, sw = dedup_table(st)
     with driver_reads(monkeypatch) as (m, taken):  # this process only: not the workers
         # searched by partitions however little they save (the plan is made here)
         m.setattr("pairkit.index.partitioned_range.WORK_GAIN", 0.0)
-        got, sg = dedup_table(st, ray="local", per_part=25, scratch=out)
+        got, sg = dedup_table(st, ray="local", per_part=25)
     pd.testing.assert_frame_equal(got, want)
     assert sg["groups"] == sw["groups"] >= 40 and sg["split"] == sw["split"]
     assert "partitions of at most" in sg["ray"] and "searched by partitions" in sg["ray"]
@@ -361,6 +358,15 @@ def test_dedup_on_ray_reads_only_the_candidates_on_the_driver(tmp_path, cluster,
     there = runner.invoke(app, [*args, "--ray", "local"])
     assert here.exit_code == 0 and there.exit_code == 0, there.output
     assert there.stdout == here.stdout and here.stdout.count("near") >= 40
+
+
+def store_and_output(tmp_path, request, on: str) -> tuple[str, str]:
+    """A store's location and an output folder beside it, both local or both on the
+    local S3 server."""
+    root = str(tmp_path) if on == "folder" else request.getfixturevalue("s3")
+    if on == "folder":
+        (tmp_path / "out").mkdir()
+    return f"{root}/st", f"{root}/out"
 
 
 def scratch_left(where: str) -> list[str]:
@@ -383,10 +389,7 @@ def test_dedup_on_ray_keeps_the_routes_on_the_workers(tmp_path, cluster, request
     folder is gone after the run, and the table is the local run's."""
     from pairkit.distributed.pool import BlockPool
 
-    root = str(tmp_path) if on == "folder" else request.getfixturevalue("s3")
-    where, out = f"{root}/st", f"{root}/out"
-    if on == "folder":
-        Path(out).mkdir()
+    where, out = store_and_output(tmp_path, request, on)
     st = planted_dups(tmp_path, where)
     want, _ = dedup_table(st)
     received: list = []
@@ -487,10 +490,7 @@ def test_dedup_on_ray_global_search_by_tiles(tmp_path, cluster, request, monkeyp
     the global search): tiles of blocks of rows on the workers, each task reading its
     blocks from the store; the driver never makes the store's float32 copy, and the table
     is the local run's, from a folder and from object storage."""
-    root = str(tmp_path) if on == "folder" else request.getfixturevalue("s3")
-    where, out = f"{root}/st", f"{root}/out"
-    if on == "folder":
-        Path(out).mkdir()
+    where = str(tmp_path / "st") if on == "folder" else f"{request.getfixturevalue('s3')}/st"
     st = planted_dups(tmp_path, where)
     want, sw = dedup_table(st)
     with driver_reads(monkeypatch) as (m, taken):  # this process only: not the workers
