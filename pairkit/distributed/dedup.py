@@ -123,7 +123,7 @@ class RayPairs:
                 plan = plan_partitions(base, threshold, on_cluster,
                                        rows_per_part=self.rows_per_part, block_rows=step)
                 self.plan = plan.describe()
-                if plan.worth_it():  # the routes in files under the store, never here
+                if plan.worth_it():  # the routes in files beside the output, never here
                     yield from scratch_pairs(base, plan, on_cluster, batch_size=batch_size,
                                              where=self.scratch)
                 else:  # the global search, by tiles: no worker holds every row
