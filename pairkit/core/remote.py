@@ -260,19 +260,12 @@ def remove(url: str) -> None:
 
 
 def read_ranges(url: str, starts: list[int], ends: list[int]) -> list[bytes]:
-    """Bytes ``starts[i] .. ends[i] - 1`` of the object, for each ``i`` (ranged GETs,
-    made concurrently); FileNotFoundError when there is no object."""
-    fs, path = filesystem(url)
+    """Bytes ``starts[i] .. ends[i] - 1`` of the object, for each ``i``
+    (:func:`read_spans` of one object); FileNotFoundError when there is no object."""
     if not starts:
+        filesystem(url)  # a URL no filesystem takes is refused even with nothing to read
         return []
-    try:
-        out = fs.cat_ranges([path] * len(starts), [int(s) for s in starts],
-                            [int(e) for e in ends], on_error="raise")
-    except FileNotFoundError:
-        raise
-    except Exception as exc:
-        raise _failure(url, exc, "reading") from None
-    return list(out)
+    return read_spans([url] * len(starts), starts, ends)
 
 
 def read_spans(urls: list[str], starts: list[int], ends: list[int]) -> list[bytes]:
@@ -282,7 +275,8 @@ def read_spans(urls: list[str], starts: list[int], ends: list[int]) -> list[byte
     if not urls:
         return []
     fs, _ = filesystem(urls[0])
-    paths = [filesystem(u)[1] for u in urls]
+    path_of = {u: filesystem(u)[1] for u in dict.fromkeys(urls)}  # once per object
+    paths = [path_of[u] for u in urls]
     try:
         out = fs.cat_ranges(paths, [int(s) for s in starts], [int(e) for e in ends],
                             on_error="raise")
