@@ -214,25 +214,10 @@ def positive_neighbour_lists(ctx: FnContext | None, vectors: np.ndarray, sources
         return search_neighbour_lists(space, sources, k, index, backend, None)
 
     lists = whitened_neighbours(vectors, cfg.neighbours, search, power=cfg.whitening,
-                                seed=index.seed, on_demand=whiten_when_read(vectors))
+                                seed=index.seed, on_demand=True)
     if ctx is not None:
         ctx.whitened_neighbours = lists
     return lists
-
-
-def whiten_when_read(vectors: Any) -> bool:
-    """Whether the whitened rows of ``vectors`` are computed when read (a
-    :class:`~pairkit.core.row_view.RowView`: no (N, dims) array beside their index) rather
-    than once: when that array would pass :data:`WHITEN_ONCE_BYTES`. Below it the index
-    reads them again and again (0.7 s of a 5.8 s run at 8,000 x 1,280); the same lists."""
-    from pairkit.mine.whitening import DEFAULT_MAX_DIMS
-
-    n, d = len(vectors), int(vectors.shape[1])
-    return n * min(d, DEFAULT_MAX_DIMS) * 4 > WHITEN_ONCE_BYTES
-
-
-# the most the rules' whitened rows take as one array (else computed when read)
-WHITEN_ONCE_BYTES = 64 << 20
 
 
 def _cosine_neighbour_lists(vectors: np.ndarray, sources: np.ndarray, store: Any,

@@ -29,6 +29,8 @@ DEFAULT_POWER = 0.25
 DEFAULT_VARIANCE = 0.99
 DEFAULT_MAX_DIMS = 512
 CANDIDATE_DIMS = 128  # whitened components the candidates of whitened_neighbours come from
+# the most whitened_neighbours' rows take as one array when it may whiten them when read
+WHITEN_ONCE_BYTES = 64 << 20
 
 Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
@@ -140,21 +142,24 @@ def whitened_neighbours(vectors: np.ndarray, m: int, search: Search, *,
     ``(ids, scores)`` (the caller's index: exact or approximate). Above
     :data:`CANDIDATE_DIMS` whitened components, candidates come from a search in the
     first of them three times as deep, re-ranked in all (98% of the exact lists on
-    fm0-lt, docs/benchmarks.md). ``on_demand``: ``space`` is a :class:`RowView` of the
-    rows whitened as they are read (:func:`whitened_rows`: no (N, dims) array beside the
-    caller's index) instead of an array; with the re-ranking, the (N, dims) array of all
-    components is made all the same (the re-ranking reads each row many times).
+    fm0-lt, docs/benchmarks.md). ``on_demand``: ``space`` may be a :class:`RowView` of
+    the rows whitened as they are read (:func:`whitened_rows`: no (N, dims) array beside
+    the caller's index) instead of an array; it is one when the whitened rows would take
+    more than :data:`WHITEN_ONCE_BYTES` (below, the index reading them again and again cost
+    0.7 s of a 5.8 s run at 8,000 x 1,280). The re-ranking gets the (N, dims) array of all
+    components in any case: it reads each row many times.
     """
     from pairkit.index.search import exact_scores
 
     white = fit_whitening(vectors, power=power, seed=seed)
     rerank = white.dims > CANDIDATE_DIMS
+    lazy = on_demand and len(vectors) * white.dims * 4 > WHITEN_ONCE_BYTES
     # the re-ranking reads every row's whitened form about 3 m times, in other rows' lists:
     # computed when read, each row was whitened that often (135 s of a 252 s run at
     # 200,000 x 1,280), so it gets them as one array; only the search is fed rows on demand
-    full = whitened_rows(vectors, white) if on_demand and not rerank else white.apply(vectors)
+    full = whitened_rows(vectors, white) if lazy and not rerank else white.apply(vectors)
     if rerank:
-        if on_demand:
+        if lazy:
             head = whitened_rows(vectors, white, CANDIDATE_DIMS)
         else:
             head = full[:, :CANDIDATE_DIMS]

@@ -127,6 +127,7 @@ def test_lists_from_rows_whitened_when_read_equal_the_array(monkeypatch, dim, ki
     from pairkit.mine.whitening import whitened_neighbours
 
     monkeypatch.setattr(rules_run, "LIST_QUERY_BLOCK", 333)
+    monkeypatch.setattr("pairkit.mine.whitening.WHITEN_ONCE_BYTES", 0)  # whitened when read
     built = []
     real_build = half_ivf.build_half_ivf
     monkeypatch.setattr(half_ivf, "build_half_ivf",
@@ -162,15 +163,31 @@ def test_lists_from_rows_whitened_when_read_equal_the_array(monkeypatch, dim, ki
         assert (lazy[0] == want).mean() > 0.999  # ties aside
 
 
-def test_rules_whiten_once_when_small_and_when_read_when_big():
-    """The mutual-neighbour lists whiten a small store's rows once (an array: reading them
-    again per block cost 0.7 s of 5.8 at 8,000 x 1,280) and a big one's when read (no
-    (N, dims) array beside the index); both give the same lists (the test above)."""
-    from pairkit.mine.rules_run import WHITEN_ONCE_BYTES, whiten_when_read
+def test_whitened_once_when_small_and_when_read_when_big(monkeypatch):
+    """``on_demand`` whitens a small store's rows once (an array: the index reading them
+    again and again cost 0.7 s of 5.8 at 8,000 x 1,280) and a big one's when read (no
+    (N, dims) array beside the index), the bound being the array's bytes; both give the
+    same lists (the test above)."""
+    from pairkit.core.row_view import RowView
+    from pairkit.mine import whitening
 
-    small = np.zeros((8_000, 1280), np.float32)
-    assert not whiten_when_read(small)
-    rows = WHITEN_ONCE_BYTES // (4 * 512) + 1  # 512 dims at most are kept
-    big = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (rows, 1280), (0, 0))
-    assert whiten_when_read(big)
-    assert not whiten_when_read(big[: rows - 1])
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(300, 16)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    seen = []
+
+    def search(space, k):
+        seen.append(type(space))
+        z = np.asarray(space[:], dtype=np.float32)
+        sims = z @ z.T
+        np.fill_diagonal(sims, -np.inf)
+        ids = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+        return ids, np.take_along_axis(sims, ids, axis=1)
+
+    size = 300 * whitening.fit_whitening(x).dims * 4
+    monkeypatch.setattr(whitening, "WHITEN_ONCE_BYTES", size)
+    small = whitening.whitened_neighbours(x, 5, search, on_demand=True)
+    monkeypatch.setattr(whitening, "WHITEN_ONCE_BYTES", size - 1)
+    big = whitening.whitened_neighbours(x, 5, search, on_demand=True)
+    assert seen == [np.ndarray, RowView]
+    np.testing.assert_array_equal(small[0], big[0])
