@@ -306,17 +306,25 @@ def partition(rows: Any, n_parts: int, map_blocks: MapBlocks, *, block_rows: int
 @dataclass
 class Plan:
     """Steps 1-3 counted: the partitions, the threshold, the blocks (each computing its
-    distances ``chunk`` rows at a time), per cluster its members and the rows routed to
-    it (its queries), and per block and cluster the rows routed (``routed``: where each
-    cluster's slice of each block's routes lies)."""
+    distances ``chunk`` rows at a time) and per block and cluster the rows routed
+    (``routed``: where each cluster's slice of each block's routes lies); per cluster its
+    members and the rows routed to it (its queries) follow."""
 
     parts: Partitions
     threshold: float
     blocks: list[tuple[int, int]]
-    members: np.ndarray  # (k,) int64
-    queries: np.ndarray  # (k,) int64
-    chunk: int = 1 << 62
-    routed: np.ndarray | None = None  # (blocks, k) int64
+    chunk: int
+    routed: np.ndarray  # (blocks, k) int64
+
+    @property
+    def members(self) -> np.ndarray:
+        """(k,) int64: each cluster's members."""
+        return self.parts.members
+
+    @property
+    def queries(self) -> np.ndarray:
+        """(k,) int64: the rows routed to each cluster."""
+        return self.routed.sum(axis=0)
 
     @property
     def rows(self) -> int:
@@ -354,14 +362,14 @@ class Plan:
         """Step 4's tasks: per cluster with members, the blocks that route rows to it,
         where its slice of each block's routes starts and its length; the biggest
         clusters (members x queries) first, so the last task to start is a small one."""
-        assert self.routed is not None
         starts = np.cumsum(self.routed, axis=1) - self.routed  # a block's, by cluster
         work: list[Work] = []
         for j in np.flatnonzero(self.members):
             counts = self.routed[:, j]
             blocks = np.flatnonzero(counts)
             work.append((int(j), blocks, starts[blocks, j], counts[blocks]))
-        work.sort(key=lambda w: -int(self.members[w[0]]) * int(self.queries[w[0]]))
+        queries = self.queries
+        work.sort(key=lambda w: -int(self.members[w[0]]) * int(queries[w[0]]))
         return work
 
 
@@ -382,8 +390,7 @@ def plan_partitions(rows: Any, threshold: float, map_blocks: MapBlocks, *,
     routed = np.zeros((len(blocks), len(parts.centroids)), np.int64)
     for i, counted in enumerate(map_blocks(count_block, shared, blocks)):
         routed[i] = counted
-    return Plan(parts, float(threshold), blocks, parts.members, routed.sum(axis=0), chunk,
-                routed)
+    return Plan(parts, float(threshold), blocks, chunk, routed)
 
 
 def refused() -> Exception:
@@ -406,7 +413,6 @@ def plan_pairs(rows: Any, plan: Plan, map_blocks: MapBlocks, *, batch_size: int 
     routes = RoutesHere() if routes is None else routes
     shared = RouteShared(rows, parts.centroids, parts.bounds(plan.threshold), parts.radii,
                          plan.chunk)
-    assert plan.routed is not None
     members = np.zeros(k, np.int64)
     for i, (routed, owned, within) in enumerate(map_blocks(
             write_routes, RouteWrite(shared, routes), list(enumerate(plan.blocks)))):
