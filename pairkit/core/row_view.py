@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.float16 import to_float32
+
 Map = Callable[[np.ndarray], np.ndarray]
 
 
@@ -98,7 +100,7 @@ class RowView:
         one read of the source."""
         positions = np.asarray(positions, dtype=np.int64)
         rows = positions if self.ids is None else self.ids[positions]
-        got = np.ascontiguousarray(self.base()[rows], dtype=np.float32)
+        got = to_float32(np.asarray(self.base()[rows]))
         return got if self.fn is None else np.ascontiguousarray(self.fn(got), np.float32)
 
     def subset(self, key: Any) -> RowView:

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.float16 import to_float32
+
 ASSIGN_BLOCK_ROWS = 65_536  # rows read, converted and assigned at a time (a multiple of 4096)
 PROBES_PER_SEARCH = 1 << 21  # query x cell pairs per list-major pass (~100 MB of bookkeeping)
 
@@ -63,8 +65,7 @@ class HalfIvf:
     def inverted_list(self, cell: int) -> tuple[np.ndarray, np.ndarray]:
         """Cell ``cell``'s rows as float32 (a new C-contiguous array) and their ids."""
         lo, hi = int(self.offsets[cell]), int(self.offsets[cell + 1])
-        return (np.ascontiguousarray(self.codes[lo:hi], dtype=np.float32),
-                self.ids[lo:hi].astype(np.int64))
+        return to_float32(np.asarray(self.codes[lo:hi])), self.ids[lo:hi].astype(np.int64)
 
     def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(D, I)`` (nq, k): best first, -1/-inf padded (as ``IndexIVFFlat`` searched
