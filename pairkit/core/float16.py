@@ -55,7 +55,9 @@ def _torch(values: int) -> Any:
         if state["converted"] < IMPORT_AFTER:
             return None
     try:
-        import torch
+        from pairkit.core.threads import import_torch
+
+        torch = import_torch()  # with the run's thread budget
     except ImportError:  # pragma: no cover - torch is a dependency
         state["converted"] = -(1 << 62)  # never try again
         return None
