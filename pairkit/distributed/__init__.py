@@ -51,12 +51,14 @@ def require_ray() -> Any:
 @dataclass(frozen=True)
 class Cluster:
     """A connected Ray cluster as pairkit uses it: ``workers`` processes at a time of
-    ``threads`` CPUs each; ``gpus`` in the whole cluster."""
+    ``threads`` CPUs each; ``gpus`` in the whole cluster; ``nodes`` machines (alive when
+    joined: a folder of one of them, such as its temp folder, is not the others')."""
 
     address: str
     cpus: int
     gpus: int
     threads: int
+    nodes: int = 1
 
     @property
     def workers(self) -> int:
@@ -94,7 +96,8 @@ def connect(address: str) -> Cluster:
     if cpus < 1:
         raise PairkitError(f"the Ray cluster at {address} has no CPUs")
     threads = min(plan().threads, cpus)
-    return Cluster(address, cpus, int(resources.get("GPU", 0)), threads)
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    return Cluster(address, cpus, int(resources.get("GPU", 0)), threads, max(1, nodes))
 
 
 def crash_marker() -> str | None:

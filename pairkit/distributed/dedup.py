@@ -74,7 +74,8 @@ class RayPairs:
     search runs on the workers' CPUs). By partitions, the route blocks write their routes
     into a scratch folder under ``scratch`` (a folder or URL every worker sees, e.g. the
     output's: :func:`pairkit.index.route_files.scratch_beside`; None: the system's temp
-    folder, one machine's), removed when the search ends or fails."""
+    folder, one machine's, so on a cluster of several machines the search by tiles
+    instead), removed when the search ends or fails."""
 
     def __init__(self, address: str, blocks_per_worker: int = 4,
                  rows_per_part: int | None = None, scratch: str | None = None) -> None:
@@ -123,7 +124,15 @@ class RayPairs:
                 plan = plan_partitions(base, threshold, on_cluster,
                                        rows_per_part=self.rows_per_part, block_rows=step)
                 self.plan = plan.describe()
-                if plan.worth_it():  # the routes in files beside the output, never here
+                by_parts = plan.worth_it()
+                if by_parts and self.scratch is None and cluster.nodes > 1:
+                    # the routes' files would go to this machine's temp folder, which the
+                    # other machines' workers can't read: the search that needs no files
+                    by_parts = False
+                    self.plan += (f"; not by partitions: their routes need a folder all "
+                                  f"{cluster.nodes} machines see (give -o a shared folder "
+                                  "or URL)")
+                if by_parts:  # the routes in files beside the output, never here
                     yield from scratch_pairs(base, plan, on_cluster, batch_size=batch_size,
                                              where=self.scratch)
                 else:  # the global search, by tiles: no worker holds every row

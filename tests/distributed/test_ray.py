@@ -506,6 +506,47 @@ def test_dedup_on_ray_global_search_by_tiles(tmp_path, cluster, request, monkeyp
     assert len(taken) == 2 and taken[0] <= 64 and taken[1] <= 110
 
 
+def test_dedup_to_stdout_on_several_machines_searches_by_tiles(tmp_path, cluster,
+                                                               monkeypatch):
+    """``dedup --ray`` with ``-o -`` (no folder for the routes: they would go to this
+    machine's temp folder, which other machines' workers can't read) on a cluster of
+    several machines: the search by tiles, which needs no files, instead of partitions
+    that pay; the summary says why, the table is the local run's, and no route file is
+    written. On one machine the partitions still run (the temp folder is everyone's)."""
+    import dataclasses
+    import tempfile
+
+    import pairkit.distributed as dist
+
+    assert cluster.nodes == 1  # counted when joined: ray.init here is one machine
+    st = planted_dups(tmp_path, str(tmp_path / "st"))
+    want, _ = dedup_table(st)
+    monkeypatch.setattr("pairkit.index.partitioned_range.WORK_GAIN", 0.0)  # partitions pay
+    real_connect = dist.connect
+    made: list = []
+    real_routes = __import__("pairkit.index.route_files",
+                             fromlist=["scratch_routes"]).scratch_routes
+
+    def counted(where):
+        made.append(where)
+        return real_routes(where)
+
+    monkeypatch.setattr("pairkit.index.route_files.scratch_routes", counted)
+    for nodes in (2, 1):
+        monkeypatch.setattr(dist, "connect", lambda address, n=nodes: dataclasses.replace(
+            real_connect(address), nodes=n))
+        got, summary = dedup_table(st, ray="local", per_part=25)  # scratch None: -o -
+        pd.testing.assert_frame_equal(got, want)
+        if nodes == 2:
+            assert "not by partitions: their routes need a folder all 2 machines" in (
+                summary["ray"])
+            assert summary["ray"].endswith(" tiles") and made == []
+        else:
+            assert "searched by partitions" in summary["ray"] and made == [None]
+    assert not [p for p in Path(tempfile.gettempdir()).glob("*dedup-routes*")
+                if p.stat().st_mtime > st.root.stat().st_mtime]
+
+
 def test_sharded_search_equals_exact_search_with_ties(cluster):
     """Duplicate rows in several shards: the merged top-k keeps the lowest ids, as the
     exact search does."""
