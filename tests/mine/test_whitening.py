@@ -112,7 +112,7 @@ def test_a_tail_below_the_float32_floor_is_solved_in_float64() -> None:
 
 
 @pytest.mark.parametrize(("dim", "kind"), [(24, "flat"), (24, "ivf"), (24, "ivf-lists"),
-                                           (160, "flat")])
+                                           (160, "flat"), (160, "ivf-lists")])
 def test_lists_from_rows_whitened_when_read_equal_the_array(monkeypatch, dim, kind) -> None:
     # mine's whitened lists from rows whitened as they are read (index built block by
     # block, searched block by block) against the same search of the whole whitened array,
