@@ -143,11 +143,13 @@ def whitened_neighbours(vectors: np.ndarray, m: int, search: Search, *,
     :data:`CANDIDATE_DIMS` whitened components, candidates come from a search in the
     first of them three times as deep, re-ranked in all (98% of the exact lists on
     fm0-lt, docs/benchmarks.md). ``on_demand``: ``space`` may be a :class:`RowView` of
-    the rows whitened as they are read (:func:`whitened_rows`: no (N, dims) array beside
-    the caller's index) instead of an array; it is one when the whitened rows would take
-    more than :data:`WHITEN_ONCE_BYTES` (below, the index reading them again and again cost
-    0.7 s of a 5.8 s run at 8,000 x 1,280). The re-ranking gets the (N, dims) array of all
-    components in any case: it reads each row many times.
+    rows computed as they are read (no second array beside the caller's index) instead of
+    an array; it is one when the whitened rows would take more than
+    :data:`WHITEN_ONCE_BYTES` (below, the index reading them again and again cost 0.7 s of
+    a 5.8 s run at 8,000 x 1,280): the rows whitened when read (:func:`whitened_rows`), or,
+    with a re-ranking, the first components of its array re-normalised when read. The
+    re-ranking gets the (N, dims) array of all components in any case: it reads each row
+    many times.
     """
     from pairkit.index.search import exact_scores
 
