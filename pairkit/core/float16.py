@@ -4,7 +4,7 @@ A float16 store's rows are read as float32 wherever they are multiplied (the IVF
 of :class:`pairkit.index.half_ivf.HalfIvf`, the rows a
 :class:`pairkit.core.row_view.RowView` gathers). numpy converts float16 without the
 CPU's conversion instructions: about 2 ns a value on the 2-core development machine,
-where torch's CPU copy into a float32 tensor takes about 0.1 ns (docs/benchmarks.md). In
+where torch's CPU copy into a float32 tensor takes 0.1-0.3 ns (docs/benchmarks.md). In
 a label-free ``mine`` of 200,000 x 1,280 float16 rows the conversions took 29 s of 143
 (cProfile). float16 to float32 is exact, so both give the same values, bit for bit but
 for the payload of a NaN (tests/core/test_float16.py).

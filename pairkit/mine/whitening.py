@@ -162,8 +162,8 @@ def whitened_neighbours(vectors: np.ndarray, m: int, search: Search, *,
     full = whitened_rows(vectors, white) if lazy and not rerank else white.apply(vectors)
     if rerank:
         # the candidates' components, re-normalised, from that array: when read (a view
-        # of it, no second array), never by whitening the rows again (~10 s of a 131 s
-        # run at 200,000 x 1,280: 1,280 dims projected each time a cell was scanned)
+        # of it, no second array), never by whitening the rows again (all input dims
+        # projected each time a cell was scanned; the same candidates)
         lead = partial(leading_normalised, dims=CANDIDATE_DIMS)
         head: np.ndarray | RowView
         if lazy:
