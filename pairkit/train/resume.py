@@ -39,6 +39,28 @@ def same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
+def differences(saved: Any, now: Any, prefix: str = "") -> list[str]:
+    """What differs between two fingerprints, for the refusal: ``name then-value then,
+    now-value now`` per option (nested ones as ``loss.keep_input``); the store and the
+    pairs by name only (their ids say nothing to a reader). A default that changed between
+    versions (e.g. ``positive_sampling``) shows here."""
+    if not isinstance(saved, dict) or not isinstance(now, dict):
+        return [] if same(saved, now) else [prefix.rstrip(".") or "fingerprint"]
+    out: list[str] = []
+    for key in sorted(set(saved) | set(now)):
+        a, b = saved.get(key), now.get(key)
+        if same(a, b):
+            continue
+        name = prefix + key
+        if not prefix and key in ("store", "pairs"):
+            out.append(f"the {key}")
+        elif isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, name + ".")
+        else:
+            out.append(f"{name} {json.dumps(a)} then, {json.dumps(b)} now")
+    return out
+
+
 def fingerprint(cfg: TrainConfig, store: Store, pairs_id: dict[str, Any]) -> dict[str, Any]:
     """What a resumed run must share with the run it continues: every option but those
     that don't change the weights (epochs, device, precision, stop_on_collapse, whiten and
@@ -95,8 +117,10 @@ def resume_state(out: Path, cfg: TrainConfig, fingerprint: dict[str, Any],
         raise PairkitError(f"--resume: {out} has no {CONFIG} and its checkpoint predates "
                            "fingerprints: rerun with --force")
     if not same(saved, fingerprint):
-        raise PairkitError(f"--resume: {out} was trained with other options, store or pairs;"
-                           " rerun without --resume (and with --force)")
+        what = "; ".join(differences(saved, fingerprint)[:4])
+        raise PairkitError(f"--resume: {out} was trained with other options, store or pairs "
+                           f"({what}); pass the run's options, or rerun without --resume "
+                           "(and with --force)")
     module.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     if scaler is not None and ckpt.get("scaler"):

@@ -111,11 +111,27 @@ def test_resume_restores_a_plot_lost_to_a_kill(store, tmp_path):
 def test_resume_refuses_other_options_and_missing_checkpoint(store, tmp_path):
     cfg = TrainConfig(relation="instance", **FAST)
     train_head(store, tmp_path / "h", cfg)
-    with pytest.raises(PairkitError, match="trained with other options"):
+    with pytest.raises(PairkitError, match="trained with other options") as refused:
         train_head(store, tmp_path / "h", TrainConfig(relation="instance", lr=0.1,
                                                       **{**FAST, "epochs": 3}), resume=True)
+    assert f"(lr {cfg.lr} then, 0.1 now)" in str(refused.value)  # what differs, by name
     with pytest.raises(PairkitError, match="holds no checkpoint"):
         train_head(store, tmp_path / "new", cfg, resume=True)
+
+
+def test_resume_refusal_names_what_differs():
+    """A default that changed since the run (positive_sampling), a nested option, the store
+    and the pairs: each named, the ids of the store and the pairs not printed."""
+    from pairkit.train.resume import differences
+
+    then = {"positive_sampling": "uniform", "lr": 0.001, "loss": {"keep_input": 0.5},
+            "store": "abc123", "pairs": {"sha": "p1"}}
+    now = {"positive_sampling": "confidence", "lr": 0.001, "loss": {"keep_input": 0.0},
+           "store": "def456", "pairs": {"sha": "p2"}}
+    assert differences(then, now) == ['loss.keep_input 0.5 then, 0.0 now', "the pairs",
+                                      'positive_sampling "uniform" then, "confidence" now',
+                                      "the store"]
+    assert differences(then, then) == []
 
 
 def test_existing_head_needs_force(store, tmp_path):
@@ -329,7 +345,7 @@ def test_keep_input_keeps_the_inputs_neighbour_order(tmp_path):
                TrainConfig(loss=LossConfig(keep_input=20.0), **base))
     plain, kept = rank_agreement(tmp_path / "plain"), rank_agreement(tmp_path / "kept")
     assert kept > plain + 0.2, (plain, kept)  # measured 0.49 against 0.91
-    with pytest.raises(PairkitError, match="trained with other options"):
+    with pytest.raises(PairkitError, match=r"\(loss.keep_input 20.0 then, 0.0 now\)"):
         train_head(store, tmp_path / "kept",
                    TrainConfig(loss=LossConfig(keep_input=0.0), **{**base, "epochs": 9}),
                    resume=True)
