@@ -70,8 +70,8 @@ def train(
         "the anchor's mined positives (rows positive_kind=mined of the table) instead of its "
         "other view; 0 ignores mined positives."),
     positive_sampling: Literal["uniform", "confidence"] = typer.Option(
-        "confidence", "--positive-sampling", help="How a mined positive is drawn: in "
-        "proportion to its positive_confidence, or uniformly."),
+        "uniform", "--positive-sampling", help="How a mined positive is drawn: uniformly, or "
+        "in proportion to its positive_confidence."),
     whiten: float = typer.Option(
         0.0, "--whiten", help="Power of a partial PCA whitening of the head's outputs, fitted "
         "on the training rows (0: none; 0.25: kNN up, MAP@R down; 0.5: full whitening)."),
