@@ -42,8 +42,8 @@ def same(a: Any, b: Any) -> bool:
 def differences(saved: Any, now: Any, prefix: str = "") -> list[str]:
     """What differs between two fingerprints, for the refusal: ``name then-value then,
     now-value now`` per option (nested ones as ``loss.keep_input``); the store and the
-    pairs by name only (their ids say nothing to a reader). A default that changed between
-    versions (e.g. ``positive_sampling``) shows here."""
+    pairs by name only (their ids say nothing to a reader). A default changed between
+    versions shows here as an option."""
     if not isinstance(saved, dict) or not isinstance(now, dict):
         return [] if same(saved, now) else [prefix.rstrip(".") or "fingerprint"]
     out: list[str] = []
