@@ -19,8 +19,11 @@ GPU_MAX_K = 2048
 
 
 def as_float32(x: np.ndarray) -> np.ndarray:
-    """C-contiguous float32 view or copy of ``x`` (what FAISS needs)."""
-    return np.ascontiguousarray(x, dtype=np.float32)
+    """C-contiguous float32 view or copy of ``x`` (what FAISS needs); float16 rows
+    converted by :func:`pairkit.core.float16.to_float32` (the same values)."""
+    from pairkit.core.float16 import to_float32
+
+    return to_float32(np.asarray(x))
 
 
 def row_dots(
