@@ -140,8 +140,8 @@ class RowView:
 
 class GatheredRows:
     """Rows ``keys`` (sorted, unique) of an (n, d) row set, held: indexing by ints among
-    ``keys`` (an int, an int array) returns them as an array would; another row is an
-    IndexError (a step reading rows it did not gather)."""
+    ``keys`` (an int, an int array, a slice) returns them as an array would; another row
+    is an IndexError (a step reading rows it did not gather)."""
 
     ndim = 2
     dtype = np.dtype(np.float32)
@@ -156,6 +156,8 @@ class GatheredRows:
     def __getitem__(self, key: Any) -> np.ndarray:
         if isinstance(key, (int, np.integer)):
             return self.values[self.where(np.array([key]))[0]]
+        if isinstance(key, slice):
+            key = np.arange(*key.indices(self.shape[0]))
         return self.values[self.where(np.asarray(key))]
 
     def where(self, ids: np.ndarray) -> np.ndarray:

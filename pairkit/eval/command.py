@@ -28,9 +28,9 @@ class Sides:
 def _side(store: Any, rows: np.ndarray | None = None, where: str = "here",
           columns: tuple[Coded | None, Coded] | None = None) -> EvalSide:
     """The side of ``store``'s ``rows`` (None: all). ``where``: ``here``, its vectors in
-    memory; ``queries``, the rows read here in one pass (float32, the same values);
-    ``workers``, the rows left in the store (a :class:`~pairkit.core.row_view.RowView`:
-    the workers read them for the search, this process only the rows a metric samples).
+    memory; ``workers``, the rows left in the store (a :class:`~pairkit.core.row_view.RowView`:
+    the workers read the references for the search, this process the queries block by
+    block and the rows a metric samples).
     ``columns``: the rows' labels and sources as codes (:func:`coded_columns`,
     :func:`split_columns`), which the side takes instead of the parsed item table's Python
     objects (``eval --ray``)."""
@@ -41,8 +41,7 @@ def _side(store: Any, rows: np.ndarray | None = None, where: str = "here",
         from pairkit.core.row_view import store_view
 
         view = store_view(store)
-        view = view if rows is None else view.subset(rows)
-        vectors = view if where == "workers" else np.asarray(view)
+        vectors = view if rows is None else view.subset(rows)
     if columns is not None:  # already the rows' (split_columns)
         labels, sources = columns
         if labels is not None and not (labels.codes >= 0).any():
@@ -86,9 +85,12 @@ def check_eval(cfg: EvalConfig, head_path: Path | None) -> None:
 def load_sides(store_path: Path, against: Path | None, test_fraction: float,
                seed: int, on_workers: bool = False) -> Sides:
     """Open the store(s) and split them into queries and references. ``on_workers``
-    (``eval --ray``): the references stay in the store, read by the workers that search
-    them (:func:`_side`); the queries are read here, in one pass; a store on object
-    storage is opened by its manifest, its shards fetched when read."""
+    (``eval --ray``): both sides stay in the store (:func:`_side`): the references are
+    read by the workers that search them, the queries here a block of ``--batch-size``
+    rows at a time as each pass over them reads them (the search, the linear probe's
+    predictions; the geometry's and the plot's samples in one read each), so this process
+    never holds them all; a store on object storage is opened by its manifest, its shards
+    fetched when read."""
     from pairkit.core.remote import is_url
     from pairkit.core.store import Store
     from pairkit.eval.split import check_compatible, split_by_source
@@ -96,7 +98,7 @@ def load_sides(store_path: Path, against: Path | None, test_fraction: float,
     def opened(path: Path) -> Any:
         return Store.open(path, verify=not (on_workers and is_url(path)))
 
-    q_where, r_where = ("queries", "workers") if on_workers else ("here", "here")
+    q_where = r_where = "workers" if on_workers else "here"
     store = opened(store_path)
     if store.count == 0:
         raise PairkitError(f"store {store_path} is empty")

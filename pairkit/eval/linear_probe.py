@@ -112,8 +112,12 @@ def linear_probe(
     seed: int = 0,
     device: str = "cpu",
     max_iter: int = 300,
+    test_block: int = 65536,
 ) -> ProbeResult:
     """Train on (train_x, train_y), choose weight decay on a validation part, test.
+
+    ``test_x``: an array, or rows read on demand (a :class:`~pairkit.core.row_view.RowView`),
+    predicted ``test_block`` rows at a time.
 
     Labels are int codes >= 0 shared by both sides; a test class absent from the
     training side is never predicted (its queries count as wrong). ``train_groups``
@@ -141,7 +145,7 @@ def linear_probe(
     best = max(val_top1, key=lambda wd: (val_top1[wd], wd)) if val_top1 else decays[0]
     w, b = fit_logistic(train_x, y_train, n_classes, best, device=device, max_iter=max_iter,
                         init=solutions.get(best))
-    pred = classes[predict_logistic(test_x, w, b)]
+    pred = classes[predict_logistic(test_x, w, b, chunk=test_block)]
     test_y = np.asarray(test_y, dtype=np.int64)
     return ProbeResult(
         top1=float(np.mean(pred == test_y)),

@@ -380,12 +380,13 @@ def _probe(queries: EvalSide, references: EvalSide, ql_all: np.ndarray, rl_all: 
         train_rows = np.sort(rng.choice(train_rows, size=cfg.probe_max_train, replace=False))
         report.notes.append(f"linear probe trained on a random {cfg.probe_max_train} of "
                             f"{int(r_keep.sum())} references (--probe-max-train)")
-    test_rows = np.flatnonzero(q_keep)
+    # the queries as they are (rows read on demand stay so: predicted a block at a time)
     res = linear_probe(
         np.asarray(references.vectors[train_rows], dtype=np.float32), rl_all[train_rows],
-        rsrc[train_rows], np.asarray(queries.vectors[test_rows], dtype=np.float32),
-        ql_all[test_rows], weight_decays=cfg.probe_weight_decays, seed=cfg.seed,
-        device=resolve_device(cfg.device), max_iter=cfg.probe_max_iter)
+        rsrc[train_rows], _rows(queries.vectors, q_keep), ql_all[q_keep],
+        weight_decays=cfg.probe_weight_decays, seed=cfg.seed,
+        device=resolve_device(cfg.device), max_iter=cfg.probe_max_iter,
+        test_block=cfg.block_rows)
     report.metrics["linear_top1"] = res.top1
     report.metrics["linear_mean_per_class_recall"] = res.mean_per_class_recall
     report.details["linear_weight_decay"] = res.weight_decay
@@ -393,8 +394,13 @@ def _probe(queries: EvalSide, references: EvalSide, ql_all: np.ndarray, rl_all: 
 
 def _geometry(queries: EvalSide, qsrc: np.ndarray, cfg: EvalConfig,
               rng: np.random.Generator, report: EvalReport, explicit: bool) -> None:
+    from pairkit.core.row_view import is_view
+
     x = queries.vectors
     pi, pj = positive_pairs(qsrc, cfg.pair_sample, rng)
+    ui, uj = random_pairs(len(x), cfg.pair_sample, rng)
+    if is_view(x):  # rows read on demand: the sampled ones, in one read
+        x = x.gather(np.concatenate([pi, pj, ui, uj]))
     if len(pi):
         report.metrics["alignment"] = alignment(x, pi, pj)
         if cfg.collect_scores:
@@ -404,7 +410,6 @@ def _geometry(queries: EvalSide, qsrc: np.ndarray, cfg: EvalConfig,
         if explicit:
             raise PairkitError(f"--metrics geometry: {msg}")
         report.notes.append(msg)
-    ui, uj = random_pairs(len(x), cfg.pair_sample, rng)
     if len(ui):
         report.metrics["uniformity"] = uniformity(x, ui, uj)
         if cfg.collect_scores:

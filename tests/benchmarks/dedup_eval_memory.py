@@ -12,8 +12,8 @@ the wall time:
 
 - ``dedup STORE --threshold 0.95 --ray local -o groups.parquet``
 - ``eval STORE --ray local --knn-k 20 --json`` (kNN, retrieval, linear probe on 200,000
-  references at most, geometry; queries: a 2% test split, ``--test-fraction 0.02``, or
-  about ``--queries`` N at every size)
+  references at most, geometry, or ``--metrics``; queries: a 2% test split,
+  ``--test-fraction 0.02`` (or the fraction given), or about ``--queries`` N at every size)
 
 With ``--s3`` the store is uploaded to a local S3 server (moto_server, started here) and
 read from there. ``--code DIR`` runs another checkout's pairkit (the "before" figures:
@@ -138,6 +138,11 @@ def main() -> None:
                         help="eval's queries: about this many at every size (the test "
                              "fraction QUERIES / rows), so that the search grows with the "
                              "references only (default: a 2%% test split)")
+    parser.add_argument("--test-fraction", type=float, default=0.02,
+                        help="eval's test split without --queries (eval's own default is 0.2)")
+    parser.add_argument("--metrics", default="",
+                        help="eval's --metrics (default: every metric; e.g. linear,geometry "
+                             "to leave out the search)")
     args = parser.parse_args()
 
     from tests.benchmarks.mine_memory import S3Bench
@@ -160,11 +165,14 @@ def main() -> None:
                 argv = (["dedup", where, "--threshold", "0.95", "--ray", "local", "-o",
                          str(out), "--force"] if command == "dedup" else
                         ["eval", where, "--ray", "local", "--knn-k", "20",
-                         "--test-fraction", str(args.queries / rows if args.queries else 0.02),
-                         "--json", "-q"])
+                         "--test-fraction",
+                         str(args.queries / rows if args.queries else args.test_fraction),
+                         "--json", "-q", *(["--metrics", args.metrics] if args.metrics
+                                           else [])])
                 got = run_child(args.code, argv, env)
                 row = {"command": command, "rows": rows, "s3": args.s3,
-                       "queries": args.queries or None,
+                       "queries": args.queries or None, "test_fraction": args.test_fraction,
+                       "metrics": args.metrics or "all",
                        "code": str(args.code), **got}
                 print(json.dumps(row), flush=True)
                 results.append(row)

@@ -104,6 +104,10 @@ def test_gathered_rows_answer_only_what_was_gathered(stored):
     np.testing.assert_array_equal(g[np.array([12, 30, 3, 30])], x[[12, 30, 3, 30]])
     np.testing.assert_array_equal(g[12], x[12])
     assert g[np.zeros(0, np.int64)].shape == (0, 6)
+    # a slice, as row_dots reads evenly spaced rows (every other row: a source's views)
+    np.testing.assert_array_equal(g[12:31:18], x[12:31:18])
+    with pytest.raises(IndexError, match="not gathered"):
+        g[3:13]
     for bad in (np.array([4]), np.array([49]), np.array([12, 13])):
         with pytest.raises(IndexError, match="not gathered"):
             g[bad]

@@ -584,10 +584,9 @@ def test_eval_on_ray_leaves_the_references_to_the_workers(store, cluster, tmp_pa
                                                           monkeypatch, on):
     """``eval --ray`` with the linear probe (on S3 with a head and ``--compare`` too): each
     actor reads its shard of the references from the store (through the head) itself; the
-    driver never
-    makes the store's float32 copy and reads only the queries and the probe's sample of
-    references (one read each, per run), from a folder and from object storage. The
-    metrics are the local run's."""
+    driver never makes the store's float32 copy nor holds every query: it reads the queries
+    a block at a time, the probe's sample of references and the geometry's sample of
+    queries, from a folder and from object storage. The metrics are the local run's."""
     import json
 
     from tests.cli.test_eval import write_head
@@ -600,7 +599,7 @@ def test_eval_on_ray_leaves_the_references_to_the_workers(store, cluster, tmp_pa
     rng = np.random.default_rng(0)
     write_head(tmp_path / "head", rng.normal(size=(8, 16)).astype(np.float32))
     args = ["eval", where, "--json", "-q", "--knn-k", "5", "--probe-max-train", "60",
-            "--batch-size", "64"]
+            "--batch-size", "16"]
     if on == "s3":  # the head and --compare once (each costs the cluster's start-up)
         args += ["--head", str(tmp_path / "head"), "--compare"]
     local = runner.invoke(app, args)
@@ -615,12 +614,15 @@ def test_eval_on_ray_leaves_the_references_to_the_workers(store, cluster, tmp_pa
             if on == "s3" else "linear_top1" in flat_want)
     for key, value in flat_want.items():
         assert flat_got[key] == pytest.approx(value, abs=1e-6), key
-    # per run: the queries once, the probe's 60 references once (the head's queries are
-    # the raw queries through the head: read here, as arrays)
-    if on == "s3":
-        assert sorted(taken) == sorted([want["raw"]["n_queries"], 60, 60]), taken
-    else:
-        assert sorted(taken) == sorted([want["n_queries"], 60]), taken
+    # per run, the queries a block of --batch-size rows at a time, twice (the search and
+    # the probe's predictions), never all at once; the probe's 60 references once; the
+    # geometry's sampled queries once (the head's queries are read through the head)
+    runs = [want["raw"], want["head"]] if on == "s3" else [want]
+    n_q = runs[0]["n_queries"]
+    assert n_q > 16
+    blocks = [t for t in taken if t <= 16]
+    assert sum(blocks) == 2 * n_q * len(runs), taken
+    assert sorted(t for t in taken if t > 16) == sorted([60, n_q] * len(runs)), taken
 
 
 def embed_cfg(images, out, **extra):

@@ -30,6 +30,24 @@ def test_block_size_does_not_change_results() -> None:
     assert 0.2 < small["knn_top1"] < 1.0
 
 
+def test_queries_read_on_demand_give_the_same_report() -> None:
+    """Queries left in a RowView (``eval --ray``: read a block at a time, the geometry's
+    sample gathered in one read) give every metric and score the array gives."""
+    from pairkit.core.row_view import RowView
+
+    q, r = eval_side(1, 90, prefix="q"), eval_side(2, 300, prefix="r")
+    for gallery in ("reference", "queries"):
+        cfg = EvalConfig(knn_ks=(3, 10), recall_ks=(1, 4), block_rows=7, collect_scores=True,
+                         probe_weight_decays=(1e-4, 1e-2), gallery=gallery)
+        want = evaluate(q, r, cfg)
+        got = evaluate(EvalSide(RowView(q.vectors), q.labels, q.sources), r, cfg)
+        assert got.metrics == want.metrics
+        assert {"linear_top1", "alignment", "uniformity"} <= set(want.metrics)
+        assert set(got.scores) == set(want.scores) and got.scores
+        for key, value in want.scores.items():
+            np.testing.assert_array_equal(got.scores[key], value)
+
+
 def test_gallery_of_queries_excludes_own_source() -> None:
     q = eval_side(3, 80)
     cfg = EvalConfig(metrics=("retrieval",), gallery="queries", recall_ks=(1,))
