@@ -110,7 +110,7 @@ def eval_store(
                     warn(prefix + note)
                 wd = report.details.get("linear_weight_decay")
                 if wd is not None:
-                    say(f"{prefix}linear probe weight decay {wd:g} (chosen on validation)")
+                    say(f"{prefix}linear probe weight decay {wd:g} (lowest validation log-loss)")
             console().print(metrics_table(results, reports))
             if plot is not None:
                 say(f"plots -> {plot}")

@@ -8,6 +8,7 @@ import pytest
 from pairkit.eval.linear_probe import (
     fit_logistic,
     linear_probe,
+    mean_log_loss,
     mean_per_class_recall,
     predict_logistic,
 )
@@ -50,7 +51,9 @@ def test_probe_selects_weight_decay_and_handles_absent_classes() -> None:
     yt[:10] = 7  # a class the training side never saw
     res = linear_probe(x, y, groups, xt, yt, weight_decays=(1e-4, 1e-2), max_iter=200)
     assert res.weight_decay in (1e-4, 1e-2)
-    assert set(res.val_top1) == {1e-4, 1e-2}
+    assert set(res.val_top1) == set(res.val_loss) == {1e-4, 1e-2}
+    # chosen by the validation cross-entropy (not its top-1)
+    assert res.weight_decay == min(res.val_loss, key=lambda wd: (res.val_loss[wd], -wd))
     assert not (res.predictions == 7).any()
     assert res.top1 == pytest.approx(np.mean(res.predictions == yt))
     assert res.mean_per_class_recall == pytest.approx(mean_per_class_recall(res.predictions, yt))
@@ -61,3 +64,24 @@ def test_mean_per_class_recall_by_hand() -> None:
     true = np.array([0, 0, 0, 1, 2, 2])
     pred = np.array([0, 1, 0, 1, 0, 0])
     assert mean_per_class_recall(pred, true) == pytest.approx((2 / 3 + 1 + 0) / 3)
+
+
+def test_mean_log_loss_against_sklearn_and_by_hand() -> None:
+    from sklearn.metrics import log_loss
+
+    x, y = _blobs(3, 50)
+    rng = np.random.default_rng(4)
+    w = rng.normal(size=(10, 4)).astype(np.float32)
+    b = rng.normal(size=4).astype(np.float32)
+    z = (x @ w + b).astype(np.float64)
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    want = log_loss(y, p, labels=[0, 1, 2, 3])
+    assert mean_log_loss(x, y, w, b) == pytest.approx(want, rel=1e-6)
+    assert mean_log_loss(x, y, w, b, chunk=7) == pytest.approx(mean_log_loss(x, y, w, b),
+                                                               rel=1e-9)
+    # one row, two classes, logits (0, log 3): -log(1/4) for class 0, -log(3/4) for 1
+    one = np.ones((1, 1), np.float32)
+    wb = (np.array([[0.0, np.log(3.0)]], np.float32), np.zeros(2, np.float32))
+    assert mean_log_loss(one, np.array([0]), *wb) == pytest.approx(np.log(4.0), rel=1e-6)
+    assert mean_log_loss(one, np.array([1]), *wb) == pytest.approx(np.log(4 / 3), rel=1e-6)
