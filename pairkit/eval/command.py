@@ -98,7 +98,7 @@ def load_sides(store_path: Path, against: Path | None, test_fraction: float,
     def opened(path: Path) -> Any:
         return Store.open(path, verify=not (on_workers and is_url(path)))
 
-    q_where = r_where = "workers" if on_workers else "here"
+    where = "workers" if on_workers else "here"  # both sides
     store = opened(store_path)
     if store.count == 0:
         raise PairkitError(f"store {store_path} is empty")
@@ -112,19 +112,19 @@ def load_sides(store_path: Path, against: Path | None, test_fraction: float,
                          str(against))
         same = test.content_id == store.content_id
         test_columns = coded_columns(test) if on_workers else None
-        return Sides(_side(test, where=q_where, columns=test_columns),
-                     _side(store, where=r_where, columns=columns),
+        return Sides(_side(test, where=where, columns=test_columns),
+                     _side(store, where=where, columns=columns),
                      np.arange(test.count) if same else None, store.dim)
     source_codes = store.source_codes() if columns is None else columns[1].codes
     is_test = split_by_source(source_codes, test_fraction, seed)
     q_rows, r_rows = np.flatnonzero(is_test), np.flatnonzero(~is_test)
     if columns is None:
-        return Sides(_side(store, q_rows, q_where), _side(store, r_rows, r_where), None,
+        return Sides(_side(store, q_rows, where), _side(store, r_rows, where), None,
                      store.dim)
     del source_codes
     q_cols, r_cols = split_columns(columns, q_rows, r_rows)
     del columns
-    return Sides(_side(store, q_rows, q_where, q_cols), _side(store, r_rows, r_where, r_cols),
+    return Sides(_side(store, q_rows, where, q_cols), _side(store, r_rows, where, r_cols),
                  None, store.dim)
 
 

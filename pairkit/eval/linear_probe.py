@@ -102,17 +102,22 @@ def predict_logistic(x: np.ndarray, w: np.ndarray, b: np.ndarray,
     return out
 
 
-def mean_log_loss(x: np.ndarray, y: np.ndarray, w: np.ndarray, b: np.ndarray,
-                  chunk: int = 65536) -> float:
-    """Mean cross-entropy -log softmax(x @ w + b)[y] over the rows (float64 sums), in
-    chunks."""
-    total = 0.0
+def top1_and_log_loss(x: np.ndarray, y: np.ndarray, w: np.ndarray, b: np.ndarray,
+                      chunk: int = 65536) -> tuple[float, float]:
+    """``(top-1, mean cross-entropy -log softmax(x @ w + b)[y])`` over the rows, from one
+    pass of logits in chunks (the top-1 is :func:`predict_logistic`'s arg-max; the
+    cross-entropy summed in float64)."""
+    hits, total = 0, 0.0
     for s in range(0, len(x), chunk):
-        z = (np.asarray(x[s : s + chunk], np.float32) @ w + b).astype(np.float64)
+        z = np.asarray(x[s : s + chunk], np.float32) @ w + b
+        true = np.asarray(y[s : s + chunk])
+        hits += int((np.argmax(z, axis=1) == true).sum())
+        z = z.astype(np.float64)
         z -= z.max(axis=1, keepdims=True)
         log_norm = np.log(np.exp(z).sum(axis=1))
-        total += float((log_norm - z[np.arange(len(z)), y[s : s + chunk]]).sum())
-    return total / max(len(x), 1)
+        total += float((log_norm - z[np.arange(len(z)), true]).sum())
+    n = max(len(x), 1)
+    return hits / n, total / n
 
 
 def mean_per_class_recall(pred: np.ndarray, true: np.ndarray) -> float:
@@ -157,15 +162,15 @@ def linear_probe(
         is_val = split_by_source(train_groups, val_fraction, seed)
         fit = ~is_val
         if len(np.unique(y_train[fit])) >= 2 and is_val.any():
+            x_fit, y_fit = train_x[fit], y_train[fit]  # gathered once for the whole path
+            x_val, y_val = train_x[is_val], y_train[is_val]
             # regularisation path: strongest decay first, each fit warm-starts the next
             init = None
             for wd in sorted(decays, reverse=True):
-                init = fit_logistic(train_x[fit], y_train[fit], n_classes, wd, device=device,
+                init = fit_logistic(x_fit, y_fit, n_classes, wd, device=device,
                                     max_iter=max_iter, init=init)
                 solutions[wd] = init
-                val_top1[wd] = float(np.mean(predict_logistic(train_x[is_val], *init)
-                                             == y_train[is_val]))
-                val_loss[wd] = mean_log_loss(train_x[is_val], y_train[is_val], *init)
+                val_top1[wd], val_loss[wd] = top1_and_log_loss(x_val, y_val, *init)
     # the lowest validation cross-entropy; equal ones: the larger decay
     best = min(val_loss, key=lambda wd: (val_loss[wd], -wd)) if val_loss else decays[0]
     w, b = fit_logistic(train_x, y_train, n_classes, best, device=device, max_iter=max_iter,

@@ -8,9 +8,9 @@ import pytest
 from pairkit.eval.linear_probe import (
     fit_logistic,
     linear_probe,
-    mean_log_loss,
     mean_per_class_recall,
     predict_logistic,
+    top1_and_log_loss,
 )
 
 
@@ -77,9 +77,17 @@ def test_mean_log_loss_against_sklearn_and_by_hand() -> None:
     p = np.exp(z - z.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
     want = log_loss(y, p, labels=[0, 1, 2, 3])
+
+    def mean_log_loss(*args, **kw):
+        return top1_and_log_loss(*args, **kw)[1]
+
     assert mean_log_loss(x, y, w, b) == pytest.approx(want, rel=1e-6)
     assert mean_log_loss(x, y, w, b, chunk=7) == pytest.approx(mean_log_loss(x, y, w, b),
                                                                rel=1e-9)
+    # the top-1 of the same pass is predict_logistic's
+    for chunk in (7, 65536):
+        assert top1_and_log_loss(x, y, w, b, chunk=chunk)[0] == np.mean(
+            predict_logistic(x, w, b) == y)
     # one row, two classes, logits (0, log 3): -log(1/4) for class 0, -log(3/4) for 1
     one = np.ones((1, 1), np.float32)
     wb = (np.array([[0.0, np.log(3.0)]], np.float32), np.zeros(2, np.float32))
