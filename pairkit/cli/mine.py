@@ -8,9 +8,9 @@ from typing import Literal
 import typer
 
 from pairkit.cli import common as c
+from pairkit.cli import mine_options as mo
 from pairkit.cli import options as o
 from pairkit.cli.progress import ProgressBar
-from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
 
 
 def mine(
@@ -72,17 +72,14 @@ def mine(
         "(extra positive rows) or keep (negatives, with false_negative/fn_reason columns)."),
     fn_margin: float | None = typer.Option(None, "--fn-margin", show_default="0.95",
                                            help="margin rule: flag score > pos - (1 - m)|pos|."),
-    fn_near_dup_threshold: float | None = typer.Option(
-        None, "--fn-near-dup-threshold", help="near-duplicate rule: cosine.",
-        show_default=f"dedup's, {NEAR_DUPLICATE_THRESHOLD}"),
+    fn_near_dup_threshold: float | None = mo.fn_near_dup_threshold_option(),
     fn_cluster_k: str | None = typer.Option(
         None, "--fn-cluster-k", help="cluster rule: clusters per k-means run, auto (read off "
         "the kNN graph's spectrum) or N[,N..].", show_default="auto"),
     fn_cluster_runs: int | None = typer.Option(
         None, "--fn-cluster-runs", help="cluster rule: k-means runs per count.", show_default="8"),
-    fn_cluster_votes: int | None = typer.Option(
-        None, "--fn-cluster-votes", help="cluster rule: runs that must put anchor and "
-        "candidate together (raised while > 50% of random pairs would be).", show_default="2"),
+    fn_cluster_votes: int | None = mo.fn_cluster_votes_option(),
+    fn_cluster_diffusion: float | None = mo.fn_cluster_diffusion_option(),
     fn_community_neighbours: int | None = typer.Option(
         None, "--fn-community-neighbours", help="community rule: kNN graph neighbours.",
         show_default="15"),
@@ -120,6 +117,7 @@ def mine(
             ("--fn-margin", fn_margin), ("--fn-near-dup-threshold", fn_near_dup_threshold),
             ("--fn-cluster-k", fn_cluster_k), ("--fn-cluster-runs", fn_cluster_runs),
             ("--fn-cluster-votes", fn_cluster_votes),
+            ("--fn-cluster-diffusion", fn_cluster_diffusion),
             ("--fn-community-neighbours", fn_community_neighbours)))
         cfg = MineConfig(
             num_negatives=num_negatives, hard=hard, range_min=range_min or 0, range_max=range_max,
@@ -130,9 +128,10 @@ def mine(
         idx = IndexOptions(kind=index, nprobe=nprobe, ef_search=ef_search, nlist=nlist,
                            exact_max_rows=exact_max_rows, device=device,
                            float16=dtype == "float16", backend=backend)
-        fn = fn_config(filter_fn, fn_rules, margin=fn_margin, cluster_votes=fn_cluster_votes,
-                       near_duplicate_threshold=fn_near_dup_threshold, cluster_k=fn_cluster_k,
-                       cluster_runs=fn_cluster_runs, community_neighbours=fn_community_neighbours)
+        fn = fn_config(filter_fn, fn_rules, fn_cluster_k, margin=fn_margin,
+                       near_duplicate_threshold=fn_near_dup_threshold, cluster_runs=fn_cluster_runs,
+                       cluster_votes=fn_cluster_votes, cluster_diffusion=fn_cluster_diffusion,
+                       community_neighbours=fn_community_neighbours)
         if ray:  # the Ray layer is imported only with --ray
             from pairkit.distributed.mine import RayMine
         executor = RayMine(ray) if ray else None

@@ -110,11 +110,13 @@ def integer_rows(assign: Any) -> np.ndarray:
 
 def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.ndarray,
                         k: int, *, votes: int = 1, big_group: int = 128,
-                        block_bytes: int = 1 << 27) -> tuple[np.ndarray, np.ndarray]:
+                        block_bytes: int = 1 << 27, coords: np.ndarray | None = None,
+                        threshold: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Exact kNN of ``vectors[query_rows]`` among the rows that share fewer than
     ``votes`` of the query's clusters: row j is allowed for query q when
     ``assign[r, j] == assign[r, q]`` in fewer than ``votes`` runs r of ``assign`` (R, N)
-    (``votes`` 1: in none).
+    (``votes`` 1: in none), and, with ``coords`` (N, c) unit rows, when the cosine of
+    their rows there is below ``threshold`` (the cluster rule's diffusion cosine).
 
     Queries are grouped by their cluster signature (one allowed set per group). A group
     of at least ``big_group`` queries gets an exact FAISS index of its allowed rows
@@ -140,6 +142,8 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
         return scores, ids
     sigs, group = np.unique(assign[:, query_rows].T, axis=0, return_inverse=True)
     group = np.asarray(group).ravel()
+    if coords is not None:  # a mask per query, not per signature: every group is scored
+        big_group = nq + 1  # by the blocks below
     small: list[np.ndarray] = []
     small_groups: list[np.ndarray] = []
     for g, sig in enumerate(sigs):
@@ -166,10 +170,21 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
             table = np.stack([(assign == sigs[g][:, None]).sum(axis=0) < votes
                               for g in here])
             allowed = table[np.asarray(which).ravel()]
+            if coords is not None:
+                allowed &= far_in(coords, query_rows[sel], threshold)
             top_s, top_i = _masked_top(x[query_rows[sel]] @ x.T, allowed, k)
             scores[sel] = top_s
             ids[sel] = top_i
     return scores, ids
+
+
+def far_in(coords: np.ndarray, rows: np.ndarray, threshold: float,
+           cols: np.ndarray | None = None) -> np.ndarray:
+    """(len(rows), N or len(cols)) bool: the cosine of row ``rows[i]`` and row j of the unit
+    rows ``coords`` is below ``threshold`` (j over ``cols``, else every row)."""
+    left = np.asarray(coords[rows], dtype=np.float32)
+    right = np.asarray(coords if cols is None else coords[cols], dtype=np.float32)
+    return (left @ right.T) < threshold
 
 
 def _masked_top(sims: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -207,13 +222,15 @@ class MaskedIvfSearch:
     For a query, lists whose rows are all in its own cluster of the first run are not
     probed (they would give nothing; with ``votes`` 1 only); of the rest the ``nprobe``
     nearest by centroid are scanned, and inside them rows sharing a cluster with the
-    query in at least ``votes`` runs are masked out. ``nprobe`` grows with ``k`` (a retry for a
-    deeper list scans more cells). Returns the same ``(scores, ids)`` as an IVF
-    search of the allowed rows with those probes.
+    query in at least ``votes`` runs are masked out, and with ``coords`` the rows whose
+    cosine to the query there is at least ``threshold`` (:func:`far_in`). ``nprobe`` grows
+    with ``k`` (a retry for a deeper list scans more cells). Returns the same
+    ``(scores, ids)`` as an IVF search of the allowed rows with those probes.
     """
 
     def __init__(self, index: Any, assign: np.ndarray, nprobe: int,
-                 own_share: float = 1.0, votes: int = 1) -> None:
+                 own_share: float = 1.0, votes: int = 1, coords: np.ndarray | None = None,
+                 threshold: float = 1.0) -> None:
         from pairkit.index.half_ivf import HalfIvf
         from pairkit.index.search import IvfListMajor
 
@@ -227,6 +244,8 @@ class MaskedIvfSearch:
         self.nlist = int(ivf.nlist)
         self.nprobe = max(1, int(nprobe))
         self.votes = max(1, int(votes))
+        self.coords = coords
+        self.threshold = float(threshold)
         self.centroids = np.asarray(ivf.quantizer.reconstruct_n(0, self.nlist), np.float32)
         # each list's dominant cluster of the first run and its share of the list
         first = self.assign[0]
@@ -281,6 +300,8 @@ class MaskedIvfSearch:
                 for r in range(self.assign.shape[0]):
                     shared += q_assign[r, sub][:, None] == self.assign[r, lid_ids][None, :]
                 sims[shared >= self.votes] = -np.inf
+                if self.coords is not None:
+                    sims[~far_in(self.coords, rows[sub], self.threshold, lid_ids)] = -np.inf
                 heap.add_result_subset(sub, sims, lid_ids)
             heap.finalize()
             got_i = np.where(np.isfinite(heap.D) & (heap.I >= 0), heap.I, -1)
@@ -303,13 +324,18 @@ class AnchorSearch:
     assign: np.ndarray
     votes: int
     inner: Any = None
+    coords: np.ndarray | None = None  # the exact and torch searches' second mask (far_in)
+    threshold: float = 1.0
 
     def __call__(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.how == "torch":
             return self.inner.search_masked(  # type: ignore[no-any-return]
-                self.vectors[rows], k, self.assign[:, rows], self.assign, votes=self.votes)
+                self.vectors[rows], k, self.assign[:, rows], self.assign, votes=self.votes,
+                query_coords=None if self.coords is None else self.coords[rows],
+                base_coords=self.coords, threshold=self.threshold)
         if self.how == "exact":
-            return masked_exact_search(self.vectors, self.assign, rows, k, votes=self.votes)
+            return masked_exact_search(self.vectors, self.assign, rows, k, votes=self.votes,
+                                       coords=self.coords, threshold=self.threshold)
         if self.how == "ivf":
             return self.inner.search(rows, k, self.vectors[rows])  # type: ignore[no-any-return]
         return self.inner(self.vectors[rows], k)  # type: ignore[no-any-return]
@@ -337,9 +363,12 @@ class PartIndex:
 def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptions,
                      engine: SearchBackend, store_root: Any = None,
                      content_id: str | None = None, votes: int = 1,
-                     what: str = "cluster", rows: Any = None) -> tuple[Any, str]:
+                     what: str = "cluster", rows: Any = None, coords: np.ndarray | None = None,
+                     threshold: float = 1.0) -> tuple[Any, str]:
     """An anchor searcher that skips the rows sharing the anchor's cluster in at least
-    ``votes`` runs of ``assign`` (runs, N). Exact (``flat``, and ``auto`` on a small
+    ``votes`` runs of ``assign`` (runs, N), and with ``coords`` the rows at a cosine of at
+    least ``threshold`` to the anchor there (exact, torch and IVF; the others leave those
+    to the rule's flags after the search). Exact (``flat``, and ``auto`` on a small
     store): those rows are masked out of one exact search. IVF: the store's IVF index
     (built, or loaded when saved) scanned list by list with the same mask; built from
     ``rows`` when given (the store's rows read in place,
@@ -355,16 +384,19 @@ def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOption
     from pairkit.index.options import IndexOptions
 
     which = "any" if votes == 1 else f"at least {votes}"
+    near = ("" if coords is None
+            else f" or at a diffusion cosine >= {threshold:g} to it")
     skipped = (f"rows sharing a cluster with the anchor in {which} of {len(assign)} k-means "
-               "runs not searched (cluster rule)" if what == "cluster" else
+               f"runs{near} not searched (cluster rule)" if what == "cluster" else
                "rows of the anchor's label not searched (label rule)")
     if engine.name == "torch":
         tindex = open_searcher(vectors, IndexOptions(kind="flat"), engine=engine).index
-        return AnchorSearch("torch", vectors, assign, votes, tindex), (
-            f"exact, {engine.describe()}; {skipped}")
+        return AnchorSearch("torch", vectors, assign, votes, tindex, coords=coords,
+                            threshold=threshold), f"exact, {engine.describe()}; {skipped}"
     kind = index.cpu_kind(len(vectors))
     if kind == "flat" and not index.float16:
-        return AnchorSearch("exact", vectors, assign, votes), f"flat (exact), {skipped}"
+        return AnchorSearch("exact", vectors, assign, votes, coords=coords,
+                            threshold=threshold), f"flat (exact), {skipped}"
     if kind == "ivf" and not index.float16:
         from pairkit.index.backend import CPU
         from pairkit.index.half_ivf import HalfIvf
@@ -374,7 +406,7 @@ def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOption
                                store_root=store_root, content_id=content_id, engine=CPU)
         if isinstance(opened.index, HalfIvf) or IvfListMajor.supports(opened.index):
             masked = MaskedIvfSearch(opened.index, assign, opened.options.nprobe or 1,
-                                     votes=votes)
+                                     votes=votes, coords=coords, threshold=threshold)
             text = f"{opened.describe()}; cells and {skipped}"
             return AnchorSearch("ivf", vectors, assign, votes, masked), text
     if votes > 1:  # the per-cluster indices skip one run's cluster: too much here

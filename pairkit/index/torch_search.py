@@ -142,13 +142,18 @@ class TorchFlatIndex:
         return scores, ids
 
     def search_masked(self, queries: np.ndarray, k: int, query_assign: np.ndarray,
-                      base_assign: np.ndarray, votes: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                      base_assign: np.ndarray, votes: int = 1, *,
+                      query_coords: np.ndarray | None = None,
+                      base_coords: np.ndarray | None = None,
+                      threshold: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`search`, among the base rows that share fewer than ``votes``
         labels with the query: row j is allowed for query q when ``base_assign[r, j] ==
         query_assign[r, q]`` for fewer than ``votes`` r (``query_assign`` (R, nq),
-        ``base_assign`` (R, N): cluster ids of R runs). Padded with -inf / -1 where
-        fewer rows are allowed. The base's one-hot codes are kept on the device between
-        calls with the same ``base_assign`` array."""
+        ``base_assign`` (R, N): cluster ids of R runs), and, with ``base_coords`` (N, c)
+        and ``query_coords`` (nq, c) unit rows, when their cosine there is below
+        ``threshold`` (the cluster rule's diffusion cosine). Padded with -inf / -1 where
+        fewer rows are allowed. The base's one-hot codes (and coordinates) are kept on
+        the device between calls with the same arrays."""
         import torch
 
         nq = len(queries)
@@ -172,12 +177,24 @@ class TorchFlatIndex:
             self._base_assign = self._onehot(base_assign, width)
             self._base_key = (base_assign, width)
         self._votes = max(1, int(votes))
+        self._coords = None
+        if base_coords is not None and query_coords is not None:
+            key = getattr(self, "_coords_key", None)
+            if key is None or key[0] is not base_coords:
+                self._base_coords = torch.from_numpy(
+                    np.ascontiguousarray(base_coords, dtype=np.float32)).to(self.device)
+                self._coords_key = (base_coords,)
+            self._coords = (self._base_coords, float(threshold))
         for start in range(0, nq, self.query_block):
             block = np.asarray(queries[start : start + self.query_block])
             q = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(
                 self.device)
             qa = self._onehot(np.asarray(query_assign)[:, start : start + len(block)],
                               width)
+            if self._coords is not None:
+                qc = torch.from_numpy(np.ascontiguousarray(
+                    query_coords[start : start + len(block)], dtype=np.float32)).to(self.device)
+                qa = (qa, qc)
             s, i = self._search_rows(q, kk, qa)
             s, i = s.cpu().numpy(), i.cpu().numpy()
             i = np.where(np.isfinite(s), i, -1)
@@ -200,8 +217,8 @@ class TorchFlatIndex:
 
     def _search_rows(self, q32: Any, k: int, qa: Any = None) -> tuple[Any, Any]:
         """Exact top-k of a block of float32 queries (on the device): (scores, ids).
-        ``qa`` (n, R x L): the queries' one-hot labels for :meth:`search_masked` (None:
-        no mask)."""
+        ``qa`` (n, R x L): the queries' one-hot labels for :meth:`search_masked`, or a pair
+        of those and the queries' coordinates (n, c) (None: no mask)."""
         import torch
 
         n = len(q32)
@@ -216,7 +233,9 @@ class TorchFlatIndex:
             undecided = []
             for c0 in range(0, len(rows), step):
                 sub = rows[c0 : c0 + step]
-                s, i, ok = self._candidates(q32[sub], k, kp, None if qa is None else qa[sub])
+                mask = (None if qa is None else tuple(m[sub] for m in qa) if isinstance(qa, tuple)
+                        else qa[sub])
+                s, i, ok = self._candidates(q32[sub], k, kp, mask)
                 out_s[sub[ok]], out_i[sub[ok]] = s[ok], i[ok]
                 undecided.append(sub[~ok])
             rows = torch.cat(undecided)
@@ -237,8 +256,13 @@ class TorchFlatIndex:
                 block = self.base_low[c0 : c0 + self.base_block]
                 scores = q_low @ block.T
                 if qa is not None:  # runs in which query and row share a label
-                    shared = qa @ self._base_assign[c0 : c0 + len(block)].T
+                    codes, near = qa if isinstance(qa, tuple) else (qa, None)
+                    shared = codes @ self._base_assign[c0 : c0 + len(block)].T
                     scores.masked_fill_(shared > self._votes - 0.5, float("-inf"))
+                    if near is not None:  # and the rows at a diffusion cosine >= t
+                        base_c, t = self._coords
+                        cos = near @ base_c[c0 : c0 + len(block)].T
+                        scores.masked_fill_(cos >= t, float("-inf"))
                 s, i = block_topk(scores, min(kp, len(block)), self.chunk)
                 i = i + c0
                 if run_s is None:

@@ -66,6 +66,9 @@ class FnContext:
     # (pairkit.mine.whitening), shared by the mutual-neighbour rule and mined positives
     whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None
     mutual_source_keys: np.ndarray | None = None  # sorted src_a * n_sources + src_b
+    # (N, dims) float16: every row's diffusion coordinates, unit length (the cluster
+    # rule's threshold; pairkit.mine.spectral.all_coordinates)
+    diffusion: np.ndarray | None = None
 
     @property
     def count(self) -> int:

@@ -134,7 +134,8 @@ def drop_reduced(ctx: Any) -> None:
     an array pickles with the array: kept, a Ray plan would ship the rows twice."""
     if ctx.spectral is not None and len(ctx.spectral.reduced):
         dims = ctx.spectral.reduced.shape[1]
-        ctx.spectral = replace(ctx.spectral, reduced=np.zeros((0, dims), np.float32))
+        ctx.spectral = replace(ctx.spectral, reduced=np.zeros((0, dims), np.float32),
+                               cells={})  # and any extension cells still kept
 
 
 def plan_vectors(st: Any, index: IndexOptions, where: Any, rows_from: Any = None) -> Any:

@@ -119,7 +119,7 @@ def open_searchers(store: Any, vectors: np.ndarray, index: IndexOptions, where: 
     anchor_searcher, text = outside_searcher(
         vectors, skipped.parts, index, where, store_root=store.local_root,
         content_id=store.content_id, votes=skipped.votes, what=skipped.what,
-        rows=store.rows())
+        rows=store.rows(), coords=skipped.coords, threshold=skipped.threshold)
     return None, anchor_searcher, text
 
 

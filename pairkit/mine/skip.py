@@ -9,7 +9,8 @@ hard mining with flagged candidates eliminated (not kept or attracted), and eith
   another class); or
 - the ``cluster`` rule on (and not turned off by its random-pair guard, see
   :func:`pairkit.mine.rules.cluster.choose_votes`): the rows sharing the anchor's cluster
-  in at least the rule's votes of the runs are not searched.
+  in at least the rule's votes of the runs, or at the rule's diffusion cosine to it, are
+  not searched.
 
 The search itself is :func:`pairkit.index.outside.outside_searcher`.
 """
@@ -32,11 +33,15 @@ if TYPE_CHECKING:
 class SkippedRows:
     """What the search skips: ``parts`` (runs, N) int64 part of each row in each run (the
     labels: one run); a row is skipped for an anchor that shares its part in at least
-    ``votes`` runs; ``what``: ``label`` or ``cluster`` (the rule that drops them)."""
+    ``votes`` runs, or whose cosine to the anchor in ``coords`` (the cluster rule's
+    diffusion coordinates; None: not used) is at least ``threshold``; ``what``: ``label``
+    or ``cluster`` (the rule that drops them)."""
 
     parts: np.ndarray
     votes: int
     what: str
+    coords: np.ndarray | None = None
+    threshold: float = 1.0
 
 
 def skippable_rows(ctx: FnContext, fn_config: FalseNegativeConfig,
@@ -57,9 +62,12 @@ def skippable_rows(ctx: FnContext, fn_config: FalseNegativeConfig,
     assign = ctx.cluster_assign
     if assign is None or len(assign) == 0 or len(np.unique(assign[0])) < 2:
         return None
-    from pairkit.mine.rules.cluster import votes_needed
+    from pairkit.mine.rules.cluster import diffusion_threshold, votes_needed
 
     votes = votes_needed(ctx, fn_config)
     if votes == 0:
         return None
-    return SkippedRows(assign, votes, "cluster")
+    threshold = diffusion_threshold(ctx, fn_config)
+    if threshold is None or ctx.diffusion is None:
+        return SkippedRows(assign, votes, "cluster")
+    return SkippedRows(assign, votes, "cluster", ctx.diffusion, threshold)

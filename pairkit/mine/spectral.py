@@ -25,7 +25,7 @@ Rand index to the true classes of MNIST under an ImageNet CNN rose from 0.18-0.3
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,9 @@ class SpectralEmbedding:
     x: np.ndarray
     eigenvalues: np.ndarray
     reduced: Any
+    # per seed: the sample's small cells and each other row's nearest (:func:`_cells`)
+    cells: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict, repr=False)
 
     def cluster_count(self, threshold: float = EIGEN_THRESHOLD) -> int:
         """Eigenvalues >= ``threshold``, between 2 and the embedding's width."""
@@ -131,24 +134,33 @@ def _leading_eigen(norm: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     return vals[order], vecs[:, order]
 
 
+def diffusion_weights(eigenvalues: np.ndarray) -> np.ndarray:
+    """Eigenvector i's weight in the diffusion coordinates (Coifman & Lafon 2006):
+    ``lambda_i ** t``, ``t`` such that an eigenvalue at the cluster threshold weighs 1/2,
+    so the directions the graph barely separates fade out instead of adding noise."""
+    t = np.log(0.5) / np.log(EIGEN_THRESHOLD)
+    return (np.clip(eigenvalues, 0.0, None) ** t).astype(np.float32)
+
+
+def diffusion_coordinates(emb: SpectralEmbedding) -> np.ndarray:
+    """(len(emb.rows), dims) float32: the sampled rows' diffusion coordinates
+    (:func:`diffusion_weights`), each row of unit length."""
+    x = emb.x * diffusion_weights(emb.eigenvalues)[None, :]
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
 def cluster_runs(emb: SpectralEmbedding, k: int, runs: int, *, seed: int = 0,
                  niter: int = 20, backend: Any = None) -> np.ndarray:
     """(runs, N) int64: k-means runs (seeds ``seed + r``) on the diffusion coordinates
-    of the embedding, rows normalised; rows outside the sample take the majority
-    cluster of their nearest cell of sampled rows (:func:`_extend`).
+    of the embedding (:func:`diffusion_coordinates`); rows outside the sample take the
+    majority cluster of their nearest cell of sampled rows (:func:`_extend`).
 
-    Diffusion coordinates (Coifman & Lafon 2006): eigenvector i weighted by
-    ``lambda_i ** t``, ``t`` such that an eigenvalue at the cluster threshold weighs
-    1/2, so the directions the graph barely separates fade out instead of adding
-    noise (measured against "as many eigenvectors as clusters" and "16
-    eigenvectors" on real images: lower false-negative shares on all three sets).
+    Measured against "as many eigenvectors as clusters" and "16 eigenvectors" on real
+    images: lower false-negative shares on all three sets.
     """
     from pairkit.index.kmeans import spherical_kmeans
 
-    t = np.log(0.5) / np.log(EIGEN_THRESHOLD)
-    weights = np.clip(emb.eigenvalues, 0.0, None) ** t
-    x = emb.x * weights[None, :].astype(np.float32)
-    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    x = diffusion_coordinates(emb)
     labels = np.stack([spherical_kmeans(x, k, seed=seed + r, niter=niter, backend=backend)[0]
                        for r in range(runs)])
     n = len(emb.reduced)
@@ -157,36 +169,72 @@ def cluster_runs(emb: SpectralEmbedding, k: int, runs: int, *, seed: int = 0,
     return _extend(emb, labels, seed=seed)
 
 
+def all_coordinates(emb: SpectralEmbedding, *, seed: int = 0) -> np.ndarray:
+    """(N, dims) float16: every row's diffusion coordinates, unit length. Sampled rows
+    keep theirs; every other row takes the normalised mean of its nearest cell's
+    sampled rows (the cells of :func:`_extend`, the same extension as the clusters').
+    float16: 2 bytes a value (0.13 GB at 1M rows x 64), cosines to about 1e-3."""
+    x = diffusion_coordinates(emb)
+    n = len(emb.reduced)
+    out = np.empty((n, x.shape[1]), dtype=np.float16)
+    out[emb.rows] = x
+    if len(emb.rows) == n:
+        return out
+    cell_of, nearest, others = _cells(emb, seed=seed)
+    sums = np.zeros((int(cell_of.max()) + 1, x.shape[1]), dtype=np.float64)
+    np.add.at(sums, cell_of, x)
+    means = (sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+             ).astype(np.float16)
+    for s in range(0, len(others), 1 << 20):  # no (N, dims) temporary beside the output
+        out[others[s : s + (1 << 20)]] = means[nearest[s : s + (1 << 20)]]
+    return out
+
+
 EXTEND_BLOCK_BYTES = 1 << 25  # 32 MiB of rows' similarities to the cells at a time
 
 
-def _extend(emb: SpectralEmbedding, labels: np.ndarray, *, seed: int = 0,
-            per_cell: int = 16) -> np.ndarray:
+def _extend(emb: SpectralEmbedding, labels: np.ndarray, *, seed: int = 0) -> np.ndarray:
     """Labels of every row. Sampled rows keep theirs; the sample is cut into small
-    cells (k-means in the principal components, about ``per_cell`` sampled rows
-    each), each cell takes its rows' majority label per run, and every other row
-    takes the label of its nearest cell. Work: N x cells x dims, not N x sample x dims;
-    the rows' similarities to the cells are taken :data:`EXTEND_BLOCK_BYTES` at a time (a
-    fixed 65,536 rows at a time held 0.33 GB with the 1,250 cells of a 20,000-row sample,
-    the peak of a whole ``mine --filter-false-negatives``)."""
-    from pairkit.index.kmeans import spherical_kmeans
-
+    cells (:func:`_cells`), each cell takes its rows' majority label per run, and every
+    other row takes the label of its nearest cell."""
     n = len(emb.reduced)
     out = np.empty((labels.shape[0], n), dtype=np.int64)
     out[:, emb.rows] = labels
-    base = np.ascontiguousarray(emb.reduced[emb.rows], dtype=np.float32)
-    cells = max(2, len(emb.rows) // per_cell)
-    cell_of, centroids = spherical_kmeans(base, cells, seed=seed, niter=10, init="random")
-    cells = len(centroids)
+    cell_of, nearest, others = _cells(emb, seed=seed)
+    cells = int(cell_of.max()) + 1
     cell_label = np.zeros((labels.shape[0], cells), dtype=np.int64)
     for r in range(labels.shape[0]):
         counts = np.zeros((cells, int(labels[r].max()) + 1), dtype=np.int64)
         np.add.at(counts, (cell_of, labels[r]), 1)
         cell_label[r] = counts.argmax(axis=1)  # ties: the smallest label
+    out[:, others] = cell_label[:, nearest]
+    return out
+
+
+def _cells(emb: SpectralEmbedding, *, seed: int = 0, per_cell: int = 16
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(cell_of, nearest, others)``: the sample cut into small cells (k-means in the
+    principal components, about ``per_cell`` sampled rows each; ``cell_of`` per sampled
+    row), the rows outside the sample (``others``, ascending) and the nearest cell of
+    each (``nearest``). Work: N x cells x dims, not N x sample x dims; the rows'
+    similarities to the cells are taken :data:`EXTEND_BLOCK_BYTES` at a time (a fixed
+    65,536 rows at a time held 0.33 GB with the 1,250 cells of a 20,000-row sample, the
+    peak of a whole ``mine --filter-false-negatives``). Kept on ``emb`` per seed (the
+    clusters and the coordinates share them)."""
+    from pairkit.index.kmeans import spherical_kmeans
+
+    if seed in emb.cells:
+        return emb.cells[seed]
+    n = len(emb.reduced)
+    base = np.ascontiguousarray(emb.reduced[emb.rows], dtype=np.float32)
+    cells = max(2, len(emb.rows) // per_cell)
+    cell_of, centroids = spherical_kmeans(base, cells, seed=seed, niter=10, init="random")
     others = np.setdiff1d(np.arange(n), emb.rows)
-    block = max(1, EXTEND_BLOCK_BYTES // (4 * (cells + base.shape[1])))
+    nearest = np.empty(len(others), dtype=np.int64)
+    block = max(1, EXTEND_BLOCK_BYTES // (4 * (len(centroids) + base.shape[1])))
     for s in range(0, len(others), block):
         part = others[s : s + block]
-        nearest = np.argmax(np.asarray(emb.reduced[part], np.float32) @ centroids.T, axis=1)
-        out[:, part] = cell_label[:, nearest]
-    return out
+        nearest[s : s + block] = np.argmax(
+            np.asarray(emb.reduced[part], np.float32) @ centroids.T, axis=1)
+    emb.cells[seed] = (np.asarray(cell_of, dtype=np.int64), nearest, others)
+    return emb.cells[seed]

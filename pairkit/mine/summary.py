@@ -44,8 +44,14 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
                 f"({how}), {clusters.get('runs', '?')} k-means runs")
         if clusters.get("off"):
             line += f"; off: {clusters['off']}"
-        elif clusters.get("raised"):
-            line += f"; {clusters['raised']}"
+        else:
+            if clusters.get("votes"):
+                line += f", {clusters['votes']} must agree"
+            if clusters.get("diffusion") is not None:
+                line += f", or a diffusion cosine >= {clusters['diffusion']:g}"
+            for key in ("raised", "diffusion_raised"):
+                if clusters.get(key):
+                    line += f"; {clusters[key]}"
         lines.append(line)
     est = stats.get("fn_estimate") or {}
     if est.get("hidden_positive_recall") is not None:

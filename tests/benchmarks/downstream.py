@@ -15,6 +15,8 @@ run the loop as a user would, through the command line, and evaluate each head w
   near-duplicate,mutual-neighbour,cluster --positives 0`` -> ``train --pairs`` (label-free
   negatives, no mined positives)
 - lf (the default loop): the same with mined positives (``--positives`` default)
+- lf-votes: lf with the cluster rule of 2026-12-01..05 (``--fn-cluster-diffusion 0``: two
+  of its eight runs, no diffusion threshold)
 - label-negatives: ``--fn-rules label`` (the label oracle for negatives)
 - supcon-labels: ``train --relation label --loss supcon`` (labels as positives: the ceiling)
 - in-batch-whitened, lf-whitened: in-batch and lf with ``train --whiten 0.25`` (the
@@ -109,6 +111,9 @@ VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
     "naive": ([], []),
     "lf-negatives": ([*LABEL_FREE, "--positives", "0"], []),
     "lf": (LABEL_FREE, []),
+    # the default loop with the cluster rule of 2026-12-01..05: 2 of 8 runs, no diffusion
+    # threshold
+    "lf-votes": ([*LABEL_FREE, "--fn-cluster-diffusion", "0"], []),
     "label-negatives": (["--filter-false-negatives", "--fn-rules", "label"], []),
     "supcon-labels": (None, ["--relation", "label", "--loss", "supcon"]),
     "in-batch-whitened": (None, ["--relation", "instance", "--whiten", "0.25"]),

@@ -13,6 +13,8 @@ hidden from every detector except the ``label`` row. Per method:
 - ``fn``: share of mined negatives of the anchor's class (the false negatives);
 - ``useful``: negatives per anchor of another class from the anchor's coarse
   category (the useful hard ones: shirt for a T-shirt, 3 for a 5);
+- ``coarse``: the share of the true negatives (another class) from the anchor's coarse
+  category (how hard the negatives the method keeps are);
 - ``s``: seconds of the whole mining call (setup, rules, search, table), and
   ``x naive``: that time over naive mining's in the same run.
 
@@ -246,6 +248,7 @@ def quality(pairs: tuple[np.ndarray, np.ndarray], labels: np.ndarray,
     useful = (~same) & (coarse[a] == coarse[n])
     return {"fn": round(float(same.mean()), 4),
             "useful": round(float(useful.sum() / max(anchors, 1)), 3),
+            "coarse": round(float(useful.sum() / max(int((~same).sum()), 1)), 4),
             "negs_per_anchor": round(float(len(n) / max(anchors, 1)), 3)}
 
 
@@ -356,9 +359,23 @@ def methods() -> dict[str, dict]:
             "filter": kmeans_votes(sizes=(64, 128, 256), runs=1, votes=2)},
         "k-means on the vectors, 8 runs, any vote (k from the graph)": {
             "filter": kmeans_votes(sizes=None, runs=8, votes=1)},
-        "cluster, one run": {"rules": ["cluster"], "params": {"cluster_runs": 1}},
-        "cluster (spectral, 8 runs, any vote)": {"rules": ["cluster"]},
-        "near-duplicate,cluster (default)": {"rules": ["near-duplicate", "cluster"]},
+        "cluster, one run": {"rules": ["cluster"],
+                             "params": {"cluster_runs": 1, "cluster_diffusion": 0.0}},
+        "cluster (spectral, 8 runs, any vote)": {
+            "rules": ["cluster"], "params": {"cluster_votes": 1, "cluster_diffusion": 0.0}},
+        "near-duplicate,cluster (votes 2 of 8)": {
+            "rules": ["near-duplicate", "cluster"], "params": {"cluster_diffusion": 0.0}},
+        "label-free, votes 2 of 8 (the default 2026-12-01 to 12-05)": {
+            "rules": ["near-duplicate", "mutual-neighbour", "cluster"],
+            "params": {"cluster_diffusion": 0.0}},
+        "label-free default (8 of 8 runs or diffusion cosine >= 0.5)": {
+            "rules": ["near-duplicate", "mutual-neighbour", "cluster"]},
+        "label-free, diffusion cosine >= 0.4": {
+            "rules": ["near-duplicate", "mutual-neighbour", "cluster"],
+            "params": {"cluster_diffusion": 0.4}},
+        "label-free, diffusion cosine >= 0.6": {
+            "rules": ["near-duplicate", "mutual-neighbour", "cluster"],
+            "params": {"cluster_diffusion": 0.6}},
         "label (labels visible)": {"rules": ["label"]},
     }
 
@@ -492,7 +509,7 @@ def markdown(rows: list[dict]) -> str:
         for s in sets:
             r = next((r for r in rows if r["set"] == s and r["method"] == name), None)
             cells.append("" if r is None else f"{r['fn']:.3f} / {r['useful']:.2f} / "
-                         f"{r['x_naive']:.1f}x")
+                         f"{r.get('coarse', float('nan')):.3f} / {r['x_naive']:.1f}x")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -209,3 +209,75 @@ def test_cluster_skipping_search_follows_exact_max_rows_zero():
     assert IndexOptions().cpu_kind(50_000) == "flat"
     assert IndexOptions().cpu_kind(50_001) == "ivf"
     assert IndexOptions(kind="hnsw").cpu_kind(10) == "hnsw"
+
+
+def brute_far(x, assign, coords, rows, k, votes, threshold):
+    """:func:`brute` with the second mask: rows at a coordinate cosine >= ``threshold``
+    to the query are not allowed either."""
+    out_s = np.full((len(rows), k), -np.inf, np.float32)
+    out_i = np.full((len(rows), k), -1, np.int64)
+    c = coords.astype(np.float32)
+    for r, q in enumerate(rows):
+        allowed = [j for j in range(len(x))
+                   if sum(assign[g, j] == assign[g, q] for g in range(len(assign))) < votes
+                   and float(c[q] @ c[j]) < threshold]
+        sims = sorted(((float(np.float32(x[q] @ x[j])), j) for j in allowed),
+                      key=lambda t: (-t[0], t[1]))
+        for col, (s, j) in enumerate(sims[:k]):
+            out_s[r, col], out_i[r, col] = s, j
+    return out_s, out_i
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_coordinate_mask_exact_and_torch_equal_brute_force(dtype):
+    """The cluster rule's diffusion threshold as a second mask: a row is skipped when its
+    coordinates' cosine to the query's is >= the threshold, whatever the votes say."""
+    from pairkit.index.torch_search import TorchFlatIndex
+
+    x = unit(150, 8, seed=21)
+    coords = unit(150, 3, seed=22).astype(np.float16)
+    rng = np.random.default_rng(23)
+    assign = np.stack([rng.integers(0, 4, 150), rng.integers(0, 3, 150)])
+    rows = np.arange(0, 150, 4)
+    index = TorchFlatIndex(x, device="cpu", dtype=dtype, query_block=7, base_block=32)
+    for votes, threshold in ((2, 0.5), (1, 0.2), (2, 1.01)):
+        rs, ri = brute_far(x, assign, coords, rows, 6, votes, threshold)
+        s, i = masked_exact_search(x, assign, rows, 6, votes=votes, coords=coords,
+                                   threshold=threshold, block_bytes=4 * 150 * 9)
+        np.testing.assert_array_equal(i, ri)
+        np.testing.assert_allclose(s, rs, atol=1e-6)
+        ts, ti = index.search_masked(x[rows], 6, assign[:, rows], assign, votes=votes,
+                                     query_coords=coords[rows], base_coords=coords,
+                                     threshold=threshold)
+        np.testing.assert_array_equal(ti, ri)
+        np.testing.assert_allclose(ts, rs, atol=1e-5)
+    # the mask removes rows: with a threshold, fewer rows allowed than without
+    _, loose = masked_exact_search(x, assign, rows, 6, votes=2)
+    assert (loose != masked_exact_search(x, assign, rows, 6, votes=2, coords=coords,
+                                         threshold=0.5)[1]).any()
+
+
+def test_masked_ivf_search_with_the_coordinate_mask():
+    import faiss
+
+    from pairkit.index.outside import MaskedIvfSearch
+
+    rng = np.random.default_rng(31)
+    x = unit(2000, 12, seed=32)
+    coords = unit(2000, 4, seed=33).astype(np.float16)
+    assign = np.stack([rng.integers(0, 6, 2000), rng.integers(0, 6, 2000)])
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(12), 12, 12, faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add(x)
+    rows = np.arange(0, 2000, 9)
+    every = MaskedIvfSearch(index, assign, nprobe=12, votes=2, coords=coords, threshold=0.3)
+    s, i = every.search(rows, 5, x[rows])  # every cell: the exact masked search
+    ref_s, ref_i = masked_exact_search(x, assign, rows, 5, votes=2, coords=coords,
+                                       threshold=0.3)
+    np.testing.assert_array_equal(i, ref_i)
+    few = MaskedIvfSearch(index, assign, nprobe=2, votes=2, coords=coords,
+                          threshold=0.3).search(rows, 5, x[rows])[1]
+    c = coords.astype(np.float32)
+    ok = few >= 0
+    near = np.einsum("nd,nkd->nk", c[rows], c[np.maximum(few, 0)]) >= 0.3
+    assert ok.any() and not (near & ok).any()  # never a row the threshold skips

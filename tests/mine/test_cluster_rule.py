@@ -242,7 +242,8 @@ def test_skipping_with_raised_votes_equals_full_search(tmp_path, monkeypatch, ki
     store = _store_with_blobs(tmp_path, labels=False)
     cfg = MineConfig(num_negatives=4, hard=True)
     # 8 clusters of 5 blobs: the runs cut the blobs in different places
-    base = dict(rules=("near-duplicate", "cluster"), cluster_ks=(8,), cluster_runs=4)
+    base = dict(rules=("near-duplicate", "cluster"), cluster_ks=(8,), cluster_runs=4,
+                cluster_diffusion=0.0)  # the votes alone: their guard
     probe = build_context(store.vectors(np.float32), None, store.source_codes(),
                           FalseNegativeConfig(**base), seed=0)
     share = cluster.vote_shares(probe.cluster_assign, probe.sources)
@@ -310,3 +311,132 @@ def test_cluster_runs_are_kept_in_the_smallest_integer_type():
     want = masked_exact_search(x, assign.astype(np.int64), rows, 6, votes=2)
     np.testing.assert_array_equal(got[1], want[1])
     np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_far_in_and_diffusion_cosines_by_hand():
+    from pairkit.index.outside import far_in
+    from pairkit.mine.rules.cluster import diffusion_cosines
+
+    deg = np.radians([0.0, 50.0, 70.0, 90.0])
+    x = np.stack([np.cos(deg), np.sin(deg)], axis=1).astype(np.float16)
+    # cosines to row 0: 1, 0.643, 0.342, 0
+    assert far_in(x, np.array([0]), 0.5).tolist() == [[False, False, True, True]]
+    assert far_in(x, np.array([0, 3]), 0.5, np.array([2, 3])).tolist() == [
+        [True, True], [False, False]]
+    got = diffusion_cosines(x, np.array([[0, 0], [1, 3]]), np.array([[1, 2], [2, 2]]))
+    np.testing.assert_allclose(got, [[np.cos(deg[1]), np.cos(deg[2])],
+                                     [np.cos(deg[1] - deg[2]), np.cos(deg[3] - deg[2])]],
+                               atol=2e-3)
+
+
+def test_diffusion_coordinates_weighted_by_the_eigenvalues_and_extended_to_every_row():
+    from pairkit.mine.spectral import (
+        EIGEN_THRESHOLD,
+        all_coordinates,
+        diffusion_coordinates,
+        diffusion_weights,
+    )
+
+    x = blobs(4, 300, 16, spread=0.08, seed=2)
+    truth = np.repeat(np.arange(4), 300)
+    emb = spectral_embedding(x, np.arange(len(x)), m=8, sample=400, seed=0)
+    # lambda ** t with t such that the cluster threshold weighs 1/2
+    np.testing.assert_allclose(diffusion_weights(np.array([1.0, EIGEN_THRESHOLD, 0.0, -0.2])),
+                               [1.0, 0.5, 0.0, 0.0], atol=1e-6)
+    ref = emb.x * diffusion_weights(emb.eigenvalues)
+    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+    np.testing.assert_allclose(diffusion_coordinates(emb), ref, atol=1e-6)
+    every = all_coordinates(emb, seed=0)
+    assert every.shape == (1200, emb.x.shape[1]) and every.dtype == np.float16
+    np.testing.assert_allclose(every[emb.rows].astype(np.float32), ref, atol=1e-3)
+    np.testing.assert_allclose(np.linalg.norm(every.astype(np.float32), axis=1), 1.0,
+                               atol=2e-3)
+    # a row outside the sample sits with its blob's sampled rows: its cosine to their
+    # mean direction is high, to every other blob's low
+    means = np.stack([ref[truth[emb.rows] == b].mean(0) for b in range(4)])
+    means /= np.linalg.norm(means, axis=1, keepdims=True)
+    others = np.setdiff1d(np.arange(1200), emb.rows)
+    sims = every[others].astype(np.float32) @ means.T
+    assert (np.argmax(sims, axis=1) == truth[others]).all()
+    assert np.sort(sims, axis=1)[:, -1].min() > 0.9
+
+
+def test_diffusion_flags_by_the_threshold_or_every_run():
+    """The rule flags a candidate that shares the anchor's cluster in every run or sits
+    at a diffusion cosine >= the threshold: checked pair by pair against the context's
+    runs and coordinates."""
+    from pairkit.mine.rules import cluster
+
+    x = blobs(6, 40, 12, spread=0.35, seed=9)
+    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=4, cluster_neighbours=8,
+                              cluster_max_share=1.0)
+    assert cfg.cluster_votes == 4  # every run, with the threshold on
+    ctx = build_context(x, None, np.arange(len(x)), cfg, seed=0)
+    assert cluster.votes_needed(ctx, cfg) == 4
+    assert cluster.diffusion_threshold(ctx, cfg) == 0.5
+    rng = np.random.default_rng(1)
+    anchors = rng.integers(0, len(x), 30)
+    cand = rng.integers(0, len(x), (30, 12))
+    cand[0, 3] = -1
+    flags = cluster.flag(ctx, anchors, cand, np.zeros(cand.shape), np.zeros(30), cfg, None)
+    coords = ctx.diffusion.astype(np.float32)
+    for i, a in enumerate(anchors):
+        for j, c in enumerate(cand[i]):
+            if c < 0:
+                assert not flags[i, j]
+                continue
+            every = (ctx.cluster_assign[:, a] == ctx.cluster_assign[:, c]).all()
+            near = float(coords[a] @ coords[c]) >= 0.5
+            assert flags[i, j] == (every or near), (a, c)
+    assert flags.any() and not flags.all()
+    # without the threshold: the votes alone, two of the runs by default
+    off = FalseNegativeConfig(rules=("cluster",), cluster_runs=4, cluster_neighbours=8,
+                              cluster_max_share=1.0, cluster_diffusion=0.0)
+    assert off.cluster_votes == 2
+    ctx2 = build_context(x, None, np.arange(len(x)), off, seed=0)
+    assert cluster.diffusion_threshold(ctx2, off) is None and ctx2.diffusion is None
+    flags2 = cluster.flag(ctx2, anchors, cand, np.zeros(cand.shape), np.zeros(30), off, None)
+    votes = (ctx2.cluster_assign[:, anchors][:, :, None]
+             == ctx2.cluster_assign[:, np.maximum(cand, 0)]).sum(axis=0)
+    np.testing.assert_array_equal(flags2, (votes >= 2) & (cand >= 0))
+
+
+def test_diffusion_threshold_raised_until_the_cap_of_random_pairs():
+    from pairkit.mine.rules import cluster
+
+    x = blobs(4, 60, 12, spread=0.3, seed=4)
+    sources = np.arange(len(x))
+    base = dict(rules=("cluster",), cluster_runs=2, cluster_neighbours=8,
+                cluster_diffusion=0.05)
+    free = build_context(x, None, sources, FalseNegativeConfig(**base, cluster_max_share=1.0),
+                         seed=0)
+    a, b = cluster.random_pairs(len(x), sources, seed=0)
+    cos = cluster.diffusion_cosines(free.diffusion, a, b)
+    every = (free.cluster_assign[:, a] == free.cluster_assign[:, b]).all(axis=0)
+    asked_share = float((every | (cos >= 0.05)).mean())
+    assert free.cluster_info["random_pair_share"] == round(asked_share, 4)
+    cap = (asked_share + float(every.mean())) / 2  # between the votes' share and the asked
+    cfg = FalseNegativeConfig(**base, cluster_max_share=cap)
+    ctx = build_context(x, None, sources, cfg, seed=0)
+    info = ctx.cluster_info
+    raised = cluster.diffusion_threshold(ctx, cfg)
+    assert raised > 0.05 and "diffusion_raised" in info
+    got = float((every | (cos >= raised)).mean())
+    assert got <= cap < float((every | (cos >= raised - 0.01)).mean())
+    assert info["random_pair_share"] == round(got, 4)
+
+
+def test_summary_names_the_diffusion_threshold(tmp_path):
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine.command import mine_store
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.summary import summary_lines
+
+    store = _store_with_blobs(tmp_path, labels=False)
+    fcfg = FalseNegativeConfig(rules=("near-duplicate", "cluster"), cluster_ks=(5,),
+                               cluster_runs=3)
+    _, stats = mine_store(store, "instance", MineConfig(num_negatives=4, hard=True),
+                          IndexOptions(kind="flat"), fcfg)
+    assert "or at a diffusion cosine >= 0.5 to it not searched" in stats["index"]
+    line = next(x for x in summary_lines(stats, "p.parquet") if x.startswith("cluster rule"))
+    assert "3 must agree, or a diffusion cosine >= 0.5" in line

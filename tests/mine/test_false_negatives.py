@@ -342,6 +342,7 @@ def test_vectorised_matches_reference_loop(trust):
     groups = np.where(rng.random(n) < 0.5, rng.integers(0, 5, n), -1)
     cfg = FalseNegativeConfig(rules=RULES, margin=0.8, cluster_ks=(6, 12, 24),
                               cluster_runs=1, cluster_votes=2, community_neighbours=3,
+                              cluster_diffusion=0.0,  # the votes (the reference's loop)
                               trust_labels=trust)
     ctx = build_context(x, labels, sources, cfg, seed=0, groups=groups)
     anchors = np.arange(0, n, 3)
@@ -458,12 +459,24 @@ def test_community_rule_ignores_a_flooded_community():
                                   [[True, False], [False, False]])
 
 
-def test_default_cluster_votes_two_capped_at_the_runs() -> None:
-    from pairkit.mine.false_negatives import DEFAULT_CLUSTER_VOTES, FalseNegativeConfig
+def test_default_cluster_votes_every_run_with_diffusion_else_two_capped() -> None:
+    from pairkit.mine.false_negatives import (
+        DEFAULT_CLUSTER_DIFFUSION,
+        DEFAULT_CLUSTER_VOTES,
+        FalseNegativeConfig,
+    )
 
-    assert DEFAULT_CLUSTER_VOTES == 2 and FalseNegativeConfig().cluster_votes == 2
-    assert FalseNegativeConfig(cluster_runs=1).cluster_votes == 1  # one run: one vote
-    assert FalseNegativeConfig(cluster_runs=1, cluster_ks=(4, 8)).cluster_votes == 2
+    assert DEFAULT_CLUSTER_DIFFUSION == 0.5 and FalseNegativeConfig().cluster_diffusion == 0.5
+    assert FalseNegativeConfig().cluster_votes == 8  # every run: the threshold does the rest
+    assert FalseNegativeConfig(cluster_runs=3, cluster_ks=(4, 8)).cluster_votes == 6
+    off = {"cluster_diffusion": 0.0}
+    assert DEFAULT_CLUSTER_VOTES == 2 and FalseNegativeConfig(**off).cluster_votes == 2
+    assert FalseNegativeConfig(cluster_runs=1, **off).cluster_votes == 1  # one run: one vote
+    assert FalseNegativeConfig(cluster_runs=1, cluster_ks=(4, 8), **off).cluster_votes == 2
+    assert FalseNegativeConfig(cluster_votes=3).cluster_votes == 3  # given: kept
+    for bad in (-0.1, 1.5):
+        with pytest.raises(UsageError, match="diffusion"):
+            FalseNegativeConfig(cluster_diffusion=bad)
 
 
 def test_near_duplicate_method_default_threshold_and_bad_value() -> None:

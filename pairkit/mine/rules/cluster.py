@@ -84,6 +84,7 @@ def assignments(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray:
                               else np.zeros((0, ctx.count), np.int16))
         ctx.cluster_key = key
         choose_votes(ctx, config)
+        emb.cells.clear()  # the extension's cells (16 bytes a row): done with them
     return ctx.cluster_assign
 
 
@@ -101,17 +102,24 @@ def compact(assign: np.ndarray) -> np.ndarray:
 PAIR_SAMPLE = 50_000
 
 
-def vote_shares(assign: np.ndarray, sources: np.ndarray, *, pairs: int = PAIR_SAMPLE,
-                seed: int = 0) -> np.ndarray:
-    """``share[v - 1]``: the share of random pairs (two rows of different sources, a fixed
-    seeded sample) that share a cluster in at least ``v`` of the runs of ``assign``."""
-    runs, n = assign.shape
-    if n < 2 or runs == 0:
-        return np.zeros(max(runs, 1))
+def random_pairs(n: int, sources: np.ndarray, *, pairs: int = PAIR_SAMPLE,
+                 seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed seeded sample of random pairs of rows of different sources."""
     rng = np.random.default_rng([seed, 31])
     a, b = rng.integers(0, n, pairs), rng.integers(0, n, pairs)
     keep = sources[a] != sources[b]
-    a, b = a[keep], b[keep]
+    return a[keep], b[keep]
+
+
+def vote_shares(assign: np.ndarray, sources: np.ndarray, *, pairs: int = PAIR_SAMPLE,
+                seed: int = 0) -> np.ndarray:
+    """``share[v - 1]``: the share of random pairs (two rows of different sources, a fixed
+    seeded sample: :func:`random_pairs`) that share a cluster in at least ``v`` of the
+    runs of ``assign``."""
+    runs, n = assign.shape
+    if n < 2 or runs == 0:
+        return np.zeros(max(runs, 1))
+    a, b = random_pairs(n, sources, pairs=pairs, seed=seed)
     if len(a) == 0:
         return np.zeros(runs)
     shared = (assign[:, a] == assign[:, b]).sum(axis=0)
@@ -120,7 +128,8 @@ def vote_shares(assign: np.ndarray, sources: np.ndarray, *, pairs: int = PAIR_SA
 
 def choose_votes(ctx: FnContext, config: FalseNegativeConfig) -> int:
     """The votes the rule needs on this store (0: the rule is off), recorded in
-    ``ctx.cluster_info`` (``votes``, ``random_pair_share``, ``off``)."""
+    ``ctx.cluster_info`` (``votes``, ``random_pair_share``, ``off``), and the diffusion
+    threshold (:func:`choose_diffusion`)."""
     assign = ctx.cluster_assign
     runs = 0 if assign is None else assign.shape[0]
     asked = min(config.cluster_votes, max(runs, 1))
@@ -130,10 +139,11 @@ def choose_votes(ctx: FnContext, config: FalseNegativeConfig) -> int:
     votes = next((v for v in range(asked, runs + 1)
                   if share[v - 1] <= config.cluster_max_share), 0)
     info = ctx.cluster_info
-    for key in ("off", "raised"):
+    for key in ("off", "raised", "diffusion", "diffusion_raised"):
         info.pop(key, None)
     info["votes"] = votes
-    info["votes_for"] = (config.cluster_votes, config.cluster_max_share)
+    info["votes_for"] = (config.cluster_votes, config.cluster_max_share,
+                         config.cluster_diffusion)
     info["random_pair_share"] = round(float(share[(votes or runs) - 1]), 4)
     if votes == 0:
         info["off"] = (f"its clusters put {share[runs - 1]:.0%} of random pairs together "
@@ -143,15 +153,76 @@ def choose_votes(ctx: FnContext, config: FalseNegativeConfig) -> int:
         info["raised"] = (f"{votes} of {runs} runs needed: with {asked} the rule would flag "
                           f"{share[asked - 1]:.0%} of random pairs (> "
                           f"{config.cluster_max_share:.0%})")
+    if votes and config.cluster_diffusion > 0 and ctx.cluster_key is not None:
+        choose_diffusion(ctx, config, votes)
     return votes
+
+
+def coordinates(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray:
+    """(N, dims) float16: every row's diffusion coordinates (computed once; the cluster
+    runs' embedding, :func:`pairkit.mine.spectral.all_coordinates`)."""
+    from pairkit.mine.spectral import all_coordinates
+
+    if ctx.diffusion is None:
+        ctx.diffusion = all_coordinates(embedding(ctx, config), seed=ctx.seed)
+    return ctx.diffusion
+
+
+def diffusion_cosines(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosines of rows ``a`` and ``b`` (same shape) of the unit coordinates ``x``,
+    float32."""
+    left = np.asarray(x[a.ravel()], dtype=np.float32)
+    right = np.asarray(x[b.ravel()], dtype=np.float32)
+    return np.einsum("ij,ij->i", left, right).reshape(a.shape)
+
+
+def choose_diffusion(ctx: FnContext, config: FalseNegativeConfig, votes: int) -> float:
+    """The diffusion-cosine threshold on this store: ``config.cluster_diffusion``, raised
+    until the rule (votes or threshold) flags at most ``cluster_max_share`` of the random
+    pairs; recorded in ``ctx.cluster_info`` (``diffusion``, ``random_pair_share``,
+    ``diffusion_raised``)."""
+    x = coordinates(ctx, config)
+    assign = ctx.cluster_assign
+    assert assign is not None
+    a, b = random_pairs(len(x), ctx.sources, seed=ctx.seed)
+    info = ctx.cluster_info
+    threshold = float(config.cluster_diffusion)
+    if len(a) == 0:
+        info["diffusion"] = threshold
+        return threshold
+    voted = (assign[:, a] == assign[:, b]).sum(axis=0) >= votes
+    cos = diffusion_cosines(x, a, b)
+    share = float((voted | (cos >= threshold)).mean())
+    if share > config.cluster_max_share:
+        # the share of pairs the threshold may add; above it, the lowest cosine that keeps
+        # the rule's share at the cap (at least the asked threshold)
+        room = max(0, int(np.floor(config.cluster_max_share * len(a))) - int(voted.sum()))
+        rest = np.sort(cos[~voted])[::-1]
+        raised = float(np.nextafter(rest[room], np.float32(2))) if room < len(rest) else 1.0
+        info["diffusion_raised"] = (
+            f"diffusion cosine >= {raised:.3f} needed: with {threshold} the rule would flag "
+            f"{share:.0%} of random pairs (> {config.cluster_max_share:.0%})")
+        threshold = max(threshold, raised)
+        share = float((voted | (cos >= threshold)).mean())
+    info["diffusion"] = threshold  # as used (a raised one is not rounded)
+    info["random_pair_share"] = round(share, 4)
+    return threshold
 
 
 def votes_needed(ctx: FnContext, config: FalseNegativeConfig) -> int:
     """The votes a candidate needs (after :func:`assignments`); 0: the rule is off."""
     assignments(ctx, config)
-    if ctx.cluster_info.get("votes_for") != (config.cluster_votes, config.cluster_max_share):
+    if ctx.cluster_info.get("votes_for") != (config.cluster_votes, config.cluster_max_share,
+                                             config.cluster_diffusion):
         return choose_votes(ctx, config)  # assignments set by hand, or another config
     return int(ctx.cluster_info["votes"])
+
+
+def diffusion_threshold(ctx: FnContext, config: FalseNegativeConfig) -> float | None:
+    """The diffusion-cosine threshold in use (after :func:`votes_needed`); None: not used
+    (``cluster_diffusion`` 0, runs set by hand, or the rule off)."""
+    value = ctx.cluster_info.get("diffusion")
+    return None if value is None else float(value)
 
 
 def prepare(ctx: FnContext, config: FalseNegativeConfig) -> None:
@@ -161,7 +232,8 @@ def prepare(ctx: FnContext, config: FalseNegativeConfig) -> None:
 def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarray,
          pos_scores: np.ndarray, config: FalseNegativeConfig,
          positives: np.ndarray | list[np.ndarray] | None) -> np.ndarray:
-    """(n, k) bool: candidate in the anchor's cluster in >= ``cluster_votes`` runs."""
+    """(n, k) bool: candidate in the anchor's cluster in >= the votes needed, or at a
+    diffusion cosine >= the threshold (:func:`diffusion_threshold`)."""
     assign = assignments(ctx, config)
     need = votes_needed(ctx, config)
     if need == 0:
@@ -170,4 +242,9 @@ def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarr
     votes = np.zeros(cand.shape, dtype=np.int32)
     for g in range(assign.shape[0]):
         votes += assign[g][anchors][:, None] == assign[g][safe]
-    return (cand >= 0) & (votes >= need)
+    flagged = votes >= need
+    threshold = diffusion_threshold(ctx, config)
+    if threshold is not None and ctx.diffusion is not None:
+        pair_a = np.broadcast_to(np.asarray(anchors)[:, None], cand.shape)
+        flagged |= diffusion_cosines(ctx.diffusion, pair_a, safe) >= threshold
+    return (cand >= 0) & flagged
