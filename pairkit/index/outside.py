@@ -191,27 +191,41 @@ def _masked_top(sims: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarr
     """Top ``k`` of each row of ``sims`` (b, N) among ``allowed`` (b, N) columns: score
     descending, ties by ascending column; -inf / -1 padded.
 
-    Each row's k-th largest score by one partition of the values (no (b, N) index array:
-    1.5x faster than an argpartition on a block of 4,194 x 8,000 real scores), then every
-    entry at or above it (all ties at the k-th score included) sorted by row, score and
-    column."""
+    FAISS's heaps over the rows' values with implicit column ids (no (b, N) index array;
+    on a block of 4,194 x 8,000 real scores 0.25 s against 0.48 s for a partition of the
+    values and more for an argpartition), one extra place so that a tie at the k-th score
+    is seen and settled by column over the whole row."""
+    import faiss
+
+    from pairkit.index.search import sort_results
+
     b, n = sims.shape
-    np.copyto(sims, -np.inf, where=~allowed)
+    np.copyto(sims, -np.inf, where=~allowed)  # never enters a heap (below its floor)
     kk = min(k, n)
     out_s = np.full((b, k), -np.inf, dtype=np.float32)
     out_i = np.full((b, k), -1, dtype=np.int64)
     if kk == 0 or b == 0:
         return out_s, out_i
-    kth = np.partition(sims, n - kk, axis=1)[:, n - kk]
-    r, c = np.nonzero(sims >= kth[:, None])
-    vals = sims[r, c]
-    order = np.lexsort((c, -vals.astype(np.float64), r))
-    r, c, vals = r[order], c[order], vals[order]
-    rank = np.arange(len(r)) - np.searchsorted(r, np.arange(b))[r]
-    keep = rank < kk
-    r, c, vals, rank = r[keep], c[keep], vals[keep], rank[keep]
-    out_s[r, rank] = vals
-    out_i[r, rank] = np.where(np.isfinite(vals), c, -1)
+    width = min(kk + 1, n)
+    top_s = np.empty((b, width), dtype=np.float32)
+    top_i = np.empty((b, width), dtype=np.int64)
+    sims = np.ascontiguousarray(sims, dtype=np.float32)
+    heaps = faiss.float_minheap_array_t()
+    heaps.nh, heaps.k = b, width
+    heaps.val, heaps.ids = faiss.swig_ptr(top_s), faiss.swig_ptr(top_i)
+    heaps.heapify()
+    heaps.addn(n, faiss.swig_ptr(sims), 0, 0, b)
+    heaps.reorder()
+    top_s[top_i < 0] = -np.inf  # unfilled places hold the heap's floor, not -inf
+    top_s, top_i = sort_results(top_s, top_i)
+    if width > kk:
+        tied = (top_s[:, kk - 1] == top_s[:, kk]) & np.isfinite(top_s[:, kk])
+        for r in np.flatnonzero(tied):
+            order = np.lexsort((np.arange(n), -sims[r].astype(np.float64)))[:kk]
+            top_s[r, :kk] = sims[r, order]
+            top_i[r, :kk] = order
+    out_s[:, :kk] = top_s[:, :kk]
+    out_i[:, :kk] = np.where(np.isfinite(top_s[:, :kk]), top_i[:, :kk], -1)
     return out_s, out_i
 
 
