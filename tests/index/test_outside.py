@@ -281,3 +281,27 @@ def test_masked_ivf_search_with_the_coordinate_mask():
     ok = few >= 0
     near = np.einsum("nd,nkd->nk", c[rows], c[np.maximum(few, 0)]) >= 0.3
     assert ok.any() and not (near & ok).any()  # never a row the threshold skips
+
+
+def test_masked_exact_search_with_many_tied_scores_equals_brute_force():
+    # vectors on a coarse grid: many equal scores, also at the k-th place, where the
+    # masked top-k must keep the lowest ids (its heaps settle such ties over the row)
+    rng = np.random.default_rng(41)
+    # four entries of +-0.5 in 8 dims: unit rows whose scores are multiples of 0.25, exact
+    # in float32 whatever the order of the sums (a matrix product or one dot at a time)
+    x = np.zeros((160, 8), np.float32)
+    for r in range(160):
+        x[r, rng.choice(8, 4, replace=False)] = rng.choice([-0.5, 0.5], 4)
+    assign = np.stack([rng.integers(0, 3, 160), rng.integers(0, 2, 160)])
+    coords = unit(160, 3, seed=42).astype(np.float16)
+    rows = np.arange(0, 160, 3)
+    for votes in (1, 2):
+        rs, ri = brute(x, assign, rows, 9, votes)
+        s, i = masked_exact_search(x, assign, rows, 9, votes=votes, big_group=10_000)
+        np.testing.assert_array_equal(i, ri)
+        np.testing.assert_allclose(s, rs, atol=1e-6)
+        rs, ri = brute_far(x, assign, coords, rows, 9, votes, 0.3)
+        s, i = masked_exact_search(x, assign, rows, 9, votes=votes, coords=coords,
+                                   threshold=0.3)
+        np.testing.assert_array_equal(i, ri)
+        np.testing.assert_allclose(s, rs, atol=1e-6)
