@@ -177,25 +177,21 @@ class TorchFlatIndex:
             self._base_assign = self._onehot(base_assign, width)
             self._base_key = (base_assign, width)
         self._votes = max(1, int(votes))
-        self._coords = None
-        if base_coords is not None and query_coords is not None:
-            key = getattr(self, "_coords_key", None)
-            if key is None or key[0] is not base_coords:
-                self._base_coords = torch.from_numpy(
-                    np.ascontiguousarray(base_coords, dtype=np.float32)).to(self.device)
-                self._coords_key = (base_coords,)
-            self._coords = (self._base_coords, float(threshold))
+        self._threshold = float(threshold)
+        near = base_coords is not None and query_coords is not None
+        if near and getattr(self, "_coords_key", None) is not base_coords:
+            self._base_coords = torch.from_numpy(
+                np.ascontiguousarray(base_coords, dtype=np.float32)).to(self.device)
+            self._coords_key = base_coords  # the same array object (held here)
         for start in range(0, nq, self.query_block):
             block = np.asarray(queries[start : start + self.query_block])
             q = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(
                 self.device)
             qa = self._onehot(np.asarray(query_assign)[:, start : start + len(block)],
                               width)
-            if self._coords is not None:
-                qc = torch.from_numpy(np.ascontiguousarray(
-                    query_coords[start : start + len(block)], dtype=np.float32)).to(self.device)
-                qa = (qa, qc)
-            s, i = self._search_rows(q, kk, qa)
+            qc = None if not near else torch.from_numpy(np.ascontiguousarray(
+                query_coords[start : start + len(block)], dtype=np.float32)).to(self.device)
+            s, i = self._search_rows(q, kk, qa, qc)
             s, i = s.cpu().numpy(), i.cpu().numpy()
             i = np.where(np.isfinite(s), i, -1)
             scores[start : start + len(block), :kk] = s
@@ -215,10 +211,11 @@ class TorchFlatIndex:
         code.scatter_(1, cols, 1.0)
         return code
 
-    def _search_rows(self, q32: Any, k: int, qa: Any = None) -> tuple[Any, Any]:
+    def _search_rows(self, q32: Any, k: int, qa: Any = None, qc: Any = None
+                     ) -> tuple[Any, Any]:
         """Exact top-k of a block of float32 queries (on the device): (scores, ids).
-        ``qa`` (n, R x L): the queries' one-hot labels for :meth:`search_masked`, or a pair
-        of those and the queries' coordinates (n, c) (None: no mask)."""
+        ``qa`` (n, R x L): the queries' one-hot labels for :meth:`search_masked` (None:
+        no mask); ``qc`` (n, c): their coordinates for its second mask (None: none)."""
         import torch
 
         n = len(q32)
@@ -233,9 +230,8 @@ class TorchFlatIndex:
             undecided = []
             for c0 in range(0, len(rows), step):
                 sub = rows[c0 : c0 + step]
-                mask = (None if qa is None else tuple(m[sub] for m in qa) if isinstance(qa, tuple)
-                        else qa[sub])
-                s, i, ok = self._candidates(q32[sub], k, kp, mask)
+                s, i, ok = self._candidates(q32[sub], k, kp, None if qa is None else qa[sub],
+                                            None if qc is None else qc[sub])
                 out_s[sub[ok]], out_i[sub[ok]] = s[ok], i[ok]
                 undecided.append(sub[~ok])
             rows = torch.cat(undecided)
@@ -243,9 +239,11 @@ class TorchFlatIndex:
             kp = min(self.ntotal, kp * 4)
         return out_s, out_i
 
-    def _candidates(self, q32: Any, k: int, kp: int, qa: Any = None) -> tuple[Any, Any, Any]:
+    def _candidates(self, q32: Any, k: int, kp: int, qa: Any = None, qc: Any = None
+                    ) -> tuple[Any, Any, Any]:
         """Top-k of each query from a k'-candidate pass: (scores, ids, certified).
-        With ``qa``, base rows sharing a label with the query score -inf."""
+        With ``qa``, base rows sharing a label with the query score -inf; with ``qc``, so
+        do those at a coordinate cosine >= the threshold."""
         import torch
 
         q_low = q32.to(self.base_low.dtype)
@@ -256,13 +254,11 @@ class TorchFlatIndex:
                 block = self.base_low[c0 : c0 + self.base_block]
                 scores = q_low @ block.T
                 if qa is not None:  # runs in which query and row share a label
-                    codes, near = qa if isinstance(qa, tuple) else (qa, None)
-                    shared = codes @ self._base_assign[c0 : c0 + len(block)].T
+                    shared = qa @ self._base_assign[c0 : c0 + len(block)].T
                     scores.masked_fill_(shared > self._votes - 0.5, float("-inf"))
-                    if near is not None:  # and the rows at a diffusion cosine >= t
-                        base_c, t = self._coords
-                        cos = near @ base_c[c0 : c0 + len(block)].T
-                        scores.masked_fill_(cos >= t, float("-inf"))
+                    if qc is not None:  # and the rows at a diffusion cosine >= the threshold
+                        cos = qc @ self._base_coords[c0 : c0 + len(block)].T
+                        scores.masked_fill_(cos >= self._threshold, float("-inf"))
                 s, i = block_topk(scores, min(kp, len(block)), self.chunk)
                 i = i + c0
                 if run_s is None:

@@ -185,8 +185,9 @@ def all_coordinates(emb: SpectralEmbedding, *, seed: int = 0) -> np.ndarray:
     np.add.at(sums, cell_of, x)
     means = (sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
              ).astype(np.float16)
-    for s in range(0, len(others), 1 << 20):  # no (N, dims) temporary beside the output
-        out[others[s : s + (1 << 20)]] = means[nearest[s : s + (1 << 20)]]
+    step = 1 << 20  # rows at a time: no (N, dims) temporary beside the output
+    for s in range(0, len(others), step):
+        out[others[s : s + step]] = means[nearest[s : s + step]]
     return out
 
 
