@@ -78,7 +78,7 @@ def assignments(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray:
     if ctx.cluster_key != key:
         emb = embedding(ctx, config)
         parts = [compact(cluster_runs(emb, k, config.cluster_runs, seed=ctx.seed + 7919 * g,
-                                      niter=config.cluster_niter, backend=ctx.backend))
+                                      niter=config.cluster_niter))
                  for g, k in enumerate(ks)]
         ctx.cluster_assign = (np.concatenate(parts) if parts
                               else np.zeros((0, ctx.count), np.int16))
