@@ -29,6 +29,14 @@ if TYPE_CHECKING:
     from pairkit.mine.fn_context import FnContext
 
 
+# The searches skip a row at a diffusion cosine >= threshold + this, not >= threshold:
+# they compute the cosine as a matrix product (on a GPU too, where float32 products may
+# run in TF32), the rule's flag as a row-wise sum, and at a cosine within rounding of the
+# threshold the two can disagree. A row in the margin is searched, then flagged, so the
+# table stays the full search's plus the flags (at the price of a few rows scored).
+SKIP_MARGIN = 2e-3
+
+
 @dataclass(frozen=True)
 class SkippedRows:
     """What the search skips: ``parts`` (runs, N) int64 part of each row in each run (the
@@ -70,4 +78,4 @@ def skippable_rows(ctx: FnContext, fn_config: FalseNegativeConfig,
     threshold = diffusion_threshold(ctx, fn_config)
     if threshold is None or ctx.diffusion is None:
         return SkippedRows(assign, votes, "cluster")
-    return SkippedRows(assign, votes, "cluster", ctx.diffusion, threshold)
+    return SkippedRows(assign, votes, "cluster", ctx.diffusion, threshold + SKIP_MARGIN)

@@ -331,6 +331,25 @@ def test_far_in_and_diffusion_cosines_by_hand():
                                atol=2e-3)
 
 
+def test_rows_the_search_skips_are_flagged_at_the_threshold_within_rounding():
+    """The searches' mask (a matrix product) skips only rows the flag (a row-wise sum)
+    flags too: pairs whose cosine is the threshold to the last bit included."""
+    from pairkit.index.outside import far_in
+    from pairkit.mine.rules.cluster import diffusion_cosines
+    from pairkit.mine.skip import SKIP_MARGIN
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(300, 48))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float16)
+    rows = np.arange(300)
+    pair_a = np.broadcast_to(rows[:, None], (300, 300))
+    cos = diffusion_cosines(x, pair_a, np.broadcast_to(rows[None, :], (300, 300)))
+    for threshold in np.sort(cos[cos > 0.1].ravel())[:: 997]:  # pairs right at it
+        skipped = ~far_in(x, rows, float(threshold) + SKIP_MARGIN)
+        assert (cos[skipped] >= threshold).all()
+        assert skipped.sum() < (cos >= threshold).sum()  # the margin's rows are searched
+
+
 def test_diffusion_coordinates_weighted_by_the_eigenvalues_and_extended_to_every_row():
     from pairkit.mine.spectral import (
         EIGEN_THRESHOLD,
@@ -439,7 +458,7 @@ def test_summary_names_the_diffusion_threshold(tmp_path):
                                cluster_runs=3)
     _, stats = mine_store(store, "instance", MineConfig(num_negatives=4, hard=True),
                           IndexOptions(kind="flat"), fcfg)
-    assert "or at a diffusion cosine >= 0.5 to it not searched" in stats["index"]
+    assert "or at a diffusion cosine >= 0.502 to it not searched" in stats["index"]  # + margin
     line = next(x for x in summary_lines(stats, "p.parquet") if x.startswith("cluster rule"))
     assert "3 must agree, or a diffusion cosine >= 0.5" in line
 
