@@ -239,8 +239,11 @@ class MaskedIvfSearch:
     nearest by centroid are scanned, and inside them rows sharing a cluster with the
     query in at least ``votes`` runs are masked out, and with ``coords`` the rows whose
     cosine to the query there is at least ``threshold`` (:func:`far_in`). ``nprobe`` grows
-    with ``k`` (a retry for a deeper list scans more cells). Returns the same
-    ``(scores, ids)`` as an IVF search of the allowed rows with those probes.
+    with ``k`` (a retry for a deeper list scans more cells), and a query whose probed
+    cells hold fewer than ``k`` allowed rows is searched again with 4x the cells until it
+    has ``k`` or every cell was scanned, so a short result means the store has no more
+    (a caller reads it so). Returns the same ``(scores, ids)`` as an IVF search of the
+    allowed rows with those probes.
     """
 
     def __init__(self, index: Any, assign: np.ndarray, nprobe: int,
@@ -273,17 +276,31 @@ class MaskedIvfSearch:
                     self.dominant[lid] = values[np.argmax(counts)]
 
     def search(self, query_rows: np.ndarray, k: int, queries: np.ndarray,
-               block: int = 16_384) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, ids)`` (nq, k) for the query rows (their vectors ``queries``)."""
+               block: int = 16_384, nprobe: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, ids)`` (nq, k) for the query rows (their vectors ``queries``);
+        ``nprobe``: cells per query (None: this search's, grown with ``k``)."""
+        query_rows = np.asarray(query_rows, dtype=np.int64)
+        if nprobe is None:
+            nprobe = int(min(self.nlist, self.nprobe * max(1, -(-k // 32))))
+        scores, ids = self._probe(query_rows, k, queries, block, nprobe)
+        short = np.flatnonzero(ids[:, -1] < 0) if k else np.zeros(0, np.int64)
+        if len(short) and nprobe < self.nlist:  # more cells for the queries found short
+            wider = self.search(query_rows[short], k, np.asarray(queries)[short], block,
+                                min(self.nlist, 4 * nprobe))
+            scores[short], ids[short] = wider
+        return scores, ids
+
+    def _probe(self, query_rows: np.ndarray, k: int, queries: np.ndarray, block: int,
+               nprobe: int) -> tuple[np.ndarray, np.ndarray]:
+        """One pass: each query's ``nprobe`` nearest useful cells scanned."""
         import faiss
 
         from pairkit.index.search import sort_results
 
-        query_rows = np.asarray(query_rows, dtype=np.int64)
         nq = len(query_rows)
         scores = np.full((nq, k), -np.inf, dtype=np.float32)
         ids = np.full((nq, k), -1, dtype=np.int64)
-        nprobe = int(min(self.nlist, self.nprobe * max(1, -(-k // 32))))
         for s in range(0, nq, block):
             rows = query_rows[s : s + block]
             q = np.ascontiguousarray(queries[s : s + block], dtype=np.float32)

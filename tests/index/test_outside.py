@@ -305,3 +305,32 @@ def test_masked_exact_search_with_many_tied_scores_equals_brute_force():
                                    threshold=0.3)
         np.testing.assert_array_equal(i, ri)
         np.testing.assert_allclose(s, rs, atol=1e-6)
+
+
+def test_masked_ivf_search_widens_the_probes_of_a_query_found_short():
+    """A query whose probed cells hold fewer than k allowed rows is searched again with
+    more cells (a short result would read as "the store is exhausted" and leave its
+    anchor with fewer negatives): every query gets k while the store has them, and with
+    the probes widened to every cell the result is the exact masked search's."""
+    import faiss
+
+    from pairkit.index.outside import MaskedIvfSearch
+
+    rng = np.random.default_rng(41)
+    centers = unit(8, 12, seed=42)
+    lab = rng.integers(0, 8, 4000)
+    x = centers[lab] + 0.2 * rng.normal(size=(4000, 12)).astype(np.float32)
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    # two runs; votes 2: the rows of the query's blob are skipped unless the second run
+    # moved them, so the cells near a query hold almost no allowed row
+    assign = np.stack([lab, np.where(rng.random(4000) < 0.995, lab, (lab + 1) % 8)])
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(12), 12, 32, faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add(x)
+    rows = np.arange(0, 4000, 11)
+    s, i = MaskedIvfSearch(index, assign, nprobe=2, votes=2).search(rows, 5, x[rows])
+    assert (i >= 0).all()  # nobody short: the store has far more than 5 allowed rows
+    ref_s, ref_i = masked_exact_search(x, assign, rows, 5, votes=2)
+    assert np.mean(i == ref_i) > 0.5
+    shared = (assign[:, np.maximum(i, 0)] == assign[:, rows][:, :, None]).sum(axis=0)
+    assert (shared < 2).all()  # the mask still holds
