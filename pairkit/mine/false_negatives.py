@@ -30,7 +30,7 @@ N x N.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -106,12 +106,16 @@ class FalseNegativeConfig:
     community_iters: int = 50
     community_max_share: float = 0.9  # a community holding more of the items flags nothing
     trust_labels: bool = True
+    # cluster_votes was 0 (the default, resolved below): runs set by hand, which have no
+    # diffusion coordinates, then take DEFAULT_CLUSTER_VOTES (rules.cluster.choose_votes)
+    cluster_votes_default: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.cluster_votes == 0:  # the default: fits fewer runs too
             votes = (self.cluster_runs_total if self.cluster_diffusion > 0
                      else min(DEFAULT_CLUSTER_VOTES, self.cluster_runs_total))
             object.__setattr__(self, "cluster_votes", votes)
+            object.__setattr__(self, "cluster_votes_default", True)
         validate_config(self)
 
     @property

@@ -99,6 +99,12 @@ HELD_OUT_CONFIGS = {
                          image_size=48),
     "mnist-tail-48": Config("mnist-tail-48", "mnist-10k", 3000, 6, 1, heldout=1000,
                             tail=30.0, image_size=48),
+    # other encoders and draws of the long-tailed sets at 96 px (2026-12-05): the defaults
+    # were chosen on Lite0 (Fashion-MNIST) and Lite1 (MNIST)
+    "fm-tail-96-lite2": Config("fm-tail-96-lite2", "fashion-mnist", 4000, 8, 2, heldout=1000,
+                               tail=30.0, image_size=96),
+    "mnist-tail-96-lite0": Config("mnist-tail-96-lite0", "mnist-10k", 3000, 9, 0,
+                                  heldout=1000, tail=30.0, image_size=96),
 }
 
 EASY = "easy"  # a variant's mine options starting with it: no --hard

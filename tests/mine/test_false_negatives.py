@@ -489,3 +489,27 @@ def test_near_duplicate_method_default_threshold_and_bad_value() -> None:
     with pytest.raises(UsageError, match="near-duplicate method must be threshold, pixels or "
                                          "auto, got fast"):
         FalseNegativeConfig(near_duplicate_method="fast")
+
+
+def test_cluster_runs_set_by_hand_take_the_votes_of_the_rule_without_threshold() -> None:
+    """Runs set by hand have no spectral embedding, so no diffusion threshold: the default
+    votes are then the rule's without it (2), not every run (which the threshold makes up
+    for); votes given by hand are kept."""
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.fn_context import FnContext
+    from pairkit.mine.rules import cluster
+
+    n = 40
+    assign = np.stack([np.arange(n) // 10, (np.arange(n) + 5) // 10 % 4,
+                       np.arange(n) // 10, np.arange(n) // 10])
+    anchors = np.array([0, 12])
+    cand = np.array([[3, 6, 20], [15, 19, 33]])
+    for votes, want in ((0, [[True, True, False], [True, True, False]]),
+                        (4, [[True, False, False], [False, False, False]])):
+        cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=4, cluster_votes=votes,
+                                  cluster_max_share=1.0)
+        ctx = FnContext(vectors=np.zeros((n, 2), np.float32), labels=None,
+                        sources=np.arange(n), cluster_assign=assign)
+        got = cluster.flag(ctx, anchors, cand, None, None, cfg, None)
+        np.testing.assert_array_equal(got, want)
+        assert cluster.diffusion_threshold(ctx, cfg) is None

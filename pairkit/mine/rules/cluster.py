@@ -130,9 +130,13 @@ def choose_votes(ctx: FnContext, config: FalseNegativeConfig) -> int:
     """The votes the rule needs on this store (0: the rule is off), recorded in
     ``ctx.cluster_info`` (``votes``, ``random_pair_share``, ``off``), and the diffusion
     threshold (:func:`choose_diffusion`)."""
+    from pairkit.mine.false_negatives import DEFAULT_CLUSTER_VOTES
+
     assign = ctx.cluster_assign
     runs = 0 if assign is None else assign.shape[0]
     asked = min(config.cluster_votes, max(runs, 1))
+    if config.cluster_votes_default and ctx.cluster_key is None:
+        asked = min(DEFAULT_CLUSTER_VOTES, max(runs, 1))  # set by hand: no threshold
     if runs == 0:
         return asked
     share = vote_shares(assign, ctx.sources, seed=ctx.seed)
