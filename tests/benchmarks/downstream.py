@@ -42,11 +42,14 @@ Sets (built once under --work): fm0, mnist5k (false_negatives_real.CONFIGS), fm3
 (Fashion-MNIST, Lite2), mnist-lite1 (MNIST, Lite1), digits-h (scikit-learn digits), A+B
 (the union of two sets of one encoder, e.g. fm0+mnist5k), X-lt (X's rows subsampled by
 class to sizes 30x apart, the held-out split alike), X-copies (X plus 3% planted
-near-copies: 1-2 px shifts and +-10% brightness, embedded as new sources), fm-tail and
-mnist-tail (drawn long-tailed from the start, class sizes 30x apart in another class order
-than fm0-lt's, held-out 1,000 drawn alike: the size of issue 19's set; mnist-tail with
-Lite1); X-bal: X's training store judged on a balanced held-out split (100 images of
-every class, drawn from the images X did not use), for the long-tailed sets.
+near-copies: 1-2 px shifts and +-10% brightness, embedded as new sources),
+X-strongcopies (the copies also cropped to 88-96% and resized back, contrast +-15%,
+re-encoded as JPEG of quality 40-75), fm-tail and mnist-tail (drawn long-tailed from the
+start, class sizes 30x apart in another class order than fm0-lt's, held-out 1,000 drawn
+alike: the size of issue 19's set; mnist-tail with Lite1; -96, -48, -32: embedded at that
+size; fm-tail-96-lite2, mnist-tail-96-lite0: other encoders and draws); X-bal: X's
+training store judged on a balanced held-out split (100 images of every class, drawn from
+the images X did not use), for the long-tailed sets.
 
 Usage: python tests/benchmarks/downstream.py --work DIR --sets fm0,mnist5k --seeds 0,1,2
     [--variants raw,in-batch,lf] --out results.json
@@ -61,6 +64,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -185,11 +189,40 @@ def long_tailed(work: Path, base: str = "fm0", ratio: float = 30.0) -> tuple[Pat
     return train, held
 
 
-def planted_copies(work: Path, base: str = "fm0", share: float = 0.03, seed: int = 0
-                   ) -> tuple[Path, Path, Path]:
-    """``base``'s training store plus near-copies of a ``share`` of its images (1-2 px
-    shift, +-10% brightness) embedded with the same encoder as new sources; returns
-    (store, held-out, copies.json: copy path -> original path)."""
+def near_copy(img: np.ndarray, rng: np.random.Generator, strong: bool) -> Any:
+    """A near-copy of the RGB image ``img`` (float32, H x W x 3) as a PIL image: shifted
+    1-2 px and its brightness scaled by 0.9-1.1; ``strong``: also cropped to 88-96% of
+    its side and resized back, its contrast scaled by 0.85-1.15, and re-encoded as a JPEG
+    of quality 40-75 (what a re-upload does)."""
+    import io
+
+    from PIL import Image
+
+    dx, dy = rng.integers(1, 3, size=2) * rng.choice([-1, 1], size=2)
+    img = np.roll(np.roll(img, int(dx), axis=1), int(dy), axis=0)
+    img = img * rng.uniform(0.9, 1.1)
+    if strong:
+        mean = img.mean()
+        img = mean + (img - mean) * rng.uniform(0.85, 1.15)
+    out = Image.fromarray(np.clip(img, 0, 255).astype(np.uint8))
+    if not strong:
+        return out
+    h, w = img.shape[:2]
+    side = rng.uniform(0.88, 0.96)
+    ch, cw = max(1, int(round(h * side))), max(1, int(round(w * side)))
+    y0, x0 = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+    out = out.crop((x0, y0, x0 + cw, y0 + ch)).resize((w, h), Image.BICUBIC)
+    buf = io.BytesIO()
+    out.save(buf, format="JPEG", quality=int(rng.integers(40, 76)))
+    buf.seek(0)
+    return Image.open(buf).convert("RGB")
+
+
+def planted_copies(work: Path, base: str = "fm0", share: float = 0.03, seed: int = 0,
+                   strong: bool = False) -> tuple[Path, Path, Path]:
+    """``base``'s training store plus near-copies of a ``share`` of its images
+    (:func:`near_copy`) embedded with the same encoder as new sources; returns (store,
+    held-out, copies.json: copy path -> original path)."""
     import pandas as pd
     from PIL import Image
 
@@ -198,7 +231,7 @@ def planted_copies(work: Path, base: str = "fm0", share: float = 0.03, seed: int
     from tests.benchmarks.real_data import encoder_checkpoint
 
     cfg = HELD_OUT_CONFIGS[base]
-    out = work / f"{base}-copies"
+    out = work / f"{base}-{'strongcopies' if strong else 'copies'}"
     store, pairs_file = out / "store", out / "copies.json"
     src_train, src_held = prepare(cfg, work)
     if (store / "manifest.json").exists() and pairs_file.exists():
@@ -212,13 +245,10 @@ def planted_copies(work: Path, base: str = "fm0", share: float = 0.03, seed: int
     for n, i in enumerate(chosen):
         f = files[i]
         img = np.asarray(Image.open(f).convert("RGB"), dtype=np.float32)
-        dx, dy = rng.integers(1, 3, size=2) * rng.choice([-1, 1], size=2)
-        img = np.roll(np.roll(img, int(dx), axis=1), int(dy), axis=0)
-        img = np.clip(img * rng.uniform(0.9, 1.1), 0, 255).astype(np.uint8)
         rel = f.relative_to(orig_root)
         name = rel.parent / f"copy{n:04d}-{rel.name}"
         (images / rel.parent).mkdir(parents=True, exist_ok=True)
-        Image.fromarray(img).save(images / name)
+        near_copy(img, rng, strong).save(images / name)
         copies[name.as_posix()] = rel.as_posix()
     model = f"timm/tf_efficientnet_lite{cfg.lite}"
     pairkit("embed", str(images), "-o", str(out / "copies-store"), "--model", model,
@@ -274,6 +304,8 @@ def get_set(tag: str, work: Path) -> tuple[Path, Path, Path | None]:
         return (*long_tailed(work, tag[:-3]), None)
     if tag.endswith("-copies"):
         return planted_copies(work, tag[: -len("-copies")])
+    if tag.endswith("-strongcopies"):
+        return planted_copies(work, tag[: -len("-strongcopies")], strong=True)
     if "+" in tag:
         return (*union(work, tag.split("+")), None)
     train, held = prepare(HELD_OUT_CONFIGS[tag], work)
