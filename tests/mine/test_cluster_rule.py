@@ -463,8 +463,17 @@ def test_summary_names_the_diffusion_threshold(tmp_path):
     assert "3 must agree, or a diffusion cosine >= 0.5" in line
 
 
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+        not _cuda(), reason="no CUDA GPU (the GPU suite runs this)"))])
 @pytest.mark.parametrize("mode", ["eliminate", "keep"])
-def test_torch_backend_mines_the_faiss_table_with_the_label_free_rules(tmp_path, mode):
+def test_torch_backend_mines_the_faiss_table_with_the_label_free_rules(tmp_path, mode, device):
     """``--backend torch`` changes the engine, not the table: the cluster rule's k-means
     runs (a spectral sample of at most 20,000 rows in 32-64 dims) are the same numpy runs
     on either engine (a torch k-means draws other seeds: 67 of 12,000 negatives of a real
@@ -476,8 +485,8 @@ def test_torch_backend_mines_the_faiss_table_with_the_label_free_rules(tmp_path,
     store = _store_with_blobs(tmp_path, labels=False, base=blobs(10, 30, 32, spread=3.0, seed=2))
     cfg = MineConfig(num_negatives=20, hard=True, fn_mode=mode)
     fcfg = FalseNegativeConfig(rules=("near-duplicate", "mutual-neighbour", "cluster"))
-    tables = [mine_store(store, "instance", cfg, IndexOptions(backend=b, device="cpu"),
-                         fcfg)[0] for b in ("faiss", "torch")]
+    tables = [mine_store(store, "instance", cfg, IndexOptions(backend=b, device=d),
+                         fcfg)[0] for b, d in (("faiss", "cpu"), ("torch", device))]
     cols = ["anchor_id", "positive_id", "negative_id", "neg_rank"] + (
         ["false_negative", "fn_reason"] if mode == "keep" else [])
     pd.testing.assert_frame_equal(tables[0][cols].reset_index(drop=True),
