@@ -31,7 +31,11 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
     if stats.get("false_negative_rules"):
         flagged = ", ".join(f"{k} {v:,}" for k, v in stats["fn_flagged"].items()) or "none"
         if stats.get("cluster_rows_not_searched"):
-            flagged += " (cluster: rows sharing a cluster with the anchor were not searched)"
+            from pairkit.mine.skip import SKIP_MARGIN
+
+            flagged += (" (cluster: rows sharing a cluster with the anchor were not searched"
+                        + (f", but for those within {SKIP_MARGIN:g} of the diffusion threshold"
+                           if stats["fn_flagged"].get("cluster") else "") + ")")
         if stats.get("label_rows_not_searched"):
             flagged += " (label: rows of the anchor's label were not searched)"
         lines.append(f"false negatives flagged ({stats['fn_mode']}): {flagged}"

@@ -461,6 +461,14 @@ def test_summary_names_the_diffusion_threshold(tmp_path):
     assert "or at a diffusion cosine >= 0.502 to it not searched" in stats["index"]  # + margin
     line = next(x for x in summary_lines(stats, "p.parquet") if x.startswith("cluster rule"))
     assert "3 must agree, or a diffusion cosine >= 0.5" in line
+    # the rows the rule flags although its rows were skipped: the skip's margin, said so
+    margin = "but for those within 0.002 of the diffusion threshold"
+    for flags, said in (({"cluster": 7, "near_duplicate": 1}, True),
+                        ({"near_duplicate": 1}, False)):
+        flagged = next(x for x in summary_lines({**stats, "fn_flagged": flags}, "p.parquet")
+                       if x.startswith("false negatives flagged"))
+        assert "(cluster: rows sharing a cluster with the anchor were not searched" in flagged
+        assert (margin in flagged) == said
 
 
 def _cuda() -> bool:
