@@ -107,8 +107,9 @@ class FalseNegativeConfig:
     community_max_share: float = 0.9  # a community holding more of the items flags nothing
     trust_labels: bool = True
     # cluster_votes was 0 (the default, resolved below): runs set by hand, which have no
-    # diffusion coordinates, then take DEFAULT_CLUSTER_VOTES (rules.cluster.choose_votes)
-    cluster_votes_default: bool = field(default=False, init=False, repr=False)
+    # diffusion coordinates, then take DEFAULT_CLUSTER_VOTES (rules.cluster.choose_votes);
+    # an init field so that dataclasses.replace keeps it
+    cluster_votes_default: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.cluster_votes == 0:  # the default: fits fewer runs too

@@ -495,6 +495,8 @@ def test_cluster_runs_set_by_hand_take_the_votes_of_the_rule_without_threshold()
     """Runs set by hand have no spectral embedding, so no diffusion threshold: the default
     votes are then the rule's without it (2), not every run (which the threshold makes up
     for); votes given by hand are kept."""
+    from dataclasses import replace
+
     from pairkit.mine.false_negatives import FalseNegativeConfig
     from pairkit.mine.fn_context import FnContext
     from pairkit.mine.rules import cluster
@@ -513,3 +515,8 @@ def test_cluster_runs_set_by_hand_take_the_votes_of_the_rule_without_threshold()
         got = cluster.flag(ctx, anchors, cand, None, None, cfg, None)
         np.testing.assert_array_equal(got, want)
         assert cluster.diffusion_threshold(ctx, cfg) is None
+        again = replace(cfg, margin=0.9)  # as the label-free estimate copies it
+        fresh = FnContext(vectors=ctx.vectors, labels=None, sources=ctx.sources,
+                          cluster_assign=assign)
+        np.testing.assert_array_equal(cluster.flag(fresh, anchors, cand, None, None, again,
+                                                   None), want)
