@@ -310,8 +310,8 @@ def test_masked_exact_search_with_many_tied_scores_equals_brute_force():
 def test_masked_ivf_search_widens_the_probes_of_a_query_found_short():
     """A query whose probed cells hold fewer than k allowed rows is searched again with
     more cells (a short result would read as "the store is exhausted" and leave its
-    anchor with fewer negatives): every query gets k while the store has them, and with
-    the probes widened to every cell the result is the exact masked search's."""
+    anchor with fewer negatives): every query gets k while the store has them, most of
+    them the exact masked search's, none of them masked."""
     import faiss
 
     from pairkit.index.outside import MaskedIvfSearch

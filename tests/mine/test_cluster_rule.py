@@ -502,5 +502,3 @@ def test_torch_backend_mines_the_faiss_table_with_the_label_free_rules(tmp_path,
     np.testing.assert_allclose(tables[0]["neg_score"], tables[1]["neg_score"], atol=1e-5)
     if mode == "keep":
         assert tables[0]["false_negative"].any()
-
-
