@@ -111,19 +111,33 @@ def random_pairs(n: int, sources: np.ndarray, *, pairs: int = PAIR_SAMPLE,
     return a[keep], b[keep]
 
 
+def pair_runs(assign: np.ndarray, sources: np.ndarray, *, pairs: int = PAIR_SAMPLE,
+              seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(a, b, shared)``: the random pairs of :func:`random_pairs` and, per pair, the
+    runs of ``assign`` in which they share a cluster (the sample the votes and the
+    diffusion threshold are both chosen on)."""
+    runs, n = assign.shape
+    if n < 2 or runs == 0:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    a, b = random_pairs(n, sources, pairs=pairs, seed=seed)
+    return a, b, (assign[:, a] == assign[:, b]).sum(axis=0)
+
+
+def shares_of(shared: np.ndarray, runs: int) -> np.ndarray:
+    """``share[v - 1]``: the share of the pairs counted in ``shared`` (:func:`pair_runs`)
+    that share a cluster in at least ``v`` of the ``runs``."""
+    if len(shared) == 0:
+        return np.zeros(max(runs, 1))
+    return np.array([(shared >= v).mean() for v in range(1, runs + 1)])
+
+
 def vote_shares(assign: np.ndarray, sources: np.ndarray, *, pairs: int = PAIR_SAMPLE,
                 seed: int = 0) -> np.ndarray:
     """``share[v - 1]``: the share of random pairs (two rows of different sources, a fixed
     seeded sample: :func:`random_pairs`) that share a cluster in at least ``v`` of the
     runs of ``assign``."""
-    runs, n = assign.shape
-    if n < 2 or runs == 0:
-        return np.zeros(max(runs, 1))
-    a, b = random_pairs(n, sources, pairs=pairs, seed=seed)
-    if len(a) == 0:
-        return np.zeros(runs)
-    shared = (assign[:, a] == assign[:, b]).sum(axis=0)
-    return np.array([(shared >= v).mean() for v in range(1, runs + 1)])
+    return shares_of(pair_runs(assign, sources, pairs=pairs, seed=seed)[2], assign.shape[0])
 
 
 def choose_votes(ctx: FnContext, config: FalseNegativeConfig) -> int:
@@ -139,7 +153,8 @@ def choose_votes(ctx: FnContext, config: FalseNegativeConfig) -> int:
         asked = min(DEFAULT_CLUSTER_VOTES, max(runs, 1))  # set by hand: no threshold
     if runs == 0:
         return asked
-    share = vote_shares(assign, ctx.sources, seed=ctx.seed)
+    a, b, shared = pair_runs(assign, ctx.sources, seed=ctx.seed)
+    share = shares_of(shared, runs)
     votes = next((v for v in range(asked, runs + 1)
                   if share[v - 1] <= config.cluster_max_share), 0)
     info = ctx.cluster_info
@@ -158,7 +173,7 @@ def choose_votes(ctx: FnContext, config: FalseNegativeConfig) -> int:
                           f"{share[asked - 1]:.0%} of random pairs (> "
                           f"{config.cluster_max_share:.0%})")
     if votes and config.cluster_diffusion > 0 and ctx.cluster_key is not None:
-        choose_diffusion(ctx, config, votes)
+        choose_diffusion(ctx, config, (a, b, shared >= votes))
     return votes
 
 
@@ -180,21 +195,20 @@ def diffusion_cosines(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray
     return np.einsum("ij,ij->i", left, right).reshape(a.shape)
 
 
-def choose_diffusion(ctx: FnContext, config: FalseNegativeConfig, votes: int) -> float:
+def choose_diffusion(ctx: FnContext, config: FalseNegativeConfig,
+                     pairs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> float:
     """The diffusion-cosine threshold on this store: ``config.cluster_diffusion``, raised
     until the rule (votes or threshold) flags at most ``cluster_max_share`` of the random
-    pairs; recorded in ``ctx.cluster_info`` (``diffusion``, ``random_pair_share``,
-    ``diffusion_raised``)."""
+    pairs ``pairs`` (``(a, b, voted)``: :func:`choose_votes`'s sample and whether the
+    votes flag each); recorded in ``ctx.cluster_info`` (``diffusion``,
+    ``random_pair_share``, ``diffusion_raised``)."""
     x = coordinates(ctx, config)
-    assign = ctx.cluster_assign
-    assert assign is not None
-    a, b = random_pairs(len(x), ctx.sources, seed=ctx.seed)
+    a, b, voted = pairs
     info = ctx.cluster_info
     threshold = float(config.cluster_diffusion)
     if len(a) == 0:
         info["diffusion"] = threshold
         return threshold
-    voted = (assign[:, a] == assign[:, b]).sum(axis=0) >= votes
     cos = diffusion_cosines(x, a, b)
     share = float((voted | (cos >= threshold)).mean())
     if share > config.cluster_max_share:
