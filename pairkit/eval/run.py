@@ -302,6 +302,9 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
                  report: EvalReport) -> None:
     knn_top1 = dict.fromkeys(ks, 0)
     knn_top5 = dict.fromkeys(ks, 0)
+    # top-1 hits and queries per query class (the class-balanced figure of a long tail)
+    n_classes = int(ql.max(initial=-1)) + 1
+    class_hits = {k: np.zeros(n_classes, dtype=np.int64) for k in ks}
     sums = {"precision_at_1": 0.0, "r_precision": 0.0, "map_at_r": 0.0}
     recall = dict.fromkeys(rks, 0)
     n_valid = n_capped = 0
@@ -316,6 +319,7 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
             h1, h5 = knn_hits(ranked, true)
             knn_top1[k] += int(h1.sum())
             knn_top5[k] += int(h5.sum())
+            class_hits[k] += np.bincount(true[h1], minlength=n_classes)
         if rks and r_counts is not None:
             out = retrieval_scores(labels, true, r_counts[start:stop], rks, cfg.max_r)
             v = out["valid"]
@@ -332,10 +336,14 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
             mined.append(scores[np.arange(len(neg)), first][has])
     nq = len(qx)
     if ks:
-        report.metrics["knn"] = {str(k): {"top1": knn_top1[k] / nq, "top5": knn_top5[k] / nq}
+        per_class = {k: class_recall(class_hits[k], np.bincount(ql, minlength=n_classes))
+                     for k in ks}
+        report.metrics["knn"] = {str(k): {"top1": knn_top1[k] / nq, "top5": knn_top5[k] / nq,
+                                          "mean_per_class_recall": per_class[k]}
                                  for k in ks}
         report.metrics["knn_top1"] = knn_top1[ks[0]] / nq
         report.metrics["knn_top5"] = knn_top5[ks[0]] / nq
+        report.metrics["knn_mean_per_class_recall"] = per_class[ks[0]]
     if rks:
         if n_valid == 0:
             report.notes.append("retrieval: no query has a relevant reference")
@@ -353,6 +361,14 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
         report.details["retrieval_capped"] = n_capped
     if mined:
         report.scores["mined_negative"] = np.concatenate(mined).astype(np.float64)
+
+
+def class_recall(hits: np.ndarray, counts: np.ndarray) -> float:
+    """Mean over the classes with a query (``counts`` > 0) of the share of their queries
+    right (``hits`` of ``counts``): every class weighs the same, however many queries it
+    has (the figure a balanced test would give a long-tailed set)."""
+    present = counts > 0
+    return float(np.mean(hits[present] / counts[present]))
 
 
 def _mined_unlabeled(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,

@@ -7,6 +7,7 @@ from typing import Any
 ROWS = (
     ("knn_top1", "kNN top-1 (first k)"),
     ("knn_top5", "kNN top-5 (first k)"),
+    ("knn_mean_per_class_recall", "kNN mean per-class recall (first k)"),
     ("linear_top1", "linear probe top-1"),
     ("linear_mean_per_class_recall", "linear probe mean per-class recall"),
     ("precision_at_1", "precision@1"),
@@ -42,7 +43,7 @@ def table_rows(results: dict[str, dict[str, Any]], reports: dict[str, Any]
     for key, title in ROWS:
         if any(key in r for r in results.values()):
             rows.append((title, [fmt(r.get(key)) for r in results.values()]))
-        if key == "knn_top5":
+        if key == "knn_mean_per_class_recall":  # then each k's top-1 / top-5
             for k in first.get("knn", {}):
                 rows.append((f"kNN k={k} top-1 / top-5",
                              [f"{fmt(r.get('knn', {}).get(k, {}).get('top1'))} / "

@@ -15,6 +15,7 @@ from typing import Any
 METRIC_ROWS = (
     ("knn_top1", "kNN top-1 (first k)"),
     ("knn_top5", "kNN top-5 (first k)"),
+    ("knn_mean_per_class_recall", "kNN mean per-class recall (first k)"),
     ("knn", None),
     ("linear_top1", "linear probe top-1"),
     ("linear_mean_per_class_recall", "linear probe mean per-class recall"),

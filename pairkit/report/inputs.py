@@ -24,7 +24,8 @@ KINDS = ("pairs", "dedup", "search", "eval", "plots")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # keys of `pairkit eval --json` (docs/eval.md); one of them marks a metrics object
 EVAL_KEYS = frozenset({
-    "n_queries", "n_references", "knn", "knn_top1", "knn_top5", "linear_top1",
+    "n_queries", "n_references", "knn", "knn_top1", "knn_top5",
+    "knn_mean_per_class_recall", "linear_top1",
     "linear_mean_per_class_recall", "precision_at_1", "r_precision", "map_at_r",
     "recall_at_k", "alignment", "uniformity",
 })

@@ -52,7 +52,11 @@ training store judged on a balanced held-out split (100 images of every class, d
 the images X did not use), for the long-tailed sets.
 
 Usage: python tests/benchmarks/downstream.py --work DIR --sets fm0,mnist5k --seeds 0,1,2
-    [--variants raw,in-batch,lf] --out results.json
+    [--variants raw,in-batch,lf] [--balanced] --out results.json
+
+``--balanced``: every head is also judged on the set's balanced held-out split (X-bal's),
+without training it again (``bal_*`` keys; needs 100 unused images of every class, which
+the long-tailed MNIST sets do not leave).
 """
 
 from __future__ import annotations
@@ -284,9 +288,12 @@ def balanced_heldout(work: Path, base: str, per_class: int = 100) -> tuple[Path,
         paths = Store.open(store).items["path"].astype(str)
         used[[int(Path(p).stem.rsplit("-", 1)[1]) for p in paths]] = True
     rng = np.random.default_rng([cfg.seed, 43])
-    rows = np.sort(np.concatenate([
-        rng.choice(np.flatnonzero((data.labels == c) & ~used), size=per_class, replace=False)
-        for c in np.unique(data.labels)]))
+    pools = [np.flatnonzero((data.labels == c) & ~used) for c in np.unique(data.labels)]
+    if min(len(pool) for pool in pools) < per_class:  # e.g. mnist-10k's long-tailed sets
+        raise SystemExit(f"{base}: a class has {min(len(p) for p in pools)} unused images, "
+                         f"fewer than the {per_class} a balanced held-out split needs")
+    rows = np.sort(np.concatenate([rng.choice(pool, size=per_class, replace=False)
+                                   for pool in pools]))
     folder = work / base / "heldout-balanced-images"
     if not folder.exists():
         write_folder(data, rows, folder, invert=cfg.invert)
@@ -413,9 +420,19 @@ def evaluate_whitened(train: Path, held: Path) -> dict:
     return {"knn_top1": got["knn_top1"], "linear_top1": got["linear_top1"]}
 
 
-def run_set(tag: str, work: Path, seeds: list[int], variants: list[str], epochs: int
-            ) -> list[dict]:
+def balanced_scores(train: Path, balanced: Path | None, head: Path | None) -> dict:
+    """``bal_``-prefixed :func:`evaluate` against the balanced held-out split (``--balanced``);
+    nothing without it."""
+    if balanced is None:
+        return {}
+    return {f"bal_{k}": v for k, v in evaluate(train, balanced, head).items()}
+
+
+def run_set(tag: str, work: Path, seeds: list[int], variants: list[str], epochs: int,
+            balanced: bool = False) -> list[dict]:
     train, held, copies = get_set(tag, work)
+    # the same heads judged on the balanced split too (raw-whitened: the long-tailed only)
+    balanced_held = balanced_heldout(work, tag)[1] if balanced else None
     out = work / tag / "downstream"
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -425,7 +442,8 @@ def run_set(tag: str, work: Path, seeds: list[int], variants: list[str], epochs:
         if name in ("raw", "raw-whitened"):
             got = (evaluate(train, held, None) if name == "raw"
                    else evaluate_whitened(train, held))
-            row = {"set": tag, "variant": name, "seed": None, **got}
+            row = {"set": tag, "variant": name, "seed": None, **got,
+                   **balanced_scores(train, balanced_held if name == "raw" else None, None)}
             print(json.dumps(row), flush=True)
             rows.append(row)
             continue
@@ -450,24 +468,31 @@ def run_set(tag: str, work: Path, seeds: list[int], variants: list[str], epochs:
                 args += ["--pairs", str(pairs)]
             pairkit(*args)
             row = {"set": tag, "variant": name, "seed": seed, **mine_row,
-                   **evaluate(train, held, head)}
+                   **evaluate(train, held, head),
+                   **balanced_scores(train, balanced_held, head)}
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows
 
 
 def summary(rows: list[dict]) -> str:
-    """Markdown: mean +- std over seeds of kNN top-1 and linear probe per set and variant."""
+    """Markdown: mean +- std over seeds of kNN top-1 and linear probe per set and variant
+    (and on the balanced held-out split, ``--balanced``)."""
     sets = list(dict.fromkeys(r["set"] for r in rows))
     names = list(dict.fromkeys(r["variant"] for r in rows))
-    lines = ["| variant | " + " | ".join(f"{s} kNN | {s} linear" for s in sets) + " |",
-             "|---|" + "---|---|" * len(sets)]
+    keys = ["knn_top1", "linear_top1"]
+    heads = ["kNN", "linear"]
+    if any("bal_knn_top1" in r for r in rows):
+        keys += ["bal_knn_top1", "bal_linear_top1"]
+        heads += ["balanced kNN", "balanced linear"]
+    lines = ["| variant | " + " | ".join(f"{s} {h}" for s in sets for h in heads) + " |",
+             "|---|" + "---|" * len(heads) * len(sets)]
     for name in names:
         cells = []
         for s in sets:
             got = [r for r in rows if r["set"] == s and r["variant"] == name]
-            for key in ("knn_top1", "linear_top1"):
-                v = np.array([r[key] for r in got], dtype=float)
+            for key in keys:
+                v = np.array([r[key] for r in got if key in r], dtype=float)
                 cells.append("" if not len(v) else
                              f"{v.mean():.3f}" + (f" ± {v.std():.3f}" if len(v) > 1 else ""))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -482,6 +507,9 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--balanced", action="store_true",
+                    help="judge every head on the set's balanced held-out split too (X-bal's, "
+                    "100 images a class; bal_* keys) without training it again")
     ap.add_argument("--define", action="append", default=[], metavar="NAME=BASE:ARGS",
                     help="one more variant: BASE's mine and train options plus train ARGS "
                     "(e.g. 'lf-wd=lf:--weight-decay 0.05')")
@@ -493,7 +521,7 @@ def main() -> None:
     rows: list[dict] = []
     for tag in a.sets.split(","):
         rows += run_set(tag, a.work, [int(s) for s in a.seeds.split(",")],
-                        a.variants.split(","), a.epochs)
+                        a.variants.split(","), a.epochs, a.balanced)
         if a.out:
             a.out.write_text(json.dumps(rows, indent=1) + "\n")
     print(summary(rows))

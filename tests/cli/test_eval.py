@@ -16,7 +16,8 @@ from pairkit.core.store_writer import write_store
 
 runner = CliRunner()
 
-ALL_KEYS = {"knn_top1", "knn_top5", "knn", "linear_top1", "linear_mean_per_class_recall",
+ALL_KEYS = {"knn_top1", "knn_top5", "knn", "knn_mean_per_class_recall", "linear_top1",
+            "linear_mean_per_class_recall",
             "precision_at_1", "r_precision", "map_at_r", "recall_at_k", "alignment",
             "uniformity", "n_queries", "n_references"}
 FAST = ["--probe-max-train", "500"]
@@ -77,17 +78,23 @@ def test_against_matches_a_direct_computation(tmp_path: Path) -> None:
     rl, ql = ref.labels(), test.labels()
     sims = q @ r.T
     top1 = p1 = 0
+    right: dict[str, list[bool]] = {}
     for i in range(len(q)):
         nn = np.argsort(-sims[i])[:5]
         votes: dict[str, float] = {}
         for j in nn:
             votes[rl[j]] = votes.get(rl[j], 0.0) + np.exp(sims[i, j] / 0.07)
-        top1 += max(sorted(votes), key=lambda c: votes[c]) == ql[i]
+        hit = max(sorted(votes), key=lambda c: votes[c]) == ql[i]
+        top1 += hit
+        right.setdefault(ql[i], []).append(hit)
         p1 += rl[nn[0]] == ql[i]
     assert out["knn_top1"] == pytest.approx(top1 / len(q))
+    assert out["knn_mean_per_class_recall"] == pytest.approx(
+        np.mean([np.mean(hits) for hits in right.values()]))
     assert out["precision_at_1"] == pytest.approx(p1 / len(q))
-    assert set(out) == {"knn_top1", "knn_top5", "knn", "precision_at_1", "r_precision",
-                        "map_at_r", "recall_at_k", "n_queries", "n_references"}
+    assert set(out) == {"knn_top1", "knn_top5", "knn", "knn_mean_per_class_recall",
+                        "precision_at_1", "r_precision", "map_at_r", "recall_at_k",
+                        "n_queries", "n_references"}
     assert 0.2 < out["knn_top1"] < 1.0
 
 

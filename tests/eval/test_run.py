@@ -96,3 +96,22 @@ def test_empty_queries_and_bad_config() -> None:
         evaluate(empty, r, EvalConfig())
     with pytest.raises(PairkitError, match="--retrieval-gallery must be one of"):
         evaluate(r, r, EvalConfig(gallery="all"))
+
+
+def test_knn_mean_per_class_recall_by_hand() -> None:
+    """Three queries of class a, all right, and one of class b, wrong (it lies among the
+    a references): top-1 3/4, mean per-class recall (1 + 0) / 2; every k's the same."""
+    def unit(deg: float) -> list[float]:
+        return [np.cos(np.radians(deg)), np.sin(np.radians(deg))]
+
+    refs = EvalSide(np.array([unit(a) for a in (0, 5, 10, 85, 90, 95)], np.float32),
+                    np.array(["a"] * 3 + ["b"] * 3, dtype=object),
+                    np.array([f"r{i}" for i in range(6)], dtype=object))
+    queries = EvalSide(np.array([unit(a) for a in (1, 4, 8, 6)], np.float32),
+                       np.array(["a", "a", "a", "b"], dtype=object),
+                       np.array([f"q{i}" for i in range(4)], dtype=object))
+    got = evaluate(queries, refs, EvalConfig(knn_ks=(1, 3), metrics=("knn",),
+                                             block_rows=3)).metrics
+    assert got["knn_top1"] == pytest.approx(0.75)
+    assert got["knn_mean_per_class_recall"] == pytest.approx(0.5)
+    assert got["knn"]["3"]["mean_per_class_recall"] == pytest.approx(0.5)
