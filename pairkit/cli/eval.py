@@ -104,10 +104,16 @@ def eval_store(
             test_fraction=0.2 if test_fraction is None else test_fraction, force=force,
             index_factory=factory)
         if not quiet:
+            # a note every run has is about the data: said once
+            shared = [n for n in next(iter(reports.values())).notes
+                      if all(n in r.notes for r in reports.values())]
+            for note in shared:
+                warn(note)
             for name, report in reports.items():
                 prefix = f"{name}: " if len(reports) > 1 else ""
                 for note in report.notes:
-                    warn(prefix + note)
+                    if note not in shared:
+                        warn(prefix + note)
                 wd = report.details.get("linear_weight_decay")
                 if wd is not None:
                     say(f"{prefix}linear probe weight decay {wd:g} (lowest validation log-loss)")

@@ -226,6 +226,8 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
             f"{len(absent)} query class(es) have no reference (e.g. "
             f"{value_at(classes, absent[0])}): "
             "their queries count as wrong for kNN and the linear probe")
+    if "knn" in wanted or "linear" in wanted:
+        _imbalance_note(ql, classes, report)
 
     need_ref_search = ("knn" in wanted) or ("retrieval" in wanted and cfg.gallery == "reference")
     if need_ref_search:
@@ -263,6 +265,28 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
                          cfg, report)
     if "linear" in wanted:
         _probe(queries, references, ql_all, rl_all, q_keep, r_keep, rsrc, cfg, rng, report)
+
+
+# query classes whose sizes differ this much get a note: top-1 is then mostly the large
+# classes' (a long-tailed held-out split), the mean per-class recalls are not
+IMBALANCE_NOTE_RATIO = 3.0
+
+
+def _imbalance_note(ql: np.ndarray, classes: Any, report: EvalReport) -> None:
+    """Say so when the query classes (codes ``ql``) differ >= :data:`IMBALANCE_NOTE_RATIO`
+    x in size, naming the largest and the smallest."""
+    counts = np.bincount(ql)
+    present = np.flatnonzero(counts)
+    if len(present) < 2:
+        return
+    big = present[np.argmax(counts[present])]
+    small = present[np.argmin(counts[present])]
+    if counts[big] < IMBALANCE_NOTE_RATIO * counts[small]:
+        return
+    report.notes.append(
+        f"query classes differ {counts[big] / counts[small]:.0f}x in size ({counts[big]} "
+        f"{value_at(classes, big)}, {counts[small]} {value_at(classes, small)}): top-1 "
+        "is mostly the large classes'; the mean per-class recalls weigh every class the same")
 
 
 def _rows(x: Any, keep: np.ndarray) -> Any:

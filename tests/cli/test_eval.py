@@ -25,13 +25,14 @@ FAST = ["--probe-max-train", "500"]
 
 def noisy_store(path: Path, n_sources: int = 60, views: int = 2, dim: int = 8,
                 classes: int = 4, seed: int = 0, labels: bool = True,
-                encoder: str = "random", noise: float = 1.0) -> Store:
-    """Overlapping clusters, so metrics are between 0 and 1."""
+                encoder: str = "random", noise: float = 1.0, skew: bool = False) -> Store:
+    """Overlapping clusters, so metrics are between 0 and 1. ``skew``: class 0 takes
+    every source but each fifth, which class 1 takes (two classes, 4x apart)."""
     centres = np.random.default_rng(99).normal(size=(classes, dim))  # shared by all seeds
     rng = np.random.default_rng(seed)
     rows, items = [], []
     for s in range(n_sources):
-        c = s % classes
+        c = int(s % 5 == 0) if skew else s % classes
         base = centres[c] + noise * rng.normal(size=dim)
         for v in range(views):
             rows.append(base + 0.3 * rng.normal(size=dim))
@@ -227,6 +228,21 @@ def test_head_compare(tmp_path: Path) -> None:
     res = _run(s, "--head", str(tmp_path / "wrong"))
     assert res.exit_code == 1
     assert "takes vectors of dim 5, the store has dim 8" in res.stderr
+
+
+def test_long_tailed_queries_are_said_once(tmp_path: Path) -> None:
+    """Query classes 4x apart in size: one note (the data's, not each run's) names both
+    sizes."""
+    noisy_store(tmp_path / "ref", n_sources=40, seed=0)
+    noisy_store(tmp_path / "test", n_sources=50, seed=1, skew=True)  # 40 / 10 sources
+    write_head(tmp_path / "identity", np.eye(8, dtype=np.float32))
+    res = _run(str(tmp_path / "ref"), "--against", str(tmp_path / "test"), "--head",
+               str(tmp_path / "identity"), "--compare", "--metrics", "knn")
+    assert res.exit_code == 0, res.stderr
+    said = [line for line in res.stderr.splitlines() if "differ" in line]
+    assert said == ["warning: query classes differ 4x in size (80 c0, 20 c1): top-1 is "
+                    "mostly the large classes'; the mean per-class recalls weigh every "
+                    "class the same"]
 
 
 def test_gallery_of_the_queries_is_named(tmp_path: Path) -> None:

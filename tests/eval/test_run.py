@@ -110,8 +110,18 @@ def test_knn_mean_per_class_recall_by_hand() -> None:
     queries = EvalSide(np.array([unit(a) for a in (1, 4, 8, 6)], np.float32),
                        np.array(["a", "a", "a", "b"], dtype=object),
                        np.array([f"q{i}" for i in range(4)], dtype=object))
-    got = evaluate(queries, refs, EvalConfig(knn_ks=(1, 3), metrics=("knn",),
-                                             block_rows=3)).metrics
+    report = evaluate(queries, refs, EvalConfig(knn_ks=(1, 3), metrics=("knn",),
+                                                block_rows=3))
+    got = report.metrics
+    # three times as many queries of a as of b: said, with both sizes
+    assert ("query classes differ 3x in size (3 a, 1 b): top-1 is mostly the large "
+            "classes'; the mean per-class recalls weigh every class the same") in report.notes
     assert got["knn_top1"] == pytest.approx(0.75)
     assert got["knn_mean_per_class_recall"] == pytest.approx(0.5)
     assert got["knn"]["3"]["mean_per_class_recall"] == pytest.approx(0.5)
+
+
+def test_balanced_queries_get_no_imbalance_note() -> None:
+    q, r = eval_side(1, 90, prefix="q"), eval_side(2, 300, prefix="r")  # 9 sources a class
+    report = evaluate(q, r, EvalConfig(knn_ks=(3,), metrics=("knn",)))
+    assert not any("differ" in note for note in report.notes)
