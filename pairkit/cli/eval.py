@@ -47,6 +47,9 @@ def eval_store(
                                     help="Pairs sampled for alignment/uniformity/histograms."),
     probe_max_train: int = typer.Option(200_000, "--probe-max-train",
                                         help="Most reference rows the linear probe trains on."),
+    probe_balanced: bool = typer.Option(
+        False, "--probe-balanced",
+        help="Weigh every class the same in the linear probe's fit (long-tailed references)."),
     device: str = device_option("Where the search, probe and head run; auto: GPUs when "
                                 "present (FAISS: the GPUs FAISS sees)."),
     batch_size: int = typer.Option(4096, "--batch-size", help="Queries per search block."),
@@ -92,8 +95,8 @@ def eval_store(
             recall_ks=tuple(parse_int_list(recall_k, "--recall-k")), max_r=max_r,
             exclude_same_source=not include_same_source, gallery=gallery,
             metrics=parse_choices(metrics, METRICS, "--metrics"), pair_sample=pair_sample,
-            probe_max_train=probe_max_train, seed=seed, device=device, backend=backend,
-            block_rows=batch_size, collect_scores=True)
+            probe_max_train=probe_max_train, probe_balanced=probe_balanced, seed=seed,
+            device=device, backend=backend, block_rows=batch_size, collect_scores=True)
         factory = None
         if ray:
             from pairkit.distributed.search import index_factory
@@ -116,7 +119,9 @@ def eval_store(
                         warn(prefix + note)
                 wd = report.details.get("linear_weight_decay")
                 if wd is not None:
-                    say(f"{prefix}linear probe weight decay {wd:g} (lowest validation log-loss)")
+                    even = ", every class weighed the same" if probe_balanced else ""
+                    say(f"{prefix}linear probe weight decay {wd:g} (lowest validation "
+                        f"log-loss{even})")
             console().print(metrics_table(results, reports))
             if plot is not None:
                 say(f"plots -> {plot}")

@@ -5,7 +5,12 @@ C = 1 / (weight_decay * n))::
 
     mean_i CE(W x_i + b, y_i) + weight_decay / 2 * ||W||^2     (b not penalised)
 
-minimised with full-batch L-BFGS (strong Wolfe line search), the loss and its
+With ``balanced`` every row's cross-entropy is weighted by ``n / (classes x n_c)`` (``n_c``
+the rows of its class; the weighted mean replaces the mean): each class weighs the same,
+as if the rows of the smaller classes were repeated until every class had as many (the
+probe's class prior then no longer follows a long-tailed reference set).
+
+Minimised with full-batch L-BFGS (strong Wolfe line search), the loss and its
 gradient accumulated over row chunks so memory stays O(chunk x classes). The
 weight decay is chosen by the cross-entropy of a validation part of the training
 rows (split by source), then the probe is refitted on all training rows.
@@ -50,8 +55,10 @@ def fit_logistic(
     tolerance: float = 1e-7,
     chunk: int = 65536,
     init: tuple[np.ndarray, np.ndarray] | None = None,
+    row_weights: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Fit the objective above. ``x`` (n, d), ``y`` int codes in [0, n_classes).
+    """Fit the objective above. ``x`` (n, d), ``y`` int codes in [0, n_classes);
+    ``row_weights`` (n,): each row's weight in the mean cross-entropy (None: 1 each).
 
     Stops after ``max_iter`` L-BFGS iterations or when the gradient's largest entry
     falls below ``tolerance``.
@@ -66,6 +73,9 @@ def fit_logistic(
     xt = torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32), device=dev)
     yt = torch.as_tensor(np.asarray(y, dtype=np.int64), device=dev)
     n, d = xt.shape
+    weights = None if row_weights is None else torch.as_tensor(
+        np.asarray(row_weights, dtype=np.float32), device=dev)
+    total_weight = float(n) if row_weights is None else float(np.sum(row_weights))
     if init is None:
         w = torch.zeros(d, n_classes, dtype=torch.float32, device=dev, requires_grad=True)
         b = torch.zeros(n_classes, dtype=torch.float32, device=dev, requires_grad=True)
@@ -81,8 +91,13 @@ def fit_logistic(
         total = torch.zeros((), dtype=torch.float32, device=dev)
         for s in range(0, n, chunk):
             logits = xt[s : s + chunk] @ w + b
-            loss = torch.nn.functional.cross_entropy(logits, yt[s : s + chunk],
-                                                     reduction="sum") / n
+            if weights is None:
+                loss = torch.nn.functional.cross_entropy(logits, yt[s : s + chunk],
+                                                         reduction="sum") / total_weight
+            else:
+                per_row = torch.nn.functional.cross_entropy(logits, yt[s : s + chunk],
+                                                            reduction="none")
+                loss = (per_row * weights[s : s + chunk]).sum() / total_weight
             loss.backward()
             total = total + loss.detach()
         reg = 0.5 * weight_decay * (w * w).sum()
@@ -103,10 +118,11 @@ def predict_logistic(x: np.ndarray, w: np.ndarray, b: np.ndarray,
 
 
 def top1_and_log_loss(x: np.ndarray, y: np.ndarray, w: np.ndarray, b: np.ndarray,
-                      chunk: int = 65536) -> tuple[float, float]:
+                      chunk: int = 65536, row_weights: np.ndarray | None = None
+                      ) -> tuple[float, float]:
     """``(top-1, mean cross-entropy -log softmax(x @ w + b)[y])`` over the rows, from one
     pass of logits in chunks (the top-1 is :func:`predict_logistic`'s arg-max; the
-    cross-entropy summed in float64)."""
+    cross-entropy summed in float64; with ``row_weights`` its weighted mean)."""
     hits, total = 0, 0.0
     for s in range(0, len(x), chunk):
         z = np.asarray(x[s : s + chunk], np.float32) @ w + b
@@ -115,9 +131,21 @@ def top1_and_log_loss(x: np.ndarray, y: np.ndarray, w: np.ndarray, b: np.ndarray
         z = z.astype(np.float64)
         z -= z.max(axis=1, keepdims=True)
         log_norm = np.log(np.exp(z).sum(axis=1))
-        total += float((log_norm - z[np.arange(len(z)), true]).sum())
+        ce = log_norm - z[np.arange(len(z)), true]
+        if row_weights is not None:
+            ce = ce * np.asarray(row_weights[s : s + chunk], dtype=np.float64)
+        total += float(ce.sum())
     n = max(len(x), 1)
-    return hits / n, total / n
+    weight = n if row_weights is None else max(float(np.sum(row_weights)), 1e-300)
+    return hits / n, total / weight
+
+
+def balanced_weights(y: np.ndarray) -> np.ndarray:
+    """float64 (n,): ``n / (classes x n_c)`` for a row of class ``c`` (codes ``y``), mean 1:
+    every class weighs the same in a weighted mean."""
+    counts = np.bincount(y)
+    present = int((counts > 0).sum())
+    return len(y) / (present * counts[y].astype(np.float64))
 
 
 def mean_per_class_recall(pred: np.ndarray, true: np.ndarray) -> float:
@@ -139,6 +167,7 @@ def linear_probe(
     device: str = "cpu",
     max_iter: int = 300,
     test_block: int = 65536,
+    balanced: bool = False,
 ) -> ProbeResult:
     """Train on (train_x, train_y), choose the weight decay by the cross-entropy of a
     validation part, test.
@@ -149,6 +178,8 @@ def linear_probe(
     Labels are int codes >= 0 shared by both sides; a test class absent from the
     training side is never predicted (its queries count as wrong). ``train_groups``
     (source codes) keep views of one source on one side of the validation split.
+    ``balanced``: every class weighs the same in the fits and in the validation
+    cross-entropy (:func:`balanced_weights` of the training rows).
     """
     from pairkit.eval.split import split_by_source
 
@@ -158,23 +189,27 @@ def linear_probe(
     val_top1: dict[float, float] = {}
     val_loss: dict[float, float] = {}
     solutions: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    weights = balanced_weights(y_train) if balanced else None
     if len(decays) > 1 and len(np.unique(train_groups)) >= 2:
         is_val = split_by_source(train_groups, val_fraction, seed)
         fit = ~is_val
         if len(np.unique(y_train[fit])) >= 2 and is_val.any():
             x_fit, y_fit = train_x[fit], y_train[fit]  # gathered once for the whole path
             x_val, y_val = train_x[is_val], y_train[is_val]
+            w_fit = None if weights is None else weights[fit]
+            w_val = None if weights is None else weights[is_val]
             # regularisation path: strongest decay first, each fit warm-starts the next
             init = None
             for wd in sorted(decays, reverse=True):
                 init = fit_logistic(x_fit, y_fit, n_classes, wd, device=device,
-                                    max_iter=max_iter, init=init)
+                                    max_iter=max_iter, init=init, row_weights=w_fit)
                 solutions[wd] = init
-                val_top1[wd], val_loss[wd] = top1_and_log_loss(x_val, y_val, *init)
+                val_top1[wd], val_loss[wd] = top1_and_log_loss(x_val, y_val, *init,
+                                                               row_weights=w_val)
     # the lowest validation cross-entropy; equal ones: the larger decay
     best = min(val_loss, key=lambda wd: (val_loss[wd], -wd)) if val_loss else decays[0]
     w, b = fit_logistic(train_x, y_train, n_classes, best, device=device, max_iter=max_iter,
-                        init=solutions.get(best))
+                        init=solutions.get(best), row_weights=weights)
     pred = classes[predict_logistic(test_x, w, b, chunk=test_block)]
     test_y = np.asarray(test_y, dtype=np.int64)
     return ProbeResult(

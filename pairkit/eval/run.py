@@ -46,6 +46,7 @@ class EvalConfig:
     probe_max_train: int = 200_000
     probe_weight_decays: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
     probe_max_iter: int = 300
+    probe_balanced: bool = False  # every class weighs the same in the probe's fits
     seed: int = 0
     device: str = "cpu"  # probe, head and search: auto, cpu, cuda or cuda:N
     backend: str = "auto"  # search engine: auto, faiss, torch (pairkit.index.backend)
@@ -426,6 +427,7 @@ def _probe(queries: EvalSide, references: EvalSide, ql_all: np.ndarray, rl_all: 
         rsrc[train_rows], _rows(queries.vectors, q_keep), ql_all[q_keep],
         weight_decays=cfg.probe_weight_decays, seed=cfg.seed,
         device=resolve_device(cfg.device), max_iter=cfg.probe_max_iter,
+        balanced=cfg.probe_balanced,
         test_block=cfg.block_rows)
     report.metrics["linear_top1"] = res.top1
     report.metrics["linear_mean_per_class_recall"] = res.mean_per_class_recall

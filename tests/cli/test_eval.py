@@ -245,6 +245,21 @@ def test_long_tailed_queries_are_said_once(tmp_path: Path) -> None:
                     "class the same"]
 
 
+def test_probe_balanced(tmp_path: Path) -> None:
+    """``--probe-balanced`` on long-tailed references: the probe is fitted otherwise
+    (the weighted objective: tests/eval/test_linear_probe.py) and says so."""
+    noisy_store(tmp_path / "ref", n_sources=100, seed=0, skew=True, noise=1.5)
+    noisy_store(tmp_path / "test", n_sources=40, seed=1, noise=1.5)
+    args = [str(tmp_path / "ref"), "--against", str(tmp_path / "test"), "--metrics", "linear"]
+    plain = _run(*args)
+    even = _run(*args, "--probe-balanced")
+    assert plain.exit_code == even.exit_code == 0, plain.stderr + even.stderr
+    assert "(lowest validation log-loss)" in plain.stderr
+    assert "(lowest validation log-loss, every class weighed the same)" in even.stderr
+    got = [_json(_run(*args, *extra, "--json", "-q")) for extra in ([], ["--probe-balanced"])]
+    assert got[0]["linear_top1"] != got[1]["linear_top1"]
+
+
 def test_gallery_of_the_queries_is_named(tmp_path: Path) -> None:
     """Issue 20.13: `--retrieval-gallery queries` printed only the reference count, as if
     the references were the gallery."""

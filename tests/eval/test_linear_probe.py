@@ -93,3 +93,53 @@ def test_mean_log_loss_against_sklearn_and_by_hand() -> None:
     wb = (np.array([[0.0, np.log(3.0)]], np.float32), np.zeros(2, np.float32))
     assert mean_log_loss(one, np.array([0]), *wb) == pytest.approx(np.log(4.0), rel=1e-6)
     assert mean_log_loss(one, np.array([1]), *wb) == pytest.approx(np.log(4 / 3), rel=1e-6)
+
+
+def test_row_weights_equal_repeated_rows() -> None:
+    """Integer row weights give the fit (and the validation cross-entropy) of the rows
+    repeated that many times: the balanced probe's objective, by an independent route."""
+    from pairkit.eval.linear_probe import balanced_weights
+
+    x, y = _blobs(3, 300, classes=3)
+    keep = (y != 2) | (np.arange(len(y)) % 4 == 0)  # class 2 a quarter of its size
+    x, y = x[keep], y[keep]
+    weights = balanced_weights(y)
+    counts = np.bincount(y)
+    assert np.allclose(weights, len(y) / (3 * counts[y])) and weights.mean() == pytest.approx(1)
+    # repeats proportional to the weights: every class repeated up to the counts' lcm
+    reps = np.lcm.reduce(counts) // counts[y]
+    assert np.allclose(reps / reps.sum(), weights / weights.sum())
+    big_x, big_y = np.repeat(x, reps, axis=0), np.repeat(y, reps)
+    w1, b1 = fit_logistic(x, y, 3, 1e-3, max_iter=500, tolerance=1e-9, row_weights=weights)
+    w2, b2 = fit_logistic(big_x, big_y, 3, 1e-3, max_iter=500, tolerance=1e-9)
+    np.testing.assert_allclose(x @ w1 + b1, x @ w2 + b2, atol=5e-3)  # L-BFGS's stop
+    _, loss1 = top1_and_log_loss(x, y, w1, b1, row_weights=weights)
+    _, loss2 = top1_and_log_loss(big_x, big_y, w1, b1)
+    assert loss1 == pytest.approx(loss2, rel=1e-6)
+
+
+def test_balanced_probe_on_balanced_classes_is_the_plain_one() -> None:
+    x, y = _blobs(4, 240, classes=3)
+    y = np.arange(240) % 3  # exactly 80 rows a class: every weight 1
+    groups = np.arange(240) // 2
+    xt, yt = _blobs(6, 90, classes=3)
+    plain = linear_probe(x, y, groups, xt, yt, weight_decays=(1e-4, 1e-2), max_iter=100)
+    even = linear_probe(x, y, groups, xt, yt, weight_decays=(1e-4, 1e-2), max_iter=100,
+                        balanced=True)
+    assert even.weight_decay == plain.weight_decay
+    np.testing.assert_array_equal(even.predictions, plain.predictions)
+
+
+def test_balanced_probe_predicts_the_small_class_more_often() -> None:
+    """Overlapping classes, one a tenth of the other: the plain probe's prior favours the
+    large class; weighed the same, the small class is predicted more often and found
+    more often."""
+    x, y = _blobs(7, 1100, classes=2, noise=3.0)
+    keep = (y == 0) | (np.arange(len(y)) % 10 == 0)
+    x, y = x[keep], y[keep]
+    groups = np.arange(len(y))
+    xt, yt = _blobs(8, 400, classes=2, noise=3.0)
+    plain = linear_probe(x, y, groups, xt, yt, weight_decays=(1e-3,))
+    even = linear_probe(x, y, groups, xt, yt, weight_decays=(1e-3,), balanced=True)
+    assert (even.predictions == 1).sum() > (plain.predictions == 1).sum()
+    assert even.mean_per_class_recall > plain.mean_per_class_recall
