@@ -23,6 +23,7 @@ from pairkit.eval.geometry import (
     uniformity,
 )
 from pairkit.eval.knn import knn_hits, knn_rank_classes
+from pairkit.eval.linear_probe import class_recall
 from pairkit.eval.neighbours import Exclusion, search_excluding
 from pairkit.eval.retrieval import relevant_counts, retrieval_scores
 
@@ -361,8 +362,8 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
             mined.append(scores[np.arange(len(neg)), first][has])
     nq = len(qx)
     if ks:
-        per_class = {k: class_recall(class_hits[k], np.bincount(ql, minlength=n_classes))
-                     for k in ks}
+        queries_of = np.bincount(ql, minlength=n_classes)
+        per_class = {k: class_recall(class_hits[k], queries_of) for k in ks}
         report.metrics["knn"] = {str(k): {"top1": knn_top1[k] / nq, "top5": knn_top5[k] / nq,
                                           "mean_per_class_recall": per_class[k]}
                                  for k in ks}
@@ -386,14 +387,6 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
         report.details["retrieval_capped"] = n_capped
     if mined:
         report.scores["mined_negative"] = np.concatenate(mined).astype(np.float64)
-
-
-def class_recall(hits: np.ndarray, counts: np.ndarray) -> float:
-    """Mean over the classes with a query (``counts`` > 0) of the share of their queries
-    right (``hits`` of ``counts``): every class weighs the same, however many queries it
-    has (the figure a balanced test would give a long-tailed set)."""
-    present = counts > 0
-    return float(np.mean(hits[present] / counts[present]))
 
 
 def _mined_unlabeled(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
