@@ -117,11 +117,11 @@ def eval_store(
                 for note in report.notes:
                     if note not in shared:
                         warn(prefix + note)
-                wd = report.details.get("linear_weight_decay")
-                if wd is not None:
-                    even = ", every class weighed the same" if probe_balanced else ""
-                    say(f"{prefix}linear probe weight decay {wd:g} (lowest validation "
-                        f"log-loss{even})")
+                probe = report.metrics.get("linear_probe")
+                if probe is not None:
+                    even = ", every class weighed the same" if probe["balanced"] else ""
+                    say(f"{prefix}linear probe weight decay {probe['weight_decay']:g} "
+                        f"(lowest validation log-loss{even})")
             console().print(metrics_table(results, reports))
             if plot is not None:
                 say(f"plots -> {plot}")

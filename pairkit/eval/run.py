@@ -73,7 +73,7 @@ class EvalSide:
 class EvalReport:
     """``metrics``: the JSON keys; ``notes``: lines for a person; ``scores``: score samples
     by kind (positive, random_negative, mined_negative) for histograms; ``details``:
-    extra numbers (probe weight decay, capped R count)."""
+    extra numbers (the retrieval queries counted and capped)."""
 
     metrics: dict[str, object] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -424,7 +424,9 @@ def _probe(queries: EvalSide, references: EvalSide, ql_all: np.ndarray, rl_all: 
         test_block=cfg.block_rows)
     report.metrics["linear_top1"] = res.top1
     report.metrics["linear_mean_per_class_recall"] = res.mean_per_class_recall
-    report.details["linear_weight_decay"] = res.weight_decay
+    # how the probe was fitted, in the JSON beside its figures
+    report.metrics["linear_probe"] = {"weight_decay": res.weight_decay,
+                                      "balanced": cfg.probe_balanced}
 
 
 def _geometry(queries: EvalSide, qsrc: np.ndarray, cfg: EvalConfig,

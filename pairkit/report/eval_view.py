@@ -33,7 +33,8 @@ MAX_PLOT_BYTES = 64 << 20
 
 
 def fmt_value(value: Any) -> str:
-    """A metric as the terminal table prints it: ints as they are, floats to 4 places."""
+    """A metric as the terminal table prints it: ints as they are, floats to 4 places
+    (below 0.001 in ``%g``: the probe's weight decay 1e-05 is not ``0.0000``)."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -41,7 +42,7 @@ def fmt_value(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return f"{value:.4f}"
+        return f"{value:g}" if 0 < abs(value) < 1e-3 else f"{value:.4f}"
     return str(value)
 
 

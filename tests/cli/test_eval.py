@@ -17,7 +17,7 @@ from pairkit.core.store_writer import write_store
 runner = CliRunner()
 
 ALL_KEYS = {"knn_top1", "knn_top5", "knn", "knn_mean_per_class_recall", "linear_top1",
-            "linear_mean_per_class_recall",
+            "linear_mean_per_class_recall", "linear_probe",
             "precision_at_1", "r_precision", "map_at_r", "recall_at_k", "alignment",
             "uniformity", "n_queries", "n_references"}
 FAST = ["--probe-max-train", "500"]
@@ -62,7 +62,9 @@ def test_split_json_has_the_agreed_keys(tmp_path: Path) -> None:
     assert set(out["knn"]) == {"3", "7"}
     assert out["knn_top1"] == out["knn"]["3"]["top1"]
     assert set(out["recall_at_k"]) == {"1", "5", "10"}
-    for key in ALL_KEYS - {"knn", "recall_at_k", "n_queries", "n_references", "uniformity"}:
+    assert out["linear_probe"]["balanced"] is False
+    for key in ALL_KEYS - {"knn", "recall_at_k", "n_queries", "n_references", "uniformity",
+                           "linear_probe"}:
         assert 0.0 <= out[key] <= 4.0, key
     table = _run(str(tmp_path / "s"), *FAST).stderr
     # the table has no title line: it starts at its top border
@@ -258,6 +260,10 @@ def test_probe_balanced(tmp_path: Path) -> None:
     assert "(lowest validation log-loss, every class weighed the same)" in even.stderr
     got = [_json(_run(*args, *extra, "--json", "-q")) for extra in ([], ["--probe-balanced"])]
     assert got[0]["linear_top1"] != got[1]["linear_top1"]
+    # the JSON says how each probe was fitted
+    assert [g["linear_probe"]["balanced"] for g in got] == [False, True]
+    for g in got:
+        assert g["linear_probe"]["weight_decay"] in (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
 
 
 def test_gallery_of_the_queries_is_named(tmp_path: Path) -> None:

@@ -174,3 +174,7 @@ def test_metric_rows_follow_the_terminal_table():
         ["queries", "8", "8"],
         ["extra.deep", "1.5000", "1.5000"],
     ]
+    # how the probe was fitted: a small weight decay is not printed as 0.0000
+    probe = {"linear_top1": 0.5, "linear_probe": {"weight_decay": 1e-05, "balanced": True}}
+    assert metric_rows({"raw": probe})[1:] == [["linear_probe.balanced", "true"],
+                                               ["linear_probe.weight_decay", "1e-05"]]
