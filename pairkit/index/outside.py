@@ -240,9 +240,9 @@ class MaskedIvfSearch:
     query in at least ``votes`` runs are masked out, and with ``coords`` the rows whose
     cosine to the query there is at least ``threshold`` (:func:`far_in`). ``nprobe`` grows
     with ``k`` (a retry for a deeper list scans more cells), and a query whose probed
-    cells hold fewer than ``k`` allowed rows is searched again with 4x the cells until it
-    has ``k`` or every cell was scanned, so a short result means the store has no more
-    (a caller reads it so). Returns the same ``(scores, ids)`` as an IVF search of the
+    cells hold fewer than ``k`` allowed rows is searched again with 4x the cells (the new
+    ones only: each cell is scanned once per query) until it has ``k`` or every cell was
+    scanned, so a short result means the store has no more (a caller reads it so). Returns the same ``(scores, ids)`` as an IVF search of the
     allowed rows with those probes.
     """
 
@@ -279,28 +279,52 @@ class MaskedIvfSearch:
                block: int = 16_384, nprobe: int | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)`` (nq, k) for the query rows (their vectors ``queries``);
-        ``nprobe``: cells per query (None: this search's, grown with ``k``)."""
+        ``nprobe``: cells per query (None: this search's, grown with ``k``).
+
+        A query found short is searched again in its next cells only (those ranked from
+        the cells it had to 4x as many): its first cells held fewer than ``k`` allowed
+        rows, so its result already has every one of them, and the merge of the two
+        (score, then id) is the search of all 4x cells at once, without scanning the
+        first ones again."""
+        from pairkit.index.search import sort_results
+
         query_rows = np.asarray(query_rows, dtype=np.int64)
+        queries = np.asarray(queries)
         if nprobe is None:
             nprobe = int(min(self.nlist, self.nprobe * max(1, -(-k // 32))))
-        scores, ids = self._probe(query_rows, k, queries, block, nprobe)
+        nprobe = min(self.nlist, nprobe)
+        scores, ids, done = self._probe(query_rows, k, queries, block, nprobe)
         short = np.flatnonzero(ids[:, -1] < 0) if k else np.zeros(0, np.int64)
-        if len(short) and nprobe < self.nlist:  # more cells for the queries found short
-            wider = self.search(query_rows[short], k, np.asarray(queries)[short], block,
-                                min(self.nlist, 4 * nprobe))
-            scores[short], ids[short] = wider
+        done = done[short]  # the cells each short query scanned (-1: none)
+        scanned = nprobe
+        while len(short) and scanned < self.nlist:  # more cells for the short queries
+            wider = min(self.nlist, 4 * scanned)
+            more_s, more_i, more = self._probe(query_rows[short], k, queries[short], block,
+                                               wider - scanned, done=done)
+            got_s, got_i = sort_results(np.concatenate([scores[short], more_s], axis=1),
+                                        np.concatenate([ids[short], more_i], axis=1))
+            scores[short], ids[short] = got_s[:, :k], got_i[:, :k]
+            still = ids[short, -1] < 0
+            done = np.concatenate([done, more], axis=1)[still]
+            short = short[still]
+            scanned = wider
         return scores, ids
 
     def _probe(self, query_rows: np.ndarray, k: int, queries: np.ndarray, block: int,
-               nprobe: int) -> tuple[np.ndarray, np.ndarray]:
-        """One pass: each query's ``nprobe`` nearest useful cells scanned."""
+               nprobe: int, done: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One pass: each query's ``nprobe`` nearest useful cells scanned, less the cells
+        ``done`` (nq, c) it scanned before (-1 padded). Returns its ``(scores, ids)`` and
+        the cells it scanned (nq, nprobe), -1 padded."""
         import faiss
 
         from pairkit.index.search import sort_results
 
         nq = len(query_rows)
+        kk = min(nprobe, self.nlist)
         scores = np.full((nq, k), -np.inf, dtype=np.float32)
         ids = np.full((nq, k), -1, dtype=np.int64)
+        cells = np.full((nq, kk), -1, dtype=np.int64)
         for s in range(0, nq, block):
             rows = query_rows[s : s + block]
             q = np.ascontiguousarray(queries[s : s + block], dtype=np.float32)
@@ -308,9 +332,13 @@ class MaskedIvfSearch:
             if self.votes == 1:
                 useless = self.dominant[None, :] == self.assign[0][rows][:, None]
                 coarse[useless] = -np.inf
-            kk = min(nprobe, self.nlist)
+            if done is not None:  # scanned by an earlier pass: not again
+                before = done[s : s + block]
+                r, c = np.nonzero(before >= 0)
+                coarse[r, before[r, c]] = -np.inf
             probes = np.argpartition(-coarse, kk - 1, axis=1)[:, :kk]
             ok = np.isfinite(np.take_along_axis(coarse, probes, 1))
+            cells[s : s + len(rows)] = np.where(ok, probes, -1)
             flat = np.where(ok, probes, -1).ravel()
             qids = np.repeat(np.arange(len(rows)), kk)
             keep = flat >= 0
@@ -341,7 +369,7 @@ class MaskedIvfSearch:
             got_s, got_i = sort_results(got_s, got_i)
             scores[s : s + len(rows)] = got_s
             ids[s : s + len(rows)] = got_i
-        return scores, ids
+        return scores, ids, cells
 
 
 @dataclass

@@ -334,3 +334,63 @@ def test_masked_ivf_search_widens_the_probes_of_a_query_found_short():
     assert np.mean(i == ref_i) > 0.5
     shared = (assign[:, np.maximum(i, 0)] == assign[:, rows][:, :, None]).sum(axis=0)
     assert (shared < 2).all()  # the mask still holds
+
+
+def test_masked_ivf_search_widening_scans_each_cell_once(monkeypatch):
+    """A query found short is searched again in its next cells only: each (query, cell)
+    is scanned once, and the merged result is the search of all its cells at once. The
+    reference: per query, the rows of its P best useful cells by centroid score (P the
+    search's, 4x more each time fewer than k allowed rows came back), masked, top k by
+    score then id."""
+    import faiss
+
+    from pairkit.index import outside
+
+    rng = np.random.default_rng(51)
+    centers = unit(8, 12, seed=52)
+    lab = rng.integers(0, 8, 3000)
+    x = centers[lab] + 0.25 * rng.normal(size=(3000, 12)).astype(np.float32)
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    assign = np.stack([lab, np.where(rng.random(3000) < 0.99, lab, (lab + 1) % 8)])
+    coords = unit(3000, 4, seed=53).astype(np.float16)
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(12), 12, 40, faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add(x)
+    cell_of = np.asarray(index.quantizer.search(x, 1)[1]).ravel()
+    centroids = index.quantizer.reconstruct_n(0, 40)
+    rows = np.arange(0, 3000, 7)
+    scans: list[tuple[int, int]] = []
+    far_in = outside.far_in
+
+    def spy(c, query_rows, threshold, cols=None):
+        scans.extend((int(q), int(cell_of[cols[0]])) for q in query_rows)
+        return far_in(c, query_rows, threshold, cols)
+
+    monkeypatch.setattr(outside, "far_in", spy)
+    for votes, nprobe, k in ((2, 1, 5), (1, 2, 7), (2, 3, 40)):
+        scans.clear()
+        search = outside.MaskedIvfSearch(index, assign, nprobe=nprobe, votes=votes,
+                                         coords=coords, threshold=1.5)  # nothing far-masked
+        s, i = search.search(rows, k, x[rows])
+        assert len(scans) == len(set(scans))  # no (query, cell) twice
+        widened = 0
+        for n, q in enumerate(rows):
+            coarse = x[q] @ centroids.T
+            if votes == 1:  # cells all in the query's first-run cluster: never probed
+                coarse[search.dominant == assign[0, q]] = -np.inf
+            order = np.argsort(-coarse, kind="stable")
+            p = min(40, nprobe * max(1, -(-k // 32)))
+            while True:
+                cells = [c for c in order[:p] if np.isfinite(coarse[c])]
+                cand = np.flatnonzero(np.isin(cell_of, cells))
+                ok = (assign[:, cand] == assign[:, [q]]).sum(axis=0) < votes
+                cand = cand[ok]
+                sc = x[cand] @ x[q]
+                top = np.lexsort((cand, -sc))[:k]
+                if len(top) >= k or p >= 40:
+                    break
+                p, widened = min(40, 4 * p), widened + 1
+            got = i[n][i[n] >= 0]
+            np.testing.assert_array_equal(got, cand[top])
+            np.testing.assert_allclose(s[n][: len(got)], sc[top], atol=1e-6)
+        assert widened > 0  # the case widens
