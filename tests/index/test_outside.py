@@ -307,26 +307,34 @@ def test_masked_exact_search_with_many_tied_scores_equals_brute_force():
         np.testing.assert_allclose(s, rs, atol=1e-6)
 
 
+def blobs_ivf(n: int, nlist: int, *, noise: float, moved: float, seed: int):
+    """``(x, assign, index)``: ``n`` unit rows around 8 centres in 12 dims, two cluster
+    runs (the blobs; the second moves a share ``moved`` of the rows to the next blob)
+    and an ``nlist``-cell IVF index of the rows."""
+    import faiss
+
+    rng = np.random.default_rng(seed)
+    centers = unit(8, 12, seed=seed + 1)
+    lab = rng.integers(0, 8, n)
+    x = centers[lab] + noise * rng.normal(size=(n, 12)).astype(np.float32)
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    assign = np.stack([lab, np.where(rng.random(n) < 1 - moved, lab, (lab + 1) % 8)])
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(12), 12, nlist, faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add(x)
+    return x, assign, index
+
+
 def test_masked_ivf_search_widens_the_probes_of_a_query_found_short():
     """A query whose probed cells hold fewer than k allowed rows is searched again with
     more cells (a short result would read as "the store is exhausted" and leave its
     anchor with fewer negatives): every query gets k while the store has them, most of
     them the exact masked search's, none of them masked."""
-    import faiss
-
     from pairkit.index.outside import MaskedIvfSearch
 
-    rng = np.random.default_rng(41)
-    centers = unit(8, 12, seed=42)
-    lab = rng.integers(0, 8, 4000)
-    x = centers[lab] + 0.2 * rng.normal(size=(4000, 12)).astype(np.float32)
-    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
     # two runs; votes 2: the rows of the query's blob are skipped unless the second run
     # moved them, so the cells near a query hold almost no allowed row
-    assign = np.stack([lab, np.where(rng.random(4000) < 0.995, lab, (lab + 1) % 8)])
-    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(12), 12, 32, faiss.METRIC_INNER_PRODUCT)
-    index.train(x)
-    index.add(x)
+    x, assign, index = blobs_ivf(4000, 32, noise=0.2, moved=0.005, seed=41)
     rows = np.arange(0, 4000, 11)
     s, i = MaskedIvfSearch(index, assign, nprobe=2, votes=2).search(rows, 5, x[rows])
     assert (i >= 0).all()  # nobody short: the store has far more than 5 allowed rows
@@ -342,20 +350,10 @@ def test_masked_ivf_search_widening_scans_each_cell_once(monkeypatch):
     reference: per query, the rows of its P best useful cells by centroid score (P the
     search's, 4x more each time fewer than k allowed rows came back), masked, top k by
     score then id."""
-    import faiss
-
     from pairkit.index import outside
 
-    rng = np.random.default_rng(51)
-    centers = unit(8, 12, seed=52)
-    lab = rng.integers(0, 8, 3000)
-    x = centers[lab] + 0.25 * rng.normal(size=(3000, 12)).astype(np.float32)
-    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-    assign = np.stack([lab, np.where(rng.random(3000) < 0.99, lab, (lab + 1) % 8)])
+    x, assign, index = blobs_ivf(3000, 40, noise=0.25, moved=0.01, seed=51)
     coords = unit(3000, 4, seed=53).astype(np.float16)
-    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(12), 12, 40, faiss.METRIC_INNER_PRODUCT)
-    index.train(x)
-    index.add(x)
     cell_of = np.asarray(index.quantizer.search(x, 1)[1]).ravel()
     centroids = index.quantizer.reconstruct_n(0, 40)
     rows = np.arange(0, 3000, 7)
