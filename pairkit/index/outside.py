@@ -359,9 +359,10 @@ class MaskedIvfSearch:
                 shared = np.zeros(sims.shape, dtype=np.int32)
                 for r in range(self.assign.shape[0]):
                     shared += q_assign[r, sub][:, None] == self.assign[r, lid_ids][None, :]
-                sims[shared >= self.votes] = -np.inf
+                blocked = shared >= self.votes
                 if self.coords is not None:
-                    sims[~far_in(self.coords, rows[sub], self.threshold, lid_ids)] = -np.inf
+                    blocked |= ~far_in(self.coords, rows[sub], self.threshold, lid_ids)
+                np.putmask(sims, blocked, -np.inf)
                 heap.add_result_subset(sub, sims, lid_ids)
             heap.finalize()
             got_i = np.where(np.isfinite(heap.D) & (heap.I >= 0), heap.I, -1)
