@@ -67,6 +67,10 @@ class HalfIvf:
         lo, hi = int(self.offsets[cell]), int(self.offsets[cell + 1])
         return to_float32(np.asarray(self.codes[lo:hi])), self.ids[lo:hi].astype(np.int64)
 
+    def cell_ids(self, cell: int) -> np.ndarray:
+        """Cell ``cell``'s row ids (int64), without reading its rows."""
+        return self.ids[int(self.offsets[cell]) : int(self.offsets[cell + 1])].astype(np.int64)
+
     def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(D, I)`` (nq, k): best first, -1/-inf padded (as ``IndexIVFFlat`` searched
         list-major with the same ``nprobe``)."""

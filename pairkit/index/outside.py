@@ -242,8 +242,9 @@ class MaskedIvfSearch:
     with ``k`` (a retry for a deeper list scans more cells), and a query whose probed
     cells hold fewer than ``k`` allowed rows is searched again with 4x the cells (the new
     ones only: each cell is scanned once per query) until it has ``k`` or every cell was
-    scanned, so a short result means the store has no more (a caller reads it so). Returns the same ``(scores, ids)`` as an IVF search of the
-    allowed rows with those probes.
+    scanned, so a short result means the store has no more (a caller reads it so).
+    Returns the same ``(scores, ids)`` as an IVF search of the allowed rows with those
+    probes.
     """
 
     def __init__(self, index: Any, assign: np.ndarray, nprobe: int,
@@ -269,7 +270,7 @@ class MaskedIvfSearch:
         first = self.assign[0]
         self.dominant = np.full(self.nlist, -1, dtype=np.int64)
         for lid in range(self.nlist):
-            _, ids = self.lists.inverted_list(lid)
+            ids = self.lists.cell_ids(lid)  # not its rows (a HalfIvf would read them)
             if len(ids):
                 values, counts = np.unique(first[ids], return_counts=True)
                 if counts.max() >= own_share * len(ids):

@@ -333,6 +333,10 @@ class IvfListMajor:
             self._lists[lid] = (vec, ids)
         return self._lists[lid]
 
+    def cell_ids(self, lid: int) -> np.ndarray:
+        """List ``lid``'s ids (n,) int64 (a read-only view)."""
+        return self.inverted_list(lid)[1]
+
     def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(D, I)`` (nq, k) like ``index.search``: best first, -1/-inf padded."""
         return list_major_search(self.ivf.quantizer, int(self.ivf.nprobe), self.inverted_list,

@@ -199,9 +199,14 @@ def test_masked_search_over_the_float16_lists_equals_the_float32_index(store, sm
     np.testing.assert_array_equal(i_half, i_full)
     np.testing.assert_array_equal(s_half, s_full)
     assert (i_half >= 0).all() and text_half.endswith(text_full.split(";", 1)[1])
+    # each cell's ids without its rows, as the rows' lists hold them
+    for lists in (half.inner.lists, full.inner.lists):
+        for cell in range(8):
+            np.testing.assert_array_equal(lists.cell_ids(cell), lists.inverted_list(cell)[1])
+    np.testing.assert_array_equal(half.inner.dominant, full.inner.dominant)
 
 
-def test_lists_of_rows_computed_when_read_keep_ids_and_search_the_same():
+def test_lists_of_rows_computed_when_read_keep_ids_and_search_the_same(monkeypatch):
     # rows computed when read with ``recompute`` set (the rules' whitened rows): the lists
     # hold only the ids in cell order and compute a cell's rows again when it is scanned;
     # the same results as the lists holding the rows themselves
@@ -222,6 +227,14 @@ def test_lists_of_rows_computed_when_read_keep_ids_and_search_the_same():
     assert isinstance(kept.codes, np.ndarray) and isinstance(lazy.codes, half_ivf.CellRows)
     np.testing.assert_array_equal(lazy.ids, kept.ids)
     np.testing.assert_array_equal(lazy.offsets, kept.offsets)
+
+    def unread(*_args):
+        raise AssertionError("a cell's ids read its rows")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(half_ivf.CellRows, "__getitem__", unread)
+        for cell in range(8):  # the ids only: no row computed
+            np.testing.assert_array_equal(lazy.cell_ids(cell), kept.inverted_list(cell)[1])
     q = unit(x[:500])
     d1, i1 = kept.search(q, 7)
     d2, i2 = lazy.search(q, 7)

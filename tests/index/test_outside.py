@@ -355,7 +355,8 @@ def test_masked_ivf_search_widening_scans_each_cell_once(monkeypatch):
     x, assign, index = blobs_ivf(3000, 40, noise=0.25, moved=0.01, seed=51)
     coords = unit(3000, 4, seed=53).astype(np.float16)
     cell_of = np.asarray(index.quantizer.search(x, 1)[1]).ravel()
-    centroids = index.quantizer.reconstruct_n(0, 40)
+    # as arrays: once faiss.contrib.torch_utils is loaded (other tests) FAISS hands tensors
+    centroids = np.asarray(index.quantizer.reconstruct_n(0, 40), dtype=np.float32)
     rows = np.arange(0, 3000, 7)
     scans: list[tuple[int, int]] = []
     far_in = outside.far_in
