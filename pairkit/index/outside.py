@@ -340,7 +340,7 @@ class MaskedIvfSearch:
             probes = np.argpartition(-coarse, kk - 1, axis=1)[:, :kk]
             ok = np.isfinite(np.take_along_axis(coarse, probes, 1))
             cells[s : s + len(rows)] = np.where(ok, probes, -1)
-            flat = np.where(ok, probes, -1).ravel()
+            flat = cells[s : s + len(rows)].ravel()
             qids = np.repeat(np.arange(len(rows)), kk)
             keep = flat >= 0
             flat, qids = flat[keep], qids[keep]
