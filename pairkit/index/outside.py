@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pairkit.core.coded_rows import CodedRows, CodedRuns, Coords, coded_products
+
 if TYPE_CHECKING:
     from pairkit.index.backend import SearchBackend
     from pairkit.index.options import IndexOptions
@@ -110,7 +112,7 @@ def integer_rows(assign: Any) -> np.ndarray:
 
 def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.ndarray,
                         k: int, *, votes: int = 1, big_group: int = 128,
-                        block_bytes: int = 1 << 27, coords: np.ndarray | None = None,
+                        block_bytes: int = 1 << 27, coords: Coords | None = None,
                         threshold: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Exact kNN of ``vectors[query_rows]`` among the rows that share fewer than
     ``votes`` of the query's clusters: row j is allowed for query q when
@@ -178,10 +180,15 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
     return scores, ids
 
 
-def far_in(coords: np.ndarray, rows: np.ndarray, threshold: float,
+def far_in(coords: Coords, rows: np.ndarray, threshold: float,
            cols: np.ndarray | None = None) -> np.ndarray:
     """(len(rows), N or len(cols)) bool: the cosine of row ``rows[i]`` and row j of the unit
-    rows ``coords`` is below ``threshold`` (j over ``cols``, else every row)."""
+    rows ``coords`` is below ``threshold`` (j over ``cols``, else every row). Coordinates
+    stored by code (:class:`~pairkit.core.coded_rows.CodedRows`) are multiplied once per
+    distinct pair of codes."""
+    if isinstance(coords, CodedRows):
+        every = np.arange(len(coords)) if cols is None else cols
+        return coded_products(coords, np.asarray(rows), np.asarray(every)) < threshold
     left = np.asarray(coords[rows], dtype=np.float32)
     right = np.asarray(coords if cols is None else coords[cols], dtype=np.float32)
     return (left @ right.T) < threshold
@@ -248,7 +255,7 @@ class MaskedIvfSearch:
     """
 
     def __init__(self, index: Any, assign: np.ndarray, nprobe: int,
-                 own_share: float = 1.0, votes: int = 1, coords: np.ndarray | None = None,
+                 own_share: float = 1.0, votes: int = 1, coords: Coords | None = None,
                  threshold: float = 1.0) -> None:
         from pairkit.index.half_ivf import HalfIvf
         from pairkit.index.search import IvfListMajor
@@ -256,7 +263,10 @@ class MaskedIvfSearch:
         # a HalfIvf (lists in the store's float16, converted as scanned: the same results)
         # is scanned as it is; an IndexIVFFlat through read-only views of its lists
         self.lists = index if isinstance(index, HalfIvf) else IvfListMajor(index)
-        self.assign = integer_rows(assign)
+        # runs stored by code (the cluster rule's above its spectral sample) stay so: a
+        # row's labels are read from the small table through its code, never a (G, N) copy
+        self.codes = assign.codes if isinstance(assign, CodedRuns) else None
+        self.assign = integer_rows(assign.table if isinstance(assign, CodedRuns) else assign)
         if self.assign.ndim == 1:
             self.assign = self.assign[None, :]
         ivf = index if isinstance(index, HalfIvf) else self.lists.ivf
@@ -267,14 +277,17 @@ class MaskedIvfSearch:
         self.threshold = float(threshold)
         self.centroids = np.asarray(ivf.quantizer.reconstruct_n(0, self.nlist), np.float32)
         # each list's dominant cluster of the first run and its share of the list
-        first = self.assign[0]
         self.dominant = np.full(self.nlist, -1, dtype=np.int64)
         for lid in range(self.nlist):
             ids = self.lists.cell_ids(lid)  # not its rows (a HalfIvf would read them)
             if len(ids):
-                values, counts = np.unique(first[ids], return_counts=True)
+                values, counts = np.unique(self.runs_of(ids)[0], return_counts=True)
                 if counts.max() >= own_share * len(ids):
                     self.dominant[lid] = values[np.argmax(counts)]
+
+    def runs_of(self, rows: np.ndarray) -> np.ndarray:
+        """(G, len(rows)): the labels of rows ``rows`` in every run."""
+        return self.assign[:, rows if self.codes is None else self.codes[rows]]
 
     def search(self, query_rows: np.ndarray, k: int, queries: np.ndarray,
                block: int = 16_384, nprobe: int | None = None
@@ -330,8 +343,9 @@ class MaskedIvfSearch:
             rows = query_rows[s : s + block]
             q = np.ascontiguousarray(queries[s : s + block], dtype=np.float32)
             coarse = q @ self.centroids.T
+            q_assign = self.runs_of(rows)
             if self.votes == 1:
-                useless = self.dominant[None, :] == self.assign[0][rows][:, None]
+                useless = self.dominant[None, :] == q_assign[0][:, None]
                 coarse[useless] = -np.inf
             if done is not None:  # scanned by an earlier pass: not again
                 before = done[s : s + block]
@@ -348,7 +362,6 @@ class MaskedIvfSearch:
             flat, qids = flat[order], qids[order]
             bounds = np.flatnonzero(np.diff(flat)) + 1
             heap = faiss.ResultHeap(len(rows), k, keep_max=True)
-            q_assign = self.assign[:, rows]
             for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(flat)], strict=True):
                 if hi <= lo:
                     continue
@@ -358,8 +371,9 @@ class MaskedIvfSearch:
                 sub = qids[lo:hi]
                 sims = q[sub] @ vec.T
                 shared = np.zeros(sims.shape, dtype=np.int32)
+                cell_assign = self.runs_of(lid_ids)
                 for r in range(self.assign.shape[0]):
-                    shared += q_assign[r, sub][:, None] == self.assign[r, lid_ids][None, :]
+                    shared += q_assign[r, sub][:, None] == cell_assign[r][None, :]
                 blocked = shared >= self.votes
                 if self.coords is not None:
                     blocked |= ~far_in(self.coords, rows[sub], self.threshold, lid_ids)
@@ -386,7 +400,7 @@ class AnchorSearch:
     assign: np.ndarray
     votes: int
     inner: Any = None
-    coords: np.ndarray | None = None  # the exact and torch searches' second mask (far_in)
+    coords: Coords | None = None  # the exact and torch searches' second mask (far_in)
     threshold: float = 1.0
 
     def __call__(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -425,7 +439,7 @@ class PartIndex:
 def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOptions,
                      engine: SearchBackend, store_root: Any = None,
                      content_id: str | None = None, votes: int = 1,
-                     what: str = "cluster", rows: Any = None, coords: np.ndarray | None = None,
+                     what: str = "cluster", rows: Any = None, coords: Coords | None = None,
                      threshold: float = 1.0) -> tuple[Any, str]:
     """An anchor searcher that skips the rows sharing the anchor's cluster in at least
     ``votes`` runs of ``assign`` (runs, N), and with ``coords`` the rows at a cosine of at

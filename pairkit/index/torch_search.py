@@ -142,9 +142,9 @@ class TorchFlatIndex:
         return scores, ids
 
     def search_masked(self, queries: np.ndarray, k: int, query_assign: np.ndarray,
-                      base_assign: np.ndarray, votes: int = 1, *,
+                      base_assign: Any, votes: int = 1, *,
                       query_coords: np.ndarray | None = None,
-                      base_coords: np.ndarray | None = None,
+                      base_coords: Any = None,  # an array or CodedRows
                       threshold: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`search`, among the base rows that share fewer than ``votes``
         labels with the query: row j is allowed for query q when ``base_assign[r, j] ==
@@ -164,6 +164,7 @@ class TorchFlatIndex:
             return scores, ids
         # "shares a label in some run" as a product of one-hot codes: one narrow GEMM per
         # score block (R x L columns) instead of R comparison passes over it
+        given = base_assign  # the caller's object (an array, or runs stored by code)
         base_assign = np.asarray(base_assign)  # its own integer dtype: the same object
         if base_assign.dtype.kind not in "iu":  # for the cache below
             base_assign = base_assign.astype(np.int64)
@@ -173,9 +174,9 @@ class TorchFlatIndex:
         width = int(max(base_assign.max(), np.asarray(query_assign).max())) + 1
         # the same array object (held here, so its id can't be reused) and width
         cached = getattr(self, "_base_key", None)
-        if cached is None or cached[0] is not base_assign or cached[1] != width:
+        if cached is None or cached[0] is not given or cached[1] != width:
             self._base_assign = self._onehot(base_assign, width)
-            self._base_key = (base_assign, width)
+            self._base_key = (given, width)
         self._votes = max(1, int(votes))
         self._threshold = float(threshold)
         near = base_coords is not None and query_coords is not None

@@ -16,6 +16,7 @@ import numpy as np
 from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
 
 if TYPE_CHECKING:
+    from pairkit.core.coded_rows import CodedRows
     from pairkit.index.backend import SearchBackend
     from pairkit.mine.false_negatives import FalseNegativeConfig
     from pairkit.mine.spectral import SpectralEmbedding
@@ -67,8 +68,8 @@ class FnContext:
     whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None
     mutual_source_keys: np.ndarray | None = None  # sorted src_a * n_sources + src_b
     # (N, dims) float16: every row's diffusion coordinates, unit length (the cluster
-    # rule's threshold; pairkit.mine.spectral.all_coordinates)
-    diffusion: np.ndarray | None = None
+    # rule's threshold; pairkit.mine.spectral.all_coordinates: by code above its sample)
+    diffusion: np.ndarray | CodedRows | None = None
 
     @property
     def count(self) -> int:

@@ -18,7 +18,7 @@ The search itself is :func:`pairkit.index.outside.outside_searcher`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,7 +48,7 @@ class SkippedRows:
     parts: np.ndarray
     votes: int
     what: str
-    coords: np.ndarray | None = None
+    coords: Any = None  # an array or CodedRows (pairkit.mine.spectral.all_coordinates)
     threshold: float = 1.0
 
 

@@ -26,9 +26,12 @@ Rand index to the true classes of MNIST under an ImageNet CNN rose from 0.18-0.3
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pairkit.core.coded_rows import CodedRows, CodedRuns
 
 EIGEN_THRESHOLD = 0.93
 MAX_CLUSTERS = 64
@@ -49,6 +52,8 @@ class SpectralEmbedding:
     # per seed: the sample's small cells and each other row's nearest (:func:`_cells`)
     cells: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
         default_factory=dict, repr=False)
+    # per seed: every row's code in the extended runs' and coordinates' tables
+    codes: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     def cluster_count(self, threshold: float = EIGEN_THRESHOLD) -> int:
         """Eigenvalues >= ``threshold``, between 2 and the embedding's width."""
@@ -150,10 +155,11 @@ def diffusion_coordinates(emb: SpectralEmbedding) -> np.ndarray:
 
 
 def cluster_runs(emb: SpectralEmbedding, k: int, runs: int, *, seed: int = 0,
-                 niter: int = 20) -> np.ndarray:
+                 niter: int = 20) -> np.ndarray | CodedRuns:
     """(runs, N) int64: k-means runs (seeds ``seed + r``) on the diffusion coordinates
     of the embedding (:func:`diffusion_coordinates`); rows outside the sample take the
-    majority cluster of their nearest cell of sampled rows (:func:`_extend`).
+    majority cluster of their nearest cell of sampled rows (:func:`extended_runs`: by
+    code, a :class:`~pairkit.core.coded_rows.CodedRuns`).
 
     Always numpy k-means, whatever engine searches: the sample is at most 20,000 rows
     in 32-64 dims (milliseconds a step), and torch's k-means draws other seeds, so runs
@@ -171,50 +177,70 @@ def cluster_runs(emb: SpectralEmbedding, k: int, runs: int, *, seed: int = 0,
     n = len(emb.reduced)
     if len(emb.rows) == n:
         return labels
-    return _extend(emb, labels, seed=seed)
+    return extended_runs(emb, labels, seed=seed)
 
 
-def all_coordinates(emb: SpectralEmbedding, *, seed: int = 0) -> np.ndarray:
+def all_coordinates(emb: SpectralEmbedding, *, seed: int = 0) -> np.ndarray | CodedRows:
     """(N, dims) float16: every row's diffusion coordinates, unit length. Sampled rows
     keep theirs; every other row takes the normalised mean of its nearest cell's
-    sampled rows (the cells of :func:`_extend`, the same extension as the clusters').
-    float16: 2 bytes a value (0.13 GB at 1M rows x 64), cosines to about 1e-3."""
+    sampled rows (the cells of :func:`extended_runs`, the same extension as the
+    clusters'). float16: 2 bytes a value, cosines to about 1e-3. Above the sample, by
+    code (:class:`~pairkit.core.coded_rows.CodedRows`, :func:`row_codes`: the cells'
+    means, then the sampled rows' own; 2 bytes a row instead of 2 x dims, 0.13 GB at 1M
+    rows x 64)."""
+    from pairkit.core.coded_rows import CodedRows
+
     x = diffusion_coordinates(emb)
     n = len(emb.reduced)
-    out = np.empty((n, x.shape[1]), dtype=np.float16)
-    out[emb.rows] = x
     if len(emb.rows) == n:
-        return out
-    cell_of, nearest, others = _cells(emb, seed=seed)
+        return x.astype(np.float16)
+    cell_of = _cells(emb, seed=seed)[0]
     sums = np.zeros((int(cell_of.max()) + 1, x.shape[1]), dtype=np.float64)
     np.add.at(sums, cell_of, x)
-    means = (sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
-             ).astype(np.float16)
-    step = 1 << 20  # rows at a time: no (N, dims) temporary beside the output
-    for s in range(0, len(others), step):
-        out[others[s : s + step]] = means[nearest[s : s + step]]
-    return out
+    means = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+    return CodedRows(row_codes(emb, seed=seed),
+                     np.concatenate([means.astype(np.float16), x.astype(np.float16)]))
 
 
 EXTEND_BLOCK_BYTES = 1 << 25  # 32 MiB of rows' similarities to the cells at a time
 
 
-def _extend(emb: SpectralEmbedding, labels: np.ndarray, *, seed: int = 0) -> np.ndarray:
-    """Labels of every row. Sampled rows keep theirs; the sample is cut into small
-    cells (:func:`_cells`), each cell takes its rows' majority label per run, and every
-    other row takes the label of its nearest cell."""
-    n = len(emb.reduced)
-    out = np.empty((labels.shape[0], n), dtype=np.int64)
-    out[:, emb.rows] = labels
-    cell_of, nearest, others = _cells(emb, seed=seed)
+def extended_runs(emb: SpectralEmbedding, labels: np.ndarray, *, seed: int = 0) -> CodedRuns:
+    """Labels (runs, N) of every row from the sample's ``labels`` (runs, len(rows)):
+    sampled rows keep theirs; the sample is cut into small cells (:func:`_cells`), each
+    cell takes its rows' majority label per run, and every other row takes the label of
+    its nearest cell. By code (:func:`row_codes`): the cells' labels, then the sampled
+    rows'."""
+    from pairkit.core.coded_rows import CodedRuns
+
+    cell_of = _cells(emb, seed=seed)[0]
     cells = int(cell_of.max()) + 1
     cell_label = np.zeros((labels.shape[0], cells), dtype=np.int64)
     for r in range(labels.shape[0]):
         counts = np.zeros((cells, int(labels[r].max()) + 1), dtype=np.int64)
         np.add.at(counts, (cell_of, labels[r]), 1)
         cell_label[r] = counts.argmax(axis=1)  # ties: the smallest label
-    out[:, others] = cell_label[:, nearest]
-    return out
+    return CodedRuns(row_codes(emb, seed=seed),
+                     np.concatenate([cell_label, np.asarray(labels, np.int64)], axis=1))
+
+
+def row_codes(emb: SpectralEmbedding, *, seed: int = 0) -> np.ndarray:
+    """(N,) each row's code in the tables of :func:`extended_runs` and
+    :func:`all_coordinates`: its nearest cell (:func:`_cells`) for a row outside the
+    sample, the number of cells plus its place in the sample for a sampled row; in the
+    smallest integer type that holds them (2 bytes a row up to 32,768 codes). One array
+    per seed (the runs and the coordinates share it)."""
+    from pairkit.core.coded_rows import code_dtype
+
+    if seed in emb.codes:
+        return emb.codes[seed]
+    cell_of, nearest, others = _cells(emb, seed=seed)
+    cells = int(cell_of.max()) + 1
+    codes = np.empty(len(emb.reduced), dtype=code_dtype(cells + len(emb.rows)))
+    codes[emb.rows] = cells + np.arange(len(emb.rows))
+    codes[others] = nearest
+    emb.codes[seed] = codes
+    return codes
 
 
 def _cells(emb: SpectralEmbedding, *, seed: int = 0, per_cell: int = 16

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pairkit.core.coded_rows import CodedRows, CodedRuns
 from pairkit.index.outside import OutsideSearcher, masked_exact_search
 from pairkit.index.search import knn_search
 
@@ -228,20 +229,31 @@ def brute_far(x, assign, coords, rows, k, votes, threshold):
     return out_s, out_i
 
 
+def coded_coords(n: int, table_rows: int, dims: int, seed: int) -> CodedRows:
+    """Unit coordinates stored by code, as the cluster rule's are above its sample: a few
+    distinct rows, each shared by many."""
+    table = unit(table_rows, dims, seed=seed).astype(np.float16)
+    codes = np.random.default_rng(seed + 1).integers(0, table_rows, n).astype(np.int16)
+    return CodedRows(codes, table)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_coordinate_mask_exact_and_torch_equal_brute_force(dtype):
+@pytest.mark.parametrize("coded", [False, True])
+def test_coordinate_mask_exact_and_torch_equal_brute_force(dtype, coded):
     """The cluster rule's diffusion threshold as a second mask: a row is skipped when its
-    coordinates' cosine to the query's is >= the threshold, whatever the votes say."""
+    coordinates' cosine to the query's is >= the threshold, whatever the votes say; the
+    same with the coordinates stored by code (brute force reads them as an array)."""
     from pairkit.index.torch_search import TorchFlatIndex
 
     x = unit(150, 8, seed=21)
-    coords = unit(150, 3, seed=22).astype(np.float16)
+    coords = (coded_coords(150, 12, 3, seed=22) if coded
+              else unit(150, 3, seed=22).astype(np.float16))
     rng = np.random.default_rng(23)
     assign = np.stack([rng.integers(0, 4, 150), rng.integers(0, 3, 150)])
     rows = np.arange(0, 150, 4)
     index = TorchFlatIndex(x, device="cpu", dtype=dtype, query_block=7, base_block=32)
     for votes, threshold in ((2, 0.5), (1, 0.2), (2, 1.01)):
-        rs, ri = brute_far(x, assign, coords, rows, 6, votes, threshold)
+        rs, ri = brute_far(x, assign, np.asarray(coords), rows, 6, votes, threshold)
         s, i = masked_exact_search(x, assign, rows, 6, votes=votes, coords=coords,
                                    threshold=threshold, block_bytes=4 * 150 * 9)
         np.testing.assert_array_equal(i, ri)
@@ -257,27 +269,39 @@ def test_coordinate_mask_exact_and_torch_equal_brute_force(dtype):
                                          threshold=0.5)[1]).any()
 
 
-def test_masked_ivf_search_with_the_coordinate_mask():
+@pytest.mark.parametrize("coded", [False, True])
+def test_masked_ivf_search_with_the_coordinate_mask(coded):
+    """The masked IVF search with both masks; ``coded``: the runs and the coordinates
+    stored by one code per row, as the cluster rule keeps them above its sample, against
+    the exact masked search of the same values as arrays."""
     import faiss
 
     from pairkit.index.outside import MaskedIvfSearch
 
     rng = np.random.default_rng(31)
     x = unit(2000, 12, seed=32)
-    coords = unit(2000, 4, seed=33).astype(np.float16)
+    coords = (coded_coords(2000, 40, 4, seed=33) if coded
+              else unit(2000, 4, seed=33).astype(np.float16))
     assign = np.stack([rng.integers(0, 6, 2000), rng.integers(0, 6, 2000)])
+    if coded:  # labels per code, read through the coordinates' codes
+        assign = CodedRuns(coords.codes, np.stack([rng.integers(0, 6, 40),
+                                                   rng.integers(0, 6, 40)]).astype(np.int16))
     index = faiss.IndexIVFFlat(faiss.IndexFlatIP(12), 12, 12, faiss.METRIC_INNER_PRODUCT)
     index.train(x)
     index.add(x)
     rows = np.arange(0, 2000, 9)
     every = MaskedIvfSearch(index, assign, nprobe=12, votes=2, coords=coords, threshold=0.3)
     s, i = every.search(rows, 5, x[rows])  # every cell: the exact masked search
-    ref_s, ref_i = masked_exact_search(x, assign, rows, 5, votes=2, coords=coords,
-                                       threshold=0.3)
+    ref_s, ref_i = masked_exact_search(x, np.asarray(assign), rows, 5, votes=2,
+                                       coords=np.asarray(coords), threshold=0.3)
     np.testing.assert_array_equal(i, ref_i)
+    # one vote: the cells whose rows all share the query's first-run cluster are not probed
+    one = MaskedIvfSearch(index, assign, nprobe=12, votes=1).search(rows, 5, x[rows])[1]
+    np.testing.assert_array_equal(
+        one, masked_exact_search(x, np.asarray(assign), rows, 5, votes=1)[1])
     few = MaskedIvfSearch(index, assign, nprobe=2, votes=2, coords=coords,
                           threshold=0.3).search(rows, 5, x[rows])[1]
-    c = coords.astype(np.float32)
+    c = np.asarray(coords).astype(np.float32)
     ok = few >= 0
     near = np.einsum("nd,nkd->nk", c[rows], c[np.maximum(few, 0)]) >= 0.3
     assert ok.any() and not (near & ok).any()  # never a row the threshold skips

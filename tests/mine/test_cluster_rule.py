@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
+from pairkit.core.coded_rows import CodedRows
 from pairkit.index.kmeans import spherical_kmeans
 from pairkit.mine.clusters import pca_reduce
 from pairkit.mine.false_negatives import FalseNegativeConfig, build_context
@@ -293,6 +294,57 @@ def test_spectral_embedding_holds_no_copy_of_the_rows():
                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_runs_and_coordinates_by_code_mine_the_table_of_arrays(tmp_path, monkeypatch, kind):
+    """Above the spectral sample the cluster rule keeps every row's runs and diffusion
+    coordinates by code (2 bytes a row): the whole label-free table (negatives, flags,
+    scores, mined positives) equals the one mined with the same values as (G, N) and
+    (N, dims) arrays."""
+    from functools import partial
+
+    from pairkit.core.coded_rows import CodedRows, CodedRuns
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine import spectral
+    from pairkit.mine.command import mine_store
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.positives import PositiveConfig
+
+    store = _store_with_blobs(tmp_path, labels=False,
+                              base=blobs(5, 120, 16, spread=0.25, seed=8))
+    monkeypatch.setattr(spectral, "spectral_embedding",
+                        partial(spectral.spectral_embedding, sample=300))
+    made: list[type] = []
+    runs, coords = spectral.extended_runs, spectral.all_coordinates
+
+    def recorded(fn, *args, **kwargs):
+        out = fn(*args, **kwargs)
+        made.append(type(out))
+        return out
+
+    monkeypatch.setattr(spectral, "extended_runs", partial(recorded, runs))
+    monkeypatch.setattr(spectral, "all_coordinates", partial(recorded, coords))
+    cfg = MineConfig(num_negatives=4, hard=True)
+    fcfg = FalseNegativeConfig(rules=("near-duplicate", "mutual-neighbour", "cluster"),
+                               cluster_ks=(5,))
+    idx = IndexOptions(kind=kind, nlist=6 if kind == "ivf" else None,
+                       nprobe=3 if kind == "ivf" else None)
+    pos = PositiveConfig()
+    coded, stats = mine_store(store, "instance", cfg, idx, fcfg, positives=pos)
+    assert made == [CodedRuns, CodedRows] and "not searched" in stats["index"]
+    assert stats["clusters"]["votes"] == 8 and stats["clusters"]["diffusion"] > 0
+    made.clear()
+    monkeypatch.setattr(spectral, "extended_runs",
+                        lambda *a, **k: np.asarray(runs(*a, **k)))
+    monkeypatch.setattr(spectral, "all_coordinates",
+                        lambda *a, **k: np.asarray(coords(*a, **k)))
+    dense, stats2 = mine_store(store, "instance", cfg, idx, fcfg, positives=pos)
+    assert stats2["clusters"] == stats["clusters"]
+    assert stats["fn_flagged"]["cluster"] > 0 and stats["mined_positives"]["rows"] > 0
+    # the mined positives' confidence is the share of runs that agree: read by code
+    assert coded["positive_confidence"].between(0, 1).any()
+    pd.testing.assert_frame_equal(coded.reset_index(drop=True), dense.reset_index(drop=True))
+
+
 def test_cluster_runs_are_kept_in_the_smallest_integer_type():
     # (G, N) runs as int16 (16 bytes a row for 8 runs, not 64), and the masked search that
     # skips an anchor's clusters gives the same results from them as from int64 runs
@@ -367,9 +419,14 @@ def test_diffusion_coordinates_weighted_by_the_eigenvalues_and_extended_to_every
     ref = emb.x * diffusion_weights(emb.eigenvalues)
     ref /= np.linalg.norm(ref, axis=1, keepdims=True)
     np.testing.assert_allclose(diffusion_coordinates(emb), ref, atol=1e-6)
-    every = all_coordinates(emb, seed=0)
-    assert every.shape == (1200, emb.x.shape[1]) and every.dtype == np.float16
-    np.testing.assert_allclose(every[emb.rows].astype(np.float32), ref, atol=1e-3)
+    coded = all_coordinates(emb, seed=0)
+    # above the sample, stored by code: a 2-byte code per row into the cells' means and
+    # the sampled rows' own coordinates
+    assert isinstance(coded, CodedRows) and coded.codes.dtype == np.int16
+    assert coded.shape == (1200, emb.x.shape[1]) and coded.dtype == np.float16
+    assert len(coded.table) == int(coded.codes.max()) + 1 < 1200
+    every = np.asarray(coded)
+    np.testing.assert_array_equal(every[emb.rows], ref.astype(np.float16))
     np.testing.assert_allclose(np.linalg.norm(every.astype(np.float32), axis=1), 1.0,
                                atol=2e-3)
     # a row outside the sample sits with its blob's sampled rows: its cosine to their

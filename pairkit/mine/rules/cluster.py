@@ -80,23 +80,42 @@ def assignments(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray:
         parts = [compact(cluster_runs(emb, k, config.cluster_runs, seed=ctx.seed + 7919 * g,
                                       niter=config.cluster_niter))
                  for g, k in enumerate(ks)]
-        ctx.cluster_assign = (np.concatenate(parts) if parts
-                              else np.zeros((0, ctx.count), np.int16))
+        ctx.cluster_assign = joined(parts, ctx.count)
         ctx.cluster_key = key
         choose_votes(ctx, config)
         emb.cells.clear()  # the extension's cells (16 bytes a row): done with them
     return ctx.cluster_assign
 
 
-def compact(assign: np.ndarray) -> np.ndarray:
-    """``assign`` (cluster numbers, >= 0) as int16 when they fit (always, for the counts the
-    spectrum reads: at most 64), else int32 or int64: 16 bytes a row for 8 runs instead of
-    64 (0.5 GB at 8M rows), kept for the run and shipped to a cluster's block workers."""
+def compact(assign: Any) -> Any:
+    """``assign`` (cluster numbers, >= 0; an array or by code, a
+    :class:`~pairkit.core.coded_rows.CodedRuns`) as int16 when they fit (always, for the
+    counts the spectrum reads: at most 64), else int32 or int64: 16 bytes a row for 8
+    runs instead of 64 (0.5 GB at 8M rows), kept for the run and shipped to a cluster's
+    block workers; by code, the table so (the rows' codes are 2 bytes a row for all)."""
+    from pairkit.core.coded_rows import CodedRuns
+
+    if isinstance(assign, CodedRuns):
+        return assign.with_table(compact(assign.table))
     top = int(assign.max()) if assign.size else 0
     for dtype in (np.int16, np.int32):
         if top <= np.iinfo(dtype).max:
             return assign.astype(dtype)
     return assign
+
+
+def joined(parts: list[Any], n: int) -> Any:
+    """The runs of several cluster counts as one (G, N): by code when they share their
+    codes (one count, the default), else as an array."""
+    from pairkit.core.coded_rows import CodedRuns
+
+    if not parts:
+        return np.zeros((0, n), np.int16)
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(p, CodedRuns) and p.codes is parts[0].codes for p in parts):
+        return parts[0].with_table(np.concatenate([p.table for p in parts]))
+    return np.concatenate([np.asarray(p) for p in parts])
 
 
 PAIR_SAMPLE = 50_000
@@ -111,7 +130,7 @@ def random_pairs(n: int, sources: np.ndarray, *, pairs: int = PAIR_SAMPLE,
     return a[keep], b[keep]
 
 
-def pair_runs(assign: np.ndarray, sources: np.ndarray, *, pairs: int = PAIR_SAMPLE,
+def pair_runs(assign: Any, sources: np.ndarray, *, pairs: int = PAIR_SAMPLE,
               seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(a, b, shared)``: the random pairs of :func:`random_pairs` and, per pair, the
     runs of ``assign`` in which they share a cluster (the sample the votes and the
@@ -177,9 +196,10 @@ def choose_votes(ctx: FnContext, config: FalseNegativeConfig) -> int:
     return votes
 
 
-def coordinates(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray:
+def coordinates(ctx: FnContext, config: FalseNegativeConfig) -> Any:
     """(N, dims) float16: every row's diffusion coordinates (computed once; the cluster
-    runs' embedding, :func:`pairkit.mine.spectral.all_coordinates`)."""
+    runs' embedding, :func:`pairkit.mine.spectral.all_coordinates`: an array, or by code
+    above the spectral sample)."""
     from pairkit.mine.spectral import all_coordinates
 
     if ctx.diffusion is None:
@@ -187,9 +207,9 @@ def coordinates(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray:
     return ctx.diffusion
 
 
-def diffusion_cosines(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cosines of rows ``a`` and ``b`` (same shape) of the unit coordinates ``x``,
-    float32."""
+def diffusion_cosines(x: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosines of rows ``a`` and ``b`` (same shape) of the unit coordinates ``x`` (an
+    array or :class:`~pairkit.core.coded_rows.CodedRows`), float32."""
     left = np.asarray(x[a.ravel()], dtype=np.float32)
     right = np.asarray(x[b.ravel()], dtype=np.float32)
     return np.einsum("ij,ij->i", left, right).reshape(a.shape)
