@@ -289,6 +289,28 @@ class MaskedIvfSearch:
         """(G, len(rows)): the labels of rows ``rows`` in every run."""
         return self.assign[:, rows if self.codes is None else self.codes[rows]]
 
+    def blocked_by_code(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """(len(rows), len(cols)) bool: the rows' masks (votes, and the coordinates' cosine
+        when they share the runs' codes) decided once per distinct pair of codes: the
+        queries of a block and the rows of a cell share few of them."""
+        assert self.codes is not None
+        left, li = np.unique(self.codes[rows], return_inverse=True)
+        right, ri = np.unique(self.codes[cols], return_inverse=True)
+        shared = np.zeros((len(left), len(right)), dtype=np.int32)
+        for r in range(self.assign.shape[0]):
+            shared += self.assign[r, left][:, None] == self.assign[r, right][None, :]
+        blocked = shared >= self.votes
+        coords = self.coords
+        if isinstance(coords, CodedRows) and coords.codes is self.codes:
+            blocked |= ~((np.asarray(coords.table[left], dtype=np.float32)
+                          @ np.asarray(coords.table[right], dtype=np.float32).T)
+                         < self.threshold)
+            coords = None
+        out = blocked[li.reshape(-1)][:, ri.reshape(-1)]
+        if coords is not None:  # coordinates of their own: row by row
+            out |= ~far_in(coords, rows, self.threshold, cols)
+        return out
+
     def search(self, query_rows: np.ndarray, k: int, queries: np.ndarray,
                block: int = 16_384, nprobe: int | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
@@ -370,13 +392,15 @@ class MaskedIvfSearch:
                     continue
                 sub = qids[lo:hi]
                 sims = q[sub] @ vec.T
-                shared = np.zeros(sims.shape, dtype=np.int32)
-                cell_assign = self.runs_of(lid_ids)
-                for r in range(self.assign.shape[0]):
-                    shared += q_assign[r, sub][:, None] == cell_assign[r][None, :]
-                blocked = shared >= self.votes
-                if self.coords is not None:
-                    blocked |= ~far_in(self.coords, rows[sub], self.threshold, lid_ids)
+                if self.codes is not None:
+                    blocked = self.blocked_by_code(rows[sub], lid_ids)
+                else:
+                    shared = np.zeros(sims.shape, dtype=np.int32)
+                    for r in range(self.assign.shape[0]):
+                        shared += q_assign[r, sub][:, None] == self.assign[r, lid_ids][None, :]
+                    blocked = shared >= self.votes
+                    if self.coords is not None:
+                        blocked |= ~far_in(self.coords, rows[sub], self.threshold, lid_ids)
                 np.putmask(sims, blocked, -np.inf)
                 heap.add_result_subset(sub, sims, lid_ids)
             heap.finalize()

@@ -295,6 +295,11 @@ def test_masked_ivf_search_with_the_coordinate_mask(coded):
     ref_s, ref_i = masked_exact_search(x, np.asarray(assign), rows, 5, votes=2,
                                        coords=np.asarray(coords), threshold=0.3)
     np.testing.assert_array_equal(i, ref_i)
+    if coded:  # runs by code, coordinates as an array (or by other codes): the same
+        for other in (np.asarray(coords), CodedRows(coords.codes.copy(), coords.table)):
+            mixed = MaskedIvfSearch(index, assign, nprobe=12, votes=2, coords=other,
+                                    threshold=0.3)
+            np.testing.assert_array_equal(mixed.search(rows, 5, x[rows])[1], ref_i)
     # one vote: the cells whose rows all share the query's first-run cluster are not probed
     one = MaskedIvfSearch(index, assign, nprobe=12, votes=1).search(rows, 5, x[rows])[1]
     np.testing.assert_array_equal(
