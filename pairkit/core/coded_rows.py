@@ -27,22 +27,22 @@ def code_dtype(count: int) -> np.dtype:
     return np.dtype(np.int64)
 
 
-class CodedRows:
-    """Row ``i`` is ``table[codes[i]]``: ``codes`` (N,) integers, ``table`` (T, d).
-
-    Indexing (an int, a slice, an int or bool array) returns what indexing the full
-    (N, d) array would, as a new array in the table's dtype; ``np.asarray`` builds the
-    full array (for callers that need one)."""
+class Coded:
+    """What :class:`CodedRows` and :class:`CodedRuns` share: ``codes`` (N,) integers into
+    the entries of a 2-d ``table`` along ``axis`` (0: its rows, 1: its columns)."""
 
     ndim = 2
+    axis = 0
 
     def __init__(self, codes: np.ndarray, table: np.ndarray) -> None:
         self.codes = np.asarray(codes)
         self.table = np.asarray(table)
         if self.codes.ndim != 1 or self.table.ndim != 2:
-            raise ValueError("CodedRows needs (N,) codes and a (T, d) table")
-        check_codes(self.codes, len(self.table))
-        self.shape = (len(self.codes), int(self.table.shape[1]))
+            raise ValueError(f"{type(self).__name__} needs (N,) codes and a 2-d table")
+        check_codes(self.codes, self.table.shape[self.axis])
+        width = int(self.table.shape[1 - self.axis])
+        self.shape = ((len(self.codes), width) if self.axis == 0
+                      else (width, len(self.codes)))
         self.dtype = self.table.dtype
 
     def __len__(self) -> int:
@@ -52,17 +52,25 @@ class CodedRows:
     def nbytes(self) -> int:
         return int(self.codes.nbytes + self.table.nbytes)
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = np.take(self.table, self.codes, axis=self.axis)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
+class CodedRows(Coded):
+    """Row ``i`` is ``table[codes[i]]``: ``codes`` (N,) integers, ``table`` (T, d).
+
+    Indexing (an int, a slice, an int or bool array) returns what indexing the full
+    (N, d) array would, as a new array in the table's dtype; ``np.asarray`` builds the
+    full array (for callers that need one)."""
+
     def __getitem__(self, key: Any) -> np.ndarray:
         if isinstance(key, tuple):
             raise IndexError("CodedRows takes rows only (an int, a slice or a 1-d array)")
         return np.asarray(self.table[self.codes[key]])
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = self.table[self.codes]
-        return out if dtype is None else out.astype(dtype, copy=False)
 
-
-class CodedRuns:
+class CodedRuns(Coded):
     """A (G, N) array-like of G labels per row (the cluster rule's runs) whose column ``i``
     is ``table[:, codes[i]]``: ``codes`` (N,), ``table`` (G, T).
 
@@ -70,23 +78,7 @@ class CodedRuns:
     ``runs[:, rows]`` what the full array gives; iterating yields the runs;
     ``np.asarray`` builds the full array."""
 
-    ndim = 2
-
-    def __init__(self, codes: np.ndarray, table: np.ndarray) -> None:
-        self.codes = np.asarray(codes)
-        self.table = np.asarray(table)
-        if self.codes.ndim != 1 or self.table.ndim != 2:
-            raise ValueError("CodedRuns needs (N,) codes and a (G, T) table")
-        check_codes(self.codes, self.table.shape[1])
-        self.shape = (int(self.table.shape[0]), len(self.codes))
-        self.dtype = self.table.dtype
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.codes.nbytes + self.table.nbytes)
+    axis = 1
 
     def __iter__(self) -> Iterator[CodedValues]:
         return (self[g] for g in range(len(self)))
@@ -100,10 +92,6 @@ class CodedRuns:
         if isinstance(key, (int, np.integer)):
             return CodedValues(self.codes, self.table[key])
         raise IndexError("CodedRuns takes [run], [run, rows] or [:, rows]")
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = self.table[:, self.codes]
-        return out if dtype is None else out.astype(dtype, copy=False)
 
     def with_table(self, table: np.ndarray) -> CodedRuns:
         """The same codes over another table (the runs' labels in another dtype)."""
