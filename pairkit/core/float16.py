@@ -12,7 +12,11 @@ for the payload of a NaN (tests/core/test_float16.py).
 torch takes ~1.7 s to import, so it is imported only once this process has converted
 :data:`IMPORT_AFTER` values the slow way (about a second of numpy's conversions), or used
 at once when something else imported it; blocks below :data:`SMALL` values stay with
-numpy (the call's overhead).
+numpy (the call's overhead). Its import also costs ~0.5 GB of RSS (0.29 GB of it
+anonymous): a process whose memory is a large store's rows (:func:`avoid_torch`, called
+by :func:`pairkit.index.half_ivf.build_half_ivf` for lists of :data:`LEAN_BYTES` and more)
+never imports it for this: the out-of-core ``mine`` of 8M x 128 float16 rows peaked at
+3.16 GB with it, 2.70 GB without (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -26,8 +30,17 @@ import numpy as np
 SMALL = 1 << 14  # values: below this numpy's conversion is as fast as a torch call
 IMPORT_AFTER = 1 << 29  # values converted by numpy before torch is imported for it
 
-# values converted by numpy so far; torch once taken
-state: dict[str, Any] = {"converted": 0, "torch": None}
+LEAN_BYTES = 1 << 30  # rows a process holds from which on it converts without torch
+
+# values converted by numpy so far; torch once taken; lean: never import torch for this
+state: dict[str, Any] = {"converted": 0, "torch": None, "lean": False}
+
+
+def avoid_torch() -> None:
+    """From now on this process converts without importing torch (it still uses torch
+    when something else has loaded it): for a process whose memory is the rows it holds,
+    where torch's ~0.5 GB would be a large share (module docstring)."""
+    state["lean"] = True
 
 
 def to_float32(x: np.ndarray) -> np.ndarray:
@@ -52,7 +65,7 @@ def _torch(values: int) -> Any:
         return state["torch"]
     if "torch" not in sys.modules:
         state["converted"] += values
-        if state["converted"] < IMPORT_AFTER:
+        if state["converted"] < IMPORT_AFTER or state.get("lean"):
             return None
     try:
         from pairkit.core.threads import import_torch

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from pairkit.core.float16 import to_float32
+from pairkit.core.float16 import LEAN_BYTES, avoid_torch, to_float32
 
 ASSIGN_BLOCK_ROWS = 65_536  # rows read, converted and assigned at a time (a multiple of 4096)
 PROBES_PER_SEARCH = 1 << 21  # query x cell pairs per list-major pass (~100 MB of bookkeeping)
@@ -108,9 +108,12 @@ def build_half_ivf(rows: Any, quantizer: Any, nprobe: int) -> HalfIvf:
     are read again when scanned (:class:`CellRows`) instead of copied."""
     n, d = rows.shape
     nlist = int(quantizer.ntotal)
+    recompute = getattr(rows, "recompute", False)
+    if not recompute and n * d * np.dtype(rows.dtype).itemsize >= LEAN_BYTES:
+        avoid_torch()  # this process's memory is these lists: no torch beside them
     cells = assign_cells(rows, quantizer)
     offsets = cell_offsets(cells, nlist)
-    if getattr(rows, "recompute", False):
+    if recompute:
         order = np.argsort(cells, kind="stable")  # by cell, ids ascending within each
         ids = order.astype(np.int32 if n < 2**31 else np.int64)
         return HalfIvf(quantizer, nprobe, CellRows(rows, ids), ids, offsets)

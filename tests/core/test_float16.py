@@ -62,3 +62,56 @@ def test_torch_only_after_enough_values(monkeypatch: pytest.MonkeyPatch) -> None
         sys.modules["torch"] = torch
     float16.to_float32(x)
     assert float16.state["torch"] is torch
+
+
+def test_a_lean_process_never_imports_torch_for_conversions(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After avoid_torch, numpy converts however many values go through (exactly), and
+    torch is not imported; one loaded by something else is still used."""
+    import sys
+
+    monkeypatch.setattr(float16, "state", {"converted": 0, "torch": None, "lean": False})
+    monkeypatch.setattr(float16, "IMPORT_AFTER", 40_000)
+    torch = sys.modules.pop("torch")
+    try:
+        float16.avoid_torch()
+        x = np.arange(40_000, dtype=np.float16).reshape(-1, 1)
+        for _ in range(3):
+            np.testing.assert_array_equal(float16.to_float32(x), x.astype(np.float32))
+        assert float16.state["torch"] is None and "torch" not in sys.modules
+    finally:
+        sys.modules["torch"] = torch
+    float16.to_float32(x)
+    assert float16.state["torch"] is torch  # loaded by something else: used
+
+
+def test_big_float16_lists_make_the_process_lean(monkeypatch: pytest.MonkeyPatch) -> None:
+    """build_half_ivf of lists of LEAN_BYTES or more turns torch off for conversions (its
+    import would cost ~0.5 GB beside them); smaller lists, or rows read again when
+    scanned, leave it as it was."""
+    import faiss
+
+    from pairkit.index import half_ivf
+
+    class Rows:  # a store's float16 rows, read block by block (as ShardRows gives them)
+        def __init__(self, x: np.ndarray) -> None:
+            self.x, self.shape, self.dtype = x, x.shape, x.dtype
+
+        def __len__(self) -> int:
+            return len(self.x)
+
+        def blocks(self, n: int):  # type: ignore[no-untyped-def]
+            for start in range(0, len(self.x), n):
+                yield start, self.x[start:start + n]
+
+    monkeypatch.setattr(float16, "state", {"converted": 0, "torch": None, "lean": False})
+    x = np.random.default_rng(1).normal(size=(600, 8)).astype(np.float16)
+    rows = Rows(x)
+    quantizer = faiss.IndexFlatIP(8)
+    quantizer.add(np.ascontiguousarray(x[:6], dtype=np.float32))
+    monkeypatch.setattr(half_ivf, "LEAN_BYTES", 600 * 8 * 2 + 1)
+    half_ivf.build_half_ivf(rows, quantizer, 2)
+    assert not float16.state["lean"]
+    monkeypatch.setattr(half_ivf, "LEAN_BYTES", 600 * 8 * 2)
+    index = half_ivf.build_half_ivf(rows, quantizer, 2)
+    assert float16.state["lean"] and index.ntotal == 600
