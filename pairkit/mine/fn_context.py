@@ -16,7 +16,7 @@ import numpy as np
 from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
 
 if TYPE_CHECKING:
-    from pairkit.core.coded_rows import CodedRows
+    from pairkit.core.coded_rows import CodedRows, CodedRuns
     from pairkit.index.backend import SearchBackend
     from pairkit.mine.false_negatives import FalseNegativeConfig
     from pairkit.mine.spectral import SpectralEmbedding
@@ -51,7 +51,8 @@ class FnContext:
     views: np.ndarray | None = None
     seed: int = 0
     label_codes: np.ndarray | None = None
-    cluster_assign: np.ndarray | None = None  # (G, N) int16 (rules.cluster.compact)
+    # (G, N) int16 (rules.cluster.compact); above the spectral sample by code (CodedRuns)
+    cluster_assign: np.ndarray | CodedRuns | None = None
     cluster_info: dict[str, Any] = field(default_factory=dict)  # k chosen, stability table
     source_views: np.ndarray | None = None  # (n_sources, max_views) int64, -1 padded
     neighbours: tuple[np.ndarray, np.ndarray] | None = None  # (ids, scores), each (N, m)

@@ -66,9 +66,10 @@ def cluster_ks(ctx: FnContext, config: FalseNegativeConfig) -> tuple[int, ...]:
     return tuple(ctx.cluster_info["k"])
 
 
-def assignments(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray:
+def assignments(ctx: FnContext, config: FalseNegativeConfig) -> Any:
     """(G, N): cluster of each item in each run (G = len(ks) x runs), in the smallest
-    signed integer type that holds them (:func:`compact`)."""
+    signed integer type that holds them (:func:`compact`); above the spectral sample by
+    code (:class:`~pairkit.core.coded_rows.CodedRuns`, indexed as the array)."""
     from pairkit.mine.spectral import cluster_runs
 
     if ctx.cluster_assign is not None and ctx.cluster_key is None:
