@@ -127,15 +127,27 @@ def check_codes(codes: np.ndarray, count: int) -> None:
         raise ValueError(f"codes must lie in [0, {count})")
 
 
+def distinct_codes(codes: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, where)``: the distinct codes of rows ``rows`` and the place of each row's
+    code among them (``values[where] == codes[rows]``)."""
+    values, where = np.unique(codes[rows], return_inverse=True)
+    return values, where.reshape(-1)
+
+
+def table_products(x: CodedRows, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """(len(left), len(right)) float32: the inner products of ``x``'s table rows ``left``
+    and ``right`` (codes)."""
+    return (np.asarray(x.table[left], dtype=np.float32)
+            @ np.asarray(x.table[right], dtype=np.float32).T)
+
+
 def coded_products(x: CodedRows, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """(len(rows), len(cols)) float32: the inner products of rows ``rows`` and ``cols`` of
     ``x``, each distinct pair of codes multiplied once (the rows of one IVF cell or one
     neighbourhood share few codes) and looked up."""
-    left, li = np.unique(x.codes[rows], return_inverse=True)
-    right, ri = np.unique(x.codes[cols], return_inverse=True)
-    prod = (np.asarray(x.table[left], dtype=np.float32)
-            @ np.asarray(x.table[right], dtype=np.float32).T)
-    return np.asarray(prod[li.reshape(-1)][:, ri.reshape(-1)])
+    left, li = distinct_codes(x.codes, rows)
+    right, ri = distinct_codes(x.codes, cols)
+    return table_products(x, left, right)[np.ix_(li, ri)]
 
 
 Coords = np.ndarray | CodedRows  # unit rows as an array or by code

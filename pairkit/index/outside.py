@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pairkit.core.coded_rows import CodedRows, CodedRuns, Coords, coded_products
+from pairkit.core.coded_rows import (
+    CodedRows,
+    CodedRuns,
+    Coords,
+    coded_products,
+    distinct_codes,
+    table_products,
+)
 
 if TYPE_CHECKING:
     from pairkit.index.backend import SearchBackend
@@ -294,19 +301,17 @@ class MaskedIvfSearch:
         when they share the runs' codes) decided once per distinct pair of codes: the
         queries of a block and the rows of a cell share few of them."""
         assert self.codes is not None
-        left, li = np.unique(self.codes[rows], return_inverse=True)
-        right, ri = np.unique(self.codes[cols], return_inverse=True)
+        left, li = distinct_codes(self.codes, rows)
+        right, ri = distinct_codes(self.codes, cols)
         shared = np.zeros((len(left), len(right)), dtype=np.int32)
         for r in range(self.assign.shape[0]):
             shared += self.assign[r, left][:, None] == self.assign[r, right][None, :]
         blocked = shared >= self.votes
         coords = self.coords
         if isinstance(coords, CodedRows) and coords.codes is self.codes:
-            blocked |= ~((np.asarray(coords.table[left], dtype=np.float32)
-                          @ np.asarray(coords.table[right], dtype=np.float32).T)
-                         < self.threshold)
+            blocked |= ~(table_products(coords, left, right) < self.threshold)
             coords = None
-        out = blocked[li.reshape(-1)][:, ri.reshape(-1)]
+        out = blocked[np.ix_(li, ri)]
         if coords is not None:  # coordinates of their own: row by row
             out |= ~far_in(coords, rows, self.threshold, cols)
         return out
