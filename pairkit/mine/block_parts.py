@@ -23,6 +23,7 @@ import numpy as np
 from pairkit.core.remote_parts import RemoteParts
 from pairkit.core.store_rows import StoreRows
 from pairkit.mine.blocks import MineBlocks, MineResult, add_counts, mine_block
+from pairkit.mine.mined_parts import MinedFiles
 from pairkit.mine.positives import MinedPositives
 from pairkit.mine.stats import (
     QUANTILES,
@@ -54,11 +55,12 @@ class PartsPlan:
 class PartsJob:
     """What every block needs: the run's blocks (without the vectors, unless the rules'
     context needs them: :mod:`pairkit.mine.rules_plan`), the plan, and the mined
-    positives of every anchor (None: none mined)."""
+    positives: every anchor's, or where each block's lie (:mod:`pairkit.mine.mined_parts`;
+    None: none mined)."""
 
     blocks: MineBlocks
     plan: PartsPlan
-    mined: MinedPositives | None = None
+    mined: MinedPositives | MinedFiles | None = None
 
 
 @dataclass
@@ -134,6 +136,7 @@ def mine_block_part(job: PartsJob, span: tuple[int, int]) -> BlockSummary:
     part is replaced atomically and the driver counts each block's summary once."""
     from pairkit.core.atomic import atomic_path
     from pairkit.core.pairs import build_pair_table
+    from pairkit.mine.mined_parts import block_mined
 
     st = job.blocks
     part = mine_block(st, span)
@@ -141,10 +144,11 @@ def mine_block_part(job: PartsJob, span: tuple[int, int]) -> BlockSummary:
     paths, labels = store_columns(st.rows_from)
     table = build_pair_table(part.pairs, job.plan.fmt, job.plan.store_id, paths,
                              flag_columns=job.plan.flags)
-    if job.mined is not None:  # the block's anchors' mined positives, grouped by anchor
+    mined = block_mined(job.mined, span)
+    if mined is not None:  # the block's anchors' mined positives, grouped by anchor
         from pairkit.mine.rules_run import with_mined_positives
 
-        table = with_mined_positives(table, job.plan.fmt, st.anchors, job.mined, span,
+        table = with_mined_positives(table, job.plan.fmt, st.anchors, mined, span,
                                      job.plan.store_id, paths)
     number = span[0] // st.ctx.cfg.batch_size
     remote, record = job.plan.remote, None

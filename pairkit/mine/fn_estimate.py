@@ -93,6 +93,9 @@ def _hidden(ctx: FnContext) -> FnContext:
     """The context with every row its own source (so rules can't see shared sources),
     sharing everything else that was computed. Near-duplicate groups are built per
     source, so here the near-duplicate rule compares each pair with its threshold (never
-    the pixel check: every view of a source reads the same file)."""
+    the pixel check: every view of a source reads the same file). The mutual-neighbour
+    rule's source pairs are made again for these sources (from the same lists): the
+    run's are keyed by its source codes, and looked up by row they matched nothing."""
     return replace(ctx, sources=np.arange(ctx.count, dtype=np.int64), source_views=None,
-                   groups=None, pairwise_near_duplicates=True, paths=None)
+                   groups=None, pairwise_near_duplicates=True, paths=None,
+                   mutual_source_keys=None)

@@ -21,7 +21,7 @@ FAISS's list-major search and SemDeDup cut theirs:
    anchor is scored against the cells of its ``nprobe`` probes that the partition holds,
    by the same matrix products as the whole index (the same queries per cell), and the
    partition's exact top-``k0`` (score, then lowest id: ``knn_search``'s order) of the
-   anchors that probe it is written beside the run's parts (``cand-BBBBB-PPPPP.npz``; on
+   anchors that probe it is written beside the run's parts (``.cand-BBBBB-PPPPP.npz``; on
    object storage ``.cand-BBBBB-PPPPP-TOKEN.npz`` beside the dataset's parts, removed
    when the blocks are done).
 3. **Merge and mine** (the blocks of :func:`pairkit.mine.block_parts.mine_block_part`,
@@ -203,7 +203,9 @@ def partial_search(index: Any, queries: np.ndarray, k: int) -> tuple[np.ndarray,
     return knn_search(queries, index, k)
 
 
-CAND_NAME = "cand-{:05d}-{:05d}.npz"  # block, partition: beside the run's parts
+# block, partition: beside the run's parts, named with a dot, so that a dataset folder
+# committed from the parts folder leaves them out (pairkit.core.table_parts.commit_parts)
+CAND_NAME = ".cand-{:05d}-{:05d}.npz"
 
 
 def candidates_path(folder: str, block: int, part: int, token: str = "") -> Path | str:
@@ -213,7 +215,7 @@ def candidates_path(folder: str, block: int, part: int, token: str = "") -> Path
     from pairkit.core.remote import is_url, join
 
     if is_url(folder):
-        return join(folder, f".{CAND_NAME.format(block, part)[:-4]}-{token}.npz")
+        return join(folder, f"{CAND_NAME.format(block, part)[:-4]}-{token}.npz")
     return Path(folder) / CAND_NAME.format(block, part)
 
 

@@ -309,7 +309,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     rows_from = local_rows(store) if here else workers_rows(store, map_blocks, None)
     if rows_from is None or (config.hard and saved_index(store, index, where)):
         return None
-    if not here and rules is None and streams_rows(index):  # the workers too stream
+    if not here and streams_rows(index):  # the workers too stream (and a plan with rules)
         rows_from = replace(rows_from, streamed=True)
     if here:
         map_blocks = map_here
@@ -373,6 +373,10 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
             from pairkit.mine.ivf_parts import remove_candidates
 
             remove_candidates(spec.folder, len(spans), split, put_parts.token)
+        if folder is None and rules is not None and rules.mines_positives:
+            from pairkit.mine.mined_parts import remove_mined
+
+            remove_mined(spec.folder, len(spans), put_parts.token)  # read by the blocks
         del job
         if searcher is not None:
             searcher.release()  # built here when streamed: freed before the commit

@@ -106,8 +106,13 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
         from pairkit.mine.fn_estimate import estimate_quality
 
         after_stats["fn_estimate"] = estimate_quality(ctx, fn_config, seed=config.seed)
+    if mined is not None:  # each block reads its own: none holds every anchor's
+        from pairkit.mine.mined_parts import write_mined
+
+        mined = write_mined(mined, spec.folder, len(blocks.anchors), config.batch_size,
+                            spec.remote.token if spec.remote is not None else "")
     if ctx is not None:
-        drop_reduced(ctx)
+        drop_plan_only(ctx, fn_config)
     from pairkit.core.heap import return_free_memory
 
     return_free_memory()  # the context's and the positives' temporaries, before the blocks
@@ -127,15 +132,25 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
     return PartsJob(blocks, plan, mined=mined), info
 
 
-def drop_reduced(ctx: Any) -> None:
-    """Forget the cluster rule's principal components of every row once the cluster runs
-    are assigned: the blocks read only the runs. They are computed when read
-    (:func:`pairkit.mine.clusters.pca_rows`), so they hold no memory here, but a view of
-    an array pickles with the array: kept, a Ray plan would ship the rows twice."""
+def drop_plan_only(ctx: Any, fn_config: FalseNegativeConfig) -> None:
+    """Forget what only the plan reads, once the cluster runs are assigned, the mined
+    positives mined and the mutual-neighbour rule's source pairs made: the cluster
+    rule's principal components of every row (computed when read,
+    :func:`pairkit.mine.clusters.pca_rows`, so they hold no memory here, but a view of
+    an array pickles with the array: kept, a Ray plan would ship the rows twice) and the
+    whitened neighbour lists (ids and scores, 12 bytes a row and neighbour: 120 MB at 1M
+    rows; the blocks read the rule's sorted source pairs, built from them here). The
+    blocks flag and select from what is left, so the same table."""
     if ctx.spectral is not None and len(ctx.spectral.reduced):
         dims = ctx.spectral.reduced.shape[1]
         ctx.spectral = replace(ctx.spectral, reduced=np.zeros((0, dims), np.float32),
                                cells={})  # and any extension cells still kept
+    if ctx.whitened_neighbours is not None:
+        if "mutual-neighbour" in fn_config.rules:
+            from pairkit.mine.rules.mutual import mutual_source_keys
+
+            mutual_source_keys(ctx)  # what the rule's blocks read (made from the lists)
+        ctx.whitened_neighbours = None
 
 
 def plan_vectors(st: Any, index: IndexOptions, where: Any, rows_from: Any = None) -> Any:

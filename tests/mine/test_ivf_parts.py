@@ -70,6 +70,22 @@ def test_split_lists_equal_the_whole_index(store16, tmp_path, case):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
 
 
+def test_split_lists_to_a_dataset_folder_leave_only_its_parts(store16, tmp_path):
+    """``-o pairs/`` (a dataset folder) with the lists split: the partitions' candidate
+    files lie in the parts folder that becomes the dataset, and were committed with it
+    (pandas then refused to read it: "Could not read schema from .../cand-00000-00000.npz");
+    now the folder holds the parts only, and reads as the table written whole."""
+    cfg = MineConfig(batch_size=500)
+    index = IndexOptions(kind="ivf", nlist=8, nprobe=3, **CPU)
+    a, _ = run(store16, tmp_path, cfg, index, partitions=0, name="whole")
+    out = tmp_path / "pairs"
+    mine_parts(store16.root, None, cfg, index, "triplet", f"{out}/", False, None,
+               partitions=2)
+    assert sorted(p.name for p in out.iterdir()) == [f"part-{i:05d}.parquet"
+                                                     for i in range(5)]
+    pd.testing.assert_frame_equal(pd.read_parquet(out), a)
+
+
 def test_auto_ivf_and_float16_keep_the_whole_index(store16, tmp_path):
     """Only a float16 IVF (``HalfIvf``) is split: auto below its row limit (exact), or
     float16 lists (lossy, re-scored) keep the index built whole."""

@@ -284,6 +284,12 @@ def test_rules_and_mined_positives_written_block_by_block_equal_in_memory(
         # the cluster rule's principal components of every row are not kept for the blocks
         assert fn_filter.ctx.spectral.reduced.size == 0
         assert fn_filter.ctx.cluster_assign.shape[1] == store32.count
+    if fn_filter is not None:
+        # nor the whitened neighbour lists: the mutual-neighbour rule's blocks read its
+        # source pairs, made from them by the plan
+        assert fn_filter.ctx.whitened_neighbours is None
+        rules = kw["fn_config"].rules
+        assert (fn_filter.ctx.mutual_source_keys is not None) == ("mutual-neighbour" in rules)
     ta, tb = read_table(a), read_table(b)
     assert len(ta) > 0
     pd.testing.assert_frame_equal(ta, tb)
@@ -367,6 +373,48 @@ def test_cluster_workers_read_the_shards_in_place(store16, tmp_path, small_block
     assert {k: v for k, v in sa.items() if k not in skip} == \
         {k: v for k, v in sc.items() if k not in skip}
     assert len(built) == 5
+
+
+def test_cluster_plan_with_rules_ships_no_rows(store16, tmp_path, small_blocks):
+    """A cluster's plan with the rules and mined positives (float16 store, IVF): its
+    vectors are the store's shards read in place, so what the workers receive names the
+    store instead of carrying its rows (each worker reads them), and the table and stats
+    are the in-memory run's."""
+    import pickle
+
+    from pairkit.core.row_view import RowView
+    from pairkit.mine.false_negatives import FalseNegativeConfig
+    from pairkit.mine.positives import PositiveConfig
+
+    shipped = []
+
+    class Workers(PickledWorkers):
+        def map_blocks(self, fn, shared, spans):
+            shipped.append(pickle.loads(pickle.dumps(shared)))
+            yield from super().map_blocks(fn, shared, spans)
+
+        map_blocks.workers_read_store = True  # type: ignore[attr-defined]
+
+    index = IndexOptions(kind="ivf", nlist=8, nprobe=3, device="cpu", backend="faiss")
+    kw = {"fn_config": FalseNegativeConfig(rules=("near-duplicate", "mutual-neighbour",
+                                                  "cluster")),
+          "positives": PositiveConfig()}
+    cfg = MineConfig(batch_size=500)
+    sa = mine_to_files(store16.root, str(tmp_path / "a.parquet"), cfg, index=index,
+                       streamed=False, **kw)
+    sb = mine_to_files(store16.root, str(tmp_path / "b.parquet"), cfg, index=index,
+                       executor=Workers(), **kw)
+    ta, tb = read_table(tmp_path / "a.parquet"), read_table(tmp_path / "b.parquet")
+    assert (ta["positive_kind"] == "mined").any()
+    pd.testing.assert_frame_equal(ta, tb)
+    skip = {"seconds", "index"}
+    assert {k: v for k, v in sa.items() if k not in skip} == \
+        {k: v for k, v in sb.items() if k not in skip}
+    job = shipped[0]
+    vectors = job.blocks.ctx.vectors
+    assert isinstance(vectors, RowView) and vectors.rows is None  # read by the worker
+    assert vectors.source.store == str(store16.root) and vectors.source.streamed
+    assert job.blocks.ctx.fn_filter.ctx.vectors is vectors  # one object, not a copy
 
 
 def test_cluster_workers_stream_an_s3_store(s3, tmp_path, small_blocks):
