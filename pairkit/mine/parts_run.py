@@ -304,7 +304,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     if store.count == 0:
         raise PairkitError(f"store {store.root} is empty: nothing to mine")
     index = replace(index, seed=config.seed)
-    rules = RulesSpec(fn_config, positives, index) if with_rules else None
+    rules = RulesSpec(fn_config, positives, index, shipped=not here) if with_rules else None
     where = engine_for(index)
     rows_from = local_rows(store) if here else workers_rows(store, map_blocks, None)
     if rows_from is None or (config.hard and saved_index(store, index, where)):

@@ -104,23 +104,32 @@ def open_searchers(store: Any, vectors: np.ndarray, index: IndexOptions, where: 
     store's): one index of every row, or, when the search skips rows
     (``skipped``), the searcher of the rows outside each anchor's clusters (or label)."""
     if skipped is None:
-        from pairkit.core.row_view import is_view
         from pairkit.index.open import open_searcher
 
-        # rows read when used (the plan's float16 rows): the index from the store's rows
-        # in place, an IVF one keeping their float16
-        opened = open_searcher(store.rows() if is_view(vectors) else vectors, index,
+        opened = open_searcher(index_rows(store, vectors), index,
                                store_root=store.local_root, content_id=store.content_id,
                                engine=where)
         return TimedSearch(opened.search, search_time), None, opened.describe()
     from pairkit.index.outside import outside_searcher
 
-    # an IVF index built from the store's rows in place keeps their float16
     anchor_searcher, text = outside_searcher(
         vectors, skipped.parts, index, where, store_root=store.local_root,
         content_id=store.content_id, votes=skipped.votes, what=skipped.what,
-        rows=store.rows(), coords=skipped.coords, threshold=skipped.threshold)
+        rows=index_rows(store, vectors), coords=skipped.coords, threshold=skipped.threshold)
     return None, anchor_searcher, text
+
+
+def index_rows(store: Any, vectors: Any) -> Any:
+    """The rows a plan's index is built from: for the plan's float16 rows read when used
+    (a view), the store's rows in place (an IVF index keeps their float16), or the view
+    itself when it is marked ``recompute`` (a plan shipped to a cluster: the index keeps
+    their ids and reads a cell's rows when it scans it,
+    :func:`pairkit.mine.rules_plan.plan_vectors`); else ``vectors``."""
+    from pairkit.core.row_view import is_view
+
+    if is_view(vectors) and not getattr(vectors, "recompute", False):
+        return store.rows()
+    return vectors
 
 
 def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarray,

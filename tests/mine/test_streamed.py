@@ -377,12 +377,13 @@ def test_cluster_workers_read_the_shards_in_place(store16, tmp_path, small_block
 
 def test_cluster_plan_with_rules_ships_no_rows(store16, tmp_path, small_blocks):
     """A cluster's plan with the rules and mined positives (float16 store, IVF): its
-    vectors are the store's shards read in place, so what the workers receive names the
-    store instead of carrying its rows (each worker reads them), and the table and stats
-    are the in-memory run's."""
+    vectors are the store's shards read in place and its IVF lists their ids, so what the
+    workers receive names the store instead of carrying its rows (each worker reads
+    them), and the table and stats are the in-memory run's."""
     import pickle
 
     from pairkit.core.row_view import RowView
+    from pairkit.index.half_ivf import CellRows
     from pairkit.mine.false_negatives import FalseNegativeConfig
     from pairkit.mine.positives import PositiveConfig
 
@@ -415,6 +416,10 @@ def test_cluster_plan_with_rules_ships_no_rows(store16, tmp_path, small_blocks):
     assert isinstance(vectors, RowView) and vectors.rows is None  # read by the worker
     assert vectors.source.store == str(store16.root) and vectors.source.streamed
     assert job.blocks.ctx.fn_filter.ctx.vectors is vectors  # one object, not a copy
+    # the masked search's IVF lists keep the rows' ids, read through the same view when
+    # a cell is scanned: no copy of the store's float16 rows either
+    lists = job.blocks.anchor_searcher.inner.lists
+    assert isinstance(lists.codes, CellRows) and lists.codes.view is vectors
 
 
 def test_cluster_workers_stream_an_s3_store(s3, tmp_path, small_blocks):
