@@ -149,9 +149,9 @@ def drop_plan_only(ctx: Any, fn_config: FalseNegativeConfig) -> None:
         ctx.spectral = replace(ctx.spectral, reduced=np.zeros((0, dims), np.float32),
                                cells={})  # and any extension cells still kept
     if ctx.whitened_neighbours is not None:
-        if "mutual-neighbour" in fn_config.rules:
-            from pairkit.mine.rules.mutual import mutual_source_keys
+        from pairkit.mine.rules.mutual import NAME, mutual_source_keys
 
+        if NAME in fn_config.rules:
             mutual_source_keys(ctx)  # what the rule's blocks read (made from the lists)
         ctx.whitened_neighbours = None
 
@@ -162,9 +162,10 @@ def plan_vectors(st: Any, index: IndexOptions, where: Any, rows_from: Any = None
     index on the CPU (what a store above the exact-search limit gets), its float16 rows
     read as float32 when used (a :class:`~pairkit.core.row_view.RowView`; float16 to
     float32 is exact, so the same table: tests/mine/test_streamed.py): read in place from
-    the store's shards when the plan is made here for blocks streamed here (``rows_from``
-    streamed: no copy at all, the pages handed back after each read), else a float16 copy
-    (half of a float32 one, 0.25 GB at 1M x 128, and half of what a Ray plan ships); in
+    the store's shards when the blocks stream them (``rows_from`` streamed: here, or a
+    cluster's workers, each reading the store itself: no copy at all, the pages handed
+    back after each read), else a float16 copy (half of a float32 one, 0.25 GB at 1M x
+    128); in
     every other case the float32 copy (an exact search multiplies all rows at once; the
     GPU and torch searches take an array). ``reread`` (a plan shipped to a cluster's
     workers, whose blocks stream): the rows read in place are marked ``recompute``, so

@@ -55,21 +55,22 @@ def test_single_view_stores_have_no_hidden_positives():
     assert estimate_quality(ctx, only_labels)["random_pair_flag_rate"] is None
 
 
-def test_hidden_sources_rebuild_the_mutual_rules_source_pairs():
-    """The estimate hides the shared sources by giving every row its own: the
-    mutual-neighbour rule's pairs, made with the run's source codes before the estimate,
-    are made again for those (kept, every row looked up by its row number matched none of
-    them, so the rule flagged nothing whatever its lists said). Lists set by hand: each
-    row's other view is its mutual neighbour, so hidden, the rule flags every one."""
+def test_hidden_sources_give_the_mutual_rule_no_pairs():
+    """The estimate hides the shared sources by giving every row its own. The
+    mutual-neighbour rule's lists hold only rows of other sources, so it can never relate
+    an anchor to its own source's other views (the only candidates the hidden context is
+    offered): it flags none of them. It used to keep the run's source pairs, keyed by the
+    run's source codes, and look them up by row: here the key of sources (0, 1) equals
+    the key of rows (0, 1), the two views of source 0, which it flagged."""
     from pairkit.mine.rules.mutual import mutual_source_keys
 
     ctx = context([0, 1, 2, 3], [0, 0, 1, 1])
-    ids = np.array([[1, 2], [0, 3], [3, 0], [2, 1]], np.int64)  # 0-1 and 2-3 mutual
+    ids = np.array([[2, 3], [3, 2], [0, 1], [1, 0]], np.int64)  # rows 0-2 and 1-3 mutual
     ctx.whitened_neighbours = (ids, np.ones(ids.shape, np.float32))
     mutual_source_keys(ctx)  # made with the run's sources, as the rule's prepare does
+    assert ctx.mutual_source_keys.tolist() == [0 * 2 + 1, 1 * 2 + 0]
     rule = FalseNegativeConfig(rules=("mutual-neighbour",))
     est = estimate_quality(ctx, rule, sample=10)
     assert est["anchors"] == 4
-    assert est["hidden_positive_recall"] == 1.0
-    # the run's own context keeps its pairs: sources 0 and 1 (rows 0-2 and 1-3 mutual)
-    assert ctx.mutual_source_keys.tolist() == [0 * 2 + 1, 1 * 2 + 0]
+    assert est["hidden_positive_recall"] == 0.0
+    assert ctx.mutual_source_keys.tolist() == [1, 2]  # the run's own context keeps them

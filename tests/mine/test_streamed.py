@@ -302,6 +302,8 @@ def test_rules_and_mined_positives_written_block_by_block_equal_in_memory(
         assert ta["false_negative"].any()
     if out.endswith("/"):
         assert len(list(b.glob("*.parquet"))) > 1  # one part per block
+        # and nothing else: the blocks' mined-positive files stay out of the dataset
+        assert all(p.name.startswith("part-") for p in b.iterdir())
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
 
 
