@@ -115,21 +115,23 @@ def open_searchers(store: Any, vectors: np.ndarray, index: IndexOptions, where: 
     anchor_searcher, text = outside_searcher(
         vectors, skipped.parts, index, where, store_root=store.local_root,
         content_id=store.content_id, votes=skipped.votes, what=skipped.what,
-        rows=index_rows(store, vectors), coords=skipped.coords, threshold=skipped.threshold)
+        rows=index_rows(store, vectors, arrays_too=True), coords=skipped.coords,
+        threshold=skipped.threshold)
     return None, anchor_searcher, text
 
 
-def index_rows(store: Any, vectors: Any) -> Any:
-    """The rows a plan's index is built from: for the plan's float16 rows read when used
-    (a view), the store's rows in place (an IVF index keeps their float16), or the view
-    itself when it is marked ``recompute`` (a plan shipped to a cluster: the index keeps
-    their ids and reads a cell's rows when it scans it,
-    :func:`pairkit.mine.rules_plan.plan_vectors`); else ``vectors``."""
+def index_rows(store: Any, vectors: Any, arrays_too: bool = False) -> Any:
+    """The rows a plan's index is built from: the view itself when it is marked
+    ``recompute`` (a plan shipped to a cluster: the index keeps their ids and reads a
+    cell's rows when it scans it, :func:`pairkit.mine.rules_plan.plan_vectors`); else
+    the store's rows in place (an IVF index keeps them as stored: float16 lists) for the
+    plan's rows read when used (a view), and with ``arrays_too`` for an array as well
+    (the masked search's IVF); else ``vectors``."""
     from pairkit.core.row_view import is_view
 
-    if is_view(vectors) and not getattr(vectors, "recompute", False):
-        return store.rows()
-    return vectors
+    if getattr(vectors, "recompute", False):
+        return vectors
+    return store.rows() if arrays_too or is_view(vectors) else vectors
 
 
 def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarray,
