@@ -203,59 +203,42 @@ def partial_search(index: Any, queries: np.ndarray, k: int) -> tuple[np.ndarray,
     return knn_search(queries, index, k)
 
 
-# block, partition: beside the run's parts, named with a dot, so that a dataset folder
-# committed from the parts folder leaves them out (pairkit.core.table_parts.commit_parts)
-CAND_NAME = ".cand-{:05d}-{:05d}.npz"
+CANDIDATES = ("rows", "ids", "scores")  # the arrays of a partition's candidates file
 
 
 def candidates_path(folder: str, block: int, part: int, token: str = "") -> Path | str:
-    """The file of partition ``part``'s candidates of block ``block``: in the run's parts
-    folder, or for a dataset on object storage (``folder`` its URL) the object beside
-    its parts, named with the writer's ``token`` (so that the run's abort removes it)."""
-    from pairkit.core.remote import is_url, join
+    """The file of partition ``part``'s candidates of block ``block`` beside the run's
+    parts (:func:`pairkit.core.side_files.side_path`: ``.cand-BBBBB-PPPPP.npz``, on
+    object storage with the writer's ``token``)."""
+    from pairkit.core.side_files import side_path
 
-    if is_url(folder):
-        return join(folder, f"{CAND_NAME.format(block, part)[:-4]}-{token}.npz")
-    return Path(folder) / CAND_NAME.format(block, part)
+    return side_path(folder, f"cand-{block:05d}-{part:05d}", ".npz", token)
 
 
 def write_candidates(path: Path | str, rows: np.ndarray, ids: np.ndarray,
                      scores: np.ndarray) -> None:
     """Write a partition's candidates of one block (atomically: one object put whole, or
     a file renamed into place)."""
-    import io
+    from pairkit.core.side_files import write_arrays
 
-    from pairkit.core.remote import write_whole
-
-    buf = io.BytesIO()
-    np.savez(buf, rows=rows, ids=ids, scores=scores)
-    write_whole(path, buf.getbuffer())
+    write_arrays(path, dict(zip(CANDIDATES, (rows, ids, scores), strict=True)))
 
 
 def read_candidates(path: Path | str) -> dict[str, np.ndarray]:
     """:func:`write_candidates`' arrays (``rows``, ``ids``, ``scores``)."""
-    import io
+    from pairkit.core.side_files import read_arrays
 
-    from pairkit.core.remote import is_url, read_bytes
-
-    src: Any = io.BytesIO(read_bytes(str(path))) if is_url(path) else path
-    with np.load(src, allow_pickle=False) as f:
-        return {name: f[name] for name in ("rows", "ids", "scores")}
+    return read_arrays(path, CANDIDATES)
 
 
 def remove_candidates(url: str, blocks: int, parts: int, token: str) -> None:
     """Remove the run's candidate objects beside the dataset at ``url`` (best effort:
     any left over go with the writer's token; a local run's candidates go with its parts
     folder)."""
-    import contextlib
+    from pairkit.core.side_files import remove_objects
 
-    from pairkit.core.remote import remove
-    from pairkit.errors import PairkitError
-
-    for b in range(blocks):
-        for p in range(parts):
-            with contextlib.suppress(PairkitError):
-                remove(str(candidates_path(url, b, p, token)))
+    remove_objects(candidates_path(url, b, p, token)
+                   for b in range(blocks) for p in range(parts))
 
 
 @dataclass(frozen=True)

@@ -12,30 +12,21 @@ with :func:`remove_mined` or the writer's abort on object storage.
 
 from __future__ import annotations
 
-import contextlib
-import io
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from pairkit.mine.positives import MinedPositives
 
-# block number: beside the run's parts, named with a dot, so that a dataset folder
-# committed from the parts folder leaves them out (pairkit.core.table_parts.commit_parts)
-NAME = ".mined-{:05d}.npz"
-
 
 def mined_path(folder: str, block: int, token: str = "") -> Path | str:
-    """The file of block ``block``'s mined positives: in the run's parts folder, or for
-    a dataset on object storage (``folder`` its URL) the object beside its parts, named
-    with the writer's ``token`` (so that the run's abort removes it)."""
-    from pairkit.core.remote import is_url, join
+    """The file of block ``block``'s mined positives beside the run's parts
+    (:func:`pairkit.core.side_files.side_path`: ``.mined-BBBBB.npz``, on object storage
+    with the writer's ``token``, so that the run's abort removes it)."""
+    from pairkit.core.side_files import side_path
 
-    if is_url(folder):
-        return join(folder, f"{NAME.format(block)[:-4]}-{token}.npz")
-    return Path(folder) / NAME.format(block)
+    return side_path(folder, f"mined-{block:05d}", ".npz", token)
 
 
 @dataclass(frozen=True)
@@ -57,12 +48,11 @@ class MinedFiles:
     def read(self, span: tuple[int, int]) -> MinedPositives:
         """The mined positives of the anchors ``span`` (a block's), ``rows`` as the plan's
         (anchor rows of the run, not of the block)."""
-        from pairkit.core.remote import is_url, read_bytes
+        from pairkit.core.side_files import read_arrays
 
-        path = mined_path(self.folder, span[0] // self.batch, self.token)
-        src: Any = io.BytesIO(read_bytes(str(path))) if is_url(path) else path
-        with np.load(src, allow_pickle=False) as f:
-            return MinedPositives(*(f[field.name] for field in fields(MinedPositives)))
+        got = read_arrays(mined_path(self.folder, span[0] // self.batch, self.token),
+                          [field.name for field in fields(MinedPositives)])
+        return MinedPositives(**got)
 
 
 def write_mined(mined: MinedPositives, folder: str, anchors: int, batch: int,
@@ -70,16 +60,15 @@ def write_mined(mined: MinedPositives, folder: str, anchors: int, batch: int,
     """Write ``mined`` (rows sorted by anchor row, as mined) block by block: one file per
     block of ``batch`` of the ``anchors`` anchors, each put whole (an object, or a file
     renamed into place); what a block then reads (:meth:`MinedFiles.read`)."""
-    from pairkit.core.remote import write_whole
+    from pairkit.core.side_files import write_arrays
 
     blocks = -(-anchors // batch) if anchors else 0
     bounds = np.searchsorted(mined.rows, np.arange(blocks + 1, dtype=np.int64) * batch)
     for b in range(blocks):
         lo, hi = int(bounds[b]), int(bounds[b + 1])
-        buf = io.BytesIO()
-        np.savez(buf, **{field.name: getattr(mined, field.name)[lo:hi]
-                         for field in fields(MinedPositives)})
-        write_whole(mined_path(folder, b, token), buf.getbuffer())
+        write_arrays(mined_path(folder, b, token),
+                     {field.name: getattr(mined, field.name)[lo:hi]
+                      for field in fields(MinedPositives)})
     return MinedFiles(str(folder), token, batch, blocks, len(mined))
 
 
@@ -96,9 +85,6 @@ def remove_mined(url: str, blocks: int, token: str) -> None:
     """Remove the run's mined-positive objects of its ``blocks`` blocks beside the
     dataset at ``url`` (best effort: any left over go with the writer's ``token``; a
     local run's go with its parts folder)."""
-    from pairkit.core.remote import remove
-    from pairkit.errors import PairkitError
+    from pairkit.core.side_files import remove_objects
 
-    for b in range(blocks):
-        with contextlib.suppress(PairkitError):
-            remove(str(mined_path(url, b, token)))
+    remove_objects(mined_path(url, b, token) for b in range(blocks))

@@ -38,11 +38,9 @@ def keys_path(folder: str | os.PathLike[str], name: str, number: int, token: str
               ) -> Path | str:
     """The keys file of block ``number`` of the values ``name`` in ``folder`` (a URL:
     the object's URL, its name with the writer's ``token``)."""
-    from pairkit.core.remote import is_url, join
+    from pairkit.core.side_files import side_path
 
-    if is_url(folder):
-        return join(str(folder), f".{name}-{number:06d}-{token}.keys")
-    return Path(folder) / f".{name}-{number:06d}.keys"
+    return side_path(folder, f"{name}-{number:06d}", ".keys", token)
 
 
 def read_key_chunks(path: str | os.PathLike[str]) -> Iterator[np.ndarray]:
