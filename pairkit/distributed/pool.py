@@ -227,11 +227,14 @@ class BlockMapper:
 
 def pair_task(threads: int, fn: Callable[..., tuple[Any, Any]],
               args: tuple[Any, ...]) -> tuple[Any, Any]:
-    """The body of :func:`remote_pair`'s task."""
+    """The body of :func:`remote_pair`'s task; an argument that is a reference into Ray's
+    object store (another task's result, which the driver never held) is fetched here."""
+    import ray
+
     from pairkit.core.threads import configure
 
     configure(threads)
-    return fn(*args)
+    return fn(*(ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args))
 
 
 def remote_pair(cluster: Cluster, what: str, fn: Callable[..., tuple[Any, Any]],

@@ -93,17 +93,18 @@ class PlanSpec:
     lists_spec: IndexOptions | None = None
 
 
-def plan_job(spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
+def plan_job(spec: PlanSpec, white: Any = None) -> tuple[Any, dict[str, Any]]:
     """``(PartsJob, info)``: the blocks of the run planned from the store (its relation,
     the anchors' positive sets: :func:`pairkit.mine.hard_negatives.plan_blocks` without
     the vectors) and the few facts the driver needs (anchors, first k, the relation's
     description and stats, whether the store has labels). Run by a Ray task where it can
-    be, so that the plan stays in Ray's object store."""
+    be, so that the plan stays in Ray's object store. ``white``: the rules' whitened
+    neighbour lists searched by the workers (:mod:`pairkit.mine.white_parts`)."""
     # the store as committed under its content id (this process's snapshot when pinned)
-    return plan_of(spec.rows_from.open(verify=True), spec)
+    return plan_of(spec.rows_from.open(verify=True), spec, white)
 
 
-def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
+def plan_of(st: Any, spec: PlanSpec, white: Any = None) -> tuple[Any, dict[str, Any]]:
     """:func:`plan_job` of the opened store ``st`` (with ``spec.rules``:
     :func:`pairkit.mine.rules_plan.plan_with_rules`)."""
     from pairkit.core.relations import load_relation
@@ -114,7 +115,7 @@ def plan_of(st: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     if spec.rules is not None:
         from pairkit.mine.rules_plan import plan_with_rules
 
-        return plan_with_rules(st, spec)
+        return plan_with_rules(st, spec, white)
     items = plan_items(st, spec.relation)
     rel = load_relation(spec.relation, items)
     # the instance relation's groups are the source codes (the same call): not factorised
@@ -188,7 +189,7 @@ def plan_items(st: Any, relation: str | None) -> Any:
 PLAN_APART_ROWS = 1_000_000  # streamed here: stores above this are planned in a child
 
 
-def plan_here(store: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
+def plan_here(store: Any, spec: PlanSpec, white: Any = None) -> tuple[Any, dict[str, Any]]:
     """The plan of a run streamed here (:func:`mine_parts` without an executor), with
     the store's paths and label codes kept for the blocks
     (:func:`pairkit.mine.block_parts.store_columns`). Above :data:`PLAN_APART_ROWS` rows
@@ -203,7 +204,7 @@ def plan_here(store: Any, spec: PlanSpec) -> tuple[Any, dict[str, Any]]:
     # index, which the blocks use here: never pickled back from a child
     if store.count <= PLAN_APART_ROWS or spec.relation == "pairs:-" or spec.rules is not None:
         keep_columns(store.content_id, *read_columns(store))  # before the table is parsed
-        job, info = plan_of(store, spec)
+        job, info = plan_of(store, spec, white)
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -339,12 +340,30 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                         put_parts.url if folder is None else str(folder), fmt, rules,
                         put_parts, split, lists if split else None)
         remote = getattr(map_blocks, "remote_pair", None)
+        if here or (relation or "").startswith("pairs:"):
+            remote = None  # planned here: a pairs: relation is read here
+        white = white_info = None
+        if rules is not None and partitions != 0 and (partitions or not here):
+            # the rules' whitened neighbour lists searched by the workers, their lists split
+            from pairkit.mine.white_parts import needs_white, split_white_lists
+
+            if needs_white(rules.fn_config, rules.positives):
+                white, white_info = split_white_lists(
+                    spec, map_blocks, remote, int(getattr(map_blocks, "workers", 0) or 2),
+                    partitions or 0)
         if here:
-            job, info = plan_here(store, spec)
-        elif remote is not None and not (relation or "").startswith("pairs:"):
-            job, info = remote(plan_job, spec)
+            job, info = plan_here(store, spec, white)
+        elif remote is not None:
+            job, info = remote(plan_job, spec, white)
         else:
-            job, info = plan_job(spec)
+            job, info = plan_job(spec, white)
+        if white_info is not None:
+            info.setdefault("seconds", {})["whitened_lists"] = white_info["seconds"]
+            if folder is None:  # merged by the plan: its objects are no longer needed
+                from pairkit.mine.white_parts import remove_white
+
+                remove_white(spec.folder, put_parts.token, white_info)
+        del white
         n = info["anchors"]
         counts = SummaryCounts(config.num_negatives, config.hard, info["k0"],
                                StreamQuantiles(spec.folder, "pos"),

@@ -55,12 +55,15 @@ def has_rules(fn_config: Any, positives: Any) -> bool:
     return fn_config is not None or (positives is not None and positives.per_anchor > 0)
 
 
-def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
+def plan_with_rules(st: Any, spec: PlanSpec, white: Any = None
+                    ) -> tuple[PartsJob, dict[str, Any]]:
     """``(PartsJob, info)`` of the opened store ``st`` for ``spec`` (``spec.rules`` set):
     see the module docstring. ``info`` has what :func:`pairkit.mine.parts_run.plan_of`
     gives, plus the index text, the rules' stats (``rules``: keys of
     :func:`pairkit.mine.command.run_stats`; ``after``: the mined positives' and the
-    label-free estimate's) and the seconds of the context and the index."""
+    label-free estimate's) and the seconds of the context and the index. ``white``: the
+    whitened neighbour lists searched by the workers (:mod:`pairkit.mine.white_parts`),
+    merged here instead of searched."""
     from pairkit.core.relations import load_relation
     from pairkit.index.open import engine_for
     from pairkit.mine.block_parts import PartsJob, PartsPlan
@@ -85,7 +88,7 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
     ctx = skipped = fn_filter = None
     if fn_config is not None:
         ctx, skipped = rules_context(st, vectors, sources, fn_config, config, rules.positives,
-                                     rules.index, where, shipped=True)
+                                     rules.index, where, shipped=True, split=white)
         fn_filter = RuleFilter(ctx, fn_config)
     t_fn = time.perf_counter()
     searcher = anchor_searcher = None
@@ -104,7 +107,7 @@ def plan_with_rules(st: Any, spec: PlanSpec) -> tuple[PartsJob, dict[str, Any]]:
     if rules.mines_positives:
         mined, after_stats["mined_positives"] = mined_positives(
             blocks.anchors, vectors, sources, st, rules.positives, ctx, fn_config, rules.index,
-            where)
+            where, white)
     if fn_config is not None:
         from pairkit.mine.fn_estimate import estimate_quality
 

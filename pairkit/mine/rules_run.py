@@ -43,11 +43,12 @@ class RuleFilter:
 def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
                   fn_config: FalseNegativeConfig, config: MineConfig,
                   positives: PositiveConfig | None, index: IndexOptions, where: Any,
-                  shipped: bool) -> tuple[FnContext, SkippedRows | None]:
+                  shipped: bool, split: Any = None) -> tuple[FnContext, SkippedRows | None]:
     """The rules' context of the store ``store`` (its float32 ``vectors`` and source
     codes given) and the rows the search may skip (None: search everything). ``shipped``:
     the blocks run elsewhere (the near-duplicate groups are computed here once, not once
-    per worker)."""
+    per worker). ``split``: the whitened lists searched by partition
+    (:class:`pairkit.mine.white_parts.WhiteLists`), merged here."""
     from pairkit.mine import false_negatives as fnm
 
     items = store.items
@@ -55,7 +56,7 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
     white = None
     if "mutual-neighbour" in fn_config.rules:  # searched here with mine's index options
         white = positive_neighbour_lists(None, vectors, sources, rule_lists_config(positives),
-                                         index, where)
+                                         index, where, split)
     image_root = store.manifest.get("image_root")
     ctx = fnm.build_context(vectors, store.labels(), sources, fn_config, seed=config.seed,
                             file_sha256=sha if any(v is not None for v in sha) else None,
@@ -137,19 +138,21 @@ def index_rows(store: Any, vectors: Any, arrays_too: bool = False) -> Any:
 def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarray,
                     store: Any, cfg: PositiveConfig, ctx: FnContext | None,
                     fn_config: FalseNegativeConfig | None, index: IndexOptions,
-                    backend: Any) -> tuple[MinedPositives, dict[str, Any]]:
+                    backend: Any, split: Any = None) -> tuple[MinedPositives, dict[str, Any]]:
     """The mined positives of ``anchors`` and their stats.
 
     The near-duplicate groups and cluster runs are the false-negative context's when it
     has them (computed once for both); every row's neighbour list comes from searches with
     mine's index options (exact up to ``--exact-max-rows``, approximate above) in the
-    partially whitened space, or by plain cosine with ``whitening`` 0."""
+    partially whitened space (searched by partition: ``split``,
+    :func:`positive_neighbour_lists`), or by plain cosine with ``whitening`` 0."""
     from pairkit.core.unique import sorted_unique
     from pairkit.mine.fn_context import near_duplicate_threshold
     from pairkit.mine.positives import mine_positives
 
     if cfg.whitening > 0:
-        nb_ids, nb_scores = positive_neighbour_lists(ctx, vectors, sources, cfg, index, backend)
+        nb_ids, nb_scores = positive_neighbour_lists(ctx, vectors, sources, cfg, index, backend,
+                                                     split)
     else:
         nb_ids, nb_scores = _cosine_neighbour_lists(vectors, sources, store, cfg, ctx, index,
                                                     backend)
@@ -209,11 +212,13 @@ def rule_lists_config(positives: PositiveConfig | None) -> PositiveConfig:
 
 
 def positive_neighbour_lists(ctx: FnContext | None, vectors: np.ndarray, sources: np.ndarray,
-                             cfg: PositiveConfig, index: IndexOptions, backend: Any
-                             ) -> tuple[np.ndarray, np.ndarray]:
+                             cfg: PositiveConfig, index: IndexOptions, backend: Any,
+                             split: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """The whitened mutual-neighbour lists (:func:`pairkit.mine.whitening.whitened_neighbours`)
     searched with mine's index options; kept on ``ctx`` (the ``mutual-neighbour`` rule
-    and the mined positives share them)."""
+    and the mined positives share them). ``split``: searched by partition on a
+    cluster's workers (:class:`pairkit.mine.white_parts.WhiteLists`, planned for ``cfg``):
+    merged from their files, the same lists."""
     from pairkit.mine.whitening import whitened_neighbours
 
     if ctx is not None and ctx.whitened_neighbours is not None and (
@@ -221,11 +226,17 @@ def positive_neighbour_lists(ctx: FnContext | None, vectors: np.ndarray, sources
         ids, scores = ctx.whitened_neighbours
         return ids[:, :cfg.neighbours], scores[:, :cfg.neighbours]
 
-    def search(space: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search_here(space: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
         return search_neighbour_lists(space, sources, k, index, backend, None)
 
+    search: Any = search_here
+    white = None
+    if split is not None:
+        from pairkit.mine.white_parts import SplitWhiteSearch
+
+        search, white = SplitWhiteSearch(split, sources), split.space.white
     lists = whitened_neighbours(vectors, cfg.neighbours, search, power=cfg.whitening,
-                                seed=index.seed, on_demand=True)
+                                seed=index.seed, on_demand=True, white=white)
     if ctx is not None:
         ctx.whitened_neighbours = lists
     return lists

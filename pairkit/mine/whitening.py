@@ -133,7 +133,8 @@ def _kept_dims(vals: np.ndarray, variance: float, max_dims: int) -> int:
 
 def whitened_neighbours(vectors: np.ndarray, m: int, search: Search, *,
                         power: float = DEFAULT_POWER, seed: int = 0,
-                        on_demand: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                        on_demand: bool = False, white: Whitening | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """Every row's ``m`` nearest rows of other sources in the partial whitening of
     ``vectors`` (N, d) L2-normalised, best first, ``(ids, scores)`` (N, m) with the
     *plain cosine* scores, -1 / -inf padded.
@@ -149,11 +150,13 @@ def whitened_neighbours(vectors: np.ndarray, m: int, search: Search, *,
     a 5.8 s run at 8,000 x 1,280): the rows whitened when read (:func:`whitened_rows`), or,
     with a re-ranking, the first components of its array re-normalised when read. The
     re-ranking gets the (N, dims) array of all components in any case: it reads each row
-    many times.
+    many times. ``white``: the whitening already fitted by this call's fit (``power``,
+    ``seed``) where the search was planned (:mod:`pairkit.mine.white_parts`).
     """
     from pairkit.index.search import exact_scores
 
-    white = fit_whitening(vectors, power=power, seed=seed)
+    if white is None:
+        white = fit_whitening(vectors, power=power, seed=seed)
     rerank = white.dims > CANDIDATE_DIMS
     lazy = on_demand and len(vectors) * white.dims * 4 > WHITEN_ONCE_BYTES
     # the re-ranking reads every row's whitened form about 3 m times, in other rows' lists:

@@ -181,6 +181,26 @@ def test_mine_cli_ivf_lists_split_over_the_workers(cluster, tmp_path, monkeypatc
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
 
 
+def test_mine_cli_rules_whitened_lists_split_over_the_workers(cluster, tmp_path,
+                                                              monkeypatch):
+    """``mine --ray local --hard --filter-false-negatives --index ivf``: the rules'
+    whitened neighbour lists are searched by the workers, their lists split
+    (pairkit/mine/white_parts.py), also when a worker dies mid-search (the first task a
+    worker runs is a partition's search); the plan merges them: the table and the stats
+    are the local run's, and no candidate file is left."""
+    st = random_store(tmp_path / "st", n_sources=1100, views=2, dim=16, classes=5,
+                      dtype="float16")
+    args = ["--hard", "--filter-false-negatives", "--batch-size", "500", "--index", "ivf",
+            "--nlist", "8", "--nprobe", "3", "-q"]
+    a, b = local_and_ray_with_a_crash(st.root, args, tmp_path, monkeypatch)
+    assert "whitened_lists" in b["seconds"] and "whitened_lists" not in a["seconds"]
+    assert a["mined_positives"]["rows"] > 0
+    skip = {"seconds", "ray"}
+    assert {k: v for k, v in a.items() if k not in skip} == \
+        {k: v for k, v in b.items() if k not in skip}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
+
+
 def test_mine_cli_rules_planned_on_a_worker(store, cluster, tmp_path, monkeypatch):
     """``mine --ray local --hard --filter-false-negatives -o FILE.parquet`` (the default
     rules and mined positives): a Ray task plans the run with the vectors, the rules'
@@ -729,7 +749,7 @@ def test_embed_and_mine_on_ray_with_s3(tmp_path, cluster, s3, monkeypatch):
     pd.testing.assert_frame_equal(got.drop(columns="store_id"), want.drop(columns="store_id"))
 
 
-@pytest.mark.parametrize("case", ["plain", "rules", "split"])
+@pytest.mark.parametrize("case", ["plain", "rules", "split", "rules-split"])
 def test_mine_s3_store_to_s3_parts_never_on_the_driver(store, cluster, s3, tmp_path,
                                                        monkeypatch, case):
     """``mine s3://…/st --ray local -o s3://…/pairs/``: the driver reads the store's
@@ -746,9 +766,14 @@ def test_mine_s3_store_to_s3_parts_never_on_the_driver(store, cluster, s3, tmp_p
     import pairkit.core.remote_store as remote_store
     from pairkit.core.remote import list_names, read_bytes
 
-    rules = case == "rules"
+    rules = case.startswith("rules")
     args = ["--hard", "--batch-size", "64", "-q"] + (["--filter-false-negatives"] if rules
                                                        else [])
+    if case == "rules-split":  # the rules' whitened lists searched by the workers: their
+        # candidates are objects beside the parts, gone once the plan has merged them
+        store = random_store(tmp_path / "st16", n_sources=1100, views=2, dim=16, classes=5,
+                             dtype="float16")
+        args += ["--index", "ivf", "--nlist", "8", "--nprobe", "3"]
     if case == "split":  # lists of >= 256 rows on average: pairkit/mine/ivf_parts.py
         store = random_store(tmp_path / "st16", n_sources=1100, views=2, dim=16, classes=5,
                              dtype="float16")
@@ -787,6 +812,7 @@ def test_mine_s3_store_to_s3_parts_never_on_the_driver(store, cluster, s3, tmp_p
     assert {k: v for k, v in sa.items() if k not in skip} == \
         {k: v for k, v in sb.items() if k not in skip}
     assert (case == "split") == ("its lists in 2 partitions" in sb["index"])
+    assert (case == "rules-split") == ("whitened_lists" in sb["seconds"])
     parts = json.loads(read_bytes(f"{s3}/pairs/_pairkit_parts.json"))["parts"]
     assert sorted(list_names(f"{s3}/pairs")) == sorted(
         [p["file"] for p in parts] + ["_pairkit_parts.json"])

@@ -1,0 +1,250 @@
+"""``mine --ray`` with the rules: the whitened neighbour lists searched by the workers,
+their IVF lists split as the blocks' are (:mod:`pairkit.mine.ivf_parts`).
+
+The ``mutual-neighbour`` rule and the mined positives read every row's nearest rows of
+other sources in the partial whitening of the store (:mod:`pairkit.mine.whitening`). That
+search is a self-join of the whole store: made by the one task that plans a run with the
+rules (:mod:`pairkit.mine.rules_plan`), it was the part of the plan that grows with the
+collection in time (every row's probes scanned in one process). Here it is cut by lists:
+
+1. **Plan** (:func:`plan_white`: a Ray task, or here): the whitening fitted on its seeded
+   sample (:func:`pairkit.mine.whitening.fit_whitening`, the same call), the space the
+   search runs in (:func:`space_rows`: the whitened rows, or their leading components
+   when the candidates are re-ranked), and the lists of that space as the whole index
+   would hold them (:func:`pairkit.mine.ivf_parts.plan_lists`: the quantizer trained on
+   the same sample, every row's cell, the cells cut into partitions). No row is kept:
+   the space is computed from the store's rows when read.
+2. **Search by partition** (:func:`search_white_partition`, one task per partition):
+   the worker reads its cells' rows from the store, computes their place in the space,
+   and searches every row of the store against them, :data:`QUERY_BLOCK` rows at a
+   time; each block's exact top of the partition is written beside the run's parts
+   (``.white-BBBBB-PPPPP.npz``).
+3. **Merge** (:class:`SplitWhiteSearch`, the search the plan's
+   :func:`pairkit.mine.whitening.whitened_neighbours` calls): each block's files merged
+   (:func:`pairkit.mine.ivf_parts.merge_top`: the whole index's top) and cut to the rows
+   of other sources as the search here does
+   (:func:`pairkit.mine.rules_run.search_neighbour_lists`).
+
+Used when the space's search would be such an IVF (:func:`pairkit.mine.ivf_parts.lists_spec`);
+the lists, and so the rules' flags and the table, are the search's here
+(tests/mine/test_white_parts.py, tests/distributed/test_ray.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pairkit.mine.ivf_parts import IvfLists
+
+QUERY_BLOCK = 131_072  # rows searched at a time, one candidates file per block and partition
+WHITE_FILE = ("rows", "ids", "scores")
+
+
+@dataclass(frozen=True)
+class Space:
+    """The space the whitened neighbours are searched in: ``white``'s rows
+    (:meth:`~pairkit.mine.whitening.Whitening.apply`), or their first ``dims``
+    components re-normalised when ``rerank`` (the candidates are re-ranked in all of
+    them: :func:`pairkit.mine.whitening.whitened_neighbours`)."""
+
+    white: Any  # Whitening
+    rerank: bool
+    dims: int
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        return space_rows(rows, self)
+
+
+def space_rows(rows: np.ndarray, space: Space) -> np.ndarray:
+    """``rows`` (the store's) in ``space``: float32 (n, space.dims), the same values the
+    search here gets (the whitened rows, or their leading components re-normalised)."""
+    from pairkit.mine.whitening import leading_normalised
+
+    full = space.white.apply(rows)
+    return leading_normalised(full, space.dims) if space.rerank else full
+
+
+@dataclass
+class WhiteLists:
+    """The plan of step 1 (module docstring): the ``space``, the ``lists`` of its IVF,
+    ``k`` the columns each row's search keeps (the depth asked plus the most views of a
+    source), where the store is read (``rows_from``) and the candidate files written
+    (``folder``, with the writer's ``token`` on object storage)."""
+
+    space: Space
+    lists: IvfLists
+    k: int
+    rows_from: Any
+    folder: str
+    token: str = ""
+
+    @property
+    def parts(self) -> int:
+        return len(self.lists.parts)
+
+    @property
+    def blocks(self) -> int:
+        return -(-self.lists.n // QUERY_BLOCK)
+
+    def view(self) -> Any:
+        """The store's rows in the space, computed when read (no array of them)."""
+        from pairkit.core.row_view import RowView
+
+        return RowView(self.rows_from, fn=self.space, dim=self.space.dims,
+                       rows=self.rows_from.load())
+
+
+def needs_white(fn_config: Any, positives: Any) -> bool:
+    """Whether a run's rules read the whitened neighbour lists: the ``mutual-neighbour``
+    rule, or mined positives found in the whitening."""
+    from pairkit.mine.rules.mutual import NAME
+
+    if fn_config is not None and NAME in fn_config.rules:
+        return True
+    return positives is not None and positives.per_anchor > 0 and positives.whitening > 0
+
+
+def plan_white(spec: Any, workers: int, partitions: int
+               ) -> tuple[WhiteLists | None, dict[str, Any]]:
+    """``(WhiteLists, info)`` of the run ``spec`` (a
+    :class:`pairkit.mine.parts_run.PlanSpec` with rules that read the whitened lists):
+    step 1 of the module docstring, the lists cut into ``partitions`` (0: one per worker
+    of ``workers``, more for big ones: :func:`pairkit.mine.ivf_parts.lists_partitions`).
+    ``(None, info)`` when the space's search here would not be a split-able IVF (the plan
+    searches it itself). ``info``: ``parts`` (0 for None) and ``seconds``."""
+    import time
+
+    from pairkit.core.row_view import RowView
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine.ivf_parts import lists_partitions, lists_spec, plan_lists
+    from pairkit.mine.rules_run import rule_lists_config
+    from pairkit.mine.whitening import CANDIDATE_DIMS, fit_whitening
+
+    t0 = time.perf_counter()
+    rules = spec.rules
+    cfg = rule_lists_config(rules.positives)
+    st = spec.rows_from.open(verify=True)
+    rows = RowView(spec.rows_from, rows=st.rows(), dim=st.dim)  # read as float32
+    index: IndexOptions = rules.index
+    white = fit_whitening(rows, power=cfg.whitening, seed=index.seed)
+    rerank = white.dims > CANDIDATE_DIMS
+    space = Space(white, rerank, CANDIDATE_DIMS if rerank else white.dims)
+    n = st.count
+    lspec = lists_spec(n, space.dims, index)
+    if lspec is None:
+        return None, {"parts": 0, "seconds": round(time.perf_counter() - t0, 3)}
+    sources = st.source_codes()
+    views = int(np.bincount(sources).max()) if n else 1
+    depth = 3 * cfg.neighbours if rerank else cfg.neighbours
+    count = partitions or lists_partitions(n, space.dims, lspec, workers)
+    count = max(1, min(count, int(lspec.nlist or 1)))
+    lists = plan_lists(rows.mapped(space, space.dims), lspec, count)
+    job = WhiteLists(space, lists, min(n, depth + views), replace(spec.rows_from),
+                     spec.folder, spec.remote.token if spec.remote is not None else "")
+    return job, {"parts": job.parts, "blocks": job.blocks,
+                 "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def white_path(folder: str, block: int, part: int, token: str = "") -> Path | str:
+    """Partition ``part``'s candidates of query block ``block`` beside the run's parts
+    (:func:`pairkit.core.side_files.side_path`: ``.white-BBBBB-PPPPP.npz``)."""
+    from pairkit.core.side_files import side_path
+
+    return side_path(folder, f"white-{block:05d}-{part:05d}", ".npz", token)
+
+
+def search_white_partition(job: WhiteLists, part: int) -> int:
+    """Step 2 of the module docstring for partition ``part``: its cells' rows read and put
+    in the space, every row of the store searched against them, a file per block of
+    rows (written whole: a partition searched again writes the same files). Returns the
+    partition's rows."""
+    from pairkit.core.side_files import write_arrays
+    from pairkit.mine.ivf_parts import partial_search, partition_index
+
+    view = job.view()
+    c0, c1 = job.lists.parts[part]
+    index = partition_index(view, job.lists, np.arange(c0, c1))
+    k = min(job.k, job.lists.n)
+    for number, lo in enumerate(range(0, job.lists.n, QUERY_BLOCK)):
+        hi = min(job.lists.n, lo + QUERY_BLOCK)
+        s, i = partial_search(index, view[lo:hi], k)
+        hit = np.flatnonzero(i[:, 0] >= 0) if k else np.zeros(0, np.int64)
+        write_arrays(white_path(job.folder, number, part, job.token),
+                     dict(zip(WHITE_FILE, (hit.astype(np.int32), i[hit], s[hit]),
+                              strict=True)))
+    return int(index.ntotal)
+
+
+def split_white_lists(spec: Any, map_blocks: Any, remote: Any, workers: int, partitions: int
+                      ) -> tuple[Any, dict[str, Any] | None]:
+    """Steps 1 and 2 of the module docstring for the run ``spec``: the plan made by
+    ``remote`` (a Ray task: its reference returned, never held here) or here, then each
+    partition searched by ``map_blocks``. ``(plan, info)`` (``info``: ``parts``,
+    ``blocks``, ``seconds``), or ``(None, None)`` when the search is not split (the
+    plan searches the lists itself)."""
+    import time
+
+    t0 = time.perf_counter()
+    if remote is not None:
+        job, info = remote(plan_white, spec, workers, partitions)
+    else:
+        job, info = plan_white(spec, workers, partitions)
+    if not info["parts"]:
+        return None, None
+    for _ in map_blocks(search_white_partition, job, list(range(info["parts"]))):
+        pass
+    return job, {**info, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def remove_white(folder: str, token: str, info: dict[str, Any]) -> None:
+    """Remove the candidate objects of :func:`split_white_lists` (``info``) beside the
+    dataset at ``folder`` (best effort: any left over go with the writer's ``token``; a
+    local run's go with its parts folder)."""
+    from pairkit.core.side_files import remove_objects
+
+    remove_objects(white_path(folder, b, p, token)
+                   for b in range(info["blocks"]) for p in range(info["parts"]))
+
+
+class SplitWhiteSearch:
+    """Step 3 of the module docstring: ``search(space, k)`` of
+    :func:`pairkit.mine.whitening.whitened_neighbours` answered from the partitions'
+    files: every row's ``k`` nearest rows of other sources (``sources``), ``(ids,
+    scores)``, as :func:`pairkit.mine.rules_run.search_neighbour_lists` gives them."""
+
+    def __init__(self, job: WhiteLists, sources: np.ndarray) -> None:
+        self.job, self.sources = job, sources
+
+    def __call__(self, space: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+        from pairkit.core.side_files import read_arrays
+        from pairkit.errors import PairkitError
+        from pairkit.mine.clusters import other_sources
+        from pairkit.mine.ivf_parts import merge_top
+
+        job, n = self.job, self.job.lists.n
+        views = int(np.bincount(self.sources).max()) if n else 1
+        if space.shape != (n, job.space.dims) or min(n, k + views) > job.k:
+            raise PairkitError(  # a plan made for another search: never merged silently
+                f"the whitened lists were searched for ({n}, {job.space.dims}) rows to "
+                f"{job.k}, not {tuple(space.shape)} to {min(n, k + views)}")
+        kk = min(n, k + views)
+        ids = np.full((n, k), -1, dtype=np.int64)
+        scores = np.full((n, k), -np.inf, dtype=np.float32)
+        for number, lo in enumerate(range(0, n, QUERY_BLOCK)):
+            hi = min(n, lo + QUERY_BLOCK)
+            partials = []
+            for p in range(job.parts):
+                f = read_arrays(white_path(job.folder, number, p, job.token), WHITE_FILE)
+                s = np.full((hi - lo, job.k), -np.inf, np.float32)
+                i = np.full((hi - lo, job.k), -1, np.int64)
+                s[f["rows"], :f["ids"].shape[1]] = f["scores"]
+                i[f["rows"], :f["ids"].shape[1]] = f["ids"]
+                partials.append((s, i))
+            found_s, found_i = merge_top(partials, kk)
+            ids[lo:hi], scores[lo:hi] = other_sources(found_s, found_i, self.sources, k,
+                                                      query_sources=self.sources[lo:hi])
+        return ids, scores

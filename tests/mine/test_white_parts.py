@@ -1,0 +1,171 @@
+"""The rules' whitened neighbour lists searched by partition (pairkit/mine/white_parts.py),
+run here (the functions the Ray workers run, one after the other): the table and the
+stats equal the search's here; a partition reads only its cells' rows and the queries;
+a plan made for another search is refused, never merged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pairkit.core.tables import read_table
+from pairkit.index.options import IndexOptions
+from pairkit.mine import white_parts
+from pairkit.mine.config import MineConfig
+from pairkit.mine.false_negatives import FalseNegativeConfig
+from pairkit.mine.parts_run import mine_parts
+from pairkit.mine.positives import PositiveConfig
+from tests.mine.test_streamed import make_store
+
+CPU = {"device": "cpu", "backend": "faiss"}
+
+
+@pytest.fixture(scope="module")
+def store16(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("white") / "st", "float16")
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """160 dims of near-isotropic noise around 5 classes: more than CANDIDATE_DIMS
+    whitened components, so the candidates are searched in the leading ones and
+    re-ranked in all."""
+    from pairkit.core.store_writer import write_store
+
+    rng = np.random.default_rng(3)
+    n_sources, d = 1100, 160
+    centers = rng.normal(size=(5, d))
+    base = centers[np.arange(n_sources) % 5] + 1.5 * rng.normal(size=(n_sources, d))
+    x = np.repeat(base, 2, axis=0) + 0.2 * rng.normal(size=(2 * n_sources, d))
+    sources = np.repeat(np.arange(n_sources), 2)
+    items = pd.DataFrame({"path": [f"c{s % 5}/s{s}.jpg" for s in sources],
+                          "view": np.tile([0, 1], n_sources),
+                          "label": [f"c{s % 5}" for s in sources]})
+    items["source"] = items["path"]
+    return write_store(tmp_path_factory.mktemp("wide") / "st", x.astype(np.float32), items,
+                       dtype="float16", shard_rows=700)
+
+
+@pytest.fixture
+def searched(monkeypatch):
+    """The partitions searched, in call order."""
+    calls: list[int] = []
+    real = white_parts.search_white_partition
+
+    def spy(job, part):
+        calls.append(part)
+        return real(job, part)
+
+    monkeypatch.setattr(white_parts, "search_white_partition", spy)
+    return calls
+
+
+def run(store, tmp_path, cfg, index, fn, pos, partitions, name, fmt="triplet"):
+    out = tmp_path / f"{name}.parquet"
+    stats = mine_parts(store.root, None, cfg, index, fmt, str(out), False, None,
+                       fn_config=fn, positives=pos, partitions=partitions)
+    return read_table(out), stats
+
+
+def same(a, sa, b, sb):
+    pd.testing.assert_frame_equal(a, b)
+    skip = {"seconds", "index"}
+    assert {k: v for k, v in sa.items() if k not in skip} == \
+        {k: v for k, v in sb.items() if k not in skip}
+
+
+@pytest.mark.parametrize("case", ["p1", "p3", "positives-only", "attract", "nprobe1",
+                                  "rerank"])
+def test_split_whitened_lists_equal_the_search_here(store16, wide, tmp_path, searched, case):
+    cfg, fn, pos, parts = MineConfig(batch_size=300), FalseNegativeConfig(), \
+        PositiveConfig(), 3
+    index = IndexOptions(kind="ivf", nlist=8, nprobe=3, **CPU)
+    st = store16
+    if case == "p1":
+        parts = 1
+    elif case == "positives-only":  # no rule reads them: the mined positives do
+        fn = None
+    elif case == "attract":
+        cfg = MineConfig(batch_size=300, fn_mode="attract")
+    elif case == "nprobe1":
+        index = IndexOptions(kind="ivf", nlist=8, nprobe=1, **CPU)
+    elif case == "rerank":
+        st = wide
+    a, sa = run(st, tmp_path, cfg, index, fn, pos, 0, "here")
+    assert searched == []
+    b, sb = run(st, tmp_path, cfg, index, fn, pos, parts, "split")
+    assert searched == list(range(parts))
+    assert "whitened_lists" in sb["seconds"] and "whitened_lists" not in sa["seconds"]
+    assert (a["positive_kind"] == "mined").sum() > 100
+    same(a, sa, b, sb)
+    if case == "rerank":  # the candidates came from the leading components
+        from pairkit.mine.whitening import CANDIDATE_DIMS, fit_whitening
+
+        assert fit_whitening(st.vectors(np.float32), seed=0).dims > CANDIDATE_DIMS
+
+
+def test_no_split_when_no_rule_reads_them_or_the_search_is_exact(store16, tmp_path,
+                                                                  searched):
+    """Rules without the mutual-neighbour one and no mined positives, or an exact
+    search of the space: nothing split, the plan searches as before."""
+    cfg = MineConfig(batch_size=300)
+    ivf = IndexOptions(kind="ivf", nlist=8, nprobe=3, **CPU)
+    run(store16, tmp_path, cfg, ivf, FalseNegativeConfig(rules=("label", "cluster")), None, 3,
+        "no-mutual")
+    a, sa = run(store16, tmp_path, cfg, IndexOptions(kind="flat", **CPU),
+                FalseNegativeConfig(), PositiveConfig(), 3, "exact")
+    assert searched == [] and "whitened_lists" not in sa["seconds"]
+
+
+def test_partition_reads_only_its_cells_and_the_queries(store16, tmp_path, monkeypatch):
+    """A partition's worker reads the rows of its cells once and every row once as a
+    query, nothing else; its files hold, per block of rows, the rows whose probes land in
+    its cells, with the whole index's scores for them."""
+    from dataclasses import replace
+
+    from pairkit.core.store_rows import StoreRows
+    from pairkit.mine.parts_run import PlanSpec
+    from pairkit.mine.rules_plan import RulesSpec
+    from tests.mine.test_ivf_parts import Guarded
+
+    monkeypatch.setattr(white_parts, "QUERY_BLOCK", 500)
+    index = IndexOptions(kind="ivf", nlist=8, nprobe=2, seed=0, **CPU)
+    rows_from = StoreRows.of(store16, streamed=True, pinned=store16)
+    spec = PlanSpec(None, MineConfig(), None, rows_from, str(tmp_path), "triplet",
+                    RulesSpec(FalseNegativeConfig(), PositiveConfig(), index))
+    job, info = white_parts.plan_white(spec, 2, 4)
+    assert job is not None and info["parts"] == 4 and job.blocks == 5
+    lists = job.lists
+    p = 2
+    c0, c1 = lists.parts[p]
+    mine = lists.ids[lists.offsets[c0]:lists.offsets[c1]]
+    guarded = Guarded(store16.rows(), np.arange(store16.count))
+    monkeypatch.setattr(StoreRows, "load", lambda self: guarded)
+    assert white_parts.search_white_partition(job, p) == len(mine)
+    assert guarded.read == len(mine) + store16.count
+    space = job.view()[:]
+    probes = lists.quantizer.search(space, lists.nprobe)[1]
+    hit = ((probes >= c0) & (probes < c1)).any(axis=1)
+    from pairkit.core.side_files import read_arrays
+
+    got = [read_arrays(white_parts.white_path(str(tmp_path), b, p), white_parts.WHITE_FILE)
+           for b in range(job.blocks)]
+    rows = np.concatenate([f["rows"] + 500 * b for b, f in enumerate(got)])
+    np.testing.assert_array_equal(rows, np.flatnonzero(hit))
+    # each hit row's candidates: its best among the partition's cells that it probes
+    for j in range(3):
+        r = int(got[0]["rows"][j])
+        cand = np.concatenate([lists.ids[lists.offsets[c]:lists.offsets[c + 1]]
+                               for c in probes[r] if c0 <= c < c1]).astype(np.int64)
+        scores = space[cand] @ space[r]
+        order = np.lexsort((cand, -scores))[:job.k]
+        np.testing.assert_array_equal(got[0]["ids"][j][:len(order)], cand[order])
+        np.testing.assert_allclose(got[0]["scores"][j][:len(order)], scores[order],
+                                   rtol=1e-5, atol=1e-6)
+    # a plan for another search (another depth or space) is refused, not merged
+    search = white_parts.SplitWhiteSearch(replace(job, k=3), store16.source_codes())
+    from pairkit.errors import PairkitError
+
+    with pytest.raises(PairkitError, match="whitened lists were searched"):
+        search(space, 10)
