@@ -7,11 +7,13 @@ written shard by shard so generating them needs little memory) are mined with
 (``os.wait4``: ``ru_maxrss``, the largest resident set of that process and of the
 descendants it waited for: with ``--ray local`` possibly Ray's head processes, gcs and
 raylet with its object store, which the driver starts and stops) and, as
-``driver_hwm_gb``, the child's own peak (``VmHWM``: the driver alone); with ``--ray``,
-``workers_gb``: per Ray worker process (command line ``ray::...``), its peak
-(``VmHWM``, which counts the shards' pages read through the memory map), the largest
-``RssAnon`` seen (what it holds itself) and what it last ran, sampled from /proc every
-0.2 s while the run lasts. The table is
+``driver_hwm_gb``, the child's own peak (``VmHWM``: the driver alone);
+``stats_seconds``, the seconds the run's ``--stats`` gives (setup, the false-negative
+context, ``whitened_lists``: the split search of the rules' whitened neighbour lists on
+the workers); with ``--ray``, ``workers_gb``: per Ray worker process (command line
+``ray::...``), its peak (``VmHWM``, which counts the shards' pages read through the
+memory map), the largest ``RssAnon`` seen (what it holds itself) and what it last ran,
+sampled from /proc every 0.2 s while the run lasts. The table is
 checked to have 5 negatives per anchor (``--rules``: ``--filter-false-negatives``, the
 default rules and mined positives, at least 99% of them).
 
@@ -417,8 +419,10 @@ def main() -> None:
                     extra = [*extra, "--nprobe", str(args.nprobe)]
                 if args.rules:
                     extra = [*extra, "--filter-false-negatives"]
+                stats_file = Path(tmp) / f"stats{rows}-{mode}.json"
                 cmd = [sys.executable, __file__, "--child", "mine", str(where), "--hard",
-                       "-k", "5", "--index", "ivf", "-o", str(out), "--force", "-q", *extra]
+                       "-k", "5", "--index", "ivf", "-o", str(out), "--force", "-q",
+                       "--stats", str(stats_file), *extra]
                 workers: dict[int, tuple[float, float, str]] = {}
                 gb, seconds, code, stages, hwm = peak_rss(
                     cmd, env_extra, args.watch, out,
@@ -445,6 +449,10 @@ def main() -> None:
                        "vectors_gb_float16": round(rows * DIM * 2 / 1e9, 3),
                        "store_made_s": round(made, 1), "load": os.getloadavg()[0],
                        "nprobe": args.nprobe, "rules": args.rules, "negatives": negatives,
+                       # the run's own account of its seconds (setup, the false-negative
+                       # context, the whitened lists' split search, the blocks)
+                       "stats_seconds": (json.loads(stats_file.read_text()).get("seconds")
+                                         if code == 0 and stats_file.exists() else None),
                        "steps_gb": growth(stages), "stages": stages}
                 results.append(row)
                 print(json.dumps(row), flush=True)
