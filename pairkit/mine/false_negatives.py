@@ -204,6 +204,7 @@ def build_context(
     paths: np.ndarray | None = None,
     image_root: str | None = None,
     whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None,
+    spectral: Any = None,
 ) -> FnContext:
     """An :class:`FnContext` with what ``config``'s rules need computed (each rule's
     ``prepare``); near-duplicate groups are computed on first use unless given.
@@ -211,8 +212,10 @@ def build_context(
     runs the rules' searches and k-means. ``paths`` (N,) and ``image_root``: the store's
     images, for the near-duplicate decision's pixel check. ``whitened_neighbours``: the
     mutual-neighbour rule's lists (:func:`pairkit.mine.whitening.whitened_neighbours`)
-    when the caller searched them already. ``vectors`` may be rows read as float32 when
-    used (a :class:`~pairkit.core.row_view.RowView`: kept as it is)."""
+    when the caller searched them already; ``spectral``: the ``cluster`` rule's spectral
+    embedding when the caller made it (:mod:`pairkit.mine.white_parts`). ``vectors`` may
+    be rows read as float32 when used (a :class:`~pairkit.core.row_view.RowView`: kept as
+    it is)."""
     from pairkit.core.row_view import is_view
     from pairkit.index.search import as_float32
 
@@ -240,7 +243,8 @@ def build_context(
                     file_sha256=file_sha256, views=None if views is None else np.asarray(views),
                     seed=seed, neighbours=neighbours, backend=backend,
                     paths=None if paths is None else np.asarray(paths, dtype=object),
-                    image_root=image_root, whitened_neighbours=whitened_neighbours)
+                    image_root=image_root, whitened_neighbours=whitened_neighbours,
+                    spectral=spectral)
     for rule in config.rules:
         prepare = getattr(MODULES[rule], "prepare", None)
         if prepare is not None:

@@ -48,7 +48,8 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
     codes given) and the rows the search may skip (None: search everything). ``shipped``:
     the blocks run elsewhere (the near-duplicate groups are computed here once, not once
     per worker). ``split``: the whitened lists searched by partition
-    (:class:`pairkit.mine.white_parts.WhiteLists`), merged here."""
+    (:class:`pairkit.mine.white_parts.WhiteLists`), merged here, with the cluster rule's
+    sample and its rows' cells when it made them."""
     from pairkit.mine import false_negatives as fnm
 
     items = store.items
@@ -58,13 +59,19 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
         white = positive_neighbour_lists(None, vectors, sources, rule_lists_config(positives),
                                          index, where, split)
     image_root = store.manifest.get("image_root")
+    spectral = None
+    if split is not None:  # the cluster rule's sample, its rows' cells found by the workers
+        from pairkit.mine.white_parts import spectral_of
+
+        spectral = spectral_of(split, vectors)
     ctx = fnm.build_context(vectors, store.labels(), sources, fn_config, seed=config.seed,
                             file_sha256=sha if any(v is not None for v in sha) else None,
                             views=items["view"].to_numpy(), backend=where,
                             # for the pixel check only: without images, no Python string
                             # per row kept (and shipped to the workers with the context)
                             paths=items["path"].to_numpy(dtype=object) if image_root else None,
-                            image_root=image_root, whitened_neighbours=white)
+                            image_root=image_root, whitened_neighbours=white,
+                            spectral=spectral)
     skipped = skippable_rows(ctx, fn_config, config)
     if skipped is not None and ctx.groups is None:
         # a near-duplicate of the anchor (or of its positive) shares its clusters, so

@@ -245,28 +245,47 @@ def row_codes(emb: SpectralEmbedding, *, seed: int = 0) -> np.ndarray:
 
 def _cells(emb: SpectralEmbedding, *, seed: int = 0, per_cell: int = 16
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(cell_of, nearest, others)``: the sample cut into small cells (k-means in the
-    principal components, about ``per_cell`` sampled rows each; ``cell_of`` per sampled
-    row), the rows outside the sample (``others``, ascending) and the nearest cell of
-    each (``nearest``). Work: N x cells x dims, not N x sample x dims; the rows'
-    similarities to the cells are taken :data:`EXTEND_BLOCK_BYTES` at a time (a fixed
-    65,536 rows at a time held 0.33 GB with the 1,250 cells of a 20,000-row sample, the
-    peak of a whole ``mine --filter-false-negatives``). Kept on ``emb`` per seed (the
-    clusters and the coordinates share them)."""
-    from pairkit.index.kmeans import spherical_kmeans
-
+    """``(cell_of, nearest, others)``: the sample cut into small cells
+    (:func:`sample_cells`; ``cell_of`` per sampled row), the rows outside the sample
+    (``others``, ascending) and the nearest cell of each (``nearest``,
+    :func:`nearest_cells`). Work: N x cells x dims, not N x sample x dims. Kept on ``emb``
+    per seed (the clusters and the coordinates share them; a plan may set them, the
+    nearest cells found by a cluster's workers: :mod:`pairkit.mine.white_parts`)."""
     if seed in emb.cells:
         return emb.cells[seed]
-    n = len(emb.reduced)
+    cell_of, centroids = sample_cells(emb, seed=seed, per_cell=per_cell)
+    others = outside_sample(emb, np.arange(len(emb.reduced)))
+    emb.cells[seed] = (cell_of, nearest_cells(emb.reduced, others, centroids), others)
+    return emb.cells[seed]
+
+
+def sample_cells(emb: SpectralEmbedding, *, seed: int = 0, per_cell: int = 16
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``(cell_of, centroids)``: the sampled rows cut into small cells, about ``per_cell``
+    rows each (spherical k-means in the principal components; ``cell_of`` (len(rows),)
+    int64, ``centroids`` (cells, dims) float32)."""
+    from pairkit.index.kmeans import spherical_kmeans
+
     base = np.ascontiguousarray(emb.reduced[emb.rows], dtype=np.float32)
     cells = max(2, len(emb.rows) // per_cell)
     cell_of, centroids = spherical_kmeans(base, cells, seed=seed, niter=10, init="random")
-    others = np.setdiff1d(np.arange(n), emb.rows)
-    nearest = np.empty(len(others), dtype=np.int64)
-    block = max(1, EXTEND_BLOCK_BYTES // (4 * (len(centroids) + base.shape[1])))
-    for s in range(0, len(others), block):
-        part = others[s : s + block]
+    return np.asarray(cell_of, dtype=np.int64), np.asarray(centroids, dtype=np.float32)
+
+
+def outside_sample(emb: SpectralEmbedding, rows: np.ndarray) -> np.ndarray:
+    """The ones of ``rows`` (ascending) outside the embedding's sample."""
+    return np.setdiff1d(rows, emb.rows)
+
+
+def nearest_cells(reduced: Any, rows: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """(len(rows),) int64: the nearest of ``centroids`` to each of ``rows`` of ``reduced``
+    (the principal components), the similarities taken :data:`EXTEND_BLOCK_BYTES` at a
+    time (a fixed 65,536 rows at a time held 0.33 GB with the 1,250 cells of a
+    20,000-row sample, the peak of a whole ``mine --filter-false-negatives``)."""
+    nearest = np.empty(len(rows), dtype=np.int64)
+    block = max(1, EXTEND_BLOCK_BYTES // (4 * (len(centroids) + centroids.shape[1])))
+    for s in range(0, len(rows), block):
+        part = rows[s : s + block]
         nearest[s : s + block] = np.argmax(
-            np.asarray(emb.reduced[part], np.float32) @ centroids.T, axis=1)
-    emb.cells[seed] = (np.asarray(cell_of, dtype=np.int64), nearest, others)
-    return emb.cells[seed]
+            np.asarray(reduced[part], np.float32) @ centroids.T, axis=1)
+    return nearest

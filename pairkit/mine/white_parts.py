@@ -1,5 +1,7 @@
 """``mine --ray`` with the rules: the whitened neighbour lists searched by the workers,
-their IVF lists split as the blocks' are (:mod:`pairkit.mine.ivf_parts`).
+their IVF lists split as the blocks' are (:mod:`pairkit.mine.ivf_parts`), and the
+``cluster`` rule's assignment of every row to its sample's cells made by the same
+workers, block by block.
 
 The ``mutual-neighbour`` rule and the mined positives read every row's nearest rows of
 other sources in the partial whitening of the store (:mod:`pairkit.mine.whitening`). That
@@ -13,21 +15,29 @@ collection in time (every row's probes scanned in one process). Here it is cut b
    when the candidates are re-ranked), and the lists of that space as the whole index
    would hold them (:func:`pairkit.mine.ivf_parts.plan_lists`: the quantizer trained on
    the same sample, every row's cell, the cells cut into partitions). No row is kept:
-   the space is computed from the store's rows when read.
+   the space is computed from the store's rows when read. With the ``cluster`` rule,
+   also the rule's spectral embedding of its sample and the sample's small cells
+   (:class:`CellsPlan`: what the rule fits on a sample, by the same calls).
 2. **Search by partition** (:func:`search_white_partition`, one task per partition):
    the worker reads its cells' rows from the store, computes their place in the space,
    and searches every row of the store against them, :data:`QUERY_BLOCK` rows at a
    time; each block's exact top of the partition is written beside the run's parts
-   (``.white-BBBBB-PPPPP.npz``).
+   (``.white-BBBBB-PPPPP.npz``). Every ``P``-th block of rows (``P`` partitions) also
+   gets its rows' nearest cells (``.cells-BBBBB.npz``): the assignment that extends the
+   rule's runs and coordinates from the sample to every row.
 3. **Merge** (:class:`SplitWhiteSearch`, the search the plan's
    :func:`pairkit.mine.whitening.whitened_neighbours` calls): each block's files merged
    (:func:`pairkit.mine.ivf_parts.merge_top`: the whole index's top) and cut to the rows
    of other sources as the search here does
-   (:func:`pairkit.mine.rules_run.search_neighbour_lists`).
+   (:func:`pairkit.mine.rules_run.search_neighbour_lists`); the rule's embedding gets
+   the workers' cells (:func:`spectral_of`) instead of reading every row for them.
 
-Used when the space's search would be such an IVF (:func:`pairkit.mine.ivf_parts.lists_spec`);
-the lists, and so the rules' flags and the table, are the search's here
-(tests/mine/test_white_parts.py, tests/distributed/test_ray.py).
+Used when the rules read the whitened lists (the ``mutual-neighbour`` rule or mined
+positives: the defaults) and the space's search would be such an IVF
+(:func:`pairkit.mine.ivf_parts.lists_spec`: ``--index ivf``, or ``auto`` above its row
+limit); the lists, the cells, and so the rules' flags and the table, are the plan's own
+(tests/mine/test_white_parts.py, tests/distributed/test_ray.py). What stays in the plan:
+the merge (every row's lists, as before) and the rows' codes from the cells.
 """
 
 from __future__ import annotations
@@ -69,11 +79,28 @@ def space_rows(rows: np.ndarray, space: Space) -> np.ndarray:
 
 
 @dataclass
+class CellsPlan:
+    """The ``cluster`` rule's spectral embedding of the store's sample (``spectral``: its
+    ``reduced`` the store's rows in the principal components, computed when read, which
+    pickles as the store's address), made with the lists' plan by the call the rule
+    makes, and the sample's small cells for ``seed`` (``cell_of``, ``centroids``:
+    :func:`pairkit.mine.spectral.sample_cells`): what the workers need to give each row
+    outside the sample its nearest cell (the rule's runs and coordinates extend by it),
+    block by block, instead of the plan reading every row for it."""
+
+    spectral: Any
+    seed: int
+    cell_of: np.ndarray
+    centroids: np.ndarray
+
+
+@dataclass
 class WhiteLists:
     """The plan of step 1 (module docstring): the ``space``, the ``lists`` of its IVF,
     ``k`` the columns each row's search keeps (the depth asked plus the most views of a
     source), where the store is read (``rows_from``) and the candidate files written
-    (``folder``, with the writer's ``token`` on object storage)."""
+    (``folder``, with the writer's ``token`` on object storage); ``cells``: the cluster
+    rule's sample (None: the run has no cluster rule, or its sample is the store)."""
 
     space: Space
     lists: IvfLists
@@ -81,6 +108,7 @@ class WhiteLists:
     rows_from: Any
     folder: str
     token: str = ""
+    cells: CellsPlan | None = None
 
     @property
     def parts(self) -> int:
@@ -144,9 +172,33 @@ def plan_white(spec: Any, workers: int, partitions: int
     count = max(1, min(count, int(lspec.nlist or 1)))
     lists = plan_lists(rows.mapped(space, space.dims), lspec, count)
     job = WhiteLists(space, lists, min(n, depth + views), replace(spec.rows_from),
-                     spec.folder, spec.remote.token if spec.remote is not None else "")
-    return job, {"parts": job.parts, "blocks": job.blocks,
+                     spec.folder, spec.remote.token if spec.remote is not None else "",
+                     cells_plan(rows, sources, rules.fn_config, spec.config.seed))
+    return job, {"parts": job.parts, "blocks": job.blocks, "cells": job.cells is not None,
                  "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def cells_plan(rows: Any, sources: np.ndarray, fn_config: Any, seed: int
+               ) -> CellsPlan | None:
+    """The :class:`CellsPlan` of ``rows`` (the store's, read as float32) when the run's
+    rules have the ``cluster`` rule and the store is larger than its spectral sample."""
+    from pairkit.mine.rules.cluster import NAME
+    from pairkit.mine.spectral import sample_cells, spectral_embedding
+
+    if fn_config is None or NAME not in fn_config.rules:
+        return None
+    emb = spectral_embedding(rows, sources, m=fn_config.cluster_neighbours, seed=seed)
+    if len(emb.rows) == len(rows):
+        return None
+    return CellsPlan(emb, seed, *sample_cells(emb, seed=seed))
+
+
+def cells_path(folder: str, block: int, token: str = "") -> Path | str:
+    """The nearest cells of query block ``block``'s rows outside the sample
+    (``.cells-BBBBB.npz``)."""
+    from pairkit.core.side_files import side_path
+
+    return side_path(folder, f"cells-{block:05d}", ".npz", token)
 
 
 def white_path(folder: str, block: int, part: int, token: str = "") -> Path | str:
@@ -160,10 +212,12 @@ def white_path(folder: str, block: int, part: int, token: str = "") -> Path | st
 def search_white_partition(job: WhiteLists, part: int) -> int:
     """Step 2 of the module docstring for partition ``part``: its cells' rows read and put
     in the space, every row of the store searched against them, a file per block of
-    rows (written whole: a partition searched again writes the same files). Returns the
-    partition's rows."""
+    rows (written whole: a partition searched again writes the same files); with the
+    cluster rule's cells, every ``parts``-th block's rows outside the sample also get
+    their nearest cell, in a file per block. Returns the partition's rows."""
     from pairkit.core.side_files import write_arrays
     from pairkit.mine.ivf_parts import partial_search, partition_index
+    from pairkit.mine.spectral import nearest_cells, outside_sample
 
     view = job.view()
     c0, c1 = job.lists.parts[part]
@@ -176,6 +230,11 @@ def search_white_partition(job: WhiteLists, part: int) -> int:
         write_arrays(white_path(job.folder, number, part, job.token),
                      dict(zip(WHITE_FILE, (hit.astype(np.int32), i[hit], s[hit]),
                               strict=True)))
+        if job.cells is not None and number % job.parts == part:
+            emb = job.cells.spectral
+            nearest = nearest_cells(emb.reduced, outside_sample(emb, np.arange(lo, hi)),
+                                    job.cells.centroids)
+            write_arrays(cells_path(job.folder, number, job.token), {"nearest": nearest})
     return int(index.ntotal)
 
 
@@ -206,8 +265,10 @@ def remove_white(folder: str, token: str, info: dict[str, Any]) -> None:
     local run's go with its parts folder)."""
     from pairkit.core.side_files import remove_objects
 
-    remove_objects(white_path(folder, b, p, token)
-                   for b in range(info["blocks"]) for p in range(info["parts"]))
+    remove_objects([*(white_path(folder, b, p, token)
+                      for b in range(info["blocks"]) for p in range(info["parts"])),
+                    *(cells_path(folder, b, token) for b in range(info["blocks"])
+                      if info.get("cells"))])
 
 
 class SplitWhiteSearch:
@@ -248,3 +309,33 @@ class SplitWhiteSearch:
             ids[lo:hi], scores[lo:hi] = other_sources(found_s, found_i, self.sources, k,
                                                       query_sources=self.sources[lo:hi])
         return ids, scores
+
+
+def spectral_of(job: WhiteLists, vectors: Any) -> Any:
+    """The cluster rule's spectral embedding for the plan whose store rows are
+    ``vectors`` (an array or a view): the one :func:`plan_white` made, its principal
+    components computed from ``vectors`` when read (not from a copy of the store loaded
+    for it), its cells for the plan's seed set from the workers' files (the nearest cell
+    of every row outside the sample, as :func:`pairkit.mine.spectral.nearest_cells`
+    gives them). None without :class:`CellsPlan`."""
+    from pairkit.core.row_view import RowView, is_view
+    from pairkit.core.side_files import read_arrays
+    from pairkit.mine.spectral import outside_sample
+
+    if job.cells is None:
+        return None
+    emb = job.cells.spectral
+    fn, dim = emb.reduced.fn, emb.reduced.shape[1]
+    reduced = vectors.mapped(fn, dim) if is_view(vectors) else RowView(vectors, fn=fn, dim=dim)
+    reduced.recompute = True  # as pca_rows marks it: an IVF index of them keeps ids
+    nearest = np.concatenate([np.zeros(0, np.int64)] + [
+        read_arrays(cells_path(job.folder, b, job.token), ("nearest",))["nearest"]
+        for b in range(job.blocks)])
+    others = outside_sample(emb, np.arange(len(reduced)))
+    if len(nearest) != len(others):
+        from pairkit.errors import PairkitError
+
+        raise PairkitError(f"the workers' nearest cells cover {len(nearest)} rows, not the "
+                           f"{len(others)} outside the sample")
+    return replace(emb, reduced=reduced, codes={},
+                   cells={job.cells.seed: (job.cells.cell_of, nearest, others)})

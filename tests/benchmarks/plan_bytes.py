@@ -5,7 +5,10 @@ Ray's object store and is mapped by every worker that mines a block. This script
 the plan of a store as a cluster's run would (``mine_parts`` with an executor whose
 workers read the store, as Ray's do), pickles it as Ray does, and prints its bytes and
 those of each of its parts above 1 MB (deterministic: they do not depend on the machine).
-It stops before any block is mined.
+It stops before any block is mined. When the workers search the rules' whitened lists
+first (``pairkit/mine/white_parts.py``: an IVF search), their plan's bytes are printed
+too (``white``: what each of those workers receives), and its partitions are searched
+here, one after the other, so that the plan of the blocks can be made.
 
 Usage: python tests/benchmarks/plan_bytes.py STORE [--no-positives] [--json OUT]
 (a generated store: tests/benchmarks/mine_memory.py --store-dir DIR --rows N).
@@ -62,14 +65,22 @@ class PlanOnly:
 
     def remote_pair(self, fn: Any, *args: Any) -> Any:
         t0 = time.perf_counter()
-        job, _ = fn(*args)
+        job, info = fn(*args)
+        if fn.__name__ == "plan_white":  # the whitened lists' plan, then their search
+            sizes = {"white": pickled_bytes(job)}
+            parts_of(job, "white", sizes)
+            self.result["white"] = {"seconds": round(time.perf_counter() - t0, 1),
+                                    "bytes": sizes}
+            return job, info
         sizes = {"plan": pickled_bytes(job)}
         parts_of(job, "plan", sizes)
-        self.result = {"plan_seconds": round(time.perf_counter() - t0, 1), "bytes": sizes}
+        self.result.update(plan_seconds=round(time.perf_counter() - t0, 1), bytes=sizes)
         raise Measured
 
-    def __call__(self, *args: Any) -> Any:
-        raise AssertionError("no block is mined")
+    def __call__(self, fn: Any, shared: Any, blocks: list[Any]) -> Any:
+        if fn.__name__ != "search_white_partition":
+            raise AssertionError("no block is mined")
+        return (fn(shared, block) for block in blocks)
 
 
 def main() -> None:
@@ -93,7 +104,8 @@ def main() -> None:
                    fn_config=FalseNegativeConfig(),
                    positives=PositiveConfig(per_anchor=0 if args.no_positives else 10))
     result = {"rows": rows, **executor.result}
-    for name, size in sorted(result["bytes"].items(), key=lambda kv: -kv[1]):
+    sizes = {**result.get("white", {}).get("bytes", {}), **result["bytes"]}
+    for name, size in sorted(sizes.items(), key=lambda kv: -kv[1]):
         print(f"{name:48s} {size / 1e6:9.2f} MB  {size / rows:7.1f} B/row")
     print(f"the plan made in {result['plan_seconds']} s")
     if args.json:

@@ -120,9 +120,9 @@ def test_plan_made_in_a_child_process_is_the_same(store16, tmp_path, monkeypatch
     seen = []
     real = parts_run.plan_here
 
-    def spy(store, spec):
+    def spy(store, spec, *rest):
         seen.append(store.count > parts_run.PLAN_APART_ROWS)
-        return real(store, spec)
+        return real(store, spec, *rest)
 
     monkeypatch.setattr(parts_run, "PLAN_APART_ROWS", 1000)
     monkeypatch.setattr(parts_run, "plan_here", spy)
@@ -413,7 +413,12 @@ def test_cluster_plan_with_rules_ships_no_rows(store16, tmp_path, small_blocks):
     skip = {"seconds", "index"}
     assert {k: v for k, v in sa.items() if k not in skip} == \
         {k: v for k, v in sb.items() if k not in skip}
-    job = shipped[0]
+    # first the rules' whitened lists, searched by the workers (pairkit/mine/white_parts.py):
+    # their plan names the store too
+    from pairkit.mine.white_parts import WhiteLists
+
+    white, job = shipped[0], shipped[1]
+    assert isinstance(white, WhiteLists) and white.rows_from.store == str(store16.root)
     vectors = job.blocks.ctx.vectors
     assert isinstance(vectors, RowView) and vectors.rows is None  # read by the worker
     assert vectors.source.store == str(store16.root) and vectors.source.streamed

@@ -169,3 +169,36 @@ def test_partition_reads_only_its_cells_and_the_queries(store16, tmp_path, monke
 
     with pytest.raises(PairkitError, match="whitened lists were searched"):
         search(space, 10)
+
+
+def test_cluster_cells_found_by_the_workers(store16, tmp_path, monkeypatch, searched):
+    """Above the cluster rule's spectral sample, every other row's nearest cell (what
+    its runs and coordinates extend by) is found by the partitions' workers, a block of
+    rows each, not by the plan reading every row: the same table and stats."""
+    from functools import partial
+
+    from pairkit.mine import spectral
+
+    monkeypatch.setattr(spectral, "spectral_embedding",
+                        partial(spectral.spectral_embedding, sample=500))
+    monkeypatch.setattr(white_parts, "QUERY_BLOCK", 600)
+    sizes: list[int] = []
+    real = spectral.nearest_cells
+
+    def recorded(reduced, rows, centroids):
+        sizes.append(len(rows))
+        return real(reduced, rows, centroids)
+
+    monkeypatch.setattr(spectral, "nearest_cells", recorded)
+    cfg, index = MineConfig(batch_size=300), IndexOptions(kind="ivf", nlist=8, nprobe=3, **CPU)
+    a, sa = run(store16, tmp_path, cfg, index, FalseNegativeConfig(), PositiveConfig(), 0,
+                "here")
+    assert sizes == [store16.count - 500]  # the plan: every row outside the sample at once
+    sizes.clear()
+    b, sb = run(store16, tmp_path, cfg, index, FalseNegativeConfig(), PositiveConfig(), 3,
+                "split")
+    assert searched == [0, 1, 2]
+    # the workers: four blocks of 600 rows (the last 400), the sample's rows left out
+    assert len(sizes) == 4 and sum(sizes) == store16.count - 500 and max(sizes) <= 600
+    assert sa["clusters"] == sb["clusters"] and sa["clusters"]
+    same(a, sa, b, sb)
