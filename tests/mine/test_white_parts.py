@@ -49,13 +49,18 @@ def wide(tmp_path_factory):
 
 @pytest.fixture
 def searched(monkeypatch):
-    """The partitions searched, in call order."""
+    """The partitions searched, in call order; each gets the plan as a worker does,
+    pickled (its views name the store: no row travels)."""
+    import pickle
+
     calls: list[int] = []
     real = white_parts.search_white_partition
 
     def spy(job, part):
         calls.append(part)
-        return real(job, part)
+        shipped = pickle.loads(pickle.dumps(job))
+        assert shipped.cells is None or shipped.cells.spectral.reduced.rows is None
+        return real(shipped, part)
 
     monkeypatch.setattr(white_parts, "search_white_partition", spy)
     return calls
