@@ -155,8 +155,13 @@ def plan_white(spec: Any, workers: int, partitions: int
     t0 = time.perf_counter()
     rules = spec.rules
     cfg = rule_lists_config(rules.positives)
+    from pairkit.mine.parts_run import lists_rows
+
     st = spec.rows_from.open(verify=True)
-    rows = RowView(spec.rows_from, rows=st.rows(), dim=st.dim)  # read as float32
+    # read as float32; where the workers read them: by byte ranges from object storage
+    # (a partition's cells, each block of queries, its rows' cells), nothing held
+    reads = lists_rows(spec.rows_from)
+    rows = RowView(reads, rows=st.rows(), dim=st.dim)
     index: IndexOptions = rules.index
     white = fit_whitening(rows, power=cfg.whitening, seed=index.seed)
     rerank = white.dims > CANDIDATE_DIMS
@@ -171,7 +176,7 @@ def plan_white(spec: Any, workers: int, partitions: int
     count = partitions or lists_partitions(n, space.dims, lspec, workers)
     count = max(1, min(count, int(lspec.nlist or 1)))
     lists = plan_lists(rows.mapped(space, space.dims), lspec, count)
-    job = WhiteLists(space, lists, min(n, depth + views), replace(spec.rows_from),
+    job = WhiteLists(space, lists, min(n, depth + views), reads,
                      spec.folder, spec.remote.token if spec.remote is not None else "",
                      cells_plan(rows, sources, rules.fn_config, spec.config.seed))
     return job, {"parts": job.parts, "blocks": job.blocks, "cells": job.cells is not None,

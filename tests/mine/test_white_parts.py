@@ -141,6 +141,7 @@ def test_partition_reads_only_its_cells_and_the_queries(store16, tmp_path, monke
                     RulesSpec(FalseNegativeConfig(), PositiveConfig(), index))
     job, info = white_parts.plan_white(spec, 2, 4)
     assert job is not None and info["parts"] == 4 and job.blocks == 5
+    assert job.rows_from.ranged  # on object storage: byte ranges, no shard held
     lists = job.lists
     p = 2
     c0, c1 = lists.parts[p]
