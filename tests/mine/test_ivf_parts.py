@@ -24,10 +24,12 @@ def store16(tmp_path_factory):
     return make_store(tmp_path_factory.mktemp("lists") / "st", "float16")
 
 
-def run(store, tmp_path, cfg, index, fmt="triplet", partitions=None, name="out"):
+def run(store, tmp_path, cfg, index, fmt="triplet", partitions=None, name="out", **rules):
+    """``mine_parts`` here into ``NAME.parquet``; ``rules``: its ``fn_config`` and
+    ``positives``."""
     out = tmp_path / f"{name}.parquet"
     stats = mine_parts(store.root, None, cfg, index, fmt, str(out), False, None,
-                       partitions=partitions)
+                       partitions=partitions, **rules)
     return read_table(out), stats
 
 

@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pairkit.core.tables import read_table
 from pairkit.index.options import IndexOptions
 from pairkit.mine import white_parts
 from pairkit.mine.config import MineConfig
 from pairkit.mine.false_negatives import FalseNegativeConfig
-from pairkit.mine.parts_run import mine_parts
 from pairkit.mine.positives import PositiveConfig
+from tests.mine.test_ivf_parts import run as mine_parts_run
+from tests.mine.test_ivf_parts import same
 from tests.mine.test_streamed import make_store
 
 CPU = {"device": "cpu", "backend": "faiss"}
@@ -66,18 +66,9 @@ def searched(monkeypatch):
     return calls
 
 
-def run(store, tmp_path, cfg, index, fn, pos, partitions, name, fmt="triplet"):
-    out = tmp_path / f"{name}.parquet"
-    stats = mine_parts(store.root, None, cfg, index, fmt, str(out), False, None,
-                       fn_config=fn, positives=pos, partitions=partitions)
-    return read_table(out), stats
-
-
-def same(a, sa, b, sb):
-    pd.testing.assert_frame_equal(a, b)
-    skip = {"seconds", "index"}
-    assert {k: v for k, v in sa.items() if k not in skip} == \
-        {k: v for k, v in sb.items() if k not in skip}
+def run(store, tmp_path, cfg, index, fn, pos, partitions, name):
+    return mine_parts_run(store, tmp_path, cfg, index, partitions=partitions, name=name,
+                          fn_config=fn, positives=pos)
 
 
 @pytest.mark.parametrize("case", ["p1", "p3", "positives-only", "attract", "nprobe1",
