@@ -11,7 +11,10 @@ take it (zero-copy on the task's node); the driver receives only the counts and 
 stats of the rules (a few kB). The workers then write their blocks' parts, the mined
 positives of their anchors with them, as on the path without rules
 (:mod:`pairkit.mine.block_parts`), and the driver commits the parts
-(:mod:`pairkit.mine.parts_run`): table and stats are the local run's (tests).
+(:mod:`pairkit.mine.parts_run`): table and stats are the local run's (tests). When the
+rules' whitened neighbour search is an IVF, the workers search it first, and assign the
+cluster rule's cells, before this plan is made (:mod:`pairkit.mine.white_parts`): the
+task merges their files instead of reading every row for them.
 """
 
 from __future__ import annotations

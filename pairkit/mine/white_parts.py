@@ -149,14 +149,13 @@ def plan_white(spec: Any, workers: int, partitions: int
     from pairkit.core.row_view import RowView
     from pairkit.index.options import IndexOptions
     from pairkit.mine.ivf_parts import lists_partitions, lists_spec, plan_lists
+    from pairkit.mine.parts_run import lists_rows
     from pairkit.mine.rules_run import rule_lists_config
     from pairkit.mine.whitening import CANDIDATE_DIMS, fit_whitening
 
     t0 = time.perf_counter()
     rules = spec.rules
     cfg = rule_lists_config(rules.positives)
-    from pairkit.mine.parts_run import lists_rows
-
     st = spec.rows_from.open(verify=True)
     # read as float32; where the workers read them: by byte ranges from object storage
     # (a partition's cells, each block of queries, its rows' cells), nothing held
