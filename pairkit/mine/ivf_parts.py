@@ -231,6 +231,31 @@ def read_candidates(path: Path | str) -> dict[str, np.ndarray]:
     return read_arrays(path, CANDIDATES)
 
 
+def write_top(path: Path | str, s: np.ndarray, i: np.ndarray) -> int:
+    """Write a partition's top ``(s, i)`` of a block of queries (:func:`partial_search`'s)
+    to ``path``: the queries it answered (a first id >= 0), their ids and scores. Returns
+    how many it answered."""
+    hit = np.flatnonzero(i[:, 0] >= 0) if i.shape[1] else np.zeros(0, np.int64)
+    write_candidates(path, hit.astype(np.int32), i[hit], s[hit])
+    return len(hit)
+
+
+def merged_top(paths: list[Path | str], nq: int, width: int, k: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` (:func:`merge_top`) of the partitions' files ``paths`` of one block of
+    ``nq`` queries, each written by :func:`write_top` with at most ``width`` columns (a
+    query a file does not answer: no candidate from that partition)."""
+    partials = []
+    for path in paths:
+        f = read_candidates(path)
+        s = np.full((nq, width), -np.inf, np.float32)
+        i = np.full((nq, width), -1, np.int64)
+        s[f["rows"], :f["ids"].shape[1]] = f["scores"]
+        i[f["rows"], :f["ids"].shape[1]] = f["ids"]
+        partials.append((s, i))
+    return merge_top(partials, k)
+
+
 def remove_candidates(url: str, blocks: int, parts: int, token: str) -> None:
     """Remove the run's candidate objects beside the dataset at ``url`` (best effort:
     any left over go with the writer's token; a local run's candidates go with its parts
@@ -270,10 +295,7 @@ def search_partition(job: Any, part: int) -> PartitionDone:
     for number, (b0, b1) in enumerate(block_spans(len(st.anchors), cand.batch_size)):
         queries = np.asarray(rows[st.anchors[b0:b1]], dtype=np.float32)
         s, i = partial_search(index, queries, k)
-        hit = np.flatnonzero(i[:, 0] >= 0) if k else np.zeros(0, np.int64)
-        answered += len(hit)
-        write_candidates(candidates_path(cand.folder, number, part, cand.token),
-                         hit.astype(np.int32), i[hit], s[hit])
+        answered += write_top(candidates_path(cand.folder, number, part, cand.token), s, i)
     return PartitionDone(part, int(index.ntotal), answered)
 
 
@@ -311,14 +333,9 @@ class ListCandidates:
         if self.merged is None or self.merged[0] != number:
             b0 = number * self.batch_size
             nq = min(len(self.anchors), b0 + self.batch_size) - b0
-            partials = []
-            for p in range(self.parts):
-                f = read_candidates(candidates_path(self.folder, number, p, self.token))
-                s = np.full((nq, k), -np.inf, np.float32)
-                i = np.full((nq, k), -1, np.int64)
-                s[f["rows"]], i[f["rows"]] = f["scores"], f["ids"]
-                partials.append((s, i))
-            self.merged = (number, *merge_top(partials, k))
+            paths = [candidates_path(self.folder, number, p, self.token)
+                     for p in range(self.parts)]
+            self.merged = (number, *merged_top(paths, nq, k, k))
         return self.merged[1], self.merged[2]
 
     def __call__(self, a: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

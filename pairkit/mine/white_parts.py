@@ -51,7 +51,6 @@ import numpy as np
 from pairkit.mine.ivf_parts import IvfLists
 
 QUERY_BLOCK = 131_072  # rows searched at a time, one candidates file per block and partition
-WHITE_FILE = ("rows", "ids", "scores")
 
 
 @dataclass(frozen=True)
@@ -220,7 +219,7 @@ def search_white_partition(job: WhiteLists, part: int) -> int:
     cluster rule's cells, every ``parts``-th block's rows outside the sample also get
     their nearest cell, in a file per block. Returns the partition's rows."""
     from pairkit.core.side_files import write_arrays
-    from pairkit.mine.ivf_parts import partial_search, partition_index
+    from pairkit.mine.ivf_parts import partial_search, partition_index, write_top
     from pairkit.mine.spectral import nearest_cells, outside_sample
 
     view = job.view()
@@ -230,10 +229,7 @@ def search_white_partition(job: WhiteLists, part: int) -> int:
     for number, lo in enumerate(range(0, job.lists.n, QUERY_BLOCK)):
         hi = min(job.lists.n, lo + QUERY_BLOCK)
         s, i = partial_search(index, view[lo:hi], k)
-        hit = np.flatnonzero(i[:, 0] >= 0) if k else np.zeros(0, np.int64)
-        write_arrays(white_path(job.folder, number, part, job.token),
-                     dict(zip(WHITE_FILE, (hit.astype(np.int32), i[hit], s[hit]),
-                              strict=True)))
+        write_top(white_path(job.folder, number, part, job.token), s, i)
         if job.cells is not None and number % job.parts == part:
             emb = job.cells.spectral
             nearest = nearest_cells(emb.reduced, outside_sample(emb, np.arange(lo, hi)),
@@ -285,10 +281,9 @@ class SplitWhiteSearch:
         self.job, self.sources = job, sources
 
     def __call__(self, space: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
-        from pairkit.core.side_files import read_arrays
         from pairkit.errors import PairkitError
         from pairkit.mine.clusters import other_sources
-        from pairkit.mine.ivf_parts import merge_top
+        from pairkit.mine.ivf_parts import merged_top
 
         job, n = self.job, self.job.lists.n
         views = int(np.bincount(self.sources).max()) if n else 1
@@ -301,15 +296,9 @@ class SplitWhiteSearch:
         scores = np.full((n, k), -np.inf, dtype=np.float32)
         for number, lo in enumerate(range(0, n, QUERY_BLOCK)):
             hi = min(n, lo + QUERY_BLOCK)
-            partials = []
-            for p in range(job.parts):
-                f = read_arrays(white_path(job.folder, number, p, job.token), WHITE_FILE)
-                s = np.full((hi - lo, job.k), -np.inf, np.float32)
-                i = np.full((hi - lo, job.k), -1, np.int64)
-                s[f["rows"], :f["ids"].shape[1]] = f["scores"]
-                i[f["rows"], :f["ids"].shape[1]] = f["ids"]
-                partials.append((s, i))
-            found_s, found_i = merge_top(partials, kk)
+            found_s, found_i = merged_top(
+                [white_path(job.folder, number, p, job.token) for p in range(job.parts)],
+                hi - lo, job.k, kk)
             ids[lo:hi], scores[lo:hi] = other_sources(found_s, found_i, self.sources, k,
                                                       query_sources=self.sources[lo:hi])
         return ids, scores

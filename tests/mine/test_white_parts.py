@@ -144,9 +144,9 @@ def test_partition_reads_only_its_cells_and_the_queries(store16, tmp_path, monke
     space = job.view()[:]
     probes = lists.quantizer.search(space, lists.nprobe)[1]
     hit = ((probes >= c0) & (probes < c1)).any(axis=1)
-    from pairkit.core.side_files import read_arrays
+    from pairkit.mine.ivf_parts import read_candidates
 
-    got = [read_arrays(white_parts.white_path(str(tmp_path), b, p), white_parts.WHITE_FILE)
+    got = [read_candidates(white_parts.white_path(str(tmp_path), b, p))
            for b in range(job.blocks)]
     rows = np.concatenate([f["rows"] + 500 * b for b, f in enumerate(got)])
     np.testing.assert_array_equal(rows, np.flatnonzero(hit))
