@@ -299,6 +299,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt}")
     here = map_blocks is None
+    # the partitions of a split search: one per worker by default (two here)
+    workers = int(getattr(map_blocks, "workers", 0) or 2)
     with_rules = has_rules(fn_config, positives)
     # verified where it is read: by the plan on a cluster; here, once, the run's snapshot
     store = Store.open(store_path, verify=here)
@@ -328,7 +330,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         lists = lists_spec(store.count, store.dim, searcher.options)
         if lists is not None and (partitions or not here):
             split = partitions or lists_partitions(
-                store.count, store.dim, lists, int(getattr(map_blocks, "workers", 0) or 2))
+                store.count, store.dim, lists, workers)
             split = max(1, min(split, int(lists.nlist or 1)))
             index_text = planned_description(
                 store.count, store.dim, index, where,
@@ -349,8 +351,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
 
             if needs_white(rules.fn_config, rules.positives):
                 white, white_info = split_white_lists(
-                    spec, map_blocks, remote, int(getattr(map_blocks, "workers", 0) or 2),
-                    partitions or 0)
+                    spec, map_blocks, remote, workers, partitions or 0)
         if here:
             job, info = plan_here(store, spec, white)
         elif remote is not None:
