@@ -7,7 +7,9 @@ runs on the whole; the driver joins the results in partition order, so a run on 
 the same output as a run here. Ray (``pip install 'pairkit[ray]'``) is imported only when
 ``--ray`` is given. See docs/distributed.md.
 
-- ``local``: start a Ray instance on this machine, ``ray.init(num_cpus=<its CPUs>)``.
+- ``local``: start a Ray instance on this machine, ``ray.init(address="local",
+  num_cpus=<its CPUs>)``: its own, even where ``RAY_ADDRESS`` or a ``ray start`` names
+  another cluster.
 - ``auto``: join the cluster this machine is part of (``ray start --head`` / ``--address``).
 - ``HOST:PORT`` or ``ray://HOST:10001``: join that cluster.
 
@@ -85,7 +87,9 @@ def connect(address: str) -> Cluster:
                  "include_dashboard": False}
         try:
             if address == "local":
-                ray.init(num_cpus=available_cpus(), **quiet)
+                # "local": a new instance even where RAY_ADDRESS or a `ray start` on this
+                # machine names a cluster (ray.init() without an address would join it)
+                ray.init(address="local", num_cpus=available_cpus(), **quiet)
             else:
                 ray.init(address=address, **quiet)
         except Exception as exc:  # ConnectionError, ValueError, RuntimeError ...

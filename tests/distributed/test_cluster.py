@@ -78,9 +78,18 @@ def test_worker_node_killed_mid_mine(tmp_path, s3):
                                "print(sum(n['Alive'] for n in ray.nodes()))")
         assert alive.stdout.split()[-1] == "1", alive.stderr  # the worker node is gone
         assert cluster.nodes[1].processes() == []
+        # --ray local starts its own Ray instance, even where RAY_ADDRESS (or the latest
+        # `ray start` on the machine) names a running cluster, which ray.init() would join
+        proc = cluster.pairkit("mine", tmp_path / "local", *args, "-o",
+                               tmp_path / "own.parquet", "--ray", "local",
+                               env={"RAY_ADDRESS": cluster.address})
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        assert "blocks on Ray (local: " in err
     got, want = read_table(f"{s3}/pairs/"), pd.read_parquet(tmp_path / "local.parquet")
     assert got["anchor_id"].nunique() == 300 and len(got) == 5 * 300
     pd.testing.assert_frame_equal(got, want)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "own.parquet"), want)
 
 
 def test_worker_node_killed_mid_mine_with_the_rules(tmp_path, s3):

@@ -35,7 +35,9 @@ def cluster(request):
 
     with contextlib.suppress(pytest.skip.Exception):  # the S3 server's settings first,
         request.getfixturevalue("s3_endpoint")  # so that the workers inherit them
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    # address "local": its own instance, never the cluster of another test process
+    # (make test runs two) or of a `ray start` on this machine
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.ERROR)
     try:
         yield connect("local")  # already connected: the command joins this cluster
