@@ -1,6 +1,7 @@
 # The two commands of pairkit (README "The two commands", docs/development.md):
 #   make demo   set up .venv if needed, then run the whole pipeline on sample data
-#   make test   set up .venv if needed, then ruff and the test suite (what .ci/run runs)
+#   make test   set up .venv if needed, then ruff and the test suite (what .ci/run runs),
+#               in TEST_WORKERS processes (2)
 # The environment is reused: it is (re)installed only when pyproject.toml or this
 # Makefile changed since the last install (a hash kept in .venv/.pairkit-installed).
 
@@ -10,6 +11,8 @@ DEMO_DIR ?= demo-run
 # torch first, pinned: on these machines pip takes both from local files
 TORCH ?= torch==2.14.1 torchvision==0.29.1
 EXTRAS ?= dev
+# test processes (pytest-xdist); 0 runs the suite in this process, one test at a time
+TEST_WORKERS ?= 2
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pairkit-installed
@@ -21,7 +24,7 @@ demo: env
 
 test: env
 	$(BIN)/ruff check pairkit tests
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 env:
 	@want="$$(cat pyproject.toml Makefile | sha256sum | cut -c1-16) $(TORCH) $(EXTRAS)"; \
