@@ -4,7 +4,7 @@ as a child process on 127.0.0.1 at a free port, killed at the end of the session
 Tests that need it take the ``s3`` fixture (tests/conftest.py): a fresh bucket URL with
 ``AWS_ENDPOINT_URL`` and dummy credentials set, so pairkit (through s3fs/botocore) talks
 to this server and nothing else. Without ``moto[server]`` and ``s3fs`` (the dev extra)
-the tests skip with the reason.
+the tests skip with the reason; with them, a server that does not start is an error.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ def _executable() -> str | None:
 
 
 @contextlib.contextmanager
-def moto_server(wait_s: float = 30.0) -> Iterator[str | None]:
-    """Yield the endpoint URL of a running server, or None (with the reason printed to
-    stderr) when it can't start."""
+def moto_server(wait_s: float = 60.0) -> Iterator[str | None]:
+    """Yield the endpoint URL of a running server, or None when ``moto[server]`` or
+    ``s3fs`` is not installed. Installed but not answering within ``wait_s`` seconds is
+    an error (RuntimeError), not a None: the S3 tests must fail there, not skip."""
     exe = _executable()
     try:
         import s3fs  # noqa: F401
@@ -57,7 +58,12 @@ def moto_server(wait_s: float = 30.0) -> Iterator[str | None]:
                 up = True
                 break
             time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}" if up else None
+        if not up:
+            code = proc.poll()
+            raise RuntimeError(f"moto_server did not answer on 127.0.0.1:{port} within "
+                               f"{wait_s:.0f} s" + ("" if code is None else
+                                                     f" (it exited with {code})"))
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         try:
