@@ -132,25 +132,27 @@ def validate_config(config: FalseNegativeConfig) -> None:
     if len(set(config.rules)) != len(config.rules):
         raise UsageError(f"false-negative rules repeat: {','.join(config.rules)}")
     if not 0.0 < config.margin <= 1.0:
-        raise UsageError(f"margin must be in (0, 1], got {config.margin}")
+        raise UsageError(f"--fn-margin must be in (0, 1], got {config.margin}")
     if config.near_duplicate_method not in ("threshold", "pixels", "auto"):
         raise UsageError("near-duplicate method must be threshold, pixels or auto, got "
                          f"{config.near_duplicate_method}")
     t = config.near_duplicate_threshold
     if t is not None and not 0.0 < t <= 1.0:
-        raise UsageError(f"near-duplicate threshold must be in (0, 1], got {t}")
+        raise UsageError(f"--fn-near-dup-threshold must be in (0, 1], got {t}")
     if any(k < 2 for k in config.cluster_ks):
-        raise UsageError(f"cluster counts must be >= 2, got {config.cluster_ks}")
+        raise UsageError("--fn-cluster-k: cluster counts must be >= 2, got "
+                         f"{','.join(map(str, config.cluster_ks))}")
     if config.cluster_runs < 1:
-        raise UsageError(f"cluster runs must be >= 1, got {config.cluster_runs}")
+        raise UsageError(f"--fn-cluster-runs must be >= 1, got {config.cluster_runs}")
     total = config.cluster_runs_total
     if not 1 <= config.cluster_votes <= total:
         raise UsageError(
-            f"cluster votes must be between 1 and the number of runs ({total}), "
+            f"--fn-cluster-votes must be between 1 and the number of runs ({total}: "
+            f"--fn-cluster-k counts x --fn-cluster-runs), "
             f"got {config.cluster_votes}"
         )
     if not 0.0 <= config.cluster_diffusion <= 1.0:
-        raise UsageError("cluster diffusion threshold must be in [0, 1] (0: off), got "
+        raise UsageError("--fn-cluster-diffusion must be in [0, 1] (0: off), got "
                          f"{config.cluster_diffusion}")
     if not 0.0 < config.cluster_max_share <= 1.0:
         raise UsageError("cluster max share must be in (0, 1], got "
@@ -163,7 +165,8 @@ def validate_config(config: FalseNegativeConfig) -> None:
     if config.cluster_niter < 1:
         raise UsageError(f"cluster iterations must be >= 1, got {config.cluster_niter}")
     if config.community_neighbours < 1:
-        raise UsageError(f"community neighbours must be >= 1, got {config.community_neighbours}")
+        raise UsageError(f"--fn-community-neighbours must be >= 1, got "
+                         f"{config.community_neighbours}")
     if not 0.0 < config.community_max_share <= 1.0:
         raise UsageError(
             f"community max share must be in (0, 1], got {config.community_max_share}"

@@ -404,11 +404,11 @@ def test_defaults_are_known_rules():
     ("kwargs", "message"),
     [
         ({"rules": ("label", "nope")}, "unknown false-negative rule 'nope'"),
-        ({"margin": 0.0}, "margin must be in (0, 1], got 0.0"),
+        ({"margin": 0.0}, "--fn-margin must be in (0, 1], got 0.0"),
         ({"cluster_ks": (8, 16), "cluster_runs": 1, "cluster_votes": 3},
-         "cluster votes must be between 1 and the number of runs (2)"),
-        ({"cluster_ks": (1,)}, "cluster counts must be >= 2"),
-        ({"cluster_runs": 0}, "cluster runs must be >= 1"),
+         "--fn-cluster-votes must be between 1 and the number of runs (2: "),
+        ({"cluster_ks": (1,)}, "--fn-cluster-k: cluster counts must be >= 2, got 1"),
+        ({"cluster_runs": 0}, "--fn-cluster-runs must be >= 1"),
         ({"cluster_max_share": 0.0}, "cluster max share must be in (0, 1]"),
     ],
 )
