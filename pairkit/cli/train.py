@@ -72,6 +72,9 @@ def train(
     positive_sampling: Literal["uniform", "confidence"] = typer.Option(
         "uniform", "--positive-sampling", help="How a mined positive is drawn: uniformly, or "
         "in proportion to its positive_confidence."),
+    mined_view: Literal["random", "row"] = typer.Option(
+        "random", "--mined-view", help="A mined positive as any view of its source, drawn "
+        "each epoch (random), or as the row mine named (row)."),
     whiten: float = typer.Option(
         0.0, "--whiten", help="Power of a partial PCA whitening of the head's outputs, fitted "
         "on the training rows (0: none; 0.25: kNN up, MAP@R down; 0.5: full whitening)."),
@@ -120,7 +123,7 @@ def train(
             weight_decay=weight_decay, warmup=warmup, seed=seed, device=device,
             precision=precision, val_fraction=val_fraction, stop_on_collapse=stop_on_collapse,
             positive_share=positive_share, positive_sampling=positive_sampling,
-            whiten=whiten, pair_whitening=pair_whitening,
+            mined_view=mined_view, whiten=whiten, pair_whitening=pair_whitening,
         )
         bar = _TrainBar(quiet)
         try:
@@ -137,13 +140,6 @@ def train(
             raise PairkitError(f"stopped at epoch {last['epoch']}: the embeddings collapsed "
                                f"(--stop-on-collapse); weights of that epoch are in {output}")
         from pairkit.core.manifest import read_manifest
+        from pairkit.train.command import summary_line
 
-        dims = f"{read_manifest(store)['dim']}->{result.module_dim}" + (
-            f" (outputs whitened to {result.out_dim} dims)" if result.whitened else
-            f" (outputs not whitened: {result.whitening_skipped})"
-            if result.whitening_skipped else "")
-        mined = f", {result.mined_positives} mined positives" if result.mined_positives else ""
-        say(f"trained {result.head_kind} head {dims} with {loss} for {last['epoch']} epochs on "
-            f"{result.device} ({result.examples} pairs/epoch{mined}, "
-            f"{result.pairs_per_second:,.0f} pairs/s over all epochs): {last['metrics_on']} "
-            f"gap {last['gap']:.3f} -> {output}", quiet)
+        say(summary_line(result, read_manifest(store)["dim"], loss, output), quiet)

@@ -57,3 +57,19 @@ def train_to_files(store: str | os.PathLike[str] | Any, output: str | os.PathLik
         table, name = pairs, None if pairs is None else "DataFrame"
     return train_head(st, Path(output), cfg, table=table, table_name=name, resume=resume,
                       force=force, hook=hook)
+
+
+def summary_line(result: TrainResult, in_dim: int, loss: str, output: str | os.PathLike[str]
+                 ) -> str:
+    """The command's last line: the head, its dims (and whitening), the loss, the epochs,
+    where it ran, the pairs (and mined positives), the speed, the last gap, the folder."""
+    last = result.records[-1]
+    dims = f"{in_dim}->{result.module_dim}" + (
+        f" (outputs whitened to {result.out_dim} dims)" if result.whitened else
+        f" (outputs not whitened: {result.whitening_skipped})"
+        if result.whitening_skipped else "")
+    mined = f", {result.mined_positives} mined positives" if result.mined_positives else ""
+    return (f"trained {result.head_kind} head {dims} with {loss} for {last['epoch']} epochs on "
+            f"{result.device} ({result.examples} pairs/epoch{mined}, "
+            f"{result.pairs_per_second:,.0f} pairs/s over all epochs): {last['metrics_on']} "
+            f"gap {last['gap']:.3f} -> {output}")

@@ -12,7 +12,7 @@ from pairkit.errors import UsageError
 from pairkit.train.data import FN_MODES
 from pairkit.train.head import RESIDUAL_HIDDEN, HeadSpec
 from pairkit.train.losses import LossConfig
-from pairkit.train.positives import SAMPLINGS
+from pairkit.train.positives import MINED_VIEWS, SAMPLINGS
 
 DEFAULT_OUT_DIM = 128  # linear and mlp heads
 
@@ -39,6 +39,7 @@ class TrainConfig:
     stop_on_collapse: bool = False
     positive_share: float = 0.5  # examples whose positive is swapped for a mined one
     positive_sampling: str = "uniform"  # or "confidence": a tie in 3 seeds (benchmarks)
+    mined_view: str = "random"  # a mined positive as any view of its source, or "row"
     whiten: float = 0.0  # power of the output whitening (0: none; output_whitening.py)
     pair_whitening: int = 0  # dims of the pair whitening (0: none; pair_whitening.py)
 
@@ -68,6 +69,9 @@ class TrainConfig:
         if self.positive_sampling not in SAMPLINGS:
             raise UsageError(f"--positive-sampling must be one of {', '.join(SAMPLINGS)}, "
                              f"got {self.positive_sampling}")
+        if self.mined_view not in MINED_VIEWS:
+            raise UsageError(f"--mined-view must be one of {', '.join(MINED_VIEWS)}, "
+                             f"got {self.mined_view}")
         if not 0 <= self.whiten <= 0.5:
             raise UsageError(f"--whiten must be in [0, 0.5] (0: none, 0.5: full whitening), "
                              f"got {self.whiten}")

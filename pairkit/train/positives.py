@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 KIND_COLUMN = "positive_kind"
 MINED = "mined"
 SAMPLINGS = ("uniform", "confidence")
+MINED_VIEWS = ("random", "row")  # train --mined-view
 
 
 @dataclass(frozen=True)
@@ -127,10 +128,49 @@ def draw_positives(sets: PositiveSets, anchors: np.ndarray, rng: np.random.Gener
     return out
 
 
+@dataclass(frozen=True)
+class SourceRows:
+    """The store's rows grouped by source: ``order`` lists the rows source by source
+    (ascending ids within one), and row r's source has ``count[r]`` rows starting at
+    ``order[start[r]]``."""
+
+    order: np.ndarray  # (N,) int64
+    start: np.ndarray  # (N,) int64
+    count: np.ndarray  # (N,) int64
+
+
+def source_rows(sources: np.ndarray) -> SourceRows:
+    """:class:`SourceRows` of the per-row source codes ``sources`` (N,)."""
+    sources = np.asarray(sources)
+    order = np.argsort(sources, kind="stable").astype(np.int64)
+    ranked = sources[order]
+    first = np.searchsorted(ranked, ranked, side="left")
+    last = np.searchsorted(ranked, ranked, side="right")
+    start = np.empty(len(order), dtype=np.int64)
+    count = np.empty(len(order), dtype=np.int64)
+    start[order], count[order] = first, last - first
+    return SourceRows(order, start, count)
+
+
+def any_view(rows: np.ndarray, by_source: SourceRows, rng: np.random.Generator
+             ) -> np.ndarray:
+    """For each of ``rows``, a row of its source drawn uniformly: itself or one of its
+    other views (itself when the source has one)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    u = rng.random(len(rows))
+    pick = by_source.start[rows] + np.minimum((u * by_source.count[rows]).astype(np.int64),
+                                              by_source.count[rows] - 1)
+    return by_source.order[pick]
+
+
 def swap_positives(pairs: PairArrays, sets: PositiveSets, share: float,
-                   rng: np.random.Generator, sampling: str = "uniform") -> PairArrays:
+                   rng: np.random.Generator, sampling: str = "uniform",
+                   views: SourceRows | None = None) -> PairArrays:
     """``pairs`` with the positive of about ``share`` of the examples (those whose anchor
-    has mined positives) replaced by one of the anchor's mined positives."""
+    has mined positives) replaced by one of the anchor's mined positives; with ``views``,
+    by a view of the mined positive's source drawn uniformly (``train --mined-view
+    random``: the neighbour seen in another augmentation half of the time, as NNCLR pairs
+    a neighbour of one view with the other view)."""
     if not 0 <= share <= 1:
         raise PairkitError(f"--positive-share must be in [0, 1], got {share}")
     if share == 0 or sets.total == 0 or len(pairs) == 0:
@@ -139,6 +179,8 @@ def swap_positives(pairs: PairArrays, sets: PositiveSets, share: float,
     swap = (drawn >= 0) & (rng.random(len(pairs)) < share)
     if not swap.any():
         return pairs
+    if views is not None:
+        drawn = np.where(drawn >= 0, any_view(np.maximum(drawn, 0), views, rng), drawn)
     positive = np.where(swap, drawn, pairs.positive)
     return PairArrays(pairs.anchor, positive, pairs.negatives, pairs.neg_attract)
 

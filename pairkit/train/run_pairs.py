@@ -25,9 +25,11 @@ from pairkit.train.data import (
 )
 from pairkit.train.positives import (
     PositiveSets,
+    SourceRows,
     concat_pairs,
     mined_only_examples,
     positive_sets,
+    source_rows,
     split_mined_rows,
     swap_positives,
 )
@@ -51,6 +53,7 @@ class RunPairs:
     mined: PositiveSets | None
     pairs_id: dict[str, Any]
     examples: int
+    views: SourceRows | None = None  # rows by source, to draw a mined positive's view
 
 
 def table_digest(df: pd.DataFrame) -> str:
@@ -128,13 +131,16 @@ def run_pairs(store: Store, cfg: TrainConfig, table: pd.DataFrame | None,
         n_examples = len(train_pairs)
     if cfg.val_fraction > 0 and len(val_pairs) < 2:
         raise PairkitError("--val-fraction leaves fewer than 2 validation pairs: raise it")
+    views = (source_rows(sources) if mined is not None and mined.total
+             and cfg.mined_view == "random" else None)
     return RunPairs(groups=groups, val_mask=val_mask, train=train_pairs, val=val_pairs,
-                    mined=mined, pairs_id=pairs_id, examples=n_examples)
+                    mined=mined, pairs_id=pairs_id, examples=n_examples, views=views)
 
 
 def epoch_pairs(pairs: RunPairs, cfg: TrainConfig, epoch: int) -> PairArrays:
     """The examples of 0-based ``epoch`` in training order: drawn from the relation (or
-    the table's), shuffled, a share of positives swapped for mined ones; seeded by
+    the table's), shuffled, a share of positives swapped for mined ones (each a view of
+    its source drawn anew with ``--mined-view random``); seeded by
     ``[cfg.seed, epoch]`` so a resumed run sees the same epochs."""
     rng = np.random.default_rng([cfg.seed, epoch])
     if pairs.train is None:
@@ -144,5 +150,5 @@ def epoch_pairs(pairs: RunPairs, cfg: TrainConfig, epoch: int) -> PairArrays:
     drawn = drawn.subset(rng.permutation(len(drawn)))
     if pairs.mined is not None:
         drawn = swap_positives(drawn, pairs.mined, cfg.positive_share, rng,
-                               cfg.positive_sampling)
+                               cfg.positive_sampling, pairs.views)
     return drawn

@@ -106,6 +106,20 @@ def test_train_reads_mined_positives(store, tmp_path: Path) -> None:
     config = json.loads((tmp_path / "h" / "config.json").read_text())
     assert config["pairs"]["mined_positives"] == n_mined
     assert config["head"] == {"kind": "residual", "in_dim": 16, "out_dim": 16, "hidden": 512}
+    assert config["training"]["mined_view"] == "random"
+    # --mined-view row: the row mine named, another run (other positives, other weights)
+    r = runner.invoke(app, ["train", str(store.root), "--pairs", str(out), "-o",
+                            str(tmp_path / "row"), "--epochs", "1", "--batch-size", "32",
+                            "--device", "cpu", "--mined-view", "row"])
+    assert r.exit_code == 0, r.output
+    config = json.loads((tmp_path / "row" / "config.json").read_text())
+    assert config["training"]["mined_view"] == "row"
+    assert config["fingerprint"]["mined_view"] == "row"
+    weights = [(tmp_path / h / "head.safetensors").read_bytes() for h in ("h", "row")]
+    assert weights[0] != weights[1]
+    r = runner.invoke(app, ["train", str(store.root), "--pairs", str(out), "-o",
+                            str(tmp_path / "bad"), "--mined-view", "any"])
+    assert r.exit_code == 2 and "--mined-view" in r.output
 
 
 def test_plain_cosine_when_whitening_is_off(store, tmp_path: Path) -> None:

@@ -11,10 +11,12 @@ import pytest
 from pairkit.errors import PairkitError
 from pairkit.train.data import PairArrays
 from pairkit.train.positives import (
+    any_view,
     concat_pairs,
     draw_positives,
     mined_only_examples,
     positive_sets,
+    source_rows,
     split_mined_rows,
     swap_positives,
 )
@@ -86,6 +88,42 @@ def test_swap_share_and_untouched_examples() -> None:
     assert swap_positives(pairs, sets, 0.0, np.random.default_rng(1)) is pairs
     with pytest.raises(PairkitError, match=r"--positive-share must be in \[0, 1\], got 1.5"):
         swap_positives(pairs, sets, 1.5, np.random.default_rng(1))
+
+
+def test_any_view_draws_each_view_of_the_source_equally() -> None:
+    # rows 0-5 of sources 7, 3, 7, 9, 3, 3: source 7 has rows 0 and 2, source 3 rows 1, 4
+    # and 5, source 9 only row 3
+    by_source = source_rows(np.array([7, 3, 7, 9, 3, 3]))
+    assert by_source.order.tolist() == [1, 4, 5, 0, 2, 3]
+    assert by_source.count.tolist() == [2, 3, 2, 1, 3, 3]
+    rng = np.random.default_rng(0)
+    n = 30_000
+    got = any_view(np.array([2, 4, 3] * n), by_source, rng).reshape(n, 3)
+    assert set(got[:, 0]) == {0, 2} and abs((got[:, 0] == 0).mean() - 1 / 2) < 0.01
+    assert set(got[:, 1]) == {1, 4, 5}
+    for row in (1, 4, 5):
+        assert abs((got[:, 1] == row).mean() - 1 / 3) < 0.01
+    assert (got[:, 2] == 3).all()  # one view: the row itself
+
+
+def test_swap_draws_a_view_of_the_mined_positives_source() -> None:
+    _, mined = split_mined_rows(_table())
+    sets = positive_sets(mined, 6, np.ones(6, bool))
+    n = 10_000
+    pairs = PairArrays(np.array([0, 4] * (n // 2)), np.array([1, 5] * (n // 2)),
+                       np.full((n, 1), 5), np.zeros((n, 1), bool))
+    # sources: items 2 and 5 are two views of one source, 3 is alone
+    views = source_rows(np.array([0, 1, 2, 3, 4, 2]))
+    out = swap_positives(pairs, sets, 0.5, np.random.default_rng(1), views=views)
+    row = swap_positives(pairs, sets, 0.5, np.random.default_rng(1))
+    swapped = out.positive != pairs.positive
+    # the same examples swapped, and the same mined positive's source: 2 -> 2 or 5
+    np.testing.assert_array_equal(swapped, row.positive != pairs.positive)
+    drawn_2 = swapped & (row.positive == 2)
+    assert set(out.positive[drawn_2]) == {2, 5}
+    assert abs((out.positive[drawn_2] == 5).mean() - 0.5) < 0.03
+    np.testing.assert_array_equal(out.positive[swapped & (row.positive == 3)], 3)
+    assert not swapped[1::2].any()
 
 
 def test_mined_only_examples_and_concat() -> None:
