@@ -11,6 +11,7 @@ import pytest
 from pairkit.errors import PairkitError
 from pairkit.train.data import PairArrays
 from pairkit.train.positives import (
+    PositiveSets,
     any_view,
     concat_pairs,
     draw_positives,
@@ -73,12 +74,17 @@ def test_draws_follow_uniform_and_confidence_weights() -> None:
     assert none.tolist() == [-1, -1]
 
 
-def test_swap_share_and_untouched_examples() -> None:
+def _swap_case(n: int = 10_000) -> tuple[PositiveSets, PairArrays]:
+    """The table's mined positives and ``n`` examples alternating anchor 0 (mined
+    positives 2 and 3) and anchor 4 (none)."""
     _, mined = split_mined_rows(_table())
     sets = positive_sets(mined, 6, np.ones(6, bool))
-    n = 10_000
-    pairs = PairArrays(np.array([0, 4] * (n // 2)), np.array([1, 5] * (n // 2)),
-                       np.full((n, 1), 5), np.zeros((n, 1), bool))
+    return sets, PairArrays(np.array([0, 4] * (n // 2)), np.array([1, 5] * (n // 2)),
+                            np.full((n, 1), 5), np.zeros((n, 1), bool))
+
+
+def test_swap_share_and_untouched_examples() -> None:
+    sets, pairs = _swap_case()
     out = swap_positives(pairs, sets, 0.5, np.random.default_rng(1))
     swapped = out.positive != pairs.positive
     assert not swapped[1::2].any()  # anchor 4 has no mined positives
@@ -107,11 +113,7 @@ def test_any_view_draws_each_view_of_the_source_equally() -> None:
 
 
 def test_swap_draws_a_view_of_the_mined_positives_source() -> None:
-    _, mined = split_mined_rows(_table())
-    sets = positive_sets(mined, 6, np.ones(6, bool))
-    n = 10_000
-    pairs = PairArrays(np.array([0, 4] * (n // 2)), np.array([1, 5] * (n // 2)),
-                       np.full((n, 1), 5), np.zeros((n, 1), bool))
+    sets, pairs = _swap_case()
     # sources: items 2 and 5 are two views of one source, 3 is alone
     views = source_rows(np.array([0, 1, 2, 3, 4, 2]))
     out = swap_positives(pairs, sets, 0.5, np.random.default_rng(1), views=views)
