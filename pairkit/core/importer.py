@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pairkit.core.items import item_views
 from pairkit.core.paths import first_bad_path
 from pairkit.core.store import Store, sha256_file
 from pairkit.core.store_writer import write_store
@@ -68,6 +69,7 @@ def import_embeddings(
     if bad_path is not None:
         row, value, reason = bad_path
         raise PairkitError(f"items {items} row {row}: path {value!a} {reason}")
+    views = int(item_views(table["view"]).max()) + 1 if "view" in table and len(table) else 1
     if len(table) != len(vectors):
         raise PairkitError(f"{embeddings} has {len(vectors)} rows but {items} has {len(table)}")
     if len(vectors) == 0:
@@ -84,4 +86,4 @@ def import_embeddings(
     info = {"name": encoder, "imported_from": Path(embeddings).name,
             "sha256": sha256_file(embeddings)}
     return write_store(output, vectors, table, encoder=info, dtype=dtype, force=force,
-                       extra={"views": int(table["view"].max()) + 1 if "view" in table else 1})
+                       extra={"views": views})

@@ -35,10 +35,7 @@ def normalize_items(items: pd.DataFrame, start_id: int = 0) -> pd.DataFrame:
         items["source"].astype(str).to_numpy() if "source" in items.columns else out["path"]
     )
     if "view" in items.columns:
-        views = pd.to_numeric(items["view"], errors="coerce")
-        if views.isna().any():
-            raise PairkitError("items column 'view' must hold integers")
-        out["view"] = views.astype(np.int16).to_numpy()
+        out["view"] = item_views(items["view"])
     else:
         out["view"] = np.zeros(n, dtype=np.int16)
     for col in ("label", "file_sha256"):
@@ -50,6 +47,26 @@ def normalize_items(items: pd.DataFrame, start_id: int = 0) -> pd.DataFrame:
         else:
             out[col] = pd.array([None] * n, dtype="string")
     return out
+
+
+MAX_VIEW = int(np.iinfo(np.int16).max)
+
+
+def item_views(values: Any) -> np.ndarray:
+    """An items table's ``view`` column as int16: whole numbers in 0 .. 32767, else a
+    :class:`PairkitError` naming the first row that is not one (nothing rounded or
+    wrapped)."""
+    import pandas as pd
+
+    raw = pd.Series(values).reset_index(drop=True)
+    views = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(views) | (views != np.round(views)) | (views < 0) | (views > MAX_VIEW)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise PairkitError(f"items column 'view' must hold whole numbers 0-{MAX_VIEW}: row "
+                           f"{row} holds {str(raw.iloc[row])!a}")
+    return views.astype(np.int16)
 
 
 def _is_missing(value: Any) -> bool:

@@ -119,17 +119,22 @@ def read_remote_table(url: str, kind: str) -> pd.DataFrame:
 def parse_table(data: bytes, kind: str, name: str) -> pd.DataFrame:
     import pandas as pd
 
-    from pairkit.core.tables import check_csv_header, check_parquet_columns
+    from pairkit.core.tables import (
+        check_csv_header,
+        check_parquet_columns,
+        read_csv_frame,
+        read_jsonl_frame,
+    )
 
     if kind == "parquet":
         check_parquet_columns(io.BytesIO(data), name)
         return pd.read_parquet(io.BytesIO(data))
     if kind == "csv":
         check_csv_header(io.BytesIO(data), name)
-        return pd.read_csv(io.BytesIO(data), keep_default_na=False, na_values=[""])
+        return read_csv_frame(io.BytesIO(data))
     if not data:
         raise PairkitError(f"table {name} is empty")
-    return pd.read_json(io.BytesIO(data), lines=True)
+    return read_jsonl_frame(data)
 
 
 def _read_dataset(url: str) -> pd.DataFrame:

@@ -42,6 +42,12 @@ MAX_LINE_BYTES = 16 << 20
 JSONL_CHUNK_ROWS = 65536
 
 
+# columns that hold text in pairkit's tables (item lists, labels files, pair tables' names):
+# CSV and JSON Lines keep them as written ("01" is not "1", "007" not 7.0)
+TEXT_COLUMNS = frozenset({"path", "source", "label", "file_sha256"})
+TEXT_SUFFIXES = ("_path", "_source", "_label")
+
+
 PART_PATTERN = "part-{:05d}.parquet"
 PART_RE = re.compile(r"^part-\d{5,}(?:-[0-9a-f]{8})?\.parquet$")  # token: core/remote_tables.py
 
@@ -116,12 +122,11 @@ def read_table(path: str | Path,
         if kind == "csv":
             with open(p, "rb") as fh:
                 check_csv_header(fh, p)
-            options: dict[str, Any] = {"keep_default_na": False, "na_values": [""]}
             if first_row is not None:
-                head = pd.read_csv(p, nrows=1, **options)
+                head = read_csv_frame(p, nrows=1)
                 if len(head):
                     first_row(_row_dict(head))
-            return pd.read_csv(p, **options)
+            return read_csv_frame(p)
         with open(p, "rb") as fh:
             table = _read_jsonl(fh, str(p), first_row)
         if table is None:
@@ -132,6 +137,50 @@ def read_table(path: str | Path,
     except Exception as exc:  # pandas/pyarrow raise many types for malformed files
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PairkitError(f"can't read table {path}: {first}") from exc
+
+
+def is_text_column(name: Any) -> bool:
+    """True for a column pairkit reads as text (:data:`TEXT_COLUMNS`, ``*_path`` ...)."""
+    return isinstance(name, str) and (name in TEXT_COLUMNS or name.endswith(TEXT_SUFFIXES))
+
+
+def read_csv_frame(source: str | Path | IO[bytes], nrows: int | None = None) -> pd.DataFrame:
+    """A CSV file (a path or a seekable binary stream): an empty cell is missing, the text
+    columns (:func:`is_text_column`) are read as strings, the others typed by pandas."""
+    import pandas as pd
+
+    options: dict[str, Any] = {"keep_default_na": False, "na_values": [""]}
+    if hasattr(source, "seek"):
+        header = pd.read_csv(source, nrows=0, **options)
+        source.seek(0)
+    else:
+        header = pd.read_csv(source, nrows=0, **options)
+    text = {c: str for c in header.columns if is_text_column(c)}
+    return pd.read_csv(source, nrows=nrows, dtype=text or None, **options)
+
+
+def read_jsonl_frame(data: bytes) -> pd.DataFrame:
+    """JSON Lines: each column as its JSON values have it (no guessing from strings), and
+    the text columns (:func:`is_text_column`) as strings: a JSON number there is its own
+    text (``3``, not ``3.0`` where a null made pandas hold the column as floats)."""
+    import pandas as pd
+
+    frame = pd.read_json(io.BytesIO(data), lines=True, dtype=False)
+    for col in frame.columns:
+        if is_text_column(col) and frame[col].dtype.kind in "biufO":
+            frame[col] = pd.array([_as_text(v) for v in frame[col].to_numpy(dtype=object)],
+                                  dtype="string")
+    return frame
+
+
+def _as_text(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def _row_dict(frame: pd.DataFrame) -> dict[str, Any]:
@@ -185,10 +234,10 @@ def _read_jsonl(stream: IO[bytes], name: str,
             first = False
         chunk.append(line if line.endswith(b"\n") else line + b"\n")
         if len(chunk) >= JSONL_CHUNK_ROWS:
-            frames.append(pd.read_json(io.BytesIO(b"".join(chunk)), lines=True))
+            frames.append(read_jsonl_frame(b"".join(chunk)))
             chunk = []
     if chunk:
-        frames.append(pd.read_json(io.BytesIO(b"".join(chunk)), lines=True))
+        frames.append(read_jsonl_frame(b"".join(chunk)))
     if not frames:
         return None
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

@@ -102,7 +102,10 @@ def resolve_labels(
                 continue
         if label is None or (isinstance(label, float) and math.isnan(label)):
             continue
-        mapping[p.as_posix()] = str(label)
+        key, text = p.as_posix(), str(label)
+        if mapping.setdefault(key, text) != text:
+            raise PairkitError(f"--labels {spec}: {key!a} is listed twice, labelled "
+                               f"{mapping[key]!a} and {text!a}")
     out = {f.path: mapping.get(f.path) for f in images}
     return out, sum(v is None for v in out.values())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
@@ -123,3 +124,32 @@ def test_import_refuses_complex_and_folders(tmp_path):
                                  str(tmp_path / "items.csv"), "-o", str(tmp_path / "x")])
     assert result.exit_code == 1
     assert "is a folder" in result.output
+
+
+def test_import_keeps_labels_and_paths_as_written(tmp_path):
+    """Found by a CLI bug hunt (2026-12-06): labels "01" and "1" were read as one number
+    and stored as "1.0" (two classes merged), a path "007" as "7.0"."""
+    x = np.eye(4, dtype=np.float32) + 0.1
+    (tmp_path / "items.csv").write_text("path,label\n007,01\nb.png,1\nc.png,2\nd.png,\n")
+    np.save(tmp_path / "emb.npy", x)
+    result = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                                 str(tmp_path / "items.csv"), "-o", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    store = Store.open(tmp_path / "s")
+    assert store.items["path"].tolist() == ["007", "b.png", "c.png", "d.png"]
+    assert store.labels().tolist()[:3] == ["01", "1", "2"] and pd.isna(store.labels()[3])
+
+
+@pytest.mark.parametrize("view, shown", [("x", "'x'"), ("70000", "'70000'"), ("1.5", "'1.5'"),
+                                         ("-1", "'-1'"), ("", "'nan'")])
+def test_import_refuses_a_view_that_is_not_a_small_whole_number(tmp_path, view, shown):
+    """Found by a CLI bug hunt (2026-12-06): 'x' ended in an internal error, 70000 was
+    stored as 4464 (int16 wrapped) and 1.5 as 1, with the manifest's view count beside."""
+    np.save(tmp_path / "emb.npy", np.eye(3, dtype=np.float32) + 0.1)
+    (tmp_path / "items.csv").write_text(f"path,view\na.png,0\na.png,1\nb.png,{view}\n")
+    result = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                                 str(tmp_path / "items.csv"), "-o", str(tmp_path / "s")])
+    assert result.exit_code == 1, result.output
+    assert f"row 2 holds {shown}" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()

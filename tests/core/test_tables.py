@@ -129,8 +129,9 @@ def test_json_lines_are_read_in_chunks_and_checked_first(tmp_path, monkeypatch):
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
     back = read_table(path)
-    whole = pd.read_json(path, lines=True)
+    whole = tables.read_jsonl_frame(path.read_bytes())  # one parse of the whole file
     pd.testing.assert_frame_equal(back, whole)
+    assert back["anchor_id"].tolist() == list(range(10)) and back["path"].iloc[9] == "p9"
     seen = []
     read_table(path, first_row=seen.append)
     assert seen == [rows[0]]
@@ -148,3 +149,28 @@ def test_json_lines_are_read_in_chunks_and_checked_first(tmp_path, monkeypatch):
         seen = []
         read_table(p, first_row=seen.append)
         assert seen[0]["store_id"] == "s" and seen[0]["anchor_id"] == 0
+
+
+def test_text_columns_are_read_as_written(tmp_path):
+    """Found by a CLI bug hunt (2026-12-06): CSV and JSON Lines were read with pandas' type
+    guessing, so labels "01" and "1" became one class "1.0", and a path "007" was stored as
+    "7.0". The text columns of pairkit's tables (path, source, label, ``*_path``, ...) are
+    kept as they are written; a JSON number there is its own text ("1", not "1.0")."""
+    (tmp_path / "t.csv").write_text("path,label,x\n007,01,1\n1e3,1,2\nc.png,,3\n")
+    back = read_table(tmp_path / "t.csv")
+    assert back["path"].tolist() == ["007", "1e3", "c.png"]
+    assert back["label"].tolist()[:2] == ["01", "1"] and pd.isna(back["label"].iloc[2])
+    assert back["x"].tolist() == [1, 2, 3]
+    lines = [{"anchor_path": "007", "label": "01", "anchor_id": 1, "score": 0.5},
+             {"anchor_path": "1e3", "label": 1, "anchor_id": 2, "score": 1.0},
+             {"anchor_path": "x", "label": None, "anchor_id": 3, "score": 2.5}]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    back = read_table(tmp_path / "t.jsonl")
+    assert back["anchor_path"].tolist() == ["007", "1e3", "x"]
+    assert back["label"].tolist()[:2] == ["01", "1"] and pd.isna(back["label"].iloc[2])
+    assert back["anchor_id"].tolist() == [1, 2, 3]
+    assert back["score"].tolist() == [0.5, 1.0, 2.5]
+    # a label column of JSON integers with a null is not turned into floats
+    (tmp_path / "n.jsonl").write_text('{"path": "a", "label": 3}\n{"path": "b", "label": null}\n')
+    back = read_table(tmp_path / "n.jsonl")
+    assert back["label"].tolist()[0] == "3" and pd.isna(back["label"].iloc[1])

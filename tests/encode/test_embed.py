@@ -149,6 +149,24 @@ def test_labels_from_csv(image_folder, tmp_path):
     assert pd.isna(items.loc["class2/img0.jpg", "label"])
 
 
+def test_labels_file_read_as_written_and_not_twice(image_folder, tmp_path):
+    """Found by a CLI bug hunt (2026-12-06): labels "01" and "1" in a CSV became one class
+    "1.0"; a path listed twice with two labels took the last one silently."""
+    (tmp_path / "labels.csv").write_text("path,label\nclass0/img0.jpg,01\n"
+                                         "class1/img1.png,1\n")
+    result = embed(image_folder, "-o", tmp_path / "s", "--labels", tmp_path / "labels.csv")
+    assert result.exit_code == 0, result.output
+    items = Store.open(tmp_path / "s").items.set_index("path")
+    assert items.loc["class0/img0.jpg", "label"] == "01"
+    assert items.loc["class1/img1.png", "label"] == "1"
+    (tmp_path / "twice.csv").write_text("path,label\nclass0/img0.jpg,a\nclass0/img0.jpg,b\n"
+                                        "class1/img1.png,c\nclass1/img1.png,c\n")
+    result = embed(image_folder, "-o", tmp_path / "t", "--labels", tmp_path / "twice.csv")
+    assert result.exit_code == 1, result.output
+    assert "'class0/img0.jpg' is listed twice, labelled 'a' and 'b'" in result.output
+    assert not (tmp_path / "t").exists()
+
+
 def test_unicode_names_and_vanished_files(image_folder, tmp_path, monkeypatch):
     Image.new("RGB", (20, 20), (200, 10, 30)).save(image_folder / "class0" / "ünï 画像.png")
     from pairkit.encode import sources
