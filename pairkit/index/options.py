@@ -83,6 +83,8 @@ class IndexOptions:
             if dim % spec.pq_m:  # type: ignore[operator]
                 raise PairkitError(f"--pq-m must divide the store dim {dim}, got {spec.pq_m}")
         if self.kind == "hnsw":
+            if self.hnsw_m < 2:  # FAISS's HNSW ends the process (assertion, segfault)
+                raise PairkitError(f"--hnsw-m must be >= 2, got {self.hnsw_m}")
             spec = replace(spec, ef_search=self.ef_search or 128)
         return spec
 

@@ -40,6 +40,14 @@ def cases(store: str, out: str) -> list[tuple[list[str], str]]:
          "--exact-max-rows must be >= 0, got -5"),
         (["mine", store, "--hard", "--nprobe", "0"], "--nprobe must be >= 1, got 0"),
         (["index", store, "--nprobe", "0"], "--nprobe must be >= 1, got 0"),
+        # found by a CLI bug hunt (2026-12-06): 1 and 0 killed the process in FAISS
+        (["index", store, "--index", "hnsw", "--hnsw-m", "1"], "--hnsw-m must be >= 2, got 1"),
+        # ... and a repeated k counted its hits twice (kNN top-5 1.65), "" meant all
+        (["eval", store, "--knn-k", "5,5"], "--knn-k lists 5 twice"),
+        (["eval", store, "--recall-k", "1,2,1"], "--recall-k lists 1 twice"),
+        (["eval", store, "--metrics", ""], "--metrics must not be empty"),
+        ([*train, "--loss", "triplet", "--symmetric"],
+         "--symmetric applies to --loss infonce, debiased or hard, not triplet"),
         ([*train, "--lr", "nan"], "--lr must be a number, got nan"),
         (["dedup", store, "--keep", "biggest"],
          "--keep: 'biggest' is not one of 'best', 'first', 'largest', 'central'"),

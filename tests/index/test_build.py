@@ -115,6 +115,8 @@ def test_spec_defaults_and_errors() -> None:
         IndexOptions(kind="ivfpq", pq_m=5).resolved(10_000, 16)
     with pytest.raises(PairkitError, match="--index must be one of"):
         IndexOptions(kind="lsh").resolved(10, 4)
+    with pytest.raises(PairkitError, match="--hnsw-m must be >= 2, got 1"):  # FAISS crashed
+        IndexOptions(kind="hnsw", hnsw_m=1).resolved(100, 4)
     with pytest.raises(PairkitError, match="ivfpq index needs at least 1000 rows"):
         build_index(clustered(200, 8), IndexOptions(kind="ivfpq").resolved(200, 8))
 

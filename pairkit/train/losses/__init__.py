@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import torch
 
 LOSSES = ("infonce", "triplet", "supcon", "debiased", "hard")
+SYMMETRIC_LOSSES = ("infonce", "debiased", "hard")  # the losses --symmetric changes
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class LossConfig:
         """Raise :class:`UsageError` naming the first bad value."""
         if self.name not in LOSSES:
             raise UsageError(f"--loss must be one of {', '.join(LOSSES)}, got {self.name}")
+        if self.symmetric and self.name not in SYMMETRIC_LOSSES:
+            raise UsageError(f"--symmetric applies to --loss {', '.join(SYMMETRIC_LOSSES[:-1])} "
+                             f"or {SYMMETRIC_LOSSES[-1]}, not {self.name}")
         if not self.temperature > 0:
             raise UsageError(f"--temperature must be > 0, got {self.temperature}")
         if not self.margin >= 0:
