@@ -81,6 +81,7 @@ class BlockSummary:
     same_label: tuple[int, int] | None  # (negatives sharing the label, both labelled)
     attracted: int = 0  # flagged candidates attracted as extra positives (--fn-mode attract)
     part: dict[str, Any] | None = None  # the part's record, put on object storage
+    seconds: dict[str, float] = field(default_factory=dict)  # index, search: this block's
 
 
 COLUMNS: dict[str, tuple[Any, np.ndarray | None]] = {}  # content id -> paths, codes
@@ -139,7 +140,10 @@ def mine_block_part(job: PartsJob, span: tuple[int, int]) -> BlockSummary:
     from pairkit.mine.mined_parts import block_mined
 
     st = job.blocks
+    clock = getattr(st.searcher, "seconds", None)  # the index's and the search's seconds
+    before = clock() if clock is not None else {}
     part = mine_block(st, span)
+    spent = {k: v - before.get(k, 0.0) for k, v in clock().items()} if clock else {}
     assert st.rows_from is not None
     paths, labels = store_columns(st.rows_from)
     table = build_pair_table(part.pairs, job.plan.fmt, job.plan.store_id, paths,
@@ -163,6 +167,7 @@ def mine_block_part(job: PartsJob, span: tuple[int, int]) -> BlockSummary:
                         st.ctx.cfg.num_negatives, st.ctx.cfg.hard, job.plan.folder, number,
                         remote.token if remote is not None else "")
     summary.part = record
+    summary.seconds = spent
     return summary
 
 
@@ -224,6 +229,7 @@ class SummaryCounts:
     same: int = 0
     both: int = 0
     attracted: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)  # the blocks' added up
 
     def __post_init__(self) -> None:
         self.per_anchor = np.zeros(self.K + 1, np.int64)
@@ -235,6 +241,8 @@ class SummaryCounts:
         self.rank_counts += s.rank_counts
         self.rank_max = max(self.rank_max, s.rank_max)
         self.attracted += s.attracted
+        for key, value in s.seconds.items():
+            self.seconds[key] = self.seconds.get(key, 0.0) + value
         add_counts(self, s)
         if s.same_label is not None:
             self.same += s.same_label[0]

@@ -86,21 +86,35 @@ class StoreSearcher:
     def __init__(self, rows: StoreRows, options: Any) -> None:
         self.rows, self.options = rows, options
         self.opened: Any = None
+        self.spent = {"index": 0.0, "search": 0.0}  # seconds in this process
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"rows": self.rows, "options": self.options, "opened": None}
+        return {"rows": self.rows, "options": self.options, "opened": None,
+                "spent": {"index": 0.0, "search": 0.0}}
 
     def release(self) -> None:
         """Forget the index built here (the blocks are done; its memory freed)."""
         self.opened = None
 
+    def seconds(self) -> dict[str, float]:
+        """Seconds this process has spent building the index and searching it."""
+        return dict(self.spent)
+
     def __call__(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        import time
+
+        t = time.perf_counter()
         if self.opened is None:
             from pairkit.index.open import open_searcher
 
             self.opened = open_searcher(self.rows.load(), self.options,
                                         content_id=self.rows.content_id)
-        return self.opened.search(queries, k)  # type: ignore[no-any-return]
+            self.spent["index"] += time.perf_counter() - t
+            t = time.perf_counter()
+        try:
+            return self.opened.search(queries, k)  # type: ignore[no-any-return]
+        finally:
+            self.spent["search"] += time.perf_counter() - t
 
 
 @dataclass

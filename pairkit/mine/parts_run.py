@@ -422,13 +422,16 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
             forget_columns()
     if "blocks_read" in info:  # the split lists from object storage: say what the
         index_text += f"; the blocks of anchors: {info['blocks_read']}"  # blocks held
+    planned = info.get("seconds", {})  # with rules: the plan's context and index
+    blocks = counts.seconds  # the blocks' index (built where they run) and search
     stats = run_stats(store, info["relation"], config, fmt, info.get("index", index_text),
                       counts.rows, summary_stats,
                       seconds={"setup": round(t1 - t0, 3),
                                "mine": round(time.perf_counter() - t1, 3),
-                               "false_negative_context": 0.0, "index": 0.0,
-                               "search": round(info.get("search_time", [0.0])[0], 3),
-                               **info.get("seconds", {})})
+                               "false_negative_context": 0.0, **planned,
+                               "index": round(planned.get("index", 0.0)
+                                              + blocks.get("index", 0.0), 3),
+                               "search": round(blocks.get("search", 0.0), 3)})
     stats.update(info.get("rules", {}))  # the keys run_stats has, as the rules set them
     stats.update(info.get("after", {}))  # mined positives, the label-free estimate
     if info["labelled"]:

@@ -104,6 +104,10 @@ class TimedSearch:
         finally:
             self.total[0] += time.perf_counter() - t
 
+    def seconds(self) -> dict[str, float]:
+        """Seconds spent searching, in this process (the index was built by the plan)."""
+        return {"search": self.total[0]}
+
 
 def open_searchers(store: Any, vectors: np.ndarray, index: IndexOptions, where: Any,
                    skipped: SkippedRows | None, search_time: list[float]

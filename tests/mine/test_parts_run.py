@@ -325,3 +325,19 @@ def test_stale_parts_folders_removed_fresh_ones_kept(store, tmp_path):
                   executor=Here())
     assert not old.exists() and fresh.exists() and other.exists()
     assert remove_stale_parts(tmp_path / "pairs.parquet") == []
+
+
+@pytest.mark.parametrize("blocks", ["here", "pickled"])
+def test_parts_time_the_index_and_the_search(store, tmp_path, blocks):
+    """Found by a CLI bug hunt (2026-12-06): a run mined block by block said ``index`` 0.0
+    and ``search`` 0.0 seconds in ``--stats``; they are the blocks' own (added up over the
+    blocks, each worker building its index)."""
+    big = random_store(tmp_path / "big", n_sources=1500, views=2, dim=32, classes=5)
+    ex = Here(pickled_blocks if blocks == "pickled" else None)
+    ivf = IndexOptions(kind="ivf", device="cpu", backend="faiss", nlist=16)
+    _, sa, _, sb, _, _ = both(big, tmp_path, MineConfig(batch_size=1000), "pairs.parquet",
+                              index=ivf, executor=ex)
+    for s in (sa, sb):
+        assert s["seconds"]["index"] > 0 and s["seconds"]["search"] > 0, s["seconds"]
+    # the blocks (and each pickled block's own index) ran within "mine", one at a time
+    assert sb["seconds"]["index"] + sb["seconds"]["search"] <= sb["seconds"]["mine"]
