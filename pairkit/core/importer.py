@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from pairkit.core.items import item_views
-from pairkit.core.paths import first_bad_path
+from pairkit.core.paths import check_folder_output, check_output_apart, first_bad_path
 from pairkit.core.store import Store, sha256_file
 from pairkit.core.store_writer import write_store
 from pairkit.core.tables import read_table
@@ -58,6 +58,8 @@ def import_embeddings(
     Item paths must be relative to the image root and stay under it (no absolute paths,
     no ``..``); the store's writer lock is held while it is written.
     """
+    check_folder_output(output, "-o", "a store is a folder")
+    check_output_apart(output, [embeddings, items])
     vectors = load_npy(embeddings)
     table = read_table(items)
     if "path" not in table.columns:

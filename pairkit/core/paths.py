@@ -51,6 +51,16 @@ def is_within(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> b
     return p == f or f in p.parents
 
 
+def check_folder_output(output: str | os.PathLike[str] | None, option: str, what: str) -> None:
+    """Refuse (UsageError, exit 2) ``-`` for an output that is a folder (``what``: "a store
+    is a folder", ...): ``-`` is stdout, for tables; taken as a name it made a folder
+    called ``-``."""
+    from pairkit.errors import UsageError
+
+    if output is not None and str(output) == "-":
+        raise UsageError(f"{option} -: {what}; - (stdout) is for tables: name a folder")
+
+
 def check_output_apart(output: str | os.PathLike[str] | None,
                        inputs: Iterable[str | os.PathLike[str] | None],
                        option: str = "-o") -> None:

@@ -102,9 +102,11 @@ def check_config(cfg: EmbedConfig) -> bool:
     whether pretrained weights can be had (:func:`pairkit.encode.weights.check_pretrained`).
     Returns True when weights must be loaded from the hub cache only."""
     from pairkit.core.devices import check_device
+    from pairkit.core.paths import check_folder_output
     from pairkit.encode.registry import DEFAULT_OPENCLIP_TAG
     from pairkit.encode.weights import check_pretrained
 
+    check_folder_output(cfg.store, "-o", "a store is a folder")
     if cfg.views < 1:
         raise UsageError(f"--views must be >= 1, got {cfg.views}")
     if cfg.batch_size < 1:

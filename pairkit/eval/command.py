@@ -245,6 +245,11 @@ def eval_to_files(store: Path, plot: Path | None, cfg: EvalConfig, *,
     (seeded by ``cfg.seed``), raw and/or ``head`` vectors; the plots go to the folder
     ``plot`` (None: none). Returns (metrics by name, reports by name)."""
     check_eval(cfg, head)
+    if plot is not None:
+        from pairkit.core.paths import check_folder_output, check_output_apart
+
+        check_folder_output(plot, "--plot", "the plots are a folder")
+        check_output_apart(plot, [store, against, head], "--plot")
     sides = load_sides(store, against, test_fraction, cfg.seed,
                        on_workers=getattr(index_factory, "reads_store", False))
     return run_eval(sides, cfg, head, compare, plot, force, index_factory, maps)

@@ -29,9 +29,12 @@ def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
     any work and written atomically. Returns the summary, with ``seconds`` and
     ``stdout_closed`` (the reader of ``-`` went away: not an error)."""
     from pairkit.core.options import table_output
+    from pairkit.core.paths import check_output_apart
     from pairkit.core.tables import check_table_output
 
     table_output(output)
+    check_output_apart(output, [store])
+    check_output_apart(cfg.knn_graph, [store], "--knn-graph")
     if output != "-":
         check_table_output(output, force)
     t0 = time.perf_counter()

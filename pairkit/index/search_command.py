@@ -13,10 +13,12 @@ def search_to_files(store: str | os.PathLike[str], output: str, cfg: QueryReques
     """The nearest items of the store at ``store`` for the queries of ``cfg``
     (:func:`pairkit.index.query.search_store`), written to ``output`` (``-``: stdout; the
     output is checked before any work, written atomically). Returns the rows written."""
+    from pairkit.core.paths import check_output_apart
     from pairkit.core.store import Store
     from pairkit.core.tables import check_table_output, write_table
     from pairkit.index.query import search_store
 
+    check_output_apart(output, [store])
     if output != "-":
         check_table_output(output, force)
     table = search_store(Store.open(store), cfg)

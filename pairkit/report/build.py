@@ -123,8 +123,10 @@ def build_report(cfg: ReportConfig) -> ReportResult:
     """Read the inputs, build the views and thumbnails, write the folder; see module doc."""
     t0 = time.perf_counter()
     check_config(cfg)
+    from pairkit.core.paths import check_folder_output
     from pairkit.core.remote import check_local
 
+    check_folder_output(cfg.output, "-o", "a report is a folder")
     check_local(cfg.output, "output")  # a report folder is local: no folder named s3:
     out = Path(cfg.output)
     _check_not_inside(out, [*cfg.inputs, *([str(cfg.store)] if cfg.store else [])])
@@ -166,7 +168,7 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _store_for(inp: ReportInput, explicit: StoreInfo | None, notes: list[str]
+def _store_for(inp: ReportInput, explicit: StoreInfo | None, notes: list[str], out: Path
                ) -> StoreInfo | None:
     assert inp.table is not None
     fmt = inp.fmt or "dedup"
@@ -176,6 +178,10 @@ def _store_for(inp: ReportInput, explicit: StoreInfo | None, notes: list[str]
             raise PairkitError(f"{inp.name} does not belong to store {explicit.store.root}: {why}")
         return explicit
     found = find_store(inp.table, fmt, inp.path)
+    if found is not None:  # nor into the store found beside the table
+        from pairkit.core.paths import check_output_apart
+
+        check_output_apart(out, [found.store.root])
     if found is None:
         notes.append(f"no store found for {inp.name} (looked in its folder, the folder above "
                      "and their sub-folders): no labels or thumbnails; pass --store STORE")
@@ -192,7 +198,7 @@ def _build(inputs: list[ReportInput], explicit: StoreInfo | None, cfg: ReportCon
     eval_line = -1
     for inp in inputs:
         if inp.kind in ("pairs", "dedup", "search"):
-            info = _store_for(inp, explicit, notes)
+            info = _store_for(inp, explicit, notes, Path(cfg.output))
             if info is not None and info.note and info.note not in notes:
                 notes.append(info.note)
             labels = info.store.labels() if info is not None else None

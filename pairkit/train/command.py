@@ -37,8 +37,10 @@ def train_to_files(store: str | os.PathLike[str] | Any, output: str | os.PathLik
         raise UsageError("--pair-whitening is learned from a mined table's pairs: give "
                          "--pairs")
     cfg.check()
-    from pairkit.core.paths import check_output_apart
+    from pairkit.core.paths import check_folder_output, check_output_apart
     from pairkit.train.head_folder import check_head_output
+
+    check_folder_output(output, "-o", "a head is a folder")
 
     # a wrong -o is refused before the store, the table and torch load
     if not isinstance(store, Store):

@@ -30,7 +30,7 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
     config) under ``encoder.head`` and ``projected``.
     """
     from pairkit.core.devices import resolve_device
-    from pairkit.core.paths import check_output_apart
+    from pairkit.core.paths import check_folder_output, check_output_apart
     from pairkit.core.store import DTYPES, Store, sha256_file
     from pairkit.core.store_writer import write_store
     from pairkit.train.head import WEIGHTS, load_head, read_head_config
@@ -42,6 +42,7 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
     if cfg.dtype is not None and cfg.dtype not in DTYPES:
         raise PairkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype}")
     # wrong paths are refused before the store's vectors and torch load
+    check_folder_output(output, "-o", "a store is a folder")
     check_output_apart(output, [store, cfg.head])
     read_head_config(cfg.head)
     st = Store.open(store)

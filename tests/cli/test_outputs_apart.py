@@ -1,0 +1,79 @@
+"""Every command keeps its outputs out of its inputs, and a folder output is never ``-``.
+
+Found by a CLI bug hunt (2026-12-06): mine, dedup, train and project refused ``-o`` inside
+their input store, while search, issues (and its --knn-graph), eval --plot and report
+(with the store it finds beside a table) wrote into it; and ``-o -`` made a folder
+literally named ``-`` for import, train, project, report and eval --plot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from tests.conftest import random_store
+from tests.proc import error_lines
+
+runner = CliRunner()
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("apart")
+    st = random_store(root / "st", n_sources=30, views=2, dim=8).root
+    pairs = root / "p.parquet"
+    r = runner.invoke(app, ["mine", str(st), "--hard", "-o", str(pairs), "-q"])
+    assert r.exit_code == 0, r.output
+    head = root / "head"
+    r = runner.invoke(app, ["train", str(st), "--pairs", str(pairs), "-o", str(head), "-q",
+                            "--epochs", "1"])
+    assert r.exit_code == 0, r.output
+    np.save(root / "emb.npy", np.eye(3, dtype=np.float32) + 0.1)
+    pd.DataFrame({"path": ["a.png", "b.png", "c.png"]}).to_csv(root / "items.csv",
+                                                               index=False)
+    return {"root": root, "st": st, "pairs": pairs, "head": head}
+
+
+def cases(m: dict[str, Path]) -> list[tuple[list[str], str]]:
+    st, head, root = str(m["st"]), str(m["head"]), m["root"]
+    return [
+        (["search", st, "0", "-o", f"{st}/hits.csv"], f"is inside the input {st}"),
+        (["issues", st, "-o", f"{st}/issues.csv"], f"is inside the input {st}"),
+        (["issues", st, "-o", str(root / "i.csv"), "--knn-graph", f"{st}/g.npz"],
+         f"--knn-graph {st}/g.npz is inside the input {st}"),
+        (["eval", st, "--metrics", "knn", "--plot", st], f"--plot {st} is the input {st}"),
+        (["eval", st, "--metrics", "knn", "--head", head, "--plot", head],
+         f"--plot {head} is the input {head}"),
+        (["report", str(m["pairs"]), "-o", f"{st}/rr"], f"is inside the input {st}"),
+        (["import", str(root / "emb.npy"), "--items", str(root / "items.csv"), "-o", "-"],
+         "-o -: a store is a folder"),
+        (["train", st, "--pairs", str(m["pairs"]), "-o", "-"], "-o -: a head is a folder"),
+        (["project", st, "--head", head, "-o", "-"], "-o -: a store is a folder"),
+        (["report", str(m["pairs"]), "-o", "-"], "-o -: a report is a folder"),
+        (["eval", st, "--metrics", "knn", "--plot", "-"], "--plot -: the plots are a folder"),
+        (["embed", str(root), "-o", "-", "--model", "pixels"], "-o -: a store is a folder"),
+    ]
+
+
+def test_outputs_inside_inputs_and_folder_outputs_on_stdout_are_refused(made, tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a folder named "-" would appear
+    before = {k: snapshot(made[k]) for k in ("st", "head")}
+    for args, message in cases(made):
+        r = runner.invoke(app, args)
+        lines = error_lines(r.stderr)
+        assert r.exit_code == 2, (args, r.output)
+        assert len(lines) == 1 and message in lines[0], (args, lines)
+    assert {k: snapshot(made[k]) for k in ("st", "head")} == before
+    assert list(tmp_path.iterdir()) == []
