@@ -98,7 +98,8 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     ``executor``), the run recorded."""
     files, problems = sources.files, sources.problems
     cfg_store = location(cfg.store)
-    writer, done = resume_or_prepare(cfg, identity, sources)
+    writer, done = resume_or_prepare(cfg, identity, sources,
+                                     labels_kind(cfg, sources, labels))
     todo = [f for f in files if f.path not in done]
     summary = EmbedSummary(device=device)
     summary.already = len(files) - len(todo)
@@ -161,15 +162,22 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     return summary
 
 
-def resume_or_prepare(cfg: EmbedConfig, identity: dict[str, Any], sources: Sources
-                      ) -> tuple[StoreWriter | None, set[str]]:
+def resume_or_prepare(cfg: EmbedConfig, identity: dict[str, Any], sources: Sources,
+                      labels: Any = None) -> tuple[StoreWriter | None, set[str]]:
     """``(writer, sources it holds)`` of the store an earlier run with the same options
-    (``identity``) left at ``cfg.store``, to resume; ``(None, empty)`` after preparing the
-    folder for a new store (``--force`` replaces one). PairkitError when the store there
-    was made with other options, or from other images."""
+    (``identity``) and the same kind of ``labels`` (the manifest's, :func:`labels_kind`)
+    left at ``cfg.store``, to resume; ``(None, empty)`` after preparing the folder for a
+    new store (``--force`` replaces one). PairkitError when the store there was made with
+    other options or labels, or from other images."""
     cfg_store = location(cfg.store)
     if has_manifest(cfg_store) and not cfg.force:
-        old = read_manifest(cfg_store).get("embedding")
+        manifest = read_manifest(cfg_store)
+        if manifest.get("labels") != labels:  # labelled and unlabelled rows mixed
+            raise PairkitError(
+                f"store {cfg_store} was embedded with {labels_text(manifest.get('labels'))}, "
+                f"this run has {labels_text(labels)}: labels are read as images are "
+                "embedded; pass the same --labels, or --force to embed all again")
+        old = manifest.get("embedding")
         if old != identity:
             diff = sorted(k for k in set(identity) | set(old or {})
                           if (old or {}).get(k) != identity.get(k))
@@ -183,6 +191,12 @@ def resume_or_prepare(cfg: EmbedConfig, identity: dict[str, Any], sources: Sourc
         return writer, done
     prepare_store_dir(cfg_store, cfg.force)
     return None, set()
+
+
+def labels_text(kind: Any) -> str:
+    """The manifest's ``labels`` in words (a refusal's)."""
+    return {None: "no labels", "folder": "--labels folder", "file": "--labels FILE (a table)"
+            }.get(kind, f"the shards' own labels ({kind})")
 
 
 def embed_here(cfg: EmbedConfig, writer: StoreWriter, todo: list[ImageFile],

@@ -167,6 +167,27 @@ def test_labels_file_read_as_written_and_not_twice(image_folder, tmp_path):
     assert not (tmp_path / "t").exists()
 
 
+@pytest.mark.parametrize("first, then", [((), ("--labels", "folder")),
+                                         (("--labels", "folder"), ())])
+def test_resume_with_other_labels_is_refused(image_folder, tmp_path, first, then):
+    """Found by a CLI bug hunt (2026-12-06): a rerun that added images with another
+    --labels than the store was made with mixed labelled and unlabelled rows (1 of 8
+    labelled) and rewrote the manifest's ``labels``, without a word."""
+    out = tmp_path / "s"
+    (image_folder / "class0" / "img1.png").rename(tmp_path / "later.png")
+    assert embed(image_folder, "-o", out, *first).exit_code == 0
+    before = Store.open(out).items.copy()
+    (tmp_path / "later.png").rename(image_folder / "class0" / "img1.png")
+    result = embed(image_folder, "-o", out, *then)
+    assert result.exit_code == 1, result.output
+    was, now = ("no labels", "--labels folder") if not first else ("--labels folder",
+                                                                    "no labels")
+    assert f"was embedded with {was}, this run has {now}" in result.output
+    pd.testing.assert_frame_equal(Store.open(out).items, before)
+    assert embed(image_folder, "-o", out, *first).exit_code == 0  # the same: resumes
+    assert len(Store.open(out).items) == len(before) + 1
+
+
 def test_unicode_names_and_vanished_files(image_folder, tmp_path, monkeypatch):
     Image.new("RGB", (20, 20), (200, 10, 30)).save(image_folder / "class0" / "ünï 画像.png")
     from pairkit.encode import sources
