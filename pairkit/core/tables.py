@@ -168,8 +168,8 @@ def read_jsonl_frame(data: bytes) -> pd.DataFrame:
     frame = pd.read_json(io.BytesIO(data), lines=True, dtype=False)
     for col in frame.columns:
         if is_text_column(col) and frame[col].dtype.kind in "biufO":
-            frame[col] = pd.array([_as_text(v) for v in frame[col].to_numpy(dtype=object)],
-                                  dtype="string")
+            frame[col] = pd.Series([_as_text(v) for v in frame[col].to_numpy(dtype=object)],
+                                   index=frame.index, dtype=object)
     return frame
 
 

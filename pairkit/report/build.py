@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pairkit import __version__
+from pairkit.core.table_items import table_mismatch
 from pairkit.errors import PairkitError, UsageError
 from pairkit.report.dedup_view import build_dedup_section
 from pairkit.report.eval_view import build_eval_section, copy_plots
@@ -25,7 +26,7 @@ from pairkit.report.items import ItemTable
 from pairkit.report.page import GENERATOR, render_page
 from pairkit.report.pairs_view import build_pairs_section
 from pairkit.report.search_view import build_search_section
-from pairkit.report.stores import StoreInfo, find_store, mismatch, open_for_report
+from pairkit.report.stores import StoreInfo, find_store, open_for_report
 
 INDEX = "index.html"
 DEFAULT_SAMPLE = 500
@@ -173,7 +174,7 @@ def _store_for(inp: ReportInput, explicit: StoreInfo | None, notes: list[str], o
     assert inp.table is not None
     fmt = inp.fmt or "dedup"
     if explicit is not None:
-        why = mismatch(inp.table, fmt, explicit.store)
+        why = table_mismatch(inp.table, fmt, explicit.store)
         if why:
             raise PairkitError(f"{inp.name} does not belong to store {explicit.store.root}: {why}")
         return explicit

@@ -10,7 +10,6 @@ results). An eval result is the JSON object ``pairkit eval
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,33 +60,6 @@ def pair_format(columns: list[str]) -> str | None:
     if {"group", "id", "keep"} <= cols:
         return "dedup"
     return None
-
-
-def item_columns(fmt: str, columns: list[str]) -> list[tuple[str, str | None]]:
-    """(id column, path column or None) of every item a table names, anchor first."""
-    cols = set(map(str, columns))
-
-    def pair(prefix: str) -> tuple[str, str | None]:
-        path = f"{prefix}_path"
-        return f"{prefix}_id", path if path in cols else None
-
-    if fmt == "triplet":
-        return [pair("anchor"), pair("positive"), pair("negative")]
-    if fmt == "labeled-pair":
-        return [pair("anchor"), pair("other")]
-    if fmt in ("dedup", "search"):
-        return [("id", "path" if "path" in cols else None)]
-    out = [pair("anchor"), pair("positive")]
-    for j in negative_slots(columns):
-        path = f"negative_path_{j}"
-        out.append((f"negative_id_{j}", path if path in cols else None))
-    return out
-
-
-def negative_slots(columns: list[str]) -> list[int]:
-    """The j of every ``negative_id_j`` column of an n-tuple table, in order."""
-    found = (re.fullmatch(r"negative_id_(\d+)", str(c)) for c in columns)
-    return sorted(int(m.group(1)) for m in found if m)
 
 
 def eval_results(obj: Any) -> dict[str, dict[str, Any]] | None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pairkit.report.inputs import negative_slots
+from pairkit.core.table_items import negative_slots
 from pairkit.report.items import ItemRef
 from pairkit.report.summary import histogram, score_stats
 

@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
+from pairkit.core.table_items import table_mismatch
 from pairkit.errors import PairkitError
-from pairkit.report.inputs import item_columns
 from pairkit.report.thumbs import ViewRecipe, view_recipe
 
 if TYPE_CHECKING:
@@ -25,7 +23,6 @@ if TYPE_CHECKING:
     from pairkit.core.store import Store
 
 MAX_CANDIDATES = 64
-PATH_SAMPLE = 256
 
 
 @dataclass
@@ -58,54 +55,6 @@ def open_for_report(path: str | os.PathLike[str]) -> StoreInfo:
         return StoreInfo(store, None, f"image folder {root} of store {path} not found: "
                          "no thumbnails")
     return StoreInfo(store, real, None, view_recipe(store.manifest))
-
-
-def mismatch(table: pd.DataFrame, fmt: str, store: Store) -> str | None:
-    """Why ``table`` does not belong to ``store``, or None when it does."""
-    if "store_id" in table.columns:
-        ids = {str(v) for v in table["store_id"].dropna().unique()}
-        other = sorted(ids - {store.content_id})
-        if other:
-            return (f"the table came from another store (store_id {other[0]}, "
-                    f"store {store.root} is {store.content_id})")
-    store_paths = store.items["path"].to_numpy(dtype=object)
-    image_root = store.manifest.get("image_root")
-    rng = np.random.default_rng(0)
-    sample = (rng.choice(len(table), PATH_SAMPLE, replace=False) if len(table) > PATH_SAMPLE
-              else np.arange(len(table)))
-    for id_col, path_col in item_columns(fmt, list(table.columns)):
-        ids = _ids(table, id_col)
-        valid = ids[ids >= 0]
-        if len(valid) and int(valid.max()) >= store.count:
-            return (f"{id_col} {int(valid.max())} is not a row of store {store.root} "
-                    f"({store.count} rows)")
-        if (ids < -1).any():
-            return f"{id_col} holds negative ids"
-        if path_col is None:
-            continue
-        for row in sample:
-            i = int(ids[row])
-            got = table[path_col].iat[row]
-            if i < 0 or got is None or (isinstance(got, float) and np.isnan(got)):
-                continue
-            want = str(store_paths[i])
-            got = str(got)
-            if got != want and not (image_root and os.path.isabs(got) and os.path.normpath(got)
-                                    == os.path.normpath(os.path.join(image_root, want))):
-                return f"row {i}: the table says {got!r}, store {store.root} says {want!r}"
-    return None
-
-
-def _ids(table: pd.DataFrame, column: str) -> np.ndarray:
-    """Integer ids of a column; empty cells (a missing negative) are -1."""
-    import pandas as pd
-
-    values = pd.to_numeric(table[column], errors="coerce")
-    bad = values.isna() & table[column].notna()
-    if bad.any():
-        raise PairkitError(f"column {column} holds values that are not integer ids: "
-                           f"{table[column][bad].iloc[0]!r}")
-    return values.fillna(-1).to_numpy(dtype=np.int64)
 
 
 def candidates(near: Path | None) -> list[Path]:
@@ -148,7 +97,7 @@ def find_store(table: pd.DataFrame, fmt: str, near: Path | None) -> StoreInfo | 
         except (StoreError, PairkitError, OSError):
             continue
         try:
-            wrong = mismatch(table, fmt, info.store)  # a bad table raises PairkitError
+            wrong = table_mismatch(table, fmt, info.store)  # a bad table raises PairkitError
         except StoreError:
             continue  # a damaged store nearby is not this table's (issue 20.14)
         if wrong is None:

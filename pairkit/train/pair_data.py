@@ -171,12 +171,20 @@ def to_hf_dataset(table: Any, store: Any = None, *, images: str = "paths") -> An
     where a path is null)."""
     if images not in ("paths", "bytes"):
         raise UsageError(f"images must be paths or bytes, got {images}")
-    datasets = require_datasets()
     table = _read(table).reset_index(drop=True)
+    if images == "bytes":
+        if store is None:
+            raise UsageError('images="bytes" needs the store the table was mined from')
+        from pairkit.core.table_items import table_mismatch
+        from pairkit.train.data import table_kind
+
+        # the images are read by the table's paths: they must be this store's
+        why = table_mismatch(table, table_kind(table), store)
+        if why is not None:
+            raise PairkitError(f"the pair table doesn't fit store {store.root}: {why}")
+    datasets = require_datasets()
     if images == "paths":
         return datasets.Dataset.from_pandas(table, preserve_index=False)
-    if store is None:
-        raise UsageError('images="bytes" needs the store the table was mined from')
     root = store.manifest.get("image_root")
     if not root:
         raise PairkitError(f"store {store.root} has no image_root (made by import?)")

@@ -73,6 +73,7 @@ def read_pairs(table: pd.DataFrame, store: Store, cfg: TrainConfig, allowed: np.
     view_rows, mined_rows = split_mined_rows(table)
     if mined_rows is None:
         pairs, info = pairs_from_table(table, store.count, store.content_id, cfg.fn_mode)
+        check_paths(table, store)
         return pairs, info, None
     if len(view_rows):
         pairs, info = pairs_from_table(view_rows, store.count, store.content_id, cfg.fn_mode)
@@ -86,7 +87,19 @@ def read_pairs(table: pd.DataFrame, store: Store, cfg: TrainConfig, allowed: np.
     if len(extra):
         pairs = concat_pairs(pairs, extra)
     info = TableInfo(kind=info.kind, rows=len(table), flagged=info.flagged, notes=info.notes)
+    check_paths(table, store)
     return pairs, info, sets
+
+
+def check_paths(table: pd.DataFrame, store: Store) -> None:
+    """PairkitError unless the paths of a sample of the table's rows are the store's for
+    their ids (:func:`pairkit.core.table_items.table_mismatch`): one set of vectors
+    imported with two item tables gives two stores of one content id."""
+    from pairkit.core.table_items import table_mismatch
+
+    why = table_mismatch(table, table_kind(table), store)
+    if why is not None:
+        raise PairkitError(f"pair table: {why}: the table doesn't fit this store (mine on it)")
 
 
 def run_pairs(store: Store, cfg: TrainConfig, table: pd.DataFrame | None,

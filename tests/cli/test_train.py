@@ -103,6 +103,37 @@ def test_train_refuses_a_table_from_another_store(tmp_path):
     assert "warning: pair table has no store_id column" in r.stderr
 
 
+def test_train_refuses_a_table_of_the_same_vectors_with_other_items(tmp_path):
+    """Found by a CLI bug hunt (2026-12-06): the content id hashes the rows, so one .npy
+    imported with two item tables gives two stores of one id; train took the other
+    store's table (its sources, views and paths not this store's) where report refused it.
+    The paths of a sample of rows must be the store's."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "emb.npy", rng.normal(size=(40, 8)).astype(np.float32))
+    pd.DataFrame({"path": [f"c{i % 4}/img{i}.png" for i in range(40)]}).to_csv(
+        tmp_path / "a.csv", index=False)
+    pd.DataFrame({"path": [f"src{i // 2}.png" for i in range(40)],
+                  "view": [i % 2 for i in range(40)]}).to_csv(tmp_path / "b.csv", index=False)
+    for name in ("a", "b"):
+        r = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                                str(tmp_path / f"{name}.csv"), "-o", str(tmp_path / name)])
+        assert r.exit_code == 0, r.output
+    assert Store.open(tmp_path / "a").content_id == Store.open(tmp_path / "b").content_id
+    r = runner.invoke(app, ["mine", str(tmp_path / "b"), "--hard", "-o",
+                            str(tmp_path / "p.parquet"), "-q"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["train", str(tmp_path / "a"), "--pairs", str(tmp_path / "p.parquet"),
+                            "-o", str(tmp_path / "h"), *FAST])
+    assert r.exit_code == 1, r.output
+    assert "the table says 'src" in r.stderr and "doesn't fit this store" in r.stderr
+    assert not (tmp_path / "h").exists()
+    r = runner.invoke(app, ["train", str(tmp_path / "b"), "--pairs", str(tmp_path / "p.parquet"),
+                            "-o", str(tmp_path / "h"), "-q", *FAST])
+    assert r.exit_code == 0, r.stderr
+
+
 def test_another_stores_table_is_refused_from_its_first_row(tmp_path, monkeypatch):
     """Issue 20.10: a 557 MB pairs file of another store cost 30 s and 5.1 GB before train
     refused it for its store id. The first row decides: the rest (here unparseable, as it

@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pairkit.core.table_items import item_columns
 from pairkit.errors import PairkitError
 from pairkit.report.escape import html_text, json_for_script
-from pairkit.report.inputs import eval_results, item_columns, pair_format, read_input
+from pairkit.report.inputs import eval_results, pair_format, read_input
 from tests.report.kit import HOSTILE_LABELS, HOSTILE_NAMES, HOSTILE_REASON, bomb_png, image
 
 HOSTILE = [*HOSTILE_NAMES, *HOSTILE_LABELS, HOSTILE_REASON, "</SCRIPT >", "<!--", "]]>",

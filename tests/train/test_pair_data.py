@@ -128,6 +128,22 @@ def test_hf_export_with_paths_and_bytes(store: Store, monkeypatch: pytest.Monkey
         to_hf_dataset(pairs)
 
 
+def test_hf_export_with_bytes_refuses_a_table_that_does_not_fit(store: Store,
+                                                                 tmp_path: Path) -> None:
+    """Found by a CLI bug hunt (2026-12-06): the bytes were read by the table's paths with
+    no check that the table is the store's (its store_id, and paths that agree with its
+    ids), where PairImages refuses another store's table. Refused before ``datasets``
+    is even imported."""
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    other = pairs.assign(store_id="0123456789abcdef")
+    with pytest.raises(PairkitError, match="came from another store"):
+        to_hf_dataset(other, store, images="bytes")
+    moved = pairs.copy()
+    moved.loc[3, "negative_path"] = "elsewhere.png"
+    with pytest.raises(PairkitError, match="the table says 'elsewhere.png'"):
+        to_hf_dataset(moved, store, images="bytes")
+
+
 def test_webdataset_members_read_back(tmp_path: Path) -> None:
     make_images(tmp_path / "img", n_per_class=2, classes=1)
     with tarfile.open(tmp_path / "00000.tar", "w") as tf:

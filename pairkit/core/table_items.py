@@ -1,0 +1,98 @@
+"""The items a pair table names (its id and path columns, by format) and whether a table
+fits a store: its ``store_id``, its ids in range, and the paths of a sample of rows equal
+to the store's for those ids. Two stores of the same vectors with other item tables share
+a content id (it hashes the rows), so the paths are what tell them apart."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pairkit.errors import PairkitError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pairkit.core.store import Store
+
+PATH_SAMPLE = 256  # rows whose paths are compared with the store's
+
+
+def item_columns(fmt: str, columns: list[str]) -> list[tuple[str, str | None]]:
+    """(id column, path column or None) of every item a table names, anchor first."""
+    cols = set(map(str, columns))
+
+    def pair(prefix: str) -> tuple[str, str | None]:
+        path = f"{prefix}_path"
+        return f"{prefix}_id", path if path in cols else None
+
+    if fmt == "triplet":
+        return [pair("anchor"), pair("positive"), pair("negative")]
+    if fmt == "labeled-pair":
+        return [pair("anchor"), pair("other")]
+    if fmt in ("dedup", "search"):
+        return [("id", "path" if "path" in cols else None)]
+    out = [pair("anchor"), pair("positive")]
+    for j in negative_slots(columns):
+        path = f"negative_path_{j}"
+        out.append((f"negative_id_{j}", path if path in cols else None))
+    return out
+
+
+def negative_slots(columns: list[str]) -> list[int]:
+    """The j of every ``negative_id_j`` column of an n-tuple table, in order."""
+    found = (re.fullmatch(r"negative_id_(\d+)", str(c)) for c in columns)
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def table_mismatch(table: pd.DataFrame, fmt: str, store: Store) -> str | None:
+    """Why ``table`` does not belong to ``store``, or None when it does."""
+    import pandas as pd
+
+    if "store_id" in table.columns:
+        ids = {str(v) for v in table["store_id"].dropna().unique()}
+        other = sorted(ids - {store.content_id})
+        if other:
+            return (f"the table came from another store (store_id {other[0]}, "
+                    f"store {store.root} is {store.content_id})")
+    store_paths = store.items["path"].to_numpy(dtype=object)
+    image_root = store.manifest.get("image_root")
+    rng = np.random.default_rng(0)
+    sample = (rng.choice(len(table), PATH_SAMPLE, replace=False) if len(table) > PATH_SAMPLE
+              else np.arange(len(table)))
+    for id_col, path_col in item_columns(fmt, list(table.columns)):
+        ids = item_ids(table, id_col)
+        valid = ids[ids >= 0]
+        if len(valid) and int(valid.max()) >= store.count:
+            return (f"{id_col} {int(valid.max())} is not a row of store {store.root} "
+                    f"({store.count} rows)")
+        if (ids < -1).any():
+            return f"{id_col} holds negative ids"
+        if path_col is None:
+            continue
+        for row in sample:
+            i = int(ids[row])
+            got = table[path_col].iat[row]
+            if i < 0 or pd.isna(got):
+                continue
+            want = str(store_paths[i])
+            got = str(got)
+            if got != want and not (image_root and os.path.isabs(got) and os.path.normpath(got)
+                                    == os.path.normpath(os.path.join(image_root, want))):
+                return f"row {i}: the table says {got!r}, store {store.root} says {want!r}"
+    return None
+
+
+def item_ids(table: pd.DataFrame, column: str) -> np.ndarray:
+    """Integer ids of a column; empty cells (a missing negative) are -1."""
+    import pandas as pd
+
+    values = pd.to_numeric(table[column], errors="coerce")
+    bad = values.isna() & table[column].notna()
+    if bad.any():
+        raise PairkitError(f"column {column} holds values that are not integer ids: "
+                           f"{table[column][bad].iloc[0]!r}")
+    return values.fillna(-1).to_numpy(dtype=np.int64)
