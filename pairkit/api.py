@@ -92,7 +92,7 @@ def embed_images(images: str | os.PathLike[str], store: str | os.PathLike[str], 
 def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
                format: str = "triplet", filter_false_negatives: bool = False,
                fn_rules: str | None = None, fn_options: dict[str, Any] | None = None,
-               positives: int | None = None, positive_neighbours: int = 10,
+               positives: int | None = None, positive_neighbours: int | None = None,
                as_dataset: bool = False, **options: Any) -> pd.DataFrame | Any:
     """Mine anchor / positive / negative rows from a store (``pairkit mine``).
 
@@ -106,7 +106,7 @@ def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
     ``fn_options`` (:class:`pairkit.mine.false_negatives.FalseNegativeConfig` fields)
     apply with ``filter_false_negatives``. ``positives`` (mined positives per anchor, rows
     ``positive_kind = "mined"``; default 10 with ``filter_false_negatives``, else 0) and
-    ``positive_neighbours`` are ``mine --positives`` / ``--positive-neighbours``.
+    ``positive_neighbours`` (default 10) are ``mine --positives`` / ``--positive-neighbours``.
     """
     from pairkit.index.options import IndexOptions
     from pairkit.mine.command import mine_store

@@ -85,7 +85,8 @@ def mine(
         show_default="15"),
     positives: int | None = typer.Option(None, "--positives", help="Mined positives per anchor "
         "(rows positive_kind=mined).", show_default="10 with --filter-false-negatives, else 0"),
-    positive_neighbours: int = typer.Option(10, "--positive-neighbours", help="Mutual-test depth."),
+    positive_neighbours: int | None = typer.Option(
+        None, "--positive-neighbours", help="Mutual-test depth.", show_default="10"),
     positive_whitening: float | None = typer.Option(None, "--positive-whitening", help="Power of "
         "the partial PCA whitening of the mutual test (0: plain cosine).", show_default="0.25"),
     stats_path: Path | None = typer.Option(None, "--stats", help="Write the summary as JSON."),

@@ -111,19 +111,26 @@ def fn_config(filter_fn: bool, rules: str | None, cluster_k: str | None,
     return FalseNegativeConfig(**fields)
 
 
-def positive_config(per_anchor: int | None, neighbours: int,
+def positive_config(per_anchor: int | None, neighbours: int | None,
                     fn: FalseNegativeConfig | None,
                     whitening: float | None = None) -> PositiveConfig | None:
     """``--positives`` / ``--positive-neighbours`` / ``--positive-whitening`` as a config
     (None: no mined positives). Default: mined positives with the false-negative filter
     (the same rules' verdicts made useful to training), none without it (naive mining
-    stays naive)."""
-    from pairkit.mine.positives import DEFAULT_PER_ANCHOR, PositiveConfig
+    stays naive). The last two without mined positives are refused, not ignored."""
+    from pairkit.mine.positives import DEFAULT_NEIGHBOURS, DEFAULT_PER_ANCHOR, PositiveConfig
     from pairkit.mine.whitening import DEFAULT_POWER
 
     if per_anchor is None:
         per_anchor = DEFAULT_PER_ANCHOR if fn is not None else 0
-    cfg = PositiveConfig(per_anchor=per_anchor, neighbours=neighbours,
+    given = [name for name, value in (("--positive-neighbours", neighbours),
+                                      ("--positive-whitening", whitening)) if value is not None]
+    if per_anchor == 0 and given:
+        why = "--positives 0" if fn is not None else "no --filter-false-negatives"
+        raise UsageError(f"{given[0]} applies to mined positives, and this run mines none "
+                         f"({why})")
+    cfg = PositiveConfig(per_anchor=per_anchor,
+                         neighbours=DEFAULT_NEIGHBOURS if neighbours is None else neighbours,
                          whitening=DEFAULT_POWER if whitening is None else whitening)
     cfg.check()
     return cfg if per_anchor > 0 else None

@@ -271,6 +271,7 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
         ThresholdCheck,
         choose_check,
         images_readable,
+        refuse_pixel_threshold,
     )
     from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD, find_near_duplicates
 
@@ -297,10 +298,13 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
     t = DEFAULT_THRESHOLD if cfg.threshold is None else cfg.threshold
     if cfg.method == "pixels" and not both:
         raise UsageError("--method pixels needs both stores' images (image_root)")
+    pixels = both and cfg.method != "threshold" and (cfg.threshold is None or
+                                                     cfg.method == "pixels")
+    if cfg.pixel_threshold is not None and not pixels:
+        refuse_pixel_threshold(cfg.method, cfg.threshold)
     if cfg.exact_only:
         check = ThresholdCheck(vectors, t)
-    elif both and cfg.method != "threshold" and (cfg.threshold is None or
-                                                 cfg.method == "pixels"):
+    elif pixels:
         check = PixelCheck(vectors, paths, roots, threshold=cfg.pixel_threshold, fallback=t)
     else:
         check = choose_check(vectors, None, None, "threshold", t, batch_size=cfg.batch_size,

@@ -27,7 +27,7 @@ def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
     not an error). ``pairs``: the Ray pair search (``--ray``), see
     :func:`~pairkit.mine.dedup.run_dedup`."""
     from pairkit.core.options import table_output
-    from pairkit.core.tables import write_table
+    from pairkit.core.tables import TABLE_SUFFIXES, write_table
     from pairkit.mine.dedup import run_against, run_dedup
 
     if print0 and not paths_only:
@@ -36,6 +36,9 @@ def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
         raise UsageError("--drop does not apply to --against: every row is a leak")
     if not paths_only:
         table_output(output)
+    elif output != "-" and Path(str(output)).suffix.lower() in TABLE_SUFFIXES:
+        raise UsageError(f"--paths-only writes plain lines, not a table: -o {output} names "
+                         "a table file; choose another name (paths.txt)")
     if output != "-":
         from pairkit.core.atomic import check_output
         from pairkit.core.paths import check_output_apart

@@ -293,6 +293,16 @@ def images_readable(image_root: str | None, paths: np.ndarray, probe: int = 16) 
 METHODS = ("auto", "pixels", "threshold")
 
 
+def refuse_pixel_threshold(method: str, threshold: float | None) -> None:
+    """UsageError: ``--pixel-threshold`` given to a run that compares embeddings."""
+    from pairkit.errors import UsageError
+
+    why = ("--method threshold" if method == "threshold" else "--threshold is given"
+           if threshold is not None else "the store's images can't be read")
+    raise UsageError(f"--pixel-threshold applies to the pixel check, and this run compares "
+                     f"embeddings ({why})")
+
+
 def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str | None,
                  method: str = "auto", threshold: float | None = None,
                  pixel_threshold: float | None = None, **threshold_options: Any) -> Any:
@@ -317,6 +327,8 @@ def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str 
         raise UsageError("--method pixels needs the store's images: its image_root is "
                          f"{'unset' if not image_root else 'missing or unreadable: ' + image_root}")
     use_pixels = method == "pixels" or (method == "auto" and readable and threshold is None)
+    if pixel_threshold is not None and not use_pixels:
+        refuse_pixel_threshold(method, threshold)
     if use_pixels:  # it reads every image here: and the vectors (a view read now)
         return PixelCheck(np.asarray(vectors, dtype=np.float32), np.asarray(paths),
                           str(image_root), threshold=pixel_threshold, fallback=t, seed=seed,

@@ -46,6 +46,14 @@ def cases(store: str, out: str) -> list[tuple[list[str], str]]:
         (["eval", store, "--knn-k", "5,5"], "--knn-k lists 5 twice"),
         (["eval", store, "--recall-k", "1,2,1"], "--recall-k lists 1 twice"),
         (["eval", store, "--metrics", ""], "--metrics must not be empty"),
+        # ... options that did nothing, and a text file named like a table
+        (["mine", store, "--hard", "--positive-neighbours", "3"],
+         "--positive-neighbours applies to mined positives, and this run mines none "
+         "(no --filter-false-negatives)"),
+        (["mine", store, "--hard", "--filter-false-negatives", "--positives", "0",
+          "--positive-whitening", "0.5"], "--positive-whitening applies to mined positives"),
+        (["dedup", store, "--paths-only", "-o", out + "/drop.parquet"],
+         "--paths-only writes plain lines, not a table"),
         ([*train, "--loss", "triplet", "--symmetric"],
          "--symmetric applies to --loss infonce, debiased or hard, not triplet"),
         ([*train, "--lr", "nan"], "--lr must be a number, got nan"),
@@ -67,6 +75,19 @@ def test_bad_values_are_one_line_usage_errors(store, tmp_path: Path) -> None:
         assert message in lines[0], (args, lines)
         assert "internal error" not in r.output and "Traceback" not in r.output
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # demo left no folder
+
+
+def test_pixel_threshold_without_the_pixel_check_is_refused(store, tmp_path: Path) -> None:
+    """Found by a CLI bug hunt (2026-12-06): ``--pixel-threshold`` was ignored where dedup
+    compares embeddings (no images, --method threshold, --threshold)."""
+    for extra, why in (([], "the store's images can't be read"),
+                       (["--method", "threshold"], "--method threshold"),
+                       (["-t", "0.9"], "--threshold is given")):
+        r = runner.invoke(app, ["dedup", str(store.root), "--pixel-threshold", "0.9", *extra])
+        lines = error_lines(r.stderr)
+        assert r.exit_code == 2, r.output
+        assert lines == [f"error: --pixel-threshold applies to the pixel check, and this run "
+                         f"compares embeddings ({why})"], lines
 
 
 def test_usage_errors_come_before_heavy_imports(store, tmp_path: Path) -> None:
