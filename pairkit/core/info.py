@@ -9,6 +9,23 @@ from typing import Any
 from pairkit.errors import StoreError
 
 
+def _index_current(folder: Path, name: str, content_id: str, count: int) -> bool:
+    """Whether the saved index ``name`` was built for these rows (its sealed description
+    names this content id and row count): an index of rows since appended to is not
+    loaded by mine, eval or dedup."""
+    from pairkit.index.saved import read_index_meta
+
+    meta = read_index_meta(folder / (Path(name).stem + ".json"))
+    return meta is not None and meta.get("content_id") == content_id and \
+        meta.get("count") == count
+
+
+def _index_names(info: dict[str, Any]) -> list[str]:
+    stale = set(info.get("stale_indexes") or ())
+    return [f"{n} (stale: built for other rows, not used; pairkit index --force)"
+            if n in stale else n for n in info["indexes"]]
+
+
 def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
     """The facts of the store at ``root`` (a folder or an ``s3://`` URL). ``checksums``:
     "ok" when every shard's and the item table's sha256 was checked (``verify``; always
@@ -38,6 +55,8 @@ def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
     index_dir = None if remote else root / "index"
     indexes = (sorted(p.name for p in index_dir.glob("*.faiss"))
                if index_dir is not None and index_dir.is_dir() else [])
+    stale = [name for name in indexes if index_dir is not None
+             and not _index_current(index_dir, name, st.content_id, st.count)]
     encoder = st.encoder
     errors = m.get("errors")
     return {
@@ -68,6 +87,7 @@ def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
         "vector_bytes": int(sum(sizes.get(s.file, 0) for s in st.shards)),
         "errors": int(errors.get("rows", 0) or 0) if isinstance(errors, dict) else 0,
         "indexes": indexes,
+        "stale_indexes": stale,  # built for other rows (rows appended since): not used
         "content_id": st.content_id,
         "checksums": "ok" if verify or remote else "not checked",
     }
@@ -105,7 +125,7 @@ def info_lines(info: dict[str, Any]) -> list[str]:
         f"labels: {labels}",
         f"files: {info['shards']} shard{'s' if info['shards'] != 1 else ''}, "
         f"{_size(info['bytes'])} ({_size(info['vector_bytes'])} of vectors)"
-        + (f"; saved indexes: {', '.join(info['indexes'])}" if info["indexes"] else ""),
+        + (f"; saved indexes: {', '.join(_index_names(info))}" if info["indexes"] else ""),
     ]
     if info["image_root"]:
         lines.append(f"image root: {info['image_root']}")

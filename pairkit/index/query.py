@@ -33,7 +33,9 @@ class QueryRequest:
 
 def split_queries(queries: list[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """Command-line QUERY words -> (image files, item ids): an existing file is an image,
-    a whole number an item id; anything else is bad usage."""
+    a whole number in ASCII digits an item id (not "３", which ``int`` would read as 3);
+    anything else is bad usage."""
+    import re
     from pathlib import Path
 
     images: list[str] = []
@@ -41,7 +43,7 @@ def split_queries(queries: list[str]) -> tuple[tuple[str, ...], tuple[int, ...]]
     for q in queries:
         if Path(q).is_file():
             images.append(q)
-        elif q.strip().lstrip("+").isdigit():
+        elif re.fullmatch(r"\s*\+?[0-9]+\s*", q, flags=re.ASCII):
             ids.append(int(q))
         elif Path(q).exists():
             raise UsageError(f"query {q} is a folder, not an image file")

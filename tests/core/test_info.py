@@ -103,3 +103,22 @@ def test_show_completion_prints_a_script() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "_PAIRKIT_COMPLETE=complete_bash" in proc.stdout
     assert "complete -o default -F _pairkit_completion pairkit" in proc.stdout
+
+
+def test_an_index_of_rows_since_appended_to_is_shown_stale(tmp_path: Path) -> None:
+    """Found by a CLI bug hunt (2026-12-06): after embed appended rows, info still listed
+    the saved index as if it applied (mine, eval and dedup no longer load it)."""
+    make_images(tmp_path / "img", n_per_class=3, classes=2)
+    (tmp_path / "img" / "class0" / "img1.png").rename(tmp_path / "later.png")
+    store, img = str(tmp_path / "s"), str(tmp_path / "img")
+    assert runner.invoke(app, ["embed", img, "-o", store, "--model", "pixels", "-q"]).exit_code == 0
+    r = runner.invoke(app, ["index", store, "--index", "flat"])
+    assert r.exit_code == 0, r.output
+    assert store_info(store)["stale_indexes"] == []
+    assert "saved indexes: flat.faiss\n" in runner.invoke(app, ["info", store]).output
+    (tmp_path / "later.png").rename(tmp_path / "img" / "class0" / "img1.png")
+    assert runner.invoke(app, ["embed", img, "-o", store, "--model", "pixels", "-q"]).exit_code == 0
+    info = store_info(store)
+    assert info["indexes"] == ["flat.faiss"] and info["stale_indexes"] == ["flat.faiss"]
+    out = runner.invoke(app, ["info", store]).output
+    assert "saved indexes: flat.faiss (stale: built for other rows, not used" in out

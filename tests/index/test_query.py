@@ -115,6 +115,7 @@ def test_cli_table_outputs(image_store: Store, tmp_path: Path) -> None:
     ([], "give at least one query"),
     (["1", "-k", "0"], "-k must be >= 1"),
     (["1", "-o", "x.txt"], ""),
+    (["\uff13"], "neither an image file nor an item id"),  # a full-width 3 was item 3
 ])
 def test_bad_queries_are_usage_errors(store: Store, args: list[str], message: str) -> None:
     r = search(store.root, *args)
