@@ -44,7 +44,7 @@ JSONL_CHUNK_ROWS = 65536
 
 # columns that hold text in pairkit's tables (item lists, labels files, pair tables' names):
 # CSV and JSON Lines keep them as written ("01" is not "1", "007" not 7.0)
-TEXT_COLUMNS = frozenset({"path", "source", "label", "file_sha256"})
+TEXT_COLUMNS = frozenset({"path", "source", "label", "file_sha256", "store_id", "query"})
 TEXT_SUFFIXES = ("_path", "_source", "_label")
 
 
@@ -167,9 +167,10 @@ def read_jsonl_frame(data: bytes) -> pd.DataFrame:
 
     frame = pd.read_json(io.BytesIO(data), lines=True, dtype=False)
     for col in frame.columns:
-        if is_text_column(col) and frame[col].dtype.kind in "biufO":
-            frame[col] = pd.Series([_as_text(v) for v in frame[col].to_numpy(dtype=object)],
-                                   index=frame.index, dtype=object)
+        if not is_text_column(col) or pd.api.types.is_string_dtype(frame[col]):
+            continue  # strings (and missing values) already
+        frame[col] = pd.Series([_as_text(v) for v in frame[col].to_numpy(dtype=object)],
+                               index=frame.index, dtype=object)
     return frame
 
 

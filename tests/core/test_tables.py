@@ -170,6 +170,9 @@ def test_text_columns_are_read_as_written(tmp_path):
     assert back["label"].tolist()[:2] == ["01", "1"] and pd.isna(back["label"].iloc[2])
     assert back["anchor_id"].tolist() == [1, 2, 3]
     assert back["score"].tolist() == [0.5, 1.0, 2.5]
+    # a content id of digits only keeps its leading zero (train compares it as text)
+    (tmp_path / "id.csv").write_text("store_id,anchor_id\n0123456789012345,4\n")
+    assert read_table(tmp_path / "id.csv")["store_id"].tolist() == ["0123456789012345"]
     # a label column of JSON integers with a null is not turned into floats
     (tmp_path / "n.jsonl").write_text('{"path": "a", "label": 3}\n{"path": "b", "label": null}\n')
     back = read_table(tmp_path / "n.jsonl")
