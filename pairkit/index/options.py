@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 KINDS = ("flat", "ivf", "ivfpq", "hnsw")
 INDEX_CHOICES = ("auto", *KINDS)
@@ -81,10 +81,10 @@ class IndexOptions:
         if self.kind == "ivfpq":
             spec = replace(spec, pq_m=self.pq_m or default_pq_m(dim))
             if dim % spec.pq_m:  # type: ignore[operator]
-                raise PairkitError(f"--pq-m must divide the store dim {dim}, got {spec.pq_m}")
+                raise UsageError(f"--pq-m must divide the store dim {dim}, got {spec.pq_m}")
         if self.kind == "hnsw":
             if self.hnsw_m < 2:  # FAISS's HNSW ends the process (assertion, segfault)
-                raise PairkitError(f"--hnsw-m must be >= 2, got {self.hnsw_m}")
+                raise UsageError(f"--hnsw-m must be >= 2, got {self.hnsw_m}")
             spec = replace(spec, ef_search=self.ef_search or 128)
         return spec
 

@@ -90,6 +90,13 @@ def test_pixel_threshold_without_the_pixel_check_is_refused(store, tmp_path: Pat
                          f"compares embeddings ({why})"], lines
 
 
+def test_index_options_the_store_cannot_take_are_usage_errors(store) -> None:
+    """Found by a CLI bug hunt (2026-12-06): --pq-m that does not divide the dim exited 1."""
+    r = runner.invoke(app, ["index", str(store.root), "--index", "ivfpq", "--pq-m", "3"])
+    assert r.exit_code == 2, r.output
+    assert error_lines(r.stderr) == ["error: --pq-m must divide the store dim 16, got 3"]
+
+
 def test_usage_errors_come_before_heavy_imports(store, tmp_path: Path) -> None:
     runs = [args for args, _ in cases(str(store.root), str(tmp_path))]
     codes, heavy, stderr = exit_codes_in_one_child(runs)
