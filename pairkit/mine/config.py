@@ -123,14 +123,14 @@ def positive_config(per_anchor: int | None, neighbours: int | None,
 
     if per_anchor is None:
         per_anchor = DEFAULT_PER_ANCHOR if fn is not None else 0
+    cfg = PositiveConfig(per_anchor=per_anchor,
+                         neighbours=DEFAULT_NEIGHBOURS if neighbours is None else neighbours,
+                         whitening=DEFAULT_POWER if whitening is None else whitening)
+    cfg.check()
     given = [name for name, value in (("--positive-neighbours", neighbours),
                                       ("--positive-whitening", whitening)) if value is not None]
     if per_anchor == 0 and given:
         why = "--positives 0" if fn is not None else "no --filter-false-negatives"
         raise UsageError(f"{given[0]} applies to mined positives, and this run mines none "
                          f"({why})")
-    cfg = PositiveConfig(per_anchor=per_anchor,
-                         neighbours=DEFAULT_NEIGHBOURS if neighbours is None else neighbours,
-                         whitening=DEFAULT_POWER if whitening is None else whitening)
-    cfg.check()
     return cfg if per_anchor > 0 else None

@@ -36,15 +36,15 @@ def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
         raise UsageError("--drop does not apply to --against: every row is a leak")
     if not paths_only:
         table_output(output)
-    elif output != "-" and Path(str(output)).suffix.lower() in TABLE_SUFFIXES:
-        raise UsageError(f"--paths-only writes plain lines, not a table: -o {output} names "
-                         "a table file; choose another name (paths.txt)")
     if output != "-":
         from pairkit.core.atomic import check_output
         from pairkit.core.paths import check_output_apart
         from pairkit.core.tables import check_table_output
 
         check_output_apart(output, [store])
+        if paths_only and Path(str(output)).suffix.lower() in TABLE_SUFFIXES:
+            raise UsageError(f"--paths-only writes plain lines, not a table: -o {output} "
+                             "names a table file; choose another name (paths.txt)")
         (check_output if paths_only else check_table_output)(output, force)
     t0 = time.perf_counter()
     if against is not None:
