@@ -53,17 +53,52 @@ def _root(store: Any) -> Any:
 
 
 def _split_options(options: dict[str, Any], *classes: type) -> list[dict[str, Any]]:
-    """``options`` split by the dataclass whose field each names; UsageError for others."""
+    """``options`` split by the dataclass whose field each names; UsageError for others,
+    and for a value of the wrong type or out of the command's range (:func:`_check_value`)."""
     out: list[dict[str, Any]] = [{} for _ in classes]
     for key, value in options.items():
         for n, cls in enumerate(classes):
-            if key in {f.name for f in fields(cls)}:
-                out[n][key] = value
+            field = next((f for f in fields(cls) if f.name == key), None)
+            if field is not None:
+                out[n][key] = _check_value(key, str(field.type), value)
                 break
         else:
             known = sorted({f.name for cls in classes for f in fields(cls)})
             raise UsageError(f"unknown option {key!r} (known: {', '.join(known)})")
     return out
+
+
+_SCALARS: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,),
+                                        "bool": (bool,)}
+
+
+def _check_value(key: str, kind: str, value: Any) -> Any:
+    """``value`` of the option ``key`` whose field is annotated ``kind`` ("int",
+    "float | None", "tuple[int, ...]" ...): UsageError for another type (a bool is not a
+    number, a string not a list) or for what the command refuses (NaN, below its minimum:
+    :func:`pairkit.core.options.check_value`); a list of a tuple field as a tuple."""
+    from pairkit.core.options import check_value
+
+    base, _, none = kind.partition(" | ")
+    if value is None and (none == "None" or base not in _SCALARS and not
+                          base.startswith("tuple[")):
+        return value
+    if base.startswith("tuple[") and base.endswith(", ...]"):
+        inner = _SCALARS.get(base[6:-6])
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise UsageError(f"{key} must be a list, got {value!r}")
+        value = tuple(value)
+        if inner is not None and any(isinstance(v, bool) != (inner == (bool,))
+                                     or not isinstance(v, inner) for v in value):
+            raise UsageError(f"{key} must be a list of {base[6:-6]}, got {list(value)!r}")
+        return value
+    want = _SCALARS.get(base)
+    if want is not None:
+        if isinstance(value, bool) != (base == "bool") or not isinstance(value, want):
+            raise UsageError(f"{key} must be {'a' if base != 'int' else 'an'} {base}"
+                             f"{' or None' if none == 'None' else ''}, got {value!r}")
+        check_value("--" + key.replace("_", "-"), value)
+    return value
 
 
 def embed_images(images: str | os.PathLike[str], store: str | os.PathLike[str], *,
@@ -93,7 +128,8 @@ def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
                format: str = "triplet", filter_false_negatives: bool = False,
                fn_rules: str | None = None, fn_options: dict[str, Any] | None = None,
                positives: int | None = None, positive_neighbours: int | None = None,
-               as_dataset: bool = False, **options: Any) -> pd.DataFrame | Any:
+               positive_whitening: float | None = None, as_dataset: bool = False,
+               **options: Any) -> pd.DataFrame | Any:
     """Mine anchor / positive / negative rows from a store (``pairkit mine``).
 
     Returns the pair table as a DataFrame (columns of docs/formats.md#pair-tables; the
@@ -106,24 +142,39 @@ def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
     ``fn_options`` (:class:`pairkit.mine.false_negatives.FalseNegativeConfig` fields)
     apply with ``filter_false_negatives``. ``positives`` (mined positives per anchor, rows
     ``positive_kind = "mined"``; default 10 with ``filter_false_negatives``, else 0) and
-    ``positive_neighbours`` (default 10) are ``mine --positives`` / ``--positive-neighbours``.
+    ``positive_neighbours`` (default 10) and ``positive_whitening`` (0.25) are ``mine
+    --positives`` / ``--positive-neighbours`` / ``--positive-whitening``. Without ``hard``
+    the options of the hard search (``range_min``, ``sampling``, ``kind``, ``nprobe`` ...)
+    are refused, as the command refuses them without ``--hard``.
     """
     from pairkit.index.options import IndexOptions
     from pairkit.mine.command import mine_store
     from pairkit.mine.config import MineConfig, fn_config, positive_config
+    from pairkit.mine.false_negatives import FalseNegativeConfig
 
     if not filter_false_negatives and (fn_rules is not None or fn_options):
         raise UsageError("fn_rules and fn_options need filter_false_negatives=True")
     mine_kw, index_kw = _split_options(options, MineConfig, IndexOptions)
+    if not hard:
+        for key in (*HARD_ONLY, *index_kw):
+            if key in mine_kw or key in index_kw:
+                raise UsageError(f"{key} needs hard=True (it shapes the hard search)")
     fn_kw = dict(fn_options or {})
     cluster_k = fn_kw.pop("cluster_k", None)
+    (fn_kw,) = _split_options(fn_kw, FalseNegativeConfig)
     fn = fn_config(filter_false_negatives, fn_rules, None if cluster_k is None
+                   else ",".join(map(str, cluster_k)) if isinstance(cluster_k, (list, tuple))
                    else str(cluster_k), **fn_kw)
     table, stats = mine_store(_open(store), relation, MineConfig(hard=hard, **mine_kw),
                               IndexOptions(**index_kw), fn, format,
-                              positives=positive_config(positives, positive_neighbours, fn))
+                              positives=positive_config(positives, positive_neighbours, fn,
+                                                        positive_whitening))
     table.attrs["stats"] = stats
     return pairs_to_dataset(table) if as_dataset else table
+
+
+# MineConfig fields only the hard search reads (``mine`` refuses them without --hard)
+HARD_ONLY = ("range_min", "range_max", "sampling", "sampling_temperature")
 
 
 def find_duplicates(store: Any, *, threshold: float | None = None, keep: str = "best",
@@ -182,14 +233,14 @@ def load_head(path: str | os.PathLike[str]) -> Any:
     return load(path)
 
 
-def evaluate(store: Any, *, against: Any = None, test_fraction: float = 0.2,
+def evaluate(store: Any, *, against: Any = None, test_fraction: float | None = None,
              head: str | os.PathLike[str] | None = None, compare: bool = False,
              metrics: str | None = None, plot: str | os.PathLike[str] | None = None,
              maps: Sequence[str] = ("pca",), force: bool = False,
              **options: Any) -> pd.DataFrame:
     """kNN, linear probe, retrieval and alignment / uniformity of a store (``pairkit
-    eval``): a held-out fraction of its sources (``test_fraction``) or the store
-    ``against`` as queries.
+    eval``): a held-out fraction of its sources (``test_fraction``, 0.2 by default) or
+    the store ``against`` as queries.
 
     Returns a DataFrame indexed by metric name (the keys of ``pairkit eval --json``),
     one column per run: ``raw`` and/or ``head`` (``compare`` puts both). ``plot``: a
@@ -205,19 +256,23 @@ def evaluate(store: Any, *, against: Any = None, test_fraction: float = 0.2,
 
     if compare and head is None:
         raise UsageError("compare needs head")
+    if against is not None and test_fraction is not None:
+        raise UsageError("test_fraction splits the store; against gives the queries: pick one")
     (kw,) = _split_options(options, EvalConfig)
+    kw.setdefault("collect_scores", True)  # as the command: the score histograms
     cfg = EvalConfig(metrics=parse_choices(metrics, METRICS, "metrics"), **kw)
     results, _ = eval_to_files(
         _root(store), None if plot is None else Path(plot), cfg,
-        against=None if against is None else _root(against), test_fraction=test_fraction,
+        against=None if against is None else _root(against),
+        test_fraction=0.2 if test_fraction is None else test_fraction,
         head=None if head is None else Path(head), compare=compare, maps=tuple(maps),
         force=force)
     return pd.DataFrame({name: pd.Series(values, dtype=object)
                          for name, values in results.items()})
 
 
-def search(store: Any, images: Sequence[str | os.PathLike[str]] = (),
-           ids: Sequence[int] = (), texts: Sequence[str] = (), *, k: int = 10,
+def search(store: Any, images: Sequence[str | os.PathLike[str]] | str = (),
+           ids: Sequence[int] | int = (), texts: Sequence[str] | str = (), *, k: int = 10,
            include_same_source: bool = False, device: str = "auto",
            checkpoint: str | os.PathLike[str] | None = None) -> pd.DataFrame:
     """Nearest neighbours in a store of image files (embedded with the store's encoder),
@@ -226,13 +281,19 @@ def search(store: Any, images: Sequence[str | os.PathLike[str]] = (),
     Returns one row per (query, neighbour): store_id, query, query_kind (image | item |
     text), rank (0 = nearest), id, score (cosine), path, source, label. An item query leaves
     out its own source unless ``include_same_source``. ``checkpoint``: the weights file
-    of a store embedded with ``--checkpoint`` (its sha256 must match).
+    of a store embedded with ``--checkpoint`` (its sha256 must match). A single path, id
+    or text is one query.
     """
     from pairkit.index.query import QueryRequest, search_store
 
+    images = [images] if isinstance(images, (str, os.PathLike)) else list(images)
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    ids = _check_value("ids", "tuple[int, ...]", [ids] if isinstance(ids, int) else ids)
+    _check_value("k", "int", k)
     return search_store(_open(store), QueryRequest(
         images=tuple(str(p) for p in images), ids=tuple(int(i) for i in ids),
-        texts=tuple(texts), k=k, include_same_source=include_same_source, device=device,
+        texts=tuple(str(t) for t in texts), k=k, include_same_source=include_same_source,
+        device=device,
         checkpoint=None if checkpoint is None else str(checkpoint)))
 
 
@@ -271,8 +332,12 @@ def pair_loader(table: pd.DataFrame | str | os.PathLike[str], store: Any, *,
 
 
 def vectors(store: Any, dtype: Any = "float32") -> np.ndarray:
-    """The store's embeddings, (N, dim), L2-normalised, in ``dtype``."""
-    return _open(store).vectors(dtype)
+    """The store's embeddings, (N, dim), L2-normalised, in ``dtype`` (float16, float32 or
+    float64): a read-only view of the array the store object caches and searches, so
+    that changing it can't change later results; ``.copy()`` it to change it."""
+    view = _open(store).vectors(dtype).view()
+    view.flags.writeable = False
+    return view
 
 
 __all__ = [

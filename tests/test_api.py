@@ -148,6 +148,57 @@ def test_store_info_and_vectors(store) -> None:
     np.testing.assert_array_equal(pairkit.vectors(store.root), store.vectors())
 
 
+@pytest.mark.parametrize("call, message", [
+    # found by an API bug hunt (2026-12-06): each was accepted (a metric above 1, NaN
+    # taken, an option ignored) or ended in a raw TypeError / ValueError
+    (lambda s: pairkit.evaluate(s, knn_ks=(5, 5)), "--knn-k lists 5 twice"),
+    (lambda s: pairkit.evaluate(s, recall_ks=(), metrics="retrieval"), "--recall-k must not"),
+    (lambda s: pairkit.evaluate(s, knn_temperature=float("nan")), "--knn-temperature must be"),
+    (lambda s: pairkit.evaluate(s, seed=None), "seed must be an int, got None"),
+    (lambda s: pairkit.evaluate(s, knn_ks=5), "knn_ks must be a list, got 5"),
+    (lambda s: pairkit.evaluate(s, knn_ks=(2.5,)), "knn_ks must be a list of int"),
+    (lambda s: pairkit.evaluate(s, against=s, test_fraction=0.7), "pick one"),
+    (lambda s: pairkit.mine_pairs(s, kind="ivf", nprobe=0), "--nprobe must be >= 1, got 0"),
+    (lambda s: pairkit.mine_pairs(s, min_score=float("nan")), "--min-score must be a number"),
+    (lambda s: pairkit.mine_pairs(s, seed=-1), "--seed must be >= 0, got -1"),
+    (lambda s: pairkit.mine_pairs(s, num_negatives="3"), "num_negatives must be an int"),
+    (lambda s: pairkit.mine_pairs(s, hard=False, sampling="softmax"), "sampling needs hard"),
+    (lambda s: pairkit.mine_pairs(s, hard=False, nprobe=4), "nprobe needs hard"),
+    (lambda s: pairkit.mine_pairs(s, filter_false_negatives=True, fn_options={"bogus": 1}),
+     "unknown option 'bogus'"),
+    (lambda s: pairkit.search(s, ids=[True]), "ids must be a list of int"),
+    (lambda s: pairkit.search(s, ids=[3.7]), "ids must be a list of int"),
+    (lambda s: pairkit.vectors(s, "int8"), "dtype must be float16, float32 or float64"),
+])
+def test_bad_api_values_are_usage_errors(store, call, message) -> None:
+    from pairkit.errors import UsageError
+
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        call(store)
+
+
+def test_api_search_takes_one_query_as_is_and_vectors_are_read_only(store) -> None:
+    """A single id or text was split or iterated (a path string became one query per
+    character); the array ``vectors`` hands out changed what later calls computed."""
+    one, listed = pairkit.search(store, ids=3), pairkit.search(store, ids=[3])
+    pd.testing.assert_frame_equal(one, listed)
+    v = pairkit.vectors(store)
+    with pytest.raises(ValueError, match="read-only"):
+        v -= v.mean(axis=0)
+    before = pairkit.mine_pairs(store, num_negatives=2)
+    pd.testing.assert_frame_equal(pairkit.mine_pairs(store, num_negatives=2), before)
+
+
+def test_api_evaluate_plots_what_the_command_plots(store, tmp_path: Path) -> None:
+    """``evaluate(plot=DIR)`` wrote the 2-D map but not the score histograms."""
+    pairkit.evaluate(store, plot=tmp_path / "p")
+    r = runner.invoke(app, ["eval", str(store.root), "--plot", str(tmp_path / "c"), "-q"])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "c").iterdir())
+    assert "scores.png" in {p.name for p in (tmp_path / "p").iterdir()}
+
+
 def test_docs_api_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every ``>>>`` example of docs/api.md, in order, in a folder holding ``photos/``
     (three classes of small images in sub-folders)."""

@@ -82,15 +82,23 @@ MINIMUM = {
 def check_values(command: Any, params: dict[str, Any]) -> None:
     """Raise UsageError for a value of ``params`` (the parsed options of ``command``) below
     its :data:`MINIMUM` or a float that is NaN or infinite."""
-    import math
-
     for param in command.params:
         value = params.get(param.name)
         if value is None or isinstance(value, bool) or not getattr(param, "opts", None):
             continue
-        name = max(param.opts, key=len)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise UsageError(f"{name} must be a number, got {value}")
-        low = MINIMUM.get(name)
-        if low is not None and isinstance(value, (int, float)) and value < low:
-            raise UsageError(f"{name} must be >= {low}, got {value}")
+        check_value(max(param.opts, key=len), value)
+
+
+def check_value(name: str, value: Any) -> None:
+    """UsageError for the option ``name``'s value when it is a float that is NaN or
+    infinite, or a number below its :data:`MINIMUM` (the commands' and the Python API's
+    one check)."""
+    import math
+
+    if isinstance(value, bool):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"{name} must be a number, got {value}")
+    low = MINIMUM.get(name)
+    if low is not None and isinstance(value, (int, float)) and value < low:
+        raise UsageError(f"{name} must be >= {low}, got {value}")

@@ -46,7 +46,7 @@ from pairkit.core.manifest import (
     read_manifest_bytes,
 )
 from pairkit.core.store_files import map_shard, open_regular, parquet_rows
-from pairkit.errors import StoreError
+from pairkit.errors import StoreError, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -382,10 +382,17 @@ class Store:
     def vectors(self, dtype: str | np.dtype = np.float32) -> np.ndarray:
         """All embeddings as one C-contiguous array of shape (N, dim) in ``dtype``.
 
-        Loads the store into memory (N * dim * itemsize bytes); cached.
-        Use :meth:`iter_blocks` to stream instead.
+        Loads the store into memory (N * dim * itemsize bytes); cached: every later call
+        and search of this store object reads the same array, so change a ``.copy()``
+        (:func:`pairkit.vectors` hands out a read-only view of it). ``dtype``: float16,
+        float32 or float64. Use :meth:`iter_blocks` to stream instead.
         """
-        dtype = np.dtype(dtype)
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise UsageError(f"dtype must be float16, float32 or float64, got {dtype!r}") from None
+        if dtype not in (np.float16, np.float32, np.float64):
+            raise UsageError(f"dtype must be float16, float32 or float64, got {dtype}")
         if self._vectors is not None and self._vectors.dtype == dtype:
             return self._vectors
         out = np.empty((self.count, self.dim), dtype=dtype)

@@ -49,7 +49,7 @@ class EvalConfig:
     probe_max_iter: int = 300
     probe_balanced: bool = False  # every class weighs the same in the probe's fits
     seed: int = 0
-    device: str = "cpu"  # probe, head and search: auto, cpu, cuda or cuda:N
+    device: str = "auto"  # probe, head and search: auto, cpu, cuda or cuda:N
     backend: str = "auto"  # search engine: auto, faiss, torch (pairkit.index.backend)
     block_rows: int = 4096
     collect_scores: bool = False
@@ -110,11 +110,15 @@ def check_eval_config(cfg: EvalConfig) -> tuple[str, ...]:
     if cfg.gallery not in GALLERIES:
         raise UsageError(f"--retrieval-gallery must be one of {', '.join(GALLERIES)}, "
                            f"got {cfg.gallery}")
-    if any(k < 1 for k in cfg.knn_ks):
-        raise UsageError(f"--knn-k values must be >= 1, got {min(cfg.knn_ks)}")
-    if any(k < 1 for k in cfg.recall_ks):
-        raise UsageError(f"--recall-k values must be >= 1, got {min(cfg.recall_ks)}")
-    if cfg.knn_temperature <= 0:
+    for name, ks in (("--knn-k", cfg.knn_ks), ("--recall-k", cfg.recall_ks)):
+        if not ks:  # the Python API's (the command's parser refuses it already)
+            raise UsageError(f"{name} must not be empty")
+        if any(k < 1 for k in ks):
+            raise UsageError(f"{name} values must be >= 1, got {min(ks)}")
+        twice = next((k for i, k in enumerate(ks) if k in ks[:i]), None)
+        if twice is not None:  # each k's hits would be counted once per listing
+            raise UsageError(f"{name} lists {twice} twice")
+    if not cfg.knn_temperature > 0:  # NaN too
         raise UsageError(f"--knn-temperature must be > 0, got {cfg.knn_temperature}")
     if cfg.max_r < 1:
         raise UsageError(f"--max-r must be >= 1, got {cfg.max_r}")

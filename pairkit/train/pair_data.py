@@ -39,8 +39,11 @@ def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
     """``(anchors, positives, negatives)`` item ids of the examples of a triplet or
     n-tuple table: one example per (anchor, positive) in table order, its negatives in
     rank order. Rows flagged ``false_negative`` (``--fn-mode keep`` / ``attract``) are left
-    out unless ``keep_flagged``."""
+    out unless ``keep_flagged``, and so are the mined positives' rows (``positive_kind``
+    ``mined``: extra positives of an anchor, with no negatives of their own)."""
     cols = set(table.columns)
+    if "positive_kind" in cols:
+        table = table[table["positive_kind"].astype(str) != "mined"]
     if "false_negative" in cols and not keep_flagged:
         table = table[~table["false_negative"].fillna(False).astype(bool)]
     if {"anchor_id", "positive_id", "negative_id"} <= cols:

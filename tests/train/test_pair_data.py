@@ -57,6 +57,21 @@ def _resize(img):  # noqa: ANN001, ANN202
     return to_tensor(resize(img, [12, 12]))
 
 
+def test_mined_positive_rows_do_not_empty_the_negatives(store: Store) -> None:
+    """Found by an API bug hunt (2026-12-06): a table with mined positives (the default
+    with the filter) gave examples of 0 negatives, so every batch's negatives were ``[]``.
+    The mined rows are extra positives, not examples."""
+    pairs = pairkit.mine_pairs(store, num_negatives=2, filter_false_negatives=True,
+                               fn_rules="near-duplicate,mutual-neighbour,cluster")
+    assert (pairs["positive_kind"] == "mined").any()
+    a, _, negs = pair_examples(pairs)
+    views = pairs[pairs["positive_kind"] == "view"]
+    assert len(a) == views.groupby(["anchor_id", "positive_id"]).ngroups
+    assert min(len(n) for n in negs) >= 1
+    _, _, n = next(iter(pairkit.pair_loader(pairs, store, batch_size=4, transform=_resize)))
+    assert n.shape[:2] == (4, min(len(x) for x in negs))
+
+
 def test_items_are_the_table_s_images_through_the_transform(store: Store) -> None:
     from PIL import Image
 
