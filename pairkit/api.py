@@ -177,6 +177,11 @@ def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
 HARD_ONLY = ("range_min", "range_max", "sampling", "sampling_temperature")
 
 
+# eval's options by the command's names -> EvalConfig's fields
+EVAL_NAMES = {"knn_k": "knn_ks", "recall_k": "recall_ks", "retrieval_gallery": "gallery",
+              "batch_size": "block_rows"}
+
+
 def find_duplicates(store: Any, *, threshold: float | None = None, keep: str = "best",
                     exact_only: bool = False, drop: bool = False,
                     warn: Callable[[str], None] | None = None,
@@ -246,7 +251,8 @@ def evaluate(store: Any, *, against: Any = None, test_fraction: float | None = N
     one column per run: ``raw`` and/or ``head`` (``compare`` puts both). ``plot``: a
     folder for the PNG histograms and 2-D maps (``maps``: "pca", "umap"). ``options``:
     :class:`pairkit.eval.run.EvalConfig` fields (``knn_ks``, ``recall_ks``, ``seed``,
-    ``device`` ...).
+    ``device`` ...), also by the command's names (``knn_k``, ``recall_k``,
+    ``retrieval_gallery``, ``batch_size``, ``include_same_source``).
     """
     import pandas as pd
 
@@ -258,6 +264,9 @@ def evaluate(store: Any, *, against: Any = None, test_fraction: float | None = N
         raise UsageError("compare needs head")
     if against is not None and test_fraction is not None:
         raise UsageError("test_fraction splits the store; against gives the queries: pick one")
+    options = {EVAL_NAMES.get(k, k): v for k, v in options.items()}
+    if "include_same_source" in options:  # the command's flag, the config's inverse
+        options["exclude_same_source"] = not options.pop("include_same_source")
     (kw,) = _split_options(options, EvalConfig)
     kw.setdefault("collect_scores", True)  # as the command: the score histograms
     cfg = EvalConfig(metrics=parse_choices(metrics, METRICS, "metrics"), **kw)

@@ -189,6 +189,16 @@ def test_api_search_takes_one_query_as_is_and_vectors_are_read_only(store) -> No
     pd.testing.assert_frame_equal(pairkit.mine_pairs(store, num_negatives=2), before)
 
 
+def test_api_evaluate_takes_the_command_s_option_names(store) -> None:
+    """docs/api.md names the options as the command's without dashes; evaluate refused
+    knn_k, recall_k, retrieval_gallery, batch_size and include_same_source."""
+    by_cli = pairkit.evaluate(store, knn_k=(5,), recall_k=(1, 3), batch_size=64,
+                              retrieval_gallery="queries", include_same_source=True)
+    by_field = pairkit.evaluate(store, knn_ks=(5,), recall_ks=(1, 3), block_rows=64,
+                                gallery="queries", exclude_same_source=False)
+    pd.testing.assert_frame_equal(by_cli, by_field)
+
+
 def test_api_evaluate_plots_what_the_command_plots(store, tmp_path: Path) -> None:
     """``evaluate(plot=DIR)`` wrote the 2-D map but not the score histograms."""
     pairkit.evaluate(store, plot=tmp_path / "p")

@@ -59,7 +59,7 @@ __all__ = [
     "read_manifest", "sha256_file",
 ]
 
-OPEN_ATTEMPTS = 8
+OPEN_ATTEMPTS = 20
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -181,13 +181,15 @@ class Store:
             try:
                 store._pin(verify)
             except StoreError:
-                if _manifest_moved(root, raw):
-                    time.sleep(0.01 * (attempt + 1))
-                    continue  # a writer committed while we opened: read the new snapshot
-                raise
-            # verified bytes prove themselves; unverified ones need an unchanged manifest
-            if verify or not _manifest_moved(root, raw):
-                return store
+                if not _manifest_moved(root, raw):
+                    raise
+            else:
+                # verified bytes prove themselves; unverified ones need an unchanged manifest
+                if verify or not _manifest_moved(root, raw):
+                    return store
+            # a writer committed while we opened: read the new snapshot, after a pause
+            # that grows (a writer's burst of commits outlasts back-to-back retries)
+            time.sleep(min(0.01 * (attempt + 1), 0.1))
         raise StoreError(f"store {root} kept changing while it was opened: is a writer "
                          "replacing it (--force) in a loop?")
 
