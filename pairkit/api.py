@@ -10,6 +10,7 @@ of this until a name is used (``pairkit/__init__.py``). Examples: docs/api.md.
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -68,15 +69,17 @@ def _split_options(options: dict[str, Any], *classes: type) -> list[dict[str, An
     return out
 
 
-_SCALARS: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,),
-                                        "bool": (bool,)}
+# numbers.Integral / Real: numpy's integers and floats are as good as Python's
+_SCALARS: dict[str, tuple[type, ...]] = {"int": (numbers.Integral,), "float": (numbers.Real,),
+                                        "str": (str,), "bool": (bool,)}
 
 
 def _check_value(key: str, kind: str, value: Any) -> Any:
     """``value`` of the option ``key`` whose field is annotated ``kind`` ("int",
-    "float | None", "tuple[int, ...]" ...): UsageError for another type (a bool is not a
-    number, a string not a list) or for what the command refuses (NaN, below its minimum:
-    :func:`pairkit.core.options.check_value`); a list of a tuple field as a tuple."""
+    "float | None", "tuple[int, ...]" ...), numbers as Python's and a list of a tuple field
+    as a tuple: UsageError for another type (a bool is not a number, a string not a list)
+    or for what the command refuses (NaN, below its minimum:
+    :func:`pairkit.core.options.check_value`)."""
     from pairkit.core.options import check_value
 
     base, _, none = kind.partition(" | ")
@@ -91,14 +94,20 @@ def _check_value(key: str, kind: str, value: Any) -> Any:
         if inner is not None and any(isinstance(v, bool) != (inner == (bool,))
                                      or not isinstance(v, inner) for v in value):
             raise UsageError(f"{key} must be a list of {base[6:-6]}, got {list(value)!r}")
-        return value
+        return tuple(_plain(base[6:-6], v) for v in value)
     want = _SCALARS.get(base)
     if want is not None:
         if isinstance(value, bool) != (base == "bool") or not isinstance(value, want):
             raise UsageError(f"{key} must be {'a' if base != 'int' else 'an'} {base}"
                              f"{' or None' if none == 'None' else ''}, got {value!r}")
+        value = _plain(base, value)
         check_value("--" + key.replace("_", "-"), value)
     return value
+
+
+def _plain(kind: str, value: Any) -> Any:
+    """A numpy integer or float as Python's (what FAISS, torch and JSON take)."""
+    return int(value) if kind == "int" else float(value) if kind == "float" else value
 
 
 def embed_images(images: str | os.PathLike[str], store: str | os.PathLike[str], *,
@@ -156,7 +165,7 @@ def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
         raise UsageError("fn_rules and fn_options need filter_false_negatives=True")
     mine_kw, index_kw = _split_options(options, MineConfig, IndexOptions)
     if not hard:
-        for key in (*HARD_ONLY, *index_kw):
+        for key in HARD_ONLY:
             if key in mine_kw or key in index_kw:
                 raise UsageError(f"{key} needs hard=True (it shapes the hard search)")
     fn_kw = dict(fn_options or {})
@@ -173,8 +182,11 @@ def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
     return pairs_to_dataset(table) if as_dataset else table
 
 
-# MineConfig fields only the hard search reads (``mine`` refuses them without --hard)
-HARD_ONLY = ("range_min", "range_max", "sampling", "sampling_temperature")
+# the options only the hard search reads (``mine`` refuses them without --hard); the
+# device and backend stay: the rules' searches use them on any run
+HARD_ONLY = ("range_min", "range_max", "sampling", "sampling_temperature", "kind", "nlist",
+             "nprobe", "pq_m", "hnsw_m", "ef_construction", "ef_search", "exact_max_rows",
+             "float16")
 
 
 # eval's options by the command's names -> EvalConfig's fields

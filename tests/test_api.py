@@ -177,6 +177,18 @@ def test_bad_api_values_are_usage_errors(store, call, message) -> None:
         call(store)
 
 
+def test_api_takes_numpy_numbers_and_the_device_without_hard(store) -> None:
+    """The checks above take numpy's integers and floats as Python's, and a run without
+    hard still takes the device its rules search on."""
+    a = pairkit.evaluate(store, knn_ks=np.array([5, 10]), seed=np.int64(1),
+                         knn_temperature=np.float32(0.07), metrics="knn")
+    b = pairkit.evaluate(store, knn_ks=(5, 10), seed=1, knn_temperature=float(np.float32(0.07)),
+                         metrics="knn")
+    pd.testing.assert_frame_equal(a, b)
+    easy = pairkit.mine_pairs(store, hard=False, device="cpu", num_negatives=2)
+    assert len(easy) > 0
+
+
 def test_api_search_takes_one_query_as_is_and_vectors_are_read_only(store) -> None:
     """A single id or text was split or iterated (a path string became one query per
     character); the array ``vectors`` hands out changed what later calls computed."""
