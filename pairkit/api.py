@@ -1,11 +1,12 @@
 """The Python API: the functions behind the commands, for notebooks and training scripts.
 
 Every function here is what the command of the same job calls (``pairkit embed`` ->
-:func:`embed_images`, ``mine`` -> :func:`mine_pairs`, ...), with the same defaults and
-the same checks; they return numpy arrays, pandas DataFrames and dicts instead of
-writing files, and raise :class:`pairkit.errors.PairkitError` (``UsageError`` for a bad
-option) with the one-line reason the command would print. ``import pairkit`` loads none
-of this until a name is used (``pairkit/__init__.py``). Examples: docs/api.md.
+:func:`embed_images`, ``mine`` -> :func:`mine_pairs`, ...), with the same defaults (but
+``mine_pairs``' ``hard=True``) and the same checks; they return numpy arrays, pandas
+DataFrames and dicts instead of writing files, and raise
+:class:`pairkit.errors.PairkitError` (``UsageError`` for a bad option) with the one-line
+reason the command would print. ``import pairkit`` loads none of this until a name is
+used (``pairkit/__init__.py``). Examples: docs/api.md.
 """
 
 from __future__ import annotations
