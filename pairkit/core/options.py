@@ -26,10 +26,20 @@ def parse_int_list(text: str, option: str) -> list[int]:
             f"{option} must be a comma-separated list of integers, got {text!r}") from None
     if not values:
         raise UsageError(f"{option} must not be empty")
-    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    twice = first_repeated(values)
     if twice is not None:  # eval's metrics per k would count its hits twice
         raise UsageError(f"{option} lists {twice} twice")
     return values
+
+
+def first_repeated(values: Any) -> Any:
+    """The first of ``values`` that an earlier one equals, or None."""
+    seen: list[Any] = []
+    for v in values:
+        if v in seen:
+            return v
+        seen.append(v)
+    return None
 
 
 def parse_choices(text: str | None, choices: tuple[str, ...], option: str

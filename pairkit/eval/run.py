@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from pairkit.core.columns import Coded, joint_codes, value_at
+from pairkit.core.options import first_repeated
 from pairkit.errors import PairkitError, UsageError
 from pairkit.eval.geometry import (
     alignment,
@@ -115,7 +116,7 @@ def check_eval_config(cfg: EvalConfig) -> tuple[str, ...]:
             raise UsageError(f"{name} must not be empty")
         if any(k < 1 for k in ks):
             raise UsageError(f"{name} values must be >= 1, got {min(ks)}")
-        twice = next((k for i, k in enumerate(ks) if k in ks[:i]), None)
+        twice = first_repeated(ks)
         if twice is not None:  # each k's hits would be counted once per listing
             raise UsageError(f"{name} lists {twice} twice")
     if not cfg.knn_temperature > 0:  # NaN too

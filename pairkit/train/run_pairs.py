@@ -71,23 +71,25 @@ def read_pairs(table: pd.DataFrame, store: Store, cfg: TrainConfig, allowed: np.
     Items with mined positives but no example row of their own (a one-view store) get
     an example whose positive is mined."""
     view_rows, mined_rows = split_mined_rows(table)
+    sets = None
     if mined_rows is None:
         pairs, info = pairs_from_table(table, store.count, store.content_id, cfg.fn_mode)
-        check_paths(table, store)
-        return pairs, info, None
-    if len(view_rows):
-        pairs, info = pairs_from_table(view_rows, store.count, store.content_id, cfg.fn_mode)
     else:
-        pairs_from_table(mined_rows, store.count, store.content_id, "keep")  # checks ids
-        pairs = PairArrays(*(np.zeros(0, np.int64),) * 2, np.zeros((0, 0), np.int64),
-                           np.zeros((0, 0), bool))
-        info = TableInfo(kind=table_kind(table), rows=0, flagged=0, notes=())
-    sets = positive_sets(mined_rows, store.count, allowed)
-    extra = mined_only_examples(sets, sorted_unique(pairs.anchor), allowed)
-    if len(extra):
-        pairs = concat_pairs(pairs, extra)
-    info = TableInfo(kind=info.kind, rows=len(table), flagged=info.flagged, notes=info.notes)
-    check_paths(table, store)
+        if len(view_rows):
+            pairs, info = pairs_from_table(view_rows, store.count, store.content_id,
+                                           cfg.fn_mode)
+        else:
+            pairs_from_table(mined_rows, store.count, store.content_id, "keep")  # checks ids
+            pairs = PairArrays(*(np.zeros(0, np.int64),) * 2, np.zeros((0, 0), np.int64),
+                               np.zeros((0, 0), bool))
+            info = TableInfo(kind=table_kind(table), rows=0, flagged=0, notes=())
+        sets = positive_sets(mined_rows, store.count, allowed)
+        extra = mined_only_examples(sets, sorted_unique(pairs.anchor), allowed)
+        if len(extra):
+            pairs = concat_pairs(pairs, extra)
+        info = TableInfo(kind=info.kind, rows=len(table), flagged=info.flagged,
+                         notes=info.notes)
+    check_paths(table, store)  # after the ids' checks, which name what is wrong first
     return pairs, info, sets
 
 
