@@ -296,7 +296,10 @@ def check_parquet_columns(fh: Any, path: Any) -> None:
 
 def _json_default(value: Any) -> Any:
     import numpy as np
+    import pandas as pd
 
+    if value is pd.NA or value is pd.NaT:  # a missing value of a pandas column
+        return None
     if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, np.floating):
@@ -310,7 +313,8 @@ def _json_default(value: Any) -> Any:
 
 
 def iter_jsonl(df: pd.DataFrame) -> Any:
-    """Yield one JSON line (without newline) per row; NaN becomes null."""
+    """Yield one JSON line (without newline) per row; NaN and pandas' missing values
+    become null."""
     columns = list(df.columns)
     for row in df.itertuples(index=False, name=None):
         record = {}

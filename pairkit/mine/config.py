@@ -116,13 +116,26 @@ def positive_config(per_anchor: int | None, neighbours: int | None,
                     whitening: float | None = None) -> PositiveConfig | None:
     """``--positives`` / ``--positive-neighbours`` / ``--positive-whitening`` as a config
     (None: no mined positives). Default: mined positives with the false-negative filter
-    (the same rules' verdicts made useful to training), none without it (naive mining
-    stays naive). The last two without mined positives are refused, not ignored."""
+    and its mutual-neighbour rule (the same rules' verdicts made useful to training), none
+    without it (naive mining stays naive); asked for without that rule, refused: nothing
+    would keep them out of the negatives. The last two without mined positives are
+    refused, not ignored."""
     from pairkit.mine.positives import DEFAULT_NEIGHBOURS, DEFAULT_PER_ANCHOR, PositiveConfig
     from pairkit.mine.whitening import DEFAULT_POWER
 
+    kept_out = fn is not None and "mutual-neighbour" in fn.rules
+    per_anchor_given = per_anchor is not None
     if per_anchor is None:
-        per_anchor = DEFAULT_PER_ANCHOR if fn is not None else 0
+        per_anchor = DEFAULT_PER_ANCHOR if kept_out else 0
+    elif per_anchor > 0 and not kept_out:
+        # the mined positives are mutual neighbours: that rule keeps them out of the
+        # anchor's negatives (hard mining without it handed most of them out as both)
+        why = ("no --filter-false-negatives" if fn is None
+               else "--fn-rules without mutual-neighbour")
+        raise UsageError(f"--positives {per_anchor}: mined positives are mutual neighbours, "
+                         "which only the mutual-neighbour rule keeps out of the anchor's "
+                         f"negatives ({why}); add --filter-false-negatives with that rule, "
+                         "or --positives 0")
     cfg = PositiveConfig(per_anchor=per_anchor,
                          neighbours=DEFAULT_NEIGHBOURS if neighbours is None else neighbours,
                          whitening=DEFAULT_POWER if whitening is None else whitening)
@@ -130,7 +143,8 @@ def positive_config(per_anchor: int | None, neighbours: int | None,
     given = [name for name, value in (("--positive-neighbours", neighbours),
                                       ("--positive-whitening", whitening)) if value is not None]
     if per_anchor == 0 and given:
-        why = "--positives 0" if fn is not None else "no --filter-false-negatives"
+        why = ("--positives 0" if per_anchor_given else "no --filter-false-negatives"
+               if fn is None else "--fn-rules without mutual-neighbour")
         raise UsageError(f"{given[0]} applies to mined positives, and this run mines none "
                          f"({why})")
     return cfg if per_anchor > 0 else None

@@ -85,6 +85,10 @@ class MinedPositives:
         found = np.bincount(self.codes, minlength=len(REASONS))
         return {r: int(c) for r, c in zip(REASONS, found, strict=False) if c}
 
+    def subset(self, keep: np.ndarray) -> MinedPositives:
+        """The rows where bool ``keep`` (m,) holds, in order."""
+        return MinedPositives(*(getattr(self, f.name)[keep] for f in fields(self)))
+
     @classmethod
     def empty(cls) -> MinedPositives:
         e = np.zeros(0, dtype=np.int64)

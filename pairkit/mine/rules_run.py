@@ -174,14 +174,25 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
                            groups=None if ctx is None else ctx.groups, vectors=vectors,
                            cluster_assign=None if ctx is None else ctx.cluster_assign,
                            near_duplicate_threshold=threshold)
+    codes = store.label_codes()  # equal labels, equal codes; -1: missing (no Python
+    dropped = 0  # objects per mined pair)
+    if (codes is not None and len(mined) and fn_config is not None and fn_config.trust_labels
+            and "label" in fn_config.rules):
+        # trusted labels decide a labelled pair (the similarity rules skip it): a mutual
+        # neighbour of another label is a negative, so not a positive too
+        a, b = codes[np.asarray(anchors)[mined.rows]], codes[mined.ids]
+        agree = (a < 0) | (b < 0) | (a == b)
+        dropped = int(len(mined) - agree.sum())
+        mined = mined.subset(agree)
     stats: dict[str, Any] = {
         "rows": len(mined), "anchors_with_any": int(len(sorted_unique(mined.rows))),
         "per_anchor": round(len(mined) / max(len(anchors), 1), 3),
         "reasons": dict(sorted(mined.counts().items())),
         "neighbours": cfg.neighbours, "max_per_anchor": cfg.per_anchor,
     }
-    codes = store.label_codes()  # equal labels, equal codes; -1: missing (no Python
-    if codes is not None and len(mined):  # objects per mined pair)
+    if dropped:
+        stats["dropped_other_label"] = dropped
+    if codes is not None and len(mined):
         from pairkit.mine.stats import label_share, pair_label_counts
 
         share = label_share(*pair_label_counts(codes[np.asarray(anchors)[mined.rows]],

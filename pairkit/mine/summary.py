@@ -72,9 +72,12 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
     if mp:
         reasons = ", ".join(f"{k} {v:,}" for k, v in mp["reasons"].items()) or "none"
         lines.append(f"mined positives: {mp['rows']:,} rows ({reasons}) for "
-                     f"{mp['anchors_with_any']:,} anchors, {mp['per_anchor']:.2f} per anchor"
+                     f"{mp['anchors_with_any']:,} anchors, {mp['per_anchor']:.2f} per anchor "
+                     "mined"
                      + (f"; sharing their anchor's label: {mp['same_label']:.1%}"
-                        if mp.get("same_label") is not None else ""))
+                        if mp.get("same_label") is not None else "")
+                     + (f"; {mp['dropped_other_label']:,} of another label dropped (the "
+                        "label rule)" if mp.get("dropped_other_label") else ""))
     if stats.get("retries"):
         lines.append(f"{stats['anchors_retried']:,} anchors searched again with a larger k "
                      f"(up to {stats['k_max']:,})")

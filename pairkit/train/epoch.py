@@ -89,7 +89,8 @@ def make_autocast(device: torch.device, amp_dtype: Any) -> Autocast:
 def forward(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, rows: np.ndarray,
             autocast: Autocast) -> tuple[torch.Tensor, ...]:
     """Projected, normalised anchors (B, d), positives (B, d), negatives (B, K, d), their
-    masks and groups, and the anchors' input rows normalised (B, d_in)."""
+    masks (a negative equal to its example's anchor or positive is not valid) and groups,
+    and the anchors' input rows normalised (B, d_in)."""
     import torch
 
     a_id = data.ids(pairs.anchor[rows])
@@ -103,7 +104,9 @@ def forward(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, rows: 
         z = module(x)
     z = torch.nn.functional.normalize(z.float(), dim=1)
     za, zp, zn = z[:b], z[b : 2 * b], z[2 * b :].reshape(b, k, z.shape[1])
-    valid = (n_id >= 0).to(data.device)
+    # padding, and a negative that is the example's own anchor or positive (a mined
+    # positive swapped in, a hand-made table): no part in the loss
+    valid = ((n_id >= 0) & (n_id != a_id[:, None]) & (n_id != p_id[:, None])).to(data.device)
     groups = data.groups[a_id].to(data.device)
     neg_groups = data.groups[n_id.clamp(min=0)].to(data.device)
     xa = torch.nn.functional.normalize(x[:b].float(), dim=1)

@@ -72,20 +72,30 @@ def check_head_output(out: Path, force: bool, resume: bool) -> set[str]:
     return names
 
 
-def prepare_head_dir(out: Path, force: bool, resume: bool) -> None:
-    """Refuse an existing head without ``force``/``resume``; with ``force`` clear it.
+def prepare_head_dir(out: Path, force: bool, resume: bool) -> set[str]:
+    """Refuse an existing head without ``force``/``resume``; returns the names of the old
+    head's files that ``force`` replaces (none with ``resume``).
 
     Call under the head's writer lock: temp files of killed runs are removed first (a
-    folder holding nothing else counts as empty).
+    folder holding nothing else counts as empty). The old files are left in place:
+    :func:`clear_head_files` removes them when the new run has its first epoch to save,
+    so a run that fails before that (a NaN, Ctrl-C, out of memory) keeps the old head.
     """
     if out.is_dir():
         remove_stale_temps(out, _is_head_file)
     names = check_head_output(out, force, resume)
-    if resume or not names:
-        return
-    for name in names:
+    return set() if resume else names
+
+
+def clear_head_files(out: Path, names: set[str]) -> None:
+    """Remove the old head's files ``names`` (:func:`prepare_head_dir`), config.json first:
+    a folder without it is no finished head, whatever else is left."""
+    for name in sorted(names, key=lambda n: n != CONFIG):
         p = out / name
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
 
 
 def json_record(record: dict[str, Any]) -> str:

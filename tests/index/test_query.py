@@ -171,3 +171,24 @@ def test_text_query_matches_open_clip_encode_text(tmp_path: Path) -> None:
         assert (got["query_kind"] == "text").all()
         assert got["id"].tolist() == brute(v, t[n], np.ones(len(v), bool), 4)
         np.testing.assert_allclose(got["score"], v[got["id"]] @ t[n], atol=2e-3)
+
+
+def test_json_lines_of_a_store_without_labels_write_null(tmp_path: Path) -> None:
+    """A store without labels (or with some missing) searched to JSON Lines, the default
+    output: the label is null (it was an internal error on pandas' missing string)."""
+    from pairkit.core.store_writer import write_store
+
+    rng = np.random.default_rng(0)
+    items = pd.DataFrame({"path": [f"s{i}.jpg" for i in range(6)],
+                          "source": [f"s{i}.jpg" for i in range(6)], "view": 0,
+                          "label": ["a", None, "b", None, "a", "b"]})
+    for name, table in (("none", items.drop(columns="label")), ("some", items)):
+        root = tmp_path / name
+        write_store(root, rng.normal(size=(6, 8)).astype(np.float32), table,
+                    encoder={"name": "random"})
+        r = search(root, 1, "-k", "5")
+        assert r.exit_code == 0, r.output
+        rows = [json.loads(line) for line in r.stdout.splitlines()]
+        assert len(rows) == 5
+        want = {None} if name == "none" else {"a", "b", None}
+        assert {x["label"] for x in rows} == want

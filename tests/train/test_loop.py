@@ -19,6 +19,7 @@ from pairkit.train.config import TrainConfig
 from pairkit.train.epoch import lr_at
 from pairkit.train.epoch_end import dim_std
 from pairkit.train.head import load_head
+from pairkit.train.head_folder import read_log
 from pairkit.train.loop import train_head
 from pairkit.train.losses import LossConfig
 from tests.conftest import random_store
@@ -188,6 +189,25 @@ def test_nan_loss_stops_with_causes_and_writes_nothing(store, tmp_path):
     assert not (tmp_path / "h").exists()
 
 
+def test_force_keeps_the_old_head_until_the_new_run_has_an_epoch(store, tmp_path):
+    """--force over a head whose new run fails in its first epoch (a NaN here; Ctrl-C or
+    out of memory alike) leaves the old head as it was: it was cleared before training."""
+    cfg = TrainConfig(relation="instance", **FAST)
+    train_head(store, tmp_path / "h", cfg)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "h").iterdir()}
+    bad = TrainConfig(relation="instance", lr=1e30, warmup=0.0, **FAST)
+    with pytest.raises(PairkitError, match="loss is nan"):
+        train_head(store, tmp_path / "h", bad, force=True)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "h").iterdir()} == before
+    load_head(tmp_path / "h")
+    # a run that gets through its epochs replaces every file of the old one
+    other = TrainConfig(relation="instance", **{**FAST, "epochs": 1})
+    train_head(store, tmp_path / "h", other, force=True)
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert config["epochs_done"] == 1 and config["complete"]
+    assert len(read_log(tmp_path / "h")) == 1
+
+
 def test_collapse_is_detected_and_stops(tmp_path):
     # every vector the same: any head's outputs are one point
     items = pd.DataFrame({"path": [f"s{i // 2}_{i}" for i in range(16)],
@@ -349,3 +369,23 @@ def test_keep_input_keeps_the_inputs_neighbour_order(tmp_path):
         train_head(store, tmp_path / "kept",
                    TrainConfig(loss=LossConfig(keep_input=0.0), **{**base, "epochs": 9}),
                    resume=True)
+
+
+def test_a_negative_equal_to_the_examples_positive_or_anchor_takes_no_part():
+    """A table's negative that is the example's own positive (a mined positive swapped in,
+    or a hand-made table) or its anchor was in the denominator as a negative: masked now,
+    as padding is."""
+    import torch
+
+    from pairkit.train.data import PairArrays
+    from pairkit.train.epoch import device_data, forward, make_autocast
+
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(6, 4)).astype(np.float32)
+    data, _ = device_data(vectors, np.arange(6), torch.device("cpu"))
+    pairs = PairArrays(np.array([0, 1]), np.array([2, 3]),
+                       np.array([[2, 4, -1], [1, 5, 3]]), np.zeros((2, 3), bool))
+    module = torch.nn.Identity()
+    out = forward(module, data, pairs, np.arange(2), make_autocast(torch.device("cpu"), None))
+    valid = out[3]
+    assert valid.tolist() == [[False, True, False], [False, True, False]]
