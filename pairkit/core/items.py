@@ -17,7 +17,8 @@ ITEM_COLUMNS = ("id", "path", "source", "view", "label", "file_sha256")
 def normalize_items(items: pd.DataFrame, start_id: int = 0) -> pd.DataFrame:
     """Return ``items`` with the store's columns and dtypes, ids from ``start_id``.
 
-    ``path`` is required; ``source`` defaults to ``path``, ``view`` to 0,
+    ``path`` is required; ``source`` defaults to ``path`` (also where a cell is missing or
+    empty), ``view`` to 0,
     ``label`` and ``file_sha256`` to null.
     """
     import pandas as pd
@@ -31,9 +32,11 @@ def normalize_items(items: pd.DataFrame, start_id: int = 0) -> pd.DataFrame:
             "path": items["path"].astype(str).to_numpy(),
         }
     )
-    out["source"] = (
-        items["source"].astype(str).to_numpy() if "source" in items.columns else out["path"]
-    )
+    out["source"] = out["path"]
+    if "source" in items.columns:  # a missing (or empty) source is the path, as no column
+        text = items["source"].astype(str).to_numpy(dtype=object)
+        missing = items["source"].isna().to_numpy() | (text == "")
+        out["source"] = np.where(missing, out["path"].to_numpy(dtype=object), text)
     if "view" in items.columns:
         out["view"] = item_views(items["view"])
     else:

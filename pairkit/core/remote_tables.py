@@ -117,18 +117,18 @@ def read_remote_table(url: str, kind: str) -> pd.DataFrame:
 
 
 def parse_table(data: bytes, kind: str, name: str) -> pd.DataFrame:
-    import pandas as pd
 
     from pairkit.core.tables import (
         check_csv_header,
         check_parquet_columns,
         read_csv_frame,
         read_jsonl_frame,
+        read_parquet_frame,
     )
 
     if kind == "parquet":
         check_parquet_columns(io.BytesIO(data), name)
-        return pd.read_parquet(io.BytesIO(data))
+        return read_parquet_frame(io.BytesIO(data))
     if kind == "csv":
         check_csv_header(io.BytesIO(data), name)
         return read_csv_frame(io.BytesIO(data))

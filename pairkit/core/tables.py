@@ -89,7 +89,6 @@ def read_table(path: str | Path,
     ``first_row`` gets the first row as a dict before the rest is read, so a cheap check
     (a store id) can refuse a large table early. JSON Lines are streamed with a bound: no
     line over MAX_LINE_BYTES, no row over MAX_COLUMNS keys."""
-    import pandas as pd
 
     kind = table_kind(path)
     try:
@@ -118,7 +117,7 @@ def read_table(path: str | Path,
                 check_parquet_columns(fh, p)
             if first_row is not None:
                 _first_parquet_row(p, first_row)
-            return pd.read_parquet(p)
+            return read_parquet_frame(p)
         if kind == "csv":
             with open(p, "rb") as fh:
                 check_csv_header(fh, p)
@@ -165,7 +164,24 @@ def read_jsonl_frame(data: bytes) -> pd.DataFrame:
     text (``3``, not ``3.0`` where a null made pandas hold the column as floats)."""
     import pandas as pd
 
-    frame = pd.read_json(io.BytesIO(data), lines=True, dtype=False)
+    return text_columns_as_text(pd.read_json(io.BytesIO(data), lines=True, dtype=False))
+
+
+def read_parquet_frame(source: str | Path | IO[bytes]) -> pd.DataFrame:
+    """A parquet file (a path or a binary stream) with its text columns
+    (:func:`is_text_column`) as strings, as CSV and JSON Lines give them: integer labels
+    with a missing one are "1", not the "1.0" of the float column pandas makes of them."""
+    import pandas as pd
+
+    return text_columns_as_text(pd.read_parquet(source))
+
+
+def text_columns_as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each text column (:func:`is_text_column`) that holds other values
+    than strings made strings (a number is its own text, a whole float without its
+    ``.0``; missing stays missing)."""
+    import pandas as pd
+
     for col in frame.columns:
         if not is_text_column(col) or pd.api.types.is_string_dtype(frame[col]):
             continue  # strings (and missing values) already
@@ -262,7 +278,7 @@ def _read_dataset(folder: Path) -> pd.DataFrame:
     for part in dataset_parts(folder):
         with open(part, "rb") as fh:
             check_parquet_columns(fh, part)
-        frames.append(pd.read_parquet(part))
+        frames.append(read_parquet_frame(part))
     columns = list(frames[0].columns)
     for part, frame in zip(dataset_parts(folder), frames, strict=True):
         if list(frame.columns) != columns:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pairkit.core.devices import PRECISIONS
+from pairkit.core.items import MAX_VIEW
 from pairkit.core.remote import check_writable, location
 from pairkit.core.store import sha256_file
 from pairkit.encode.images import DEFAULT_MAX_FILE_BYTES
@@ -109,6 +110,8 @@ def check_config(cfg: EmbedConfig) -> bool:
     check_folder_output(cfg.store, "-o", "a store is a folder")
     if cfg.views < 1:
         raise UsageError(f"--views must be >= 1, got {cfg.views}")
+    if cfg.views > MAX_VIEW + 1:  # views are numbered 0 .. MAX_VIEW in the store
+        raise UsageError(f"--views must be <= {MAX_VIEW + 1}, got {cfg.views}")
     if cfg.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
     if cfg.image_size is not None and not MIN_IMAGE_SIZE <= cfg.image_size <= MAX_IMAGE_SIZE:

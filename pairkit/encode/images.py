@@ -47,7 +47,8 @@ class ImageFile:
 
 
 def discover_images(root: str | os.PathLike[str]) -> tuple[list[ImageFile], list[tuple[str, str]]]:
-    """All image files under ``root`` (recursive, symlinks followed once), sorted by path.
+    """All image files under ``root`` (recursive, symlinks followed once; a file reached by
+    several paths listed once), sorted by path.
 
     Returns ``(images, problems)``; ``problems`` lists ``(path, reason)`` for
     folders that could not be read, symlink loops and file names that are not valid
@@ -93,7 +94,33 @@ def discover_images(root: str | os.PathLike[str]) -> tuple[list[ImageFile], list
                 continue
             images.append(ImageFile(rel, abs_path))
     images.sort(key=lambda f: f.path)
-    return images, problems
+    return _one_path_per_file(images, problems), problems
+
+
+def _one_path_per_file(images: list[ImageFile], problems: list[tuple[str, str]]
+                       ) -> list[ImageFile]:
+    """``images`` with one path per file: a file reached by several paths (a symlink and
+    its target, hard links) is one item, listed by its first path that is not a symlink
+    (else its first); the others go to ``problems``. Two items of one file would be
+    "copies" to dedup, which could keep the link and drop the file."""
+    by_file: dict[tuple[int, int], list[ImageFile]] = {}
+    for f in images:
+        try:
+            st = os.stat(f.abs_path)
+        except OSError:  # a broken link: decoding reports it
+            continue
+        by_file.setdefault((st.st_dev, st.st_ino), []).append(f)
+    dropped: set[str] = set()
+    for paths in by_file.values():
+        if len(paths) < 2:
+            continue
+        keep = next((f for f in paths if not os.path.islink(f.abs_path)), paths[0])
+        for f in paths:
+            if f is not keep:
+                dropped.add(f.path)
+                problems.append((f.path, f"the same file as {keep.path} (a link to it): "
+                                         "listed once"))
+    return [f for f in images if f.path not in dropped] if dropped else images
 
 
 def _is_utf8(text: str) -> bool:

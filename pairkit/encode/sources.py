@@ -97,7 +97,8 @@ def resolve_labels(
             if root_abs is None:  # images on object storage: paths are keys
                 continue
             try:
-                p = p.resolve().relative_to(root_abs)
+                # the folders resolved, not the file: a link is its own item
+                p = (p.parent.resolve() / p.name).relative_to(root_abs)
             except ValueError:
                 continue
         if label is None or (isinstance(label, float) and math.isnan(label)):

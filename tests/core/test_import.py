@@ -153,3 +153,20 @@ def test_import_refuses_a_view_that_is_not_a_small_whole_number(tmp_path, view, 
     assert f"row 2 holds {shown}" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "s").exists()
+
+
+def test_import_an_empty_source_cell_is_the_path(tmp_path):
+    """Found by a bug hunt (2026-12-06): an empty ``source`` cell was stored as missing,
+    ``info`` counted one source too few and ``mine`` stopped with an internal error. A
+    source defaults to the path, a missing one too."""
+    np.save(tmp_path / "e.npy", np.random.default_rng(0).normal(size=(4, 3)).astype("f4"))
+    (tmp_path / "items.csv").write_text("path,source,view\na.png,a.png,0\nb.png,a.png,1\n"
+                                        "c.png,,0\nd.png,d.png,0\n")
+    result = runner.invoke(app, ["import", str(tmp_path / "e.npy"), "--items",
+                                 str(tmp_path / "items.csv"), "-o", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    store = Store.open(tmp_path / "s")
+    assert store.items["source"].tolist() == ["a.png", "a.png", "c.png", "d.png"]
+    result = runner.invoke(app, ["mine", str(tmp_path / "s"), "--hard", "-k", "1", "-o",
+                                 str(tmp_path / "p.jsonl")])
+    assert result.exit_code == 0, result.output

@@ -177,3 +177,25 @@ def test_text_columns_are_read_as_written(tmp_path):
     (tmp_path / "n.jsonl").write_text('{"path": "a", "label": 3}\n{"path": "b", "label": null}\n')
     back = read_table(tmp_path / "n.jsonl")
     assert back["label"].tolist()[0] == "3" and pd.isna(back["label"].iloc[1])
+
+
+def test_parquet_text_columns_are_text_as_in_the_other_formats(tmp_path):
+    """Found by a bug hunt (2026-12-06): a parquet labels file with integer labels and one
+    missing gave labels "1.0", "2.0" (pandas holds such a column as floats) where the same
+    rows as CSV or JSON Lines gave "1", "2"; also in a table folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"path": ["a", "b", "c", "d"],
+                      "label": pa.array([1, 2, None, 3], pa.int64()),
+                      "anchor_id": pa.array([1, 2, 3, 4], pa.int64()),
+                      "source": pa.array([1.5, 2.0, None, 7.0])})
+    pq.write_table(table, tmp_path / "t.parquet")
+    (tmp_path / "d").mkdir()
+    pq.write_table(table, tmp_path / "d" / "part-00000.parquet")
+    for path in (tmp_path / "t.parquet", tmp_path / "d"):
+        back = read_table(path)
+        assert back["label"].tolist()[:2] == ["1", "2"] and pd.isna(back["label"].iloc[2])
+        assert back["label"].iloc[3] == "3"
+        assert back["source"].tolist()[:2] == ["1.5", "2"] and pd.isna(back["source"].iloc[2])
+        assert back["anchor_id"].tolist() == [1, 2, 3, 4]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -314,3 +315,25 @@ def test_resumed_run_with_broken_files_has_the_clean_store_id(image_folder, tmp_
     resumed, reference = Store.open(out), Store.open(clean)
     assert [s.rows for s in resumed.shards] == [s.rows for s in reference.shards]
     assert resumed.content_id == reference.content_id
+
+
+def test_absolute_label_paths_do_not_follow_a_files_link(tmp_path):
+    """Found by a bug hunt (2026-12-06): an absolute path in --labels was resolved through
+    a symlink, so the label of ``l.png`` (a link) went to its target, and a table naming
+    both was refused as one path listed twice. The folder part is still resolved (the
+    root reached through a linked folder)."""
+    from pairkit.encode.images import ImageFile
+    from pairkit.encode.sources import resolve_labels
+
+    root = tmp_path / "real"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "img.png").write_bytes(b"x")
+    os.symlink("img.png", root / "a" / "l.png")
+    os.symlink(root, tmp_path / "via")
+    images = [ImageFile("a/img.png", root / "a" / "img.png"),
+              ImageFile("a/l.png", root / "a" / "l.png")]
+    table = pd.DataFrame({"path": [str(root / "a" / "l.png"), str(tmp_path / "via/a/img.png")],
+                          "label": ["link", "orig"]})
+    table.to_csv(tmp_path / "labels.csv", index=False)
+    labels, missing = resolve_labels(str(tmp_path / "labels.csv"), images, root)
+    assert labels == {"a/img.png": "orig", "a/l.png": "link"} and missing == 0

@@ -110,3 +110,24 @@ def test_draft_keeps_short_side():
     arr = np.random.default_rng(0).integers(0, 255, (400, 600, 3), dtype=np.uint8)
     img = decode_image(_jpeg_bytes(arr), draft_size=90)
     assert min(img.size) >= 90 and min(img.size) < 400
+
+
+def test_a_file_reached_by_two_paths_is_listed_once(tmp_path):
+    """Found by a bug hunt (2026-12-06): a symlink and its target were two items, so dedup
+    called them copies of each other and could keep the link and drop the real file (the
+    README's quarantine loop then left a dangling link). One file is one item: the real
+    path is kept, the link reported, whatever the names' order."""
+    (tmp_path / "a").mkdir()
+    Image.new("RGB", (4, 4), "red").save(tmp_path / "a" / "zz_original.png")
+    Image.new("RGB", (4, 4), "blue").save(tmp_path / "a" / "other.png")
+    os.symlink("zz_original.png", tmp_path / "a" / "l.png")
+    os.link(tmp_path / "a" / "other.png", tmp_path / "a" / "other_hard.png")
+    outside = tmp_path.parent / (tmp_path.name + "_out.png")
+    Image.new("RGB", (4, 4)).save(outside)
+    os.symlink(outside, tmp_path / "a" / "from_outside.png")  # the only path to it: kept
+    images, problems = discover_images(tmp_path)
+    assert [f.path for f in images] == ["a/from_outside.png", "a/other.png",
+                                        "a/zz_original.png"]
+    assert sorted(problems) == [
+        ("a/l.png", "the same file as a/zz_original.png (a link to it): listed once"),
+        ("a/other_hard.png", "the same file as a/other.png (a link to it): listed once")]

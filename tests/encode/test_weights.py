@@ -148,6 +148,12 @@ def test_embed_says_no_before_torch_loads(tmp_path: Path, image_folder: Path) ->
     code, err, torch_loaded = run_cli(["embed", str(image_folder), "-o", str(store), "--model",
                                        "pixels", "--views", "0"], env)
     assert (code, torch_loaded) == (2, False) and "--views must be >= 1, got 0" in err
+    # found by a bug hunt (2026-12-06): no upper bound, so --views 32769 embedded every
+    # image before the store's view column refused it (exit 1, the old store gone)
+    code, err, torch_loaded = run_cli(["embed", str(image_folder), "-o", str(store), "--model",
+                                       "pixels", "--views", "32769"], env)
+    assert (code, torch_loaded) == (2, False)
+    assert "--views must be <= 32768, got 32769" in err and not store.exists()
     code, err, torch_loaded = run_cli(["embed", str(image_folder), "-o", str(store), "--model",
                                        "pixels", "--checkpoint", str(tmp_path / "w.pt")], env)
     assert (code, torch_loaded) == (1, False) and "not found" in err
