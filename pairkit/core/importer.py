@@ -22,6 +22,16 @@ def load_npy(path: str | Path) -> np.ndarray:
     if not p.is_file():
         raise PairkitError(f"embeddings file {p} not found")
     try:
+        with open(p, "rb") as fh:
+            magic = fh.read(6)
+    except OSError as exc:
+        raise PairkitError(f"can't read {p} ({exc.strerror})") from None
+    if magic.startswith(b"PK"):
+        raise PairkitError(f"{p} is an .npz archive, expected a .npy file (np.save of one "
+                           "2-D array)")
+    if magic != b"\x93NUMPY":
+        raise PairkitError(f"{p} is not a .npy file (no NumPy header)")
+    try:
         arr = np.load(p, mmap_mode="r", allow_pickle=False)
     except Exception as exc:
         raise PairkitError(f"{p} is not a readable .npy file ({exc})") from exc

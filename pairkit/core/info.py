@@ -101,6 +101,12 @@ def _size(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+def _shown(text: str) -> str:
+    """A store's text as printed: as it is when printable, else quoted with its control
+    characters escaped (a line break in a label must not make a line of its own)."""
+    return text if text.isprintable() else ascii(text)
+
+
 def info_lines(info: dict[str, Any]) -> list[str]:
     """``pairkit info``'s lines for a person."""
     vps = info["views_per_source"]
@@ -113,8 +119,8 @@ def info_lines(info: dict[str, Any]) -> list[str]:
     labels = (f"{info['labeled_rows']:,} of {info['rows']:,} rows labelled, "
               f"{info['labels']:,} labels" if info["labeled_rows"] else "none")
     if info["top_labels"]:
-        labels += " (most: " + ", ".join(f"{k} {v:,}" for k, v in info["top_labels"].items()) \
-            + ")"
+        labels += " (most: " + ", ".join(f"{_shown(k)} {v:,}"
+                                         for k, v in info["top_labels"].items()) + ")"
     lines = [
         f"store {info['store']}: {info['format']} format {info['format_version']} "
         f"(written by pairkit {info['pairkit_version']}), content id {info['content_id']}",

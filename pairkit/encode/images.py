@@ -211,7 +211,9 @@ def decode_image(data: bytes, draft_size: int | None = None) -> Image.Image:
 
 
 def to_rgb8(img: Image.Image) -> Image.Image:
-    """Any PIL mode -> 8-bit RGB; transparency is composited over white."""
+    """Any PIL mode -> 8-bit RGB; transparency is composited over white. 16/32-bit
+    integer images are scaled down when above 255; float images in [0, 1] scaled up, signed
+    ones by their range; a NaN or inf pixel is a DecodeError."""
     import numpy as np
     from PIL import Image
 
@@ -220,8 +222,15 @@ def to_rgb8(img: Image.Image) -> Image.Image:
         return img
     if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
         arr = np.asarray(img, dtype=np.float32)
+        if not np.isfinite(arr).all():
+            raise DecodeError("pixel values not finite (a float image with NaN or inf)")
+        low = float(arr.min()) if arr.size else 0.0
         top = float(arr.max()) if arr.size else 0.0
-        if top > 255.0:
+        if mode == "F" and low < 0.0 and top > low:  # a signed float image: by its range
+            arr = (arr - low) / (top - low) * 255.0
+        elif mode == "F" and top <= 1.0:  # floats in [0, 1]: the usual convention
+            arr = arr * 255.0
+        elif top > 255.0:
             arr = arr / (65535.0 if top > 4095 else top) * 255.0
         return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "L").convert("RGB")
     if mode == "P" and "transparency" in img.info:

@@ -170,3 +170,16 @@ def test_import_an_empty_source_cell_is_the_path(tmp_path):
     result = runner.invoke(app, ["mine", str(tmp_path / "s"), "--hard", "-k", "1", "-o",
                                  str(tmp_path / "p.jsonl")])
     assert result.exit_code == 0, result.output
+
+
+def test_import_names_an_npz_archive_and_a_text_file(tmp_path):
+    """Found by a bug hunt (2026-12-06): an .npz archive was an internal error, a CSV
+    passed as the embeddings gave numpy's advice to load pickles."""
+    (tmp_path / "items.csv").write_text("path\na\nb\nc\nd\n")
+    np.savez(tmp_path / "z.npz", a=np.ones((4, 3)))
+    for name, said in (("z.npz", "is an .npz archive, expected a .npy file"),
+                       ("items.csv", "is not a .npy file (no NumPy header)")):
+        result = runner.invoke(app, ["import", str(tmp_path / name), "--items",
+                                     str(tmp_path / "items.csv"), "-o", str(tmp_path / "s")])
+        assert result.exit_code == 1 and said in result.output, result.output
+        assert "internal error" not in result.output and "pickle" not in result.output

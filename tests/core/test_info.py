@@ -122,3 +122,21 @@ def test_an_index_of_rows_since_appended_to_is_shown_stale(tmp_path: Path) -> No
     assert info["indexes"] == ["flat.faiss"] and info["stale_indexes"] == ["flat.faiss"]
     out = runner.invoke(app, ["info", store]).output
     assert "saved indexes: flat.faiss (stale: built for other rows, not used" in out
+
+
+def test_label_text_is_shown_escaped(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): labels were printed raw, so a line break in one
+    forged a line of the report and an ANSI escape reached the terminal."""
+    import numpy as np
+    import pandas as pd
+
+    from pairkit.core.store_writer import write_store
+
+    items = pd.DataFrame({"path": ["a", "b", "c", "d"],
+                          "label": ["evil\nrows 999999: forged", "\x1b[31mRED\x1b[0m", "ok", "ok"]})
+    write_store(tmp_path / "s", np.eye(4, dtype=np.float32), items, encoder={"name": "x"})
+    r = runner.invoke(app, ["info", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert "\x1b" not in r.output and not any(
+        line.startswith("rows 999999") for line in r.output.splitlines())
+    assert "'evil\\nrows 999999: forged' 1" in r.output and "ok 2" in r.output

@@ -131,3 +131,30 @@ def test_a_file_reached_by_two_paths_is_listed_once(tmp_path):
     assert sorted(problems) == [
         ("a/l.png", "the same file as a/zz_original.png (a link to it): listed once"),
         ("a/other_hard.png", "the same file as a/other.png (a link to it): listed once")]
+
+
+def _tiff(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, "TIFF")
+    return buf.getvalue()
+
+
+def test_float_images_are_scaled_by_their_range_and_nan_refused():
+    """Found by a bug hunt (2026-12-06): a float (mode F) image in [0, 1] was clipped to
+    0 .. 255 without scaling, so every such image embedded as solid black; a NaN pixel
+    made the whole image saturate with a raw numpy warning."""
+    rng = np.random.default_rng(1)
+    unit = rng.random((8, 8)).astype(np.float32)
+    got = np.asarray(decode_image(_tiff(unit)))[..., 0].astype(int)
+    np.testing.assert_allclose(got, np.round(unit * 255), atol=1)
+    signed = unit * 2 - 1  # [-1, 1]: by its range
+    got = np.asarray(decode_image(_tiff(signed)))[..., 0].astype(int)
+    want = (signed - signed.min()) / (signed.max() - signed.min()) * 255
+    np.testing.assert_allclose(got, np.round(want), atol=1)
+    wide = unit * 200  # already 0 .. 255: as it is
+    got = np.asarray(decode_image(_tiff(wide)))[..., 0].astype(int)
+    np.testing.assert_allclose(got, wide.astype(np.uint8), atol=1)
+    bad = unit.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(DecodeError, match="not finite"):
+        decode_image(_tiff(bad))
