@@ -171,8 +171,17 @@ def _mine_chunk(anchors: np.ndarray, mutual_all: np.ndarray, nb: np.ndarray,
     """:func:`mine_positives` of the anchors ``anchors`` (rows relative to them): every
     step after the store-wide mutual test is per anchor."""
     mutual = mutual_all[anchors]
-    cand = np.where(mutual, nb[anchors], -1)
-    cand_scores = np.where(mutual, neighbour_scores[anchors, :m], np.nan).astype(np.float32)
+    listed, listed_scores = nb[anchors], neighbour_scores[anchors, :m]
+    dup = np.zeros(listed.shape, dtype=bool)
+    if groups is None and near_duplicate_threshold is not None:
+        # without the store-wide groups, a listed neighbour at the threshold is a
+        # near-duplicate, mutual or not (in a group larger than the lists, ties fill them
+        # and most mates are not mutual); the rule compares the same pairs the same way
+        dup = (listed >= 0) & (np.nan_to_num(listed_scores, nan=-2.0)
+                               >= near_duplicate_threshold)
+    take = mutual | dup
+    cand = np.where(take, listed, -1)
+    cand_scores = np.where(take, listed_scores, np.nan).astype(np.float32)
     ranks = np.broadcast_to(np.arange(m), cand.shape)
     if cluster_assign is not None and len(cluster_assign):
         safe = np.maximum(cand, 0)
@@ -183,10 +192,8 @@ def _mine_chunk(anchors: np.ndarray, mutual_all: np.ndarray, nb: np.ndarray,
     else:
         conf = (1.0 - ranks / m).astype(np.float32)
     reason = np.full(cand.shape, MUTUAL, dtype=np.uint8)
-    if groups is None and near_duplicate_threshold is not None:
-        dup = (cand >= 0) & (np.nan_to_num(cand_scores, nan=-2.0) >= near_duplicate_threshold)
-        reason[dup] = NEAR_DUPLICATE
-        conf = np.where(dup, 1.0, conf)
+    reason[dup] = NEAR_DUPLICATE
+    conf = np.where(dup, 1.0, conf)
     rows = [np.repeat(np.arange(len(anchors)), m).reshape(len(anchors), m)]
     parts_ids, parts_scores, parts_conf = [cand], [cand_scores], [conf.astype(np.float32)]
     parts_reason = [reason]

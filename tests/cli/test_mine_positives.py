@@ -229,3 +229,32 @@ def test_trusted_labels_drop_the_mined_positives_they_contradict(store, tmp_path
     r = runner.invoke(app, ["mine", str(store.root), "--hard", *LABEL_FREE,
                             "-o", str(tmp_path / "f.parquet")])
     assert r.exit_code == 0 and overlap(pd.read_parquet(tmp_path / "f.parquet")) == 0
+
+
+def test_near_duplicate_mates_do_not_depend_on_the_search(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): when the search skips rows (the cluster rule's
+    or the label rule's skip) the store-wide near-duplicate groups are not built, and the
+    mined positives kept only the *mutual* neighbours above the threshold: in a group
+    larger than the neighbour lists (ties fill them) most anchors lost their mates, so
+    ``--hard`` handed out fewer mined positives than easy negatives did."""
+    from pairkit.core.store_writer import write_store
+
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(3, 16))
+    x = np.repeat(base, 30, axis=0) + 1e-4 * rng.normal(size=(90, 16))
+    items = pd.DataFrame({"path": [f"s{i}_{v}.png" for i in range(45) for v in range(2)],
+                          "source": [f"s{i}" for i in range(45) for v in range(2)],
+                          "view": [v for i in range(45) for v in range(2)]})
+    write_store(tmp_path / "s", x.astype(np.float32), items, encoder={"name": "random"})
+    counts = {}
+    for mode in (["--hard"], []):
+        out = tmp_path / f"p{len(mode)}.parquet"
+        r = runner.invoke(app, ["mine", str(tmp_path / "s"), *mode, "-k", "1", *LABEL_FREE,
+                                "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        df = pd.read_parquet(out)
+        mined = df[df["positive_kind"] == "mined"]
+        assert (mined["anchor_id"] // 30 == mined["positive_id"] // 30).all()
+        counts[len(mode)] = mined.groupby("anchor_id").size()
+    assert len(counts[1]) == len(counts[0]) == 90
+    assert (counts[1] == 10).all() and (counts[0] == 10).all()
