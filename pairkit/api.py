@@ -54,15 +54,18 @@ def _root(store: Any) -> Any:
     return store.root if isinstance(store, Store) else store
 
 
-def _split_options(options: dict[str, Any], *classes: type) -> list[dict[str, Any]]:
+def _split_options(options: dict[str, Any], *classes: type,
+                   given_as: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """``options`` split by the dataclass whose field each names; UsageError for others,
-    and for a value of the wrong type or out of the command's range (:func:`_check_value`)."""
+    and for a value of the wrong type or out of the command's range (:func:`_check_value`),
+    naming the option as the caller gave it (``given_as``: field -> that name)."""
     out: list[dict[str, Any]] = [{} for _ in classes]
     for key, value in options.items():
         for n, cls in enumerate(classes):
             field = next((f for f in fields(cls) if f.name == key), None)
             if field is not None:
-                out[n][key] = _check_value(key, str(field.type), value)
+                name = (given_as or {}).get(key, key)
+                out[n][key] = _check_value(name, str(field.type), value)
                 break
         else:
             known = sorted({f.name for cls in classes for f in fields(cls)})
@@ -277,10 +280,11 @@ def evaluate(store: Any, *, against: Any = None, test_fraction: float | None = N
         raise UsageError("compare needs head")
     if against is not None and test_fraction is not None:
         raise UsageError("test_fraction splits the store; against gives the queries: pick one")
+    given_as = {EVAL_NAMES.get(k, k): k for k in options}
     options = {EVAL_NAMES.get(k, k): v for k, v in options.items()}
     if "include_same_source" in options:  # the command's flag, the config's inverse
         options["exclude_same_source"] = not options.pop("include_same_source")
-    (kw,) = _split_options(options, EvalConfig)
+    (kw,) = _split_options(options, EvalConfig, given_as=given_as)
     kw.setdefault("collect_scores", True)  # as the command: the score histograms
     cfg = EvalConfig(metrics=parse_choices(metrics, METRICS, "metrics"), **kw)
     results, _ = eval_to_files(

@@ -209,6 +209,13 @@ def test_api_evaluate_takes_the_command_s_option_names(store) -> None:
     by_field = pairkit.evaluate(store, knn_ks=(5,), recall_ks=(1, 3), block_rows=64,
                                 gallery="queries", exclude_same_source=False)
     pd.testing.assert_frame_equal(by_cli, by_field)
+    from pairkit.errors import UsageError
+
+    # a wrong value is named as it was given (it said "knn_ks must be a list, got 100")
+    with pytest.raises(UsageError, match=r"^knn_k must be a list, got 100$"):
+        pairkit.evaluate(store, knn_k=100)
+    with pytest.raises(UsageError, match=r"^knn_ks must be a list, got 100$"):
+        pairkit.evaluate(store, knn_ks=100)
 
 
 def test_api_evaluate_plots_what_the_command_plots(store, tmp_path: Path) -> None:
