@@ -325,7 +325,8 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
             j = int(right[int(np.argmax(sims))])
             same = hashes[i] is not None and hashes[i] == hashes[j]
             rows.append((int(i), paths[i], j - n_a, paths[j],
-                         float(np.clip(sims.max(), -1, 1)), "exact" if same else "near"))
+                         1.0 if same else float(np.clip(sims.max(), -1, 1)),
+                         "exact" if same else "near"))
     out = pd.DataFrame(rows, columns=list(AGAINST_COLUMNS))
     if cfg.absolute:
         out["path"] = [str(inside(ra, p)) for p in out["path"]]

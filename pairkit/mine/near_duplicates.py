@@ -331,7 +331,7 @@ def group_table(groups: list[tuple[int, np.ndarray]], nodes: NodeUnits,
         order = np.lexsort((items, ~is_rep))
         # float16-stored rows have norms within ~1e-3 of 1: keep scores in [-1, 1]
         sims = np.clip(sims.astype(np.float32), -1.0, 1.0)
-        sims[is_rep] = np.float32(1.0)
+        sims[is_rep | same_unit] = np.float32(1.0)  # the same file bytes: exact copies
         cols["group"].append(np.full(len(member_nodes), gid, dtype=np.int64))
         cols["id"].append(member_nodes[order])  # nodes for now; rows below
         cols["keep"].append(is_rep[order])

@@ -119,6 +119,9 @@ def test_exact_duplicates_by_hash() -> None:
     assert res.item_group.tolist() == [0, -1, 0, 1, -1, 1]
     assert res.table["match"].tolist() == ["keep", "exact", "keep", "exact"]
     assert res.table["id"].tolist() == [0, 2, 3, 5]
+    # docs/formats.md: similarity 1.0 for exact copies (it was the vectors' cosine: 0 here,
+    # 0.99998 for identical float16 rows)
+    assert res.table["similarity"].tolist() == [1.0, 1.0, 1.0, 1.0]
     # missing hashes (None, "", NaN, pd.NA) are never equal to each other
     res = find_near_duplicates(x, 0.9, file_sha256=np.array([None, None, "", "", "c", "d"],
                                                               dtype=object))
