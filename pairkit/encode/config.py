@@ -163,7 +163,9 @@ def check_config(cfg: EmbedConfig) -> bool:
             and not Path(cfg.labels).is_file():
         raise PairkitError(f"--labels {cfg.labels}: no such file (or use --labels folder)")
     if cfg.checkpoint and not Path(cfg.checkpoint).is_file():
-        raise PairkitError(f"checkpoint {cfg.checkpoint} not found")
+        what = "is a folder, expected a weights file" if Path(cfg.checkpoint).is_dir() \
+            else "not found"
+        raise PairkitError(f"checkpoint {cfg.checkpoint} {what}")
     store = location(cfg.store)
     if isinstance(store, str):
         check_writable(store, "a store")  # object storage: a commit it can make

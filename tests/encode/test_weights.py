@@ -157,6 +157,9 @@ def test_embed_says_no_before_torch_loads(tmp_path: Path, image_folder: Path) ->
     code, err, torch_loaded = run_cli(["embed", str(image_folder), "-o", str(store), "--model",
                                        "pixels", "--checkpoint", str(tmp_path / "w.pt")], env)
     assert (code, torch_loaded) == (1, False) and "not found" in err
+    code, err, torch_loaded = run_cli(["embed", str(image_folder), "-o", str(store), "--model",
+                                       "pixels", "--checkpoint", str(tmp_path)], env)
+    assert (code, torch_loaded) == (1, False) and "is a folder, expected a weights file" in err
 
 
 def test_failed_encoder_leaves_no_store_folder(tmp_path: Path, image_folder: Path) -> None:
