@@ -78,10 +78,11 @@ def train(
     whiten: float = typer.Option(
         0.0, "--whiten", help="Power of a partial PCA whitening of the head's outputs, fitted "
         "on the training rows (0: none; 0.25: kNN up, MAP@R down; 0.5: full whitening)."),
-    pair_whitening: int = typer.Option(
-        0, "--pair-whitening", metavar="<dims>", help="Whiten the head's outputs by what the "
-        "table's positives differ by, keeping the <dims> directions its negatives differ most "
-        "along (learned whitening; needs --pairs; 128: MAP@R up; 0: none)."),
+    pair_whitening: str = typer.Option(
+        "all", "--pair-whitening", metavar="<all|dims>", help="Whiten the head's outputs by "
+        "what its positive pairs differ by (the table's, or the relation's): all directions "
+        "(all; kNN and MAP@R up), the <dims> its negatives differ most along, or none (0). "
+        "Off with --whiten."),
     keep_input: float = typer.Option(0.5, "--keep-input", metavar="<weight>", help="Weight "
                                      "of keeping the input's neighbour order (0: off)."),
     keep_input_temperature: float = typer.Option(
@@ -108,6 +109,7 @@ def train(
 
     Example: pairkit mine store --hard -o - | pairkit train store --pairs - -o head
     """
+    from pairkit.core.options import parse_all_or_int
     from pairkit.train.command import train_to_files
     from pairkit.train.config import TrainConfig
     from pairkit.train.head_folder import json_record
@@ -123,7 +125,8 @@ def train(
             weight_decay=weight_decay, warmup=warmup, seed=seed, device=device,
             precision=precision, val_fraction=val_fraction, stop_on_collapse=stop_on_collapse,
             positive_share=positive_share, positive_sampling=positive_sampling,
-            mined_view=mined_view, whiten=whiten, pair_whitening=pair_whitening,
+            mined_view=mined_view, whiten=whiten,
+            pair_whitening=parse_all_or_int(pair_whitening, "--pair-whitening"),
         )
         bar = _TrainBar(quiet)
         try:

@@ -32,6 +32,19 @@ def parse_int_list(text: str, option: str) -> list[int]:
     return values
 
 
+def parse_all_or_int(text: str, option: str) -> int | None:
+    """``all`` -> None, else a whole number >= 0, with an error naming ``option``."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{option} must be all or a whole number, got {text!r}") from None
+    if value < 0:
+        raise UsageError(f"{option} must be all or >= 0 (0: none), got {value}")
+    return value
+
+
 def first_repeated(values: Any) -> Any:
     """The first of ``values`` that an earlier one equals, or None."""
     seen: list[Any] = []

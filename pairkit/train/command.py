@@ -33,9 +33,6 @@ def train_to_files(store: str | os.PathLike[str] | Any, output: str | os.PathLik
                          "instance|label")
     if resume and force:
         raise UsageError("--resume and --force contradict each other: pick one")
-    if pairs is None and cfg.pair_whitening:
-        raise UsageError("--pair-whitening is learned from a mined table's pairs: give "
-                         "--pairs")
     cfg.check()
     from pairkit.core.paths import check_folder_output, check_output_apart
     from pairkit.train.head_folder import check_head_output

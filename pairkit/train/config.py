@@ -15,6 +15,7 @@ from pairkit.train.losses import LossConfig
 from pairkit.train.positives import MINED_VIEWS, SAMPLINGS
 
 DEFAULT_OUT_DIM = 128  # linear and mlp heads
+ALL_DIMS = 1 << 30  # the pair whitening's dims when it keeps every direction
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,15 @@ class TrainConfig:
     positive_sampling: str = "uniform"  # or "confidence": a tie in 3 seeds (benchmarks)
     mined_view: str = "random"  # a mined positive as any view of its source, or "row"
     whiten: float = 0.0  # power of the output whitening (0: none; output_whitening.py)
-    pair_whitening: int = 0  # dims of the pair whitening (0: none; pair_whitening.py)
+    # the pair whitening (pair_whitening.py): None every direction (the default, unless
+    # --whiten), N the N the negatives differ most along, 0 none
+    pair_whitening: int | None = None
+
+    def pair_dims(self) -> int:
+        """The pair whitening's dims as fitted: 0 none, ALL_DIMS every direction."""
+        if self.pair_whitening is None:
+            return 0 if self.whiten else ALL_DIMS
+        return self.pair_whitening
 
     def check(self) -> None:
         """Raise :class:`PairkitError` naming the first bad option."""
@@ -75,8 +84,8 @@ class TrainConfig:
         if not 0 <= self.whiten <= 0.5:
             raise UsageError(f"--whiten must be in [0, 0.5] (0: none, 0.5: full whitening), "
                              f"got {self.whiten}")
-        if self.pair_whitening < 0:
-            raise UsageError(f"--pair-whitening must be >= 0 (0: none), got "
+        if self.pair_whitening is not None and self.pair_whitening < 0:
+            raise UsageError(f"--pair-whitening must be all or >= 0 (0: none), got "
                              f"{self.pair_whitening}")
         if self.pair_whitening and self.whiten:
             raise UsageError("--whiten and --pair-whitening are two whitenings of the same "

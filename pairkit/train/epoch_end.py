@@ -168,21 +168,29 @@ def eval_outputs(module: torch.nn.Module, data: DeviceData, rows: np.ndarray) ->
 
 
 def pair_whitening(module: torch.nn.Module, data: DeviceData, pairs: Any,
-                   rows: np.ndarray, dims: int, seed: int) -> Whitening | None:
+                   rows: np.ndarray, dims: int, seed: int, out_dim: int) -> Whitening | None:
     """The learned whitening of the head's outputs from the training table's pairs
     (:mod:`pairkit.train.pair_whitening`; ``pairs``: the run's
     :class:`~pairkit.train.run_pairs.RunPairs`, ``rows`` the training rows whose outputs'
-    mean centres it); None when ``dims`` is 0 or the table gives no positive or no
-    negative pair."""
-    from pairkit.train.pair_whitening import fit_pair_whitening, training_pairs
+    mean centres it); None when ``dims`` is 0, or when there is no positive pair (or,
+    rotated to fewer dims than the outputs have, no negative pair). A run without a table
+    takes its relation's pairs (:func:`pairkit.train.pair_whitening.relation_pairs`)."""
+    from pairkit.train.pair_whitening import (
+        fit_pair_whitening,
+        relation_pairs,
+        training_pairs,
+    )
 
-    if dims == 0 or pairs.train is None:
+    if dims == 0:
         return None
     t, mined = pairs.train, pairs.mined
-    pos, neg = training_pairs(t.anchor, t.positive, t.negatives, t.neg_attract,
-                              None if mined is None else mined.offsets,
-                              None if mined is None else mined.ids, ~pairs.val_mask, seed)
-    if not len(pos) or not len(neg):
+    if t is None:
+        pos, neg = relation_pairs(pairs.groups, ~pairs.val_mask, seed)
+    else:
+        pos, neg = training_pairs(t.anchor, t.positive, t.negatives, t.neg_attract,
+                                  None if mined is None else mined.offsets,
+                                  None if mined is None else mined.ids, ~pairs.val_mask, seed)
+    if not len(pos) or (not len(neg) and dims < out_dim):
         return None
     ids = np.unique(np.concatenate([pos.ravel(), neg.ravel(), rows]))
     z = eval_outputs(module, data, ids)
@@ -195,8 +203,8 @@ def fitted_whitening(module: torch.nn.Module, data: DeviceData, pairs: Any,
                      rows: np.ndarray, cfg: Any, out_dim: int) -> Whitening | None:
     """The whitening ``cfg`` asks for (``--whiten``: PCA; ``--pair-whitening``: learned
     from the pairs), fitted on the last epoch's outputs; None for none."""
-    if cfg.pair_whitening:
-        return pair_whitening(module, data, pairs, rows, cfg.pair_whitening, cfg.seed)
+    if cfg.pair_dims():
+        return pair_whitening(module, data, pairs, rows, cfg.pair_dims(), cfg.seed, out_dim)
     return output_whitening(module, data, rows, cfg.whiten, out_dim)
 
 
@@ -206,7 +214,7 @@ def whitening_record(whitening: Whitening | None, cfg: Any, rows: int
     if whitening is None:
         return None
     dims = int(whitening[1].shape[1])
-    if cfg.pair_whitening:
+    if cfg.pair_dims():
         from pairkit.train.pair_whitening import SHRINK
 
         return {"kind": "pairs", "shrink": SHRINK, "dims": dims, "rows": int(rows)}

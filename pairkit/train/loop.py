@@ -178,7 +178,7 @@ def dims_out(module_dim: int, whitening: Any, cfg: Any, rows: int) -> dict[str, 
     ``whitened`` and, when asked for but not fitted, ``whitening_skipped`` (why)."""
     out_dim = module_dim if whitening is None else int(whitening[1].shape[1])
     skipped = None
-    if whitening is None and cfg.pair_whitening:
+    if whitening is None and cfg.pair_dims():
         skipped = "the pairs give no positive or no negative pair"
     elif whitening is None and cfg.whiten > 0:
         skipped = (f"{rows} training rows for {module_dim} output dims, under "

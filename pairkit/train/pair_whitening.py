@@ -65,9 +65,10 @@ def fit_pair_whitening(z: np.ndarray, positives: np.ndarray, negatives: np.ndarr
     outputs ``z`` (n, d), with ``positives`` and ``negatives`` (P, 2) row pairs into ``z``
     and ``mean`` (d,) the outputs' mean: ``projection = C_S^(-1/2) U``, ``U`` the leading
     ``dims`` eigenvectors of ``C_D`` in the whitened space (all of them, unrotated, when
-    ``dims >= d``)."""
-    if not len(positives) or not len(negatives):
-        raise ValueError("the pair whitening needs positive and negative pairs")
+    ``dims >= d``: then the negatives are not used)."""
+    if not len(positives) or (dims < z.shape[1] and not len(negatives)):
+        raise ValueError("the pair whitening needs positive pairs (and negative ones to "
+                         "keep fewer dims)")
     d = z.shape[1]
     cs = difference_covariance(z, positives)
     cs = (1.0 - shrink) * cs + shrink * (np.trace(cs) / d) * np.eye(d)
@@ -90,6 +91,33 @@ def sample_pairs(pairs: np.ndarray, seed: int) -> np.ndarray:
         return pairs
     rng = np.random.default_rng([seed, *SAMPLE_STREAM])
     return pairs[np.sort(rng.choice(len(pairs), MAX_PAIRS, replace=False))]
+
+
+def relation_pairs(groups: np.ndarray, train_rows: np.ndarray, seed: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``(positives, negatives)`` (P, 2) store-id pairs of a run without a table: each
+    training row with the next training row of its group (the views of a source, or a
+    label's items), cyclically, a group of two giving one pair; as many negatives, each a
+    positive pair's first row with a seeded random training row of another group. At most
+    :data:`MAX_PAIRS` of each (:func:`sample_pairs`)."""
+    ids = np.flatnonzero(train_rows)
+    if not len(ids):
+        e = np.zeros((0, 2), np.int64)
+        return e, e
+    order = ids[np.lexsort((ids, groups[ids]))]
+    g = groups[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    sizes = np.diff(np.r_[starts, len(order)])
+    start, size = np.repeat(starts, sizes), np.repeat(sizes, sizes)
+    at = np.arange(len(order))
+    nxt = start + (at - start + 1) % size
+    keep = (size > 2) | ((size == 2) & (at < nxt))
+    pos = np.stack([order[keep], order[nxt[keep]]], axis=1).astype(np.int64)
+    rng = np.random.default_rng([seed, *SAMPLE_STREAM, 1])
+    other = order[rng.integers(0, len(order), len(pos))]
+    ok = groups[other] != groups[pos[:, 0]]
+    neg = np.stack([pos[ok, 0], other[ok]], axis=1).astype(np.int64)
+    return sample_pairs(pos, seed), sample_pairs(neg, seed)
 
 
 def training_pairs(anchor: np.ndarray, positive: np.ndarray, negatives: np.ndarray,

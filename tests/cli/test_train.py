@@ -25,7 +25,8 @@ def test_train_then_project(tmp_path):
                             "--relation", "instance", "--val-fraction", "0.2", *FAST])
     assert r.exit_code == 0, r.stderr
     assert "epoch 2: loss" in r.stderr and "pairs/s" in r.stderr
-    assert "trained mlp head 12->8 with infonce for 2 epochs" in r.stderr
+    assert ("trained mlp head 12->8 (outputs whitened to 8 dims) with infonce for 2 epochs"
+            in r.stderr)  # the default pair whitening, every direction
     # the summary's rate is over all epochs: total pairs / total seconds of the log
     log = [json.loads(x) for x in (tmp_path / "h" / "train_log.jsonl").read_text().splitlines()]
     epochs = [x for x in log if "epoch" in x]

@@ -108,7 +108,7 @@ def test_stale_temps_in_a_head_folder_are_removed(store, tmp_path):
     train_head(store, head, TrainConfig(epochs=1, **FAST))  # only temps: counts as empty
     assert sorted(p.name for p in head.iterdir()) == sorted(
         ["head.safetensors", "config.json", "train_log.jsonl", "train_plot.png",
-         "checkpoint.pt"])
+         "checkpoint.pt", "whitening.safetensors"])
     (head / ".checkpoint.pt.zzzz9999.tmp").write_bytes(b"half")
     train_head(store, head, TrainConfig(epochs=2, **FAST), resume=True)
     assert not (head / ".checkpoint.pt.zzzz9999.tmp").exists()

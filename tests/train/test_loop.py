@@ -271,8 +271,8 @@ def test_bad_inputs(store, tmp_path):
 
 
 def test_head_api_and_errors(store, tmp_path):
-    train_head(store, tmp_path / "h",
-               TrainConfig(relation="instance", **{**FAST, "head": "linear"}))
+    train_head(store, tmp_path / "h",  # the module alone (no pair whitening)
+               TrainConfig(relation="instance", pair_whitening=0, **{**FAST, "head": "linear"}))
     head = load_head(tmp_path / "h")
     assert (head.in_dim, head.out_dim) == (12, 8)
     vectors = store.vectors()

@@ -104,8 +104,9 @@ def test_fit_rows_samples_large_sides():
     np.testing.assert_array_equal(fit_rows(rows[:10], 0), rows[:10])
 
 
-def test_whiten_zero_is_the_module_alone(store, tmp_path):
-    train_head(store, tmp_path / "h", TrainConfig(relation="instance", **FAST))  # the default
+def test_no_whitening_is_the_module_alone(store, tmp_path):
+    train_head(store, tmp_path / "h", TrainConfig(relation="instance", pair_whitening=0,
+                                                  **FAST))
     head = load_head(tmp_path / "h")
     assert not (tmp_path / "h" / FILE).exists() and head.whitening is None
     config = json.loads((tmp_path / "h" / "config.json").read_text())
@@ -115,7 +116,8 @@ def test_whiten_zero_is_the_module_alone(store, tmp_path):
     # the same folder retrained with whitening, then without: no stale file left behind
     train_head(store, tmp_path / "h", TrainConfig(relation="instance", **ON), force=True)
     assert (tmp_path / "h" / FILE).exists()
-    train_head(store, tmp_path / "h", TrainConfig(relation="instance", **FAST), force=True)
+    train_head(store, tmp_path / "h", TrainConfig(relation="instance", pair_whitening=0,
+                                                  **FAST), force=True)
     assert not (tmp_path / "h" / FILE).exists()
 
 

@@ -12,11 +12,10 @@ import scipy.linalg
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
-from pairkit.errors import UsageError
 from pairkit.train.command import train_to_files
 from pairkit.train.config import TrainConfig
 from pairkit.train.head import load_head
-from pairkit.train.pair_whitening import fit_pair_whitening, training_pairs
+from pairkit.train.pair_whitening import fit_pair_whitening, relation_pairs, training_pairs
 from tests.conftest import random_store
 from tests.train.test_output_whitening import FAST, module_outputs
 
@@ -111,11 +110,66 @@ def test_trained_head_applies_the_pair_whitening_of_its_table(tmp_path):
                                    "rows": store.count}
 
 
-def test_refused_without_a_table_or_beside_whiten(tmp_path):
+def test_relation_pairs_hand_computed():
+    groups = np.array([0, 1, 0, 2, 2, 2, 3, 1])
+    train = np.ones(8, bool)
+    train[7] = False  # group 1 keeps one training row: no pair
+    pos, neg = relation_pairs(groups, train, 0)
+    # group 0: one pair; group 2 (three rows): a cycle; groups 1 and 3: none
+    assert pos.tolist() == [[0, 2], [3, 4], [4, 5], [5, 3]]
+    assert len(neg) <= len(pos)
+    assert all(groups[a] != groups[b] and train[a] and train[b] for a, b in neg)
+    assert set(neg[:, 0].tolist()) <= set(pos[:, 0].tolist())
+
+
+def test_default_head_is_whitened_by_its_positive_pairs(tmp_path):
+    """The default (``--pair-whitening all``): ``apply`` is the module's outputs, centred,
+    through C_S^(-1/2) of the run's positive pairs (shrunk), every direction kept: here a
+    run without a table, whose pairs are the two views of each source."""
+    store = random_store(tmp_path / "store", n_sources=40, views=2, dim=12, classes=4)
+    result = train_to_files(store.root, tmp_path / "h", TrainConfig(relation="instance",
+                                                                    **FAST))
+    head = load_head(tmp_path / "h")
+    assert result.whitened and head.out_dim == result.out_dim == 10
+    x = store.vectors()
+    z = module_outputs(head, x)
+    pos = np.array([[2 * s, 2 * s + 1] for s in range(40)])  # view 0 and 1 of each source
+    d = z.shape[1]
+    cs = sum(np.outer(z[i] - z[j], z[i] - z[j]) for i, j in pos) / len(pos)
+    cs = 0.7 * cs + 0.3 * np.trace(cs) / d * np.eye(d)
+    inv_sqrt = np.real(scipy.linalg.inv(scipy.linalg.sqrtm(cs)))
+    got, want = head.apply(x), mapped(z, z.mean(axis=0), inv_sqrt)
+    np.testing.assert_allclose(got, want, atol=2e-4)
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert config["whitening"] == {"kind": "pairs", "shrink": 0.3, "dims": 10,
+                                   "rows": store.count}
+    assert config["training"]["pair_whitening"] is None  # all
+    # with --whiten the PCA whitening instead; 0 none
+    r = runner.invoke(app, ["train", str(store.root), "--relation", "instance", "-o",
+                            str(tmp_path / "w"), "--whiten", "0.25", "--epochs", "1"])
+    assert r.exit_code == 0, r.output
+    config = json.loads((tmp_path / "w" / "config.json").read_text())
+    assert config["whitening"]["kind"] == "pca"
+    r = runner.invoke(app, ["train", str(store.root), "--relation", "instance", "-o",
+                            str(tmp_path / "n"), "--pair-whitening", "0", "--epochs", "1"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "n" / "config.json").read_text())["whitening"] is None
+
+
+@pytest.mark.parametrize("value, message", [
+    ("-1", "--pair-whitening must be all or >= 0 (0: none), got -1"),
+    ("some", "--pair-whitening must be all or a whole number, got 'some'"),
+])
+def test_bad_values(tmp_path, value, message):
     store = random_store(tmp_path / "store", n_sources=10, views=2, dim=8, classes=2)
-    with pytest.raises(UsageError, match="give --pairs"):
-        train_to_files(store.root, tmp_path / "h",
-                       TrainConfig(relation="instance", pair_whitening=4, **FAST))
+    r = runner.invoke(app, ["train", str(store.root), "--relation", "instance", "-o",
+                            str(tmp_path / "h"), "--pair-whitening", value])
+    assert r.exit_code == 2 and message in r.output
+    assert not (tmp_path / "h").exists()
+
+
+def test_refused_beside_whiten(tmp_path):
+    store = random_store(tmp_path / "store", n_sources=10, views=2, dim=8, classes=2)
     r = runner.invoke(app, ["train", str(store.root), "--pairs", str(tmp_path / "p.parquet"),
                             "-o", str(tmp_path / "h"), "--pair-whitening", "4", "--whiten",
                             "0.25"])
