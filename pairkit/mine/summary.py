@@ -43,7 +43,9 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
                         if stats.get("attracted") else ""))
     clusters = stats.get("clusters") or {}
     if clusters.get("k"):
-        how = "read off the kNN graph's spectrum" if clusters.get("auto") else "given"
+        how = ("read off the kNN graph's spectrum" if clusters.get("auto") else
+               f"given {', '.join(map(str, clusters['given']))}, at most the store's "
+               "rows" if clusters.get("given") else "given")
         line = (f"cluster rule: {', '.join(str(k) for k in clusters['k'])} clusters "
                 f"({how}), {clusters.get('runs', '?')} k-means runs")
         if clusters.get("off"):

@@ -91,9 +91,9 @@ def test_filter_false_negatives_cli(store, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     df = pd.read_json(out, lines=True)
     labels = store.items["label"].to_numpy()
-    mined = df["positive_kind"] == "mined"  # mined positives: rows without a negative
-    assert (df.loc[mined, "negative_id"] == -1).all()
-    df = df[~mined]
+    # no mined positives by default without the mutual-neighbour rule (the relation they
+    # are mined by: only that rule keeps them out of the negatives)
+    assert "positive_kind" not in df.columns
     assert (labels[df["negative_id"]] != labels[df["anchor_id"]]).all()
     s = json.loads(stats.read_text())
     # every row labelled: the anchor's label is not searched at all (nothing to flag)
@@ -313,3 +313,13 @@ def test_output_inside_the_input_store_is_refused(store, tmp_path: Path) -> None
         assert r.exit_code == 2, r.output
         assert "the input" in last_line(r) and "choose another" in last_line(r)
     assert {p.name: p.read_bytes() for p in store.root.iterdir() if p.is_file()} == before
+
+
+def test_a_cluster_count_above_the_rows_is_said_capped(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): ``--fn-cluster-k 500`` on a smaller store ran
+    with the store's row count and the summary said "(given)"."""
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "--filter-false-negatives",
+                            "--fn-cluster-k", "500", "-o", str(tmp_path / "p.parquet")])
+    assert r.exit_code == 0, r.output
+    assert (f"cluster rule: {store.count} clusters (given 500, at most the store's rows)"
+            in r.output)

@@ -56,6 +56,8 @@ def cluster_ks(ctx: FnContext, config: FalseNegativeConfig) -> tuple[int, ...]:
     if config.cluster_ks:
         ctx.cluster_info.setdefault("k", [min(n, k) for k in config.cluster_ks])
         ctx.cluster_info.setdefault("auto", False)
+        if any(k > n for k in config.cluster_ks):  # said, not hidden
+            ctx.cluster_info.setdefault("given", list(config.cluster_ks))
         return tuple(min(n, k) for k in config.cluster_ks)
     if "k" not in ctx.cluster_info:
         emb = embedding(ctx, config)
