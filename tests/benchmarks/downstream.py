@@ -22,7 +22,9 @@ run the loop as a user would, through the command line, and evaluate each head w
 - in-batch-whitened, lf-whitened: in-batch and lf with ``train --whiten 0.25`` (the
   output whitening, off by default)
 - lf-pair-whitened: lf with ``train --pair-whitening 128`` (the learned whitening from the
-  table's pairs, off by default)
+  table's pairs, rotated onto 128 directions; the default, since 2026-12-06, keeps all:
+  ``--pair-whitening all``, which every variant here gets unless its options say
+  otherwise)
 - lf-easy: the default loop's mining without ``--hard`` (its mined positives, negatives
   drawn uniformly): what the hard negatives add
 - lf-attract: the lf table mined with ``--fn-mode keep`` (the flagged candidates stay in
