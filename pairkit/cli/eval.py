@@ -28,10 +28,14 @@ def eval_store(
     metrics: str | None = typer.Option(
         None, "--metrics", help="Comma list of knn, linear, retrieval, geometry (a listed "
         "metric that cannot run is an error).", show_default="all the data allows"),
-    knn_k: str = typer.Option("20", "--knn-k", help="k of the kNN classifier; a list allowed."),
+    knn_k: str | None = typer.Option(
+        None, "--knn-k", help="k of the kNN classifier; a list allowed.",
+        show_default="20, at most the reference set's size"),
     knn_temperature: float = typer.Option(0.07, "--knn-temperature",
                                           help="T in exp(sim/T) of the weighted kNN vote."),
-    recall_k: str = typer.Option("1,5,10", "--recall-k", help="k values of recall@k."),
+    recall_k: str | None = typer.Option(
+        None, "--recall-k", help="k values of recall@k.",
+        show_default="1,5,10, each at most the set's size"),
     max_r: int = typer.Option(
         1000, "--max-r",
         help="Neighbours looked at for R-precision and MAP@R; queries with more relevant "
@@ -91,8 +95,10 @@ def eval_store(
 
             ray_search("eval", backend=backend)  # the probe may still use --device
         cfg = EvalConfig(
-            knn_ks=tuple(parse_int_list(knn_k, "--knn-k")), knn_temperature=knn_temperature,
-            recall_ks=tuple(parse_int_list(recall_k, "--recall-k")), max_r=max_r,
+            knn_ks=None if knn_k is None else tuple(parse_int_list(knn_k, "--knn-k")),
+            knn_temperature=knn_temperature,
+            recall_ks=None if recall_k is None else tuple(parse_int_list(recall_k, "--recall-k")),
+            max_r=max_r,
             exclude_same_source=not include_same_source, gallery=gallery,
             metrics=parse_choices(metrics, METRICS, "--metrics"), pair_sample=pair_sample,
             probe_max_train=probe_max_train, probe_balanced=probe_balanced, seed=seed,

@@ -29,6 +29,8 @@ from pairkit.eval.neighbours import Exclusion, search_excluding
 from pairkit.eval.retrieval import relevant_counts, retrieval_scores
 
 METRICS = ("knn", "linear", "retrieval", "geometry")
+DEFAULT_KNN_KS = (20,)
+DEFAULT_RECALL_KS = (1, 5, 10)
 LABEL_METRICS = ("knn", "linear", "retrieval")
 GALLERIES = ("reference", "queries")
 
@@ -37,9 +39,9 @@ GALLERIES = ("reference", "queries")
 class EvalConfig:
     """Options of one evaluation (defaults are the CLI's)."""
 
-    knn_ks: tuple[int, ...] = (20,)
+    knn_ks: tuple[int, ...] | None = None  # None: DEFAULT_KNN_KS, capped at the set's size
     knn_temperature: float = 0.07
-    recall_ks: tuple[int, ...] = (1, 5, 10)
+    recall_ks: tuple[int, ...] | None = None  # None: DEFAULT_RECALL_KS, capped alike
     max_r: int = 1000
     exclude_same_source: bool = True
     gallery: str = "reference"
@@ -112,6 +114,8 @@ def check_eval_config(cfg: EvalConfig) -> tuple[str, ...]:
         raise UsageError(f"--retrieval-gallery must be one of {', '.join(GALLERIES)}, "
                            f"got {cfg.gallery}")
     for name, ks in (("--knn-k", cfg.knn_ks), ("--recall-k", cfg.recall_ks)):
+        if ks is None:  # the defaults
+            continue
         if not ks:  # the Python API's (the command's parser refuses it already)
             raise UsageError(f"{name} must not be empty")
         if any(k < 1 for k in ks):
@@ -244,9 +248,12 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
         srows = _subset_self_rows(self_rows, q_keep, r_keep)
         excl = Exclusion(srows, qg if cfg.exclude_same_source else None,
                          rg if cfg.exclude_same_source else None)
-        ks = cfg.knn_ks if "knn" in wanted else ()
-        rks = cfg.recall_ks if ("retrieval" in wanted and cfg.gallery == "reference") else ()
-        _check_k(ks, rks, len(rx), "reference set")
+        what = "reference set"
+        ks = _ks(cfg.knn_ks, DEFAULT_KNN_KS, len(rx), "--knn-k", what, report) \
+            if "knn" in wanted else ()
+        rks = (_ks(cfg.recall_ks, DEFAULT_RECALL_KS, len(rx), "--recall-k", what, report)
+               if ("retrieval" in wanted and cfg.gallery == "reference") else ())
+        _check_k(ks, rks, len(rx), what)
         r_counts = relevant_counts(ql, rl, excl) if rks else None
         k_search = max([*ks, *rks, 1])
         if r_counts is not None:
@@ -263,12 +270,14 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
         else:
             excl = Exclusion(np.arange(len(qx)), qg if cfg.exclude_same_source else None,
                              qg if cfg.exclude_same_source else None)
-            _check_k((), cfg.recall_ks, len(qx) - 1, "query set (less the query itself)")
+            what = "query set (less the query itself)"
+            rks = _ks(cfg.recall_ks, DEFAULT_RECALL_KS, len(qx) - 1, "--recall-k", what, report)
+            _check_k((), rks, len(qx) - 1, what)
             r_counts = relevant_counts(ql, ql, excl)
-            k_search = min(max(max(cfg.recall_ks), min(int(r_counts.max(initial=0)), cfg.max_r)),
+            k_search = min(max(max(rks), min(int(r_counts.max(initial=0)), cfg.max_r)),
                            len(qx))
             index = _index(qx, cfg, index_factory)
-            _search_pass(qx, ql, index, len(qx), ql, k_search, excl, (), cfg.recall_ks, r_counts,
+            _search_pass(qx, ql, index, len(qx), ql, k_search, excl, (), rks, r_counts,
                          cfg, report)
     if "linear" in wanted:
         _probe(queries, references, ql_all, rl_all, q_keep, r_keep, rsrc, cfg, rng, report)
@@ -318,6 +327,22 @@ def _index(x: Any, cfg: EvalConfig, factory: IndexFactory | None = None) -> obje
 
     return open_searcher(x, IndexOptions(kind="flat", backend=cfg.backend,
                                          device=cfg.device)).index
+
+
+def _ks(given: tuple[int, ...] | None, default: tuple[int, ...], n: int, name: str,
+        what: str, report: EvalReport) -> tuple[int, ...]:
+    """The k values of a metric: those given (checked by :func:`_check_k`), else
+    ``default`` with each k capped at the ``n`` items of the set searched, said in a note
+    (a small store's evaluation is not refused for a k nobody asked for)."""
+    if given is not None:
+        return given
+    if n < 1 or max(default) <= n:
+        return default
+    capped = tuple(dict.fromkeys(min(k, n) for k in default))
+    big = ", ".join(str(k) for k in default if k > n)
+    report.notes.append(f"{name} {', '.join(map(str, capped))}: the default {big} capped at "
+                        f"the {what}'s {n} items")
+    return capped
 
 
 def _check_k(ks: tuple[int, ...], rks: tuple[int, ...], n: int, what: str) -> None:

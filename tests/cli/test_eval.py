@@ -277,3 +277,24 @@ def test_gallery_of_the_queries_is_named(tmp_path: Path) -> None:
     assert "retrieval gallery (the queries)" in r.stderr
     out = _json(_run(str(tmp_path / "s"), "--metrics", "retrieval", "--json"))
     assert "n_gallery" not in out
+
+
+def test_default_ks_are_capped_at_a_small_reference_set(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): a store of fewer than ~25 sources stopped with
+    "--knn-k 20 is larger than the reference set" though no k was given, losing every
+    other metric. The defaults (kNN 20, recall 1, 5, 10) are capped at the set's size,
+    with a note; a k that is given is still refused."""
+    noisy_store(tmp_path / "q", n_sources=4, seed=1)
+    noisy_store(tmp_path / "r", n_sources=4, seed=2)
+    r = _run(str(tmp_path / "q"), "--against", str(tmp_path / "r"), "--json", *FAST)
+    out = _json(r)
+    assert "knn_top1" in out and out["n_references"] == 8
+    assert "the default 20 capped at the reference set's 8 items" in r.stderr
+    assert "recall" in r.stderr  # 10 capped too
+    assert set(out["recall_at_k"]) == {"1", "5", "8"}
+    # the capped k gives what asking for it gives
+    asked = _json(_run(str(tmp_path / "q"), "--against", str(tmp_path / "r"), "--json",
+                       "--knn-k", "8", "--recall-k", "1,5,8", *FAST))
+    assert asked["knn_top1"] == out["knn_top1"] and asked["recall_at_k"] == out["recall_at_k"]
+    r = _run(str(tmp_path / "q"), "--against", str(tmp_path / "r"), "--knn-k", "20")
+    assert r.exit_code == 1 and "--knn-k 20 is larger than the reference set (8 items)" in r.output
