@@ -117,7 +117,6 @@ def read_remote_table(url: str, kind: str) -> pd.DataFrame:
 
 
 def parse_table(data: bytes, kind: str, name: str) -> pd.DataFrame:
-
     from pairkit.core.tables import (
         check_csv_header,
         check_parquet_columns,

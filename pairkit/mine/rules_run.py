@@ -174,8 +174,9 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
                            groups=None if ctx is None else ctx.groups, vectors=vectors,
                            cluster_assign=None if ctx is None else ctx.cluster_assign,
                            near_duplicate_threshold=threshold)
-    codes = store.label_codes()  # equal labels, equal codes; -1: missing (no Python
-    dropped = 0  # objects per mined pair)
+    # equal labels, equal codes; -1: missing (no Python objects per mined pair)
+    codes = store.label_codes()
+    dropped = 0
     if (codes is not None and len(mined) and fn_config is not None and fn_config.trust_labels
             and "label" in fn_config.rules):
         # trusted labels decide a labelled pair (the similarity rules skip it): a mutual

@@ -75,7 +75,7 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
         reasons = ", ".join(f"{k} {v:,}" for k, v in mp["reasons"].items()) or "none"
         lines.append(f"mined positives: {mp['rows']:,} rows ({reasons}) for "
                      f"{mp['anchors_with_any']:,} anchors, {mp['per_anchor']:.2f} per anchor "
-                     "mined"
+                     "of the run"
                      + (f"; sharing their anchor's label: {mp['same_label']:.1%}"
                         if mp.get("same_label") is not None else "")
                      + (f"; {mp['dropped_other_label']:,} of another label dropped (the "
