@@ -50,8 +50,13 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
     per worker). ``split``: the whitened lists searched by partition
     (:class:`pairkit.mine.white_parts.WhiteLists`), merged here, with the cluster rule's
     sample and its rows' cells when it made them."""
+    from pairkit.errors import UsageError
     from pairkit.mine import false_negatives as fnm
 
+    if set(fn_config.rules) <= {"label"} and not store.has_labels:
+        raise UsageError(f"--fn-rules label: store {store.root} has no labels, so the rule "
+                         "would flag nothing (embed with --labels, or choose label-free "
+                         "rules: near-duplicate,mutual-neighbour,cluster)")
     items = store.items
     sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
     white = None

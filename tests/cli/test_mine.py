@@ -323,3 +323,21 @@ def test_a_cluster_count_above_the_rows_is_said_capped(store, tmp_path: Path) ->
     assert r.exit_code == 0, r.output
     assert (f"cluster rule: {store.count} clusters (given 500, at most the store's rows)"
             in r.output)
+
+
+def test_the_label_rule_alone_on_a_store_without_labels_is_refused(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): ``--fn-rules label`` on a store without labels ran
+    and flagged nothing, silently (``issues --checks label-error`` refuses the same)."""
+    from pairkit.core.store_writer import write_store
+
+    rng = np.random.default_rng(0)
+    items = pd.DataFrame({"path": [f"s{i // 2}_{i % 2}.png" for i in range(40)],
+                          "source": [f"s{i // 2}" for i in range(40)],
+                          "view": [i % 2 for i in range(40)]})
+    write_store(tmp_path / "s", rng.normal(size=(40, 8)).astype(np.float32), items,
+                encoder={"name": "random"})
+    r = mine(tmp_path / "s", "--hard", "--filter-false-negatives", "--fn-rules", "label",
+             "-o", tmp_path / "p.parquet")
+    assert r.exit_code == 2, r.output
+    assert "--fn-rules label: store" in r.output and "has no labels" in r.output
+    assert not (tmp_path / "p.parquet").exists()
