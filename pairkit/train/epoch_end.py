@@ -10,9 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pairkit.errors import PairkitError
 from pairkit.eval.geometry import all_pairs_uniformity, pair_alignment
 from pairkit.train.data import PairArrays
-from pairkit.train.epoch import Autocast, DeviceData, batches, forward, make_autocast
+from pairkit.train.epoch import (
+    Autocast,
+    DeviceData,
+    batches,
+    forward,
+    make_autocast,
+    overflow_hint,
+)
 from pairkit.train.head import save_weights, write_config
 from pairkit.train.head_folder import write_log
 from pairkit.train.losses import batch_loss
@@ -133,12 +141,29 @@ def epoch_record(epoch: int, loss_sum: float, n_pairs: int, lr: float, seconds: 
             "metrics_on": metrics_on, **metrics, "collapsed": bool(collapsed)}
 
 
+def check_outputs_finite(metrics: dict[str, float], epoch: int, cfg: TrainConfig,
+                         precision: str) -> None:
+    """PairkitError when the head's outputs after 0-based ``epoch`` are not finite (its
+    uniformity and dim std, computed from them, are NaN): a step can leave the weights
+    NaN or overflowing behind a finite training loss, and such a head must not be saved."""
+    if all(math.isfinite(metrics[k]) for k in ("uniformity", "dim_std")):
+        return
+    raise PairkitError(
+        f"the head's outputs are not finite after epoch {epoch + 1}: likely causes: "
+        f"--temperature too low ({cfg.loss.temperature}), --lr too high ({cfg.lr})"
+        + overflow_hint(precision) + f"; epoch {epoch + 1} was not saved")
+
+
 def collapse_note(record: dict[str, Any], stop_on_collapse: bool) -> str:
     """The note of a collapsed epoch: what was measured and what to change."""
-    return (f"epoch {record['epoch']}: embeddings look collapsed (dim std "
-            f"{record['dim_std']:.3f} < {COLLAPSE_STD} or uniformity "
-            f"{record['uniformity']:.3f} > {COLLAPSE_UNIFORMITY}): lower --lr, raise "
-            "--temperature" + ("" if stop_on_collapse else ", or pass --stop-on-collapse"))
+    crossed = []
+    if record["dim_std"] < COLLAPSE_STD:
+        crossed.append(f"dim std {record['dim_std']:.3f} < {COLLAPSE_STD}")
+    if record["uniformity"] > COLLAPSE_UNIFORMITY:
+        crossed.append(f"uniformity {record['uniformity']:.3f} > {COLLAPSE_UNIFORMITY}")
+    return (f"epoch {record['epoch']}: embeddings look collapsed ({' and '.join(crossed)}): "
+            "lower --lr, raise --temperature"
+            + ("" if stop_on_collapse else ", or pass --stop-on-collapse"))
 
 
 MIN_ROWS_PER_DIM = 2
@@ -172,17 +197,19 @@ def pair_whitening(module: torch.nn.Module, data: DeviceData, pairs: Any,
     """The learned whitening of the head's outputs from the training table's pairs
     (:mod:`pairkit.train.pair_whitening`; ``pairs``: the run's
     :class:`~pairkit.train.run_pairs.RunPairs`, ``rows`` the training rows whose outputs'
-    mean centres it); None when ``dims`` is 0, or when there is no positive pair (or,
-    rotated to fewer dims than the outputs have, no negative pair). A run without a table
-    takes its relation's pairs (:func:`pairkit.train.pair_whitening.relation_pairs`)."""
+    mean centres it); None when ``dims`` is 0, with fewer than :data:`MIN_ROWS_PER_DIM`
+    training rows per output dim, when there is no positive pair (or, rotated to fewer
+    dims than the outputs have, no negative pair) or its positives do not differ. A run
+    without a table takes its relation's pairs
+    (:func:`pairkit.train.pair_whitening.relation_pairs`)."""
     from pairkit.train.pair_whitening import (
         fit_pair_whitening,
         relation_pairs,
         training_pairs,
     )
 
-    if dims == 0:
-        return None
+    if dims == 0 or len(rows) < MIN_ROWS_PER_DIM * out_dim:
+        return None  # too few rows: centred, two rows would make a source's views opposite
     t, mined = pairs.train, pairs.mined
     if t is None:
         pos, neg = relation_pairs(pairs.groups, ~pairs.val_mask, seed)
@@ -195,8 +222,11 @@ def pair_whitening(module: torch.nn.Module, data: DeviceData, pairs: Any,
     ids = np.unique(np.concatenate([pos.ravel(), neg.ravel(), rows]))
     z = eval_outputs(module, data, ids)
     mean = z[np.searchsorted(ids, rows)].mean(axis=0)
-    return fit_pair_whitening(z, np.searchsorted(ids, pos), np.searchsorted(ids, neg), mean,
-                              dims=dims)
+    try:
+        return fit_pair_whitening(z, np.searchsorted(ids, pos), np.searchsorted(ids, neg),
+                                  mean, dims=dims)
+    except ValueError:  # the positives do not differ (fit_pair_whitening)
+        return None
 
 
 def fitted_whitening(module: torch.nn.Module, data: DeviceData, pairs: Any,

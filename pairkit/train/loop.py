@@ -24,6 +24,7 @@ from pairkit.train.config import TrainConfig, TrainHook, TrainResult, head_spec
 from pairkit.train.epoch import batches, device_data, lr_at, make_autocast, train_epoch
 from pairkit.train.epoch_end import (
     MIN_ROWS_PER_DIM,
+    check_outputs_finite,
     collapse_note,
     epoch_record,
     eval_items,
@@ -146,6 +147,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
             total_steps=total_steps, warmup_steps=warmup_steps, precision=precision,
             autocast=autocast, hook=hook)
         metrics = evaluate(module, data, eval_pairs(pairs, shuffled, cfg), items, cfg, autocast)
+        check_outputs_finite(metrics, epoch, cfg, precision)
         record = epoch_record(epoch, loss_sum, len(shuffled),
                               lr_at(step - 1, total_steps, warmup_steps, cfg.lr), seconds,
                               metrics_on, metrics)
@@ -178,10 +180,13 @@ def dims_out(module_dim: int, whitening: Any, cfg: Any, rows: int) -> dict[str, 
     ``whitened`` and, when asked for but not fitted, ``whitening_skipped`` (why)."""
     out_dim = module_dim if whitening is None else int(whitening[1].shape[1])
     skipped = None
+    too_few = (f"{rows} training rows for {module_dim} output dims, under "
+               f"{MIN_ROWS_PER_DIM} per dim")
     if whitening is None and cfg.pair_dims():
-        skipped = "the pairs give no positive or no negative pair"
+        skipped = (too_few if rows < MIN_ROWS_PER_DIM * module_dim else
+                   "the positive pairs do not differ, or there are none (or no negative "
+                   "pair to keep fewer dims by)")
     elif whitening is None and cfg.whiten > 0:
-        skipped = (f"{rows} training rows for {module_dim} output dims, under "
-                   f"{MIN_ROWS_PER_DIM} per dim")
+        skipped = too_few
     return {"out_dim": out_dim, "module_dim": module_dim, "whitened": whitening is not None,
             "whitening_skipped": skipped}

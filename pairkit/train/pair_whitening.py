@@ -68,13 +68,17 @@ def fit_pair_whitening(z: np.ndarray, positives: np.ndarray, negatives: np.ndarr
     outputs ``z`` (n, d), with ``positives`` and ``negatives`` (P, 2) row pairs into ``z``
     and ``mean`` (d,) the outputs' mean: ``projection = C_S^(-1/2) U``, ``U`` the leading
     ``dims`` eigenvectors of ``C_D`` in the whitened space (all of them, unrotated, when
-    ``dims >= d``: then the negatives are not used)."""
+    ``dims >= d``: then the negatives are not used). ValueError when the positives do not
+    differ (C_S zero: every direction would be scaled by infinity) or are not finite."""
     if not len(positives) or (dims < z.shape[1] and not len(negatives)):
         raise ValueError("the pair whitening needs positive pairs (and negative ones to "
                          "keep fewer dims)")
     d = z.shape[1]
     cs = difference_covariance(z, positives)
-    cs = (1.0 - shrink) * cs + shrink * (np.trace(cs) / d) * np.eye(d)
+    scale = float(np.trace(cs)) / d
+    if not np.isfinite(cs).all() or scale <= 1e-12:
+        raise ValueError("the positive pairs do not differ: nothing to whiten by")
+    cs = (1.0 - shrink) * cs + shrink * scale * np.eye(d)
     values, vectors = np.linalg.eigh(cs)
     values = np.maximum(values, values.max() * 1e-12)
     w = (vectors * values ** -0.5) @ vectors.T

@@ -389,3 +389,31 @@ def test_a_negative_equal_to_the_examples_positive_or_anchor_takes_no_part():
     out = forward(module, data, pairs, np.arange(2), make_autocast(torch.device("cpu"), None))
     valid = out[3]
     assert valid.tolist() == [[False, True, False], [False, True, False]]
+
+
+@pytest.mark.parametrize("pair_whitening", [0, None])
+def test_weights_that_blow_up_stop_the_run(store, tmp_path, pair_whitening):
+    """Found by a bug hunt (2026-12-06): with --lr 1e30 the epoch's training loss stayed
+    finite while the last step made the weights NaN: exit 0 with a head of NaN rows (or,
+    with the pair whitening, an internal LinAlgError). Now the run stops as on a NaN loss,
+    the epoch not saved."""
+    one_step = random_store(tmp_path / "s", n_sources=60, views=2, dim=8, classes=4)
+    cfg = TrainConfig(relation="instance", lr=1e30, warmup=0.0, pair_whitening=pair_whitening,
+                      epochs=1, device="cpu")  # one batch: one step, its loss finite
+    with pytest.raises(PairkitError, match=r"outputs are not finite after epoch 1: likely "
+                                           r"causes: .*--lr too high.*epoch 1 was not saved"):
+        train_head(one_step, tmp_path / "h", cfg)
+    assert not (tmp_path / "h" / "head.safetensors").exists()
+
+
+def test_collapse_note_names_only_the_bound_crossed():
+    """It said "dim std 0.033 < 0.02 or uniformity -0.016 > -0.1" when only uniformity
+    was past its bound."""
+    from pairkit.train.epoch_end import collapse_note
+
+    note = collapse_note({"epoch": 1, "dim_std": 0.033, "uniformity": -0.016}, False)
+    assert "uniformity -0.016 > -0.1" in note and "dim std" not in note
+    note = collapse_note({"epoch": 2, "dim_std": 0.01, "uniformity": -0.5}, True)
+    assert "dim std 0.010 < 0.02" in note and "uniformity" not in note
+    note = collapse_note({"epoch": 3, "dim_std": 0.01, "uniformity": -0.05}, True)
+    assert "dim std 0.010 < 0.02 and uniformity -0.050 > -0.1" in note

@@ -188,6 +188,10 @@ def test_too_few_rows_per_dim_keep_the_module_alone(tmp_path):
     assert not result.whitened and result.out_dim == result.module_dim == 32
     assert result.whitening_skipped == "36 training rows for 32 output dims, under 2 per dim"
     assert load_head(tmp_path / "h").whitening is None
-    off = train_head(store, tmp_path / "h0", TrainConfig(relation="instance",
+    off = train_head(store, tmp_path / "h0", TrainConfig(relation="instance", pair_whitening=0,
                                                           **{**FAST, "out_dim": 32}))
     assert off.whitening_skipped is None
+    # the default pair whitening has the same minimum, and says so alike
+    pair = train_head(store, tmp_path / "hp", TrainConfig(relation="instance",
+                                                           **{**FAST, "out_dim": 32}))
+    assert pair.whitening_skipped == "36 training rows for 32 output dims, under 2 per dim"

@@ -175,3 +175,42 @@ def test_refused_beside_whiten(tmp_path):
                             "0.25"])
     assert r.exit_code == 2 and "give one" in r.output
     assert not (tmp_path / "h").exists()
+
+
+def _store_of(tmp_path, name, x, sources):
+    import pandas as pd
+
+    from pairkit.core.store_writer import write_store
+
+    items = pd.DataFrame({"path": [f"{s}_{i}.jpg" for i, s in enumerate(sources)],
+                          "source": sources,
+                          "view": [sources[:i].count(s) for i, s in enumerate(sources)]})
+    return write_store(tmp_path / name, np.asarray(x, np.float32), items,
+                       encoder={"name": "random"}, dtype="float32")
+
+
+def test_degenerate_pairs_skip_the_whitening_and_say_why(tmp_path):
+    """Found by a bug hunt (2026-12-06), the default's first day: views that are the same
+    vector (C_S = 0) saved a NaN whitening (exit 0, then no command could load the head);
+    a store of fewer training rows than 2 per output dim was whitened anyway, and centring
+    two rows made a source's two views opposite (cosine -1). Both are skipped now, as the
+    PCA whitening is below 2 rows per dim, and the summary says why."""
+    base = np.random.default_rng(0).normal(size=(30, 8))
+    same = _store_of(tmp_path, "same", np.repeat(base, 2, axis=0),
+                     [f"s{i // 2}" for i in range(60)])
+    r = runner.invoke(app, ["train", str(same.root), "--relation", "instance", "-o",
+                            str(tmp_path / "h"), "--epochs", "1"])
+    assert r.exit_code == 0, r.output
+    assert "outputs not whitened: the positive pairs do not differ" in r.output
+    assert "Warning" not in r.output and "RuntimeWarning" not in r.output
+    head = load_head(tmp_path / "h")
+    assert head.whitening is None and np.isfinite(head.apply(same.vectors())).all()
+    rng = np.random.default_rng(1)
+    b = rng.normal(size=16)
+    two = _store_of(tmp_path, "two", [b, b + 0.05 * rng.normal(size=16)], ["x", "x"])
+    r = runner.invoke(app, ["train", str(two.root), "--relation", "instance", "-o",
+                            str(tmp_path / "t"), "--epochs", "2"])
+    assert r.exit_code == 0, r.output
+    assert "outputs not whitened: 2 training rows for 16 output dims, under 2 per dim" in r.output
+    z = load_head(tmp_path / "t").apply(two.vectors())
+    assert float(z[0] @ z[1]) > 0.9
