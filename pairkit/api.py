@@ -350,8 +350,21 @@ def pair_loader(table: pd.DataFrame | str | os.PathLike[str], store: Any, *,
     ``torchvision.transforms.functional.to_tensor``); negatives come stacked as
     (batch, n_negatives, ...): ``negatives`` per example (None: the fewest any example
     has). See :class:`pairkit.train.pair_data.PairImages`."""
+    import inspect
+
+    from pairkit.errors import UsageError
     from pairkit.train.pair_data import PairImages, loader
 
+    negatives = _check_value("negatives", "int | None", negatives)
+    batch_size = _check_value("batch_size", "int", batch_size)
+    num_workers = _check_value("num_workers", "int", num_workers)
+    from torch.utils.data import DataLoader
+
+    known = set(inspect.signature(DataLoader).parameters) - {"dataset"}
+    unknown = sorted(set(loader_options) - known)
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]!r} (DataLoader's: "
+                         f"{', '.join(sorted(known))})")
     data = PairImages(table, _open(store), transform=transform, negatives=negatives)
     return loader(data, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
                   **loader_options)

@@ -37,10 +37,11 @@ def _read(table: Any) -> pd.DataFrame:
 def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
                   ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """``(anchors, positives, negatives)`` item ids of the examples of a triplet or
-    n-tuple table: one example per (anchor, positive) in table order, its negatives in
-    rank order. Rows flagged ``false_negative`` (``--fn-mode keep`` / ``attract``) are left
-    out unless ``keep_flagged``, and so are the mined positives' rows (``positive_kind``
-    ``mined``: extra positives of an anchor, with no negatives of their own)."""
+    n-tuple table: one example per (anchor, positive), in the order of their first rows,
+    its negatives in rank order (``neg_rank``, else table order), wherever its rows are.
+    Rows flagged ``false_negative`` (``--fn-mode keep`` / ``attract``) are left out unless
+    ``keep_flagged``, and so are the mined positives' rows (``positive_kind`` ``mined``:
+    extra positives of an anchor, with no negatives of their own)."""
     cols = set(table.columns)
     if "positive_kind" in cols:
         table = table[table["positive_kind"].astype(str) != "mined"]
@@ -52,6 +53,15 @@ def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
         n = table["negative_id"].to_numpy(np.int64)
         if len(a) == 0:
             return a, p, []
+        # an example's rows together (in its first row's place), its negatives by rank:
+        # a filtered or shuffled table gives the examples of the table as written
+        import pandas as pd
+
+        key = pd.factorize(pd.MultiIndex.from_arrays([a, p]))[0]
+        rank = (table["neg_rank"].to_numpy(np.int64) if "neg_rank" in cols
+                else np.arange(len(a)))
+        order = np.lexsort((np.arange(len(a)), rank, key))
+        a, p, n = a[order], p[order], n[order]
         new = np.r_[True, (a[1:] != a[:-1]) | (p[1:] != p[:-1])]
         starts = np.flatnonzero(new)
         ends = np.r_[starts[1:], len(a)]
@@ -99,16 +109,30 @@ class PairImages:
             if ids != {store.content_id}:
                 raise PairkitError(f"the pair table was mined from store {sorted(ids)[0]}, not "
                                    f"{store.root} ({store.content_id})")
+        if len(table):  # its paths must be this store's too (one content id, two item tables)
+            from pairkit.core.table_items import table_mismatch
+            from pairkit.train.data import table_kind
+
+            why = table_mismatch(table, table_kind(table), store)
+            if why is not None:
+                raise PairkitError(f"the pair table doesn't fit store {store.root}: {why}")
         root = store.manifest.get("image_root")
         if not root:
             raise PairkitError(f"store {store.root} has no image_root (made by import?): "
                                "there are no images to read")
         a, p, negs = pair_examples(table, keep_flagged)
         counts = np.array([len(n) for n in negs], dtype=np.int64)
+        if not len(counts):
+            raise PairkitError("the pair table has no examples (rows flagged false_negative "
+                               "and mined-positive rows are left out; an n-tuple row flagged "
+                               "in any slot is flagged as a whole)")
         if negatives is None:
-            negatives = int(counts.min()) if len(counts) else 0
+            negatives = int(counts.min())
         if negatives < 0:
             raise UsageError(f"negatives must be >= 0, got {negatives}")
+        if negatives > counts.max():
+            raise PairkitError(f"no example of the pair table has {negatives} negatives "
+                               f"(most: {int(counts.max())})")
         ok = counts >= negatives
         self.skipped = int((~ok).sum())
         self.anchors, self.positives = a[ok], p[ok]
@@ -203,6 +227,8 @@ def to_hf_dataset(table: Any, store: Any = None, *, images: str = "paths") -> An
                       "path": str(p)}
                      for p in table[col].tolist()]
         feats[name] = datasets.Image()
-    base = datasets.Dataset.from_pandas(table.head(0), preserve_index=False).features
+    # typed from every row: the first 0 rows type a text column as null, which its
+    # values then can't be cast to (n-tuple slots, --fn-mode keep's columns)
+    base = datasets.Dataset.from_pandas(table, preserve_index=False).features
     return datasets.Dataset.from_pandas(out, preserve_index=False,
                                         features=datasets.Features({**base, **feats}))

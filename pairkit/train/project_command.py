@@ -66,5 +66,8 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
                 force=force,
                 extra={"projected": {"from_store": str(st.root),
                                      "from_content_id": st.content_id, **head_record},
-                       "views": st.manifest.get("views"), "seed": st.manifest.get("seed")})
+                       "views": st.manifest.get("views"), "seed": st.manifest.get("seed"),
+                       # the same items: their images and labels are where they were
+                       **{k: st.manifest[k] for k in ("image_root", "labels")
+                          if st.manifest.get(k) is not None}})
     return ProjectResult(st.count, head.in_dim, head.out_dim, head.complete)

@@ -210,3 +210,29 @@ def test_train_whiten_then_project(tmp_path):
     r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h3"),
                             "--relation", "instance", "--whiten", "0.9", *FAST])
     assert r.exit_code == 2 and "--whiten must be in [0, 0.5]" in r.stderr
+
+
+def test_project_keeps_the_image_root_and_labels_spec(tmp_path):
+    """Found by a bug hunt (2026-12-06): the projected store's manifest lost image_root
+    (and the labels spec), so pairs mined from it could not be loaded as images
+    ("has no image_root (made by import?)") though its items are the input's."""
+    import pandas as pd
+
+    from pairkit.core.store_writer import write_store
+
+    rng = np.random.default_rng(0)
+    items = pd.DataFrame({"path": [f"c{i % 3}/s{i // 2}.png" for i in range(24)],
+                          "source": [f"s{i // 2}" for i in range(24)],
+                          "view": [i % 2 for i in range(24)],
+                          "label": [f"c{i % 3}" for i in range(24)]})
+    write_store(tmp_path / "s", rng.normal(size=(24, 6)).astype(np.float32), items,
+                encoder={"name": "x"},
+                extra={"image_root": str(tmp_path / "images"), "labels": "folder"})
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "--epochs", "1", "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(tmp_path / "h"),
+                            "-o", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    m = Store.open(tmp_path / "p").manifest
+    assert m["image_root"] == str(tmp_path / "images") and m["labels"] == "folder"

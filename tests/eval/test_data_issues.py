@@ -49,6 +49,19 @@ def test_vote_and_label_error_by_hand() -> None:
     assert "another label" in det.reason[0]
 
 
+def test_a_row_without_votes_is_not_a_label_error() -> None:
+    """Found by a bug hunt (2026-12-06): two sources at opposite ends (similarity -1, so
+    no vote) were flagged for whichever label had code 0: a zero vote met a zero class
+    threshold."""
+    g = KnnGraph(np.array([[1], [0]]), np.array([[-1.0], [-1.0]], np.float32))
+
+    class Cfg:
+        outlier_z = 3.5
+
+    det = label_error.detect(g, np.array([0, 1]), Cfg)
+    assert det.flag.tolist() == [False, False]
+
+
 def test_outlier_scores_by_hand() -> None:
     sims = np.array([[0.9, 0.8]] * 9 + [[0.1, 0.0]], np.float32)
     ids = np.array([[(i + 1) % 10, (i + 2) % 10] for i in range(10)])

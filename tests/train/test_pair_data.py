@@ -112,15 +112,18 @@ def test_refusals(store: Store, tmp_path: Path) -> None:
                         encoder={"name": "x"})
     with pytest.raises(PairkitError, match="was mined from store"):
         PairImages(pairs, other)
+    with pytest.raises(PairkitError, match="anchor_id 23 is not a row of store"):
+        PairImages(pairs.drop(columns="store_id"), other)  # the paths' check: ids too
     with pytest.raises(PairkitError, match="no image_root"):
-        PairImages(pairs.drop(columns="store_id"), other)
+        PairImages(pd.DataFrame({"anchor_id": [0], "positive_id": [2], "negative_id": [3]}),
+                   other)
     writer_manifest = other.manifest | {"image_root": str(tmp_path)}
     other.manifest = writer_manifest  # an image root, and a path that leaves it
     t = pd.DataFrame({"anchor_id": [0], "positive_id": [2], "negative_id": [1]})
     with pytest.raises(PairkitError, match="holds '..'"):
         PairImages(t, other)
     t = pd.DataFrame({"anchor_id": [0], "positive_id": [2], "negative_id": [99]})
-    with pytest.raises(PairkitError, match="outside store"):
+    with pytest.raises(PairkitError, match="negative_id 99 is not a row of store"):
         PairImages(t, other)
 
 
@@ -211,3 +214,56 @@ def test_notebook_mines_pairs_and_trains_a_small_model(tmp_path: Path) -> None:
     assert len(loader.dataset) == 18
     assert np.isfinite(epoch_loss).all()
     assert epoch_loss[-1] < 0.8 * epoch_loss[0], epoch_loss
+
+
+def test_hf_export_with_bytes_of_n_tuple_and_flagged_tables(store: Store) -> None:
+    """Found by a bug hunt (2026-12-06): an n-tuple table, or one with --fn-mode keep's
+    flag columns, failed in pyarrow ("Couldn't cast array of type string to null"): the
+    features came from the table's first 0 rows, where a text column is typed null."""
+    pytest.importorskip("datasets")
+    for t in (pairkit.mine_pairs(store, num_negatives=3, format="n-tuple"),
+              pairkit.mine_pairs(store, num_negatives=3, filter_false_negatives=True,
+                                 fn_mode="keep")):
+        ds = pairkit.pairs_to_dataset(t, store, images="bytes")
+        assert ds.num_rows == len(t)
+
+
+def test_loader_refuses_a_table_whose_paths_are_another_store_s(store: Store,
+                                                                  tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): PairImages compared only the store_id, so a table
+    of another store with the same content id (one .npy imported with two item tables)
+    loaded other images than its paths name; to_hf_dataset and train refuse it."""
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    moved = pairs.copy()
+    moved.loc[3, "negative_path"] = "elsewhere.png"
+    with pytest.raises(PairkitError, match="the table says 'elsewhere.png'"):
+        PairImages(moved, store, transform=_resize)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"negatives": "2"}, "negatives must be an int"),
+    ({"negatives": 1.5}, "negatives must be an int"),
+    ({"negatives": True}, "negatives must be an int"),
+    ({"batch_size": 0}, "--batch-size must be >= 1, got 0"),
+    ({"seed": 1}, "unknown option 'seed'"),
+    ({"negatives": 9}, "no example of the pair table has 9 negatives (most: 3)"),
+])
+def test_loader_options_are_checked(store: Store, options: dict, message: str) -> None:
+    """Found by a bug hunt (2026-12-06): raw TypeErrors from slicing or DataLoader, a
+    bool taken as 1, and torch's "num_samples=0" when no example was left."""
+    pairs = pairkit.mine_pairs(store, num_negatives=3)
+    with pytest.raises((UsageError, PairkitError), match=f"^{__import__('re').escape(message)}"):
+        pairkit.pair_loader(pairs, store, **options)
+    with pytest.raises(PairkitError, match="the pair table has no examples"):
+        pairkit.pair_loader(pairs.head(0), store)
+
+
+def test_triplet_examples_do_not_depend_on_row_order() -> None:
+    """Found by a bug hunt (2026-12-06): examples were runs of consecutive rows, so a
+    shuffled table split them (71 examples of one negative instead of 24 of three), and
+    negatives came in table order, not rank order."""
+    t = pd.DataFrame({"anchor_id": [0, 1, 0, 1, 0], "positive_id": [5, 6, 5, 6, 5],
+                      "negative_id": [8, 9, 3, 2, 4], "neg_rank": [2, 1, 0, 0, 1]})
+    a, p, negs = pair_examples(t)
+    assert a.tolist() == [0, 1] and p.tolist() == [5, 6]  # first appearance order
+    assert [n.tolist() for n in negs] == [[3, 4, 8], [2, 9]]

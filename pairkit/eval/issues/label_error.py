@@ -58,7 +58,7 @@ def detect(graph: KnnGraph, labels: np.ndarray | None, config: IssuesConfig) -> 
         m = labels == c
         if m.any():
             thresholds[c] = probs[m, c].mean()
-    above = probs >= thresholds[None, :]
+    above = (probs >= thresholds[None, :]) & (probs > 0)  # no vote is no evidence
     masked = np.where(above, probs, -1.0)
     best = masked.argmax(axis=1)
     best_ok = masked.max(axis=1) >= 0
