@@ -352,7 +352,6 @@ def pair_loader(table: pd.DataFrame | str | os.PathLike[str], store: Any, *,
     has). See :class:`pairkit.train.pair_data.PairImages`."""
     import inspect
 
-    from pairkit.errors import UsageError
     from pairkit.train.pair_data import PairImages, loader
 
     negatives = _check_value("negatives", "int | None", negatives)

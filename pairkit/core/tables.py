@@ -149,11 +149,9 @@ def read_csv_frame(source: str | Path | IO[bytes], nrows: int | None = None) -> 
     import pandas as pd
 
     options: dict[str, Any] = {"keep_default_na": False, "na_values": [""]}
-    if hasattr(source, "seek"):
-        header = pd.read_csv(source, nrows=0, **options)
+    header = pd.read_csv(source, nrows=0, **options)
+    if hasattr(source, "seek"):  # a stream: read again from its start
         source.seek(0)
-    else:
-        header = pd.read_csv(source, nrows=0, **options)
     text = {c: str for c in header.columns if is_text_column(c)}
     return pd.read_csv(source, nrows=nrows, dtype=text or None, **options)
 

@@ -78,6 +78,17 @@ def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
                      "(anchor, positive, negatives) examples")
 
 
+def _check_fits(table: pd.DataFrame, store: Any) -> None:
+    """PairkitError when ``table`` is not ``store``'s: its store_id, its ids, and its paths
+    equal to the store's for those ids (:func:`pairkit.core.table_items.table_mismatch`)."""
+    from pairkit.core.table_items import table_mismatch
+    from pairkit.train.data import table_kind
+
+    why = table_mismatch(table, table_kind(table), store)
+    if why is not None:
+        raise PairkitError(f"the pair table doesn't fit store {store.root}: {why}")
+
+
 def _default_transform(img: Any) -> Any:
     from torchvision.transforms.functional import to_tensor
 
@@ -110,12 +121,7 @@ class PairImages:
                 raise PairkitError(f"the pair table was mined from store {sorted(ids)[0]}, not "
                                    f"{store.root} ({store.content_id})")
         if len(table):  # its paths must be this store's too (one content id, two item tables)
-            from pairkit.core.table_items import table_mismatch
-            from pairkit.train.data import table_kind
-
-            why = table_mismatch(table, table_kind(table), store)
-            if why is not None:
-                raise PairkitError(f"the pair table doesn't fit store {store.root}: {why}")
+            _check_fits(table, store)
         root = store.manifest.get("image_root")
         if not root:
             raise PairkitError(f"store {store.root} has no image_root (made by import?): "
@@ -202,13 +208,7 @@ def to_hf_dataset(table: Any, store: Any = None, *, images: str = "paths") -> An
     if images == "bytes":
         if store is None:
             raise UsageError('images="bytes" needs the store the table was mined from')
-        from pairkit.core.table_items import table_mismatch
-        from pairkit.train.data import table_kind
-
-        # the images are read by the table's paths: they must be this store's
-        why = table_mismatch(table, table_kind(table), store)
-        if why is not None:
-            raise PairkitError(f"the pair table doesn't fit store {store.root}: {why}")
+        _check_fits(table, store)  # the images are read by the table's paths
     datasets = require_datasets()
     if images == "paths":
         return datasets.Dataset.from_pandas(table, preserve_index=False)
