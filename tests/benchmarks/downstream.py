@@ -17,7 +17,10 @@ run the loop as a user would, through the command line, and evaluate each head w
 - lf (the default loop): the same with mined positives (``--positives`` default)
 - lf-votes: lf with the cluster rule of 2026-12-01..05 (``--fn-cluster-diffusion 0``: two
   of its eight runs, no diffusion threshold)
-- label-negatives: ``--fn-rules label`` (the label oracle for negatives)
+- label-negatives: ``--fn-rules label,mutual-neighbour`` (the label oracle for negatives;
+  on these fully labelled stores the trusted labels decide every pair, so the
+  mutual-neighbour rule flags nothing and is there for the mined positives, which since
+  2026-12-06 need it: they are the loop's, less those of another label)
 - supcon-labels: ``train --relation label --loss supcon`` (labels as positives: the ceiling)
 - in-batch-whitened, lf-whitened: in-batch and lf with ``train --whiten 0.25`` (the
   output whitening, off by default)
@@ -130,7 +133,8 @@ VARIANTS: dict[str, tuple[list[str] | None, list[str]]] = {
     # the default loop with the cluster rule of 2026-12-01..05: 2 of 8 runs, no diffusion
     # threshold
     "lf-votes": ([*LABEL_FREE, "--fn-cluster-diffusion", "0"], []),
-    "label-negatives": (["--filter-false-negatives", "--fn-rules", "label"], []),
+    "label-negatives": (["--filter-false-negatives", "--fn-rules", "label,mutual-neighbour"],
+                        []),
     "supcon-labels": (None, ["--relation", "label", "--loss", "supcon"]),
     "in-batch-whitened": (None, ["--relation", "instance", "--whiten", "0.25"]),
     "lf-whitened": (LABEL_FREE, ["--whiten", "0.25"]),
