@@ -74,3 +74,17 @@ def autocast_dtype(precision: str) -> Any:
     import torch
 
     return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+
+
+def host_tensor(array: Any) -> Any:
+    """``torch.from_numpy(array)``, read-only arrays included: a store's cached vectors
+    (:meth:`pairkit.core.store.Store.vectors`) are read-only and torch warns about every
+    such array it wraps; the callers here only read through the tensor (or copy it to a
+    device)."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(array)

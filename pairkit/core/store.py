@@ -385,9 +385,9 @@ class Store:
         """All embeddings as one C-contiguous array of shape (N, dim) in ``dtype``.
 
         Loads the store into memory (N * dim * itemsize bytes); cached: every later call
-        and search of this store object reads the same array, so change a ``.copy()``
-        (:func:`pairkit.vectors` hands out a read-only view of it). ``dtype``: float16,
-        float32 or float64. Use :meth:`iter_blocks` to stream instead.
+        and search of this store object reads the same array, so it is read-only (change a
+        ``.copy()``). ``dtype``: float16, float32 or float64. Use :meth:`iter_blocks` to
+        stream instead.
         """
         try:
             dtype = np.dtype(dtype)
@@ -402,6 +402,7 @@ class Store:
         for arr in self._arrays:
             out[start : start + len(arr)] = arr
             start += len(arr)
+        out.flags.writeable = False
         self._vectors = out
         return out
 

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.devices import host_tensor
+
 
 def spherical_kmeans(
     vectors: np.ndarray,
@@ -166,7 +168,7 @@ def torch_spherical_kmeans(
     dev = torch.device(device)
     rng = np.random.default_rng(seed)
     train_np = _training_rows(x, k, max_points_per_centroid, rng)
-    train = torch.from_numpy(train_np).to(dev)
+    train = host_tensor(train_np).to(dev)
     gen = torch.Generator(device=dev).manual_seed(int(seed) % (2**63))
     centroids = kmeanspp(train, k, gen)
     step = max(1, block_scores // k)

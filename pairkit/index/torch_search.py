@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.devices import host_tensor
 from pairkit.errors import PairkitError
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -98,7 +99,7 @@ class TorchFlatIndex:
         self.chunk = int(chunk)
         self.margin = int(margin)
         self.ntotal, self.d = int(base.shape[0]), int(base.shape[1])
-        host = torch.from_numpy(np.ascontiguousarray(base))
+        host = host_tensor(np.ascontiguousarray(base))
         if host.dtype not in (torch.float16, torch.float32, torch.bfloat16):
             host = host.float()
         exact = host.to(self.device, non_blocking=False)
@@ -125,7 +126,6 @@ class TorchFlatIndex:
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)`` (nq, k): float32 exact inner products, best first, ties by
         ascending id; padded with -inf / -1 where k > N."""
-        import torch
 
         nq = len(queries)
         scores = np.full((nq, k), -np.inf, dtype=np.float32)
@@ -135,7 +135,7 @@ class TorchFlatIndex:
             return scores, ids
         for start in range(0, nq, self.query_block):
             block = np.asarray(queries[start : start + self.query_block])
-            q = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(self.device)
+            q = host_tensor(np.ascontiguousarray(block, dtype=np.float32)).to(self.device)
             s, i = self._search_rows(q, kk)
             scores[start : start + len(block), :kk] = s.cpu().numpy()
             ids[start : start + len(block), :kk] = i.cpu().numpy()
@@ -154,7 +154,6 @@ class TorchFlatIndex:
         ``threshold`` (the cluster rule's diffusion cosine). Padded with -inf / -1 where
         fewer rows are allowed. The base's one-hot codes (and coordinates) are kept on
         the device between calls with the same arrays."""
-        import torch
 
         nq = len(queries)
         scores = np.full((nq, k), -np.inf, dtype=np.float32)
@@ -181,16 +180,16 @@ class TorchFlatIndex:
         self._threshold = float(threshold)
         near = base_coords is not None and query_coords is not None
         if near and getattr(self, "_coords_key", None) is not base_coords:
-            self._base_coords = torch.from_numpy(
+            self._base_coords = host_tensor(
                 np.ascontiguousarray(base_coords, dtype=np.float32)).to(self.device)
             self._coords_key = base_coords  # the same array object (held here)
         for start in range(0, nq, self.query_block):
             block = np.asarray(queries[start : start + self.query_block])
-            q = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32)).to(
+            q = host_tensor(np.ascontiguousarray(block, dtype=np.float32)).to(
                 self.device)
             qa = self._onehot(np.asarray(query_assign)[:, start : start + len(block)],
                               width)
-            qc = None if not near else torch.from_numpy(np.ascontiguousarray(
+            qc = None if not near else host_tensor(np.ascontiguousarray(
                 query_coords[start : start + len(block)], dtype=np.float32)).to(self.device)
             s, i = self._search_rows(q, kk, qa, qc)
             s, i = s.cpu().numpy(), i.cpu().numpy()
@@ -301,7 +300,7 @@ class TorchFlatIndex:
         bs = int(batch_size or self.query_block)
         for start in range(0, len(queries), bs):
             block = np.ascontiguousarray(queries[start : start + bs], dtype=np.float32)
-            q32 = torch.from_numpy(block).to(self.device)
+            q32 = host_tensor(block).to(self.device)
             q_low = q32.to(self.base_low.dtype)
             lowered = float(t32) - eps_unit * q32.norm(dim=1) * self.max_norm
             # compared in the GEMM's dtype: lower by two more roundoffs so the cast can't

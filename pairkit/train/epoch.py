@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pairkit.core.devices import host_tensor
 from pairkit.errors import PairkitError
 from pairkit.train.data import PairArrays
 from pairkit.train.losses import batch_loss
@@ -33,7 +34,7 @@ class DeviceData:
 
         self.device = device
         self.streaming = streaming
-        host = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))
+        host = host_tensor(np.ascontiguousarray(vectors, dtype=np.float32))
         if streaming and device.type == "cuda":
             host = host.pin_memory()
         self.vectors = host if streaming else host.to(device)

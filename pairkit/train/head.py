@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pairkit.core.atomic import atomic_open, atomic_path
+from pairkit.core.devices import host_tensor
 from pairkit.core.integrity import read_json_file
 from pairkit.errors import PairkitError
 
@@ -147,7 +148,7 @@ class Head:
             torch.from_numpy(a).to(device) for a in self.whitening)
         with torch.no_grad():
             for start in range(0, len(vectors), batch_size):
-                block = torch.from_numpy(
+                block = host_tensor(
                     np.array(vectors[start : start + batch_size], dtype=np.float32, order="C")
                 ).to(device)
                 z = torch.nn.functional.normalize(module(block).float(), dim=1)

@@ -67,6 +67,27 @@ def test_several_shards_iter_blocks_match_vectors(tmp_path):
     assert starts == [0, 5, 7, 12, 14, 19, 21]
 
 
+def test_cached_vectors_are_read_only_and_torch_reads_them_quietly(tmp_path):
+    """Every later call and search of a store object reads the one cached array: a caller
+    writing into it would change what the next search sees, so it is read-only; the torch
+    paths that wrap it (exact search, training) do so without torch's writable warning."""
+    import warnings
+
+    from pairkit.index.torch_search import TorchFlatIndex
+
+    rng = np.random.default_rng(2)
+    store = write_store(tmp_path / "s", rng.normal(size=(12, 4)), _items(12), dtype="float32")
+    v = store.vectors()
+    assert v is store.vectors() and not v.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        v[0, 0] = 5.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scores, ids = TorchFlatIndex(v, device="cpu").search(v[:3], 2)
+    assert ids[:, 0].tolist() == [0, 1, 2]
+    np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-6)
+
+
 def test_content_id_stable_across_manifest_rewrites(tmp_path):
     x = np.eye(3, dtype=np.float32)
     store = write_store(tmp_path / "s", x, _items(3))
