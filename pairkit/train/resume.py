@@ -102,11 +102,12 @@ def resume_state(out: Path, cfg: TrainConfig, fingerprint: dict[str, Any],
                  module: torch.nn.Module, optimizer: Any, scaler: Any,
                  note: Callable[[str], None]) -> tuple[ResumeState, bool]:
     """Load ``out``'s checkpoint into ``module``, ``optimizer`` and ``scaler`` and return
-    the state with ``True`` when the run was already complete but for its plot (now
-    written from the log: nothing is left to do).
+    the state with ``True`` when the run was already complete (its plot written from the
+    log if a kill lost it): nothing is left to do, which is noted, so that a script can
+    run ``train --resume`` again whether or not the last run finished.
 
-    Raises PairkitError when the checkpoint was written with another fingerprint, or the
-    folder already holds ``cfg.epochs`` epochs; notes a changed ``--epochs``.
+    Raises PairkitError when the checkpoint was written with another fingerprint; notes a
+    changed ``--epochs``.
     """
     old = read_config(out)
     ckpt = load_checkpoint(out)
@@ -135,8 +136,9 @@ def resume_state(out: Path, cfg: TrainConfig, fingerprint: dict[str, Any],
             note(f"{out}: {PLOT} was missing; written from {LOG}")
             write_plot(out / PLOT, state.records)
             return state, True
-        raise PairkitError(f"--resume: {out} already has {epoch} epochs; pass a larger "
-                           "--epochs to continue")
+        note(f"--resume: {out} already has its {epoch} epochs: nothing to do (pass a "
+             "larger --epochs to train on)")
+        return state, True
     if was != cfg.epochs and epoch < cfg.epochs:
         note(f"resuming with --epochs {cfg.epochs} (was {was}): the cosine schedule is "
              "stretched")
