@@ -53,7 +53,7 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     from pairkit.core.store import Store
     from pairkit.mine.keep_readers import rekeep_resized
     from pairkit.mine.near_duplicate_check import choose_check
-    from pairkit.mine.near_duplicates import find_near_duplicates
+    from pairkit.mine.near_duplicates import find_near_duplicates, reachable
 
     threshold = check_dedup(cfg)
     if cfg.exact_only:
@@ -75,11 +75,13 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     # candidates' rows: find_near_duplicates), never the store's float32 copy
     vectors = store_view(st) if pairs is not None else st.vectors(np.float32)
     device, backend = ("cpu", "faiss") if pairs else (cfg.device, cfg.backend)
+    met = reachable(threshold, st.dtype)  # -t 1: identical rows, as stored
     check = choose_check(
-        vectors, paths, image_root, cfg.method, cfg.threshold, cfg.pixel_threshold,
-        batch_size=cfg.batch_size, device=device, backend=backend, pairs=pairs)
+        vectors, paths, image_root, cfg.method, None if cfg.threshold is None else met,
+        cfg.pixel_threshold, batch_size=cfg.batch_size, device=device, backend=backend,
+        pairs=pairs)
     result = find_near_duplicates(
-        vectors, threshold, file_sha256=columns.file_sha256, sources=columns.sources,
+        vectors, met, file_sha256=columns.file_sha256, sources=columns.sources,
         views=columns.views, keep=keep, sizes=sizes, near=not cfg.exact_only,
         batch_size=cfg.batch_size, device=device, backend=backend, pairs=pairs, check=check)
     table = result.table
@@ -157,10 +159,18 @@ def item_columns(st: Any, as_objects: bool = True) -> ItemColumns:
 
 def check_dedup(cfg: DedupConfig) -> float:
     """The threshold ``cfg`` asks for (None: the measured default), after checking it, the
-    keep rule and the batch size; UsageError naming the option otherwise."""
+    keep rule, the batch size and that ``exact_only`` comes without the near-copy options;
+    UsageError naming the option otherwise."""
     from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD, KEEP_RULES, check_threshold
 
     threshold = check_threshold(DEFAULT_THRESHOLD if cfg.threshold is None else cfg.threshold)
+    if cfg.exact_only:
+        for given, name in ((cfg.threshold is not None, "--threshold"),
+                            (cfg.method != "auto", "--method"),
+                            (cfg.pixel_threshold is not None, "--pixel-threshold")):
+            if given:
+                raise UsageError(f"{name} does not apply to --exact-only (copies by file "
+                                 "hash)")
     if cfg.keep not in KEEP_RULES:
         raise UsageError(f"--keep must be one of {', '.join(KEEP_RULES)}, got {cfg.keep}")
     if cfg.batch_size < 1:
@@ -259,9 +269,11 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
                 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Sources of the store at ``store`` that duplicate a source of ``other`` (train/test leaks):
     exact by file hash, near by the same decision as :func:`run_dedup`, on the two stores
-    together. Table: one row per leaking source of the store (``id``, ``path``), with the
-    most similar duplicate in ``other`` (``other_id``, ``other_path``, ``similarity`` of
-    the stored vectors, ``match`` exact or near); and a summary."""
+    together, pair by pair (:func:`~pairkit.mine.near_duplicates.cross_links`). Table: one
+    row per leaking source of the store (``id``, ``path``), with its duplicate in
+    ``other`` (``other_id``, ``other_path``): the same file when there is one (``match``
+    exact, ``similarity`` 1.0), else the most similar (``match`` near, ``similarity`` of
+    the stored vectors); and a summary."""
     import numpy as np
     import pandas as pd
 
@@ -273,8 +285,9 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
         images_readable,
         refuse_pixel_threshold,
     )
-    from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD, find_near_duplicates
+    from pairkit.mine.near_duplicates import cross_links, reachable
 
+    t = check_dedup(cfg)
     a, b = Store.open(store), Store.open(other)
     if a.dim != b.dim:
         raise UsageError(f"--against: {store} has {a.dim}-d vectors and {other} "
@@ -288,6 +301,9 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
     vectors = np.concatenate([a.vectors(np.float32), b.vectors(np.float32)])
     paths = np.concatenate([ia["path"].to_numpy(dtype=object), ib["path"].to_numpy(dtype=object)])
     ra, rb = a.manifest.get("image_root"), b.manifest.get("image_root")
+    if cfg.absolute and not (ra and rb):
+        raise UsageError(f"--absolute needs both stores' image_root, and "
+                         f"{store if not ra else other} has none (made by import?)")
     roots = np.array([ra] * n_a + [rb] * len(ib), dtype=object)
     sources = np.array(["a\0" + s for s in ia["source"].astype(str)] +
                        ["b\0" + s for s in ib["source"].astype(str)], dtype=object)
@@ -295,38 +311,32 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
                              ib["file_sha256"].to_numpy(dtype=object, na_value=None)])
     views = np.concatenate([ia["view"].to_numpy(), ib["view"].to_numpy()])
     both = images_readable(ra, paths[:n_a]) and images_readable(rb, paths[n_a:])
-    t = DEFAULT_THRESHOLD if cfg.threshold is None else cfg.threshold
     if cfg.method == "pixels" and not both:
         raise UsageError("--method pixels needs both stores' images (image_root)")
     pixels = both and cfg.method != "threshold" and (cfg.threshold is None or
                                                      cfg.method == "pixels")
     if cfg.pixel_threshold is not None and not pixels:
         refuse_pixel_threshold(cfg.method, cfg.threshold)
+    met = min(reachable(t, a.dtype), reachable(t, b.dtype))  # -t 1: identical rows
     if cfg.exact_only:
-        check = ThresholdCheck(vectors, t)
+        check = ThresholdCheck(vectors, met)
     elif pixels:
-        check = PixelCheck(vectors, paths, roots, threshold=cfg.pixel_threshold, fallback=t)
+        check = PixelCheck(vectors, paths, roots, threshold=cfg.pixel_threshold, fallback=met)
     else:
-        check = choose_check(vectors, None, None, "threshold", t, batch_size=cfg.batch_size,
-                             device=cfg.device, backend=cfg.backend)
-    res = find_near_duplicates(vectors, t, file_sha256=hashes, sources=sources, views=views,
-                               keep="first", near=not cfg.exact_only, check=check)
-    table = res.table
-    ids = table["id"].to_numpy()
-    in_a = ids < n_a
+        check = choose_check(vectors, None, None, "threshold", met,
+                             batch_size=cfg.batch_size, device=cfg.device,
+                             backend=cfg.backend)
     rows = []
-    for _, members in table.groupby("group", sort=True):
-        m_ids = members["id"].to_numpy()
-        left, right = m_ids[m_ids < n_a], m_ids[m_ids >= n_a]
-        if not len(left) or not len(right):
-            continue
-        for i in left:
-            sims = vectors[right] @ vectors[i]
-            j = int(right[int(np.argmax(sims))])
-            same = hashes[i] is not None and hashes[i] == hashes[j]
-            rows.append((int(i), paths[i], j - n_a, paths[j],
-                         1.0 if same else float(np.clip(sims.max(), -1, 1)),
-                         "exact" if same else "near"))
+    for i, others, same in cross_links(vectors, n_a, check, file_sha256=hashes,
+                                       sources=sources, views=views,
+                                       near=not cfg.exact_only):
+        sims = vectors[others] @ vectors[i]
+        if same.any():  # the same file bytes name the copy, before any closer vector
+            j, sim, match = int(others[same][0]), 1.0, "exact"
+        else:
+            best = int(np.argmax(sims))
+            j, sim, match = int(others[best]), float(np.clip(sims[best], -1, 1)), "near"
+        rows.append((i, paths[i], j - n_a, paths[j], sim, match))
     out = pd.DataFrame(rows, columns=list(AGAINST_COLUMNS))
     if cfg.absolute:
         out["path"] = [str(inside(ra, p)) for p in out["path"]]
@@ -335,8 +345,8 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
         "leaks": len(out), "sources": int(ia["source"].nunique()) if n_a else 0,
         "other_sources": int(ib["source"].nunique()) if len(ib) else 0,
         "exact": int((out["match"] == "exact").sum()) if len(out) else 0,
-        "decision": res.decision if not cfg.exact_only else None,
-        "exact_only": cfg.exact_only, "threshold": t, "in_groups": int(in_a.sum()),
+        "decision": check.describe() if not cfg.exact_only else None,
+        "exact_only": cfg.exact_only, "threshold": t,
     }
     return out, summary
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pairkit.errors import PairkitError, UsageError
-from pairkit.mine.dedup import DedupConfig
+from pairkit.mine.dedup import DEFAULT_KEEP, DedupConfig, check_dedup
 
 
 def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
@@ -34,6 +34,10 @@ def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
         raise UsageError("--print0 needs --paths-only")
     if against is not None and drop:
         raise UsageError("--drop does not apply to --against: every row is a leak")
+    if against is not None and cfg.keep != DEFAULT_KEEP:
+        raise UsageError("--keep does not apply to --against: every leak is listed, none "
+                         "kept")
+    check_dedup(cfg)
     if not paths_only:
         table_output(output)
     if output != "-":
@@ -41,7 +45,7 @@ def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
         from pairkit.core.paths import check_output_apart
         from pairkit.core.tables import check_table_output
 
-        check_output_apart(output, [store])
+        check_output_apart(output, [store] if against is None else [store, against])
         if paths_only and Path(str(output)).suffix.lower() in TABLE_SUFFIXES:
             raise UsageError(f"--paths-only writes plain lines, not a table: -o {output} "
                              "names a table file; choose another name (paths.txt)")

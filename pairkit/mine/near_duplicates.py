@@ -78,6 +78,18 @@ def check_threshold(threshold: float) -> float:
     return t
 
 
+# how far below 1 an L2-normalised row's inner product with itself can come out, by the
+# store's dtype (float16 rounding: ~5e-4 per value; float32 sums: ~5e-7 at 1,280 dims)
+SELF_SIMILARITY_SLACK = {"float16": 2e-3, "float32": 2e-6, "float64": 1e-12}
+
+
+def reachable(threshold: float, dtype: str) -> float:
+    """``threshold`` as the stored rows of ``dtype`` can meet it: at most 1 less the
+    slack by which two identical rows' inner product may fall short of 1 (so ``-t 1``,
+    identical vectors, finds them on every dtype and search backend)."""
+    return min(threshold, 1.0 - SELF_SIMILARITY_SLACK.get(str(dtype), 2e-3))
+
+
 def near_duplicate_groups(
     vectors: np.ndarray,
     threshold: float = DEFAULT_THRESHOLD,
@@ -288,8 +300,10 @@ def chain_guard(labels: np.ndarray, candidate_unit: np.ndarray, unit_rank: np.nd
                 total = vecs.sum(axis=0)
                 own = np.einsum("ij,ij->i", vecs, vecs)
                 centrality = (vecs @ total - own) / (len(remaining) - 1)
-                # highest centrality, ties by lowest id
-                lead_pos = int(np.lexsort((unit_rank[remaining], -centrality))[0])
+                # highest centrality, ties by lowest id; equal sums can differ in their
+                # last bits (both members of a pair have a . b), so ties are within 1e-6
+                tied = np.flatnonzero(centrality >= centrality.max() - 1e-6)
+                lead_pos = int(tied[np.argmin(unit_rank[remaining][tied])])
             else:
                 lead_pos = int(np.argmin(unit_rank[remaining]))
             leader = remaining[lead_pos]
@@ -432,6 +446,46 @@ def find_near_duplicates(
         lambda leader, members: check.linked(units.unit_items, leader, members))
     table, item_group = group_table(groups, units, unit_best, rows, n)  # 6
     return NearDuplicates(item_group, table, split, keep, check.describe())
+
+
+def cross_links(vectors: np.ndarray, n_first: int, check: Any, *,
+                file_sha256: np.ndarray | None = None, sources: np.ndarray | None = None,
+                views: np.ndarray | None = None, near: bool = True
+                ) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """The duplicates across two stores stacked in ``vectors`` (rows below ``n_first`` the
+    first store's; ``sources`` told apart by store): for every source of the first store
+    with a duplicate among the second's, ``(its row, the second's rows it duplicates, which
+    of them are the same file)``, ordered by row. Steps 1-3 of the grouping, then every
+    pair across the stores within a component is decided by ``check`` directly: a leak is
+    a pair, so no chain guard splits it off (one store's near copies leading a group
+    would hide a pair that passes the threshold)."""
+    n = len(vectors)
+    units = node_units(n, sources, views, file_sha256)
+    edges = check.edges(units.unit_items) if near and units.n_units > 1 else iter(())
+    labels = near_components(units.n_units, edges)
+    node_item, node_unit = units.node_item, units.node_unit
+    first = node_item < n_first
+    node_comp = labels[node_unit]
+    # the components that hold nodes of both stores
+    both = np.intersect1d(node_comp[first], node_comp[~first])
+    out: list[tuple[int, np.ndarray, np.ndarray]] = []
+    if not len(both):
+        return out
+    unit_members = _members_by_unit(node_unit, units.n_units)
+    for comp in both:
+        in_comp = np.flatnonzero(node_comp == comp)
+        second_units = np.unique(node_unit[in_comp[~first[in_comp]]])
+        for node in in_comp[first[in_comp]]:
+            u = int(node_unit[node])
+            linked = np.asarray(check.linked(units.unit_items, u, second_units), dtype=bool)
+            linked |= second_units == u  # the same file: an exact copy, whatever the vectors
+            if not linked.any():
+                continue
+            nodes = np.concatenate([unit_members[v] for v in second_units[linked]])
+            nodes = nodes[node_item[nodes] >= n_first]
+            out.append((int(node_item[node]), node_item[nodes], node_unit[nodes] == u))
+    out.sort(key=lambda r: r[0])
+    return out
 
 
 def candidate_rows(vectors: Any, units: NodeUnits, candidate_unit: np.ndarray
