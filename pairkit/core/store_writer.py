@@ -76,7 +76,10 @@ def prepare_store_dir(path: str | os.PathLike[str], force: bool) -> Path:
         if entries:
             ours = [e for e in entries if is_ours(e.name)]
             if not (root / MANIFEST).exists():
-                if len(ours) < len(entries):
+                # a killed writer leaves a shard or a versioned item table; items.parquet
+                # or errors.jsonl alone are as likely a user's own files
+                written = any(SHARD_RE.match(e.name) or ITEMS_RE.match(e.name) for e in ours)
+                if len(ours) < len(entries) or not written:
                     raise PairkitError(f"output {root} is a folder that is not a pairkit "
                                        "store; choose another path")
                 clear_store(root)  # a killed writer's leftovers: nothing was committed

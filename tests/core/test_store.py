@@ -166,6 +166,30 @@ def test_refuses_to_overwrite_without_force(tmp_path):
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize("name", ["items.parquet", "errors.jsonl"])
+def test_a_folder_of_a_users_generic_file_is_not_a_killed_writers(tmp_path, name):
+    """items.parquet and errors.jsonl are names pairkit writes, but common ones: a folder
+    holding only such a file of the user's was taken for a killed writer's leftovers and
+    emptied without --force. A killed writer leaves a shard or a versioned item table."""
+    from pairkit.errors import PairkitError
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / name).write_bytes(b"the user's own table")
+    for force in (False, True):
+        with pytest.raises(PairkitError, match="not a pairkit store"):
+            write_store(folder, np.eye(3, dtype=np.float32), _items(3), force=force)
+    assert (folder / name).read_bytes() == b"the user's own table"
+    # a killed writer's files (a shard, the versioned items, errors.jsonl) are cleared
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    np.save(killed / "embeddings-00000.npy", np.eye(3, dtype=np.float16))
+    _items(3).to_parquet(killed / "items-00001.parquet")
+    (killed / "errors.jsonl").write_text("")
+    write_store(killed, np.eye(3, dtype=np.float32), _items(3))
+    assert Store.open(killed).count == 3 and not (killed / "errors.jsonl").exists()
+
+
 def test_resume_removes_what_the_manifest_never_committed(tmp_path):
     """An append killed after its shard and item table but before the manifest leaves
     files the manifest does not name: readers never see them, resume removes them."""
