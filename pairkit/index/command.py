@@ -35,14 +35,20 @@ def index_to_files(store: Path, cfg: IndexOptions, *, force: bool = False) -> st
                         pq_m=cfg.pq_m, hnsw_m=cfg.hnsw_m, ef_search=cfg.ef_search,
                         float16=cfg.float16, seed=cfg.seed).resolved(st.count, st.dim)
     path = index_paths(st.root, spec.kind)[0]
-    saved = saved_spec(st.root, spec.kind, st.content_id)
-    if saved is not None and not force:
-        if replace(saved, ef_construction=spec.ef_construction).build_fields() == \
-                spec.build_fields():
+    saved = None if force else saved_spec(st.root, spec.kind, st.content_id)
+    if saved is not None:
+        # as resolved now (an older pairkit recorded the other kinds' knobs too)
+        saved = replace(saved, ef_construction=spec.ef_construction).resolved(st.count,
+                                                                               st.dim)
+        if saved.build_fields() == spec.build_fields():
             return f"index {path} is up to date ({spec.describe()} over {st.count:,} rows); " \
                    "nothing to do"
-        raise PairkitError(f"index {path} exists with other options ({saved.describe()}, "
-                           f"asked for {spec.describe()}); pass --force to rebuild it")
+        what = saved.differences(spec)
+        raise PairkitError(f"index {path} exists with other options ({what}); pass --force "
+                           "to rebuild it")
+    if cfg.nlist and spec.nlist is not None and cfg.nlist > spec.nlist:
+        reason = "; ".join(filter(None, [reason, f"--nlist {cfg.nlist} cut to the "
+                                                 f"{st.count:,} rows"]))
     t0 = time.perf_counter()
     path = build_and_save(st.vectors("float32"), spec, st.root, st.content_id, force=force)
     return (f"built {spec.describe()} over {st.count:,} rows of dim {st.dim} in "

@@ -93,6 +93,9 @@ def trained_ivf(vectors: Any, spec: IndexOptions) -> tuple[Any, Any]:
     else:
         index = faiss.IndexIVFFlat(quantizer, d, spec.nlist, metric)
     index.cp.seed = spec.seed
+    # the cells are pairkit's choice (default_nlist keeps 39 rows per cell) or the user's
+    # --nlist: no raw FAISS warning for fewer training rows than it likes
+    index.cp.min_points_per_centroid = 1
     max_train = max(64 * int(spec.nlist), 10_000 if spec.kind == "ivfpq" else 0)
     if n > max_train:
         rng = np.random.default_rng(spec.seed)

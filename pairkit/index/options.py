@@ -72,7 +72,17 @@ class IndexOptions:
         ``dim`` (``kind`` must be one of :data:`KINDS`)."""
         if self.kind not in KINDS:
             raise PairkitError(f"--index must be one of {', '.join(KINDS)}, got {self.kind}")
+        # the knobs of other kinds back to their defaults: they build nothing here, so a
+        # saved index neither records nor compares them
+        default = IndexOptions()
         spec = self
+        if self.kind not in ("ivf", "ivfpq"):
+            spec = replace(spec, nlist=None, nprobe=None, seed=default.seed)
+        if self.kind != "ivfpq":
+            spec = replace(spec, pq_m=None)
+        if self.kind != "hnsw":
+            spec = replace(spec, hnsw_m=default.hnsw_m, ef_search=None,
+                           ef_construction=default.ef_construction)
         if self.kind in ("ivf", "ivfpq"):
             nlist = self.nlist or default_nlist(n)
             nlist = max(1, min(nlist, n))
@@ -87,6 +97,12 @@ class IndexOptions:
                 raise UsageError(f"--hnsw-m must be >= 2, got {self.hnsw_m}")
             spec = replace(spec, ef_search=self.ef_search or 128)
         return spec
+
+    def differences(self, other: IndexOptions) -> str:
+        """The build fields on which ``other`` differs, e.g. ``nlist 2, asked for 3``."""
+        mine, theirs = self.build_fields(), other.build_fields()
+        return "; ".join(f"{k.replace('_', ' ')} {mine[k]}, asked for {theirs[k]}"
+                         for k in BUILD_FIELDS if mine[k] != theirs[k])
 
     def describe(self) -> str:
         """Short human description, e.g. ``ivf(nlist=447, nprobe=28)``."""

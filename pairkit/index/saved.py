@@ -51,6 +51,9 @@ def save_index(
         remove_stale_temps(fpath.parent, lambda name: name.endswith((".faiss", ".json")))
         if not is_cpu(index):
             index = faiss.index_gpu_to_cpu(index)
+        # the old description goes before the new bytes take its file's name: a kill in
+        # between leaves no saved index (rebuilt), never a description of other bytes
+        jpath.unlink(missing_ok=True)
         with atomic_path(fpath) as tmp:
             faiss.write_index(index, str(tmp))
             with open(tmp, "rb") as fh:
@@ -106,7 +109,22 @@ def saved_spec(store_root: str | os.PathLike[str], kind: str,
     meta = read_index_meta(jpath)
     if meta is None or not fpath.is_file() or meta.get("content_id") != content_id:
         return None
+    verify_bytes(fpath, meta)
     return IndexOptions.from_build_fields(meta.get("spec"))
+
+
+def verify_bytes(fpath: Path, meta: dict[str, Any]) -> None:
+    """PairkitError unless ``fpath``'s size and sha256 are those ``meta`` records."""
+    try:
+        with open(fpath, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            ok = size == meta.get("bytes") and sha256_fd(fh) == meta.get("sha256")
+    except OSError as exc:
+        raise PairkitError(f"saved index {fpath} is unreadable ({exc.strerror}); rebuild it "
+                           "with pairkit index --force") from None
+    if not ok:
+        raise PairkitError(f"saved index {fpath} does not match its checksum (damaged or "
+                           "replaced): rebuild it with pairkit index --force")
 
 
 def read_index_meta(jpath: Path) -> dict[str, Any] | None:
@@ -137,16 +155,7 @@ def load_index(
         return None
     if meta.get("content_id") != content_id or meta.get("count") != count:
         return None
-    try:
-        with open(fpath, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            ok = size == meta.get("bytes") and sha256_fd(fh) == meta.get("sha256")
-    except OSError as exc:
-        raise PairkitError(f"saved index {fpath} is unreadable ({exc.strerror}); rebuild it "
-                           "with pairkit index --force") from None
-    if not ok:
-        raise PairkitError(f"saved index {fpath} does not match its checksum (damaged or "
-                           "replaced): rebuild it with pairkit index --force")
+    verify_bytes(fpath, meta)
     try:
         index = faiss.read_index(str(fpath))
     except Exception as exc:

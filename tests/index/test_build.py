@@ -273,3 +273,15 @@ def test_dedup_gpu_search_path_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
     on_gpu = pairs("cuda", 4)
     assert len(on_gpu) > 100 and on_gpu == pairs("cpu", 64)
+
+
+def test_a_small_ivf_trains_without_faiss_raw_warning(capfd) -> None:
+    """FAISS printed "WARNING clustering 200 points to 100 centroids: please provide at
+    least 3900 training points" on stderr for any small store with its cells: pairkit's
+    cells are its own choice (default_nlist keeps 39 rows per cell; --nlist is the user's)."""
+    x = np.random.default_rng(0).normal(size=(200, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    for n in (200, 1):
+        index = build_index(x[:n], IndexOptions(kind="ivf", nlist=100).resolved(n, 8))
+        assert index.ntotal == n
+    assert "WARNING" not in capfd.readouterr().err

@@ -75,3 +75,59 @@ def test_edited_or_old_descriptions_are_not_trusted(indexed):
     p = open_searcher(x, IndexOptions(kind="flat", device="cpu"), store_root=indexed.root,
                       content_id=indexed.content_id)
     assert p.origin == "built"
+
+
+def test_index_does_not_call_a_damaged_file_up_to_date(indexed):
+    """`pairkit index` looked only at the description: a damaged .faiss was "up to date"
+    while every mine stopped on its checksum."""
+    fpath, _ = index_paths(indexed.root, "flat")
+    data = bytearray(fpath.read_bytes())
+    data[len(data) // 2] ^= 16
+    fpath.write_bytes(bytes(data))
+    r = runner.invoke(app, ["index", str(indexed.root), "--index", "flat"])
+    assert r.exit_code == 1 and "does not match its checksum" in r.output, r.output
+    r = runner.invoke(app, ["index", str(indexed.root), "--index", "flat", "--force", "-q"])
+    assert r.exit_code == 0, r.output
+    assert load_index(indexed.root, "flat", indexed.content_id, indexed.count) is not None
+
+
+def test_a_rebuild_killed_between_its_files_leaves_no_torn_pair(indexed, monkeypatch):
+    """The new .faiss was renamed into place before its description was written: killed
+    in between, the old description named the new bytes ("up to date", then a checksum
+    error in mine). The old description goes first now: a kill leaves no saved index."""
+    import pairkit.index.saved as saved
+    from pairkit.index.command import index_to_files
+
+    index_to_files(indexed.root, IndexOptions(kind="hnsw"))
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(saved, "dump_sealed", killed)
+    with pytest.raises(KeyboardInterrupt):
+        index_to_files(indexed.root, IndexOptions(kind="hnsw", hnsw_m=16), force=True)
+    monkeypatch.undo()
+    assert load_index(indexed.root, "hnsw", indexed.content_id, indexed.count) is None
+    r = runner.invoke(app, ["index", str(indexed.root), "--index", "hnsw"])
+    assert r.exit_code == 0 and "built hnsw" in r.output, r.output
+    assert load_index(indexed.root, "hnsw", indexed.content_id, indexed.count) is not None
+
+
+def test_options_the_kind_does_not_use_are_not_recorded(indexed):
+    """--nlist on flat, --seed on hnsw did nothing, yet were saved and compared: the rerun
+    was refused with "exists with other options (flat, asked for flat)"."""
+    from pairkit.index.command import index_to_files
+
+    assert IndexOptions(kind="flat", nlist=7, seed=3, hnsw_m=8).resolved(120, 8) == \
+        IndexOptions(kind="flat").resolved(120, 8)
+    assert IndexOptions(kind="hnsw", seed=3, nlist=5).resolved(120, 8) == \
+        IndexOptions(kind="hnsw").resolved(120, 8)
+    r = runner.invoke(app, ["index", str(indexed.root), "--index", "flat", "--nlist", "7"])
+    assert r.exit_code == 0 and "up to date" in r.output, r.output
+    index_to_files(indexed.root, IndexOptions(kind="ivf", nlist=2), force=True)
+    r = runner.invoke(app, ["index", str(indexed.root), "--index", "ivf", "--nlist", "3"])
+    assert r.exit_code == 1 and "nlist 2, asked for 3" in r.output, r.output
+    # more cells than rows: cut, and said
+    r = runner.invoke(app, ["index", str(indexed.root), "--index", "ivf", "--nlist", "500",
+                            "--force"])
+    assert r.exit_code == 0 and "--nlist 500 cut to the 120 rows" in r.output, r.output
