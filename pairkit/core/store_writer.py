@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pairkit import __version__
-from pairkit.core.atomic import atomic_open, atomic_path, fsync_dir, fsync_file, remove_stale_temps
+from pairkit.core.atomic import (
+    TEMP_RE,
+    atomic_open,
+    atomic_path,
+    fsync_dir,
+    fsync_file,
+    remove_stale_temps,
+)
 from pairkit.core.integrity import dump_sealed, sha256_fd, shard_sums
 from pairkit.core.items import normalize_items
 from pairkit.core.lock import LOCK_NAME, is_held, writer_lock
@@ -72,22 +79,43 @@ def prepare_store_dir(path: str | os.PathLike[str], force: bool) -> Path:
         raise PairkitError(f"output {root} is an existing file, expected a store folder")
     with writer_lock(root, "store"):
         remove_stale_temps(root, is_ours)
-        entries = [e for e in root.iterdir() if e.name != LOCK_NAME]
-        if entries:
-            ours = [e for e in entries if is_ours(e.name)]
-            if not (root / MANIFEST).exists():
-                # a killed writer leaves a shard or a versioned item table; items.parquet
-                # or errors.jsonl alone are as likely a user's own files
-                written = any(SHARD_RE.match(e.name) or ITEMS_RE.match(e.name) for e in ours)
-                if len(ours) < len(entries) or not written:
-                    raise PairkitError(f"output {root} is a folder that is not a pairkit "
-                                       "store; choose another path")
-                clear_store(root)  # a killed writer's leftovers: nothing was committed
-            elif not force:
-                raise PairkitError(f"store {root} exists; pass --force to replace it")
-            else:
-                clear_store(root)
+        if check_store_dir(root, force):
+            clear_store(root)
     return root
+
+
+def check_store_dir(root: Path, force: bool) -> bool:
+    """Whether the local folder ``root`` holds files a new store there replaces (a killed
+    writer's leftovers, or an old store with ``force``); PairkitError when it can't take
+    one (a file, a folder of other files, a store without ``force``). Reads only: a
+    command checks its output with it before any heavy work (:func:`prepare_store_dir`
+    checks again under the lock)."""
+    if root.exists() and not root.is_dir():
+        raise PairkitError(f"output {root} is an existing file, expected a store folder")
+    if not root.exists():
+        return False
+    entries = [e for e in root.iterdir() if e.name != LOCK_NAME and not our_temp(e.name)]
+    if not entries:
+        return False
+    ours = [e for e in entries if is_ours(e.name)]
+    if not (root / MANIFEST).exists():
+        # a killed writer leaves a shard or a versioned item table; items.parquet or
+        # errors.jsonl alone are as likely a user's own files
+        written = any(SHARD_RE.match(e.name) or ITEMS_RE.match(e.name) for e in ours)
+        if len(ours) < len(entries) or not written:
+            raise PairkitError(f"output {root} is a folder that is not a pairkit store; "
+                               "choose another path")
+        return True  # nothing was committed: cleared without force
+    if not force:
+        raise PairkitError(f"store {root} exists; pass --force to replace it")
+    return True
+
+
+def our_temp(name: str) -> bool:
+    """Whether ``name`` is the temp file of one of pairkit's store files (a killed
+    writer's: :func:`~pairkit.core.atomic.remove_stale_temps` removes them)."""
+    m = TEMP_RE.match(name)
+    return bool(m) and is_ours(m.group("target"))
 
 
 def clear_store(root: Path) -> None:

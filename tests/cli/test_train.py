@@ -46,9 +46,21 @@ def test_train_then_project(tmp_path):
     assert out.encoder["head"]["head"]["out_dim"] == 8
     want = load_head(tmp_path / "h").apply(store.vectors())
     np.testing.assert_allclose(out.vectors(), want, atol=1e-6)
-    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(tmp_path / "h"),
-                            "-o", str(tmp_path / "p")])
-    assert r.exit_code == 1 and "exists; pass --force" in r.stderr
+    # an existing store or file at -o: refused before the head loads or a row is read
+    import pairkit.train.head as head_module
+
+    real_load = head_module.load_head
+    head_module.load_head = lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded"))
+    try:
+        r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head",
+                                str(tmp_path / "h"), "-o", str(tmp_path / "p")])
+        assert r.exit_code == 1 and "exists; pass --force" in r.stderr, r.output
+        (tmp_path / "a.csv").write_text("x")
+        r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head",
+                                str(tmp_path / "h"), "-o", str(tmp_path / "a.csv")])
+        assert r.exit_code == 1 and "is an existing file" in r.stderr, r.output
+    finally:
+        head_module.load_head = real_load
     r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
                             "--relation", "instance", *FAST])
     assert r.exit_code == 1
