@@ -472,8 +472,11 @@ def cross_links(vectors: np.ndarray, n_first: int, check: Any, *,
     if not len(both):
         return out
     unit_members = _members_by_unit(node_unit, units.n_units)
-    for comp in both:
-        in_comp = np.flatnonzero(node_comp == comp)
+    # the nodes of those components, component by component (one sort, not a scan each)
+    nodes_in = np.flatnonzero(np.isin(node_comp, both))
+    nodes_in = nodes_in[np.argsort(node_comp[nodes_in], kind="stable")]
+    bounds = np.flatnonzero(np.diff(node_comp[nodes_in])) + 1
+    for in_comp in np.split(nodes_in, bounds):
         second_units = np.unique(node_unit[in_comp[~first[in_comp]]])
         for node in in_comp[first[in_comp]]:
             u = int(node_unit[node])
