@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,26 +28,13 @@ if TYPE_CHECKING:
     from pairkit.train.config import TrainResult
 
 
-def open_store(path: str | os.PathLike[str], verify: bool = True) -> Store:
-    """Open the last committed snapshot of the store at ``path``.
-
-    ``store.vectors()`` is the (N, dim) float32 array of L2-normalised embeddings,
-    ``store.items`` the item table (id, path, source, view, label, file_sha256),
-    ``store.labels()`` an object (N,) array or None. ``verify`` checks every file's
-    sha256 now (as the commands do).
-    """
-    from pairkit.core.store import Store
-
-    return Store.open(path, verify=verify)
-
-
-def _open(store: Any) -> Store:
+def _open(store: Store | str | os.PathLike[str]) -> Store:
     from pairkit.core.store import Store
 
     return store if isinstance(store, Store) else Store.open(store)
 
 
-def _root(store: Any) -> Any:
+def _root(store: Store | str | os.PathLike[str]) -> Any:
     """A store's folder (or ``s3://`` URL) as the commands take it."""
     from pairkit.core.store import Store
 
@@ -78,35 +65,127 @@ _SCALARS: dict[str, tuple[type, ...]] = {"int": (numbers.Integral,), "float": (n
                                         "str": (str,), "bool": (bool,)}
 
 
+def _alternatives(kind: str) -> list[str]:
+    """The members of the annotation ``kind``'s top-level union: ``"str | os.PathLike[str]
+    | None"`` -> ``["str", "os.PathLike[str]", "None"]`` (a ``|`` inside brackets stays)."""
+    out, depth, start = [], 0, 0
+    for n, char in enumerate(kind):
+        depth += char == "["
+        depth -= char == "]"
+        if char == "|" and depth == 0:
+            out.append(kind[start:n].strip())
+            start = n + 1
+    return [*out, kind[start:].strip()]
+
+
+def _element(kind: str) -> str | None:
+    """``"tuple[int, ...]"`` / ``"Sequence[int]"`` -> ``"int"``; None for another kind."""
+    for head, tail in (("tuple[", ", ...]"), ("Sequence[", "]")):
+        if kind.startswith(head) and kind.endswith(tail):
+            return kind[len(head):-len(tail)]
+    return None
+
+
+def _is_list(value: Any) -> bool:
+    return not isinstance(value, (str, bytes)) and hasattr(value, "__iter__") \
+        and not isinstance(value, Mapping)
+
+
+def _matches(kind: str, value: Any) -> bool | None:
+    """Whether ``value`` is of the single (non-union, non-list) annotation ``kind``; None
+    for a kind this check does not know (``Any``, ``Path`` ...): anything goes."""
+    want = _SCALARS.get(kind)
+    if want is not None:  # a bool is not a number
+        return isinstance(value, want) and isinstance(value, bool) == (kind == "bool")
+    if kind == "None":
+        return value is None
+    if kind.startswith("os.PathLike"):
+        return isinstance(value, os.PathLike)
+    if kind.startswith("Callable"):
+        return callable(value)
+    if kind.startswith("dict["):
+        return isinstance(value, Mapping)
+    if kind == "Store":
+        from pairkit.core.store import Store
+
+        return isinstance(value, Store)
+    if kind == "pd.DataFrame":
+        import pandas as pd
+
+        return isinstance(value, pd.DataFrame)
+    return None
+
+
+def _describe(kind: str, article: bool = True) -> str:
+    """How an error names the annotation ``kind``: "an int", "a list of str", "None"."""
+    inner = _element(kind)
+    if inner is not None:
+        return "a list" + (f" of {' or '.join(_describe(k, False) for k in _alternatives(inner))}"
+                           if any(_matches(k, 0) is not None for k in _alternatives(inner))
+                           else "")
+    name = {"pd.DataFrame": "DataFrame", "Callable": "callable", "dict": "dict",
+            "os.PathLike": "os.PathLike"}.get(kind.partition("[")[0], kind)
+    if not article or name == "None":
+        return name
+    return ("an " if name[0] in "aeiouAEIO" else "a ") + name
+
+
 def _check_value(key: str, kind: str, value: Any) -> Any:
-    """``value`` of the option ``key`` whose field is annotated ``kind`` ("int",
-    "float | None", "tuple[int, ...]" ...), numbers as Python's and a list of a tuple field
-    as a tuple: UsageError for another type (a bool is not a number, a string not a list)
-    or for what the command refuses (NaN, below its minimum:
-    :func:`pairkit.core.options.check_value`)."""
+    """``value`` of the option or parameter ``key`` annotated ``kind`` ("int", "float |
+    None", "tuple[int, ...]", "str | os.PathLike[str] | None", "Sequence[int] | int" ...):
+    numbers as Python's and a list (any iterable but a string) as a tuple. UsageError for
+    another type (a bool is not a number, a string not a list: "resume must be a bool, got
+    'no'") or for what the command refuses (NaN, below its minimum:
+    :func:`pairkit.core.options.check_value`). A kind this does not know (``Any``,
+    ``Path``) takes anything."""
     from pairkit.core.options import check_value
 
-    base, _, none = kind.partition(" | ")
-    if value is None and (none == "None" or base not in _SCALARS and not
-                          base.startswith("tuple[")):
+    kinds = _alternatives(kind)
+    singles = [k for k in kinds if _element(k) is None]
+    lists = [k for k in kinds if _element(k) is not None]
+    if any(_matches(k, value) is None for k in singles):
         return value
-    if base.startswith("tuple[") and base.endswith(", ...]"):
-        inner = _SCALARS.get(base[6:-6])
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-            raise UsageError(f"{key} must be a list, got {value!r}")
-        value = tuple(value)
-        if inner is not None and any(isinstance(v, bool) != (inner == (bool,))
-                                     or not isinstance(v, inner) for v in value):
-            raise UsageError(f"{key} must be a list of {base[6:-6]}, got {list(value)!r}")
-        return tuple(_plain(base[6:-6], v) for v in value)
-    want = _SCALARS.get(base)
-    if want is not None:
-        if isinstance(value, bool) != (base == "bool") or not isinstance(value, want):
-            raise UsageError(f"{key} must be {'a' if base != 'int' else 'an'} {base}"
-                             f"{' or None' if none == 'None' else ''}, got {value!r}")
-        value = _plain(base, value)
-        check_value("--" + key.replace("_", "-"), value)
-    return value
+    for k in singles:
+        if _matches(k, value):
+            if k in ("int", "float"):
+                value = _plain(k, value)
+                check_value("--" + key.replace("_", "-"), value)
+            return value
+    if lists and _is_list(value):
+        items = tuple(value)
+        for k in lists:
+            inner = _alternatives(_element(k) or "")
+            if all(any(_matches(i, v) is not False for i in inner) for v in items):
+                return tuple(_plain(next(i for i in inner if _matches(i, v) is not False), v)
+                             for v in items)
+        raise UsageError(f"{key} must be {_describe(lists[0])}, got {list(items)!r}")
+    if lists and (not singles or singles == ["None"]):
+        raise UsageError(f"{key} must be a list, got {value!r}")
+    last = singles[-1:] if singles[-1:] == ["None"] else []  # "... or None" comes last
+    named = [_describe(k) for k in (*singles[:len(singles) - len(last)], *lists, *last)]
+    wanted = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} or {named[-1]}"
+    raise UsageError(f"{key} must be {wanted}, got {value!r}")
+
+
+def _checked(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` with its declared parameters checked against their annotations
+    (:func:`_check_value`) before it runs, as ``**options`` are checked against the
+    config's fields: every API function's one check of what it was given."""
+    import functools
+    import inspect
+
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        for name, value in bound.arguments.items():
+            param = signature.parameters[name]
+            if param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+                bound.arguments[name] = _check_value(name, str(param.annotation), value)
+        return func(*bound.args, **bound.kwargs)
+
+    return checked
 
 
 def _plain(kind: str, value: Any) -> Any:
@@ -114,6 +193,21 @@ def _plain(kind: str, value: Any) -> Any:
     return int(value) if kind == "int" else float(value) if kind == "float" else value
 
 
+@_checked
+def open_store(path: str | os.PathLike[str], verify: bool = True) -> Store:
+    """Open the last committed snapshot of the store at ``path``.
+
+    ``store.vectors()`` is the (N, dim) float32 array of L2-normalised embeddings,
+    ``store.items`` the item table (id, path, source, view, label, file_sha256),
+    ``store.labels()`` an object (N,) array or None. ``verify`` checks every file's
+    sha256 now (as the commands do).
+    """
+    from pairkit.core.store import Store
+
+    return Store.open(path, verify=verify)
+
+
+@_checked
 def embed_images(images: str | os.PathLike[str], store: str | os.PathLike[str], *,
                  model: str = "openclip/ViT-B-32", progress: Any = None,
                  **options: Any) -> Store:
@@ -137,9 +231,12 @@ def embed_images(images: str | os.PathLike[str], store: str | os.PathLike[str], 
     return open_store(store)
 
 
-def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
-               format: str = "triplet", filter_false_negatives: bool = False,
-               fn_rules: str | None = None, fn_options: dict[str, Any] | None = None,
+@_checked
+def mine_pairs(store: Store | str | os.PathLike[str], *, hard: bool = True,
+               relation: str | None = None, format: str = "triplet",
+               filter_false_negatives: bool = False,
+               fn_rules: str | Sequence[str] | None = None,
+               fn_options: dict[str, Any] | None = None,
                positives: int | None = None, positive_neighbours: int | None = None,
                positive_whitening: float | None = None, as_dataset: bool = False,
                **options: Any) -> pd.DataFrame | Any:
@@ -167,11 +264,22 @@ def mine_pairs(store: Any, *, hard: bool = True, relation: str | None = None,
 
     if not filter_false_negatives and (fn_rules is not None or fn_options):
         raise UsageError("fn_rules and fn_options need filter_false_negatives=True")
-    mine_kw, index_kw = _split_options(options, MineConfig, IndexOptions)
+    if isinstance(fn_rules, tuple):
+        fn_rules = ",".join(fn_rules)
+    options = dict(options)
+    if "dtype" in options:  # the command's --dtype float16|float32: the field float16
+        dtype = options.pop("dtype")
+        if dtype not in ("float16", "float32"):
+            raise UsageError(f"dtype must be float16 or float32, got {dtype!r}")
+        options["float16"] = dtype == "float16"
+    given_as = {MINE_NAMES.get(k, k): k for k in options}
+    options = {MINE_NAMES.get(k, k): v for k, v in options.items()}
+    mine_kw, index_kw = _split_options(options, MineConfig, IndexOptions, given_as=given_as)
     if not hard:
         for key in HARD_ONLY:
             if key in mine_kw or key in index_kw:
-                raise UsageError(f"{key} needs hard=True (it shapes the hard search)")
+                raise UsageError(f"{given_as.get(key, key)} needs hard=True (it shapes the "
+                                 "hard search)")
     fn_kw = dict(fn_options or {})
     cluster_k = fn_kw.pop("cluster_k", None)
     (fn_kw,) = _split_options(fn_kw, FalseNegativeConfig)
@@ -193,19 +301,26 @@ HARD_ONLY = ("range_min", "range_max", "sampling", "sampling_temperature", "kind
              "float16")
 
 
+# mine's options by the command's names -> MineConfig's / IndexOptions' fields (--dtype
+# float16 is the bool float16: mine_pairs maps it)
+MINE_NAMES = {"index": "kind"}
+
 # eval's options by the command's names -> EvalConfig's fields
 EVAL_NAMES = {"knn_k": "knn_ks", "recall_k": "recall_ks", "retrieval_gallery": "gallery",
               "batch_size": "block_rows"}
 
 
-def find_duplicates(store: Any, *, threshold: float | None = None, keep: str = "best",
+@_checked
+def find_duplicates(store: Store | str | os.PathLike[str], *,
+                    threshold: float | None = None, keep: str = "best",
                     exact_only: bool = False, drop: bool = False,
                     warn: Callable[[str], None] | None = None,
                     **options: Any) -> pd.DataFrame:
     """Exact and near-duplicate groups of a store's sources (``pairkit dedup``).
 
-    Returns one row per source in a group: group, id, path, keep (bool), match
-    (exact | near), score; the summary is in ``table.attrs["summary"]``. ``drop``: only
+    Returns one row per source in a group: group, id, path, keep (bool), similarity,
+    match (keep | exact | near), keep_reason (why the kept row was kept; None on the others)
+    (docs/dedup.md#output); the summary is in ``table.attrs["summary"]``. ``drop``: only
     the rows to remove. ``options``: :class:`pairkit.mine.dedup.DedupConfig` fields
     (``batch_size``, ``device``, ``backend``, ``absolute``).
     """
@@ -220,8 +335,9 @@ def find_duplicates(store: Any, *, threshold: float | None = None, keep: str = "
     return table
 
 
-def train_head(store: Any, output: str | os.PathLike[str],
-               pairs: str | pd.DataFrame | None = None, *, resume: bool = False,
+@_checked
+def train_head(store: Store | str | os.PathLike[str], output: str | os.PathLike[str],
+               pairs: str | os.PathLike[str] | pd.DataFrame | None = None, *, resume: bool = False,
                force: bool = False, **options: Any) -> TrainResult:
     """Train a contrastive head on a store's embeddings into the folder ``output``
     (``pairkit train``): pairs from a pair table (a DataFrame from :func:`mine_pairs` or
@@ -241,11 +357,17 @@ def train_head(store: Any, output: str | os.PathLike[str],
     options = dict(options)
     if "loss" in options:
         options["name"] = options.pop("loss")
+    if isinstance(options.get("pair_whitening"), str):  # the command's --pair-whitening all
+        if options["pair_whitening"] != "all":
+            raise UsageError(f"pair_whitening must be an int, None or 'all', got "
+                             f"{options['pair_whitening']!r}")
+        options["pair_whitening"] = None
     train_kw, loss_kw = _split_options(options, TrainConfig, LossConfig)
     cfg = TrainConfig(loss=LossConfig(**loss_kw), **train_kw)
     return train_to_files(store, output, cfg, pairs=pairs, resume=resume, force=force)
 
 
+@_checked
 def load_head(path: str | os.PathLike[str]) -> Any:
     """A trained head (:class:`pairkit.train.head.Head`): ``head.apply(vectors)`` maps
     (n, in_dim) embeddings to L2-normalised (n, out_dim) float32."""
@@ -254,10 +376,15 @@ def load_head(path: str | os.PathLike[str]) -> Any:
     return load(path)
 
 
-def evaluate(store: Any, *, against: Any = None, test_fraction: float | None = None,
+@_checked
+def evaluate(store: Store | str | os.PathLike[str], *,
+             against: Store | str | os.PathLike[str] | None = None,
+             test_fraction: float | None = None,
              head: str | os.PathLike[str] | None = None, compare: bool = False,
-             metrics: str | None = None, plot: str | os.PathLike[str] | None = None,
-             maps: Sequence[str] = ("pca",), force: bool = False,
+             metrics: str | Sequence[str] | None = None,
+             plot: str | os.PathLike[str] | None = None,
+             maps: str | Sequence[str] = ("pca",), force: bool = False,
+             include_same_source: bool | None = None,
              **options: Any) -> pd.DataFrame:
     """kNN, linear probe, retrieval and alignment / uniformity of a store (``pairkit
     eval``): a held-out fraction of its sources (``test_fraction``, 0.2 by default) or
@@ -282,11 +409,18 @@ def evaluate(store: Any, *, against: Any = None, test_fraction: float | None = N
         raise UsageError("test_fraction splits the store; against gives the queries: pick one")
     given_as = {EVAL_NAMES.get(k, k): k for k in options}
     options = {EVAL_NAMES.get(k, k): v for k, v in options.items()}
-    if "include_same_source" in options:  # the command's flag, the config's inverse
-        options["exclude_same_source"] = not options.pop("include_same_source")
+    if include_same_source is not None:  # the command's flag, the config's inverse
+        if "exclude_same_source" in options:
+            raise UsageError("include_same_source and exclude_same_source are one option: "
+                             "give one")
+        options["exclude_same_source"] = not include_same_source
     (kw,) = _split_options(options, EvalConfig, given_as=given_as)
     kw.setdefault("collect_scores", True)  # as the command: the score histograms
+    if isinstance(metrics, tuple):
+        metrics = ",".join(metrics)
     cfg = EvalConfig(metrics=parse_choices(metrics, METRICS, "metrics"), **kw)
+    # a str is the command's comma list ("pca,umap")
+    maps = tuple(m.strip() for m in maps.split(",")) if isinstance(maps, str) else maps
     results, _ = eval_to_files(
         _root(store), None if plot is None else Path(plot), cfg,
         against=None if against is None else _root(against),
@@ -297,8 +431,10 @@ def evaluate(store: Any, *, against: Any = None, test_fraction: float | None = N
                          for name, values in results.items()})
 
 
-def search(store: Any, images: Sequence[str | os.PathLike[str]] | str = (),
-           ids: Sequence[int] | int = (), texts: Sequence[str] | str = (), *, k: int = 10,
+@_checked
+def search(store: Store | str | os.PathLike[str],
+           images: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] = (),
+           ids: int | Sequence[int] = (), texts: str | Sequence[str] = (), *, k: int = 10,
            include_same_source: bool = False, device: str = "auto",
            checkpoint: str | os.PathLike[str] | None = None) -> pd.DataFrame:
     """Nearest neighbours in a store of image files (embedded with the store's encoder),
@@ -310,28 +446,35 @@ def search(store: Any, images: Sequence[str | os.PathLike[str]] | str = (),
     of a store embedded with ``--checkpoint`` (its sha256 must match). A single path, id
     or text is one query.
     """
+    from pairkit.core.devices import check_device
     from pairkit.index.query import QueryRequest, search_store
 
-    images = [images] if isinstance(images, (str, os.PathLike)) else list(images)
-    texts = [texts] if isinstance(texts, str) else list(texts)
-    ids = _check_value("ids", "tuple[int, ...]", [ids] if isinstance(ids, int) else ids)
-    _check_value("k", "int", k)
+    images = (images,) if isinstance(images, (str, os.PathLike)) else images
+    texts = (texts,) if isinstance(texts, str) else texts
+    ids = (ids,) if isinstance(ids, int) else ids
+    check_device(device)
+    for path in images:
+        if not Path(path).is_file():
+            raise UsageError(f"query image {os.fspath(path)} not found")
     return search_store(_open(store), QueryRequest(
-        images=tuple(str(p) for p in images), ids=tuple(int(i) for i in ids),
+        images=tuple(str(p) for p in images), ids=tuple(ids),
         texts=tuple(str(t) for t in texts), k=k, include_same_source=include_same_source,
         device=device,
         checkpoint=None if checkpoint is None else str(checkpoint)))
 
 
-def store_info(store: str | os.PathLike[str], verify: bool = True) -> dict[str, Any]:
+@_checked
+def store_info(store: Store | str | os.PathLike[str], verify: bool = True) -> dict[str, Any]:
     """What ``pairkit info`` prints, as a dict: counts, encoder, dims, views, labels,
     sizes, format version and whether every checksum holds (``verify``)."""
     from pairkit.core.info import store_info as info
 
-    return info(store, verify=verify)
+    return info(_root(store), verify=verify)
 
 
-def pairs_to_dataset(table: pd.DataFrame, store: Any = None, *,
+@_checked
+def pairs_to_dataset(table: pd.DataFrame,
+                     store: Store | str | os.PathLike[str] | None = None, *,
                      images: str = "paths") -> Any:
     """A pair table as a ``datasets.Dataset`` (``pip install datasets``): its columns, and
     with ``images="bytes"`` (needs ``store``) the image bytes of each path column
@@ -341,7 +484,9 @@ def pairs_to_dataset(table: pd.DataFrame, store: Any = None, *,
     return to_hf_dataset(table, None if store is None else _open(store), images=images)
 
 
-def pair_loader(table: pd.DataFrame | str | os.PathLike[str], store: Any, *,
+@_checked
+def pair_loader(table: pd.DataFrame | str | os.PathLike[str],
+                store: Store | str | os.PathLike[str], *,
                 transform: Callable[[Any], Any] | None = None, negatives: int | None = None,
                 batch_size: int = 32, shuffle: bool = True, num_workers: int = 0,
                 **loader_options: Any) -> Any:
@@ -352,12 +497,9 @@ def pair_loader(table: pd.DataFrame | str | os.PathLike[str], store: Any, *,
     has). See :class:`pairkit.train.pair_data.PairImages`."""
     import inspect
 
-    from pairkit.train.pair_data import PairImages, loader
-
-    negatives = _check_value("negatives", "int | None", negatives)
-    batch_size = _check_value("batch_size", "int", batch_size)
-    num_workers = _check_value("num_workers", "int", num_workers)
     from torch.utils.data import DataLoader
+
+    from pairkit.train.pair_data import PairImages, loader
 
     known = set(inspect.signature(DataLoader).parameters) - {"dataset"}
     unknown = sorted(set(loader_options) - known)
@@ -369,7 +511,8 @@ def pair_loader(table: pd.DataFrame | str | os.PathLike[str], store: Any, *,
                   **loader_options)
 
 
-def vectors(store: Any, dtype: Any = "float32") -> np.ndarray:
+@_checked
+def vectors(store: Store | str | os.PathLike[str], dtype: Any = "float32") -> np.ndarray:
     """The store's embeddings, (N, dim), L2-normalised, in ``dtype`` (float16, float32 or
     float64): a read-only view of the array the store object caches and searches, so
     that changing it can't change later results; ``.copy()`` it to change it."""

@@ -240,3 +240,160 @@ def test_docs_api_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     runner_.run(test)
     result = runner_.summarize(verbose=False)
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed"
+
+
+# -- found by the docs hunt (hunt-c, 2026-12): the parameters the functions declare
+# themselves skipped the checks of the keyword options; "no" switched a flag on
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda s, p: pairkit.find_duplicates(s, exact_only="no"),
+     "exact_only must be a bool, got 'no'"),
+    (lambda s, p: pairkit.find_duplicates(s, threshold="0.9"),
+     "threshold must be a float or None, got '0.9'"),
+    (lambda s, p: pairkit.find_duplicates(s, drop=1), "drop must be a bool, got 1"),
+    (lambda s, p: pairkit.evaluate(s, include_same_source="no"),
+     "include_same_source must be a bool or None, got 'no'"),
+    (lambda s, p: pairkit.evaluate(s, compare="yes"), "compare must be a bool, got 'yes'"),
+    (lambda s, p: pairkit.mine_pairs(s, hard="yes"), "hard must be a bool, got 'yes'"),
+    (lambda s, p: pairkit.mine_pairs(s, as_dataset="x"), "as_dataset must be a bool, got 'x'"),
+    (lambda s, p: pairkit.train_head(s, p / "h", relation="instance", resume="x"),
+     "resume must be a bool, got 'x'"),
+    (lambda s, p: pairkit.train_head(s, p / "h", relation="instance", force="no"),
+     "force must be a bool, got 'no'"),
+    (lambda s, p: pairkit.pair_loader(pd.DataFrame(), s, shuffle="x"),
+     "shuffle must be a bool, got 'x'"),
+    (lambda s, p: pairkit.search(s, ids=[0], include_same_source="no"),
+     "include_same_source must be a bool, got 'no'"),
+    (lambda s, p: pairkit.search(s, ids=[0], device="gpu"),
+     "--device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+    (lambda s, p: pairkit.open_store(s.root, verify="no"), "verify must be a bool, got 'no'"),
+    (lambda s, p: pairkit.store_info(s.root, verify="no"), "verify must be a bool, got 'no'"),
+    # wrong types that ended in a raw TypeError / AttributeError deep inside
+    (lambda s, p: pairkit.mine_pairs(s, relation=5), "relation must be a str or None, got 5"),
+    (lambda s, p: pairkit.mine_pairs(s, format=3), "format must be a str, got 3"),
+    (lambda s, p: pairkit.mine_pairs(s, filter_false_negatives=True, positives="3"),
+     "positives must be an int or None, got '3'"),
+    (lambda s, p: pairkit.mine_pairs(s, filter_false_negatives=True, positive_neighbours=2.5),
+     "positive_neighbours must be an int or None, got 2.5"),
+    (lambda s, p: pairkit.mine_pairs(s, filter_false_negatives=True, positive_whitening="x"),
+     "positive_whitening must be a float or None, got 'x'"),
+    (lambda s, p: pairkit.mine_pairs(s, filter_false_negatives=True, fn_rules=[1]),
+     "fn_rules must be a list of str, got [1]"),
+    (lambda s, p: pairkit.mine_pairs(s, filter_false_negatives=True, fn_options=[1]),
+     "fn_options must be a dict or None, got [1]"),
+    (lambda s, p: pairkit.mine_pairs(5), "store must be a Store, a str or an os.PathLike, got 5"),
+    (lambda s, p: pairkit.evaluate(s, test_fraction="0.2"),
+     "test_fraction must be a float or None, got '0.2'"),
+    (lambda s, p: pairkit.evaluate(s, test_fraction=float("nan")),
+     "--test-fraction must be a number, got nan"),
+    (lambda s, p: pairkit.evaluate(s, metrics=5), "metrics must be a str, a list of str or None"),
+    (lambda s, p: pairkit.evaluate(s, head=5), "head must be a str, an os.PathLike or None"),
+    (lambda s, p: pairkit.evaluate(s, plot=p / "pl", maps=[1]),
+     "maps must be a list of str, got [1]"),
+    (lambda s, p: pairkit.train_head(s, p / "h", pairs=5, epochs=1),
+     "pairs must be a str, an os.PathLike, a DataFrame or None, got 5"),
+    (lambda s, p: pairkit.pairs_to_dataset(5), "table must be a DataFrame, got 5"),
+    (lambda s, p: pairkit.embed_images(p / "photos", p / "s2", model=None),
+     "model must be a str, got None"),
+    (lambda s, p: pairkit.search(s, images=[5]),
+     "images must be a list of str or os.PathLike, got [5]"),
+    (lambda s, p: pairkit.search(s, ids=[0], k="3"), "k must be an int, got '3'"),
+    (lambda s, p: pairkit.find_duplicates(s, warn="print"),
+     "warn must be a callable or None, got 'print'"),
+])
+def test_declared_parameters_are_checked_as_options_are(store, tmp_path: Path, call,
+                                                         message) -> None:
+    from pairkit.errors import UsageError
+
+    with pytest.raises(UsageError, match="^" + re_escape(message)):
+        call(store, tmp_path)
+    assert not (tmp_path / "h").exists() and not (tmp_path / "s2").exists()  # before any work
+
+
+def re_escape(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+def test_declared_parameters_take_numpy_numbers_lists_and_paths(store, tmp_path: Path) -> None:
+    """What the check lets through is what the functions did with a plain value."""
+    pd.testing.assert_frame_equal(pairkit.search(store, ids=np.array([3]), k=np.int64(2)),
+                                  pairkit.search(store, ids=[3], k=2))
+    a = pairkit.mine_pairs(store, filter_false_negatives=True,
+                           fn_rules=["label", "mutual-neighbour"],
+                           positives=np.int64(2), positive_whitening=np.float32(0.5))
+    b = pairkit.mine_pairs(store, filter_false_negatives=True, fn_rules="label,mutual-neighbour",
+                           positives=2, positive_whitening=0.5)
+    pd.testing.assert_frame_equal(a, b)
+    pd.testing.assert_frame_equal(pairkit.evaluate(store, metrics=["knn", "geometry"]),
+                                  pairkit.evaluate(store, metrics="knn,geometry"))
+    # include_same_source is the inverse of EvalConfig's exclude_same_source
+    pd.testing.assert_frame_equal(
+        pairkit.evaluate(store, against=store, include_same_source=True, metrics="knn"),
+        pairkit.evaluate(store, against=store, exclude_same_source=False, metrics="knn"))
+    assert pairkit.evaluate(store, against=store, include_same_source=True,
+                            metrics="knn").loc["knn_top1", "raw"] == 1.0
+
+
+def test_store_info_takes_a_store_object(store) -> None:
+    """store_info was the one function that took only a path (TypeError from pathlib)."""
+    assert pairkit.store_info(store) == pairkit.store_info(store.root)
+    assert pairkit.store_info(store)["rows"] == 60
+
+
+def test_evaluate_maps_take_the_command_s_comma_list(store, tmp_path: Path) -> None:
+    """maps="pca" was split into ('p', 'c', 'a'): 'must be a comma list of pca, umap, got p'."""
+    pairkit.evaluate(store, plot=tmp_path / "a", maps="pca", metrics="knn")
+    pairkit.evaluate(store, plot=tmp_path / "b", maps=["pca"], metrics="knn")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "b").iterdir())
+    assert "map.png" in {p.name for p in (tmp_path / "a").iterdir()}
+
+
+def test_search_names_a_missing_query_image(store, tmp_path: Path) -> None:
+    """It said 'file vanished during the run' for a file that never existed."""
+    from pairkit.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^query image .*nope\.jpg not found$"):
+        pairkit.search(store, images=[tmp_path / "nope.jpg"])
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(head="bogus"), "--head must be one of residual, linear, mlp, got bogus"),
+    (dict(relation="bogus"), "--relation must be one of instance, label, got bogus"),
+    (dict(relation="instance", head="residual", out_dim=8),
+     "a residual head keeps the input dim (16): --out-dim 8 needs --head mlp or linear"),
+])
+def test_bad_train_values_are_usage_errors(store, tmp_path: Path, kw, message) -> None:
+    """They were PairkitError (the command: exit 1, not the documented 2)."""
+    from pairkit.errors import UsageError
+
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    with pytest.raises(UsageError, match="^" + re_escape(message)):
+        pairkit.train_head(store, tmp_path / "h", None if "relation" in kw else pairs,
+                           epochs=1, **kw)
+    assert not (tmp_path / "h").exists()
+
+
+def test_mine_and_train_take_the_command_s_option_names(store, tmp_path: Path) -> None:
+    """docs/api.md: options are named as the command's; mine refused index and dtype,
+    train refused pair_whitening="all" (the command's default)."""
+    pd.testing.assert_frame_equal(pairkit.mine_pairs(store, index="flat", dtype="float16"),
+                                  pairkit.mine_pairs(store, kind="flat", float16=True))
+    pd.testing.assert_frame_equal(pairkit.mine_pairs(store, dtype="float32"),
+                                  pairkit.mine_pairs(store, float16=False))
+    from pairkit.errors import UsageError
+
+    with pytest.raises(UsageError, match="^dtype must be float16 or float32, got 'int8'$"):
+        pairkit.mine_pairs(store, dtype="int8")
+    with pytest.raises(UsageError, match="^index needs hard=True"):
+        pairkit.mine_pairs(store, hard=False, index="flat")
+    a = pairkit.train_head(store, tmp_path / "a", relation="instance", epochs=1,
+                           pair_whitening="all")
+    b = pairkit.train_head(store, tmp_path / "b", relation="instance", epochs=1)
+    assert a.records[-1]["loss"] == pytest.approx(b.records[-1]["loss"])
+    with pytest.raises(UsageError, match="^pair_whitening must be an int, None or 'all'"):
+        pairkit.train_head(store, tmp_path / "c", relation="instance", epochs=1,
+                           pair_whitening="some")

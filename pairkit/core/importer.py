@@ -54,6 +54,12 @@ def bad_rows(vectors: np.ndarray, block: int = 8192) -> tuple[np.ndarray, np.nda
     return np.concatenate(nonfinite), np.concatenate(zero)
 
 
+def row_list(rows: np.ndarray, shown: int = 5) -> str:
+    """``row 2`` or ``rows 0, 1, 2, 3, 4 ...``: the first ``shown`` of ``rows``."""
+    listed = ", ".join(str(i) for i in rows[:shown]) + (" ..." if len(rows) > shown else "")
+    return f"row{'s' if len(rows) > 1 else ''} {listed}"
+
+
 def import_embeddings(
     embeddings: str | Path,
     items: str | Path,
@@ -88,13 +94,11 @@ def import_embeddings(
         raise PairkitError(f"{embeddings} has no rows")
     bad, zero = bad_rows(vectors)
     if len(bad):
-        shown = ", ".join(str(i) for i in bad[:5]) + (" ..." if len(bad) > 5 else "")
         rows = "1 row contains" if len(bad) == 1 else f"{len(bad):,} rows contain"
-        raise PairkitError(f"{rows} NaN or inf (row{'s' if len(bad) > 1 else ''} {shown}); "
-                           "fix or drop them")
+        raise PairkitError(f"{rows} NaN or inf ({row_list(bad)}); fix or drop them")
     if len(zero):
         rows = "1 row is" if len(zero) == 1 else f"{len(zero):,} rows are"
-        raise PairkitError(f"{rows} all zeros (row {zero[0]}): no direction")
+        raise PairkitError(f"{rows} all zeros ({row_list(zero)}): no direction")
     info = {"name": encoder, "imported_from": Path(embeddings).name,
             "sha256": sha256_file(embeddings)}
     return write_store(output, vectors, table, encoder=info, dtype=dtype, force=force,

@@ -130,9 +130,15 @@ def check_config(cfg: EmbedConfig) -> bool:
 
     check_decode(cfg.decode)
     check_device(cfg.device)
-    from pairkit.encode.registry import check_model_name
+    from pairkit.encode.registry import PIXELS_SIZE, check_model_name, split_model_name
 
     check_model_name(cfg.model)
+    if split_model_name(cfg.model)[0] == "pixels":
+        if cfg.image_size is not None:
+            raise UsageError("--image-size does not apply to --model pixels (its features are "
+                             f"computed at {PIXELS_SIZE} px)")
+        if cfg.checkpoint is not None:
+            raise UsageError("--checkpoint does not apply to --model pixels (it has no weights)")
     from pairkit.encode.hf_datasets import is_hf_dataset
     from pairkit.encode.webdataset import expand_braces, is_webdataset
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from pairkit.encode.registry import Preprocess
+from pairkit.encode.registry import PIXELS_SIZE, Preprocess
 
-PIXELS_PREPROCESS = Preprocess(size=64, interpolation="bilinear", resize="shortest")
+PIXELS_PREPROCESS = Preprocess(size=PIXELS_SIZE, interpolation="bilinear", resize="shortest")
 
 
 class PixelFeatures(torch.nn.Module):

@@ -92,6 +92,7 @@ def split_model_name(model: str) -> tuple[str, str]:
 
 
 BUILTIN_PREFIXES = ("openclip", "timm", "pixels")
+PIXELS_SIZE = 64  # the side the pixels encoder computes its features at
 
 
 def check_model_name(model: str) -> None:

@@ -26,6 +26,7 @@ def train_to_files(store: str | os.PathLike[str] | Any, output: str | os.PathLik
     negatives. Returns the :class:`~pairkit.train.config.TrainResult`."""
     from pairkit.core.store import Store
     from pairkit.core.tables import read_table
+    from pairkit.train.config import check_head_dims
     from pairkit.train.loop import train_head
 
     if pairs is None and cfg.relation is None:
@@ -46,6 +47,7 @@ def train_to_files(store: str | os.PathLike[str] | Any, output: str | os.PathLik
         check_output_apart(output, [pairs])
     check_head_output(Path(output), force, resume)
     st = store if isinstance(store, Store) else Store.open(store)
+    check_head_dims(cfg, st.dim)
     if isinstance(pairs, (str, os.PathLike)):
         from pairkit.train.data import check_store_id
 

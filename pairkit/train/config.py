@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 from pairkit.core.devices import PRECISIONS
 from pairkit.errors import UsageError
-from pairkit.train.data import FN_MODES
-from pairkit.train.head import RESIDUAL_HIDDEN, HeadSpec
+from pairkit.train.data import FN_MODES, RELATIONS
+from pairkit.train.head import HEAD_KINDS, RESIDUAL_HIDDEN, HeadSpec
 from pairkit.train.losses import LossConfig
 from pairkit.train.positives import MINED_VIEWS, SAMPLINGS
 
@@ -53,8 +53,13 @@ class TrainConfig:
         return self.pair_whitening
 
     def check(self) -> None:
-        """Raise :class:`PairkitError` naming the first bad option."""
+        """Raise :class:`UsageError` naming the first bad option."""
         self.loss.check()
+        if self.head is not None and self.head not in HEAD_KINDS:
+            raise UsageError(f"--head must be one of {', '.join(HEAD_KINDS)}, got {self.head}")
+        if self.relation is not None and self.relation not in RELATIONS:
+            raise UsageError(f"--relation must be one of {', '.join(RELATIONS)}, "
+                             f"got {self.relation}")
         if self.epochs < 1:
             raise UsageError(f"--epochs must be >= 1, got {self.epochs}")
         if self.batch_size < 2:
@@ -90,6 +95,16 @@ class TrainConfig:
         if self.pair_whitening and self.whiten:
             raise UsageError("--whiten and --pair-whitening are two whitenings of the same "
                              "outputs: give one")
+
+
+def check_head_dims(cfg: TrainConfig, in_dim: int) -> None:
+    """UsageError when the head ``cfg`` asks for can't be had on ``in_dim``-dim vectors (a
+    residual head with another ``--out-dim``): told from the store's manifest, before its
+    vectors load."""
+    spec = head_spec(cfg, in_dim)
+    if spec.kind == "residual" and spec.out_dim != in_dim:
+        raise UsageError(f"a residual head keeps the input dim ({in_dim}): "
+                         f"--out-dim {spec.out_dim} needs --head mlp or linear")
 
 
 def head_spec(cfg: TrainConfig, in_dim: int) -> HeadSpec:

@@ -61,6 +61,13 @@ def cases(store: str, out: str) -> list[tuple[list[str], str]]:
          "--keep: 'biggest' is not one of 'best', 'first', 'largest', 'central'"),
         (["mine", store, "--hard", "--index", "annoy"], "--index: 'annoy' is not one of"),
         (["mine", store, "--nosuch"], "no such option: --nosuch"),
+        # found by a docs hunt (hunt-c): these three exited 1
+        (["train", store, "-o", out + "/h", "--relation", "bogus"],
+         "--relation must be one of instance, label, got bogus"),
+        ([*train, "--head", "residual", "--out-dim", "8"],
+         "a residual head keeps the input dim (16): --out-dim 8 needs --head mlp or linear"),
+        (["embed", store, "-o", out + "/e", "--model", "pixels", "--image-size", "32"],
+         "--image-size does not apply to --model pixels (its features are computed at 64 px)"),
     ]
 
 

@@ -51,6 +51,23 @@ def test_import_rejects_nan_rows(tmp_path):
     assert result.exit_code == 1 and "error: 1 row contains NaN or inf (row 2);" in result.output
 
 
+@pytest.mark.parametrize("zero_rows, message", [
+    ([0, 1, 2], "error: 3 rows are all zeros (rows 0, 1, 2): no direction"),
+    ([1], "error: 1 row is all zeros (row 1): no direction"),
+    (list(range(7)), "error: 7 rows are all zeros (rows 0, 1, 2, 3, 4 ...): no direction"),
+])
+def test_import_names_the_zero_rows_as_the_nan_rows(tmp_path, zero_rows, message):
+    """Found by a docs hunt (hunt-c): '3 rows are all zeros (row 0)' named only the first."""
+    x = np.ones((8, 2), dtype=np.float32)
+    x[zero_rows] = 0.0
+    _write(tmp_path, x, pd.DataFrame({"path": [f"{i}.jpg" for i in range(8)]}))
+    result = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                                 str(tmp_path / "items.csv"), "-o", str(tmp_path / "s")])
+    assert result.exit_code == 1
+    assert message in result.output, result.output
+    assert not (tmp_path / "s").exists()
+
+
 def test_import_row_mismatch_and_missing_path(tmp_path):
     _write(tmp_path, np.ones((3, 2), dtype=np.float32), pd.DataFrame({"path": ["a", "b"]}))
     result = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
