@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pairkit.errors import PairkitError, UsageError
+from pairkit.errors import UsageError
 from pairkit.index.backend import CPU, SearchBackend, for_index_kind, resolve_backend
 from pairkit.index.options import (
     EXACT_MAX_ROWS_CPU,
@@ -107,7 +107,7 @@ def open_searcher(
     """
     kind = options.kind
     if kind not in INDEX_CHOICES:
-        raise PairkitError(f"--index must be one of {', '.join(INDEX_CHOICES)}, got {kind}")
+        raise UsageError(f"--index must be one of {', '.join(INDEX_CHOICES)}, got {kind}")
     n, dim = vectors.shape
     where = for_index_kind(engine, kind) if engine is not None else engine_for(options)
     if where.name == "torch":

@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from pairkit.errors import PairkitError, UsageError
+from pairkit.errors import UsageError
 
 KINDS = ("flat", "ivf", "ivfpq", "hnsw")
 INDEX_CHOICES = ("auto", *KINDS)
@@ -71,7 +71,7 @@ class IndexOptions:
         """These options with every size-dependent default filled in for ``n`` rows of
         ``dim`` (``kind`` must be one of :data:`KINDS`)."""
         if self.kind not in KINDS:
-            raise PairkitError(f"--index must be one of {', '.join(KINDS)}, got {self.kind}")
+            raise UsageError(f"--index must be one of {', '.join(KINDS)}, got {self.kind}")
         # the knobs of other kinds back to their defaults: they build nothing here, so a
         # saved index neither records nor compares them
         default = IndexOptions()

@@ -131,3 +131,16 @@ def test_options_the_kind_does_not_use_are_not_recorded(indexed):
     r = runner.invoke(app, ["index", str(indexed.root), "--index", "ivf", "--nlist", "500",
                             "--force"])
     assert r.exit_code == 0 and "--nlist 500 cut to the 120 rows" in r.output, r.output
+
+
+def test_an_unknown_index_kind_is_a_usage_error(indexed) -> None:
+    """A bad --index value is a usage error (exit 2) in Python too, not a failure."""
+    import pairkit
+    from pairkit.errors import UsageError
+
+    with pytest.raises(UsageError, match="--index must be one of"):
+        IndexOptions(kind="annoy").resolved(10, 4)
+    with pytest.raises(UsageError, match="--index must be one of"):
+        open_searcher(np.eye(4, dtype=np.float32), IndexOptions(kind="annoy"))
+    with pytest.raises(UsageError, match="must be one of"):
+        pairkit.mine_pairs(indexed, kind="annoy")
