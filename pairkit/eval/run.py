@@ -507,7 +507,11 @@ def _probe(queries: EvalSide, references: EvalSide, ql_all: np.ndarray, rl_all: 
     report.metrics["linear_mean_per_class_recall"] = res.mean_per_class_recall
     # how the probe was fitted, in the JSON beside its figures
     report.metrics["linear_probe"] = {"weight_decay": res.weight_decay,
-                                      "balanced": cfg.probe_balanced}
+                                      "balanced": cfg.probe_balanced,
+                                      "validated": not res.unvalidated}
+    if res.unvalidated:
+        report.notes.append(f"linear probe: no validation split ({res.unvalidated}): weight "
+                            f"decay {res.weight_decay:g}, the first of the list, not chosen")
 
 
 def _geometry(queries: EvalSide, qsrc: np.ndarray, cfg: EvalConfig,

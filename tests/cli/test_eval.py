@@ -385,3 +385,26 @@ def test_k_larger_than_the_labelled_references_says_labelled(tmp_path: Path) -> 
     assert r.exit_code == 1
     assert r.stderr.strip() == ("error: --knn-k 4 is larger than the labelled reference set "
                                 "(3 items, of 5 references)")
+
+
+def test_probe_without_validation_split_does_not_claim_one(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): two references a, b (a validation part by source
+    takes one, the fit is left with one class) gave "linear probe weight decay 1e-06
+    (lowest validation log-loss)" though no validation ran. The JSON says validated
+    false, the line and a note say why and which decay was used."""
+    tiny_store(tmp_path / "ab", np.eye(3)[:2], ["a", "b"])
+    tiny_store(tmp_path / "q", np.random.default_rng(5).normal(size=(6, 3)), ["a", "b"] * 3)
+    r = _run(str(tmp_path / "ab"), "--against", str(tmp_path / "q"), "--metrics", "linear",
+             "--json")
+    out = _json(r)
+    assert out["linear_probe"] == {"weight_decay": 1e-6, "balanced": False,
+                                   "validated": False}
+    assert "lowest validation log-loss" not in r.stderr
+    assert "linear probe weight decay 1e-06 (no validation split: the first of the list)" \
+        in r.stderr
+    assert ("linear probe: no validation split (the references less a validation part by "
+            "source have 1 class): weight decay 1e-06, the first of the list, not chosen"
+            in r.stderr)
+    noisy_store(tmp_path / "s")
+    out = _json(_run(str(tmp_path / "s"), "--metrics", "linear", "--json", *FAST))
+    assert out["linear_probe"]["validated"] is True
