@@ -251,10 +251,13 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
         ql_all, rl_all, classes = _codes(queries.labels, references.labels, na_missing=True)
     q_keep = ql_all >= 0
     r_keep = rl_all >= 0
-    if not q_keep.all() or not r_keep.all():
+    # the references' labels are not looked at by retrieval among the queries alone
+    refs_used = "knn" in wanted or "linear" in wanted or cfg.gallery == "reference"
+    if not q_keep.all() or (refs_used and not r_keep.all()):
         report.notes.append(
             f"label metrics use labelled items only: {int(q_keep.sum())} of {len(q_keep)} "
-            f"queries, {int(r_keep.sum())} of {len(r_keep)} references")
+            "queries" + (f", {int(r_keep.sum())} of {len(r_keep)} references" if refs_used
+                         else ""))
     qx = _rows(queries.vectors, q_keep)
     ql = _kept(ql_all, q_keep)
     qg = _kept(qsrc, q_keep)
