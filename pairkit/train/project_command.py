@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from pairkit.errors import PairkitError
 from pairkit.train.project import ProjectResult
@@ -32,9 +31,8 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
     """
     from pairkit.core.devices import resolve_device
     from pairkit.core.paths import check_folder_output, check_output_apart
-    from pairkit.core.remote import is_url, location
     from pairkit.core.store import DTYPES, Store, sha256_file
-    from pairkit.core.store_writer import check_store_dir, write_store
+    from pairkit.core.store_writer import write_store
     from pairkit.train.head import WEIGHTS, load_head, read_head_config
     from pairkit.train.output_whitening import FILE as WHITENING_FILE
     from pairkit.train.project import project_vectors
@@ -46,8 +44,6 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
     # wrong paths are refused before the store's vectors and torch load
     check_folder_output(output, "-o", "a store is a folder")
     check_output_apart(output, [store, cfg.head])
-    if not is_url(output):
-        check_store_dir(Path(location(output)), force)  # before torch and every row
     read_head_config(cfg.head)
     st = Store.open(store)
     head = load_head(cfg.head)
