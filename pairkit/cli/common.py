@@ -112,7 +112,11 @@ def one_line(exc: Any) -> str:
         if isinstance(hint, (list, tuple)):
             hint = hint[0]
         text = str(message).removeprefix("Value error, ").rstrip(".")
-        message = f"{str(hint).strip(chr(39))}: {text}" if hint else text
+        name = str(hint).strip(chr(39)) if hint else ""
+        # a message that names its option already (check_device's "--device must be ...")
+        # is not prefixed with it again
+        named = name and (text.startswith(f"{name} ") or text.startswith(f"{name}:"))
+        message = f"{name}: {text}" if name and not named else text
     message = str(message).rstrip(".")
     return message[:1].lower() + message[1:] if message[:2] != message[:2].upper() \
         else message

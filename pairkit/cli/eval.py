@@ -125,9 +125,11 @@ def eval_store(
                         warn(prefix + note)
                 probe = report.metrics.get("linear_probe")
                 if probe is not None:
+                    how = ("lowest validation log-loss" if probe["validated"]
+                           else "no validation split: the first of the list")
                     even = ", every class weighed the same" if probe["balanced"] else ""
                     say(f"{prefix}linear probe weight decay {probe['weight_decay']:g} "
-                        f"(lowest validation log-loss{even})")
+                        f"({how}{even})")
             console().print(metrics_table(results, reports))
             if plot is not None:
                 say(f"plots -> {plot}")

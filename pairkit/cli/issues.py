@@ -11,10 +11,10 @@ from pairkit.cli.common import say, user_errors
 
 def issues(
     store: Path = typer.Argument(..., help="Store folder (made by embed or import)."),
-    checks: str = typer.Option(
-        "outlier,label-error", "--checks",
-        help="Comma-separated detectors: outlier, label-error (an unlabeled store: "
-        "outlier only)."),
+    checks: str | None = typer.Option(
+        None, "--checks",
+        help="Comma-separated detectors: outlier, label-error.",
+        show_default="outlier,label-error; an unlabeled store: outlier"),
     k: int = typer.Option(10, "--k", help="Neighbours per source in the kNN graph."),
     outlier_z: float = typer.Option(
         3.5, "--outlier-z", help="Robust z-score of the mean kNN distance that flags an "
@@ -23,7 +23,8 @@ def issues(
         False, "--all", help="Every source and check with its score, not only the flagged."),
     knn_graph: str | None = typer.Option(
         None, "--knn-graph", help="Also write the kNN graph (cosine distances) as a scipy "
-        "sparse .npz for cleanlab's Datalab(knn_graph=...), and FILE.ids.npy (store rows)."),
+        "sparse .npz for cleanlab's Datalab(knn_graph=...), and the store rows beside it "
+        "(graph.npz: graph.ids.npy)."),
     output: str = typer.Option("-", "-o", "--output",
                                help="Table (.parquet, .csv, .jsonl); - = stdout."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
@@ -38,7 +39,8 @@ def issues(
     from pairkit.eval.issues_command import issues_to_files, summary_line
 
     with user_errors():
-        names = tuple(c.strip() for c in checks.split(",") if c.strip())
+        names = (None if checks is None
+                 else tuple(c.strip() for c in checks.split(",") if c.strip()))
         cfg = IssuesConfig(k, names, outlier_z, all_rows, knn_graph)
         summary = issues_to_files(store, output, cfg, force=force)
         say(summary_line(summary), quiet)

@@ -103,7 +103,8 @@ def _size(n: int) -> str:
 
 def _shown(text: str) -> str:
     """A store's text as printed: as it is when printable, else quoted with its control
-    characters escaped (a line break in a label must not make a line of its own)."""
+    characters escaped (a line break in a label, the encoder's name, the image root or
+    the store's path must not make a line of its own)."""
     return text if text.isprintable() else ascii(text)
 
 
@@ -114,7 +115,7 @@ def info_lines(info: dict[str, Any]) -> list[str]:
              f"{vps['min']} per source" if vps["min"] == vps["max"] else
              f"{vps['min']}-{vps['max']} per source")
     details = info["encoder_details"]
-    extra = ", ".join(f"{k} {v}" for k, v in details.items()
+    extra = ", ".join(f"{k} {_shown(str(v))}" for k, v in details.items()
                       if k in ("pretrained", "checkpoint", "library", "library_version"))
     labels = (f"{info['labeled_rows']:,} of {info['rows']:,} rows labelled, "
               f"{info['labels']:,} labels" if info["labeled_rows"] else "none")
@@ -122,19 +123,19 @@ def info_lines(info: dict[str, Any]) -> list[str]:
         labels += " (most: " + ", ".join(f"{_shown(k)} {v:,}"
                                          for k, v in info["top_labels"].items()) + ")"
     lines = [
-        f"store {info['store']}: {info['format']} format {info['format_version']} "
+        f"store {_shown(info['store'])}: {info['format']} format {info['format_version']} "
         f"(written by pairkit {info['pairkit_version']}), content id {info['content_id']}",
         f"rows {info['rows']:,}: {info['sources']:,} sources, views {views}",
         f"vectors: dim {info['dim']}, {info['dtype']}"
         + (", L2-normalised" if info["normalized"] else ""),
-        f"encoder: {info['encoder']}" + (f" ({extra})" if extra else ""),
+        f"encoder: {_shown(str(info['encoder']))}" + (f" ({extra})" if extra else ""),
         f"labels: {labels}",
         f"files: {info['shards']} shard{'s' if info['shards'] != 1 else ''}, "
         f"{_size(info['bytes'])} ({_size(info['vector_bytes'])} of vectors)"
         + (f"; saved indexes: {', '.join(_index_names(info))}" if info["indexes"] else ""),
     ]
     if info["image_root"]:
-        lines.append(f"image root: {info['image_root']}")
+        lines.append(f"image root: {_shown(info['image_root'])}")
     if info["errors"]:
         lines.append(f"files that could not be embedded: {info['errors']:,} (errors.jsonl)")
     lines.append(f"created {info['created']}, updated {info['updated']}")

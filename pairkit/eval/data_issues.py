@@ -44,7 +44,8 @@ class IssuesConfig:
     """Options of ``pairkit issues``."""
 
     k: int = DEFAULT_K
-    checks: tuple[str, ...] = DEFAULT_CHECKS
+    # None: the default, DEFAULT_CHECKS on a labelled store and outlier only on another
+    checks: tuple[str, ...] | None = None
     outlier_z: float = 3.5
     all_rows: bool = False
     knn_graph: str | None = None  # write the graph here (.npz)

@@ -16,6 +16,7 @@ from pairkit.eval.data_issues import (
     DEFAULT_CHECKS,
     IssuesConfig,
     KnnGraph,
+    check_issue_options,
     find_issues,
     to_csr,
 )
@@ -33,10 +34,16 @@ def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
     from pairkit.core.tables import check_table_output
 
     table_output(output)
+    graph_files = None if not cfg.knn_graph else graph_outputs(cfg.knn_graph)
     check_output_apart(output, [store])
     check_output_apart(cfg.knn_graph, [store], "--knn-graph")
     if output != "-":
         check_table_output(output, force)
+    if graph_files is not None:
+        from pairkit.core.atomic import check_output
+
+        for path in graph_files:
+            check_output(path, force)
     t0 = time.perf_counter()
     import pandas as pd
 
@@ -47,20 +54,18 @@ def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
     st = Store.open(store)
     items = st.items
     labels_all = st.labels()
-    checks = tuple(cfg.checks)
-    if labels_all is None and cfg.checks == DEFAULT_CHECKS:
-        checks = ("outlier",)  # the default on an unlabeled store
-    if cfg.knn_graph:
-        from pairkit.core.atomic import check_output
-
-        check_output(cfg.knn_graph, force)
+    if cfg.checks is not None:  # as asked: label-error on an unlabeled store is refused
+        checks = tuple(cfg.checks)
+    else:  # the default: label-error only where there are labels
+        checks = DEFAULT_CHECKS if labels_all is not None else ("outlier",)
+    check_issue_options(checks, cfg.k, cfg.outlier_z, labels_all is not None)
     _, rows = source_nodes(len(items), items["source"].to_numpy(dtype=object),
                            items["view"].to_numpy())
     vectors = st.vectors(np.float32)[rows]
     labels = None if labels_all is None else np.asarray(labels_all, dtype=object)[rows]
     found, graph, names = find_issues(vectors, labels, checks=checks, k=cfg.k,
                                       outlier_z=cfg.outlier_z)
-    if cfg.knn_graph:
+    if graph_files is not None:
         write_graph(graph, rows, cfg.knn_graph, force)
     paths = items["path"].to_numpy(dtype=object)[rows]
     parts = []
@@ -90,18 +95,24 @@ def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
     return summary
 
 
+def graph_outputs(output: str) -> tuple[Path, Path]:
+    """The two files ``--knn-graph OUTPUT`` writes: ``OUTPUT`` (must end in .npz) and the
+    store rows beside it (``graph.npz`` -> ``graph.ids.npy``). UsageError for another
+    suffix."""
+    target = Path(output)
+    if target.suffix != ".npz":
+        raise UsageError(f"--knn-graph must end in .npz, got {output}")
+    return target, target.with_suffix(".ids.npy")
+
+
 def write_graph(graph: KnnGraph, rows: np.ndarray, output: str, force: bool) -> None:
     """``scipy.sparse.save_npz`` of :func:`to_csr` (row/column i = store row ``rows[i]``,
-    also saved beside it as ``OUTPUT.ids.npy``), atomically."""
+    also saved beside it: :func:`graph_outputs`), atomically."""
     from scipy.sparse import save_npz
 
     from pairkit.core.atomic import atomic_open, check_output
 
-    target = Path(check_output(output, force))
-    if target.suffix != ".npz":
-        raise UsageError(f"--knn-graph must end in .npz, got {output}")
-    ids_file = target.with_suffix(".ids.npy")
-    check_output(ids_file, force)
+    target, ids_file = (Path(check_output(p, force)) for p in graph_outputs(output))
     csr = to_csr(graph)
     with atomic_open(target, "wb") as fh:
         save_npz(fh, csr)

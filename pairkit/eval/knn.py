@@ -6,9 +6,11 @@ Non-Parametric Instance Discrimination"; the protocol of DINO, Caron et al. 2021
     score_c = sum over the k nearest references j with label c of exp(sim_j / T)
 
 Classes are ranked by score; equal scores are broken by the smaller class code
-(deterministic). Only classes that occur among the k neighbours are ranked: a
-class with no neighbour never enters the top 5, and a query whose class is
-absent from the references is always wrong.
+(deterministic; codes number the labels in order of first appearance). Each class's
+weights are summed on their own, largest first, so classes with the same neighbour
+similarities have bit-identical scores and the tie rule holds exactly. Only classes
+that occur among the k neighbours are ranked: a class with no neighbour never enters the
+top 5, and a query whose class is absent from the references is always wrong.
 """
 
 from __future__ import annotations
@@ -52,22 +54,23 @@ def knn_rank_classes(
                            0.0)
     else:
         weights = valid.astype(np.float64)
-    # Segment sums per (row, class): sort each row by class code, sum runs.
+    # Segment sums per (row, class): sort each row by class code and, within a class, by
+    # weight descending, then sum each run on its own (np.add.reduceat). A class's score
+    # is then a function of its multiset of weights only: two classes with the same
+    # neighbour similarities score the same to the bit and the tie rule decides (a
+    # difference of one running sum carried the rounding of the classes before it).
     sort_key = np.where(valid, labels, np.iinfo(np.int64).max)
-    order = np.argsort(sort_key, axis=1, kind="stable")
+    order = np.lexsort((-weights, sort_key), axis=1)
     sl = np.take_along_axis(sort_key, order, axis=1)
     sw = np.take_along_axis(weights, order, axis=1)
-    csum = np.cumsum(sw, axis=1)
     is_end = np.ones_like(sl, dtype=bool)
     is_end[:, :-1] = sl[:, 1:] != sl[:, :-1]
     is_start = np.ones_like(sl, dtype=bool)
     is_start[:, 1:] = sl[:, 1:] != sl[:, :-1]
-    # cumulative sum before each run's start, carried to its end
-    before = np.where(is_start, csum - sw, 0.0)
-    run_start_idx = np.where(is_start, np.arange(sl.shape[1])[None, :], 0)
-    run_start_idx = np.maximum.accumulate(run_start_idx, axis=1)
-    before = np.take_along_axis(before, run_start_idx, axis=1)
-    run_sum = csum - before
+    run_sum = np.zeros_like(sw)
+    if sw.size:
+        starts = np.flatnonzero(is_start.ravel())  # every row starts a run: none spans two
+        run_sum.ravel()[np.flatnonzero(is_end.ravel())] = np.add.reduceat(sw.ravel(), starts)
     usable = is_end & (sl != np.iinfo(np.int64).max)
     class_score = np.where(usable, run_sum, -np.inf)
     # rank: score descending; ties keep class-code ascending order (stable sort)

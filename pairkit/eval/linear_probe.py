@@ -34,7 +34,9 @@ DEFAULT_WEIGHT_DECAYS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
 @dataclass(frozen=True)
 class ProbeResult:
     """Outcome of :func:`linear_probe`; ``predictions`` are class codes (nq,);
-    ``val_loss`` (the choice's criterion) and ``val_top1`` per weight decay tried."""
+    ``val_loss`` (the choice's criterion) and ``val_top1`` per weight decay tried;
+    ``unvalidated``: why the decay was not chosen by validation (then it is the first of
+    the list), "" when it was."""
 
     top1: float
     mean_per_class_recall: float
@@ -42,6 +44,7 @@ class ProbeResult:
     val_top1: dict[float, float]
     predictions: np.ndarray
     val_loss: dict[float, float]
+    unvalidated: str = ""
 
 
 def fit_logistic(
@@ -183,7 +186,8 @@ def linear_probe(
     balanced: bool = False,
 ) -> ProbeResult:
     """Train on (train_x, train_y), choose the weight decay by the cross-entropy of a
-    validation part, test.
+    validation part, test. Without a validation part (one decay, fewer than 2 sources,
+    or 1 class left to fit) the first decay is taken, and ``unvalidated`` says why.
 
     ``test_x``: an array, or rows read on demand (a :class:`~pairkit.core.row_view.RowView`),
     predicted ``test_block`` rows at a time.
@@ -203,10 +207,19 @@ def linear_probe(
     val_loss: dict[float, float] = {}
     solutions: dict[float, tuple[np.ndarray, np.ndarray]] = {}
     weights = balanced_weights(y_train) if balanced else None
-    if len(decays) > 1 and len(np.unique(train_groups)) >= 2:
+    unvalidated = ""
+    if len(decays) < 2:
+        unvalidated = "one weight decay given"
+    elif len(np.unique(train_groups)) < 2:
+        unvalidated = "the references have fewer than 2 sources to split"
+    else:
         is_val = split_by_source(train_groups, val_fraction, seed)
         fit = ~is_val
-        if len(np.unique(y_train[fit])) >= 2 and is_val.any():
+        if not is_val.any():
+            unvalidated = "the validation part by source is empty"
+        elif len(np.unique(y_train[fit])) < 2:
+            unvalidated = "the references less a validation part by source have 1 class"
+        else:
             x_fit, y_fit = train_x[fit], y_train[fit]  # gathered once for the whole path
             x_val, y_val = train_x[is_val], y_train[is_val]
             w_fit = None if weights is None else weights[fit]
@@ -232,4 +245,5 @@ def linear_probe(
         val_top1=val_top1,
         predictions=pred,
         val_loss=val_loss,
+        unvalidated=unvalidated,
     )

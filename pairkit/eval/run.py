@@ -164,17 +164,25 @@ def evaluate(queries: EvalSide, references: EvalSide, cfg: EvalConfig,
     rng = np.random.default_rng(cfg.seed)
     qsrc, rsrc, _ = _codes(queries.sources, references.sources, na_missing=True)
 
-    label_ok, why = _label_status(queries, references, cfg)
     wanted_label = [m for m in chosen if m in LABEL_METRICS]
-    if wanted_label and not label_ok:
+    blocked = _label_status(queries, references, cfg)  # metric -> why it cannot run
+    failing = [m for m in wanted_label if m in blocked]
+    if failing:
+        reasons = list(dict.fromkeys(blocked[m] for m in failing))
         if explicit:
-            raise PairkitError(f"--metrics {','.join(wanted_label)} {why}")
-        report.notes.append(f"{why}: only label-free metrics (alignment, uniformity) computed")
-        wanted_label = []
+            names = [m for m in failing if blocked[m] == reasons[0]]
+            raise PairkitError(f"--metrics {','.join(names)} {reasons[0]}")
+        wanted_label = [m for m in wanted_label if m not in blocked]
+        for why in reasons:
+            names = [m for m in failing if blocked[m] == why]
+            report.notes.append(
+                f"{why}: only label-free metrics (alignment, uniformity) computed"
+                if not wanted_label and len(reasons) == 1 else f"{why}: {', '.join(names)} "
+                "left out")
 
     if wanted_label:
         _label_metrics(queries, references, qsrc, rsrc, self_rows, wanted_label, cfg, rng,
-                       report, index_factory)
+                       report, index_factory, explicit=explicit)
     elif cfg.collect_scores and len(references):
         _mined_unlabeled(queries, references, qsrc, rsrc, self_rows, cfg, report,
                           index_factory)
@@ -183,22 +191,43 @@ def evaluate(queries: EvalSide, references: EvalSide, cfg: EvalConfig,
     return report
 
 
-def _label_status(queries: EvalSide, references: EvalSide, cfg: EvalConfig) -> tuple[bool, str]:
-    if queries.labels is None or (cfg.gallery == "reference" and references.labels is None):
-        side = "queries" if queries.labels is None else "references"
-        return False, f"need labels, the {side} have none"
-    ref_labels = references.labels if references.labels is not None else queries.labels
-    if isinstance(ref_labels, Coded):
-        codes = ref_labels.present()
-        present = [value_at(ref_labels.values, c) for c in codes[:2]]
-        n_present = len(codes)
+def _label_status(queries: EvalSide, references: EvalSide, cfg: EvalConfig) -> dict[str, str]:
+    """The label metrics that cannot run on these sides, each with why: kNN and the probe
+    need 2+ classes among the references; retrieval needs them in its gallery (the
+    references, or with ``cfg.gallery == "queries"`` the queries: the reference labels
+    are then not looked at)."""
+    if queries.labels is None:
+        return dict.fromkeys(LABEL_METRICS, "need labels, the queries have none")
+    blocked: dict[str, str] = {}
+    ref_why = None
+    if references.labels is None:
+        ref_why = "need labels, the references have none"
     else:
-        present = list({v for v in ref_labels if v is not None})
-        n_present = len(present)
-    if n_present < 2:
-        return False, (f"need at least 2 classes on the reference side, found {n_present}"
-                       + (f" ({present[0]})" if present else ""))
-    return True, ""
+        n_present, first = _classes_present(references.labels)
+        if n_present < 2:
+            ref_why = (f"need at least 2 classes on the reference side, found {n_present}"
+                       + (f" ({first})" if n_present else ""))
+    if ref_why is not None:
+        blocked["knn"] = blocked["linear"] = ref_why
+        if cfg.gallery == "reference":
+            blocked["retrieval"] = ref_why
+    if cfg.gallery == "queries":
+        n_present, first = _classes_present(queries.labels)
+        if n_present < 2:
+            blocked["retrieval"] = (
+                "need at least 2 classes on the query side (the retrieval gallery), found "
+                f"{n_present}" + (f" ({first})" if n_present else ""))
+    return blocked
+
+
+def _classes_present(labels: np.ndarray | Coded) -> tuple[int, object]:
+    """How many distinct labels ``labels`` has (missing ones not counted), and one of them
+    (None when there is none)."""
+    if isinstance(labels, Coded):
+        codes = labels.present()
+        return len(codes), (value_at(labels.values, codes[0]) if len(codes) else None)
+    present = list(dict.fromkeys(v for v in labels if v is not None))
+    return len(present), (present[0] if present else None)
 
 
 def _subset_self_rows(self_rows: np.ndarray | None, q_keep: np.ndarray,
@@ -214,7 +243,7 @@ def _subset_self_rows(self_rows: np.ndarray | None, q_keep: np.ndarray,
 def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
                    rsrc: np.ndarray, self_rows: np.ndarray | None, wanted: list[str],
                    cfg: EvalConfig, rng: np.random.Generator, report: EvalReport,
-                   index_factory: IndexFactory | None = None) -> None:
+                   index_factory: IndexFactory | None = None, *, explicit: bool = False) -> None:
     if references.labels is None:  # retrieval among the queries only
         ql_all, _, classes = _codes(queries.labels, np.empty(0, dtype=object), na_missing=True)
         rl_all = np.full(len(references), -1, dtype=np.int64)
@@ -222,10 +251,13 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
         ql_all, rl_all, classes = _codes(queries.labels, references.labels, na_missing=True)
     q_keep = ql_all >= 0
     r_keep = rl_all >= 0
-    if not q_keep.all() or not r_keep.all():
+    # the references' labels are not looked at by retrieval among the queries alone
+    refs_used = "knn" in wanted or "linear" in wanted or cfg.gallery == "reference"
+    if not q_keep.all() or (refs_used and not r_keep.all()):
         report.notes.append(
             f"label metrics use labelled items only: {int(q_keep.sum())} of {len(q_keep)} "
-            f"queries, {int(r_keep.sum())} of {len(r_keep)} references")
+            "queries" + (f", {int(r_keep.sum())} of {len(r_keep)} references" if refs_used
+                         else ""))
     qx = _rows(queries.vectors, q_keep)
     ql = _kept(ql_all, q_keep)
     qg = _kept(qsrc, q_keep)
@@ -248,32 +280,41 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
         srows = _subset_self_rows(self_rows, q_keep, r_keep)
         excl = Exclusion(srows, qg if cfg.exclude_same_source else None,
                          rg if cfg.exclude_same_source else None)
-        what = "reference set"
+        # the label metrics see the labelled references only: say so when that is fewer
+        what, total = (("reference set", None) if r_keep.all()
+                       else ("labelled reference set", len(r_keep)))
         ks = _ks(cfg.knn_ks, DEFAULT_KNN_KS, len(rx), "--knn-k", what, report) \
             if "knn" in wanted else ()
         rks = (_ks(cfg.recall_ks, DEFAULT_RECALL_KS, len(rx), "--recall-k", what, report)
                if ("retrieval" in wanted and cfg.gallery == "reference") else ())
-        _check_k(ks, rks, len(rx), what)
+        _check_k(ks, rks, len(rx), what, total)
         r_counts = relevant_counts(ql, rl, excl) if rks else None
-        k_search = max([*ks, *rks, 1])
-        if r_counts is not None:
-            k_search = max(k_search, min(int(r_counts.max(initial=0)), cfg.max_r))
-        k_search = min(k_search, len(rx))
-        index = _index(rx, cfg, index_factory)
-        _search_pass(qx, ql, index, len(rx), rl, k_search, excl, ks, rks, r_counts, cfg, report)
-        del index
+        if r_counts is not None and not (r_counts > 0).any():
+            _cannot_retrieve("no query has a relevant reference (one of its class that is "
+                             "not excluded)", explicit, report)
+            rks, r_counts = (), None
+        if ks or rks:
+            k_search = max([*ks, *rks, 1])
+            if r_counts is not None:
+                k_search = max(k_search, min(int(r_counts.max(initial=0)), cfg.max_r))
+            k_search = min(k_search, len(rx))
+            index = _index(rx, cfg, index_factory)
+            _search_pass(qx, ql, index, len(rx), rl, k_search, excl, ks, rks, r_counts, cfg,
+                         report)
+            del index
     if "retrieval" in wanted and cfg.gallery == "queries":
         # the retrieval gallery is the query side: say so beside the reference count
         report.metrics["n_gallery"] = len(queries)
-        if len(np.unique(ql)) < 2:
-            report.notes.append("retrieval among queries needs 2+ classes on the query side")
+        excl = Exclusion(np.arange(len(qx)), qg if cfg.exclude_same_source else None,
+                         qg if cfg.exclude_same_source else None)
+        what = "query set (less the query itself)"
+        rks = _ks(cfg.recall_ks, DEFAULT_RECALL_KS, len(qx) - 1, "--recall-k", what, report)
+        _check_k((), rks, len(qx) - 1, what)
+        r_counts = relevant_counts(ql, ql, excl)
+        if not (r_counts > 0).any():
+            _cannot_retrieve("no query has a relevant other query (one of its class that is "
+                             "not excluded) in the gallery of queries", explicit, report)
         else:
-            excl = Exclusion(np.arange(len(qx)), qg if cfg.exclude_same_source else None,
-                             qg if cfg.exclude_same_source else None)
-            what = "query set (less the query itself)"
-            rks = _ks(cfg.recall_ks, DEFAULT_RECALL_KS, len(qx) - 1, "--recall-k", what, report)
-            _check_k((), rks, len(qx) - 1, what)
-            r_counts = relevant_counts(ql, ql, excl)
             k_search = min(max(max(rks), min(int(r_counts.max(initial=0)), cfg.max_r)),
                            len(qx))
             index = _index(qx, cfg, index_factory)
@@ -334,9 +375,11 @@ def _ks(given: tuple[int, ...] | None, default: tuple[int, ...], n: int, name: s
     """The k values of a metric: those given (checked by :func:`_check_k`), else
     ``default`` with each k capped at the ``n`` items of the set searched, said in a note
     (a small store's evaluation is not refused for a k nobody asked for)."""
+    if n < 1:  # (the label checks leave 2+ items to search; the Python API's guard)
+        raise PairkitError(f"{name}: the {what} is empty")
     if given is not None:
         return given
-    if n < 1 or max(default) <= n:
+    if max(default) <= n:
         return default
     capped = tuple(dict.fromkeys(min(k, n) for k in default))
     big = ", ".join(str(k) for k in default if k > n)
@@ -345,11 +388,22 @@ def _ks(given: tuple[int, ...] | None, default: tuple[int, ...], n: int, name: s
     return capped
 
 
-def _check_k(ks: tuple[int, ...], rks: tuple[int, ...], n: int, what: str) -> None:
+def _check_k(ks: tuple[int, ...], rks: tuple[int, ...], n: int, what: str,
+             total: int | None = None) -> None:
+    """PairkitError for a k larger than the ``n`` items searched (``total``: the items
+    the set was taken from, when fewer were kept: the labelled references)."""
+    size = f"{n} items" if total is None else f"{n} items, of {total} references"
     if ks and max(ks) > n:
-        raise PairkitError(f"--knn-k {max(ks)} is larger than the {what} ({n} items)")
+        raise PairkitError(f"--knn-k {max(ks)} is larger than the {what} ({size})")
     if rks and max(rks) > n:
-        raise PairkitError(f"--recall-k {max(rks)} is larger than the {what} ({n} items)")
+        raise PairkitError(f"--recall-k {max(rks)} is larger than the {what} ({size})")
+
+
+def _cannot_retrieve(why: str, explicit: bool, report: EvalReport) -> None:
+    """Retrieval has no query to score: an error when ``--metrics`` lists it, else a note."""
+    if explicit:
+        raise PairkitError(f"--metrics retrieval: {why}")
+    report.notes.append(f"retrieval: {why}: left out")
 
 
 def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
@@ -456,7 +510,11 @@ def _probe(queries: EvalSide, references: EvalSide, ql_all: np.ndarray, rl_all: 
     report.metrics["linear_mean_per_class_recall"] = res.mean_per_class_recall
     # how the probe was fitted, in the JSON beside its figures
     report.metrics["linear_probe"] = {"weight_decay": res.weight_decay,
-                                      "balanced": cfg.probe_balanced}
+                                      "balanced": cfg.probe_balanced,
+                                      "validated": not res.unvalidated}
+    if res.unvalidated:
+        report.notes.append(f"linear probe: no validation split ({res.unvalidated}): weight "
+                            f"decay {res.weight_decay:g}, the first of the list, not chosen")
 
 
 def _geometry(queries: EvalSide, qsrc: np.ndarray, cfg: EvalConfig,

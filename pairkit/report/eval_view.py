@@ -19,6 +19,7 @@ METRIC_ROWS = (
     ("knn", None),
     ("linear_top1", "linear probe top-1"),
     ("linear_mean_per_class_recall", "linear probe mean per-class recall"),
+    ("linear_probe", None),
     ("precision_at_1", "precision@1"),
     ("r_precision", "R-precision"),
     ("map_at_r", "MAP@R"),
@@ -27,6 +28,13 @@ METRIC_ROWS = (
     ("uniformity", "uniformity (t=2, lower is better)"),
     ("n_queries", "queries"),
     ("n_references", "references"),
+    ("n_gallery", "retrieval gallery (the queries)"),
+)
+# how the probe was fitted (the line above the terminal table), below the probe's rows
+PROBE_ROWS = (
+    ("weight_decay", "linear probe weight decay"),
+    ("validated", "linear probe decay chosen by validation"),
+    ("balanced", "linear probe balanced (every class weighs the same)"),
 )
 PLOT_DIR = "plots"
 MAX_PLOT_BYTES = 64 << 20
@@ -68,6 +76,13 @@ def metric_rows(results: dict[str, dict[str, Any]]) -> list[list[str]]:
                 cells = [f"{fmt_value(_get(s, 'knn', k, 'top1'))} / "
                          f"{fmt_value(_get(s, 'knn', k, 'top5'))}" for s in sides]
                 rows.append([f"kNN k={k} top-1 / top-5", *cells])
+        elif key == "linear_probe":
+            named = dict(PROBE_ROWS)
+            present = _keys(sides, "linear_probe")
+            for k in [k for k in named if k in present] + [k for k in present
+                                                           if k not in named]:
+                rows.append([named.get(k, f"linear_probe.{k}"),
+                             *[fmt_value(_get(s, "linear_probe", k)) for s in sides]])
         elif key == "recall_at_k":
             for k in _keys(sides, "recall_at_k"):
                 rows.append([f"recall@{k}", *[fmt_value(_get(s, "recall_at_k", k))

@@ -26,7 +26,7 @@ EVAL_KEYS = frozenset({
     "n_queries", "n_references", "knn", "knn_top1", "knn_top5",
     "knn_mean_per_class_recall", "linear_top1",
     "linear_mean_per_class_recall", "linear_probe", "precision_at_1", "r_precision", "map_at_r",
-    "recall_at_k", "alignment", "uniformity",
+    "recall_at_k", "alignment", "uniformity", "n_gallery",
 })
 _WHAT = ("pair tables, dedup groups, search results (.parquet/.csv/.jsonl), eval JSON or PNG "
          "plots")

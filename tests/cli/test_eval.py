@@ -298,3 +298,114 @@ def test_default_ks_are_capped_at_a_small_reference_set(tmp_path: Path) -> None:
     assert asked["knn_top1"] == out["knn_top1"] and asked["recall_at_k"] == out["recall_at_k"]
     r = _run(str(tmp_path / "q"), "--against", str(tmp_path / "r"), "--knn-k", "20")
     assert r.exit_code == 1 and "--knn-k 20 is larger than the reference set (8 items)" in r.output
+
+
+def tiny_store(path: Path, vectors: np.ndarray, labels: list[str | None] | None) -> Store:
+    """One view per source, rows in the order given (labels None: an unlabelled store)."""
+    items = pd.DataFrame({"path": [f"{path.name}/{i}.png" for i in range(len(vectors))],
+                          "source": [f"{path.name}/{i}" for i in range(len(vectors))],
+                          "view": 0})
+    if labels is not None:
+        items["label"] = labels
+    return write_store(path, np.asarray(vectors, dtype=np.float32), items,
+                       encoder={"name": "random"}, dtype="float32")
+
+
+RETRIEVAL_KEYS = {"precision_at_1", "r_precision", "map_at_r", "recall_at_k"}
+
+
+def test_gallery_of_queries_needs_no_reference_labels(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): with --retrieval-gallery queries, unlabelled
+    references stopped the default run with "--knn-k 20 is larger than the reference set
+    (0 items)" (no k given), --metrics linear was an internal error, and one-class
+    references refused retrieval among the queries, which never looks at them. Retrieval
+    among the queries gives what it gives beside labelled references; kNN and the probe
+    are left out with a note, or refused when listed."""
+    noisy_store(tmp_path / "q", n_sources=16, seed=1)
+    noisy_store(tmp_path / "rl", n_sources=12, seed=2)
+    noisy_store(tmp_path / "r0", n_sources=12, seed=2, labels=False)
+    noisy_store(tmp_path / "r1", n_sources=12, seed=2, classes=1)
+    gal = ["--against", str(tmp_path / "q"), "--retrieval-gallery", "queries", "--json",
+           "--recall-k", "1,3", "-q"]
+    want = _json(_run(str(tmp_path / "rl"), *gal, "--metrics", "retrieval"))
+    assert set(want) >= RETRIEVAL_KEYS
+    r = _run(str(tmp_path / "r0"), *gal[:-1])
+    out = _json(r)
+    assert set(out) == RETRIEVAL_KEYS | {"n_queries", "n_references", "n_gallery",
+                                         "alignment", "uniformity"}
+    assert {k: out[k] for k in RETRIEVAL_KEYS} == {k: want[k] for k in RETRIEVAL_KEYS}
+    assert "need labels, the references have none: knn, linear left out" in r.stderr
+    assert "label metrics use labelled items only" not in r.stderr  # (0 of 24 references)
+    for metric in ("knn", "linear", "knn,retrieval"):
+        r = _run(str(tmp_path / "r0"), *gal, "--metrics", metric)
+        assert r.exit_code == 1, r.output
+        assert r.stderr.strip() == (f"error: --metrics {metric.split(',')[0]} need labels, "
+                                    "the references have none")
+    for refs in ("r0", "r1"):
+        out = _json(_run(str(tmp_path / refs), *gal, "--metrics", "retrieval"))
+        assert {k: out[k] for k in RETRIEVAL_KEYS} == {k: want[k] for k in RETRIEVAL_KEYS}
+    out = _json(_run(str(tmp_path / "r1"), *gal))
+    assert set(out) >= RETRIEVAL_KEYS and "knn_top1" not in out
+
+
+def test_listed_retrieval_that_cannot_run_is_an_error(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): --metrics retrieval with no query that has a
+    relevant item (no query class among the references; a one-class gallery of queries)
+    was a note and exit 0, the JSON without map_at_r."""
+    tiny_store(tmp_path / "ab", np.eye(3)[:2], ["a", "b"])
+    cq = np.random.default_rng(2).normal(size=(4, 3))
+    tiny_store(tmp_path / "cq", cq, ["c"] * 4)
+    args = [str(tmp_path / "ab"), "--against", str(tmp_path / "cq"), "--json"]
+    r = _run(*args, "--metrics", "retrieval")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr.strip() == ("error: --metrics retrieval: no query has a relevant "
+                                "reference (one of its class that is not excluded)")
+    r = _run(*args, "--metrics", "retrieval", "--retrieval-gallery", "queries")
+    assert r.exit_code == 1
+    assert r.stderr.strip() == ("error: --metrics retrieval need at least 2 classes on the "
+                                "query side (the retrieval gallery), found 1 (c)")
+    # not listed: a note, the other metrics (kNN: every query wrong, its class absent)
+    r = _run(*args, "--knn-k", "2", *FAST)
+    out = _json(r)
+    assert out["knn_top1"] == 0.0 and not RETRIEVAL_KEYS & set(out)
+    assert "retrieval: no query has a relevant reference" in r.stderr
+    # a gallery of queries whose classes are all single sources: nothing to retrieve
+    tiny_store(tmp_path / "cd", cq[:2], ["c", "d"])
+    r = _run(str(tmp_path / "ab"), "--against", str(tmp_path / "cd"), "--metrics",
+             "retrieval", "--retrieval-gallery", "queries")
+    assert r.exit_code == 1 and "no query has a relevant other query" in r.stderr
+
+
+def test_k_larger_than_the_labelled_references_says_labelled(tmp_path: Path) -> None:
+    """The count in the message is of the labelled references, and says so (it was
+    printed as "the reference set (3 items)" beside n_references 5)."""
+    x = np.random.default_rng(4).normal(size=(5, 3))
+    tiny_store(tmp_path / "r", x, ["a", "b", None, "a", None])
+    tiny_store(tmp_path / "q", x[:2], ["a", "b"])
+    r = _run(str(tmp_path / "r"), "--against", str(tmp_path / "q"), "--knn-k", "4")
+    assert r.exit_code == 1
+    assert r.stderr.strip() == ("error: --knn-k 4 is larger than the labelled reference set "
+                                "(3 items, of 5 references)")
+
+
+def test_probe_without_validation_split_does_not_claim_one(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): two references a, b (a validation part by source
+    takes one, the fit is left with one class) gave "linear probe weight decay 1e-06
+    (lowest validation log-loss)" though no validation ran. The JSON says validated
+    false, the line and a note say why and which decay was used."""
+    tiny_store(tmp_path / "ab", np.eye(3)[:2], ["a", "b"])
+    tiny_store(tmp_path / "q", np.random.default_rng(5).normal(size=(6, 3)), ["a", "b"] * 3)
+    r = _run(str(tmp_path / "ab"), "--against", str(tmp_path / "q"), "--metrics", "linear",
+             "--json")
+    out = _json(r)
+    assert out["linear_probe"] == {"weight_decay": 1e-6, "balanced": False,
+                                   "validated": False}
+    assert "lowest validation log-loss" not in r.stderr
+    assert "linear probe weight decay 1e-06 (no validation split: the first of the list)" \
+        in r.stderr
+    assert ("linear probe: no validation split (the references less a validation part by "
+            "source have 1 class): weight decay 1e-06, the first of the list, not chosen"
+            in r.stderr)
+    noisy_store(tmp_path / "s")
+    out = _json(_run(str(tmp_path / "s"), "--metrics", "linear", "--json", *FAST))
+    assert out["linear_probe"]["validated"] is True

@@ -160,3 +160,21 @@ def test_slow_refusals_come_before_heavy_imports(store, tmp_path: Path) -> None:
     for _, _, message in runs:
         assert message in stderr
     assert heavy == [], heavy
+
+
+def test_a_bad_device_names_the_option_once_in_every_command(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): "error: --device: --device must be auto, cpu,
+    cuda or cuda:N, got 'foo'" (the check's message names the option, Click's hint
+    named it again). Every command with --device says it once, exit 2."""
+    s, t = str(store.root), str(tmp_path)
+    commands = [["eval", s], ["mine", s, "--hard"], ["dedup", s], ["embed", t, "-o", t + "/e"],
+                ["project", s, "--head", t, "-o", t + "/p"], ["search", s, "x"],
+                ["train", s, "-o", t + "/h", "--relation", "instance"]]
+    for args in commands:
+        r = runner.invoke(app, [*args, "--device", "foo"])
+        assert r.exit_code == 2, (args, r.output)
+        assert error_lines(r.stderr) == [
+            "error: --device must be auto, cpu, cuda or cuda:N, got 'foo'"], (args, r.stderr)
+    # a message that does not name its option still gets it
+    r = runner.invoke(app, ["dedup", s, "--keep", "biggest"])
+    assert error_lines(r.stderr)[0].startswith("error: --keep: 'biggest' is not one of")

@@ -140,3 +140,27 @@ def test_label_text_is_shown_escaped(tmp_path: Path) -> None:
     assert "\x1b" not in r.output and not any(
         line.startswith("rows 999999") for line in r.output.splitlines())
     assert "'evil\\nrows 999999: forged' 1" in r.output and "ok 2" in r.output
+
+
+def test_encoder_and_image_root_are_shown_escaped(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): the encoder name (any text `import --encoder`
+    takes) and the image root were printed raw: a line break forged "checksums: ok" on
+    a store that was not verified."""
+    import numpy as np
+    import pandas as pd
+
+    from pairkit.core.store_writer import write_store
+
+    items = pd.DataFrame({"path": ["a", "b", "c"]})
+    write_store(tmp_path / "s", np.eye(3, dtype=np.float32), items,
+                encoder={"name": "x\nchecksums: ok", "pretrained": "\x1b[31mred"},
+                extra={"image_root": "/data/\nrows 1: forged"})
+    r = runner.invoke(app, ["info", str(tmp_path / "s"), "--no-verify"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert "\x1b" not in r.output
+    assert [line for line in lines if line.startswith("checksums")] == [
+        "checksums: not checked"]
+    assert not any(line.startswith("rows 1") for line in lines)
+    assert "encoder: 'x\\nchecksums: ok' (pretrained '\\x1b[31mred')" in lines
+    assert "image root: '/data/\\nrows 1: forged'" in lines

@@ -159,3 +159,26 @@ def test_cli_issues(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "exists; pass --force" in r.output
     r = runner.invoke(app, ["issues", str(tmp_path / "s"), "--checks", "nope"])
     assert r.exit_code == 2 and "unknown check 'nope'" in r.output
+
+
+def test_outlier_reason_reads_above_its_threshold() -> None:
+    """Found by a bug hunt (2026-12-06): z was printed to one decimal, so a flag at
+    z = 3.52 read "robust z 3.5 > 3.5". Scores 0.1 ... 0.8 and x: median 0.5, MAD 0.2,
+    z(x) = (x - 0.5) / (1.4826 * 0.2), here 3.52."""
+    from pairkit.eval.issues.outlier import shown, shown_above
+
+    x = 0.5 + 3.52 * 1.4826 * 0.2
+    dist = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, x])
+    graph = KnnGraph(np.roll(np.arange(9), -1)[:, None], (1.0 - dist)[:, None])
+
+    class Cfg:
+        outlier_z = 3.5
+
+    det = outlier.detect(graph, None, Cfg)
+    assert det.flag.tolist() == [False] * 8 + [True]
+    assert det.reason[8] == f"mean distance {x:.3f} to its 1 nearest sources, robust z 3.52 > 3.5"
+    Cfg.outlier_z = 1.0
+    assert outlier.detect(graph, None, Cfg).reason[8].endswith("robust z 3.5 > 1")
+    assert shown_above(3.5000001, 3.5) == "3.5000001"
+    assert shown_above(4.04, 3.5) == "4.0"
+    assert shown(3.5) == "3.5" and shown(1 / 3) == repr(1 / 3)

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from pairkit.core.tables import read_table
+from pairkit.errors import PairkitError, UsageError
 from pairkit.eval.data_issues import IssuesConfig, find_issues
 from pairkit.eval.issues_command import issues_to_files
 from tests.conftest import ClosedStdout, random_store
@@ -47,3 +48,55 @@ def test_outputs_are_checked_before_any_work(store, tmp_path) -> None:
     pd.DataFrame({"a": [1]}).to_csv(out)
     with pytest.raises(Exception, match="exists"):
         issues_to_files(store.root, str(out), IssuesConfig(k=5))
+
+
+def test_label_error_asked_for_on_an_unlabeled_store_is_refused(tmp_path) -> None:
+    """Found by a bug hunt (2026-12-06): `--checks outlier,label-error` spelled out was
+    taken for the default (outlier only on an unlabeled store) and label-error silently
+    dropped; the same two checks in the other order were the documented error. Both
+    orders are refused (exit 2); not giving --checks runs outlier only."""
+    from typer.testing import CliRunner
+
+    from pairkit.cli.main import app
+    from pairkit.core.store_writer import write_store
+
+    x = np.random.default_rng(0).normal(size=(12, 4)).astype(np.float32)
+    store = write_store(tmp_path / "nl", x, pd.DataFrame({"path": [f"r{i}.png"
+                                                                   for i in range(12)]}))
+    for checks in ("outlier,label-error", "label-error,outlier", "label-error"):
+        r = CliRunner().invoke(app, ["issues", str(store.root), "--checks", checks, "-q"])
+        assert r.exit_code == 2, (checks, r.output)
+        assert r.stderr.strip() == ("error: label-error needs labels and the store has none: "
+                                    "embed with --labels, or use --checks outlier")
+    out = tmp_path / "o.csv"
+    summary = issues_to_files(store.root, str(out), IssuesConfig(k=3, all_rows=True))
+    assert set(read_table(str(out))["issue"]) == {"outlier"}
+    assert "outlier" in summary and "label-error" not in summary
+    with pytest.raises(UsageError, match="label-error needs labels"):
+        issues_to_files(store.root, str(tmp_path / "o2.csv"),
+                        IssuesConfig(k=3, checks=("outlier", "label-error")))
+    assert not (tmp_path / "o2.csv").exists()
+
+
+def test_graph_outputs_are_checked_before_the_store_is_read(store, tmp_path,
+                                                            monkeypatch) -> None:
+    """Found by a bug hunt (2026-12-06): the .npz suffix and an existing FILE.ids.npy
+    were checked after the graph and both detectors ran (a missing store was reported
+    before a --knn-graph typo)."""
+    def no_work(*_a, **_k):  # noqa: ANN002, ANN003 - any call is the bug
+        raise AssertionError("the store was read before the outputs were checked")
+
+    monkeypatch.setattr("pairkit.core.store.Store.open", no_work)
+    with pytest.raises(UsageError, match=r"^--knn-graph must end in \.npz, got .*g\.txt$"):
+        issues_to_files(tmp_path / "nonexistent", "-",
+                        IssuesConfig(knn_graph=str(tmp_path / "g.txt")))
+    (tmp_path / "g.ids.npy").write_bytes(b"")
+    with pytest.raises(PairkitError, match=r"g\.ids\.npy exists"):
+        issues_to_files(store.root, str(tmp_path / "t.csv"),
+                        IssuesConfig(knn_graph=str(tmp_path / "g.npz")))
+    assert not (tmp_path / "g.npz").exists() and not (tmp_path / "t.csv").exists()
+    monkeypatch.undo()
+    issues_to_files(store.root, str(tmp_path / "t.csv"), IssuesConfig(
+        k=3, knn_graph=str(tmp_path / "g.npz")), force=True)
+    assert np.load(tmp_path / "g.ids.npy").tolist() == np.flatnonzero(
+        store.items["view"].to_numpy() == 0).tolist()

@@ -88,3 +88,47 @@ def test_exclusion_pads_when_too_few_remain() -> None:
     scores, ids = _neighbours(x, x, 3, Exclusion(np.arange(4), groups, groups))
     assert ids[0].tolist() == [3, -1, -1]
     assert np.isneginf(scores[0, 1:]).all()
+
+
+def test_equal_neighbour_similarities_tie_exactly_smaller_code_wins() -> None:
+    """Two classes with the same neighbour similarities have the same score to the bit,
+    so the smaller class code wins (the cumulative-sum difference gave the later class a
+    one-ULP lead)."""
+    classes, scores = knn_rank_classes(np.array([[0, 1, 0, 1]]),
+                                       np.array([[0.73, 0.73, 0.54, 0.54]], np.float32), 4)
+    assert classes[0, :2].tolist() == [0, 1]
+    assert scores[0, 0] == scores[0, 1]
+    # the same multiset of similarities in another order within the list
+    classes, scores = knn_rank_classes(np.array([[2, 0, 0, 2, 1]]),
+                                       np.array([[0.9, 0.9, 0.5, 0.5, 0.1]]), 5, 0.1)
+    assert classes[0, :3].tolist() == [0, 2, 1]
+    assert scores[0, 0] == scores[0, 1]
+
+
+@pytest.mark.parametrize("weighting", ["exp", "uniform"])
+def test_ranking_with_many_ties_matches_brute_force(weighting: str) -> None:
+    """Similarities of 4 levels only (duplicates, float16 stores): many exact ties.
+    Brute force: each class's weights summed with math.fsum (correctly rounded, so equal
+    multisets give equal sums whatever their order), best score first, equal scores by
+    the smaller class code."""
+    import math
+
+    rng = np.random.default_rng(11)
+    nq, k, t = 400, 6, 0.07
+    sims = -np.sort(-rng.choice([0.31, 0.54, 0.73, 0.8], size=(nq, k)), axis=1)
+    labels = rng.integers(0, 3, size=(nq, k))
+    labels[rng.random((nq, k)) < 0.05] = -1
+    classes, _ = knn_rank_classes(labels, sims, k, t, weighting=weighting)
+    n_ties = 0
+    for qi in range(nq):
+        valid = labels[qi] >= 0
+        top = sims[qi][valid].max(initial=-np.inf)
+        score: dict[int, float] = {}
+        for c in sorted(set(labels[qi][valid].tolist())):
+            w = [math.exp((s - top) / t) if weighting == "exp" else 1.0
+                 for s, lab in zip(sims[qi], labels[qi], strict=True) if lab == c]
+            score[c] = math.fsum(w)
+        want = sorted(score, key=lambda c: (-score[c], c))
+        n_ties += len(set(score.values())) < len(score)
+        assert [c for c in classes[qi] if c >= 0] == want, qi
+    assert n_ties > 20  # the case exercises ties

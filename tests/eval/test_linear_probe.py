@@ -143,3 +143,35 @@ def test_balanced_probe_predicts_the_small_class_more_often() -> None:
     even = linear_probe(x, y, groups, xt, yt, weight_decays=(1e-3,), balanced=True)
     assert (even.predictions == 1).sum() > (plain.predictions == 1).sum()
     assert even.mean_per_class_recall > plain.mean_per_class_recall
+
+
+def test_probe_without_a_validation_split_says_so() -> None:
+    """Found by a bug hunt (2026-12-06): without a validation split the first decay was
+    taken silently (and `eval` printed "lowest validation log-loss"). The result says
+    why, and the fit is the first decay's on all references."""
+    x, y = _blobs(3, 40, classes=2)
+    xt, yt = _blobs(4, 20, classes=2)
+    cases = [(np.zeros(40, dtype=np.int64), (1e-3, 1e-2), "fewer than 2 sources"),
+             (np.arange(40), (1e-3,), "one weight decay given")]
+    for groups, decays, why in cases:
+        res = linear_probe(x, y, groups, xt, yt, weight_decays=decays, max_iter=100)
+        assert why in res.unvalidated
+        assert res.weight_decay == decays[0] and res.val_loss == {}
+        w, b = fit_logistic(x, y, 2, decays[0], max_iter=100)
+        np.testing.assert_array_equal(res.predictions, predict_logistic(xt, w, b))
+    # a validation fifth drawn from the only two sources of class 1 leaves 1 class to fit
+    y1 = np.zeros(40, dtype=np.int64)
+    y1[:2] = 1
+    groups = np.r_[0, 0, np.arange(1, 39)]  # class 1: one source of 2 views
+    for seed in range(20):
+        res = linear_probe(x, y1, groups, xt, yt, weight_decays=(1e-3, 1e-2), seed=seed,
+                           max_iter=50)
+        assert (res.unvalidated == "") == bool(res.val_loss)
+        if res.unvalidated:
+            assert res.unvalidated == ("the references less a validation part by source "
+                                       "have 1 class")
+            break
+    else:
+        raise AssertionError("no seed put class 1 in the validation part")
+    res = linear_probe(x, y, np.arange(40), xt, yt, weight_decays=(1e-3, 1e-2), max_iter=50)
+    assert res.unvalidated == "" and set(res.val_loss) == {1e-3, 1e-2}

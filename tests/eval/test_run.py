@@ -125,3 +125,21 @@ def test_balanced_queries_get_no_imbalance_note() -> None:
     q, r = eval_side(1, 90, prefix="q"), eval_side(2, 300, prefix="r")  # 9 sources a class
     report = evaluate(q, r, EvalConfig(knn_ks=(3,), metrics=("knn",)))
     assert not any("differ" in note for note in report.notes)
+
+
+def test_knn_equal_class_scores_go_to_the_label_seen_first() -> None:
+    """References a, b at cos 0.73 and a, b at cos 0.54: the classes tie exactly, and a
+    (the query's label, first in the items) wins: top-1 1.0 (was 0.0, a rounding lead
+    of b)."""
+    q = EvalSide(np.array([[1.0, 0.0]], np.float32), np.array(["a"], dtype=object),
+                 np.array(["q"], dtype=object))
+    cos = np.array([0.73, 0.73, 0.54, 0.54])
+    r = EvalSide(np.stack([cos, np.sqrt(1 - cos ** 2)], axis=1).astype(np.float32),
+                 np.array(["a", "b", "a", "b"], dtype=object),
+                 np.array(["r0", "r1", "r2", "r3"], dtype=object))
+    m = evaluate(q, r, EvalConfig(metrics=("knn",), knn_ks=(4,))).metrics
+    assert m["knn_top1"] == 1.0 and m["knn_mean_per_class_recall"] == 1.0
+    # the other label first in the items: b wins the same tie
+    q_b = EvalSide(q.vectors, np.array(["b"], dtype=object), q.sources)
+    m = evaluate(q_b, r, EvalConfig(metrics=("knn",), knn_ks=(4,))).metrics
+    assert m["knn_top1"] == 1.0

@@ -175,6 +175,38 @@ def test_metric_rows_follow_the_terminal_table():
         ["extra.deep", "1.5000", "1.5000"],
     ]
     # how the probe was fitted: a small weight decay is not printed as 0.0000
-    probe = {"linear_top1": 0.5, "linear_probe": {"weight_decay": 1e-05, "balanced": True}}
-    assert metric_rows({"raw": probe})[1:] == [["linear_probe.balanced", "true"],
-                                               ["linear_probe.weight_decay", "1e-05"]]
+    probe = {"linear_top1": 0.5, "linear_probe": {"balanced": True, "weight_decay": 1e-05,
+                                                  "validated": False}, "uniformity": -2.0}
+    assert metric_rows({"raw": probe})[1:] == [
+        ["linear probe weight decay", "1e-05"],
+        ["linear probe decay chosen by validation", "false"],
+        ["linear probe balanced (every class weighs the same)", "true"],
+        ["uniformity (t=2, lower is better)", "-2.0000"]]
+
+
+def test_metric_rows_of_a_gallery_of_queries_in_the_terminal_order(tmp_path):
+    """Found by a bug hunt (2026-12-06): n_gallery (and the probe's fit) came last, under
+    raw key names, though the terminal table shows "retrieval gallery (the queries)"
+    right after "references". The report's rows that the terminal table has come in its
+    order, with its titles (pairkit.eval.table, the reference)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pairkit.cli.main import app
+    from pairkit.eval.run import EvalReport
+    from pairkit.eval.table import table_rows
+    from pairkit.report.inputs import eval_results
+    from tests.conftest import random_store
+
+    random_store(tmp_path / "s", n_sources=40, views=1, classes=3)
+    r = CliRunner().invoke(app, ["eval", str(tmp_path / "s"), "--retrieval-gallery",
+                                 "queries", "--json", "-q", "--probe-max-train", "100"])
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.stdout)
+    assert "n_gallery" in result
+    report = [row[0] for row in metric_rows(eval_results(result))]
+    terminal = [title for title, _ in table_rows({"raw": result}, {"raw": EvalReport()})]
+    assert [t for t in report if t in terminal] == terminal
+    assert report[report.index("references") + 1] == "retrieval gallery (the queries)"
+    assert not [t for t in report if "." in t or "_" in t]  # no raw key names

@@ -53,8 +53,25 @@ def detect(graph: KnnGraph, labels: np.ndarray | None, config: IssuesConfig) -> 
     z[finite] = robust_z(score[finite])
     flag = z > config.outlier_z
     reason = np.full(len(score), None, dtype=object)
+    threshold = shown(config.outlier_z)
     for i in np.flatnonzero(flag):
         reason[i] = (f"mean distance {score[i]:.3f} to its {int(count[i])} nearest sources, "
-                     f"robust z {z[i]:.1f} > {config.outlier_z:g}" if finite[i]
-                     else "no neighbours")
+                     f"robust z {shown_above(z[i], config.outlier_z)} > {threshold}"
+                     if finite[i] else "no neighbours")
     return Detection(score, flag, reason, np.full(len(score), -1, dtype=np.int64))
+
+
+def shown(value: float) -> str:
+    """``value`` in ``%g`` when that is exact, else in full (the threshold as given)."""
+    text = f"{value:g}"
+    return text if float(text) == value else repr(float(value))
+
+
+def shown_above(z: float, threshold: float) -> str:
+    """``z`` (> ``threshold``) with one decimal, or as many more as it takes to read
+    above the threshold (3.52 > 3.5, never 3.5 > 3.5)."""
+    for places in range(1, 16):
+        text = f"{z:.{places}f}"
+        if float(text) > threshold:
+            return text
+    return repr(float(z))
