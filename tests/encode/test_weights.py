@@ -156,9 +156,14 @@ def test_embed_says_no_before_torch_loads(tmp_path: Path, image_folder: Path) ->
     assert "--views must be <= 32768, got 32769" in err and not store.exists()
     code, err, torch_loaded = run_cli(["embed", str(image_folder), "-o", str(store), "--model",
                                        "pixels", "--checkpoint", str(tmp_path / "w.pt")], env)
+    assert (code, torch_loaded) == (2, False) and "does not apply to --model pixels" in err
+    code, err, torch_loaded = run_cli(["embed", str(image_folder), "-o", str(store), "--model",
+                                       "timm/efficientnet_b0", "--checkpoint",
+                                       str(tmp_path / "w.pt")], env)
     assert (code, torch_loaded) == (1, False) and "not found" in err
     code, err, torch_loaded = run_cli(["embed", str(image_folder), "-o", str(store), "--model",
-                                       "pixels", "--checkpoint", str(tmp_path)], env)
+                                       "timm/efficientnet_b0", "--checkpoint", str(tmp_path)],
+                                      env)
     assert (code, torch_loaded) == (1, False) and "is a folder, expected a weights file" in err
 
 
