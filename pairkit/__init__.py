@@ -14,8 +14,9 @@ from typing import Any
 __version__ = "0.1.0"
 
 API = (
-    "embed_images", "evaluate", "find_duplicates", "load_head", "mine_pairs", "open_store",
-    "pair_loader", "pairs_to_dataset", "search", "store_info", "train_head", "vectors",
+    "embed_images", "evaluate", "find_duplicates", "find_issues", "import_embeddings",
+    "load_head", "mine_pairs", "open_store", "pair_loader", "pairs_to_dataset",
+    "project_store", "search", "store_info", "train_head", "vectors",
 )
 __all__ = ["__version__", *API]
 

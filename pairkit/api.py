@@ -314,6 +314,7 @@ EVAL_NAMES = {"knn_k": "knn_ks", "recall_k": "recall_ks", "retrieval_gallery": "
 def find_duplicates(store: Store | str | os.PathLike[str], *,
                     threshold: float | None = None, keep: str = "best",
                     exact_only: bool = False, drop: bool = False,
+                    against: Store | str | os.PathLike[str] | None = None,
                     warn: Callable[[str], None] | None = None,
                     **options: Any) -> pd.DataFrame:
     """Exact and near-duplicate groups of a store's sources (``pairkit dedup``).
@@ -321,18 +322,82 @@ def find_duplicates(store: Store | str | os.PathLike[str], *,
     Returns one row per source in a group: group, id, path, keep (bool), similarity,
     match (keep | exact | near), keep_reason (why the kept row was kept; None on the others)
     (docs/dedup.md#output); the summary is in ``table.attrs["summary"]``. ``drop``: only
-    the rows to remove. ``options``: :class:`pairkit.mine.dedup.DedupConfig` fields
-    (``batch_size``, ``device``, ``backend``, ``absolute``).
+    the rows to remove. ``against``: another store (``dedup --against``, a train/test
+    leak check): one row per source of ``store`` that duplicates one of its sources
+    (id, path, other_id, other_path, similarity, match; ``keep`` and ``drop`` don't
+    apply). ``options``: :class:`pairkit.mine.dedup.DedupConfig` fields (``batch_size``,
+    ``device``, ``backend``, ``absolute``, ``method``, ``pixel_threshold``).
     """
-    from pairkit.mine.dedup import DedupConfig, run_dedup
+    from pairkit.mine.dedup import DEFAULT_KEEP, DedupConfig, run_against, run_dedup
 
     (kw,) = _split_options(options, DedupConfig)
     cfg = DedupConfig(threshold=threshold, keep=keep, exact_only=exact_only, **kw)
+    if against is not None:
+        if drop or keep != DEFAULT_KEEP:
+            raise UsageError(f"{'drop' if drop else 'keep'} does not apply to against: every "
+                             "row is a leak")
+        table, summary = run_against(_root(store), cfg, _root(against),
+                                     warn or (lambda _: None))
+        table.attrs["summary"] = summary
+        return table
     table, summary = run_dedup(_root(store), cfg, warn or (lambda _: None))
     if drop:
         table = table[~table["keep"]].reset_index(drop=True)
     table.attrs["summary"] = summary
     return table
+
+
+@_checked
+def find_issues(store: Store | str | os.PathLike[str], *,
+                checks: str | Sequence[str] | None = None, k: int = 10,
+                outlier_z: float = 3.5, all_rows: bool = False) -> pd.DataFrame:
+    """Outliers and likely label errors among a store's sources (``pairkit issues``, one
+    row per source: its lowest view). ``checks``: "outlier", "label-error" (a list or the
+    command's comma string; None: both on a labelled store, outlier alone on another).
+
+    Returns the flagged rows (every row with ``all_rows``): id, path, label, issue, score,
+    flagged, suggested_label, reason (docs/issues.md); the counts are in
+    ``table.attrs["summary"]``.
+    """
+    from pairkit.eval.data_issues import IssuesConfig
+    from pairkit.eval.issues_command import issues_table
+
+    if isinstance(checks, str):
+        checks = [c.strip() for c in checks.split(",") if c.strip()]
+    cfg = IssuesConfig(k=k, checks=None if checks is None else tuple(checks),
+                       outlier_z=outlier_z, all_rows=all_rows)
+    table, summary, _, _ = issues_table(_root(store), cfg)
+    table.attrs["summary"] = summary
+    return table
+
+
+@_checked
+def import_embeddings(embeddings: str | os.PathLike[str], items: str | os.PathLike[str],
+                      output: str | os.PathLike[str], *, dtype: str = "float16",
+                      encoder: str = "imported", force: bool = False) -> Store:
+    """Write embeddings computed elsewhere (a ``.npy`` file of an (N, dim) array) with
+    their item table (a table file with a ``path`` column; ``source``, ``view``,
+    ``label``, ``file_sha256`` optional) as a store at ``output`` and return it opened
+    (``pairkit import``, docs/import.md). ``encoder``: the name recorded for the vectors."""
+    from pairkit.core.importer import import_embeddings as run_import
+
+    return run_import(embeddings, items, output, dtype=dtype, encoder=encoder, force=force)
+
+
+@_checked
+def project_store(store: Store | str | os.PathLike[str], head: str | os.PathLike[str],
+                  output: str | os.PathLike[str], *, force: bool = False,
+                  **options: Any) -> Store:
+    """The store projected through a trained head (``pairkit project``): a new store at
+    ``output`` with the same items and the head's outputs as vectors, returned opened.
+    ``options``: :class:`pairkit.train.project_command.ProjectConfig` fields (``device``,
+    ``batch_size``, ``dtype``)."""
+    from pairkit.core.store import Store
+    from pairkit.train.project_command import ProjectConfig, project_to_files
+
+    (kw,) = _split_options(options, ProjectConfig)
+    project_to_files(_root(store), output, ProjectConfig(head=head, **kw), force=force)
+    return Store.open(output, verify=False)
 
 
 @_checked
@@ -522,6 +587,7 @@ def vectors(store: Store | str | os.PathLike[str], dtype: Any = "float32") -> np
 
 
 __all__ = [
-    "embed_images", "evaluate", "find_duplicates", "load_head", "mine_pairs", "open_store",
-    "pair_loader", "pairs_to_dataset", "search", "store_info", "train_head", "vectors",
+    "embed_images", "evaluate", "find_duplicates", "find_issues", "import_embeddings",
+    "load_head", "mine_pairs", "open_store", "pair_loader", "pairs_to_dataset",
+    "project_store", "search", "store_info", "train_head", "vectors",
 ]

@@ -397,3 +397,51 @@ def test_mine_and_train_take_the_command_s_option_names(store, tmp_path: Path) -
     with pytest.raises(UsageError, match="^pair_whitening must be an int, None or 'all'"):
         pairkit.train_head(store, tmp_path / "c", relation="instance", epochs=1,
                            pair_whitening="some")
+
+
+def test_issues_leaks_import_and_project_are_what_their_commands_write(store,
+                                                                       tmp_path: Path) -> None:
+    """The commands that had no function: issues, dedup --against, import, project."""
+    from pairkit.train.head import load_head
+
+    # issues: the flagged rows of the command's table (every row with all_rows)
+    out = tmp_path / "issues.csv"
+    r = runner.invoke(app, ["issues", str(store.root), "--all", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    cli = pd.read_csv(out)
+    table = pairkit.find_issues(store, all_rows=True)
+    assert table[["id", "issue", "flagged"]].values.tolist() == \
+        cli[["id", "issue", "flagged"]].values.tolist()
+    np.testing.assert_allclose(table["score"].to_numpy(float), cli["score"], rtol=1e-6)
+    assert table.attrs["summary"]["sources"] == 30
+    assert pairkit.find_issues(store, checks="outlier", all_rows=True)["issue"].unique() \
+        .tolist() == ["outlier"]
+    # import: the vectors and items given, L2-normalised
+    rng = np.random.default_rng(3)
+    vecs = rng.normal(size=(6, 8)).astype(np.float32)
+    np.save(tmp_path / "e.npy", vecs)
+    pd.DataFrame({"path": [f"x{i}.jpg" for i in range(6)]}).to_csv(tmp_path / "i.csv",
+                                                                   index=False)
+    imported = pairkit.import_embeddings(tmp_path / "e.npy", tmp_path / "i.csv",
+                                         tmp_path / "imp", dtype="float32")
+    np.testing.assert_allclose(imported.vectors(),
+                               vecs / np.linalg.norm(vecs, axis=1, keepdims=True), atol=1e-6)
+    # dedup --against: the test copy of a train row is a leak
+    other = vecs.copy()
+    other[0] = vecs[4] + 1e-4
+    np.save(tmp_path / "o.npy", other)
+    test = pairkit.import_embeddings(tmp_path / "o.npy", tmp_path / "i.csv", tmp_path / "t",
+                                     dtype="float32")
+    leaks = pairkit.find_duplicates(test, against=imported)
+    assert leaks[["id", "other_id", "match"]].values.tolist()[0] == [0, 4, "near"]
+    assert leaks.attrs["summary"]["leaks"] == len(leaks)
+    with pytest.raises(pairkit.errors.UsageError, match="keep does not apply to against"):
+        pairkit.find_duplicates(test, against=imported, keep="first")
+    # project: the head's outputs as a store
+    head = tmp_path / "h"
+    pairkit.train_head(store, head, epochs=1, batch_size=16, out_dim=8, relation="instance")
+    projected = pairkit.project_store(store, head, tmp_path / "proj", dtype="float32")
+    np.testing.assert_allclose(projected.vectors(), load_head(head).apply(store.vectors()),
+                               atol=1e-5)
+    with pytest.raises(pairkit.errors.PairkitError, match="exists; pass --force"):
+        pairkit.project_store(store, head, tmp_path / "proj")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from pairkit.eval.data_issues import (
     find_issues,
     to_csr,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
@@ -45,10 +48,29 @@ def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
         for path in graph_files:
             check_output(path, force)
     t0 = time.perf_counter()
+    from pairkit.core.tables import write_table
+
+    table, summary, graph, rows = issues_table(store, cfg)
+    if graph_files is not None:
+        write_graph(graph, rows, cfg.knn_graph, force)
+    try:
+        write_table(table, output, force)
+        summary["stdout_closed"] = False
+    except BrokenPipeError:
+        summary["stdout_closed"] = True  # `| head`: not an error; the summary still counts
+    summary["seconds"] = time.perf_counter() - t0
+    return summary
+
+
+def issues_table(store: str | Path, cfg: IssuesConfig
+                 ) -> tuple[pd.DataFrame, dict[str, Any], KnnGraph, np.ndarray]:
+    """The checks of ``cfg`` on one row per source (its lowest view) of the store at
+    ``store``: ``(table, summary, knn graph, the graph's store rows)``; the table holds
+    the flagged rows (every row with ``cfg.all_rows``), by issue, score descending, id
+    (:data:`~pairkit.eval.data_issues.COLUMNS`)."""
     import pandas as pd
 
     from pairkit.core.store import Store
-    from pairkit.core.tables import write_table
     from pairkit.mine.near_duplicates import source_nodes
 
     st = Store.open(store)
@@ -65,8 +87,6 @@ def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
     labels = None if labels_all is None else np.asarray(labels_all, dtype=object)[rows]
     found, graph, names = find_issues(vectors, labels, checks=checks, k=cfg.k,
                                       outlier_z=cfg.outlier_z)
-    if graph_files is not None:
-        write_graph(graph, rows, cfg.knn_graph, force)
     paths = items["path"].to_numpy(dtype=object)[rows]
     parts = []
     for check, det in found.items():
@@ -86,13 +106,7 @@ def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
         table = table[table["flagged"]]
     table = table.sort_values(["issue", "score", "id"], ascending=[True, False, True],
                               kind="stable").reset_index(drop=True)
-    try:
-        write_table(table[list(COLUMNS)], output, force)
-        summary["stdout_closed"] = False
-    except BrokenPipeError:
-        summary["stdout_closed"] = True  # `| head`: not an error; the summary still counts
-    summary["seconds"] = time.perf_counter() - t0
-    return summary
+    return table[list(COLUMNS)].reset_index(drop=True), summary, graph, rows
 
 
 def graph_outputs(output: str) -> tuple[Path, Path]:
