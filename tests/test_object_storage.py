@@ -226,3 +226,18 @@ def test_info_and_search_of_an_s3_store(pair, s3):
         [(h["query"], h["id"]) for h in hits_remote]
     ok("search", remote, "0", "7", "-k", "3", "-o", f"{s3}/hits.parquet")
     assert read_table(f"{s3}/hits.parquet")["id"].tolist() == [h["id"] for h in hits_local]
+
+
+def test_a_missing_bucket_is_named(s3, tmp_path):
+    """Found by a bug hunt (2026-12-06): a store in a missing bucket was "not a pairkit
+    store", and a table to one failed only once the whole run was done."""
+    st = random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
+    code, lines = fails("info", "s3://no-such-bucket-pk/store")
+    assert code == 1 and lines == ["error: s3://no-such-bucket-pk/store: bucket "
+                                   "no-such-bucket-pk does not exist"], lines
+    for out in ("s3://no-such-bucket-pk/p.parquet", "s3://no-such-bucket-pk/p/"):
+        code, lines = fails("mine", st.root, "--hard", "-o", out, "-q")
+        assert code == 1 and lines[-1].endswith("bucket no-such-bucket-pk does not exist"), \
+            lines
+        assert "mined" not in " ".join(lines)
+    ok("mine", st.root, "--hard", "-o", f"{s3}/p.parquet", "-q")  # an existing bucket

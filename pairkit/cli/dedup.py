@@ -7,7 +7,7 @@ from typing import Literal
 import typer
 
 from pairkit.cli.common import reader_gone, say, user_errors, warn
-from pairkit.cli.options import Backend, backend_option, device_option, ray_option
+from pairkit.cli.options import Backend, backend_option, device_option, ray_option, where_it_runs
 from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
 
 DEFAULT_THRESHOLD_TEXT = str(NEAR_DUPLICATE_THRESHOLD)
@@ -70,6 +70,7 @@ def dedup(
     from pairkit.mine.dedup_command import dedup_to_files
 
     with user_errors():
+        where_it_runs(device, ray)
         if against is not None and ray:
             raise UsageError("dedup --against runs here: drop --ray")
         cfg = DedupConfig(threshold, keep, exact_only, batch_size, device, absolute, backend,

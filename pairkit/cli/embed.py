@@ -9,7 +9,7 @@ from typing import Literal
 import typer
 
 from pairkit.cli.common import say, user_errors, warn
-from pairkit.cli.options import Dtype, device_option, ray_option
+from pairkit.cli.options import Dtype, device_option, ray_option, where_it_runs
 from pairkit.cli.progress import ProgressBar
 
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
@@ -80,6 +80,7 @@ def embed(
     from pairkit.encode.embedder import EmbedConfig, embed_folder, summary_dict
 
     with user_errors():
+        where_it_runs(device, ray)
         cfg = EmbedConfig(
             images=images,
             store=output,

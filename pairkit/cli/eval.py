@@ -9,7 +9,7 @@ from typing import Literal
 import typer
 
 from pairkit.cli.common import console, say, user_errors, warn
-from pairkit.cli.options import Backend, backend_option, device_option, ray_option
+from pairkit.cli.options import Backend, backend_option, device_option, ray_option, where_it_runs
 
 
 def eval_store(
@@ -79,6 +79,7 @@ def eval_store(
     from pairkit.eval.table import metrics_table
 
     with user_errors():
+        where_it_runs(device, ray, here=True)  # the probe and the head run here
         if against is not None and test_fraction is not None:
             raise UsageError("--against and --test-fraction exclude each other")
         if compare and head is None:

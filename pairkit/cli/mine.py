@@ -107,6 +107,7 @@ def mine(
     from pairkit.mine.summary import summary_lines
 
     with c.user_errors():
+        o.where_it_runs(device, ray)
         only_with("--hard", hard, (
             ("--range-min", range_min), ("--range-max", range_max), ("--sampling", sampling),
             ("--sampling-temperature", temperature),

@@ -75,12 +75,8 @@ def table_output(path: str) -> str:
     """``path`` when it is ``-`` or names a table format (.parquet, .csv, .jsonl, .ndjson,
     .json); else a UsageError. No pandas import: checked before any work."""
     from pairkit.core.tables import table_kind
-    from pairkit.errors import PairkitError
 
-    try:
-        table_kind(path)
-    except PairkitError as exc:
-        raise UsageError(str(exc)) from None
+    table_kind(path)  # a lookup that fails (object storage unreachable) is exit 1, not usage
     return path
 
 

@@ -221,6 +221,23 @@ def exists(url: str) -> bool:
         raise _failure(url, exc, "looking up") from None
 
 
+def check_bucket(url: str) -> None:
+    """PairkitError naming the bucket when the bucket (the first part of the path) of
+    ``url`` does not exist: a missing bucket otherwise reads as an empty one (no store
+    there, a free table name that fails only when written)."""
+    fs, path = filesystem(url)
+    bucket = path.split("/", 1)[0]
+    if not bucket:
+        return
+    try:
+        fs.invalidate_cache(bucket)
+        found = bool(fs.exists(bucket))
+    except Exception as exc:
+        raise _failure(url, exc, "looking up") from None
+    if not found:
+        raise PairkitError(f"{url}: bucket {bucket} does not exist")
+
+
 def is_dir(url: str) -> bool:
     """True when objects lie under ``url/``."""
     fs, path = filesystem(url)

@@ -48,6 +48,7 @@ from pairkit.core.manifest import (
 )
 from pairkit.core.remote import (
     CommitConflict,
+    check_bucket,
     check_writable,
     join,
     list_names,
@@ -88,6 +89,8 @@ def manifest_bytes(url: str) -> tuple[bytes, str | None]:
         if any(SHARD_RE.match(n) for n in names):
             raise StoreError(f"store {url} is half-written: no {MANIFEST} (rerun the command "
                              "that made it)") from None
+        if not names:
+            check_bucket(url)  # a missing bucket named as such
         raise StoreError(f"{url} is not a pairkit store: no {MANIFEST}") from None
     except StoreError:
         raise

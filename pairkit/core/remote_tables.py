@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from pairkit.core.remote import (
     CommitConflict,
+    check_bucket,
     exists,
     is_dir,
     join,
@@ -44,7 +45,9 @@ def is_remote_dataset(url: str) -> bool:
 
 
 def check_remote_output(url: str, force: bool) -> str:
-    """Refuse an existing table (or dataset) at ``url`` unless ``force``."""
+    """Refuse an existing table (or dataset) at ``url`` unless ``force``, and one in a
+    bucket that does not exist (before the work, not when it is written)."""
+    check_bucket(url)
     if is_remote_dataset(url):
         names = list_names(url.rstrip("/"))
         if names and not force:

@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pairkit.core.atomic import atomic_path, check_output
 from pairkit.core.remote import check_local, is_url
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,7 +65,8 @@ def is_dataset(path: str | Path) -> bool:
 
 def table_kind(path: str | Path) -> str:
     """Return ``parquet``, ``csv``, ``jsonl`` or ``dataset`` (a folder of parquet parts)
-    for a path (``-`` is ``jsonl``)."""
+    for a path (``-`` is ``jsonl``); UsageError for a name of no table format, PairkitError
+    when looking a URL up fails (a failure, not usage)."""
     if str(path) == "-":
         return "jsonl"
     if is_dataset(path):
@@ -77,7 +78,7 @@ def table_kind(path: str | Path) -> str:
         return "csv"
     if suffix in (".jsonl", ".ndjson", ".json"):
         return "jsonl"
-    raise PairkitError(
+    raise UsageError(
         f"can't tell the table format of {path}: use one of {', '.join(TABLE_SUFFIXES)}, a "
         "folder ending in / (parquet parts) or -"
     )

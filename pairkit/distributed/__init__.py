@@ -85,6 +85,7 @@ def connect(address: str) -> Cluster:
     if not ray.is_initialized():
         quiet = {"logging_level": logging.ERROR, "log_to_driver": False,
                  "include_dashboard": False}
+        check_reachable(address)
         try:
             if address == "local":
                 # "local": a new instance even where RAY_ADDRESS or a `ray start` on this
@@ -95,16 +96,61 @@ def connect(address: str) -> Cluster:
         except Exception as exc:  # ConnectionError, ValueError, RuntimeError ...
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             raise PairkitError(f"can't reach the Ray cluster at {address}: {first}") from None
+    keep_prints_off_stdout()
     resources = ray.cluster_resources()
     cpus = int(resources.get("CPU", 0))
     if cpus < 1:
         raise PairkitError(f"the Ray cluster at {address} has no CPUs")
-    threads = min(plan().threads, cpus)
     try:
-        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
-    except Exception:  # a client that can't list them: counted as one, as before
-        nodes = 1
-    return Cluster(address, cpus, int(resources.get("GPU", 0)), threads, max(1, nodes))
+        node_cpus = [int(node.get("Resources", {}).get("CPU", 0)) for node in ray.nodes()
+                     if node.get("Alive")]
+    except Exception:  # a client that can't list them: one node of every CPU, as before
+        node_cpus = [cpus]
+    threads = worker_threads(plan().threads, node_cpus or [cpus])
+    return Cluster(address, cpus, int(resources.get("GPU", 0)), threads,
+                   max(1, len(node_cpus)))
+
+
+def worker_threads(wanted: int, node_cpus: list[int]) -> int:
+    """The CPUs (threads) of one worker: ``wanted`` (``--threads``), at most the CPUs of
+    the largest node (a worker asking Ray for more than any node has is never placed, and
+    the command waited for it forever), at least 1."""
+    return max(1, min(wanted, max(node_cpus)))
+
+
+def check_reachable(address: str, timeout: float = 10.0) -> None:
+    """PairkitError within ``timeout`` seconds when ``HOST:PORT`` does not answer (Ray's
+    own connect retried for ~14 minutes and printed its C++ warnings); ``local``,
+    ``auto`` and ``ray://`` addresses are left to Ray."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise PairkitError(f"can't reach the Ray cluster at {address}: {reason}") from None
+
+
+def keep_prints_off_stdout() -> None:
+    """Ray's driver prints its workers' errors ("(raylet) A worker died ...") on stdout,
+    where a command writes its table (``-o -``) or JSON: they go to stderr. Ray keeps no
+    option for it; its printer is replaced once (left alone if Ray's layout changes)."""
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:  # pragma: no cover - another Ray layout
+        return
+    printer = getattr(ray_worker, "print_to_stdstream", None)
+    if printer is None or getattr(printer, "pairkit_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        printer({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.pairkit_stderr = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_stderr
 
 
 def crash_marker() -> str | None:

@@ -18,6 +18,7 @@ here.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,23 @@ def _embed_task(cfg: EmbedConfig, files: list[ImageFile], labels: dict[str, Any]
                            shard_name)
 
 
+def for_workers(cfg: EmbedConfig, todo: list[ImageFile]
+                ) -> tuple[EmbedConfig, list[ImageFile]]:
+    """``cfg`` and ``todo`` with every local path absolute, as this process sees it: a
+    worker runs in another working directory, where a relative ``-o`` put the shards
+    (outside the store) and a relative image folder made every image "vanish"."""
+    from dataclasses import replace
+
+    from pairkit.core.remote import is_url
+
+    def absolute(path: Any) -> Any:
+        return path if is_url(path) else Path(os.path.abspath(path))
+
+    return (replace(cfg, store=absolute(cfg.store)),
+            [f if is_url(f.abs_path) else replace(f, abs_path=absolute(f.abs_path))
+             for f in todo])
+
+
 def _task_options(cluster: Cluster, device: str) -> tuple[dict[str, Any], str, int]:
     """Ray options of a partition task, the device it runs on and its threads: one GPU
     each (with its share of the CPUs for decoding, at most 8) when the cluster has GPUs
@@ -126,6 +144,7 @@ def embed_on_ray(address: str, cfg: EmbedConfig, writer: StoreWriter, todo: list
     ray = require_ray()
     cluster = connect(address)
     options, device, threads = _task_options(cluster, cfg.device)
+    cfg, todo = for_workers(cfg, todo)
     summary.device = f"{device} on {cluster.describe()}"
     per = max(1, cfg.shard_rows // cfg.views)
     parts = [todo[i:i + per] for i in range(0, len(todo), per)]

@@ -116,7 +116,8 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     from pairkit.core.threads import import_torch
 
     import_torch()  # the thread budget applied before the first torch work
-    device = summary.device = resolve_device(device)
+    # on Ray the workers' devices count (the executor picks them), not this machine's
+    device = summary.device = "cpu" if executor else resolve_device(device)
 
     # (a store folder this run created is removed again by the lock when the encoder
     # can't be loaded and nothing was written); on Ray the workers load their own copy,

@@ -90,8 +90,9 @@ def make_autocast(device: torch.device, amp_dtype: Any) -> Autocast:
 def forward(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, rows: np.ndarray,
             autocast: Autocast) -> tuple[torch.Tensor, ...]:
     """Projected, normalised anchors (B, d), positives (B, d), negatives (B, K, d), their
-    masks (a negative equal to its example's anchor or positive is not valid) and groups,
-    and the anchors' input rows normalised (B, d_in)."""
+    masks (a negative equal to its example's anchor or positive is not valid), the pairs'
+    groups (B, 2: the anchor's, the positive's) and the negatives' (B, K), and the
+    anchors' input rows normalised (B, d_in)."""
     import torch
 
     a_id = data.ids(pairs.anchor[rows])
@@ -108,7 +109,8 @@ def forward(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, rows: 
     # padding, and a negative that is the example's own anchor or positive (a mined
     # positive swapped in, a hand-made table): no part in the loss
     valid = ((n_id >= 0) & (n_id != a_id[:, None]) & (n_id != p_id[:, None])).to(data.device)
-    groups = data.groups[a_id].to(data.device)
+    # each pair's groups: its anchor's and its positive's (a mined positive's differs)
+    groups = torch.stack([data.groups[a_id], data.groups[p_id]], dim=1).to(data.device)
     neg_groups = data.groups[n_id.clamp(min=0)].to(data.device)
     xa = torch.nn.functional.normalize(x[:b].float(), dim=1)
     return za, zp, zn, valid, attract & valid, groups, neg_groups, xa

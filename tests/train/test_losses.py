@@ -89,6 +89,49 @@ def test_infonce_groups_and_attract_against_loops():
     assert float(got) == pytest.approx(ref_multi_pos(rows, t), abs=1e-5)
 
 
+def test_infonce_leaves_out_positives_of_the_pairs_own_groups():
+    """Found by a bug hunt (2026-12-06): the in-batch mask compared the other example's
+    *anchor* group with the row's, so with a mined positive (another source) an anchor's
+    own row or its other view, as another example's positive, was a negative (cosine 1
+    in the denominator). A candidate p_j is left out when its group is the row anchor's
+    or the row positive's; groups given as (B, 2): anchor's, positive's."""
+    a, p = rand_unit(4, 5, seed=11), rand_unit(4, 5, seed=12)
+    # pair 0: anchor of source 0, mined positive of source 1; pair 1: anchor of source 1,
+    # positive a view of source 0 (anchor 0's own source); pair 2: source 2 with its own
+    # view; pair 3: anchor of source 3, mined positive of source 2
+    groups = torch.tensor([[0, 1], [1, 0], [2, 2], [3, 2]])
+    t = 0.3
+    for symmetric in (False, True):
+        rows = []
+        if not symmetric:
+            for i in range(4):
+                mine = {int(groups[i, 0]), int(groups[i, 1])}
+                neg = [dot(a[i], p[j]) for j in range(4)
+                       if j != i and int(groups[j, 1]) not in mine]
+                rows.append(([dot(a[i], p[i])], neg))
+        else:
+            views = torch.cat([a, p])
+            vg = torch.cat([groups[:, 0], groups[:, 1]])
+            for r in range(8):
+                i = r % 4
+                mine = {int(groups[i, 0]), int(groups[i, 1])}
+                partner = (r + 4) % 8
+                neg = [dot(views[r], views[c]) for c in range(8)
+                       if c not in (r, partner) and int(vg[c]) not in mine]
+                rows.append(([dot(views[r], views[partner])], neg))
+        got = infonce.compute_loss_from_embeddings(a, p, groups=groups, temperature=t,
+                                                   symmetric=symmetric)
+        assert float(got) == pytest.approx(ref_multi_pos(rows, t), abs=1e-5)
+    # (B,) groups are both: the view pairs' behaviour is unchanged
+    flat = torch.tensor([0, 0, 1, 2])
+    both = torch.stack([flat, flat], dim=1)
+    for symmetric in (False, True):
+        assert float(infonce.compute_loss_from_embeddings(
+            a, p, groups=flat, temperature=t, symmetric=symmetric)) == pytest.approx(
+            float(infonce.compute_loss_from_embeddings(
+                a, p, groups=both, temperature=t, symmetric=symmetric)), abs=1e-6)
+
+
 def test_infonce_matches_pytorch_metric_learning_ntxent():
     pml = pytest.importorskip("pytorch_metric_learning.losses")
     a, p = rand_unit(8, 16, seed=4), rand_unit(8, 16, seed=5)

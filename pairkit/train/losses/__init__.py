@@ -67,8 +67,9 @@ def batch_loss(
 ) -> torch.Tensor:
     """The loss of one batch: anchors/positives (B, d), negatives (B, K, d), masks (B, K).
 
-    ``groups`` (B,): relation group of each anchor; ``neg_groups`` (B, K): of each
-    negative (used by supcon, where features of one group are positives). The chosen
+    ``groups`` (B,) or (B, 2): relation group of each anchor (and of its positive: an
+    in-batch candidate of either is no negative of the pair's rows); ``neg_groups`` (B,
+    K): of each negative (used by supcon, where features of one group are positives). The chosen
     contrastive loss, plus, with ``cfg.keep_input`` > 0, that weight times the term that
     keeps the input's neighbourhoods (:mod:`pairkit.train.losses.keep_input`; ``inputs``:
     the anchors' input rows, (B, d_in) L2-normalised).
@@ -97,6 +98,7 @@ def batch_loss(
         # supcon: anchors and positives share the anchor's group; mined negatives keep
         # their own group unless attracted (then the anchor's); eliminated ones are dropped.
         b, k = neg_valid.shape
+        groups = groups[:, 0] if groups.ndim == 2 else groups  # a pair is its anchor's group
         features = torch.cat([anchors, positives, negatives.reshape(b * k, anchors.shape[1])],
                              dim=0)
         neg_labels = torch.where(neg_attract, groups[:, None].expand(b, k), neg_groups)

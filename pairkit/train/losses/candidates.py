@@ -3,8 +3,8 @@
 Every pairwise loss here (infonce, triplet, debiased, hard) is a function of
 three (R, C) tensors: cosine ``scores`` of row anchors against candidates, and
 boolean ``pos`` / ``neg`` masks. A candidate that is in neither mask (the
-anchor itself, an in-batch item of the anchor's own group, an eliminated false
-negative, a padding slot) takes no part in the loss.
+anchor itself, an in-batch item of the group of the row's anchor or of its positive,
+an eliminated false negative, a padding slot) takes no part in the loss.
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ def build_candidates(
     ``anchors``, ``positives``: (B, d) L2-normalised; ``negatives``: (B, K, d);
     ``neg_valid``: (B, K) bool (False = padding or eliminated false negative);
     ``neg_attract``: (B, K) bool (flagged false negatives treated as positives);
-    ``groups``: (B,) int, in-batch candidates of the anchor's own group are not
-    negatives (default: every pair is its own group).
+    ``groups``: (B,) int, or (B, 2): the group of each pair's anchor and of its positive
+    (they differ for a mined positive); an in-batch candidate of either group of the
+    row's pair is not a negative (default: every pair is its own group; (B,): both the
+    same, as for views).
 
     Not symmetric: rows are the B anchors, candidates are the B positives of the
     batch, then the anchor's own K negatives -> (B, B + K).
@@ -49,20 +51,22 @@ def build_candidates(
     device = anchors.device
     if groups is None:
         groups = torch.arange(b, device=device)
+    ga, gp = (groups[:, 0], groups[:, 1]) if groups.ndim == 2 else (groups, groups)
     if symmetric:
         views = torch.cat([anchors, positives], dim=0)
-        g = torch.cat([groups, groups])
+        g = torch.cat([ga, gp])  # each view's group
+        row_a, row_p = torch.cat([ga, ga]), torch.cat([gp, gp])  # each row's pair's groups
         batch_scores = views @ views.T
         rows = torch.arange(2 * b, device=device)
         partner = (rows + b) % (2 * b)
         batch_pos = torch.zeros(2 * b, 2 * b, dtype=torch.bool, device=device)
         batch_pos[rows, partner] = True
-        batch_neg = g[:, None] != g[None, :]
+        batch_neg = (g[None, :] != row_a[:, None]) & (g[None, :] != row_p[:, None])
         row_vecs = views
     else:
         batch_scores = anchors @ positives.T
         batch_pos = torch.eye(b, dtype=torch.bool, device=device)
-        batch_neg = groups[:, None] != groups[None, :]
+        batch_neg = (gp[None, :] != ga[:, None]) & (gp[None, :] != gp[:, None])
         row_vecs = anchors
     if not in_batch:
         batch_neg = torch.zeros_like(batch_neg)

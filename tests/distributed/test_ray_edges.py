@@ -1,0 +1,85 @@
+"""The edges of ``--ray`` found by a bug hunt (2026-12-06), checked without a cluster:
+the threads of a worker fit the largest node, an unreachable address is refused within
+seconds, Ray's printed worker errors stay off stdout (where tables and JSON go), embed's
+paths are absolute before they reach a worker, an empty ``--ray`` is bad usage and a GPU
+``--device`` is judged where it runs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.distributed import check_reachable, worker_threads
+from pairkit.errors import PairkitError
+from tests.conftest import random_store
+
+runner = CliRunner()
+
+
+def test_a_worker_fits_the_largest_node() -> None:
+    # two nodes of one CPU: --threads 2 asked Ray for 2-CPU workers no node could place
+    assert worker_threads(2, [1, 1]) == 1
+    assert worker_threads(4, [2, 8]) == 4
+    assert worker_threads(16, [2, 8]) == 8
+    assert worker_threads(1, [0]) == 1
+
+
+def test_an_unreachable_address_is_refused_at_once() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.perf_counter()
+    with pytest.raises(PairkitError, match=f"can't reach the Ray cluster at 127.0.0.1:{port}"):
+        check_reachable(f"127.0.0.1:{port}", timeout=5)
+    assert time.perf_counter() - t0 < 5
+    for address in ("local", "auto", "ray://head:10001"):
+        check_reachable(address)  # left to Ray
+
+
+def test_rays_printed_worker_errors_go_to_stderr(monkeypatch, capsys) -> None:
+    ray_worker = pytest.importorskip("ray._private.worker")
+    from pairkit.distributed import keep_prints_off_stdout
+
+    monkeypatch.setattr(ray_worker, "print_to_stdstream", ray_worker.print_to_stdstream)
+    keep_prints_off_stdout()
+    keep_prints_off_stdout()  # once is enough: not wrapped twice
+    ray_worker.print_to_stdstream({"lines": ["A worker died or was killed"], "pid": "raylet",
+                                   "is_err": False}, ignore_prefix=False)
+    out, err = capsys.readouterr()
+    assert out == "" and "A worker died or was killed" in err
+
+
+def test_embed_ships_absolute_paths(tmp_path: Path, monkeypatch) -> None:
+    from pairkit.distributed.embed import for_workers
+    from pairkit.encode.config import EmbedConfig
+    from pairkit.encode.images import ImageFile
+
+    monkeypatch.chdir(tmp_path)
+    cfg = EmbedConfig(images=Path("images"), store=Path("relstore"))
+    shipped, files = for_workers(cfg, [ImageFile("a/b.png", Path("images/a/b.png"))])
+    assert shipped.store == tmp_path / "relstore"
+    assert files[0].abs_path == tmp_path / "images" / "a" / "b.png"
+    assert files[0].path == "a/b.png"
+    url = EmbedConfig(images=Path("images"), store="s3://bucket/store")  # type: ignore[arg-type]
+    assert for_workers(url, [])[0].store == "s3://bucket/store"
+
+
+def test_empty_ray_address_and_gpu_device_checks(tmp_path: Path) -> None:
+    store = random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "-o", "-", "--ray", ""])
+    assert r.exit_code == 2 and "--ray needs an address" in r.output, r.output
+    # (an empty PAIRKIT_RAY_ADDRESS is unset, as Click reads every empty variable)
+    # with --ray the search runs on the workers: a GPU device is bad usage (exit 2), not
+    # "no CUDA GPU is visible" from this machine (exit 1)
+    r = runner.invoke(app, ["dedup", str(store.root), "--ray", "local", "--device", "cuda",
+                            "-o", str(tmp_path / "d.csv")], env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r.exit_code == 2 and "searches on the workers' CPUs" in r.output, r.output
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "--device", "cuda", "-o",
+                            str(tmp_path / "m.csv")], env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r.exit_code == 1 and "no CUDA GPU is visible" in r.output, r.output
