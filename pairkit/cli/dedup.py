@@ -7,7 +7,8 @@ from typing import Literal
 import typer
 
 from pairkit.cli.common import reader_gone, say, user_errors, warn
-from pairkit.cli.options import Backend, backend_option, device_option, ray_option, where_it_runs
+from pairkit.cli.options import Backend, backend_option, device_option, ray_option
+from pairkit.core.devices import where_it_runs
 from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
 
 DEFAULT_THRESHOLD_TEXT = str(NEAR_DUPLICATE_THRESHOLD)
@@ -52,7 +53,8 @@ def dedup(
     exact_only: bool = typer.Option(
         False, "--exact-only", help="Only byte-identical files (same file_sha256)."),
     batch_size: int = typer.Option(4096, "--batch-size", help="Query rows per search block."),
-    device: str = device_option("Where the search runs; auto: a GPU if any, else CPU."),
+    device: str = device_option("Where the search runs; auto: a GPU if any, else CPU.",
+                                here=False),
     backend: Backend = backend_option(),
     ray: str | None = ray_option(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),

@@ -9,8 +9,9 @@ from typing import Literal
 import typer
 
 from pairkit.cli.common import say, user_errors, warn
-from pairkit.cli.options import Dtype, device_option, ray_option, where_it_runs
+from pairkit.cli.options import Dtype, device_option, ray_option
 from pairkit.cli.progress import ProgressBar
+from pairkit.core.devices import where_it_runs
 
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
 
@@ -45,7 +46,7 @@ def embed(
         None, "--label-column", help="Dataset input: the label column (ClassLabel names used).",
         show_default="label, when there is one"),
     device: str = device_option("Where the encoder runs; cuda: all GPUs; auto: cuda when "
-                                "torch sees a GPU, else cpu."),
+                                "torch sees a GPU, else cpu.", here=False),
     precision: Precision = typer.Option(
         "auto", "--precision", help="Autocast precision; auto: fp16 on CUDA, fp32 on CPU."),
     image_size: int | None = typer.Option(

@@ -9,7 +9,8 @@ from typing import Literal
 import typer
 
 from pairkit.cli.common import console, say, user_errors, warn
-from pairkit.cli.options import Backend, backend_option, device_option, ray_option, where_it_runs
+from pairkit.cli.options import Backend, backend_option, device_option, ray_option
+from pairkit.core.devices import where_it_runs
 
 
 def eval_store(
@@ -55,7 +56,7 @@ def eval_store(
         False, "--probe-balanced",
         help="Weigh every class the same in the linear probe's fit (long-tailed references)."),
     device: str = device_option("Where the search, probe and head run; auto: GPUs when "
-                                "present (FAISS: the GPUs FAISS sees)."),
+                                "present (FAISS: the GPUs FAISS sees).", here=False),
     batch_size: int = typer.Option(4096, "--batch-size", help="Queries per search block."),
     backend: Backend = backend_option(),
     ray: str | None = ray_option(),

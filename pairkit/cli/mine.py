@@ -47,7 +47,7 @@ def mine(
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
     index: o.IndexKind = typer.Option(
         "auto", "--index", help="Index kind; auto: exact up to --exact-max-rows rows."),
-    device: str = o.device_option("Where the search runs; auto: a GPU if any, else CPU."),
+    device: str = o.device_option("Where the search runs; auto: a GPU, else CPU.", False),
     dtype: o.Dtype = typer.Option(
         "float32", "--dtype", help="Precision of the index's vectors (float16: candidates "
         "are re-scored exactly)."),
@@ -94,20 +94,19 @@ def mine(
     force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
 ) -> None:
-    """Mine anchor / positive / negative pairs from a store.
-
-    Anchors: every item with at least one positive under the relation.
+    """Mine anchor / positive / negative pairs from a store. Anchors: every item with at
+    least one positive under the relation.
 
     Example: pairkit mine store --hard -k 5 -o pairs.parquet --stats stats.json
     """
+    from pairkit.core.devices import where_it_runs
     from pairkit.core.options import only_with
     from pairkit.index.options import IndexOptions
     from pairkit.mine.command import mine_to_files
     from pairkit.mine.config import MineConfig, fn_config, positive_config
     from pairkit.mine.summary import summary_lines
-
     with c.user_errors():
-        o.where_it_runs(device, ray)
+        where_it_runs(device, ray)
         only_with("--hard", hard, (
             ("--range-min", range_min), ("--range-max", range_max), ("--sampling", sampling),
             ("--sampling-temperature", temperature),

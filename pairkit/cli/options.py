@@ -26,32 +26,19 @@ def _bad_parameter(check: Any, text: str) -> Any:
         raise typer.BadParameter(str(exc)) from None
 
 
-def device_value(text: str) -> str:
-    """``--device``: auto, cpu, cuda or cuda:N (bad usage, exit 2, otherwise); whether
-    this machine has the GPU is :func:`where_it_runs`' check (with ``--ray`` the
-    workers' devices count)."""
-    from pairkit.core.devices import check_device
+def device_value(text: str, here: bool = True) -> str:
+    """``--device``: auto, cpu, cuda or cuda:N (bad usage, exit 2, otherwise); ``here``: a
+    GPU device on a machine that has none is a failure (exit 1), before any heavy import
+    (the commands with ``--ray`` leave it to :func:`pairkit.core.devices.where_it_runs`)."""
+    from pairkit.core.devices import check_device, check_gpu_present
 
-    return _bad_parameter(check_device, text)
-
-
-def where_it_runs(device: str, ray: str | None = None, here: bool = False) -> None:
-    """A command's first check of ``--device`` and ``--ray``, before any heavy import: an
-    empty ``--ray`` (an unset variable in ``--ray "$ADDR"``) is bad usage, not a local
-    run; a GPU device on a machine that has none is a failure (exit 1) where the device is
-    this machine's: without ``--ray``, or with it where ``here`` (eval's probe and head run
-    here). Otherwise the workers' devices count: the command checks them."""
-    from pairkit.core.devices import check_gpu_present
-
-    if ray is not None and not ray.strip():
-        raise UsageError("--ray needs an address: local, auto or HOST:PORT (it was empty)")
-    if ray is None or here:
-        check_gpu_present(device)
+    value = _bad_parameter(check_device, text)
+    return check_gpu_present(value) if here else value
 
 
-def device_option(help: str) -> Any:
-    """The ``--device`` option (auto, cpu, cuda or cuda:N) of every command."""
-    return typer.Option("auto", "--device", parser=device_value,
+def device_option(help: str, here: bool = True) -> Any:
+    """The ``--device`` option of every command (``here`` False: those with ``--ray``)."""
+    return typer.Option("auto", "--device", parser=lambda text: device_value(text, here),
                         metavar="<auto|cpu|cuda|cuda:N>", help=help)
 
 

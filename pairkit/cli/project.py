@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from pairkit.cli.common import say, user_errors
-from pairkit.cli.options import Dtype, device_option, where_it_runs
+from pairkit.cli.options import Dtype, device_option
 
 
 def project(
@@ -28,7 +28,6 @@ def project(
     from pairkit.train.project_command import ProjectConfig, project_to_files
 
     with user_errors():
-        where_it_runs(device)
         result = project_to_files(store, output, ProjectConfig(
             head, device=device, batch_size=batch_size, dtype=dtype), force=force)
         if not result.head_complete:

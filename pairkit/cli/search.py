@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from pairkit.cli.common import user_errors
-from pairkit.cli.options import device_option, table_output_option, where_it_runs
+from pairkit.cli.options import device_option, table_output_option
 
 
 def search(
@@ -39,7 +39,6 @@ def search(
     from pairkit.index.search_command import search_to_files
 
     with user_errors():
-        where_it_runs(device)
         images, ids = split_queries(list(queries or []))
         search_to_files(store, output, QueryRequest(
             images=images, ids=ids, texts=tuple(text or ()), k=k,

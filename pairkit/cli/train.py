@@ -8,7 +8,7 @@ from typing import Any, Literal
 import typer
 
 from pairkit.cli.common import say, user_errors
-from pairkit.cli.options import FnMode, device_option, where_it_runs
+from pairkit.cli.options import FnMode, device_option
 from pairkit.cli.progress import ProgressBar
 
 
@@ -116,7 +116,6 @@ def train(
     from pairkit.train.losses import LossConfig
 
     with user_errors():
-        where_it_runs(device)
         cfg = TrainConfig(
             head=head, out_dim=out_dim, hidden=hidden,
             loss=LossConfig(name=loss, temperature=temperature, symmetric=symmetric,

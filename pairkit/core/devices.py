@@ -43,6 +43,18 @@ def check_gpu_present(device: str) -> str:
     return device
 
 
+def where_it_runs(device: str, ray: str | None = None, here: bool = False) -> None:
+    """A command's first check of ``--device`` and ``--ray``, before any heavy import: an
+    empty ``--ray`` (an unset variable in ``--ray "$ADDR"``) is bad usage, not a local
+    run; a GPU device on a machine that has none is a failure (exit 1) where the device is
+    this machine's: without ``--ray``, or with it where ``here`` (eval's probe and head run
+    here). Otherwise the workers' devices count: the command checks them."""
+    if ray is not None and not ray.strip():
+        raise UsageError("--ray needs an address: local, auto or HOST:PORT (it was empty)")
+    if ray is None or here:
+        check_gpu_present(device)
+
+
 def resolve_device(device: str) -> str:
     """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``; checks cuda:N exists."""
     check_device(device)
