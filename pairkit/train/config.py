@@ -62,6 +62,8 @@ class TrainConfig:
                              f"got {self.relation}")
         if self.epochs < 1:
             raise UsageError(f"--epochs must be >= 1, got {self.epochs}")
+        if not 0 <= self.seed < 2**63:  # torch's seed is a 64-bit integer
+            raise UsageError(f"--seed must be in [0, 2**63), got {self.seed}")
         if self.batch_size < 2:
             raise UsageError(f"--batch-size must be >= 2, got {self.batch_size}")
         if not self.lr > 0:

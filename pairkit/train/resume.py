@@ -72,7 +72,9 @@ def fingerprint(cfg: TrainConfig, store: Store, pairs_id: dict[str, Any]) -> dic
                 "pair_whitening"):
         d.pop(key)
     d["store"] = store.content_id
-    d["pairs"] = pairs_id
+    # the table by its content (digest, kind, rows ...), not by the path it was given
+    # as: the same file from another folder, or a copy, continues the run
+    d["pairs"] = {k: v for k, v in pairs_id.items() if k != "table"}
     return d
 
 
@@ -117,6 +119,8 @@ def resume_state(out: Path, cfg: TrainConfig, fingerprint: dict[str, Any],
     if saved is None:
         raise PairkitError(f"--resume: {out} has no {CONFIG} and its checkpoint predates "
                            "fingerprints: rerun with --force")
+    if isinstance(saved.get("pairs"), dict):  # runs before 2026-12-06 recorded the path
+        saved["pairs"] = {k: v for k, v in saved["pairs"].items() if k != "table"}
     if not same(saved, fingerprint):
         what = "; ".join(differences(saved, fingerprint)[:4])
         raise PairkitError(f"--resume: {out} was trained with other options, store or pairs "

@@ -421,3 +421,24 @@ def test_collapse_note_names_only_the_bound_crossed():
     assert "dim std 0.010 < 0.02" in note and "uniformity" not in note
     note = collapse_note({"epoch": 3, "dim_std": 0.01, "uniformity": -0.05}, True)
     assert "dim std 0.010 < 0.02 and uniformity -0.050 > -0.1" in note
+
+
+def test_resume_takes_the_same_table_by_another_path(store, tmp_path):
+    """Found by a bug hunt (2026-12-06): the fingerprint held the table's path as given,
+    so the same table from another folder (or a copy) was refused as "the pairs"; the
+    table is known by its content. A seed torch can't take is a usage error."""
+    table = instance_triplets(store, k=2)
+    cfg = TrainConfig(relation=None, **FAST)
+    with pytest.raises(KeyboardInterrupt):
+        train_head(store, tmp_path / "h", cfg, table=table, table_name="pairs.parquet",
+                   hook=StopAfter(1))
+    result = train_head(store, tmp_path / "h", cfg, table=table,
+                        table_name=str(tmp_path / "copy.parquet"), resume=True)
+    assert [r["epoch"] for r in result.records] == [1, 2]
+    with pytest.raises(PairkitError, match="the pairs"):  # another table is still refused
+        train_head(store, tmp_path / "h", TrainConfig(relation=None, **{**FAST, "epochs": 3}),
+                   table=table.iloc[:-3], table_name="pairs.parquet", resume=True)
+    from pairkit.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"--seed must be in \[0, 2\*\*63\)"):
+        TrainConfig(seed=2**64, **FAST).check()

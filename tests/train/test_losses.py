@@ -194,6 +194,26 @@ def test_triplet_mined_and_batch_hard_against_loops():
     assert float(got) == pytest.approx(sum(terms) / len(terms), abs=1e-6)
 
 
+def test_triplet_rows_without_mined_negatives_fall_back_to_batch_hard():
+    """Found by a bug hunt (2026-12-06): one row of the batch with a mined negative left
+    every other row without any negative (no gradient at all) instead of batch-hard."""
+    a, p, n = rand_unit(6, 8, seed=21), rand_unit(6, 8, seed=22), rand_unit(6, 2, 8, seed=23)
+    valid = torch.zeros(6, 2, dtype=torch.bool)
+    valid[0, 0] = True   # row 0: one mined negative
+    valid[3] = True      # row 3: two
+    m = 0.4
+    terms = [max(0.0, dot(a[0], n[0, 0]) - dot(a[0], p[0]) + m)]
+    terms += [max(0.0, dot(a[3], n[3, k]) - dot(a[3], p[3]) + m) for k in range(2)]
+    terms += [max(0.0, max(dot(a[i], p[j]) for j in range(6) if j != i) - dot(a[i], p[i]) + m)
+              for i in (1, 2, 4, 5)]
+    a.requires_grad_(True)
+    got = triplet.compute_loss_from_embeddings(a, p, n, valid, margin=m)
+    assert float(got.detach()) == pytest.approx(sum(terms) / len(terms), abs=1e-6)
+    got.backward()
+    # the rows without a mined negative learn from their hardest in-batch one
+    assert bool((a.grad.norm(dim=1)[[1, 2, 4, 5]] > 0).all())
+
+
 # -- debiased and hard ---------------------------------------------------------------------
 
 
