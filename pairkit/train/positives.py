@@ -176,7 +176,9 @@ def swap_positives(pairs: PairArrays, sets: PositiveSets, share: float,
     if share == 0 or sets.total == 0 or len(pairs) == 0:
         return pairs
     drawn = draw_positives(sets, pairs.anchor, rng, sampling)
-    swap = (drawn >= 0) & (rng.random(len(pairs)) < share)
+    # an example whose positive is already a mined one (a mined-only example) is always
+    # drawn anew: kept, it would favour the first of its anchor's mined positives
+    swap = (drawn >= 0) & ((rng.random(len(pairs)) < share) | is_mined(pairs, sets))
     if not swap.any():
         return pairs
     if views is not None:
@@ -185,12 +187,22 @@ def swap_positives(pairs: PairArrays, sets: PositiveSets, share: float,
     return PairArrays(pairs.anchor, positive, pairs.negatives, pairs.neg_attract)
 
 
+def is_mined(pairs: PairArrays, sets: PositiveSets) -> np.ndarray:
+    """(M,) bool: the example's positive is one of its anchor's mined positives."""
+    n = max(len(sets.offsets) - 1, 1)
+    counts = np.diff(sets.offsets)
+    keys = np.repeat(np.arange(len(counts), dtype=np.int64), counts) * n + sets.ids
+    ok = pairs.anchor < len(counts)
+    mine = np.where(ok, pairs.anchor, 0).astype(np.int64) * n + pairs.positive
+    return ok & np.isin(mine, keys)
+
+
 def mined_only_examples(sets: PositiveSets, anchors_with_examples: np.ndarray,
                         allowed: np.ndarray) -> PairArrays:
     """One example (anchor, its first mined positive, no negatives) for every allowed item
     that has mined positives but no example of its own (e.g. a store of one view per
-    source, where mined positives are the only positives); ``swap_positives`` with share
-    1 redraws them."""
+    source, where mined positives are the only positives); ``swap_positives`` redraws
+    their positive every epoch (:func:`is_mined`)."""
     n = len(sets.offsets) - 1
     has = np.flatnonzero((sets.offsets[1:] > sets.offsets[:-1]) & allowed[:n])
     todo = np.setdiff1d(has, anchors_with_examples)

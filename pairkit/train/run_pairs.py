@@ -84,9 +84,15 @@ def read_pairs(table: pd.DataFrame, store: Store, cfg: TrainConfig, allowed: np.
                                np.zeros((0, 0), bool))
             info = TableInfo(kind=table_kind(table), rows=0, flagged=0, notes=())
         sets = positive_sets(mined_rows, store.count, allowed)
-        extra = mined_only_examples(sets, sorted_unique(pairs.anchor), allowed)
-        if len(extra):
-            pairs = concat_pairs(pairs, extra)
+        if cfg.positive_share == 0:  # 0 ignores them: no example of them, no whitening pair
+            sets = None
+            if not len(pairs):
+                raise PairkitError("--positive-share 0 ignores the mined positives, and the "
+                                   "table holds no other rows")
+        else:
+            extra = mined_only_examples(sets, sorted_unique(pairs.anchor), allowed)
+            if len(extra):
+                pairs = concat_pairs(pairs, extra)
         info = TableInfo(kind=info.kind, rows=len(table), flagged=info.flagged,
                          notes=info.notes)
     check_paths(table, store)  # after the ids' checks, which name what is wrong first

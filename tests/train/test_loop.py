@@ -442,3 +442,22 @@ def test_resume_takes_the_same_table_by_another_path(store, tmp_path):
 
     with pytest.raises(UsageError, match=r"--seed must be in \[0, 2\*\*63\)"):
         TrainConfig(seed=2**64, **FAST).check()
+
+
+def test_positive_share_zero_ignores_the_mined_positives(store, tmp_path):
+    """Found by a bug hunt (2026-12-06): with --positive-share 0 the mined-only examples
+    still trained and the pair whitening still fitted the mined pairs."""
+    import pairkit
+
+    table = pairkit.mine_pairs(store, num_negatives=2, filter_false_negatives=True,
+                               fn_rules="near-duplicate,mutual-neighbour,cluster")
+    mined = table["positive_kind"] == "mined"
+    assert mined.any()
+    cfg = TrainConfig(relation=None, positive_share=0.0, **FAST)
+    train_head(store, tmp_path / "zero", cfg, table=table)
+    train_head(store, tmp_path / "none", cfg, table=table[~mined].reset_index(drop=True))
+    for name in ("head.safetensors", "whitening.safetensors"):
+        assert (tmp_path / "zero" / name).read_bytes() == (tmp_path / "none" / name).read_bytes()
+    with pytest.raises(PairkitError, match="ignores the mined positives, and the table holds "
+                                           "no other rows"):
+        train_head(store, tmp_path / "only", cfg, table=table[mined].reset_index(drop=True))

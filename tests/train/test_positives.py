@@ -139,6 +139,24 @@ def test_mined_only_examples_and_concat() -> None:
     assert both.anchor.tolist() == [0, 1]
 
 
+def test_a_mined_only_example_draws_its_positive_uniformly() -> None:
+    """Found by a bug hunt (2026-12-06): a mined-only example kept its first (lowest-id)
+    mined positive whenever it was not swapped: 60% of the epochs instead of 1 / 5."""
+    sets = PositiveSets(np.array([0, 5, 5]), np.array([10, 47, 70, 74, 75]),
+                        np.ones(5, np.float32))
+    only = PairArrays(np.array([0]), np.array([10]), np.full((1, 0), -1), np.zeros((1, 0), bool))
+    rng = np.random.default_rng(0)
+    got = np.array([int(swap_positives(only, sets, 0.5, rng).positive[0])
+                    for _ in range(5000)])
+    for p in (10, 47, 70, 74, 75):
+        assert abs((got == p).mean() - 0.2) < 0.02, p
+    # a view example (its positive not mined) is still swapped about share of the time
+    view = PairArrays(np.array([0]), np.array([3]), np.full((1, 0), -1), np.zeros((1, 0), bool))
+    kept = np.mean([int(swap_positives(view, sets, 0.5, rng).positive[0]) == 3
+                    for _ in range(4000)])
+    assert abs(kept - 0.5) < 0.03
+
+
 def test_residual_head_starts_as_identity() -> None:
     import torch
 
