@@ -183,7 +183,8 @@ def pairs_from_table(df: pd.DataFrame, store_count: int, content_id: str,
 def _group_triplets(anchor: np.ndarray, positive: np.ndarray, neg: np.ndarray,
                     attract: np.ndarray) -> tuple[np.ndarray, ...]:
     """Gather (anchor, positive, negative) rows sharing (anchor, positive) into rows of K
-    negatives (-1 padded; padding and eliminated slots are dropped first)."""
+    negatives (-1 padded; padding, eliminated slots and repeats of a row are dropped
+    first)."""
     real = neg >= 0
     # keep one padded row for pairs whose negatives are all gone: in-batch negatives apply
     first = np.zeros(len(neg), dtype=bool)
@@ -191,6 +192,14 @@ def _group_triplets(anchor: np.ndarray, positive: np.ndarray, neg: np.ndarray,
         _, idx = np.unique(np.stack([anchor, positive], axis=1), axis=0, return_index=True)
         first[idx] = True
     keep = real | first
+    if real.any():  # a (anchor, positive, negative) row repeated counts once (a table
+        # concatenated with itself), as a repeated mined positive does
+        rows = np.flatnonzero(real)
+        _, once = np.unique(np.stack([anchor[rows], positive[rows], neg[rows]], axis=1),
+                            axis=0, return_index=True)
+        repeated = np.ones(len(neg), dtype=bool)
+        repeated[rows[once]] = False
+        keep &= ~(real & repeated)
     anchor, positive, neg, attract = anchor[keep], positive[keep], neg[keep], attract[keep]
     keys = np.stack([anchor, positive], axis=1)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)

@@ -33,6 +33,16 @@ def test_triplet_rows_grouped_by_anchor_and_positive():
     assert not pairs.neg_attract.any()
 
 
+def test_a_repeated_row_counts_once():
+    """Found by a bug hunt (2026-12-06): a table concatenated with itself put each
+    negative twice in its anchor's denominator (repeated mined positives counted once)."""
+    df = triplets([(0, 1, 5), (2, 3, 6), (0, 1, 7)])
+    once, _ = pairs_from_table(df, 10, "abc")
+    twice, _ = pairs_from_table(pd.concat([df, df], ignore_index=True), 10, "abc")
+    assert twice.negatives.tolist() == once.negatives.tolist() == [[5, 7], [6, -1]]
+    assert twice.anchor.tolist() == [0, 2]
+
+
 @pytest.mark.parametrize("mode, negs, attract", [
     ("eliminate", [[7]], [[False]]),
     ("attract", [[5, 7]], [[True, False]]),
