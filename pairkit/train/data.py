@@ -49,6 +49,9 @@ class TableInfo:
     rows: int
     flagged: int
     notes: tuple[str, ...]
+    # (F, 2) the (anchor, negative) rows flagged and eliminated or attracted: no in-batch
+    # negative of that anchor either (pairkit.train.exclusions)
+    flagged_pairs: np.ndarray | None = None
 
 
 def _int_column(df: pd.DataFrame, col: str, allow_missing: bool) -> np.ndarray:
@@ -167,6 +170,9 @@ def pairs_from_table(df: pd.DataFrame, store_count: int, content_id: str,
                            f"({int(anchor[same[0]])}): an item is not its own positive")
     flags = flags & (neg >= 0)
     n_flagged = int(flags.sum())
+    rows, slots = np.nonzero(flags)
+    flagged_pairs = (np.stack([anchor[rows], neg[rows, slots]], axis=1).astype(np.int64)
+                     if fn_mode != "keep" else np.zeros((0, 2), np.int64))
     attract = np.zeros_like(flags)
     if fn_mode == "eliminate":
         neg = np.where(flags, -1, neg)
@@ -176,7 +182,8 @@ def pairs_from_table(df: pd.DataFrame, store_count: int, content_id: str,
     k = neg.shape[1]
     anchor, positive, neg, attract = _group_triplets(
         np.repeat(anchor, k), np.repeat(positive, k), neg.reshape(-1), attract.reshape(-1))
-    info = TableInfo(kind=kind, rows=len(df), flagged=n_flagged, notes=tuple(notes))
+    info = TableInfo(kind=kind, rows=len(df), flagged=n_flagged, notes=tuple(notes),
+                     flagged_pairs=flagged_pairs)
     return PairArrays(anchor, positive, neg, attract), info
 
 

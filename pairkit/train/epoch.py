@@ -14,7 +14,9 @@ import numpy as np
 from pairkit.core.devices import host_tensor
 from pairkit.errors import PairkitError
 from pairkit.train.data import PairArrays
+from pairkit.train.exclusions import batch_exclusions
 from pairkit.train.losses import batch_loss
+from pairkit.train.losses.candidates import PairGroups
 
 if TYPE_CHECKING:
     import torch
@@ -39,6 +41,9 @@ class DeviceData:
             host = host.pin_memory()
         self.vectors = host if streaming else host.to(device)
         self.groups = torch.from_numpy(groups).to(self.vectors.device)
+        self.groups_host = groups
+        # the run's known same-thing pairs by group (pairkit.train.exclusions), or None
+        self.excluded: np.ndarray | None = None
 
     def ids(self, ids: np.ndarray) -> torch.Tensor:
         """Row ids as a tensor where the vectors are."""
@@ -110,7 +115,12 @@ def forward(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, rows: 
     # positive swapped in, a hand-made table): no part in the loss
     valid = ((n_id >= 0) & (n_id != a_id[:, None]) & (n_id != p_id[:, None])).to(data.device)
     # each pair's groups: its anchor's and its positive's (a mined positive's differs)
-    groups = torch.stack([data.groups[a_id], data.groups[p_id]], dim=1).to(data.device)
+    groups: Any = torch.stack([data.groups[a_id], data.groups[p_id]], dim=1).to(data.device)
+    if data.excluded is not None:
+        ex = batch_exclusions(data.excluded, data.groups_host,
+                              data.groups_host[pairs.anchor[rows]],
+                              data.groups_host[pairs.positive[rows]])
+        groups = PairGroups(groups, torch.from_numpy(ex).to(data.device))
     neg_groups = data.groups[n_id.clamp(min=0)].to(data.device)
     xa = torch.nn.functional.normalize(x[:b].float(), dim=1)
     return za, zp, zn, valid, attract & valid, groups, neg_groups, xa

@@ -89,6 +89,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     precision = resolve_precision(cfg.precision, device.type)
     autocast = make_autocast(device, autocast_dtype(precision))
     data, msg = device_data(store.vectors(np.float32), pairs.groups, device)
+    data.excluded = pairs.excluded
     if msg:
         note(msg)
 

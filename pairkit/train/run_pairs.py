@@ -54,6 +54,9 @@ class RunPairs:
     pairs_id: dict[str, Any]
     examples: int
     views: SourceRows | None = None  # rows by source, to draw a mined positive's view
+    # sorted keys group(a) * n_groups + group(x) of the items x known to be no negative of
+    # a's group (its mined positives, its flagged false negatives): pairkit.train.exclusions
+    excluded: np.ndarray | None = None
 
 
 def table_digest(df: pd.DataFrame) -> str:
@@ -94,7 +97,7 @@ def read_pairs(table: pd.DataFrame, store: Store, cfg: TrainConfig, allowed: np.
             if len(extra):
                 pairs = concat_pairs(pairs, extra)
         info = TableInfo(kind=info.kind, rows=len(table), flagged=info.flagged,
-                         notes=info.notes)
+                         notes=info.notes, flagged_pairs=info.flagged_pairs)
     check_paths(table, store)  # after the ids' checks, which name what is wrong first
     return pairs, info, sets
 
@@ -154,8 +157,14 @@ def run_pairs(store: Store, cfg: TrainConfig, table: pd.DataFrame | None,
         raise PairkitError("--val-fraction leaves fewer than 2 validation pairs: raise it")
     views = (source_rows(sources) if mined is not None and mined.total
              and cfg.mined_view == "random" else None)
+    excluded = None
+    if table is not None:
+        from pairkit.train.exclusions import excluded_keys
+
+        excluded = excluded_keys(groups, mined, info.flagged_pairs)
     return RunPairs(groups=groups, val_mask=val_mask, train=train_pairs, val=val_pairs,
-                    mined=mined, pairs_id=pairs_id, examples=n_examples, views=views)
+                    mined=mined, pairs_id=pairs_id, examples=n_examples, views=views,
+                    excluded=excluded)
 
 
 def epoch_pairs(pairs: RunPairs, cfg: TrainConfig, epoch: int) -> PairArrays:

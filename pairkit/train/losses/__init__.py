@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pairkit.errors import UsageError
+from pairkit.train.losses.candidates import PairGroups
 
 if TYPE_CHECKING:
     import torch
@@ -98,6 +99,8 @@ def batch_loss(
         # supcon: anchors and positives share the anchor's group; mined negatives keep
         # their own group unless attracted (then the anchor's); eliminated ones are dropped.
         b, k = neg_valid.shape
+        if isinstance(groups, PairGroups):
+            groups = groups.pairs
         groups = groups[:, 0] if groups.ndim == 2 else groups  # a pair is its anchor's group
         features = torch.cat([anchors, positives, negatives.reshape(b * k, anchors.shape[1])],
                              dim=0)

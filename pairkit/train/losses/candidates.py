@@ -9,10 +9,20 @@ an eliminated false negative, a padding slot) takes no part in the loss.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import torch
+
+
+class PairGroups(NamedTuple):
+    """A batch's groups with what else is known: ``pairs`` (B, 2) the groups of each
+    pair's anchor and positive, ``excluded`` (2B, 2B) bool, row r (anchors, then
+    positives) against view c in the same order: c is known to be the same thing as r's
+    pair (:func:`pairkit.train.exclusions.batch_exclusions`), so no negative of it."""
+
+    pairs: torch.Tensor
+    excluded: torch.Tensor
 
 
 def build_candidates(
@@ -34,7 +44,8 @@ def build_candidates(
     ``groups``: (B,) int, or (B, 2): the group of each pair's anchor and of its positive
     (they differ for a mined positive); an in-batch candidate of either group of the
     row's pair is not a negative (default: every pair is its own group; (B,): both the
-    same, as for views).
+    same, as for views); or a :class:`PairGroups`, whose ``excluded`` candidates are no
+    negatives either.
 
     Not symmetric: rows are the B anchors, candidates are the B positives of the
     batch, then the anchor's own K negatives -> (B, B + K).
@@ -49,6 +60,9 @@ def build_candidates(
 
     b = anchors.shape[0]
     device = anchors.device
+    excluded = None
+    if isinstance(groups, PairGroups):
+        groups, excluded = groups.pairs, groups.excluded
     if groups is None:
         groups = torch.arange(b, device=device)
     ga, gp = (groups[:, 0], groups[:, 1]) if groups.ndim == 2 else (groups, groups)
@@ -68,6 +82,8 @@ def build_candidates(
         batch_pos = torch.eye(b, dtype=torch.bool, device=device)
         batch_neg = (gp[None, :] != ga[:, None]) & (gp[None, :] != gp[:, None])
         row_vecs = anchors
+    if excluded is not None:
+        batch_neg = batch_neg & ~(excluded if symmetric else excluded[:b, b:])
     if not in_batch:
         batch_neg = torch.zeros_like(batch_neg)
     if negatives is None or negatives.shape[1] == 0:

@@ -1,0 +1,54 @@
+"""What a pair's in-batch candidates must not count as negatives beyond its own groups:
+the items the table says are the same thing as the anchor (its mined positives, its
+flagged false negatives, eliminated or attracted). In a batch they show up as other pairs'
+anchors or positives; the masks of :mod:`pairkit.train.losses.candidates` leave them out.
+
+Known by group: a key ``group(a) * n_groups + group(x)`` per (anchor, item) pair, both
+ways, in one sorted array; a batch's (2B, 2B) mask is a vectorised lookup.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from pairkit.train.positives import PositiveSets
+
+
+def excluded_keys(groups: np.ndarray, mined: PositiveSets | None,
+                  flagged_pairs: np.ndarray | None) -> np.ndarray | None:
+    """Sorted unique keys of the (anchor group, item group) pairs, both ways, for every
+    mined positive and flagged pair; None when there are none."""
+    parts = []
+    if mined is not None and mined.total:
+        counts = np.diff(mined.offsets)
+        anchors = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        parts.append(np.stack([anchors, mined.ids.astype(np.int64)], axis=1))
+    if flagged_pairs is not None and len(flagged_pairs):
+        parts.append(np.asarray(flagged_pairs, dtype=np.int64))
+    if not parts:
+        return None
+    pairs = groups[np.concatenate(parts)]
+    n = int(groups.max()) + 1
+    keys = np.concatenate([pairs[:, 0] * n + pairs[:, 1], pairs[:, 1] * n + pairs[:, 0]])
+    return np.unique(keys)
+
+
+def batch_exclusions(keys: np.ndarray, groups: np.ndarray, anchor_groups: np.ndarray,
+                     positive_groups: np.ndarray) -> np.ndarray:
+    """(2B, 2B) bool: row r (the anchors, then the positives, of B pairs) against view c
+    (the same order) is excluded when the group of view c is known to be the same thing as
+    the group of row r's pair's anchor or positive."""
+    n = int(groups.max()) + 1
+    views = np.concatenate([anchor_groups, positive_groups]).astype(np.int64)
+    row_a = np.concatenate([anchor_groups, anchor_groups]).astype(np.int64)
+    row_p = np.concatenate([positive_groups, positive_groups]).astype(np.int64)
+
+    def known(row: np.ndarray) -> np.ndarray:
+        wanted = row[:, None] * n + views[None, :]
+        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+        return keys[at] == wanted
+
+    return known(row_a) | known(row_p)
