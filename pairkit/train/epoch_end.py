@@ -167,6 +167,10 @@ def collapse_note(record: dict[str, Any], stop_on_collapse: bool) -> str:
 
 
 MIN_ROWS_PER_DIM = 2
+# the pair whitening centres the outputs on the training rows' mean: N centred rows have
+# a mean cosine of -1 / (N - 1) (two rows: opposite), so it needs this many; its C_S is
+# shrunk towards the identity, full rank whatever the number of pairs
+MIN_CENTRED_ROWS = 32
 
 
 def output_whitening(module: torch.nn.Module, data: DeviceData, rows: np.ndarray,
@@ -197,8 +201,8 @@ def pair_whitening(module: torch.nn.Module, data: DeviceData, pairs: Any,
     """The learned whitening of the head's outputs from the training table's pairs
     (:mod:`pairkit.train.pair_whitening`; ``pairs``: the run's
     :class:`~pairkit.train.run_pairs.RunPairs`, ``rows`` the training rows whose outputs'
-    mean centres it); None when ``dims`` is 0, with fewer than :data:`MIN_ROWS_PER_DIM`
-    training rows per output dim, when there is no positive pair (or, rotated to fewer
+    mean centres it); None when ``dims`` is 0, with fewer than :data:`MIN_CENTRED_ROWS`
+    training rows, when there is no positive pair (or, rotated to fewer
     dims than the outputs have, no negative pair) or its positives do not differ. A run
     without a table takes its relation's pairs
     (:func:`pairkit.train.pair_whitening.relation_pairs`)."""
@@ -208,7 +212,7 @@ def pair_whitening(module: torch.nn.Module, data: DeviceData, pairs: Any,
         training_pairs,
     )
 
-    if dims == 0 or len(rows) < MIN_ROWS_PER_DIM * out_dim:
+    if dims == 0 or len(rows) < MIN_CENTRED_ROWS:
         return None  # too few rows: centred, two rows would make a source's views opposite
     t, mined = pairs.train, pairs.mined
     if t is None:

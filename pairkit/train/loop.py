@@ -23,6 +23,7 @@ from pairkit.errors import PairkitError
 from pairkit.train.config import TrainConfig, TrainHook, TrainResult, head_spec
 from pairkit.train.epoch import batches, device_data, lr_at, make_autocast, train_epoch
 from pairkit.train.epoch_end import (
+    MIN_CENTRED_ROWS,
     MIN_ROWS_PER_DIM,
     check_outputs_finite,
     collapse_note,
@@ -184,7 +185,8 @@ def dims_out(module_dim: int, whitening: Any, cfg: Any, rows: int) -> dict[str, 
     too_few = (f"{rows} training rows for {module_dim} output dims, under "
                f"{MIN_ROWS_PER_DIM} per dim")
     if whitening is None and cfg.pair_dims():
-        skipped = (too_few if rows < MIN_ROWS_PER_DIM * module_dim else
+        skipped = (f"{rows} training rows, under the {MIN_CENTRED_ROWS} it centres on"
+                   if rows < MIN_CENTRED_ROWS else
                    "the positive pairs do not differ, or there are none (or no negative "
                    "pair to keep fewer dims by)")
     elif whitening is None and cfg.whiten > 0:

@@ -193,8 +193,8 @@ def test_degenerate_pairs_skip_the_whitening_and_say_why(tmp_path):
     """Found by a bug hunt (2026-12-06), the default's first day: views that are the same
     vector (C_S = 0) saved a NaN whitening (exit 0, then no command could load the head);
     a store of fewer training rows than 2 per output dim was whitened anyway, and centring
-    two rows made a source's two views opposite (cosine -1). Both are skipped now, as the
-    PCA whitening is below 2 rows per dim, and the summary says why."""
+    two rows made a source's two views opposite (cosine -1). Both are skipped now (under 32
+    training rows to centre on), and the summary says why."""
     base = np.random.default_rng(0).normal(size=(30, 8))
     same = _store_of(tmp_path, "same", np.repeat(base, 2, axis=0),
                      [f"s{i // 2}" for i in range(60)])
@@ -211,6 +211,6 @@ def test_degenerate_pairs_skip_the_whitening_and_say_why(tmp_path):
     r = runner.invoke(app, ["train", str(two.root), "--relation", "instance", "-o",
                             str(tmp_path / "t"), "--epochs", "2"])
     assert r.exit_code == 0, r.output
-    assert "outputs not whitened: 2 training rows for 16 output dims, under 2 per dim" in r.output
+    assert "outputs not whitened: 2 training rows, under the 32 it centres on" in r.output
     z = load_head(tmp_path / "t").apply(two.vectors())
     assert float(z[0] @ z[1]) > 0.9
