@@ -63,6 +63,16 @@ def is_dataset(path: str | Path) -> bool:
     return text != "-" and (text.endswith(("/", os.sep)) or Path(text).is_dir())
 
 
+def reader_gone(write: Callable[[], None]) -> bool:
+    """Run ``write`` (a table or lines to ``-``); True when the reader of stdout went away
+    before it was done (``| head``: not an error, the command's summary still counts)."""
+    try:
+        write()
+    except BrokenPipeError:
+        return True
+    return False
+
+
 def table_kind(path: str | Path) -> str:
     """Return ``parquet``, ``csv``, ``jsonl`` or ``dataset`` (a folder of parquet parts)
     for a path (``-`` is ``jsonl``); UsageError for a name of no table format, PairkitError

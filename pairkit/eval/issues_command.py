@@ -48,16 +48,12 @@ def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
         for path in graph_files:
             check_output(path, force)
     t0 = time.perf_counter()
-    from pairkit.core.tables import write_table
+    from pairkit.core.tables import reader_gone, write_table
 
     table, summary, graph, rows = issues_table(store, cfg)
     if graph_files is not None:
         write_graph(graph, rows, cfg.knn_graph, force)
-    try:
-        write_table(table, output, force)
-        summary["stdout_closed"] = False
-    except BrokenPipeError:
-        summary["stdout_closed"] = True  # `| head`: not an error; the summary still counts
+    summary["stdout_closed"] = reader_gone(lambda: write_table(table, output, force))
     summary["seconds"] = time.perf_counter() - t0
     return summary
 

@@ -27,7 +27,7 @@ def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
     not an error). ``pairs``: the Ray pair search (``--ray``), see
     :func:`~pairkit.mine.dedup.run_dedup`."""
     from pairkit.core.options import table_output
-    from pairkit.core.tables import TABLE_SUFFIXES, write_table
+    from pairkit.core.tables import TABLE_SUFFIXES, reader_gone, write_table
     from pairkit.mine.dedup import run_against, run_dedup
 
     if print0 and not paths_only:
@@ -59,14 +59,10 @@ def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
         table, summary = run_dedup(store, cfg, warn, pairs)
     if drop:
         table = table[~table["keep"]].reset_index(drop=True)
-    try:
-        if paths_only:
-            write_paths(table["path"].tolist(), output, force, "\0" if print0 else "\n")
-        else:
-            write_table(table, output, force)
-        summary["stdout_closed"] = False
-    except BrokenPipeError:
-        summary["stdout_closed"] = True  # `| head`: not an error; the summary still counts
+    summary["stdout_closed"] = reader_gone(
+        (lambda: write_paths(table["path"].tolist(), output, force,
+                             "\0" if print0 else "\n")) if paths_only
+        else (lambda: write_table(table, output, force)))
     summary["seconds"] = time.perf_counter() - t0
     return summary
 
