@@ -14,7 +14,7 @@ import numpy as np
 from pairkit.core.devices import host_tensor
 from pairkit.errors import PairkitError
 from pairkit.train.data import PairArrays
-from pairkit.train.exclusions import batch_exclusions
+from pairkit.train.exclusions import batch_table
 from pairkit.train.losses import batch_loss
 from pairkit.train.losses.candidates import PairGroups
 
@@ -117,10 +117,11 @@ def forward(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, rows: 
     # each pair's groups: its anchor's and its positive's (a mined positive's differs)
     groups: Any = torch.stack([data.groups[a_id], data.groups[p_id]], dim=1).to(data.device)
     if data.excluded is not None:
-        ex = batch_exclusions(data.excluded, data.groups_host,
-                              data.groups_host[pairs.anchor[rows]],
-                              data.groups_host[pairs.positive[rows]])
-        groups = PairGroups(groups, torch.from_numpy(ex).to(data.device))
+        table, index = batch_table(data.excluded, data.groups_host,
+                                   data.groups_host[pairs.anchor[rows]],
+                                   data.groups_host[pairs.positive[rows]])
+        groups = PairGroups(groups, torch.from_numpy(table).to(data.device),
+                            torch.from_numpy(index).to(data.device))
     neg_groups = data.groups[n_id.clamp(min=0)].to(data.device)
     xa = torch.nn.functional.normalize(x[:b].float(), dim=1)
     return za, zp, zn, valid, attract & valid, groups, neg_groups, xa

@@ -36,19 +36,38 @@ def excluded_keys(groups: np.ndarray, mined: PositiveSets | None,
     return np.unique(keys)
 
 
+def batch_table(keys: np.ndarray, groups: np.ndarray, anchor_groups: np.ndarray,
+                positive_groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(table, index)`` of a batch of B pairs: its U distinct groups' (U, U) table of
+    known same-thing pairs, and the (2B,) index into it of every view (the anchors, then
+    the positives). Looks up only those groups' key ranges: a batch of 4,096 pairs costs
+    a few thousand searches, not one per cell (:func:`batch_exclusions` expands it)."""
+    n = int(groups.max()) + 1
+    views = np.concatenate([anchor_groups, positive_groups]).astype(np.int64)
+    present, index = np.unique(views, return_inverse=True)
+    lo = np.searchsorted(keys, present * n)
+    counts = np.searchsorted(keys, (present + 1) * n) - lo
+    table = np.zeros((len(present), len(present)), dtype=bool)
+    if counts.sum():
+        at = np.repeat(lo - np.cumsum(np.concatenate([[0], counts[:-1]])), counts) + \
+            np.arange(int(counts.sum()))
+        partner = keys[at] % n
+        owner = np.repeat(np.arange(len(present)), counts)
+        where = np.minimum(np.searchsorted(present, partner), len(present) - 1)
+        inside = present[where] == partner
+        table[owner[inside], where[inside]] = True
+    return table, index.reshape(-1)
+
+
 def batch_exclusions(keys: np.ndarray, groups: np.ndarray, anchor_groups: np.ndarray,
                      positive_groups: np.ndarray) -> np.ndarray:
     """(2B, 2B) bool: row r (the anchors, then the positives, of B pairs) against view c
     (the same order) is excluded when the group of view c is known to be the same thing as
-    the group of row r's pair's anchor or positive."""
-    n = int(groups.max()) + 1
-    views = np.concatenate([anchor_groups, positive_groups]).astype(np.int64)
-    row_a = np.concatenate([anchor_groups, anchor_groups]).astype(np.int64)
-    row_p = np.concatenate([positive_groups, positive_groups]).astype(np.int64)
-
-    def known(row: np.ndarray) -> np.ndarray:
-        wanted = row[:, None] * n + views[None, :]
-        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-        return keys[at] == wanted
-
-    return known(row_a) | known(row_p)
+    the group of row r's pair's anchor or positive (what
+    :func:`pairkit.train.losses.candidates.build_candidates` expands from
+    :func:`batch_table` on the device)."""
+    table, index = batch_table(keys, groups, anchor_groups, positive_groups)
+    b = len(anchor_groups)
+    row_a = np.concatenate([index[:b], index[:b]])
+    row_p = np.concatenate([index[b:], index[b:]])
+    return table[row_a][:, index] | table[row_p][:, index]

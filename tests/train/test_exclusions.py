@@ -34,19 +34,40 @@ def test_keys_and_a_batch_by_hand() -> None:
     assert ex[0, 5] and ex[1, 2] and ex[2, 3] and not ex[0, 1]
 
 
+def test_the_batch_lookup_against_every_cell() -> None:
+    """The range lookup of the batch's groups against a lookup of every (row, view) cell."""
+    rng = np.random.default_rng(3)
+    groups = rng.integers(0, 40, size=200)
+    pairs = rng.integers(0, 200, size=(300, 2))
+    keys = excluded_keys(groups, None, pairs)
+    n = int(groups.max()) + 1
+    known = set(keys.tolist())
+    for b in (1, 7, 64):
+        ga, gp = groups[rng.integers(0, 200, b)], groups[rng.integers(0, 200, b)]
+        views = np.concatenate([ga, gp])
+        want = np.array([[any(int(x) * n + int(v) in known
+                              for x in (ga[r % b], gp[r % b])) for v in views]
+                         for r in range(2 * b)])
+        assert (batch_exclusions(keys, groups, ga, gp) == want).all()
+
+
 def test_an_excluded_candidate_is_no_negative() -> None:
     a = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
     p = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
-    pairs = torch.tensor([[0, 0], [1, 1], [2, 2]])
-    excluded = torch.zeros(6, 6, dtype=torch.bool)
-    excluded[0, 4] = True  # row 0 (anchor 0) against view 4 (positive 1)
+    pairs = torch.tensor([[0, 0], [1, 1], [2, 2]])  # three sources with their views
+    table = torch.zeros(3, 3, dtype=torch.bool)
+    table[0, 1] = True  # source 0 knows source 1 is the same thing (one way, for the test)
+    known = PairGroups(pairs, table, torch.tensor([0, 1, 2, 0, 1, 2]))
     for symmetric in (False, True):
         _, _, plain = build_candidates(a, p, groups=pairs, symmetric=symmetric)
-        _, _, neg = build_candidates(a, p, groups=PairGroups(pairs, excluded),
-                                     symmetric=symmetric)
-        col = 4 if symmetric else 1
-        assert plain[0, col] and not neg[0, col]
-        plain[0, col] = False
+        _, _, neg = build_candidates(a, p, groups=known, symmetric=symmetric)
+        # the rows of pair 0 lose the views of source 1 as negatives, nothing else changes
+        rows = [0, 3] if symmetric else [0]
+        cols = [1, 4] if symmetric else [1]
+        for r in rows:
+            for c in cols:
+                assert plain[r, c] and not neg[r, c]
+                plain[r, c] = False
         assert (plain == neg).all()
 
 

@@ -17,12 +17,26 @@ if TYPE_CHECKING:
 
 class PairGroups(NamedTuple):
     """A batch's groups with what else is known: ``pairs`` (B, 2) the groups of each
-    pair's anchor and positive, ``excluded`` (2B, 2B) bool, row r (anchors, then
-    positives) against view c in the same order: c is known to be the same thing as r's
-    pair (:func:`pairkit.train.exclusions.batch_exclusions`), so no negative of it."""
+    pair's anchor and positive; ``table`` (U, U) bool over the batch's U distinct groups,
+    which are known to be the same thing, and ``index`` (2B,) the row of that table of
+    every view (anchors, then positives): :func:`pairkit.train.exclusions.batch_table`.
+    A view known to be the same thing as a row's pair is no negative of that row."""
 
     pairs: torch.Tensor
-    excluded: torch.Tensor
+    table: torch.Tensor
+    index: torch.Tensor
+
+    def excluded(self, symmetric: bool) -> torch.Tensor:
+        """(R, C) bool over the in-batch block: (2B, 2B) symmetric, else (B, B) anchors
+        against positives."""
+        b = self.pairs.shape[0]
+        ia, ip = self.index[:b], self.index[b:]
+        if symmetric:
+            cols = self.index
+            rows_a, rows_p = ia.repeat(2), ip.repeat(2)
+        else:
+            cols, rows_a, rows_p = ip, ia, ip
+        return self.table[rows_a][:, cols] | self.table[rows_p][:, cols]
 
 
 def build_candidates(
@@ -60,9 +74,9 @@ def build_candidates(
 
     b = anchors.shape[0]
     device = anchors.device
-    excluded = None
+    known = None
     if isinstance(groups, PairGroups):
-        groups, excluded = groups.pairs, groups.excluded
+        groups, known = groups.pairs, groups
     if groups is None:
         groups = torch.arange(b, device=device)
     ga, gp = (groups[:, 0], groups[:, 1]) if groups.ndim == 2 else (groups, groups)
@@ -82,8 +96,8 @@ def build_candidates(
         batch_pos = torch.eye(b, dtype=torch.bool, device=device)
         batch_neg = (gp[None, :] != ga[:, None]) & (gp[None, :] != gp[:, None])
         row_vecs = anchors
-    if excluded is not None:
-        batch_neg = batch_neg & ~(excluded if symmetric else excluded[:b, b:])
+    if known is not None:
+        batch_neg = batch_neg & ~known.excluded(symmetric)
     if not in_batch:
         batch_neg = torch.zeros_like(batch_neg)
     if negatives is None or negatives.shape[1] == 0:
