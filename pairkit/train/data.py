@@ -131,6 +131,10 @@ def pairs_from_table(df: pd.DataFrame, store_count: int, content_id: str,
             raise PairkitError(f"pair table lacks column {col}")
     anchor = _int_column(df, "anchor_id", False)
     positive = _int_column(df, "positive_id", False)
+    if fn_mode != "eliminate" and "false_negative" not in df.columns:
+        notes.append(f"--fn-mode {fn_mode}: the table has no false_negative column (mine "
+                     "with --filter-false-negatives --fn-mode keep): nothing to "
+                     f"{'attract' if fn_mode == 'attract' else 'keep'}")
     if kind == "triplet":
         neg = _int_column(df, "negative_id", True)[:, None]
         flags = (_bool_column(df, "false_negative")[:, None] if "false_negative" in df.columns

@@ -33,6 +33,16 @@ def test_triplet_rows_grouped_by_anchor_and_positive():
     assert not pairs.neg_attract.any()
 
 
+def test_fn_mode_without_flags_is_said():
+    """Found by a bug hunt (2026-12-06): --fn-mode attract on a table without flags did
+    nothing, silently."""
+    df = triplets([(0, 1, 5), (2, 3, 6)])
+    _, info = pairs_from_table(df, 10, "abc", "attract")
+    assert any("no false_negative column" in n and "nothing to attract" in n
+               for n in info.notes)
+    assert pairs_from_table(df, 10, "abc")[1].notes == ()
+
+
 def test_a_repeated_row_counts_once():
     """Found by a bug hunt (2026-12-06): a table concatenated with itself put each
     negative twice in its anchor's denominator (repeated mined positives counted once)."""
