@@ -294,10 +294,7 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
                              "not excluded)", explicit, report)
             rks, r_counts = (), None
         if ks or rks:
-            k_search = max([*ks, *rks, 1])
-            if r_counts is not None:
-                k_search = max(k_search, min(int(r_counts.max(initial=0)), cfg.max_r))
-            k_search = min(k_search, len(rx))
+            k_search = _k_search(ks, rks, r_counts, cfg.max_r, len(rx))
             index = _index(rx, cfg, index_factory)
             _search_pass(qx, ql, index, len(rx), rl, k_search, excl, ks, rks, r_counts, cfg,
                          report)
@@ -315,8 +312,7 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
             _cannot_retrieve("no query has a relevant other query (one of its class that is "
                              "not excluded) in the gallery of queries", explicit, report)
         else:
-            k_search = min(max(max(rks), min(int(r_counts.max(initial=0)), cfg.max_r)),
-                           len(qx))
+            k_search = _k_search((), rks, r_counts, cfg.max_r, len(qx))
             index = _index(qx, cfg, index_factory)
             _search_pass(qx, ql, index, len(qx), ql, k_search, excl, (), rks, r_counts,
                          cfg, report)
@@ -386,6 +382,17 @@ def _ks(given: tuple[int, ...] | None, default: tuple[int, ...], n: int, name: s
     report.notes.append(f"{name} {', '.join(map(str, capped))}: the default {big} capped at "
                         f"the {what}'s {n} items")
     return capped
+
+
+def _k_search(ks: tuple[int, ...], rks: tuple[int, ...], r_counts: np.ndarray | None,
+              max_r: int, n: int) -> int:
+    """Neighbours one search pass needs: the largest k asked for, or the most relevant
+    items of a query (R, at most ``max_r``) for R-precision and MAP@R; at most the ``n``
+    items searched."""
+    k = max([*ks, *rks, 1])
+    if r_counts is not None:
+        k = max(k, min(int(r_counts.max(initial=0)), max_r))
+    return min(k, n)
 
 
 def _check_k(ks: tuple[int, ...], rks: tuple[int, ...], n: int, what: str,
