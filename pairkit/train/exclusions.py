@@ -4,7 +4,7 @@ flagged false negatives, eliminated or attracted). In a batch they show up as ot
 anchors or positives; the masks of :mod:`pairkit.train.losses.candidates` leave them out.
 
 Known by group: a key ``group(a) * n_groups + group(x)`` per (anchor, item) pair, both
-ways, in one sorted array; a batch's (2B, 2B) mask is a vectorised lookup.
+ways, in one sorted array; a batch's is a table of its distinct groups (:func:`batch_table`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ def excluded_keys(groups: np.ndarray, mined: PositiveSets | None,
     mined positive and flagged pair; None when there are none."""
     parts = []
     if mined is not None and mined.total:
-        counts = np.diff(mined.offsets)
-        anchors = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-        parts.append(np.stack([anchors, mined.ids.astype(np.int64)], axis=1))
+        parts.append(np.stack([mined.anchors, mined.ids.astype(np.int64)], axis=1))
     if flagged_pairs is not None and len(flagged_pairs):
         parts.append(np.asarray(flagged_pairs, dtype=np.int64))
     if not parts:
@@ -41,7 +39,9 @@ def batch_table(keys: np.ndarray, groups: np.ndarray, anchor_groups: np.ndarray,
     """``(table, index)`` of a batch of B pairs: its U distinct groups' (U, U) table of
     known same-thing pairs, and the (2B,) index into it of every view (the anchors, then
     the positives). Looks up only those groups' key ranges: a batch of 4,096 pairs costs
-    a few thousand searches, not one per cell (:func:`batch_exclusions` expands it)."""
+    a few thousand searches, not one per cell
+    (:meth:`pairkit.train.losses.candidates.PairGroups.excluded` expands it on the
+    device)."""
     n = int(groups.max()) + 1
     views = np.concatenate([anchor_groups, positive_groups]).astype(np.int64)
     present, index = np.unique(views, return_inverse=True)
@@ -58,16 +58,3 @@ def batch_table(keys: np.ndarray, groups: np.ndarray, anchor_groups: np.ndarray,
         table[owner[inside], where[inside]] = True
     return table, index.reshape(-1)
 
-
-def batch_exclusions(keys: np.ndarray, groups: np.ndarray, anchor_groups: np.ndarray,
-                     positive_groups: np.ndarray) -> np.ndarray:
-    """(2B, 2B) bool: row r (the anchors, then the positives, of B pairs) against view c
-    (the same order) is excluded when the group of view c is known to be the same thing as
-    the group of row r's pair's anchor or positive (what
-    :func:`pairkit.train.losses.candidates.build_candidates` expands from
-    :func:`batch_table` on the device)."""
-    table, index = batch_table(keys, groups, anchor_groups, positive_groups)
-    b = len(anchor_groups)
-    row_a = np.concatenate([index[:b], index[:b]])
-    row_p = np.concatenate([index[b:], index[b:]])
-    return table[row_a][:, index] | table[row_p][:, index]

@@ -182,14 +182,13 @@ def dims_out(module_dim: int, whitening: Any, cfg: Any, rows: int) -> dict[str, 
     ``whitened`` and, when asked for but not fitted, ``whitening_skipped`` (why)."""
     out_dim = module_dim if whitening is None else int(whitening[1].shape[1])
     skipped = None
-    too_few = (f"{rows} training rows for {module_dim} output dims, under "
-               f"{MIN_ROWS_PER_DIM} per dim")
     if whitening is None and cfg.pair_dims():
         skipped = (f"{rows} training rows, under the {MIN_CENTRED_ROWS} it centres on"
                    if rows < MIN_CENTRED_ROWS else
                    "the positive pairs do not differ, or there are none (or no negative "
                    "pair to keep fewer dims by)")
     elif whitening is None and cfg.whiten > 0:
-        skipped = too_few
+        skipped = (f"{rows} training rows for {module_dim} output dims, under "
+                   f"{MIN_ROWS_PER_DIM} per dim")
     return {"out_dim": out_dim, "module_dim": module_dim, "whitened": whitening is not None,
             "whitening_skipped": skipped}

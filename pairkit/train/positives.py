@@ -42,6 +42,12 @@ class PositiveSets:
     def total(self) -> int:
         return len(self.ids)
 
+    @property
+    def anchors(self) -> np.ndarray:
+        """(M,) int64: the item each entry of ``ids`` is a mined positive of."""
+        counts = np.diff(self.offsets)
+        return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+
     def counts(self, anchors: np.ndarray) -> np.ndarray:
         """(n,) int64: how many mined positives each of ``anchors`` has."""
         return (self.offsets[anchors + 1] - self.offsets[anchors]).astype(np.int64)
@@ -190,9 +196,8 @@ def swap_positives(pairs: PairArrays, sets: PositiveSets, share: float,
 def is_mined(pairs: PairArrays, sets: PositiveSets) -> np.ndarray:
     """(M,) bool: the example's positive is one of its anchor's mined positives."""
     n = max(len(sets.offsets) - 1, 1)
-    counts = np.diff(sets.offsets)
-    keys = np.repeat(np.arange(len(counts), dtype=np.int64), counts) * n + sets.ids
-    ok = pairs.anchor < len(counts)
+    keys = sets.anchors * n + sets.ids
+    ok = pairs.anchor < len(sets.offsets) - 1
     mine = np.where(ok, pairs.anchor, 0).astype(np.int64) * n + pairs.positive
     return ok & np.isin(mine, keys)
 

@@ -9,11 +9,21 @@ import torch
 
 from pairkit.train.config import TrainConfig
 from pairkit.train.epoch import batches, device_data, forward, make_autocast
-from pairkit.train.exclusions import batch_exclusions, excluded_keys
+from pairkit.train.exclusions import batch_table, excluded_keys
 from pairkit.train.losses.candidates import PairGroups, build_candidates
 from pairkit.train.positives import PositiveSets
 from pairkit.train.run_pairs import epoch_pairs, run_pairs
 from tests.conftest import random_store
+
+
+def batch_exclusions(keys: np.ndarray, groups: np.ndarray, anchor_groups: np.ndarray,
+                     positive_groups: np.ndarray) -> np.ndarray:
+    """The (2B, 2B) mask the training expands (symmetric: every view a row and a column)
+    from the batch's table."""
+    table, index = batch_table(keys, groups, anchor_groups, positive_groups)
+    pairs = torch.zeros(len(anchor_groups), 2, dtype=torch.long)
+    known = PairGroups(pairs, torch.from_numpy(table), torch.from_numpy(index))
+    return known.excluded(symmetric=True).numpy()
 
 
 def test_keys_and_a_batch_by_hand() -> None:
