@@ -53,8 +53,8 @@ def train(
                                       show_default="512 (residual), the input dim (mlp)"),
     loss: Literal["infonce", "triplet", "supcon", "debiased", "hard"] = typer.Option(
         "infonce", "--loss", help="Contrastive loss (docs/methods.md)."),
-    temperature: float = typer.Option(0.1, "--temperature",
-                                      help="Softmax temperature (all but triplet)."),
+    temperature: float = typer.Option(
+        0.1, "--temperature", help="Softmax temperature (every loss but triplet; --keep-input)."),
     symmetric: bool = typer.Option(False, "--symmetric",
                                    help="NT-Xent over both views (infonce, debiased, hard)."),
     margin: float = typer.Option(0.2, "--margin", help="Triplet margin on cosine distance."),

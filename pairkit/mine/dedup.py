@@ -53,7 +53,8 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     from pairkit.core.store import Store
     from pairkit.mine.keep_readers import rekeep_resized
     from pairkit.mine.near_duplicate_check import choose_check
-    from pairkit.mine.near_duplicates import find_near_duplicates, reachable
+    from pairkit.mine.near_duplicates import find_near_duplicates
+    from pairkit.mine.thresholds import reachable
 
     threshold = check_dedup(cfg)
     if cfg.exact_only:
@@ -285,7 +286,8 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
         images_readable,
         refuse_pixel_threshold,
     )
-    from pairkit.mine.near_duplicates import cross_links, reachable
+    from pairkit.mine.near_duplicates import cross_links
+    from pairkit.mine.thresholds import reachable
 
     t = check_dedup(cfg)
     a, b = Store.open(store), Store.open(other)

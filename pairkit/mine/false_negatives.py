@@ -208,6 +208,7 @@ def build_context(
     image_root: str | None = None,
     whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None,
     spectral: Any = None,
+    dtype: str = "float32",
 ) -> FnContext:
     """An :class:`FnContext` with what ``config``'s rules need computed (each rule's
     ``prepare``); near-duplicate groups are computed on first use unless given.
@@ -218,7 +219,8 @@ def build_context(
     when the caller searched them already; ``spectral``: the ``cluster`` rule's spectral
     embedding when the caller made it (:mod:`pairkit.mine.white_parts`). ``vectors`` may
     be rows read as float32 when used (a :class:`~pairkit.core.row_view.RowView`: kept as
-    it is)."""
+    it is); ``dtype`` the store's, as its rows were stored (``float16`` identical rows
+    come out ~1e-3 short of 1: the near-duplicate threshold is met as ``dedup`` meets it)."""
     from pairkit.core.row_view import is_view
     from pairkit.index.search import as_float32
 
@@ -247,7 +249,7 @@ def build_context(
                     seed=seed, neighbours=neighbours, backend=backend,
                     paths=None if paths is None else np.asarray(paths, dtype=object),
                     image_root=image_root, whitened_neighbours=whitened_neighbours,
-                    spectral=spectral)
+                    spectral=spectral, dtype=str(dtype))
     for rule in config.rules:
         prepare = getattr(MODULES[rule], "prepare", None)
         if prepare is not None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
+from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD, reachable
 
 if TYPE_CHECKING:
     from pairkit.core.coded_rows import CodedRows, CodedRuns
@@ -68,6 +68,7 @@ class FnContext:
     # (pairkit.mine.whitening), shared by the mutual-neighbour rule and mined positives
     whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None
     mutual_source_keys: np.ndarray | None = None  # sorted src_a * n_sources + src_b
+    dtype: str = "float32"  # the stored rows' dtype (how far short of 1 identical rows are)
     # (N, dims) float16: every row's diffusion coordinates, unit length (the cluster
     # rule's threshold; pairkit.mine.spectral.all_coordinates: by code above its sample)
     diffusion: np.ndarray | CodedRows | None = None
@@ -114,12 +115,12 @@ def other_views(ctx: FnContext, anchors: np.ndarray) -> np.ndarray:
     return np.where(views == anchors[:, None], -1, views)
 
 
-def near_duplicate_threshold(config: FalseNegativeConfig) -> float:
+def near_duplicate_threshold(config: FalseNegativeConfig, dtype: str = "float32") -> float:
     """The cosine threshold of the near-duplicate rule: the config's, else
-    ``pairkit dedup``'s measured default."""
-    if config.near_duplicate_threshold is not None:
-        return float(config.near_duplicate_threshold)
-    return float(NEAR_DUPLICATE_THRESHOLD)
+    ``pairkit dedup``'s measured default, as rows stored in ``dtype`` can meet it (``1``:
+    identical rows, whose inner product falls short of 1 by rounding; ``dedup -t 1`` alike)."""
+    t = config.near_duplicate_threshold
+    return reachable(float(NEAR_DUPLICATE_THRESHOLD if t is None else t), dtype)
 
 
 def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.ndarray | None:
@@ -138,7 +139,8 @@ def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.
         return None
     check = choose_check(
         ctx.vectors, ctx.paths, ctx.image_root, config.near_duplicate_method,
-        config.near_duplicate_threshold,
+        None if config.near_duplicate_threshold is None
+        else near_duplicate_threshold(config, ctx.dtype),
         knn_backend=ctx.backend, seed=ctx.seed,
         **({} if ctx.backend is None else
            {"device": ctx.backend.device, "backend": ctx.backend.name}))
@@ -147,7 +149,7 @@ def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.
     ctx.groups = np.asarray(
         near_duplicate_groups(
             ctx.vectors,
-            near_duplicate_threshold(config),
+            near_duplicate_threshold(config, ctx.dtype),
             file_sha256=ctx.file_sha256,
             sources=ctx.sources,
             views=ctx.views,

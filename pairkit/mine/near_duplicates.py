@@ -78,18 +78,6 @@ def check_threshold(threshold: float) -> float:
     return t
 
 
-# how far below 1 an L2-normalised row's inner product with itself can come out, by the
-# store's dtype (float16 rounding: ~5e-4 per value; float32 sums: ~5e-7 at 1,280 dims)
-SELF_SIMILARITY_SLACK = {"float16": 2e-3, "float32": 2e-6, "float64": 1e-12}
-
-
-def reachable(threshold: float, dtype: str) -> float:
-    """``threshold`` as the stored rows of ``dtype`` can meet it: at most 1 less the
-    slack by which two identical rows' inner product may fall short of 1 (so ``-t 1``,
-    identical vectors, finds them on every dtype and search backend)."""
-    return min(threshold, 1.0 - SELF_SIMILARITY_SLACK.get(str(dtype), 2e-3))
-
-
 def near_duplicate_groups(
     vectors: np.ndarray,
     threshold: float = DEFAULT_THRESHOLD,

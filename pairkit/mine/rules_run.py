@@ -76,7 +76,7 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
                             # per row kept (and shipped to the workers with the context)
                             paths=items["path"].to_numpy(dtype=object) if image_root else None,
                             image_root=image_root, whitened_neighbours=white,
-                            spectral=spectral)
+                            spectral=spectral, dtype=store.dtype)
     skipped = skippable_rows(ctx, fn_config, config)
     if skipped is not None and ctx.groups is None:
         # a near-duplicate of the anchor (or of its positive) shares its clusters, so
@@ -174,7 +174,7 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
                                                     backend)
     threshold = None
     if fn_config is not None and "near-duplicate" in fn_config.rules:
-        threshold = near_duplicate_threshold(fn_config)
+        threshold = near_duplicate_threshold(fn_config, store.dtype)
     mined = mine_positives(anchors, nb_ids, nb_scores, cfg,
                            groups=None if ctx is None else ctx.groups, vectors=vectors,
                            cluster_assign=None if ctx is None else ctx.cluster_assign,

@@ -26,7 +26,7 @@ def train_to_files(store: str | os.PathLike[str] | Any, output: str | os.PathLik
     negatives. Returns the :class:`~pairkit.train.config.TrainResult`."""
     from pairkit.core.store import Store
     from pairkit.core.tables import read_table
-    from pairkit.train.config import check_head_dims
+    from pairkit.train.config import check_head_dims, check_table_options
     from pairkit.train.loop import train_head
 
     if pairs is None and cfg.relation is None:
@@ -35,6 +35,7 @@ def train_to_files(store: str | os.PathLike[str] | Any, output: str | os.PathLik
     if resume and force:
         raise UsageError("--resume and --force contradict each other: pick one")
     cfg.check()
+    check_table_options(cfg, pairs is not None)
     from pairkit.core.paths import check_folder_output, check_output_apart
     from pairkit.train.head_folder import check_head_output
 

@@ -94,9 +94,28 @@ class TrainConfig:
         if self.pair_whitening is not None and self.pair_whitening < 0:
             raise UsageError(f"--pair-whitening must be all or >= 0 (0: none), got "
                              f"{self.pair_whitening}")
+        if self.head == "linear" and self.hidden is not None:
+            raise UsageError("--hidden applies to residual and mlp heads, not linear")
         if self.pair_whitening and self.whiten:
             raise UsageError("--whiten and --pair-whitening are two whitenings of the same "
                              "outputs: give one")
+
+
+def check_table_options(cfg: TrainConfig, has_table: bool) -> None:
+    """UsageError for an option set away from its default that only a pair table's rows
+    feed (mined positives, false-negative flags) on a run without one."""
+    if has_table:
+        return
+    default = TrainConfig()
+    for attr, flag in (("positive_share", "--positive-share"),
+                       ("positive_sampling", "--positive-sampling"),
+                       ("mined_view", "--mined-view")):
+        if getattr(cfg, attr) != getattr(default, attr):
+            raise UsageError(f"{flag} applies to a --pairs table's mined positives, and this "
+                             "run has no table")
+    if cfg.fn_mode != default.fn_mode:
+        raise UsageError("--fn-mode applies to a --pairs table's false_negative flags, and "
+                         "this run has no table")
 
 
 def check_head_dims(cfg: TrainConfig, in_dim: int) -> None:

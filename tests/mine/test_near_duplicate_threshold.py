@@ -169,3 +169,29 @@ def test_dedup_says_when_it_raised_the_threshold(tmp_path: Path) -> None:
     # families); raised: at least 3 of the 4 copies and at most a few look-alikes
     assert sum("-copy.png" in row for row in dropped) >= 3
     assert len(dropped) <= 8
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_rule_at_threshold_one_flags_identical_rows(tmp_path, dtype) -> None:
+    """Found by a read-through (2026-12-06): ``dedup -t 1`` finds identical float16 rows
+    (their inner product with themselves falls ~1e-3 short of 1), but the near-duplicate
+    rule of ``mine`` compared with 1 as given and flagged none of them: identical rows of
+    two sources were handed out as each other's hardest negatives."""
+    import pandas as pd
+
+    from pairkit.api import mine_pairs
+    from pairkit.core.store_writer import write_store
+
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(12, 16))
+    rows = np.concatenate([base, base[:4]])  # rows 12-15 repeat rows 0-3, other sources
+    labels = [f"c{i % 4}" for i in range(12)] + [f"c{(i + 1) % 4}" for i in range(4)]
+    items = pd.DataFrame({"path": [f"p{i}.jpg" for i in range(16)], "label": labels})
+    st = write_store(tmp_path / "s", rows.astype(np.float32), items, dtype=dtype)
+    table = mine_pairs(st.root, relation="label", filter_false_negatives=True,
+                       fn_rules="near-duplicate", fn_options={"near_duplicate_threshold": 1.0},
+                       fn_mode="keep", positives=0, num_negatives=3, kind="flat")
+    twin = {i: i + 12 for i in range(4)} | {i + 12: i for i in range(4)}
+    rows_of_twins = table[table["anchor_id"].isin(list(twin))]
+    hits = rows_of_twins[rows_of_twins["negative_id"] == rows_of_twins["anchor_id"].map(twin)]
+    assert len(hits) == 8 and hits["false_negative"].all()

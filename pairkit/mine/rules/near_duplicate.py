@@ -70,7 +70,7 @@ def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarr
             g = gp[:, j : j + 1]
             flags |= (g >= 0) & (g == gc)
         return valid & flags
-    thr = near_duplicate_threshold(config)
+    thr = near_duplicate_threshold(config, ctx.dtype)
     flags = scores >= thr
     if pos.shape[1] and (pos >= 0).any():
         sim = similarity_to_rows(ctx.vectors, pos, cand)

@@ -53,6 +53,25 @@ class LossConfig:
         if not self.keep_input_temperature > 0:
             raise UsageError(f"--keep-input-temperature must be > 0, got "
                              f"{self.keep_input_temperature}")
+        self._check_read()
+
+    def _check_read(self) -> None:
+        """UsageError for a value set away from its default that this loss never reads
+        (it would be recorded in the head folder as if it had shaped the head)."""
+        default = LossConfig(name=self.name)
+        unread = [("margin", "--margin", "triplet", ("triplet",)),
+                  ("tau_plus", "--tau-plus", "debiased or hard", ("debiased", "hard")),
+                  ("beta", "--beta", "hard", ("hard",))]
+        for attr, flag, which, readers in unread:
+            if getattr(self, attr) != getattr(default, attr) and self.name not in readers:
+                raise UsageError(f"{flag} applies to --loss {which}, not {self.name}")
+        if (self.temperature != default.temperature and self.name == "triplet"
+                and not self.keep_input):
+            raise UsageError("--temperature applies to every loss but triplet and to "
+                             "--keep-input, and this run has neither")
+        if self.keep_input_temperature != default.keep_input_temperature and not self.keep_input:
+            raise UsageError("--keep-input-temperature applies to --keep-input, which is 0 "
+                             "(off)")
 
 
 def batch_loss(
