@@ -11,7 +11,7 @@ from pairkit.core.paths import check_folder_output, check_output_apart, first_ba
 from pairkit.core.store import Store, sha256_file
 from pairkit.core.store_writer import write_store
 from pairkit.core.tables import read_table
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 
 def load_npy(path: str | Path) -> np.ndarray:
@@ -74,6 +74,8 @@ def import_embeddings(
     Item paths must be relative to the image root and stay under it (no absolute paths,
     no ``..``); the store's writer lock is held while it is written.
     """
+    if not encoder or not encoder.isprintable():
+        raise UsageError(f"--encoder must be a printable name, got {encoder!a}")
     check_folder_output(output, "-o", "a store is a folder")
     check_output_apart(output, [embeddings, items])
     vectors = load_npy(embeddings)

@@ -200,3 +200,17 @@ def test_import_names_an_npz_archive_and_a_text_file(tmp_path):
                                      str(tmp_path / "items.csv"), "-o", str(tmp_path / "s")])
         assert result.exit_code == 1 and said in result.output, result.output
         assert "internal error" not in result.output and "pickle" not in result.output
+
+
+@pytest.mark.parametrize("name", ["", "bad\nname", "esc\x1b[31m", "tab\there"])
+def test_import_refuses_an_encoder_name_that_is_not_printable(tmp_path, name):
+    """Found by a bug hunt (2026-12-06): control characters of --encoder went into the
+    manifest as they were (a newline split `info`'s line, an escape coloured a terminal);
+    an empty name is no name. Refused as usage, before anything is written."""
+    _write(tmp_path, np.eye(3, dtype=np.float32), pd.DataFrame({"path": ["a", "b", "c"]}))
+    result = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                                 str(tmp_path / "items.csv"), "-o", str(tmp_path / "s"),
+                                 "--encoder", name])
+    assert result.exit_code == 2, result.output
+    assert "--encoder must be a printable name" in result.output
+    assert not (tmp_path / "s").exists()
