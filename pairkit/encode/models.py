@@ -24,7 +24,7 @@ from pairkit.encode.model_loading import (
 from pairkit.encode.openclip import openclip_encoder
 from pairkit.encode.registry import Encoder, EncoderRequest, Preprocess, register_encoder
 from pairkit.encode.weights import is_random
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 # -- timm --------------------------------------------------------------------------
 
@@ -33,10 +33,10 @@ def _timm(name: str, req: EncoderRequest) -> Encoder:
     import timm
 
     if not name:
-        raise PairkitError("name the timm model: --model timm/resnet50")
+        raise UsageError("name the timm model: --model timm/resnet50")
     base = name.split(".")[0]
     if not timm.list_models(base):
-        raise PairkitError(f"timm has no model {base!r} (see timm.list_models())")
+        raise UsageError(f"timm has no model {base!r} (see timm.list_models())")
     what = f"timm/{name}"
     identity: dict[str, Any] = {"library": "timm", "library_version": timm.__version__}
     tag = req.pretrained

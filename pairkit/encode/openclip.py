@@ -20,7 +20,7 @@ from pairkit.encode.model_loading import (
 from pairkit.encode.registry import DEFAULT_OPENCLIP_TAG, Encoder, EncoderRequest, Preprocess
 from pairkit.encode.weights import WAYS_OUT as WEIGHT_OPTIONS
 from pairkit.encode.weights import is_random
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 # optional packages open_clip imports at import time, and the config key that needs each
 _OPEN_CLIP_OPTIONAL = {"transformers": ("text_cfg", "hf_model_name"),
@@ -81,9 +81,9 @@ def _openclip_weights(name: str, req: EncoderRequest) -> tuple[Any, str, dict[st
     open_clip = import_open_clip(name)
 
     if not name:
-        raise PairkitError("name the open_clip model: --model openclip/ViT-B-32")
+        raise UsageError("name the open_clip model: --model openclip/ViT-B-32")
     if open_clip.get_model_config(name) is None:  # (a dict lookup, not a scan of the list)
-        raise PairkitError(
+        raise UsageError(
             f"open_clip has no model {name!r} (see open_clip.list_models(); e.g. ViT-B-32)"
         )
     identity: dict[str, Any] = {"library": "open_clip", "library_version": open_clip.__version__}
@@ -101,7 +101,7 @@ def _openclip_weights(name: str, req: EncoderRequest) -> tuple[Any, str, dict[st
             raise PairkitError(f"open_clip knows no pretrained weights for {name}: "
                                f"{WEIGHT_OPTIONS}")
     if tag not in known and not Path(tag).is_file():
-        raise PairkitError(
+        raise UsageError(
             f"open_clip has no pretrained tag {tag!r} for {name} "
             f"(known: {', '.join(known) or 'none'}); {WEIGHT_OPTIONS}"
         )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 if TYPE_CHECKING:
     import torch
@@ -107,7 +107,7 @@ def check_model_name(model: str) -> None:
     if "/" not in model and model:
         library = "openclip" if any(c.isupper() or c == "-" for c in model) else "timm"
         hint = f"did you mean {library}/{model}? "
-    raise PairkitError(f"unknown model {model!r}: {hint}use openclip/NAME, timm/NAME or "
+    raise UsageError(f"unknown model {model!r}: {hint}use openclip/NAME, timm/NAME or "
                        f"pixels (registered: {known})")
 
 
@@ -118,7 +118,7 @@ def load_encoder(request: EncoderRequest) -> Encoder:
     prefix, rest = split_model_name(request.model)
     factory = _REGISTRY.get(prefix)
     if factory is None:
-        raise PairkitError(
+        raise UsageError(
             f"unknown model {request.model!r}: use openclip/NAME, timm/NAME or pixels "
             f"(registered: {', '.join(sorted(_REGISTRY))})"
         )

@@ -89,6 +89,9 @@ def cases(store: str, out: str) -> list[tuple[list[str], str]]:
          "a residual head keeps the input dim (16): --out-dim 8 needs --head mlp or linear"),
         (["embed", store, "-o", out + "/e", "--model", "pixels", "--image-size", "32"],
          "--image-size does not apply to --model pixels (its features are computed at 64 px)"),
+        # found by a read-through (2026-12-06): an unknown model name was exit 1
+        (["embed", store, "-o", out + "/e", "--model", "nosuch"],
+         "unknown model 'nosuch': did you mean timm/nosuch?"),
     ]
 
 
@@ -167,7 +170,7 @@ def test_slow_refusals_come_before_heavy_imports(store, tmp_path: Path) -> None:
         (["eval", s, "--head", t + "/nosuch"], 1, "not found"),
         (["project", s, "--head", s, "-o", t + "/p"], 1, "is not a pairkit head"),
         (["project", s, "--head", str(head), "-o", s], 2, "is the input"),
-        (["embed", str(images), "-o", t + "/e", "--model", "ViT-B-32"], 1,
+        (["embed", str(images), "-o", t + "/e", "--model", "ViT-B-32"], 2,
          "did you mean openclip/ViT-B-32?"),
         (["embed", str(images), "-o", str(embedded), "--model", "pixels"], 0, ""),
     ]

@@ -10,7 +10,7 @@ import torch
 
 from pairkit.encode.checkpoints import load_state_dict
 from pairkit.encode.registry import EncoderRequest, load_encoder
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 TINY = "pairkit-tiny-clip"
 
@@ -84,13 +84,14 @@ def test_missing_weights_offline_is_one_clear_error(monkeypatch, tmp_path):
 
 
 def test_unknown_models_and_tags():
-    with pytest.raises(PairkitError, match="unknown model"):
+    """A name the user mistyped is usage (exit 2), not a failure (exit 1)."""
+    with pytest.raises(UsageError, match="unknown model"):
         load_encoder(EncoderRequest("nosuch/thing"))
-    with pytest.raises(PairkitError, match="open_clip has no model"):
+    with pytest.raises(UsageError, match="open_clip has no model"):
         load_encoder(EncoderRequest("openclip/NoSuchNet", pretrained="none"))
-    with pytest.raises(PairkitError, match="no pretrained tag"):
+    with pytest.raises(UsageError, match="no pretrained tag"):
         load_encoder(EncoderRequest("openclip/ViT-B-32", pretrained="bogus"))
-    with pytest.raises(PairkitError, match="timm has no model"):
+    with pytest.raises(UsageError, match="timm has no model"):
         load_encoder(EncoderRequest("timm/no_such_net", pretrained="none"))
 
 
