@@ -96,7 +96,11 @@ def atomic_path(target: str | os.PathLike[str], replace: bool = True) -> Iterato
 
     check_local(target, "output")
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise PairkitError(f"can't make the folder of {target}: a file is on the way "
+                           f"({target.parent})") from None
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)

@@ -61,15 +61,38 @@ def check_folder_output(output: str | os.PathLike[str] | None, option: str, what
         raise UsageError(f"{option} -: {what}; - (stdout) is for tables: name a folder")
 
 
+def check_parent_folder(output: str | os.PathLike[str], option: str = "-o") -> None:
+    """Refuse (UsageError, exit 2) an output under an existing file (``f/x.jsonl`` where
+    ``f`` is a file): its folder can't be made, which failed only when the output was
+    written, after the work."""
+    from pairkit.errors import UsageError
+
+    for parent in Path(output).parents:  # the nearest first
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{option} {output}: {parent} is a file, not a folder")
+            return
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """True when two local paths name one file, however spelled (resolved, links
+    followed); ``-`` (stdout) and URLs are never the same file as anything."""
+    if "-" in (str(a), str(b)) or "://" in str(a) or "://" in str(b):
+        return False
+    return Path(a).resolve() == Path(b).resolve()
+
+
 def check_output_apart(output: str | os.PathLike[str] | None,
                        inputs: Iterable[str | os.PathLike[str] | None],
                        option: str = "-o") -> None:
     """Refuse (UsageError, exit 2) an output that is an input, lies inside an input folder
-    (a store's manifest, say) or holds an input; ``-`` and None are never outputs/inputs."""
+    (a store's manifest, say) or holds an input, or whose folder can't be made (a file on
+    the way: :func:`check_parent_folder`); ``-`` and None are never outputs/inputs."""
     from pairkit.errors import UsageError
 
     if output is None or str(output) == "-" or "://" in str(output):
         return
+    check_parent_folder(output, option)
     for source in inputs:
         if source is None or str(source) == "-" or "://" in str(source):
             continue  # (object storage: a URL is never a local path)

@@ -6,6 +6,7 @@ file out)."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -66,21 +67,25 @@ def mine_to_files(
     the IVF lists' partitions of such a run (:func:`pairkit.mine.parts_run.mine_parts`;
     None: one per worker with an executor)."""
     from pairkit.core.atomic import atomic_open, check_output
-    from pairkit.core.paths import check_output_apart
+    from pairkit.core.paths import check_output_apart, same_file
     from pairkit.core.store import Store
     from pairkit.core.tables import check_table_output, table_kind, write_table
     from pairkit.mine.summary import unknown_pairs_warning
 
     index = IndexOptions() if index is None else index
-    if stats_path is not None and str(stats_path) == output:
+    stats_out = None if stats_path is None else str(stats_path)  # "-": stdout
+    if stats_out is not None and (stats_out == output == "-"
+                                  or same_file(stats_out, output)):
         raise UsageError("--stats and -o must be different files")
-    check_output_apart(output, [store])
-    check_output_apart(stats_path, [store], "--stats")
+    inputs = [store, *([relation[len("pairs:"):]] if relation and
+                       relation.startswith("pairs:") else [])]
+    check_output_apart(output, inputs)
+    check_output_apart(stats_path, inputs, "--stats")
     table_kind(output)  # fail on a bad extension before any work
     if output != "-":
         check_table_output(output, force)
-    if stats_path is not None:
-        check_output(stats_path, force, what="stats file")
+    if stats_out not in (None, "-"):
+        check_output(stats_out, force, what="stats file")
     from pairkit.mine.parts_run import mine_parts, streams_parts
 
     parts = streams_parts(output, fn_config, positives, executor, index)
@@ -108,8 +113,10 @@ def mine_to_files(
         on_warning(warning)
     if table is not None:  # else committed by the blocks' parts already
         write_table(table, output, force=force, part_rows=anchor_parts(table, cfg.batch_size))
-    if stats_path is not None:
-        with atomic_open(stats_path, replace=force) as fh:
+    if stats_out == "-":
+        sys.stdout.write(json.dumps(stats, indent=2) + "\n")
+    elif stats_out is not None:
+        with atomic_open(stats_out, replace=force) as fh:
             json.dump(stats, fh, indent=2)
             fh.write("\n")
     return stats

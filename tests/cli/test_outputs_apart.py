@@ -77,3 +77,44 @@ def test_outputs_inside_inputs_and_folder_outputs_on_stdout_are_refused(made, tm
         assert len(lines) == 1 and message in lines[0], (args, lines)
     assert {k: snapshot(made[k]) for k in ("st", "head")} == before
     assert list(tmp_path.iterdir()) == []
+
+
+def test_mine_outputs_by_other_spellings_a_file_parent_and_the_relation_file(made, tmp_path,
+                                                                            monkeypatch):
+    """Found by a mine bug hunt (2026-12-06): ``--stats`` naming ``-o``'s file by another
+    spelling replaced the mined table with the stats under --force (exit 0); a path under
+    a file failed as an internal error after the whole run, the table left written;
+    ``--relation pairs:FILE -o FILE --force`` replaced the input table; ``--stats -``
+    wrote a file named ``-``."""
+    monkeypatch.chdir(tmp_path)
+    st = str(made["st"])
+    rel = tmp_path / "rel.csv"
+    rel.write_text("anchor,positive\nc0/s0.jpg,c0/s4.jpg\n")
+    rel_bytes = rel.read_bytes()
+    (tmp_path / "f").write_text("a file")
+    refused = [
+        (["mine", st, "--hard", "-o", "p.jsonl", "--stats", str(tmp_path / "p.jsonl"),
+          "--force"], "--stats and -o must be different files"),
+        (["mine", st, "--hard", "-o", "p.jsonl", "--stats", "f/s.json"],
+         "--stats f/s.json: f is a file, not a folder"),
+        (["mine", st, "--hard", "-o", "f/x.jsonl"], "-o f/x.jsonl: f is a file, not a folder"),
+        (["search", st, "0", "-o", "f/x.jsonl"], "-o f/x.jsonl: f is a file, not a folder"),
+        (["mine", st, "--hard", "--relation", f"pairs:{rel}", "-o", str(rel), "--force"],
+         f"-o {rel} is the input {rel}"),
+        (["mine", st, "--hard", "--relation", f"pairs:{rel}", "-o", "p.jsonl", "--stats",
+          str(rel), "--force"], f"--stats {rel} is the input {rel}"),
+    ]
+    for args, message in refused:
+        r = runner.invoke(app, args)
+        lines = error_lines(r.stderr)
+        assert r.exit_code == 2, (args, r.output)
+        assert len(lines) == 1 and message in lines[0], (args, lines)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "rel.csv"]
+    assert rel.read_bytes() == rel_bytes
+    # --stats -: the stats on stdout (the table in its file)
+    r = runner.invoke(app, ["mine", st, "--hard", "-o", "p.jsonl", "--stats", "-", "-q"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    assert json.loads(r.stdout)["anchors"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "p.jsonl", "rel.csv"]
