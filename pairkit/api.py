@@ -280,14 +280,20 @@ def mine_pairs(store: Store | str | os.PathLike[str], *, hard: bool = True,
             if key in mine_kw or key in index_kw:
                 raise UsageError(f"{given_as.get(key, key)} needs hard=True (it shapes the "
                                  "hard search)")
+    if not filter_false_negatives and mine_kw.get("fn_mode", "eliminate") != "eliminate":
+        raise UsageError(f"fn_mode={mine_kw['fn_mode']!r} needs filter_false_negatives=True")
+    if "sampling_temperature" in mine_kw and mine_kw.get("sampling") != "softmax":
+        raise UsageError("sampling_temperature applies to sampling='softmax'")
     fn_kw = dict(fn_options or {})
     cluster_k = fn_kw.pop("cluster_k", None)
     (fn_kw,) = _split_options(fn_kw, FalseNegativeConfig)
     fn = fn_config(filter_false_negatives, fn_rules, None if cluster_k is None
                    else ",".join(map(str, cluster_k)) if isinstance(cluster_k, (list, tuple))
                    else str(cluster_k), **fn_kw)
+    index = IndexOptions(**index_kw)
+    index.check_knobs()
     table, stats = mine_store(_open(store), relation, MineConfig(hard=hard, **mine_kw),
-                              IndexOptions(**index_kw), fn, format,
+                              index, fn, format,
                               positives=positive_config(positives, positive_neighbours, fn,
                                                         positive_whitening))
     table.attrs["stats"] = stats

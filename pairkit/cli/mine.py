@@ -101,26 +101,22 @@ def mine(
     Example: pairkit mine store --hard -k 5 -o pairs.parquet --stats stats.json
     """
     from pairkit.core.devices import where_it_runs
-    from pairkit.core.options import only_with
     from pairkit.index.options import IndexOptions
     from pairkit.mine.command import mine_to_files
-    from pairkit.mine.config import MineConfig, fn_config, positive_config
+    from pairkit.mine.config import MineConfig, check_given, fn_config, positive_config
     from pairkit.mine.summary import summary_lines
     with c.user_errors():
         where_it_runs(device, ray)
-        only_with("--hard", hard, (
-            ("--range-min", range_min), ("--range-max", range_max), ("--sampling", sampling),
-            ("--sampling-temperature", temperature),
-            ("--index", None if index == "auto" else index), ("--nprobe", nprobe),
-            ("--ef-search", ef_search), ("--nlist", nlist), ("--exact-max-rows", exact_max_rows),
-            ("--dtype", None if dtype == "float32" else dtype)))
-        only_with("--filter-false-negatives", filter_fn, (
-            ("--fn-rules", fn_rules), ("--fn-mode", None if fn_mode == "eliminate" else fn_mode),
-            ("--fn-margin", fn_margin), ("--fn-near-dup-threshold", fn_near_dup_threshold),
-            ("--fn-cluster-k", fn_cluster_k), ("--fn-cluster-runs", fn_cluster_runs),
-            ("--fn-cluster-votes", fn_cluster_votes),
-            ("--fn-cluster-diffusion", fn_cluster_diffusion),
-            ("--fn-community-neighbours", fn_community_neighbours)))
+        check_given({
+            "--range-min": range_min, "--range-max": range_max, "--sampling": sampling,
+            "--sampling-temperature": temperature, "--index": None if index == "auto" else index,
+            "--nprobe": nprobe, "--ef-search": ef_search, "--nlist": nlist,
+            "--exact-max-rows": exact_max_rows, "--dtype": None if dtype == "float32" else dtype,
+            "--fn-rules": fn_rules, "--fn-mode": None if fn_mode == "eliminate" else fn_mode,
+            "--fn-margin": fn_margin, "--fn-near-dup-threshold": fn_near_dup_threshold,
+            "--fn-cluster-k": fn_cluster_k, "--fn-cluster-runs": fn_cluster_runs,
+            "--fn-cluster-votes": fn_cluster_votes, "--fn-cluster-diffusion": fn_cluster_diffusion,
+            "--fn-community-neighbours": fn_community_neighbours}, hard, filter_fn)
         cfg = MineConfig(
             num_negatives=num_negatives, hard=hard, range_min=range_min or 0, range_max=range_max,
             min_score=min_score, max_score=max_score, absolute_margin=absolute_margin,

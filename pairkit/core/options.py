@@ -95,7 +95,10 @@ MINIMUM = {
     "--probe-max-train": 1, "--thumb-size": 1, "--max-file-bytes": 1,
     "--hnsw-m": 2,  # FAISS's HNSW crashes the process (assertion, segfault) below 2
     "--limit": 100,  # the demo: --limit 5 failed at its evaluation; 100 runs through
+    "--fn-cluster-votes": 1,  # (0 is the config's "chosen by the diffusion" default)
 }
+# the largest (exclusive): a seed is a 64-bit integer (torch's; mine hashed it to 32 bits)
+LIMIT = {"--seed": (2**63, "2**63")}
 
 
 def check_values(command: Any, params: dict[str, Any]) -> None:
@@ -121,3 +124,6 @@ def check_value(name: str, value: Any) -> None:
     low = MINIMUM.get(name)
     if low is not None and isinstance(value, (int, float)) and value < low:
         raise UsageError(f"{name} must be >= {low}, got {value}")
+    high = LIMIT.get(name)
+    if high is not None and isinstance(value, (int, float)) and value >= high[0]:
+        raise UsageError(f"{name} must be < {high[1]}, got {value}")

@@ -21,7 +21,9 @@ def index_to_files(store: Path, cfg: IndexOptions, *, force: bool = False) -> st
     (batch size, backend, device) are not used.
     """
     from pairkit.core.store import Store
-    from pairkit.index.options import EXACT_MAX_ROWS_CPU, choose_kind
+    from pairkit.index.options import EXACT_MAX_ROWS_CPU, choose_kind, index_seed
+
+    cfg.check_knobs()
     from pairkit.index.saved import build_and_save, index_paths, saved_spec
 
     st = Store.open(store, verify=True)
@@ -33,7 +35,7 @@ def index_to_files(store: Path, cfg: IndexOptions, *, force: bool = False) -> st
                                     else cfg.exact_max_rows)
     spec = IndexOptions(kind=kind, nlist=cfg.nlist, nprobe=cfg.nprobe,
                         pq_m=cfg.pq_m, hnsw_m=cfg.hnsw_m, ef_search=cfg.ef_search,
-                        float16=cfg.float16, seed=cfg.seed).resolved(st.count, st.dim)
+                        float16=cfg.float16, seed=index_seed(cfg.seed)).resolved(st.count, st.dim)
     path = index_paths(st.root, spec.kind)[0]
     saved = None if force else saved_spec(st.root, spec.kind, st.content_id)
     if saved is not None:

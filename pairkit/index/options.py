@@ -58,6 +58,27 @@ class IndexOptions:
     backend: str = "auto"
     device: str = "auto"
 
+    def check_knobs(self) -> None:
+        """UsageError for a knob of another kind given with an explicit kind (it would
+        build nothing; with ``auto`` the kind is chosen by size, so every kind's knobs may
+        apply) and a seed FAISS's k-means can't take. The commands' check of what the user
+        gave (the resolved options of a run may carry any knob)."""
+        default = IndexOptions.__dataclass_fields__
+        knobs = (("--nlist", "nlist", ("ivf", "ivfpq"), "ivf or ivfpq"),
+                 ("--nprobe", "nprobe", ("ivf", "ivfpq"), "ivf or ivfpq"),
+                 ("--pq-m", "pq_m", ("ivfpq",), "ivfpq"),
+                 ("--ef-search", "ef_search", ("hnsw",), "hnsw"),
+                 ("--hnsw-m", "hnsw_m", ("hnsw",), "hnsw"),
+                 ("--ef-construction", "ef_construction", ("hnsw",), "hnsw"))
+        for flag, name, kinds, which in knobs:
+            if (self.kind in KINDS and self.kind not in kinds
+                    and getattr(self, name) != default[name].default):
+                raise UsageError(f"{flag} applies to --index {which} (or auto), not "
+                                 f"{self.kind}")
+        if self.kind in ("ivf", "ivfpq") and not 0 <= self.seed < 2**31:
+            raise UsageError(f"--seed must be < 2**31 for an IVF index (FAISS's k-means "
+                             f"seed is a 32-bit int), got {self.seed}")
+
     def cpu_kind(self, n: int) -> str:
         """The kind of index these options build over ``n`` rows on the CPU: ``kind``, with
         ``auto`` resolved by :func:`choose_kind` (exact up to ``exact_max_rows``, None:
@@ -137,6 +158,12 @@ class IndexOptions:
             return cls(**known)
         except TypeError:
             return None
+
+
+def index_seed(seed: int) -> int:
+    """A run's ``--seed`` as the seed of its IVF training (FAISS's k-means seed is a
+    32-bit int): the seed itself below 2**31, else folded into that range."""
+    return seed if seed < 2**31 else (seed ^ (seed >> 31)) % 2**31
 
 
 def default_nlist(n: int) -> int:

@@ -130,7 +130,8 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
     table.insert(0, "store_id", store.content_id)
     table["rank"] = table["rank"].astype(np.int64)
     table["id"] = table["id"].astype(np.int64)
-    table["score"] = table["score"].astype(np.float32)
+    # a cosine: float16 rows against a float32 query can come out a hair above 1
+    table["score"] = table["score"].clip(-1.0, 1.0).astype(np.float32)
     hit = table["id"].to_numpy()
     table["path"] = items["path"].to_numpy(dtype=object)[hit]
     table["source"] = items["source"].to_numpy(dtype=object)[hit]

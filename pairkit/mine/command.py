@@ -16,7 +16,7 @@ import numpy as np
 
 from pairkit.core.blocks_here import MapBlocks
 from pairkit.errors import PairkitError, UsageError
-from pairkit.index.options import IndexOptions
+from pairkit.index.options import IndexOptions, index_seed
 from pairkit.mine.config import MineConfig
 from pairkit.mine.skip import SkippedRows
 
@@ -73,6 +73,7 @@ def mine_to_files(
     from pairkit.mine.summary import unknown_pairs_warning
 
     index = IndexOptions() if index is None else index
+    index.check_knobs()
     stats_out = None if stats_path is None else str(stats_path)  # "-": stdout
     if stats_out is not None and (stats_out == output == "-"
                                   or same_file(stats_out, output)):
@@ -199,7 +200,7 @@ def mine_store(
     rel = load_relation(relation, items)
     vectors = store.vectors(np.float32)
     sources = store.source_codes()
-    index = replace(index or IndexOptions(), seed=config.seed)
+    index = replace(index or IndexOptions(), seed=index_seed(config.seed))
     where = engine_for(index)
     t_index = time.perf_counter()
     fn_filter = None

@@ -93,19 +93,57 @@ def validate_config(cfg: MineConfig, n_items: int) -> None:
     if k >= n_items:
         raise PairkitError(
             f"--num-negatives must be < the store's row count ({n_items}), got {k}")
+    if cfg.hard and cfg.range_min >= n_items - 1:  # an anchor has at most N - 1 candidates
+        raise PairkitError(f"--range-min {cfg.range_min} leaves no candidate: the store has "
+                           f"{n_items} rows (ranks 0 to {max(n_items - 2, 0)})")
+
+
+# options read only by a hard search, or only with the false-negative filter
+HARD_ONLY = ("--range-min", "--range-max", "--sampling", "--sampling-temperature", "--index",
+             "--nprobe", "--ef-search", "--nlist", "--exact-max-rows", "--dtype")
+FN_ONLY = ("--fn-rules", "--fn-mode", "--fn-margin", "--fn-near-dup-threshold",
+           "--fn-cluster-k", "--fn-cluster-runs", "--fn-cluster-votes",
+           "--fn-cluster-diffusion", "--fn-community-neighbours")
+# each rule's own parameters: (the config's field, the option, the rule that reads it)
+RULE_OPTIONS = (("margin", "--fn-margin", "margin"),
+                ("near_duplicate_threshold", "--fn-near-dup-threshold", "near-duplicate"),
+                ("cluster_runs", "--fn-cluster-runs", "cluster"),
+                ("cluster_votes", "--fn-cluster-votes", "cluster"),
+                ("cluster_diffusion", "--fn-cluster-diffusion", "cluster"),
+                ("community_neighbours", "--fn-community-neighbours", "community"))
+
+
+def check_given(given: dict[str, Any], hard: bool, filter_fn: bool) -> None:
+    """UsageError for an option given (its value not None: a flag with a non-None
+    default maps that default to None) that this run never reads: the hard search's
+    without ``--hard``, the filter's without ``--filter-false-negatives``, the sampling
+    temperature without ``--sampling softmax``."""
+    from pairkit.core.options import only_with
+
+    only_with("--hard", hard, tuple((k, given.get(k)) for k in HARD_ONLY))
+    only_with("--filter-false-negatives", filter_fn, tuple((k, given.get(k)) for k in FN_ONLY))
+    if given.get("--sampling-temperature") is not None and given.get("--sampling") != "softmax":
+        raise UsageError("--sampling-temperature applies to --sampling softmax")
 
 
 def fn_config(filter_fn: bool, rules: str | None, cluster_k: str | None,
               **params: Any) -> Any:
     """The FalseNegativeConfig for the ``--fn-*`` options (None without filtering);
-    ``params`` left None take the config's defaults."""
+    ``params`` left None take the config's defaults. A rule's own parameter given while
+    the rules leave that rule out is refused (it would do nothing)."""
     if not filter_fn:
         return None
-    from pairkit.mine.false_negatives import FalseNegativeConfig, parse_rules
+    from pairkit.mine.false_negatives import DEFAULT_RULES, FalseNegativeConfig, parse_rules
 
     fields: dict[str, Any] = {k: v for k, v in params.items() if v is not None}
     if rules is not None:
         fields["rules"] = parse_rules(rules)
+    chosen = fields.get("rules", DEFAULT_RULES)
+    for name, flag, rule in (*RULE_OPTIONS, ("cluster_ks", "--fn-cluster-k", "cluster")):
+        given = cluster_k is not None if name == "cluster_ks" else name in fields
+        if given and rule not in chosen:
+            raise UsageError(f"{flag} applies to the {rule} rule, which --fn-rules leaves out "
+                             f"({','.join(chosen)})")
     if cluster_k is not None and cluster_k.strip().lower() != "auto":
         fields["cluster_ks"] = tuple(parse_int_list(cluster_k, "--fn-cluster-k"))
     return FalseNegativeConfig(**fields)

@@ -42,7 +42,7 @@ from typing import Any
 
 from pairkit.core.atomic import remove_stale_parts
 from pairkit.core.remote import is_url
-from pairkit.index.options import IndexOptions
+from pairkit.index.options import IndexOptions, index_seed
 from pairkit.mine.config import MineConfig
 
 
@@ -306,7 +306,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     store = Store.open(store_path, verify=here)
     if store.count == 0:
         raise PairkitError(f"store {store.root} is empty: nothing to mine")
-    index = replace(index, seed=config.seed)
+    index = replace(index, seed=index_seed(config.seed))
     rules = RulesSpec(fn_config, positives, index, shipped=not here) if with_rules else None
     where = engine_for(index)
     rows_from = local_rows(store) if here else workers_rows(store, map_blocks, None)

@@ -129,7 +129,8 @@ def mine_positives(anchors: np.ndarray, neighbour_ids: np.ndarray,
                    neighbour_scores: np.ndarray, cfg: PositiveConfig, *,
                    groups: np.ndarray | None = None, vectors: np.ndarray | None = None,
                    cluster_assign: np.ndarray | None = None,
-                   near_duplicate_threshold: float | None = None) -> MinedPositives:
+                   near_duplicate_threshold: float | None = None,
+                   sources: np.ndarray | None = None) -> MinedPositives:
     """The mined positives of ``anchors`` (n,) item ids.
 
     ``neighbour_ids``/``neighbour_scores`` (N, m >= cfg.neighbours): every row's nearest
@@ -138,7 +139,9 @@ def mine_positives(anchors: np.ndarray, neighbour_ids: np.ndarray,
     near-duplicate group per item (-1: none); ``vectors`` (N, d) normalised, for the
     scores of group mates; ``cluster_assign`` (G, N) the consensus runs of the cluster
     rule (confidence), or None. ``near_duplicate_threshold``: without ``groups``, a mutual
-    neighbour at least this similar is a ``near_duplicate`` (confidence 1).
+    neighbour at least this similar is a ``near_duplicate`` (confidence 1). ``sources``
+    (N,): a group mate of the anchor's own source (its other view) is no mined positive
+    (None: every item its own source).
     """
     cfg.check()
     anchors = np.asarray(anchors, dtype=np.int64)
@@ -150,7 +153,8 @@ def mine_positives(anchors: np.ndarray, neighbour_ids: np.ndarray,
     parts = []
     for c0 in range(0, len(anchors), CHUNK_ANCHORS):
         part = _mine_chunk(anchors[c0:c0 + CHUNK_ANCHORS], mutual_all, nb, neighbour_scores,
-                           cfg, m, groups, vectors, cluster_assign, near_duplicate_threshold)
+                           cfg, m, groups, vectors, cluster_assign, near_duplicate_threshold,
+                           sources)
         parts.append(replace(part, rows=part.rows + c0))
     if len(parts) == 1:
         return parts[0]
@@ -167,7 +171,8 @@ def _mine_chunk(anchors: np.ndarray, mutual_all: np.ndarray, nb: np.ndarray,
                 neighbour_scores: np.ndarray, cfg: PositiveConfig, m: int,
                 groups: np.ndarray | None, vectors: np.ndarray | None,
                 cluster_assign: np.ndarray | None,
-                near_duplicate_threshold: float | None) -> MinedPositives:
+                near_duplicate_threshold: float | None,
+                sources: np.ndarray | None = None) -> MinedPositives:
     """:func:`mine_positives` of the anchors ``anchors`` (rows relative to them): every
     step after the store-wide mutual test is per anchor."""
     mutual = mutual_all[anchors]
@@ -198,7 +203,8 @@ def _mine_chunk(anchors: np.ndarray, mutual_all: np.ndarray, nb: np.ndarray,
     parts_ids, parts_scores, parts_conf = [cand], [cand_scores], [conf.astype(np.float32)]
     parts_reason = [reason]
     if groups is not None:
-        g_rows, g_ids, g_scores = _group_mates(anchors, groups, vectors, cfg.per_anchor)
+        g_rows, g_ids, g_scores = _group_mates(anchors, groups, vectors, cfg.per_anchor,
+                                               sources)
         rows.append(g_rows[:, None])
         parts_ids.append(g_ids[:, None])
         parts_scores.append(g_scores[:, None])
@@ -231,9 +237,11 @@ def _mine_chunk(anchors: np.ndarray, mutual_all: np.ndarray, nb: np.ndarray,
 
 
 def _group_mates(anchors: np.ndarray, groups: np.ndarray, vectors: np.ndarray | None,
-                 cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, ids, scores) of every anchor's near-duplicate group mates (at most ``cap``
-    per anchor, by id); scores are cosines when ``vectors`` are given, else 1."""
+                 cap: int, sources: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, ids, scores) of every anchor's near-duplicate group mates of other sources
+    (at most ``cap`` per anchor, by id); scores are cosines when ``vectors`` are given,
+    else 1."""
     g = groups[anchors]
     in_group = np.flatnonzero(groups >= 0)
     if len(in_group) == 0 or not (g >= 0).any():
@@ -245,7 +253,8 @@ def _group_mates(anchors: np.ndarray, groups: np.ndarray, vectors: np.ndarray | 
     for r in np.flatnonzero(g >= 0):
         lo, hi = np.searchsorted(sorted_groups, [g[r], g[r] + 1])
         mates = order[lo:hi]
-        mates = mates[mates != anchors[r]][:cap]
+        mates = mates[(mates != anchors[r]) if sources is None
+                      else (sources[mates] != sources[anchors[r]])][:cap]
         rows_out.append(np.full(len(mates), r, dtype=np.int64))
         ids_out.append(mates)
     rows = np.concatenate(rows_out) if rows_out else np.zeros(0, np.int64)

@@ -19,7 +19,7 @@ def hash_uniform(seed: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     (splitmix64 of the mixed integers). Shape: broadcast of ``a`` and ``b``."""
     with np.errstate(over="ignore"):
         x = (np.asarray(a, dtype=np.int64).astype(np.uint64) * _G
-             + np.uint64(seed & 0xFFFFFFFF) * _M2)
+             + np.uint64(seed % 2**64) * _M2)  # the whole seed (below 2**32: as before)
         x = _splitmix(x) ^ np.asarray(b, dtype=np.int64).astype(np.uint64)
         x = _splitmix(x + _G)
     return ((x >> np.uint64(11)).astype(np.float64) + 0.5) * (1.0 / (1 << 53))

@@ -178,7 +178,7 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
     mined = mine_positives(anchors, nb_ids, nb_scores, cfg,
                            groups=None if ctx is None else ctx.groups, vectors=vectors,
                            cluster_assign=None if ctx is None else ctx.cluster_assign,
-                           near_duplicate_threshold=threshold)
+                           near_duplicate_threshold=threshold, sources=sources)
     # equal labels, equal codes; -1: missing (no Python objects per mined pair)
     codes = store.label_codes()
     dropped = 0

@@ -341,3 +341,50 @@ def test_the_label_rule_alone_on_a_store_without_labels_is_refused(tmp_path: Pat
     assert r.exit_code == 2, r.output
     assert "--fn-rules label: store" in r.output and "has no labels" in r.output
     assert not (tmp_path / "p.parquet").exists()
+
+
+def test_a_window_past_every_candidate_is_refused(tmp_path) -> None:
+    """Found by a mine bug hunt (2026-12-06): ``--range-min`` at or above the store's rows
+    wrote an empty table, exit 0, an empty histogram line in the summary (as ``-k`` at
+    the row count, it doesn't fit the store: exit 1, nothing written)."""
+    from tests.conftest import random_store
+
+    st = random_store(tmp_path / "st", n_sources=20, views=2)  # 40 rows: ranks 0..38
+    out = tmp_path / "p.jsonl"
+    r = runner.invoke(app, ["mine", str(st.root), "--hard", "-k", "2", "--range-min", "39",
+                            "--range-max", "50", "-o", str(out)])
+    assert r.exit_code == 1, r.output
+    assert "--range-min 39 leaves no candidate: the store has 40 rows (ranks 0 to 38)" in r.output
+    assert not out.exists()
+    r = runner.invoke(app, ["mine", str(st.root), "--hard", "-k", "1", "--range-min", "38",
+                            "-o", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+
+
+def test_api_refuses_what_the_command_refuses(tmp_path) -> None:
+    """Found by a mine bug hunt (2026-12-06): ``mine_pairs(fn_mode="keep")`` without the
+    filter did nothing (the command refuses it), as did ``sampling_temperature`` without
+    softmax sampling."""
+    import pytest
+
+    from pairkit.api import mine_pairs
+    from pairkit.errors import UsageError
+    from tests.conftest import random_store
+
+    st = random_store(tmp_path / "st", n_sources=10, views=2)
+    with pytest.raises(UsageError, match="fn_mode='keep' needs filter_false_negatives=True"):
+        mine_pairs(st.root, fn_mode="keep")
+    with pytest.raises(UsageError, match="sampling_temperature applies to sampling='softmax'"):
+        mine_pairs(st.root, sampling_temperature=0.2)
+    assert len(mine_pairs(st.root, sampling="softmax", sampling_temperature=0.2))
+
+
+def test_seeds_two_to_the_32_apart_draw_differently(tmp_path) -> None:
+    """Found by a mine bug hunt (2026-12-06): the hash of every random choice took the
+    seed's low 32 bits, so a sweep of 2**32 + i repeated i's tables."""
+    from pairkit.api import mine_pairs
+
+    st = random_store(tmp_path / "st", n_sources=30, views=2)
+    a, b, c = (mine_pairs(st.root, sampling="random", seed=s)["negative_id"].tolist()
+               for s in (0, 2**32, 0))
+    assert a == c and a != b

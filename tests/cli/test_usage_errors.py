@@ -89,6 +89,24 @@ def cases(store: str, out: str) -> list[tuple[list[str], str]]:
          "a residual head keeps the input dim (16): --out-dim 8 needs --head mlp or linear"),
         (["embed", store, "-o", out + "/e", "--model", "pixels", "--image-size", "32"],
          "--image-size does not apply to --model pixels (its features are computed at 64 px)"),
+        # found by a mine bug hunt (2026-12-06): seeds above 64 bits were taken (and mine's
+        # were cut to 32 bits); FAISS's k-means seed is a 32-bit int (an internal error)
+        (["mine", store, "--seed", str(2**63)], "--seed must be < 2**63, got"),
+        (["index", store, "--index", "ivf", "--seed", str(2**31)],
+         "--seed must be < 2**31 for an IVF index"),
+        (["mine", store, "--hard", "--filter-false-negatives", "--fn-cluster-votes", "0"],
+         "--fn-cluster-votes must be >= 1, got 0"),
+        (["mine", store, "--hard", "--sampling-temperature", "0.1"],
+         "--sampling-temperature applies to --sampling softmax"),
+        (["mine", store, "--hard", "--index", "flat", "--nlist", "4"],
+         "--nlist applies to --index ivf or ivfpq (or auto), not flat"),
+        (["mine", store, "--hard", "--index", "ivf", "--ef-search", "4"],
+         "--ef-search applies to --index hnsw (or auto), not ivf"),
+        (["mine", store, "--hard", "--filter-false-negatives", "--fn-rules", "margin",
+          "--fn-cluster-k", "3"], "--fn-cluster-k applies to the cluster rule, which "
+         "--fn-rules leaves out"),
+        (["mine", store, "--hard", "--filter-false-negatives", "--fn-rules", "cluster",
+          "--fn-margin", "0.9"], "--fn-margin applies to the margin rule"),
         # found by a read-through (2026-12-06): an unknown model name was exit 1
         (["embed", store, "-o", out + "/e", "--model", "nosuch"],
          "unknown model 'nosuch': did you mean timm/nosuch?"),

@@ -88,6 +88,8 @@ def test_image_query_is_embedded_like_embed(image_store: Store) -> None:
         np.testing.assert_allclose(q, v[row], atol=2e-3)
         table = search_store(image_store, QueryRequest(images=(str(path),), k=4))
         assert table["id"].iloc[0] == row and table["score"].iloc[0] == pytest.approx(1, abs=2e-3)
+        # found by a bug hunt (2026-12-06): 1.000006 (float16 rows, a float32 query)
+        assert table["score"].between(-1, 1).all()
         assert table["id"].tolist() == brute(v, q, np.ones(len(v), bool), 4)
         assert (table["query_kind"] == "image").all() and (table["query"] == str(path)).all()
 

@@ -99,6 +99,22 @@ def test_mine_positives_cap_groups_first_and_cluster_confidence() -> None:
     np.testing.assert_allclose(got.scores[[0, 2]], [0.0, 0.0])  # eye vectors: cosine 0
 
 
+def test_group_mates_of_the_anchors_own_source_are_no_mined_positives() -> None:
+    """Found by a mine bug hunt (2026-12-06): a near-duplicate group holding both views of
+    a source handed the anchor its own other view as a mined positive (reason
+    near_duplicate): the view positive again, using up a --positives slot and counted in
+    the stats. Mined positives are of other sources."""
+    ids, scores = _lists()
+    groups = np.array([5, 5, -1, 5])  # 0 and 1: two views of source 0; 3 copies them
+    sources = np.array([0, 0, 1, 2])
+    got = mine_positives(np.array([0, 3]), ids, scores,
+                         PositiveConfig(per_anchor=1, neighbours=2), groups=groups,
+                         vectors=np.eye(4, dtype=np.float32), sources=sources)
+    # anchor 0: mates 1 (its own source: out) and 3 -> 3; anchor 3: mates 0 and 1, cap 1 -> 0
+    assert got.rows.tolist() == [0, 1] and got.ids.tolist() == [3, 0]
+    assert got.reasons.tolist() == ["near_duplicate", "near_duplicate"]
+
+
 def test_mine_positives_off_and_bad_config() -> None:
     ids, scores = _lists()
     assert len(mine_positives(np.array([0]), ids, scores, PositiveConfig(per_anchor=0))) == 0
