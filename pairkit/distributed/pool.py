@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -68,6 +69,23 @@ class BlockWorker:
         return index, (fn or self.fn)(self.shared, block)
 
 
+# no worker placed this long (every CPU of the cluster held by other jobs, say): one line
+# on stderr says why the run waits (Ray itself waits without a word)
+WAIT_NOTE_S = 60.0
+
+
+def waiting_note(threads: int, waited: float) -> str:
+    """The line a run waiting for its first worker prints: what it asks for, what is
+    free now."""
+    import ray
+
+    free = ray.available_resources().get("CPU", 0.0)
+    total = ray.cluster_resources().get("CPU", 0.0)
+    return (f"note: waiting for the Ray cluster: no worker has started in {waited:.0f} s; "
+            f"each asks for {threads} CPUs, and {free:g} of {total:g} CPUs are free (other "
+            "jobs may hold them); still waiting (Ctrl-C stops)")
+
+
 class BlockPool:
     """``cluster.workers`` actors of ``cluster.threads`` CPUs for ``fn``, started now;
     :meth:`map` runs the blocks on them once and then stops them (so does :meth:`close`)."""
@@ -82,6 +100,9 @@ class BlockPool:
         self.actor = ray.remote(BlockWorker).options(num_cpus=cluster.threads,
                                                      max_restarts=0, max_task_retries=0)
         self.args = (fn, cluster.threads, crash_marker(), modules)
+        self.threads = cluster.threads
+        self.placed = False  # some actor answered (a note on a busy cluster until then)
+        self.noted = False
         self.workers = cluster.workers
         self.actors: list[Any] = []
         self.starting: dict[Any, Any] = {}  # ready() future -> actor
@@ -135,7 +156,7 @@ class BlockPool:
                     continue
                 if not running and not self.starting:
                     self.start_actor()  # every actor died: a new one, wherever it fits
-                (ref,), _ = ray.wait([*running, *self.starting], num_returns=1)
+                ref = self.wait_one([*running, *self.starting])
                 a, i = running.pop(ref) if ref in running else (self.starting.pop(ref), -1)
                 try:
                     value = ray.get(ref)
@@ -154,6 +175,7 @@ class BlockPool:
                 except Exception as exc:
                     raise worker_error(exc, self.what) from None
                 idle.append(a)
+                self.placed = True
                 if i >= 0:
                     index, result = value
                     done[index] = result
@@ -162,6 +184,20 @@ class BlockPool:
         finally:
             if last or not finished:  # failed, stopped early, or the last map
                 self.close()
+
+    def wait_one(self, refs: list[Any]) -> Any:
+        """The first of ``refs`` to finish; while no actor has been placed, a note after
+        :data:`WAIT_NOTE_S` (once) says the run is waiting for the cluster's CPUs."""
+        import ray
+
+        while True:
+            timeout = None if self.placed or self.noted else WAIT_NOTE_S
+            ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+            if ready:
+                return ready[0]
+            if not self.placed and not self.noted:
+                self.noted = True
+                print(waiting_note(self.threads, WAIT_NOTE_S), file=sys.stderr, flush=True)
 
     def close(self) -> None:
         for a in list(self.actors):

@@ -839,3 +839,33 @@ def test_mine_s3_store_to_s3_parts_never_on_the_driver(store, cluster, s3, tmp_p
                                 "local", "--force"])
     assert r.exit_code == 1 and "written meanwhile by another process" in r.output, r.output
     assert sorted(list_names(f"{s3}/pairs")) == before
+
+
+def _plus_one(shared, block):
+    return shared + block
+
+
+def test_a_pool_on_a_busy_cluster_says_why_it_waits(cluster, monkeypatch, capsys):
+    """Found by a bug hunt (2026-12-06): with every CPU of the cluster held by another
+    job, ``--ray`` waited without a word (Ray's normal behaviour). After WAIT_NOTE_S
+    without a worker placed, one line on stderr says so, and the run goes on when the
+    CPUs free up."""
+    import threading
+
+    from pairkit.distributed import pool as pool_module
+
+    monkeypatch.setattr(pool_module, "WAIT_NOTE_S", 1.0)
+
+    @ray.remote(num_cpus=2)
+    class Hog:
+        def ready(self):
+            return True
+
+    hog = Hog.remote()
+    ray.get(hog.ready.remote())  # both CPUs held
+    threading.Timer(4.0, lambda: ray.kill(hog)).start()
+    got = list(pool_module.BlockPool(_plus_one, cluster, "a test block").map(10, [1, 2, 3]))
+    assert got == [11, 12, 13]
+    err = capsys.readouterr().err
+    assert err.count("waiting for the Ray cluster") == 1, err
+    assert "no worker has started in 1 s" in err and "0 of 2 CPUs are free" in err
