@@ -168,6 +168,7 @@ class TrainResult:
     whitening_skipped: str | None = None  # why the output whitening was not fitted
     head_kind: str = ""
     mined_positives: int = 0  # of the table, on the training side
+    trained: bool = True  # False: --resume found the run complete, nothing was trained
 
     @property
     def pairs_per_second(self) -> float:

@@ -112,9 +112,12 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
 
     state = ResumeState()
     if resume:
-        state, complete = resume_state(out, cfg, run_id, module, optimizer, scaler, note)
+        state, complete = resume_state(out, cfg, run_id, module, optimizer, scaler, note,
+                                       store.dim)
         if complete:
-            return result(state.records)
+            dims = spec.out_dim if state.whitening_dims is None else int(state.whitening_dims)
+            return result(state.records, trained=False, head_kind=spec.kind, out_dim=dims,
+                          module_dim=spec.out_dim, whitened=state.whitening_dims is not None)
     items, metrics_on = eval_items(pairs.val_mask, cfg)
     white_rows = fit_rows(np.flatnonzero(~pairs.val_mask), cfg.seed)
 
@@ -127,8 +130,12 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
 
     records, step = state.records, state.step
     if state.epoch >= cfg.epochs:
-        # killed after its last checkpoint but before config.json: finish the folder
-        note(f"{out}: the run was stopped before its {CONFIG} was written; written now")
+        if state.config_epochs_done == state.epoch:  # interrupted, or stopped on collapse
+            note(f"--resume: {out} stopped after {state.epoch} of its {state.planned} epochs: "
+                 f"finished at {state.epoch} epochs (--epochs {cfg.epochs}), its whitening "
+                 "fitted")
+        else:  # killed after its last checkpoint but before config.json: finish the folder
+            note(f"{out}: the run was stopped before its {CONFIG} was written; written now")
         whitening = fitted_whitening(module, data, pairs, white_rows, cfg, spec.out_dim)
         save_whitening_file(out, whitening)
         write_config(out, config(state.epoch, True, None, whitening))
