@@ -118,7 +118,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
             dims = spec.out_dim if state.whitening_dims is None else int(state.whitening_dims)
             return result(state.records, trained=False, head_kind=spec.kind, out_dim=dims,
                           module_dim=spec.out_dim, whitened=state.whitening_dims is not None)
-    items, metrics_on = eval_items(pairs.val_mask, cfg)
+    items, metrics_on = eval_items(pairs.val_mask, cfg, pairs.groups, note)
     white_rows = fit_rows(np.flatnonzero(~pairs.val_mask), cfg.seed)
 
     def config(epochs_done: int, complete: bool, stopped: str | None,

@@ -124,6 +124,7 @@ def run_pairs(store: Store, cfg: TrainConfig, table: pd.DataFrame | None,
     groups = relation_groups(sources, labels, relation)
     val_mask = split_by_source(sources, cfg.val_fraction, cfg.seed, option="--val-fraction",
                                allow_zero=True)
+    check_val_groups(groups, sources, val_mask, cfg, relation)
     mined: PositiveSets | None = None
     if table is not None:
         all_pairs, info, mined = read_pairs(table, store, cfg, ~val_mask)
@@ -165,6 +166,24 @@ def run_pairs(store: Store, cfg: TrainConfig, table: pd.DataFrame | None,
     return RunPairs(groups=groups, val_mask=val_mask, train=train_pairs, val=val_pairs,
                     mined=mined, pairs_id=pairs_id, examples=n_examples, views=views,
                     excluded=excluded)
+
+
+def check_val_groups(groups: np.ndarray, sources: np.ndarray, val_mask: np.ndarray,
+                     cfg: TrainConfig, relation: str) -> None:
+    """PairkitError when the validation sources hold fewer than 2 positive groups (one
+    source, under ``instance``): their pairs have no negative (no gap, a loss of 0) and the
+    uniformity of a source's near-identical views reads as collapse."""
+    if not val_mask.any():
+        return
+    n_groups = len(np.unique(groups[val_mask]))
+    if n_groups >= 2:
+        return
+    n_sources = len(np.unique(sources[val_mask]))
+    raise PairkitError(
+        f"--val-fraction {cfg.val_fraction:g} holds out {n_sources} source"
+        f"{'' if n_sources == 1 else 's'} ({n_groups} {relation} group): validation needs "
+        "2 or more, else its pairs have no negative and the uniformity of one thing's views "
+        "reads as collapse: raise it")
 
 
 def epoch_pairs(pairs: RunPairs, cfg: TrainConfig, epoch: int) -> PairArrays:

@@ -542,3 +542,23 @@ def test_nothing_to_do_resume_describes_the_head_it_left(store, tmp_path):
     other = TrainConfig(relation="instance", whiten=0.25, **FAST)
     result = train_head(store, tmp_path / "h", other, resume=True)
     assert any("keeps its whitening" in n for n in result.notes)
+
+
+def test_val_fraction_holding_out_one_source_is_refused(store, tmp_path):
+    """Found by a bug hunt (2026-12-06): --val-fraction 0.001 held out one source (two
+    near-identical views): no negatives (gap nan, loss 0) and a uniformity of about 0,
+    read as collapse (--stop-on-collapse stopped healthy training). A split whose
+    validation side has fewer than 2 positive groups is refused; 2 sources train."""
+    cfg = TrainConfig(relation="instance", val_fraction=0.01, stop_on_collapse=True, **FAST)
+    with pytest.raises(PairkitError, match=r"--val-fraction 0.01 holds out 1 source "
+                                           r"\(1 instance group\)"):
+        train_head(store, tmp_path / "h", cfg)
+    assert not (tmp_path / "h").exists()
+    table = instance_triplets(store, k=2)
+    with pytest.raises(PairkitError, match="--val-fraction 0.01 holds out 1 source"):
+        train_head(store, tmp_path / "t", TrainConfig(val_fraction=0.01, **FAST), table=table)
+    two = TrainConfig(relation="instance", val_fraction=0.08, stop_on_collapse=True, **FAST)
+    result = train_head(store, tmp_path / "two", two)  # 2 of 24 sources
+    assert result.stopped is None and not result.records[-1]["collapsed"]
+    assert math.isfinite(result.records[-1]["gap"])
+    assert any("holds out 2 positive groups, under the 8" in n for n in result.notes)
