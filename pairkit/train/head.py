@@ -128,7 +128,8 @@ class Head:
               batch_size: int = 65536) -> np.ndarray:
         """Project ``vectors`` (n, in_dim) -> float32 (n, out_dim), rows L2-normalised:
         the module's outputs, L2-normalised, then (when the head has one) the output
-        whitening (:func:`pairkit.train.output_whitening.whiten`)."""
+        whitening (:func:`pairkit.train.output_whitening.whiten`). PairkitError when a row
+        comes out non-finite or all zeros (:func:`check_outputs`)."""
         from pairkit.core.threads import import_torch
         from pairkit.train.output_whitening import whiten
 
@@ -154,8 +155,23 @@ class Head:
                 z = torch.nn.functional.normalize(module(block).float(), dim=1)
                 if white is not None:
                     z = whiten(z, *white)
+                check_outputs(self.path, z)
                 out[start : start + len(block)] = z.cpu().numpy()
         return out
+
+
+def check_outputs(path: Path, z: torch.Tensor) -> None:
+    """PairkitError when a head's output rows ``z`` are not finite (weights that overflow)
+    or one is all zeros (no direction: a damaged whitening): such rows are no vectors to
+    search or write."""
+    import torch
+
+    if not bool(torch.isfinite(z).all()):
+        raise PairkitError(f"head {path} produces non-finite outputs (its weights overflow "
+                           "or are damaged): retrain the head")
+    if len(z) and not bool((z.abs().amax(dim=1) > 0).all()):
+        raise PairkitError(f"head {path} produces zero outputs (rows with no direction: its "
+                           "weights or whitening are damaged): retrain the head")
 
 
 def load_head(path: str | os.PathLike[str]) -> Head:
@@ -165,6 +181,10 @@ def load_head(path: str | os.PathLike[str]) -> Head:
     from safetensors.torch import load_file
 
     state = read_tensor_file(root, WEIGHTS, load_file)
+    bad = sorted(k for k, v in state.items() if not bool(torch.isfinite(v).all()))
+    if bad:
+        raise PairkitError(f"head {root}: {WEIGHTS} holds non-finite weights ({bad[0]}): it "
+                           "is damaged; retrain the head")
     module = build_module(spec)
     try:
         module.load_state_dict(state)
