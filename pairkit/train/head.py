@@ -49,6 +49,11 @@ class HeadSpec:
 
     def check(self) -> None:
         """Raise :class:`PairkitError` naming the first bad field."""
+        for name in ("in_dim", "out_dim", "hidden"):
+            value = getattr(self, name)
+            if not (value is None and name == "hidden") and (
+                    not isinstance(value, int) or isinstance(value, bool)):
+                raise PairkitError(f"head {name} must be an integer, got {value!r}")
         if self.kind not in HEAD_KINDS:
             raise PairkitError(f"--head must be one of {', '.join(HEAD_KINDS)}, got {self.kind}")
         if self.in_dim < 1:
@@ -185,6 +190,13 @@ def load_head(path: str | os.PathLike[str]) -> Head:
     if bad:
         raise PairkitError(f"head {root}: {WEIGHTS} holds non-finite weights ({bad[0]}): it "
                            "is damaged; retrain the head")
+    with torch.device("meta"):  # the shapes config.json asks for, nothing allocated
+        want = {k: tuple(v.shape) for k, v in build_module(spec).state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in state.items()}
+    if want != got:
+        key = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))[0]
+        raise PairkitError(f"head {root}: weights don't match config.json ({key}: shape "
+                           f"{got.get(key)} in {WEIGHTS}, {want.get(key)} by config.json)")
     module = build_module(spec)
     try:
         module.load_state_dict(state)
@@ -241,7 +253,7 @@ def read_head_config(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]
     try:
         spec = HeadSpec(**config["head"])
         spec.check()
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, PairkitError) as exc:
         raise PairkitError(f"head {root}: {CONFIG} has a bad 'head' entry ({exc})") from None
     white = config.get("whitening")
     if white is not None and not (isinstance(white, dict) and isinstance(white.get("dims"), int)

@@ -127,6 +127,27 @@ def load_checkpoint(out: Path) -> dict[str, Any]:
     return ckpt
 
 
+def load_state(out: Path, ckpt: dict[str, Any], module: torch.nn.Module, optimizer: Any,
+               scaler: Any) -> tuple[int, int]:
+    """Load the checkpoint ``ckpt`` of ``out`` into ``module``, ``optimizer`` and
+    ``scaler``; its ``(epoch, step)``. PairkitError, in one line, when its counts are no
+    counts or its states don't fit this run's head (a damaged file)."""
+    epoch, step = ckpt["epoch"], ckpt["step"]
+    try:
+        if not (isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 1
+                and isinstance(step, int) and not isinstance(step, bool) and step >= 0):
+            raise ValueError(f"epoch {epoch!r} and step {step!r} are no counts")
+        module.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        if scaler is not None and ckpt.get("scaler"):
+            scaler.load_state_dict(ckpt["scaler"])
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise PairkitError(f"--resume: {out / CHECKPOINT} is damaged ({first}): rerun without "
+                           "--resume (and with --force)") from None
+    return epoch, step
+
+
 def resume_state(out: Path, cfg: TrainConfig, fingerprint: dict[str, Any],
                  module: torch.nn.Module, optimizer: Any, scaler: Any,
                  note: Callable[[str], None], in_dim: int) -> tuple[ResumeState, bool]:
@@ -162,11 +183,7 @@ def resume_state(out: Path, cfg: TrainConfig, fingerprint: dict[str, Any],
         raise PairkitError(f"--resume: {out} was trained with other options, store or pairs "
                            f"({what}); pass the run's options, or rerun without --resume "
                            "(and with --force)")
-    module.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
-    if scaler is not None and ckpt.get("scaler"):
-        scaler.load_state_dict(ckpt["scaler"])
-    epoch, step = int(ckpt["epoch"]), int(ckpt["step"])
+    epoch, step = load_state(out, ckpt, module, optimizer, scaler)
     state = ResumeState(epoch=epoch, step=step,
                         records=[r for r in read_log(out) if r["epoch"] <= epoch],
                         config_epochs_done=old.get("epochs_done"))
