@@ -122,6 +122,13 @@ def run_pairs(store: Store, cfg: TrainConfig, table: pd.DataFrame | None,
     relation = cfg.relation or "instance"
     labels = store.labels() if relation == "label" else None
     groups = relation_groups(sources, labels, relation)
+    if table is None and labels is not None:
+        from pairkit.core.store import codes_of
+
+        unlabelled = int((codes_of(labels)[0] < 0).sum())
+        if unlabelled:
+            note(f"--relation label: {unlabelled} of {len(labels)} items have no label and are "
+                 "left out (a positive is another item of the same label)")
     val_mask = split_by_source(sources, cfg.val_fraction, cfg.seed, option="--val-fraction",
                                allow_zero=True)
     check_val_groups(groups, sources, val_mask, cfg, relation)

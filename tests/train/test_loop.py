@@ -562,3 +562,19 @@ def test_val_fraction_holding_out_one_source_is_refused(store, tmp_path):
     assert result.stopped is None and not result.records[-1]["collapsed"]
     assert math.isfinite(result.records[-1]["gap"])
     assert any("holds out 2 positive groups, under the 8" in n for n in result.notes)
+
+
+def test_relation_label_says_how_many_unlabelled_items_it_leaves_out(tmp_path):
+    """Found by a bug hunt (2026-12-06): --relation label on a partly labelled store
+    trained on the labelled items only and said nothing of the rest (a third of the
+    store); it says how many items had no label and were left out."""
+    full = random_store(tmp_path / "full", n_sources=24, views=2, dim=12, classes=4)
+    items = full.items.copy()
+    items.loc[::3, "label"] = None
+    store = write_store(tmp_path / "part", full.vectors(), items, encoder={"name": "random"})
+    result = train_head(store, tmp_path / "h", TrainConfig(relation="label", **FAST))
+    assert any("--relation label: 16 of 48 items have no label and are left out" in n
+               for n in result.notes), result.notes
+    assert result.examples == 32
+    whole = train_head(full, tmp_path / "w", TrainConfig(relation="label", **FAST))
+    assert not any("no label" in n for n in whole.notes)
