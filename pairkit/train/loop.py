@@ -20,7 +20,13 @@ import numpy as np
 from pairkit.core.devices import autocast_dtype, resolve_device, resolve_precision
 from pairkit.core.lock import writer_lock
 from pairkit.errors import PairkitError
-from pairkit.train.config import TrainConfig, TrainHook, TrainResult, head_spec
+from pairkit.train.config import (
+    TrainConfig,
+    TrainHook,
+    TrainResult,
+    check_head_dims,
+    head_spec,
+)
 from pairkit.train.epoch import batches, device_data, lr_at, make_autocast, train_epoch
 from pairkit.train.epoch_end import (
     MIN_CENTRED_ROWS,
@@ -73,6 +79,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     torch = import_torch()
 
     cfg.check()
+    check_head_dims(cfg, store.dim)
     if table is None and cfg.relation is None:
         raise PairkitError("give a pair table (--pairs) or a relation (--relation instance|label)")
     if store.count < 2:

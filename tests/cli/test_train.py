@@ -289,3 +289,28 @@ def test_a_head_with_non_finite_or_zero_outputs_is_refused_in_one_line(tmp_path)
                 assert len(lines) == 1 and what in lines[0], (args, r.stderr)
                 assert "internal error" not in r.stderr
             assert not (tmp_path / f"p_{head.name}").exists()
+
+
+def test_pair_whitening_above_the_heads_dims_is_refused(tmp_path):
+    """Found by a bug hunt (2026-12-06): --pair-whitening 100 on a head of 8 output dims
+    fitted 8 and recorded 100 (training.pair_whitening), without a word; it is refused,
+    exit 2, before anything loads (and by train_head)."""
+    import pytest
+
+    from pairkit.errors import UsageError
+    from pairkit.train.config import TrainConfig
+    from pairkit.train.loop import train_head
+
+    store = random_store(tmp_path / "s", n_sources=20, views=2, dim=12, classes=4)
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "--pair-whitening", "100", *FAST])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip() == ("error: --pair-whitening 100 is more than the head's 8 output "
+                                "dims: give 8 or fewer, or all")
+    assert not (tmp_path / "h").exists()
+    with pytest.raises(UsageError, match="--pair-whitening 13 is more than the head's 12"):
+        train_head(store, tmp_path / "h", TrainConfig(relation="instance", pair_whitening=13,
+                                                      epochs=1, device="cpu"))
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "--pair-whitening", "8", *FAST])
+    assert r.exit_code == 0, r.output
