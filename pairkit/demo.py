@@ -27,6 +27,7 @@ class DemoImages:
     duplicates: dict[str, int] = field(default_factory=dict)
     broken: int = 0
     planted: list[tuple[str, str, str]] = field(default_factory=list)  # (copy, original, edit)
+    available: int = 0  # digits in the set (a --limit above it takes them all)
 
 
 def digit_image(pixels_8x8: np.ndarray, size: int, rng: np.random.Generator):
@@ -68,7 +69,7 @@ def make_demo_images(
     rng = np.random.default_rng(seed)
     digits = load_digits()
     n = len(digits.images) if limit is None else min(limit, len(digits.images))
-    out = DemoImages()
+    out = DemoImages(available=len(digits.images))
     in_test = np.zeros(n, dtype=bool)
     if test_root is not None:
         in_test[rng.choice(n, size=int(round(test_fraction * n)), replace=False)] = True

@@ -67,3 +67,11 @@ def test_gain_verdict_says_plainly_whether_the_head_helped() -> None:
     assert "-0.019" in gain_verdict(0.929, 0.910)
     assert gain_verdict(0.80, 0.803).startswith("no gain: the head ties")
     assert gain_verdict(None, 0.8).startswith("no held-out kNN top-1")
+
+
+def test_demo_says_when_limit_is_above_the_digits(tmp_path):
+    """Found by a bug hunt (2026-12-06): --limit 100000 wrote the 1,797 digits there are
+    without a word; it says the limit was above them."""
+    r = runner.invoke(app, ["demo", str(tmp_path / "d"), "--images-only", "--limit", "100000"])
+    assert r.exit_code == 0, r.output
+    assert "--limit 100000 is more than the 1797 digits there are: all 1797 used" in r.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from pairkit.cli.common import console, say, user_errors
+from pairkit.cli.common import console, say, user_errors, warn
 from pairkit.errors import PairkitError
 
 NO_LABEL_RULES = "near-duplicate,mutual-neighbour,cluster"
@@ -100,6 +100,9 @@ def demo(
         test_root = None if images_only else directory / "test-images"
         made = make_demo_images(directory / "images", limit=limit, seed=seed,
                                 test_root=test_root)
+        if limit is not None and limit > made.available:
+            warn(f"--limit {limit} is more than the {made.available} digits there are: all "
+                 f"{made.available} used")
         planted = ", ".join(f"{v} {k}" for k, v in made.duplicates.items())
         say(f"wrote {made.images} digit images in 10 label folders to {directory / 'images'}, "
             f"planted {sum(made.duplicates.values())} near-duplicates ({planted}) and "

@@ -15,7 +15,8 @@ def torch_load_weights(path: str | os.PathLike[str], what: str) -> Any:
 
     A file holding pickled Python objects beyond tensors and plain containers is refused
     in one line (torch's own advice to turn ``weights_only`` off is not repeated: pairkit
-    never does). Any other failure says the file is unreadable.
+    never does); bytes that are no pickle torch can read (a damaged file, a text file) are
+    said to be no torch weights. Any other failure says the file is unreadable.
     """
     import torch
 
@@ -23,7 +24,10 @@ def torch_load_weights(path: str | os.PathLike[str], what: str) -> Any:
         with warnings.catch_warnings():  # torch's pickle-protocol chatter is not for users
             warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
+    except pickle.UnpicklingError as exc:
+        if "global" not in str(exc).lower():  # not a class or function: bytes torch can't read
+            raise PairkitError(f"{what} {path} is unreadable: not a file of torch weights "
+                               "(damaged, or of another kind)") from None
         raise PairkitError(
             f"{what} {path} is unreadable: it holds pickled Python objects, not only weights; "
             "pairkit loads tensors only (save a plain state dict or .safetensors)"

@@ -317,7 +317,8 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
             _search_pass(qx, ql, index, len(qx), ql, k_search, excl, (), rks, r_counts,
                          cfg, report)
     if "linear" in wanted:
-        _probe(queries, references, ql_all, rl_all, q_keep, r_keep, rsrc, cfg, rng, report)
+        _probe(queries, references, ql_all, rl_all, q_keep, r_keep, rsrc, cfg, rng, report,
+               explicit)
 
 
 # query classes whose sizes differ this much get a note: top-1 is then mostly the large
@@ -496,13 +497,25 @@ def _mined_unlabeled(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
 
 def _probe(queries: EvalSide, references: EvalSide, ql_all: np.ndarray, rl_all: np.ndarray,
            q_keep: np.ndarray, r_keep: np.ndarray, rsrc: np.ndarray, cfg: EvalConfig,
-           rng: np.random.Generator, report: EvalReport) -> None:
+           rng: np.random.Generator, report: EvalReport, explicit: bool = False) -> None:
+    """The linear probe, on at most ``cfg.probe_max_train`` random references. A draw
+    that leaves fewer than 2 classes is refused when the probe was asked for
+    (``explicit``), else the probe is left out, said."""
     from pairkit.core.devices import resolve_device
     from pairkit.eval.linear_probe import linear_probe
 
     train_rows = np.flatnonzero(r_keep)
     if len(train_rows) > cfg.probe_max_train:
         train_rows = np.sort(rng.choice(train_rows, size=cfg.probe_max_train, replace=False))
+        n_classes = len(np.unique(rl_all[train_rows][rl_all[train_rows] >= 0]))
+        if n_classes < 2:
+            why = (f"--probe-max-train {cfg.probe_max_train} leaves {n_classes} class"
+                   f"{'' if n_classes == 1 else 'es'} among the references the probe trains "
+                   "on; it needs 2 or more")
+            if explicit:
+                raise PairkitError(f"--metrics linear: {why}: raise --probe-max-train")
+            report.notes.append(f"{why}: linear probe left out")
+            return
         report.notes.append(f"linear probe trained on a random {cfg.probe_max_train} of "
                             f"{int(r_keep.sum())} references (--probe-max-train)")
     # the queries as they are (rows read on demand stay so: predicted a block at a time)

@@ -64,14 +64,21 @@ def train_to_files(store: str | os.PathLike[str] | Any, output: str | os.PathLik
 def summary_line(result: TrainResult, in_dim: int, loss: str, output: str | os.PathLike[str]
                  ) -> str:
     """The command's last line: the head, its dims (and whitening), the loss, the epochs,
-    where it ran, the pairs (and mined positives), the speed, the last gap, the folder."""
+    where it ran, the pairs (and mined positives), the speed, the last gap, the folder
+    (``nothing trained: ...`` for a complete run that ``--resume`` left as it was)."""
     last = result.records[-1]
+    gap = (f"{last['gap']:.3f}" if isinstance(last.get("gap"), (int, float))
+           else "n/a")  # NaN in the log is null
     dims = f"{in_dim}->{result.module_dim}" + (
         f" (outputs whitened to {result.out_dim} dims)" if result.whitened else
         f" (outputs not whitened: {result.whitening_skipped})"
         if result.whitening_skipped else "")
+    if not result.trained:
+        return (f"nothing trained: {result.head_kind} head {dims}, trained with {loss} for "
+                f"{last['epoch']} epochs: {last['metrics_on']} gap {gap} -> "
+                f"{output}")
     mined = f", {result.mined_positives} mined positives" if result.mined_positives else ""
     return (f"trained {result.head_kind} head {dims} with {loss} for {last['epoch']} epochs on "
             f"{result.device} ({result.examples} pairs/epoch{mined}, "
             f"{result.pairs_per_second:,.0f} pairs/s over all epochs): {last['metrics_on']} "
-            f"gap {last['gap']:.3f} -> {output}")
+            f"gap {gap} -> {output}")

@@ -120,12 +120,15 @@ def check_table_options(cfg: TrainConfig, has_table: bool) -> None:
 
 def check_head_dims(cfg: TrainConfig, in_dim: int) -> None:
     """UsageError when the head ``cfg`` asks for can't be had on ``in_dim``-dim vectors (a
-    residual head with another ``--out-dim``): told from the store's manifest, before its
-    vectors load."""
+    residual head with another ``--out-dim``; a ``--pair-whitening`` of more dims than
+    the head outputs): told from the store's manifest, before its vectors load."""
     spec = head_spec(cfg, in_dim)
     if spec.kind == "residual" and spec.out_dim != in_dim:
         raise UsageError(f"a residual head keeps the input dim ({in_dim}): "
                          f"--out-dim {spec.out_dim} needs --head mlp or linear")
+    if cfg.pair_whitening is not None and cfg.pair_whitening > spec.out_dim:
+        raise UsageError(f"--pair-whitening {cfg.pair_whitening} is more than the head's "
+                         f"{spec.out_dim} output dims: give {spec.out_dim} or fewer, or all")
 
 
 def head_spec(cfg: TrainConfig, in_dim: int) -> HeadSpec:
@@ -168,6 +171,7 @@ class TrainResult:
     whitening_skipped: str | None = None  # why the output whitening was not fitted
     head_kind: str = ""
     mined_positives: int = 0  # of the table, on the training side
+    trained: bool = True  # False: --resume found the run complete, nothing was trained
 
     @property
     def pairs_per_second(self) -> float:

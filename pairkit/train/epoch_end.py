@@ -5,6 +5,7 @@ epoch's files written into the head folder."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,11 +57,29 @@ def dim_std(z: np.ndarray) -> float:
     return float(z.std(axis=0).mean() * math.sqrt(z.shape[1]))
 
 
-def eval_items(val_mask: np.ndarray, cfg: TrainConfig) -> tuple[np.ndarray, str]:
+# the validation side's uniformity and dim std judge collapse only over this many positive
+# groups (sources, under instance): over fewer, one thing's near-identical views weigh in
+# so much that a healthy head reads as collapsed
+MIN_GEOMETRY_GROUPS = 8
+
+
+def eval_items(val_mask: np.ndarray, cfg: TrainConfig, groups: np.ndarray | None = None,
+               note: Callable[[str], None] | None = None) -> tuple[np.ndarray, str]:
     """The store rows whose projections the uniformity and dim std are measured on (the
     validation sources', else the training ones'; a seeded sample of at most EVAL_ITEMS)
-    and which side that is (``val`` or ``train``)."""
-    items = np.flatnonzero(val_mask if cfg.val_fraction > 0 else ~val_mask)
+    and which side that is (``val`` or ``train``). Validation sources of fewer than
+    :data:`MIN_GEOMETRY_GROUPS` positive ``groups`` give the training side's rows, said to
+    ``note`` (the loss and the gap stay the validation pairs')."""
+    on_val = cfg.val_fraction > 0
+    if on_val and groups is not None:
+        n_groups = len(np.unique(groups[val_mask]))
+        if n_groups < MIN_GEOMETRY_GROUPS:
+            on_val = False
+            if note is not None:
+                note(f"--val-fraction {cfg.val_fraction:g} holds out {n_groups} positive "
+                     f"groups, under the {MIN_GEOMETRY_GROUPS} the uniformity and dim std "
+                     "judge collapse by: they are measured on the training items")
+    items = np.flatnonzero(val_mask if on_val else ~val_mask)
     if len(items) > EVAL_ITEMS:
         items = np.sort(np.random.default_rng([cfg.seed, 31]).choice(
             items, EVAL_ITEMS, replace=False))

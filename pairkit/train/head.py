@@ -49,6 +49,11 @@ class HeadSpec:
 
     def check(self) -> None:
         """Raise :class:`PairkitError` naming the first bad field."""
+        for name in ("in_dim", "out_dim", "hidden"):
+            value = getattr(self, name)
+            if not (value is None and name == "hidden") and (
+                    not isinstance(value, int) or isinstance(value, bool)):
+                raise PairkitError(f"head {name} must be an integer, got {value!r}")
         if self.kind not in HEAD_KINDS:
             raise PairkitError(f"--head must be one of {', '.join(HEAD_KINDS)}, got {self.kind}")
         if self.in_dim < 1:
@@ -128,7 +133,8 @@ class Head:
               batch_size: int = 65536) -> np.ndarray:
         """Project ``vectors`` (n, in_dim) -> float32 (n, out_dim), rows L2-normalised:
         the module's outputs, L2-normalised, then (when the head has one) the output
-        whitening (:func:`pairkit.train.output_whitening.whiten`)."""
+        whitening (:func:`pairkit.train.output_whitening.whiten`). PairkitError when a row
+        comes out non-finite or all zeros (:func:`check_outputs`)."""
         from pairkit.core.threads import import_torch
         from pairkit.train.output_whitening import whiten
 
@@ -154,8 +160,23 @@ class Head:
                 z = torch.nn.functional.normalize(module(block).float(), dim=1)
                 if white is not None:
                     z = whiten(z, *white)
+                check_outputs(self.path, z)
                 out[start : start + len(block)] = z.cpu().numpy()
         return out
+
+
+def check_outputs(path: Path, z: torch.Tensor) -> None:
+    """PairkitError when a head's output rows ``z`` are not finite (weights that overflow)
+    or one is all zeros (no direction: a damaged whitening): such rows are no vectors to
+    search or write."""
+    import torch
+
+    if not bool(torch.isfinite(z).all()):
+        raise PairkitError(f"head {path} produces non-finite outputs (its weights overflow "
+                           "or are damaged): retrain the head")
+    if len(z) and not bool((z.abs().amax(dim=1) > 0).all()):
+        raise PairkitError(f"head {path} produces zero outputs (rows with no direction: its "
+                           "weights or whitening are damaged): retrain the head")
 
 
 def load_head(path: str | os.PathLike[str]) -> Head:
@@ -165,6 +186,17 @@ def load_head(path: str | os.PathLike[str]) -> Head:
     from safetensors.torch import load_file
 
     state = read_tensor_file(root, WEIGHTS, load_file)
+    bad = sorted(k for k, v in state.items() if not bool(torch.isfinite(v).all()))
+    if bad:
+        raise PairkitError(f"head {root}: {WEIGHTS} holds non-finite weights ({bad[0]}): it "
+                           "is damaged; retrain the head")
+    with torch.device("meta"):  # the shapes config.json asks for, nothing allocated
+        want = {k: tuple(v.shape) for k, v in build_module(spec).state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in state.items()}
+    if want != got:
+        key = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))[0]
+        raise PairkitError(f"head {root}: weights don't match config.json ({key}: shape "
+                           f"{got.get(key)} in {WEIGHTS}, {want.get(key)} by config.json)")
     module = build_module(spec)
     try:
         module.load_state_dict(state)
@@ -221,7 +253,7 @@ def read_head_config(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]
     try:
         spec = HeadSpec(**config["head"])
         spec.check()
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, PairkitError) as exc:
         raise PairkitError(f"head {root}: {CONFIG} has a bad 'head' entry ({exc})") from None
     white = config.get("whitening")
     if white is not None and not (isinstance(white, dict) and isinstance(white.get("dims"), int)

@@ -20,7 +20,13 @@ import numpy as np
 from pairkit.core.devices import autocast_dtype, resolve_device, resolve_precision
 from pairkit.core.lock import writer_lock
 from pairkit.errors import PairkitError
-from pairkit.train.config import TrainConfig, TrainHook, TrainResult, head_spec
+from pairkit.train.config import (
+    TrainConfig,
+    TrainHook,
+    TrainResult,
+    check_head_dims,
+    head_spec,
+)
 from pairkit.train.epoch import batches, device_data, lr_at, make_autocast, train_epoch
 from pairkit.train.epoch_end import (
     MIN_CENTRED_ROWS,
@@ -73,6 +79,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     torch = import_torch()
 
     cfg.check()
+    check_head_dims(cfg, store.dim)
     if table is None and cfg.relation is None:
         raise PairkitError("give a pair table (--pairs) or a relation (--relation instance|label)")
     if store.count < 2:
@@ -112,10 +119,13 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
 
     state = ResumeState()
     if resume:
-        state, complete = resume_state(out, cfg, run_id, module, optimizer, scaler, note)
+        state, complete = resume_state(out, cfg, run_id, module, optimizer, scaler, note,
+                                       store.dim)
         if complete:
-            return result(state.records)
-    items, metrics_on = eval_items(pairs.val_mask, cfg)
+            dims = spec.out_dim if state.whitening_dims is None else int(state.whitening_dims)
+            return result(state.records, trained=False, head_kind=spec.kind, out_dim=dims,
+                          module_dim=spec.out_dim, whitened=state.whitening_dims is not None)
+    items, metrics_on = eval_items(pairs.val_mask, cfg, pairs.groups, note)
     white_rows = fit_rows(np.flatnonzero(~pairs.val_mask), cfg.seed)
 
     def config(epochs_done: int, complete: bool, stopped: str | None,
@@ -127,8 +137,12 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
 
     records, step = state.records, state.step
     if state.epoch >= cfg.epochs:
-        # killed after its last checkpoint but before config.json: finish the folder
-        note(f"{out}: the run was stopped before its {CONFIG} was written; written now")
+        if state.config_epochs_done == state.epoch:  # interrupted, or stopped on collapse
+            note(f"--resume: {out} stopped after {state.epoch} of its {state.planned} epochs: "
+                 f"finished at {state.epoch} epochs (--epochs {cfg.epochs}), its whitening "
+                 "fitted")
+        else:  # killed after its last checkpoint but before config.json: finish the folder
+            note(f"{out}: the run was stopped before its {CONFIG} was written; written now")
         whitening = fitted_whitening(module, data, pairs, white_rows, cfg, spec.out_dim)
         save_whitening_file(out, whitening)
         write_config(out, config(state.epoch, True, None, whitening))

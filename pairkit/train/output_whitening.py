@@ -72,7 +72,8 @@ def save_output_whitening(folder: Path, mean: np.ndarray, projection: np.ndarray
 
 def load_output_whitening(folder: Path, out_dim: int, dims: int) -> Whitening:
     """``(mean, projection)`` from ``folder``, checked against the module's ``out_dim``
-    and the ``dims`` that config.json records; PairkitError naming the problem."""
+    and the ``dims`` that config.json records, of full rank; PairkitError naming the
+    problem."""
     from safetensors.numpy import load_file
 
     from pairkit.train.head import read_tensor_file
@@ -84,6 +85,11 @@ def load_output_whitening(folder: Path, out_dim: int, dims: int) -> Whitening:
             or not (np.isfinite(mean).all() and np.isfinite(projection).all())):
         raise PairkitError(f"head {folder}: {FILE} does not match config.json (expected "
                            f"mean ({out_dim},) and projection ({out_dim}, {dims}), finite)")
+    rank = int(np.linalg.matrix_rank(projection.astype(np.float64)))
+    if rank < dims:
+        raise PairkitError(f"head {folder}: {FILE}'s projection has rank {rank} for its {dims} "
+                           "dims (zero or dependent directions): it is damaged; retrain the "
+                           "head")
     return mean.astype(np.float32), projection.astype(np.float32)
 
 

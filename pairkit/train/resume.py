@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pairkit.core.atomic import atomic_path
 from pairkit.core.safe_load import torch_load_weights
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 from pairkit.train.head import CONFIG
 from pairkit.train.head_folder import CHECKPOINT, LOG, PLOT, read_config, read_log
 from pairkit.train.plot import write_plot
@@ -26,12 +26,15 @@ if TYPE_CHECKING:
 @dataclass
 class ResumeState:
     """Where a run stands: epochs done, optimizer steps taken, their records, and the
-    epochs_done of the folder's config.json (None when it has none)."""
+    epochs_done of the folder's config.json (None when it has none), the --epochs the run
+    was started with and, for a complete run, the dims of its whitening."""
 
     epoch: int = 0
     step: int = 0
     records: list[dict[str, Any]] = field(default_factory=list)
     config_epochs_done: Any = None
+    planned: Any = None  # the --epochs the checkpoint was written with
+    whitening_dims: Any = None  # of a complete run's output whitening (None: none)
 
 
 def same(a: Any, b: Any) -> bool:
@@ -61,13 +64,37 @@ def differences(saved: Any, now: Any, prefix: str = "") -> list[str]:
     return out
 
 
+def resolved(options: dict[str, Any], in_dim: int) -> dict[str, Any]:
+    """``options`` (a fingerprint's) with the head and the relation as they resolve on
+    ``in_dim``-dim vectors (:func:`pairkit.train.config.head_spec`; no relation: instance):
+    ``--head residual`` or ``--hidden 512`` spelled out is the run of the defaults, and a
+    fingerprint written before 2026-12-06 (the options as typed) compares alike. Values
+    that are no options (a damaged file) are left as they are, to differ."""
+    from dataclasses import replace
+
+    from pairkit.train.config import TrainConfig, head_spec
+    from pairkit.train.head import HEAD_KINDS
+
+    d = dict(options)
+    head, out_dim, hidden = d.get("head"), d.get("out_dim"), d.get("hidden")
+    if head in (None, *HEAD_KINDS) and all(
+            v is None or (isinstance(v, int) and not isinstance(v, bool))
+            for v in (out_dim, hidden)):
+        spec = head_spec(replace(TrainConfig(), head=head, out_dim=out_dim, hidden=hidden),
+                         in_dim)
+        d.update(head=spec.kind, out_dim=spec.out_dim, hidden=spec.hidden)
+    if d.get("relation", "") is None:
+        d["relation"] = "instance"
+    return d
+
+
 def fingerprint(cfg: TrainConfig, store: Store, pairs_id: dict[str, Any]) -> dict[str, Any]:
     """What a resumed run must share with the run it continues: every option but those
     that don't change the weights (epochs, device, precision, stop_on_collapse, whiten and
-    pair_whitening: the whitenings are fitted after the last epoch), the store's content
-    id, and
-    what identifies the pairs."""
-    d = asdict(cfg)
+    pair_whitening: the whitenings are fitted after the last epoch), with the head and the
+    relation as they resolve (:func:`resolved`), the store's content id, and what
+    identifies the pairs."""
+    d = resolved(asdict(cfg), store.dim)
     for key in ("epochs", "device", "precision", "stop_on_collapse", "whiten",
                 "pair_whitening"):
         d.pop(key)
@@ -100,16 +127,39 @@ def load_checkpoint(out: Path) -> dict[str, Any]:
     return ckpt
 
 
+def load_state(out: Path, ckpt: dict[str, Any], module: torch.nn.Module, optimizer: Any,
+               scaler: Any) -> tuple[int, int]:
+    """Load the checkpoint ``ckpt`` of ``out`` into ``module``, ``optimizer`` and
+    ``scaler``; its ``(epoch, step)``. PairkitError, in one line, when its counts are no
+    counts or its states don't fit this run's head (a damaged file)."""
+    epoch, step = ckpt["epoch"], ckpt["step"]
+    try:
+        if not (isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 1
+                and isinstance(step, int) and not isinstance(step, bool) and step >= 0):
+            raise ValueError(f"epoch {epoch!r} and step {step!r} are no counts")
+        module.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        if scaler is not None and ckpt.get("scaler"):
+            scaler.load_state_dict(ckpt["scaler"])
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise PairkitError(f"--resume: {out / CHECKPOINT} is damaged ({first}): rerun without "
+                           "--resume (and with --force)") from None
+    return epoch, step
+
+
 def resume_state(out: Path, cfg: TrainConfig, fingerprint: dict[str, Any],
                  module: torch.nn.Module, optimizer: Any, scaler: Any,
-                 note: Callable[[str], None]) -> tuple[ResumeState, bool]:
+                 note: Callable[[str], None], in_dim: int) -> tuple[ResumeState, bool]:
     """Load ``out``'s checkpoint into ``module``, ``optimizer`` and ``scaler`` and return
-    the state with ``True`` when the run was already complete (its plot written from the
-    log if a kill lost it): nothing is left to do, which is noted, so that a script can
-    run ``train --resume`` again whether or not the last run finished.
+    the state with ``True`` when the run was already complete (its config.json says so,
+    its plot written from the log if a kill lost it): nothing is left to do, which is
+    noted, so that a script can run ``train --resume`` again whether or not the last run
+    finished. An unfinished run with ``cfg.epochs`` epochs done is the loop's to finish;
+    one with more is refused (UsageError).
 
-    Raises PairkitError when the checkpoint was written with another fingerprint; notes a
-    changed ``--epochs``.
+    Raises PairkitError when the checkpoint was written with another fingerprint (the
+    head's options resolved on ``in_dim``-dim vectors); notes a changed ``--epochs``.
     """
     old = read_config(out)
     ckpt = load_checkpoint(out)
@@ -119,23 +169,35 @@ def resume_state(out: Path, cfg: TrainConfig, fingerprint: dict[str, Any],
     if saved is None:
         raise PairkitError(f"--resume: {out} has no {CONFIG} and its checkpoint predates "
                            "fingerprints: rerun with --force")
+    if not isinstance(saved, dict):
+        raise PairkitError(f"--resume: {out / CHECKPOINT} has a damaged fingerprint: rerun "
+                           "with --force")
     if isinstance(saved.get("pairs"), dict):  # runs before 2026-12-06 recorded the path
         saved["pairs"] = {k: v for k, v in saved["pairs"].items() if k != "table"}
+    if isinstance(saved.get("store"), str) and isinstance(fingerprint.get("store"), str):
+        # the options as typed before 2026-12-06; a fingerprint of another store differs
+        # by its store anyway
+        saved = resolved(saved, in_dim)
     if not same(saved, fingerprint):
         what = "; ".join(differences(saved, fingerprint)[:4])
         raise PairkitError(f"--resume: {out} was trained with other options, store or pairs "
                            f"({what}); pass the run's options, or rerun without --resume "
                            "(and with --force)")
-    module.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
-    if scaler is not None and ckpt.get("scaler"):
-        scaler.load_state_dict(ckpt["scaler"])
-    epoch, step = int(ckpt["epoch"]), int(ckpt["step"])
+    epoch, step = load_state(out, ckpt, module, optimizer, scaler)
     state = ResumeState(epoch=epoch, step=step,
                         records=[r for r in read_log(out) if r["epoch"] <= epoch],
                         config_epochs_done=old.get("epochs_done"))
     was = ckpt.get("epochs", old.get("training", {}).get("epochs"))
-    if epoch >= cfg.epochs and state.config_epochs_done == epoch:
+    state.planned = was
+    complete = old.get("complete") is True and state.config_epochs_done == epoch
+    if epoch > cfg.epochs and not complete:
+        raise UsageError(f"--resume: --epochs {cfg.epochs} is fewer than the {epoch} epochs "
+                         f"{out} has done (of {was}): pass --epochs {epoch} to finish it "
+                         "there, or more to train on")
+    if complete and epoch >= cfg.epochs:
+        white = old.get("whitening")
+        state.whitening_dims = white.get("dims") if isinstance(white, dict) else None
+        _note_kept_whitening(out, old.get("training"), cfg, note)
         if state.records and not (out / PLOT).exists():  # killed while the plot was written
             note(f"{out}: {PLOT} was missing; written from {LOG}")
             write_plot(out / PLOT, state.records)
@@ -147,3 +209,25 @@ def resume_state(out: Path, cfg: TrainConfig, fingerprint: dict[str, Any],
         note(f"resuming with --epochs {cfg.epochs} (was {was}): the cosine schedule is "
              "stretched")
     return state, False
+
+
+def _note_kept_whitening(out: Path, training: Any, cfg: TrainConfig,
+                         note: Callable[[str], None]) -> None:
+    """Note a ``--whiten`` or ``--pair-whitening`` that differs from a complete run's: its
+    whitening was fitted at its last epoch and is kept."""
+    if not isinstance(training, dict):
+        return
+    asked = {"--whiten": cfg.whiten, "--pair-whitening": cfg.pair_whitening}
+    then = {"--whiten": training.get("whiten"),
+            "--pair-whitening": training.get("pair_whitening")}
+    changed = [f"{k} {_option(asked[k])} now, {_option(then[k])} then" for k in asked
+               if not same(asked[k], then[k])]
+    if changed:
+        note(f"--resume: {out} is complete and keeps its whitening ({'; '.join(changed)}): "
+             "a whitening is fitted after a run's last epoch; train again with --force to "
+             "change it")
+
+
+def _option(value: Any) -> str:
+    """An option's value as typed (None: ``all``, the --pair-whitening default)."""
+    return "all" if value is None else str(value)

@@ -122,8 +122,16 @@ def run_pairs(store: Store, cfg: TrainConfig, table: pd.DataFrame | None,
     relation = cfg.relation or "instance"
     labels = store.labels() if relation == "label" else None
     groups = relation_groups(sources, labels, relation)
+    if table is None and labels is not None:
+        from pairkit.core.store import codes_of
+
+        unlabelled = int((codes_of(labels)[0] < 0).sum())
+        if unlabelled:
+            note(f"--relation label: {unlabelled} of {len(labels)} items have no label and are "
+                 "left out (a positive is another item of the same label)")
     val_mask = split_by_source(sources, cfg.val_fraction, cfg.seed, option="--val-fraction",
                                allow_zero=True)
+    check_val_groups(groups, sources, val_mask, cfg, relation)
     mined: PositiveSets | None = None
     if table is not None:
         all_pairs, info, mined = read_pairs(table, store, cfg, ~val_mask)
@@ -165,6 +173,24 @@ def run_pairs(store: Store, cfg: TrainConfig, table: pd.DataFrame | None,
     return RunPairs(groups=groups, val_mask=val_mask, train=train_pairs, val=val_pairs,
                     mined=mined, pairs_id=pairs_id, examples=n_examples, views=views,
                     excluded=excluded)
+
+
+def check_val_groups(groups: np.ndarray, sources: np.ndarray, val_mask: np.ndarray,
+                     cfg: TrainConfig, relation: str) -> None:
+    """PairkitError when the validation sources hold fewer than 2 positive groups (one
+    source, under ``instance``): their pairs have no negative (no gap, a loss of 0) and the
+    uniformity of a source's near-identical views reads as collapse."""
+    if not val_mask.any():
+        return
+    n_groups = len(np.unique(groups[val_mask]))
+    if n_groups >= 2:
+        return
+    n_sources = len(np.unique(sources[val_mask]))
+    raise PairkitError(
+        f"--val-fraction {cfg.val_fraction:g} holds out {n_sources} source"
+        f"{'' if n_sources == 1 else 's'} ({n_groups} {relation} group): validation needs "
+        "2 or more, else its pairs have no negative and the uniformity of one thing's views "
+        "reads as collapse: raise it")
 
 
 def epoch_pairs(pairs: RunPairs, cfg: TrainConfig, epoch: int) -> PairArrays:

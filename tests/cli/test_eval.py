@@ -409,3 +409,21 @@ def test_probe_without_validation_split_does_not_claim_one(tmp_path: Path) -> No
     noisy_store(tmp_path / "s")
     out = _json(_run(str(tmp_path / "s"), "--metrics", "linear", "--json", *FAST))
     assert out["linear_probe"]["validated"] is True
+
+
+def test_probe_max_train_leaving_one_class_is_refused_or_left_out(tmp_path):
+    """Found by a bug hunt (2026-12-06): --probe-max-train 1 drew one reference, one
+    class, and the "probe" still reported a top-1 (it always predicted that class);
+    docs/eval.md says the probe needs 2+ classes. A listed --metrics linear is refused in
+    one line (exit 1); by default the probe is left out, said."""
+    noisy_store(tmp_path / "s")
+    r = runner.invoke(app, ["eval", str(tmp_path / "s"), "--probe-max-train", "1",
+                            "--metrics", "linear"])
+    assert r.exit_code == 1, r.output
+    assert r.stderr.strip().splitlines() == [
+        "error: --metrics linear: --probe-max-train 1 leaves 1 class among the references the "
+        "probe trains on; it needs 2 or more: raise --probe-max-train"]
+    r = runner.invoke(app, ["eval", str(tmp_path / "s"), "--probe-max-train", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    assert "linear_top1" not in json.loads(r.stdout) and "knn_top1" in json.loads(r.stdout)
+    assert "linear probe left out" in r.stderr

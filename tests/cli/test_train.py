@@ -248,3 +248,69 @@ def test_project_keeps_the_image_root_and_labels_spec(tmp_path):
     assert r.exit_code == 0, r.output
     m = Store.open(tmp_path / "p").manifest
     assert m["image_root"] == str(tmp_path / "images") and m["labels"] == "folder"
+
+
+def test_a_head_with_non_finite_or_zero_outputs_is_refused_in_one_line(tmp_path):
+    """Found by a bug hunt (2026-12-06): a head.safetensors of NaN (or 1e30) weights made
+    eval --head end in "internal error" and project write a store of NaN vectors (exit
+    0); a whitening whose projection was all zeros passed the finiteness check, project
+    wrote zero vectors and eval --head reported metrics of them. Each is refused in one
+    line, exit 1, nothing written."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from pairkit.train.config import TrainConfig
+    from pairkit.train.loop import train_head
+
+    store = random_store(tmp_path / "s", n_sources=20, views=2, dim=12, classes=4)
+    train_head(store, tmp_path / "h", TrainConfig(relation="instance", epochs=1, batch_size=16,
+                                                  device="cpu"))
+
+    def damaged(name, file, value):
+        shutil.copytree(tmp_path / "h", tmp_path / name)
+        w = load_file(str(tmp_path / name / file))
+        for key in ["projection"] if file == "whitening.safetensors" else list(w):
+            w[key][:] = value
+        save_file(w, str(tmp_path / name / file))
+        return tmp_path / name
+
+    heads = {"non-finite": [damaged("nan", "head.safetensors", np.nan),
+                            damaged("big", "head.safetensors", 1e30)],
+             "zero": [damaged("zero", "whitening.safetensors", 0.0)]}
+    for what, folders in heads.items():
+        for head in folders:
+            for args in (["eval", str(tmp_path / "s"), "--head", str(head), "-q"],
+                         ["project", str(tmp_path / "s"), "--head", str(head), "-o",
+                          str(tmp_path / f"p_{head.name}")]):
+                r = runner.invoke(app, args)
+                assert r.exit_code == 1, (args, r.output)
+                lines = r.stderr.strip().splitlines()
+                assert len(lines) == 1 and what in lines[0], (args, r.stderr)
+                assert "internal error" not in r.stderr
+            assert not (tmp_path / f"p_{head.name}").exists()
+
+
+def test_pair_whitening_above_the_heads_dims_is_refused(tmp_path):
+    """Found by a bug hunt (2026-12-06): --pair-whitening 100 on a head of 8 output dims
+    fitted 8 and recorded 100 (training.pair_whitening), without a word; it is refused,
+    exit 2, before anything loads (and by train_head)."""
+    import pytest
+
+    from pairkit.errors import UsageError
+    from pairkit.train.config import TrainConfig
+    from pairkit.train.loop import train_head
+
+    store = random_store(tmp_path / "s", n_sources=20, views=2, dim=12, classes=4)
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "--pair-whitening", "100", *FAST])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip() == ("error: --pair-whitening 100 is more than the head's 8 output "
+                                "dims: give 8 or fewer, or all")
+    assert not (tmp_path / "h").exists()
+    with pytest.raises(UsageError, match="--pair-whitening 13 is more than the head's 12"):
+        train_head(store, tmp_path / "h", TrainConfig(relation="instance", pair_whitening=13,
+                                                      epochs=1, device="cpu"))
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "--pair-whitening", "8", *FAST])
+    assert r.exit_code == 0, r.output

@@ -134,3 +134,50 @@ def test_pickled_code_in_a_checkpoint_is_refused_in_one_line(store, tmp_path):
         pickle.dump({"model": 1}, fh)
     with pytest.raises(PairkitError, match="is unreadable"):
         train_head(store, head, TrainConfig(epochs=2, **FAST), resume=True)
+
+
+class _StopAfter1:
+    def start(self, *a):
+        pass
+
+    def advance(self, *a):
+        pass
+
+    def note(self, message):
+        pass
+
+    def epoch_done(self, record):
+        if record["epoch"] == 1:
+            raise KeyboardInterrupt
+
+
+def test_a_damaged_checkpoint_or_head_config_is_refused_in_one_line(store, tmp_path):
+    """Found by a bug hunt (2026-12-06): a checkpoint.pt whose model, epoch or optimizer
+    did not fit ended --resume in "internal error" (load_state_dict, int(), KeyError); a
+    file that is no torch file was said to hold "pickled Python objects"; a head
+    config.json with "in_dim": 12.0 or "hidden": 10**12 ended eval --head / load_head in
+    "internal error" (a float size, an allocation of terabytes)."""
+    cfg = TrainConfig(epochs=3, **FAST)
+    head = tmp_path / "head"
+    with pytest.raises(KeyboardInterrupt):
+        train_head(store, head, cfg, hook=_StopAfter1())
+    good = torch.load(head / "checkpoint.pt", weights_only=True)
+    for key, value in (("model", {"x": torch.zeros(2)}), ("epoch", "abc"), ("optimizer", {}),
+                       ("step", None), ("epoch", -1)):
+        torch.save({**good, key: value}, head / "checkpoint.pt")
+        with pytest.raises(PairkitError, match=r"checkpoint.pt is damaged \(") as info:
+            train_head(store, head, cfg, resume=True)
+        assert "\n" not in str(info.value), key
+    (head / "checkpoint.pt").write_bytes(b"garbage\n")
+    with pytest.raises(PairkitError) as info:
+        train_head(store, head, cfg, resume=True)
+    assert "is unreadable" in str(info.value) and "pickled" not in str(info.value)
+    torch.save(good, head / "checkpoint.pt")
+    train_head(store, head, cfg, resume=True)  # the good checkpoint still resumes
+    config = json.loads((head / "config.json").read_text())
+    for field, value in (("in_dim", 12.0), ("hidden", 10**12), ("out_dim", True)):
+        bad = {**config, "head": {**config["head"], field: value}}
+        (head / "config.json").write_text(json.dumps(bad))
+        with pytest.raises(PairkitError, match="config.json") as info:
+            load_head(head)
+        assert "\n" not in str(info.value), field

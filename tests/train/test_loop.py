@@ -461,3 +461,120 @@ def test_positive_share_zero_ignores_the_mined_positives(store, tmp_path):
     with pytest.raises(PairkitError, match="ignores the mined positives, and the table holds "
                                            "no other rows"):
         train_head(store, tmp_path / "only", cfg, table=table[mined].reset_index(drop=True))
+
+
+def test_resume_takes_options_spelled_out_at_their_defaults(store, tmp_path):
+    """Found by a bug hunt (2026-12-06): the fingerprint held the options as typed, so a
+    run resumed with --head residual, --hidden 512, --out-dim <in_dim> or --relation
+    instance (with a table) was refused as "trained with other options" (and a run
+    started with them could not be resumed without them); it holds what they resolve to.
+    A checkpoint written with the options as typed still resumes."""
+    import torch
+
+    table = instance_triplets(store, k=2)
+    base = {"epochs": 3, "batch_size": 16, "device": "cpu"}
+    spelled = TrainConfig(head="residual", hidden=512, out_dim=store.dim, relation="instance",
+                          **base)
+    with pytest.raises(KeyboardInterrupt):
+        train_head(store, tmp_path / "h", TrainConfig(**base), table=table, hook=StopAfter(1))
+    result = train_head(store, tmp_path / "h", spelled, table=table, resume=True)
+    assert [r["epoch"] for r in result.records] == [1, 2, 3]
+    with pytest.raises(KeyboardInterrupt):
+        train_head(store, tmp_path / "s", spelled, table=table, hook=StopAfter(1))
+    result = train_head(store, tmp_path / "s", TrainConfig(**base), table=table, resume=True)
+    assert [r["epoch"] for r in result.records] == [1, 2, 3]
+    # a checkpoint of before the fix: the options as typed (None) in its fingerprint
+    with pytest.raises(KeyboardInterrupt):
+        train_head(store, tmp_path / "o", TrainConfig(**base), table=table, hook=StopAfter(1))
+    ckpt = torch.load(tmp_path / "o" / "checkpoint.pt", weights_only=True)
+    old = json.loads(ckpt["fingerprint"])
+    old.update(head=None, out_dim=None, hidden=None, relation=None)
+    ckpt["fingerprint"] = json.dumps(old, sort_keys=True)
+    torch.save(ckpt, tmp_path / "o" / "checkpoint.pt")
+    result = train_head(store, tmp_path / "o", spelled, table=table, resume=True)
+    assert [r["epoch"] for r in result.records] == [1, 2, 3]
+    with pytest.raises(PairkitError, match="hidden 512 then, 64 now"):  # still compared
+        train_head(store, tmp_path / "o", TrainConfig(hidden=64, **{**base, "epochs": 4}),
+                   table=table, resume=True)
+
+
+def test_resume_with_the_epochs_done_finishes_an_interrupted_run(store, tmp_path):
+    """Found by a bug hunt (2026-12-06): --resume --epochs 2 on a run stopped after 2 of
+    4 epochs said "nothing to do", and the head stayed unfinished for good (complete
+    false, no whitening); it is finished at 2 epochs (whitening fitted, complete), said.
+    Fewer epochs than were done is refused: the weights can't go back."""
+    from pairkit.errors import UsageError
+
+    cfg = TrainConfig(relation="instance", **{**FAST, "epochs": 4})
+    with pytest.raises(KeyboardInterrupt):
+        train_head(store, tmp_path / "h", cfg, hook=StopAfter(2))
+    weights_before = (tmp_path / "h" / "head.safetensors").read_bytes()
+    with pytest.raises(UsageError, match="--epochs 1 is fewer than the 2 epochs"):
+        train_head(store, tmp_path / "h", TrainConfig(relation="instance",
+                                                      **{**FAST, "epochs": 1}), resume=True)
+    two = TrainConfig(relation="instance", **{**FAST, "epochs": 2})
+    result = train_head(store, tmp_path / "h", two, resume=True)
+    assert any("finished at 2 epochs" in n for n in result.notes)
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert config["complete"] is True and config["epochs_done"] == 2
+    assert config["whitening"] is not None and load_head(tmp_path / "h").whitening is not None
+    assert (tmp_path / "h" / "head.safetensors").read_bytes() == weights_before
+    assert result.trained and result.head_kind == "mlp" and result.whitened
+    again = train_head(store, tmp_path / "h", two, resume=True)
+    assert any("nothing to do" in n for n in again.notes)
+
+
+def test_nothing_to_do_resume_describes_the_head_it_left(store, tmp_path):
+    """Found by a bug hunt (2026-12-06): the result of a "nothing to do" --resume had no
+    head kind and dim 0 (the summary said "trained  head 16->0"), and a --whiten that
+    differed from the run's was dropped without a word."""
+    from pairkit.train.command import summary_line
+
+    cfg = TrainConfig(relation="instance", **FAST)
+    train_head(store, tmp_path / "h", cfg)
+    result = train_head(store, tmp_path / "h", cfg, resume=True)
+    assert not result.trained
+    assert (result.head_kind, result.module_dim, result.out_dim, result.whitened) == \
+        ("mlp", 8, 8, True)
+    line = summary_line(result, store.dim, "infonce", tmp_path / "h")
+    assert line.startswith("nothing trained: mlp head 12->8 (outputs whitened to 8 dims), "
+                           "trained with infonce for 2 epochs")
+    other = TrainConfig(relation="instance", whiten=0.25, **FAST)
+    result = train_head(store, tmp_path / "h", other, resume=True)
+    assert any("keeps its whitening" in n for n in result.notes)
+
+
+def test_val_fraction_holding_out_one_source_is_refused(store, tmp_path):
+    """Found by a bug hunt (2026-12-06): --val-fraction 0.001 held out one source (two
+    near-identical views): no negatives (gap nan, loss 0) and a uniformity of about 0,
+    read as collapse (--stop-on-collapse stopped healthy training). A split whose
+    validation side has fewer than 2 positive groups is refused; 2 sources train."""
+    cfg = TrainConfig(relation="instance", val_fraction=0.01, stop_on_collapse=True, **FAST)
+    with pytest.raises(PairkitError, match=r"--val-fraction 0.01 holds out 1 source "
+                                           r"\(1 instance group\)"):
+        train_head(store, tmp_path / "h", cfg)
+    assert not (tmp_path / "h").exists()
+    table = instance_triplets(store, k=2)
+    with pytest.raises(PairkitError, match="--val-fraction 0.01 holds out 1 source"):
+        train_head(store, tmp_path / "t", TrainConfig(val_fraction=0.01, **FAST), table=table)
+    two = TrainConfig(relation="instance", val_fraction=0.08, stop_on_collapse=True, **FAST)
+    result = train_head(store, tmp_path / "two", two)  # 2 of 24 sources
+    assert result.stopped is None and not result.records[-1]["collapsed"]
+    assert math.isfinite(result.records[-1]["gap"])
+    assert any("holds out 2 positive groups, under the 8" in n for n in result.notes)
+
+
+def test_relation_label_says_how_many_unlabelled_items_it_leaves_out(tmp_path):
+    """Found by a bug hunt (2026-12-06): --relation label on a partly labelled store
+    trained on the labelled items only and said nothing of the rest (a third of the
+    store); it says how many items had no label and were left out."""
+    full = random_store(tmp_path / "full", n_sources=24, views=2, dim=12, classes=4)
+    items = full.items.copy()
+    items.loc[::3, "label"] = None
+    store = write_store(tmp_path / "part", full.vectors(), items, encoder={"name": "random"})
+    result = train_head(store, tmp_path / "h", TrainConfig(relation="label", **FAST))
+    assert any("--relation label: 16 of 48 items have no label and are left out" in n
+               for n in result.notes), result.notes
+    assert result.examples == 32
+    whole = train_head(full, tmp_path / "w", TrainConfig(relation="label", **FAST))
+    assert not any("no label" in n for n in whole.notes)
