@@ -30,7 +30,7 @@ from pairkit.encode.config import (
 from pairkit.encode.images import ImageFile
 from pairkit.encode.registry import Encoder, EncoderRequest, load_encoder
 from pairkit.encode.runner import Runner
-from pairkit.encode.shards import ShardBuffer
+from pairkit.encode.shards import ShardBuffer, shard_unit
 from pairkit.encode.sources import (
     Sources,
     find_any_sources,
@@ -101,6 +101,12 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     writer, done = resume_or_prepare(cfg, identity, sources,
                                      labels_kind(cfg, sources, labels))
     todo = [f for f in files if f.path not in done]
+    if writer is not None and cfg.views > 1:
+        views = writer.items.groupby("source").size()
+        if torn := int((views < cfg.views).sum()):
+            hook.note(f"{torn} images in store {cfg_store} hold fewer than {cfg.views} views "
+                      "(a shard of an interrupted run of an earlier pairkit cut them; their "
+                      "other views are not embedded again): pass --force to embed all again")
     summary = EmbedSummary(device=device)
     summary.already = len(files) - len(todo)
     summary.missing_from_folder = len(done - {f.path for f in files})
@@ -206,19 +212,21 @@ def embed_here(cfg: EmbedConfig, writer: StoreWriter, todo: list[ImageFile],
                ) -> None:
     """The local loop: ``todo``'s batches through ``encoder`` on ``device``, held in a
     :class:`~pairkit.encode.shards.ShardBuffer` and committed to ``writer`` as shards that
-    end at multiples of ``--shard-rows`` (or sooner after ``--shard-seconds``); ``errors``
+    end at multiples of ``--shard-rows`` rounded down to whole images
+    (:func:`~pairkit.encode.shards.shard_unit`; or sooner after ``--shard-seconds``); ``errors``
     and ``summary`` (images, views, decoded on device) grow as it goes. The same
     arguments as the Ray executor's ``embed``."""
     import pandas as pd
 
     runner = Runner(encoder, device, cfg.precision)
     buffer = ShardBuffer()
+    unit = shard_unit(cfg.shard_rows, cfg.views)  # whole images: no view left for later
 
     def flush(whole: bool = True) -> None:
-        """Commit the rows held as shards that end at multiples of --shard-rows
+        """Commit the rows held as shards that end at multiples of ``unit``
         (``whole=False``: only full ones, the rest stays held), so a resumed run cuts
         where a clean run does and gets the same store_id."""
-        shards = buffer.take_shards(writer.count, cfg.shard_rows, whole)
+        shards = buffer.take_shards(writer.count, unit, whole)
         if shards:
             writer.set_errors(errors)
         for vectors, items in shards:
@@ -231,7 +239,7 @@ def embed_here(cfg: EmbedConfig, writer: StoreWriter, todo: list[ImageFile],
         held = buffer.pending()
         if held and buffer.seconds() > cfg.shard_seconds:
             flush()  # a slow encoder's rows are saved (at the cost of a boundary)
-        elif held >= cfg.shard_rows - writer.count % cfg.shard_rows:
+        elif held >= unit - writer.count % unit:
             flush(whole=False)
     flush()
     summary.images += buffer.images

@@ -337,3 +337,68 @@ def test_absolute_label_paths_do_not_follow_a_files_link(tmp_path):
     table.to_csv(tmp_path / "labels.csv", index=False)
     labels, missing = resolve_labels(str(tmp_path / "labels.csv"), images, root)
     assert labels == {"a/img.png": "orig", "a/l.png": "link"} and missing == 0
+
+
+@pytest.mark.parametrize("stop_at", [2, 3, 4])
+def test_interrupted_run_with_views_not_dividing_shard_rows_keeps_every_view(
+        image_folder, tmp_path, monkeypatch, stop_at):
+    """Found by a bug hunt (2026-12-06): with --views 3 and --shard-rows 4, a shard ended
+    inside an image's views; an interrupted run committed some of its views, the resumed
+    run took the image as done, and its missing views were lost for good. Shards now hold
+    whole images (--shard-rows rounded down to a multiple of --views)."""
+    make_images(image_folder, n_per_class=6, classes=3, seed=5)
+    args = ["--views", "3", "--batch-size", "6", "--shard-rows", "4"]  # 2 images a batch
+    clean = tmp_path / "clean"
+    assert embed(image_folder, "-o", clean, *args).exit_code == 0
+
+    from pairkit.encode.runner import Runner
+
+    real_call = Runner.encode
+    calls = {"n": 0}
+
+    def flaky(self, pixels):
+        calls["n"] += 1
+        if calls["n"] == stop_at:
+            raise KeyboardInterrupt
+        return real_call(self, pixels)
+
+    monkeypatch.setattr(Runner, "encode", flaky)
+    out = tmp_path / "resumed"
+    assert embed(image_folder, "-o", out, *args).exit_code == 130
+    partial = Store.open(out)
+    assert (partial.items.groupby("source")["view"].count() == 3).all()
+    monkeypatch.setattr(Runner, "encode", real_call)
+    assert embed(image_folder, "-o", out, *args).exit_code == 0
+    resumed, reference = Store.open(out), Store.open(clean)
+    assert resumed.count == reference.count == 18 * 3
+    assert (resumed.items.groupby("source")["view"].count() == 3).all()
+    assert [s.rows for s in resumed.shards] == [s.rows for s in reference.shards]
+    assert resumed.content_id == reference.content_id
+
+
+def test_resuming_a_store_with_torn_images_says_so(image_folder, tmp_path, monkeypatch):
+    """Found by a bug hunt (2026-12-06): a store whose interrupted run (an earlier pairkit)
+    committed some of an image's views was resumed without a word; the rerun now warns
+    that those images keep fewer views and that --force embeds all again."""
+    from pairkit.encode import embedder
+    from pairkit.encode.runner import Runner
+
+    monkeypatch.setattr(embedder, "shard_unit", lambda rows, views: rows)  # the old cut
+    real_call = Runner.encode
+    calls = {"n": 0}
+
+    def flaky(self, pixels):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real_call(self, pixels)
+
+    monkeypatch.setattr(Runner, "encode", flaky)
+    out = tmp_path / "store"
+    args = ["-o", out, "--views", "3", "--batch-size", "6", "--shard-rows", "4"]
+    assert embed(image_folder, *args).exit_code == 130
+    monkeypatch.setattr(Runner, "encode", real_call)
+    result = embed(image_folder, *args)
+    assert result.exit_code == 0, result.output
+    assert "1 images in store" in result.output and "fewer than 3 views" in result.output
+    assert "--force" in result.output
