@@ -402,3 +402,68 @@ def test_resuming_a_store_with_torn_images_says_so(image_folder, tmp_path, monke
     assert result.exit_code == 0, result.output
     assert "1 images in store" in result.output and "fewer than 3 views" in result.output
     assert "--force" in result.output
+
+
+def _store_files(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("failure", ["model", "no_image", "interrupt_loading"])
+def test_force_keeps_the_old_store_when_the_new_run_fails(image_folder, tmp_path,
+                                                          monkeypatch, failure):
+    """Found by a bug hunt (2026-12-06): embed --force removed the old store before the
+    model loaded or any image was embedded, so a checkpoint that did not fit, a folder
+    without one readable image or Ctrl-C while loading left nothing (or an empty store).
+    The old store is now replaced only when the new run commits its first shard."""
+    out = tmp_path / "store"
+    assert embed(image_folder, "-o", out, "--views", "2").exit_code == 0
+    before = _store_files(out)
+    images = image_folder
+    if failure == "no_image":
+        images = tmp_path / "bad"
+        images.mkdir()
+        (images / "a.jpg").write_text("x")
+    else:
+        from pairkit.encode import embedder
+
+        def broken(request):
+            if failure == "interrupt_loading":
+                raise KeyboardInterrupt
+            raise embedder.PairkitError("checkpoint bad.pt does not fit fake")
+
+        monkeypatch.setattr(embedder, "load_encoder", broken)
+    result = embed(images, "-o", out, "--force")
+    assert result.exit_code == (130 if failure == "interrupt_loading" else 1), result.output
+    assert _store_files(out) == before
+    assert Store.open(out).count == 24
+
+
+def test_a_run_that_embeds_no_image_leaves_no_store(tmp_path):
+    """Found by a bug hunt (2026-12-06): a run where no image could be embedded (exit 1)
+    committed an empty store whose options and labels then refused the corrected rerun;
+    it now leaves no store folder, and the error names the first failure."""
+    images = tmp_path / "imgs" / "c"
+    images.mkdir(parents=True)
+    (images / "a.jpg").write_text("x")
+    out = tmp_path / "store"
+    result = embed(images.parent, "-o", out)
+    assert result.exit_code == 1
+    assert "no image could be embedded" in result.output and "c/a.jpg" in result.output
+    assert not out.exists()
+    make_images(images.parent, 1, 1)
+    result = embed(images.parent, "-o", out, "--labels", "folder", "--views", "2")
+    assert result.exit_code == 0, result.output
+    assert Store.open(out).count == 2
+
+
+def test_a_run_that_embeds_no_image_keeps_other_files(tmp_path):
+    """Found by a bug hunt (2026-12-06): the same, into a folder that exists: the folder
+    and its files stay, no manifest is written."""
+    images = tmp_path / "imgs"
+    images.mkdir()
+    (images / "a.jpg").write_text("x")
+    out = tmp_path / "store"
+    out.mkdir()
+    result = embed(images, "-o", out)
+    assert result.exit_code == 1
+    assert sorted(p.name for p in out.iterdir()) == []
