@@ -162,3 +162,29 @@ def test_dataset_options_are_checked(folder: Path, tmp_path: Path) -> None:
     assert r.exit_code == 2 and "--label-column" in r.output
     r = embed(tmp_path / "missing.parquet", tmp_path / "s")
     assert r.exit_code == 1 and "not found" in r.output
+
+
+@pytest.mark.parametrize("name", ["bad.parquet", "bad.arrow", "cut.parquet", "cut.arrow"])
+def test_a_corrupt_data_file_is_one_line(folder: Path, tmp_path: Path, name: str) -> None:
+    """Found by a bug hunt (2026-12-06): a .parquet / .arrow input that is not one (or a
+    truncated one) was an "internal error" asking for a bug report; it is now one line
+    naming the file, exit 1, and nothing is written."""
+    path = tmp_path / name
+    if name.startswith("bad"):
+        path.write_text("garbage")
+    else:
+        good = tmp_path / ("good" + path.suffix)
+        ds = _dataset(folder)
+        if path.suffix == ".parquet":
+            ds.to_parquet(str(good))
+        else:
+            ds.save_to_disk(str(tmp_path / "saved"))
+            good = next((tmp_path / "saved").glob("*.arrow"))
+        data = good.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    result = embed(path, tmp_path / "s")
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "internal error" not in result.output and name in result.output
+    assert not (tmp_path / "s").exists()
