@@ -139,6 +139,11 @@ def check_config(cfg: EmbedConfig) -> bool:
                              f"computed at {PIXELS_SIZE} px)")
         if cfg.checkpoint is not None:
             raise UsageError("--checkpoint does not apply to --model pixels (it has no weights)")
+        if cfg.pretrained is not None:
+            raise UsageError("--pretrained does not apply to --model pixels (it has no weights)")
+    from pairkit.encode.weights import check_weight_options
+
+    check_weight_options(cfg.pretrained, cfg.checkpoint)
     from pairkit.encode.hf_datasets import is_hf_dataset
     from pairkit.encode.webdataset import expand_braces, is_webdataset
 
