@@ -34,10 +34,18 @@ IMAGE_NAMES = ("image", "img", "picture", "photo")
 
 
 def is_hf_dataset(spec: str | os.PathLike[str]) -> bool:
-    """True for a ``save_to_disk`` folder or a .parquet / .arrow file."""
+    """True for a ``save_to_disk`` folder (a marker file and Arrow files: a folder of images
+    with a stray ``dataset_info.json`` is a folder) or a .parquet / .arrow file."""
     p = Path(spec)
     if p.is_dir():
-        return any((p / m).is_file() for m in SAVED_MARKERS)
+        if not any((p / m).is_file() for m in SAVED_MARKERS):
+            return False
+        try:
+            if (p / "dataset_dict.json").is_file() and any(p.glob("*/*.arrow")):
+                return True  # a DatasetDict: one folder of Arrow files per split
+            return any(p.glob("*.arrow"))
+        except OSError:
+            return False
     return p.suffix.lower() in DATA_SUFFIXES
 
 

@@ -188,3 +188,25 @@ def test_a_corrupt_data_file_is_one_line(folder: Path, tmp_path: Path, name: str
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert "internal error" not in result.output and name in result.output
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("marker", ["dataset_info.json", "state.json", "dataset_dict.json"])
+def test_an_image_folder_with_a_stray_marker_is_a_folder(folder: Path, tmp_path: Path,
+                                                         marker: str) -> None:
+    """Found by a bug hunt (2026-12-06): a folder of images holding a metadata file named
+    like a ``save_to_disk`` marker was taken for a dataset ("has no data files") and could
+    not be embedded; a dataset folder now needs its Arrow files too."""
+    import shutil
+
+    from pairkit.encode.hf_datasets import is_hf_dataset
+
+    photos = tmp_path / "photos"
+    shutil.copytree(folder, photos)
+    (photos / marker).write_text("{}")
+    assert not is_hf_dataset(photos)
+    result = embed(photos, tmp_path / "s", "--labels", "folder")
+    assert result.exit_code == 0, result.output
+    assert Store.open(tmp_path / "s").count == 6
+    saved = tmp_path / "saved"
+    _dataset(folder).save_to_disk(str(saved))
+    assert is_hf_dataset(saved)
