@@ -22,8 +22,8 @@ def _index_current(folder: Path, name: str, content_id: str, count: int) -> bool
 
 def _index_names(info: dict[str, Any]) -> list[str]:
     stale = set(info.get("stale_indexes") or ())
-    return [f"{n} (stale: built for other rows, not used; pairkit index --force)"
-            if n in stale else n for n in info["indexes"]]
+    return [f"{_shown(n)} (stale: built for other rows, not used; pairkit index --force)"
+            if n in stale else _shown(n) for n in info["indexes"]]
 
 
 def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
@@ -103,8 +103,9 @@ def _size(n: int) -> str:
 
 def _shown(text: str) -> str:
     """A store's text as printed: as it is when printable, else quoted with its control
-    characters escaped (a line break in a label, the encoder's name, the image root or
-    the store's path must not make a line of its own)."""
+    characters escaped (a line break in a label, the encoder's name, the image root, the
+    store's path, the manifest's version or dates or an index file's name must not make a
+    line of its own)."""
     return text if text.isprintable() else ascii(text)
 
 
@@ -123,8 +124,9 @@ def info_lines(info: dict[str, Any]) -> list[str]:
         labels += " (most: " + ", ".join(f"{_shown(k)} {v:,}"
                                          for k, v in info["top_labels"].items()) + ")"
     lines = [
-        f"store {_shown(info['store'])}: {info['format']} format {info['format_version']} "
-        f"(written by pairkit {info['pairkit_version']}), content id {info['content_id']}",
+        f"store {_shown(info['store'])}: {_shown(str(info['format']))} format "
+        f"{info['format_version']} (written by pairkit {_shown(str(info['pairkit_version']))}"
+        f"), content id {info['content_id']}",
         f"rows {info['rows']:,}: {info['sources']:,} sources, views {views}",
         f"vectors: dim {info['dim']}, {info['dtype']}"
         + (", L2-normalised" if info["normalized"] else ""),
@@ -138,7 +140,8 @@ def info_lines(info: dict[str, Any]) -> list[str]:
         lines.append(f"image root: {_shown(info['image_root'])}")
     if info["errors"]:
         lines.append(f"files that could not be embedded: {info['errors']:,} (errors.jsonl)")
-    lines.append(f"created {info['created']}, updated {info['updated']}")
+    lines.append(f"created {_shown(str(info['created']))}, "
+                 f"updated {_shown(str(info['updated']))}")
     lines.append(f"checksums: {info['checksums']}")
     return lines
 
