@@ -33,6 +33,7 @@ from pairkit.encode.runner import Runner
 from pairkit.encode.shards import ShardBuffer, shard_unit
 from pairkit.encode.sources import (
     Sources,
+    check_same_labels,
     find_any_sources,
     find_sources,
     labels_kind,
@@ -100,6 +101,8 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     cfg_store = location(cfg.store)
     writer, done = resume_or_prepare(cfg, identity, sources,
                                      labels_kind(cfg, sources, labels))
+    if writer is not None:  # another labels table or column: no vocabularies mixed
+        check_same_labels(writer.items, labels)
     todo = [f for f in files if f.path not in done]
     if writer is not None and cfg.views > 1:
         views = writer.items.groupby("source").size()

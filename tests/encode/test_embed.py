@@ -467,3 +467,28 @@ def test_a_run_that_embeds_no_image_keeps_other_files(tmp_path):
     result = embed(images, "-o", out)
     assert result.exit_code == 1
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+def test_resume_with_a_labels_table_that_relabels_is_refused(image_folder, tmp_path):
+    """Found by a bug hunt (2026-12-06): a rerun with another labels table (or dataset
+    label column) whose labels differ for images already in the store appended its rows
+    with the new labels, so one class was split in two ('cat' and '0') without a word. It
+    is refused; a table that agrees on the embedded images (new rows added) resumes."""
+    out = tmp_path / "s"
+    (image_folder / "class0" / "img2.jpg").rename(tmp_path / "later.jpg")
+    (tmp_path / "a.csv").write_text("path,label\nclass0/img0.jpg,cat\nclass1/img0.jpg,dog\n")
+    assert embed(image_folder, "-o", out, "--labels", tmp_path / "a.csv").exit_code == 0
+    before = Store.open(out).items.copy()
+    (tmp_path / "later.jpg").rename(image_folder / "class0" / "img2.jpg")
+    (tmp_path / "b.csv").write_text("path,label\nclass0/img0.jpg,0\nclass0/img2.jpg,0\n"
+                                    "class1/img0.jpg,1\n")
+    result = embed(image_folder, "-o", out, "--labels", tmp_path / "b.csv")
+    assert result.exit_code == 1, result.output
+    assert "2 images in the store are labelled otherwise by this run's labels" in result.output
+    assert "'class0/img0.jpg': 'cat' in the store, '0' now" in result.output
+    pd.testing.assert_frame_equal(Store.open(out).items, before)
+    (tmp_path / "c.csv").write_text("path,label\nclass0/img0.jpg,cat\nclass0/img2.jpg,cat\n"
+                                    "class1/img0.jpg,dog\n")
+    assert embed(image_folder, "-o", out, "--labels", tmp_path / "c.csv").exit_code == 0
+    items = Store.open(out).items.set_index("path")
+    assert items.loc["class0/img2.jpg", "label"] == "cat" and len(items) == len(before) + 1
