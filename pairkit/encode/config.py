@@ -56,7 +56,7 @@ class EmbedSummary:
     missing_from_folder: int = 0  # sources in the store no longer in the folder
     seconds: float = 0.0  # whole run, model loading included
     loop_seconds: float = 0.0  # decoding + encoding + writing only
-    device: str = "cpu"
+    device: str | None = "cpu"  # None: no device ran (nothing to embed)
     store_rows: int = 0
     decoded_on_device: int = 0  # images decoded by the device pipeline (--decode gpu/auto)
     errors: list[dict[str, str]] = field(default_factory=list)

@@ -110,7 +110,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
             hook.note(f"{torn} images in store {cfg_store} hold fewer than {cfg.views} views "
                       "(a shard of an interrupted run of an earlier pairkit cut them; their "
                       "other views are not embedded again): pass --force to embed all again")
-    summary = EmbedSummary(device=device)
+    summary = EmbedSummary(device=None)  # the device, once one runs (none: nothing to do)
     summary.already = len(files) - len(todo)
     summary.missing_from_folder = len(done - {f.path for f in files})
     errors: list[dict[str, str]] = [{"path": p, "reason": r} for p, r in problems]

@@ -218,6 +218,10 @@ def discover_hf_dataset(spec: str | os.PathLike[str], image_column: str | None =
             p = Path(path)
             p = (p if p.is_absolute() else data.parent / p).resolve()
             name = p.relative_to(root).as_posix()
+            if not p.exists():  # never there: not a file that vanished during the run
+                problems.append((name, f"the dataset row names {path!a}, which does not "
+                                 "exist"))
+                continue
             if name in seen:
                 problems.append((f"{rel_data}/{n:0{ROW_DIGITS}d}", f"names {path!a} again: "
                                  "the first row is used"))

@@ -492,3 +492,15 @@ def test_resume_with_a_labels_table_that_relabels_is_refused(image_folder, tmp_p
     assert embed(image_folder, "-o", out, "--labels", tmp_path / "c.csv").exit_code == 0
     items = Store.open(out).items.set_index("path")
     assert items.loc["class0/img2.jpg", "label"] == "cat" and len(items) == len(before) + 1
+
+
+def test_json_of_a_run_with_nothing_to_embed_names_no_device(image_folder, tmp_path):
+    """Found by a bug hunt (2026-12-06): with nothing to embed, ``--json`` reported
+    ``"device": "auto"`` (the option, not a device); no device ran: it is null."""
+    out = tmp_path / "s"
+    assert embed(image_folder, "-o", out).exit_code == 0
+    r = runner.invoke(app, ["embed", str(image_folder), "-o", str(out), "--model", "fake",
+                            "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["images"] == 0 and summary["device"] is None

@@ -210,3 +210,17 @@ def test_an_image_folder_with_a_stray_marker_is_a_folder(folder: Path, tmp_path:
     saved = tmp_path / "saved"
     _dataset(folder).save_to_disk(str(saved))
     assert is_hf_dataset(saved)
+
+
+def test_a_row_naming_a_missing_file_says_so(folder: Path, tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): a dataset row naming an image file that never
+    existed was logged as "file vanished during the run"."""
+    import pandas as pd
+
+    paths = [str(p) for p in _files(folder)[:2]] + [str(tmp_path / "missing.jpg")]
+    pd.DataFrame({"image": paths}).to_parquet(tmp_path / "d.parquet")
+    result = embed(tmp_path / "d.parquet", tmp_path / "s")
+    assert result.exit_code == 0, result.output
+    errors = Store.open(tmp_path / "s").read_errors()
+    assert len(errors) == 1 and "vanished" not in errors[0]["reason"]
+    assert "missing.jpg" in errors[0]["reason"] and "does not exist" in errors[0]["reason"]
