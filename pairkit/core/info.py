@@ -20,6 +20,12 @@ def _index_current(folder: Path, name: str, content_id: str, count: int) -> bool
         meta.get("count") == count
 
 
+def skipped_files(errors: list[dict[str, Any]]) -> int:
+    """The errors.jsonl records that count as files embed skipped: all but symlink loops
+    (a loop is left out on purpose, reported once; embed's summary counts the same)."""
+    return sum(1 for e in errors if not str(e.get("reason", "")).startswith("symlink loop"))
+
+
 def _index_names(info: dict[str, Any]) -> list[str]:
     stale = set(info.get("stale_indexes") or ())
     return [f"{_shown(n)} (stale: built for other rows, not used; pairkit index --force)"
@@ -59,6 +65,14 @@ def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
              and not _index_current(index_dir, name, st.content_id, st.count)]
     encoder = st.encoder
     errors = m.get("errors")
+    skipped = int(errors.get("rows", 0) or 0) if isinstance(errors, dict) else 0
+    if skipped:
+        try:
+            skipped = skipped_files(st.read_errors())
+        except StoreError:
+            if verify or remote:
+                raise  # a damaged errors.jsonl is named, as every damaged file is
+
     return {
         "store": str(root),
         "format": m.get("format"),
@@ -85,7 +99,7 @@ def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
         "shards": len(st.shards),
         "bytes": int(sum(sizes.values())),
         "vector_bytes": int(sum(sizes.get(s.file, 0) for s in st.shards)),
-        "errors": int(errors.get("rows", 0) or 0) if isinstance(errors, dict) else 0,
+        "errors": skipped,
         "indexes": indexes,
         "stale_indexes": stale,  # built for other rows (rows appended since): not used
         "content_id": st.content_id,
@@ -146,4 +160,4 @@ def info_lines(info: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["StoreError", "info_lines", "store_info"]
+__all__ = ["StoreError", "info_lines", "skipped_files", "store_info"]

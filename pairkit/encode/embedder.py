@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from pairkit.core.devices import resolve_device
+from pairkit.core.info import skipped_files
 from pairkit.core.lock import writer_lock
 from pairkit.core.manifest import has_manifest
 from pairkit.core.remote import location
@@ -118,7 +119,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
         summary.seconds = time.perf_counter() - t0
         summary.store_rows = writer.count if writer else 0
         summary.errors = errors
-        summary.skipped = sum(1 for e in errors if not e["reason"].startswith("symlink loop"))
+        summary.skipped = skipped_files(errors)
         if writer is not None and writer.set_errors(errors):
             writer.commit()
         return summary
@@ -163,7 +164,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
                            f"nothing was written to {cfg_store}")
     writer = store.get()
     writer.set_errors(errors)
-    summary.skipped = sum(1 for e in errors if not e["reason"].startswith("symlink loop"))
+    summary.skipped = skipped_files(errors)
     summary.errors = errors
     summary.seconds = time.perf_counter() - t0
     summary.store_rows = writer.count

@@ -196,3 +196,25 @@ def test_version_dates_and_index_names_are_shown_escaped(tmp_path: Path) -> None
     assert not any(line.startswith("fake line") for line in lines)
     assert "(written by pairkit '0.1.0)\\nchecksums: ok\\x1b[31mRED')" in r.output
     assert "created '2026\\nfake line', updated '\\x1b[2J'" in lines
+
+
+def test_info_counts_the_skipped_files_embed_counts(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): with a symlink loop in the folder, embed said
+    "skipped 2" (a loop is left out on purpose, not a file that failed) and info said
+    "files that could not be embedded: 3"."""
+    import shutil
+
+    make_images(tmp_path / "m", n_per_class=1, classes=1)
+    src = next((tmp_path / "m").rglob("*.jpg"))
+    (tmp_path / "sy" / "a").mkdir(parents=True)
+    shutil.copy(src, tmp_path / "sy" / "a" / "x.jpg")
+    (tmp_path / "sy" / "a" / "loop").symlink_to("..")
+    (tmp_path / "sy" / "link.jpg").symlink_to("a/x.jpg")
+    os.link(tmp_path / "sy" / "a" / "x.jpg", tmp_path / "sy" / "hard.jpg")
+    store = str(tmp_path / "s")
+    r = runner.invoke(app, ["embed", str(tmp_path / "sy"), "-o", store, "--model", "pixels"])
+    assert r.exit_code == 0, r.output
+    assert "skipped 2" in r.output
+    assert store_info(store)["errors"] == 2
+    assert "files that could not be embedded: 2 (errors.jsonl)" in runner.invoke(
+        app, ["info", store]).output
