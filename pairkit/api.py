@@ -226,8 +226,9 @@ def embed_images(images: str | os.PathLike[str], store: str | os.PathLike[str], 
     (kw,) = _split_options(options, EmbedConfig)
     if kw.get("checkpoint") is not None:
         kw["checkpoint"] = str(kw["checkpoint"])
-    embed_folder(EmbedConfig(images=Path(images), store=Path(store), model=model, **kw),
-                 progress)
+    # as the command passes them: strings, so a URL (s3://, file://) stays one
+    embed_folder(EmbedConfig(images=os.fspath(images), store=os.fspath(store),  # type: ignore[arg-type]
+                             model=model, **kw), progress)
     return open_store(store)
 
 

@@ -445,3 +445,18 @@ def test_issues_leaks_import_and_project_are_what_their_commands_write(store,
                                atol=1e-5)
     with pytest.raises(pairkit.errors.PairkitError, match="exists; pass --force"):
         pairkit.project_store(store, head, tmp_path / "proj")
+
+
+def test_embed_images_takes_file_urls(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): ``embed_images`` turned its arguments into Path
+    objects, so ``file://`` (and ``s3://``) URLs the command takes became ``file:/...``
+    and were refused as mangled URLs; a mangled ``file:`` path was told the wrong fix."""
+    from pairkit.core.remote import check_local
+    from pairkit.errors import UsageError
+
+    make_images(tmp_path / "imgs", n_per_class=1, classes=2)
+    st = pairkit.embed_images(f"file://{tmp_path}/imgs", f"file://{tmp_path}/st",
+                              model="pixels")
+    assert st.count == 2 and (tmp_path / "st" / "manifest.json").is_file()
+    with pytest.raises(UsageError, match="the URL file:///tmp/x turned into"):
+        check_local(Path("file:///tmp/x"))

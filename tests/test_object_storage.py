@@ -241,3 +241,31 @@ def test_a_missing_bucket_is_named(s3, tmp_path):
             lines
         assert "mined" not in " ".join(lines)
     ok("mine", st.root, "--hard", "-o", f"{s3}/p.parquet", "-q")  # an existing bucket
+
+
+def test_embed_images_api_into_s3(s3, tmp_path):
+    """Found by a bug hunt (2026-12-06): ``pairkit.embed_images`` refused an ``s3://``
+    store (Path() made it ``s3:/...``), which the command writes."""
+    import pairkit
+
+    make_images(tmp_path / "img", n_per_class=1, classes=2)
+    st = pairkit.embed_images(tmp_path / "img", f"{s3}/st", model="fake")
+    assert st.count == 2 and Store.open(f"{s3}/st").count == 2
+
+
+def test_project_an_s3_store_through_the_command(pair, s3, tmp_path):
+    """Found by a bug hunt (2026-12-06): ``pairkit project s3://...`` was refused (exit 2,
+    the URL made a Path ``s3:/...``) although ``project_store`` takes it and every store
+    argument takes a URL; its output may be a URL too."""
+    import pairkit
+
+    local, remote = pair
+    head = tmp_path / "head"
+    pairkit.train_head(str(local), head, epochs=1, batch_size=16, out_dim=8,
+                       relation="instance")
+    ok("project", local, "--head", head, "-o", tmp_path / "p_local", "-q")
+    ok("project", remote, "--head", head, "-o", tmp_path / "p_remote", "-q")
+    ok("project", remote, "--head", head, "-o", f"{s3}/p", "-q")
+    want = Store.open(tmp_path / "p_local").vectors()
+    np.testing.assert_array_equal(Store.open(tmp_path / "p_remote").vectors(), want)
+    np.testing.assert_array_equal(Store.open(f"{s3}/p").vectors(), want)

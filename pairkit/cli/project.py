@@ -11,9 +11,9 @@ from pairkit.cli.options import Dtype, device_option
 
 
 def project(
-    store: Path = typer.Argument(..., help="Store folder to project."),
+    store: str = typer.Argument(..., help="Store folder (or s3:// URL) to project."),
     head: Path = typer.Option(..., "--head", help="Head folder written by pairkit train."),
-    output: Path = typer.Option(..., "-o", "--output", help="New store folder."),
+    output: str = typer.Option(..., "-o", "--output", help="New store folder (or URL)."),
     device: str = device_option("Where the head runs; auto: cuda when torch sees a GPU."),
     batch_size: int = typer.Option(65536, "--batch-size", help="Rows per forward pass."),
     dtype: Dtype | None = typer.Option(

@@ -20,10 +20,16 @@ def _index_current(folder: Path, name: str, content_id: str, count: int) -> bool
         meta.get("count") == count
 
 
+def skipped_files(errors: list[dict[str, Any]]) -> int:
+    """The errors.jsonl records that count as files embed skipped: all but symlink loops
+    (a loop is left out on purpose, reported once; embed's summary counts the same)."""
+    return sum(1 for e in errors if not str(e.get("reason", "")).startswith("symlink loop"))
+
+
 def _index_names(info: dict[str, Any]) -> list[str]:
     stale = set(info.get("stale_indexes") or ())
-    return [f"{n} (stale: built for other rows, not used; pairkit index --force)"
-            if n in stale else n for n in info["indexes"]]
+    return [f"{_shown(n)} (stale: built for other rows, not used; pairkit index --force)"
+            if n in stale else _shown(n) for n in info["indexes"]]
 
 
 def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
@@ -59,6 +65,14 @@ def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
              and not _index_current(index_dir, name, st.content_id, st.count)]
     encoder = st.encoder
     errors = m.get("errors")
+    skipped = int(errors.get("rows", 0) or 0) if isinstance(errors, dict) else 0
+    if skipped:
+        try:
+            skipped = skipped_files(st.read_errors())
+        except StoreError:
+            if verify or remote:
+                raise  # a damaged errors.jsonl is named, as every damaged file is
+
     return {
         "store": str(root),
         "format": m.get("format"),
@@ -85,7 +99,7 @@ def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
         "shards": len(st.shards),
         "bytes": int(sum(sizes.values())),
         "vector_bytes": int(sum(sizes.get(s.file, 0) for s in st.shards)),
-        "errors": int(errors.get("rows", 0) or 0) if isinstance(errors, dict) else 0,
+        "errors": skipped,
         "indexes": indexes,
         "stale_indexes": stale,  # built for other rows (rows appended since): not used
         "content_id": st.content_id,
@@ -103,8 +117,9 @@ def _size(n: int) -> str:
 
 def _shown(text: str) -> str:
     """A store's text as printed: as it is when printable, else quoted with its control
-    characters escaped (a line break in a label, the encoder's name, the image root or
-    the store's path must not make a line of its own)."""
+    characters escaped (a line break in a label, the encoder's name, the image root, the
+    store's path, the manifest's version or dates or an index file's name must not make a
+    line of its own)."""
     return text if text.isprintable() else ascii(text)
 
 
@@ -123,8 +138,9 @@ def info_lines(info: dict[str, Any]) -> list[str]:
         labels += " (most: " + ", ".join(f"{_shown(k)} {v:,}"
                                          for k, v in info["top_labels"].items()) + ")"
     lines = [
-        f"store {_shown(info['store'])}: {info['format']} format {info['format_version']} "
-        f"(written by pairkit {info['pairkit_version']}), content id {info['content_id']}",
+        f"store {_shown(info['store'])}: {_shown(str(info['format']))} format "
+        f"{info['format_version']} (written by pairkit {_shown(str(info['pairkit_version']))}"
+        f"), content id {info['content_id']}",
         f"rows {info['rows']:,}: {info['sources']:,} sources, views {views}",
         f"vectors: dim {info['dim']}, {info['dtype']}"
         + (", L2-normalised" if info["normalized"] else ""),
@@ -138,9 +154,10 @@ def info_lines(info: dict[str, Any]) -> list[str]:
         lines.append(f"image root: {_shown(info['image_root'])}")
     if info["errors"]:
         lines.append(f"files that could not be embedded: {info['errors']:,} (errors.jsonl)")
-    lines.append(f"created {info['created']}, updated {info['updated']}")
+    lines.append(f"created {_shown(str(info['created']))}, "
+                 f"updated {_shown(str(info['updated']))}")
     lines.append(f"checksums: {info['checksums']}")
     return lines
 
 
-__all__ = ["StoreError", "info_lines", "store_info"]
+__all__ = ["StoreError", "info_lines", "skipped_files", "store_info"]

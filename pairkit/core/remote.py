@@ -52,7 +52,10 @@ def check_local(path: Any, what: str = "path") -> None:
     text = str(path)
     m = MANGLED_RE.match(text)
     if m and not Path(m.group("scheme") + ":").exists():
-        fixed = f"{m.group('scheme')}://{text[len(m.group(0)):]}"
+        rest = text[len(m.group(0)):]
+        # Path() turns file:///x into file:/x: the fix keeps the third slash
+        fixed = f"file:///{rest}" if m.group("scheme").lower() == "file" else \
+            f"{m.group('scheme')}://{rest}"
         raise UsageError(f"{what} {text} looks like the URL {fixed} turned into a local path: "
                          "this option takes local paths only")
 

@@ -21,6 +21,18 @@ def torch_load_weights(path: str | os.PathLike[str], what: str) -> Any:
     import torch
 
     try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise PairkitError(f"{what} {path} is unreadable: {exc.strerror or exc}") from None
+    if head.startswith(b"\x93NUMPY"):
+        raise PairkitError(f"{what} {path} is a NumPy .npy file, not a torch state dict "
+                           "(save one with torch.save, or .safetensors)")
+    # torch.save writes a zip archive (PK..), older torch a pickle (protocol byte 0x80)
+    if head and not head.startswith((b"PK\x03\x04", b"\x80")):
+        raise PairkitError(f"{what} {path} is not a torch checkpoint (neither torch.save's "
+                           "archive nor a pickle) nor .safetensors")
+    try:
         with warnings.catch_warnings():  # torch's pickle-protocol chatter is not for users
             warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=True)

@@ -125,7 +125,7 @@ def clear_store(root: Path) -> None:
         (root / MANIFEST).unlink()
     for entry in root.iterdir():
         name = entry.name
-        if is_ours(name) or (name.startswith(".") and name.endswith(".tmp")):
+        if is_ours(name) or our_temp(name):  # a user's own .draft.tmp stays
             if entry.is_dir() and not entry.is_symlink():
                 continue  # not something pairkit writes
             entry.unlink()

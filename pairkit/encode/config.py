@@ -56,7 +56,7 @@ class EmbedSummary:
     missing_from_folder: int = 0  # sources in the store no longer in the folder
     seconds: float = 0.0  # whole run, model loading included
     loop_seconds: float = 0.0  # decoding + encoding + writing only
-    device: str = "cpu"
+    device: str | None = "cpu"  # None: no device ran (nothing to embed)
     store_rows: int = 0
     decoded_on_device: int = 0  # images decoded by the device pipeline (--decode gpu/auto)
     errors: list[dict[str, str]] = field(default_factory=list)
@@ -139,6 +139,11 @@ def check_config(cfg: EmbedConfig) -> bool:
                              f"computed at {PIXELS_SIZE} px)")
         if cfg.checkpoint is not None:
             raise UsageError("--checkpoint does not apply to --model pixels (it has no weights)")
+        if cfg.pretrained is not None:
+            raise UsageError("--pretrained does not apply to --model pixels (it has no weights)")
+    from pairkit.encode.weights import check_weight_options
+
+    check_weight_options(cfg.pretrained, cfg.checkpoint)
     from pairkit.encode.hf_datasets import is_hf_dataset
     from pairkit.encode.webdataset import expand_braces, is_webdataset
 

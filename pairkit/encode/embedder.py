@@ -12,10 +12,11 @@ import time
 from typing import Any
 
 from pairkit.core.devices import resolve_device
+from pairkit.core.info import skipped_files
 from pairkit.core.lock import writer_lock
 from pairkit.core.manifest import has_manifest
 from pairkit.core.remote import location
-from pairkit.core.store import ERRORS, read_manifest
+from pairkit.core.store import read_manifest
 from pairkit.core.store_writer import StoreWriter, prepare_store_dir
 from pairkit.encode.batches import encode_batches
 from pairkit.encode.config import (
@@ -30,9 +31,10 @@ from pairkit.encode.config import (
 from pairkit.encode.images import ImageFile
 from pairkit.encode.registry import Encoder, EncoderRequest, load_encoder
 from pairkit.encode.runner import Runner
-from pairkit.encode.shards import ShardBuffer
+from pairkit.encode.shards import ShardBuffer, shard_unit
 from pairkit.encode.sources import (
     Sources,
+    check_same_labels,
     find_any_sources,
     find_sources,
     labels_kind,
@@ -42,9 +44,9 @@ from pairkit.encode.sources import (
 from pairkit.errors import PairkitError
 
 # the public names of the embedding step, importable from here as before the split
-__all__ = ["EmbedConfig", "EmbedSummary", "ProgressHook", "Sources", "embed_folder", "embed_here",
-           "embed_partition", "find_any_sources", "find_sources", "resume_or_prepare",
-           "summary_dict"]
+__all__ = ["EmbedConfig", "EmbedSummary", "ProgressHook", "Sources", "StoreOpener",
+           "embed_folder", "embed_here", "embed_partition", "find_any_sources", "find_sources",
+           "resume_or_prepare", "summary_dict"]
 
 
 def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
@@ -100,8 +102,16 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     cfg_store = location(cfg.store)
     writer, done = resume_or_prepare(cfg, identity, sources,
                                      labels_kind(cfg, sources, labels))
+    if writer is not None:  # another labels table or column: no vocabularies mixed
+        check_same_labels(writer.items, labels)
     todo = [f for f in files if f.path not in done]
-    summary = EmbedSummary(device=device)
+    if writer is not None and cfg.views > 1:
+        views = writer.items.groupby("source").size()
+        if torn := int((views < cfg.views).sum()):
+            hook.note(f"{torn} images in store {cfg_store} hold fewer than {cfg.views} views "
+                      "(a shard of an interrupted run of an earlier pairkit cut them; their "
+                      "other views are not embedded again): pass --force to embed all again")
+    summary = EmbedSummary(device=None)  # the device, once one runs (none: nothing to do)
     summary.already = len(files) - len(todo)
     summary.missing_from_folder = len(done - {f.path for f in files})
     errors: list[dict[str, str]] = [{"path": p, "reason": r} for p, r in problems]
@@ -109,7 +119,7 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
         summary.seconds = time.perf_counter() - t0
         summary.store_rows = writer.count if writer else 0
         summary.errors = errors
-        summary.skipped = sum(1 for e in errors if not e["reason"].startswith("symlink loop"))
+        summary.skipped = skipped_files(errors)
         if writer is not None and writer.set_errors(errors):
             writer.commit()
         return summary
@@ -128,39 +138,70 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     fit = encoder.identity.get("checkpoint_fit", "")
     if fit and fit != "checkpoint layout: as saved":
         hook.note(fit)
-    if writer is None:
-        writer = StoreWriter.create(
-            cfg_store,
-            encoder.dim,
-            cfg.dtype,
-            encoder.describe(),
-            {"embedding": identity, "views": cfg.views, "seed": cfg.seed},
-        )
-    elif writer.manifest["dim"] != encoder.dim:
-        raise PairkitError(f"store {cfg_store} has dim {writer.manifest['dim']}, the encoder "
-                           f"gives {encoder.dim}; pass --force to replace it")
-    writer.update(image_root=sources.root if isinstance(sources.root, str)
-                  else str(sources.root.resolve()),
-                  labels=labels_kind(cfg, sources, labels))
+    root = sources.root if isinstance(sources.root, str) else str(sources.root.resolve())
+    kind = labels_kind(cfg, sources, labels)
+    if writer is not None:
+        if writer.manifest["dim"] != encoder.dim:
+            raise PairkitError(f"store {cfg_store} has dim {writer.manifest['dim']}, the "
+                               f"encoder gives {encoder.dim}; pass --force to replace it")
+        writer.update(image_root=root, labels=kind)
+    store = StoreOpener(cfg, writer, encoder.describe(), encoder.dim,
+                        {"embedding": identity, "views": cfg.views, "seed": cfg.seed,
+                         "image_root": root, "labels": kind})
 
     hook.start(len(todo), "embedding")
     t_loop = time.perf_counter()
-    if executor is not None:
-        executor.embed(cfg, writer, todo, labels, errors, summary, hook, weights_offline)
+    if executor is not None:  # the workers write shards into the store: it is made first
+        executor.embed(cfg, store.get(), todo, labels, errors, summary, hook,
+                       weights_offline)
     else:
-        embed_here(cfg, writer, todo, labels, errors, summary, hook, encoder, device)
+        embed_here(cfg, store, todo, labels, errors, summary, hook, encoder, device)
     summary.loop_seconds = time.perf_counter() - t_loop
+    if store.count == 0:  # a new store that got no row: nothing is committed
+        failed = errors[len(problems):] or errors
+        example = f" (e.g. {failed[0]['path']!a}: {failed[0]['reason']})" if failed else ""
+        raise PairkitError(f"no image could be embedded: all {len(todo)} failed{example}; "
+                           f"nothing was written to {cfg_store}")
+    writer = store.get()
     writer.set_errors(errors)
-    summary.skipped = sum(1 for e in errors if not e["reason"].startswith("symlink loop"))
+    summary.skipped = skipped_files(errors)
     summary.errors = errors
     summary.seconds = time.perf_counter() - t0
     summary.store_rows = writer.count
     writer.update(last_run=run_record(cfg, summary))
-    if writer.count == 0:
-        raise PairkitError(
-            f"no image could be embedded: all {len(todo)} failed (see {cfg_store}/{ERRORS})"
-        )
     return summary
+
+
+class StoreOpener:
+    """The store a run writes into: the resumed ``writer``, or a new store made when the
+    run has its first shard to commit (:meth:`get`). So a run that fails before (a model
+    that can't load, Ctrl-C while it loads, no image embeddable) leaves no store behind,
+    and ``--force`` replaces the old store only then: it stays as it was until the new
+    run has rows to write."""
+
+    def __init__(self, cfg: EmbedConfig, writer: StoreWriter | None,
+                 encoder: dict[str, Any], dim: int, extra: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.writer = writer
+        self.encoder = encoder
+        self.dim = dim
+        self.extra = extra
+
+    @property
+    def count(self) -> int:
+        """Rows committed (0 before the new store is made)."""
+        return self.writer.count if self.writer is not None else 0
+
+    def get(self) -> StoreWriter:
+        """The writer; a new store's is made here (the old store cleared with
+        ``--force``), its manifest written at its first commit."""
+        if self.writer is None:
+            cfg_store = location(self.cfg.store)
+            if self.cfg.force and has_manifest(cfg_store):
+                prepare_store_dir(cfg_store, True)  # the old store goes now, not before
+            self.writer = StoreWriter.create(cfg_store, self.dim, self.cfg.dtype, self.encoder,
+                                             self.extra, commit=False)
+        return self.writer
 
 
 def resume_or_prepare(cfg: EmbedConfig, identity: dict[str, Any], sources: Sources,
@@ -168,7 +209,8 @@ def resume_or_prepare(cfg: EmbedConfig, identity: dict[str, Any], sources: Sourc
     """``(writer, sources it holds)`` of the store an earlier run with the same options
     (``identity``) and the same kind of ``labels`` (the manifest's, :func:`labels_kind`)
     left at ``cfg.store``, to resume; ``(None, empty)`` after preparing the folder for a
-    new store (``--force`` replaces one). PairkitError when the store there was made with
+    new store (with ``--force`` an old store stays until :class:`StoreOpener` makes the
+    new one). PairkitError when the store there was made with
     other options or labels, or from other images."""
     cfg_store = location(cfg.store)
     if has_manifest(cfg_store) and not cfg.force:
@@ -190,7 +232,8 @@ def resume_or_prepare(cfg: EmbedConfig, identity: dict[str, Any], sources: Sourc
         done = set(writer.items["source"].astype(str))
         same_image_root(cfg_store, writer.manifest.get("image_root"), sources, done)
         return writer, done
-    prepare_store_dir(cfg_store, cfg.force)
+    if not (cfg.force and has_manifest(cfg_store)):
+        prepare_store_dir(cfg_store, cfg.force)  # a killed run's leftovers cleared
     return None, set()
 
 
@@ -200,27 +243,32 @@ def labels_text(kind: Any) -> str:
             }.get(kind, f"the shards' own labels ({kind})")
 
 
-def embed_here(cfg: EmbedConfig, writer: StoreWriter, todo: list[ImageFile],
+def embed_here(cfg: EmbedConfig, store: StoreOpener, todo: list[ImageFile],
                labels: dict[str, str | None], errors: list[dict[str, str]],
                summary: EmbedSummary, hook: ProgressHook, encoder: Encoder, device: str
                ) -> None:
     """The local loop: ``todo``'s batches through ``encoder`` on ``device``, held in a
-    :class:`~pairkit.encode.shards.ShardBuffer` and committed to ``writer`` as shards that
-    end at multiples of ``--shard-rows`` (or sooner after ``--shard-seconds``); ``errors``
-    and ``summary`` (images, views, decoded on device) grow as it goes. The same
-    arguments as the Ray executor's ``embed``."""
+    :class:`~pairkit.encode.shards.ShardBuffer` and committed to ``store``'s writer as
+    shards that end at multiples of ``--shard-rows`` rounded down to whole images
+    (:func:`~pairkit.encode.shards.shard_unit`; or sooner after ``--shard-seconds``); a
+    new store is made at the first shard. ``errors`` and ``summary`` (images, views,
+    decoded on device) grow as it goes. The Ray executor's ``embed`` takes the same
+    arguments, the writer in place of ``store``."""
     import pandas as pd
 
     runner = Runner(encoder, device, cfg.precision)
     buffer = ShardBuffer()
+    unit = shard_unit(cfg.shard_rows, cfg.views)  # whole images: no view left for later
 
     def flush(whole: bool = True) -> None:
-        """Commit the rows held as shards that end at multiples of --shard-rows
+        """Commit the rows held as shards that end at multiples of ``unit``
         (``whole=False``: only full ones, the rest stays held), so a resumed run cuts
         where a clean run does and gets the same store_id."""
-        shards = buffer.take_shards(writer.count, cfg.shard_rows, whole)
-        if shards:
-            writer.set_errors(errors)
+        shards = buffer.take_shards(store.count, unit, whole)
+        if not shards:
+            return
+        writer = store.get()
+        writer.set_errors(errors)
         for vectors, items in shards:
             writer.append(vectors, pd.DataFrame(items))
 
@@ -231,7 +279,7 @@ def embed_here(cfg: EmbedConfig, writer: StoreWriter, todo: list[ImageFile],
         held = buffer.pending()
         if held and buffer.seconds() > cfg.shard_seconds:
             flush()  # a slow encoder's rows are saved (at the cost of a boundary)
-        elif held >= cfg.shard_rows - writer.count % cfg.shard_rows:
+        elif held >= unit - store.count % unit:
             flush(whole=False)
     flush()
     summary.images += buffer.images

@@ -34,10 +34,18 @@ IMAGE_NAMES = ("image", "img", "picture", "photo")
 
 
 def is_hf_dataset(spec: str | os.PathLike[str]) -> bool:
-    """True for a ``save_to_disk`` folder or a .parquet / .arrow file."""
+    """True for a ``save_to_disk`` folder (a marker file and Arrow files: a folder of images
+    with a stray ``dataset_info.json`` is a folder) or a .parquet / .arrow file."""
     p = Path(spec)
     if p.is_dir():
-        return any((p / m).is_file() for m in SAVED_MARKERS)
+        if not any((p / m).is_file() for m in SAVED_MARKERS):
+            return False
+        try:
+            if (p / "dataset_dict.json").is_file() and any(p.glob("*/*.arrow")):
+                return True  # a DatasetDict: one folder of Arrow files per split
+            return any(p.glob("*.arrow"))
+        except OSError:
+            return False
     return p.suffix.lower() in DATA_SUFFIXES
 
 
@@ -170,7 +178,10 @@ def discover_hf_dataset(spec: str | os.PathLike[str], image_column: str | None =
     rows: list[tuple[Path, str, int, bool, str | None, str | None]] = []
     problems: list[tuple[str, str]] = []
     for data in files:
-        schema = _schema(data)
+        try:
+            schema = _schema(data)
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise unreadable(data, exc) from None
         feats = features(schema)
         col = pick_image_column(schema, feats, image_column)
         lab_col = label_column
@@ -180,10 +191,13 @@ def discover_hf_dataset(spec: str | os.PathLike[str], image_column: str | None =
             raise UsageError(f"--label-column {lab_col}: no such column in {data}")
         names = _label_names(feats, lab_col) if lab_col else None
         columns = [col] + ([lab_col] if lab_col and lab_col != col else [])
-        for n, record in enumerate(_iter_rows(data, columns)):
-            data_bytes, path = _bytes_and_path(record.get(col))
-            label = _label(record.get(lab_col), names) if lab_col else None
-            rows.append((data, col, n, data_bytes is not None, path, label))
+        try:
+            for n, record in enumerate(_iter_rows(data, columns)):
+                data_bytes, path = _bytes_and_path(record.get(col))
+                label = _label(record.get(lab_col), names) if lab_col else None
+                rows.append((data, col, n, data_bytes is not None, path, label))
+        except (OSError, ValueError) as exc:
+            raise unreadable(data, exc) from None
     # the image root holds the data files and every image file a row names
     referenced = []
     for data, _, _, has_bytes, path, _ in rows:
@@ -204,6 +218,10 @@ def discover_hf_dataset(spec: str | os.PathLike[str], image_column: str | None =
             p = Path(path)
             p = (p if p.is_absolute() else data.parent / p).resolve()
             name = p.relative_to(root).as_posix()
+            if not p.exists():  # never there: not a file that vanished during the run
+                problems.append((name, f"the dataset row names {path!a}, which does not "
+                                 "exist"))
+                continue
             if name in seen:
                 problems.append((f"{rel_data}/{n:0{ROW_DIGITS}d}", f"names {path!a} again: "
                                  "the first row is used"))
@@ -217,6 +235,13 @@ def discover_hf_dataset(spec: str | os.PathLike[str], image_column: str | None =
         labels[name] = label
     out.sort(key=lambda f: f.path)
     return root, out, problems, labels
+
+
+def unreadable(data: Path, exc: BaseException) -> PairkitError:
+    """The error for a data file pyarrow can't read (not parquet / Arrow, truncated)."""
+    kind = "parquet" if data.suffix.lower() == ".parquet" else "Arrow"
+    reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+    return PairkitError(f"dataset {data} is not a readable {kind} file ({reason})")
 
 
 def _iter_rows(data: Path, columns: list[str]) -> Any:

@@ -23,7 +23,7 @@ from pairkit.encode.model_loading import (
 )
 from pairkit.encode.openclip import openclip_encoder
 from pairkit.encode.registry import Encoder, EncoderRequest, Preprocess, register_encoder
-from pairkit.encode.weights import is_random
+from pairkit.encode.weights import check_weight_options, is_random
 from pairkit.errors import PairkitError, UsageError
 
 # -- timm --------------------------------------------------------------------------
@@ -37,6 +37,7 @@ def _timm(name: str, req: EncoderRequest) -> Encoder:
     base = name.split(".")[0]
     if not timm.list_models(base):
         raise UsageError(f"timm has no model {base!r} (see timm.list_models())")
+    check_weight_options(req.pretrained, req.checkpoint)
     what = f"timm/{name}"
     identity: dict[str, Any] = {"library": "timm", "library_version": timm.__version__}
     tag = req.pretrained
@@ -79,6 +80,8 @@ def _pixels(name: str, req: EncoderRequest) -> Encoder:
         raise PairkitError("the pixels encoder takes no sub-name: --model pixels")
     if req.checkpoint:
         raise PairkitError("--checkpoint does not apply to --model pixels (it has no weights)")
+    if req.pretrained is not None:
+        raise UsageError("--pretrained does not apply to --model pixels (it has no weights)")
     module = PixelFeatures()
     return Encoder(
         name="pixels",

@@ -19,7 +19,7 @@ from pairkit.encode.model_loading import (
 )
 from pairkit.encode.registry import DEFAULT_OPENCLIP_TAG, Encoder, EncoderRequest, Preprocess
 from pairkit.encode.weights import WAYS_OUT as WEIGHT_OPTIONS
-from pairkit.encode.weights import is_random
+from pairkit.encode.weights import check_weight_options, is_random
 from pairkit.errors import PairkitError, UsageError
 
 # optional packages open_clip imports at import time, and the config key that needs each
@@ -88,6 +88,7 @@ def _openclip_weights(name: str, req: EncoderRequest) -> tuple[Any, str, dict[st
         )
     identity: dict[str, Any] = {"library": "open_clip", "library_version": open_clip.__version__}
     tag = req.pretrained
+    check_weight_options(tag, req.checkpoint)
     if req.checkpoint:
         return open_clip, "", identity
     if is_random(tag):

@@ -1,8 +1,9 @@
 """The shard buffer: encoded rows wait here until they make a shard of the store.
 
 One buffer serves the local loop (:func:`pairkit.encode.embedder.embed_folder`: shards that
-end at multiples of ``--shard-rows``, so a resumed run cuts where a clean run does, or
-whatever is held after ``--shard-seconds``) and the Ray partition workers
+end at multiples of ``--shard-rows`` rounded down to whole images (:func:`shard_unit`), so
+a resumed run cuts where a clean run does, or whatever is held after ``--shard-seconds``)
+and the Ray partition workers
 (:func:`pairkit.encode.embedder.embed_partition`: one shard per partition). Vectors stay
 where the encoder left them (on the GPU) until :meth:`ShardBuffer.take`, which copies a
 shard to the host in one transfer instead of one synchronising copy per batch.
@@ -99,6 +100,14 @@ class ShardBuffer:
             elif v is not None:
                 run.append(v)
         return np.concatenate(out).astype(np.float32, copy=False)
+
+
+def shard_unit(shard_rows: int, views: int) -> int:
+    """The rows of a full shard of the local loop: ``--shard-rows`` rounded down to a
+    multiple of ``--views`` (at least one image's views), so a shard holds whole images
+    and an interrupted run never commits some of an image's views (the Ray partitions,
+    ``--shard-rows / --views`` images, hold the same rows)."""
+    return max(1, shard_rows // views) * views
 
 
 def aligned_cut(count: int, rows: int, shard_rows: int, one: bool = False) -> int:

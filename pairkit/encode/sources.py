@@ -140,3 +140,27 @@ def same_image_root(store: Path, old_root: str | None, sources: Sources,
         raise PairkitError(
             f"store {store} holds images of {old_root}, not {new_root}; embed into another "
             "-o, or pass --force to replace the store")
+
+
+def check_same_labels(items: Any, labels: dict[str, str | None]) -> None:
+    """PairkitError when this run's ``labels`` label an image already in the store
+    (``items``, its item table) otherwise than the store does: the rows it appends would
+    use another vocabulary (another labels table, another ``--label-column``), one class
+    split in two. An image the run gives no label is not counted."""
+    import pandas as pd
+
+    if not labels or "label" not in items.columns or not len(items):
+        return
+    stored = items.drop_duplicates("path").set_index("path")["label"]
+    differ = []
+    for path, old in stored.items():
+        new = labels.get(path)
+        old = None if pd.isna(old) else str(old)
+        if new is not None and new != old:
+            differ.append((path, old, new))
+    if differ:
+        path, old, new = differ[0]
+        raise PairkitError(
+            f"{len(differ)} images in the store are labelled otherwise by this run's labels "
+            f"(e.g. {path!a}: {old!a} in the store, {new!a} now): the store would mix the "
+            "two; pass the labels the store was embedded with, or --force to embed all again")

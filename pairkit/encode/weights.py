@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 WAYS_OUT = ("use --checkpoint FILE (local weights), --pretrained none (random weights) or "
             "--model pixels (weight-free, works offline)")
@@ -96,6 +96,14 @@ def hub_reachable(timeout: float = 1.0) -> bool:
 def is_random(tag: str | None) -> bool:
     """``--pretrained none`` (or ``random``): random weights, nothing to load."""
     return tag is not None and tag.lower() in ("none", "random")
+
+
+def check_weight_options(pretrained: str | None, checkpoint: str | None) -> None:
+    """UsageError for ``--pretrained`` beside ``--checkpoint``: the checkpoint gives the
+    weights, so the tag would be ignored (and recorded as if it had counted)."""
+    if pretrained is not None and checkpoint:
+        raise UsageError("--pretrained and --checkpoint exclude each other (the checkpoint "
+                         f"gives the weights): drop --pretrained {pretrained}")
 
 
 def check_pretrained(model: str, pretrained: str | None, checkpoint: str | None,

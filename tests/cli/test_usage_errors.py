@@ -110,6 +110,17 @@ def cases(store: str, out: str) -> list[tuple[list[str], str]]:
         # found by a read-through (2026-12-06): an unknown model name was exit 1
         (["embed", store, "-o", out + "/e", "--model", "nosuch"],
          "unknown model 'nosuch': did you mean timm/nosuch?"),
+        # found by a bug hunt (2026-12-06): a timm tag beside --checkpoint was an internal
+        # error (a bad tag) or ignored but recorded (a good one); pixels recorded a tag
+        (["embed", store, "-o", out + "/e", "--model", "timm/test_vit", "--checkpoint",
+          out + "/good.pt", "--pretrained", "bogus"],
+         "--pretrained and --checkpoint exclude each other (the checkpoint gives the weights)"),
+        (["embed", store, "-o", out + "/e", "--model", "openclip/ViT-B-32", "--checkpoint",
+          out + "/good.pt", "--pretrained", "laion2b_s34b_b79k"],
+         "--pretrained and --checkpoint exclude each other"),
+        (["embed", store, "-o", out + "/e", "--model", "pixels", "--pretrained",
+          "laion2b_s34b_b79k"], "--pretrained does not apply to --model pixels (it has no "
+                                "weights)"),
     ]
 
 

@@ -164,3 +164,57 @@ def test_encoder_and_image_root_are_shown_escaped(tmp_path: Path) -> None:
     assert not any(line.startswith("rows 1") for line in lines)
     assert "encoder: 'x\\nchecksums: ok' (pretrained '\\x1b[31mred')" in lines
     assert "image root: '/data/\\nrows 1: forged'" in lines
+
+
+def test_version_dates_and_index_names_are_shown_escaped(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): ``pairkit_version``, ``created``, ``updated`` and
+    the saved index names were printed raw, so a consistent (resealed) manifest forged a
+    "checksums: ok" line and sent ANSI escapes to the terminal."""
+    import numpy as np
+    import pandas as pd
+
+    from pairkit.core.integrity import dump_sealed
+    from pairkit.core.store_writer import write_store
+
+    root = tmp_path / "s"
+    write_store(root, np.eye(3, dtype=np.float32), pd.DataFrame({"path": ["a", "b", "c"]}),
+                encoder={"name": "x"})
+    m = json.loads((root / "manifest.json").read_text())
+    m.pop("self_sha256")
+    m.update(pairkit_version="0.1.0)\nchecksums: ok\x1b[31mRED", created="2026\nfake line",
+             updated="\x1b[2J")
+    with open(root / "manifest.json", "w") as fh:
+        dump_sealed(m, fh)
+    (root / "index").mkdir()
+    (root / "index" / "x\nchecksums: ok.faiss").write_bytes(b"")
+    r = runner.invoke(app, ["info", str(root), "--no-verify"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert "\x1b" not in r.output
+    assert [line for line in lines if line.startswith("checksums")] == [
+        "checksums: not checked"]
+    assert not any(line.startswith("fake line") for line in lines)
+    assert "(written by pairkit '0.1.0)\\nchecksums: ok\\x1b[31mRED')" in r.output
+    assert "created '2026\\nfake line', updated '\\x1b[2J'" in lines
+
+
+def test_info_counts_the_skipped_files_embed_counts(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): with a symlink loop in the folder, embed said
+    "skipped 2" (a loop is left out on purpose, not a file that failed) and info said
+    "files that could not be embedded: 3"."""
+    import shutil
+
+    make_images(tmp_path / "m", n_per_class=1, classes=1)
+    src = next((tmp_path / "m").rglob("*.jpg"))
+    (tmp_path / "sy" / "a").mkdir(parents=True)
+    shutil.copy(src, tmp_path / "sy" / "a" / "x.jpg")
+    (tmp_path / "sy" / "a" / "loop").symlink_to("..")
+    (tmp_path / "sy" / "link.jpg").symlink_to("a/x.jpg")
+    os.link(tmp_path / "sy" / "a" / "x.jpg", tmp_path / "sy" / "hard.jpg")
+    store = str(tmp_path / "s")
+    r = runner.invoke(app, ["embed", str(tmp_path / "sy"), "-o", store, "--model", "pixels"])
+    assert r.exit_code == 0, r.output
+    assert "skipped 2" in r.output
+    assert store_info(store)["errors"] == 2
+    assert "files that could not be embedded: 2 (errors.jsonl)" in runner.invoke(
+        app, ["info", store]).output

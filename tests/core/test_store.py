@@ -166,6 +166,21 @@ def test_refuses_to_overwrite_without_force(tmp_path):
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
 
 
+def test_force_removes_only_pairkit_s_own_temp_files(tmp_path):
+    """Found by a bug hunt (2026-12-06): --force removed every hidden ``*.tmp`` file of the
+    store folder, a user's ``.draft.tmp`` too; only temps of pairkit's own files go."""
+    root = tmp_path / "s"
+    write_store(root, np.eye(3, dtype=np.float32), _items(3))
+    (root / ".draft.tmp").write_text("my draft")
+    (root / ".embeddings-00009.npy.abcd1234.tmp").write_bytes(b"killed")
+    (root / "notes.txt").write_text("keep")
+    write_store(root, 2 * np.eye(3, dtype=np.float32), _items(3), force=True)
+    names = sorted(p.name for p in root.iterdir())
+    assert ".draft.tmp" in names and "notes.txt" in names
+    assert ".embeddings-00009.npy.abcd1234.tmp" not in names
+    assert Store.open(root).count == 3
+
+
 @pytest.mark.parametrize("name", ["items.parquet", "errors.jsonl"])
 def test_a_folder_of_a_users_generic_file_is_not_a_killed_writers(tmp_path, name):
     """items.parquet and errors.jsonl are names pairkit writes, but common ones: a folder

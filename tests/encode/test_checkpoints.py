@@ -105,3 +105,21 @@ def test_not_a_state_dict(tmp_path):
         load_state_dict(tmp_path / "list.pt")
     with pytest.raises(PairkitError, match="not found"):
         load_state_dict(tmp_path / "nope.pt")
+
+
+def test_a_file_that_is_no_torch_checkpoint_says_what_it_is(tmp_path):
+    """Found by a bug hunt (2026-12-06): a .npy file was said to hold "pickled Python
+    objects" and a text file was "unreadable: 101" (a KeyError's text)."""
+    import numpy as np
+
+    np.save(tmp_path / "ck.npy", np.zeros(3))
+    with pytest.raises(PairkitError, match=r"ck.npy is a NumPy \.npy file, not a torch "):
+        load_state_dict(tmp_path / "ck.npy")
+    (tmp_path / "ck_text.pt").write_text("hello world\n")
+    with pytest.raises(PairkitError, match="ck_text.pt is not a torch checkpoint"):
+        load_state_dict(tmp_path / "ck_text.pt")
+    torch.save({"w": torch.zeros(2)}, tmp_path / "ok.pt")
+    torch.save({"w": torch.zeros(2)}, tmp_path / "legacy.pt",
+               _use_new_zipfile_serialization=False)
+    assert set(load_state_dict(tmp_path / "ok.pt")) == {"w"}
+    assert set(load_state_dict(tmp_path / "legacy.pt")) == {"w"}

@@ -337,3 +337,170 @@ def test_absolute_label_paths_do_not_follow_a_files_link(tmp_path):
     table.to_csv(tmp_path / "labels.csv", index=False)
     labels, missing = resolve_labels(str(tmp_path / "labels.csv"), images, root)
     assert labels == {"a/img.png": "orig", "a/l.png": "link"} and missing == 0
+
+
+@pytest.mark.parametrize("stop_at", [2, 3, 4])
+def test_interrupted_run_with_views_not_dividing_shard_rows_keeps_every_view(
+        image_folder, tmp_path, monkeypatch, stop_at):
+    """Found by a bug hunt (2026-12-06): with --views 3 and --shard-rows 4, a shard ended
+    inside an image's views; an interrupted run committed some of its views, the resumed
+    run took the image as done, and its missing views were lost for good. Shards now hold
+    whole images (--shard-rows rounded down to a multiple of --views)."""
+    make_images(image_folder, n_per_class=6, classes=3, seed=5)
+    args = ["--views", "3", "--batch-size", "6", "--shard-rows", "4"]  # 2 images a batch
+    clean = tmp_path / "clean"
+    assert embed(image_folder, "-o", clean, *args).exit_code == 0
+
+    from pairkit.encode.runner import Runner
+
+    real_call = Runner.encode
+    calls = {"n": 0}
+
+    def flaky(self, pixels):
+        calls["n"] += 1
+        if calls["n"] == stop_at:
+            raise KeyboardInterrupt
+        return real_call(self, pixels)
+
+    monkeypatch.setattr(Runner, "encode", flaky)
+    out = tmp_path / "resumed"
+    assert embed(image_folder, "-o", out, *args).exit_code == 130
+    partial = Store.open(out)
+    assert (partial.items.groupby("source")["view"].count() == 3).all()
+    monkeypatch.setattr(Runner, "encode", real_call)
+    assert embed(image_folder, "-o", out, *args).exit_code == 0
+    resumed, reference = Store.open(out), Store.open(clean)
+    assert resumed.count == reference.count == 18 * 3
+    assert (resumed.items.groupby("source")["view"].count() == 3).all()
+    assert [s.rows for s in resumed.shards] == [s.rows for s in reference.shards]
+    assert resumed.content_id == reference.content_id
+
+
+def test_resuming_a_store_with_torn_images_says_so(image_folder, tmp_path, monkeypatch):
+    """Found by a bug hunt (2026-12-06): a store whose interrupted run (an earlier pairkit)
+    committed some of an image's views was resumed without a word; the rerun now warns
+    that those images keep fewer views and that --force embeds all again."""
+    from pairkit.encode import embedder
+    from pairkit.encode.runner import Runner
+
+    monkeypatch.setattr(embedder, "shard_unit", lambda rows, views: rows)  # the old cut
+    real_call = Runner.encode
+    calls = {"n": 0}
+
+    def flaky(self, pixels):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real_call(self, pixels)
+
+    monkeypatch.setattr(Runner, "encode", flaky)
+    out = tmp_path / "store"
+    args = ["-o", out, "--views", "3", "--batch-size", "6", "--shard-rows", "4"]
+    assert embed(image_folder, *args).exit_code == 130
+    monkeypatch.setattr(Runner, "encode", real_call)
+    result = embed(image_folder, *args)
+    assert result.exit_code == 0, result.output
+    assert "1 images in store" in result.output and "fewer than 3 views" in result.output
+    assert "--force" in result.output
+
+
+def _store_files(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("failure", ["model", "no_image", "interrupt_loading"])
+def test_force_keeps_the_old_store_when_the_new_run_fails(image_folder, tmp_path,
+                                                          monkeypatch, failure):
+    """Found by a bug hunt (2026-12-06): embed --force removed the old store before the
+    model loaded or any image was embedded, so a checkpoint that did not fit, a folder
+    without one readable image or Ctrl-C while loading left nothing (or an empty store).
+    The old store is now replaced only when the new run commits its first shard."""
+    out = tmp_path / "store"
+    assert embed(image_folder, "-o", out, "--views", "2").exit_code == 0
+    before = _store_files(out)
+    images = image_folder
+    if failure == "no_image":
+        images = tmp_path / "bad"
+        images.mkdir()
+        (images / "a.jpg").write_text("x")
+    else:
+        from pairkit.encode import embedder
+
+        def broken(request):
+            if failure == "interrupt_loading":
+                raise KeyboardInterrupt
+            raise embedder.PairkitError("checkpoint bad.pt does not fit fake")
+
+        monkeypatch.setattr(embedder, "load_encoder", broken)
+    result = embed(images, "-o", out, "--force")
+    assert result.exit_code == (130 if failure == "interrupt_loading" else 1), result.output
+    assert _store_files(out) == before
+    assert Store.open(out).count == 24
+
+
+def test_a_run_that_embeds_no_image_leaves_no_store(tmp_path):
+    """Found by a bug hunt (2026-12-06): a run where no image could be embedded (exit 1)
+    committed an empty store whose options and labels then refused the corrected rerun;
+    it now leaves no store folder, and the error names the first failure."""
+    images = tmp_path / "imgs" / "c"
+    images.mkdir(parents=True)
+    (images / "a.jpg").write_text("x")
+    out = tmp_path / "store"
+    result = embed(images.parent, "-o", out)
+    assert result.exit_code == 1
+    assert "no image could be embedded" in result.output and "c/a.jpg" in result.output
+    assert not out.exists()
+    make_images(images.parent, 1, 1)
+    result = embed(images.parent, "-o", out, "--labels", "folder", "--views", "2")
+    assert result.exit_code == 0, result.output
+    assert Store.open(out).count == 2
+
+
+def test_a_run_that_embeds_no_image_keeps_other_files(tmp_path):
+    """Found by a bug hunt (2026-12-06): the same, into a folder that exists: the folder
+    and its files stay, no manifest is written."""
+    images = tmp_path / "imgs"
+    images.mkdir()
+    (images / "a.jpg").write_text("x")
+    out = tmp_path / "store"
+    out.mkdir()
+    result = embed(images, "-o", out)
+    assert result.exit_code == 1
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
+def test_resume_with_a_labels_table_that_relabels_is_refused(image_folder, tmp_path):
+    """Found by a bug hunt (2026-12-06): a rerun with another labels table (or dataset
+    label column) whose labels differ for images already in the store appended its rows
+    with the new labels, so one class was split in two ('cat' and '0') without a word. It
+    is refused; a table that agrees on the embedded images (new rows added) resumes."""
+    out = tmp_path / "s"
+    (image_folder / "class0" / "img2.jpg").rename(tmp_path / "later.jpg")
+    (tmp_path / "a.csv").write_text("path,label\nclass0/img0.jpg,cat\nclass1/img0.jpg,dog\n")
+    assert embed(image_folder, "-o", out, "--labels", tmp_path / "a.csv").exit_code == 0
+    before = Store.open(out).items.copy()
+    (tmp_path / "later.jpg").rename(image_folder / "class0" / "img2.jpg")
+    (tmp_path / "b.csv").write_text("path,label\nclass0/img0.jpg,0\nclass0/img2.jpg,0\n"
+                                    "class1/img0.jpg,1\n")
+    result = embed(image_folder, "-o", out, "--labels", tmp_path / "b.csv")
+    assert result.exit_code == 1, result.output
+    assert "2 images in the store are labelled otherwise by this run's labels" in result.output
+    assert "'class0/img0.jpg': 'cat' in the store, '0' now" in result.output
+    pd.testing.assert_frame_equal(Store.open(out).items, before)
+    (tmp_path / "c.csv").write_text("path,label\nclass0/img0.jpg,cat\nclass0/img2.jpg,cat\n"
+                                    "class1/img0.jpg,dog\n")
+    assert embed(image_folder, "-o", out, "--labels", tmp_path / "c.csv").exit_code == 0
+    items = Store.open(out).items.set_index("path")
+    assert items.loc["class0/img2.jpg", "label"] == "cat" and len(items) == len(before) + 1
+
+
+def test_json_of_a_run_with_nothing_to_embed_names_no_device(image_folder, tmp_path):
+    """Found by a bug hunt (2026-12-06): with nothing to embed, ``--json`` reported
+    ``"device": "auto"`` (the option, not a device); no device ran: it is null."""
+    out = tmp_path / "s"
+    assert embed(image_folder, "-o", out).exit_code == 0
+    r = runner.invoke(app, ["embed", str(image_folder), "-o", str(out), "--model", "fake",
+                            "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["images"] == 0 and summary["device"] is None

@@ -162,3 +162,65 @@ def test_dataset_options_are_checked(folder: Path, tmp_path: Path) -> None:
     assert r.exit_code == 2 and "--label-column" in r.output
     r = embed(tmp_path / "missing.parquet", tmp_path / "s")
     assert r.exit_code == 1 and "not found" in r.output
+
+
+@pytest.mark.parametrize("name", ["bad.parquet", "bad.arrow", "cut.parquet", "cut.arrow"])
+def test_a_corrupt_data_file_is_one_line(folder: Path, tmp_path: Path, name: str) -> None:
+    """Found by a bug hunt (2026-12-06): a .parquet / .arrow input that is not one (or a
+    truncated one) was an "internal error" asking for a bug report; it is now one line
+    naming the file, exit 1, and nothing is written."""
+    path = tmp_path / name
+    if name.startswith("bad"):
+        path.write_text("garbage")
+    else:
+        good = tmp_path / ("good" + path.suffix)
+        ds = _dataset(folder)
+        if path.suffix == ".parquet":
+            ds.to_parquet(str(good))
+        else:
+            ds.save_to_disk(str(tmp_path / "saved"))
+            good = next((tmp_path / "saved").glob("*.arrow"))
+        data = good.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    result = embed(path, tmp_path / "s")
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "internal error" not in result.output and name in result.output
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("marker", ["dataset_info.json", "state.json", "dataset_dict.json"])
+def test_an_image_folder_with_a_stray_marker_is_a_folder(folder: Path, tmp_path: Path,
+                                                         marker: str) -> None:
+    """Found by a bug hunt (2026-12-06): a folder of images holding a metadata file named
+    like a ``save_to_disk`` marker was taken for a dataset ("has no data files") and could
+    not be embedded; a dataset folder now needs its Arrow files too."""
+    import shutil
+
+    from pairkit.encode.hf_datasets import is_hf_dataset
+
+    photos = tmp_path / "photos"
+    shutil.copytree(folder, photos)
+    (photos / marker).write_text("{}")
+    assert not is_hf_dataset(photos)
+    result = embed(photos, tmp_path / "s", "--labels", "folder")
+    assert result.exit_code == 0, result.output
+    assert Store.open(tmp_path / "s").count == 6
+    saved = tmp_path / "saved"
+    _dataset(folder).save_to_disk(str(saved))
+    assert is_hf_dataset(saved)
+
+
+def test_a_row_naming_a_missing_file_says_so(folder: Path, tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): a dataset row naming an image file that never
+    existed was logged as "file vanished during the run"."""
+    import pandas as pd
+
+    paths = [str(p) for p in _files(folder)[:2]] + [str(tmp_path / "missing.jpg")]
+    pd.DataFrame({"image": paths}).to_parquet(tmp_path / "d.parquet")
+    result = embed(tmp_path / "d.parquet", tmp_path / "s")
+    assert result.exit_code == 0, result.output
+    errors = Store.open(tmp_path / "s").read_errors()
+    assert len(errors) == 1 and "vanished" not in errors[0]["reason"]
+    assert "missing.jpg" in errors[0]["reason"] and "does not exist" in errors[0]["reason"]

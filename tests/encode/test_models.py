@@ -95,6 +95,25 @@ def test_unknown_models_and_tags():
         load_encoder(EncoderRequest("timm/no_such_net", pretrained="none"))
 
 
+def test_a_tag_beside_a_checkpoint_or_for_pixels_is_usage(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): timm built ``name.tag`` on the checkpoint path, so
+    a bad tag was an internal error (RuntimeError) and a good one was ignored but recorded;
+    ``pixels`` took a tag it has no weights for."""
+    import timm
+
+    ck = tmp_path / "good.pt"
+    torch.save(timm.create_model("test_vit", pretrained=False, num_classes=0).state_dict(), ck)
+    for tag in ("bogus", "r160_in1k"):
+        with pytest.raises(UsageError, match="--pretrained and --checkpoint exclude each"):
+            load_encoder(EncoderRequest("timm/test_vit", pretrained=tag, checkpoint=str(ck)))
+    with pytest.raises(UsageError, match="--pretrained and --checkpoint exclude each"):
+        load_encoder(EncoderRequest(f"openclip/{TINY}", pretrained="none", checkpoint=str(ck)))
+    with pytest.raises(UsageError, match="--pretrained does not apply to --model pixels"):
+        load_encoder(EncoderRequest("pixels", pretrained="laion2b_s34b_b79k"))
+    enc = load_encoder(EncoderRequest("timm/test_vit", checkpoint=str(ck)))
+    assert enc.identity["checkpoint"] == "good.pt"
+
+
 def test_timm_random_weights():
     enc = load_encoder(EncoderRequest("timm/test_vit", pretrained="none"))
     size = enc.preprocess.size
