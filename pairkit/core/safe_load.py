@@ -30,8 +30,8 @@ def torch_load_weights(path: str | os.PathLike[str], what: str) -> Any:
                            "(save one with torch.save, or .safetensors)")
     # torch.save writes a zip archive (PK..), older torch a pickle (protocol byte 0x80)
     if head and not head.startswith((b"PK\x03\x04", b"\x80")):
-        raise PairkitError(f"{what} {path} is not a torch checkpoint (neither torch.save's "
-                           "archive nor a pickle) nor .safetensors")
+        raise PairkitError(f"{what} {path} is unreadable: not a torch checkpoint (neither "
+                           "torch.save's archive nor a pickle) nor .safetensors")
     try:
         with warnings.catch_warnings():  # torch's pickle-protocol chatter is not for users
             warnings.simplefilter("ignore")

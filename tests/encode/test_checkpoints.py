@@ -116,7 +116,7 @@ def test_a_file_that_is_no_torch_checkpoint_says_what_it_is(tmp_path):
     with pytest.raises(PairkitError, match=r"ck.npy is a NumPy \.npy file, not a torch "):
         load_state_dict(tmp_path / "ck.npy")
     (tmp_path / "ck_text.pt").write_text("hello world\n")
-    with pytest.raises(PairkitError, match="ck_text.pt is not a torch checkpoint"):
+    with pytest.raises(PairkitError, match="ck_text.pt is unreadable: not a torch checkpoint"):
         load_state_dict(tmp_path / "ck_text.pt")
     torch.save({"w": torch.zeros(2)}, tmp_path / "ok.pt")
     torch.save({"w": torch.zeros(2)}, tmp_path / "legacy.pt",
