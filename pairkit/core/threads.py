@@ -58,14 +58,18 @@ def parse_threads(text: str | int, where: str) -> int:
 def resolve_threads(option: int | None = None, env: dict[str, str] | None = None
                     ) -> tuple[int, str]:
     """``(threads, where it came from)``: ``--threads``, then ``PAIRKIT_THREADS``, then
-    ``OMP_NUM_THREADS``, then :func:`default_threads`."""
+    ``OMP_NUM_THREADS``, then :func:`default_threads`. ``OMP_NUM_THREADS`` is read as
+    OpenMP reads it (not pairkit's setting: a scheduler's or a container's): the first
+    number of a nested list (``4,2``), and a value OpenMP would not take is passed over."""
     env = os.environ if env is None else env
     if option is not None:
         return parse_threads(option, "--threads"), "--threads"
-    for name in (ENV, "OMP_NUM_THREADS"):
-        value = env.get(name, "").strip()
-        if value:
-            return parse_threads(value, name), name
+    value = env.get(ENV, "").strip()
+    if value:
+        return parse_threads(value, ENV), ENV
+    first = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if first.isdigit() and int(first) >= 1:
+        return int(first), "OMP_NUM_THREADS"
     return default_threads(), "default"
 
 

@@ -61,10 +61,13 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
         lines.append(line)
     est = stats.get("fn_estimate") or {}
     if est.get("hidden_positive_recall") is not None:
+        rate = est.get("random_pair_flag_rate")  # None: the sample drew no pair of two sources
         lines.append(
             f"false-negative estimate (no labels used): the rules flag "
             f"{est['hidden_positive_recall']:.1%} of hidden positives (other views of "
-            f"{est['anchors']:,} anchors) and {est['random_pair_flag_rate']:.1%} of random pairs"
+            f"{est['anchors']:,} anchors) and "
+            + (f"{rate:.1%} of random pairs" if rate is not None
+               else "no random pair of two sources to sample")
             + (f" (random pairs sharing a label: {est['random_pair_same_label']:.1%})"
                if est.get("random_pair_same_label") is not None else ""))
     if stats.get("negatives_same_label") is not None:

@@ -388,3 +388,24 @@ def test_seeds_two_to_the_32_apart_draw_differently(tmp_path) -> None:
     a, b, c = (mine_pairs(st.root, sampling="random", seed=s)["negative_id"].tolist()
                for s in (0, 2**32, 0))
     assert a == c and a != b
+
+
+def test_a_store_without_random_pairs_of_two_sources_mines_and_says_so(tmp_path) -> None:
+    """Found by a conventions hunt (2026-12-06): on one source of two views (or two
+    sources whose random sample drew no pair of both), the label-free estimate had no
+    random pair; the summary formatted None: the table written, then exit 1 with an
+    internal error (with -q too)."""
+    np.save(tmp_path / "v.npy", np.random.default_rng(1).normal(size=(2, 8)).astype("f4"))
+    pd.DataFrame({"path": ["a.png", "a.png"], "source": ["a", "a"], "view": [0, 1]}).to_csv(
+        tmp_path / "i.csv", index=False)
+    r = runner.invoke(app, ["import", str(tmp_path / "v.npy"), "--items", str(tmp_path / "i.csv"),
+                            "-o", str(tmp_path / "st"), "-q"])
+    assert r.exit_code == 0, r.output
+    for quiet in ([], ["-q"]):
+        out = tmp_path / f"p{len(quiet)}.parquet"
+        r = runner.invoke(app, ["mine", str(tmp_path / "st"), "--hard", "-k", "1",
+                                "--filter-false-negatives", "-o", str(out), *quiet])
+        assert r.exit_code == 0, r.output
+        assert out.exists()
+        assert (r.output == "") if quiet else ("no random pair of two sources to sample"
+                                               in r.output), r.output

@@ -30,6 +30,19 @@ def test_resolution_order() -> None:
         threads.resolve_threads(0, {})
 
 
+def test_omp_num_threads_is_a_fallback_read_as_openmp_reads_it() -> None:
+    """Found by a conventions hunt (2026-12-06): OpenMP's nested list ("4,2": 4 threads at
+    the outer level), set by cluster schedulers and containers, made every command exit 2;
+    it is not pairkit's option: its first number is the budget, and a value OpenMP itself
+    would not take is passed over for the default."""
+    assert threads.resolve_threads(None, {"OMP_NUM_THREADS": "4,2"}) == (4, "OMP_NUM_THREADS")
+    assert threads.resolve_threads(None, {"OMP_NUM_THREADS": " 3 , 1"}) == (3, "OMP_NUM_THREADS")
+    assert threads.resolve_threads(None, {"OMP_NUM_THREADS": "lots"})[1] == "default"
+    assert threads.resolve_threads(None, {"OMP_NUM_THREADS": "0"})[1] == "default"
+    with pytest.raises(UsageError, match="PAIRKIT_THREADS must be an integer >= 1"):
+        threads.resolve_threads(None, {"PAIRKIT_THREADS": "4,2"})  # pairkit's own: strict
+
+
 def test_plan_shares_the_budget() -> None:
     small, big = threads.plan(1), threads.plan(8)
     # CPU embedding: one background decode thread below 4, else a quarter decodes
