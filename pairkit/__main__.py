@@ -1,3 +1,3 @@
-from pairkit.cli.main import main
+from pairkit.cli import entry
 
-main()
+entry()

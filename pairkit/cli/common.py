@@ -66,6 +66,10 @@ def user_errors() -> Iterator[None]:
             name = f" {exc.filename}" if exc.filename else ""
             raise fail(f"disk full while writing{name}: free space and rerun; outputs are "
                        "written whole or not at all") from None
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            what = "read-only file system" if exc.errno == errno.EROFS else "permission denied"
+            raise fail(f"can't write {exc.filename or 'an output'}: {what}; nothing else "
+                       "was changed") from None
         raise _internal(exc) from None
     except Exception as exc:
         if _is_cuda_oom(exc):

@@ -89,6 +89,9 @@ def main() -> None:
     """Console entry point."""
     try:
         app()
+    except KeyboardInterrupt:  # outside a command's handler: while parsing, or after it
+        sys.stderr.write("error: interrupted\n")
+        sys.exit(130)
     except BrokenPipeError:
         # The reader of stdout went away (e.g. `| head`): not an error.
         import os

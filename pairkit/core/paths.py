@@ -64,13 +64,17 @@ def check_folder_output(output: str | os.PathLike[str] | None, option: str, what
 def check_parent_folder(output: str | os.PathLike[str], option: str = "-o") -> None:
     """Refuse (UsageError, exit 2) an output under an existing file (``f/x.jsonl`` where
     ``f`` is a file): its folder can't be made, which failed only when the output was
-    written, after the work."""
-    from pairkit.errors import UsageError
+    written, after the work; and (PairkitError, exit 1) one whose nearest existing folder
+    this user can't write in."""
+    from pairkit.errors import PairkitError, UsageError
 
     for parent in Path(output).parents:  # the nearest first
         if parent.exists():
             if not parent.is_dir():
                 raise UsageError(f"{option} {output}: {parent} is a file, not a folder")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise PairkitError(f"{option} {output}: can't write in {parent} "
+                                   "(permission denied)")
             return
 
 

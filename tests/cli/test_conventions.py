@@ -138,3 +138,70 @@ def test_wrong_paths_are_reported_before_heavy_imports(tmp_path: Path) -> None:
     assert codes == [1] * len(runs), stderr
     assert heavy == [], heavy
     assert stderr.count("error: ") == len(runs) and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("code", ["EACCES", "EPERM", "EROFS"])
+def test_an_output_the_system_refuses_is_one_plain_line(code, capsys) -> None:
+    """Found by a conventions hunt (2026-12-06): ``-o`` in a folder the user can't write
+    (or a read-only file system) was "internal error: PermissionError ... report it"."""
+    import errno
+
+    import typer
+
+    from pairkit.cli.common import user_errors
+
+    with pytest.raises(typer.Exit) as info, user_errors():
+        raise OSError(getattr(errno, code), "Permission denied", "/data/out/.t.csv.x1.tmp")
+    assert info.value.exit_code == 1
+    err = capsys.readouterr().err
+    assert "internal error" not in err
+    why = "read-only file system" if code == "EROFS" else "permission denied"
+    assert f"can't write /data/out/.t.csv.x1.tmp: {why}" in " ".join(err.split())
+
+
+def test_an_output_in_a_folder_that_is_not_writable_is_refused_before_the_work(
+        tmp_path, monkeypatch) -> None:
+    """The same, found before any work: the nearest existing folder of an output must be
+    writable (``os.access``; root passes it, so the check is exercised by hand here)."""
+    import os
+
+    from pairkit.core.paths import check_output_apart
+    from pairkit.errors import PairkitError
+
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m: False if str(p) == str(tmp_path)
+                        else real(p, m))
+    with pytest.raises(PairkitError, match=f"-o {tmp_path}/sub/x.csv: can't write in "
+                                           f"{tmp_path} \\(permission denied\\)"):
+        check_output_apart(tmp_path / "sub" / "x.csv", [])
+
+
+def test_ctrl_c_while_the_command_line_loads_or_parses_is_one_line(monkeypatch, capsys) -> None:
+    """Found by a conventions hunt (2026-12-06): Ctrl-C in the first ~0.1 s (while typer and
+    the commands import) printed a 20-line traceback; outside a command's own handler
+    (Click parsing, after the output) it exited 130 without a word."""
+    import builtins
+
+    import pairkit.cli as cli
+    import pairkit.cli.main as cli_main
+
+    real = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "pairkit.cli.main":
+            raise KeyboardInterrupt
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    with pytest.raises(SystemExit) as info:
+        cli.entry()
+    monkeypatch.setattr(builtins, "__import__", real)
+    assert info.value.code == 130 and capsys.readouterr().err == "error: interrupted\n"
+
+    def app() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_main, "app", app)
+    with pytest.raises(SystemExit) as info:
+        cli_main.main()
+    assert info.value.code == 130 and capsys.readouterr().err == "error: interrupted\n"
