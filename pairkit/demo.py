@@ -115,6 +115,57 @@ def make_demo_images(
     return out
 
 
+NO_LABEL_RULES = "near-duplicate,mutual-neighbour,cluster"
+
+
+def demo_steps(d: Path, epochs: int) -> list[tuple[str, list[str]]]:
+    """The steps, as printed and run: with --force but for embed (a rerun resumes it), so
+    each can be rerun by hand as printed."""
+    s = str
+    embed = ["--model", "pixels", "--views", "2", "--labels", "folder", "--quiet"]
+    steps = [
+        ("embed the training images with the weight-free encoder (2 views per image)",
+         ["embed", s(d / "images"), "-o", s(d / "store"), *embed]),
+        ("embed the held-out test images the same way",
+         ["embed", s(d / "test-images"), "-o", s(d / "test-store"), *embed]),
+        ("find near-duplicate groups (the planted copies)",
+         ["dedup", s(d / "store"), "-o", s(d / "duplicates.csv")]),
+        ("mine hard negatives naively: nearest other images, no false-negative filter",
+         ["mine", s(d / "store"), "--hard", "--relation", "instance",
+          "-o", s(d / "pairs-naive.parquet"), "--stats", s(d / "mine-naive.json")]),
+        ("the same, with false-negative rules that never look at labels",
+         ["mine", s(d / "store"), "--hard", "--relation", "instance",
+          "--filter-false-negatives", "--fn-rules", NO_LABEL_RULES,
+          "-o", s(d / "pairs-unlabelled.parquet"), "--stats", s(d / "mine-unlabelled.json")]),
+        ("mine training pairs: a random same-label positive, hard negatives, default filter",
+         ["mine", s(d / "store"), "--hard", "--relation", "label", "--positive", "random",
+          "--filter-false-negatives", "-o", s(d / "pairs.parquet"),
+          "--stats", s(d / "mine.json")]),
+        ("train a contrastive head on the label-free pairs (their mined positives too)",
+         ["train", s(d / "store"), "--pairs", s(d / "pairs-unlabelled.parquet"), "-o",
+          s(d / "head"), "--epochs", str(epochs)]),
+        ("evaluate on the held-out test images: raw embeddings against the head",
+         ["eval", s(d / "store"), "--against", s(d / "test-store"), "--head", s(d / "head"),
+          "--compare", "--json", "--plot", s(d / "plots")]),
+        ("mine once more keeping the flagged false negatives (for the report)",
+         ["mine", s(d / "store"), "--hard", "--relation", "instance",
+          "--filter-false-negatives", "--fn-mode", "keep", "-o", s(d / "pairs-flagged.parquet"),
+          "--quiet"]),
+        ("an HTML report of the flags, the duplicates and the scores (opens from file://)",
+         ["report", s(d / "pairs-flagged.parquet"), s(d / "duplicates.csv"),
+          s(d / "eval.json"), s(d / "plots"), "-o", s(d / "report")]),
+    ]
+    return [(title, a if a[0] == "embed" else [*a, "--force"]) for title, a in steps]
+
+
+def write_planted(path: Path, planted: list[tuple[str, str, str]]) -> None:
+    """The planted copies as a CSV (copy, original, edit): what dedup should find."""
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("copy,original,edit\n")
+        for row in planted:
+            fh.write(",".join(row) + "\n")
+
+
 def prepare_demo_dir(directory: Path, force: bool) -> None:
     """Make ``directory`` ready for a demo run: new or empty is fine; with ``force``, a
     folder an earlier demo wrote (it holds the marker file) is removed first. Any other

@@ -40,6 +40,18 @@ def test_demo_runs_the_pipeline(tmp_path):
                  "pairs.parquet", "head", "eval.json"):
         assert (out / name).exists(), name
     assert "$ pairkit embed" in result.output and "$ pairkit eval" in result.output
+    # found by a bug hunt (2026-12-06): the printed commands could not be rerun as printed
+    # (outputs existed: no --force; eval's JSON went to the terminal, not eval.json)
+    lines = [x[2:] for x in result.output.splitlines() if x.startswith("$ pairkit ")]
+    assert all("--force" in x for x in lines if not x.startswith("pairkit embed")), lines
+    shown = next(x for x in lines if x.startswith("pairkit eval"))
+    assert shown.endswith(f"--force > {out / 'eval.json'}"), shown
+    import shlex
+
+    before = (out / "duplicates.csv").read_bytes()
+    dedup = shlex.split(next(x for x in lines if x.startswith("pairkit dedup")))[1:]
+    assert runner.invoke(app, dedup).exit_code == 0  # rerun by hand as printed
+    assert (out / "duplicates.csv").read_bytes() == before
     assert "naive top-k" in result.output
     evaluation = json.loads((out / "eval.json").read_text())
     assert set(evaluation) == {"raw", "head"}

@@ -14,45 +14,6 @@ import typer
 from pairkit.cli.common import console, say, user_errors, warn
 from pairkit.errors import PairkitError
 
-NO_LABEL_RULES = "near-duplicate,mutual-neighbour,cluster"
-
-
-def _steps(d: Path, epochs: int) -> list[tuple[str, list[str]]]:
-    s = str
-    embed = ["--model", "pixels", "--views", "2", "--labels", "folder", "--quiet"]
-    return [
-        ("embed the training images with the weight-free encoder (2 views per image)",
-         ["embed", s(d / "images"), "-o", s(d / "store"), *embed]),
-        ("embed the held-out test images the same way",
-         ["embed", s(d / "test-images"), "-o", s(d / "test-store"), *embed]),
-        ("find near-duplicate groups (the planted copies)",
-         ["dedup", s(d / "store"), "-o", s(d / "duplicates.csv")]),
-        ("mine hard negatives naively: nearest other images, no false-negative filter",
-         ["mine", s(d / "store"), "--hard", "--relation", "instance",
-          "-o", s(d / "pairs-naive.parquet"), "--stats", s(d / "mine-naive.json")]),
-        ("the same, with false-negative rules that never look at labels",
-         ["mine", s(d / "store"), "--hard", "--relation", "instance",
-          "--filter-false-negatives", "--fn-rules", NO_LABEL_RULES,
-          "-o", s(d / "pairs-unlabelled.parquet"), "--stats", s(d / "mine-unlabelled.json")]),
-        ("mine training pairs: a random same-label positive, hard negatives, default filter",
-         ["mine", s(d / "store"), "--hard", "--relation", "label", "--positive", "random",
-          "--filter-false-negatives", "-o", s(d / "pairs.parquet"),
-          "--stats", s(d / "mine.json")]),
-        ("train a contrastive head on the label-free pairs (their mined positives too)",
-         ["train", s(d / "store"), "--pairs", s(d / "pairs-unlabelled.parquet"), "-o",
-          s(d / "head"), "--epochs", str(epochs)]),
-        ("evaluate on the held-out test images: raw embeddings against the head",
-         ["eval", s(d / "store"), "--against", s(d / "test-store"), "--head", s(d / "head"),
-          "--compare", "--json", "--plot", s(d / "plots")]),
-        ("mine once more keeping the flagged false negatives (for the report)",
-         ["mine", s(d / "store"), "--hard", "--relation", "instance",
-          "--filter-false-negatives", "--fn-mode", "keep", "-o", s(d / "pairs-flagged.parquet"),
-          "--quiet"]),
-        ("an HTML report of the flags, the duplicates and the scores (opens from file://)",
-         ["report", s(d / "pairs-flagged.parquet"), s(d / "duplicates.csv"),
-          s(d / "eval.json"), s(d / "plots"), "-o", s(d / "report")]),
-    ]
-
 
 def _run_step(args: list[str], capture: bool) -> tuple[int, str]:
     """Run one pairkit command in this process (no new interpreter and torch import per
@@ -92,7 +53,15 @@ def demo(
 
     Example: pairkit demo demo-run
     """
-    from pairkit.demo import gain_verdict, make_demo_images, prepare_demo_dir, same_label_share
+    from pairkit.demo import (
+        NO_LABEL_RULES,
+        demo_steps,
+        gain_verdict,
+        make_demo_images,
+        prepare_demo_dir,
+        same_label_share,
+        write_planted,
+    )
 
     with user_errors():
         prepare_demo_dir(directory, force)
@@ -109,19 +78,17 @@ def demo(
             f"{made.broken} broken files"
             + (f"; {made.test_images} held-out digits in {test_root}" if test_root else ""),
             quiet)
-        with open(directory / "planted.csv", "w", encoding="utf-8") as fh:
-            fh.write("copy,original,edit\n")
-            for row in made.planted:
-                fh.write(",".join(row) + "\n")
+        write_planted(directory / "planted.csv", made.planted)
         if images_only:
             return
         evaluation: dict = {}
-        for title, args in _steps(directory, epochs):
+        for title, args in demo_steps(directory, epochs):
             if quiet:
                 args = [*args, "-q"] if "--quiet" not in args else args
             else:
                 console().rule(title)
-            say("$ pairkit " + " ".join(shlex.quote(a) for a in args), quiet)
+            into = f" > {shlex.quote(str(directory / 'eval.json'))}" if args[0] == "eval" else ""
+            say("$ pairkit " + " ".join(shlex.quote(a) for a in args) + into, quiet)
             code, stdout = _run_step(args, capture=args[0] == "eval")
             if code != 0:
                 raise PairkitError(f"step failed: pairkit {args[0]} (exit {code})")
