@@ -278,6 +278,7 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
     import numpy as np
     import pandas as pd
 
+    from pairkit.core.paths import first_bad_path
     from pairkit.core.store import Store
     from pairkit.mine.near_duplicate_check import (
         PixelCheck,
@@ -340,6 +341,12 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
             j, sim, match = int(others[best]), float(np.clip(sims[best], -1, 1)), "near"
         rows.append((i, paths[i], j - n_a, paths[j], sim, match))
     out = pd.DataFrame(rows, columns=list(AGAINST_COLUMNS))
+    for column, ids, where in (("path", "id", store), ("other_path", "other_id", other)):
+        bad = first_bad_path(out[column].astype(str).tolist())
+        if bad is not None:  # a pipeline must not act on it (--paths-only | xargs rm)
+            row, value, reason = bad
+            raise PairkitError(f"item path {value!a} {reason} (store {where}, id "
+                               f"{int(out[ids].iloc[row])}): refusing to list it")
     if cfg.absolute:
         out["path"] = [str(inside(ra, p)) for p in out["path"]]
         out["other_path"] = [str(inside(rb, p)) for p in out["other_path"]]

@@ -53,3 +53,23 @@ def test_against_finds_planted_train_test_copies(tmp_path: Path) -> None:
     r = runner.invoke(app, ["dedup", str(test) + "-store", "--against", str(train) + "-store",
                             "--drop"])
     assert r.exit_code == 2 and "--drop does not apply to --against" in r.output
+
+
+def test_against_refuses_to_list_a_path_that_leaves_the_image_root(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): plain ``dedup`` refuses to list a hand-edited
+    store's ``../`` path (``--paths-only | xargs rm`` would act on it), but ``--against``
+    printed it unless ``--absolute`` was given. Either store's path is checked."""
+    import pandas as pd
+
+    from pairkit.core.store_writer import write_store
+
+    root = {"image_root": str(tmp_path / "img")}
+    for name, bad in (("test", "../../../../etc/shadow"), ("train", "ok2.jpg")):
+        write_store(tmp_path / name, np.array([[1.0, 0], [0, 1.0]], np.float32),
+                    pd.DataFrame({"path": [bad, f"{name}-ok.jpg"]}), dtype="float32",
+                    extra=root)
+    for extra in ([], ["--paths-only"], ["--paths-only", "-0"]):
+        r = runner.invoke(app, ["dedup", str(tmp_path / "test"), "--against",
+                                str(tmp_path / "train"), *extra])
+        assert r.exit_code == 1, (extra, r.output)
+        assert r.stdout == "" and "refusing to list it" in r.stderr, (extra, r.output)
