@@ -45,6 +45,14 @@ class ReportInput:
     plots: list[Path] = field(default_factory=list)
 
 
+# the columns each kind's view reads (pair_format tells the kinds apart by fewer)
+NEEDED = {"triplet": ("anchor_id", "positive_id", "negative_id"),
+          "n-tuple": ("anchor_id", "positive_id", "negative_id_1"),
+          "labeled-pair": ("anchor_id", "other_id", "label"),
+          "dedup": ("group", "id", "keep"),
+          "search": ("query", "query_kind", "rank", "id", "score")}
+
+
 def pair_format(columns: list[str]) -> str | None:
     """``triplet``, ``n-tuple``, ``labeled-pair``, ``dedup``, ``search`` or None from column
     names."""
@@ -144,5 +152,14 @@ def _table_input(spec: str, path: Path | None) -> ReportInput:
             f"{'stdin' if spec == '-' else spec} is neither a pair table nor dedup groups nor "
             "search results "
             f"(columns: {cols}); report reads {_WHAT}")
+    name = "stdin" if spec == "-" else spec
+    missing = [c for c in NEEDED[fmt] if c not in table.columns]
+    if missing:  # classified by some columns; the views read these too
+        raise PairkitError(f"{name}: {fmt} tables need column {', '.join(missing)} "
+                           "(docs/formats.md)")
+    if fmt == "dedup":  # an empty id would index the store's last row
+        from pairkit.core.pairs import integer_ids
+
+        integer_ids(table["id"], "id", allow_missing=False)
     kind = fmt if fmt in ("dedup", "search") else "pairs"
     return ReportInput(kind, spec, path, table=table, fmt=None if kind == "dedup" else fmt)

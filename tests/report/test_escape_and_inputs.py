@@ -89,6 +89,17 @@ def test_read_input_kinds(tmp_path, small_store):
     (lambda p: pd.DataFrame({"path": ["a"]}).to_csv(p / "items.csv") or p / "items.csv",
      "neither a pair table nor dedup groups"),
     (lambda p: (p / "empty").mkdir() or p / "empty", "holds no PNG plots"),
+    # found by a bug hunt (2026-12-06): classified by some of their columns, these were an
+    # internal error (KeyError) in the views
+    (lambda p: (p / "t.csv").write_text("anchor_id,negative_id\n0,1\n") and p / "t.csv",
+     "triplet tables need column positive_id"),
+    (lambda p: (p / "n.csv").write_text("anchor_id,negative_id_1\n0,1\n") and p / "n.csv",
+     "n-tuple tables need column positive_id"),
+    (lambda p: (p / "s.csv").write_text("query,query_kind,rank,id\nid:5,item,0,1\n")
+     and p / "s.csv", "search tables need column score"),
+    # ... and an empty id of dedup groups showed the store's last row as the copy
+    (lambda p: (p / "d.csv").write_text("group,id,path,keep\n0,3,a.png,True\n0,,b.png,False\n")
+     and p / "d.csv", "column id must hold integer ids"),
 ])
 def test_read_input_refuses_what_it_cannot_show(tmp_path, make, message):
     with pytest.raises(PairkitError, match=message):
