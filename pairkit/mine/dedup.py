@@ -70,6 +70,8 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
         raise UsageError(f"--absolute needs the store's image_root, and {store} has none "
                          "(made by import?)")
     columns = item_columns(st, as_objects=pairs is None)
+    if cfg.exact_only:
+        refuse_without_hashes(columns.file_sha256, store)
     paths = columns.paths
     keep, sizes = keep_sizes(cfg.keep, image_root, paths, warn)
     # on Ray: rows read where they lie (the search's on the workers, here only the
@@ -126,6 +128,18 @@ class ItemColumns:
     file_sha256: np.ndarray | None
     sha_of: Any
     n_sources: int
+
+
+def refuse_without_hashes(hashes: np.ndarray | None, store: str | Path) -> None:
+    """PairkitError when ``--exact-only`` has no file hash to compare in ``store`` (an
+    imported store without a ``file_sha256`` column): "0 groups" would read as "no file
+    is repeated"."""
+    import pandas as pd
+
+    if hashes is None or len(hashes) == 0 or bool(pd.isna(pd.Series(hashes)).all()):
+        raise PairkitError(f"--exact-only compares file hashes, and store {store} has none "
+                           "(made by import without a file_sha256 column): leave it out to "
+                           "compare the embeddings")
 
 
 def item_columns(st: Any, as_objects: bool = True) -> ItemColumns:
@@ -312,6 +326,9 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
                        ["b\0" + s for s in ib["source"].astype(str)], dtype=object)
     hashes = np.concatenate([ia["file_sha256"].to_numpy(dtype=object, na_value=None),
                              ib["file_sha256"].to_numpy(dtype=object, na_value=None)])
+    if cfg.exact_only:
+        refuse_without_hashes(hashes[:n_a], store)
+        refuse_without_hashes(hashes[n_a:], other)
     views = np.concatenate([ia["view"].to_numpy(), ib["view"].to_numpy()])
     both = images_readable(ra, paths[:n_a]) and images_readable(rb, paths[n_a:])
     if cfg.method == "pixels" and not both:

@@ -343,3 +343,18 @@ def test_missing_and_broken_store(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     r = runner.invoke(app, ["dedup", str(tmp_path / "empty")])
     assert r.exit_code == 1 and "is not a pairkit store" in r.stderr
+
+
+def test_exact_only_on_a_store_without_file_hashes_is_refused(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): ``--exact-only`` compares file hashes; on an
+    imported store without them it reported "0 groups", exit 0, as if no file were
+    repeated. Refused (exit 1), plain and ``--against``, naming what is missing."""
+    for name in ("a", "b"):
+        write_store(tmp_path / name, np.eye(3, dtype=np.float32),
+                    pd.DataFrame({"path": ["x.png", "y.png", "z.png"]}), dtype="float32")
+    for args in (["dedup", str(tmp_path / "a"), "--exact-only"],
+                 ["dedup", str(tmp_path / "a"), "--against", str(tmp_path / "b"),
+                  "--exact-only"]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 1, (args, r.output)
+        assert "--exact-only compares file hashes" in r.stderr, r.output
