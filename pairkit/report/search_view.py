@@ -23,20 +23,30 @@ def build_search_section(name: str, table: pd.DataFrame, *, sample: int,
     import pandas as pd
 
     t = table.reset_index(drop=True)
-    queries = list(dict.fromkeys(t["query"].astype(str)))
-    shown = queries[:sample] if sample > 0 else queries
     scores = pd.to_numeric(t["score"], errors="coerce").to_numpy(dtype=np.float64)
     ids = pd.to_numeric(t["id"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
     ranks = pd.to_numeric(t["rank"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
     paths = t["path"].to_numpy(dtype=object) if "path" in t.columns else [None] * len(t)
     kinds = t["query_kind"].astype(str).to_numpy()
     text = t["query"].astype(str).to_numpy()
-    rows_of: dict[str, list[int]] = {}
+    # a query is its text and, when the same text comes again (search 5 5), the block
+    # after a rank its current block has seen: each search keeps its own hits
+    rows_of: dict[tuple[str, int], list[int]] = {}
+    block: dict[str, int] = {}
+    seen: dict[tuple[str, int], set[int]] = {}
     for r, q in enumerate(text):
-        rows_of.setdefault(q, []).append(r)
+        key = (q, block.setdefault(q, 0))
+        if int(ranks[r]) in seen.setdefault(key, set()):
+            block[q] += 1
+            key = (q, block[q])
+        seen.setdefault(key, set()).add(int(ranks[r]))
+        rows_of.setdefault(key, []).append(r)
+    queries = list(rows_of)
+    shown = queries[:sample] if sample > 0 else queries
     out = []
-    for q in shown:
-        rows = sorted(rows_of[q], key=lambda r: (ranks[r], r))
+    for key in shown:
+        q = key[0]
+        rows = sorted(rows_of[key], key=lambda r: (ranks[r], r))
         own = None
         if kinds[rows[0]] == "item" and labels is not None and q.startswith("id:"):
             own = labels[int(q[3:])] if q[3:].isdigit() and int(q[3:]) < len(labels) else None

@@ -39,6 +39,21 @@ def test_section_by_hand() -> None:
     assert [q["q"] for q in one["queries"]] == ["id:0"] and one["summary"]["queries_shown"] == 1
 
 
+def test_a_repeated_query_is_two_queries() -> None:
+    """Found by a bug hunt (2026-12-06): ``search store 5 5`` writes the query twice; the
+    view grouped rows by the query's text, so it showed one query with every hit twice
+    (ranks 0, 0, 1, 1) and counted 1 of 1 queries. A rank seen again starts another."""
+    t = pd.DataFrame({
+        "store_id": "s", "query": ["id:5"] * 4, "query_kind": ["item"] * 4,
+        "rank": [0, 1, 0, 1], "id": [13, 27, 13, 27], "score": [0.9, 0.8, 0.9, 0.8],
+        "path": ["a", "b", "a", "b"]})
+    ref, _ = ref_table()
+    sec = build_search_section("hits", t, sample=0, labels=None, ref=ref)
+    assert [q["q"] for q in sec["queries"]] == ["id:5", "id:5"]
+    assert [[h[:2] for h in q["hits"]] for q in sec["queries"]] == [[[13, 0], [27, 1]]] * 2
+    assert sec["summary"]["queries"] == 2 and sec["summary"]["kinds"] == {"item": 2}
+
+
 def test_report_of_a_search_table(tmp_path: Path) -> None:
     make_images(tmp_path / "images", n_per_class=3, classes=2)
     r = runner.invoke(app, ["embed", str(tmp_path / "images"), "-o", str(tmp_path / "store"),
