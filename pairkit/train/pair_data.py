@@ -39,18 +39,21 @@ def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
     """``(anchors, positives, negatives)`` item ids of the examples of a triplet or
     n-tuple table: one example per (anchor, positive), in the order of their first rows,
     its negatives in rank order (``neg_rank``, else table order), wherever its rows are.
-    Rows flagged ``false_negative`` (``--fn-mode keep`` / ``attract``) are left out unless
-    ``keep_flagged``, and so are the mined positives' rows (``positive_kind`` ``mined``:
-    extra positives of an anchor, with no negatives of their own)."""
+    Negatives flagged ``false_negative`` (``--fn-mode keep`` / ``attract``) are left out
+    unless ``keep_flagged``: a flagged triplet row drops its negative, not the example (whose
+    negatives may all go), an n-tuple row flagged in any slot is flagged as a whole. The
+    mined positives' rows (``positive_kind`` ``mined``: extra positives of an anchor, with
+    no negatives of their own) are left out."""
     cols = set(table.columns)
     if "positive_kind" in cols:
         table = table[table["positive_kind"].astype(str) != "mined"]
-    if "false_negative" in cols and not keep_flagged:
-        table = table[~table["false_negative"].fillna(False).astype(bool)]
+    flagged = (table["false_negative"].fillna(False).astype(bool).to_numpy()
+               if "false_negative" in cols and not keep_flagged
+               else np.zeros(len(table), dtype=bool))
     if {"anchor_id", "positive_id", "negative_id"} <= cols:
         a = table["anchor_id"].to_numpy(np.int64)
         p = table["positive_id"].to_numpy(np.int64)
-        n = table["negative_id"].to_numpy(np.int64)
+        n = np.where(flagged, -1, table["negative_id"].to_numpy(np.int64))
         if len(a) == 0:
             return a, p, []
         # an example's rows together (in its first row's place), its negatives by rank:
@@ -70,6 +73,7 @@ def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
     neg_cols = sorted((c for c in cols if str(c).startswith("negative_id_")),
                       key=lambda c: int(str(c).rsplit("_", 1)[1]))
     if {"anchor_id", "positive_id"} <= cols and neg_cols:
+        table = table[~flagged]
         m = table[neg_cols].to_numpy(np.int64)
         return (table["anchor_id"].to_numpy(np.int64), table["positive_id"].to_numpy(np.int64),
                 [row[row >= 0] for row in m])
@@ -129,9 +133,8 @@ class PairImages:
         a, p, negs = pair_examples(table, keep_flagged)
         counts = np.array([len(n) for n in negs], dtype=np.int64)
         if not len(counts):
-            raise PairkitError("the pair table has no examples (rows flagged false_negative "
-                               "and mined-positive rows are left out; an n-tuple row flagged "
-                               "in any slot is flagged as a whole)")
+            raise PairkitError("the pair table has no examples (mined-positive rows are left "
+                               "out, and so are n-tuple rows flagged false_negative)")
         if negatives is None:
             negatives = int(counts.min())
         if negatives < 0:

@@ -267,3 +267,24 @@ def test_triplet_examples_do_not_depend_on_row_order() -> None:
     a, p, negs = pair_examples(t)
     assert a.tolist() == [0, 1] and p.tolist() == [5, 6]  # first appearance order
     assert [n.tolist() for n in negs] == [[3, 4, 8], [2, 9]]
+
+
+def test_triplet_examples_whose_negatives_are_all_flagged_are_kept(store: Store) -> None:
+    """Found by a bug hunt (2026-12-06): flagged rows were left out before the rows were
+    grouped into examples, so an (anchor, positive) whose negatives were all flagged
+    (``fn_mode="keep"``) vanished, with ``skipped`` 0 and ``negatives=0`` no help. A
+    flagged triplet row removes that negative, not the example."""
+    t = pd.DataFrame({"anchor_id": [0, 0, 1, 1], "positive_id": [5, 5, 6, 6],
+                      "negative_id": [3, 4, 8, 9],
+                      "false_negative": [True, True, False, True]})
+    a, p, negs = pair_examples(t)
+    assert a.tolist() == [0, 1] and p.tolist() == [5, 6]
+    assert [n.tolist() for n in negs] == [[], [8]]
+    k = pairkit.mine_pairs(store, num_negatives=3)  # flagged as --fn-mode keep flags them
+    k["false_negative"] = (k["anchor_id"] < 4) | (k["neg_rank"] == 0)
+    examples = k.groupby(["anchor_id", "positive_id"]).ngroups
+    for n in (None, 0):
+        data = PairImages(k, store, transform=_resize, negatives=n)
+        assert (len(data), data.skipped) == (examples, 0)
+    two = PairImages(k, store, transform=_resize, negatives=2)
+    assert (len(two), two.skipped) == (examples - 4, 4)
