@@ -556,17 +556,28 @@ def pairs_to_dataset(table: pd.DataFrame,
     return to_hf_dataset(table, None if store is None else _open(store), images=images)
 
 
+class _Default(int):
+    """An int default that a caller's equal value is not (``is``): what the function passes
+    on only when the caller gave it."""
+
+
+_BATCH_SIZE = _Default(32)
+
+
 @_checked
 def pair_loader(table: pd.DataFrame | str | os.PathLike[str],
                 store: Store | str | os.PathLike[str], *,
                 transform: Callable[[Any], Any] | None = None, negatives: int | None = None,
-                batch_size: int = 32, shuffle: bool = True, num_workers: int = 0,
-                **loader_options: Any) -> Any:
+                batch_size: int | None = _BATCH_SIZE, shuffle: bool | None = None,
+                num_workers: int = 0, **loader_options: Any) -> Any:
     """A torch ``DataLoader`` of (anchor, positive, negatives) images from a pair table
     and the store's image root: ``transform`` maps a PIL image to a tensor (default:
     ``torchvision.transforms.functional.to_tensor``); negatives come stacked as
     (batch, n_negatives, ...): ``negatives`` per example (None: the fewest any example
-    has). See :class:`pairkit.train.pair_data.PairImages`."""
+    has). See :class:`pairkit.train.pair_data.PairImages`. ``batch_size`` 32 and
+    ``shuffle`` (None: on) unless given, but for a ``batch_sampler`` (which sets the
+    batches: neither is passed) or a ``sampler`` (which sets the order: ``shuffle`` is not
+    passed); ``batch_size=None`` turns batching off, as in ``DataLoader``."""
     import inspect
 
     from torch.utils.data import DataLoader
@@ -578,9 +589,14 @@ def pair_loader(table: pd.DataFrame | str | os.PathLike[str],
     if unknown:
         raise UsageError(f"unknown option {unknown[0]!r} (DataLoader's: "
                          f"{', '.join(sorted(known))})")
+    sampled = any(loader_options.get(k) is not None for k in ("sampler", "batch_sampler"))
+    options = dict(loader_options, num_workers=num_workers)
+    if shuffle is not None or not sampled:
+        options["shuffle"] = True if shuffle is None else shuffle
+    if batch_size is not _BATCH_SIZE or loader_options.get("batch_sampler") is None:
+        options["batch_size"] = None if batch_size is None else int(batch_size)
     data = PairImages(table, _open(store), transform=transform, negatives=negatives)
-    return loader(data, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
-                  **loader_options)
+    return loader(data, **options)
 
 
 @_checked

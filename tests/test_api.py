@@ -262,7 +262,7 @@ def test_docs_api_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     (lambda s, p: pairkit.train_head(s, p / "h", relation="instance", force="no"),
      "force must be a bool, got 'no'"),
     (lambda s, p: pairkit.pair_loader(pd.DataFrame(), s, shuffle="x"),
-     "shuffle must be a bool, got 'x'"),
+     "shuffle must be a bool or None, got 'x'"),
     (lambda s, p: pairkit.search(s, ids=[0], include_same_source="no"),
      "include_same_source must be a bool, got 'no'"),
     (lambda s, p: pairkit.search(s, ids=[0], device="gpu"),

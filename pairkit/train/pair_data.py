@@ -184,14 +184,18 @@ class PairImages:
         return self.image(int(self.anchors[i])), self.image(int(self.positives[i])), stacked
 
 
-def loader(data: PairImages, *, batch_size: int = 32, shuffle: bool = True,
-           num_workers: int = 0, **options: Any) -> Any:
-    """A ``torch.utils.data.DataLoader`` over ``data``: batches of (anchors (B, ...),
-    positives (B, ...), negatives (B, K, ...))."""
+def loader(data: PairImages, **options: Any) -> Any:
+    """A ``torch.utils.data.DataLoader`` over ``data`` with ``options`` as given: batches
+    of (anchors (B, ...), positives (B, ...), negatives (B, K, ...)). UsageError for the
+    options DataLoader refuses (a negative ``num_workers``, ``sampler`` with ``shuffle``
+    ...)."""
     import torch
 
-    return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=shuffle,
-                                       num_workers=num_workers, **options)
+    try:
+        return torch.utils.data.DataLoader(data, **options)
+    except (ValueError, TypeError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"DataLoader refused the options: {first}") from None
 
 
 def path_columns(table: pd.DataFrame) -> list[str]:

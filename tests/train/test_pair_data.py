@@ -288,3 +288,32 @@ def test_triplet_examples_whose_negatives_are_all_flagged_are_kept(store: Store)
         assert (len(data), data.skipped) == (examples, 0)
     two = PairImages(k, store, transform=_resize, negatives=2)
     assert (len(two), two.skipped) == (examples - 4, 4)
+
+
+def test_loader_takes_a_sampler_a_batch_sampler_or_no_batching(store: Store) -> None:
+    """Found by a bug hunt (2026-12-06): pair_loader always passed its defaults
+    ``batch_size=32, shuffle=True``, so a ``sampler`` (DistributedSampler) or a
+    ``batch_sampler`` failed with DataLoader's raw ValueError, ``batch_size=None`` was
+    refused, and bad DataLoader options (``num_workers=-1``) were raw ValueErrors."""
+    from torch.utils.data import BatchSampler, DistributedSampler, SequentialSampler
+
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    n = store.count
+    sampler = DistributedSampler(range(n), num_replicas=2, rank=0, shuffle=False)
+    a, _, neg = next(iter(pairkit.pair_loader(pairs, store, transform=_resize, sampler=sampler,
+                                              batch_size=3)))
+    assert a.shape == (3, 3, 12, 12) and neg.shape == (3, 2, 3, 12, 12)
+    batches = BatchSampler(SequentialSampler(range(n)), 5, drop_last=False)
+    sizes = [len(b[0]) for b in pairkit.pair_loader(pairs, store, transform=_resize,
+                                                     batch_sampler=batches)]
+    assert sizes == [5] * (n // 5) + ([n % 5] if n % 5 else [])
+    a, _, neg = next(iter(pairkit.pair_loader(pairs, store, transform=_resize,
+                                              batch_size=None)))
+    assert a.shape == (3, 12, 12) and neg.shape == (2, 3, 12, 12)
+    for options, message in [
+            ({"num_workers": -1}, "num_workers"),
+            ({"prefetch_factor": 2}, "prefetch_factor"),
+            ({"sampler": sampler, "shuffle": True}, "mutually exclusive"),
+            ({"batch_sampler": batches, "batch_size": 4}, "mutually exclusive")]:
+        with pytest.raises(UsageError, match=message):
+            pairkit.pair_loader(pairs, store, **options)
