@@ -222,6 +222,8 @@ def to_hf_dataset(table: Any, store: Any = None, *, images: str = "paths") -> An
     root = store.manifest.get("image_root")
     if not root:
         raise PairkitError(f"store {store.root} has no image_root (made by import?)")
+    import pandas as pd
+
     from pairkit.encode.item_images import image_column_of, read_item_bytes
 
     column = image_column_of(store)
@@ -229,10 +231,11 @@ def to_hf_dataset(table: Any, store: Any = None, *, images: str = "paths") -> An
     feats = {}
     for col in path_columns(table):
         name = str(col).replace("_path", "_image")
-        out[name] = [None if p is None or (isinstance(p, float) and np.isnan(p)) else
-                     {"bytes": read_item_bytes(root, str(p), image_column=column),
-                      "path": str(p)}
-                     for p in table[col].tolist()]
+        # object dtype: an empty list would be float64, which can't be cast to an Image
+        out[name] = pd.Series([None if pd.isna(p) else
+                               {"bytes": read_item_bytes(root, str(p), image_column=column),
+                                "path": str(p)}
+                               for p in table[col].tolist()], index=out.index, dtype=object)
         feats[name] = datasets.Image()
     # typed from every row: the first 0 rows type a text column as null, which its
     # values then can't be cast to (n-tuple slots, --fn-mode keep's columns)

@@ -317,3 +317,19 @@ def test_loader_takes_a_sampler_a_batch_sampler_or_no_batching(store: Store) -> 
             ({"batch_sampler": batches, "batch_size": 4}, "mutually exclusive")]:
         with pytest.raises(UsageError, match=message):
             pairkit.pair_loader(pairs, store, **options)
+
+
+def test_hf_export_with_bytes_of_nullable_nulls_and_of_an_empty_table(store: Store) -> None:
+    """Found by a bug hunt (2026-12-06): with ``images="bytes"``, a ``pd.NA`` null path
+    (``convert_dtypes()``, a nullable-dtype parquet read) was read as the image '<NA>', and
+    an empty table failed in pyarrow ("Unsupported cast from double to struct")."""
+    pytest.importorskip("datasets")
+    t = pairkit.mine_pairs(store, num_negatives=3, format="n-tuple").convert_dtypes()
+    t.loc[0, "negative_path_3"] = pd.NA
+    t.loc[0, "negative_id_3"] = -1
+    ds = pairkit.pairs_to_dataset(t, store, images="bytes")
+    assert ds.num_rows == len(t) and ds[0]["negative_image_3"] is None
+    assert ds[1]["negative_image_3"] is not None
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    empty = pairkit.pairs_to_dataset(pairs.head(0), store, images="bytes")
+    assert empty.num_rows == 0 and "anchor_image" in empty.features
