@@ -178,7 +178,10 @@ def _checked(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:  # an argument given twice, a missing one, one too many
+            raise UsageError(f"{func.__name__}: {exc}") from None
         for name, value in bound.arguments.items():
             param = signature.parameters[name]
             if param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
@@ -287,6 +290,12 @@ def mine_pairs(store: Store | str | os.PathLike[str], *, hard: bool = True,
         raise UsageError("sampling_temperature applies to sampling='softmax'")
     fn_kw = dict(fn_options or {})
     cluster_k = fn_kw.pop("cluster_k", None)
+    if "rules" in fn_kw:  # the field fn_rules fills: one option, given either way
+        if fn_rules is not None:
+            raise UsageError("fn_rules and fn_options' rules are one option: give one")
+        fn_rules = _check_value("rules", "str | Sequence[str]", fn_kw.pop("rules"))
+        if isinstance(fn_rules, tuple):
+            fn_rules = ",".join(fn_rules)
     (fn_kw,) = _split_options(fn_kw, FalseNegativeConfig)
     fn = fn_config(filter_false_negatives, fn_rules, None if cluster_k is None
                    else ",".join(map(str, cluster_k)) if isinstance(cluster_k, (list, tuple))

@@ -460,3 +460,25 @@ def test_embed_images_takes_file_urls(tmp_path: Path) -> None:
     assert st.count == 2 and (tmp_path / "st" / "manifest.json").is_file()
     with pytest.raises(UsageError, match="the URL file:///tmp/x turned into"):
         check_local(Path("file:///tmp/x"))
+
+
+def test_options_that_are_the_function_s_own_arguments(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): ``fn_options={"rules": ...}`` (a
+    FalseNegativeConfig field, listed as known) and ``project_store(..., head=...)`` with
+    the head also given in its place crashed with a raw TypeError ("multiple values")."""
+    from pairkit.errors import UsageError
+
+    by_options = pairkit.mine_pairs(store, relation="label", num_negatives=2,
+                                    filter_false_negatives=True,
+                                    fn_options={"rules": ["label"]})
+    by_rules = pairkit.mine_pairs(store, relation="label", num_negatives=2,
+                                  filter_false_negatives=True, fn_rules="label")
+    pd.testing.assert_frame_equal(by_options, by_rules)
+    with pytest.raises(UsageError, match="fn_rules and fn_options' rules are one option"):
+        pairkit.mine_pairs(store, filter_false_negatives=True, fn_rules="label",
+                           fn_options={"rules": "label"})
+    with pytest.raises(UsageError, match="rules must be"):
+        pairkit.mine_pairs(store, filter_false_negatives=True, fn_options={"rules": 5})
+    with pytest.raises(UsageError, match="^project_store: multiple values for argument 'head'"):
+        pairkit.project_store(store, tmp_path / "h", tmp_path / "p", head="x")
+    assert not (tmp_path / "p").exists()
