@@ -104,7 +104,8 @@ class PairImages:
     root; a map-style dataset for ``torch.utils.data.DataLoader``.
 
     Item ``i`` is ``(transform(anchor), transform(positive), negatives)``, negatives
-    stacked to (negatives, ...) when the transform gives tensors. ``negatives``: how many
+    stacked to (negatives, ...) when the transform gives tensors (0 negatives: an empty
+    (0, ...) tensor). ``negatives``: how many
     per example, the first ones in rank order (None: the fewest any example has, so that
     none is left out); examples with fewer are left out and counted in ``skipped``. Paths
     come from the store by item id (the table must be the store's: its ``store_id``) and
@@ -175,13 +176,16 @@ class PairImages:
         if not 0 <= i < len(self):
             raise IndexError(i)
         negs = [self.image(int(n)) for n in self.negatives[i]]
+        anchor = self.image(int(self.anchors[i]))  # read in the order they always were
         import torch
 
         if negs and all(isinstance(x, torch.Tensor) for x in negs):
             stacked: Any = torch.stack(negs)
+        elif not negs and isinstance(anchor, torch.Tensor):  # (0, ...): batches stack it
+            stacked = anchor.new_empty((0, *anchor.shape))
         else:
             stacked = negs
-        return self.image(int(self.anchors[i])), self.image(int(self.positives[i])), stacked
+        return anchor, self.image(int(self.positives[i])), stacked
 
 
 def loader(data: PairImages, **options: Any) -> Any:

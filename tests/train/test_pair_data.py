@@ -333,3 +333,14 @@ def test_hf_export_with_bytes_of_nullable_nulls_and_of_an_empty_table(store: Sto
     pairs = pairkit.mine_pairs(store, num_negatives=2)
     empty = pairkit.pairs_to_dataset(pairs.head(0), store, images="bytes")
     assert empty.num_rows == 0 and "anchor_image" in empty.features
+
+
+def test_zero_negatives_come_as_an_empty_stacked_tensor(store: Store) -> None:
+    """Found by a bug hunt (2026-12-06): with ``negatives=0`` (in-batch negatives; also the
+    default when an example's negatives were all flagged) the negatives were a list
+    ``[]``, not the documented (batch, 0, channels, height, width) tensor."""
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    assert PairImages(pairs, store, transform=_resize, negatives=0)[0][2].shape == (0, 3, 12, 12)
+    a, _, neg = next(iter(pairkit.pair_loader(pairs, store, negatives=0, transform=_resize,
+                                              batch_size=2)))
+    assert a.shape == (2, 3, 12, 12) and neg.shape == (2, 0, 3, 12, 12)
