@@ -482,3 +482,19 @@ def test_options_that_are_the_function_s_own_arguments(store, tmp_path: Path) ->
     with pytest.raises(UsageError, match="^project_store: multiple values for argument 'head'"):
         pairkit.project_store(store, tmp_path / "h", tmp_path / "p", head="x")
     assert not (tmp_path / "p").exists()
+
+
+def test_a_bad_dtype_is_a_usage_error(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): ``import_embeddings(dtype="float64")`` and
+    ``project_store(dtype="int8")`` raised a plain PairkitError (``except UsageError``
+    missed it), while the commands' --dtype is a usage error (exit 2)."""
+    from pairkit.errors import UsageError
+
+    np.save(tmp_path / "e.npy", np.ones((3, 4), np.float32))
+    pd.DataFrame({"path": ["a.jpg", "b.jpg", "c.jpg"]}).to_csv(tmp_path / "i.csv", index=False)
+    with pytest.raises(UsageError, match="^--dtype must be one of float16, float32, got float64"):
+        pairkit.import_embeddings(tmp_path / "e.npy", tmp_path / "i.csv", tmp_path / "s",
+                                  dtype="float64")
+    with pytest.raises(UsageError, match="^--dtype must be one of float16, float32, got int8"):
+        pairkit.project_store(store, tmp_path / "h", tmp_path / "p", dtype="int8")
+    assert not (tmp_path / "s").exists() and not (tmp_path / "p").exists()
