@@ -178,7 +178,10 @@ def _checked(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:  # an argument given twice, a missing one, one too many
+            raise UsageError(f"{func.__name__}: {exc}") from None
         for name, value in bound.arguments.items():
             param = signature.parameters[name]
             if param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
@@ -287,6 +290,12 @@ def mine_pairs(store: Store | str | os.PathLike[str], *, hard: bool = True,
         raise UsageError("sampling_temperature applies to sampling='softmax'")
     fn_kw = dict(fn_options or {})
     cluster_k = fn_kw.pop("cluster_k", None)
+    if "rules" in fn_kw:  # the field fn_rules fills: one option, given either way
+        if fn_rules is not None:
+            raise UsageError("fn_rules and fn_options' rules are one option: give one")
+        fn_rules = _check_value("rules", "str | Sequence[str]", fn_kw.pop("rules"))
+        if isinstance(fn_rules, tuple):
+            fn_rules = ",".join(fn_rules)
     (fn_kw,) = _split_options(fn_kw, FalseNegativeConfig)
     fn = fn_config(filter_false_negatives, fn_rules, None if cluster_k is None
                    else ",".join(map(str, cluster_k)) if isinstance(cluster_k, (list, tuple))
@@ -556,17 +565,28 @@ def pairs_to_dataset(table: pd.DataFrame,
     return to_hf_dataset(table, None if store is None else _open(store), images=images)
 
 
+class _Default(int):
+    """An int default that a caller's equal value is not (``is``): what the function passes
+    on only when the caller gave it."""
+
+
+_BATCH_SIZE = _Default(32)
+
+
 @_checked
 def pair_loader(table: pd.DataFrame | str | os.PathLike[str],
                 store: Store | str | os.PathLike[str], *,
                 transform: Callable[[Any], Any] | None = None, negatives: int | None = None,
-                batch_size: int = 32, shuffle: bool = True, num_workers: int = 0,
-                **loader_options: Any) -> Any:
+                batch_size: int | None = _BATCH_SIZE, shuffle: bool | None = None,
+                num_workers: int = 0, **loader_options: Any) -> Any:
     """A torch ``DataLoader`` of (anchor, positive, negatives) images from a pair table
     and the store's image root: ``transform`` maps a PIL image to a tensor (default:
     ``torchvision.transforms.functional.to_tensor``); negatives come stacked as
     (batch, n_negatives, ...): ``negatives`` per example (None: the fewest any example
-    has). See :class:`pairkit.train.pair_data.PairImages`."""
+    has). See :class:`pairkit.train.pair_data.PairImages`. ``batch_size`` 32 and
+    ``shuffle`` (None: on) unless given, but for a ``batch_sampler`` (which sets the
+    batches: neither is passed) or a ``sampler`` (which sets the order: ``shuffle`` is not
+    passed); ``batch_size=None`` turns batching off, as in ``DataLoader``."""
     import inspect
 
     from torch.utils.data import DataLoader
@@ -578,9 +598,14 @@ def pair_loader(table: pd.DataFrame | str | os.PathLike[str],
     if unknown:
         raise UsageError(f"unknown option {unknown[0]!r} (DataLoader's: "
                          f"{', '.join(sorted(known))})")
+    sampled = any(loader_options.get(k) is not None for k in ("sampler", "batch_sampler"))
+    options = dict(loader_options, num_workers=num_workers)
+    if shuffle is not None or not sampled:
+        options["shuffle"] = True if shuffle is None else shuffle
+    if batch_size is not _BATCH_SIZE or loader_options.get("batch_sampler") is None:
+        options["batch_size"] = None if batch_size is None else int(batch_size)
     data = PairImages(table, _open(store), transform=transform, negatives=negatives)
-    return loader(data, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
-                  **loader_options)
+    return loader(data, **options)
 
 
 @_checked

@@ -262,7 +262,7 @@ def test_docs_api_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     (lambda s, p: pairkit.train_head(s, p / "h", relation="instance", force="no"),
      "force must be a bool, got 'no'"),
     (lambda s, p: pairkit.pair_loader(pd.DataFrame(), s, shuffle="x"),
-     "shuffle must be a bool, got 'x'"),
+     "shuffle must be a bool or None, got 'x'"),
     (lambda s, p: pairkit.search(s, ids=[0], include_same_source="no"),
      "include_same_source must be a bool, got 'no'"),
     (lambda s, p: pairkit.search(s, ids=[0], device="gpu"),
@@ -460,3 +460,41 @@ def test_embed_images_takes_file_urls(tmp_path: Path) -> None:
     assert st.count == 2 and (tmp_path / "st" / "manifest.json").is_file()
     with pytest.raises(UsageError, match="the URL file:///tmp/x turned into"):
         check_local(Path("file:///tmp/x"))
+
+
+def test_options_that_are_the_function_s_own_arguments(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): ``fn_options={"rules": ...}`` (a
+    FalseNegativeConfig field, listed as known) and ``project_store(..., head=...)`` with
+    the head also given in its place crashed with a raw TypeError ("multiple values")."""
+    from pairkit.errors import UsageError
+
+    by_options = pairkit.mine_pairs(store, relation="label", num_negatives=2,
+                                    filter_false_negatives=True,
+                                    fn_options={"rules": ["label"]})
+    by_rules = pairkit.mine_pairs(store, relation="label", num_negatives=2,
+                                  filter_false_negatives=True, fn_rules="label")
+    pd.testing.assert_frame_equal(by_options, by_rules)
+    with pytest.raises(UsageError, match="fn_rules and fn_options' rules are one option"):
+        pairkit.mine_pairs(store, filter_false_negatives=True, fn_rules="label",
+                           fn_options={"rules": "label"})
+    with pytest.raises(UsageError, match="rules must be"):
+        pairkit.mine_pairs(store, filter_false_negatives=True, fn_options={"rules": 5})
+    with pytest.raises(UsageError, match="^project_store: multiple values for argument 'head'"):
+        pairkit.project_store(store, tmp_path / "h", tmp_path / "p", head="x")
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_bad_dtype_is_a_usage_error(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): ``import_embeddings(dtype="float64")`` and
+    ``project_store(dtype="int8")`` raised a plain PairkitError (``except UsageError``
+    missed it), while the commands' --dtype is a usage error (exit 2)."""
+    from pairkit.errors import UsageError
+
+    np.save(tmp_path / "e.npy", np.ones((3, 4), np.float32))
+    pd.DataFrame({"path": ["a.jpg", "b.jpg", "c.jpg"]}).to_csv(tmp_path / "i.csv", index=False)
+    with pytest.raises(UsageError, match="^--dtype must be one of float16, float32, got float64"):
+        pairkit.import_embeddings(tmp_path / "e.npy", tmp_path / "i.csv", tmp_path / "s",
+                                  dtype="float64")
+    with pytest.raises(UsageError, match="^--dtype must be one of float16, float32, got int8"):
+        pairkit.project_store(store, tmp_path / "h", tmp_path / "p", dtype="int8")
+    assert not (tmp_path / "s").exists() and not (tmp_path / "p").exists()

@@ -59,7 +59,7 @@ from pairkit.core.remote import (
     remove,
 )
 from pairkit.core.shard_book import ShardBook
-from pairkit.errors import PairkitError, StoreError
+from pairkit.errors import PairkitError, StoreError, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -260,7 +260,7 @@ class RemoteStoreWriter(ShardBook):
         from pairkit.core.items import normalize_items
 
         if dtype not in DTYPES:
-            raise PairkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
+            raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
         if url not in _PREPARED:
             prepare_remote(url, force=False)
         tag, replaced = _PREPARED.pop(url)

@@ -102,6 +102,16 @@ class Shard:
     bytes: int | None = None
 
 
+def _copy_on_write() -> bool:
+    """Whether pandas copies a shared table's data when one of its sharers changes it
+    (copy-on-write: always from pandas 3, an option in pandas 2)."""
+    import pandas as pd
+
+    if int(pd.__version__.split(".")[0]) >= 3:
+        return True
+    return pd.options.mode.copy_on_write is True
+
+
 def codes_of(values: Any, missing: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes of ``values`` (N,) (labels, sources, any hashable objects): ``(codes
     int64 (N,), distinct values object (U,))``, codes in order of first appearance.
@@ -302,10 +312,15 @@ class Store:
     # -- items ---------------------------------------------------------------------
     @property
     def items(self) -> pd.DataFrame:
-        """The item table (id, path, source, view, label, file_sha256), one row per item."""
-        if self._items is None:
-            import pandas as pd
+        """The item table (id, path, source, view, label, file_sha256), one row per item.
 
+        Each access gives a new DataFrame, so a caller's edits never reach the table the
+        store object caches (and every later call reads): with pandas' copy-on-write (always
+        on from pandas 3) a shallow copy, which costs nothing until it is changed; on pandas
+        2 without it, a copy of the table."""
+        import pandas as pd
+
+        if self._items is None:
             if self.count == 0:
                 self._items = normalize_items(pd.DataFrame({"path": []}))
             else:
@@ -313,7 +328,7 @@ class Store:
                     self._read_items_bytes()
                 self._items_raw = None
                 self._items = self._parse_items(raw)
-        return self._items
+        return self._items.copy(deep=not _copy_on_write())
 
     def _parse_items(self, raw: bytes) -> pd.DataFrame:
         import pandas as pd
@@ -385,9 +400,9 @@ class Store:
         """All embeddings as one C-contiguous array of shape (N, dim) in ``dtype``.
 
         Loads the store into memory (N * dim * itemsize bytes); cached: every later call
-        and search of this store object reads the same array, so it is read-only (change a
-        ``.copy()``). ``dtype``: float16, float32 or float64. Use :meth:`iter_blocks` to
-        stream instead.
+        and search of this store object reads the same array, so what it returns is a
+        read-only view of it whose flag can't be set back (change a ``.copy()``). ``dtype``:
+        float16, float32 or float64. Use :meth:`iter_blocks` to stream instead.
         """
         try:
             dtype = np.dtype(dtype)
@@ -395,16 +410,18 @@ class Store:
             raise UsageError(f"dtype must be float16, float32 or float64, got {dtype!r}") from None
         if dtype not in (np.float16, np.float32, np.float64):
             raise UsageError(f"dtype must be float16, float32 or float64, got {dtype}")
-        if self._vectors is not None and self._vectors.dtype == dtype:
-            return self._vectors
-        out = np.empty((self.count, self.dim), dtype=dtype)
-        start = 0
-        for arr in self._arrays:
-            out[start : start + len(arr)] = arr
-            start += len(arr)
-        out.flags.writeable = False
-        self._vectors = out
-        return out
+        if self._vectors is None or self._vectors.dtype != dtype:
+            out = np.empty((self.count, self.dim), dtype=dtype)
+            start = 0
+            for arr in self._arrays:
+                out[start : start + len(arr)] = arr
+                start += len(arr)
+            out.flags.writeable = False
+            self._vectors = out
+        # a new view each call: the cache's own flag can be set back, a view's can't
+        view = self._vectors.view()
+        view.flags.writeable = False
+        return view
 
     def rows(self) -> ShardRows:
         """The rows read in place from the shards (:class:`pairkit.core.shard_rows.ShardRows`,

@@ -48,7 +48,7 @@ from pairkit.core.manifest import (
 from pairkit.core.shard_book import ShardBook
 from pairkit.core.store import Store, is_ours, l2_normalize
 from pairkit.core.store_files import open_regular, parquet_rows
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -209,7 +209,7 @@ class StoreWriter(ShardBook):
                                             commit)
 
         if dtype not in DTYPES:
-            raise PairkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
+            raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
         root = Path(path)
         manifest: dict[str, Any] = {
             "format": FORMAT,

@@ -39,18 +39,21 @@ def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
     """``(anchors, positives, negatives)`` item ids of the examples of a triplet or
     n-tuple table: one example per (anchor, positive), in the order of their first rows,
     its negatives in rank order (``neg_rank``, else table order), wherever its rows are.
-    Rows flagged ``false_negative`` (``--fn-mode keep`` / ``attract``) are left out unless
-    ``keep_flagged``, and so are the mined positives' rows (``positive_kind`` ``mined``:
-    extra positives of an anchor, with no negatives of their own)."""
+    Negatives flagged ``false_negative`` (``--fn-mode keep`` / ``attract``) are left out
+    unless ``keep_flagged``: a flagged triplet row drops its negative, not the example (whose
+    negatives may all go), an n-tuple row flagged in any slot is flagged as a whole. The
+    mined positives' rows (``positive_kind`` ``mined``: extra positives of an anchor, with
+    no negatives of their own) are left out."""
     cols = set(table.columns)
     if "positive_kind" in cols:
         table = table[table["positive_kind"].astype(str) != "mined"]
-    if "false_negative" in cols and not keep_flagged:
-        table = table[~table["false_negative"].fillna(False).astype(bool)]
+    flagged = (table["false_negative"].fillna(False).astype(bool).to_numpy()
+               if "false_negative" in cols and not keep_flagged
+               else np.zeros(len(table), dtype=bool))
     if {"anchor_id", "positive_id", "negative_id"} <= cols:
         a = table["anchor_id"].to_numpy(np.int64)
         p = table["positive_id"].to_numpy(np.int64)
-        n = table["negative_id"].to_numpy(np.int64)
+        n = np.where(flagged, -1, table["negative_id"].to_numpy(np.int64))
         if len(a) == 0:
             return a, p, []
         # an example's rows together (in its first row's place), its negatives by rank:
@@ -70,6 +73,7 @@ def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
     neg_cols = sorted((c for c in cols if str(c).startswith("negative_id_")),
                       key=lambda c: int(str(c).rsplit("_", 1)[1]))
     if {"anchor_id", "positive_id"} <= cols and neg_cols:
+        table = table[~flagged]
         m = table[neg_cols].to_numpy(np.int64)
         return (table["anchor_id"].to_numpy(np.int64), table["positive_id"].to_numpy(np.int64),
                 [row[row >= 0] for row in m])
@@ -100,7 +104,8 @@ class PairImages:
     root; a map-style dataset for ``torch.utils.data.DataLoader``.
 
     Item ``i`` is ``(transform(anchor), transform(positive), negatives)``, negatives
-    stacked to (negatives, ...) when the transform gives tensors. ``negatives``: how many
+    stacked to (negatives, ...) when the transform gives tensors (0 negatives: an empty
+    (0, ...) tensor). ``negatives``: how many
     per example, the first ones in rank order (None: the fewest any example has, so that
     none is left out); examples with fewer are left out and counted in ``skipped``. Paths
     come from the store by item id (the table must be the store's: its ``store_id``) and
@@ -129,9 +134,8 @@ class PairImages:
         a, p, negs = pair_examples(table, keep_flagged)
         counts = np.array([len(n) for n in negs], dtype=np.int64)
         if not len(counts):
-            raise PairkitError("the pair table has no examples (rows flagged false_negative "
-                               "and mined-positive rows are left out; an n-tuple row flagged "
-                               "in any slot is flagged as a whole)")
+            raise PairkitError("the pair table has no examples (mined-positive rows are left "
+                               "out, and so are n-tuple rows flagged false_negative)")
         if negatives is None:
             negatives = int(counts.min())
         if negatives < 0:
@@ -172,23 +176,30 @@ class PairImages:
         if not 0 <= i < len(self):
             raise IndexError(i)
         negs = [self.image(int(n)) for n in self.negatives[i]]
+        anchor = self.image(int(self.anchors[i]))  # read in the order they always were
         import torch
 
         if negs and all(isinstance(x, torch.Tensor) for x in negs):
             stacked: Any = torch.stack(negs)
+        elif not negs and isinstance(anchor, torch.Tensor):  # (0, ...): batches stack it
+            stacked = anchor.new_empty((0, *anchor.shape))
         else:
             stacked = negs
-        return self.image(int(self.anchors[i])), self.image(int(self.positives[i])), stacked
+        return anchor, self.image(int(self.positives[i])), stacked
 
 
-def loader(data: PairImages, *, batch_size: int = 32, shuffle: bool = True,
-           num_workers: int = 0, **options: Any) -> Any:
-    """A ``torch.utils.data.DataLoader`` over ``data``: batches of (anchors (B, ...),
-    positives (B, ...), negatives (B, K, ...))."""
+def loader(data: PairImages, **options: Any) -> Any:
+    """A ``torch.utils.data.DataLoader`` over ``data`` with ``options`` as given: batches
+    of (anchors (B, ...), positives (B, ...), negatives (B, K, ...)). UsageError for the
+    options DataLoader refuses (a negative ``num_workers``, ``sampler`` with ``shuffle``
+    ...)."""
     import torch
 
-    return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=shuffle,
-                                       num_workers=num_workers, **options)
+    try:
+        return torch.utils.data.DataLoader(data, **options)
+    except (ValueError, TypeError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"DataLoader refused the options: {first}") from None
 
 
 def path_columns(table: pd.DataFrame) -> list[str]:
@@ -215,6 +226,8 @@ def to_hf_dataset(table: Any, store: Any = None, *, images: str = "paths") -> An
     root = store.manifest.get("image_root")
     if not root:
         raise PairkitError(f"store {store.root} has no image_root (made by import?)")
+    import pandas as pd
+
     from pairkit.encode.item_images import image_column_of, read_item_bytes
 
     column = image_column_of(store)
@@ -222,10 +235,11 @@ def to_hf_dataset(table: Any, store: Any = None, *, images: str = "paths") -> An
     feats = {}
     for col in path_columns(table):
         name = str(col).replace("_path", "_image")
-        out[name] = [None if p is None or (isinstance(p, float) and np.isnan(p)) else
-                     {"bytes": read_item_bytes(root, str(p), image_column=column),
-                      "path": str(p)}
-                     for p in table[col].tolist()]
+        # object dtype: an empty list would be float64, which can't be cast to an Image
+        out[name] = pd.Series([None if pd.isna(p) else
+                               {"bytes": read_item_bytes(root, str(p), image_column=column),
+                                "path": str(p)}
+                               for p in table[col].tolist()], index=out.index, dtype=object)
         feats[name] = datasets.Image()
     # typed from every row: the first 0 rows type a text column as null, which its
     # values then can't be cast to (n-tuple slots, --fn-mode keep's columns)

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 from pairkit.train.project import ProjectResult
 
 
@@ -42,7 +42,7 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
     if cfg.batch_size < 1:
         raise PairkitError(f"--batch-size must be >= 1, got {cfg.batch_size}")
     if cfg.dtype is not None and cfg.dtype not in DTYPES:
-        raise PairkitError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype}")
+        raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype}")
     # wrong paths are refused before the store's vectors and torch load
     check_folder_output(output, "-o", "a store is a folder")
     check_output_apart(output, [store, cfg.head])

@@ -78,7 +78,7 @@ def test_cached_vectors_are_read_only_and_torch_reads_them_quietly(tmp_path):
     rng = np.random.default_rng(2)
     store = write_store(tmp_path / "s", rng.normal(size=(12, 4)), _items(12), dtype="float32")
     v = store.vectors()
-    assert v is store.vectors() and not v.flags.writeable
+    assert np.shares_memory(v, store.vectors()) and not v.flags.writeable
     with pytest.raises(ValueError, match="read-only"):
         v[0, 0] = 5.0
     with warnings.catch_warnings():
@@ -86,6 +86,31 @@ def test_cached_vectors_are_read_only_and_torch_reads_them_quietly(tmp_path):
         scores, ids = TorchFlatIndex(v, device="cpu").search(v[:3], 2)
     assert ids[:, 0].tolist() == [0, 1, 2]
     np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-6)
+
+
+def test_callers_can_not_change_the_cached_items_or_vectors(tmp_path):
+    """Found by a bug hunt (2026-12-06): ``Store.items`` was the cached table every later
+    call reads, so a caller's edit (a label, a path) changed later mining, loaders and
+    searches; and ``Store.vectors()`` was the cached array itself, whose writeable flag a
+    caller could switch back on and zero the cache."""
+    import warnings
+
+    rng = np.random.default_rng(3)
+    store = write_store(tmp_path / "s", rng.normal(size=(6, 4)), _items(6), dtype="float32")
+    want_items, want_vectors = store.items.copy(), store.vectors().copy()
+    items = store.items
+    items["label"] = "all-same"
+    items.loc[0, "path"] = "HACKED.jpg"
+    with warnings.catch_warnings():  # pandas 3: chained assignment never works, it warns
+        warnings.simplefilter("ignore")
+        store.items.loc[1, "source"] = "HACKED"
+        store.items["view"] = 7
+    pd.testing.assert_frame_equal(store.items, want_items)
+    assert store.labels() is None
+    v = store.vectors()
+    with pytest.raises(ValueError):
+        v.flags.writeable = True
+    np.testing.assert_array_equal(store.vectors(), want_vectors)
 
 
 def test_content_id_stable_across_manifest_rewrites(tmp_path):

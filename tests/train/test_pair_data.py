@@ -267,3 +267,80 @@ def test_triplet_examples_do_not_depend_on_row_order() -> None:
     a, p, negs = pair_examples(t)
     assert a.tolist() == [0, 1] and p.tolist() == [5, 6]  # first appearance order
     assert [n.tolist() for n in negs] == [[3, 4, 8], [2, 9]]
+
+
+def test_triplet_examples_whose_negatives_are_all_flagged_are_kept(store: Store) -> None:
+    """Found by a bug hunt (2026-12-06): flagged rows were left out before the rows were
+    grouped into examples, so an (anchor, positive) whose negatives were all flagged
+    (``fn_mode="keep"``) vanished, with ``skipped`` 0 and ``negatives=0`` no help. A
+    flagged triplet row removes that negative, not the example."""
+    t = pd.DataFrame({"anchor_id": [0, 0, 1, 1], "positive_id": [5, 5, 6, 6],
+                      "negative_id": [3, 4, 8, 9],
+                      "false_negative": [True, True, False, True]})
+    a, p, negs = pair_examples(t)
+    assert a.tolist() == [0, 1] and p.tolist() == [5, 6]
+    assert [n.tolist() for n in negs] == [[], [8]]
+    k = pairkit.mine_pairs(store, num_negatives=3)  # flagged as --fn-mode keep flags them
+    k["false_negative"] = (k["anchor_id"] < 4) | (k["neg_rank"] == 0)
+    examples = k.groupby(["anchor_id", "positive_id"]).ngroups
+    for n in (None, 0):
+        data = PairImages(k, store, transform=_resize, negatives=n)
+        assert (len(data), data.skipped) == (examples, 0)
+    two = PairImages(k, store, transform=_resize, negatives=2)
+    assert (len(two), two.skipped) == (examples - 4, 4)
+
+
+def test_loader_takes_a_sampler_a_batch_sampler_or_no_batching(store: Store) -> None:
+    """Found by a bug hunt (2026-12-06): pair_loader always passed its defaults
+    ``batch_size=32, shuffle=True``, so a ``sampler`` (DistributedSampler) or a
+    ``batch_sampler`` failed with DataLoader's raw ValueError, ``batch_size=None`` was
+    refused, and bad DataLoader options (``num_workers=-1``) were raw ValueErrors."""
+    from torch.utils.data import BatchSampler, DistributedSampler, SequentialSampler
+
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    n = store.count
+    sampler = DistributedSampler(range(n), num_replicas=2, rank=0, shuffle=False)
+    a, _, neg = next(iter(pairkit.pair_loader(pairs, store, transform=_resize, sampler=sampler,
+                                              batch_size=3)))
+    assert a.shape == (3, 3, 12, 12) and neg.shape == (3, 2, 3, 12, 12)
+    batches = BatchSampler(SequentialSampler(range(n)), 5, drop_last=False)
+    sizes = [len(b[0]) for b in pairkit.pair_loader(pairs, store, transform=_resize,
+                                                     batch_sampler=batches)]
+    assert sizes == [5] * (n // 5) + ([n % 5] if n % 5 else [])
+    a, _, neg = next(iter(pairkit.pair_loader(pairs, store, transform=_resize,
+                                              batch_size=None)))
+    assert a.shape == (3, 12, 12) and neg.shape == (2, 3, 12, 12)
+    for options, message in [
+            ({"num_workers": -1}, "num_workers"),
+            ({"prefetch_factor": 2}, "prefetch_factor"),
+            ({"sampler": sampler, "shuffle": True}, "mutually exclusive"),
+            ({"batch_sampler": batches, "batch_size": 4}, "mutually exclusive")]:
+        with pytest.raises(UsageError, match=message):
+            pairkit.pair_loader(pairs, store, **options)
+
+
+def test_hf_export_with_bytes_of_nullable_nulls_and_of_an_empty_table(store: Store) -> None:
+    """Found by a bug hunt (2026-12-06): with ``images="bytes"``, a ``pd.NA`` null path
+    (``convert_dtypes()``, a nullable-dtype parquet read) was read as the image '<NA>', and
+    an empty table failed in pyarrow ("Unsupported cast from double to struct")."""
+    pytest.importorskip("datasets")
+    t = pairkit.mine_pairs(store, num_negatives=3, format="n-tuple").convert_dtypes()
+    t.loc[0, "negative_path_3"] = pd.NA
+    t.loc[0, "negative_id_3"] = -1
+    ds = pairkit.pairs_to_dataset(t, store, images="bytes")
+    assert ds.num_rows == len(t) and ds[0]["negative_image_3"] is None
+    assert ds[1]["negative_image_3"] is not None
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    empty = pairkit.pairs_to_dataset(pairs.head(0), store, images="bytes")
+    assert empty.num_rows == 0 and "anchor_image" in empty.features
+
+
+def test_zero_negatives_come_as_an_empty_stacked_tensor(store: Store) -> None:
+    """Found by a bug hunt (2026-12-06): with ``negatives=0`` (in-batch negatives; also the
+    default when an example's negatives were all flagged) the negatives were a list
+    ``[]``, not the documented (batch, 0, channels, height, width) tensor."""
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    assert PairImages(pairs, store, transform=_resize, negatives=0)[0][2].shape == (0, 3, 12, 12)
+    a, _, neg = next(iter(pairkit.pair_loader(pairs, store, negatives=0, transform=_resize,
+                                              batch_size=2)))
+    assert a.shape == (2, 3, 12, 12) and neg.shape == (2, 0, 3, 12, 12)
