@@ -51,7 +51,9 @@ def test_torch_only_after_enough_values(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(float16, "state", {"converted": 0, "torch": None})
     monkeypatch.setattr(float16, "IMPORT_AFTER", 3 * 40_000)
-    torch = sys.modules.pop("torch")
+    import torch  # loaded first: a test process that has not imported it yet (xdist)
+
+    sys.modules.pop("torch")
     try:
         x = np.ones((40_000, 1), np.float16)
         for _ in range(2):
@@ -72,7 +74,9 @@ def test_a_lean_process_never_imports_torch_for_conversions(
 
     monkeypatch.setattr(float16, "state", {"converted": 0, "torch": None, "lean": False})
     monkeypatch.setattr(float16, "IMPORT_AFTER", 40_000)
-    torch = sys.modules.pop("torch")
+    import torch  # loaded first: a test process that has not imported it yet (xdist)
+
+    sys.modules.pop("torch")
     try:
         float16.avoid_torch()
         x = np.arange(40_000, dtype=np.float16).reshape(-1, 1)
