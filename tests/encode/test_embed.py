@@ -96,6 +96,25 @@ def test_changed_options_refuse_without_force(image_folder, tmp_path):
     assert result.exit_code == 0 and Store.open(out).count == 24
 
 
+def interrupted_embed(monkeypatch, image_folder, out, args, stop_at: int) -> None:
+    """``embed`` into ``out`` with the encoder's ``stop_at``-th call raising
+    KeyboardInterrupt (Ctrl-C): exit 130; the real encoder back afterwards."""
+    from pairkit.encode.runner import Runner
+
+    real_call = Runner.encode
+    calls = {"n": 0}
+
+    def flaky(self, pixels):
+        calls["n"] += 1
+        if calls["n"] == stop_at:
+            raise KeyboardInterrupt
+        return real_call(self, pixels)
+
+    monkeypatch.setattr(Runner, "encode", flaky)
+    assert embed(image_folder, "-o", out, *args).exit_code == 130
+    monkeypatch.setattr(Runner, "encode", real_call)
+
+
 def test_interrupted_run_resumes_to_the_same_store(image_folder, tmp_path, monkeypatch):
     make_images(image_folder, n_per_class=6, classes=3, seed=5)
     clean = tmp_path / "clean"
@@ -295,22 +314,8 @@ def test_resumed_run_with_broken_files_has_the_clean_store_id(image_folder, tmp_
     args = ["--views", "2", "--batch-size", "6", "--shard-rows", "4"]  # 3 images a batch
     clean = tmp_path / "clean"
     assert embed(image_folder, "-o", clean, *args).exit_code == 0
-
-    from pairkit.encode.runner import Runner
-
-    real_call = Runner.encode
-    calls = {"n": 0}
-
-    def flaky(self, pixels):
-        calls["n"] += 1
-        if calls["n"] == stop_at:
-            raise KeyboardInterrupt
-        return real_call(self, pixels)
-
-    monkeypatch.setattr(Runner, "encode", flaky)
     out = tmp_path / "resumed"
-    assert embed(image_folder, "-o", out, *args).exit_code == 130
-    monkeypatch.setattr(Runner, "encode", real_call)
+    interrupted_embed(monkeypatch, image_folder, out, args, stop_at)
     assert embed(image_folder, "-o", out, *args).exit_code == 0
     resumed, reference = Store.open(out), Store.open(clean)
     assert [s.rows for s in resumed.shards] == [s.rows for s in reference.shards]
@@ -350,24 +355,10 @@ def test_interrupted_run_with_views_not_dividing_shard_rows_keeps_every_view(
     args = ["--views", "3", "--batch-size", "6", "--shard-rows", "4"]  # 2 images a batch
     clean = tmp_path / "clean"
     assert embed(image_folder, "-o", clean, *args).exit_code == 0
-
-    from pairkit.encode.runner import Runner
-
-    real_call = Runner.encode
-    calls = {"n": 0}
-
-    def flaky(self, pixels):
-        calls["n"] += 1
-        if calls["n"] == stop_at:
-            raise KeyboardInterrupt
-        return real_call(self, pixels)
-
-    monkeypatch.setattr(Runner, "encode", flaky)
     out = tmp_path / "resumed"
-    assert embed(image_folder, "-o", out, *args).exit_code == 130
+    interrupted_embed(monkeypatch, image_folder, out, args, stop_at)
     partial = Store.open(out)
     assert (partial.items.groupby("source")["view"].count() == 3).all()
-    monkeypatch.setattr(Runner, "encode", real_call)
     assert embed(image_folder, "-o", out, *args).exit_code == 0
     resumed, reference = Store.open(out), Store.open(clean)
     assert resumed.count == reference.count == 18 * 3
@@ -381,24 +372,12 @@ def test_resuming_a_store_with_torn_images_says_so(image_folder, tmp_path, monke
     committed some of an image's views was resumed without a word; the rerun now warns
     that those images keep fewer views and that --force embeds all again."""
     from pairkit.encode import embedder
-    from pairkit.encode.runner import Runner
 
     monkeypatch.setattr(embedder, "shard_unit", lambda rows, views: rows)  # the old cut
-    real_call = Runner.encode
-    calls = {"n": 0}
-
-    def flaky(self, pixels):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return real_call(self, pixels)
-
-    monkeypatch.setattr(Runner, "encode", flaky)
     out = tmp_path / "store"
-    args = ["-o", out, "--views", "3", "--batch-size", "6", "--shard-rows", "4"]
-    assert embed(image_folder, *args).exit_code == 130
-    monkeypatch.setattr(Runner, "encode", real_call)
-    result = embed(image_folder, *args)
+    args = ["--views", "3", "--batch-size", "6", "--shard-rows", "4"]
+    interrupted_embed(monkeypatch, image_folder, out, args, 2)
+    result = embed(image_folder, "-o", out, *args)
     assert result.exit_code == 0, result.output
     assert "1 images in store" in result.output and "fewer than 3 views" in result.output
     assert "--force" in result.output
