@@ -226,6 +226,12 @@ def embed_images(images: str | os.PathLike[str], store: str | os.PathLike[str], 
     """
     from pairkit.encode.embedder import EmbedConfig, embed_folder
 
+    if isinstance(options.get("labels"), os.PathLike):  # a table's path, as elsewhere
+        options["labels"] = os.fspath(options["labels"])
+    hook = ("start", "advance", "note")
+    if progress is not None and not all(callable(getattr(progress, m, None)) for m in hook):
+        raise UsageError(f"progress must have the methods {', '.join(hook)} "
+                         f"(pairkit.encode.embedder.ProgressHook), got {progress!r}")
     (kw,) = _split_options(options, EmbedConfig)
     if kw.get("checkpoint") is not None:
         kw["checkpoint"] = str(kw["checkpoint"])

@@ -462,6 +462,25 @@ def test_embed_images_takes_file_urls(tmp_path: Path) -> None:
         check_local(Path("file:///tmp/x"))
 
 
+def test_embed_images_takes_a_labels_path_and_checks_its_progress(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): ``labels=Path(...)`` was refused ("must be a str")
+    where every other path argument takes one, and a progress object without the hook's
+    methods was a raw AttributeError once embedding had started."""
+    from pairkit.errors import UsageError
+
+    make_images(tmp_path / "imgs", n_per_class=1, classes=2)
+    table = tmp_path / "labels.csv"
+    paths = sorted(p.relative_to(tmp_path / "imgs").as_posix()
+                   for p in (tmp_path / "imgs").rglob("*.jpg"))
+    table.write_text("path,label\n" + "".join(f"{p},L{i}\n" for i, p in enumerate(paths)))
+    st = pairkit.embed_images(tmp_path / "imgs", tmp_path / "st", model="pixels",
+                              labels=table)
+    assert sorted(st.labels().tolist()) == ["L0", "L1"]
+    with pytest.raises(UsageError, match="progress must have the methods start, advance"):
+        pairkit.embed_images(tmp_path / "imgs", tmp_path / "st2", model="pixels", progress=5)
+    assert not (tmp_path / "st2").exists()
+
+
 def test_options_that_are_the_function_s_own_arguments(store, tmp_path: Path) -> None:
     """Found by a bug hunt (2026-12-06): ``fn_options={"rules": ...}`` (a
     FalseNegativeConfig field, listed as known) and ``project_store(..., head=...)`` with
