@@ -68,6 +68,7 @@ def mine_to_files(
     None: one per worker with an executor)."""
     from pairkit.core.atomic import atomic_open, check_output
     from pairkit.core.paths import check_output_apart, same_file
+    from pairkit.core.relations import parse_relation
     from pairkit.core.store import Store
     from pairkit.core.tables import check_table_output, table_kind, write_table
     from pairkit.mine.summary import unknown_pairs_warning
@@ -78,8 +79,8 @@ def mine_to_files(
     if stats_out is not None and (stats_out == output == "-"
                                   or same_file(stats_out, output)):
         raise UsageError("--stats and -o must be different files")
-    inputs = [store, *([relation[len("pairs:"):]] if relation and
-                       relation.startswith("pairs:") else [])]
+    # the store, and a pairs:FILE relation's table (None for the others: skipped)
+    inputs = [store, None if relation is None else parse_relation(relation)[1]]
     check_output_apart(output, inputs)
     check_output_apart(stats_path, inputs, "--stats")
     table_kind(output)  # fail on a bad extension before any work
