@@ -101,7 +101,8 @@ def atomic_path(target: str | os.PathLike[str], replace: bool = True) -> Iterato
     except (FileExistsError, NotADirectoryError):
         raise PairkitError(f"can't make the folder of {target}: a file is on the way "
                            f"({target.parent})") from None
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    with naming_target(target):
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -120,6 +121,25 @@ def atomic_path(target: str | os.PathLike[str], replace: bool = True) -> Iterato
             raise PairkitError(f"disk full while writing {target}: free space and rerun; "
                                "nothing was lost") from exc
         raise
+
+
+@contextlib.contextmanager
+def naming_target(target: Path) -> Iterator[None]:
+    """An OSError inside names ``target``: making a temp file or folder beside an output
+    fails on the output's folder, and the user's line should name the output they gave,
+    not a temp name they never saw."""
+    try:
+        yield
+    except OSError as exc:
+        raise type(exc)(exc.errno, exc.strerror, str(target)) from None
+
+
+def temp_folder(target: Path, suffix: str = ".tmp") -> Path:
+    """A new folder beside ``target`` (``.NAME.XXXXXXXX.tmp``, the names stale-temp
+    cleaning knows) for an output written as a folder."""
+    with naming_target(target):
+        return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=suffix,
+                                     dir=target.parent))
 
 
 @contextlib.contextmanager

@@ -19,12 +19,11 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from pairkit.core.atomic import atomic_path, check_output
+from pairkit.core.atomic import atomic_path, check_output, temp_folder
 from pairkit.core.remote import check_local, is_url
 from pairkit.errors import PairkitError, UsageError
 
@@ -428,7 +427,7 @@ def _write_dataset(df: pd.DataFrame, target: Path, part_rows: list[int]) -> None
     if sum(part_rows) != len(df):
         raise PairkitError(f"internal: parts of {sum(part_rows)} rows for {len(df)} rows")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp = temp_folder(target)
     try:
         start = 0
         for i, rows in enumerate(r for r in part_rows if r > 0 or len(df) == 0):
@@ -449,8 +448,7 @@ def commit_dataset_folder(tmp: Path, target: Path) -> None:
     os.chmod(tmp, 0o755)
     old = None
     if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old",
-                                    dir=target.parent))
+        old = temp_folder(target, ".old")
         os.replace(target, old / target.name)
     os.replace(tmp, target)
     if old is not None:

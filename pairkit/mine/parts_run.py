@@ -33,14 +33,13 @@ blocks write their parts: the vectors are held, the table is not.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pairkit.core.atomic import remove_stale_parts
+from pairkit.core.atomic import remove_stale_parts, temp_folder
 from pairkit.core.remote import is_url
 from pairkit.index.options import IndexOptions, index_seed
 from pairkit.mine.config import MineConfig
@@ -452,8 +451,7 @@ def parts_folder(output: str) -> tuple[Any, Path | None]:
     target = Path(output.rstrip("/")) if output.endswith("/") else Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_parts(target)
-    return None, Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp",
-                                       dir=target.parent)).resolve()
+    return None, temp_folder(target).resolve()
 
 
 STREAMED = "built now from the store's shards"  # the index text's origin, streamed here

@@ -10,13 +10,13 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pairkit import __version__
+from pairkit.core.atomic import temp_folder
 from pairkit.core.table_items import table_mismatch
 from pairkit.errors import PairkitError, UsageError
 from pairkit.report.dedup_view import build_dedup_section
@@ -136,7 +136,7 @@ def build_report(cfg: ReportConfig) -> ReportResult:
     explicit = open_for_report(cfg.store) if cfg.store is not None else None
     result = ReportResult(index=out / INDEX)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp = temp_folder(out)
     try:
         data = _build(inputs, explicit, cfg, tmp, result)
         title = cfg.title or "pairkit report: " + ", ".join(i.name for i in inputs)

@@ -100,3 +100,16 @@ def test_no_replace_commit_refuses_a_file_that_appeared(tmp_path):
     with atomic_path(target) as tmp:  # replace=True (--force) replaces
         tmp.write_text("forced")
     assert target.read_text() == "forced"
+
+
+
+def test_a_folder_made_read_only_names_the_target_not_the_temp(tmp_path, monkeypatch):
+    def refuse(prefix: str, suffix: str, dir: object) -> None:
+        name = os.path.join(str(dir), f"{prefix}abc123{suffix}")
+        raise PermissionError(errno.EACCES, "Permission denied", name)
+
+    monkeypatch.setattr("tempfile.mkstemp", refuse)
+    target = tmp_path / "t.parquet"
+    with pytest.raises(PermissionError) as info, atomic_path(target):
+        pass
+    assert info.value.filename == str(target)
