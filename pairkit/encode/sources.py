@@ -108,7 +108,14 @@ def resolve_labels(
             raise PairkitError(f"--labels {spec}: {key!a} is listed twice, labelled "
                                f"{mapping[key]!a} and {text!a}")
     out = {f.path: mapping.get(f.path) for f in images}
-    return out, sum(v is None for v in out.values())
+    missing = sum(v is None for v in out.values())
+    if images and missing == len(images) and len(table):
+        first = str(table["path"].iloc[0])
+        raise PairkitError(
+            f"--labels {spec}: the table names none of the {len(images)} images (their paths "
+            f"are relative to {root}, e.g. {sorted(out)[0]!a}; the table's first is "
+            f"{first!a})")
+    return out, missing
 
 
 def labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | None]) -> Any:

@@ -483,3 +483,14 @@ def test_json_of_a_run_with_nothing_to_embed_names_no_device(image_folder, tmp_p
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["images"] == 0 and summary["device"] is None
+
+
+def test_a_labels_table_naming_none_of_the_images_is_refused(image_folder, tmp_path):
+    table = pd.DataFrame({"path": ["photos/class0/img0.jpg", "photos/class1/img1.png"],
+                          "label": ["zero", "one"]})
+    table.to_csv(tmp_path / "labels.csv", index=False)
+    result = embed(image_folder, "-o", tmp_path / "s", "--labels", tmp_path / "labels.csv")
+    assert result.exit_code == 1, result.output
+    assert "names none of the 12 images" in result.output
+    assert "'photos/class0/img0.jpg'" in result.output and "'class0/img0.jpg'" in result.output
+    assert not (tmp_path / "s").exists()
