@@ -560,10 +560,11 @@ def store_info(store: Store | str | os.PathLike[str], verify: bool = True) -> di
 
 
 @_checked
-def pairs_to_dataset(table: pd.DataFrame,
+def pairs_to_dataset(table: pd.DataFrame | str | os.PathLike[str],
                      store: Store | str | os.PathLike[str] | None = None, *,
                      images: str = "paths") -> Any:
-    """A pair table as a ``datasets.Dataset`` (``pip install datasets``): its columns, and
+    """A pair table (a DataFrame or a table's path) as a ``datasets.Dataset`` (``pip install
+    datasets``): its columns, and
     with ``images="bytes"`` (needs ``store``) the image bytes of each path column
     (anchor_path -> anchor_image ...), read from the store's image root."""
     from pairkit.train.pair_data import to_hf_dataset

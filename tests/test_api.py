@@ -293,7 +293,7 @@ def test_docs_api_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
      "maps must be a list of str, got [1]"),
     (lambda s, p: pairkit.train_head(s, p / "h", pairs=5, epochs=1),
      "pairs must be a str, an os.PathLike, a DataFrame or None, got 5"),
-    (lambda s, p: pairkit.pairs_to_dataset(5), "table must be a DataFrame, got 5"),
+    (lambda s, p: pairkit.pairs_to_dataset(5), "table must be a DataFrame, a str or an os.PathLike, got 5"),
     (lambda s, p: pairkit.embed_images(p / "photos", p / "s2", model=None),
      "model must be a str, got None"),
     (lambda s, p: pairkit.search(s, images=[5]),

@@ -133,6 +133,9 @@ def test_hf_export_with_paths_and_bytes(store: Store, monkeypatch: pytest.Monkey
     ds = to_hf_dataset(pairs)
     assert ds.num_rows == len(pairs) and ds.column_names == list(pairs.columns)
     assert ds["negative_id"] == pairs["negative_id"].tolist()
+    path = store.root.parent / "pairs-for-hf.parquet"
+    pairs.to_parquet(path)  # a table's path, as pair_loader and train take it
+    assert pairkit.pairs_to_dataset(path)["negative_id"] == ds["negative_id"]
     ds = pairkit.pairs_to_dataset(pairs, store, images="bytes")
     root = Path(store.manifest["image_root"])
     fmt = ds.with_format(None).cast_column("negative_image",
