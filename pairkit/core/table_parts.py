@@ -55,7 +55,7 @@ def unified_schema(schemas: list[Any]) -> Any:
     ``to_parquet`` writes: each column's entry from a part where it is not all null."""
     import pyarrow as pa
 
-    schema = pa.unify_schemas(schemas, promote_options="default")
+    schema = pa.unify_schemas(_one_string_type(schemas), promote_options="default")
     metas = [json.loads(s.metadata[b"pandas"]) for s in schemas
              if s.metadata and b"pandas" in s.metadata]
     if not metas:
@@ -71,3 +71,22 @@ def unified_schema(schemas: list[Any]) -> Any:
                 break
     return schema.with_metadata({**(schema.metadata or {}),
                                  b"pandas": json.dumps(meta).encode()})
+
+
+def _one_string_type(schemas: list[Any]) -> list[Any]:
+    """``schemas`` with a column that is ``string`` in some and ``large_string`` in others
+    made ``large_string`` in all (both are pandas' text; a block whose rows were
+    concatenated gets the large one): the only promotion between two non-null types made
+    here, so numbers of two types still fail loudly."""
+    import pyarrow as pa
+
+    large = {f.name for s in schemas for f in s if pa.types.is_large_string(f.type)}
+    if not large:
+        return schemas
+    out = []
+    for s in schemas:
+        for i, f in enumerate(s):
+            if f.name in large and pa.types.is_string(f.type):
+                s = s.set(i, f.with_type(pa.large_string()))
+        out.append(s)
+    return out
