@@ -67,6 +67,13 @@ class MinedPairs:
         return (self.neg_ids >= 0).sum(axis=1).astype(np.int64)
 
 
+
+def cosines(scores: Any) -> np.ndarray:
+    """Scores as the table writes them: float32 cosines, clipped to [-1, 1] as ``search``
+    and ``dedup`` clip theirs (a float16 store's rows are normalised to about 1e-3, so a
+    row's product with its copy can be 1.0001); NaN stays NaN."""
+    return np.clip(np.asarray(scores, dtype=np.float32), -1.0, 1.0)
+
 def _values(paths: np.ndarray | StringColumn, ids: np.ndarray) -> np.ndarray:
     """``paths[ids]`` (ids >= 0) as an object array, from an array or a column."""
     return paths.values(ids) if isinstance(paths, StringColumn) else paths[ids]
@@ -299,8 +306,8 @@ def _triplet_table(mined: MinedPairs, p: _TableParts) -> pd.DataFrame:
         "anchor_path": path_col.take(anchor_ids),
         "positive_path": path_col.take(positive_ids),
         "negative_path": path_col.take(neg),
-        "pos_score": by_row(mined.pos_scores).astype(np.float32, copy=False),
-        "neg_score": joined(mined.neg_scores, fn_scores, np.float32),
+        "pos_score": cosines(by_row(mined.pos_scores)),
+        "neg_score": cosines(joined(mined.neg_scores, fn_scores, np.float32)),
         "neg_rank": joined(mined.neg_ranks, fn_ranks, np.int64),
     }, copy=False)
     if flags:
@@ -335,7 +342,7 @@ def _labeled_pair_table(mined: MinedPairs, p: _TableParts) -> pd.DataFrame:
         "anchor_path": path_col.take(mined.anchors[rows]),
         "other_path": path_col.take(other),
         "label": label,
-        "score": score.astype(np.float32),
+        "score": cosines(score),
     })
     if flags:
         df["false_negative"] = np.concatenate(
@@ -359,7 +366,7 @@ def _n_tuple_table(mined: MinedPairs, p: _TableParts, store_id: str) -> pd.DataF
         "positive_id": mined.positives,
         "anchor_path": path_col.take(mined.anchors),
         "positive_path": path_col.take(mined.positives),
-        "pos_score": mined.pos_scores.astype(np.float32),
+        "pos_score": cosines(mined.pos_scores),
     }
     neg_scores = np.where(mined.neg_ids >= 0, mined.neg_scores, np.nan)
     for j in range(k):
@@ -367,7 +374,7 @@ def _n_tuple_table(mined: MinedPairs, p: _TableParts, store_id: str) -> pd.DataF
     for j in range(k):
         data[f"negative_path_{j + 1}"] = _paths(paths, mined.neg_ids[:, j])
     for j in range(k):
-        data[f"neg_score_{j + 1}"] = neg_scores[:, j].astype(np.float32)
+        data[f"neg_score_{j + 1}"] = cosines(neg_scores[:, j])
     df = pd.DataFrame(data)
     if flags:
         df["false_negative"] = neg_flags.any(axis=1)
@@ -382,7 +389,7 @@ def _n_tuple_table(mined: MinedPairs, p: _TableParts, store_id: str) -> pd.DataF
             "positive_id": mined.positives[fn_rows],
             "anchor_path": _values(paths, mined.anchors[fn_rows]),
             "positive_path": _values(paths, mined.positives[fn_rows]),
-            "pos_score": mined.pos_scores[fn_rows].astype(np.float32),
+            "pos_score": cosines(mined.pos_scores[fn_rows]),
         }
         m = len(fn_rows)
         for j in range(k):
@@ -391,7 +398,7 @@ def _n_tuple_table(mined: MinedPairs, p: _TableParts, store_id: str) -> pd.DataF
             extra[f"negative_path_{j + 1}"] = _nullable(_values(paths, fn_ids) if j == 0
                                                         else np.full(m, None, dtype=object))
         for j in range(k):
-            extra[f"neg_score_{j + 1}"] = (np.asarray(fn_scores, np.float32) if j == 0
+            extra[f"neg_score_{j + 1}"] = (cosines(fn_scores) if j == 0
                                            else np.full(m, np.nan, np.float32))
         extra["false_negative"] = np.ones(m, bool)
         extra["fn_reason"] = _nullable(fn_reasons)
@@ -434,11 +441,11 @@ def add_mined_positives(table: pd.DataFrame, fmt: str, anchors: np.ndarray,
         extra: dict[str, Any] = {"store_id": store_id, "anchor_id": a, "other_id": ids,
                                  "anchor_path": path_of(a), "other_path": path_of(ids),
                                  "label": np.ones(m, np.int64),
-                                 "score": np.asarray(scores, np.float32)}
+                                 "score": cosines(scores)}
     else:
         extra = {"store_id": store_id, "anchor_id": a, "positive_id": ids,
                  "anchor_path": path_of(a), "positive_path": path_of(ids),
-                 "pos_score": np.asarray(scores, np.float32)}
+                 "pos_score": cosines(scores)}
         if fmt == "triplet":
             extra.update(negative_id=np.full(m, -1, np.int64),
                          negative_path=_nullable(np.full(m, None, dtype=object)),

@@ -138,7 +138,7 @@ def classify_candidates(
     if cfg.min_score is not None:
         code[s < cfg.min_score] = CODE["min_score"]
     if cfg.max_score is not None:
-        code[s > cfg.max_score] = CODE["max_score"]
+        code[np.minimum(s, 1.0) > cfg.max_score] = CODE["max_score"]  # a cosine: <= 1
     excluded = pad | is_self | is_pos | same_src
     flags = reasons = None
     if ctx.fn_filter is not None:
