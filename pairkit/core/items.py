@@ -45,7 +45,7 @@ def normalize_items(items: pd.DataFrame, start_id: int = 0) -> pd.DataFrame:
         if col in items.columns:
             values = items[col].to_numpy(dtype=object)
             out[col] = pd.array(
-                [None if _is_missing(v) else str(v) for v in values], dtype="string"
+                [None if is_missing_text(v) else str(v) for v in values], dtype="string"
             )
         else:
             out[col] = pd.array([None] * n, dtype="string")
@@ -72,8 +72,11 @@ def item_views(values: Any) -> np.ndarray:
     return views.astype(np.int16)
 
 
-def _is_missing(value: Any) -> bool:
-    if value is None:
+def is_missing_text(value: Any) -> bool:
+    """True for a cell of a text column (a label, a hash) that holds nothing: None, NaN,
+    pandas' NA, or an empty string (what an empty CSV cell is read as, so a table means
+    the same in every format)."""
+    if value is None or (isinstance(value, str) and value == ""):
         return True
     try:
         import pandas as pd

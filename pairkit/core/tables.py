@@ -43,7 +43,8 @@ JSONL_CHUNK_ROWS = 65536
 
 # columns that hold text in pairkit's tables (item lists, labels files, pair tables' names):
 # CSV and JSON Lines keep them as written ("01" is not "1", "007" not 7.0)
-TEXT_COLUMNS = frozenset({"path", "source", "label", "file_sha256", "store_id", "query"})
+TEXT_COLUMNS = frozenset({"path", "source", "label", "file_sha256", "store_id", "query",
+                          "anchor", "positive"})  # the last two: a pairs:FILE relation
 TEXT_SUFFIXES = ("_path", "_source", "_label")
 
 

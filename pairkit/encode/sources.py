@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pairkit.core.items import is_missing_text
 from pairkit.encode.config import EmbedConfig
 from pairkit.encode.images import ImageFile, discover_images
 from pairkit.errors import PairkitError
@@ -101,7 +101,7 @@ def resolve_labels(
                 p = (p.parent.resolve() / p.name).relative_to(root_abs)
             except ValueError:
                 continue
-        if label is None or (isinstance(label, float) and math.isnan(label)):
+        if is_missing_text(label):  # pandas' NA and "" too: no label, as in CSV
             continue
         key, text = p.as_posix(), str(label)
         if mapping.setdefault(key, text) != text:

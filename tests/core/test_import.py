@@ -214,3 +214,24 @@ def test_import_refuses_an_encoder_name_that_is_not_printable(tmp_path, name):
     assert result.exit_code == 2, result.output
     assert "--encoder must be a printable name" in result.output
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_import_an_empty_label_is_no_label_in_every_format(tmp_path, suffix):
+    """Found by a bug hunt (2026-12-06): an empty label was a class of its own in parquet
+    and JSON Lines, no label in CSV (whose empty cell is missing): one table, two stores."""
+    np.save(tmp_path / "e.npy", np.random.default_rng(0).normal(size=(3, 3)).astype("f4"))
+    items = pd.DataFrame({"path": ["a.png", "b.png", "c.png"],
+                          "label": pd.array(["x", "", None], dtype="string")})
+    f = tmp_path / f"items{suffix}"
+    if suffix == ".csv":
+        items.to_csv(f, index=False)
+    elif suffix == ".jsonl":
+        items.to_json(f, orient="records", lines=True)
+    else:
+        items.to_parquet(f, index=False)
+    result = runner.invoke(app, ["import", str(tmp_path / "e.npy"), "--items", str(f), "-o",
+                                 str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    labels = Store.open(tmp_path / "s").items["label"]
+    assert labels.iloc[0] == "x" and labels.iloc[1:].isna().all()

@@ -144,3 +144,15 @@ def test_group_positive_sets_are_the_plain_ones(case: int) -> None:
             want = plain_group_positive_sets(group, anchors, case, max_positives)
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("names", [("anchor", "positive"), ("anchor_path", "positive_path")])
+def test_pairs_file_paths_are_text_as_written(tmp_path: Path, names) -> None:
+    items = pd.DataFrame({"path": ["001", "1", "007", "7"], "source": ["001", "1", "007", "7"],
+                          "view": [0, 0, 0, 0], "label": ["a", "a", "b", "b"]})
+    f = tmp_path / "pairs.csv"
+    f.write_text(f"{names[0]},{names[1]}\n001,007\n")
+    rel = load_relation(f"pairs:{f}", items)
+    assert rel.anchors().tolist() == [0]  # '001' and '007', not the items '1' and '7'
+    off, ids = rel.positive_sets(rel.anchors())
+    assert ids.tolist() == [2]

@@ -494,3 +494,19 @@ def test_a_labels_table_naming_none_of_the_images_is_refused(image_folder, tmp_p
     assert "names none of the 12 images" in result.output
     assert "'photos/class0/img0.jpg'" in result.output and "'class0/img0.jpg'" in result.output
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_labels_missing_or_empty_are_no_label_in_every_format(image_folder, tmp_path, suffix):
+    """Found by a bug hunt (2026-12-06): a parquet labels table with pandas' nullable
+    strings (a store's own item table is one) labelled every unlabelled image '<NA>', and
+    an empty label was a class of its own outside CSV."""
+    table = pd.DataFrame({"path": ["class0/img0.jpg", "class1/img1.png", "class2/img0.jpg"],
+                          "label": pd.array(["zero", None, ""], dtype="string")})
+    f = tmp_path / f"labels{suffix}"
+    table.to_csv(f, index=False) if suffix == ".csv" else table.to_parquet(f, index=False)
+    result = embed(image_folder, "-o", tmp_path / "s", "--labels", f)
+    assert result.exit_code == 0, result.output
+    assert "11 of 12 images have no label" in result.output
+    labels = Store.open(tmp_path / "s").items["label"]
+    assert set(labels.dropna()) == {"zero"}
