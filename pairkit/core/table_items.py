@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pairkit.errors import PairkitError
-
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -87,12 +85,8 @@ def table_mismatch(table: pd.DataFrame, fmt: str, store: Store) -> str | None:
 
 
 def item_ids(table: pd.DataFrame, column: str) -> np.ndarray:
-    """Integer ids of a column; empty cells (a missing negative) are -1."""
-    import pandas as pd
+    """Integer ids of a column; empty cells (a missing negative) are -1; a value that is
+    not a whole number is refused as ``train`` refuses it (not cut to one)."""
+    from pairkit.core.pairs import integer_ids
 
-    values = pd.to_numeric(table[column], errors="coerce")
-    bad = values.isna() & table[column].notna()
-    if bad.any():
-        raise PairkitError(f"column {column} holds values that are not integer ids: "
-                           f"{table[column][bad].iloc[0]!r}")
-    return values.fillna(-1).to_numpy(dtype=np.int64)
+    return integer_ids(table[column], column, allow_missing=True)

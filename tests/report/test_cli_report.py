@@ -437,3 +437,21 @@ def test_an_input_in_a_closed_folder_is_one_line():
     finally:
         (base / "closed").chmod(0o755)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_fractional_id_is_named_with_the_store_too(pipeline, tmp_path):
+    """Found by a bug hunt (2026-12-06): with the store, 30.5 was cut to 30 and the row's
+    path comparison failed first, naming a mismatch instead of the bad id."""
+    t = pd.read_parquet(pipeline.pairs)
+    t["negative_id"] = t["negative_id"].astype(float)
+    t.loc[t["negative_id"] >= 0, "negative_id"] += 0.5  # every row the check samples
+    t.to_csv(tmp_path / "frac.csv", index=False)
+    r = report(tmp_path / "frac.csv", "-o", tmp_path / "rep", "--store", pipeline.store)
+    assert r.exit_code == 1
+    assert "column negative_id must hold integer ids" in r.output, r.output
+    from pairkit.core.store import Store
+    from pairkit.core.table_items import table_mismatch
+    from pairkit.errors import PairkitError
+
+    with pytest.raises(PairkitError, match="column negative_id must hold integer ids"):
+        table_mismatch(t, "triplet", Store.open(pipeline.store))  # not cut to a whole id
