@@ -64,7 +64,9 @@ def frame_bytes(df: pd.DataFrame, kind: str) -> bytes:
     if kind == "parquet":
         df.to_parquet(buf, index=False)
     elif kind == "csv":
-        df.to_csv(buf, index=False)
+        from pairkit.core.tables import csv_quoting
+
+        df.to_csv(buf, index=False, quoting=csv_quoting(df))  # as a local file is written
     else:
         from pairkit.core.tables import iter_jsonl
 

@@ -401,13 +401,13 @@ def write_table(df: pd.DataFrame, path: str | Path, force: bool = False,
         if kind == "parquet":
             df.to_parquet(tmp, index=False)
         elif kind == "csv":
-            df.to_csv(tmp, index=False, quoting=_csv_quoting(df))
+            df.to_csv(tmp, index=False, quoting=csv_quoting(df))
         else:
             with open(tmp, "w", encoding="utf-8") as fh:
                 write_jsonl_stream(df, fh)
 
 
-def _csv_quoting(df: pd.DataFrame) -> int:
+def csv_quoting(df: pd.DataFrame) -> int:
     """csv.QUOTE_MINIMAL, or QUOTE_NONNUMERIC when a text cell holds a carriage return:
     the writer ends lines with \n and doesn't quote a bare \r, which readers take for a
     line end (a file named ``a\r.png`` split its row in two)."""

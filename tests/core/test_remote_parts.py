@@ -97,3 +97,22 @@ def test_write_whole_puts_bytes_and_buffers_whole_and_replaces(s3, tmp_path, whe
     assert (read_bytes(target) if where == "s3" else Path(target).read_bytes()) == b""
     if where == "local":  # no temp file is left beside it
         assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["keys"]
+
+
+def test_a_csv_object_quotes_a_carriage_return_as_a_local_file_does(tmp_path):
+    """Found by a bug hunt (2026-12-06): a CSV table put on object storage split the row
+    of a path holding a carriage return (the local writer's quoting was not applied)."""
+    import io
+
+    import pandas as pd
+
+    from pairkit.core.remote_tables import frame_bytes
+    from pairkit.core.tables import read_csv_frame, write_table
+
+    df = pd.DataFrame({"store_id": ["s", "s"], "anchor_path": ["a\r0.png", "b.png"],
+                       "score": [0.5, 0.25]})
+    data = frame_bytes(df, "csv")
+    write_table(df, tmp_path / "local.csv")
+    assert data == (tmp_path / "local.csv").read_bytes()
+    back = read_csv_frame(io.BytesIO(data))
+    assert back["anchor_path"].tolist() == ["a\r0.png", "b.png"]
