@@ -169,19 +169,35 @@ def read_csv_frame(source: str | Path | IO[bytes], nrows: int | None = None) -> 
 def read_jsonl_frame(data: bytes) -> pd.DataFrame:
     """JSON Lines: each column as its JSON values have it (no guessing from strings), and
     the text columns (:func:`is_text_column`) as strings: a JSON number there is its own
-    text (``3``, not ``3.0`` where a null made pandas hold the column as floats)."""
+    text (``3``, not ``3.0`` where a null made pandas hold the column as floats, and every
+    digit of an integer above 2**53, which a float would round)."""
     import pandas as pd
 
-    return text_columns_as_text(pd.read_json(io.BytesIO(data), lines=True, dtype=False))
+    frame = pd.read_json(io.BytesIO(data), lines=True, dtype=False)
+    lossy = [c for c in frame.columns
+             if is_text_column(c) and pd.api.types.is_float_dtype(frame[c])]
+    if lossy:  # numbers (and nulls) that pandas made floats: their values from the JSON
+        rows = [json.loads(line) for line in data.split(b"\n") if line.strip()]
+        if len(rows) == len(frame):
+            for col in lossy:
+                frame[col] = pd.Series([_as_text(r.get(col)) for r in rows],
+                                       index=frame.index, dtype=object)
+    return text_columns_as_text(frame)
 
 
 def read_parquet_frame(source: str | Path | IO[bytes]) -> pd.DataFrame:
     """A parquet file (a path or a binary stream) with its text columns
     (:func:`is_text_column`) as strings, as CSV and JSON Lines give them: integer labels
-    with a missing one are "1", not the "1.0" of the float column pandas makes of them."""
-    import pandas as pd
+    with a missing one are "1", not the "1.0" of the float column pandas makes of them
+    (integer text columns are made strings by pyarrow, so no digit is lost above 2**53)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    return text_columns_as_text(pd.read_parquet(source))
+    table = pq.read_table(source)
+    for i, field in enumerate(table.schema):
+        if is_text_column(field.name) and pa.types.is_integer(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.string()))
+    return text_columns_as_text(table.to_pandas())
 
 
 def text_columns_as_text(frame: pd.DataFrame) -> pd.DataFrame:
