@@ -124,7 +124,7 @@ def parse_table(data: bytes, kind: str, name: str) -> pd.DataFrame:
         check_csv_header,
         check_parquet_columns,
         read_csv_frame,
-        read_jsonl_frame,
+        read_jsonl,
         read_parquet_frame,
     )
 
@@ -134,9 +134,10 @@ def parse_table(data: bytes, kind: str, name: str) -> pd.DataFrame:
     if kind == "csv":
         check_csv_header(io.BytesIO(data), name)
         return read_csv_frame(io.BytesIO(data))
-    if not data:
+    table = read_jsonl(io.BytesIO(data), name)
+    if table is None:
         raise PairkitError(f"table {name} is empty")
-    return read_jsonl_frame(data)
+    return table
 
 
 def _read_dataset(url: str) -> pd.DataFrame:

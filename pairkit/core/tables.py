@@ -110,7 +110,7 @@ def read_table(path: str | Path,
             stream = getattr(sys.stdin, "buffer", None)
             if stream is None:  # a text stream without bytes underneath (tests)
                 stream = io.BytesIO(sys.stdin.read().encode("utf-8"))
-            table = _read_jsonl(stream, "stdin", first_row)
+            table = read_jsonl(stream, "stdin", first_row)
             if table is None:
                 raise PairkitError("no table on stdin (expected JSON Lines)")
             return table
@@ -137,7 +137,7 @@ def read_table(path: str | Path,
                     first_row(_row_dict(head))
             return read_csv_frame(p)
         with open(p, "rb") as fh:
-            table = _read_jsonl(fh, str(p), first_row)
+            table = read_jsonl(fh, str(p), first_row)
         if table is None:
             raise PairkitError(f"table {p} is empty")
         return table
@@ -239,11 +239,24 @@ def _first_parquet_row(path: Path, first_row: Callable[[dict[str, Any]], None]) 
         first_row(batch.to_pylist()[0])
 
 
-def _read_jsonl(stream: IO[bytes], name: str,
-                first_row: Callable[[dict[str, Any]], None] | None) -> pd.DataFrame | None:
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a JSON array"
+    if isinstance(value, str):
+        return "a JSON string"
+    if isinstance(value, bool):
+        return f"JSON {str(value).lower()}"
+    if isinstance(value, int | float):
+        return "a JSON number"
+    return "JSON null"
+
+
+def read_jsonl(stream: IO[bytes], name: str,
+               first_row: Callable[[dict[str, Any]], None] | None = None
+               ) -> pd.DataFrame | None:
     """JSON Lines from a binary stream, JSONL_CHUNK_ROWS lines per pandas parse; None when
-    it holds no row. Refuses a line over MAX_LINE_BYTES or with over MAX_COLUMNS keys as
-    soon as it is read."""
+    it holds no row. Refuses a line over MAX_LINE_BYTES, with over MAX_COLUMNS keys or that
+    is no JSON object (an array, a number ...) as soon as it is read."""
     import pandas as pd
 
     frames: list[pd.DataFrame] = []
@@ -260,17 +273,21 @@ def _read_jsonl(stream: IO[bytes], name: str,
                                f"{MAX_LINE_BYTES:,} bytes: not a pairkit table")
         if not line.strip():
             continue
-        # a row has at most as many keys as colons; parse only when that could be too many
-        if first or line.count(b":") > MAX_COLUMNS:
+        # a row has at most as many keys as colons; parse only when that could be too many,
+        # or when the line is no JSON object (pandas reads an array as a row of its items)
+        if first or not line.lstrip().startswith(b"{") or line.count(b":") > MAX_COLUMNS:
             try:
                 record = json.loads(line)
             except ValueError as exc:
                 raise PairkitError(f"can't read table {name}: line {number} is not JSON "
                                    f"({exc})") from None
-            if isinstance(record, dict) and len(record) > MAX_COLUMNS:
+            if not isinstance(record, dict):
+                raise PairkitError(f"table {name} line {number} is {_json_kind(record)}, not "
+                                   "one JSON object per line (JSON Lines)")
+            if len(record) > MAX_COLUMNS:
                 raise PairkitError(f"table {name} line {number} has {len(record):,} keys, "
                                    f"more than {MAX_COLUMNS:,}: not a pairkit table")
-            if first and first_row is not None and isinstance(record, dict):
+            if first and first_row is not None:
                 first_row(record)
             first = False
         chunk.append(line if line.endswith(b"\n") else line + b"\n")

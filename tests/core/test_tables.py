@@ -233,3 +233,21 @@ def test_integer_labels_above_two_to_the_53_keep_every_digit(tmp_path, ext):
         assert values[0] == "9007199254740993" and values[1] == "9007199254740992"
         assert pd.isna(values[2]) and values[3] == "3"
     assert back["n"].tolist() == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("line, kind", [('[{"path": "a"}, {"path": "b"}]', "a JSON array"),
+                                        ("3", "a JSON number"), ('"a.png"', "a JSON string"),
+                                        ("null", "JSON null")])
+def test_json_lines_line_that_is_not_an_object_is_refused(tmp_path, line, kind):
+    """Found by a bug hunt (hunt-l 9): a .json table holding one JSON array (pandas'
+    ``to_json(orient="records")``) was read as one row with one column per element,
+    past the 10,000-column bound; train then printed a 129 KB error. A line that is not
+    one JSON object is refused in one line naming the table and the line, on any line."""
+    path = tmp_path / "t.json"
+    path.write_text(line + "\n")
+    with pytest.raises(PairkitError, match=rf"t.json line 1 is {kind}, not one JSON object "
+                                           r"per line \(JSON Lines\)"):
+        read_table(path)
+    path.write_text('{"path": "a"}\n' + line + "\n")
+    with pytest.raises(PairkitError, match=rf"t.json line 2 is {kind}"):
+        read_table(path)
