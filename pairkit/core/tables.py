@@ -2,9 +2,13 @@
 
 The file type comes from the extension: ``.parquet``, ``.csv``, ``.jsonl``
 (or ``.ndjson``/``.json``). ``-`` means JSON Lines on stdin/stdout. A folder (a path
-ending in ``/``, or an existing folder) is a parquet dataset: ``part-00000.parquet``,
-``part-00001.parquet`` ... read in name order as one table (what ``mine`` writes one
-block of anchors per file, and what Spark or Ray Data write).
+ending in ``/``, or an existing folder) is a parquet dataset, read as one table: its
+parts are its ``.parquet`` files whose names start with neither ``.`` nor ``_``
+(:func:`is_part_name`), in name order with numbers compared as numbers
+(:func:`part_order`): ``part-00000.parquet`` ... as ``mine`` writes them (one block of
+anchors per file), and what Spark (``part-00000-UUID-c000.snappy.parquet``), pyarrow
+(``part-0.parquet``) or Ray Data (``HEX_000000_000000.parquet``) write. A folder holding
+``manifest.json`` is a store, never a table.
 Writes are atomic (a folder too: written beside, then renamed) and refuse to overwrite
 without ``force``.
 """
@@ -48,7 +52,24 @@ TEXT_SUFFIXES = ("_path", "_source", "_label")
 
 
 PART_PATTERN = "part-{:05d}.parquet"
-PART_RE = re.compile(r"^part-\d{5,}(?:-[0-9a-f]{8})?\.parquet$")  # token: core/remote_tables.py
+# the parts pairkit writes (with the writer's token on object storage: core/remote_parts.py);
+# only a folder of these is replaced by a write. Any dataset's parts are read: is_part_name
+PART_RE = re.compile(r"^part-\d{5,}(?:-[0-9a-f]{8})?\.parquet$")
+STORE_MANIFEST = "manifest.json"  # a folder holding it is a store (core/manifest.py)
+
+
+def is_part_name(name: str) -> bool:
+    """True for a file name that is a part of a parquet dataset folder: ``*.parquet``, not
+    starting with ``.`` or ``_`` (hidden and metadata files by Spark's and Hive's rule,
+    and pairkit's temp files ``.NAME.XXXXXXXX.tmp``)."""
+    return (name.lower().endswith(".parquet") and not name.startswith((".", "_"))
+            and "/" not in name and os.sep not in name)
+
+
+def part_order(name: str) -> tuple[str | int, ...]:
+    """Sort key of a part name: its name with each run of digits compared as a number, so
+    ``part-10`` follows ``part-9`` and ``part-100000`` follows ``part-99999``."""
+    return tuple(int(t) if i % 2 else t for i, t in enumerate(re.split(r"(\d+)", name)))
 
 
 def is_dataset(path: str | Path) -> bool:
@@ -302,13 +323,18 @@ def read_jsonl(stream: IO[bytes], name: str,
 
 
 def dataset_parts(folder: Path) -> list[Path]:
-    """The ``part-NNNNN.parquet`` files of a dataset folder, in name order; PairkitError
-    when the folder is missing or holds none."""
+    """The parts of a dataset folder (:func:`is_part_name`) in :func:`part_order`;
+    PairkitError when the folder is missing, is a store or holds none."""
     if not folder.is_dir():
         raise PairkitError(f"table {folder} not found")
-    parts = sorted(e for e in folder.iterdir() if PART_RE.match(e.name) and e.is_file())
+    if (folder / STORE_MANIFEST).exists():
+        raise PairkitError(f"table folder {folder} is a store (it holds {STORE_MANIFEST}), "
+                           "not a table")
+    parts = sorted((e for e in folder.iterdir() if is_part_name(e.name) and e.is_file()),
+                   key=lambda e: part_order(e.name))
     if not parts:
-        raise PairkitError(f"table folder {folder} holds no part-NNNNN.parquet files")
+        raise PairkitError(f"table folder {folder} holds no .parquet files (parts: *.parquet "
+                           "not starting with . or _)")
     return parts
 
 
@@ -316,15 +342,16 @@ def _read_dataset(folder: Path) -> pd.DataFrame:
     import pandas as pd
 
     frames = []
-    for part in dataset_parts(folder):
+    parts = dataset_parts(folder)
+    for part in parts:
         with open(part, "rb") as fh:
             check_parquet_columns(fh, part)
         frames.append(read_parquet_frame(part))
     columns = list(frames[0].columns)
-    for part, frame in zip(dataset_parts(folder), frames, strict=True):
+    for part, frame in zip(parts, frames, strict=True):
         if list(frame.columns) != columns:
             raise PairkitError(f"table folder {folder}: {part.name} has other columns than "
-                               f"{dataset_parts(folder)[0].name}")
+                               f"{parts[0].name}")
     return pd.concat(frames, ignore_index=True)
 
 
