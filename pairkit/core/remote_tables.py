@@ -7,9 +7,10 @@ overwritten without ``--force``, even by a writer racing this one.
 A dataset (a URL ending in ``/``) is written as parts under names that carry this
 writer's token (``part-00000-1a2b3c4d.parquet``), then ``_pairkit_parts.json`` naming
 every part with its rows, size and sha256: the commit, conditional like a store's
-manifest. A reader takes exactly the parts it names (checked); a folder of parts without
-one (Spark, Ray Data) is read in name order, unless its parts carry a pairkit token (a
-pairkit write that never committed: refused).
+manifest. A reader takes exactly the parts it names (checked); a prefix without one (Spark,
+pyarrow, Ray Data) is read as a local folder is (:func:`pairkit.core.tables.is_part_name`,
+in :func:`pairkit.core.tables.part_order`), unless its parts carry a pairkit token (a
+pairkit write that never committed: refused) or it holds ``manifest.json`` (a store).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 from typing import TYPE_CHECKING
 
 from pairkit.core.remote import (
@@ -38,6 +40,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 MAX_TABLE_BYTES = 16 << 30
+# a part pairkit put under its writer's token (RemoteParts.part_name): one of a write that
+# committed only when the parts file names it
+TOKEN_PART_RE = re.compile(r"^part-\d{5,}-[0-9a-f]{8}\.parquet$")
 
 
 def is_remote_dataset(url: str) -> bool:
@@ -126,7 +131,7 @@ def parse_table(data: bytes, kind: str, name: str) -> pd.DataFrame:
         check_csv_header,
         check_parquet_columns,
         read_csv_frame,
-        read_jsonl_frame,
+        read_jsonl,
         read_parquet_frame,
     )
 
@@ -136,15 +141,16 @@ def parse_table(data: bytes, kind: str, name: str) -> pd.DataFrame:
     if kind == "csv":
         check_csv_header(io.BytesIO(data), name)
         return read_csv_frame(io.BytesIO(data))
-    if not data:
+    table = read_jsonl(io.BytesIO(data), name)
+    if table is None:
         raise PairkitError(f"table {name} is empty")
-    return read_jsonl_frame(data)
+    return table
 
 
 def _read_dataset(url: str) -> pd.DataFrame:
     import pandas as pd
 
-    from pairkit.core.tables import PART_RE
+    from pairkit.core.tables import PART_RE, STORE_MANIFEST, is_part_name, part_order
 
     try:
         raw = read_bytes(join(url, PARTS), MAX_PARTS_BYTES)
@@ -158,15 +164,20 @@ def _read_dataset(url: str) -> pd.DataFrame:
         except (ValueError, KeyError, TypeError):
             raise PairkitError(f"table {url}/: {PARTS} is damaged") from None
     else:
-        listed = sorted(n for n in list_names(url) if PART_RE.match(n))
+        objects = list_names(url)
+        if STORE_MANIFEST in objects:
+            raise PairkitError(f"table folder {url}/ is a store (it holds {STORE_MANIFEST}), "
+                               "not a table")
+        listed = sorted((n for n in objects if is_part_name(n)), key=part_order)
         if not listed:
-            raise PairkitError(f"table folder {url}/ holds no part-NNNNN.parquet objects")
-        if any(n.count("-") > 1 for n in listed):
+            raise PairkitError(f"table folder {url}/ holds no .parquet objects (parts: "
+                               "*.parquet not starting with . or _)")
+        if any(TOKEN_PART_RE.match(n) for n in listed):
             raise PairkitError(f"table folder {url}/ is half-written: parts but no {PARTS} "
                                "(rerun the command that wrote it)")
         names = [(n, None) for n in listed]
     for name, rec in names:
-        if not PART_RE.match(str(name)):
+        if rec is not None and not PART_RE.match(str(name)):  # a parts file names its own
             raise PairkitError(f"table {url}/: {PARTS} names {name!a}, not a part")
         try:
             data = read_bytes(join(url, name), MAX_TABLE_BYTES)

@@ -2,9 +2,13 @@
 
 The file type comes from the extension: ``.parquet``, ``.csv``, ``.jsonl``
 (or ``.ndjson``/``.json``). ``-`` means JSON Lines on stdin/stdout. A folder (a path
-ending in ``/``, or an existing folder) is a parquet dataset: ``part-00000.parquet``,
-``part-00001.parquet`` ... read in name order as one table (what ``mine`` writes one
-block of anchors per file, and what Spark or Ray Data write).
+ending in ``/``, or an existing folder) is a parquet dataset, read as one table: its
+parts are its ``.parquet`` files whose names start with neither ``.`` nor ``_``
+(:func:`is_part_name`), in name order with numbers compared as numbers
+(:func:`part_order`): ``part-00000.parquet`` ... as ``mine`` writes them (one block of
+anchors per file), and what Spark (``part-00000-UUID-c000.snappy.parquet``), pyarrow
+(``part-0.parquet``) or Ray Data (``HEX_000000_000000.parquet``) write. A folder holding
+``manifest.json`` is a store, never a table.
 Writes are atomic (a folder too: written beside, then renamed) and refuse to overwrite
 without ``force``.
 """
@@ -49,7 +53,24 @@ TEXT_SUFFIXES = ("_path", "_source", "_label")
 
 
 PART_PATTERN = "part-{:05d}.parquet"
-PART_RE = re.compile(r"^part-\d{5,}(?:-[0-9a-f]{8})?\.parquet$")  # token: core/remote_tables.py
+# the parts pairkit writes (with the writer's token on object storage: core/remote_parts.py);
+# only a folder of these is replaced by a write. Any dataset's parts are read: is_part_name
+PART_RE = re.compile(r"^part-\d{5,}(?:-[0-9a-f]{8})?\.parquet$")
+STORE_MANIFEST = "manifest.json"  # a folder holding it is a store (core/manifest.py)
+
+
+def is_part_name(name: str) -> bool:
+    """True for a file name that is a part of a parquet dataset folder: ``*.parquet``, not
+    starting with ``.`` or ``_`` (hidden and metadata files by Spark's and Hive's rule,
+    and pairkit's temp files ``.NAME.XXXXXXXX.tmp``)."""
+    return (name.lower().endswith(".parquet") and not name.startswith((".", "_"))
+            and "/" not in name and os.sep not in name)
+
+
+def part_order(name: str) -> tuple[str | int, ...]:
+    """Sort key of a part name: its name with each run of digits compared as a number, so
+    ``part-10`` follows ``part-9`` and ``part-100000`` follows ``part-99999``."""
+    return tuple(int(t) if i % 2 else t for i, t in enumerate(re.split(r"(\d+)", name)))
 
 
 def is_dataset(path: str | Path) -> bool:
@@ -111,7 +132,7 @@ def read_table(path: str | Path,
             stream = getattr(sys.stdin, "buffer", None)
             if stream is None:  # a text stream without bytes underneath (tests)
                 stream = io.BytesIO(sys.stdin.read().encode("utf-8"))
-            table = _read_jsonl(stream, "stdin", first_row)
+            table = read_jsonl(stream, "stdin", first_row)
             if table is None:
                 raise PairkitError("no table on stdin (expected JSON Lines)")
             return table
@@ -138,7 +159,7 @@ def read_table(path: str | Path,
                     first_row(_row_dict(head))
             return read_csv_frame(p)
         with open(p, "rb") as fh:
-            table = _read_jsonl(fh, str(p), first_row)
+            table = read_jsonl(fh, str(p), first_row)
         if table is None:
             raise PairkitError(f"table {p} is empty")
         return table
@@ -170,19 +191,35 @@ def read_csv_frame(source: str | Path | IO[bytes], nrows: int | None = None) -> 
 def read_jsonl_frame(data: bytes) -> pd.DataFrame:
     """JSON Lines: each column as its JSON values have it (no guessing from strings), and
     the text columns (:func:`is_text_column`) as strings: a JSON number there is its own
-    text (``3``, not ``3.0`` where a null made pandas hold the column as floats)."""
+    text (``3``, not ``3.0`` where a null made pandas hold the column as floats, and every
+    digit of an integer above 2**53, which a float would round)."""
     import pandas as pd
 
-    return text_columns_as_text(pd.read_json(io.BytesIO(data), lines=True, dtype=False))
+    frame = pd.read_json(io.BytesIO(data), lines=True, dtype=False)
+    lossy = [c for c in frame.columns
+             if is_text_column(c) and pd.api.types.is_float_dtype(frame[c])]
+    if lossy:  # numbers (and nulls) that pandas made floats: their values from the JSON
+        rows = [json.loads(line) for line in data.split(b"\n") if line.strip()]
+        if len(rows) == len(frame):
+            for col in lossy:
+                frame[col] = pd.Series([_as_text(r.get(col)) for r in rows],
+                                       index=frame.index, dtype=object)
+    return text_columns_as_text(frame)
 
 
 def read_parquet_frame(source: str | Path | IO[bytes]) -> pd.DataFrame:
     """A parquet file (a path or a binary stream) with its text columns
     (:func:`is_text_column`) as strings, as CSV and JSON Lines give them: integer labels
-    with a missing one are "1", not the "1.0" of the float column pandas makes of them."""
-    import pandas as pd
+    with a missing one are "1", not the "1.0" of the float column pandas makes of them
+    (integer text columns are made strings by pyarrow, so no digit is lost above 2**53)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    return text_columns_as_text(pd.read_parquet(source))
+    table = pq.read_table(source)
+    for i, field in enumerate(table.schema):
+        if is_text_column(field.name) and pa.types.is_integer(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.string()))
+    return text_columns_as_text(table.to_pandas())
 
 
 def text_columns_as_text(frame: pd.DataFrame) -> pd.DataFrame:
@@ -224,11 +261,24 @@ def _first_parquet_row(path: Path, first_row: Callable[[dict[str, Any]], None]) 
         first_row(batch.to_pylist()[0])
 
 
-def _read_jsonl(stream: IO[bytes], name: str,
-                first_row: Callable[[dict[str, Any]], None] | None) -> pd.DataFrame | None:
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a JSON array"
+    if isinstance(value, str):
+        return "a JSON string"
+    if isinstance(value, bool):
+        return f"JSON {str(value).lower()}"
+    if isinstance(value, int | float):
+        return "a JSON number"
+    return "JSON null"
+
+
+def read_jsonl(stream: IO[bytes], name: str,
+               first_row: Callable[[dict[str, Any]], None] | None = None
+               ) -> pd.DataFrame | None:
     """JSON Lines from a binary stream, JSONL_CHUNK_ROWS lines per pandas parse; None when
-    it holds no row. Refuses a line over MAX_LINE_BYTES or with over MAX_COLUMNS keys as
-    soon as it is read."""
+    it holds no row. Refuses a line over MAX_LINE_BYTES, with over MAX_COLUMNS keys or that
+    is no JSON object (an array, a number ...) as soon as it is read."""
     import pandas as pd
 
     frames: list[pd.DataFrame] = []
@@ -245,17 +295,21 @@ def _read_jsonl(stream: IO[bytes], name: str,
                                f"{MAX_LINE_BYTES:,} bytes: not a pairkit table")
         if not line.strip():
             continue
-        # a row has at most as many keys as colons; parse only when that could be too many
-        if first or line.count(b":") > MAX_COLUMNS:
+        # a row has at most as many keys as colons; parse only when that could be too many,
+        # or when the line is no JSON object (pandas reads an array as a row of its items)
+        if first or not line.lstrip().startswith(b"{") or line.count(b":") > MAX_COLUMNS:
             try:
                 record = json.loads(line)
             except ValueError as exc:
                 raise PairkitError(f"can't read table {name}: line {number} is not JSON "
                                    f"({exc})") from None
-            if isinstance(record, dict) and len(record) > MAX_COLUMNS:
+            if not isinstance(record, dict):
+                raise PairkitError(f"table {name} line {number} is {_json_kind(record)}, not "
+                                   "one JSON object per line (JSON Lines)")
+            if len(record) > MAX_COLUMNS:
                 raise PairkitError(f"table {name} line {number} has {len(record):,} keys, "
                                    f"more than {MAX_COLUMNS:,}: not a pairkit table")
-            if first and first_row is not None and isinstance(record, dict):
+            if first and first_row is not None:
                 first_row(record)
             first = False
         chunk.append(line if line.endswith(b"\n") else line + b"\n")
@@ -270,13 +324,18 @@ def _read_jsonl(stream: IO[bytes], name: str,
 
 
 def dataset_parts(folder: Path) -> list[Path]:
-    """The ``part-NNNNN.parquet`` files of a dataset folder, in name order; PairkitError
-    when the folder is missing or holds none."""
+    """The parts of a dataset folder (:func:`is_part_name`) in :func:`part_order`;
+    PairkitError when the folder is missing, is a store or holds none."""
     if not folder.is_dir():
         raise PairkitError(f"table {folder} not found")
-    parts = sorted(e for e in folder.iterdir() if PART_RE.match(e.name) and e.is_file())
+    if (folder / STORE_MANIFEST).exists():
+        raise PairkitError(f"table folder {folder} is a store (it holds {STORE_MANIFEST}), "
+                           "not a table")
+    parts = sorted((e for e in folder.iterdir() if is_part_name(e.name) and e.is_file()),
+                   key=lambda e: part_order(e.name))
     if not parts:
-        raise PairkitError(f"table folder {folder} holds no part-NNNNN.parquet files")
+        raise PairkitError(f"table folder {folder} holds no .parquet files (parts: *.parquet "
+                           "not starting with . or _)")
     return parts
 
 
@@ -284,15 +343,16 @@ def _read_dataset(folder: Path) -> pd.DataFrame:
     import pandas as pd
 
     frames = []
-    for part in dataset_parts(folder):
+    parts = dataset_parts(folder)
+    for part in parts:
         with open(part, "rb") as fh:
             check_parquet_columns(fh, part)
         frames.append(read_parquet_frame(part))
     columns = list(frames[0].columns)
-    for part, frame in zip(dataset_parts(folder), frames, strict=True):
+    for part, frame in zip(parts, frames, strict=True):
         if list(frame.columns) != columns:
             raise PairkitError(f"table folder {folder}: {part.name} has other columns than "
-                               f"{dataset_parts(folder)[0].name}")
+                               f"{parts[0].name}")
     return pd.concat(frames, ignore_index=True)
 
 

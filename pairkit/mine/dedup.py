@@ -277,6 +277,7 @@ def summary_line(s: dict[str, Any]) -> str:
 
 
 AGAINST_COLUMNS = ("id", "path", "other_id", "other_path", "similarity", "match")
+AGAINST_DTYPES = ("int64", "str", "int64", "str", "float32", "str")
 
 
 def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
@@ -290,7 +291,6 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
     exact, ``similarity`` 1.0), else the most similar (``match`` near, ``similarity`` of
     the stored vectors); and a summary."""
     import numpy as np
-    import pandas as pd
 
     from pairkit.core.paths import first_bad_path
     from pairkit.core.store import Store
@@ -357,7 +357,7 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
             best = int(np.argmax(sims))
             j, sim, match = int(others[best]), float(np.clip(sims[best], -1, 1)), "near"
         rows.append((i, paths[i], j - n_a, paths[j], sim, match))
-    out = pd.DataFrame(rows, columns=list(AGAINST_COLUMNS))
+    out = against_table(rows)
     for column, ids, where in (("path", "id", store), ("other_path", "other_id", other)):
         bad = first_bad_path(out[column].astype(str).tolist())
         if bad is not None:  # a pipeline must not act on it (--paths-only | xargs rm)
@@ -375,6 +375,23 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
         "exact_only": cfg.exact_only, "threshold": t,
     }
     return out, summary
+
+
+def against_table(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """The ``--against`` table of ``rows`` (:data:`AGAINST_COLUMNS`) with the types
+    dedup.md gives (``similarity`` float32), an empty table's too: its text columns typed
+    as strings, so its parquet has no column of type null."""
+    import numpy as np
+    import pandas as pd
+
+    cols: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * len(AGAINST_COLUMNS)
+    out = {}
+    for name, values, dtype in zip(AGAINST_COLUMNS, cols, AGAINST_DTYPES, strict=True):
+        if dtype != "str":
+            out[name] = np.array(values, dtype=dtype)
+        else:  # text as pandas makes it of Python strings; typed when there are none
+            out[name] = pd.Series(list(values), dtype=None if rows else pd.StringDtype())
+    return pd.DataFrame(out)
 
 
 def against_line(s: dict[str, Any]) -> str:

@@ -100,10 +100,10 @@ def read_input(spec: str) -> ReportInput:
         if (path / "manifest.json").is_file():
             raise PairkitError(
                 f"{spec} is a store: report reads {_WHAT}; pass the store as --store")
-        from pairkit.core.tables import PART_RE
+        from pairkit.core.tables import is_part_name
 
-        if any(PART_RE.match(p.name) for p in path.iterdir()):
-            return _table_input(spec, path)  # a parquet dataset (mine -o DIR/)
+        if any(is_part_name(p.name) and p.is_file() for p in path.iterdir()):
+            return _table_input(spec, path)  # a parquet dataset (mine -o DIR/, Spark ...)
         plots = sorted(p for p in path.iterdir() if p.suffix.lower() == ".png" and p.is_file())
         if not plots:
             raise PairkitError(f"folder {spec} holds no PNG plots (report reads {_WHAT})")

@@ -82,9 +82,13 @@ def table_kind(df: pd.DataFrame) -> str:
         return "n-tuple"
     if "other_id" in cols:
         return "labeled-pair"
+    names = [str(c) for c in df.columns]
+    got = ", ".join(names[:12]) or "none"
+    if len(names) > 12:
+        got += f", ... ({len(names):,} columns)"
     raise PairkitError(
         "pair table has neither negative_id (triplet) nor negative_id_1.. (n-tuple) columns: "
-        f"got {', '.join(map(str, df.columns))}"
+        f"got {got}"
     )
 
 

@@ -73,3 +73,33 @@ def test_against_refuses_to_list_a_path_that_leaves_the_image_root(tmp_path: Pat
                                 str(tmp_path / "train"), *extra])
         assert r.exit_code == 1, (extra, r.output)
         assert r.stdout == "" and "refusing to list it" in r.stderr, (extra, r.output)
+
+
+def test_against_table_has_the_documented_types_even_when_empty(tmp_path: Path) -> None:
+    """Found by a bug hunt (hunt-l 11): dedup.md says ``similarity`` is float32, the file
+    held float64; and an empty result's parquet had every column of type null (an empty
+    groups table keeps its types)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pairkit.core.store_writer import write_store
+
+    write_store(tmp_path / "test", np.array([[1.0, 0], [0, 1.0]], np.float32),
+                pd.DataFrame({"path": ["a.jpg", "b.jpg"]}), dtype="float32")
+    for name, row in (("train", [1.0, 0]), ("far", [0.6, 0.8])):
+        write_store(tmp_path / name, np.array([row], np.float32),
+                    pd.DataFrame({"path": [f"{name}.jpg"]}), dtype="float32")
+    for other, rows in (("train", 1), ("far", 0)):
+        out = tmp_path / f"{other}.parquet"
+        r = runner.invoke(app, ["dedup", str(tmp_path / "test"), "--against",
+                                str(tmp_path / other), "--method", "threshold", "-t", "0.99",
+                                "-o", str(out), "-q"])
+        assert r.exit_code == 0, r.output
+        table = pq.read_table(out)
+        assert table.num_rows == rows
+        types = {f.name: f.type for f in table.schema}
+        assert types["id"] == pa.int64() and types["other_id"] == pa.int64(), types
+        assert types["similarity"] == pa.float32(), types
+        for col in ("path", "other_path", "match"):
+            assert pa.types.is_string(types[col]) or pa.types.is_large_string(types[col]), types

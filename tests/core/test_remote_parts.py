@@ -116,3 +116,26 @@ def test_a_csv_object_quotes_a_carriage_return_as_a_local_file_does(tmp_path):
     assert data == (tmp_path / "local.csv").read_bytes()
     back = read_csv_frame(io.BytesIO(data))
     assert back["anchor_path"].tolist() == ["a\r0.png", "b.png"]
+
+
+def test_a_prefix_of_spark_or_pyarrow_parts_is_read_and_a_store_is_not(s3):
+    """Found by a bug hunt (hunt-l 8): a prefix of Spark's parts (``part-00000-UUID-c000
+    .snappy.parquet`` and ``_SUCCESS``) or pyarrow's (``part-0.parquet`` ...) was refused,
+    though the docs said it is read; in name order, numbers compared as numbers. A store's
+    prefix (its ``items-*.parquet``) is no table, and pairkit's uncommitted parts are still
+    refused."""
+    uuid = "1b2c3d4e-5f60-4718-9a0b-c1d2e3f40516"
+    for i in range(3):
+        put(f"{s3}/sp/part-{i:05d}-{uuid}-c000.snappy.parquet", part([i, i])[0])
+    put(f"{s3}/sp/_SUCCESS", b"")
+    assert read_table(f"{s3}/sp/")["x"].tolist() == [0, 0, 1, 1, 2, 2]
+    for i in (0, 2, 10, 1):
+        put(f"{s3}/pa/part-{i}.parquet", part([i])[0])
+    assert read_table(f"{s3}/pa/")["x"].tolist() == [0, 1, 2, 10]
+    put(f"{s3}/st/manifest.json", b"{}")
+    put(f"{s3}/st/items-00000-1a2b3c4d.parquet", part([1])[0])
+    with pytest.raises(PairkitError, match=r"st/ is a store \(it holds manifest.json\)"):
+        read_table(f"{s3}/st/")
+    put(f"{s3}/none/_SUCCESS", b"")
+    with pytest.raises(PairkitError, match=r"none/ holds no \.parquet objects"):
+        read_table(f"{s3}/none/")

@@ -95,7 +95,7 @@ def test_dataset_folder_round_trip(tmp_path):
     assert (foreign / "a.jpg").exists()
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(PairkitError, match="no part-NNNNN.parquet"):
+    with pytest.raises(PairkitError, match=r"holds no \.parquet files"):
         read_table(empty)
 
 
@@ -199,3 +199,114 @@ def test_parquet_text_columns_are_text_as_in_the_other_formats(tmp_path):
         assert back["label"].iloc[3] == "3"
         assert back["source"].tolist()[:2] == ["1.5", "2"] and pd.isna(back["source"].iloc[2])
         assert back["anchor_id"].tolist() == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("ext", ["parquet", "jsonl", "csv", "dataset"])
+def test_integer_labels_above_two_to_the_53_keep_every_digit(tmp_path, ext):
+    """Found by a bug hunt (hunt-l 5): integer labels or sources above 2**53 with a missing
+    one were rounded in parquet and JSON Lines (pandas held the column as float64), so
+    9007199254740993 and 9007199254740992 became one class; CSV read them right."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    big = [9007199254740993, 9007199254740992, None, 3]
+    paths = ["a.png", "b.png", "c.png", "d.png"]
+    path = tmp_path / f"t.{ext}"
+    if ext in ("parquet", "dataset"):
+        table = pa.table({"path": paths, "label": pa.array(big, pa.int64()),
+                          "source": pa.array(big, pa.uint64()), "n": [1, 2, 3, 4]})
+        if ext == "dataset":
+            path.mkdir()
+            pq.write_table(table, path / "part-00000.parquet")
+        else:
+            pq.write_table(table, path)
+    elif ext == "jsonl":
+        path.write_text("".join(json.dumps({"path": p, "label": v, "source": v, "n": i}) + "\n"
+                                for i, (p, v) in enumerate(zip(paths, big, strict=True), 1)))
+    else:
+        path.write_text("path,label,source,n\n" + "".join(
+            f"{p},{'' if v is None else v},{'' if v is None else v},{i}\n"
+            for i, (p, v) in enumerate(zip(paths, big, strict=True), 1)))
+    back = read_table(path)
+    for col in ("label", "source"):
+        values = back[col].tolist()
+        assert values[0] == "9007199254740993" and values[1] == "9007199254740992"
+        assert pd.isna(values[2]) and values[3] == "3"
+    assert back["n"].tolist() == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("line, kind", [('[{"path": "a"}, {"path": "b"}]', "a JSON array"),
+                                        ("3", "a JSON number"), ('"a.png"', "a JSON string"),
+                                        ("null", "JSON null")])
+def test_json_lines_line_that_is_not_an_object_is_refused(tmp_path, line, kind):
+    """Found by a bug hunt (hunt-l 9): a .json table holding one JSON array (pandas'
+    ``to_json(orient="records")``) was read as one row with one column per element,
+    past the 10,000-column bound; train then printed a 129 KB error. A line that is not
+    one JSON object is refused in one line naming the table and the line, on any line."""
+    path = tmp_path / "t.json"
+    path.write_text(line + "\n")
+    with pytest.raises(PairkitError, match=rf"t.json line 1 is {kind}, not one JSON object "
+                                           r"per line \(JSON Lines\)"):
+        read_table(path)
+    path.write_text('{"path": "a"}\n' + line + "\n")
+    with pytest.raises(PairkitError, match=rf"t.json line 2 is {kind}"):
+        read_table(path)
+
+
+def test_dataset_folders_of_spark_pyarrow_and_ray_data_are_read(tmp_path):
+    """Found by a bug hunt (hunt-l 8): the docs said Spark and Ray Data folders are read,
+    but only ``part-NNNNN.parquet`` names were: Spark's ``part-00000-UUID-c000.snappy
+    .parquet`` (with ``_SUCCESS``), pyarrow's ``part-0.parquet`` and Ray Data's
+    ``HEX_000000_000000.parquet`` were refused. A folder's parts are its ``.parquet``
+    files whose names start with neither ``.`` nor ``_``, in name order with numbers
+    compared as numbers (``part-100000`` after ``part-99999``)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    df = pd.DataFrame({"anchor_id": np.arange(120), "path": [f"p{i}" for i in range(120)]})
+    spark = tmp_path / "spark"
+    spark.mkdir()
+    uuid = "1b2c3d4e-5f60-4718-9a0b-c1d2e3f40516"
+    for i, start in enumerate(range(0, 120, 50)):
+        df.iloc[start:start + 50].to_parquet(
+            spark / f"part-{i:05d}-{uuid}-c000.snappy.parquet", index=False)
+    (spark / "_SUCCESS").write_bytes(b"")
+    (spark / f".part-00000-{uuid}-c000.snappy.parquet.crc").write_bytes(b"crc")
+    (spark / "_common_metadata.parquet").write_bytes(b"not a part")
+    (spark / ".t.parquet.1a2b3c4d.tmp").write_bytes(b"a pairkit temp file")
+    pd.testing.assert_frame_equal(read_table(spark), df)
+    arrow = tmp_path / "arrow"  # part-0.parquet ... part-11.parquet: 10 after 9
+    ds.write_dataset(pa.Table.from_pandas(df, preserve_index=False), arrow, format="parquet",
+                     max_rows_per_file=10, max_rows_per_group=10)
+    assert "part-11.parquet" in {p.name for p in arrow.iterdir()}
+    pd.testing.assert_frame_equal(read_table(f"{arrow}/"), df)
+    ray = tmp_path / "ray"
+    ray.mkdir()
+    for i, start in enumerate(range(0, 120, 40)):
+        df.iloc[start:start + 40].to_parquet(ray / f"3f9a1c_{i:06d}_000000.parquet",
+                                             index=False)
+    pd.testing.assert_frame_equal(read_table(ray), df)
+    wide = tmp_path / "wide"  # six-digit numbers sort after five-digit ones
+    wide.mkdir()
+    df.iloc[:60].to_parquet(wide / "part-99999.parquet", index=False)
+    df.iloc[60:].to_parquet(wide / "part-100000.parquet", index=False)
+    pd.testing.assert_frame_equal(read_table(wide), df)
+
+
+def test_a_store_or_a_folder_without_parquet_files_is_no_table(tmp_path):
+    from pairkit.core.tables import dataset_parts
+
+    store = tmp_path / "st"
+    store.mkdir()
+    (store / "manifest.json").write_text("{}")
+    pd.DataFrame({"id": [0], "path": ["a"]}).to_parquet(store / "items-00000.parquet")
+    with pytest.raises(PairkitError, match=r"table folder .*st is a store \(it holds "
+                                           r"manifest.json\), not a table"):
+        read_table(store)
+    only_hidden = tmp_path / "h"
+    only_hidden.mkdir()
+    (only_hidden / "_SUCCESS").write_bytes(b"")
+    (only_hidden / ".x.parquet").write_bytes(b"")
+    (only_hidden / "notes.txt").write_bytes(b"")
+    with pytest.raises(PairkitError, match=r"table folder .*h holds no \.parquet files"):
+        dataset_parts(only_hidden)

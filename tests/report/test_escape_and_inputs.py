@@ -120,3 +120,17 @@ def test_bomb_png_is_refused_as_a_plot(tmp_path):
     assert check_png(tmp_path / "fake.png") == "not a PNG file"
     image(tmp_path / "ok.png", 1)
     assert check_png(tmp_path / "ok.png") is None
+
+
+def test_read_input_takes_a_folder_of_spark_or_pyarrow_parts_for_a_table(tmp_path):
+    """Found by a bug hunt (hunt-l 8): only ``part-NNNNN.parquet`` made a folder a table;
+    one of pyarrow's ``part-0.parquet`` or Spark's parts was taken for a folder of plots."""
+    t = pd.DataFrame({"anchor_id": [0], "positive_id": [1], "negative_id": [2]})
+    for name in ("part-0.parquet", "part-00000-1b2c3d4e-5f60-4718-9a0b-c1d2e3f40516-c000"
+                 ".snappy.parquet"):
+        folder = tmp_path / name.split(".")[0]
+        folder.mkdir()
+        t.to_parquet(folder / name, index=False)
+        (folder / "_SUCCESS").write_bytes(b"")
+        got = read_input(str(folder))
+        assert (got.kind, got.fmt) == ("pairs", "triplet")

@@ -208,3 +208,13 @@ def test_split_by_source_keeps_views_together_and_restrict():
     allowed[3:6] = False
     kept = restrict(pairs, allowed)
     assert kept.anchor.tolist() == [0] and kept.negatives.tolist() == [[-1]]
+
+
+def test_unknown_table_names_at_most_twelve_columns():
+    """Found by a bug hunt (hunt-l 9): a table of 20,000 columns gave a 129 KB error
+    listing every one; the list is cut after 12 columns, as report's is."""
+    wide = pd.DataFrame([list(range(20))], columns=[f"c{i}" for i in range(20)])
+    with pytest.raises(PairkitError, match="neither negative_id") as exc:
+        pairs_from_table(wide, 10, "x")
+    message = str(exc.value)
+    assert "c11, ... (20 columns)" in message and "c12" not in message
