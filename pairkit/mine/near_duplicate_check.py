@@ -34,6 +34,8 @@ CALIBRATION_SAMPLE = 200  # images copied (once per edit) to calibrate
 COPY_QUANTILE = 0.01  # the threshold: this quantile of the known copies' scores
 PREFILTER_MAX = 0.95  # coarse score a pair needs before the fine alignment (at most)
 FINE = 96  # thumbnail side of the fine alignment
+# a calibration copy scoring below this against its original is left out (see _calibrate)
+MIN_COPY_SCORE = 0.5
 
 
 @dataclass
@@ -168,17 +170,28 @@ class PixelCheck:
                 cc.append(cs)
                 cf.append(cb)
                 owner.append(pos)
-        if not oc:
+        left_out = 0
+        if oc:
+            oc_a, of_a, cc_a, cf_a = (np.stack(x) for x in (oc, of, cc, cf))
+            coarse, fine = self._scores(cc_a, oc_a, lambda g: cf_a[g], lambda g: of_a[g], -2.0)
+            # a copy scoring below this is one the check can't see at all (a small mark on
+            # a blank page, a strip too thin to edit): kept, such copies drag the
+            # threshold towards 0 and every pair of the store over it; the threshold is
+            # the one for the copies the check can see
+            usable = fine >= MIN_COPY_SCORE
+            left_out = int((~usable).sum())
+            coarse, fine = coarse[usable], fine[usable]
+            owners = np.asarray(owner)[usable]
+        if not oc or not len(fine):
             self.threshold = self.threshold if self.threshold is not None else 0.995
-            self.calibration = {"copies": 0}
+            self.calibration = {"copies": 0, "copies_left_out": left_out}
             self._copy_scores = None
             return
-        oc_a, of_a, cc_a, cf_a = (np.stack(x) for x in (oc, of, cc, cf))
-        coarse, fine = self._scores(cc_a, oc_a, lambda g: cf_a[g], lambda g: of_a[g], -2.0)
         self.prefilter = float(min(PREFILTER_MAX, np.quantile(coarse, 0.005) - 0.01))
         self._copy_scores = fine
         self.calibration = {
-            "copies": len(oc), "images": len(np.unique(np.asarray(owner))),
+            "copies": len(fine), "images": len(np.unique(owners)),
+            "copies_left_out": left_out,
             "copies_median": round(float(np.median(fine)), 5),
             "prefilter": round(self.prefilter, 4),
         }

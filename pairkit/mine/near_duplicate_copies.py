@@ -42,9 +42,9 @@ def edited_copy(img: object, edit: str, rng: np.random.Generator) -> object:
         a = np.take(a, np.clip(np.arange(h) - dy, 0, h - 1), axis=0)
         a = np.take(a, np.clip(np.arange(w) - dx, 0, w - 1), axis=1)
         return Image.fromarray(a)
-    if edit == "crop":
-        cut_w = max(1, round(w * rng.uniform(0.02, 0.05)))
-        cut_h = max(1, round(h * rng.uniform(0.02, 0.05)))
+    if edit == "crop":  # at least a pixel off each side that has one to spare
+        cut_w = min(w - 1, max(1, round(w * rng.uniform(0.02, 0.05))))
+        cut_h = min(h - 1, max(1, round(h * rng.uniform(0.02, 0.05))))
         left, top = int(rng.integers(0, cut_w + 1)), int(rng.integers(0, cut_h + 1))
         return img.crop((left, top, w - (cut_w - left), h - (cut_h - top)))  # type: ignore[attr-defined]
     if edit == "brightness":
