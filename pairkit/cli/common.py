@@ -66,6 +66,10 @@ def user_errors() -> Iterator[None]:
             name = f" {exc.filename}" if exc.filename else ""
             raise fail(f"disk full while writing{name}: free space and rerun; outputs are "
                        "written whole or not at all") from None
+        if exc.errno == errno.EFBIG:
+            name = f" {exc.filename}" if exc.filename else ""
+            raise fail(f"file too large while writing{name}: over the file system's or the "
+                       "process's size limit (ulimit -f)") from None
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             what = "read-only file system" if exc.errno == errno.EROFS else "permission denied"
             raise fail(f"can't write {exc.filename or 'an output'}: {what}; nothing else "

@@ -53,6 +53,14 @@ def is_disk_full(exc: BaseException, folder: Path) -> bool:
     return False
 
 
+def is_too_large(exc: BaseException) -> bool:
+    """True when ``exc`` says a file went over a size limit (EFBIG: ``ulimit -f``, or the
+    file system's largest file), also where a library kept only the text."""
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+        return True
+    return "File too large" in str(exc)
+
+
 def fsync_dir(folder: Path) -> None:
     """Make a rename in ``folder`` durable (no-op where folders can't be opened)."""
     with contextlib.suppress(OSError):
@@ -114,12 +122,19 @@ def atomic_path(target: str | os.PathLike[str], replace: bool = True) -> Iterato
         else:
             _commit_new(tmp_path, target)
     except BaseException as exc:
+        # judged while the failed temp still holds its space (removing it first freed
+        # what made the disk full, and a short write without errno looked like a bug)
+        mine = isinstance(exc, Exception) and not isinstance(exc, PairkitError)
+        full = mine and is_disk_full(exc, target.parent)
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
-        if isinstance(exc, Exception) and not isinstance(exc, PairkitError) \
-                and is_disk_full(exc, target.parent):
+        if full:
             raise PairkitError(f"disk full while writing {target}: free space and rerun; "
                                "nothing was lost") from exc
+        if mine and is_too_large(exc):
+            raise PairkitError(f"file too large while writing {target}: over the file "
+                               "system's or the process's size limit (ulimit -f); nothing "
+                               "was lost") from exc
         raise
 
 

@@ -113,3 +113,32 @@ def test_a_folder_made_read_only_names_the_target_not_the_temp(tmp_path, monkeyp
     with pytest.raises(PermissionError) as info, atomic_path(target):
         pass
     assert info.value.filename == str(target)
+
+
+def test_free_space_is_judged_before_the_failed_temp_is_removed(tmp_path, monkeypatch):
+    """Found by a bug hunt (2026-12-06): the temp file was removed first, which freed the
+    space it held, so a short write (numpy's message, no errno) on a full disk was called
+    an internal error."""
+    usage = namedtuple("usage", "total used free")
+    held: list = []
+
+    def disk_usage(_):
+        full = any(p.exists() for p in held)
+        return usage(10, 10, 0 if full else 1 << 40)
+
+    monkeypatch.setattr(shutil, "disk_usage", disk_usage)
+    target = tmp_path / "shard.npy"
+    with pytest.raises(PairkitError, match="disk full while writing"), atomic_path(target) as tmp:
+        held.append(tmp)
+        tmp.write_bytes(b"x" * 100)
+        raise OSError("1920000 requested and 1570752 written")
+    assert not target.exists() and not held[0].exists()
+
+
+def test_a_file_size_limit_is_one_line(tmp_path):
+    target = tmp_path / "t.parquet"
+    with pytest.raises(PairkitError, match="file too large while writing .*ulimit -f"), \
+            atomic_path(target):
+        raise OSError(errno.EFBIG, "File too large")
+    with pytest.raises(PairkitError, match="file too large while writing"), atomic_path(target):
+        raise OSError("Error writing bytes to file. Detail: [errno 27] File too large")
