@@ -54,11 +54,13 @@ def is_within(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> b
 def check_folder_output(output: str | os.PathLike[str] | None, option: str, what: str) -> None:
     """Refuse (UsageError, exit 2) ``-`` for an output that is a folder (``what``: "a store
     is a folder", ...): ``-`` is stdout, for tables; taken as a name it made a folder
-    called ``-``."""
+    called ``-``; and one that is a link to nothing (:func:`check_not_dangling`)."""
     from pairkit.errors import UsageError
 
     if output is not None and str(output) == "-":
         raise UsageError(f"{option} -: {what}; - (stdout) is for tables: name a folder")
+    if output is not None and "://" not in str(output):
+        check_not_dangling(output, option)
 
 
 def check_parent_folder(output: str | os.PathLike[str], option: str = "-o") -> None:
@@ -76,6 +78,18 @@ def check_parent_folder(output: str | os.PathLike[str], option: str = "-o") -> N
                 raise PairkitError(f"{option} {output}: can't write in {parent} "
                                    "(permission denied)")
             return
+
+
+def check_not_dangling(output: str | os.PathLike[str], option: str = "-o") -> None:
+    """Refuse (UsageError, exit 2) an output that is a symbolic link to nothing: a file
+    output met the link's name only when committing, after the work ("written by another
+    run meanwhile"), and a folder output could not be made."""
+    from pairkit.errors import UsageError
+
+    p = Path(output)
+    if p.is_symlink() and not p.exists():
+        raise UsageError(f"{option} {output} is a link to {os.readlink(p)}, which does not "
+                         "exist: remove the link or name another output")
 
 
 def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
@@ -96,6 +110,7 @@ def check_output_apart(output: str | os.PathLike[str] | None,
 
     if output is None or str(output) == "-" or "://" in str(output):
         return
+    check_not_dangling(output, option)
     check_parent_folder(output, option)
     for source in inputs:
         if source is None or str(source) == "-" or "://" in str(source):

@@ -118,3 +118,28 @@ def test_mine_outputs_by_other_spellings_a_file_parent_and_the_relation_file(mad
 
     assert json.loads(r.stdout)["anchors"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "p.jsonl", "rel.csv"]
+
+
+def test_an_output_that_is_a_link_to_nothing_is_refused_before_the_work(made, tmp_path):
+    """Found by a bug hunt (2026-12-06): mine, search and dedup did the whole run and then
+    said another run had written the output; report and eval --plot ended in an internal
+    error; import and train said "File exists"."""
+    st, head, root = str(made["st"]), str(made["head"]), made["root"]
+    table, folder = tmp_path / "out.csv", tmp_path / "out"
+    table.symlink_to(tmp_path / "missing.csv")
+    folder.symlink_to(tmp_path / "missing")
+    for args in (["mine", st, "--hard", "-o"], ["search", st, "0", "-o"],
+                 ["dedup", st, "--method", "threshold", "-o"], ["issues", st, "-o"],
+                 ["report", str(made["pairs"]), "-o"],
+                 ["eval", st, "--metrics", "knn", "--plot"],
+                 ["import", str(root / "emb.npy"), "--items", str(root / "items.csv"), "-o"],
+                 ["train", st, "--pairs", str(made["pairs"]), "--epochs", "1", "-o"],
+                 ["project", st, "--head", head, "-o"],
+                 ["embed", str(root), "--model", "pixels", "-o"]):
+        link = table if args[0] in ("mine", "search", "dedup", "issues") else folder
+        r = runner.invoke(app, [*args, str(link)])
+        lines = error_lines(r.stderr)
+        assert r.exit_code == 2, (args, r.output)
+        assert len(lines) == 1 and "is a link to" in lines[0] and "does not exist" in lines[0], \
+            (args, lines)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.csv"]
