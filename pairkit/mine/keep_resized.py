@@ -38,13 +38,16 @@ REASON_ENLARGED = "native size: the other copy is an enlargement of this one"
 
 
 def _grey(path: Path) -> np.ndarray | None:
-    from PIL import Image
+    """The image's grey levels as shown (its EXIF orientation applied, as embed reads it:
+    a camera original stored sideways is compared upright with its copies)."""
+    from PIL import Image, ImageOps
 
     try:
         with Image.open(path) as im:
             if max(im.size) > MAX_SIDE:
                 return None
-            rgb = np.asarray(im.convert("RGB"), dtype=np.float64)
+            shown = ImageOps.exif_transpose(im) or im
+            rgb = np.asarray(shown.convert("RGB"), dtype=np.float64)
     except (OSError, ValueError, Image.DecompressionBombError):
         return None
     return (rgb[..., 0] * 0.299 + rgb[..., 1] * 0.587 + rgb[..., 2] * 0.114) / 255.0

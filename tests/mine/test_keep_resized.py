@@ -147,3 +147,33 @@ def test_dedup_keeps_the_original_of_shrunk_and_enlarged_copies(tmp_path: Path) 
     reasons = t.loc[t["keep"], "keep_reason"].tolist()
     assert REASON_SHRUNK in reasons
     assert t.loc[t["keep"], "similarity"].tolist() == [1.0] * 12
+
+
+def test_an_original_with_an_exif_orientation_is_kept_over_its_shrunk_copy(tmp_path: Path
+                                                                           ) -> None:
+    """Found by a bug hunt (2026-12-06): a camera original (landscape pixels, EXIF
+    orientation 6) against its upright half-size copy was read unrotated, failed the aspect
+    check and lost to the copy, which went to the drop list's keep."""
+    root = tmp_path / "images"
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    paths = []
+    for s in range(3):
+        shown = Image.fromarray(rng.integers(0, 255, (40, 30, 3)).astype(np.uint8)).resize(
+            (480, 640), Image.Resampling.NEAREST)
+        shown.resize((240, 320), Image.Resampling.LANCZOS).save(root / f"p{s}_copy.jpg",
+                                                              quality=95)
+        exif = Image.Exif()
+        exif[0x0112] = 6  # rotate 90 clockwise to display
+        shown.transpose(Image.Transpose.ROTATE_90).save(root / f"p{s}_orig.jpg", quality=95,
+                                                        exif=exif.tobytes())
+        paths += [f"p{s}_copy.jpg", f"p{s}_orig.jpg"]
+    e = np.eye(8, dtype=np.float32)
+    rows = np.stack([e[i // 2] + 0.01 * e[7] * (i % 2) for i in range(len(paths))])
+    write_store(tmp_path / "store", rows, pd.DataFrame({"path": paths}), encoder={"name": "t"},
+                dtype="float32", extra={"image_root": str(root)})
+    r = runner.invoke(app, ["dedup", str(tmp_path / "store"), "-t", "0.99", "--method",
+                            "threshold"])
+    assert r.exit_code == 0, r.output
+    t = pd.read_json(io.StringIO(r.stdout), lines=True)
+    assert sorted(t.loc[t["keep"], "path"]) == [f"p{s}_orig.jpg" for s in range(3)]
