@@ -129,7 +129,11 @@ def open_searcher(
     origin = "built"
     if store_root is not None and content_id is not None:
         loaded = load_index(store_root, kind, content_id, n)
-        if loaded is not None:
+        unlike = "" if loaded is None else spec.asked_otherwise(loaded[1], n, dim)
+        if unlike:  # built as asked, in memory; the saved one stays for its own options
+            reason = "; ".join(filter(None, [reason, f"the saved index has {unlike}: "
+                                                     "not used"]))
+        elif loaded is not None:
             index, saved = loaded
             # search-time knobs from the command line win over the saved ones
             spec = replace(saved, nprobe=options.nprobe or saved.nprobe,

@@ -125,6 +125,20 @@ class IndexOptions:
         return "; ".join(f"{k.replace('_', ' ')} {mine[k]}, asked for {theirs[k]}"
                          for k in BUILD_FIELDS if mine[k] != theirs[k])
 
+    def asked_otherwise(self, saved: IndexOptions, n: int, dim: int) -> str:
+        """The build fields set here away from their defaults (the user asked for them)
+        on which the ``saved`` index differs, e.g. ``nlist 2, asked for 4``; empty when
+        the saved index is what was asked (its other fields are free to differ)."""
+        default = IndexOptions()
+        asked = self.resolved(n, dim)
+        out = []
+        for name in ("nlist", "pq_m", "hnsw_m", "ef_construction", "float16"):
+            if getattr(self, name) != getattr(default, name) \
+                    and getattr(saved, name) != getattr(asked, name):
+                out.append(f"{name.replace('_', ' ')} {getattr(saved, name)}, asked for "
+                           f"{getattr(asked, name)}")
+        return "; ".join(out)
+
     def describe(self) -> str:
         """Short human description, e.g. ``ivf(nlist=447, nprobe=28)``."""
         parts = []

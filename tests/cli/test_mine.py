@@ -142,6 +142,19 @@ def test_saved_index_is_reused(store, tmp_path: Path) -> None:
     assert (a["negative_id"] == b["negative_id"]).mean() > 0.95 and r2.exit_code == 0
 
 
+def test_a_saved_index_built_otherwise_than_asked_is_not_used(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): `mine --index ivf --nlist 4` searched a saved
+    index of 2 cells (and `--index hnsw --hnsw-m 8` one of M 32), saying only "loaded"."""
+    assert runner.invoke(app, ["index", str(store.root), "--index", "ivf", "--nlist", "2",
+                               "--force", "-q"]).exit_code == 0
+    r = mine(store.root, "--hard", "--index", "ivf", "--nlist", "4", "-o", tmp_path / "p.csv")
+    assert r.exit_code == 0, r.output
+    assert "ivf(nlist=4" in r.output and "loaded from" not in r.output
+    assert "the saved index has nlist 2, asked for 4" in r.output
+    r = mine(store.root, "--hard", "--index", "ivf", "-o", tmp_path / "q.csv")
+    assert "ivf(nlist=2" in r.output and "loaded from" in r.output  # nothing asked otherwise
+
+
 def _broken_stores(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     out = {}
     s = random_store(tmp_path / "nomanifest", n_sources=10)
