@@ -28,7 +28,7 @@ def skipped_files(errors: list[dict[str, Any]]) -> int:
 
 def _index_names(info: dict[str, Any]) -> list[str]:
     stale = set(info.get("stale_indexes") or ())
-    return [f"{_shown(n)} (stale: built for other rows, not used; pairkit index --force)"
+    return [f"{_shown(n)} (stale: built for other rows, not used; pairkit index rebuilds it)"
             if n in stale else _shown(n) for n in info["indexes"]]
 
 

@@ -51,6 +51,9 @@ def index_to_files(store: Path, cfg: IndexOptions, *, force: bool = False) -> st
     if cfg.nlist and spec.nlist is not None and cfg.nlist > spec.nlist:
         reason = "; ".join(filter(None, [reason, f"--nlist {cfg.nlist} cut to the "
                                                  f"{st.count:,} rows"]))
+    if cfg.nprobe and spec.nprobe is not None and cfg.nprobe > spec.nprobe:
+        reason = "; ".join(filter(None, [reason, f"--nprobe {cfg.nprobe} cut to the "
+                                                 f"{spec.nlist:,} cells"]))
     t0 = time.perf_counter()
     path = build_and_save(st.vectors("float32"), spec, st.root, st.content_id, force=force)
     return (f"built {spec.describe()} over {st.count:,} rows of dim {st.dim} in "

@@ -45,8 +45,11 @@ def split_queries(queries: list[str]) -> tuple[tuple[str, ...], tuple[int, ...]]
             images.append(q)
         elif re.fullmatch(r"\s*\+?[0-9]+\s*", q, flags=re.ASCII):
             ids.append(int(q))
-        elif Path(q).exists():
+        elif Path(q).is_dir():
             raise UsageError(f"query {q} is a folder, not an image file")
+        elif Path(q).exists():
+            raise UsageError(f"query {q} is not a regular file (a device, a pipe or a "
+                             "socket), not an image file")
         else:
             raise UsageError(f"query {q!r} is neither an image file nor an item id "
                              "(texts go after --text)")

@@ -47,7 +47,11 @@ def save_index(
     with writer_lock(store_root, "store"):
         fpath = check_saved(store_root, spec.kind, content_id, force)
         _, jpath = index_paths(store_root, spec.kind)
-        fpath.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fpath.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise PairkitError(f"store {store_root} holds a file named index where pairkit "
+                               "keeps its saved indexes: move it away") from None
         remove_stale_temps(fpath.parent, lambda name: name.endswith((".faiss", ".json")))
         if not is_cpu(index):
             index = faiss.index_gpu_to_cpu(index)

@@ -118,6 +118,7 @@ def test_cli_table_outputs(image_store: Store, tmp_path: Path) -> None:
     (["1", "-k", "0"], "-k must be >= 1"),
     (["1", "-o", "x.txt"], ""),
     (["\uff13"], "neither an image file nor an item id"),  # a full-width 3 was item 3
+    (["/dev/null"], "is not a regular file"),  # it was "a folder"
 ])
 def test_bad_queries_are_usage_errors(store: Store, args: list[str], message: str) -> None:
     r = search(store.root, *args)

@@ -148,3 +148,21 @@ def test_an_unknown_index_kind_is_a_usage_error(indexed) -> None:
         open_searcher(np.eye(4, dtype=np.float32), IndexOptions(kind="annoy"))
     with pytest.raises(UsageError, match="must be one of"):
         pairkit.mine_pairs(indexed, kind="annoy")
+
+
+def test_a_file_named_index_in_the_store_is_one_line(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): an internal error (FileExistsError)."""
+    store = random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
+    (store.root / "index").write_text("hi")
+    r = runner.invoke(app, ["index", str(store.root), "--index", "flat"])
+    assert r.exit_code == 1
+    assert "holds a file named index where pairkit keeps its saved indexes" in r.output
+    assert (store.root / "index").read_text() == "hi"
+
+
+def test_a_cut_nprobe_is_said_as_a_cut_nlist_is(tmp_path: Path) -> None:
+    store = random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
+    r = runner.invoke(app, ["index", str(store.root), "--index", "ivf", "--nlist", "4",
+                            "--nprobe", "16"])
+    assert r.exit_code == 0, r.output
+    assert "ivf(nlist=4, nprobe=4)" in r.output and "--nprobe 16 cut to the 4 cells" in r.output
