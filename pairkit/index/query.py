@@ -122,11 +122,14 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
     names = ([str(p) for p in req.images] + [f"id:{i}" for i in req.ids] + list(req.texts))
     kinds = ["image"] * ni + ["item"] * len(req.ids) + ["text"] * len(req.texts)
     rows: list[tuple[Any, ...]] = []
+    alone: list[str] = []  # item queries whose every candidate is of their own source
     for q in range(len(queries)):
         keep = ids[q] >= 0
         if own[q] >= 0:
             keep &= sources[np.maximum(ids[q], 0)] != own[q]
         hit_ids, hit_scores = ids[q][keep][:req.k], scores[q][keep][:req.k]
+        if not len(hit_ids):
+            alone.append(names[q])
         for rank, (i, s) in enumerate(zip(hit_ids, hit_scores, strict=True)):
             rows.append((names[q], kinds[q], rank, int(i), float(s)))
     table = pd.DataFrame(rows, columns=list(COLUMNS[1:6]))
@@ -139,4 +142,5 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
     table["path"] = items["path"].to_numpy(dtype=object)[hit]
     table["source"] = items["source"].to_numpy(dtype=object)[hit]
     table["label"] = pd.array(labels[hit], dtype="string")
+    table.attrs["no_neighbours"] = alone
     return table

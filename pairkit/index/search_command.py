@@ -23,4 +23,11 @@ def search_to_files(store: str | os.PathLike[str], output: str, cfg: QueryReques
         check_table_output(output, force)
     table = search_store(Store.open(store), cfg)
     write_table(table, output, force)
+    alone = table.attrs.get("no_neighbours") or []
+    if alone:  # a query's rows missing from the table without a word
+        import sys
+
+        print(f"note: {len(alone)} item quer{'y has' if len(alone) == 1 else 'ies have'} no "
+              f"neighbours ({', '.join(alone[:3])}): every other row of the store is of "
+              "their own source; --include-same-source lists those", file=sys.stderr)
     return len(table)

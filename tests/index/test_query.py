@@ -195,3 +195,15 @@ def test_json_lines_of_a_store_without_labels_write_null(tmp_path: Path) -> None
         assert len(rows) == 5
         want = {None} if name == "none" else {"a", "b", None}
         assert {x["label"] for x in rows} == want
+
+
+def test_an_item_query_left_without_neighbours_is_said(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): a store of one source's views: the query's rows
+    were all left out, and the table was empty without a word, exit 0."""
+    from tests.conftest import random_store
+
+    one = random_store(tmp_path / "one", n_sources=1, views=3, dim=8)
+    r = search(one.root, 0)
+    assert r.exit_code == 0, r.output
+    assert "note: 1 item query has no neighbours (id:0)" in r.stderr
+    assert "id:0" in search(one.root, 0, "--include-same-source").stdout
