@@ -116,6 +116,19 @@ def test_rekeep_groups_rewrites_the_group() -> None:
     assert rekeep_groups(table, vectors, sha, {}) is table
 
 
+def dedup_groups_of(tmp_path: Path, root: Path, paths: list[str], per: int) -> pd.DataFrame:
+    """`dedup`'s table of a store of ``paths`` under ``root`` whose vectors put each run
+    of ``per`` consecutive paths in one group (and nothing else together)."""
+    e = np.eye(len(paths) // per + 1, dtype=np.float32)
+    rows = np.stack([e[i // per] + 0.01 * e[-1] * (i % per) for i in range(len(paths))])
+    write_store(tmp_path / "store", rows, pd.DataFrame({"path": paths}), encoder={"name": "t"},
+                dtype="float32", extra={"image_root": str(root)})
+    r = runner.invoke(app, ["dedup", str(tmp_path / "store"), "-t", "0.99", "--method",
+                            "threshold"])
+    assert r.exit_code == 0, r.output
+    return pd.read_json(io.StringIO(r.stdout), lines=True)
+
+
 def test_dedup_keeps_the_original_of_shrunk_and_enlarged_copies(tmp_path: Path) -> None:
     """12 demo digits, each with a shrunk copy (0.6-0.8x bilinear, as the demo plants
     them) and an enlarged one (1.5x bicubic), one group each: every original is kept."""
@@ -132,14 +145,7 @@ def test_dedup_keeps_the_original_of_shrunk_and_enlarged_copies(tmp_path: Path) 
         for name, im in files.items():
             im.save(root / name)
         paths += list(files)
-    e = np.eye(16, dtype=np.float32)
-    rows = np.stack([e[i // 3] + 0.01 * e[15] * (i % 3) for i in range(len(paths))])
-    write_store(tmp_path / "store", rows, pd.DataFrame({"path": paths}), encoder={"name": "t"},
-                dtype="float32", extra={"image_root": str(root)})
-    r = runner.invoke(app, ["dedup", str(tmp_path / "store"), "-t", "0.99", "--method",
-                            "threshold"])
-    assert r.exit_code == 0, r.output
-    t = pd.read_json(io.StringIO(r.stdout), lines=True)
+    t = dedup_groups_of(tmp_path, root, paths, 3)
     assert t["group"].nunique() == 12
     kept = t.loc[t["keep"], "path"].tolist()
     assert kept == [f"d{k:02d}.png" for k in range(12)]
@@ -168,12 +174,5 @@ def test_an_original_with_an_exif_orientation_is_kept_over_its_shrunk_copy(tmp_p
         shown.transpose(Image.Transpose.ROTATE_90).save(root / f"p{s}_orig.jpg", quality=95,
                                                         exif=exif.tobytes())
         paths += [f"p{s}_copy.jpg", f"p{s}_orig.jpg"]
-    e = np.eye(8, dtype=np.float32)
-    rows = np.stack([e[i // 2] + 0.01 * e[7] * (i % 2) for i in range(len(paths))])
-    write_store(tmp_path / "store", rows, pd.DataFrame({"path": paths}), encoder={"name": "t"},
-                dtype="float32", extra={"image_root": str(root)})
-    r = runner.invoke(app, ["dedup", str(tmp_path / "store"), "-t", "0.99", "--method",
-                            "threshold"])
-    assert r.exit_code == 0, r.output
-    t = pd.read_json(io.StringIO(r.stdout), lines=True)
+    t = dedup_groups_of(tmp_path, root, paths, 2)
     assert sorted(t.loc[t["keep"], "path"]) == [f"p{s}_orig.jpg" for s in range(3)]

@@ -186,23 +186,28 @@ def test_mine_rule_uses_the_same_decision_as_dedup(tmp_path: Path) -> None:
     assert not (near_duplicate_group_ids(bare, cfg) >= 0).any()
 
 
+def calibrated_on_all(root: Path, paths: list[str]):  # noqa: ANN201
+    """find_near_duplicates of the images with the pixel check calibrated on every one
+    (random vectors: the thumbnails propose the candidates)."""
+    from pairkit.mine.near_duplicates import find_near_duplicates
+
+    vecs = np.random.default_rng(0).normal(size=(len(paths), 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    check = PixelCheck(vecs, np.array(paths, dtype=object), str(root), sample=len(paths))
+    return find_near_duplicates(vecs, check=check, keep="first")
+
+
 def test_thin_images_do_not_collapse_the_calibrated_threshold(tmp_path: Path) -> None:
     """Found by a bug hunt (2026-12-06): three 1-pixel-high strips in the calibration
     sample made copies of no pixels (the crop took the whole side), scoring 0; the
     threshold went to 0.0 and every image of the store became a copy to drop."""
-    from pairkit.mine.near_duplicates import find_near_duplicates
-
     paths, truth = planted_folder(tmp_path / "img")
     rng = np.random.default_rng(1)
     for j in range(3):  # scan lines, divider graphics
         strip = rng.integers(0, 255, (1, 600, 3)).astype(np.uint8)
         Image.fromarray(strip).save(tmp_path / "img" / f"strip{j}.png")
         paths.append(f"strip{j}.png")
-    vecs = np.random.default_rng(0).normal(size=(len(paths), 8)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    check = PixelCheck(vecs, np.array(paths, dtype=object), str(tmp_path / "img"),
-                       sample=len(paths))
-    res = find_near_duplicates(vecs, check=check, keep="first")
+    res = calibrated_on_all(tmp_path / "img", paths)
     found = {frozenset(g["id"].tolist()) for _, g in res.table.groupby("group")}
     assert found == truth
     # the copies' threshold itself (here the look-alikes raised the final one) and the
@@ -214,8 +219,6 @@ def test_nearly_blank_images_do_not_collapse_the_calibrated_threshold(tmp_path: 
     """Found by a bug hunt (2026-12-06): a mostly transparent logo's edited copies scored
     about 0 against it (a 3-pixel mark on a blank page, at the check's resolution), which
     took the threshold to 0. Copies the check can't see are left out of the calibration."""
-    from pairkit.mine.near_duplicates import find_near_duplicates
-
     paths, truth = planted_folder(tmp_path / "img")
     for j in range(4):
         a = np.zeros((200, 200, 4), np.uint8)
@@ -223,11 +226,7 @@ def test_nearly_blank_images_do_not_collapse_the_calibrated_threshold(tmp_path: 
         a[100:103, 50 + 20 * j:53 + 20 * j] = (0, 0, 0, 255)
         Image.fromarray(a, "RGBA").save(tmp_path / "img" / f"logo{j}.png")
         paths.append(f"logo{j}.png")
-    vecs = np.random.default_rng(0).normal(size=(len(paths), 8)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    check = PixelCheck(vecs, np.array(paths, dtype=object), str(tmp_path / "img"),
-                       sample=len(paths))
-    res = find_near_duplicates(vecs, check=check, keep="first")
+    res = calibrated_on_all(tmp_path / "img", paths)
     assert res.decision["copies_threshold"] > 0.9 and res.decision["copies_left_out"] > 0
     found = {frozenset(g["id"].tolist()) for _, g in res.table.groupby("group")}
     assert truth <= found
