@@ -3,15 +3,20 @@
 The device decoder (nvjpeg through ``torchvision.io.decode_jpeg``) gets a file only when
 it would give the picture PIL gives: a complete (ends with EOI), 8-bit, Huffman-coded
 baseline, extended or progressive JPEG with 1 (grey) or 3 (YCbCr) components, no EXIF
-rotation (orientation 1 or none), no Adobe RGB/CMYK/YCCK transform, and within PIL's
-decompression-bomb limit. Everything else (PNG, WebP, CMYK, 16-bit, EXIF-rotated,
-truncated or broken files) keeps the PIL path and its errors.jsonl reasons.
+rotation (orientation 1 or none), no Adobe RGB/CMYK/YCCK transform, at most
+:data:`~pairkit.encode.views.MAX_WHOLE_RESIZE_ASPECT` times longer than wide (the device
+resizes view 0 whole: a 3 x 9000 strip scaled to short side 64 needed a 192000 x 9000
+resampling matrix) and within PIL's decompression-bomb limit. Everything else (PNG, WebP,
+CMYK, 16-bit, EXIF-rotated, thin, truncated or broken files) keeps the PIL path and its
+errors.jsonl reasons.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+from pairkit.encode.views import MAX_WHOLE_RESIZE_ASPECT
 
 # start-of-frame markers: baseline, extended sequential, progressive (Huffman coded)
 _SOF_PLAIN = {0xC0, 0xC1, 0xC2}
@@ -84,6 +89,9 @@ def inspect_jpeg(data: bytes, max_pixels: int | None = None) -> JpegInfo:
         return JpegInfo(width, height, comps, why="Adobe RGB transform")
     if width == 0 or height == 0:
         return JpegInfo(width, height, comps, why="no image size in the frame header")
+    if max(width, height) > MAX_WHOLE_RESIZE_ASPECT * min(width, height):
+        return JpegInfo(width, height, comps,
+                        why=f"more than {MAX_WHOLE_RESIZE_ASPECT} times longer than wide")
     if max_pixels is not None and width * height > max_pixels:
         return JpegInfo(width, height, comps, why="larger than the decompression-bomb limit")
     return JpegInfo(width, height, comps, plain=True)

@@ -92,6 +92,35 @@ def test_cmyk_and_bombs_keep_the_pil_path() -> None:
     assert "decompression-bomb" in inspect_jpeg(big, max_pixels=1000).why
 
 
+def test_thin_jpegs_keep_the_pil_path() -> None:
+    """A 3 x 9000 JPEG built a 192000 x 9000 resampling matrix on the device path (21 GB,
+    113 s; 1 x 20000 ended the run "out of memory"): over 8:1 it is PIL's, whose view 0
+    resamples only the centre box."""
+    for w, h in [(9000, 3), (3, 9000), (20000, 1), (900, 100)]:
+        info = inspect_jpeg(photo(w, h))
+        assert not info.plain and "longer than wide" in info.why, (w, h, info)
+    assert inspect_jpeg(photo(800, 100)).plain and inspect_jpeg(photo(100, 800)).plain
+
+
+def test_embed_decode_gpu_of_thin_jpegs(tmp_path: Path) -> None:
+    root = tmp_path / "img"
+    root.mkdir()
+    (root / "wide.jpg").write_bytes(photo(3000, 3, seed=1))
+    (root / "tall.jpg").write_bytes(photo(2, 900, seed=2))
+    (root / "photo.jpg").write_bytes(photo(400, 300, seed=3))
+    stores = {}
+    for decode in ("cpu", "gpu"):
+        summary = embed_folder(EmbedConfig(images=root, store=tmp_path / decode,
+                                           model="pixels", views=2, device="cpu",
+                                           decode=decode, batch_size=4, workers=0,
+                                           dtype="float32"))
+        assert summary.images == 3
+        stores[decode] = (Store.open(tmp_path / decode), summary)
+    (a, _), (b, sb) = stores["cpu"], stores["gpu"]
+    assert sb.decoded_on_device == 1  # the photo; the strips went the PIL path
+    assert np.einsum("nd,nd->n", a.vectors(), b.vectors()).min() >= 0.995
+
+
 # -- the pieces against PIL --------------------------------------------------------------
 def test_draft_scale_is_pils() -> None:
     for w, h in [(400, 300), (1200, 900), (4000, 3000), (3000, 4500), (500, 449), (100, 80)]:
