@@ -211,19 +211,22 @@ def decode_image(data: bytes, draft_size: int | None = None) -> Image.Image:
 
 
 def to_rgb8(img: Image.Image) -> Image.Image:
-    """Any PIL mode -> 8-bit RGB; transparency is composited over white. 16/32-bit
+    """Any PIL mode -> 8-bit RGB; transparency (alpha, palette alphas or a tRNS colour key
+    of an RGB, grey or 16-bit grey PNG) is composited over white. 16/32-bit
     integer images are scaled down when above 255; float images in [0, 1] scaled up, signed
     ones by their range; a NaN or inf pixel is a DecodeError."""
     import numpy as np
     from PIL import Image
 
     mode = img.mode
-    if mode == "RGB":
+    key = img.info.get("transparency")  # a colour key (tRNS) or palette alphas
+    if mode == "RGB" and key is None:
         return img
     if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
         arr = np.asarray(img, dtype=np.float32)
         if not np.isfinite(arr).all():
             raise DecodeError("pixel values not finite (a float image with NaN or inf)")
+        clear = arr == key if isinstance(key, int) else None  # 16-bit grey tRNS
         low = float(arr.min()) if arr.size else 0.0
         top = float(arr.max()) if arr.size else 0.0
         if mode == "F" and low < 0.0 and top > low:  # a signed float image: by its range
@@ -232,8 +235,11 @@ def to_rgb8(img: Image.Image) -> Image.Image:
             arr = arr * 255.0
         elif top > 255.0:
             arr = arr / (65535.0 if top > 4095 else top) * 255.0
-        return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "L").convert("RGB")
-    if mode == "P" and "transparency" in img.info:
+        grey = np.clip(arr, 0, 255).astype(np.uint8)
+        if clear is not None:
+            grey[clear] = 255  # over white
+        return Image.fromarray(grey, "L").convert("RGB")
+    if key is not None and mode in ("P", "RGB", "L", "1"):  # Pillow applies the key
         img = img.convert("RGBA")
         mode = "RGBA"
     if mode in ("RGBA", "LA", "PA", "RGBa", "La"):

@@ -158,3 +158,25 @@ def test_float_images_are_scaled_by_their_range_and_nan_refused():
     bad[0, 0] = np.nan
     with pytest.raises(DecodeError, match="not finite"):
         decode_image(_tiff(bad))
+
+
+@pytest.mark.parametrize(
+    ("pixels", "key"),
+    [
+        (np.array([[[255, 0, 255], [0, 128, 0], [255, 0, 255]]], "uint8").repeat(3, 0),
+         (255, 0, 255)),  # RGB with a tRNS colour
+        (np.array([[7, 200, 7]], "uint8").repeat(3, 0), 7),  # grey with a tRNS level
+        (np.array([[700, 60000, 700]], "uint16").repeat(3, 0), 700),  # 16-bit grey
+    ],
+    ids=["RGB", "L", "I;16"],
+)
+def test_colour_key_transparency_is_over_white(pixels: np.ndarray, key: object) -> None:
+    """A PNG whose transparency is a tRNS colour key (no alpha channel) is composited over
+    white like an alpha or palette PNG (it kept the key colour: magenta, dark grey)."""
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, "PNG", transparency=key)
+    data = buf.getvalue()
+    assert "transparency" in Image.open(io.BytesIO(data)).info
+    out = np.asarray(decode_image(data))
+    assert (out[0, 0] == 255).all() and (out[:, 0] == 255).all()  # transparent: white
+    assert not (out[1, 1] == 255).all()  # the opaque middle column keeps its colour
