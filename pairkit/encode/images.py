@@ -29,9 +29,18 @@ if TYPE_CHECKING:
 # 179 megapixels): a bigger file is refused before it is read (embed --max-file-bytes).
 DEFAULT_MAX_FILE_BYTES = 256 << 20
 
-IMAGE_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm"}
-)
+# The file extensions of the raster formats this Pillow decodes (Image.registered_extensions
+# names each; tests/encode/test_images.py saves and decodes one of every kind). A file with
+# another extension is not an image to embed; a listed one that does not decode is in
+# errors.jsonl with the reason.
+IMAGE_EXTENSIONS = frozenset({
+    ".jpg", ".jpeg", ".jpe", ".jfif",  # JPEG
+    ".png", ".apng", ".gif", ".webp", ".bmp", ".dib", ".tif", ".tiff",
+    ".ppm", ".pgm", ".pbm", ".pnm",  # Netpbm
+    ".avif",
+    ".jp2", ".j2k", ".jpx", ".jpf", ".jpc", ".j2c",  # JPEG 2000
+    ".tga", ".ico", ".qoi", ".pcx",
+})
 
 
 class DecodeError(Exception):
@@ -53,8 +62,8 @@ def discover_images(root: str | os.PathLike[str]) -> tuple[list[ImageFile], list
     Returns ``(images, problems)``; ``problems`` lists ``(path, reason)`` for
     folders that could not be read, symlink loops and file names that are not valid
     UTF-8 (kept with Python's surrogate escapes, so ``os.fsencode(path)`` gives the
-    bytes back). Hidden folders (``.name``) are skipped; files with other extensions
-    are ignored silently.
+    bytes back). Hidden folders (``.name``) are skipped; files whose extension is not in
+    :data:`IMAGE_EXTENSIONS` are ignored silently.
     """
     root = Path(root)
     if not root.exists():
