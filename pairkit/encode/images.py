@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pairkit.core.integrity import read_checked
+from pairkit.core.paths import path_problem
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
@@ -60,10 +61,11 @@ def discover_images(root: str | os.PathLike[str]) -> tuple[list[ImageFile], list
     several paths listed once), sorted by path.
 
     Returns ``(images, problems)``; ``problems`` lists ``(path, reason)`` for
-    folders that could not be read, symlink loops and file names that are not valid
+    folders that could not be read, symlink loops, file names that are not valid
     UTF-8 (kept with Python's surrogate escapes, so ``os.fsencode(path)`` gives the
-    bytes back). Hidden folders (``.name``) are skipped; files whose extension is not in
-    :data:`IMAGE_EXTENSIONS` are ignored silently.
+    bytes back) and names a store can't hold (:func:`name_problem`). Hidden folders
+    (``.name``) are skipped; files whose extension is not in :data:`IMAGE_EXTENSIONS` are
+    ignored silently.
     """
     root = Path(root)
     if not root.exists():
@@ -97,9 +99,9 @@ def discover_images(root: str | os.PathLike[str]) -> tuple[list[ImageFile], list
                 continue
             abs_path = Path(dirpath) / name
             rel = Path(os.path.relpath(abs_path, root)).as_posix()
-            if not _is_utf8(rel):
-                problems.append((rel, "file name is not valid UTF-8: rename it (store paths "
-                                      "are UTF-8 text)"))
+            problem = name_problem(rel)
+            if problem is not None:
+                problems.append((rel, problem))
                 continue
             images.append(ImageFile(rel, abs_path))
     images.sort(key=lambda f: f.path)
@@ -130,6 +132,22 @@ def _one_path_per_file(images: list[ImageFile], problems: list[tuple[str, str]]
                 problems.append((f.path, f"the same file as {keep.path} (a link to it): "
                                          "listed once"))
     return [f for f in images if f.path not in dropped] if dropped else images
+
+
+def name_problem(rel: str) -> str | None:
+    """Why the file ``rel`` (relative to the image root, '/'-separated) can't be an item
+    path, or None: a name that is not valid UTF-8, or one that the readers of a store
+    (:func:`pairkit.core.paths.path_problem`, which takes ``\\`` for a separator) would
+    refuse, such as ``..\\up.png`` or ``\\lead.png``: stored, it failed dedup."""
+    if not _is_utf8(rel):
+        return "file name is not valid UTF-8: rename it (store paths are UTF-8 text)"
+    reason = path_problem(rel)
+    if reason is None:
+        return None
+    if "\\" in rel:
+        return (f"file name holds a backslash: rename it (store paths take '\\' for a folder "
+                f"separator; read so, this name {reason.split(' (')[0]})")
+    return f"file name can't be a store path: it {reason}"
 
 
 def _is_utf8(text: str) -> bool:
