@@ -28,7 +28,7 @@ from pairkit.encode.config import (
     run_record,
     summary_dict,
 )
-from pairkit.encode.images import ImageFile
+from pairkit.encode.images import IMAGE_EXTENSIONS, ImageFile
 from pairkit.encode.registry import Encoder, EncoderRequest, load_encoder
 from pairkit.encode.runner import Runner
 from pairkit.encode.shards import ShardBuffer, shard_unit
@@ -74,8 +74,8 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
         skipped = (f"; {len(problems)} skipped, e.g. {problems[0][0]!a}: {problems[0][1]}"
                    if problems else "")
         raise PairkitError(
-            f"no images found in {cfg.images} (looked for .jpg, .jpeg, .png, .webp, .bmp, "
-            f".gif, .tif, .ppm ...){skipped}"
+            f"no images found in {cfg.images} (looked for "
+            f"{', '.join(sorted(IMAGE_EXTENSIONS))}){skipped}"
         )
     cfg_store = location(cfg.store)
     labels, unlabeled = resolve_labels(cfg.labels, files, sources.root, sources.member_labels)

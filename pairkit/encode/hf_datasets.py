@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pairkit.encode.images import DecodeError, ImageFile
+from pairkit.encode.images import DecodeError, ImageFile, name_problem
 from pairkit.errors import PairkitError, UsageError
 
 DATA_SUFFIXES = (".arrow", ".parquet")
@@ -221,6 +221,10 @@ def discover_hf_dataset(spec: str | os.PathLike[str], image_column: str | None =
             if not p.exists():  # never there: not a file that vanished during the run
                 problems.append((name, f"the dataset row names {path!a}, which does not "
                                  "exist"))
+                continue
+            problem = name_problem(name)
+            if problem is not None:
+                problems.append((name, problem))
                 continue
             if name in seen:
                 problems.append((f"{rel_data}/{n:0{ROW_DIGITS}d}", f"names {path!a} again: "

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pairkit.core.integrity import read_checked
+from pairkit.core.paths import path_problem
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
@@ -29,9 +30,18 @@ if TYPE_CHECKING:
 # 179 megapixels): a bigger file is refused before it is read (embed --max-file-bytes).
 DEFAULT_MAX_FILE_BYTES = 256 << 20
 
-IMAGE_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm"}
-)
+# The file extensions of the raster formats this Pillow decodes (Image.registered_extensions
+# names each; tests/encode/test_images.py saves and decodes one of every kind). A file with
+# another extension is not an image to embed; a listed one that does not decode is in
+# errors.jsonl with the reason.
+IMAGE_EXTENSIONS = frozenset({
+    ".jpg", ".jpeg", ".jpe", ".jfif",  # JPEG
+    ".png", ".apng", ".gif", ".webp", ".bmp", ".dib", ".tif", ".tiff",
+    ".ppm", ".pgm", ".pbm", ".pnm",  # Netpbm
+    ".avif",
+    ".jp2", ".j2k", ".jpx", ".jpf", ".jpc", ".j2c",  # JPEG 2000
+    ".tga", ".ico", ".qoi", ".pcx",
+})
 
 
 class DecodeError(Exception):
@@ -51,10 +61,11 @@ def discover_images(root: str | os.PathLike[str]) -> tuple[list[ImageFile], list
     several paths listed once), sorted by path.
 
     Returns ``(images, problems)``; ``problems`` lists ``(path, reason)`` for
-    folders that could not be read, symlink loops and file names that are not valid
+    folders that could not be read, symlink loops, file names that are not valid
     UTF-8 (kept with Python's surrogate escapes, so ``os.fsencode(path)`` gives the
-    bytes back). Hidden folders (``.name``) are skipped; files with other extensions
-    are ignored silently.
+    bytes back) and names a store can't hold (:func:`name_problem`). Hidden folders
+    (``.name``) are skipped; files whose extension is not in :data:`IMAGE_EXTENSIONS` are
+    ignored silently.
     """
     root = Path(root)
     if not root.exists():
@@ -88,9 +99,9 @@ def discover_images(root: str | os.PathLike[str]) -> tuple[list[ImageFile], list
                 continue
             abs_path = Path(dirpath) / name
             rel = Path(os.path.relpath(abs_path, root)).as_posix()
-            if not _is_utf8(rel):
-                problems.append((rel, "file name is not valid UTF-8: rename it (store paths "
-                                      "are UTF-8 text)"))
+            problem = name_problem(rel)
+            if problem is not None:
+                problems.append((rel, problem))
                 continue
             images.append(ImageFile(rel, abs_path))
     images.sort(key=lambda f: f.path)
@@ -121,6 +132,22 @@ def _one_path_per_file(images: list[ImageFile], problems: list[tuple[str, str]]
                 problems.append((f.path, f"the same file as {keep.path} (a link to it): "
                                          "listed once"))
     return [f for f in images if f.path not in dropped] if dropped else images
+
+
+def name_problem(rel: str) -> str | None:
+    """Why the file ``rel`` (relative to the image root, '/'-separated) can't be an item
+    path, or None: a name that is not valid UTF-8, or one that the readers of a store
+    (:func:`pairkit.core.paths.path_problem`, which takes ``\\`` for a separator) would
+    refuse, such as ``..\\up.png`` or ``\\lead.png``: stored, it failed dedup."""
+    if not _is_utf8(rel):
+        return "file name is not valid UTF-8: rename it (store paths are UTF-8 text)"
+    reason = path_problem(rel)
+    if reason is None:
+        return None
+    if "\\" in rel:
+        return (f"file name holds a backslash: rename it (store paths take '\\' for a folder "
+                f"separator; read so, this name {reason.split(' (')[0]})")
+    return f"file name can't be a store path: it {reason}"
 
 
 def _is_utf8(text: str) -> bool:
@@ -211,19 +238,22 @@ def decode_image(data: bytes, draft_size: int | None = None) -> Image.Image:
 
 
 def to_rgb8(img: Image.Image) -> Image.Image:
-    """Any PIL mode -> 8-bit RGB; transparency is composited over white. 16/32-bit
+    """Any PIL mode -> 8-bit RGB; transparency (alpha, palette alphas or a tRNS colour key
+    of an RGB, grey or 16-bit grey PNG) is composited over white. 16/32-bit
     integer images are scaled down when above 255; float images in [0, 1] scaled up, signed
     ones by their range; a NaN or inf pixel is a DecodeError."""
     import numpy as np
     from PIL import Image
 
     mode = img.mode
-    if mode == "RGB":
+    key = img.info.get("transparency")  # a colour key (tRNS) or palette alphas
+    if mode == "RGB" and key is None:
         return img
     if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
         arr = np.asarray(img, dtype=np.float32)
         if not np.isfinite(arr).all():
             raise DecodeError("pixel values not finite (a float image with NaN or inf)")
+        clear = arr == key if isinstance(key, int) else None  # 16-bit grey tRNS
         low = float(arr.min()) if arr.size else 0.0
         top = float(arr.max()) if arr.size else 0.0
         if mode == "F" and low < 0.0 and top > low:  # a signed float image: by its range
@@ -232,8 +262,11 @@ def to_rgb8(img: Image.Image) -> Image.Image:
             arr = arr * 255.0
         elif top > 255.0:
             arr = arr / (65535.0 if top > 4095 else top) * 255.0
-        return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "L").convert("RGB")
-    if mode == "P" and "transparency" in img.info:
+        grey = np.clip(arr, 0, 255).astype(np.uint8)
+        if clear is not None:
+            grey[clear] = 255  # over white
+        return Image.fromarray(grey, "L").convert("RGB")
+    if key is not None and mode in ("P", "RGB", "L", "1"):  # Pillow applies the key
         img = img.convert("RGBA")
         mode = "RGBA"
     if mode in ("RGBA", "LA", "PA", "RGBa", "La"):

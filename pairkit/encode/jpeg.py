@@ -3,20 +3,30 @@
 The device decoder (nvjpeg through ``torchvision.io.decode_jpeg``) gets a file only when
 it would give the picture PIL gives: a complete (ends with EOI), 8-bit, Huffman-coded
 baseline, extended or progressive JPEG with 1 (grey) or 3 (YCbCr) components, no EXIF
-rotation (orientation 1 or none), no Adobe RGB/CMYK/YCCK transform, and within PIL's
-decompression-bomb limit. Everything else (PNG, WebP, CMYK, 16-bit, EXIF-rotated,
-truncated or broken files) keeps the PIL path and its errors.jsonl reasons.
+rotation (orientation 1 or none; nor an XMP ``tiff:Orientation``, which Pillow applies
+when EXIF has none), no Adobe RGB/CMYK/YCCK transform, at most
+:data:`~pairkit.encode.views.MAX_WHOLE_RESIZE_ASPECT` times longer than wide (the device
+resizes view 0 whole: a 3 x 9000 strip scaled to short side 64 needed a 192000 x 9000
+resampling matrix) and within PIL's decompression-bomb limit. Everything else (PNG, WebP,
+CMYK, 16-bit, EXIF-rotated, thin, truncated or broken files) keeps the PIL path and its
+errors.jsonl reasons.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
+
+from pairkit.encode.views import MAX_WHOLE_RESIZE_ASPECT
 
 # start-of-frame markers: baseline, extended sequential, progressive (Huffman coded)
 _SOF_PLAIN = {0xC0, 0xC1, 0xC2}
 # the other SOFs: lossless, hierarchical, arithmetic coded
 _SOF_OTHER = {0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+_XMP = b"http://ns.adobe.com/xap/1.0/\x00"
+# how Pillow's getexif() reads the orientation of an XMP packet (when EXIF has none)
+_XMP_ORIENTATION = re.compile(rb'tiff:Orientation(="|>)([0-9])')
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,8 @@ def inspect_jpeg(data: bytes, max_pixels: int | None = None) -> JpegInfo:
         return JpegInfo(why="no end-of-image marker (truncated?)")
     pos, n = 2, len(data)
     width = height = comps = 0
-    sof = adobe_transform = None
+    sof = adobe_transform = exif_orientation = None
+    xmp = b""
     while pos + 4 <= n:
         if data[pos] != 0xFF:
             return JpegInfo(why="corrupt marker")
@@ -73,6 +84,9 @@ def inspect_jpeg(data: bytes, max_pixels: int | None = None) -> JpegInfo:
             orientation = _exif_orientation(seg[6:])
             if orientation not in (None, 1):
                 return JpegInfo(width, height, comps, why=f"EXIF orientation {orientation}")
+            exif_orientation = exif_orientation or orientation
+        elif marker == 0xE1 and seg.startswith(_XMP):
+            xmp = seg[len(_XMP):]  # Pillow keeps the last packet
         elif marker == 0xEE and seg[:5] == b"Adobe" and len(seg) >= 12:
             adobe_transform = seg[11]
         elif marker == 0xDA:  # start of scan: the header is over
@@ -80,10 +94,16 @@ def inspect_jpeg(data: bytes, max_pixels: int | None = None) -> JpegInfo:
         pos += 2 + length
     if sof is None:
         return JpegInfo(why="no frame header")
+    match = _XMP_ORIENTATION.search(xmp) if exif_orientation is None else None
+    if match and int(match[2]) != 1:  # PIL rotates by it (exif_transpose) as by EXIF's
+        return JpegInfo(width, height, comps, why=f"XMP orientation {int(match[2])}")
     if adobe_transform == 0 and comps == 3:  # RGB samples, not YCbCr
         return JpegInfo(width, height, comps, why="Adobe RGB transform")
     if width == 0 or height == 0:
         return JpegInfo(width, height, comps, why="no image size in the frame header")
+    if max(width, height) > MAX_WHOLE_RESIZE_ASPECT * min(width, height):
+        return JpegInfo(width, height, comps,
+                        why=f"more than {MAX_WHOLE_RESIZE_ASPECT} times longer than wide")
     if max_pixels is not None and width * height > max_pixels:
         return JpegInfo(width, height, comps, why="larger than the decompression-bomb limit")
     return JpegInfo(width, height, comps, plain=True)

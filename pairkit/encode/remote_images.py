@@ -20,7 +20,7 @@ def discover_remote_images(url: str) -> tuple[list[Any], list[tuple[str, str]]]:
     folder: every image object under ``url/``, sorted by path; ``abs_path`` is the
     object's URL (a str)."""
     from pairkit.core.remote import filesystem, scheme
-    from pairkit.encode.images import IMAGE_EXTENSIONS, ImageFile
+    from pairkit.encode.images import IMAGE_EXTENSIONS, ImageFile, name_problem
 
     fs, base = filesystem(url)
     base = base.rstrip("/")
@@ -36,6 +36,7 @@ def discover_remote_images(url: str) -> tuple[list[Any], list[tuple[str, str]]]:
         raise PairkitError(f"image folder {url} not found (no objects under it)")
     prefix = f"{scheme(url)}://"
     images = []
+    problems: list[tuple[str, str]] = []
     for key, info in found.items():
         if info.get("type") != "file":
             continue
@@ -47,9 +48,13 @@ def discover_remote_images(url: str) -> tuple[list[Any], list[tuple[str, str]]]:
             continue
         if PurePosixPath(rel).suffix.lower() not in IMAGE_EXTENSIONS:
             continue
+        problem = name_problem(rel)
+        if problem is not None:
+            problems.append((rel, problem))
+            continue
         images.append(ImageFile(rel, prefix + key))  # type: ignore[arg-type]
     images.sort(key=lambda f: f.path)
-    return images, []
+    return images, sorted(problems)
 
 
 def read_remote_image(url: str, max_bytes: int) -> bytes:

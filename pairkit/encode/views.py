@@ -33,6 +33,12 @@ class Augment:
     hue: float = 0.02
 
 
+_REDUCING_GAP = 3.0  # PIL's reducing_gap of view 0 (an integer pre-reduction, then resampling)
+# view 0 of a longer picture resamples only its centre box (:func:`plain_view`); the device
+# decoder leaves such JPEGs to PIL (:func:`pairkit.encode.jpeg.inspect_jpeg`)
+MAX_WHOLE_RESIZE_ASPECT = 8
+
+
 def view_rng(seed: int, source: str, view: int) -> np.random.Generator:
     """A generator that depends only on (seed, source, view)."""
     digest = hashlib.blake2b(f"{seed}\0{source}\0{view}".encode(), digest_size=8).digest()
@@ -53,7 +59,12 @@ def pil_resample(name: str) -> int:
 
 
 def plain_view(img: Image.Image, pre: Preprocess) -> Image.Image:
-    """Resize (short side to ``pre.size``, centre crop; or squash) to size x size."""
+    """Resize (short side to ``pre.size``, centre crop; or squash) to size x size.
+
+    A picture more than :data:`MAX_WHOLE_RESIZE_ASPECT` times longer than wide is not
+    resized whole (a 2 x 20000 strip scaled to short side 224 would be 500 M pixels): only
+    its centre box is resampled, in O(size^2) memory, giving the same pixels up to one or
+    two levels at the filter's rounding (and a pixel's shift for ``nearest``)."""
     size = pre.size
     resample = pil_resample(pre.interpolation)
     w, h = img.size
@@ -61,9 +72,27 @@ def plain_view(img: Image.Image, pre: Preprocess) -> Image.Image:
         return img.resize((size, size), resample)
     scale = size / min(w, h)
     nw, nh = max(size, round(w * scale)), max(size, round(h * scale))
-    img = img.resize((nw, nh), resample, reducing_gap=3.0)
     left, top = (nw - size) // 2, (nh - size) // 2
-    return img.crop((left, top, left + size, top + size))
+    if max(nw, nh) <= MAX_WHOLE_RESIZE_ASPECT * size:
+        img = img.resize((nw, nh), resample, reducing_gap=_REDUCING_GAP)
+        return img.crop((left, top, left + size, top + size))
+    sx, sy = w / nw, h / nh  # source pixels per output pixel
+    box = (left * sx, top * sy, (left + size) * sx, (top + size) * sy)
+    fx = fy = 1
+    if pre.interpolation != "nearest":
+        fx, fy = max(1, int(sx / _REDUCING_GAP)), max(1, int(sy / _REDUCING_GAP))
+    if fx == 1 and fy == 1:
+        return img.resize((size, size), resample, box=box)
+    # PIL's reducing_gap pre-reduction, of the part the filter reads (at most 3 output
+    # pixels either side, Lanczos) on multiples of the factor: the whole picture's blocks
+    mx, my = 4 * max(sx, fx) + fx, 4 * max(sy, fy) + fy
+    rx0 = max(0, int((box[0] - mx) // fx) * fx)
+    ry0 = max(0, int((box[1] - my) // fy) * fy)
+    rx1 = min(w, math.ceil((box[2] + mx) / fx) * fx)
+    ry1 = min(h, math.ceil((box[3] + my) / fy) * fy)
+    small = img.reduce((fx, fy), box=(rx0, ry0, rx1, ry1))
+    return small.resize((size, size), resample, box=(
+        (box[0] - rx0) / fx, (box[1] - ry0) / fy, (box[2] - rx0) / fx, (box[3] - ry0) / fy))
 
 
 def crop_box(

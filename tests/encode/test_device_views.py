@@ -92,6 +92,79 @@ def test_cmyk_and_bombs_keep_the_pil_path() -> None:
     assert "decompression-bomb" in inspect_jpeg(big, max_pixels=1000).why
 
 
+def _xmp_jpeg(xmp_orientation: int, exif_orientation: int | None = None) -> bytes:
+    """A picture whose orientation is in an XMP packet (and in EXIF when told)."""
+    xmp = ('<?xpacket begin="" id="W5M0MpCehiHzreSzNTczkc9d"?><x:xmpmeta xmlns:x="adobe:ns:'
+           'meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"><rdf:'
+           'Description rdf:about="" xmlns:tiff="http://ns.adobe.com/tiff/1.0/" tiff:'
+           f'Orientation="{xmp_orientation}"/></rdf:RDF></x:xmpmeta><?xpacket end="w"?>')
+    save: dict[str, object] = {"xmp": xmp.encode()}
+    if exif_orientation is not None:
+        exif = Image.Exif()
+        exif[0x0112] = exif_orientation
+        save["exif"] = exif.tobytes()
+    img = Image.open(io.BytesIO(photo(80, 60, seed=4)))
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=95, **save)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(("xmp", "exif"), [(6, None), (8, None), (1, None), (6, 1), (1, 6)])
+def test_xmp_orientation_is_pils(xmp: int, exif: int | None) -> None:
+    """Pillow's getexif() takes tiff:Orientation from XMP when EXIF has none, and
+    decode_image rotates by it: such a file is not plain (it was decoded unrotated on the
+    device, cosine 0.15 to the PIL path's vector)."""
+    data = _xmp_jpeg(xmp, exif)
+    rotates = Image.open(io.BytesIO(data)).getexif().get(0x0112, 1) != 1
+    info = inspect_jpeg(data)
+    assert info.plain is not rotates, (xmp, exif, info)
+    if rotates and exif is None:
+        assert info.why == f"XMP orientation {xmp}"
+
+
+def test_embed_decode_gpu_of_an_xmp_rotated_jpeg(tmp_path: Path) -> None:
+    root = tmp_path / "img"
+    root.mkdir()
+    (root / "xmp_rot.jpg").write_bytes(_xmp_jpeg(6))
+    (root / "plain.jpg").write_bytes(photo(80, 60, seed=4))
+    vectors = []
+    for decode in ("cpu", "gpu"):
+        embed_folder(EmbedConfig(images=root, store=tmp_path / decode, model="pixels",
+                                 views=1, device="cpu", decode=decode, batch_size=4,
+                                 workers=0, dtype="float32"))
+        vectors.append(Store.open(tmp_path / decode).vectors())
+    assert np.einsum("nd,nd->n", *vectors).min() >= 0.995
+
+
+def test_thin_jpegs_keep_the_pil_path() -> None:
+    """A 3 x 9000 JPEG built a 192000 x 9000 resampling matrix on the device path (21 GB,
+    113 s; 1 x 20000 ended the run "out of memory"): over 8:1 it is PIL's, whose view 0
+    resamples only the centre box."""
+    for w, h in [(9000, 3), (3, 9000), (20000, 1), (900, 100)]:
+        info = inspect_jpeg(photo(w, h))
+        assert not info.plain and "longer than wide" in info.why, (w, h, info)
+    assert inspect_jpeg(photo(800, 100)).plain and inspect_jpeg(photo(100, 800)).plain
+
+
+def test_embed_decode_gpu_of_thin_jpegs(tmp_path: Path) -> None:
+    root = tmp_path / "img"
+    root.mkdir()
+    (root / "wide.jpg").write_bytes(photo(3000, 3, seed=1))
+    (root / "tall.jpg").write_bytes(photo(2, 900, seed=2))
+    (root / "photo.jpg").write_bytes(photo(400, 300, seed=3))
+    stores = {}
+    for decode in ("cpu", "gpu"):
+        summary = embed_folder(EmbedConfig(images=root, store=tmp_path / decode,
+                                           model="pixels", views=2, device="cpu",
+                                           decode=decode, batch_size=4, workers=0,
+                                           dtype="float32"))
+        assert summary.images == 3
+        stores[decode] = (Store.open(tmp_path / decode), summary)
+    (a, _), (b, sb) = stores["cpu"], stores["gpu"]
+    assert sb.decoded_on_device == 1  # the photo; the strips went the PIL path
+    assert np.einsum("nd,nd->n", a.vectors(), b.vectors()).min() >= 0.995
+
+
 # -- the pieces against PIL --------------------------------------------------------------
 def test_draft_scale_is_pils() -> None:
     for w, h in [(400, 300), (1200, 900), (4000, 3000), (3000, 4500), (500, 449), (100, 80)]:

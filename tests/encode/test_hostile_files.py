@@ -111,3 +111,24 @@ def test_stale_temps_of_killed_runs_are_removed_by_the_next_writer(image_folder,
     assert set(kept) <= names
     assert Store.open(out).count == 13
     assert json.loads((out / "manifest.json").read_text())["format_version"] == 2
+
+
+def test_backslash_names_dedup_would_refuse_are_skipped_and_dedup_works(tmp_path):
+    """``..\\up.png`` and ``\\lead.png`` are legal POSIX names, but item paths read ``\\``
+    as a separator: embed stored them and dedup then refused the whole store (exit 1)."""
+    images = tmp_path / "images"
+    make_images(images, n_per_class=3, classes=2)
+    arr = np.random.default_rng(0).integers(0, 255, (40, 40, 3), np.uint8)
+    for name in ("..\\up.png", "\\lead.png", "a\\b.png"):
+        Image.fromarray(arr).save(images / name)
+    out = tmp_path / "store"
+    r = runner.invoke(app, ["embed", str(images), "-o", str(out), "--model", "pixels"])
+    assert r.exit_code == 0, r.output
+    assert "skipped 2," in r.output, r.output
+    store = Store.open(out)
+    reasons = {e["path"]: e["reason"] for e in store.read_errors()}
+    assert set(reasons) == {"..\\up.png", "\\lead.png"}
+    assert all(r.startswith("file name holds a backslash: rename it") for r in reasons.values())
+    assert "a\\b.png" in set(store.items["path"])  # a backslash dedup reads: kept
+    r = runner.invoke(app, ["dedup", str(out), "-o", str(tmp_path / "d.csv")])
+    assert r.exit_code == 0, r.output

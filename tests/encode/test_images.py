@@ -158,3 +158,88 @@ def test_float_images_are_scaled_by_their_range_and_nan_refused():
     bad[0, 0] = np.nan
     with pytest.raises(DecodeError, match="not finite"):
         decode_image(_tiff(bad))
+
+
+@pytest.mark.parametrize(
+    ("pixels", "key"),
+    [
+        (np.array([[[255, 0, 255], [0, 128, 0], [255, 0, 255]]], "uint8").repeat(3, 0),
+         (255, 0, 255)),  # RGB with a tRNS colour
+        (np.array([[7, 200, 7]], "uint8").repeat(3, 0), 7),  # grey with a tRNS level
+        (np.array([[700, 60000, 700]], "uint16").repeat(3, 0), 700),  # 16-bit grey
+    ],
+    ids=["RGB", "L", "I;16"],
+)
+def test_colour_key_transparency_is_over_white(pixels: np.ndarray, key: object) -> None:
+    """A PNG whose transparency is a tRNS colour key (no alpha channel) is composited over
+    white like an alpha or palette PNG (it kept the key colour: magenta, dark grey)."""
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, "PNG", transparency=key)
+    data = buf.getvalue()
+    assert "transparency" in Image.open(io.BytesIO(data)).info
+    out = np.asarray(decode_image(data))
+    assert (out[0, 0] == 255).all() and (out[:, 0] == 255).all()  # transparent: white
+    assert not (out[1, 1] == 255).all()  # the opaque middle column keeps its colour
+
+
+# every extension pairkit lists, as the format Pillow saves it in (defect: .jfif, .jpe, .avif,
+# .jp2, .tga, .ico ... were skipped without a word though Pillow decodes them)
+EXTENSIONS = {".jpg": "JPEG", ".jpeg": "JPEG", ".jpe": "JPEG", ".jfif": "JPEG", ".png": "PNG",
+              ".apng": "PNG", ".gif": "GIF", ".webp": "WEBP", ".bmp": "BMP", ".dib": "DIB",
+              ".tif": "TIFF", ".tiff": "TIFF", ".ppm": "PPM", ".pgm": "PPM", ".pbm": "PPM",
+              ".pnm": "PPM", ".avif": "AVIF", ".jp2": "JPEG2000", ".j2k": "JPEG2000",
+              ".jpx": "JPEG2000", ".jpf": "JPEG2000", ".jpc": "JPEG2000", ".j2c": "JPEG2000",
+              ".tga": "TGA", ".ico": "ICO", ".qoi": "QOI", ".pcx": "PCX"}
+
+
+def test_every_image_extension_pillow_decodes_here_is_found_and_decoded(tmp_path):
+    from pairkit.encode.images import IMAGE_EXTENSIONS
+
+    assert set(EXTENSIONS) == IMAGE_EXTENSIONS
+    registered = Image.registered_extensions()
+    arr = np.random.default_rng(0).integers(0, 255, (24, 32, 3), dtype=np.uint8)
+    for ext, fmt in EXTENSIONS.items():
+        assert registered[ext] == fmt, ext  # what Pillow opens it as here
+        img = Image.fromarray(arr).convert("1" if ext == ".pbm" else "RGB")
+        img.save(tmp_path / f"a{ext[1:]}{ext.upper()}", format=fmt)
+    found, problems = discover_images(tmp_path)
+    assert not problems and len(found) == len(EXTENSIONS)
+    for f in found:
+        out = decode_image(f.abs_path.read_bytes())
+        assert out.mode == "RGB", f.path
+        assert out.size == (32, 24) or f.path.endswith(".ICO"), f.path  # (icon sizes)
+
+
+def test_tar_listing_and_the_no_images_message_use_the_same_extensions(tmp_path):
+    import tarfile
+
+    from pairkit.encode.embedder import EmbedConfig, embed_folder
+    from pairkit.encode.images import IMAGE_EXTENSIONS
+    from pairkit.encode.webdataset import list_members
+    from pairkit.errors import PairkitError
+
+    data = _jpeg_bytes(np.zeros((8, 8, 3), np.uint8))
+    with tarfile.open(tmp_path / "s.tar", "w") as tf:
+        for name in ("a.jfif", "b.jpe", "c.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    files, _, _ = list_members(tmp_path / "s.tar", "s.tar")
+    assert [f.path for f in files] == ["s.tar/a.jfif", "s.tar/b.jpe"]
+    (tmp_path / "none").mkdir()
+    (tmp_path / "none" / "a.txt").write_text("not an image")
+    with pytest.raises(PairkitError, match="no images found") as info:
+        embed_folder(EmbedConfig(images=tmp_path / "none", store=tmp_path / "st",
+                                 model="pixels"))
+    assert all(ext in str(info.value) for ext in IMAGE_EXTENSIONS)
+
+
+def test_docs_list_the_image_extensions():
+    import re
+    from pathlib import Path
+
+    from pairkit.encode.images import IMAGE_EXTENSIONS
+
+    text = " ".join((Path(__file__).parents[2] / "docs" / "embed.md").read_text().split())
+    listed = re.search(r"the image extensions are `([^`]+)`", text)
+    assert listed and set(listed[1].split()) == IMAGE_EXTENSIONS

@@ -55,3 +55,53 @@ def test_plain_view_centre_crop():
     arr[:, 10:30] = 255  # the centre square is white
     out = np.asarray(plain_view(Image.fromarray(arr), Preprocess(size=10, interpolation="nearest")))
     assert out.shape == (10, 10, 3) and out.min() == 255
+
+
+def _whole_then_crop(img: Image.Image, pre: Preprocess) -> np.ndarray:
+    """View 0 as it was first made: the whole picture resized, then the centre cropped."""
+    from pairkit.encode.views import pil_resample
+
+    w, h = img.size
+    scale = pre.size / min(w, h)
+    nw, nh = max(pre.size, round(w * scale)), max(pre.size, round(h * scale))
+    out = img.resize((nw, nh), pil_resample(pre.interpolation), reducing_gap=3.0)
+    left, top = (nw - pre.size) // 2, (nh - pre.size) // 2
+    return np.asarray(out.crop((left, top, left + pre.size, top + pre.size))).astype(int)
+
+
+def _smooth(w: int, h: int, seed: int = 0) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 255, (max(1, h // 7), max(1, w // 7), 3), dtype=np.uint8)
+    return Image.fromarray(small).resize((w, h), Image.Resampling.BILINEAR)
+
+
+def test_plain_view_of_a_thin_picture_resamples_only_the_centre(monkeypatch) -> None:  # noqa: ANN001
+    """A 2 x 20000 strip scaled whole to short side 224 was 500 M pixels (2 GB, 10 s)."""
+    images = [_smooth(2, 20000), _smooth(20000, 2), _smooth(300, 90000)]
+    made: list[int] = []
+    resize = Image.Image.resize
+
+    def counted(self: Image.Image, size: tuple[int, int], *args: object, **kw: object):  # noqa: ANN202
+        made.append(size[0] * size[1])
+        return resize(self, size, *args, **kw)
+
+    monkeypatch.setattr(Image.Image, "resize", counted)
+    pre = Preprocess(size=224, interpolation="bicubic")
+    for img in images:
+        out = plain_view(img, pre)
+        assert out.size == (224, 224)
+    assert max(made) <= 224 * 224
+
+
+def test_plain_view_pixels_are_those_of_the_whole_resize() -> None:
+    """Normal pictures: the same pixels as before; thin ones within the filter's rounding."""
+    for interpolation in ("bicubic", "bilinear", "lanczos"):
+        for size in (16, 64):
+            pre = Preprocess(size=size, interpolation=interpolation)
+            for w, h in ((60, 40), (40, 300), (500, 70), (1000, 1300)):  # aspect <= 8
+                got = np.asarray(plain_view(_smooth(w, h), pre)).astype(int)
+                np.testing.assert_array_equal(got, _whole_then_crop(_smooth(w, h), pre))
+            for w, h in ((9, 600), (700, 11), (40, 3000), (4000, 60)):  # thinner: centre box
+                diff = np.abs(np.asarray(plain_view(_smooth(w, h), pre)).astype(int)
+                              - _whole_then_crop(_smooth(w, h), pre))
+                assert diff.max() <= 2 and diff.mean() < 0.3, (interpolation, size, w, h)
