@@ -83,6 +83,32 @@ def _commit_new(tmp_path: Path, target: Path) -> None:
     tmp_path.unlink()
 
 
+def commit_files(tmp_dir: Path, names: list[str], folder: Path, replace: bool) -> None:
+    """Move the files ``names`` of ``tmp_dir`` (a temp folder on ``folder``'s file system)
+    into ``folder``, one rename each, so a set of outputs appears together (or not at all).
+
+    ``replace=False``: a name taken meanwhile (another run) stops the commit with the
+    "written by another run meanwhile" line, after removing the files this call had
+    already put in place, so none of this run's files stay.
+    """
+    placed: list[Path] = []
+    try:
+        for name in names:
+            target = folder / name
+            if replace:
+                os.replace(tmp_dir / name, target)
+            else:
+                _commit_new(tmp_dir / name, target)
+            placed.append(target)
+    except BaseException:
+        if not replace:
+            for target in placed:
+                with contextlib.suppress(OSError):
+                    target.unlink()
+        raise
+    fsync_dir(folder)
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str], replace: bool = True) -> Iterator[Path]:
     """Yield a temp path in the target's folder; rename it over ``target`` on success
