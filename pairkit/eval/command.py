@@ -234,7 +234,9 @@ def _write_plot_set(plot: Path, queries: dict[str, EvalSide], reports: dict[str,
                     head_path: Path | None, seed: int, maps: tuple[str, ...],
                     force: bool) -> None:
     """Draw every run's plots into a temp folder inside ``plot``, then move them in
-    together; a ``plot`` folder made here and left empty is removed again."""
+    together. Without ``force`` a plot another run wrote meanwhile stops the commit (one
+    line) and none of this run's plots stay; a ``plot`` folder made here and left empty
+    is removed again."""
     import contextlib
     import shutil
 
@@ -256,7 +258,7 @@ def _write_plot_set(plot: Path, queries: dict[str, EvalSide], reports: dict[str,
                 tmp, reports[name].scores, q.vectors, labels,
                 prefix=f"{name}_" if len(queries) > 1 else "", seed=seed, maps=maps,
                 head_name=Path(head_path).name if name == "head" and head_path else None)
-        commit_files(tmp, [p.name for p in written], plot, replace=True)
+        commit_files(tmp, [p.name for p in written], plot, replace=force)
         done = True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -122,3 +122,31 @@ def test_a_failed_head_run_leaves_no_plots(tmp_path: Path, store_and_head,
     assert sorted(p.name for p in plots.iterdir()) == [
         "head_map.png", "head_scores.png", "raw_map.png", "raw_scores.png"]
 
+
+def test_plots_written_meanwhile_are_not_replaced(tmp_path: Path, store_and_head,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """hunt-n 8: a concurrent eval's plots in the same --plot folder were replaced without
+    --force. Now the run stops with one line and writes none of its plots."""
+    import pairkit.eval.command as command
+
+    store, head = store_and_head
+    plots = tmp_path / "plots"
+    real = command.evaluate
+
+    def meanwhile(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        plots.mkdir(exist_ok=True)
+        (plots / "head_map.png").write_bytes(b"another run's")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(command, "evaluate", meanwhile)
+    r = _compare(store, head, plots)
+    assert r.exit_code == 1, r.output
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "written by another run meanwhile" in lines[0], r.output
+    assert sorted(p.name for p in plots.iterdir()) == ["head_map.png"]  # none of this run's
+    assert (plots / "head_map.png").read_bytes() == b"another run's"
+    r = _compare(store, head, plots, "--force")
+    assert r.exit_code == 0, r.output
+    assert png_title(plots / "head_map.png") == "PCA of the query embeddings through head myhead"
+    assert sorted(p.name for p in plots.iterdir()) == [
+        "head_map.png", "head_scores.png", "raw_map.png", "raw_scores.png"]
