@@ -3,7 +3,10 @@
 The folder is built beside its target under a temporary name and renamed into
 place when complete, so a reader never sees half a report; ``--force`` replaces
 only a folder that is empty or holds an earlier pairkit report. Without ``--force`` a
-report that another run put at the target meanwhile is never replaced (one line).
+report that another run put at the target meanwhile is never replaced (one line). An
+output that is a link to a folder is written through: the report replaces the folder
+the link names, and the link stays. Temp folders of killed runs (``.NAME.XXXXXXXX.tmp``)
+are removed by a later report to that output once a day old.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pairkit import __version__
-from pairkit.core.atomic import temp_folder
+from pairkit.core.atomic import remove_stale_parts, temp_folder
 from pairkit.core.table_items import table_mismatch
 from pairkit.errors import PairkitError, UsageError
 from pairkit.report.dedup_view import build_dedup_section
@@ -137,8 +140,9 @@ def build_report(cfg: ReportConfig) -> ReportResult:
     inputs = [read_input(s) for s in cfg.inputs]
     explicit = open_for_report(cfg.store) if cfg.store is not None else None
     result = ReportResult(index=out / INDEX)
-    place = out
+    place = Path(os.path.realpath(out)) if out.is_symlink() else out  # a link: its folder
     place.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_parts(place)  # temp folders of killed runs, a day old
     tmp = temp_folder(place)
     try:
         data = _build(inputs, explicit, cfg, tmp, result)
@@ -163,10 +167,10 @@ def _umask() -> int:
 
 
 def _swap_into_place(tmp: Path, place: Path, force: bool, out: Path) -> None:
-    """Rename the finished folder ``tmp`` to ``place`` (``out``). Without ``force`` only
-    a missing or empty folder is taken (one rename, which fails on a folder with files),
-    so a report another run put there meanwhile stays; with ``force`` an earlier report
-    is renamed away first and removed after."""
+    """Rename the finished folder ``tmp`` to ``place`` (``out``, or the folder the link
+    ``out`` names). Without ``force`` only a missing or empty folder is taken (one rename,
+    which fails on a folder with files), so a report another run put there meanwhile
+    stays; with ``force`` an earlier report is renamed away first and removed after."""
     if not force:
         try:
             os.rename(tmp, place)
@@ -180,13 +184,14 @@ def _swap_into_place(tmp: Path, place: Path, force: bool, out: Path) -> None:
     check_output_dir(place, force)  # what appeared meanwhile: only a report is replaced
     old = None
     if place.exists():
-        old = place.with_name(f".{place.name}.old-{os.getpid()}")
-        os.replace(place, old)
+        old = temp_folder(place, ".old")
+        os.replace(place, old / place.name)
     try:
         os.replace(tmp, place)
     except BaseException:
         if old is not None:
-            os.replace(old, place)
+            os.replace(old / place.name, place)
+            old.rmdir()
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

@@ -497,3 +497,37 @@ def test_a_report_written_meanwhile_is_not_replaced(pipeline, tmp_path, monkeypa
     assert "SECOND" in (tmp_path / "forced" / "index.html").read_text()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
+
+def test_force_through_a_link_replaces_the_report_it_names(pipeline, tmp_path):
+    """hunt-n 10: -o LINK --force (LINK -> an older report) renamed the link to
+    .LINK.old-PID and left it there, and put a new folder in the link's place."""
+    older = tmp_path / "reports" / "r1"
+    assert report(pipeline.eval_json, "-o", older, "--title", "OLD").exit_code == 0
+    link = tmp_path / "latest"
+    link.symlink_to(older)
+    r = report(pipeline.eval_json, "-o", link, "--force", "--title", "NEW")
+    assert r.exit_code == 0, r.output
+    assert link.is_symlink() and link.resolve() == older.resolve()
+    assert "NEW" in (older / "index.html").read_text()
+    leftovers = [p.name for d in (tmp_path, older.parent) for p in d.iterdir()
+                 if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_temp_folders_of_killed_reports_are_swept_when_stale(pipeline, tmp_path):
+    """hunt-n 10: a killed report leaves .REP.XXXXXXXX.tmp; a later report to that -o
+    removes those a day old (a live run's are younger), and no one else's."""
+    import os
+    import time
+
+    out = tmp_path / "rep"
+    stale = tmp_path / ".rep.abcd1234.tmp"
+    young = tmp_path / ".rep.efgh5678.tmp"
+    other = tmp_path / ".other.abcd1234.tmp"
+    for folder in (stale, young, other):
+        (folder / "thumbs").mkdir(parents=True)
+    old = time.time() - 2 * 86400
+    for folder in (stale, other):
+        os.utime(folder, (old, old))
+    assert report(pipeline.eval_json, "-o", out).exit_code == 0
+    assert not stale.exists() and young.exists() and other.exists()
