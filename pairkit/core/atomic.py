@@ -2,8 +2,10 @@
 
 A temp file is named ``.<target name>.<8 random chars>.tmp``; a writer killed mid-write
 leaves one behind, and the next writer of that folder (holding its lock) removes it
-(:func:`remove_stale_temps`). A write that fails because the disk is full says so in one
-line; the target is untouched, so nothing already written is lost.
+(:func:`remove_stale_temps`). An output with no lock (a table, a stats file) has its own
+temps removed by its next writer once a day old (:func:`remove_stale_output_temps`). A
+write that fails because the disk is full says so in one line; the target is untouched,
+so nothing already written is lost.
 """
 
 from __future__ import annotations
@@ -222,6 +224,7 @@ def check_output(path: str | os.PathLike[str], force: bool, what: str = "output"
         raise PairkitError(f"{what} {p} is a folder, expected a file path")
     if p.exists() and not force:
         raise PairkitError(f"{what} {p} exists; pass --force to overwrite it")
+    remove_stale_output_temps(p)  # killed writers' temp files of this output
     return p
 
 
@@ -247,4 +250,33 @@ def remove_stale_parts(target: Path, now: float | None = None) -> list[str]:
                 continue
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(entry.name)
+    return removed
+
+
+def remove_stale_output_temps(target: Path, now: float | None = None) -> list[str]:
+    """Remove the temps of ``target`` (``.NAME.XXXXXXXX.tmp`` beside it: files, or folders
+    of a dataset's parts) that killed writers left: only those not modified for
+    :data:`STALE_S` (a live writer's are younger), only this target's names. For outputs
+    written without a lock (tables, stats files), at the start of their next write.
+    Returns the removed names."""
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:  # no folder yet (nothing to sweep), or one this user can't list
+        return removed
+    for entry in entries:
+        m = TEMP_RE.match(entry.name)
+        if not m or m.group("target") != target.name:
+            continue
+        try:
+            if now - entry.stat(follow_symlinks=False).st_mtime < STALE_S:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(entry.name)
     return removed
