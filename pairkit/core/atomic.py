@@ -2,8 +2,10 @@
 
 A temp file is named ``.<target name>.<8 random chars>.tmp``; a writer killed mid-write
 leaves one behind, and the next writer of that folder (holding its lock) removes it
-(:func:`remove_stale_temps`). A write that fails because the disk is full says so in one
-line; the target is untouched, so nothing already written is lost.
+(:func:`remove_stale_temps`). An output with no lock (a table, a stats file) has its own
+temps removed by its next writer once a day old (:func:`remove_stale_output_temps`). A
+write that fails because the disk is full says so in one line; the target is untouched,
+so nothing already written is lost.
 """
 
 from __future__ import annotations
@@ -89,6 +91,32 @@ def _commit_new(tmp_path: Path, target: Path) -> None:
         os.replace(tmp_path, target)
         return
     tmp_path.unlink()
+
+
+def commit_files(tmp_dir: Path, names: list[str], folder: Path, replace: bool) -> None:
+    """Move the files ``names`` of ``tmp_dir`` (a temp folder on ``folder``'s file system)
+    into ``folder``, one rename each, so a set of outputs appears together (or not at all).
+
+    ``replace=False``: a name taken meanwhile (another run) stops the commit with the
+    "written by another run meanwhile" line, after removing the files this call had
+    already put in place, so none of this run's files stay.
+    """
+    placed: list[Path] = []
+    try:
+        for name in names:
+            target = folder / name
+            if replace:
+                os.replace(tmp_dir / name, target)
+            else:
+                _commit_new(tmp_dir / name, target)
+            placed.append(target)
+    except BaseException:
+        if not replace:
+            for target in placed:
+                with contextlib.suppress(OSError):
+                    target.unlink()
+        raise
+    fsync_dir(folder)
 
 
 @contextlib.contextmanager
@@ -211,6 +239,7 @@ def check_output(path: str | os.PathLike[str], force: bool, what: str = "output"
         raise PairkitError(f"{what} {p} is a folder, expected a file path")
     if p.exists() and not force:
         raise PairkitError(f"{what} {p} exists; pass --force to overwrite it")
+    remove_stale_output_temps(p)  # killed writers' temp files of this output
     return p
 
 
@@ -236,4 +265,33 @@ def remove_stale_parts(target: Path, now: float | None = None) -> list[str]:
                 continue
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(entry.name)
+    return removed
+
+
+def remove_stale_output_temps(target: Path, now: float | None = None) -> list[str]:
+    """Remove the temps of ``target`` (``.NAME.XXXXXXXX.tmp`` beside it: files, or folders
+    of a dataset's parts) that killed writers left: only those not modified for
+    :data:`STALE_S` (a live writer's are younger), only this target's names. For outputs
+    written without a lock (tables, stats files), at the start of their next write.
+    Returns the removed names."""
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:  # no folder yet (nothing to sweep), or one this user can't list
+        return removed
+    for entry in entries:
+        m = TEMP_RE.match(entry.name)
+        if not m or m.group("target") != target.name:
+            continue
+        try:
+            if now - entry.stat(follow_symlinks=False).st_mtime < STALE_S:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(entry.name)
     return removed

@@ -10,6 +10,10 @@ file never blocks anyone. The holder removes the file when it is done (after che
 that the path still names the file it locked, so a waiter that raced with the
 removal retries on the new file). Readers take no lock: they read the last committed
 manifest (see store.py).
+
+Within a process the lock is re-entrant for the thread that holds it only: another
+thread of the same process is refused like another process (two threads writing one
+store would interleave their files just the same).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +33,7 @@ from pairkit.errors import PairkitError
 
 LOCK_NAME = ".pairkit.lock"
 _HELD: dict[str, WriterLock] = {}  # folders this process holds, by real path
+_HELD_GUARD = threading.Lock()  # guards _HELD and every WriterLock.depth
 
 
 class LockHeld(PairkitError):
@@ -52,13 +58,15 @@ def _holder_text(raw: bytes) -> str:
 
 
 class WriterLock:
-    """An exclusive lock on one folder; re-entrant within a process (see :func:`writer_lock`)."""
+    """An exclusive lock on one folder; re-entrant within the thread that took it (see
+    :func:`writer_lock`)."""
 
     def __init__(self, folder: Path, fd: int, created: bool) -> None:
         self.folder = folder
         self.fd = fd
         self.created = created  # the folder did not exist before the lock was taken
         self.depth = 1
+        self.thread = threading.get_ident()  # the thread that holds it
 
     @property
     def path(self) -> Path:
@@ -76,6 +84,8 @@ class WriterLock:
             try:
                 folder.mkdir(parents=True, exist_ok=True)
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            except FileNotFoundError:
+                continue  # a holder that created the folder removed it as we opened it
             except OSError as exc:
                 raise PairkitError(f"can't write in {what} {folder} ({exc.strerror})") from None
             try:
@@ -117,8 +127,10 @@ class WriterLock:
 
 
 def is_held(folder: str | os.PathLike[str]) -> bool:
-    """True when this process holds the writer lock of ``folder``."""
-    return os.path.realpath(folder) in _HELD
+    """True when this thread holds the writer lock of ``folder``."""
+    with _HELD_GUARD:
+        lock = _HELD.get(os.path.realpath(folder))
+        return lock is not None and lock.thread == threading.get_ident()
 
 
 @contextlib.contextmanager
@@ -126,7 +138,8 @@ def writer_lock(folder: str | os.PathLike[str], what: str = "folder") -> Iterato
     """Hold the exclusive writer lock of ``folder`` (created if missing) for the block.
 
     Raises :class:`LockHeld` (one line naming pid, host and command of the holder)
-    when another process holds it. Re-entrant within a process. A folder created here
+    when another process, or another thread of this process, holds it. Re-entrant
+    within the thread that holds it. A folder created here
     and left empty is removed again on exit. A URL (object storage) takes no lock: its
     commit is a conditional write instead (core/remote_store.py); this yields None.
     """
@@ -137,16 +150,28 @@ def writer_lock(folder: str | os.PathLike[str], what: str = "folder") -> Iterato
         return
     folder = Path(location(folder))
     key = os.path.realpath(folder)
-    lock = _HELD.get(key)
-    if lock is not None:
-        lock.depth += 1
-    else:
+    me = threading.get_ident()
+    with _HELD_GUARD:
+        lock = _HELD.get(key)
+        if lock is not None and lock.thread == me:
+            lock.depth += 1
+        elif lock is not None:
+            raw = os.pread(lock.fd, 4096, 0)
+            raise LockHeld(
+                f"{what} {folder} is being written by {_holder_text(raw)} in another thread: "
+                "wait for it to finish (pairkit allows one writer at a time)")
+    if lock is None:
+        # another thread that gets here too is refused by the flock (a second open file)
         lock = WriterLock.acquire(folder, what)
-        _HELD[key] = lock
+        with _HELD_GUARD:
+            _HELD[key] = lock
     try:
         yield lock
     finally:
-        lock.depth -= 1
-        if lock.depth == 0:
-            _HELD.pop(key, None)
+        with _HELD_GUARD:
+            lock.depth -= 1
+            done = lock.depth == 0
+            if done:
+                _HELD.pop(key, None)
+        if done:
             lock.release()

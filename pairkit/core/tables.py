@@ -27,7 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from pairkit.core.atomic import atomic_path, check_output, temp_folder
+from pairkit.core.atomic import (
+    atomic_path,
+    check_output,
+    remove_stale_output_temps,
+    temp_folder,
+)
 from pairkit.core.remote import check_local, is_url
 from pairkit.errors import PairkitError, UsageError
 
@@ -436,6 +441,7 @@ def check_table_output(path: str | Path, force: bool) -> Path:
                                " choose another path")
         if any(p.iterdir()) and not force:
             raise PairkitError(f"output {p} exists; pass --force to overwrite it")
+    remove_stale_output_temps(p)  # killed writers' folders of parts of this output
     return p
 
 

@@ -224,14 +224,47 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
         report = evaluate(q, r, cfg, self_rows=sides.self_rows, index_factory=index_factory)
         reports[name] = report
         results[name] = report.metrics
-        if plot is not None:
-            from pairkit.eval.plots import write_plots
-
-            labels = q.labels.objects() if isinstance(q.labels, Coded) else q.labels
-            write_plots(plot, report.scores, q.vectors, labels,
-                        prefix=f"{name}_" if len(runs) > 1 else "", seed=cfg.seed, maps=maps,
-                        head_name=Path(head_path).name if name == "head" and head_path else None)
+    if plot is not None:  # after every run: an interrupted eval leaves no half plot set
+        _write_plot_set(plot, {n: q for n, (q, _r) in runs.items()}, reports, head_path,
+                        cfg.seed, maps, force)
     return results, reports
+
+
+def _write_plot_set(plot: Path, queries: dict[str, EvalSide], reports: dict[str, EvalReport],
+                    head_path: Path | None, seed: int, maps: tuple[str, ...],
+                    force: bool) -> None:
+    """Draw every run's plots into a temp folder inside ``plot``, then move them in
+    together. Without ``force`` a plot another run wrote meanwhile stops the commit (one
+    line) and none of this run's plots stay; a ``plot`` folder made here and left empty
+    is removed again."""
+    import contextlib
+    import shutil
+
+    from pairkit.core.atomic import commit_files, naming_target, remove_stale_parts, temp_folder
+    from pairkit.eval.plots import write_plots
+
+    created = not plot.exists()
+    with naming_target(plot):
+        plot.mkdir(parents=True, exist_ok=True)
+    scratch = plot / "plots"  # temp folders .plots.XXXXXXXX.tmp; a killed run's go in a day
+    remove_stale_parts(scratch)
+    tmp = temp_folder(scratch)
+    done = False
+    try:
+        written: list[Path] = []
+        for name, q in queries.items():
+            labels = q.labels.objects() if isinstance(q.labels, Coded) else q.labels
+            written += write_plots(
+                tmp, reports[name].scores, q.vectors, labels,
+                prefix=f"{name}_" if len(queries) > 1 else "", seed=seed, maps=maps,
+                head_name=Path(head_path).name if name == "head" and head_path else None)
+        commit_files(tmp, [p.name for p in written], plot, replace=force)
+        done = True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created and not done:
+            with contextlib.suppress(OSError):
+                plot.rmdir()  # only when empty
 
 
 def eval_to_files(store: Path, plot: Path | None, cfg: EvalConfig, *,

@@ -2,12 +2,17 @@
 
 The folder is built beside its target under a temporary name and renamed into
 place when complete, so a reader never sees half a report; ``--force`` replaces
-only a folder that is empty or holds an earlier pairkit report.
+only a folder that is empty or holds an earlier pairkit report. Without ``--force`` a
+report that another run put at the target meanwhile is never replaced (one line). An
+output that is a link to a folder is written through: the report replaces the folder
+the link names, and the link stays. Temp folders of killed runs (``.NAME.XXXXXXXX.tmp``)
+are removed by a later report to that output once a day old.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import os
 import shutil
 import time
@@ -16,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pairkit import __version__
-from pairkit.core.atomic import temp_folder
+from pairkit.core.atomic import remove_stale_parts, temp_folder
 from pairkit.core.table_items import table_mismatch
 from pairkit.errors import PairkitError, UsageError
 from pairkit.report.dedup_view import build_dedup_section
@@ -135,8 +140,10 @@ def build_report(cfg: ReportConfig) -> ReportResult:
     inputs = [read_input(s) for s in cfg.inputs]
     explicit = open_for_report(cfg.store) if cfg.store is not None else None
     result = ReportResult(index=out / INDEX)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_folder(out)
+    place = Path(os.path.realpath(out)) if out.is_symlink() else out  # a link: its folder
+    place.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_parts(place)  # temp folders of killed runs, a day old
+    tmp = temp_folder(place)
     try:
         data = _build(inputs, explicit, cfg, tmp, result)
         title = cfg.title or "pairkit report: " + ", ".join(i.name for i in inputs)
@@ -144,7 +151,7 @@ def build_report(cfg: ReportConfig) -> ReportResult:
         page = render_page(data, title)
         (tmp / INDEX).write_text(page, encoding="utf-8")
         os.chmod(tmp, 0o777 & ~_umask())
-        _swap_into_place(tmp, out)
+        _swap_into_place(tmp, place, cfg.force, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -159,12 +166,33 @@ def _umask() -> int:
     return mask
 
 
-def _swap_into_place(tmp: Path, out: Path) -> None:
+def _swap_into_place(tmp: Path, place: Path, force: bool, out: Path) -> None:
+    """Rename the finished folder ``tmp`` to ``place`` (``out``, or the folder the link
+    ``out`` names). Without ``force`` only a missing or empty folder is taken (one rename,
+    which fails on a folder with files), so a report another run put there meanwhile
+    stays; with ``force`` an earlier report is renamed away first and removed after."""
+    if not force:
+        try:
+            os.rename(tmp, place)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise
+            raise PairkitError(f"output {out} was written by another run meanwhile; this "
+                               "run's report was not written (pass --force to replace it)"
+                               ) from None
+        return
+    check_output_dir(place, force)  # what appeared meanwhile: only a report is replaced
     old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(tmp, out)
+    if place.exists():
+        old = temp_folder(place, ".old")
+        os.replace(place, old / place.name)
+    try:
+        os.replace(tmp, place)
+    except BaseException:
+        if old is not None:
+            os.replace(old / place.name, place)
+            old.rmdir()
+        raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 

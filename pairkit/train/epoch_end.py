@@ -4,6 +4,7 @@ epoch's files written into the head folder."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +23,8 @@ from pairkit.train.epoch import (
     make_autocast,
     overflow_hint,
 )
-from pairkit.train.head import save_weights, write_config
-from pairkit.train.head_folder import write_log
+from pairkit.train.head import CONFIG, WEIGHTS, save_weights, write_config
+from pairkit.train.head_folder import CHECKPOINT, LOG, write_log
 from pairkit.train.losses import batch_loss
 from pairkit.train.losses.candidates import build_candidates
 from pairkit.train.output_whitening import FILE as WHITENING_FILE
@@ -280,14 +281,25 @@ def save_epoch(out: Path, module: torch.nn.Module, optimizer: Any, scaler: Any,
                epochs: int, config: dict[str, Any], whitening: Whitening | None) -> None:
     """Write the epoch into the head folder, each file atomically: the weights, the output
     whitening (or none), the log, the checkpoint (after ``records[-1]["epoch"]`` epochs and
-    ``step`` steps), config.json (last: what a reader trusts)."""
+    ``step`` steps), config.json (last: what a reader trusts).
+
+    The first save of a new run (no checkpoint.pt, no config.json yet) that fails removes
+    the files it wrote: a new run that fails in its first epoch leaves no head behind."""
     out.mkdir(parents=True, exist_ok=True)
-    save_weights(out, module)
-    save_whitening_file(out, whitening)
-    write_log(out, records)
-    save_checkpoint(out, module, optimizer, scaler, records[-1]["epoch"], step, fingerprint,
-                    epochs)
-    write_config(out, config)
+    first = not (out / CHECKPOINT).exists() and not (out / CONFIG).exists()
+    try:
+        save_weights(out, module)
+        save_whitening_file(out, whitening)
+        write_log(out, records)
+        save_checkpoint(out, module, optimizer, scaler, records[-1]["epoch"], step,
+                        fingerprint, epochs)
+        write_config(out, config)
+    except BaseException:
+        if first:
+            for name in (CONFIG, CHECKPOINT, WEIGHTS, WHITENING_FILE, LOG):
+                with contextlib.suppress(OSError):
+                    (out / name).unlink()
+        raise
 
 
 def save_whitening_file(out: Path, whitening: Whitening | None) -> None:

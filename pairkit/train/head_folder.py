@@ -47,8 +47,10 @@ def _is_head_file(name: str) -> bool:
 def check_head_output(out: Path, force: bool, resume: bool) -> set[str]:
     """Refuse an existing head without ``force``/``resume`` (and a file, another folder, a
     resume without a checkpoint); returns the head's file names (temp files of killed
-    runs count as nothing). Light: train calls it before torch loads, and again under the
-    head's lock (:func:`prepare_head_dir`)."""
+    runs count as nothing). A folder of pairkit's head files with neither config.json nor
+    checkpoint.pt (a new run whose first save failed) commits nothing: like an empty one,
+    it is taken without ``force``. Light: train calls it before torch loads, and again
+    under the head's lock (:func:`prepare_head_dir`)."""
     if out.exists() and not out.is_dir():
         raise PairkitError(f"output {out} is an existing file, expected a head folder")
     names = {e.name for e in out.iterdir()} - {LOCK_NAME} if out.is_dir() else set()
@@ -66,6 +68,8 @@ def check_head_output(out: Path, force: bool, resume: bool) -> set[str]:
             raise PairkitError(f"--resume: {out} holds no {CHECKPOINT} (no epoch was "
                                "completed)")
         return names
+    if not names & {CONFIG, CHECKPOINT}:
+        return names  # nothing committed: the new run clears it at its first save
     if not force:
         raise PairkitError(f"head {out} exists; pass --force to replace it or --resume to "
                            "continue it")

@@ -142,3 +142,32 @@ def test_a_file_size_limit_is_one_line(tmp_path):
         raise OSError(errno.EFBIG, "File too large")
     with pytest.raises(PairkitError, match="file too large while writing"), atomic_path(target):
         raise OSError("Error writing bytes to file. Detail: [errno 27] File too large")
+
+
+def test_killed_table_writers_temps_are_swept_when_stale(tmp_path):
+    """hunt-n 10: a killed `mine -o x.jsonl` (or dedup, search, issues) left
+    .x.jsonl.XXXXXXXX.tmp beside the output for good. The next writer of that output
+    removes its own stale ones (a day old); a live writer's, and other names, stay."""
+    import time
+
+    from pairkit.core.tables import write_table
+
+    stale = [tmp_path / ".x.jsonl.abcd1234.tmp", tmp_path / ".x.jsonl.zz_99xy8.tmp"]
+    young = tmp_path / ".x.jsonl.efgh5678.tmp"
+    others = [tmp_path / ".y.jsonl.abcd1234.tmp", tmp_path / ".x.jsonl.tmp",
+              tmp_path / "x.jsonl.abcd1234.tmp"]
+    for p in [*stale, young, *others]:
+        p.write_text("partial")
+    old = time.time() - 2 * 86400
+    for p in [*stale, *others]:
+        os.utime(p, (old, old))
+    write_table(pd.DataFrame({"a": [1, 2]}), tmp_path / "x.jsonl")
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["x.jsonl", young.name, *(p.name for p in others)])
+    # a dataset folder's: its killed writer left a folder of parts
+    parts = tmp_path / ".ds.abcd1234.tmp"
+    parts.mkdir()
+    (parts / "part-00000.parquet").write_text("partial")
+    os.utime(parts, (old, old))
+    write_table(pd.DataFrame({"a": [1, 2]}), str(tmp_path / "ds") + "/")
+    assert not parts.exists() and (tmp_path / "ds").is_dir()

@@ -148,3 +148,68 @@ def test_two_embeds_racing_while_files_are_added(tmp_path):
     assert store.count == 24 and store.items["source"].is_unique
     assert sorted(store.items["path"]) == sorted(
         p.relative_to(images).as_posix() for p in images.rglob("*.*"))
+
+
+def test_another_thread_of_the_process_is_refused(tmp_path):
+    """Re-entrance holds within the thread that holds the lock only: a second thread of
+    the same process gets the refusal a second process gets, and ``is_held`` is per thread."""
+    import threading
+
+    from pairkit.core.lock import is_held
+
+    folder = tmp_path / "s"
+    seen: dict[str, object] = {}
+
+    def other() -> None:
+        seen["held"] = is_held(folder)
+        try:
+            with writer_lock(folder, "store"):
+                seen["result"] = "locked"
+        except LockHeld as exc:
+            seen["result"] = str(exc)
+
+    with writer_lock(folder, "store") as lock:
+        assert is_held(folder)
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(timeout=30)
+        assert lock.depth == 1
+    assert seen["held"] is False
+    assert isinstance(seen["result"], str) and "is being written by pid" in seen["result"]
+    assert str(os.getpid()) in seen["result"] and "\n" not in seen["result"]
+    assert not folder.exists()  # released and removed: the other thread left nothing
+    with writer_lock(folder, "store") as lock:  # free again afterwards
+        assert lock.depth == 1
+
+
+def test_threads_racing_for_one_lock_never_share_it(tmp_path):
+    """Many threads taking one folder's lock at once: at most one is inside at a time."""
+    import threading
+
+    folder = tmp_path / "s"
+    inside = 0
+    most = 0
+    guard = threading.Lock()
+    start = threading.Barrier(8)
+
+    def worker() -> None:
+        nonlocal inside, most
+        start.wait()
+        for _ in range(50):
+            try:
+                with writer_lock(folder, "store"):
+                    with guard:
+                        inside += 1
+                        most = max(most, inside)
+                    with writer_lock(folder, "store"):  # re-entrant in the holding thread
+                        pass
+                    with guard:
+                        inside -= 1
+            except LockHeld:
+                pass
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    [t.start() for t in threads]
+    [t.join(timeout=60) for t in threads]
+    assert most == 1
+    assert not folder.exists() or not any(folder.iterdir())  # no lock file left behind

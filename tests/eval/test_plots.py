@@ -77,3 +77,76 @@ def test_raw_and_head_figures_say_which_they_are(tmp_path: Path, compare: bool) 
         head_map, head_scores = plots / "map.png", plots / "scores.png"
     assert png_title(head_map) == "PCA of the query embeddings through head myhead"
     assert png_title(head_scores) == "scores of the embeddings through head myhead"
+
+
+@pytest.fixture(scope="module")
+def store_and_head(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("plots")
+    st = random_store(root / "s", n_sources=30, views=2, dim=16)
+    head = root / "myhead"
+    r = runner.invoke(app, ["train", str(st.root), "-o", str(head), "--relation", "instance",
+                            "--epochs", "1", "-q"])
+    assert r.exit_code == 0, r.output
+    return st.root, head
+
+
+def _compare(store: Path, head: Path, plots: Path, *extra: str):  # noqa: ANN202
+    return runner.invoke(app, ["eval", str(store), "--head", str(head), "--metrics", "knn",
+                               "--compare", "--plot", str(plots), "-q", *extra])
+
+
+def test_a_failed_head_run_leaves_no_plots(tmp_path: Path, store_and_head,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """hunt-n 9: the raw run's plots were written before the head run; a failure there left
+    half a plot set that the rerun refused ("raw_scores.png exists")."""
+    import pairkit.eval.command as command
+
+    store, head = store_and_head
+    real = command.evaluate
+    calls = []
+
+    def failing(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        if len(calls) == 2:  # the head run
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(command, "evaluate", failing)
+    plots = tmp_path / "plots"
+    r = _compare(store, head, plots)
+    assert r.exit_code != 0 and len(calls) == 2
+    assert not plots.exists() or sorted(p.name for p in plots.iterdir()) == []
+    monkeypatch.undo()
+    r = _compare(store, head, plots)
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in plots.iterdir()) == [
+        "head_map.png", "head_scores.png", "raw_map.png", "raw_scores.png"]
+
+
+def test_plots_written_meanwhile_are_not_replaced(tmp_path: Path, store_and_head,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """hunt-n 8: a concurrent eval's plots in the same --plot folder were replaced without
+    --force. Now the run stops with one line and writes none of its plots."""
+    import pairkit.eval.command as command
+
+    store, head = store_and_head
+    plots = tmp_path / "plots"
+    real = command.evaluate
+
+    def meanwhile(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        plots.mkdir(exist_ok=True)
+        (plots / "head_map.png").write_bytes(b"another run's")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(command, "evaluate", meanwhile)
+    r = _compare(store, head, plots)
+    assert r.exit_code == 1, r.output
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "written by another run meanwhile" in lines[0], r.output
+    assert sorted(p.name for p in plots.iterdir()) == ["head_map.png"]  # none of this run's
+    assert (plots / "head_map.png").read_bytes() == b"another run's"
+    r = _compare(store, head, plots, "--force")
+    assert r.exit_code == 0, r.output
+    assert png_title(plots / "head_map.png") == "PCA of the query embeddings through head myhead"
+    assert sorted(p.name for p in plots.iterdir()) == [
+        "head_map.png", "head_scores.png", "raw_map.png", "raw_scores.png"]

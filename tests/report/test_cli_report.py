@@ -455,3 +455,79 @@ def test_a_fractional_id_is_named_with_the_store_too(pipeline, tmp_path):
 
     with pytest.raises(PairkitError, match="column negative_id must hold integer ids"):
         table_mismatch(t, "triplet", Store.open(pipeline.store))  # not cut to a whole id
+
+
+def _another_run_meanwhile(monkeypatch: pytest.MonkeyPatch, out: Path, title: str) -> None:
+    """Make ``out`` appear (another report run finishing first) while this run builds."""
+    import pairkit.report.build as build
+
+    real = build.render_page
+
+    def render(data: dict, page_title: str) -> str:
+        page = real(data, page_title)
+        out.mkdir(exist_ok=True)
+        (out / "index.html").write_text(page.replace(page_title, title))
+        return page
+
+    monkeypatch.setattr(build, "render_page", render)
+
+
+def test_a_report_written_meanwhile_is_not_replaced(pipeline, tmp_path, monkeypatch):
+    """hunt-n 8: two runs to one new -o; the one finishing last replaced the other's report
+    silently. Without --force it now stops with one line and leaves the other's report."""
+    out = tmp_path / "rep"
+    _another_run_meanwhile(monkeypatch, out, "FIRST")
+    r = report(pipeline.eval_json, "-o", out, "--title", "SECOND")
+    assert r.exit_code == 1, r.output
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "written by another run meanwhile" in lines[0], r.output
+    assert "--force" in lines[0]
+    assert "FIRST" in (out / "index.html").read_text()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
+    # an empty folder at the start is no one's report: it is filled as before
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.undo()
+    assert report(pipeline.eval_json, "-o", empty, "--title", "MINE").exit_code == 0
+    assert "MINE" in (empty / "index.html").read_text()
+    # with --force, an earlier report that appeared meanwhile is replaced
+    _another_run_meanwhile(monkeypatch, tmp_path / "forced", "FIRST")
+    r = report(pipeline.eval_json, "-o", tmp_path / "forced", "--title", "SECOND", "--force")
+    assert r.exit_code == 0, r.output
+    assert "SECOND" in (tmp_path / "forced" / "index.html").read_text()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_force_through_a_link_replaces_the_report_it_names(pipeline, tmp_path):
+    """hunt-n 10: -o LINK --force (LINK -> an older report) renamed the link to
+    .LINK.old-PID and left it there, and put a new folder in the link's place."""
+    older = tmp_path / "reports" / "r1"
+    assert report(pipeline.eval_json, "-o", older, "--title", "OLD").exit_code == 0
+    link = tmp_path / "latest"
+    link.symlink_to(older)
+    r = report(pipeline.eval_json, "-o", link, "--force", "--title", "NEW")
+    assert r.exit_code == 0, r.output
+    assert link.is_symlink() and link.resolve() == older.resolve()
+    assert "NEW" in (older / "index.html").read_text()
+    leftovers = [p.name for d in (tmp_path, older.parent) for p in d.iterdir()
+                 if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_temp_folders_of_killed_reports_are_swept_when_stale(pipeline, tmp_path):
+    """hunt-n 10: a killed report leaves .REP.XXXXXXXX.tmp; a later report to that -o
+    removes those a day old (a live run's are younger), and no one else's."""
+    import os
+    import time
+
+    out = tmp_path / "rep"
+    stale = tmp_path / ".rep.abcd1234.tmp"
+    young = tmp_path / ".rep.efgh5678.tmp"
+    other = tmp_path / ".other.abcd1234.tmp"
+    for folder in (stale, young, other):
+        (folder / "thumbs").mkdir(parents=True)
+    old = time.time() - 2 * 86400
+    for folder in (stale, other):
+        os.utime(folder, (old, old))
+    assert report(pipeline.eval_json, "-o", out).exit_code == 0
+    assert not stale.exists() and young.exists() and other.exists()
