@@ -38,3 +38,23 @@ def test_test_folders_mirror_the_package() -> None:
     tests = {p.name for p in (ROOT / "tests").iterdir()
              if p.is_dir() and not p.name.startswith((".", "_"))}
     assert tests - {"benchmarks"} <= package, sorted(tests - package - {"benchmarks"})
+
+
+def test_no_merge_conflict_markers_are_committed() -> None:
+    """A merge whose conflicts were added as they stood left markers in docs/formats.md
+    (2026-12-06): no text file of the project holds one."""
+    import re
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    names = listed.stdout.split() if listed.returncode == 0 else \
+        [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.md")]
+    marker = re.compile(r"^(<{7}|>{7}) |^={7}$", re.MULTILINE)
+    bad = []
+    for name in names:
+        path = ROOT / name
+        if path.suffix in (".py", ".md", ".toml", ".sh", ".cfg", ".txt", ".yml", ".yaml") \
+                and path.is_file() and marker.search(path.read_text(encoding="utf-8",
+                                                                     errors="replace")):
+            bad.append(name)
+    assert bad == []
