@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -159,6 +160,8 @@ class StoreWriter(ShardBook):
         self.manifest = manifest
         self.items = items
         self._items_dirty = False
+        self._errors_data: bytes | None = None  # set_errors' records, written at the commit
+        self._errors_dirty = False
         self._lock = contextlib.ExitStack()
 
     def _take_lock(self) -> None:
@@ -303,22 +306,41 @@ class StoreWriter(ShardBook):
         return os.stat(self.root / name).st_size
 
     def set_errors(self, errors: list[dict[str, Any]]) -> bool:
-        """Write errors.jsonl (one JSON object per line; removed when empty); the manifest
-        records it at the next commit. File names that are not valid UTF-8 are written with
-        JSON surrogate escapes (``\\udcff``), so ``os.fsencode(json.loads(line)["path"])``
-        gives back the original bytes. Returns True when the record changed."""
-        path = self.root / ERRORS
+        """Set the error records (one JSON object per line of the errors file), written
+        with the next commit, never before: a run stopped before it commits leaves no
+        errors file without a manifest. File names that are not valid UTF-8 are written
+        with JSON surrogate escapes (``\\udcff``), so
+        ``os.fsencode(json.loads(line)["path"])`` gives back the original bytes. Returns
+        True when the record changed."""
         before = self.manifest.get("errors")
         if not errors:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            self._errors_data = None
+            self._errors_dirty = True
             self.manifest["errors"] = None
             return before is not None
-        with atomic_open(path) as fh:
-            for e in errors:
-                fh.write(json_line(e) + "\n")
-        self.manifest["errors"] = dict(_file_record(path), rows=len(errors))
+        data = "".join(json_line(e) + "\n" for e in errors).encode("utf-8")
+        digest = hashlib.sha256(data).hexdigest()
+        if before and before.get("sha256") == digest and before.get("rows") == len(errors):
+            return False
+        self._errors_data = data
+        self._errors_dirty = True
+        self.manifest["errors"] = {"file": ERRORS, "bytes": len(data), "sha256": digest,
+                                   "rows": len(errors)}
         return self.manifest["errors"] != before
+
+    def _write_errors(self) -> None:
+        """Write the error records :meth:`set_errors` set (before the manifest that names
+        them); an empty list removes the file."""
+        if not self._errors_dirty:
+            return
+        path = self.root / ERRORS
+        if self._errors_data is None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        else:
+            with atomic_open(path, "wb") as fh:
+                fh.write(self._errors_data)
+        self._errors_dirty = False
 
     def commit(self) -> None:
         """Make everything written so far visible: item table (new name), then manifest."""
@@ -331,6 +353,7 @@ class StoreWriter(ShardBook):
                 record = _file_record(tmp)
             self.manifest["items"] = dict(record, file=name, rows=self.count)
             self._items_dirty = False
+        self._write_errors()
         self.manifest["updated"] = _now()
         with atomic_open(self.root / MANIFEST) as fh:
             self.manifest = dump_sealed(self.manifest, fh)

@@ -510,3 +510,36 @@ def test_labels_missing_or_empty_are_no_label_in_every_format(image_folder, tmp_
     assert "11 of 12 images have no label" in result.output
     labels = Store.open(tmp_path / "s").items["label"]
     assert set(labels.dropna()) == {"zero"}
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, "disk full"])
+def test_a_first_run_stopped_at_its_first_shard_leaves_nothing_a_rerun_refuses(
+        image_folder, tmp_path, monkeypatch, failure):
+    """Found by a bug hunt (hunt-n 3): a first run that logged broken files wrote
+    errors.jsonl before its first shard; stopped in that shard's write (a kill, a full
+    disk), it left a folder of only errors.jsonl that every rerun, --force too, refused as
+    "not a pairkit store". The errors file is now written only with a commit."""
+    import errno
+
+    from pairkit.core import store_writer
+
+    (image_folder / "class0" / "empty.jpg").write_bytes(b"")
+    out = tmp_path / "store"
+
+    def stopped(root, name, vectors, dtype):
+        if failure is KeyboardInterrupt:
+            raise KeyboardInterrupt
+        raise OSError(errno.ENOSPC, "No space left on device", str(root))
+
+    monkeypatch.setattr(store_writer, "write_shard", stopped)
+    result = embed(image_folder, "-o", out)
+    assert result.exit_code == (130 if failure is KeyboardInterrupt else 1), result.output
+    monkeypatch.undo()
+    assert not out.exists() or not [p.name for p in out.iterdir() if "errors" in p.name]
+    for force in ([], ["--force"]):
+        result = embed(image_folder, "-o", out, *force)
+        assert result.exit_code == 0, result.output
+        store = Store.open(out)
+        assert store.count == 12
+        assert store.read_errors() == [{"path": "class0/empty.jpg",
+                                        "reason": store.read_errors()[0]["reason"]}]
