@@ -15,6 +15,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ from pairkit.core.lock import LOCK_NAME, is_held, writer_lock
 from pairkit.core.manifest import (
     DTYPES,
     ERRORS,
+    ERRORS_RE,
     FORMAT,
     FORMAT_VERSION,
     ITEMS,
@@ -102,7 +104,8 @@ def check_store_dir(root: Path, force: bool) -> bool:
     if not (root / MANIFEST).exists():
         # a killed writer leaves a shard or a versioned item table; items.parquet or
         # errors.jsonl alone are as likely a user's own files
-        written = any(SHARD_RE.match(e.name) or ITEMS_RE.match(e.name) for e in ours)
+        written = any(SHARD_RE.match(e.name) or ITEMS_RE.match(e.name)
+                      or (ERRORS_RE.match(e.name) and e.name != ERRORS) for e in ours)
         if len(ours) < len(entries) or not written:
             raise PairkitError(f"output {root} is a folder that is not a pairkit store; "
                                "choose another path")
@@ -133,15 +136,18 @@ def clear_store(root: Path) -> None:
 
 
 def _remove_unreferenced(root: Path, manifest: dict[str, Any]) -> None:
-    """Remove shard and item files the manifest does not name (killed appends, old item
-    tables). Only under the writer lock."""
+    """Remove shard, item and error files the manifest does not name (killed appends, old
+    item tables and error lists; format 1's fixed names in a format-2 store). Only under
+    the writer lock."""
     keep = {s["file"] for s in manifest["shards"]}
-    if manifest.get("items"):
-        keep.add(manifest["items"]["file"])
+    for key in ("items", "errors"):
+        if manifest.get(key):
+            keep.add(manifest[key]["file"])
     for entry in os.scandir(root):
         name = entry.name
         stale = (SHARD_RE.match(name) or ITEMS_RE.match(name)
-                 or (name == ITEMS and manifest["format_version"] >= 2))
+                 or (manifest["format_version"] >= 2
+                     and (name == ITEMS or ERRORS_RE.match(name))))
         if stale and name not in keep and entry.is_file(follow_symlinks=False):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
@@ -162,6 +168,8 @@ class StoreWriter(ShardBook):
         self._items_dirty = False
         self._errors_data: bytes | None = None  # set_errors' records, written at the commit
         self._errors_dirty = False
+        self._errors_committed = (manifest.get("errors") or {}).get("file")
+        self._token = secrets.token_hex(4)  # this writer's error files' names
         self._lock = contextlib.ExitStack()
 
     def _take_lock(self) -> None:
@@ -265,6 +273,7 @@ class StoreWriter(ShardBook):
                 _remove_unreferenced(root, manifest)
             store = Store.open(root, verify=True)
             writer.manifest = dict(store.manifest)
+            writer._errors_committed = (store.manifest.get("errors") or {}).get("file")
             writer.items = store.items.copy()
             if store.format_version < 2:
                 writer._upgrade(store)
@@ -306,12 +315,13 @@ class StoreWriter(ShardBook):
         return os.stat(self.root / name).st_size
 
     def set_errors(self, errors: list[dict[str, Any]]) -> bool:
-        """Set the error records (one JSON object per line of the errors file), written
-        with the next commit, never before: a run stopped before it commits leaves no
-        errors file without a manifest. File names that are not valid UTF-8 are written
-        with JSON surrogate escapes (``\\udcff``), so
-        ``os.fsencode(json.loads(line)["path"])`` gives back the original bytes. Returns
-        True when the record changed."""
+        """Set the error records (one JSON object per line), written with the next commit
+        under a new name (``errors-TOKEN-NNNNN.jsonl``), never before and never over the
+        file the committed manifest names: a run stopped before it commits leaves no
+        error file without a manifest, and a reader of the last commit reads its own list.
+        File names that are not valid UTF-8 are written with JSON surrogate escapes
+        (``\\udcff``), so ``os.fsencode(json.loads(line)["path"])`` gives back the
+        original bytes. Returns True when the record changed."""
         before = self.manifest.get("errors")
         if not errors:
             self._errors_data = None
@@ -324,22 +334,22 @@ class StoreWriter(ShardBook):
             return False
         self._errors_data = data
         self._errors_dirty = True
-        self.manifest["errors"] = {"file": ERRORS, "bytes": len(data), "sha256": digest,
-                                   "rows": len(errors)}
-        return self.manifest["errors"] != before
+        self.manifest["errors"] = {"file": None, "bytes": len(data), "sha256": digest,
+                                   "rows": len(errors)}  # named when written
+        return True
 
     def _write_errors(self) -> None:
-        """Write the error records :meth:`set_errors` set (before the manifest that names
-        them); an empty list removes the file."""
+        """Write the error records :meth:`set_errors` set, under a name no file has, before
+        the manifest that names them (the old file goes after that commit)."""
         if not self._errors_dirty:
             return
-        path = self.root / ERRORS
-        if self._errors_data is None:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        else:
-            with atomic_open(path, "wb") as fh:
+        if self._errors_data is not None:
+            number = len(self.manifest["shards"])
+            while (self.root / (name := f"errors-{self._token}-{number:05d}.jsonl")).exists():
+                number += 1
+            with atomic_open(self.root / name, "wb") as fh:
                 fh.write(self._errors_data)
+            self.manifest["errors"]["file"] = name
         self._errors_dirty = False
 
     def commit(self) -> None:
@@ -359,9 +369,12 @@ class StoreWriter(ShardBook):
             self.manifest = dump_sealed(self.manifest, fh)
         fsync_dir(self.root)
         new_items = (self.manifest.get("items") or {}).get("file")
-        if old_items and old_items != new_items:
-            with contextlib.suppress(FileNotFoundError):
-                (self.root / old_items).unlink()  # readers pinned it or will retry
+        new_errors = (self.manifest.get("errors") or {}).get("file")
+        old_errors, self._errors_committed = self._errors_committed, new_errors
+        for old, new in ((old_items, new_items), (old_errors, new_errors)):
+            if old and old != new:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.root / old).unlink()  # readers pinned it or will retry
         if self.manifest["format_version"] >= 2:
             with contextlib.suppress(FileNotFoundError):
                 (self.root / ITEMS).unlink()  # format 1's table, no longer named

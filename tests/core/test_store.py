@@ -284,3 +284,33 @@ def test_format_1_is_read_and_upgraded_on_write(tmp_path):
     assert [s.start for s in new.shards] == [0, 5]
     assert new.read_errors() == [{"path": "bad.jpg", "reason": "empty file"}]
     assert Store(root, old.manifest).content_id == content_id
+
+
+def test_new_error_records_never_change_the_committed_errors_file(tmp_path):
+    """Found by a bug hunt (hunt-n 4): set_errors replaced errors.jsonl in place while the
+    committed manifest still named it with the old sha256, so ``info`` called the store
+    damaged while embed ran, and after a kill until the next writer. A new list is written
+    under a new name at the next commit; the old file goes after that commit."""
+    from pairkit.core.store_writer import prepare_store_dir
+
+    root = prepare_store_dir(tmp_path / "s", force=False)
+    first = [{"path": "a.jpg", "reason": "empty file"}]
+    second = [*first, {"path": "b.jpg", "reason": "not an image"}]
+    writer = StoreWriter.create(root, 3, commit=False)
+    writer.set_errors(first)
+    writer.append(np.eye(3, dtype=np.float32), _items(3))
+    old_file = json.loads((root / MANIFEST).read_text())["errors"]["file"]
+    reader = Store.open(root)  # holds the snapshot that names the first list
+    assert writer.set_errors(second)
+    assert Store.open(root).read_errors() == first  # (a kill here: the store reads)
+    writer.append(np.eye(3, dtype=np.float32), _items(3))
+    writer.close()
+    assert reader.read_errors() == first
+    new = Store.open(root)
+    assert new.read_errors() == second and new.manifest["errors"]["file"] != old_file
+    assert not (root / old_file).exists()
+    with StoreWriter.resume(root) as writer:
+        assert writer.set_errors([]) and Store.open(root).read_errors() == second
+        writer.commit()
+    assert Store.open(root).read_errors() == []
+    assert not [p.name for p in root.iterdir() if p.name.startswith("errors")]

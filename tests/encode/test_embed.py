@@ -60,7 +60,9 @@ def test_broken_files_are_recorded_and_run_goes_on(image_folder, tmp_path):
     result = runner.invoke(app, ["embed", str(image_folder), "-o", str(out), "--model", "fake"])
     assert result.exit_code == 0, result.output
     assert "skipped 3" in result.output
-    errors = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
+    name = Store.open(out).manifest["errors"]["file"]  # versioned (docs/formats.md)
+    assert f"see {out / name}" in result.output
+    errors = [json.loads(line) for line in (out / name).read_text().splitlines()]
     reasons = {e["path"]: e["reason"] for e in errors}
     assert set(reasons) == {"class0/empty.jpg", "class1/text.png", "class2/cut.jpg"}
     assert "empty file" in reasons["class0/empty.jpg"]
@@ -224,7 +226,7 @@ def test_unicode_names_and_vanished_files(image_folder, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     store = Store.open(tmp_path / "s")
     assert "class0/ünï 画像.png" in set(store.items["path"])
-    errors = (tmp_path / "s" / "errors.jsonl").read_text(encoding="utf-8")
+    errors = (tmp_path / "s" / store.manifest["errors"]["file"]).read_text(encoding="utf-8")
     assert "vanished" in errors
 
 
