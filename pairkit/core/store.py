@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -62,6 +63,8 @@ __all__ = [
 ]
 
 OPEN_ATTEMPTS = 20
+INDEX_DIR = "index"  # saved indexes (pairkit.index.saved): STORE/index/<kind>.faiss, .json
+INDEX_FILE_RE = re.compile(r"^[a-z0-9_]+\.(?:faiss|json)$")
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:

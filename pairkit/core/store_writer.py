@@ -49,7 +49,7 @@ from pairkit.core.manifest import (
     read_manifest,
 )
 from pairkit.core.shard_book import ShardBook
-from pairkit.core.store import Store, is_ours, l2_normalize
+from pairkit.core.store import INDEX_DIR, INDEX_FILE_RE, Store, is_ours, l2_normalize
 from pairkit.core.store_files import open_regular, parquet_rows
 from pairkit.errors import PairkitError, UsageError
 
@@ -100,12 +100,14 @@ def check_store_dir(root: Path, force: bool) -> bool:
     entries = [e for e in root.iterdir() if e.name != LOCK_NAME and not our_temp(e.name)]
     if not entries:
         return False
-    ours = [e for e in entries if is_ours(e.name)]
+    ours = [e for e in entries if is_ours(e.name) or is_our_index_dir(e)]
     if not (root / MANIFEST).exists():
-        # a killed writer leaves a shard or a versioned item table; items.parquet or
-        # errors.jsonl alone are as likely a user's own files
+        # a killed writer leaves a shard, a versioned item table or error list, or the
+        # index/ of the store it replaced; items.parquet or errors.jsonl alone are as
+        # likely a user's own files
         written = any(SHARD_RE.match(e.name) or ITEMS_RE.match(e.name)
-                      or (ERRORS_RE.match(e.name) and e.name != ERRORS) for e in ours)
+                      or (ERRORS_RE.match(e.name) and e.name != ERRORS)
+                      or e.name == INDEX_DIR for e in ours)
         if len(ours) < len(entries) or not written:
             raise PairkitError(f"output {root} is a folder that is not a pairkit store; "
                                "choose another path")
@@ -123,16 +125,44 @@ def our_temp(name: str) -> bool:
 
 
 def clear_store(root: Path) -> None:
-    """Remove pairkit's files from a store folder (never other files); the manifest goes
-    first, so a reader never pairs it with files of the next store."""
+    """Remove pairkit's files from a store folder (never other files), its saved indexes
+    too (:func:`is_our_index_dir`); the manifest goes first, so a reader never pairs it
+    with files of the next store."""
     with contextlib.suppress(FileNotFoundError):
         (root / MANIFEST).unlink()
     for entry in root.iterdir():
         name = entry.name
-        if is_ours(name) or our_temp(name):  # a user's own .draft.tmp stays
+        if is_our_index_dir(entry):
+            remove_index_dir(entry)
+        elif is_ours(name) or our_temp(name):  # a user's own .draft.tmp stays
             if entry.is_dir() and not entry.is_symlink():
                 continue  # not something pairkit writes
             entry.unlink()
+
+
+def is_our_index_dir(path: Path) -> bool:
+    """Whether ``path`` is a store's ``index/`` folder holding nothing but pairkit's saved
+    indexes (``<kind>.faiss``, ``<kind>.json``, their temp files): pairkit's, cleared
+    with the store (a folder holding anything else is the user's)."""
+    if path.name != INDEX_DIR or path.is_symlink() or not path.is_dir():
+        return False
+    for entry in path.iterdir():
+        temp = TEMP_RE.match(entry.name)
+        name = temp.group("target") if temp else entry.name
+        if not INDEX_FILE_RE.match(name) or not entry.is_file() or entry.is_symlink():
+            return False
+    return True
+
+
+def remove_index_dir(path: Path) -> None:
+    """Remove a store's saved indexes (:func:`is_our_index_dir`), the description of each
+    first (a kill in between leaves no description of missing bytes), then the folder."""
+    names = sorted((e.name for e in path.iterdir()), key=lambda n: not n.endswith(".json"))
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            (path / name).unlink()
+    with contextlib.suppress(OSError):
+        path.rmdir()
 
 
 def _remove_unreferenced(root: Path, manifest: dict[str, Any]) -> None:

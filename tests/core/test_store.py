@@ -314,3 +314,34 @@ def test_new_error_records_never_change_the_committed_errors_file(tmp_path):
         writer.commit()
     assert Store.open(root).read_errors() == []
     assert not [p.name for p in root.iterdir() if p.name.startswith("errors")]
+
+
+def _saved_index(root, kind="ivf"):
+    """What ``pairkit index`` leaves in a store: ``index/<kind>.faiss`` and ``.json``."""
+    (root / "index").mkdir(exist_ok=True)
+    (root / "index" / f"{kind}.faiss").write_bytes(b"faiss bytes")
+    (root / "index" / f"{kind}.json").write_text("{}")
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_store_that_lost_its_manifest_but_holds_an_index_is_written_again(tmp_path, force):
+    """Found by a bug hunt (hunt-n 2): a store with a saved index that lost its manifest
+    (an interrupted --force) was "a folder that is not a pairkit store" for every writer,
+    --force included: index/ was not pairkit's. An index/ of only pairkit's index files
+    is, and it goes with the other leftovers (it indexed rows that are gone)."""
+    from pairkit.errors import PairkitError
+
+    root = tmp_path / "s"
+    write_store(root, np.eye(3, dtype=np.float32), _items(3))
+    _saved_index(root)
+    (root / "index" / ".ivf.faiss.abcd1234.tmp").write_bytes(b"killed")
+    (root / MANIFEST).unlink()
+    write_store(root, 2 * np.eye(3, dtype=np.float32), _items(3), force=force)
+    assert Store.open(root).count == 3 and not (root / "index").exists()
+    # an index/ holding a user's file is not pairkit's: refused, and kept
+    (root / MANIFEST).unlink()
+    _saved_index(root)
+    (root / "index" / "notes.txt").write_text("mine")
+    with pytest.raises(PairkitError, match="not a pairkit store"):
+        write_store(root, np.eye(3, dtype=np.float32), _items(3), force=True)
+    assert (root / "index" / "notes.txt").read_text() == "mine"
