@@ -62,12 +62,14 @@ def _now() -> str:
 
 
 def prepare_store_dir(path: str | os.PathLike[str], force: bool) -> Path:
-    """Check that ``path`` can receive a new store; clear an old store when ``force``.
+    """Check that ``path`` can receive a new store (``force``: replace the one there).
 
     Refuses a path that is a file, a folder holding other files, or an existing
     store without ``force``. A folder left by a killed writer (pairkit files but no
-    manifest: nothing committed) is cleared without ``force``. Only pairkit's own files
-    are removed, under the folder's writer lock. On object storage (a URL) the same
+    manifest: nothing committed) is cleared without ``force``. An existing store stays
+    whole, readable, until the new store's first commit replaces it
+    (:meth:`StoreWriter.create`). Only pairkit's own files are removed, under the
+    folder's writer lock. On object storage (a URL) the same
     checks, and the new store's first commit is conditional on what was found
     (core/remote_store.py); returns the URL then.
     """
@@ -82,8 +84,8 @@ def prepare_store_dir(path: str | os.PathLike[str], force: bool) -> Path:
         raise PairkitError(f"output {root} is an existing file, expected a store folder")
     with writer_lock(root, "store"):
         remove_stale_temps(root, is_ours)
-        if check_store_dir(root, force):
-            clear_store(root)
+        if check_store_dir(root, force) and not (root / MANIFEST).exists():
+            clear_store(root)  # nothing was committed: a killed writer's leftovers
     return root
 
 
@@ -189,6 +191,11 @@ class StoreWriter(ShardBook):
 
     An append writes the shard (new name), then the whole item table under a new name,
     then the manifest (atomic rename: the commit), then removes the old item table.
+
+    A new store made where a store is (``--force``) replaces it the same way: its files
+    take names the old store's don't have, its first commit replaces the old manifest,
+    and only then are the old store's files (and its saved indexes) removed; until
+    then the old store is whole, and readers holding it keep reading it.
     """
 
     def __init__(self, root: Path, manifest: dict[str, Any], items: pd.DataFrame) -> None:
@@ -200,6 +207,9 @@ class StoreWriter(ShardBook):
         self._errors_dirty = False
         self._errors_committed = (manifest.get("errors") or {}).get("file")
         self._token = secrets.token_hex(4)  # this writer's error files' names
+        self._replaced: set[str] = set()  # the files of the store a new one replaces
+        self._number_base = 0  # a new store's first shard number (past the old store's)
+        self._uncommitted: list[str] = []  # files written since the last commit
         self._lock = contextlib.ExitStack()
 
     def _take_lock(self) -> None:
@@ -270,12 +280,29 @@ class StoreWriter(ShardBook):
         writer = cls(root, manifest, normalize_items(pd.DataFrame({"path": []})))
         writer._take_lock()
         try:
+            writer._find_replaced()
             if commit:
                 writer.commit()
         except BaseException:
             writer.close()
             raise
         return writer
+
+    def _find_replaced(self) -> None:
+        """A new store in a folder that holds another (``--force``): note the old store's
+        files, removed at the first commit, and number the new shards past every shard
+        file there, so no new file takes an old one's name."""
+        if not self.root.is_dir():
+            return
+        numbers = [-1]
+        for entry in self.root.iterdir():
+            if entry.name == MANIFEST or entry.is_symlink() or not entry.is_file() \
+                    or not is_ours(entry.name):
+                continue
+            self._replaced.add(entry.name)
+            if m := SHARD_RE.match(entry.name):
+                numbers.append(int(m.group("number")))
+        self._number_base = max(numbers) + 1
 
     @classmethod
     def resume(cls, path: str | os.PathLike[str]) -> StoreWriter:
@@ -337,9 +364,24 @@ class StoreWriter(ShardBook):
         record = write_shard(self.root, self.next_shard_name(), vectors, self.manifest["dtype"])
         self.add_written_shard(record, items)
 
+    def add_written_shard(self, record: dict[str, Any], items: pd.DataFrame) -> None:
+        super().add_written_shard(record, items)
+        self._uncommitted.append(record["file"])
+
+    def discard(self) -> None:
+        """Remove the files written since the last commit (shards, an item table or error
+        list of a commit that failed): a write that failed gives their space back now,
+        not at the next writer. The writer is done with then."""
+        for name in self._uncommitted:
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / name).unlink()
+        self._uncommitted = []
+
     def next_shard_name(self, offset: int = 0) -> str:
-        """A shard name no committed shard has (:meth:`ShardBook.next_shard_number`)."""
-        return SHARD_PATTERN.format(self.next_shard_number(offset))
+        """A shard name no committed shard has (:meth:`ShardBook.next_shard_number`), nor
+        a shard of the store a new one replaces."""
+        return SHARD_PATTERN.format(max(self.next_shard_number(offset),
+                                        self._number_base + offset))
 
     def _shard_size(self, name: str) -> int:
         return os.stat(self.root / name).st_size
@@ -379,6 +421,7 @@ class StoreWriter(ShardBook):
                 number += 1
             with atomic_open(self.root / name, "wb") as fh:
                 fh.write(self._errors_data)
+            self._uncommitted.append(name)
             self.manifest["errors"]["file"] = name
         self._errors_dirty = False
 
@@ -386,17 +429,21 @@ class StoreWriter(ShardBook):
         """Make everything written so far visible: item table (new name), then manifest."""
         old_items = (self.manifest.get("items") or {}).get("file")
         if self._items_dirty:
-            name = ITEMS_PATTERN.format(len(self.manifest["shards"]))
+            number = len(self.manifest["shards"])
+            while (self.root / (name := ITEMS_PATTERN.format(number))).exists():
+                number += 1  # the old table (the next name), or a replaced store's
             with atomic_path(self.root / name) as tmp:
                 self.items.reset_index(drop=True).to_parquet(tmp, index=False)
                 fsync_file(tmp)
                 record = _file_record(tmp)
+            self._uncommitted.append(name)
             self.manifest["items"] = dict(record, file=name, rows=self.count)
             self._items_dirty = False
         self._write_errors()
         self.manifest["updated"] = _now()
         with atomic_open(self.root / MANIFEST) as fh:
             self.manifest = dump_sealed(self.manifest, fh)
+        self._uncommitted = []
         fsync_dir(self.root)
         new_items = (self.manifest.get("items") or {}).get("file")
         new_errors = (self.manifest.get("errors") or {}).get("file")
@@ -408,6 +455,21 @@ class StoreWriter(ShardBook):
         if self.manifest["format_version"] >= 2:
             with contextlib.suppress(FileNotFoundError):
                 (self.root / ITEMS).unlink()  # format 1's table, no longer named
+        if self._replaced:
+            self._remove_replaced()
+
+    def _remove_replaced(self) -> None:
+        """After the new store's first commit: remove the files of the store it replaced
+        (readers holding them keep them open; one opening now retries) and that store's
+        saved indexes."""
+        named = {s["file"] for s in self.manifest["shards"]}
+        named |= {(self.manifest.get(k) or {}).get("file") for k in ("items", "errors")}
+        for name in sorted(self._replaced - named):
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / name).unlink()
+        self._replaced = set()
+        if is_our_index_dir(self.root / INDEX_DIR):
+            remove_index_dir(self.root / INDEX_DIR)
 
 
 def write_shard(root: str | os.PathLike[str], name: str, vectors: np.ndarray,
@@ -479,13 +541,20 @@ def write_store(
     extra: dict[str, Any] | None = None,
 ) -> Store:
     """Write a whole store in one go (import, project), committed once at the end.
-    Holds the store's writer lock throughout. Returns the opened store."""
+    Holds the store's writer lock throughout. With ``force`` an old store there stays
+    whole until that commit (:meth:`StoreWriter.create`): a write that fails or is
+    interrupted (a full disk, Ctrl-C) leaves it as it was, its own shards removed.
+    Returns the opened store."""
     with writer_lock(path, "store"):
         root = prepare_store_dir(path, force)
         with StoreWriter.create(root, vectors.shape[1], dtype, encoder, extra,
                                 commit=False) as writer:
-            for start in range(0, len(vectors), shard_rows):
-                stop = start + shard_rows
-                writer.add_shard(vectors[start:stop], items.iloc[start:stop])
-            writer.commit()
+            try:
+                for start in range(0, len(vectors), shard_rows):
+                    stop = start + shard_rows
+                    writer.add_shard(vectors[start:stop], items.iloc[start:stop])
+                writer.commit()
+            except BaseException:
+                writer.discard()
+                raise
         return Store.open(root, verify=False)

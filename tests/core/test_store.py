@@ -345,3 +345,50 @@ def test_a_store_that_lost_its_manifest_but_holds_an_index_is_written_again(tmp_
     with pytest.raises(PairkitError, match="not a pairkit store"):
         write_store(root, np.eye(3, dtype=np.float32), _items(3), force=True)
     assert (root / "index" / "notes.txt").read_text() == "mine"
+
+
+def _files(root) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("where", ["shard", "items", "manifest"])
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
+def test_force_keeps_the_old_store_until_the_new_one_commits(tmp_path, monkeypatch, where,
+                                                             failure):
+    """Found by a bug hunt (hunt-n 1): write_store (import, project) with force removed the
+    old store before it wrote the new one, so Ctrl-C, a kill or a full disk in between
+    lost it. The new store's files now take names the old one's don't have, the new
+    manifest replaces the old one atomically, and only then do the old files go."""
+    import errno
+
+    from pairkit.core import atomic, store_writer
+
+    root = tmp_path / "s"
+    old = write_store(root, np.eye(4, dtype=np.float32), _items(4), shard_rows=3)
+    _saved_index(root)
+    before = _files(root)
+    real_path = atomic.atomic_path
+
+    def failing(target, *args, **kwargs):
+        name = str(target).rsplit("/", 1)[-1]
+        if name.startswith({"shard": "embeddings-", "items": "items-",
+                            "manifest": MANIFEST}[where]):
+            raise failure(errno.ENOSPC, "No space left on device") \
+                if failure is OSError else failure
+        return real_path(target, *args, **kwargs)
+
+    monkeypatch.setattr(store_writer, "atomic_path", failing)
+    monkeypatch.setattr(atomic, "atomic_path", failing)  # atomic_open's
+    with pytest.raises(failure):
+        write_store(root, 2 * np.eye(4, 5, dtype=np.float32), _items(4), force=True)
+    monkeypatch.undo()
+    assert _files(root) == before and (root / "index" / "ivf.json").exists()
+    assert Store.open(root).count == 4 and Store.open(root).dim == 4
+    # the next writer takes the folder: the new store replaces the old one whole
+    new = write_store(root, 2 * np.eye(4, 5, dtype=np.float32), _items(4), force=True)
+    assert new.dim == 5 and Store.open(root).dim == 5
+    named = {s.file for s in new.shards} | {new.manifest["items"]["file"], MANIFEST}
+    assert set(_files(root)) == named and not (root / "index").exists()
+    # a reader of the old snapshot still reads it whole
+    np.testing.assert_allclose(old.vectors(), np.eye(4), atol=1e-3)
+    assert old.items["path"].tolist() == [f"img{i}.jpg" for i in range(4)]

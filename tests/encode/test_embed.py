@@ -545,3 +545,33 @@ def test_a_first_run_stopped_at_its_first_shard_leaves_nothing_a_rerun_refuses(
         assert store.count == 12
         assert store.read_errors() == [{"path": "class0/empty.jpg",
                                         "reason": store.read_errors()[0]["reason"]}]
+
+
+def test_force_keeps_the_old_store_when_the_first_shard_fails(image_folder, tmp_path,
+                                                              monkeypatch):
+    """Found by a bug hunt (hunt-n 1, 2): embed --force removed the old store when its
+    first shard was ready, before writing it, so a full disk (or a kill) in that write
+    lost the old store, and one with a saved index was then refused by every writer.
+    The old store now stays whole until the new one's first commit."""
+    import errno
+
+    from pairkit.core import store_writer
+
+    out = tmp_path / "store"
+    assert embed(image_folder, "-o", out, "--views", "2").exit_code == 0
+    before = _store_files(out)
+    real = store_writer.write_shard
+
+    def full(root, name, vectors, dtype):
+        with store_writer.atomic_path(root / name):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_writer, "write_shard", full)
+    result = embed(image_folder, "-o", out, "--force")
+    assert result.exit_code == 1 and "disk full" in result.output, result.output
+    assert _store_files(out) == before and Store.open(out).count == 24
+    monkeypatch.setattr(store_writer, "write_shard", real)
+    assert embed(image_folder, "-o", out, "--force").exit_code == 0
+    assert Store.open(out).count == 12
+    assert set(_store_files(out)) == {"manifest.json", *(s.file for s in Store.open(out).shards),
+                                      Store.open(out).manifest["items"]["file"]}
