@@ -55,7 +55,9 @@ def test_demo_runs_the_pipeline(tmp_path):
     assert "naive top-k" in result.output
     evaluation = json.loads((out / "eval.json").read_text())
     assert set(evaluation) == {"raw", "head"}
-    errors = (out / "store" / "errors.jsonl").read_text().splitlines()
+    from pairkit.core.store import Store
+
+    errors = Store.open(out / "store").read_errors()
     assert len(errors) == 3  # the three planted broken files
     # the report, and the last line names the file to open
     index = out / "report" / "index.html"

@@ -133,9 +133,21 @@ def embed(
             from pairkit.core.options import plural
 
             where = (f"the errors object its manifest names in {output}" if "://" in output
-                     else Path(output) / "errors.jsonl")
+                     else Path(output) / errors_file(output))
             say(f"{plural(summary.skipped, 'file')} skipped: see {where}", quiet)
         if summary.missing_from_folder:
             warn(f"{summary.missing_from_folder} images in the store are no longer in {images}")
         if json_out:
             typer.echo(json.dumps(summary_dict(summary)))
+
+
+def errors_file(store: str) -> str:
+    """The name of the error list the store's manifest names (a versioned name:
+    docs/formats.md), what the summary points the user to."""
+    from pairkit.core.manifest import ERRORS, read_manifest
+    from pairkit.errors import PairkitError
+
+    try:
+        return (read_manifest(store).get("errors") or {}).get("file") or ERRORS
+    except PairkitError:
+        return ERRORS

@@ -100,6 +100,7 @@ def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
         "bytes": int(sum(sizes.values())),
         "vector_bytes": int(sum(sizes.get(s.file, 0) for s in st.shards)),
         "errors": skipped,
+        "errors_file": errors.get("file") if isinstance(errors, dict) else None,
         "indexes": indexes,
         "stale_indexes": stale,  # built for other rows (rows appended since): not used
         "content_id": st.content_id,
@@ -153,7 +154,8 @@ def info_lines(info: dict[str, Any]) -> list[str]:
     if info["image_root"]:
         lines.append(f"image root: {_shown(info['image_root'])}")
     if info["errors"]:
-        lines.append(f"files that could not be embedded: {info['errors']:,} (errors.jsonl)")
+        lines.append(f"files that could not be embedded: {info['errors']:,} "
+                     f"({_shown(str(info['errors_file']))})")
     lines.append(f"created {_shown(str(info['created']))}, "
                  f"updated {_shown(str(info['updated']))}")
     lines.append(f"checksums: {info['checksums']}")

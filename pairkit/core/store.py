@@ -5,7 +5,8 @@ Layout (see docs/formats.md)::
     STORE/manifest.json          the commit point: names every file below
     STORE/items-00003.parquet    one row per item, in embedding order (versioned name)
     STORE/embeddings-00000.npy   float16/float32, rows L2-normalised
-    STORE/errors.jsonl           files that could not be embedded (embed only)
+    STORE/errors-1a2b3c4d-00003.jsonl  files that could not be embedded (embed only;
+                                 versioned name, errors.jsonl in older stores)
 
 Writers (one at a time: core/lock.py) never change a file the manifest names: an
 append writes a new shard and a new item table under new names, then replaces the
@@ -21,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from pairkit.core.items import ITEM_COLUMNS, normalize_items
 from pairkit.core.manifest import (
     DTYPES,
     ERRORS,
+    ERRORS_RE,
     FORMAT,
     FORMAT_VERSION,
     ITEMS,
@@ -60,6 +63,8 @@ __all__ = [
 ]
 
 OPEN_ATTEMPTS = 20
+INDEX_DIR = "index"  # saved indexes (pairkit.index.saved): STORE/index/<kind>.faiss, .json
+INDEX_FILE_RE = re.compile(r"^[a-z0-9_]+\.(?:faiss|json)$")
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -86,8 +91,8 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
 
 def is_ours(name: str) -> bool:
     """Names pairkit writes in a store folder (never anything else is touched)."""
-    return (name in (MANIFEST, ITEMS, ERRORS) or bool(SHARD_RE.match(name))
-            or bool(ITEMS_RE.match(name)))
+    return (name in (MANIFEST, ITEMS) or bool(SHARD_RE.match(name))
+            or bool(ITEMS_RE.match(name)) or bool(ERRORS_RE.match(name)))
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,8 @@ class Store:
         self._raw = raw
         self._arrays: list[np.ndarray] = []
         self._items_fh: IO[bytes] | None = None
+        self._errors_fh: IO[bytes] | None = None  # the error list named, pinned at open
+        self._errors_raw: bytes | None = None  # its bytes, once read
         self._items_raw: bytes | None = None
         self._items: pd.DataFrame | None = None
         self._vectors: np.ndarray | None = None
@@ -205,6 +212,7 @@ class Store:
 
     def _pin(self, verify: bool) -> None:
         """Open every file the manifest names and check it (see :meth:`open`)."""
+        self._pin_errors()
         arrays = []
         for shard in self.shards:
             with open_regular(self.root / shard.file, "shard") as fh:
@@ -237,6 +245,20 @@ class Store:
         if n_items != self.count:
             raise StoreError(f"store {self.root}: row count mismatch: {ITEMS} has {n_items} rows, "
                              f"manifest says {self.count}")
+
+    def _pin_errors(self) -> None:
+        """Hold the error list the manifest names (read by :meth:`read_errors`), so a
+        writer's next commit, which removes it, can't take it from this snapshot. One
+        that is missing now is named when it is read (only ``info`` reads it)."""
+        rec = self.manifest.get("errors")
+        if rec is None:
+            return
+        try:
+            self._errors_fh = open_regular(self.root / rec["file"], "errors file")
+        except (OSError, StoreError):
+            if _manifest_moved(self.root, self._raw):
+                raise StoreError(f"store {self.root}: {rec['file']} vanished (a writer "
+                                 "committed)") from None
 
     def _read_items_bytes(self) -> bytes:
         """The item table's bytes from the pinned file (object storage: the object),
@@ -372,23 +394,31 @@ class Store:
         return codes_of(self.items["label"])[0] if self.has_labels else None
 
     def read_errors(self) -> list[dict[str, Any]]:
-        """The records of errors.jsonl that the manifest committed (checked against its
-        sha256); empty when there are none."""
+        """The records of the error list that the manifest committed (``errors.jsonl`` or
+        a versioned ``errors-TOKEN-NNNNN.jsonl``; checked against its sha256); empty when
+        there are none. The file is pinned when the store opens, so a writer's later
+        commit doesn't take it from this snapshot."""
         rec = self.manifest.get("errors")
         if rec is None:
             return []
-        if self.is_remote:
+        if self._errors_raw is not None:
+            data = self._errors_raw
+        elif self.is_remote:
             from pairkit.core.remote_store import read_errors
 
             data = read_errors(str(self.root), rec)
         else:
-            with open_regular(self.root / rec["file"], "errors file") as fh:
+            fh = self._errors_fh or open_regular(self.root / rec["file"], "errors file")
+            self._errors_fh = None
+            with fh:
+                fh.seek(0)
                 data = fh.read(rec["bytes"] + 1)
         import hashlib
 
         if len(data) != rec["bytes"] or hashlib.sha256(data).hexdigest() != rec["sha256"]:
-            raise StoreError(f"store {self.root}: {ERRORS} does not match the manifest (changed "
-                             "or damaged, or a writer is updating it)")
+            raise StoreError(f"store {self.root}: {rec['file']} does not match the manifest "
+                             "(changed or damaged)")
+        self._errors_raw = data
         return [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
 
     # -- vectors -------------------------------------------------------------------

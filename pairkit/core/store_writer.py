@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,7 @@ from pairkit.core.lock import LOCK_NAME, is_held, writer_lock
 from pairkit.core.manifest import (
     DTYPES,
     ERRORS,
+    ERRORS_RE,
     FORMAT,
     FORMAT_VERSION,
     ITEMS,
@@ -46,7 +49,7 @@ from pairkit.core.manifest import (
     read_manifest,
 )
 from pairkit.core.shard_book import ShardBook
-from pairkit.core.store import Store, is_ours, l2_normalize
+from pairkit.core.store import INDEX_DIR, INDEX_FILE_RE, Store, is_ours, l2_normalize
 from pairkit.core.store_files import open_regular, parquet_rows
 from pairkit.errors import PairkitError, UsageError
 
@@ -59,12 +62,14 @@ def _now() -> str:
 
 
 def prepare_store_dir(path: str | os.PathLike[str], force: bool) -> Path:
-    """Check that ``path`` can receive a new store; clear an old store when ``force``.
+    """Check that ``path`` can receive a new store (``force``: replace the one there).
 
     Refuses a path that is a file, a folder holding other files, or an existing
     store without ``force``. A folder left by a killed writer (pairkit files but no
-    manifest: nothing committed) is cleared without ``force``. Only pairkit's own files
-    are removed, under the folder's writer lock. On object storage (a URL) the same
+    manifest: nothing committed) is cleared without ``force``. An existing store stays
+    whole, readable, until the new store's first commit replaces it
+    (:meth:`StoreWriter.create`). Only pairkit's own files are removed, under the
+    folder's writer lock. On object storage (a URL) the same
     checks, and the new store's first commit is conditional on what was found
     (core/remote_store.py); returns the URL then.
     """
@@ -79,8 +84,8 @@ def prepare_store_dir(path: str | os.PathLike[str], force: bool) -> Path:
         raise PairkitError(f"output {root} is an existing file, expected a store folder")
     with writer_lock(root, "store"):
         remove_stale_temps(root, is_ours)
-        if check_store_dir(root, force):
-            clear_store(root)
+        if check_store_dir(root, force) and not (root / MANIFEST).exists():
+            clear_store(root)  # nothing was committed: a killed writer's leftovers
     return root
 
 
@@ -97,11 +102,14 @@ def check_store_dir(root: Path, force: bool) -> bool:
     entries = [e for e in root.iterdir() if e.name != LOCK_NAME and not our_temp(e.name)]
     if not entries:
         return False
-    ours = [e for e in entries if is_ours(e.name)]
+    ours = [e for e in entries if is_ours(e.name) or is_our_index_dir(e)]
     if not (root / MANIFEST).exists():
-        # a killed writer leaves a shard or a versioned item table; items.parquet or
-        # errors.jsonl alone are as likely a user's own files
-        written = any(SHARD_RE.match(e.name) or ITEMS_RE.match(e.name) for e in ours)
+        # a killed writer leaves a shard, a versioned item table or error list, or the
+        # index/ of the store it replaced; items.parquet or errors.jsonl alone are as
+        # likely a user's own files
+        written = any(SHARD_RE.match(e.name) or ITEMS_RE.match(e.name)
+                      or (ERRORS_RE.match(e.name) and e.name != ERRORS)
+                      or e.name == INDEX_DIR for e in ours)
         if len(ours) < len(entries) or not written:
             raise PairkitError(f"output {root} is a folder that is not a pairkit store; "
                                "choose another path")
@@ -119,28 +127,59 @@ def our_temp(name: str) -> bool:
 
 
 def clear_store(root: Path) -> None:
-    """Remove pairkit's files from a store folder (never other files); the manifest goes
-    first, so a reader never pairs it with files of the next store."""
+    """Remove pairkit's files from a store folder (never other files), its saved indexes
+    too (:func:`is_our_index_dir`); the manifest goes first, so a reader never pairs it
+    with files of the next store."""
     with contextlib.suppress(FileNotFoundError):
         (root / MANIFEST).unlink()
     for entry in root.iterdir():
         name = entry.name
-        if is_ours(name) or our_temp(name):  # a user's own .draft.tmp stays
+        if is_our_index_dir(entry):
+            remove_index_dir(entry)
+        elif is_ours(name) or our_temp(name):  # a user's own .draft.tmp stays
             if entry.is_dir() and not entry.is_symlink():
                 continue  # not something pairkit writes
             entry.unlink()
 
 
+def is_our_index_dir(path: Path) -> bool:
+    """Whether ``path`` is a store's ``index/`` folder holding nothing but pairkit's saved
+    indexes (``<kind>.faiss``, ``<kind>.json``, their temp files): pairkit's, cleared
+    with the store (a folder holding anything else is the user's)."""
+    if path.name != INDEX_DIR or path.is_symlink() or not path.is_dir():
+        return False
+    for entry in path.iterdir():
+        temp = TEMP_RE.match(entry.name)
+        name = temp.group("target") if temp else entry.name
+        if not INDEX_FILE_RE.match(name) or not entry.is_file() or entry.is_symlink():
+            return False
+    return True
+
+
+def remove_index_dir(path: Path) -> None:
+    """Remove a store's saved indexes (:func:`is_our_index_dir`), the description of each
+    first (a kill in between leaves no description of missing bytes), then the folder."""
+    names = sorted((e.name for e in path.iterdir()), key=lambda n: not n.endswith(".json"))
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            (path / name).unlink()
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
 def _remove_unreferenced(root: Path, manifest: dict[str, Any]) -> None:
-    """Remove shard and item files the manifest does not name (killed appends, old item
-    tables). Only under the writer lock."""
+    """Remove shard, item and error files the manifest does not name (killed appends, old
+    item tables and error lists; format 1's fixed names in a format-2 store). Only under
+    the writer lock."""
     keep = {s["file"] for s in manifest["shards"]}
-    if manifest.get("items"):
-        keep.add(manifest["items"]["file"])
+    for key in ("items", "errors"):
+        if manifest.get(key):
+            keep.add(manifest[key]["file"])
     for entry in os.scandir(root):
         name = entry.name
         stale = (SHARD_RE.match(name) or ITEMS_RE.match(name)
-                 or (name == ITEMS and manifest["format_version"] >= 2))
+                 or (manifest["format_version"] >= 2
+                     and (name == ITEMS or ERRORS_RE.match(name))))
         if stale and name not in keep and entry.is_file(follow_symlinks=False):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
@@ -152,6 +191,11 @@ class StoreWriter(ShardBook):
 
     An append writes the shard (new name), then the whole item table under a new name,
     then the manifest (atomic rename: the commit), then removes the old item table.
+
+    A new store made where a store is (``--force``) replaces it the same way: its files
+    take names the old store's don't have, its first commit replaces the old manifest,
+    and only then are the old store's files (and its saved indexes) removed; until
+    then the old store is whole, and readers holding it keep reading it.
     """
 
     def __init__(self, root: Path, manifest: dict[str, Any], items: pd.DataFrame) -> None:
@@ -159,6 +203,13 @@ class StoreWriter(ShardBook):
         self.manifest = manifest
         self.items = items
         self._items_dirty = False
+        self._errors_data: bytes | None = None  # set_errors' records, written at the commit
+        self._errors_dirty = False
+        self._errors_committed = (manifest.get("errors") or {}).get("file")
+        self._token = secrets.token_hex(4)  # this writer's error files' names
+        self._replaced: set[str] = set()  # the files of the store a new one replaces
+        self._number_base = 0  # a new store's first shard number (past the old store's)
+        self._uncommitted: list[str] = []  # files written since the last commit
         self._lock = contextlib.ExitStack()
 
     def _take_lock(self) -> None:
@@ -229,12 +280,29 @@ class StoreWriter(ShardBook):
         writer = cls(root, manifest, normalize_items(pd.DataFrame({"path": []})))
         writer._take_lock()
         try:
+            writer._find_replaced()
             if commit:
                 writer.commit()
         except BaseException:
             writer.close()
             raise
         return writer
+
+    def _find_replaced(self) -> None:
+        """A new store in a folder that holds another (``--force``): note the old store's
+        files, removed at the first commit, and number the new shards past every shard
+        file there, so no new file takes an old one's name."""
+        if not self.root.is_dir():
+            return
+        numbers = [-1]
+        for entry in self.root.iterdir():
+            if entry.name == MANIFEST or entry.is_symlink() or not entry.is_file() \
+                    or not is_ours(entry.name):
+                continue
+            self._replaced.add(entry.name)
+            if m := SHARD_RE.match(entry.name):
+                numbers.append(int(m.group("number")))
+        self._number_base = max(numbers) + 1
 
     @classmethod
     def resume(cls, path: str | os.PathLike[str]) -> StoreWriter:
@@ -262,6 +330,7 @@ class StoreWriter(ShardBook):
                 _remove_unreferenced(root, manifest)
             store = Store.open(root, verify=True)
             writer.manifest = dict(store.manifest)
+            writer._errors_committed = (store.manifest.get("errors") or {}).get("file")
             writer.items = store.items.copy()
             if store.format_version < 2:
                 writer._upgrade(store)
@@ -295,53 +364,112 @@ class StoreWriter(ShardBook):
         record = write_shard(self.root, self.next_shard_name(), vectors, self.manifest["dtype"])
         self.add_written_shard(record, items)
 
+    def add_written_shard(self, record: dict[str, Any], items: pd.DataFrame) -> None:
+        super().add_written_shard(record, items)
+        self._uncommitted.append(record["file"])
+
+    def discard(self) -> None:
+        """Remove the files written since the last commit (shards, an item table or error
+        list of a commit that failed): a write that failed gives their space back now,
+        not at the next writer. The writer is done with then."""
+        for name in self._uncommitted:
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / name).unlink()
+        self._uncommitted = []
+
     def next_shard_name(self, offset: int = 0) -> str:
-        """A shard name no committed shard has (:meth:`ShardBook.next_shard_number`)."""
-        return SHARD_PATTERN.format(self.next_shard_number(offset))
+        """A shard name no committed shard has (:meth:`ShardBook.next_shard_number`), nor
+        a shard of the store a new one replaces."""
+        return SHARD_PATTERN.format(max(self.next_shard_number(offset),
+                                        self._number_base + offset))
 
     def _shard_size(self, name: str) -> int:
         return os.stat(self.root / name).st_size
 
     def set_errors(self, errors: list[dict[str, Any]]) -> bool:
-        """Write errors.jsonl (one JSON object per line; removed when empty); the manifest
-        records it at the next commit. File names that are not valid UTF-8 are written with
-        JSON surrogate escapes (``\\udcff``), so ``os.fsencode(json.loads(line)["path"])``
-        gives back the original bytes. Returns True when the record changed."""
-        path = self.root / ERRORS
+        """Set the error records (one JSON object per line), written with the next commit
+        under a new name (``errors-TOKEN-NNNNN.jsonl``), never before and never over the
+        file the committed manifest names: a run stopped before it commits leaves no
+        error file without a manifest, and a reader of the last commit reads its own list.
+        File names that are not valid UTF-8 are written with JSON surrogate escapes
+        (``\\udcff``), so ``os.fsencode(json.loads(line)["path"])`` gives back the
+        original bytes. Returns True when the record changed."""
         before = self.manifest.get("errors")
         if not errors:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            self._errors_data = None
+            self._errors_dirty = True
             self.manifest["errors"] = None
             return before is not None
-        with atomic_open(path) as fh:
-            for e in errors:
-                fh.write(json_line(e) + "\n")
-        self.manifest["errors"] = dict(_file_record(path), rows=len(errors))
-        return self.manifest["errors"] != before
+        data = "".join(json_line(e) + "\n" for e in errors).encode("utf-8")
+        digest = hashlib.sha256(data).hexdigest()
+        if before and before.get("sha256") == digest and before.get("rows") == len(errors):
+            return False
+        self._errors_data = data
+        self._errors_dirty = True
+        self.manifest["errors"] = {"file": None, "bytes": len(data), "sha256": digest,
+                                   "rows": len(errors)}  # named when written
+        return True
+
+    def _write_errors(self) -> None:
+        """Write the error records :meth:`set_errors` set, under a name no file has, before
+        the manifest that names them (the old file goes after that commit)."""
+        if not self._errors_dirty:
+            return
+        if self._errors_data is not None:
+            number = len(self.manifest["shards"])
+            while (self.root / (name := f"errors-{self._token}-{number:05d}.jsonl")).exists():
+                number += 1
+            with atomic_open(self.root / name, "wb") as fh:
+                fh.write(self._errors_data)
+            self._uncommitted.append(name)
+            self.manifest["errors"]["file"] = name
+        self._errors_dirty = False
 
     def commit(self) -> None:
         """Make everything written so far visible: item table (new name), then manifest."""
         old_items = (self.manifest.get("items") or {}).get("file")
         if self._items_dirty:
-            name = ITEMS_PATTERN.format(len(self.manifest["shards"]))
+            number = len(self.manifest["shards"])
+            while (self.root / (name := ITEMS_PATTERN.format(number))).exists():
+                number += 1  # the old table (the next name), or a replaced store's
             with atomic_path(self.root / name) as tmp:
                 self.items.reset_index(drop=True).to_parquet(tmp, index=False)
                 fsync_file(tmp)
                 record = _file_record(tmp)
+            self._uncommitted.append(name)
             self.manifest["items"] = dict(record, file=name, rows=self.count)
             self._items_dirty = False
+        self._write_errors()
         self.manifest["updated"] = _now()
         with atomic_open(self.root / MANIFEST) as fh:
             self.manifest = dump_sealed(self.manifest, fh)
+        self._uncommitted = []
         fsync_dir(self.root)
         new_items = (self.manifest.get("items") or {}).get("file")
-        if old_items and old_items != new_items:
-            with contextlib.suppress(FileNotFoundError):
-                (self.root / old_items).unlink()  # readers pinned it or will retry
+        new_errors = (self.manifest.get("errors") or {}).get("file")
+        old_errors, self._errors_committed = self._errors_committed, new_errors
+        for old, new in ((old_items, new_items), (old_errors, new_errors)):
+            if old and old != new:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.root / old).unlink()  # readers pinned it or will retry
         if self.manifest["format_version"] >= 2:
             with contextlib.suppress(FileNotFoundError):
                 (self.root / ITEMS).unlink()  # format 1's table, no longer named
+        if self._replaced:
+            self._remove_replaced()
+
+    def _remove_replaced(self) -> None:
+        """After the new store's first commit: remove the files of the store it replaced
+        (readers holding them keep them open; one opening now retries) and that store's
+        saved indexes."""
+        named = {s["file"] for s in self.manifest["shards"]}
+        named |= {(self.manifest.get(k) or {}).get("file") for k in ("items", "errors")}
+        for name in sorted(self._replaced - named):
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / name).unlink()
+        self._replaced = set()
+        if is_our_index_dir(self.root / INDEX_DIR):
+            remove_index_dir(self.root / INDEX_DIR)
 
 
 def write_shard(root: str | os.PathLike[str], name: str, vectors: np.ndarray,
@@ -413,13 +541,20 @@ def write_store(
     extra: dict[str, Any] | None = None,
 ) -> Store:
     """Write a whole store in one go (import, project), committed once at the end.
-    Holds the store's writer lock throughout. Returns the opened store."""
+    Holds the store's writer lock throughout. With ``force`` an old store there stays
+    whole until that commit (:meth:`StoreWriter.create`): a write that fails or is
+    interrupted (a full disk, Ctrl-C) leaves it as it was, its own shards removed.
+    Returns the opened store."""
     with writer_lock(path, "store"):
         root = prepare_store_dir(path, force)
         with StoreWriter.create(root, vectors.shape[1], dtype, encoder, extra,
                                 commit=False) as writer:
-            for start in range(0, len(vectors), shard_rows):
-                stop = start + shard_rows
-                writer.add_shard(vectors[start:stop], items.iloc[start:stop])
-            writer.commit()
+            try:
+                for start in range(0, len(vectors), shard_rows):
+                    stop = start + shard_rows
+                    writer.add_shard(vectors[start:stop], items.iloc[start:stop])
+                writer.commit()
+            except BaseException:
+                writer.discard()
+                raise
         return Store.open(root, verify=False)

@@ -176,8 +176,8 @@ class StoreOpener:
     """The store a run writes into: the resumed ``writer``, or a new store made when the
     run has its first shard to commit (:meth:`get`). So a run that fails before (a model
     that can't load, Ctrl-C while it loads, no image embeddable) leaves no store behind,
-    and ``--force`` replaces the old store only then: it stays as it was until the new
-    run has rows to write."""
+    and ``--force`` replaces the old store only at the new one's first commit: it stays
+    whole until then (:meth:`StoreWriter.create`)."""
 
     def __init__(self, cfg: EmbedConfig, writer: StoreWriter | None,
                  encoder: dict[str, Any], dim: int, extra: dict[str, Any]) -> None:
@@ -193,12 +193,12 @@ class StoreOpener:
         return self.writer.count if self.writer is not None else 0
 
     def get(self) -> StoreWriter:
-        """The writer; a new store's is made here (the old store cleared with
-        ``--force``), its manifest written at its first commit."""
+        """The writer; a new store's is made here, its manifest written at its first
+        commit (which replaces an old store, ``--force``)."""
         if self.writer is None:
             cfg_store = location(self.cfg.store)
             if self.cfg.force and has_manifest(cfg_store):
-                prepare_store_dir(cfg_store, True)  # the old store goes now, not before
+                prepare_store_dir(cfg_store, True)  # the old store goes at the commit
             self.writer = StoreWriter.create(cfg_store, self.dim, self.cfg.dtype, self.encoder,
                                              self.extra, commit=False)
         return self.writer

@@ -19,11 +19,11 @@ import numpy as np
 from pairkit.core.atomic import atomic_open, atomic_path, remove_stale_temps
 from pairkit.core.integrity import dump_sealed, read_json_file, seal_ok, sha256_fd
 from pairkit.core.lock import writer_lock
+from pairkit.core.store import INDEX_DIR
 from pairkit.errors import PairkitError
 from pairkit.index.faiss_build import build_index, is_cpu
 from pairkit.index.options import IndexOptions
 
-INDEX_DIR = "index"
 MAX_META_BYTES = 1 << 20
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pairkit import __version__
-from pairkit.core.atomic import atomic_open, remove_stale_temps
+from pairkit.core.atomic import TEMP_RE, atomic_open, remove_stale_temps, temp_folder
 from pairkit.core.integrity import read_json_file
 from pairkit.core.lock import LOCK_NAME
 from pairkit.errors import PairkitError
@@ -38,6 +40,7 @@ CHECKPOINT = "checkpoint.pt"
 LOG = "train_log.jsonl"
 PLOT = "train_plot.png"
 HEAD_FILES = (WEIGHTS, CONFIG, LOG, PLOT, CHECKPOINT, WHITENING)
+STAGE = "epoch"  # the first save of a run replacing a head: HEAD/.epoch.XXXXXXXX.tmp/
 
 
 def _is_head_file(name: str) -> bool:
@@ -82,11 +85,16 @@ def prepare_head_dir(out: Path, force: bool, resume: bool) -> set[str]:
 
     Call under the head's writer lock: temp files of killed runs are removed first (a
     folder holding nothing else counts as empty). The old files are left in place:
-    :func:`clear_head_files` removes them when the new run has its first epoch to save,
-    so a run that fails before that (a NaN, Ctrl-C, out of memory) keeps the old head.
+    :func:`save_replacing` replaces them once the new run's first epoch is saved whole,
+    so a run that fails before that (a NaN, Ctrl-C, out of memory, a full disk) keeps
+    the old head.
     """
     if out.is_dir():
         remove_stale_temps(out, _is_head_file)
+        for entry in out.iterdir():  # a first save of a killed run
+            m = TEMP_RE.match(entry.name)
+            if m and m.group("target") == STAGE and entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
     names = check_head_output(out, force, resume)
     return set() if resume else names
 
@@ -100,6 +108,30 @@ def clear_head_files(out: Path, names: set[str]) -> None:
             shutil.rmtree(p)
         elif p.exists():
             p.unlink()
+
+
+def save_replacing(out: Path, old: set[str], save: Callable[..., None], *args: Any) -> None:
+    """The first save of a run that replaces the head in ``out`` (``--force``; ``old``:
+    the old head's files): ``save(folder, *args)`` writes the epoch into a temp folder in
+    ``out``; only when it is whole do its files take the old ones' places, config.json
+    removed first and put back last (a folder without it is no finished head), and the
+    old head's other files go. A save that fails (a full disk, Ctrl-C) leaves the old
+    head as it was, and its error names the head's own file."""
+    stage = temp_folder(out / STAGE)
+    try:
+        try:
+            save(stage, *args)
+        except PairkitError as exc:  # "disk full while writing HEAD/checkpoint.pt"
+            raise PairkitError(str(exc).replace(str(stage), str(out))) from exc
+        new = {p.name for p in stage.iterdir()}
+        (out / CONFIG).unlink(missing_ok=True)
+        for name in sorted(new - {CONFIG}):
+            os.replace(stage / name, out / name)
+        clear_head_files(out, old - new)
+        if CONFIG in new:
+            os.replace(stage / CONFIG, out / CONFIG)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def json_record(record: dict[str, Any]) -> str:

@@ -43,7 +43,7 @@ from pairkit.train.epoch_end import (
     whitening_record,
 )
 from pairkit.train.head import CONFIG, build_module, write_config
-from pairkit.train.head_folder import PLOT, clear_head_files, head_config, prepare_head_dir
+from pairkit.train.head_folder import PLOT, head_config, prepare_head_dir, save_replacing
 from pairkit.train.output_whitening import fit_rows
 from pairkit.train.plot import write_plot
 from pairkit.train.resume import ResumeState, fingerprint, resume_state
@@ -92,7 +92,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
             hook.note(message)
 
     pairs = run_pairs(store, cfg, table, table_name, note)
-    replaced = prepare_head_dir(out, force, resume)  # cleared at the first save
+    replaced = prepare_head_dir(out, force, resume)  # replaced at the first save
     device = torch.device(resolve_device(cfg.device))
     precision = resolve_precision(cfg.precision, device.type)
     autocast = make_autocast(device, autocast_dtype(precision))
@@ -176,11 +176,13 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
         # covariance: seconds at 1,280 dims; an unfinished head has none)
         whitening = (fitted_whitening(module, data, pairs, white_rows, cfg, spec.out_dim)
                      if last else None)
-        if replaced:
-            clear_head_files(out, replaced)
+        saved = (module, optimizer, scaler, records, step, run_id, cfg.epochs,
+                 config(epoch + 1, last, stopped, whitening), whitening)
+        if replaced:  # the old head stays until this first save is whole
+            save_replacing(out, replaced, save_epoch, *saved)
             replaced = set()
-        save_epoch(out, module, optimizer, scaler, records, step, run_id, cfg.epochs,
-                   config(epoch + 1, last, stopped, whitening), whitening)
+        else:
+            save_epoch(out, *saved)
         if hook is not None:
             hook.epoch_done(record)
         if last or stopped is not None:

@@ -235,3 +235,39 @@ def test_import_an_empty_label_is_no_label_in_every_format(tmp_path, suffix):
     assert result.exit_code == 0, result.output
     labels = Store.open(tmp_path / "s").items["label"]
     assert labels.iloc[0] == "x" and labels.iloc[1:].isna().all()
+
+
+@pytest.mark.parametrize("failure", ["disk full", KeyboardInterrupt])
+def test_import_force_keeps_the_old_store_when_the_new_one_fails(tmp_path, monkeypatch,
+                                                                 failure):
+    """Found by a bug hunt (hunt-n 1): import --force emptied the old store before it wrote
+    the new one, so Ctrl-C or a full disk in the shard's write lost it. The old store now
+    stays until the new one commits."""
+    import errno
+
+    from pairkit.core import store_writer
+
+    _write(tmp_path, np.eye(3, dtype=np.float32), pd.DataFrame({"path": ["a", "b", "c"]}))
+    args = ["import", str(tmp_path / "emb.npy"), "--items", str(tmp_path / "items.csv"),
+            "-o", str(tmp_path / "s"), "-q"]
+    assert runner.invoke(app, args).exit_code == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()}
+    np.save(tmp_path / "emb.npy", np.ones((3, 5), np.float32))
+    real = store_writer.write_shard
+
+    def stopped(root, name, vectors, dtype):
+        if failure is KeyboardInterrupt:
+            raise KeyboardInterrupt
+        with store_writer.atomic_path(root / name):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_writer, "write_shard", stopped)
+    result = runner.invoke(app, [*args, "--force"])
+    assert result.exit_code == (130 if failure is KeyboardInterrupt else 1), result.output
+    if failure is not KeyboardInterrupt:
+        assert "disk full while writing" in result.output
+    assert {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()} == before
+    assert Store.open(tmp_path / "s").dim == 3
+    monkeypatch.setattr(store_writer, "write_shard", real)
+    assert runner.invoke(app, [*args, "--force"]).exit_code == 0
+    assert Store.open(tmp_path / "s").dim == 5

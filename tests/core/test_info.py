@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,7 +52,8 @@ def test_cli_lines_and_json_of_an_embedded_store(tmp_path: Path) -> None:
     text = r.output
     assert "rows 8: 4 sources, views 2 per source" in text
     assert "encoder: fake" in text and "labels: 8 of 8 rows labelled, 2 labels" in text
-    assert "files that could not be embedded: 1 (errors.jsonl)" in text
+    assert f"files that could not be embedded: 1 ({info['errors_file']})" in text
+    assert re.fullmatch(r"errors-[0-9a-f]{8}-\d{5}\.jsonl", info["errors_file"])
     assert text.strip().endswith("checksums: ok")
 
 
@@ -216,5 +218,5 @@ def test_info_counts_the_skipped_files_embed_counts(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert "skipped 2" in r.output
     assert store_info(store)["errors"] == 2
-    assert "files that could not be embedded: 2 (errors.jsonl)" in runner.invoke(
+    assert "files that could not be embedded: 2 (errors-" in runner.invoke(
         app, ["info", store]).output

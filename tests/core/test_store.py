@@ -284,3 +284,111 @@ def test_format_1_is_read_and_upgraded_on_write(tmp_path):
     assert [s.start for s in new.shards] == [0, 5]
     assert new.read_errors() == [{"path": "bad.jpg", "reason": "empty file"}]
     assert Store(root, old.manifest).content_id == content_id
+
+
+def test_new_error_records_never_change_the_committed_errors_file(tmp_path):
+    """Found by a bug hunt (hunt-n 4): set_errors replaced errors.jsonl in place while the
+    committed manifest still named it with the old sha256, so ``info`` called the store
+    damaged while embed ran, and after a kill until the next writer. A new list is written
+    under a new name at the next commit; the old file goes after that commit."""
+    from pairkit.core.store_writer import prepare_store_dir
+
+    root = prepare_store_dir(tmp_path / "s", force=False)
+    first = [{"path": "a.jpg", "reason": "empty file"}]
+    second = [*first, {"path": "b.jpg", "reason": "not an image"}]
+    writer = StoreWriter.create(root, 3, commit=False)
+    writer.set_errors(first)
+    writer.append(np.eye(3, dtype=np.float32), _items(3))
+    old_file = json.loads((root / MANIFEST).read_text())["errors"]["file"]
+    reader = Store.open(root)  # holds the snapshot that names the first list
+    assert writer.set_errors(second)
+    assert Store.open(root).read_errors() == first  # (a kill here: the store reads)
+    writer.append(np.eye(3, dtype=np.float32), _items(3))
+    writer.close()
+    assert reader.read_errors() == first
+    new = Store.open(root)
+    assert new.read_errors() == second and new.manifest["errors"]["file"] != old_file
+    assert not (root / old_file).exists()
+    with StoreWriter.resume(root) as writer:
+        assert writer.set_errors([]) and Store.open(root).read_errors() == second
+        writer.commit()
+    assert Store.open(root).read_errors() == []
+    assert not [p.name for p in root.iterdir() if p.name.startswith("errors")]
+
+
+def _saved_index(root, kind="ivf"):
+    """What ``pairkit index`` leaves in a store: ``index/<kind>.faiss`` and ``.json``."""
+    (root / "index").mkdir(exist_ok=True)
+    (root / "index" / f"{kind}.faiss").write_bytes(b"faiss bytes")
+    (root / "index" / f"{kind}.json").write_text("{}")
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_store_that_lost_its_manifest_but_holds_an_index_is_written_again(tmp_path, force):
+    """Found by a bug hunt (hunt-n 2): a store with a saved index that lost its manifest
+    (an interrupted --force) was "a folder that is not a pairkit store" for every writer,
+    --force included: index/ was not pairkit's. An index/ of only pairkit's index files
+    is, and it goes with the other leftovers (it indexed rows that are gone)."""
+    from pairkit.errors import PairkitError
+
+    root = tmp_path / "s"
+    write_store(root, np.eye(3, dtype=np.float32), _items(3))
+    _saved_index(root)
+    (root / "index" / ".ivf.faiss.abcd1234.tmp").write_bytes(b"killed")
+    (root / MANIFEST).unlink()
+    write_store(root, 2 * np.eye(3, dtype=np.float32), _items(3), force=force)
+    assert Store.open(root).count == 3 and not (root / "index").exists()
+    # an index/ holding a user's file is not pairkit's: refused, and kept
+    (root / MANIFEST).unlink()
+    _saved_index(root)
+    (root / "index" / "notes.txt").write_text("mine")
+    with pytest.raises(PairkitError, match="not a pairkit store"):
+        write_store(root, np.eye(3, dtype=np.float32), _items(3), force=True)
+    assert (root / "index" / "notes.txt").read_text() == "mine"
+
+
+def _files(root) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("where", ["shard", "items", "manifest"])
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
+def test_force_keeps_the_old_store_until_the_new_one_commits(tmp_path, monkeypatch, where,
+                                                             failure):
+    """Found by a bug hunt (hunt-n 1): write_store (import, project) with force removed the
+    old store before it wrote the new one, so Ctrl-C, a kill or a full disk in between
+    lost it. The new store's files now take names the old one's don't have, the new
+    manifest replaces the old one atomically, and only then do the old files go."""
+    import errno
+
+    from pairkit.core import atomic, store_writer
+
+    root = tmp_path / "s"
+    old = write_store(root, np.eye(4, dtype=np.float32), _items(4), shard_rows=3)
+    _saved_index(root)
+    before = _files(root)
+    real_path = atomic.atomic_path
+
+    def failing(target, *args, **kwargs):
+        name = str(target).rsplit("/", 1)[-1]
+        if name.startswith({"shard": "embeddings-", "items": "items-",
+                            "manifest": MANIFEST}[where]):
+            raise failure(errno.ENOSPC, "No space left on device") \
+                if failure is OSError else failure
+        return real_path(target, *args, **kwargs)
+
+    monkeypatch.setattr(store_writer, "atomic_path", failing)
+    monkeypatch.setattr(atomic, "atomic_path", failing)  # atomic_open's
+    with pytest.raises(failure):
+        write_store(root, 2 * np.eye(4, 5, dtype=np.float32), _items(4), force=True)
+    monkeypatch.undo()
+    assert _files(root) == before and (root / "index" / "ivf.json").exists()
+    assert Store.open(root).count == 4 and Store.open(root).dim == 4
+    # the next writer takes the folder: the new store replaces the old one whole
+    new = write_store(root, 2 * np.eye(4, 5, dtype=np.float32), _items(4), force=True)
+    assert new.dim == 5 and Store.open(root).dim == 5
+    named = {s.file for s in new.shards} | {new.manifest["items"]["file"], MANIFEST}
+    assert set(_files(root)) == named and not (root / "index").exists()
+    # a reader of the old snapshot still reads it whole
+    np.testing.assert_allclose(old.vectors(), np.eye(4), atol=1e-3)
+    assert old.items["path"].tolist() == [f"img{i}.jpg" for i in range(4)]

@@ -8,7 +8,6 @@ encoder with a cosine of at least 0.99 to the PIL path's (0.995 for view 0)."""
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import numpy as np
@@ -250,10 +249,10 @@ def test_embed_decode_gpu_on_cpu_matches_pil(tmp_path: Path, model: str) -> None
     b, sb = _embed(tmp_path / "img", tmp_path / "dev", "gpu", model, 3)
     assert sa.decoded_on_device == 0 and sb.decoded_on_device == 6  # 5 + the progressive
     assert a.items.drop(columns="id").equals(b.items.drop(columns="id"))
-    errors_a = (tmp_path / "pil" / "errors.jsonl").read_text().splitlines()
-    errors_b = (tmp_path / "dev" / "errors.jsonl").read_text().splitlines()
+    errors_a = a.read_errors()
+    errors_b = b.read_errors()
     assert errors_a == errors_b and len(errors_a) == 3
-    assert {json.loads(e)["path"] for e in errors_b} == {"cut.jpg", "empty.jpg", "junk.jpg"}
+    assert {e["path"] for e in errors_b} == {"cut.jpg", "empty.jpg", "junk.jpg"}
     cos = np.einsum("nd,nd->n", a.vectors(), b.vectors())
     views = a.items["view"].to_numpy()
     assert cos.min() >= 0.99, cos.min()

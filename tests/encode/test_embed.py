@@ -60,7 +60,9 @@ def test_broken_files_are_recorded_and_run_goes_on(image_folder, tmp_path):
     result = runner.invoke(app, ["embed", str(image_folder), "-o", str(out), "--model", "fake"])
     assert result.exit_code == 0, result.output
     assert "skipped 3" in result.output
-    errors = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
+    name = Store.open(out).manifest["errors"]["file"]  # versioned (docs/formats.md)
+    assert f"see {out / name}" in result.output
+    errors = [json.loads(line) for line in (out / name).read_text().splitlines()]
     reasons = {e["path"]: e["reason"] for e in errors}
     assert set(reasons) == {"class0/empty.jpg", "class1/text.png", "class2/cut.jpg"}
     assert "empty file" in reasons["class0/empty.jpg"]
@@ -224,7 +226,7 @@ def test_unicode_names_and_vanished_files(image_folder, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     store = Store.open(tmp_path / "s")
     assert "class0/ünï 画像.png" in set(store.items["path"])
-    errors = (tmp_path / "s" / "errors.jsonl").read_text(encoding="utf-8")
+    errors = (tmp_path / "s" / store.manifest["errors"]["file"]).read_text(encoding="utf-8")
     assert "vanished" in errors
 
 
@@ -510,3 +512,66 @@ def test_labels_missing_or_empty_are_no_label_in_every_format(image_folder, tmp_
     assert "11 of 12 images have no label" in result.output
     labels = Store.open(tmp_path / "s").items["label"]
     assert set(labels.dropna()) == {"zero"}
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, "disk full"])
+def test_a_first_run_stopped_at_its_first_shard_leaves_nothing_a_rerun_refuses(
+        image_folder, tmp_path, monkeypatch, failure):
+    """Found by a bug hunt (hunt-n 3): a first run that logged broken files wrote
+    errors.jsonl before its first shard; stopped in that shard's write (a kill, a full
+    disk), it left a folder of only errors.jsonl that every rerun, --force too, refused as
+    "not a pairkit store". The errors file is now written only with a commit."""
+    import errno
+
+    from pairkit.core import store_writer
+
+    (image_folder / "class0" / "empty.jpg").write_bytes(b"")
+    out = tmp_path / "store"
+
+    def stopped(root, name, vectors, dtype):
+        if failure is KeyboardInterrupt:
+            raise KeyboardInterrupt
+        raise OSError(errno.ENOSPC, "No space left on device", str(root))
+
+    monkeypatch.setattr(store_writer, "write_shard", stopped)
+    result = embed(image_folder, "-o", out)
+    assert result.exit_code == (130 if failure is KeyboardInterrupt else 1), result.output
+    monkeypatch.undo()
+    assert not out.exists() or not [p.name for p in out.iterdir() if "errors" in p.name]
+    for force in ([], ["--force"]):
+        result = embed(image_folder, "-o", out, *force)
+        assert result.exit_code == 0, result.output
+        store = Store.open(out)
+        assert store.count == 12
+        assert store.read_errors() == [{"path": "class0/empty.jpg",
+                                        "reason": store.read_errors()[0]["reason"]}]
+
+
+def test_force_keeps_the_old_store_when_the_first_shard_fails(image_folder, tmp_path,
+                                                              monkeypatch):
+    """Found by a bug hunt (hunt-n 1, 2): embed --force removed the old store when its
+    first shard was ready, before writing it, so a full disk (or a kill) in that write
+    lost the old store, and one with a saved index was then refused by every writer.
+    The old store now stays whole until the new one's first commit."""
+    import errno
+
+    from pairkit.core import store_writer
+
+    out = tmp_path / "store"
+    assert embed(image_folder, "-o", out, "--views", "2").exit_code == 0
+    before = _store_files(out)
+    real = store_writer.write_shard
+
+    def full(root, name, vectors, dtype):
+        with store_writer.atomic_path(root / name):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_writer, "write_shard", full)
+    result = embed(image_folder, "-o", out, "--force")
+    assert result.exit_code == 1 and "disk full" in result.output, result.output
+    assert _store_files(out) == before and Store.open(out).count == 24
+    monkeypatch.setattr(store_writer, "write_shard", real)
+    assert embed(image_folder, "-o", out, "--force").exit_code == 0
+    assert Store.open(out).count == 12
+    assert set(_store_files(out)) == {"manifest.json", *(s.file for s in Store.open(out).shards),
+                                      Store.open(out).manifest["items"]["file"]}

@@ -3,7 +3,6 @@ bytes or paths give the store the same images in a folder give."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -148,7 +147,7 @@ def test_broken_and_missing_rows_are_skipped_and_listed(folder: Path, tmp_path: 
                             "--model", "fake"])
     assert r.exit_code == 0, r.output
     assert "embedded 3 images" in r.output and "skipped 2" in r.output
-    errors = [json.loads(x) for x in (tmp_path / "s" / "errors.jsonl").read_text().splitlines()]
+    errors = Store.open(tmp_path / "s").read_errors()
     reasons = {e["path"].rsplit("/", 1)[-1]: e["reason"] for e in errors}
     assert reasons["00000004"] == "no image in column image"
     assert "00000003" in reasons

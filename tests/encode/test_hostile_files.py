@@ -50,7 +50,7 @@ def test_non_utf8_name_is_skipped_with_a_lossless_record(tmp_path):
     errors = store.read_errors()
     assert len(errors) == 1 and "not valid UTF-8" in errors[0]["reason"]
     assert os.fsencode(errors[0]["path"]) == b"class1/" + LATIN1
-    line = (out / "errors.jsonl").read_bytes()
+    line = (out / store.manifest["errors"]["file"]).read_bytes()
     assert line.decode("ascii")  # written with JSON escapes: readable by any parser
 
 

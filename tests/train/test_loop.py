@@ -578,3 +578,44 @@ def test_relation_label_says_how_many_unlabelled_items_it_leaves_out(tmp_path):
     assert result.examples == 32
     whole = train_head(full, tmp_path / "w", TrainConfig(relation="label", **FAST))
     assert not any("no label" in n for n in whole.notes)
+
+
+@pytest.mark.parametrize("failure", ["disk full", KeyboardInterrupt])
+def test_force_keeps_the_old_head_when_the_first_save_fails(store, tmp_path, monkeypatch,
+                                                            failure):
+    """Found by a bug hunt (hunt-n 1): train --force removed the old head's files just
+    before the first epoch's save, so a full disk while writing checkpoint.pt left neither
+    head, and the message said "nothing was lost". The first save now goes to a temp
+    folder in the head's folder, and the old files are replaced only once it is whole."""
+    import errno
+
+    from pairkit.train import epoch_end
+
+    cfg = TrainConfig(relation="instance", **FAST)
+    train_head(store, tmp_path / "h", cfg)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "h").iterdir()}
+    real = epoch_end.save_checkpoint
+
+    def failing(out, *args, **kwargs):
+        if failure is KeyboardInterrupt:
+            raise KeyboardInterrupt
+        from pairkit.core.atomic import atomic_path
+
+        with atomic_path(out / "checkpoint.pt"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(epoch_end, "save_checkpoint", failing)
+    other = TrainConfig(relation="instance", **{**FAST, "epochs": 1})
+    with pytest.raises(KeyboardInterrupt if failure is KeyboardInterrupt else PairkitError) \
+            as caught:
+        train_head(store, tmp_path / "h", other, force=True)
+    if failure is not KeyboardInterrupt:
+        head_file = tmp_path / "h" / "checkpoint.pt"
+        assert str(caught.value) == (f"disk full while writing {head_file}: free space and "
+                                     "rerun; nothing was lost")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "h").iterdir()} == before
+    load_head(tmp_path / "h")
+    monkeypatch.setattr(epoch_end, "save_checkpoint", real)
+    train_head(store, tmp_path / "h", other, force=True)
+    assert json.loads((tmp_path / "h" / "config.json").read_text())["epochs_done"] == 1
+    assert not [p.name for p in (tmp_path / "h").iterdir() if p.name.startswith(".")]
