@@ -438,6 +438,10 @@ def run_set(tag: str, work: Path, seeds: list[int], variants: list[str], epochs:
             balanced: bool = False) -> list[dict]:
     train, held, copies = get_set(tag, work)
     # the same heads judged on the balanced split too (raw-whitened: the long-tailed only)
+    if balanced and tag not in HELD_OUT_CONFIGS:  # no images left to draw one from
+        print(f"{tag}: no balanced held-out split for this set; the long-tailed one only",
+              file=sys.stderr)
+        balanced = False
     balanced_held = balanced_heldout(work, tag)[1] if balanced else None
     out = work / tag / "downstream"
     out.mkdir(parents=True, exist_ok=True)
