@@ -27,7 +27,8 @@ def console() -> Console:
     if _CONSOLE is None:
         from rich.console import Console
 
-        _CONSOLE = Console(stderr=True, highlight=False, soft_wrap=True)
+        # emoji=False: a path or a label holding ":fire:" is printed as written
+        _CONSOLE = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
     return _CONSOLE
 
 

@@ -68,8 +68,9 @@ class Cluster:
 
     def describe(self) -> str:
         gpus = f", {self.gpus} GPUs" if self.gpus else ""
-        return (f"Ray ({self.address}: {self.cpus} CPUs{gpus}; {self.workers} workers x "
-                f"{self.threads} threads)")
+        workers = f"{self.workers} worker{'s' if self.workers != 1 else ''}"
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        return f"Ray ({self.address}: {self.cpus} CPUs{gpus}; {workers} x {threads})"
 
 
 def connect(address: str) -> Cluster:

@@ -354,7 +354,8 @@ class Plan:
         s = self.stats()
         how = ("searched by partitions" if s["partitioned"] else
                "searched globally (partitions would not cut the work enough)")
-        return (f"{s['parts']} k-means partitions of at most {s['largest']} sources, "
+        parts = f"{s['parts']} k-means partition{'s' if s['parts'] != 1 else ''}"
+        return (f"{parts} of at most {s['largest']} sources, "
                 f"{s['routed'] / max(1, s['rows']):.2f} searched per source, "
                 f"{s['work_share']:.1%} of the global search's comparisons: {how}")
 

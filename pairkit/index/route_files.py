@@ -130,6 +130,8 @@ def scratch_routes(where: str | Path | None) -> RouteFiles:
         with contextlib.suppress(OSError):
             remove_stale_parts(parent / SCRATCH_PREFIX.strip("."))
     try:
+        # the output's folder, which the run makes for its output anyway
+        parent.mkdir(parents=True, exist_ok=True)
         folder = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, suffix=".tmp", dir=parent)
     except OSError as exc:
         from pairkit.errors import PairkitError

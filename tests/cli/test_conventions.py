@@ -205,3 +205,11 @@ def test_ctrl_c_while_the_command_line_loads_or_parses_is_one_line(monkeypatch, 
     with pytest.raises(SystemExit) as info:
         cli_main.main()
     assert info.value.code == 130 and capsys.readouterr().err == "error: interrupted\n"
+
+
+def test_messages_are_printed_as_written_without_emoji_codes(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): rich turned ':fire:' in a path into an emoji in
+    every summary, warning and error line."""
+    missing = tmp_path / "run:fire:x"
+    r = runner.invoke(app, ["info", str(missing)])
+    assert r.exit_code == 1 and f"store {missing} not found" in " ".join(r.output.split())

@@ -70,7 +70,7 @@ def test_worker_node_killed_mid_mine(tmp_path, s3):
                    worker_env={"PAIRKIT_TEST_HOLD": str(hold)}) as cluster:
         err = mine_killing_the_worker_node(cluster, hold, f"{s3}/store", *args, "-o",
                                            f"{s3}/pairs/")
-        assert f"blocks on Ray ({cluster.address}: 2 CPUs; 2 workers x 1 threads)" in err
+        assert f"blocks on Ray ({cluster.address}: 2 CPUs; 2 workers x 1 thread)" in err
         assert len(list(hold.iterdir())) == 1  # one block was in flight when the node died
         assert "index: flat on CPU, built on each worker" in err  # read the S3 store there
         alive = cluster.python(f"import ray; ray.init(address='{cluster.address}', "

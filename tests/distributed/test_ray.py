@@ -122,7 +122,7 @@ def test_mine_cli_writes_one_part_per_block(store, cluster, tmp_path):
     r = runner.invoke(app, ["mine", str(store.root), "--hard", "--batch-size", "100", "-o",
                             f"{dist}/", "--ray", "local"])
     assert r.exit_code == 0, r.output
-    assert "blocks on Ray (local: 2 CPUs; 2 workers x 1 threads)" in r.output
+    assert "blocks on Ray (local: 2 CPUs; 2 workers x 1 thread)" in r.output
     assert sorted(p.name for p in dist.iterdir()) == [f"part-0000{i}.parquet" for i in range(3)]
     assert pd.read_parquet(dist / "part-00000.parquet")["anchor_id"].nunique() == 100
     pd.testing.assert_frame_equal(read_table(dist), read_table(local))

@@ -342,3 +342,14 @@ def test_route_scratch_beside_the_output_never_the_store(tmp_path):
     assert scratch_beside(str(tmp_path / "groups.parquet")) == str(tmp_path.resolve())
     assert scratch_beside("s3://bucket/run/groups.parquet") == "s3://bucket/run"
     assert scratch_beside("s3://bucket/groups.parquet") == "s3://bucket"
+
+
+def test_the_routes_scratch_folder_is_made_under_an_output_folder_yet_to_exist(tmp_path
+                                                                               ) -> None:
+    """Found by a bug hunt (2026-12-06): `dedup --ray -o NEW/DIR/out.parquet` stopped when
+    the search went by partitions: the output's folder did not exist yet."""
+    from pairkit.index.route_files import scratch_beside, scratch_routes
+
+    where = scratch_beside(str(tmp_path / "new" / "dir" / "out.parquet"))
+    files = scratch_routes(where)
+    assert (tmp_path / "new" / "dir").is_dir() and str(tmp_path / "new" / "dir") in files.folder
