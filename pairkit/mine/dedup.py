@@ -57,6 +57,7 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     from pairkit.mine.thresholds import reachable
 
     threshold = check_dedup(cfg)
+    asked_ray = pairs is not None
     if cfg.exact_only:
         pairs = None
     if pairs is not None:
@@ -113,6 +114,13 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
         "exact_only": cfg.exact_only,
         "ray": pairs.describe() if pairs is not None else None,
     }
+    if asked_ray and (cfg.exact_only or (result.decision or {}).get("method") == "pixels"):
+        # the address was given and nothing went to the cluster: said, not silent
+        summary["ray"] = None
+        warn("--ray: " + ("exact duplicates are found by file hash" if cfg.exact_only else
+                          "the pixels method (the default for a store whose images can be "
+                          "read) runs") + " on this machine; the cluster was not used "
+             "(--method threshold searches on it)")
     return table, summary
 
 

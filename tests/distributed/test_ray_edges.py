@@ -83,3 +83,20 @@ def test_empty_ray_address_and_gpu_device_checks(tmp_path: Path) -> None:
     r = runner.invoke(app, ["mine", str(store.root), "--hard", "--device", "cuda", "-o",
                             str(tmp_path / "m.csv")], env={"CUDA_VISIBLE_DEVICES": ""})
     assert r.exit_code == 1 and "no CUDA GPU is visible" in r.output, r.output
+
+
+def test_dedup_says_when_the_cluster_is_not_used(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): with the pixels method (the default for a store
+    whose images can be read) or --exact-only, `dedup --ray` ran wholly here and said
+    nothing, an unreachable address included."""
+    from tests.conftest import make_images
+
+    make_images(tmp_path / "img", n_per_class=4, classes=2)
+    r = runner.invoke(app, ["embed", str(tmp_path / "img"), "-o", str(tmp_path / "s"),
+                            "--model", "pixels", "-q"])
+    assert r.exit_code == 0, r.output
+    for extra in ([], ["--exact-only"]):
+        r = runner.invoke(app, ["dedup", str(tmp_path / "s"), "--ray", "127.0.0.1:1", "-o",
+                                str(tmp_path / "d.csv"), "--force", *extra])
+        assert r.exit_code == 0, r.output
+        assert "the cluster was not used" in r.output and "search on Ray" not in r.output
