@@ -32,6 +32,13 @@ def console() -> Console:
     return _CONSOLE
 
 
+def from_environment(ctx: typer.Context, name: str) -> bool:
+    """True when option ``name`` took its value from its environment variable (the user
+    did not type it: ``PAIRKIT_RAY_ADDRESS`` set once for every command)."""
+    # by name: typer carries its own copy of click, whose enum is not click's
+    return getattr(ctx.get_parameter_source(name), "name", None) == "ENVIRONMENT"
+
+
 def say(message: str, quiet: bool = False) -> None:
     """One line for a person, on stderr (silenced by ``--quiet``)."""
     if not quiet:

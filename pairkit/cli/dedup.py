@@ -6,7 +6,7 @@ from typing import Literal
 
 import typer
 
-from pairkit.cli.common import reader_gone, say, user_errors, warn
+from pairkit.cli.common import from_environment, reader_gone, say, user_errors, warn
 from pairkit.cli.options import Backend, backend_option, device_option, ray_option
 from pairkit.core.devices import where_it_runs
 from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
@@ -15,6 +15,7 @@ DEFAULT_THRESHOLD_TEXT = str(NEAR_DUPLICATE_THRESHOLD)
 
 
 def dedup(
+    ctx: typer.Context,
     store: str = typer.Argument(
         ..., help="Store folder or URL (s3://...; made by embed or import)."),
     threshold: float | None = typer.Option(
@@ -74,7 +75,11 @@ def dedup(
     with user_errors():
         where_it_runs(device, ray)
         if against is not None and ray:
-            raise UsageError("dedup --against runs here: drop --ray")
+            if not from_environment(ctx, "ray"):
+                raise UsageError("dedup --against runs here: drop --ray")
+            warn("PAIRKIT_RAY_ADDRESS is set; dedup --against runs here, the cluster is "
+                 "not used")
+            ray = None
         cfg = DedupConfig(threshold, keep, exact_only, batch_size, device, absolute, backend,
                           method, pixel_threshold)
         pairs = None

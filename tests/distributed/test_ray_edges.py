@@ -100,3 +100,18 @@ def test_dedup_says_when_the_cluster_is_not_used(tmp_path: Path) -> None:
                                 str(tmp_path / "d.csv"), "--force", *extra])
         assert r.exit_code == 0, r.output
         assert "the cluster was not used" in r.output and "search on Ray" not in r.output
+
+
+def test_dedup_against_runs_here_when_the_address_comes_from_the_environment(tmp_path: Path
+                                                                             ) -> None:
+    """Found by a bug hunt (2026-12-06): with PAIRKIT_RAY_ADDRESS set, `dedup --against`
+    was refused ("drop --ray") though no --ray was typed."""
+    a = random_store(tmp_path / "a", n_sources=10, views=2, dim=8)
+    b = random_store(tmp_path / "b", n_sources=10, views=2, dim=8, seed=1)
+    args = ["dedup", str(a.root), "--against", str(b.root), "-t", "0.9", "-o",
+            str(tmp_path / "x.csv")]
+    r = runner.invoke(app, args, env={"PAIRKIT_RAY_ADDRESS": "127.0.0.1:1"})
+    assert r.exit_code == 0, r.output
+    assert "PAIRKIT_RAY_ADDRESS is set; dedup --against runs here" in r.output
+    r = runner.invoke(app, [*args, "--force", "--ray", "local"])
+    assert r.exit_code == 2 and "drop --ray" in r.output
