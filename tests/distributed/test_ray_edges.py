@@ -115,3 +115,21 @@ def test_dedup_against_runs_here_when_the_address_comes_from_the_environment(tmp
     assert "PAIRKIT_RAY_ADDRESS is set; dedup --against runs here" in r.output
     r = runner.invoke(app, [*args, "--force", "--ray", "local"])
     assert r.exit_code == 2 and "drop --ray" in r.output
+
+
+def test_embed_force_on_an_unreachable_cluster_keeps_the_old_store(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): the old store was cleared before the cluster was
+    reached; a bad address left an empty folder."""
+    from pairkit.core.store import Store
+    from tests.conftest import make_images
+
+    make_images(tmp_path / "img", n_per_class=3, classes=2)
+    store = tmp_path / "s"
+    r = runner.invoke(app, ["embed", str(tmp_path / "img"), "-o", str(store), "--model",
+                            "pixels", "-q"])
+    assert r.exit_code == 0, r.output
+    before = Store.open(store).content_id
+    r = runner.invoke(app, ["embed", str(tmp_path / "img"), "-o", str(store), "--model",
+                            "pixels", "--views", "2", "--force", "--ray", "127.0.0.1:1"])
+    assert r.exit_code == 1 and "can't reach the Ray cluster" in r.output
+    assert Store.open(store).content_id == before
