@@ -130,6 +130,7 @@ def embed(
                 quiet,
             )
         if summary.skipped:
+            from pairkit.core.manifest import errors_file
             from pairkit.core.options import plural
 
             where = (f"the errors object its manifest names in {output}" if "://" in output
@@ -140,14 +141,3 @@ def embed(
         if json_out:
             typer.echo(json.dumps(summary_dict(summary)))
 
-
-def errors_file(store: str) -> str:
-    """The name of the error list the store's manifest names (a versioned name:
-    docs/formats.md), what the summary points the user to."""
-    from pairkit.core.manifest import ERRORS, read_manifest
-    from pairkit.errors import PairkitError
-
-    try:
-        return (read_manifest(store).get("errors") or {}).get("file") or ERRORS
-    except PairkitError:
-        return ERRORS

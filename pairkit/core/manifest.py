@@ -202,3 +202,13 @@ def check_manifest(root: Path, m: Any) -> None:
             _file_record(root, m["items"], "items", ITEMS_RE.match, count)
         if m.get("errors") is not None:
             _file_record(root, m["errors"], "errors", ERRORS_RE.match, None)
+
+
+def errors_file(store: str | Path) -> str:
+    """The name of the error list a local store's manifest names (a versioned name:
+    docs/formats.md; :data:`ERRORS` in older stores or when the manifest can't be read):
+    what embed's summary points the user to."""
+    try:
+        return (read_manifest(store).get("errors") or {}).get("file") or ERRORS
+    except PairkitError:
+        return ERRORS
