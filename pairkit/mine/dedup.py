@@ -242,7 +242,8 @@ def keep_reason_column(table: pd.DataFrame, keep: str, paths: np.ndarray, sizes:
     resized-copy reason on the kept rows ``resized`` names."""
     from pairkit.mine.keep_readers import keep_reasons
 
-    reasons = keep_reasons(table, keep, paths, getattr(sizes, "facts", None))
+    reasons = keep_reasons(table, keep, paths, getattr(sizes, "facts", None),
+                           getattr(sizes, "sizes", None))
     for row, item in enumerate(table["id"].tolist()):
         if item in resized and table["keep"].iat[row]:
             reasons[row] = resized[item]

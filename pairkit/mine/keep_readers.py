@@ -88,14 +88,18 @@ KEEP_REASONS = {"first": "lowest id", "largest": "largest image",
 
 
 def keep_reasons(table: pd.DataFrame, keep: str, paths: np.ndarray,
-                 facts: dict[int, Any] | None) -> list[str | None]:
+                 facts: dict[int, Any] | None,
+                 sizes: dict[int, tuple[float, float]] | None = None) -> list[str | None]:
     """The ``keep_reason`` column: on each group's kept row why that copy was kept (for
-    ``best``: :func:`pairkit.mine.keep_best.keep_reason` against the group's runner-up),
-    None on the other rows."""
+    ``best``: :func:`pairkit.mine.keep_best.keep_reason` against the group's runner-up;
+    for ``largest``, with ``sizes`` (id: pixels, file bytes), what decided: the pixels,
+    the file size or, both equal, the lowest id), None on the other rows."""
     from pairkit.mine.keep_best import best_key, keep_reason
 
     out: list[str | None] = [None] * len(table)
     ids, groups, kept = (table[c].to_numpy() for c in ("id", "group", "keep"))
+    if keep == "largest" and sizes:
+        return _largest_reasons(ids, groups, kept, sizes)
     if keep != "best" or facts is None:
         reason = KEEP_REASONS.get(keep, keep)
         return [reason if k else None for k in kept]
@@ -116,6 +120,29 @@ def keep_reasons(table: pd.DataFrame, keep: str, paths: np.ndarray,
     return out
 
 
+def _largest_reasons(ids: np.ndarray, groups: np.ndarray, kept: np.ndarray,
+                     sizes: dict[int, tuple[float, float]]) -> list[str | None]:
+    out: list[str | None] = [None] * len(ids)
+    by_group: dict[int, list[int]] = {}
+    for row, g in enumerate(groups.tolist()):
+        by_group.setdefault(g, []).append(row)
+    for rows in by_group.values():
+        kept_row = next(r for r in rows if kept[r])
+        mine = sizes.get(int(ids[kept_row]))
+        others = [sizes.get(int(ids[r])) for r in rows if r != kept_row]
+        if mine is None or any(o is None for o in others) or not others:
+            out[kept_row] = KEEP_REASONS["largest"]
+            continue
+        runner_up = max(others)  # type: ignore[type-var]  # (pixels, bytes): the rule's order
+        if mine[0] > runner_up[0]:  # type: ignore[index]
+            out[kept_row] = "largest image (most pixels)"
+        elif mine[1] > runner_up[1]:  # type: ignore[index]
+            out[kept_row] = "largest file (same pixels)"
+        else:
+            out[kept_row] = "same pixels and file size: lowest id"
+    return out
+
+
 def largest_reader(image_root: str | None, paths: np.ndarray,
                    warn: Callable[[str], None]) -> Any:
     """The ``largest`` keep rule: image area, file size as tie-break; None (warned) when
@@ -130,6 +157,8 @@ def largest_reader(image_root: str | None, paths: np.ndarray,
 
     def checked(ids: np.ndarray) -> np.ndarray:
         pixels, size = image_facts(root, paths, ids)
+        checked.sizes.update(zip(np.asarray(ids).tolist(),  # type: ignore[attr-defined]
+                                 zip(pixels.tolist(), size.tolist(), strict=True), strict=True))
         bad = int(np.isnan(pixels).sum())
         if bad:
             warn(f"--keep largest: {bad} images unreadable under {root}; using --keep first")
@@ -138,6 +167,7 @@ def largest_reader(image_root: str | None, paths: np.ndarray,
         return pixels + size / 1e12
 
     checked.fell_back = False  # type: ignore[attr-defined]
+    checked.sizes = {}  # type: ignore[attr-defined]  # id: (pixels, file bytes), keep_reasons
     return checked
 
 

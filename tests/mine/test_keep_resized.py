@@ -116,7 +116,8 @@ def test_rekeep_groups_rewrites_the_group() -> None:
     assert rekeep_groups(table, vectors, sha, {}) is table
 
 
-def dedup_groups_of(tmp_path: Path, root: Path, paths: list[str], per: int) -> pd.DataFrame:
+def dedup_groups_of(tmp_path: Path, root: Path, paths: list[str], per: int,
+                    *extra: str) -> pd.DataFrame:
     """`dedup`'s table of a store of ``paths`` under ``root`` whose vectors put each run
     of ``per`` consecutive paths in one group (and nothing else together)."""
     e = np.eye(len(paths) // per + 1, dtype=np.float32)
@@ -124,7 +125,7 @@ def dedup_groups_of(tmp_path: Path, root: Path, paths: list[str], per: int) -> p
     write_store(tmp_path / "store", rows, pd.DataFrame({"path": paths}), encoder={"name": "t"},
                 dtype="float32", extra={"image_root": str(root)})
     r = runner.invoke(app, ["dedup", str(tmp_path / "store"), "-t", "0.99", "--method",
-                            "threshold"])
+                            "threshold", *extra])
     assert r.exit_code == 0, r.output
     return pd.read_json(io.StringIO(r.stdout), lines=True)
 
@@ -176,3 +177,24 @@ def test_an_original_with_an_exif_orientation_is_kept_over_its_shrunk_copy(tmp_p
         paths += [f"p{s}_copy.jpg", f"p{s}_orig.jpg"]
     t = dedup_groups_of(tmp_path, root, paths, 2)
     assert sorted(t.loc[t["keep"], "path"]) == [f"p{s}_orig.jpg" for s in range(3)]
+
+
+def test_keep_largest_says_what_decided(tmp_path: Path) -> None:
+    """Noticed in a bug hunt (2026-12-06): --keep largest said "largest image" when the
+    file size decided, and when neither did (the lowest id)."""
+    root = tmp_path / "images"
+    root.mkdir()
+    img = noise(3, 48)
+    img.save(root / "a.png")
+    img.resize((32, 32)).save(root / "b.png")  # fewer pixels
+    img.save(root / "c.png", compress_level=9)
+    img.save(root / "d.png", compress_level=0)  # same pixels, a larger file
+    img.save(root / "e.png")
+    img.save(root / "f.png")  # the same bytes
+    t = dedup_groups_of(tmp_path, root, ["a.png", "b.png", "c.png", "d.png", "e.png",
+                                         "f.png"], 2, "--keep", "largest")
+    reasons = dict(zip(t.loc[t["keep"], "path"], t.loc[t["keep"], "keep_reason"],
+                       strict=True))
+    assert reasons == {"a.png": "largest image (most pixels)",
+                       "d.png": "largest file (same pixels)",
+                       "e.png": "same pixels and file size: lowest id"}
