@@ -133,6 +133,9 @@ def eval_store(
                     say(f"{prefix}linear probe weight decay {probe['weight_decay']:g} "
                         f"({how}{even})")
             console().print(metrics_table(results, reports))
+            if factory is not None:  # said either way: a cluster given and left unused too
+                (say(f"searches on {factory.cluster}") if factory.cluster else
+                 warn("--ray: the metrics asked need no search; the cluster was not used"))
             if plot is not None:
                 say(f"plots -> {plot}")
         if json_out:

@@ -124,9 +124,15 @@ class ShardedIndexFactory:
 
     def __init__(self, address: str) -> None:
         self.address = address
+        self.cluster: str | None = None  # the cluster's description, once a search ran
 
     def __call__(self, vectors: Any) -> RayShardedIndex:
-        return sharded_index(vectors, self.address)
+        index = sharded_index(vectors, self.address)
+        if self.cluster is None:
+            from pairkit.distributed import connect
+
+            self.cluster = connect(self.address).describe()  # joined already: no new start
+        return index
 
 
 def index_factory(address: str) -> Callable[[Any], RayShardedIndex]:

@@ -599,6 +599,8 @@ def test_eval_on_ray_equals_local(store, cluster, tmp_path):
     assert local.exit_code == 0 and dist.exit_code == 0, dist.output
     assert dist.stdout == local.stdout
     assert '"knn_top1"' in local.stdout
+    shown = runner.invoke(app, [*args[:2], "--knn-k", "5", "--metrics", "knn", "--ray", "local"])
+    assert shown.exit_code == 0 and "searches on Ray (" in shown.stderr  # said, as mine does
 
 
 @pytest.mark.parametrize("on", ["folder", "s3"])

@@ -133,3 +133,13 @@ def test_embed_force_on_an_unreachable_cluster_keeps_the_old_store(tmp_path: Pat
                             "pixels", "--views", "2", "--force", "--ray", "127.0.0.1:1"])
     assert r.exit_code == 1 and "can't reach the Ray cluster" in r.output
     assert Store.open(store).content_id == before
+
+
+def test_eval_says_when_the_cluster_is_not_used(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): `eval --ray` never said whether it ran on the
+    cluster; without a search (the linear probe only) it was not used, without a word."""
+    store = random_store(tmp_path / "s", n_sources=30, views=2, dim=8)
+    r = runner.invoke(app, ["eval", str(store.root), "--metrics", "linear", "--ray",
+                            "127.0.0.1:1"])
+    assert r.exit_code == 0, r.output
+    assert "the cluster was not used" in r.output
