@@ -78,7 +78,9 @@ def ray_search(command: str, device: str = "auto", backend: str = "auto") -> Sea
     is bad usage (one line naming ``command``)."""
     if device not in ("auto", "cpu") or backend == "torch":
         raise UsageError(f"{command} --ray searches on the workers' CPUs with FAISS: use "
-                         "--device cpu (or auto) and --backend faiss (or auto)")
+                         "--device cpu (or auto) and --backend faiss (or auto)"
+                         + (" (PAIRKIT_RAY_ADDRESS is set: it gives --ray when not typed)"
+                            if os.environ.get("PAIRKIT_RAY_ADDRESS") else ""))
     return CPU
 
 

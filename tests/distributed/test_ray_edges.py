@@ -143,3 +143,12 @@ def test_eval_says_when_the_cluster_is_not_used(tmp_path: Path) -> None:
                             "127.0.0.1:1"])
     assert r.exit_code == 0, r.output
     assert "the cluster was not used" in r.output
+
+
+def test_a_refusal_names_the_variable_that_set_the_address(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-06): with PAIRKIT_RAY_ADDRESS set, the GPU refusal
+    spoke of --ray, an option the user never typed."""
+    store = random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "--device", "cuda", "-o",
+                            str(tmp_path / "m.csv")], env={"PAIRKIT_RAY_ADDRESS": "local"})
+    assert r.exit_code == 2 and "PAIRKIT_RAY_ADDRESS is set" in r.output, r.output
