@@ -376,6 +376,12 @@ class RemoteStoreWriter(ShardBook):
             with contextlib.suppress(PairkitError):
                 remove(join(self.root, name))
 
+    def discard(self) -> None:
+        """Remove the objects written since the last commit (as
+        :meth:`pairkit.core.store_writer.StoreWriter.discard` does for files): a write that
+        failed gives their space back now."""
+        self._abandon()
+
     def _abandon(self) -> None:
         for name in self._pending:
             with contextlib.suppress(PairkitError):
