@@ -126,7 +126,8 @@ def embed(
                 f"embedded {summary.images} images ({summary.views} views), "
                 f"skipped {summary.skipped}, already in store {summary.already}, "
                 f"{summary.seconds:.1f} s, {summary.images_per_second:.1f} images/s "
-                f"on {summary.device} -> {output} ({summary.store_rows} rows)",
+                f"on {summary.device}{' on ' + summary.cluster if summary.cluster else ''} "
+                f"-> {output} ({summary.store_rows} rows)",
                 quiet,
             )
         if summary.skipped:

@@ -145,7 +145,7 @@ def embed_on_ray(address: str, cfg: EmbedConfig, writer: StoreWriter, todo: list
     cluster = connect(address)
     options, device, threads = _task_options(cluster, cfg.device)
     cfg, todo = for_workers(cfg, todo)
-    summary.device = f"{device} on {cluster.describe()}"
+    summary.device, summary.cluster = device, cluster.describe()
     per = max(1, cfg.shard_rows // cfg.views)
     parts = [todo[i:i + per] for i in range(0, len(todo), per)]
     names = [writer.next_shard_name(i) for i in range(len(parts))]

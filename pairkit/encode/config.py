@@ -57,6 +57,7 @@ class EmbedSummary:
     seconds: float = 0.0  # whole run, model loading included
     loop_seconds: float = 0.0  # decoding + encoding + writing only
     device: str | None = "cpu"  # None: no device ran (nothing to embed)
+    cluster: str | None = None  # with --ray: the cluster's description (device: its workers')
     store_rows: int = 0
     decoded_on_device: int = 0  # images decoded by the device pipeline (--decode gpu/auto)
     errors: list[dict[str, str]] = field(default_factory=list)

@@ -679,6 +679,9 @@ def test_embed_on_ray_equals_local_folder_and_shards(tmp_path, cluster, monkeypa
                         executor=RayEmbed("local"))
     assert (tmp_path / "crashed").exists()
     assert (dist.images, dist.views, dist.skipped) == (local.images, local.views, 1) == (12, 24, 1)
+    # the device is the workers' device, as --json gives it; the cluster beside it
+    assert dist.device == "cpu" and dist.cluster.startswith("Ray (local: ")
+    assert local.cluster is None
     # partitions of 6 rows / 2 views = 3 files: 13 files (one broken) in 5 shards
     assert [s.rows for s in Store.open(tmp_path / "ray").shards] == [6, 4, 6, 6, 2]
     same_store(tmp_path / "local", tmp_path / "ray")
