@@ -96,7 +96,7 @@ def issues_table(store: str | Path, cfg: IssuesConfig
             "issue": check, "score": det.score, "flagged": det.flag,
             "suggested_label": sugg, "reason": det.reason}))
     table = pd.concat(parts, ignore_index=True)
-    summary = {"sources": len(rows), "k": graph.ids.shape[1],
+    summary = {"sources": len(rows), "k": graph.ids.shape[1], "k_asked": cfg.k,
                **{c: int(d.flag.sum()) for c, d in found.items()}}
     if not cfg.all_rows:
         table = table[table["flagged"]]
@@ -134,4 +134,6 @@ def summary_line(s: dict[str, Any]) -> str:
     """The one line ``pairkit issues`` prints on stderr."""
     found = ", ".join(f"{s[c]} {c.replace('-', ' ')}s" for c in ("outlier", "label-error")
                       if c in s)
-    return f"{found} among {s['sources']} sources (k = {s['k']}), {s['seconds']:.1f} s"
+    cut = (f": --k {s['k_asked']} cut to the {s['k']} other sources"
+           if s.get("k_asked") and s["k_asked"] > s["k"] else "")
+    return f"{found} among {s['sources']} sources (k = {s['k']}{cut}), {s['seconds']:.1f} s"

@@ -100,3 +100,15 @@ def test_graph_outputs_are_checked_before_the_store_is_read(store, tmp_path,
         k=3, knn_graph=str(tmp_path / "g.npz")), force=True)
     assert np.load(tmp_path / "g.ids.npy").tolist() == np.flatnonzero(
         store.items["view"].to_numpy() == 0).tolist()
+
+
+def test_a_k_above_the_other_sources_is_said_cut(store, tmp_path) -> None:
+    """Noticed in a bug hunt (2026-12-06): `--k` above the other sources was cut with only
+    the summary's `k = N` to tell."""
+    from pairkit.eval.issues_command import summary_line
+
+    summary = issues_to_files(store.root, str(tmp_path / "i.csv"), IssuesConfig(k=100))
+    assert summary["k"] == 29
+    assert "(k = 29: --k 100 cut to the 29 other sources)" in summary_line(summary)
+    small = issues_to_files(store.root, str(tmp_path / "j.csv"), IssuesConfig(k=5))
+    assert "(k = 5)" in summary_line(small)
