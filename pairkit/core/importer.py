@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from pairkit.core.items import item_views
+from pairkit.core.manifest import check_store_dtype
 from pairkit.core.paths import check_folder_output, check_output_apart, first_bad_path
-from pairkit.core.store import DTYPES, Store, sha256_file
+from pairkit.core.store import Store, sha256_file
 from pairkit.core.store_writer import write_store
 from pairkit.core.tables import read_table
 from pairkit.errors import PairkitError, UsageError
@@ -76,8 +77,7 @@ def import_embeddings(
     """
     if not encoder or not encoder.isprintable():
         raise UsageError(f"--encoder must be a printable name, got {encoder!a}")
-    if dtype not in DTYPES:  # before any reading
-        raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
+    check_store_dtype(dtype)  # before any reading
     check_folder_output(output, "-o", "a store is a folder")
     check_output_apart(output, [embeddings, items])
     vectors = load_npy(embeddings)

@@ -35,6 +35,15 @@ ITEMS_RE = re.compile(r"^items-\d{5,}(?:-[0-9a-f]{8})?\.parquet$")
 ERRORS_RE = re.compile(r"^errors(?:-[0-9a-f]{8}-\d{5,})?\.jsonl$")
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 DTYPES = ("float16", "float32")
+
+
+def check_store_dtype(dtype: str) -> None:
+    """UsageError for a store dtype that is not one of :data:`DTYPES` (``--dtype`` of
+    import, project and the store writers, refused before any reading)."""
+    if dtype not in DTYPES:
+        from pairkit.errors import UsageError
+
+        raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
 # 64 MiB holds the entries of ~300,000 shards; anything larger is not a pairkit manifest
 MAX_MANIFEST_BYTES = 64 << 20
 # a shard's block checksums (``blocks``): the sha256 of each piece of this many bytes of

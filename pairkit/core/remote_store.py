@@ -35,7 +35,6 @@ import numpy as np
 
 from pairkit.core.integrity import seal, shard_sums
 from pairkit.core.manifest import (
-    DTYPES,
     ERRORS_RE,
     FORMAT,
     FORMAT_VERSION,
@@ -44,6 +43,7 @@ from pairkit.core.manifest import (
     MAX_MANIFEST_BYTES,
     SHARD_BLOCK_BYTES,
     SHARD_RE,
+    check_store_dtype,
     parse_manifest,
 )
 from pairkit.core.remote import (
@@ -59,7 +59,7 @@ from pairkit.core.remote import (
     remove,
 )
 from pairkit.core.shard_book import ShardBook
-from pairkit.errors import PairkitError, StoreError, UsageError
+from pairkit.errors import PairkitError, StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -259,8 +259,7 @@ class RemoteStoreWriter(ShardBook):
         from pairkit import __version__
         from pairkit.core.items import normalize_items
 
-        if dtype not in DTYPES:
-            raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
+        check_store_dtype(dtype)
         if url not in _PREPARED:
             prepare_remote(url, force=False)
         tag, replaced = _PREPARED.pop(url)

@@ -34,7 +34,6 @@ from pairkit.core.integrity import dump_sealed, sha256_fd, shard_sums
 from pairkit.core.items import normalize_items
 from pairkit.core.lock import LOCK_NAME, is_held, writer_lock
 from pairkit.core.manifest import (
-    DTYPES,
     ERRORS,
     ERRORS_RE,
     FORMAT,
@@ -46,12 +45,13 @@ from pairkit.core.manifest import (
     SHARD_BLOCK_BYTES,
     SHARD_PATTERN,
     SHARD_RE,
+    check_store_dtype,
     read_manifest,
 )
 from pairkit.core.shard_book import ShardBook
 from pairkit.core.store import INDEX_DIR, INDEX_FILE_RE, Store, is_ours, l2_normalize
 from pairkit.core.store_files import open_regular, parquet_rows
-from pairkit.errors import PairkitError, UsageError
+from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -259,8 +259,7 @@ class StoreWriter(ShardBook):
             return RemoteStoreWriter.create(str(path), dim, dtype, encoder, extra,  # type: ignore[return-value]
                                             commit)
 
-        if dtype not in DTYPES:
-            raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype}")
+        check_store_dtype(dtype)
         root = Path(path)
         manifest: dict[str, Any] = {
             "format": FORMAT,

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pairkit.errors import PairkitError, UsageError
+from pairkit.errors import PairkitError
 from pairkit.train.project import ProjectResult
 
 
@@ -31,9 +31,10 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
     config) under ``encoder.head`` and ``projected``.
     """
     from pairkit.core.devices import resolve_device
+    from pairkit.core.manifest import check_store_dtype
     from pairkit.core.paths import check_folder_output, check_output_apart
     from pairkit.core.remote import is_url, location
-    from pairkit.core.store import DTYPES, Store, sha256_file
+    from pairkit.core.store import Store, sha256_file
     from pairkit.core.store_writer import check_store_dir, write_store
     from pairkit.train.head import WEIGHTS, load_head, read_head_config
     from pairkit.train.output_whitening import FILE as WHITENING_FILE
@@ -41,8 +42,8 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
 
     if cfg.batch_size < 1:
         raise PairkitError(f"--batch-size must be >= 1, got {cfg.batch_size}")
-    if cfg.dtype is not None and cfg.dtype not in DTYPES:
-        raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype}")
+    if cfg.dtype is not None:
+        check_store_dtype(cfg.dtype)
     # wrong paths are refused before the store's vectors and torch load
     check_folder_output(output, "-o", "a store is a folder")
     check_output_apart(output, [store, cfg.head])
