@@ -249,31 +249,17 @@ STALE_S = 86400.0  # a parts folder untouched this long was left by a killed dri
 def remove_stale_parts(target: Path, now: float | None = None) -> list[str]:
     """Remove the parts folders (``.NAME.XXXXXXXX.tmp``) of ``target`` left by killed
     drivers: those not modified for :data:`STALE_S` (a live run adds a part every block).
-    Returns the removed names."""
-    now = time.time() if now is None else now
-    removed = []
-    with os.scandir(target.parent) as entries:
-        for entry in entries:
-            m = TEMP_RE.match(entry.name)
-            if not m or m.group("target") != target.name:
-                continue
-            try:
-                if not entry.is_dir(follow_symlinks=False) or \
-                        now - entry.stat(follow_symlinks=False).st_mtime < STALE_S:
-                    continue
-            except OSError:
-                continue
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed.append(entry.name)
-    return removed
+    Returns the removed names. (:func:`remove_stale_output_temps`, folders only.)"""
+    return remove_stale_output_temps(target, now, folders_only=True)
 
 
-def remove_stale_output_temps(target: Path, now: float | None = None) -> list[str]:
+def remove_stale_output_temps(target: Path, now: float | None = None,
+                              folders_only: bool = False) -> list[str]:
     """Remove the temps of ``target`` (``.NAME.XXXXXXXX.tmp`` beside it: files, or folders
-    of a dataset's parts) that killed writers left: only those not modified for
-    :data:`STALE_S` (a live writer's are younger), only this target's names. For outputs
-    written without a lock (tables, stats files), at the start of their next write.
-    Returns the removed names."""
+    of a dataset's parts; ``folders_only``: the folders) that killed writers left: only
+    those not modified for :data:`STALE_S` (a live writer's are younger), only this
+    target's names. For outputs written without a lock (tables, stats files), at the start
+    of their next write. Returns the removed names."""
     now = time.time() if now is None else now
     removed = []
     try:
@@ -285,9 +271,11 @@ def remove_stale_output_temps(target: Path, now: float | None = None) -> list[st
         if not m or m.group("target") != target.name:
             continue
         try:
-            if now - entry.stat(follow_symlinks=False).st_mtime < STALE_S:
+            folder = entry.is_dir(follow_symlinks=False)
+            if (folders_only and not folder) or \
+                    now - entry.stat(follow_symlinks=False).st_mtime < STALE_S:
                 continue
-            if entry.is_dir(follow_symlinks=False):
+            if folder:
                 shutil.rmtree(entry.path)
             else:
                 os.unlink(entry.path)
