@@ -300,8 +300,8 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
     exact, ``similarity`` 1.0), else the most similar (``match`` near, ``similarity`` of
     the stored vectors); and a summary."""
     import numpy as np
+    import pandas as pd
 
-    from pairkit.core.paths import first_bad_path
     from pairkit.core.store import Store
     from pairkit.mine.near_duplicate_check import (
         PixelCheck,
@@ -367,15 +367,11 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
             j, sim, match = int(others[best]), float(np.clip(sims[best], -1, 1)), "near"
         rows.append((i, paths[i], j - n_a, paths[j], sim, match))
     out = against_table(rows)
-    for column, ids, where in (("path", "id", store), ("other_path", "other_id", other)):
-        bad = first_bad_path(out[column].astype(str).tolist())
-        if bad is not None:  # a pipeline must not act on it (--paths-only | xargs rm)
-            row, value, reason = bad
-            raise PairkitError(f"item path {value!a} {reason} (store {where}, id "
-                               f"{int(out[ids].iloc[row])}): refusing to list it")
-    if cfg.absolute:
-        out["path"] = [str(inside(ra, p)) for p in out["path"]]
-        out["other_path"] = [str(inside(rb, p)) for p in out["other_path"]]
+    for column, ids, part, root, where in (("path", "id", paths[:n_a], ra, store),
+                                           ("other_path", "other_id", paths[n_a:], rb, other)):
+        if len(out):  # refused as dedup refuses it; absolute with --absolute
+            out[column] = listed_paths(pd.DataFrame({"id": out[ids]}), part, where, root,
+                                       cfg.absolute).tolist()
     summary = {
         "leaks": len(out), "sources": int(ia["source"].nunique()) if n_a else 0,
         "other_sources": int(ib["source"].nunique()) if len(ib) else 0,
