@@ -17,8 +17,8 @@ spilled to disk for the exact quantiles) and commits the parts in block order
 (:func:`pairkit.core.table_parts.commit_parts`). A block that fails for good, or a
 driver stopped before the commit, leaves no output (a killed driver leaves the temp
 folder ``.NAME.XXXXXXXX.tmp`` beside it, removed by a later run to that output once a
-day old: :func:`pairkit.core.atomic.remove_stale_parts`); a rerun starts afresh. Table
-and stats are the local path's (tests/distributed).
+day old, when the command checks its output: :func:`pairkit.core.tables.check_table_output`);
+a rerun starts afresh. Table and stats are the local path's (tests/distributed).
 
 The same path runs in one process without ``--ray`` (:func:`mine_parts` with no
 executor): the blocks one after the other, the rows read in place from the store's shards
@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pairkit.core.atomic import remove_stale_parts, temp_folder
+from pairkit.core.atomic import temp_folder
 from pairkit.core.remote import is_url
 from pairkit.index.options import IndexOptions, index_seed
 from pairkit.mine.config import MineConfig
@@ -442,15 +442,14 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
 def parts_folder(output: str) -> tuple[Any, Path | None]:
     """Where the blocks put their parts: ``(RemoteParts, None)`` for a dataset on object
     storage (:mod:`pairkit.core.remote_parts`: straight into it, under this writer's
-    token), else ``(None, a new temp folder beside the output)``, the stale ones of
-    killed drivers removed first."""
+    token), else ``(None, a new temp folder beside the output)``. (The stale ones of
+    killed drivers went when the command checked its output: ``check_table_output``.)"""
     if is_url(output):
         from pairkit.core.remote_parts import start_parts
 
         return start_parts(output), None
     target = Path(output.rstrip("/")) if output.endswith("/") else Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_parts(target)
     return None, temp_folder(target).resolve()
 
 
