@@ -94,53 +94,50 @@ def keep_reasons(table: pd.DataFrame, keep: str, paths: np.ndarray,
     ``best``: :func:`pairkit.mine.keep_best.keep_reason` against the group's runner-up;
     for ``largest``, with ``sizes`` (id: pixels, file bytes), what decided: the pixels,
     the file size or, both equal, the lowest id), None on the other rows."""
-    from pairkit.mine.keep_best import best_key, keep_reason
-
-    out: list[str | None] = [None] * len(table)
     ids, groups, kept = (table[c].to_numpy() for c in ("id", "group", "keep"))
     if keep == "largest" and sizes:
-        return _largest_reasons(ids, groups, kept, sizes)
-    if keep != "best" or facts is None:
+        def why(mine: int, others: list[int]) -> str:
+            return _largest_reason(sizes, mine, others)
+    elif keep == "best" and facts is not None:
+        def why(mine: int, others: list[int]) -> str:
+            return _best_reason(facts, mine, others)
+    else:
         reason = KEEP_REASONS.get(keep, keep)
         return [reason if k else None for k in kept]
+    out: list[str | None] = [None] * len(table)
     by_group: dict[int, list[int]] = {}
     for row, g in enumerate(groups.tolist()):
         by_group.setdefault(g, []).append(row)
     for rows in by_group.values():
         kept_row = next(r for r in rows if kept[r])
-        others = [int(ids[r]) for r in rows if r != kept_row]
-        readable = [i for i in others if facts.get(i) is not None]
-        runner_up = max(readable, key=lambda i: best_key(facts[i]), default=None)
-        mine = facts.get(int(ids[kept_row]))
-        if mine is None:  # (a readable copy would have ranked first)
-            out[kept_row] = "images not readable: shortest path"
-        else:
-            out[kept_row] = keep_reason(mine, facts[runner_up] if runner_up is not None
-                                        else None)
+        out[kept_row] = why(int(ids[kept_row]), [int(ids[r]) for r in rows if r != kept_row])
     return out
 
 
-def _largest_reasons(ids: np.ndarray, groups: np.ndarray, kept: np.ndarray,
-                     sizes: dict[int, tuple[float, float]]) -> list[str | None]:
-    out: list[str | None] = [None] * len(ids)
-    by_group: dict[int, list[int]] = {}
-    for row, g in enumerate(groups.tolist()):
-        by_group.setdefault(g, []).append(row)
-    for rows in by_group.values():
-        kept_row = next(r for r in rows if kept[r])
-        mine = sizes.get(int(ids[kept_row]))
-        others = [sizes.get(int(ids[r])) for r in rows if r != kept_row]
-        if mine is None or any(o is None for o in others) or not others:
-            out[kept_row] = KEEP_REASONS["largest"]
-            continue
-        runner_up = max(others)  # type: ignore[type-var]  # (pixels, bytes): the rule's order
-        if mine[0] > runner_up[0]:  # type: ignore[index]
-            out[kept_row] = "largest image (most pixels)"
-        elif mine[1] > runner_up[1]:  # type: ignore[index]
-            out[kept_row] = "largest file (same pixels)"
-        else:
-            out[kept_row] = "same pixels and file size: lowest id"
-    return out
+def _best_reason(facts: dict[int, Any], mine: int, others: list[int]) -> str:
+    """``best``'s reason for keeping ``mine`` over the group's ``others`` (ids)."""
+    from pairkit.mine.keep_best import best_key, keep_reason
+
+    readable = [i for i in others if facts.get(i) is not None]
+    runner_up = max(readable, key=lambda i: best_key(facts[i]), default=None)
+    if facts.get(mine) is None:  # (a readable copy would have ranked first)
+        return "images not readable: shortest path"
+    return keep_reason(facts[mine], facts[runner_up] if runner_up is not None else None)
+
+
+def _largest_reason(sizes: dict[int, tuple[float, float]], mine: int,
+                    others: list[int]) -> str:
+    """``largest``'s reason for keeping ``mine`` over the group's ``others`` (ids)."""
+    kept_size = sizes.get(mine)
+    other_sizes = [sizes.get(i) for i in others]
+    if kept_size is None or not other_sizes or any(o is None for o in other_sizes):
+        return KEEP_REASONS["largest"]
+    runner_up = max(other_sizes)  # type: ignore[type-var]  # (pixels, bytes): the rule's order
+    if kept_size[0] > runner_up[0]:  # type: ignore[index]
+        return "largest image (most pixels)"
+    if kept_size[1] > runner_up[1]:  # type: ignore[index]
+        return "largest file (same pixels)"
+    return "same pixels and file size: lowest id"
 
 
 def largest_reader(image_root: str | None, paths: np.ndarray,
