@@ -24,6 +24,8 @@ from typing import IO
 from pairkit.errors import PairkitError
 
 TEMP_RE = re.compile(r"^\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp$")
+# where a folder output replaced with --force puts the old one until it is removed
+OLD_RE = re.compile(r"^\.(?P<target>.+)\.[a-z0-9_]{8}\.old$")
 _FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 LOW_SPACE_BYTES = 1 << 20
 
@@ -258,16 +260,20 @@ def remove_stale_output_temps(target: Path, now: float | None = None,
     """Remove the temps of ``target`` (``.NAME.XXXXXXXX.tmp`` beside it: files, or folders
     of a dataset's parts; ``folders_only``: the folders) that killed writers left: only
     those not modified for :data:`STALE_S` (a live writer's are younger), only this
-    target's names. For outputs written without a lock (tables, stats files), at the start
-    of their next write. Returns the removed names."""
+    target's names. Also the folders an old output was renamed into when a folder output
+    was replaced (``.NAME.XXXXXXXX.old``, left when the removal after the swap was
+    killed), only while ``target`` itself is in place (else the old one is its only copy).
+    For outputs written without a lock (tables, stats files, reports), at the start of
+    their next write. Returns the removed names."""
     now = time.time() if now is None else now
     removed = []
     try:
         entries = list(os.scandir(target.parent))
     except OSError:  # no folder yet (nothing to sweep), or one this user can't list
         return removed
+    replaced = os.path.lexists(target)
     for entry in entries:
-        m = TEMP_RE.match(entry.name)
+        m = TEMP_RE.match(entry.name) or (OLD_RE.match(entry.name) if replaced else None)
         if not m or m.group("target") != target.name:
             continue
         try:

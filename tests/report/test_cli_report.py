@@ -531,3 +531,30 @@ def test_temp_folders_of_killed_reports_are_swept_when_stale(pipeline, tmp_path)
         os.utime(folder, (old, old))
     assert report(pipeline.eval_json, "-o", out).exit_code == 0
     assert not stale.exists() and young.exists() and other.exists()
+
+
+def test_old_reports_left_by_a_killed_swap_are_swept_only_when_replaced(pipeline, tmp_path):
+    """A kill during `report --force`'s swap (after the new report took its place, while
+    the old one was being removed) left .REP.XXXXXXXX.old for good. A later report to that
+    -o removes such folders a day old when the report itself is in place; an .old folder
+    without the report beside it (killed between the two renames) holds the one copy and
+    stays."""
+    import os
+    import time
+
+    out = tmp_path / "rep"
+    assert report(pipeline.eval_json, "-o", out).exit_code == 0
+    stale = tmp_path / ".rep.abcd1234.old"
+    young = tmp_path / ".rep.efgh5678.old"
+    for folder in (stale, young):
+        (folder / "rep" / "thumbs").mkdir(parents=True)
+    old = time.time() - 2 * 86400
+    os.utime(stale, (old, old))
+    assert report(pipeline.eval_json, "-o", out, "--force").exit_code == 0
+    assert not stale.exists() and young.exists()
+    # the report missing: the .old folder is its only copy
+    lone = tmp_path / ".gone.abcd1234.old"
+    (lone / "gone").mkdir(parents=True)
+    os.utime(lone, (old, old))
+    assert report(pipeline.eval_json, "-o", tmp_path / "gone").exit_code == 0
+    assert lone.exists()
