@@ -6,7 +6,6 @@ Data goes to stdout; everything meant for a person goes to stderr.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -27,9 +26,23 @@ def console() -> Console:
     if _CONSOLE is None:
         from rich.console import Console
 
+        class StderrConsole(Console):
+            def on_broken_pipe(self) -> None:
+                """The reader of stderr went away (``2>&1 | head -1``): the work goes on
+                without its messages (rich's own exits 1 and points stdout at /dev/null)."""
+                self.quiet = True
+                to_devnull(2)
+
         # emoji=False: a path or a label holding ":fire:" is printed as written
-        _CONSOLE = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+        _CONSOLE = StderrConsole(stderr=True, highlight=False, soft_wrap=True, emoji=False)
     return _CONSOLE
+
+
+def to_devnull(fd: int) -> None:
+    """Point file descriptor ``fd`` (1 or 2) at /dev/null: its reader went away, and later
+    writes and the final flush must not fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
 
 
 def from_environment(ctx: typer.Context, name: str) -> bool:
@@ -70,19 +83,10 @@ def user_errors() -> Iterator[None]:
     except BrokenPipeError:
         raise reader_gone() from None
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-            name = f" {exc.filename}" if exc.filename else ""
-            raise fail(f"disk full while writing{name}: free space and rerun; outputs are "
-                       "written whole or not at all") from None
-        if exc.errno == errno.EFBIG:
-            name = f" {exc.filename}" if exc.filename else ""
-            raise fail(f"file too large while writing{name}: over the file system's or the "
-                       "process's size limit (ulimit -f)") from None
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            what = "read-only file system" if exc.errno == errno.EROFS else "permission denied"
-            raise fail(f"can't write {exc.filename or 'an output'}: {what}; nothing else "
-                       "was changed") from None
-        raise _internal(exc) from None
+        from pairkit.errors import os_error_message
+
+        message = os_error_message(exc)
+        raise (fail(message) if message else _internal(exc)) from None
     except Exception as exc:
         if _is_cuda_oom(exc):
             raise fail("CUDA out of memory: try a smaller --batch-size") from None
@@ -93,11 +97,7 @@ def reader_gone() -> typer.Exit:
     """The reader of stdout went away (``| head -1``): not an error, as for other Unix
     tools. Stdout is pointed at /dev/null (the final flush would fail again) and the Exit
     to raise is code 0 (Click would turn the BrokenPipeError into exit 1)."""
-    import sys
-
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    to_devnull(1)
     return typer.Exit(0)
 
 
@@ -143,4 +143,5 @@ def show_one_line(self: Any, file: Any = None) -> None:
     every other pairkit error, instead of the usage block."""
     import sys
 
-    print(f"error: {one_line(self)}", file=file or sys.stderr)
+    with contextlib.suppress(BrokenPipeError):  # a closed stderr keeps the exit code 2
+        print(f"error: {one_line(self)}", file=file or sys.stderr)

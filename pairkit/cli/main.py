@@ -25,7 +25,7 @@ from pairkit.cli import project as project_cmd
 from pairkit.cli import report as report_cmd
 from pairkit.cli import search as search_cmd
 from pairkit.cli import train as train_cmd
-from pairkit.cli.common import show_one_line
+from pairkit.cli.common import show_one_line, to_devnull
 from pairkit.cli.options import Command, Group, click_exceptions
 
 # usage errors in pairkit's one-line style (`error: ...`, exit 2), like every other error
@@ -94,8 +94,5 @@ def main() -> None:
         sys.exit(130)
     except BrokenPipeError:
         # The reader of stdout went away (e.g. `| head`): not an error.
-        import os
-
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        to_devnull(1)
         sys.exit(0)

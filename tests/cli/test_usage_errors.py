@@ -179,6 +179,24 @@ def test_a_closed_stdout_ends_quietly(store) -> None:
         assert first.startswith(b"{") and err == ""
 
 
+def test_a_closed_stderr_does_not_stop_the_work(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (hunt-s 1): `pairkit train ... 2>&1 | head -1` stopped at the
+    next line on stderr: exit 1, no message, a head folder with complete false."""
+    import json
+
+    head = tmp_path / "head"
+    proc = subprocess.Popen([sys.executable, "-m", "pairkit", "train", str(store.root), "-o",
+                             str(head), "--relation", "instance", "--epochs", "4",
+                             "--out-dim", "4"], cwd=REPO, env=child_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first = proc.stderr.readline()
+    proc.stderr.close()  # what `2>&1 | head -1` does after its line
+    assert proc.wait(timeout=180) == 0
+    assert first.startswith(b"epoch 1"), first
+    assert json.loads((head / "config.json").read_text())["complete"] is True
+    assert len((head / "train_log.jsonl").read_text().splitlines()) == 4
+
+
 def test_slow_refusals_come_before_heavy_imports(store, tmp_path: Path) -> None:
     """Issue 20 ("slow to say no"): these took 4-7 s, torch's import time, to refuse."""
     from pairkit.core.devices import no_gpu_at_all
