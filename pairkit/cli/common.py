@@ -121,8 +121,10 @@ def one_line(exc: Any) -> str:
     from pairkit.cli.options import click_exceptions
 
     cx = click_exceptions()
-    message = exc.format_message() if not isinstance(exc, cx.BadParameter) else exc.message
-    if isinstance(exc, cx.BadParameter) and not isinstance(exc, cx.MissingParameter):
+    # a MissingParameter's text is its format_message(); its .message is empty
+    plain = not isinstance(exc, cx.BadParameter) or isinstance(exc, cx.MissingParameter)
+    message = exc.format_message() if plain else exc.message
+    if not plain:
         hint = exc.param_hint or (max(exc.param.opts, key=len) if exc.param is not None
                                   and getattr(exc.param, "opts", None) else None)
         if isinstance(hint, (list, tuple)):

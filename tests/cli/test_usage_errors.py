@@ -137,6 +137,21 @@ def test_bad_values_are_one_line_usage_errors(store, tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # demo left no folder
 
 
+def test_a_missing_argument_or_option_is_named(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (hunt-s 3): these printed "error: " and nothing else."""
+    s, t = str(store.root), str(tmp_path)
+    for args, message in (
+            (["embed", t], "error: missing option '-o' / '--output'"),
+            (["mine", "--hard"], "error: missing argument 'STORE'"),
+            (["import", t + "/e.npy", "-o", t + "/x"], "error: missing option '--items'"),
+            (["project", s, "-o", t + "/x"], "error: missing option '--head'"),
+            (["info", "--json"], "error: missing argument 'STORE'"),
+            (["demo", "--limit", "100"], "error: missing argument 'DIRECTORY'")):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert error_lines(r.stderr) == [message], (args, r.stderr)
+
+
 def test_pixel_threshold_without_the_pixel_check_is_refused(store, tmp_path: Path) -> None:
     """Found by a CLI bug hunt (2026-12-06): ``--pixel-threshold`` was ignored where dedup
     compares embeddings (no images, --method threshold, --threshold)."""
