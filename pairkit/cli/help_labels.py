@@ -21,6 +21,32 @@ TEXT_LABELS = {
 COMMAND_LABELS = {("train", "relation"): "instance|label"}
 
 
+# the arguments whose value is a path (a store, a folder, a file; search: an image query)
+PATH_ARGUMENTS = {"images", "embeddings", "store", "inputs", "directory", "queries"}
+
+
+def takes_path(param: Any) -> bool:
+    """True for an argument in :data:`PATH_ARGUMENTS` and an option labelled ``<path>`` or
+    ``<folder|path>``."""
+    if param.param_type_name == "argument":
+        return param.name in PATH_ARGUMENTS
+    return "path" in (param.metavar or param.display_type(None))
+
+
+def refuse_empty_paths(params: list[Any], values: dict[str, Any]) -> None:
+    """UsageError naming the first path argument or option whose raw value (``values``: the
+    parser's strings by parameter name) is empty: ``Path("")`` is the current folder, and an
+    unset shell variable would make it the input or the output."""
+    from pairkit.errors import UsageError
+
+    for param in params:
+        given = values.get(param.name)
+        if takes_path(param) and "" in (given if isinstance(given, (list, tuple)) else [given]):
+            name = (argument_label(param).strip("[].") if param.param_type_name == "argument"
+                    else max(param.opts, key=len))
+            raise UsageError(f"{name}: an empty path (an unset shell variable?)")
+
+
 def value_label(command: str, param: Any) -> str | None:
     """The ``<...>`` label of an option's value (None: a flag, or a label set by hand)."""
     if param.metavar is not None or getattr(param, "is_flag", False):

@@ -71,23 +71,6 @@ def table_output(text: str) -> str:
     return _bad_parameter(check, text)
 
 
-# Old spellings (removed without a deprecation period, pairkit is 0.x): the error names the
-# new one. And options of pairkit itself given after a command.
-RENAMED = {
-    "--gpu": "--device cuda", "--no-gpu": "--device cpu", "--float16": "--dtype float16",
-    "--keep-flagged": "--fn-mode keep", "--kind": "--index",
-    "--fn-community-neighbors": "--fn-community-neighbours",
-}
-MOVED = {"--threads": "pairkit --threads N COMMAND ..."}
-# options of features that were measured and removed
-REMOVED = {
-    "--fn-support-threshold": "the support rule was removed (docs/benchmarks.md); use "
-                              "--fn-rules near-duplicate,mutual-neighbour,cluster",
-    "--fn-support-aggregate": "the support rule was removed (docs/benchmarks.md); use "
-                              "--fn-rules near-duplicate,mutual-neighbour,cluster",
-}
-
-
 class Group(TyperGroup):
     """The ``pairkit`` group, its --help labelled as every command's (cli/help_labels.py)."""
 
@@ -98,8 +81,8 @@ class Group(TyperGroup):
 
 class Command(TyperCommand):
     """A subcommand whose "no such option" error names the replacement of an old spelling,
-    whose numeric options are checked (:func:`check_values`) before it runs, and whose
-    --help names values one way (cli/help_labels.py)."""
+    whose numeric options are checked (:func:`check_values`) and empty paths refused before
+    it runs, and whose --help names values one way (cli/help_labels.py)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -117,6 +100,10 @@ class Command(TyperCommand):
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         cx = click_exceptions()
         try:
+            if not ctx.resilient_parsing and not set(args) & set(ctx.help_option_names):
+                # "" before Click turns it into Path("."): the raw values of a first parse
+                opts = self.make_parser(ctx).parse_args(args=list(args))[0]
+                help_labels.refuse_empty_paths(self.params, opts)
             rest = super().parse_args(ctx, args)
             from pairkit.core.options import check_values
 
@@ -129,15 +116,12 @@ class Command(TyperCommand):
 
             raise fail(str(exc)) from None
         except cx.NoSuchOption as exc:
-            name = exc.option_name
-            if name in RENAMED:
-                raise cx.UsageError(f"{name} was replaced: use {RENAMED[name]}", ctx) from None
-            if name in REMOVED:
-                raise cx.UsageError(f"{name}: {REMOVED[name]}", ctx) from None
-            if name in MOVED:
-                raise cx.UsageError(f"{name} is an option of pairkit itself: {MOVED[name]}",
-                                    ctx) from None
-            raise
+            from pairkit.core.options import old_spelling
+
+            message = old_spelling(exc.option_name)
+            if message is None:
+                raise
+            raise cx.UsageError(message, ctx) from None
 
 
 def click_exceptions() -> Any:

@@ -85,6 +85,36 @@ def plural(n: int, noun: str, plural_form: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else (plural_form or noun + 's')}"
 
 
+# Old spellings (removed without a deprecation period, pairkit is 0.x): the error names the
+# new one. And options of pairkit itself given after a command.
+RENAMED = {
+    "--gpu": "--device cuda", "--no-gpu": "--device cpu", "--float16": "--dtype float16",
+    "--keep-flagged": "--fn-mode keep", "--kind": "--index",
+    "--fn-community-neighbors": "--fn-community-neighbours",
+}
+MOVED = {"--threads": "pairkit --threads N COMMAND ..."}
+# options of features that were measured and removed
+REMOVED = {
+    "--fn-support-threshold": "the support rule was removed (docs/benchmarks.md); use "
+                              "--fn-rules near-duplicate,mutual-neighbour,cluster",
+    "--fn-support-aggregate": "the support rule was removed (docs/benchmarks.md); use "
+                              "--fn-rules near-duplicate,mutual-neighbour,cluster",
+}
+
+
+def old_spelling(name: str | None) -> str | None:
+    """The message for option ``name`` that a command does not have when it is an old
+    spelling (:data:`RENAMED`), a removed feature's or an option of pairkit itself; else
+    None (Click's "no such option")."""
+    if name in RENAMED:
+        return f"{name} was replaced: use {RENAMED[name]}"
+    if name in REMOVED:
+        return f"{name}: {REMOVED[name]}"
+    if name in MOVED:
+        return f"{name} is an option of pairkit itself: {MOVED[name]}"
+    return None
+
+
 # the smallest value each numeric option takes, wherever it appears (a value below is bad
 # usage, exit 2, checked before any work); every float option must also be a number (NaN
 # compares false with every bound, so it slipped through the checks after it)

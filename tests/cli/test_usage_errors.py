@@ -152,6 +152,38 @@ def test_a_missing_argument_or_option_is_named(store, tmp_path: Path) -> None:
         assert error_lines(r.stderr) == [message], (args, r.stderr)
 
 
+def test_an_empty_path_is_refused_naming_it(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (hunt-s 2): ``Path("")`` is the current folder: ``embed ""``
+    embedded the working directory, the others spoke of "." or a blank name."""
+    s, t = str(store.root), str(tmp_path)
+    runs = [
+        (["embed", "", "-o", t + "/e", "--model", "pixels"], "IMAGES"),
+        (["embed", t, "-o", "", "--model", "pixels"], "--output"),
+        (["embed", t, "-o", t + "/e", "--labels", ""], "--labels"),
+        (["import", "", "--items", t + "/i.csv", "-o", t + "/i"], "EMBEDDINGS"),
+        (["train", s, "--pairs", "", "-o", t + "/h"], "--pairs"),
+        (["train", s, "--relation", "instance", "-o", ""], "--output"),
+        (["report", "", "-o", t + "/r"], "INPUT"),
+        (["eval", s, "--plot", ""], "--plot"),
+        (["eval", s, "--head", ""], "--head"),
+        (["search", s, ""], "QUERY"),
+        (["search", s, "1", "--checkpoint", ""], "--checkpoint"),
+        (["info", ""], "STORE"),
+        (["mine", s, "-o", ""], "--output"),
+        (["mine", s, "-o", t + "/m.csv", "--stats", ""], "--stats"),
+        (["dedup", s, "--against", ""], "--against"),
+        (["demo", ""], "DIRECTORY"),
+    ]
+    for args, name in runs:
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert error_lines(r.stderr) == [
+            f"error: {name}: an empty path (an unset shell variable?)"], (args, r.stderr)
+    codes, heavy, _ = exit_codes_in_one_child([a for a, _ in runs])
+    assert set(codes) == {2} and heavy == []
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_pixel_threshold_without_the_pixel_check_is_refused(store, tmp_path: Path) -> None:
     """Found by a CLI bug hunt (2026-12-06): ``--pixel-threshold`` was ignored where dedup
     compares embeddings (no images, --method threshold, --threshold)."""
