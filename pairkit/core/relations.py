@@ -284,7 +284,8 @@ def load_relation(text: str | None, items: pd.DataFrame) -> Relation:
     pairs = None
     if kind == "pairs":
         assert file is not None
-        if file != "-" and not Path(file).is_file():
+        # a folder is a table folder (parquet parts), as every table input reads one
+        if file != "-" and not Path(file).exists():
             raise PairkitError(f"pairs file {file} not found")
         pairs = read_table(file)
     return build_relation(kind, items, pairs)

@@ -173,7 +173,9 @@ def check_config(cfg: EmbedConfig) -> bool:
         raise PairkitError(f"{images} is not a folder (nor .tar shards)")
     if cfg.labels not in (None, "folder") and not isinstance(location(cfg.labels), str) \
             and not Path(cfg.labels).is_file():
-        raise PairkitError(f"--labels {cfg.labels}: no such file (or use --labels folder)")
+        what = (" is a folder, expected a table of path,label" if Path(cfg.labels).is_dir()
+                else ": no such file")
+        raise PairkitError(f"--labels {cfg.labels}{what} (or use --labels folder)")
     if cfg.checkpoint and not Path(cfg.checkpoint).is_file():
         what = "is a folder, expected a weights file" if Path(cfg.checkpoint).is_dir() \
             else "not found"

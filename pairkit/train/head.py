@@ -231,6 +231,9 @@ def read_head_config(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]
     """``(folder, config, spec)`` of a head folder, checked without torch: commands call it
     first, so a wrong ``--head`` is refused before anything heavy loads."""
     root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise PairkitError(f"head {root} is a file, expected a head folder (written by "
+                           "pairkit train)")
     if not root.is_dir():
         raise PairkitError(f"head {root} not found (expected a folder written by pairkit train)")
     cfg_path = root / CONFIG

@@ -213,3 +213,28 @@ def test_messages_are_printed_as_written_without_emoji_codes(store, tmp_path: Pa
     missing = tmp_path / "run:fire:x"
     r = runner.invoke(app, ["info", str(missing)])
     assert r.exit_code == 1 and f"store {missing} not found" in " ".join(r.output.split())
+
+
+def test_an_existing_path_of_the_wrong_kind_is_named_so(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (hunt-s 4): a file given as a head folder, a folder as the labels
+    file were reported "not found"."""
+    from tests.conftest import make_images
+    from tests.proc import error_lines
+
+    s = str(store.root)
+    a_file = tmp_path / "items.csv"
+    a_file.write_text("path,label\n")
+    images = tmp_path / "images"
+    make_images(images, n_per_class=1, classes=2)
+    for args, message in (
+            (["eval", s, "--head", str(a_file)],
+             f"head {a_file} is a file, expected a head folder (written by pairkit train)"),
+            (["project", s, "--head", str(a_file), "-o", str(tmp_path / "p")],
+             f"head {a_file} is a file, expected a head folder (written by pairkit train)"),
+            (["embed", str(images), "-o", str(tmp_path / "e"), "--model", "pixels", "--labels",
+              str(images)], f"--labels {images} is a folder, expected a table of path,label "
+                            "(or use --labels folder)")):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 1, (args, r.output)
+        assert error_lines(r.stderr) == [f"error: {message}"], (args, r.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["images", "items.csv"]

@@ -99,6 +99,15 @@ def test_pairs_relation_errors(tmp_path: Path) -> None:
         load_relation(f"pairs:{h}", items_table())
     with pytest.raises(PairkitError, match="not found"):
         load_relation(f"pairs:{tmp_path / 'none.csv'}", items_table())
+    # found by a bug hunt (hunt-s 4): a folder was "pairs file DIR not found"; a folder
+    # given as a table is a parquet dataset (docs/formats.md), as train --pairs reads it
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    with pytest.raises(PairkitError, match=f"table folder {parts} holds no .parquet files"):
+        load_relation(f"pairs:{parts}", items_table())
+    pd.DataFrame({"anchor": ["a/1.jpg"], "positive": ["a/2.jpg"]}).to_parquet(
+        parts / "part-00000.parquet")
+    assert load_relation(f"pairs:{parts}", items_table()) is not None
 
 
 def test_normalize_rel_path() -> None:
