@@ -33,7 +33,9 @@ def embed(
     checkpoint: Path | None = typer.Option(
         None, "--checkpoint", help="Local weights: .safetensors or a torch state dict."
     ),
-    views: int = typer.Option(1, "--views", help="Views per image: 0 is plain, 1.. augmented."),
+    views: int = typer.Option(
+        1, "--views", help="Views per image, 1 or more: view 0 is the plain image, views 1.. "
+        "random augmentations."),
     seed: int = typer.Option(0, "--seed", help="Seed of the augmentations (and random weights)."),
     labels: str | None = typer.Option(
         None, "--labels",

@@ -89,3 +89,12 @@ def test_defaults_without_parentheses() -> None:
     assert usage == "Usage: pairkit report [OPTIONS] INPUT...", usage
     usage = help_of("search").splitlines()[0]
     assert usage == "Usage: pairkit search [OPTIONS] STORE [QUERY]...", usage
+
+
+def test_embed_views_says_what_the_option_counts() -> None:
+    """Found by a bug hunt (hunt-s 5): "Views per image: 0 is plain, 1.. augmented." read as
+    if --views 0 meant the plain image alone; the command takes 1 and more
+    (docs/embed.md)."""
+    flat = " ".join(help_of("embed").split())
+    assert "--views <int> Views per image, 1 or more: view 0 is the plain image, views 1.. " \
+           "random augmentations. [default: 1]" in flat, flat
