@@ -238,3 +238,17 @@ def test_an_existing_path_of_the_wrong_kind_is_named_so(store, tmp_path: Path) -
         assert r.exit_code == 1, (args, r.output)
         assert error_lines(r.stderr) == [f"error: {message}"], (args, r.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["images", "items.csv"]
+
+
+def test_docs_index_names_the_build_options_mine_has() -> None:
+    """Found by a bug hunt (hunt-s 6): docs/index.md listed --pq-m, --hnsw-m and
+    --ef-construction as options that make mine rebuild a saved index; mine has none of them
+    (--ef-construction no command has)."""
+    import re
+
+    text = " ".join((PACKAGE.parent / "docs" / "index.md").read_text().split())
+    listed = re.search(r"a build option given to that command \((.*?)\) differs", text)
+    assert listed, "the sentence on build options moved: update this test"
+    named = re.findall(r"`(--[a-z0-9-]+)", listed.group(1))
+    mine = {opt for param in COMMANDS["mine"].params for opt in getattr(param, "opts", [])}
+    assert named and set(named) <= mine, sorted(set(named) - mine)
