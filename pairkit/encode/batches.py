@@ -77,6 +77,32 @@ def default_workers(device: str) -> int:
     return plan().decode_workers(device)
 
 
+def decode_processes(asked: int | None, device: str, batches: int) -> int:
+    """Decoding processes of the PIL path: ``--workers`` (None: :func:`default_workers`),
+    at most one per CPU this process may use (torch warns past them, and each one more
+    only competes) and one per batch (a process takes whole batches)."""
+    from pairkit.core.threads import available_cpus
+
+    workers = default_workers(device) if asked is None else asked
+    return max(0, min(workers, available_cpus(), batches))
+
+
+def workers_note(cfg: EmbedConfig, images: int, device: str) -> str | None:
+    """The warning when :func:`decode_processes` starts fewer than ``--workers`` asked for
+    ``images`` images; None when it starts them all (or the device pipeline decodes)."""
+    from pairkit.core.threads import available_cpus
+    from pairkit.encode.device_pipeline import on_device
+
+    if cfg.workers is None or on_device(cfg.decode, device):
+        return None
+    batches = len(index_batches(images, max(1, cfg.batch_size // cfg.views)))
+    used = decode_processes(cfg.workers, device, batches)
+    if used >= cfg.workers:
+        return None
+    return (f"--workers {cfg.workers} capped at {used}: at most one decoding process per CPU "
+            f"this process may use ({available_cpus()}) and per batch ({batches})")
+
+
 def default_readers() -> int:
     """Reader threads of the device pipeline: the thread budget (pairkit --threads), at
     most 8 (:meth:`pairkit.core.threads.ThreadPlan.decode_workers`)."""
@@ -154,7 +180,7 @@ def batch_source(cfg: EmbedConfig, todo: list[ImageFile], encoder: Encoder, devi
             finally:
                 batches.close()  # stop the decoding thread before the readers go
         return
-    workers = default_workers(device) if cfg.workers is None else cfg.workers
+    workers = decode_processes(cfg.workers, device, len(batch_indices))
     if workers and not device.startswith("cuda"):
         from pairkit.core.threads import plan
 

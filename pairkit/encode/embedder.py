@@ -18,7 +18,7 @@ from pairkit.core.manifest import has_manifest
 from pairkit.core.remote import location
 from pairkit.core.store import read_manifest
 from pairkit.core.store_writer import StoreWriter, prepare_store_dir
-from pairkit.encode.batches import encode_batches
+from pairkit.encode.batches import encode_batches, workers_note
 from pairkit.encode.config import (
     EmbedConfig,
     EmbedSummary,
@@ -257,6 +257,8 @@ def embed_here(cfg: EmbedConfig, store: StoreOpener, todo: list[ImageFile],
     import pandas as pd
 
     runner = Runner(encoder, device, cfg.precision)
+    if note := workers_note(cfg, len(todo), device):
+        hook.note(note)
     buffer = ShardBuffer()
     unit = shard_unit(cfg.shard_rows, cfg.views)  # whole images: no view left for later
 

@@ -575,3 +575,23 @@ def test_force_keeps_the_old_store_when_the_first_shard_fails(image_folder, tmp_
     assert Store.open(out).count == 12
     assert set(_store_files(out)) == {"manifest.json", *(s.file for s in Store.open(out).shards),
                                       Store.open(out).manifest["items"]["file"]}
+
+
+def test_workers_above_the_cpus_are_capped_in_one_warning(image_folder, tmp_path):
+    """Found by a bug hunt (hunt-s 7): --workers 4 on 2 CPUs printed torch's two four-line
+    DataLoader warnings, even under -q, and --workers 1000 started 1000 processes for 20
+    images (117 s)."""
+    from pairkit.core.threads import available_cpus
+
+    proc = subprocess.run([sys.executable, "-m", "pairkit", "embed", str(image_folder), "-o",
+                           str(tmp_path / "s"), "--model", "pixels", "--decode", "cpu",
+                           "--batch-size", "2", "--workers", "64", "-q"],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert proc.returncode == 0, proc.stderr
+    images = len(Store.open(tmp_path / "s").items)
+    batches = -(-images // 2)
+    cpus = available_cpus()
+    assert proc.stderr.splitlines() == [
+        f"warning: --workers 64 capped at {min(cpus, batches)}: at most one decoding process "
+        f"per CPU this process may use ({cpus}) and per batch ({batches})"], proc.stderr
