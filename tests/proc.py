@@ -39,10 +39,11 @@ def run_pairkit(*args: object, timeout: float = 180) -> subprocess.CompletedProc
 HEAVY_MODULES = ("torch", "faiss", "open_clip", "timm")
 
 
-def exit_codes_in_one_child(runs: list[list[str]], timeout: float = 120
+def exit_codes_in_one_child(runs: list[list[str]], timeout: float = 120,
+                            modules: tuple[str, ...] = HEAVY_MODULES
                             ) -> tuple[list[object], list[str], str]:
     """Run each argument list through pairkit's app in one fresh interpreter: the exit
-    codes, the heavy modules (:data:`HEAVY_MODULES`) imported by then, and stderr."""
+    codes, the heavy ``modules`` (:data:`HEAVY_MODULES`) imported by then, and stderr."""
     import json
 
     code = (
@@ -54,7 +55,7 @@ def exit_codes_in_one_child(runs: list[list[str]], timeout: float = 120
         "        app(args=args, prog_name='pairkit')\n"
         "    except SystemExit as exc:\n"
         "        codes.append(exc.code)\n"
-        f"print(json.dumps([codes, sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules)]))\n"
+        f"print(json.dumps([codes, sorted(m for m in {modules!r} if m in sys.modules)]))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=child_env(), cwd=REPO, timeout=timeout)

@@ -278,6 +278,10 @@ def eval_to_files(store: Path, plot: Path | None, cfg: EvalConfig, *,
     (seeded by ``cfg.seed``), raw and/or ``head`` vectors; the plots go to the folder
     ``plot`` (None: none). Returns (metrics by name, reports by name)."""
     check_eval(cfg, head)
+    if against is None:
+        from pairkit.eval.split import check_fraction
+
+        check_fraction(test_fraction)  # before the store's items (pandas) are read
     if plot is not None:
         from pairkit.core.paths import check_folder_output, check_output_apart
 

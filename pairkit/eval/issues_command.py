@@ -37,6 +37,9 @@ def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
     from pairkit.core.tables import check_table_output
 
     table_output(output)
+    # the checks the store's labels don't decide, before it is read (pandas)
+    check_issue_options(("outlier",) if cfg.checks is None else cfg.checks, cfg.k,
+                        cfg.outlier_z, True)
     graph_files = None if not cfg.knn_graph else graph_outputs(cfg.knn_graph)
     check_output_apart(output, [store])
     check_output_apart(cfg.knn_graph, [store], "--knn-graph")

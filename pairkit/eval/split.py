@@ -10,6 +10,15 @@ import numpy as np
 from pairkit.errors import PairkitError, UsageError
 
 
+def check_fraction(fraction: float, option: str = "--test-fraction",
+                   allow_zero: bool = False) -> None:
+    """UsageError unless ``fraction`` is in (0, 1) (``allow_zero``: [0, 1)): the check of
+    :func:`split_by_source`, made before a store is read."""
+    if not ((allow_zero and fraction == 0) or 0.0 < fraction < 1.0):
+        bounds = "in [0, 1)" if allow_zero else "> 0 and < 1"
+        raise UsageError(f"{option} must be {bounds}, got {fraction}")
+
+
 def split_by_source(source_codes: np.ndarray, fraction: float, seed: int, *,
                     option: str = "--test-fraction", allow_zero: bool = False) -> np.ndarray:
     """Bool mask (N,): True for rows whose source falls in the held-out part (eval's test
@@ -20,11 +29,9 @@ def split_by_source(source_codes: np.ndarray, fraction: float, seed: int, *,
     ``fraction`` of 0 holds nothing out. ``option`` names the fraction in messages.
     """
     codes = np.asarray(source_codes, dtype=np.int64)
+    check_fraction(fraction, option, allow_zero)
     if allow_zero and fraction == 0:
         return np.zeros(len(codes), dtype=bool)
-    if not 0.0 < fraction < 1.0:
-        bounds = "in [0, 1)" if allow_zero else "> 0 and < 1"
-        raise UsageError(f"{option} must be {bounds}, got {fraction}")
     uniq = np.unique(codes)
     if len(uniq) < 2:
         raise PairkitError(

@@ -69,8 +69,6 @@ def neighbours(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.nda
 def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
     """Look up ``req`` in ``store``; one row per (query, neighbour), columns
     :data:`COLUMNS`, queries in the order images, ids, texts, ``rank`` 0 = nearest."""
-    import pandas as pd
-
     if req.k < 1:
         raise UsageError(f"-k must be >= 1, got {req.k}")
     if not (req.images or req.ids or req.texts):
@@ -84,16 +82,20 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
     parts: list[np.ndarray] = []
     request = None
     if req.images or req.texts:
+        from dataclasses import replace
+
         from pairkit.core.devices import resolve_device
         from pairkit.encode.query import encoder_request
 
-        request = encoder_request(store, resolve_device(req.device), req.checkpoint)
+        # the manifest's refusals first: resolving the device imports torch
+        request = encoder_request(store, req.device, req.checkpoint)
         if req.texts:
             from pairkit.encode.registry import split_model_name
 
             if split_model_name(request.model)[0] != "openclip":
                 raise UsageError(f"text queries need an open_clip store; {store.root} was "
                                  f"embedded with {request.model}, which has no text tower")
+        request = replace(request, device=resolve_device(req.device))
     vectors = store.vectors(np.float32)
     if req.images:
         from pairkit.encode.query import encode_images
@@ -121,6 +123,8 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
     labels = items["label"].to_numpy(dtype=object, na_value=None)
     names = ([str(p) for p in req.images] + [f"id:{i}" for i in req.ids] + list(req.texts))
     kinds = ["image"] * ni + ["item"] * len(req.ids) + ["text"] * len(req.texts)
+    import pandas as pd
+
     rows: list[tuple[Any, ...]] = []
     alone: list[str] = []  # item queries whose every candidate is of their own source
     for q in range(len(queries)):

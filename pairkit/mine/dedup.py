@@ -184,9 +184,11 @@ def check_dedup(cfg: DedupConfig) -> float:
     """The threshold ``cfg`` asks for (None: the measured default), after checking it, the
     keep rule, the batch size and that ``exact_only`` comes without the near-copy options;
     UsageError naming the option otherwise."""
+    from pairkit.mine.near_duplicate_check import check_pixel_threshold
     from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD, KEEP_RULES, check_threshold
 
     threshold = check_threshold(DEFAULT_THRESHOLD if cfg.threshold is None else cfg.threshold)
+    check_pixel_threshold(cfg.pixel_threshold)
     if cfg.exact_only:
         for given, name in ((cfg.threshold is not None, "--threshold"),
                             (cfg.method != "auto", "--method"),

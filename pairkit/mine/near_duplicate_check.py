@@ -316,6 +316,14 @@ def refuse_pixel_threshold(method: str, threshold: float | None) -> None:
                      f"embeddings ({why})")
 
 
+def check_pixel_threshold(value: float | None) -> None:
+    """UsageError for a ``--pixel-threshold`` outside (-1, 1] (None: the default)."""
+    from pairkit.errors import UsageError
+
+    if value is not None and not -1.0 < value <= 1.0:
+        raise UsageError(f"--pixel-threshold must be in (-1, 1], got {value:g}")
+
+
 def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str | None,
                  method: str = "auto", threshold: float | None = None,
                  pixel_threshold: float | None = None, **threshold_options: Any) -> Any:
@@ -333,8 +341,7 @@ def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str 
     knn_backend = threshold_options.pop("knn_backend", None)
     seed = int(threshold_options.pop("seed", 0))
     t = check_threshold(DEFAULT_THRESHOLD if threshold is None else threshold)
-    if pixel_threshold is not None and not -1.0 < pixel_threshold <= 1.0:
-        raise UsageError(f"--pixel-threshold must be in (-1, 1], got {pixel_threshold:g}")
+    check_pixel_threshold(pixel_threshold)
     readable = paths is not None and images_readable(image_root, paths)
     if method == "pixels" and not readable:
         raise UsageError("--method pixels needs the store's images: its image_root is "

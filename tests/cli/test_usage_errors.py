@@ -280,6 +280,27 @@ def test_slow_refusals_come_before_heavy_imports(store, tmp_path: Path) -> None:
     assert heavy == [], heavy
 
 
+@pytest.mark.parametrize("args, message", [
+    (["search", "{s}", "{t}/q.png"], "store {s} was not made by pairkit embed"),
+    (["search", "{s}", "1", "--text", "x"], "store {s} was not made by pairkit embed"),
+    (["eval", "{s}", "--test-fraction", "2"], "--test-fraction must be > 0 and < 1, got 2.0"),
+    (["issues", "{s}", "--checks", "bogus"], "--checks: unknown check 'bogus'"),
+    (["issues", "{s}", "--k", "0"], "--k must be >= 1, got 0"),
+    (["dedup", "{s}", "--pixel-threshold", "2"], "--pixel-threshold must be in (-1, 1], got 2"),
+])
+def test_refusals_that_read_the_store_come_before_torch_and_pandas(store, tmp_path: Path,
+                                                                   args, message) -> None:
+    """Found by a bug hunt (hunt-s 8): the search refusals imported torch first (3.6-6 s
+    of CPU), the others pandas (about 1 s)."""
+    s, t = str(store.root), str(tmp_path)
+    (tmp_path / "q.png").write_bytes(b"not read")
+    args = [a.format(s=s, t=t) for a in args]
+    codes, heavy, stderr = exit_codes_in_one_child([args], modules=("torch", "pandas"))
+    assert codes == [2], stderr
+    assert error_lines(stderr)[0].startswith(f"error: {message.format(s=s)}"), stderr
+    assert heavy == [], heavy
+
+
 def test_a_bad_device_names_the_option_once_in_every_command(store, tmp_path: Path) -> None:
     """Found by a bug hunt (2026-12-06): "error: --device: --device must be auto, cpu,
     cuda or cuda:N, got 'foo'" (the check's message names the option, Click's hint
