@@ -30,6 +30,19 @@ EXACT_MAX_ROWS_GPU = 1_000_000
 # the fields that decide what a built index holds (recorded with a saved index)
 BUILD_FIELDS = ("kind", "nlist", "nprobe", "pq_m", "hnsw_m", "ef_construction", "ef_search",
                 "float16", "seed")
+# the option that sets each build field, as messages name it (ef_construction has none:
+# the Python API's name)
+FIELD_OPTIONS = {"kind": "--index", "nlist": "--nlist", "nprobe": "--nprobe", "pq_m": "--pq-m",
+                 "hnsw_m": "--hnsw-m", "ef_construction": "ef_construction",
+                 "ef_search": "--ef-search", "float16": "--dtype", "seed": "--seed"}
+
+
+def field_difference(name: str, saved: Any, asked: Any) -> str:
+    """``--hnsw-m 32, asked for 8``, ``--dtype float32, asked for float16``: a build field
+    by its option and its values as typed."""
+    if name == "float16":
+        saved, asked = ("float16" if v else "float32" for v in (saved, asked))
+    return f"{FIELD_OPTIONS[name]} {saved}, asked for {asked}"
 
 
 @dataclass(frozen=True)
@@ -120,14 +133,15 @@ class IndexOptions:
         return spec
 
     def differences(self, other: IndexOptions) -> str:
-        """The build fields on which ``other`` differs, e.g. ``nlist 2, asked for 3``."""
+        """The build fields on which ``other`` differs, by their options, e.g. ``--nlist 2,
+        asked for 3`` (:func:`field_difference`)."""
         mine, theirs = self.build_fields(), other.build_fields()
-        return "; ".join(f"{k.replace('_', ' ')} {mine[k]}, asked for {theirs[k]}"
+        return "; ".join(field_difference(k, mine[k], theirs[k])
                          for k in BUILD_FIELDS if mine[k] != theirs[k])
 
     def asked_otherwise(self, saved: IndexOptions, n: int, dim: int) -> str:
         """The build fields set here away from their defaults (the user asked for them)
-        on which the ``saved`` index differs, e.g. ``nlist 2, asked for 4``; empty when
+        on which the ``saved`` index differs, e.g. ``--nlist 2, asked for 4``; empty when
         the saved index is what was asked (its other fields are free to differ)."""
         default = IndexOptions()
         asked = self.resolved(n, dim)
@@ -135,8 +149,7 @@ class IndexOptions:
         for name in ("nlist", "pq_m", "hnsw_m", "ef_construction", "float16"):
             if getattr(self, name) != getattr(default, name) \
                     and getattr(saved, name) != getattr(asked, name):
-                out.append(f"{name.replace('_', ' ')} {getattr(saved, name)}, asked for "
-                           f"{getattr(asked, name)}")
+                out.append(field_difference(name, getattr(saved, name), getattr(asked, name)))
         return "; ".join(out)
 
     def describe(self) -> str:

@@ -150,7 +150,7 @@ def test_a_saved_index_built_otherwise_than_asked_is_not_used(store, tmp_path: P
     r = mine(store.root, "--hard", "--index", "ivf", "--nlist", "4", "-o", tmp_path / "p.csv")
     assert r.exit_code == 0, r.output
     assert "ivf(nlist=4" in r.output and "loaded from" not in r.output
-    assert "the saved index has nlist 2, asked for 4" in r.output
+    assert "the saved index has --nlist 2, asked for 4" in r.output
     r = mine(store.root, "--hard", "--index", "ivf", "-o", tmp_path / "q.csv")
     assert "ivf(nlist=2" in r.output and "loaded from" in r.output  # nothing asked otherwise
 

@@ -130,7 +130,7 @@ def test_options_the_kind_does_not_use_are_not_recorded(indexed):
     assert r.exit_code == 2 and "--nlist applies to --index ivf or ivfpq" in r.output
     index_to_files(indexed.root, IndexOptions(kind="ivf", nlist=2), force=True)
     r = runner.invoke(app, ["index", str(indexed.root), "--index", "ivf", "--nlist", "3"])
-    assert r.exit_code == 1 and "nlist 2, asked for 3" in r.output, r.output
+    assert r.exit_code == 1 and "(--nlist 2, asked for 3" in r.output, r.output
     # more cells than rows: cut, and said
     r = runner.invoke(app, ["index", str(indexed.root), "--index", "ivf", "--nlist", "500",
                             "--force"])
@@ -166,3 +166,20 @@ def test_a_cut_nprobe_is_said_as_a_cut_nlist_is(tmp_path: Path) -> None:
                             "--nprobe", "16"])
     assert r.exit_code == 0, r.output
     assert "ivf(nlist=4, nprobe=4)" in r.output and "--nprobe 16 cut to the 4 cells" in r.output
+
+
+def test_a_refused_rebuild_names_the_options(indexed) -> None:
+    """Found by a bug hunt (hunt-s 9): "exists with other options (float16 False, asked for
+    True)", "(hnsw m 32, asked for 8)": dataclass fields, not the options typed."""
+    from pairkit.index.command import index_to_files
+
+    index_to_files(indexed.root, IndexOptions(kind="hnsw"), force=True)
+    for extra, what in ((["--dtype", "float16"], "--dtype float32, asked for float16"),
+                        (["--hnsw-m", "8"], "--hnsw-m 32, asked for 8"),
+                        (["--ef-search", "20"], "--ef-search 128, asked for 20")):
+        r = runner.invoke(app, ["index", str(indexed.root), "--index", "hnsw", *extra])
+        assert r.exit_code == 1, r.output
+        assert f"exists with other options ({what}); pass --force" in r.output, r.output
+    saved = IndexOptions(kind="hnsw", hnsw_m=32)
+    assert IndexOptions(kind="hnsw", hnsw_m=8, float16=True).asked_otherwise(saved, 120, 8) \
+        == "--hnsw-m 32, asked for 8; --dtype float32, asked for float16"
