@@ -10,7 +10,7 @@ from typing import Any
 # the same kind of value in every command); a text option not listed is <text>.
 TEXT_LABELS = {
     "output": "path", "store": "path", "pairs": "path", "against": "path", "items": "path",
-    "knn_graph": "path", "labels": "folder|path",
+    "knn_graph": "path", "labels": "folder|path", "stats_path": "path",
     "model": "name", "encoder": "name", "pretrained": "tag",
     "image_column": "column", "label_column": "column",
     "relation": "instance|label|pairs:FILE",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 import typer
@@ -89,7 +88,7 @@ def mine(
         None, "--positive-neighbours", help="Mutual-test depth.", show_default="10"),
     positive_whitening: float | None = typer.Option(None, "--positive-whitening", help="Power of "
         "the partial PCA whitening of the mutual test (0: plain cosine).", show_default="0.25"),
-    stats_path: Path | None = typer.Option(None, "--stats",
+    stats_path: str | None = typer.Option(None, "--stats",
                                            help="Write the summary as JSON (- = stdout)."),
     ray: str | None = o.ray_option(),
     force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),

@@ -421,6 +421,19 @@ def write_jsonl_stream(df: pd.DataFrame, stream: Any) -> None:
         stream.write(line + "\n")
 
 
+def check_table_name(path: str | Path) -> None:
+    """UsageError for an existing local folder named like a table file (``out.csv``, given
+    without a trailing ``/``): a table folder holds parquet parts, which the name denies (a
+    folder named ``.parquet`` is a parquet dataset, Spark's habit)."""
+    text = str(path)
+    suffix = Path(text).suffix.lower()
+    if text == "-" or is_url(path) or text.endswith(("/", os.sep)) or suffix == ".parquet" \
+            or suffix not in TABLE_SUFFIXES or not Path(text).is_dir():
+        return
+    raise UsageError(f"-o {text} is a folder, but a {suffix} table is one file: remove the "
+                     "folder, or end the name with / for parquet parts in it")
+
+
 def check_table_output(path: str | Path, force: bool) -> Path:
     """:func:`~pairkit.core.atomic.check_output` for a table path, a dataset folder too:
     an existing folder is replaced only with ``force`` and only when it holds nothing but
@@ -429,6 +442,7 @@ def check_table_output(path: str | Path, force: bool) -> Path:
         from pairkit.core.remote_tables import check_remote_output
 
         return check_remote_output(str(path), force)  # type: ignore[return-value]
+    check_table_name(path)
     if not is_dataset(path):
         return check_output(path, force)
     p = Path(str(path).rstrip("/" + os.sep) or str(path))

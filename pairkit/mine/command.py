@@ -6,6 +6,7 @@ file out)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -43,7 +44,7 @@ def mine_to_files(
     store: Path, output: str, cfg: MineConfig, *, relation: str | None = None,
     fmt: str = "triplet", index: IndexOptions | None = None,
     fn_config: FalseNegativeConfig | None = None, positives: PositiveConfig | None = None,
-    stats_path: Path | None = None, force: bool = False,
+    stats_path: str | Path | None = None, force: bool = False,
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
@@ -76,6 +77,9 @@ def mine_to_files(
     index = IndexOptions() if index is None else index
     index.check_knobs()
     stats_out = None if stats_path is None else str(stats_path)  # "-": stdout
+    if stats_out is not None and stats_out.endswith(("/", os.sep)):
+        raise UsageError(f"--stats {stats_out} ends in /, but the stats are one JSON file "
+                         "(stats.json)")
     if stats_out is not None and (stats_out == output == "-"
                                   or same_file(stats_out, output)):
         raise UsageError("--stats and -o must be different files")

@@ -422,3 +422,27 @@ def test_a_store_without_random_pairs_of_two_sources_mines_and_says_so(tmp_path)
         assert out.exists()
         assert (r.output == "") if quiet else ("no random pair of two sources to sample"
                                                in r.output), r.output
+
+
+def test_outputs_whose_kind_the_name_contradicts_are_refused(store, tmp_path: Path) -> None:
+    """Found by a bug hunt (hunt-s 10): an existing empty folder out.csv got parquet parts
+    written into it (rc 0, no word), and --stats statsdir/ wrote a file named statsdir."""
+    folder = tmp_path / "out.csv"
+    folder.mkdir()
+    for command in (["mine", str(store.root), "--hard"], ["issues", str(store.root)],
+                    ["dedup", str(store.root)]):
+        r = runner.invoke(app, [*command, "-o", str(folder)])
+        assert r.exit_code == 2, (command, r.output)
+        assert r.stderr.strip() == (
+            f"error: -o {folder} is a folder, but a .csv table is one file: remove the "
+            "folder, or end the name with / for parquet parts in it"), (command, r.stderr)
+    assert list(folder.iterdir()) == []
+    r = mine(store.root, "--hard", "-o", tmp_path / "m.csv", "--stats", f"{tmp_path}/sd/")
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip() == (f"error: --stats {tmp_path}/sd/ ends in /, but the stats "
+                                "are one JSON file (stats.json)"), r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+    # a folder named .parquet is a parquet dataset (Spark's habit), and DIR/ says so
+    r = mine(store.root, "--hard", "-o", f"{folder}/", "-q")
+    assert r.exit_code == 0, r.output
+    assert [p.name for p in folder.iterdir()] == ["part-00000.parquet"]
