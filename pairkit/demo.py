@@ -18,6 +18,7 @@ from pairkit.errors import PairkitError
 
 EDITS = ("reencode", "resize", "brightness")
 MARKER = ".pairkit-demo"  # written into DIR: --force may replace a folder that has it
+DEMO_EPOCHS = 10  # demo --epochs' default (cli/demo.py): the head's training epochs
 
 
 @dataclass
@@ -166,12 +167,25 @@ def write_planted(path: Path, planted: list[tuple[str, str, str]]) -> None:
             fh.write(",".join(row) + "\n")
 
 
+def check_demo_options(images_only: bool, epochs: int) -> None:
+    """UsageError for an option the run never reads: ``--epochs`` away from
+    :data:`DEMO_EPOCHS` with ``--images-only`` (no head is trained)."""
+    from pairkit.errors import UsageError
+
+    if images_only and epochs != DEMO_EPOCHS:
+        raise UsageError("--epochs applies to the whole demo, not --images-only (no head is "
+                         "trained)")
+
+
 def prepare_demo_dir(directory: Path, force: bool) -> None:
     """Make ``directory`` ready for a demo run: new or empty is fine; with ``force``, a
     folder an earlier demo wrote (it holds the marker file) is removed first. Any other
     non-empty folder is refused."""
     import shutil
 
+    from pairkit.core.paths import check_folder_output
+
+    check_folder_output(directory, "demo", "its files go in a folder")
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise PairkitError(f"{directory} is a file; choose a new folder")

@@ -89,3 +89,14 @@ def test_demo_says_when_limit_is_above_the_digits(tmp_path):
     r = runner.invoke(app, ["demo", str(tmp_path / "d"), "--images-only", "--limit", "100000"])
     assert r.exit_code == 0, r.output
     assert "--limit 100000 is more than the 1797 digits there are: all 1797 used" in r.stderr
+
+
+def test_the_epochs_default_is_one_number():
+    """``check_demo_options`` refuses --epochs away from DEMO_EPOCHS with --images-only:
+    the command's default must be that number."""
+    from typer.main import get_command
+
+    from pairkit.demo import DEMO_EPOCHS
+
+    params = {p.name: p for p in get_command(app).commands["demo"].params}
+    assert params["epochs"].default == DEMO_EPOCHS

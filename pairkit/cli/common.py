@@ -123,19 +123,19 @@ def one_line(exc: Any) -> str:
     cx = click_exceptions()
     # a MissingParameter's text is its format_message(); its .message is empty
     plain = not isinstance(exc, cx.BadParameter) or isinstance(exc, cx.MissingParameter)
-    message = exc.format_message() if plain else exc.message
+    message = str(exc.format_message() if plain else exc.message)
     if not plain:
         hint = exc.param_hint or (max(exc.param.opts, key=len) if exc.param is not None
                                   and getattr(exc.param, "opts", None) else None)
         if isinstance(hint, (list, tuple)):
             hint = hint[0]
-        text = str(message).removeprefix("Value error, ").rstrip(".")
+        text = message.removeprefix("Value error, ").removesuffix(".")
         name = str(hint).strip(chr(39)) if hint else ""
         # a message that names its option already (check_device's "--device must be ...")
         # is not prefixed with it again
         named = name and (text.startswith(f"{name} ") or text.startswith(f"{name}:"))
         message = f"{name}: {text}" if name and not named else text
-    message = str(message).rstrip(".")
+    message = message if message.endswith("..") else message.removesuffix(".")  # keep "..."
     return message[:1].lower() + message[1:] if message[:2] != message[:2].upper() \
         else message
 

@@ -55,6 +55,7 @@ def demo(
     """
     from pairkit.demo import (
         NO_LABEL_RULES,
+        check_demo_options,
         demo_steps,
         gain_verdict,
         make_demo_images,
@@ -64,6 +65,7 @@ def demo(
     )
 
     with user_errors():
+        check_demo_options(images_only, epochs)
         prepare_demo_dir(directory, force)
         t0 = time.perf_counter()
         test_root = None if images_only else directory / "test-images"

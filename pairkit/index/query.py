@@ -73,6 +73,9 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
         raise UsageError(f"-k must be >= 1, got {req.k}")
     if not (req.images or req.ids or req.texts):
         raise UsageError("give at least one query: image files, item ids or --text TEXT")
+    if req.checkpoint is not None and not (req.images or req.texts):
+        raise UsageError("--checkpoint applies to image and text queries (the store's "
+                         "encoder), not to item ids")
     n = store.count
     if n == 0:
         raise PairkitError(f"store {store.root} is empty: nothing to search")

@@ -121,6 +121,17 @@ def cases(store: str, out: str) -> list[tuple[list[str], str]]:
         (["embed", store, "-o", out + "/e", "--model", "pixels", "--pretrained",
           "laion2b_s34b_b79k"], "--pretrained does not apply to --model pixels (it has no "
                                 "weights)"),
+        # found by a bug hunt (hunt-s 11): the "..." eaten, a folder named "-", options
+        # accepted and ignored
+        (["info", store, "--threads", "2"],
+         "--threads is an option of pairkit itself: pairkit --threads N COMMAND ..."),
+        (["demo", "-", "--images-only", "--limit", "100"],
+         "demo -: its files go in a folder; - (stdout) is for tables: name a folder"),
+        (["demo", out + "/d", "--images-only", "--epochs", "3"],
+         "--epochs applies to the whole demo, not --images-only (no head is trained)"),
+        (["search", store, "1", "--checkpoint", out + "/w.pt"],
+         "--checkpoint applies to image and text queries (the store's encoder), not to item "
+         "ids"),
     ]
 
 
