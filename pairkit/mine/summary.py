@@ -46,8 +46,10 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
         how = ("read off the kNN graph's spectrum" if clusters.get("auto") else
                f"given {', '.join(map(str, clusters['given']))}, at most the store's "
                "rows" if clusters.get("given") else "given")
-        line = (f"cluster rule: {', '.join(str(k) for k in clusters['k'])} clusters "
-                f"({how}), {clusters.get('runs', '?')} k-means runs")
+        ks, runs = clusters["k"], clusters.get("runs", "?")
+        line = (f"cluster rule: {', '.join(str(k) for k in ks)} "
+                f"{'cluster' if list(ks) == [1] else 'clusters'} ({how}), {runs} k-means "
+                f"{'run' if runs == 1 else 'runs'}")
         if clusters.get("off"):
             line += f"; off: {clusters['off']}"
         else:

@@ -165,7 +165,7 @@ def test_outlier_reason_reads_above_its_threshold() -> None:
     """Found by a bug hunt (2026-12-06): z was printed to one decimal, so a flag at
     z = 3.52 read "robust z 3.5 > 3.5". Scores 0.1 ... 0.8 and x: median 0.5, MAD 0.2,
     z(x) = (x - 0.5) / (1.4826 * 0.2), here 3.52."""
-    from pairkit.eval.issues.outlier import shown, shown_above
+    from pairkit.core.shown import shown, shown_above
 
     x = 0.5 + 3.52 * 1.4826 * 0.2
     dist = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, x])

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pairkit.core.shown import shown, shown_above
+
 if TYPE_CHECKING:
     from pairkit.eval.data_issues import IssuesConfig, KnnGraph
     from pairkit.eval.issues import Detection
@@ -60,18 +62,3 @@ def detect(graph: KnnGraph, labels: np.ndarray | None, config: IssuesConfig) -> 
                      if finite[i] else "no neighbours")
     return Detection(score, flag, reason, np.full(len(score), -1, dtype=np.int64))
 
-
-def shown(value: float) -> str:
-    """``value`` in ``%g`` when that is exact, else in full (the threshold as given)."""
-    text = f"{value:g}"
-    return text if float(text) == value else repr(float(value))
-
-
-def shown_above(z: float, threshold: float) -> str:
-    """``z`` (> ``threshold``) with one decimal, or as many more as it takes to read
-    above the threshold (3.52 > 3.5, never 3.5 > 3.5)."""
-    for places in range(1, 16):
-        text = f"{z:.{places}f}"
-        if float(text) > threshold:
-            return text
-    return repr(float(z))
