@@ -44,9 +44,47 @@ def test_vote_and_label_error_by_hand() -> None:
     t1 = np.mean([0.2 / 1.1, 0.5 / 1.3, 1.0])
     assert probs[1, 1] < t1
     # row 0: class 1 reaches t_1 (1.0 >= t1) and beats label 0 (0 >= t_0 = 0, p=0): flagged
-    assert det.flag.tolist() == [True, True, False, False]
-    assert det.suggested[0] == 1 and det.suggested[1] == 0
+    # row 1: p(0 | 1) = 0.82, but t_0 = 0 (class 0's one source has no neighbour of its
+    # class): no evidence, class 0 is never suggested; p(1 | 1) = 0.18 < t_1: not flagged
+    assert det.flag.tolist() == [True, False, False, False]
+    assert det.suggested.tolist() == [1, -1, -1, -1]
     assert "another label" in det.reason[0]
+
+
+def rare_class_store() -> tuple[np.ndarray, np.ndarray]:
+    """hunt-q item 3: three classes of 20 around e0, e1, e2 (x3) and one source "d"
+    between a and b, the only one of its class."""
+    rng = np.random.default_rng(6)
+    c = np.eye(16)[:3] * 3
+    x = np.concatenate([c[i] + 0.5 * rng.normal(size=(20, 16)) for i in range(3)]
+                       + [(c[0] + c[1]) / 2 + 0.5 * rng.normal(size=(1, 16))])
+    labels = np.array(["a"] * 20 + ["b"] * 20 + ["c"] * 20 + ["d"], dtype=object)
+    return l2_normalize(x.astype(np.float32)), labels
+
+
+def test_a_class_of_one_is_no_suggested_label() -> None:
+    """Found by a bug hunt (hunt-q 3): the lone "d" can never vote for itself, so t_d = 0
+    and any vote for d "reached" it: sources voted 0.90 for their own label and 0.10 for
+    d were flagged with d suggested. A class at t_c = 0 is no evidence."""
+    x, labels = rare_class_store()
+    found, graph, names = find_issues(x, labels, checks=("label-error",), k=10)
+    det = found["label-error"]
+    codes = {name: i for i, name in enumerate(names)}
+    y = np.array([codes[v] for v in labels])
+    probs = label_error.vote(graph, y, 4)
+    # by hand: no neighbour of "d" (row 60) is a "d" -> t_d = p(d | 60) = 0
+    assert (labels[graph.ids[60]] != "d").all() and probs[60, codes["d"]] == 0
+    # the sources the old rule flagged: a for 0.90-0.91, "d" for 0.09-0.10, both under
+    # t_a and above t_d = 0
+    t_a = probs[y == codes["a"], codes["a"]].mean()
+    for i in (1, 5, 6):
+        assert labels[i] == "a" and 0.89 < probs[i, codes["a"]] < t_a
+        assert 0.08 < probs[i, codes["d"]] < 0.11
+        assert probs[i, codes["b"]] == probs[i, codes["c"]] == 0
+    # now: no class other than the given one has evidence for them, nobody is flagged and
+    # d is never suggested
+    assert not det.flag.any()
+    assert codes["d"] not in det.suggested.tolist()
 
 
 def test_a_row_without_votes_is_not_a_label_error() -> None:
@@ -122,7 +160,7 @@ def test_planted_label_errors_are_found() -> None:
     t = [np.mean([probs[i][c] for i in range(200) if y[i] == c]) for c in range(4)]
     ref = []
     for i in range(200):
-        above = [c for c in range(4) if probs[i][c] >= t[c]]
+        above = [c for c in range(4) if probs[i][c] >= t[c] and t[c] > 0]
         ref.append(bool(above) and max(above, key=lambda c: probs[i][c]) != y[i])
     assert flag.tolist() == ref
 
