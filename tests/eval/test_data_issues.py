@@ -15,7 +15,7 @@ from pairkit.cli.main import app
 from pairkit.core.store import l2_normalize
 from pairkit.core.store_writer import write_store
 from pairkit.errors import UsageError
-from pairkit.eval.data_issues import KnnGraph, find_issues, knn_graph, to_csr
+from pairkit.eval.data_issues import IssuesConfig, KnnGraph, find_issues, knn_graph, to_csr
 from pairkit.eval.issues import label_error, outlier
 from pairkit.eval.issues.outlier import robust_z
 
@@ -104,16 +104,54 @@ def test_outlier_scores_by_hand() -> None:
     sims = np.array([[0.9, 0.8]] * 9 + [[0.1, 0.0]], np.float32)
     ids = np.array([[(i + 1) % 10, (i + 2) % 10] for i in range(10)])
 
-    class Cfg:
-        outlier_z = 3.5
-
-    det = outlier.detect(KnnGraph(ids, sims), None, Cfg)
+    det = outlier.detect(KnnGraph(ids, sims), None, IssuesConfig(outlier_z=3.5))
     assert det.score[:9] == pytest.approx([0.15] * 9)
     assert det.score[9] == pytest.approx(0.95)
     assert det.flag.tolist() == [False] * 9 + [True]
     x = np.array([1.0, 2.0, 3.0, 4.0, 100.0])
     assert robust_z(x)[2] == 0.0
     assert robust_z(x)[4] == pytest.approx((100 - 3) / (1.4826 * 1.0))
+    # a floor under the scale's 1.4826 (a store's rounding) changes nothing above it
+    np.testing.assert_array_equal(robust_z(x, floor=0.002), robust_z(x))
+
+
+def test_outlier_scale_has_the_store_dtypes_floor() -> None:
+    """Found by a bug hunt (hunt-q 5): 29 of 40 scores 0 and 11 at 5.5e-5 (float16
+    rounding): MAD 0, mean absolute deviation 11 * 5.5e-5 / 40 = 1.5125e-5, scale
+    1.2533 * 1.5125e-5 = 1.896e-5, z = 5.5e-5 / 1.896e-5 = 2.90; with the float16 floor
+    0.002 on the scale, z = 5.5e-5 / 0.002 = 0.0275."""
+    score = np.array([0.0] * 29 + [5.5e-5] * 11)
+    assert robust_z(score)[-1] == pytest.approx(5.5e-5 / (1.253314 * 11 * 5.5e-5 / 40))
+    assert robust_z(score, floor=0.002)[-1] == pytest.approx(0.0275)
+    assert robust_z(score, floor=0.002)[0] == 0.0
+
+
+def same_rows(n: int = 40) -> np.ndarray:
+    """hunt-q item 5: 40 rows within 1e-3 of (1, ..., 1): float16 rounds 29 of them to one
+    vector, the rest differ from it by rounding only."""
+    rng = np.random.default_rng(16)
+    return (np.ones((n, 16)) + 1e-3 * rng.normal(size=(n, 16))).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_rounding_noise_is_no_outlier(tmp_path: Path, dtype: str) -> None:
+    """The float16 store flagged 3 sources at "mean distance 0.000 ... robust z 6.8"; the
+    same rows stored as float32 flagged none. Now neither does."""
+    import pandas as pd
+
+    from pairkit.eval.issues_command import issues_table
+
+    items = pd.DataFrame({"path": [f"i{i}.png" for i in range(40)]})
+    write_store(tmp_path / "s", l2_normalize(same_rows()), items, dtype=dtype)
+    table, summary, _, _ = issues_table(tmp_path / "s", IssuesConfig())
+    assert summary["outlier"] == 0 and table.empty
+    # an outlier among them is still one
+    x = same_rows(41)
+    x[40] = -x[40]
+    write_store(tmp_path / "t", l2_normalize(x), pd.DataFrame(
+        {"path": [f"i{i}.png" for i in range(41)]}), dtype=dtype)
+    table, summary, _, _ = issues_table(tmp_path / "t", IssuesConfig())
+    assert summary["outlier"] == 1 and table["id"].tolist() == [40]
 
 
 def test_csr_graph_equals_sklearn() -> None:
@@ -209,14 +247,11 @@ def test_outlier_reason_reads_above_its_threshold() -> None:
     dist = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, x])
     graph = KnnGraph(np.roll(np.arange(9), -1)[:, None], (1.0 - dist)[:, None])
 
-    class Cfg:
-        outlier_z = 3.5
-
-    det = outlier.detect(graph, None, Cfg)
+    det = outlier.detect(graph, None, IssuesConfig(outlier_z=3.5))
     assert det.flag.tolist() == [False] * 8 + [True]
     assert det.reason[8] == f"mean distance {x:.3f} to its 1 nearest sources, robust z 3.52 > 3.5"
-    Cfg.outlier_z = 1.0
-    assert outlier.detect(graph, None, Cfg).reason[8].endswith("robust z 3.5 > 1")
+    reason = outlier.detect(graph, None, IssuesConfig(outlier_z=1.0)).reason[8]
+    assert reason.endswith("robust z 3.5 > 1")
     assert shown_above(3.5000001, 3.5) == "3.5000001"
     assert shown_above(4.04, 3.5) == "4.0"
     assert shown(3.5) == "3.5" and shown(1 / 3) == repr(1 / 3)
