@@ -189,7 +189,7 @@ def mine_store(
     from pairkit.mine.config import validate_config
     from pairkit.mine.hard_negatives import mine_negatives
     from pairkit.mine.parts_run import relation_stats
-    from pairkit.mine.stats import same_label_share, summary_stats
+    from pairkit.mine.stats import same_label_record, summary_stats
 
     t0 = time.perf_counter()
     if fmt not in FORMATS:
@@ -272,7 +272,7 @@ def mine_store(
         stats["fn_estimate"] = estimate_quality(ctx, fn_config, seed=config.seed)
     labels = store.labels()
     if labels is not None:
-        stats["negatives_same_label"] = same_label_share(result.pairs, labels)
+        stats.update(same_label_record(result.pairs, labels))
     stats.update(relation_stats(rel))
     return table, stats
 

@@ -201,10 +201,10 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
     if codes is not None and len(mined):
         from pairkit.mine.stats import label_share, pair_label_counts
 
-        share = label_share(*pair_label_counts(codes[np.asarray(anchors)[mined.rows]],
-                                               codes[mined.ids]))
-        if share is not None:
-            stats["same_label"] = share
+        same, both = pair_label_counts(codes[np.asarray(anchors)[mined.rows]],
+                                       codes[mined.ids])
+        if both:  # the share is over the rows with both labels known
+            stats["same_label"], stats["labelled"] = label_share(same, both), both
     return mined, stats
 
 

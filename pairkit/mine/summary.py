@@ -74,7 +74,9 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
                if est.get("random_pair_same_label") is not None else ""))
     if stats.get("negatives_same_label") is not None:
         lines.append(f"negatives sharing their anchor's label: "
-                     f"{stats['negatives_same_label']:.1%}")
+                     f"{stats['negatives_same_label']:.1%}"
+                     + over_labelled(stats.get("negatives_labelled"), stats.get("negatives"),
+                                     " negatives"))
     mp = stats.get("mined_positives")
     if mp:
         reasons = ", ".join(f"{k} {v:,}" for k, v in mp["reasons"].items()) or "none"
@@ -82,6 +84,7 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
                      f"{mp['anchors_with_any']:,} anchors, {mp['per_anchor']:.2f} per anchor "
                      "of the run"
                      + (f"; sharing their anchor's label: {mp['same_label']:.1%}"
+                        + over_labelled(mp.get("labelled"), mp["rows"], "")
                         if mp.get("same_label") is not None else "")
                      + (f"; {mp['dropped_other_label']:,} of another label dropped (the "
                         "label rule)" if mp.get("dropped_other_label") else ""))
@@ -89,6 +92,14 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
         lines.append(f"{stats['anchors_retried']:,} anchors searched again with a larger k "
                      f"(up to {stats['k_max']:,})")
     return lines
+
+
+def over_labelled(labelled: int | None, total: int | None, what: str) -> str:
+    """`` of the 98 negatives with both labels known`` after a same-label share over
+    ``labelled`` of ``total`` pairs; nothing when that is all of them (or not known)."""
+    if labelled is None or total is None or labelled >= total:
+        return ""
+    return f" of the {labelled:,}{what} with both labels known"
 
 
 def unknown_pairs_warning(stats: dict[str, Any]) -> str | None:

@@ -258,3 +258,48 @@ def test_near_duplicate_mates_do_not_depend_on_the_search(tmp_path: Path) -> Non
         counts[len(mode)] = mined.groupby("anchor_id").size()
     assert len(counts[1]) == len(counts[0]) == 90
     assert (counts[1] == 10).all() and (counts[0] == 10).all()
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])  # in memory, and streamed in blocks
+def test_label_shares_say_what_they_are_over_on_a_partly_labelled_store(
+        store, tmp_path: Path, suffix: str) -> None:
+    """Found by a bug hunt (hunt-q 7): on a store with labels on some rows the "sharing
+    their anchor's label" shares count the pairs with both labels known only, and said
+    nothing of it. Counted by hand from the table here."""
+    from pairkit.core.store_writer import write_store
+
+    items = store.items.copy()
+    items.loc[items.index % 4 >= 1, "label"] = None
+    part = write_store(tmp_path / "part", store.vectors(np.float32), items)
+    out, stats = tmp_path / f"p.{suffix}", tmp_path / "s.json"
+    r = runner.invoke(app, ["mine", str(part.root), "--hard", "-k", "4", *LABEL_FREE,
+                            "-o", str(out), "--stats", str(stats)])
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(out) if suffix == "csv" else pd.read_parquet(out)
+    lab = pd.factorize(items["label"])[0]  # -1: no label
+    negs = df[df["negative_id"] >= 0]
+    a, n = lab[negs["anchor_id"]], lab[negs["negative_id"]]
+    both = (a >= 0) & (n >= 0)
+    same = int(((a == n) & both).sum())
+    assert 0 < both.sum() < len(negs)
+    s = json.loads(stats.read_text())
+    assert s["negatives_labelled"] == both.sum() and s["negatives"] == len(negs)
+    assert s["negatives_same_label"] == round(same / both.sum(), 4)
+    assert (f"negatives sharing their anchor's label: {same / both.sum():.1%} of the "
+            f"{both.sum():,} negatives with both labels known") in r.output
+    mined = df[df["positive_kind"] == "mined"]
+    a, p = lab[mined["anchor_id"]], lab[mined["positive_id"]]
+    both = (a >= 0) & (p >= 0)
+    same = int(((a == p) & both).sum())
+    assert 0 < both.sum() < len(mined)
+    assert s["mined_positives"]["labelled"] == both.sum()
+    assert (f"sharing their anchor's label: {same / both.sum():.1%} of the {both.sum():,} "
+            "with both labels known") in r.output
+    # every row labelled: the text as before
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "-k", "4", *LABEL_FREE,
+                            "-o", str(tmp_path / f"q.{suffix}")])
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if x.startswith("negatives sharing"))
+    assert line.endswith("%")
+    line = next(x for x in r.output.splitlines() if x.startswith("mined positives"))
+    assert "sharing their anchor's label: " in line and "labels known" not in line
