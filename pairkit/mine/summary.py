@@ -61,6 +61,14 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
                 if clusters.get(key):
                     line += f"; {clusters[key]}"
         lines.append(line)
+    mutual = stats.get("mutual") or {}
+    if mutual.get("off") or mutual.get("neighbours"):
+        cut = mutual.get("neighbours")
+        parts = [f"--positive-neighbours {cut['asked']} cut to {cut['used']} (the store "
+                 f"has {cut['used'] + 1:,} sources)"] if cut else []
+        if mutual.get("off"):
+            parts.append(f"off: {mutual['off']}")
+        lines.append("mutual-neighbour rule: " + "; ".join(parts))
     est = stats.get("fn_estimate") or {}
     if est.get("hidden_positive_recall") is not None:
         rate = est.get("random_pair_flag_rate")  # None: the sample drew no pair of two sources
