@@ -25,11 +25,11 @@ class _TrainBar(ProgressBar):
     def epoch_done(self, record: dict[str, Any]) -> None:
         if self.quiet:
             return
-        from pairkit.train.plot import eval_loss_name
+        from pairkit.train.plot import eval_loss_name, gap_text
 
         self.print(f"epoch {record['epoch']}: loss {record['loss']:.4f} (mean over the "
                    f"epoch), {eval_loss_name(record['metrics_on'])} {record['eval_loss']:.4f}, "
-                   f"gap {record['gap']:.3f}, alignment {record['alignment']:.3f}, "
+                   f"gap {gap_text(record['gap'])}, alignment {record['alignment']:.3f}, "
                    f"uniformity {record['uniformity']:.3f}, "
                    f"{record['pairs_per_s']:,.0f} pairs/s")
 

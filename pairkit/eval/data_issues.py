@@ -49,6 +49,9 @@ class IssuesConfig:
     outlier_z: float = 3.5
     all_rows: bool = False
     knn_graph: str | None = None  # write the graph here (.npz)
+    # the cosine difference the vectors' dtype resolves (SELF_SIMILARITY_SLACK: 0.002 on
+    # float16): the outlier scale's floor; find_issues sets it from the vectors' dtype
+    resolution: float = 0.0
 
 
 def knn_graph(vectors: np.ndarray, k: int, backend: Any = None) -> KnnGraph:
@@ -80,15 +83,18 @@ def to_csr(graph: KnnGraph) -> Any:
 
 def find_issues(vectors: np.ndarray, labels: np.ndarray | None, *,
                 checks: Sequence[str] = DEFAULT_CHECKS, k: int = DEFAULT_K,
-                outlier_z: float = 3.5, backend: Any = None
+                outlier_z: float = 3.5, backend: Any = None, stored_as: str | None = None
                 ) -> tuple[dict[str, Any], KnnGraph, np.ndarray | None]:
     """Run the detectors on one row per source.
 
     ``vectors`` (N, d) L2-normalised, ``labels`` (N,) label names (None/NaN missing) or
-    None. Returns ``({check: Detection}, graph, label names by code or None)``.
+    None; ``stored_as``: the dtype the vectors were stored in (None: their own), whose
+    rounding sets the outlier scale's floor. Returns ``({check: Detection}, graph, label
+    names by code or None)``.
     """
 
     from pairkit.eval.issues import MODULES
+    from pairkit.mine.thresholds import SELF_SIMILARITY_SLACK
 
     check_issue_options(checks, k, outlier_z, labels is not None)
     n = len(vectors)
@@ -100,7 +106,9 @@ def find_issues(vectors: np.ndarray, labels: np.ndarray | None, *,
         from pairkit.core.store import codes_of
 
         codes, names = codes_of(labels)
-    cfg = IssuesConfig(k=k, checks=tuple(checks), outlier_z=outlier_z)
+    dtype = str(np.dtype(vectors.dtype) if stored_as is None else stored_as)
+    cfg = IssuesConfig(k=k, checks=tuple(checks), outlier_z=outlier_z,
+                       resolution=SELF_SIMILARITY_SLACK.get(dtype, 2e-3))
     found = {c: MODULES[c].detect(graph, codes, cfg) for c in checks}
     return found, graph, names
 

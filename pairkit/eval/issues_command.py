@@ -85,7 +85,7 @@ def issues_table(store: str | Path, cfg: IssuesConfig
     vectors = st.vectors(np.float32)[rows]
     labels = None if labels_all is None else np.asarray(labels_all, dtype=object)[rows]
     found, graph, names = find_issues(vectors, labels, checks=checks, k=cfg.k,
-                                      outlier_z=cfg.outlier_z)
+                                      outlier_z=cfg.outlier_z, stored_as=st.dtype)
     paths = items["path"].to_numpy(dtype=object)[rows]
     parts = []
     for check, det in found.items():

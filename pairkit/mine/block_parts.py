@@ -28,6 +28,7 @@ from pairkit.mine.positives import MinedPositives
 from pairkit.mine.stats import (
     QUANTILES,
     RANK_BINS,
+    label_record,
     label_share,
     rank_record,
     run_record,
@@ -253,6 +254,10 @@ class SummaryCounts:
     def negatives_same_label(self) -> float | None:
         """:func:`pairkit.mine.stats.same_label_share` of the whole run."""
         return label_share(self.same, self.both)
+
+    def label_record(self) -> dict[str, Any]:
+        """:func:`pairkit.mine.stats.same_label_record` of the whole run."""
+        return label_record(self.same, self.both)
 
     def stats(self) -> dict[str, Any]:
         """The dict :func:`pairkit.mine.stats.summary_stats` gives for the whole run."""

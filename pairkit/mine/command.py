@@ -193,7 +193,7 @@ def mine_store(
     from pairkit.mine.config import validate_config
     from pairkit.mine.hard_negatives import mine_negatives
     from pairkit.mine.parts_run import relation_stats
-    from pairkit.mine.stats import same_label_share, summary_stats
+    from pairkit.mine.stats import same_label_record, summary_stats
 
     t0 = time.perf_counter()
     if fmt not in FORMATS:
@@ -276,7 +276,7 @@ def mine_store(
         stats["fn_estimate"] = estimate_quality(ctx, fn_config, seed=config.seed)
     labels = store.labels()
     if labels is not None:
-        stats["negatives_same_label"] = same_label_share(result.pairs, labels)
+        stats.update(same_label_record(result.pairs, labels))
     stats.update(relation_stats(rel))
     return table, stats
 
@@ -310,12 +310,15 @@ def run_stats(store: Any, relation: str, config: MineConfig, fmt: str, index_tex
 def rules_stats(config: MineConfig, fn_config: FalseNegativeConfig | None,
                 ctx: FnContext | None, skipped: SkippedRows | None) -> dict[str, Any]:
     """The keys of :func:`run_stats` that say what the false-negative rules did (the
-    rules, the clusters chosen, which rows the search skipped, the mode)."""
+    rules, the clusters chosen, the mutual-neighbour rule's guard, which rows the search
+    skipped, the mode)."""
     from pairkit.mine.stats import cluster_stats
 
     return {
         "false_negative_rules": list(fn_config.rules) if fn_config is not None else [],
         "clusters": cluster_stats(ctx, fn_config) if fn_config is not None else None,
+        # the mutual-neighbour rule's guard and its lists' depth when cut
+        "mutual": dict(ctx.mutual_info) if ctx is not None and ctx.mutual_info else None,
         "cluster_rows_not_searched": skipped is not None and skipped.what == "cluster",
         "label_rows_not_searched": skipped is not None and skipped.what == "label",
         "fn_mode": config.fn_mode if fn_config is not None else None,

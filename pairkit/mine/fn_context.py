@@ -68,6 +68,9 @@ class FnContext:
     # (pairkit.mine.whitening), shared by the mutual-neighbour rule and mined positives
     whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None
     mutual_source_keys: np.ndarray | None = None  # sorted src_a * n_sources + src_b
+    # the mutual-neighbour rule's guard (random_pair_share, off) and its lists' depth when
+    # cut to the sources less one (neighbours): pairkit.mine.rules.mutual.guard
+    mutual_info: dict[str, Any] = field(default_factory=dict)
     dtype: str = "float32"  # the stored rows' dtype (how far short of 1 identical rows are)
     # (N, dims) float16: every row's diffusion coordinates, unit length (the cluster
     # rule's threshold; pairkit.mine.spectral.all_coordinates: by code above its sample)

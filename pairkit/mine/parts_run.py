@@ -434,7 +434,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     stats.update(info.get("rules", {}))  # the keys run_stats has, as the rules set them
     stats.update(info.get("after", {}))  # mined positives, the label-free estimate
     if info["labelled"]:
-        stats["negatives_same_label"] = counts.negatives_same_label()
+        stats.update(counts.label_record())
     stats.update(info["relation_stats"])
     return stats
 

@@ -58,6 +58,15 @@ class PositiveConfig:
             raise UsageError(f"--positive-whitening must be in [0, 0.5], got {self.whitening}")
 
 
+def capped_neighbours(cfg: PositiveConfig, sources: np.ndarray) -> PositiveConfig:
+    """``cfg`` with ``neighbours`` at most the store's sources less one (deeper lists only
+    pad: a source's lists hold other sources' rows, and at that depth every source is
+    every other's neighbour; the mutual-neighbour rule's guard then turns it off)."""
+    n_sources = int(sources.max()) + 1 if len(sources) else 1
+    most = max(1, n_sources - 1)
+    return cfg if cfg.neighbours <= most else replace(cfg, neighbours=most)
+
+
 @dataclass(frozen=True)
 class MinedPositives:
     """Flat lists, ordered by anchor row, then strongest first: ``rows`` index into the

@@ -59,10 +59,12 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
                          "rules: near-duplicate,mutual-neighbour,cluster)")
     items = store.items
     sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
-    white = None
+    from pairkit.mine.positives import capped_neighbours
+
+    white, lists_cfg = None, rule_lists_config(positives)
+    used = capped_neighbours(lists_cfg, sources)
     if "mutual-neighbour" in fn_config.rules:  # searched here with mine's index options
-        white = positive_neighbour_lists(None, vectors, sources, rule_lists_config(positives),
-                                         index, where, split)
+        white = positive_neighbour_lists(None, vectors, sources, used, index, where, split)
     image_root = store.manifest.get("image_root")
     spectral = None
     if split is not None:  # the cluster rule's sample, its rows' cells found by the workers
@@ -77,6 +79,9 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
                             paths=items["path"].to_numpy(dtype=object) if image_root else None,
                             image_root=image_root, whitened_neighbours=white,
                             spectral=spectral, dtype=store.dtype)
+    if "mutual-neighbour" in fn_config.rules and used.neighbours < lists_cfg.neighbours:
+        ctx.mutual_info["neighbours"] = {"asked": lists_cfg.neighbours,
+                                         "used": used.neighbours}
     skipped = skippable_rows(ctx, fn_config, config)
     if skipped is not None and ctx.groups is None:
         # a near-duplicate of the anchor (or of its positive) shares its clusters, so
@@ -164,8 +169,10 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
     :func:`positive_neighbour_lists`), or by plain cosine with ``whitening`` 0."""
     from pairkit.core.unique import sorted_unique
     from pairkit.mine.fn_context import near_duplicate_threshold
-    from pairkit.mine.positives import mine_positives
+    from pairkit.mine.positives import REASONS, capped_neighbours, mine_positives
+    from pairkit.mine.rules import mutual
 
+    cfg = capped_neighbours(cfg, sources)
     if cfg.whitening > 0:
         nb_ids, nb_scores = positive_neighbour_lists(ctx, vectors, sources, cfg, index, backend,
                                                      split)
@@ -179,6 +186,9 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
                            groups=None if ctx is None else ctx.groups, vectors=vectors,
                            cluster_assign=None if ctx is None else ctx.cluster_assign,
                            near_duplicate_threshold=threshold, sources=sources)
+    if (ctx is not None and fn_config is not None and mutual.NAME in fn_config.rules
+            and mutual.is_off(ctx)):  # the rule's guard: no mutual neighbour is a positive
+        mined = mined.subset(mined.codes != REASONS.index(mutual.REASON))
     # equal labels, equal codes; -1: missing (no Python objects per mined pair)
     codes = store.label_codes()
     dropped = 0
@@ -201,10 +211,10 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
     if codes is not None and len(mined):
         from pairkit.mine.stats import label_share, pair_label_counts
 
-        share = label_share(*pair_label_counts(codes[np.asarray(anchors)[mined.rows]],
-                                               codes[mined.ids]))
-        if share is not None:
-            stats["same_label"] = share
+        same, both = pair_label_counts(codes[np.asarray(anchors)[mined.rows]],
+                                       codes[mined.ids])
+        if both:  # the share is over the rows with both labels known
+            stats["same_label"], stats["labelled"] = label_share(same, both), both
     return mined, stats
 
 

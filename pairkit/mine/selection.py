@@ -199,10 +199,9 @@ def select_negatives(
         return Selection(first_in_window(in_win, vrank - lo, K), ids, scores, code, flags,
                          reasons, vrank, short)
     u = hash_uniform(cfg.seed, anchors[:, None], np.maximum(ids, 0))
-    if cfg.sampling == "random":
-        key = u
-    else:  # Gumbel-top-k = sampling without replacement from softmax(score / T)
-        key = -(scores.astype(np.float64) / cfg.sampling_temperature - np.log(-np.log(u)))
+    # softmax: Gumbel-top-k = sampling without replacement from softmax(score / T)
+    key = (u if cfg.sampling == "random"
+           else softmax_keys(scores, u, cfg.sampling_temperature))
     key = np.where(in_win, key, np.inf)
     kk = min(K, key.shape[1])
     pick = np.argsort(key, axis=1, kind="stable")[:, :kk]
@@ -215,6 +214,19 @@ def select_negatives(
     neg_pos = np.full((len(anchors), K), -1, dtype=np.int64)
     neg_pos[:, :kk] = np.where(ok, pick, -1)
     return Selection(neg_pos, ids, scores, code, flags, reasons, vrank, short)
+
+
+def softmax_keys(scores: np.ndarray, u: np.ndarray, temperature: float) -> np.ndarray:
+    """Ascending sort keys of Gumbel-top-k sampling from softmax(score / T): the order of
+    -(s / T + G), G = -log(-log u), computed so that nothing overflows: as -(s + T G)
+    (the same order for T > 0) when T <= 1, where 1 / T could overflow (T ~ 1e-309 made
+    every key inf and dropped every candidate), and as written when T > 1, where T G
+    could. The limit T -> 0 is then ``top``: T G underflows and ties keep rank order."""
+    s = scores.astype(np.float64)
+    g = -np.log(-np.log(u))
+    if temperature <= 1.0:
+        return -(s + temperature * g)
+    return -(s / temperature + g)
 
 
 def first_in_window(in_win: np.ndarray, slot: np.ndarray, K: int) -> np.ndarray:

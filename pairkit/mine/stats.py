@@ -126,6 +126,21 @@ def same_label_share(pairs: MinedPairs, labels: np.ndarray) -> float | None:
     return label_share(*same_label_counts(pairs, codes_of(labels)[0]))
 
 
+def same_label_record(pairs: MinedPairs, labels: np.ndarray) -> dict[str, Any]:
+    """The stats' ``negatives_same_label`` (:func:`same_label_share`) and
+    ``negatives_labelled`` (the negatives it is over: both ends labelled)."""
+    from pairkit.core.store import codes_of
+
+    return label_record(*same_label_counts(pairs, codes_of(labels)[0]))
+
+
+def label_record(same: int, both: int) -> dict[str, Any]:
+    """``negatives_same_label`` (``same / both``, None without a labelled pair) and
+    ``negatives_labelled`` (``both``): the summary says what the share is over when
+    that is not every negative."""
+    return {"negatives_same_label": label_share(same, both), "negatives_labelled": both}
+
+
 def same_label_counts(pairs: Any, codes: np.ndarray) -> tuple[int, int]:
     """(negatives whose label code equals their anchor's, negatives where both are
     labelled; codes -1: no label)."""

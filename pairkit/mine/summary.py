@@ -46,8 +46,10 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
         how = ("read off the kNN graph's spectrum" if clusters.get("auto") else
                f"given {', '.join(map(str, clusters['given']))}, at most the store's "
                "rows" if clusters.get("given") else "given")
-        line = (f"cluster rule: {', '.join(str(k) for k in clusters['k'])} clusters "
-                f"({how}), {clusters.get('runs', '?')} k-means runs")
+        ks, runs = clusters["k"], clusters.get("runs", "?")
+        line = (f"cluster rule: {', '.join(str(k) for k in ks)} "
+                f"{'cluster' if list(ks) == [1] else 'clusters'} ({how}), {runs} k-means "
+                f"{'run' if runs == 1 else 'runs'}")
         if clusters.get("off"):
             line += f"; off: {clusters['off']}"
         else:
@@ -59,6 +61,14 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
                 if clusters.get(key):
                     line += f"; {clusters[key]}"
         lines.append(line)
+    mutual = stats.get("mutual") or {}
+    if mutual.get("off") or mutual.get("neighbours"):
+        cut = mutual.get("neighbours")
+        parts = [f"--positive-neighbours {cut['asked']} cut to {cut['used']} (the store "
+                 f"has {cut['used'] + 1:,} sources)"] if cut else []
+        if mutual.get("off"):
+            parts.append(f"off: {mutual['off']}")
+        lines.append("mutual-neighbour rule: " + "; ".join(parts))
     est = stats.get("fn_estimate") or {}
     if est.get("hidden_positive_recall") is not None:
         rate = est.get("random_pair_flag_rate")  # None: the sample drew no pair of two sources
@@ -72,7 +82,9 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
                if est.get("random_pair_same_label") is not None else ""))
     if stats.get("negatives_same_label") is not None:
         lines.append(f"negatives sharing their anchor's label: "
-                     f"{stats['negatives_same_label']:.1%}")
+                     f"{stats['negatives_same_label']:.1%}"
+                     + over_labelled(stats.get("negatives_labelled"), stats.get("negatives"),
+                                     " negatives"))
     mp = stats.get("mined_positives")
     if mp:
         reasons = ", ".join(f"{k} {v:,}" for k, v in mp["reasons"].items()) or "none"
@@ -80,6 +92,7 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
                      f"{mp['anchors_with_any']:,} anchors, {mp['per_anchor']:.2f} per anchor "
                      "of the run"
                      + (f"; sharing their anchor's label: {mp['same_label']:.1%}"
+                        + over_labelled(mp.get("labelled"), mp["rows"], "")
                         if mp.get("same_label") is not None else "")
                      + (f"; {mp['dropped_other_label']:,} of another label dropped (the "
                         "label rule)" if mp.get("dropped_other_label") else ""))
@@ -87,6 +100,14 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
         lines.append(f"{stats['anchors_retried']:,} anchors searched again with a larger k "
                      f"(up to {stats['k_max']:,})")
     return lines
+
+
+def over_labelled(labelled: int | None, total: int | None, what: str) -> str:
+    """`` of the 98 negatives with both labels known`` after a same-label share over
+    ``labelled`` of ``total`` pairs; nothing when that is all of them (or not known)."""
+    if labelled is None or total is None or labelled >= total:
+        return ""
+    return f" of the {labelled:,}{what} with both labels known"
 
 
 def unknown_pairs_warning(stats: dict[str, Any]) -> str | None:

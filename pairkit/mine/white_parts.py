@@ -154,8 +154,10 @@ def plan_white(spec: Any, workers: int, partitions: int
 
     t0 = time.perf_counter()
     rules = spec.rules
-    cfg = rule_lists_config(rules.positives)
+    from pairkit.mine.positives import capped_neighbours
+
     st = spec.rows_from.open(verify=True)
+    cfg = capped_neighbours(rule_lists_config(rules.positives), st.source_codes())
     # read as float32; where the workers read them: by byte ranges from object storage
     # (a partition's cells, each block of queries, its rows' cells), nothing held
     reads = lists_rows(spec.rows_from)

@@ -66,9 +66,10 @@ def summary_line(result: TrainResult, in_dim: int, loss: str, output: str | os.P
     """The command's last line: the head, its dims (and whitening), the loss, the epochs,
     where it ran, the pairs (and mined positives), the speed, the last gap, the folder
     (``nothing trained: ...`` for a complete run that ``--resume`` left as it was)."""
+    from pairkit.train.plot import gap_text
+
     last = result.records[-1]
-    gap = (f"{last['gap']:.3f}" if isinstance(last.get("gap"), (int, float))
-           else "n/a")  # NaN in the log is null
+    gap = gap_text(last.get("gap"))  # NaN in the log is null
     dims = f"{in_dim}->{result.module_dim}" + (
         f" (outputs whitened to {result.out_dim} dims)" if result.whitened else
         f" (outputs not whitened: {result.whitening_skipped})"

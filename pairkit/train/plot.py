@@ -1,7 +1,9 @@
-"""The per-epoch plot of a head folder (train_plot.png) and the name of its evaluation loss."""
+"""The per-epoch plot of a head folder (train_plot.png), the name of its evaluation loss and
+the gap as the epoch lines and the summary write it."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,14 @@ from pairkit.core.atomic import atomic_path
 def eval_loss_name(metrics_on: str) -> str:
     """What the per-epoch evaluation loss was measured on, for the epoch line and plot."""
     return "validation loss" if metrics_on == "val" else "train-pair loss after the epoch"
+
+
+def gap_text(gap: float | None) -> str:
+    """The score gap for the epoch line and the summary: ``0.123``, or ``n/a (no
+    negatives)`` where there was no negative to measure it by (NaN; null in the log)."""
+    if isinstance(gap, (int, float)) and math.isfinite(gap):
+        return f"{gap:.3f}"
+    return "n/a (no negatives)"
 
 
 def write_plot(path: Path, records: list[dict[str, Any]]) -> None:

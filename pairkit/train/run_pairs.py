@@ -33,6 +33,7 @@ from pairkit.train.positives import (
     split_mined_rows,
     swap_positives,
 )
+from pairkit.train.train_negatives import check_train_negatives
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -170,6 +171,8 @@ def run_pairs(store: Store, cfg: TrainConfig, table: pd.DataFrame | None,
         from pairkit.train.exclusions import excluded_keys
 
         excluded = excluded_keys(groups, mined, info.flagged_pairs)
+    check_train_negatives(probe if train_pairs is None else train_pairs, groups, excluded,
+                          mined, cfg, relation, table is not None)
     return RunPairs(groups=groups, val_mask=val_mask, train=train_pairs, val=val_pairs,
                     mined=mined, pairs_id=pairs_id, examples=n_examples, views=views,
                     excluded=excluded)

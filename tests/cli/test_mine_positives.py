@@ -258,3 +258,139 @@ def test_near_duplicate_mates_do_not_depend_on_the_search(tmp_path: Path) -> Non
         counts[len(mode)] = mined.groupby("anchor_id").size()
     assert len(counts[1]) == len(counts[0]) == 90
     assert (counts[1] == 10).all() and (counts[0] == 10).all()
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])  # in memory, and streamed in blocks
+def test_label_shares_say_what_they_are_over_on_a_partly_labelled_store(
+        store, tmp_path: Path, suffix: str) -> None:
+    """Found by a bug hunt (hunt-q 7): on a store with labels on some rows the "sharing
+    their anchor's label" shares count the pairs with both labels known only, and said
+    nothing of it. Counted by hand from the table here."""
+    from pairkit.core.store_writer import write_store
+
+    items = store.items.copy()
+    items.loc[items.index % 4 >= 1, "label"] = None
+    part = write_store(tmp_path / "part", store.vectors(np.float32), items)
+    out, stats = tmp_path / f"p.{suffix}", tmp_path / "s.json"
+    r = runner.invoke(app, ["mine", str(part.root), "--hard", "-k", "4", *LABEL_FREE,
+                            "-o", str(out), "--stats", str(stats)])
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(out) if suffix == "csv" else pd.read_parquet(out)
+    lab = pd.factorize(items["label"])[0]  # -1: no label
+    negs = df[df["negative_id"] >= 0]
+    a, n = lab[negs["anchor_id"]], lab[negs["negative_id"]]
+    both = (a >= 0) & (n >= 0)
+    same = int(((a == n) & both).sum())
+    assert 0 < both.sum() < len(negs)
+    s = json.loads(stats.read_text())
+    assert s["negatives_labelled"] == both.sum() and s["negatives"] == len(negs)
+    assert s["negatives_same_label"] == round(same / both.sum(), 4)
+    assert (f"negatives sharing their anchor's label: {same / both.sum():.1%} of the "
+            f"{both.sum():,} negatives with both labels known") in r.output
+    mined = df[df["positive_kind"] == "mined"]
+    a, p = lab[mined["anchor_id"]], lab[mined["positive_id"]]
+    both = (a >= 0) & (p >= 0)
+    same = int(((a == p) & both).sum())
+    assert 0 < both.sum() < len(mined)
+    assert s["mined_positives"]["labelled"] == both.sum()
+    assert (f"sharing their anchor's label: {same / both.sum():.1%} of the {both.sum():,} "
+            "with both labels known") in r.output
+    # every row labelled: the text as before
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "-k", "4", *LABEL_FREE,
+                            "-o", str(tmp_path / f"q.{suffix}")])
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if x.startswith("negatives sharing"))
+    assert line.endswith("%")
+    line = next(x for x in r.output.splitlines() if x.startswith("mined positives"))
+    assert "sharing their anchor's label: " in line and "labels known" not in line
+
+
+def noise_store(path: Path, n_src: int, dim: int, seed: int):
+    """``n_src`` sources of two views of pure noise (no structure at all)."""
+    from pairkit.core.store_writer import write_store
+
+    rng = np.random.default_rng(seed)
+    items = pd.DataFrame({"path": [f"p{i // 2}.png" for i in range(2 * n_src)],
+                          "source": [f"s{i // 2}" for i in range(2 * n_src)],
+                          "view": [i % 2 for i in range(2 * n_src)]})
+    return write_store(path, rng.normal(size=(2 * n_src, dim)).astype(np.float32), items,
+                       encoder={"name": "x"}, dtype="float32")
+
+
+def guard_share(store, m: int, seed: int = 0) -> float:
+    """The share of the guard's random pair sample (the cluster rule's: fixed, seeded)
+    whose sources have a mutual row pair (brute force, the whitened lists of depth m)."""
+    from pairkit.mine.rules.cluster import random_pairs
+
+    src = store.source_codes()
+    mutual = {(src[a], src[b]) for a, b in brute_mutual(store, m)}
+    a, b = random_pairs(store.count, src, seed=seed)
+    return float(np.mean([(src[i], src[j]) in mutual for i, j in zip(a, b, strict=True)]))
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])  # in memory, and in blocks
+def test_mutual_rule_is_off_where_it_would_flag_most_random_pairs(tmp_path: Path,
+                                                                  suffix: str) -> None:
+    """Found by a bug hunt (hunt-q 4): on 20 sources of noise, each among the other's 10
+    nearest of ~19, the mutual-neighbour rule flagged 77% of random pairs and handed out
+    8.9 mined positives per anchor. Like the cluster rule it now measures the share of a
+    fixed sample of random pairs it would flag, and above 50% flags nothing and mines no
+    positive, in one line."""
+    st = noise_store(tmp_path / "s20", 20, 16, seed=21)
+    share = guard_share(st, 10)
+    assert share > 0.5  # by brute force: most random pairs are mutual neighbours here
+    out, stats = tmp_path / f"p.{suffix}", tmp_path / "s.json"
+    r = runner.invoke(app, ["mine", str(st.root), "--hard", "-k", "3",
+                            "--filter-false-negatives", "-o", str(out), "--stats", str(stats)])
+    assert r.exit_code == 0, r.output
+    s = json.loads(stats.read_text())
+    assert s["mutual"]["random_pair_share"] == pytest.approx(share, abs=1e-4)
+    assert not s["fn_flagged"].get("mutual_neighbour")
+    assert "mutual_neighbour" not in s["mined_positives"]["reasons"]
+    df = pd.read_csv(out) if suffix == "csv" else pd.read_parquet(out)
+    assert not (df["positive_kind"] == "mined").any()
+    line = next(x for x in r.output.splitlines() if x.startswith("mutual-neighbour rule"))
+    assert line == ("mutual-neighbour rule: off: it would flag "
+                    f"{s['mutual']['random_pair_share']:.0%} of random pairs (> 50%): it "
+                    "flags nothing and mines no positives")
+
+
+def test_positive_neighbours_are_cut_to_the_sources_less_one(tmp_path: Path) -> None:
+    """hunt-q 4: --positive-neighbours 1000 on 200 sources: cut to 199, said; the rule then
+    puts every pair of sources together and is off."""
+    st = noise_store(tmp_path / "s", 200, 8, seed=9)
+    out, stats = tmp_path / "p.csv", tmp_path / "s.json"
+    r = runner.invoke(app, ["mine", str(st.root), "--hard", "-k", "3",
+                            "--filter-false-negatives", "--positive-neighbours", "1000",
+                            "-o", str(out), "--stats", str(stats)])
+    assert r.exit_code == 0, r.output
+    s = json.loads(stats.read_text())
+    assert s["mutual"]["neighbours"] == {"asked": 1000, "used": 199}
+    assert s["mined_positives"]["neighbours"] == 199
+    assert s["mutual"]["random_pair_share"] > 0.5 and "off" in s["mutual"]
+    line = next(x for x in r.output.splitlines() if x.startswith("mutual-neighbour rule"))
+    assert line.startswith("mutual-neighbour rule: --positive-neighbours 1000 cut to 199 "
+                           "(the store has 200 sources); off: it would flag ")
+    assert s["negatives_per_anchor"]["min"] > 0  # the rule no longer eliminates them all
+
+
+def test_the_guard_leaves_a_real_size_store_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    """hunt-q 4: on a clustered store of 3,000 rows (1,500 sources, 2 views, 20 classes)
+    the default label-free table is the same with the guard and without it (its share
+    is far below 0.5 there, so it never acts)."""
+    from pairkit.mine.rules import mutual
+
+    st = random_store(tmp_path / "big", n_sources=1500, views=2, dim=16, classes=20)
+    args = ["mine", str(st.root), "--hard", *LABEL_FREE]
+    r = runner.invoke(app, [*args, "-o", str(tmp_path / "a.parquet"), "--stats",
+                            str(tmp_path / "a.json")])
+    assert r.exit_code == 0, r.output
+    s = json.loads((tmp_path / "a.json").read_text())
+    assert s["mutual"]["random_pair_share"] < 0.05 and "off" not in s["mutual"]
+    assert "mutual-neighbour rule" not in r.output
+    assert s["mined_positives"]["reasons"].get("mutual_neighbour", 0) > 1000
+    monkeypatch.setattr(mutual, "MAX_SHARE", 1.0)  # a guard that never acts
+    r = runner.invoke(app, [*args, "-o", str(tmp_path / "b.parquet")])
+    assert r.exit_code == 0, r.output
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "a.parquet"),
+                                  pd.read_parquet(tmp_path / "b.parquet"))

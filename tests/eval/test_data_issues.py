@@ -15,7 +15,7 @@ from pairkit.cli.main import app
 from pairkit.core.store import l2_normalize
 from pairkit.core.store_writer import write_store
 from pairkit.errors import UsageError
-from pairkit.eval.data_issues import KnnGraph, find_issues, knn_graph, to_csr
+from pairkit.eval.data_issues import IssuesConfig, KnnGraph, find_issues, knn_graph, to_csr
 from pairkit.eval.issues import label_error, outlier
 from pairkit.eval.issues.outlier import robust_z
 
@@ -44,9 +44,47 @@ def test_vote_and_label_error_by_hand() -> None:
     t1 = np.mean([0.2 / 1.1, 0.5 / 1.3, 1.0])
     assert probs[1, 1] < t1
     # row 0: class 1 reaches t_1 (1.0 >= t1) and beats label 0 (0 >= t_0 = 0, p=0): flagged
-    assert det.flag.tolist() == [True, True, False, False]
-    assert det.suggested[0] == 1 and det.suggested[1] == 0
+    # row 1: p(0 | 1) = 0.82, but t_0 = 0 (class 0's one source has no neighbour of its
+    # class): no evidence, class 0 is never suggested; p(1 | 1) = 0.18 < t_1: not flagged
+    assert det.flag.tolist() == [True, False, False, False]
+    assert det.suggested.tolist() == [1, -1, -1, -1]
     assert "another label" in det.reason[0]
+
+
+def rare_class_store() -> tuple[np.ndarray, np.ndarray]:
+    """hunt-q item 3: three classes of 20 around e0, e1, e2 (x3) and one source "d"
+    between a and b, the only one of its class."""
+    rng = np.random.default_rng(6)
+    c = np.eye(16)[:3] * 3
+    x = np.concatenate([c[i] + 0.5 * rng.normal(size=(20, 16)) for i in range(3)]
+                       + [(c[0] + c[1]) / 2 + 0.5 * rng.normal(size=(1, 16))])
+    labels = np.array(["a"] * 20 + ["b"] * 20 + ["c"] * 20 + ["d"], dtype=object)
+    return l2_normalize(x.astype(np.float32)), labels
+
+
+def test_a_class_of_one_is_no_suggested_label() -> None:
+    """Found by a bug hunt (hunt-q 3): the lone "d" can never vote for itself, so t_d = 0
+    and any vote for d "reached" it: sources voted 0.90 for their own label and 0.10 for
+    d were flagged with d suggested. A class at t_c = 0 is no evidence."""
+    x, labels = rare_class_store()
+    found, graph, names = find_issues(x, labels, checks=("label-error",), k=10)
+    det = found["label-error"]
+    codes = {name: i for i, name in enumerate(names)}
+    y = np.array([codes[v] for v in labels])
+    probs = label_error.vote(graph, y, 4)
+    # by hand: no neighbour of "d" (row 60) is a "d" -> t_d = p(d | 60) = 0
+    assert (labels[graph.ids[60]] != "d").all() and probs[60, codes["d"]] == 0
+    # the sources the old rule flagged: a for 0.90-0.91, "d" for 0.09-0.10, both under
+    # t_a and above t_d = 0
+    t_a = probs[y == codes["a"], codes["a"]].mean()
+    for i in (1, 5, 6):
+        assert labels[i] == "a" and 0.89 < probs[i, codes["a"]] < t_a
+        assert 0.08 < probs[i, codes["d"]] < 0.11
+        assert probs[i, codes["b"]] == probs[i, codes["c"]] == 0
+    # now: no class other than the given one has evidence for them, nobody is flagged and
+    # d is never suggested
+    assert not det.flag.any()
+    assert codes["d"] not in det.suggested.tolist()
 
 
 def test_a_row_without_votes_is_not_a_label_error() -> None:
@@ -66,16 +104,54 @@ def test_outlier_scores_by_hand() -> None:
     sims = np.array([[0.9, 0.8]] * 9 + [[0.1, 0.0]], np.float32)
     ids = np.array([[(i + 1) % 10, (i + 2) % 10] for i in range(10)])
 
-    class Cfg:
-        outlier_z = 3.5
-
-    det = outlier.detect(KnnGraph(ids, sims), None, Cfg)
+    det = outlier.detect(KnnGraph(ids, sims), None, IssuesConfig(outlier_z=3.5))
     assert det.score[:9] == pytest.approx([0.15] * 9)
     assert det.score[9] == pytest.approx(0.95)
     assert det.flag.tolist() == [False] * 9 + [True]
     x = np.array([1.0, 2.0, 3.0, 4.0, 100.0])
     assert robust_z(x)[2] == 0.0
     assert robust_z(x)[4] == pytest.approx((100 - 3) / (1.4826 * 1.0))
+    # a floor under the scale's 1.4826 (a store's rounding) changes nothing above it
+    np.testing.assert_array_equal(robust_z(x, floor=0.002), robust_z(x))
+
+
+def test_outlier_scale_has_the_store_dtypes_floor() -> None:
+    """Found by a bug hunt (hunt-q 5): 29 of 40 scores 0 and 11 at 5.5e-5 (float16
+    rounding): MAD 0, mean absolute deviation 11 * 5.5e-5 / 40 = 1.5125e-5, scale
+    1.2533 * 1.5125e-5 = 1.896e-5, z = 5.5e-5 / 1.896e-5 = 2.90; with the float16 floor
+    0.002 on the scale, z = 5.5e-5 / 0.002 = 0.0275."""
+    score = np.array([0.0] * 29 + [5.5e-5] * 11)
+    assert robust_z(score)[-1] == pytest.approx(5.5e-5 / (1.253314 * 11 * 5.5e-5 / 40))
+    assert robust_z(score, floor=0.002)[-1] == pytest.approx(0.0275)
+    assert robust_z(score, floor=0.002)[0] == 0.0
+
+
+def same_rows(n: int = 40) -> np.ndarray:
+    """hunt-q item 5: 40 rows within 1e-3 of (1, ..., 1): float16 rounds 29 of them to one
+    vector, the rest differ from it by rounding only."""
+    rng = np.random.default_rng(16)
+    return (np.ones((n, 16)) + 1e-3 * rng.normal(size=(n, 16))).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_rounding_noise_is_no_outlier(tmp_path: Path, dtype: str) -> None:
+    """The float16 store flagged 3 sources at "mean distance 0.000 ... robust z 6.8"; the
+    same rows stored as float32 flagged none. Now neither does."""
+    import pandas as pd
+
+    from pairkit.eval.issues_command import issues_table
+
+    items = pd.DataFrame({"path": [f"i{i}.png" for i in range(40)]})
+    write_store(tmp_path / "s", l2_normalize(same_rows()), items, dtype=dtype)
+    table, summary, _, _ = issues_table(tmp_path / "s", IssuesConfig())
+    assert summary["outlier"] == 0 and table.empty
+    # an outlier among them is still one
+    x = same_rows(41)
+    x[40] = -x[40]
+    write_store(tmp_path / "t", l2_normalize(x), pd.DataFrame(
+        {"path": [f"i{i}.png" for i in range(41)]}), dtype=dtype)
+    table, summary, _, _ = issues_table(tmp_path / "t", IssuesConfig())
+    assert summary["outlier"] == 1 and table["id"].tolist() == [40]
 
 
 def test_csr_graph_equals_sklearn() -> None:
@@ -122,7 +198,7 @@ def test_planted_label_errors_are_found() -> None:
     t = [np.mean([probs[i][c] for i in range(200) if y[i] == c]) for c in range(4)]
     ref = []
     for i in range(200):
-        above = [c for c in range(4) if probs[i][c] >= t[c]]
+        above = [c for c in range(4) if probs[i][c] >= t[c] and t[c] > 0]
         ref.append(bool(above) and max(above, key=lambda c: probs[i][c]) != y[i])
     assert flag.tolist() == ref
 
@@ -165,20 +241,17 @@ def test_outlier_reason_reads_above_its_threshold() -> None:
     """Found by a bug hunt (2026-12-06): z was printed to one decimal, so a flag at
     z = 3.52 read "robust z 3.5 > 3.5". Scores 0.1 ... 0.8 and x: median 0.5, MAD 0.2,
     z(x) = (x - 0.5) / (1.4826 * 0.2), here 3.52."""
-    from pairkit.eval.issues.outlier import shown, shown_above
+    from pairkit.core.shown import shown, shown_above
 
     x = 0.5 + 3.52 * 1.4826 * 0.2
     dist = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, x])
     graph = KnnGraph(np.roll(np.arange(9), -1)[:, None], (1.0 - dist)[:, None])
 
-    class Cfg:
-        outlier_z = 3.5
-
-    det = outlier.detect(graph, None, Cfg)
+    det = outlier.detect(graph, None, IssuesConfig(outlier_z=3.5))
     assert det.flag.tolist() == [False] * 8 + [True]
     assert det.reason[8] == f"mean distance {x:.3f} to its 1 nearest sources, robust z 3.52 > 3.5"
-    Cfg.outlier_z = 1.0
-    assert outlier.detect(graph, None, Cfg).reason[8].endswith("robust z 3.5 > 1")
+    reason = outlier.detect(graph, None, IssuesConfig(outlier_z=1.0)).reason[8]
+    assert reason.endswith("robust z 3.5 > 1")
     assert shown_above(3.5000001, 3.5) == "3.5000001"
     assert shown_above(4.04, 3.5) == "4.0"
     assert shown(3.5) == "3.5" and shown(1 / 3) == repr(1 / 3)

@@ -233,6 +233,43 @@ def test_votes_go_up_until_the_rule_flags_at_most_the_cap_then_off():
     assert "no class structure found" in ctx.cluster_info["off"]
 
 
+def test_off_line_reads_above_the_limit_with_its_counts_in_words():
+    """A share just above the cap was printed "50% ... (> 50%)"; one run "all 1 runs"."""
+    from pairkit.mine.rules import cluster
+    from pairkit.mine.summary import summary_lines
+
+    x = blobs(2, 2, 4)
+    ctx = build_context(x, None, np.arange(4), FalseNegativeConfig(rules=("cluster",),
+                                                                  cluster_runs=1), seed=0)
+    # one run, rows 0-2 together: 6 of the 12 ordered pairs of two sources share a
+    # cluster; the fixed sample of seed 0 measures a share a hair above 1/2
+    ctx.cluster_assign = np.array([[0, 0, 0, 1]])
+    share = float(cluster.vote_shares(ctx.cluster_assign, ctx.sources)[0])
+    assert 0.5 < share < 0.505 and f"{share:.0%}" == "50%"
+    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=1, cluster_votes=1)
+    assert cluster.choose_votes(ctx, cfg) == 0
+    assert ctx.cluster_info["off"].startswith(
+        "its clusters put 50.1% of random pairs together even in its one run (> 50%)")
+    # two runs that agree, under a cap given to 4 decimals
+    ctx.cluster_info = {}
+    ctx.cluster_assign = np.array([[0, 0, 0, 1], [0, 0, 0, 1]])
+    cfg2 = FalseNegativeConfig(rules=("cluster",), cluster_runs=2, cluster_votes=1,
+                               cluster_max_share=0.5004)
+    assert cluster.choose_votes(ctx, cfg2) == 0
+    assert "put 50.1% of random pairs together even in all 2 runs (> 50.04%)" in (
+        ctx.cluster_info["off"])
+    stats = {"rows": 4, "format": "triplet", "anchors": 4, "relation": "instance",
+             "index": "flat", "negatives_per_anchor": {"mean": 1.0, "min": 1, "max": 1},
+             "anchors_short": 0, "removed": {},
+             "clusters": {"k": [1], "auto": True, "runs": 1, "off": "x"}}
+    line = next(x for x in summary_lines(stats, "p.csv") if x.startswith("cluster rule"))
+    assert line.startswith("cluster rule: 1 cluster (read off the kNN graph's spectrum), "
+                           "1 k-means run; off: x")
+    stats["clusters"] = {"k": [3, 5], "auto": False, "runs": 8, "votes": 8}
+    line = next(x for x in summary_lines(stats, "p.csv") if x.startswith("cluster rule"))
+    assert line.startswith("cluster rule: 3, 5 clusters (given), 8 k-means runs, 8 must")
+
+
 @pytest.mark.parametrize("kind", ["flat", "ivf"])
 def test_skipping_with_raised_votes_equals_full_search(tmp_path, monkeypatch, kind):
     """With more votes needed (the random-pair guard), the search skips only rows sharing

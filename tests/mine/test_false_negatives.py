@@ -296,6 +296,14 @@ def reference_flags(x, labels, sources, groups, assign, comm, anchors, cand, sco
             for j in white[i]:
                 if j >= 0 and i in white[j] and sources[i] != sources[j]:
                     mutual_sources |= {(sources[i], sources[j]), (sources[j], sources[i])}
+    # the rule's guard: off when its source pairs hold more than MAX_SHARE of the cluster
+    # rule's fixed sample of random pairs of two sources (seed 0, as the context's)
+    from pairkit.mine.rules.cluster import random_pairs
+    from pairkit.mine.rules.mutual import MAX_SHARE
+
+    sample = list(zip(*random_pairs(len(x), np.asarray(sources)), strict=True))
+    hits = sum((sources[i], sources[j]) in mutual_sources for i, j in sample)
+    mutual_on = hits <= MAX_SHARE * len(sample)
     trust = cfg.trust_labels and "label" in cfg.rules
     for r, a in enumerate(anchors):
         views = [v for v in range(len(x)) if sources[v] == sources[a]]
@@ -325,14 +333,20 @@ def reference_flags(x, labels, sources, groups, assign, comm, anchors, cand, sco
                         fired.append("cluster")
                 if rule == "community" and comm[a] == comm[c]:
                     fired.append("community")
-                if rule == "mutual-neighbour" and (sources[a], sources[c]) in mutual_sources:
+                if (rule == "mutual-neighbour" and (sources[a], sources[c]) in mutual_sources
+                        and mutual_on):
                     fired.append("mutual_neighbour")
             out[r, c_idx] = "|".join(fired) if fired else None
     return out
 
 
+@pytest.mark.parametrize("max_share", [None, 1.0])  # the mutual rule's guard: as is, never
 @pytest.mark.parametrize("trust", [True, False])
-def test_vectorised_matches_reference_loop(trust):
+def test_vectorised_matches_reference_loop(trust, max_share, monkeypatch):
+    from pairkit.mine.rules import mutual
+
+    if max_share is not None:
+        monkeypatch.setattr(mutual, "MAX_SHARE", max_share)
     rng = np.random.default_rng(7)
     n = 60
     x = rng.normal(size=(n, 6)).astype(np.float32)
@@ -357,6 +371,10 @@ def test_vectorised_matches_reference_loop(trust):
     assert reasons.tolist() == expected.tolist()
     assert flags.tolist() == (expected != None).tolist()  # noqa: E711
     assert flags.any() and not flags.all()
+    # 30 sources of 6-d noise, depth 10: most pairs are mutual, the guard turns it off
+    assert ("off" in ctx.mutual_info) == (max_share is None)
+    assert ("mutual_neighbour" in "".join(r for r in reasons.ravel() if r)) == (
+        max_share is not None)
 
 
 # -- mutual-neighbour -----------------------------------------------------------------

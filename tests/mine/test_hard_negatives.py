@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from pairkit.core.relations import build_relation
 from pairkit.errors import PairkitError, UsageError
 from pairkit.index.search import knn_search
+from pairkit.mine import selection
 from pairkit.mine.config import MineConfig, validate_config
 from pairkit.mine.hard_negatives import mine_negatives
 from pairkit.mine.randomness import hash_uniform
@@ -194,6 +197,40 @@ def test_low_temperature_softmax_is_top(store) -> None:
     cold = mine_negatives(x, src, rel, MineConfig(range_max=30, sampling="softmax",
                                                   sampling_temperature=1e-6), searcher_for(x))
     np.testing.assert_array_equal(top.pairs.neg_ids, cold.pairs.neg_ids)
+
+
+def test_tiny_temperature_softmax_is_top(store) -> None:
+    """1/T overflows below T ~ 5.6e-309: the keys are still finite and the limit is top
+    (it used to give inf keys, a RuntimeWarning and no negative at all)."""
+    x = store.vectors(np.float32)
+    rel = build_relation("instance", store.items)
+    src = store.source_codes()
+    top = mine_negatives(x, src, rel, MineConfig(range_max=30), searcher_for(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cold = mine_negatives(x, src, rel, MineConfig(range_max=30, sampling="softmax",
+                                                      sampling_temperature=1e-309),
+                              searcher_for(x))
+    assert (top.pairs.neg_ids >= 0).any()
+    np.testing.assert_array_equal(top.pairs.neg_ids, cold.pairs.neg_ids)
+
+
+@pytest.mark.parametrize("t", [0.1, 1.0, 7.0])
+def test_softmax_keys_keep_the_old_order(store, monkeypatch, t: float) -> None:
+    """The overflow-free keys pick the very ids the old -(s / T + G) keys picked."""
+    x = store.vectors(np.float32)
+    rel = build_relation("instance", store.items)
+    src = store.source_codes()
+    cfg = MineConfig(num_negatives=4, range_max=25, sampling="softmax",
+                     sampling_temperature=t, seed=13)
+    new = mine_negatives(x, src, rel, cfg, searcher_for(x))
+
+    def old(scores: np.ndarray, u: np.ndarray, temperature: float) -> np.ndarray:
+        return -(scores.astype(np.float64) / temperature - np.log(-np.log(u)))
+    monkeypatch.setattr(selection, "softmax_keys", old)
+    was = mine_negatives(x, src, rel, cfg, searcher_for(x))
+    assert (was.pairs.neg_ids >= 0).sum() > 100
+    np.testing.assert_array_equal(new.pairs.neg_ids, was.pairs.neg_ids)
 
 
 def test_easy_negatives_uniform_non_positives(store) -> None:

@@ -619,3 +619,95 @@ def test_force_keeps_the_old_head_when_the_first_save_fails(store, tmp_path, mon
     train_head(store, tmp_path / "h", other, force=True)
     assert json.loads((tmp_path / "h" / "config.json").read_text())["epochs_done"] == 1
     assert not [p.name for p in (tmp_path / "h").iterdir() if p.name.startswith(".")]
+
+
+def tiny_store(tmp_path, name: str, sources: list[str], labels: list[str] | None = None):
+    """A store of one row per entry of ``sources`` (views numbered within a source), random
+    vectors of dim 4."""
+    items = pd.DataFrame({"path": [f"p{i}.png" for i in range(len(sources))],
+                          "source": sources})
+    items["view"] = items.groupby("source").cumcount()
+    if labels is not None:
+        items["label"] = labels
+    x = np.random.default_rng(len(sources)).normal(size=(len(sources), 4)).astype(np.float32)
+    return write_store(tmp_path / name, x, items, encoder={"name": "random"})
+
+
+NO_NEGATIVE = "training needs 2 or more positive groups: its pairs have no negative"
+
+
+def test_a_training_side_without_any_negative_is_refused(tmp_path):
+    """Found by a bug hunt (hunt-q 1): with one source (instance), one label (label), or a
+    --val-fraction leaving one source to train on, the loss was identically 0: train ran
+    every epoch, printed "gap nan", wrote the head and exited 0. Refused as the
+    validation side is, before the head folder is made."""
+    cfg = {**FAST, "out_dim": 4, "head": "residual"}
+    one = tiny_store(tmp_path, "one", ["s"] * 4)
+    with pytest.raises(PairkitError, match=NO_NEGATIVE + r" \(1 instance group"):
+        train_head(one, tmp_path / "h1", TrainConfig(relation="instance", **cfg))
+    lab1 = tiny_store(tmp_path, "lab1", [f"i{i}" for i in range(10)], ["a"] * 10)
+    with pytest.raises(PairkitError, match=NO_NEGATIVE + r" \(1 label group"):
+        train_head(lab1, tmp_path / "h2", TrainConfig(relation="label", **cfg))
+    six = tiny_store(tmp_path, "six", [f"s{i // 2}" for i in range(12)])
+    with pytest.raises(PairkitError, match=NO_NEGATIVE + r" \(1 instance group.*--val-frac"):
+        train_head(six, tmp_path / "h3", TrainConfig(relation="instance", val_fraction=0.9,
+                                                     **cfg))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("h")]
+    # two sources train
+    two = tiny_store(tmp_path, "two", ["a", "a", "b", "b"])
+    result = train_head(two, tmp_path / "h4", TrainConfig(relation="instance", **cfg))
+    assert math.isfinite(result.records[-1]["gap"])
+
+
+def table_rows(store, rows: list[tuple[int, int, int]], flagged: bool = False) -> pd.DataFrame:
+    """A triplet table of ``(anchor, positive, negative)`` rows of ``store``."""
+    paths = store.items["path"].to_numpy()
+    df = pd.DataFrame([{"store_id": store.content_id, "anchor_id": a, "positive_id": p,
+                        "negative_id": n, "anchor_path": paths[a], "positive_path": paths[p],
+                        "negative_path": paths[n], "pos_score": 0.5, "neg_score": 0.1,
+                        "neg_rank": 0} for a, p, n in rows])
+    if flagged:
+        df["false_negative"] = True
+        df["fn_reason"] = "cluster"
+    return df
+
+
+@pytest.mark.parametrize("fn_mode", ["eliminate", "attract"])
+def test_a_table_whose_pairs_have_no_negative_is_refused(tmp_path, fn_mode):
+    """hunt-q 1: a table whose every mined negative is a flagged false negative (eliminated
+    or attracted), between the only two sources, which the flags also keep from being
+    each other's in-batch negatives: no negative anywhere, refused. The same table
+    unflagged trains."""
+    cfg = {**FAST, "out_dim": 4, "head": "residual", "fn_mode": fn_mode}
+    two = tiny_store(tmp_path, "two", ["a", "a", "b", "b"])
+    rows = [(0, 1, 2), (1, 0, 3), (2, 3, 0), (3, 2, 1)]
+    with pytest.raises(PairkitError, match=NO_NEGATIVE + r" \(every mined negative"):
+        train_head(two, tmp_path / "h", TrainConfig(**cfg),
+                   table=table_rows(two, rows, flagged=True))
+    result = train_head(two, tmp_path / "ok", TrainConfig(**cfg), table=table_rows(two, rows))
+    assert math.isfinite(result.records[-1]["gap"])
+
+
+def test_mined_negatives_are_negatives_with_one_positive_group(tmp_path):
+    """hunt-q 1: one source with views (the only positive group) and two one-view sources
+    as its mined negatives: the pairs have negatives, so it trains."""
+    store = tiny_store(tmp_path, "s", ["a", "a", "b", "c"])
+    table = table_rows(store, [(0, 1, 2), (1, 0, 3)])
+    cfg = {**FAST, "out_dim": 4, "head": "residual"}
+    result = train_head(store, tmp_path / "h", TrainConfig(**cfg), table=table)
+    assert math.isfinite(result.records[-1]["gap"])
+
+
+def test_a_gap_without_negatives_is_said_not_nan(store, tmp_path):
+    """hunt-q 1: a gap with no negative (NaN) read "gap nan" in the epoch lines and the
+    summary."""
+    from pairkit.train.command import summary_line
+    from pairkit.train.plot import gap_text
+
+    assert gap_text(float("nan")) == "n/a (no negatives)"
+    assert gap_text(None) == "n/a (no negatives)"  # NaN in the log is null
+    assert gap_text(0.1234) == "0.123"
+    result = train_head(store, tmp_path / "h", TrainConfig(relation="instance", **FAST))
+    result.records[-1]["gap"] = float("nan")
+    line = summary_line(result, store.dim, "infonce", tmp_path / "h")
+    assert "gap n/a (no negatives) ->" in line and "nan" not in line

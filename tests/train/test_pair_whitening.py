@@ -206,11 +206,13 @@ def test_degenerate_pairs_skip_the_whitening_and_say_why(tmp_path):
     head = load_head(tmp_path / "h")
     assert head.whitening is None and np.isfinite(head.apply(same.vectors())).all()
     rng = np.random.default_rng(1)
-    b = rng.normal(size=16)
-    two = _store_of(tmp_path, "two", [b, b + 0.05 * rng.normal(size=16)], ["x", "x"])
+    b, c = rng.normal(size=16), rng.normal(size=16)
+    # two sources (one would be refused since hunt-q 1: its pairs have no negative)
+    two = _store_of(tmp_path, "two", [b, b + 0.05 * rng.normal(size=16), c,
+                                      c + 0.05 * rng.normal(size=16)], ["x", "x", "y", "y"])
     r = runner.invoke(app, ["train", str(two.root), "--relation", "instance", "-o",
                             str(tmp_path / "t"), "--epochs", "2"])
     assert r.exit_code == 0, r.output
-    assert "outputs not whitened: 2 training rows, under the 32 it centres on" in r.output
+    assert "outputs not whitened: 4 training rows, under the 32 it centres on" in r.output
     z = load_head(tmp_path / "t").apply(two.vectors())
     assert float(z[0] @ z[1]) > 0.9

@@ -9,7 +9,9 @@ Dataset Labels*, JAIR 2021; cleanlab's ``find_label_issues``): per class ``c`` t
 threshold ``t_c`` is the mean ``p(c | i)`` over the sources labeled ``c``; a source is
 flagged when some other class reaches its threshold (``p(c | i) >= t_c``) and beats the
 given label there: among the classes at their threshold, the most probable one is not
-``y_i``. That class is the suggested label.
+``y_i``. That class is the suggested label. A class with ``t_c = 0`` (none of its sources
+has a neighbour of its class, e.g. a class of one source) is no evidence: it is never
+reached, so never suggested.
 """
 
 from __future__ import annotations
@@ -58,7 +60,10 @@ def detect(graph: KnnGraph, labels: np.ndarray | None, config: IssuesConfig) -> 
         m = labels == c
         if m.any():
             thresholds[c] = probs[m, c].mean()
-    above = (probs >= thresholds[None, :]) & (probs > 0)  # no vote is no evidence
+    # no vote is no evidence; nor is a class at threshold 0 (none of its sources has a
+    # neighbour of its class: a class of one, which cannot vote for itself), which any
+    # vote at all would reach
+    above = (probs >= thresholds[None, :]) & (probs > 0) & (thresholds[None, :] > 0)
     masked = np.where(above, probs, -1.0)
     best = masked.argmax(axis=1)
     best_ok = masked.max(axis=1) >= 0

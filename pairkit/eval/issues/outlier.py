@@ -7,7 +7,9 @@ examples from the same mean kNN distance, fastdup's outliers are the images whos
 nearest neighbour is far). Flag: a robust z-score above ``outlier_z`` (3.5 by default):
 ``(score - median) / (1.4826 * MAD)``, the modified z-score of Iglewicz and Hoaglin
 (*How to detect and handle outliers*, 1993), so the flag adapts to each store's spread
-instead of a fixed distance.
+instead of a fixed distance. The scale is at least the store dtype's rounding of a cosine
+(``IssuesConfig.resolution``: 0.002 on float16 stores, as ``dedup`` reads "identical"), so
+rounding noise is never an outlier.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from pairkit.core.shown import shown, shown_above
 
 if TYPE_CHECKING:
     from pairkit.eval.data_issues import IssuesConfig, KnnGraph
@@ -24,10 +28,12 @@ NAME = "outlier"
 NEEDS_LABELS = False
 
 
-def robust_z(score: np.ndarray) -> np.ndarray:
+def robust_z(score: np.ndarray, floor: float = 0.0) -> np.ndarray:
     """(N,) modified z-scores ``(x - median) / (1.4826 * MAD)``; where more than half the
     scores are equal (MAD 0) the mean absolute deviation stands in, ``1.2533 * meanAD``
-    (its scale at the normal); 0 when all are equal."""
+    (its scale at the normal); 0 when all are equal. The scale is at least ``floor``:
+    spreads below the store's rounding are no spread (a float16 store of near-identical
+    rows had a scale of 2e-5 from rounding alone and flagged "mean distance 0.000")."""
     if not len(score):
         return np.zeros(0)
     med = float(np.median(score))
@@ -35,6 +41,7 @@ def robust_z(score: np.ndarray) -> np.ndarray:
     scale = float(np.median(dev)) * 1.4826
     if scale <= 0:
         scale = float(dev.mean()) * 1.253314
+    scale = max(scale, floor)
     if scale <= 0:
         return np.zeros(len(score))
     return (score - med) / scale
@@ -50,7 +57,7 @@ def detect(graph: KnnGraph, labels: np.ndarray | None, config: IssuesConfig) -> 
                      np.inf).astype(np.float64)
     finite = np.isfinite(score)
     z = np.full(len(score), np.inf)
-    z[finite] = robust_z(score[finite])
+    z[finite] = robust_z(score[finite], floor=config.resolution)
     flag = z > config.outlier_z
     reason = np.full(len(score), None, dtype=object)
     threshold = shown(config.outlier_z)
@@ -60,18 +67,3 @@ def detect(graph: KnnGraph, labels: np.ndarray | None, config: IssuesConfig) -> 
                      if finite[i] else "no neighbours")
     return Detection(score, flag, reason, np.full(len(score), -1, dtype=np.int64))
 
-
-def shown(value: float) -> str:
-    """``value`` in ``%g`` when that is exact, else in full (the threshold as given)."""
-    text = f"{value:g}"
-    return text if float(text) == value else repr(float(value))
-
-
-def shown_above(z: float, threshold: float) -> str:
-    """``z`` (> ``threshold``) with one decimal, or as many more as it takes to read
-    above the threshold (3.52 > 3.5, never 3.5 > 3.5)."""
-    for places in range(1, 16):
-        text = f"{z:.{places}f}"
-        if float(text) > threshold:
-            return text
-    return repr(float(z))

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pairkit.core.shown import percent, percent_above
 from pairkit.mine.fn_context import FnContext
 
 if TYPE_CHECKING:
@@ -186,14 +187,16 @@ def choose_votes(ctx: FnContext, config: FalseNegativeConfig) -> int:
     info["votes_for"] = (config.cluster_votes, config.cluster_max_share,
                          config.cluster_diffusion)
     info["random_pair_share"] = round(float(share[(votes or runs) - 1]), 4)
+    cap = config.cluster_max_share
     if votes == 0:
-        info["off"] = (f"its clusters put {share[runs - 1]:.0%} of random pairs together "
-                       f"even in all {runs} runs (> {config.cluster_max_share:.0%}): no class "
+        every = "its one run" if runs == 1 else f"all {runs} runs"
+        info["off"] = (f"its clusters put {percent_above(share[runs - 1], cap)} of random "
+                       f"pairs together even in {every} (> {percent(cap)}): no class "
                        "structure found, the rule flags nothing")
     elif votes != asked:
         info["raised"] = (f"{votes} of {runs} runs needed: with {asked} the rule would flag "
-                          f"{share[asked - 1]:.0%} of random pairs (> "
-                          f"{config.cluster_max_share:.0%})")
+                          f"{percent_above(share[asked - 1], cap)} of random pairs (> "
+                          f"{percent(cap)})")
     if votes and config.cluster_diffusion > 0 and ctx.cluster_key is not None:
         choose_diffusion(ctx, config, (a, b, shared >= votes))
     return votes
@@ -242,7 +245,8 @@ def choose_diffusion(ctx: FnContext, config: FalseNegativeConfig,
         raised = float(np.nextafter(rest[room], np.float32(2))) if room < len(rest) else 1.0
         info["diffusion_raised"] = (
             f"diffusion cosine >= {raised:.3f} needed: with {threshold} the rule would flag "
-            f"{share:.0%} of random pairs (> {config.cluster_max_share:.0%})")
+            f"{percent_above(share, config.cluster_max_share)} of random pairs (> "
+            f"{percent(config.cluster_max_share)})")
         threshold = max(threshold, raised)
         share = float((voted | (cos >= threshold)).mean())
     info["diffusion"] = threshold  # as used (a raised one is not rounded)
