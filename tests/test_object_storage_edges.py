@@ -55,3 +55,29 @@ def test_stats_equal_to_the_output_on_s3_is_refused(store, s3):
     code, lines = run("mine", store, "--hard", "-o", f"{s3}/p.parquet",
                       "--stats", f"{s3}//p.parquet", "-q")
     assert code == 2, lines
+
+
+def s3fs_() -> object:
+    import s3fs
+
+    return s3fs.S3FileSystem()
+
+
+@pytest.mark.parametrize(("obj", "under", "output"), [
+    ("both.csv", "both.csv/readme.txt", "both.csv"),
+    ("o2.parquet", "o2.parquet/part-0.parquet", "o2.parquet/"),
+])
+def test_an_object_and_a_prefix_of_one_name_are_refused(store, s3, tmp_path, obj, under,
+                                                       output):
+    fs = s3fs_()
+    bucket = s3.removeprefix("s3://")
+    fs.pipe(f"{bucket}/{obj}", b"anchor,positive\na,b\n")
+    fs.pipe(f"{bucket}/{under}", b"x")
+    code, lines = run("mine", store, "--hard", "-o", f"{s3}/{output}", "--force", "-q")
+    assert code == 1, lines
+    assert len(lines) == 1 and "both an object" in lines[0], lines
+    assert fs.cat(f"{bucket}/{obj}") == b"anchor,positive\na,b\n"
+    assert sorted(fs.find(f"{bucket}/{obj}/")) == [f"{bucket}/{under}"]
+    code, lines = run("train", store, "--pairs", f"{s3}/{output}", "-o", tmp_path / "h",
+                      "--epochs", "1")
+    assert code == 1 and len(lines) == 1 and "both an object" in lines[0], lines

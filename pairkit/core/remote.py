@@ -262,6 +262,16 @@ def is_dir(url: str) -> bool:
         raise _failure(url, exc, "looking up") from None
 
 
+def is_file(url: str) -> bool:
+    """True when an object is named ``url`` itself (not merely objects under ``url/``)."""
+    fs, path = filesystem(url)
+    try:
+        fs.invalidate_cache(path)
+        return bool(fs.isfile(path))
+    except Exception as exc:
+        raise _failure(url, exc, "looking up") from None
+
+
 def list_names(url: str) -> dict[str, dict[str, Any]]:
     """The objects directly under ``url/``: name -> info (``size``, ``LastModified``)."""
     fs, path = filesystem(url)

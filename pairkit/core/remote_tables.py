@@ -26,6 +26,7 @@ from pairkit.core.remote import (
     check_bucket,
     exists,
     is_dir,
+    is_file,
     join,
     list_names,
     put,
@@ -46,7 +47,16 @@ TOKEN_PART_RE = re.compile(r"^part-\d{5,}-[0-9a-f]{8}\.parquet$")
 
 
 def is_remote_dataset(url: str) -> bool:
-    return url.endswith("/") or is_dir(url)
+    """True for a dataset: a URL ending in ``/``, or a name with objects under ``NAME/``.
+    PairkitError when an object ``NAME`` and objects under ``NAME/`` both exist: which of
+    the two is the table is anybody's guess (other readers take the object, a prefix
+    reader the parts), so neither is read nor written."""
+    base = url.rstrip("/")
+    dataset = url.endswith("/") or is_dir(base)
+    if dataset and base.partition("://")[2].strip("/").count("/") and is_file(base):
+        raise PairkitError(f"{url}: both an object {base} and objects under {base}/ exist: "
+                           "remove one of them or name another path")
+    return dataset
 
 
 def check_remote_output(url: str, force: bool) -> str:
