@@ -81,3 +81,43 @@ def test_an_object_and_a_prefix_of_one_name_are_refused(store, s3, tmp_path, obj
     code, lines = run("train", store, "--pairs", f"{s3}/{output}", "-o", tmp_path / "h",
                       "--epochs", "1")
     assert code == 1 and len(lines) == 1 and "both an object" in lines[0], lines
+
+
+def stale_part(s3: str, prefix: str, tmp_path) -> str:
+    """Put a killed writer's token part under ``prefix/`` (no parts file names it)."""
+    import time
+
+    import pandas as pd
+
+    pd.DataFrame({"anchor": ["a"], "positive": ["b"]}).to_parquet(tmp_path / "old.parquet")
+    key = f"{s3.removeprefix('s3://')}/{prefix}/part-00000-deadbeef.parquet"
+    s3fs_().put(str(tmp_path / "old.parquet"), key)
+    time.sleep(1.1)  # LastModified has whole seconds: the run's parts come later
+    return key
+
+
+def test_a_prefix_of_uncommitted_parts_is_no_output_and_the_commit_sweeps_them(
+        store, s3, tmp_path):
+    import pandas as pd
+
+    key = stale_part(s3, "k", tmp_path)
+    code, lines = run("mine", store, "--hard", "-o", f"{s3}/k/", "-q")  # no --force
+    assert code == 0, lines
+    fs = s3fs_()
+    fs.invalidate_cache()
+    assert not fs.exists(key)
+    local = tmp_path / "p.parquet"
+    assert run("mine", store, "--hard", "-o", local, "-q")[0] == 0
+    assert len(pd.read_parquet(f"{s3}/k/")) == len(pd.read_parquet(local))
+
+
+def test_force_removes_a_killed_writers_parts(store, s3, tmp_path):
+    assert run("mine", store, "--hard", "-o", f"{s3}/k/", "-q")[0] == 0
+    key = stale_part(s3, "k", tmp_path)
+    code, lines = run("mine", store, "--hard", "-o", f"{s3}/k/", "-q")
+    assert code == 1 and "--force" in lines[0], lines  # a committed table is an output
+    assert run("mine", store, "--hard", "-o", f"{s3}/k/", "-q", "--force")[0] == 0
+    fs = s3fs_()
+    fs.invalidate_cache()
+    assert not fs.exists(key)
+    assert len([n for n in fs.ls(key.rsplit("/", 1)[0]) if n.endswith(".parquet")]) == 1

@@ -34,7 +34,7 @@ from pairkit.core.remote import (
     read_bytes,
     scheme,
 )
-from pairkit.core.remote_parts import MAX_PARTS_BYTES, PARTS
+from pairkit.core.remote_parts import MAX_PARTS_BYTES, PARTS, uncommitted_only
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
@@ -61,11 +61,12 @@ def is_remote_dataset(url: str) -> bool:
 
 def check_remote_output(url: str, force: bool) -> str:
     """Refuse an existing table (or dataset) at ``url`` unless ``force``, and one in a
-    bucket that does not exist (before the work, not when it is written)."""
+    bucket that does not exist (before the work, not when it is written). A prefix of
+    only uncommitted parts (a killed writer's) is no table: the commit removes them."""
     check_bucket(url)
     if is_remote_dataset(url):
         names = list_names(url.rstrip("/"))
-        if names and not force:
+        if names and not force and not uncommitted_only(names):
             raise PairkitError(f"output {url} exists; pass --force to overwrite it")
         return url
     if exists(url) and not force:
