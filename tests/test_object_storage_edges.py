@@ -121,3 +121,27 @@ def test_force_removes_a_killed_writers_parts(store, s3, tmp_path):
     fs.invalidate_cache()
     assert not fs.exists(key)
     assert len([n for n in fs.ls(key.rsplit("/", 1)[0]) if n.endswith(".parquet")]) == 1
+
+
+@pytest.mark.parametrize("output", ["s3:///x.parquet", "s3://", "s3:///d/"])
+def test_a_url_without_a_bucket_is_refused_before_the_work(store, output):
+    for command in (["mine", store, "--hard"], ["dedup", store]):
+        code, lines = run(*command, "-o", output)
+        assert code == 2, lines
+        assert lines == [f"error: {output}: no bucket in the URL (s3://BUCKET/KEY)"]
+
+
+@pytest.mark.parametrize("output", ["s3://", "s3:///st", "s3://a//"])
+def test_a_store_url_without_a_bucket_is_refused(s3_endpoint, tmp_path, output):
+    import numpy as np
+
+    st = random_store(tmp_path / "src", n_sources=4, views=1, dim=4, classes=2)
+    np.save(tmp_path / "emb.npy", st.vectors())
+    st.items.to_parquet(tmp_path / "items.parquet")
+    code, lines = run("import", tmp_path / "emb.npy", "--items", tmp_path / "items.parquet",
+                      "-o", output)
+    assert len(lines) == 1, lines
+    if output == "s3://a//":  # a bucket that does not exist: before the work too
+        assert code == 1 and lines[0] == "error: s3://a//: bucket a does not exist"
+    else:
+        assert code == 2 and "no bucket in the URL" in lines[0], lines

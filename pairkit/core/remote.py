@@ -176,8 +176,18 @@ def _bucket_key(path: str) -> tuple[str, str]:
     return bucket, key
 
 
+def check_has_bucket(url: str) -> None:
+    """UsageError for a URL with no bucket (``s3://``, ``s3:///x.parquet``): its objects
+    can't be written anywhere (botocore's refusal came after the work, cut to one line)."""
+    m = URL_RE.match(url)
+    if m and not m.group("rest").split("/", 1)[0]:
+        raise UsageError(f"{url}: no bucket in the URL ({m.group('scheme')}://BUCKET/KEY)")
+
+
 def check_writable(url: str, what: str) -> None:
-    """PairkitError unless pairkit can commit ``what`` at ``url`` (a conditional write)."""
+    """PairkitError unless pairkit can commit ``what`` at ``url`` (a conditional write);
+    UsageError for a URL with no bucket."""
+    check_has_bucket(url)
     if scheme(url) not in CONDITIONAL:
         raise PairkitError(f"writing {what} to {scheme(url)}:// is not supported: pairkit's "
                            f"commit needs a conditional write, which it has for "
@@ -238,7 +248,9 @@ def exists(url: str) -> bool:
 def check_bucket(url: str) -> None:
     """PairkitError naming the bucket when the bucket (the first part of the path) of
     ``url`` does not exist: a missing bucket otherwise reads as an empty one (no store
-    there, a free table name that fails only when written)."""
+    there, a free table name that fails only when written); UsageError for a URL with no
+    bucket (:func:`check_has_bucket`)."""
+    check_has_bucket(url)
     fs, path = filesystem(url)
     bucket = path.split("/", 1)[0]
     if not bucket:

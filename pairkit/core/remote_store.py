@@ -189,6 +189,7 @@ def prepare_remote(url: str, force: bool) -> str:
     """Check that ``url`` can receive a new store (``force``: replace the one there); the
     commit of the new store is conditional on what was found here."""
     check_writable(url, "a store")
+    check_bucket(url)  # before the work, not when the first shard is put
     names = list_names(url)
     if MANIFEST in names:
         raw, tag = manifest_bytes(url)
