@@ -145,3 +145,54 @@ def test_a_store_url_without_a_bucket_is_refused(s3_endpoint, tmp_path, output):
         assert code == 1 and lines[0] == "error: s3://a//: bucket a does not exist"
     else:
         assert code == 2 and "no bucket in the URL" in lines[0], lines
+
+
+@pytest.mark.parametrize(("timeout", "line"), [
+    ("1", "no answer within 1 s"), ("0", "PAIRKIT_S3_TIMEOUT must be"),
+    ("soon", "PAIRKIT_S3_TIMEOUT must be"),
+])
+def test_an_endpoint_that_never_answers_fails_in_one_line(s3_endpoint, timeout, line):
+    """A server that accepts connections and never answers (a stuck proxy): one line
+    within PAIRKIT_S3_TIMEOUT's tries, not botocore's minutes of retries."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from tests.proc import REPO, child_env
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    env = child_env()
+    env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{server.getsockname()[1]}"
+    env["PAIRKIT_S3_TIMEOUT"] = timeout
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pairkit", "info", "s3://bkt/is"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        stop.set()
+        thread.join()
+        for c in held:
+            c.close()
+        server.close()
+    took = time.monotonic() - start
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and line in lines[0], lines
+    assert proc.returncode == (1 if timeout == "1" else 2), lines
+    assert took < 20, took

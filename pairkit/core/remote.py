@@ -3,7 +3,11 @@
 A location is a local path or a URL (``s3://bucket/key``, ``gs://...``, any fsspec
 protocol). URLs are handled by fsspec (``pip install 'pairkit[s3]'`` gives s3fs; gcsfs,
 adlfs ... for the others); the S3 endpoint, credentials and region come from the usual
-AWS settings (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``~/.aws/config`` ...).
+AWS settings (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``~/.aws/config`` ...). An
+s3:// request waits at most ``PAIRKIT_S3_TIMEOUT`` seconds (default 10) to connect and
+for each read, and is tried :data:`S3_TRIES` times in all (:func:`s3_options`): an
+endpoint that never answers fails in one line within about half a minute, not botocore's
+minutes of retries.
 
 Objects are written whole (an object appears complete or not at all, so no temp file and
 rename is needed) and never renamed. The one operation a commit needs beyond that is the
@@ -16,6 +20,8 @@ refused in one line rather than done unsafely.
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,9 @@ URL_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
 MANGLED_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
 CONDITIONAL = ("s3", "s3a")  # schemes whose conditional write pairkit uses
 WRITABLE_HINT = "s3://"
+TIMEOUT_ENV = "PAIRKIT_S3_TIMEOUT"
+DEFAULT_TIMEOUT_S = 10.0
+S3_TRIES = 3  # s3fs's tries of a request (botocore's own retries off)
 
 
 class CommitConflict(PairkitError):
@@ -87,6 +96,29 @@ def join(url: str, name: str) -> str:
     return url.rstrip("/") + "/" + name
 
 
+def s3_timeout() -> float:
+    """Seconds an s3:// request waits to connect and for each read: ``PAIRKIT_S3_TIMEOUT``
+    (default :data:`DEFAULT_TIMEOUT_S`); UsageError for a value that is not > 0."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{TIMEOUT_ENV} must be a number of seconds > 0, got {raw!r}")
+    return value
+
+
+def s3_options() -> dict[str, Any]:
+    """s3fs's options: the connect and read timeouts of :func:`s3_timeout`, botocore's
+    retries off (s3fs retries a timed-out request itself, :data:`S3_TRIES` times)."""
+    seconds = s3_timeout()
+    return {"config_kwargs": {"connect_timeout": seconds, "read_timeout": seconds,
+                              "retries": {"max_attempts": 1, "mode": "standard"}}}
+
+
 def filesystem(url: str) -> tuple[Any, str]:
     """The fsspec filesystem of ``url`` and the path in it; one line when it can't."""
     try:
@@ -94,8 +126,13 @@ def filesystem(url: str) -> tuple[Any, str]:
     except ImportError:
         raise PairkitError(f"{url}: object storage needs fsspec: pip install "
                            "'pairkit[s3]'") from None
+    s3 = scheme(url) in CONDITIONAL
+    options = s3_options() if s3 else {}
     try:
-        return fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url, **options)
+        if s3:
+            fs.retries = S3_TRIES
+        return fs, path
     except ImportError as exc:
         first = (str(exc).strip().splitlines() or ["missing package"])[0]
         raise PairkitError(f"{url}: {first}") from None
@@ -105,6 +142,9 @@ def filesystem(url: str) -> tuple[Any, str]:
 
 def _failure(url: str, exc: BaseException, doing: str) -> PairkitError:
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    if "Timeout" in type(exc).__name__ or isinstance(exc, TimeoutError):
+        first += (f" (no answer within {s3_timeout():g} s, {S3_TRIES} tries; "
+                  f"{TIMEOUT_ENV} sets the seconds)")
     return PairkitError(f"{doing} {url} failed: {type(exc).__name__}: {first}")
 
 

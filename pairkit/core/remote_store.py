@@ -59,7 +59,7 @@ from pairkit.core.remote import (
     remove,
 )
 from pairkit.core.shard_book import ShardBook
-from pairkit.errors import PairkitError, StoreError
+from pairkit.errors import PairkitError, StoreError, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,7 +92,7 @@ def manifest_bytes(url: str) -> tuple[bytes, str | None]:
         if not names:
             check_bucket(url)  # a missing bucket named as such
         raise StoreError(f"{url} is not a pairkit store: no {MANIFEST}") from None
-    except StoreError:
+    except (StoreError, UsageError):
         raise
     except PairkitError as exc:
         raise StoreError(str(exc)) from None
