@@ -196,3 +196,26 @@ def test_an_endpoint_that_never_answers_fails_in_one_line(s3_endpoint, timeout, 
     assert len(lines) == 1 and line in lines[0], lines
     assert proc.returncode == (1 if timeout == "1" else 2), lines
     assert took < 20, took
+
+
+def test_embed_s3_tar_shards_refuses_labels_folder_as_locally(s3, tmp_path):
+    """The shard's file name never becomes the label: --labels folder is refused for
+    tar shards on S3 as for local ones (their labels are each sample's .cls)."""
+    import tarfile
+
+    from tests.conftest import make_images
+
+    paths = make_images(tmp_path / "imgs", n_per_class=2, classes=2)
+    with tarfile.open(tmp_path / "00000.tar", "w") as tar:
+        for i, p in enumerate(sorted(paths)):
+            tar.add(p, f"k{i}{p.suffix}")
+            (tmp_path / f"k{i}.cls").write_text(p.parent.name)
+            tar.add(tmp_path / f"k{i}.cls", f"k{i}.cls")
+    s3fs_().put(str(tmp_path / "00000.tar"), f"{s3.removeprefix('s3://')}/wds/00000.tar")
+    for shards, out in ((tmp_path / "00000.tar", tmp_path / "ws"),
+                        (f"{s3}/wds/00000.tar", f"{s3}/ws")):
+        code, lines = run("embed", shards, "-o", out, "--model", "pixels", "--labels",
+                          "folder", "-q")
+        assert code == 2, lines
+        assert lines == ["error: --labels folder needs an image folder; the labels of tar "
+                         "shards come from each sample's .cls or .json (or --labels FILE)"]
