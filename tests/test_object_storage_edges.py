@@ -219,3 +219,30 @@ def test_embed_s3_tar_shards_refuses_labels_folder_as_locally(s3, tmp_path):
         assert code == 2, lines
         assert lines == ["error: --labels folder needs an image folder; the labels of tar "
                          "shards come from each sample's .cls or .json (or --labels FILE)"]
+
+
+@pytest.fixture
+def image_store(s3, tmp_path) -> str:
+    """A store embedded (pixels) from images on S3: its image_root is a URL."""
+    from tests.conftest import make_images
+
+    make_images(tmp_path / "imgs", n_per_class=3, classes=2)
+    s3fs_().put(str(tmp_path / "imgs"), f"{s3.removeprefix('s3://')}/imgs", recursive=True)
+    code, lines = run("embed", f"{s3}/imgs/", "-o", f"{s3}/ist", "--model", "pixels", "-q")
+    assert code == 0, lines
+    return f"{s3}/ist"
+
+
+def test_dedup_says_images_on_object_storage_are_not_read(image_store, s3, tmp_path):
+    code, lines = run("dedup", image_store, "--method", "pixels", "-o", tmp_path / "a.csv")
+    assert code == 2, lines
+    assert lines[-1:] == [f"error: --method pixels needs the store's images: its image_root "
+                     f"{s3}/imgs/ is on object storage, whose images dedup does not read "
+                     "(--method threshold compares the vectors)"]
+    for keep, then in (("best", "keeping the shortest path of each group"),
+                       ("largest", "using --keep first")):
+        code, lines = run("dedup", image_store, "--keep", keep, "-o", tmp_path / f"{keep}.csv")
+        assert code == 0, lines
+        note = [x for x in lines if x.startswith("warning:")]
+        assert note == [f"warning: --keep {keep}: the store's image_root {s3}/imgs/ is on "
+                        f"object storage, whose images dedup does not read; {then}"], lines

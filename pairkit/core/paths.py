@@ -45,6 +45,20 @@ def resolve_item_path(image_root: str | os.PathLike[str], path: str) -> Path | N
     return Path(image_root) / path
 
 
+def image_root_problem(image_root: str | None) -> str | None:
+    """Why the images under ``image_root`` can't be opened as files (the tail of "its
+    image_root ..."), or None for an existing folder: unset (an imported store), a URL
+    (images on object storage: the commands that read image files don't read those), or
+    missing."""
+    if not image_root:
+        return "is unset"
+    if "://" in str(image_root):
+        return f"{image_root} is on object storage, whose images dedup does not read"
+    if not Path(image_root).is_dir():
+        return f"is missing: {image_root}"
+    return None
+
+
 def is_within(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
     """True when ``path`` is ``folder`` or lies under it (both resolved, links followed)."""
     p, f = Path(path).resolve(), Path(folder).resolve()
