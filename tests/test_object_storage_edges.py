@@ -246,3 +246,12 @@ def test_dedup_says_images_on_object_storage_are_not_read(image_store, s3, tmp_p
         note = [x for x in lines if x.startswith("warning:")]
         assert note == [f"warning: --keep {keep}: the store's image_root {s3}/imgs/ is on "
                         f"object storage, whose images dedup does not read; {then}"], lines
+
+
+def test_absolute_paths_of_images_on_s3_stay_urls(image_store, s3):
+    r = runner.invoke(app, ["dedup", image_store, "--paths-only", "--absolute",
+                            "--threshold", "0.5"])
+    assert r.exit_code == 0, r.output
+    printed = r.stdout.splitlines()
+    assert printed, r.output
+    assert all(p.startswith(f"{s3}/imgs/class") for p in printed), printed
