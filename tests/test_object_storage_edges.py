@@ -255,3 +255,22 @@ def test_absolute_paths_of_images_on_s3_stay_urls(image_store, s3):
     printed = r.stdout.splitlines()
     assert printed, r.output
     assert all(p.startswith(f"{s3}/imgs/class") for p in printed), printed
+
+
+def test_mine_reads_a_pairs_relation_from_s3(store, s3, tmp_path):
+    import pandas as pd
+
+    paths = sorted(set(Store.open(store).items["path"]))
+    pairs = pd.DataFrame({"anchor": paths[0:8:2], "positive": paths[1:9:2]})
+    pairs.to_csv(tmp_path / "pairs.csv", index=False)
+    s3fs_().put(str(tmp_path / "pairs.csv"), f"{s3.removeprefix('s3://')}/in/pairs.csv")
+    outs = []
+    for rel, out in ((tmp_path / "pairs.csv", tmp_path / "a.csv"),
+                     (f"{s3}/in/pairs.csv", tmp_path / "b.csv")):
+        code, lines = run("mine", store, "--relation", f"pairs:{rel}", "-o", out, "-q")
+        assert code == 0, lines
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+    code, lines = run("mine", store, "--relation", f"pairs:{s3}/in/none.csv", "-o",
+                      tmp_path / "c.csv", "-q")
+    assert code == 1 and len(lines) == 1 and "not found" in lines[0], lines

@@ -284,7 +284,10 @@ def load_relation(text: str | None, items: pd.DataFrame) -> Relation:
     pairs = None
     if kind == "pairs":
         assert file is not None
-        if file != "-" and not Path(file).is_file():
+        from pairkit.core.remote import is_url
+
+        # an object: read_table says "table URL not found"
+        if file != "-" and not is_url(file) and not Path(file).is_file():
             raise PairkitError(f"pairs file {file} not found")
         pairs = read_table(file)
     return build_relation(kind, items, pairs)
