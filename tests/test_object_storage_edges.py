@@ -274,3 +274,10 @@ def test_mine_reads_a_pairs_relation_from_s3(store, s3, tmp_path):
     code, lines = run("mine", store, "--relation", f"pairs:{s3}/in/none.csv", "-o",
                       tmp_path / "c.csv", "-q")
     assert code == 1 and len(lines) == 1 and "not found" in lines[0], lines
+
+
+def test_embed_resumes_an_s3_folder_however_its_url_is_spelled(image_store, s3):
+    for spelling in (f"{s3}/imgs", f"{s3}/imgs/"):
+        code, lines = run("embed", spelling, "-o", image_store, "--model", "pixels")
+        assert code == 0, lines
+        assert any("nothing to embed" in x for x in lines), lines
