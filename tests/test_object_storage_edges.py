@@ -281,3 +281,14 @@ def test_embed_resumes_an_s3_folder_however_its_url_is_spelled(image_store, s3):
         code, lines = run("embed", spelling, "-o", image_store, "--model", "pixels")
         assert code == 0, lines
         assert any("nothing to embed" in x for x in lines), lines
+
+
+def test_report_says_images_on_object_storage_are_not_shown(image_store, s3, tmp_path):
+    assert run("dedup", image_store, "--threshold", "0.5", "-o", tmp_path / "d.csv",
+               "-q")[0] == 0
+    code, lines = run("report", tmp_path / "d.csv", "--store", image_store, "-o",
+                      tmp_path / "r")
+    assert code == 0, lines
+    note = [x for x in lines if x.startswith("warning:")]
+    assert note == [f"warning: image folder {s3}/imgs/ of store {image_store} is on object "
+                    "storage, whose images the report does not show: no thumbnails"], lines
