@@ -292,3 +292,27 @@ def test_report_says_images_on_object_storage_are_not_shown(image_store, s3, tmp
     note = [x for x in lines if x.startswith("warning:")]
     assert note == [f"warning: image folder {s3}/imgs/ of store {image_store} is on object "
                     "storage, whose images the report does not show: no thumbnails"], lines
+
+
+@pytest.mark.parametrize("command", [
+    ["import", "{s3}/in/emb.npy", "--items", "{tmp}/items.parquet", "-o", "{tmp}/is4"],
+    ["eval", "{store}", "--head", "{s3}/heads/h"],
+    ["project", "{store}", "--head", "{s3}/heads/h", "-o", "{tmp}/pj"],
+])
+def test_local_only_inputs_given_a_url_are_refused_as_urls(store, s3, tmp_path, command):
+    args = [a.format(s3=s3, tmp=tmp_path, store=store) for a in command]
+    code, lines = run(*args)
+    assert code == 2, lines
+    assert len(lines) == 1 and "this option takes local paths only" in lines[0], lines
+    assert "s3://" in lines[0], lines
+
+
+def test_local_only_inputs_refuse_url_strings():
+    from pairkit.core.importer import load_npy
+    from pairkit.errors import UsageError
+    from pairkit.train.head import read_head_config
+
+    with pytest.raises(UsageError, match="takes local paths only"):
+        load_npy("s3://b/emb.npy")
+    with pytest.raises(UsageError, match="takes local paths only"):
+        read_head_config("s3://b/head")

@@ -69,6 +69,14 @@ def check_local(path: Any, what: str = "path") -> None:
                          "this option takes local paths only")
 
 
+def check_local_only(path: Any, what: str = "path") -> None:
+    """UsageError for a URL, as given or mangled into a local path (:func:`check_local`),
+    where only a local path is read (an embeddings file, a head folder)."""
+    if is_url(str(path)):
+        raise UsageError(f"{what} {path} is a URL: this option takes local paths only")
+    check_local(path, what)
+
+
 def location(value: str | Path) -> str | Path:
     """A URL as is (``file://`` as its local path), anything else as a checked Path."""
     if isinstance(value, str):
