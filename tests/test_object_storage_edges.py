@@ -316,3 +316,9 @@ def test_local_only_inputs_refuse_url_strings():
         load_npy("s3://b/emb.npy")
     with pytest.raises(UsageError, match="takes local paths only"):
         read_head_config("s3://b/head")
+
+
+def test_issues_takes_an_s3_store(store, tmp_path):
+    code, lines = run("issues", store, "-o", tmp_path / "i.csv", "-q")
+    assert code == 0, lines
+    assert (tmp_path / "i.csv").stat().st_size > 0
