@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from pairkit.cli.common import say, user_errors
 
 
 def issues(
-    store: Path = typer.Argument(..., help="Store folder (made by embed or import)."),
+    store: str = typer.Argument(..., help="Store folder or URL (made by embed or import)."),
     checks: str | None = typer.Option(
         None, "--checks",
         help="Comma-separated detectors: outlier, label-error.",

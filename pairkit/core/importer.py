@@ -17,6 +17,9 @@ from pairkit.errors import PairkitError, UsageError
 
 def load_npy(path: str | Path) -> np.ndarray:
     """A 2-D numeric array from a .npy file (memory-mapped), with clear errors."""
+    from pairkit.core.remote import check_local_only
+
+    check_local_only(path, "embeddings file")  # not "not found" for an object that exists
     p = Path(path)
     if p.is_dir():
         raise PairkitError(f"embeddings file {p} is a folder, expected a .npy file")

@@ -45,6 +45,20 @@ def resolve_item_path(image_root: str | os.PathLike[str], path: str) -> Path | N
     return Path(image_root) / path
 
 
+def image_root_problem(image_root: str | None) -> str | None:
+    """Why the images under ``image_root`` can't be opened as files (the tail of "its
+    image_root ..."), or None for an existing folder: unset (an imported store), a URL
+    (images on object storage: the commands that read image files don't read those), or
+    missing."""
+    if not image_root:
+        return "is unset"
+    if "://" in str(image_root):
+        return f"{image_root} is on object storage, whose images dedup does not read"
+    if not Path(image_root).is_dir():
+        return f"is missing: {image_root}"
+    return None
+
+
 def is_within(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
     """True when ``path`` is ``folder`` or lies under it (both resolved, links followed)."""
     p, f = Path(path).resolve(), Path(folder).resolve()
@@ -94,9 +108,14 @@ def check_not_dangling(output: str | os.PathLike[str], option: str = "-o") -> No
 
 def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     """True when two local paths name one file, however spelled (resolved, links
-    followed); ``-`` (stdout) and URLs are never the same file as anything."""
-    if "-" in (str(a), str(b)) or "://" in str(a) or "://" in str(b):
+    followed), or two URLs that name one object (:func:`pairkit.core.remote.normal_url`);
+    ``-`` (stdout) is never the same file as anything, nor a URL as a local path."""
+    if "-" in (str(a), str(b)):
         return False
+    if "://" in str(a) or "://" in str(b):
+        from pairkit.core.remote import normal_url
+
+        return normal_url(str(a)) == normal_url(str(b))
     return Path(a).resolve() == Path(b).resolve()
 
 
@@ -105,10 +124,14 @@ def check_output_apart(output: str | os.PathLike[str] | None,
                        option: str = "-o") -> None:
     """Refuse (UsageError, exit 2) an output that is an input, lies inside an input folder
     (a store's manifest, say) or holds an input, or whose folder can't be made (a file on
-    the way: :func:`check_parent_folder`); ``-`` and None are never outputs/inputs."""
+    the way: :func:`check_parent_folder`); ``-`` and None are never outputs/inputs. A URL
+    output is compared with the URL inputs (:func:`check_url_apart`)."""
     from pairkit.errors import UsageError
 
-    if output is None or str(output) == "-" or "://" in str(output):
+    if output is None or str(output) == "-":
+        return
+    if "://" in str(output):
+        check_url_apart(str(output), inputs, option)
         return
     check_not_dangling(output, option)
     check_parent_folder(output, option)
@@ -120,5 +143,28 @@ def check_output_apart(output: str | os.PathLike[str] | None,
             raise UsageError(f"{option} {output} {where} the input {source}: "
                              f"choose another {option}")
         if Path(output).is_dir() and is_within(source, output):
+            raise UsageError(f"the input {source} is inside {option} {output}: "
+                             f"choose another {option}")
+
+
+def check_url_apart(output: str, inputs: Iterable[str | os.PathLike[str] | None],
+                    option: str = "-o") -> None:
+    """Refuse (UsageError, exit 2) a URL output that is a URL input, lies under an input's
+    prefix (a store's ``manifest.json``) or holds an input under its own, the URLs compared
+    normalised (:func:`pairkit.core.remote.normal_url`: trailing ``/``, ``//``); a local
+    input is never a URL output."""
+    from pairkit.core.remote import normal_url
+    from pairkit.errors import UsageError
+
+    out = normal_url(output)
+    for source in inputs:
+        if source is None or "://" not in str(source):
+            continue
+        src = normal_url(str(source))
+        if out == src or out.startswith(src + "/"):
+            where = "is" if out == src else "is inside"
+            raise UsageError(f"{option} {output} {where} the input {source}: "
+                             f"choose another {option}")
+        if src.startswith(out + "/"):
             raise UsageError(f"the input {source} is inside {option} {output}: "
                              f"choose another {option}")

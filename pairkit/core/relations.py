@@ -284,8 +284,11 @@ def load_relation(text: str | None, items: pd.DataFrame) -> Relation:
     pairs = None
     if kind == "pairs":
         assert file is not None
-        # a folder is a table folder (parquet parts), as every table input reads one
-        if file != "-" and not Path(file).exists():
+        from pairkit.core.remote import is_url
+
+        # a folder is a table folder (parquet parts), as every table input reads one; an
+        # object: read_table says "table URL not found"
+        if file != "-" and not is_url(file) and not Path(file).exists():
             raise PairkitError(f"pairs file {file} not found")
         pairs = read_table(file)
     return build_relation(kind, items, pairs)

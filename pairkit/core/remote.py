@@ -3,7 +3,11 @@
 A location is a local path or a URL (``s3://bucket/key``, ``gs://...``, any fsspec
 protocol). URLs are handled by fsspec (``pip install 'pairkit[s3]'`` gives s3fs; gcsfs,
 adlfs ... for the others); the S3 endpoint, credentials and region come from the usual
-AWS settings (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``~/.aws/config`` ...).
+AWS settings (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``~/.aws/config`` ...). An
+s3:// request waits at most ``PAIRKIT_S3_TIMEOUT`` seconds (default 10) to connect and
+for each read, and is tried :data:`S3_TRIES` times in all (:func:`s3_options`): an
+endpoint that never answers fails in one line within about half a minute, not botocore's
+minutes of retries.
 
 Objects are written whole (an object appears complete or not at all, so no temp file and
 rename is needed) and never renamed. The one operation a commit needs beyond that is the
@@ -16,6 +20,8 @@ refused in one line rather than done unsafely.
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,9 @@ URL_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
 MANGLED_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
 CONDITIONAL = ("s3", "s3a")  # schemes whose conditional write pairkit uses
 WRITABLE_HINT = "s3://"
+TIMEOUT_ENV = "PAIRKIT_S3_TIMEOUT"
+DEFAULT_TIMEOUT_S = 10.0
+S3_TRIES = 3  # s3fs's tries of a request (botocore's own retries off)
 
 
 class CommitConflict(PairkitError):
@@ -60,6 +69,14 @@ def check_local(path: Any, what: str = "path") -> None:
                          "this option takes local paths only")
 
 
+def check_local_only(path: Any, what: str = "path") -> None:
+    """UsageError for a URL, as given or mangled into a local path (:func:`check_local`),
+    where only a local path is read (an embeddings file, a head folder)."""
+    if is_url(str(path)):
+        raise UsageError(f"{what} {path} is a URL: this option takes local paths only")
+    check_local(path, what)
+
+
 def location(value: str | Path) -> str | Path:
     """A URL as is (``file://`` as its local path), anything else as a checked Path."""
     if isinstance(value, str):
@@ -72,8 +89,42 @@ def location(value: str | Path) -> str | Path:
     return Path(value)
 
 
+def normal_url(url: str) -> str:
+    """``url`` as compared with another: the scheme lower-cased (``s3a`` as ``s3``), runs
+    of ``/`` in the key as one, no trailing ``/`` (``s3://b//k/`` is ``s3://b/k``)."""
+    m = URL_RE.match(url)
+    if not m:
+        return url
+    name = m.group("scheme").lower()
+    name = "s3" if name == "s3a" else name
+    return f"{name}://" + re.sub(r"/+", "/", m.group("rest")).strip("/")
+
+
 def join(url: str, name: str) -> str:
     return url.rstrip("/") + "/" + name
+
+
+def s3_timeout() -> float:
+    """Seconds an s3:// request waits to connect and for each read: ``PAIRKIT_S3_TIMEOUT``
+    (default :data:`DEFAULT_TIMEOUT_S`); UsageError for a value that is not > 0."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{TIMEOUT_ENV} must be a number of seconds > 0, got {raw!r}")
+    return value
+
+
+def s3_options() -> dict[str, Any]:
+    """s3fs's options: the connect and read timeouts of :func:`s3_timeout`, botocore's
+    retries off (s3fs retries a timed-out request itself, :data:`S3_TRIES` times)."""
+    seconds = s3_timeout()
+    return {"config_kwargs": {"connect_timeout": seconds, "read_timeout": seconds,
+                              "retries": {"max_attempts": 1, "mode": "standard"}}}
 
 
 def filesystem(url: str) -> tuple[Any, str]:
@@ -83,8 +134,13 @@ def filesystem(url: str) -> tuple[Any, str]:
     except ImportError:
         raise PairkitError(f"{url}: object storage needs fsspec: pip install "
                            "'pairkit[s3]'") from None
+    s3 = scheme(url) in CONDITIONAL
+    options = s3_options() if s3 else {}
     try:
-        return fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url, **options)
+        if s3:
+            fs.retries = S3_TRIES
+        return fs, path
     except ImportError as exc:
         first = (str(exc).strip().splitlines() or ["missing package"])[0]
         raise PairkitError(f"{url}: {first}") from None
@@ -94,6 +150,9 @@ def filesystem(url: str) -> tuple[Any, str]:
 
 def _failure(url: str, exc: BaseException, doing: str) -> PairkitError:
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    if "Timeout" in type(exc).__name__ or isinstance(exc, TimeoutError):
+        first += (f" (no answer within {s3_timeout():g} s, {S3_TRIES} tries; "
+                  f"{TIMEOUT_ENV} sets the seconds)")
     return PairkitError(f"{doing} {url} failed: {type(exc).__name__}: {first}")
 
 
@@ -165,8 +224,18 @@ def _bucket_key(path: str) -> tuple[str, str]:
     return bucket, key
 
 
+def check_has_bucket(url: str) -> None:
+    """UsageError for a URL with no bucket (``s3://``, ``s3:///x.parquet``): its objects
+    can't be written anywhere (botocore's refusal came after the work, cut to one line)."""
+    m = URL_RE.match(url)
+    if m and not m.group("rest").split("/", 1)[0]:
+        raise UsageError(f"{url}: no bucket in the URL ({m.group('scheme')}://BUCKET/KEY)")
+
+
 def check_writable(url: str, what: str) -> None:
-    """PairkitError unless pairkit can commit ``what`` at ``url`` (a conditional write)."""
+    """PairkitError unless pairkit can commit ``what`` at ``url`` (a conditional write);
+    UsageError for a URL with no bucket."""
+    check_has_bucket(url)
     if scheme(url) not in CONDITIONAL:
         raise PairkitError(f"writing {what} to {scheme(url)}:// is not supported: pairkit's "
                            f"commit needs a conditional write, which it has for "
@@ -227,7 +296,9 @@ def exists(url: str) -> bool:
 def check_bucket(url: str) -> None:
     """PairkitError naming the bucket when the bucket (the first part of the path) of
     ``url`` does not exist: a missing bucket otherwise reads as an empty one (no store
-    there, a free table name that fails only when written)."""
+    there, a free table name that fails only when written); UsageError for a URL with no
+    bucket (:func:`check_has_bucket`)."""
+    check_has_bucket(url)
     fs, path = filesystem(url)
     bucket = path.split("/", 1)[0]
     if not bucket:
@@ -247,6 +318,16 @@ def is_dir(url: str) -> bool:
     try:
         fs.invalidate_cache(path)
         return bool(fs.isdir(path))
+    except Exception as exc:
+        raise _failure(url, exc, "looking up") from None
+
+
+def is_file(url: str) -> bool:
+    """True when an object is named ``url`` itself (not merely objects under ``url/``)."""
+    fs, path = filesystem(url)
+    try:
+        fs.invalidate_cache(path)
+        return bool(fs.isfile(path))
     except Exception as exc:
         raise _failure(url, exc, "looking up") from None
 

@@ -9,7 +9,8 @@ a name that carries the token (:meth:`RemoteParts.part_name`,
 committer. :meth:`RemoteParts.commit` writes the parts file naming them, in order,
 conditionally (``If-Match`` the version found at the start, ``If-None-Match: *`` when
 there was none), so of two writers only the first commits; then it removes the parts it
-left out (empty) and, with ``force``, the parts of the table it replaced.
+left out (empty), with ``force`` the parts of the table it replaced, and the objects of
+writers that never committed (:meth:`RemoteParts.sweep`).
 :meth:`RemoteParts.abort` removes every object with the token: a failed run leaves
 nothing behind, and a reader never takes an uncommitted part (it reads exactly the parts
 the parts file names: :mod:`pairkit.core.remote_tables`).
@@ -20,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +41,23 @@ from pairkit.errors import PairkitError
 
 PARTS = "_pairkit_parts.json"
 MAX_PARTS_BYTES = 64 << 20
+STALE_SECONDS = 24 * 3600  # where no commit is conditional: a writer's objects this old
+# the objects a writer puts under the prefix, each with its token: its parts, and the side
+# files of mine's blocks (pairkit.core.side_files.side_path: .pos-000001-1a2b3c4d.keys)
+TOKEN_NAME_RE = re.compile(r"^(part-\d{5,}-[0-9a-f]{8}\.parquet"
+                           r"|\.[a-z]+(-\d+)+-[0-9a-f]{8}\.(keys|npz))$")
+
+
+def uncommitted_only(names: dict[str, dict[str, Any]]) -> bool:
+    """True when the objects ``names`` (a prefix's listing) are only writers' token objects
+    and no parts file: what a killed writer leaves, which is no table."""
+    return PARTS not in names and all(TOKEN_NAME_RE.match(n) for n in names)
+
+
+def stamp(info: dict[str, Any]) -> float | None:
+    """The object's LastModified (a listing's entry) in seconds, or None."""
+    modified = info.get("LastModified") or info.get("mtime")
+    return modified.timestamp() if hasattr(modified, "timestamp") else None
 
 
 @dataclass(frozen=True)
@@ -85,6 +105,29 @@ class RemoteParts:
         for name in sorted(gone):
             with contextlib.suppress(PairkitError):
                 remove(join(self.url, name))
+        with contextlib.suppress(PairkitError):
+            self.sweep(kept)
+
+    def sweep(self, kept: set[str]) -> None:
+        """After the commit: remove the token objects of other writers that the parts file
+        does not name (a killed run's, a replaced table's left by a run killed while it
+        removed them). On s3:// those older than this writer's first object: such a writer
+        started before this commit, so its own conditional commit can't succeed; elsewhere
+        (no conditional commit) those a day old."""
+        names = list_names(self.url)
+        ours = [t for n, i in names.items() if self.token in n and (t := stamp(i)) is not None]
+        if scheme(self.url) in ("s3", "s3a"):
+            if not ours:
+                return
+            cutoff = min(ours)
+        else:
+            cutoff = time.time() - STALE_SECONDS
+        for name, info in names.items():
+            t = stamp(info)
+            if TOKEN_NAME_RE.match(name) and self.token not in name and name not in kept \
+                    and t is not None and t < cutoff:
+                with contextlib.suppress(PairkitError):
+                    remove(join(self.url, name))
 
     def abort(self) -> None:
         """Remove every object this writer put (best effort)."""

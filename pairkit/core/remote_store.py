@@ -59,7 +59,7 @@ from pairkit.core.remote import (
     remove,
 )
 from pairkit.core.shard_book import ShardBook
-from pairkit.errors import PairkitError, StoreError
+from pairkit.errors import PairkitError, StoreError, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,7 +92,7 @@ def manifest_bytes(url: str) -> tuple[bytes, str | None]:
         if not names:
             check_bucket(url)  # a missing bucket named as such
         raise StoreError(f"{url} is not a pairkit store: no {MANIFEST}") from None
-    except StoreError:
+    except (StoreError, UsageError):
         raise
     except PairkitError as exc:
         raise StoreError(str(exc)) from None
@@ -189,6 +189,7 @@ def prepare_remote(url: str, force: bool) -> str:
     """Check that ``url`` can receive a new store (``force``: replace the one there); the
     commit of the new store is conditional on what was found here."""
     check_writable(url, "a store")
+    check_bucket(url)  # before the work, not when the first shard is put
     names = list_names(url)
     if MANIFEST in names:
         raw, tag = manifest_bytes(url)

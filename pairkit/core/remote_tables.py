@@ -26,6 +26,7 @@ from pairkit.core.remote import (
     check_bucket,
     exists,
     is_dir,
+    is_file,
     join,
     list_names,
     put,
@@ -33,7 +34,7 @@ from pairkit.core.remote import (
     read_bytes,
     scheme,
 )
-from pairkit.core.remote_parts import MAX_PARTS_BYTES, PARTS
+from pairkit.core.remote_parts import MAX_PARTS_BYTES, PARTS, uncommitted_only
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
@@ -46,16 +47,26 @@ TOKEN_PART_RE = re.compile(r"^part-\d{5,}-[0-9a-f]{8}\.parquet$")
 
 
 def is_remote_dataset(url: str) -> bool:
-    return url.endswith("/") or is_dir(url)
+    """True for a dataset: a URL ending in ``/``, or a name with objects under ``NAME/``.
+    PairkitError when an object ``NAME`` and objects under ``NAME/`` both exist: which of
+    the two is the table is anybody's guess (other readers take the object, a prefix
+    reader the parts), so neither is read nor written."""
+    base = url.rstrip("/")
+    dataset = url.endswith("/") or is_dir(base)
+    if dataset and base.partition("://")[2].strip("/").count("/") and is_file(base):
+        raise PairkitError(f"{url}: both an object {base} and objects under {base}/ exist: "
+                           "remove one of them or name another path")
+    return dataset
 
 
 def check_remote_output(url: str, force: bool) -> str:
     """Refuse an existing table (or dataset) at ``url`` unless ``force``, and one in a
-    bucket that does not exist (before the work, not when it is written)."""
+    bucket that does not exist (before the work, not when it is written). A prefix of
+    only uncommitted parts (a killed writer's) is no table: the commit removes them."""
     check_bucket(url)
     if is_remote_dataset(url):
         names = list_names(url.rstrip("/"))
-        if names and not force:
+        if names and not force and not uncommitted_only(names):
             raise PairkitError(f"output {url} exists; pass --force to overwrite it")
         return url
     if exists(url) and not force:

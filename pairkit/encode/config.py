@@ -153,6 +153,10 @@ def check_config(cfg: EmbedConfig) -> bool:
     if not hf and (cfg.image_column or cfg.label_column):
         raise UsageError("--image-column and --label-column need a Hugging Face dataset "
                          "(a save_to_disk folder, .parquet or .arrow)")
+    if is_webdataset(str(images)) and not hf and cfg.labels == "folder":
+        # local or object storage alike: a shard's file name is no label
+        raise UsageError("--labels folder needs an image folder; the labels of tar shards "
+                         "come from each sample's .cls or .json (or --labels FILE)")
     if isinstance(images, str):  # object storage: listed when embedding starts
         if is_webdataset(images):
             expand_braces(images)  # a bad pattern is bad usage
@@ -164,9 +168,6 @@ def check_config(cfg: EmbedConfig) -> bool:
                              "come from its label column (--label-column)")
     elif is_webdataset(images):
         expand_braces(str(images))  # a bad pattern is bad usage
-        if cfg.labels == "folder":
-            raise UsageError("--labels folder needs an image folder; the labels of tar shards "
-                             "come from each sample's .cls or .json (or --labels FILE)")
     elif not images.exists():
         raise PairkitError(f"image folder {images} not found")
     elif not images.is_dir():

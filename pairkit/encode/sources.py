@@ -134,7 +134,8 @@ def same_image_root(store: Path, old_root: str | None, sources: Sources,
     relative path would pass for one already embedded). A folder that moved (the old root
     is gone and the new one holds every stored source) is accepted."""
     if isinstance(sources.root, str) or "://" in (old_root or ""):  # object storage
-        if old_root and old_root != str(sources.root):
+        # one folder with or without its trailing / (the listing strips it)
+        if old_root and old_root.rstrip("/") != str(sources.root).rstrip("/"):
             raise PairkitError(f"store {store} holds images of {old_root}, not "
                                f"{sources.root}; embed into another -o, or pass --force to "
                                "replace the store")

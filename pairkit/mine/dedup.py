@@ -252,15 +252,20 @@ def keep_reason_column(table: pd.DataFrame, keep: str, paths: np.ndarray, sizes:
     return reasons
 
 
-def inside(image_root: str, path: str) -> Path:
-    """``image_root / path``; PairkitError when ``path`` would leave the image root."""
+def inside(image_root: str, path: str) -> str:
+    """``image_root / path`` (a URL root: the object's URL, never a mangled ``s3:/`` path);
+    PairkitError when ``path`` would leave the image root."""
     from pairkit.core.paths import path_problem
 
     reason = path_problem(path)
     if reason is not None:
         raise PairkitError(f"item path {path!a} {reason}: refusing to print it as an "
                            "absolute path")
-    return Path(image_root) / path
+    from pairkit.core.remote import is_url, join
+
+    if is_url(image_root):
+        return join(image_root, path)
+    return str(Path(image_root) / path)
 
 
 def summary_line(s: dict[str, Any]) -> str:

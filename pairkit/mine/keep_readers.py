@@ -47,13 +47,14 @@ def best_reader(image_root: str | None, paths: np.ndarray,
     returned function keeps the facts it read in ``.facts`` (id -> CopyFacts or None)."""
     import numpy as np
 
-    from pairkit.core.paths import resolve_item_path
+    from pairkit.core.paths import image_root_problem, resolve_item_path
     from pairkit.mine.keep_best import best_key, copy_facts
 
-    root = Path(image_root) if image_root else None
-    if root is not None and not root.is_dir():  # unset (an imported store): paths decide
-        warn(f"--keep best: the store's image_root {root} is missing; keeping the shortest "
-             "path of each group")
+    problem = image_root_problem(image_root)
+    root = Path(image_root) if image_root and problem is None else None
+    if image_root and problem is not None:  # unset (an imported store): paths decide
+        warn(f"--keep best: the store's image_root {problem}; keeping the shortest path of "
+             "each group")
 
     def goodness(ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
@@ -146,9 +147,11 @@ def largest_reader(image_root: str | None, paths: np.ndarray,
     the images can't be found. Falls back to ``first`` when some are unreadable."""
     import numpy as np
 
-    if not image_root or not Path(image_root).is_dir():
-        warn("--keep largest: the store's image_root is "
-             f"{'unset' if not image_root else 'missing: ' + image_root}; using --keep first")
+    from pairkit.core.paths import image_root_problem
+
+    problem = image_root_problem(image_root)
+    if problem is not None:
+        warn(f"--keep largest: the store's image_root {problem}; using --keep first")
         return None
     root = Path(image_root)
 

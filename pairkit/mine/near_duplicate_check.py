@@ -291,9 +291,10 @@ class PixelCheck:
 def images_readable(image_root: str | None, paths: np.ndarray, probe: int = 16) -> bool:
     """True when the store has an image root and the first ``probe`` paths are mostly
     files there (the pixel check then runs; else the vectors decide)."""
-    if not image_root or not Path(image_root).is_dir() or len(paths) == 0:
+    from pairkit.core.paths import image_root_problem, resolve_item_path
+
+    if image_root_problem(image_root) is not None or len(paths) == 0:
         return False
-    from pairkit.core.paths import resolve_item_path
 
     probe_paths = paths[: min(probe, len(paths))]
     found = 0
@@ -344,8 +345,12 @@ def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str 
     check_pixel_threshold(pixel_threshold)
     readable = paths is not None and images_readable(image_root, paths)
     if method == "pixels" and not readable:
-        raise UsageError("--method pixels needs the store's images: its image_root is "
-                         f"{'unset' if not image_root else 'missing or unreadable: ' + image_root}")
+        from pairkit.core.paths import image_root_problem
+
+        problem = image_root_problem(image_root)
+        raise UsageError("--method pixels needs the store's images: its image_root " + (
+            f"is unreadable: {image_root}" if problem is None else problem + (
+                " (--method threshold compares the vectors)" if "://" in problem else "")))
     use_pixels = method == "pixels" or (method == "auto" and readable and threshold is None)
     if pixel_threshold is not None and not use_pixels:
         refuse_pixel_threshold(method, threshold)

@@ -46,6 +46,9 @@ def open_for_report(path: str | os.PathLike[str]) -> StoreInfo:
     if not root:
         return StoreInfo(store, None, f"store {path} has no image folder (made by import?): "
                          "ids, paths and labels are shown without thumbnails")
+    if "://" in str(root):  # images on object storage (embed from s3://...)
+        return StoreInfo(store, None, f"image folder {root} of store {path} is on object "
+                         "storage, whose images the report does not show: no thumbnails")
     try:
         real = Path(root).resolve()
         usable = real.is_dir()

@@ -230,6 +230,9 @@ def read_tensor_file(root: Path, name: str, load: Callable[[str], dict[str, Any]
 def read_head_config(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any], HeadSpec]:
     """``(folder, config, spec)`` of a head folder, checked without torch: commands call it
     first, so a wrong ``--head`` is refused before anything heavy loads."""
+    from pairkit.core.remote import check_local_only
+
+    check_local_only(path, "head")  # a head is a local folder: not "not found" for a URL
     root = Path(path)
     if root.exists() and not root.is_dir():
         raise PairkitError(f"head {root} is a file, expected a head folder (written by "
