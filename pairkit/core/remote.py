@@ -284,13 +284,19 @@ def put_if(url: str, data: bytes, tag: str | None) -> str | None:
     return out.get("ETag")
 
 
-def exists(url: str) -> bool:
+def _looked_up(url: str, question: str) -> bool:
+    """The filesystem's answer to ``question`` (``exists``, ``isdir``, ``isfile``) about
+    ``url``, its listing cache dropped first (another writer may have changed it)."""
     fs, path = filesystem(url)
     try:
         fs.invalidate_cache(path)
-        return bool(fs.exists(path))
+        return bool(getattr(fs, question)(path))
     except Exception as exc:
         raise _failure(url, exc, "looking up") from None
+
+
+def exists(url: str) -> bool:
+    return _looked_up(url, "exists")
 
 
 def check_bucket(url: str) -> None:
@@ -314,22 +320,12 @@ def check_bucket(url: str) -> None:
 
 def is_dir(url: str) -> bool:
     """True when objects lie under ``url/``."""
-    fs, path = filesystem(url)
-    try:
-        fs.invalidate_cache(path)
-        return bool(fs.isdir(path))
-    except Exception as exc:
-        raise _failure(url, exc, "looking up") from None
+    return _looked_up(url, "isdir")
 
 
 def is_file(url: str) -> bool:
     """True when an object is named ``url`` itself (not merely objects under ``url/``)."""
-    fs, path = filesystem(url)
-    try:
-        fs.invalidate_cache(path)
-        return bool(fs.isfile(path))
-    except Exception as exc:
-        raise _failure(url, exc, "looking up") from None
+    return _looked_up(url, "isfile")
 
 
 def list_names(url: str) -> dict[str, dict[str, Any]]:
