@@ -481,6 +481,9 @@ def write_shard(root: str | os.PathLike[str], name: str, vectors: np.ndarray,
     from pairkit.core.remote import is_url
 
     normed = l2_normalize(np.asarray(vectors)).astype(dtype)
+    if not np.isfinite(normed).all():  # the embed loop names the images; a last guard
+        raise PairkitError(f"{name}: {int((~np.isfinite(normed).all(axis=1)).sum())} rows "
+                           "are non-finite (NaN or inf); the shard was not written")
     if is_url(root):
         from pairkit.core.remote_store import write_shard_object
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pairkit.encode.batches import EncodedBatch
+from pairkit.errors import PairkitError
 
 
 class ShardBuffer:
@@ -99,7 +100,23 @@ class ShardBuffer:
                 out.append(v)
             elif v is not None:
                 run.append(v)
-        return np.concatenate(out).astype(np.float32, copy=False)
+        vectors = np.concatenate(out).astype(np.float32, copy=False)
+        check_finite(vectors, self._items)
+        return vectors
+
+
+def check_finite(vectors: np.ndarray, items: list[dict[str, Any]]) -> None:
+    """Refuse rows that are not finite (NaN or inf: an encoder whose weights or
+    ``--precision`` overflow), before any of ``items`` (one per row) reaches a shard; the
+    shards committed before stay as they are."""
+    bad = ~np.isfinite(vectors).all(axis=1)
+    if not bad.any():
+        return
+    images = {str(item["source"]) for item in items}
+    sick = list(dict.fromkeys(str(items[i]["source"]) for i in np.flatnonzero(bad)))
+    raise PairkitError(f"the encoder gave non-finite embeddings for {len(sick)} of "
+                       f"{len(images)} images (e.g. {sick[0]}): its weights or --precision "
+                       "overflow; nothing was written for them")
 
 
 def shard_unit(shard_rows: int, views: int) -> int:
