@@ -23,6 +23,8 @@ class Sides:
     references: EvalSide
     self_rows: np.ndarray | None
     dim: int
+    encoder: dict[str, Any] | None = None  # the store's (a head trained on another is refused)
+    name: str = ""  # the store's path, for messages
 
 
 def _side(store: Any, rows: np.ndarray | None = None, where: str = "here",
@@ -114,18 +116,19 @@ def load_sides(store_path: Path, against: Path | None, test_fraction: float,
         test_columns = coded_columns(test) if on_workers else None
         return Sides(_side(test, where=where, columns=test_columns),
                      _side(store, where=where, columns=columns),
-                     np.arange(test.count) if same else None, store.dim)
+                     np.arange(test.count) if same else None, store.dim, store.encoder,
+                     str(store_path))
     source_codes = store.source_codes() if columns is None else columns[1].codes
     is_test = split_by_source(source_codes, test_fraction, seed)
     q_rows, r_rows = np.flatnonzero(is_test), np.flatnonzero(~is_test)
     if columns is None:
         return Sides(_side(store, q_rows, where), _side(store, r_rows, where), None,
-                     store.dim)
+                     store.dim, store.encoder, str(store_path))
     del source_codes
     q_cols, r_cols = split_columns(columns, q_rows, r_rows)
     del columns
     return Sides(_side(store, q_rows, where, q_cols), _side(store, r_rows, where, r_cols),
-                 None, store.dim)
+                 None, store.dim, store.encoder, str(store_path))
 
 
 def split_columns(columns: tuple[Coded | None, Coded], q_rows: np.ndarray,
@@ -209,9 +212,11 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
     if head_path is None or compare:
         runs["raw"] = (sides.queries, sides.references)
     if head_path is not None:
-        from pairkit.train.head import load_head
+        from pairkit.train.head import check_head_encoder, load_head
 
         head = load_head(head_path)
+        if sides.encoder is not None:
+            check_head_encoder(head_path, head.config, sides.encoder, sides.name)
         if head.in_dim != sides.dim:
             raise PairkitError(f"head {head_path} takes vectors of dim {head.in_dim}, the "
                                f"store has dim {sides.dim}")

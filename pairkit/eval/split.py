@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
+from pairkit.core.encoder_match import encoder_difference, same_encoder
 from pairkit.errors import PairkitError, UsageError
 
 
@@ -43,18 +43,6 @@ def split_by_source(source_codes: np.ndarray, fraction: float, seed: int, *,
     return np.isin(codes, test_sources)
 
 
-# Where an imported store's vectors came from, not what made them: two .npy files of one
-# encoder (train and test embeddings computed elsewhere) have different names and hashes.
-PROVENANCE_KEYS = ("imported_from", "sha256")
-
-
-def _encoder_key(encoder: dict[str, Any]) -> str:
-    """The encoder identity two stores must share: the manifest's encoder record without
-    its provenance (so the ``--encoder`` name decides for imported stores)."""
-    identity = {k: v for k, v in encoder.items() if k not in PROVENANCE_KEYS}
-    return json.dumps(identity, sort_keys=True, default=str)
-
-
 def check_compatible(ref_dim: int, ref_encoder: dict[str, Any], test_dim: int,
                      test_encoder: dict[str, Any], ref_name: str, test_name: str) -> None:
     """Raise PairkitError unless the two stores have one dimension and one encoder."""
@@ -63,26 +51,9 @@ def check_compatible(ref_dim: int, ref_encoder: dict[str, Any], test_dim: int,
             f"--against store {test_name} has dim {test_dim}, store {ref_name} has dim "
             f"{ref_dim}: both must come from the same encoder"
         )
-    if _encoder_key(ref_encoder) != _encoder_key(test_encoder):
+    if not same_encoder(ref_encoder, test_encoder):
         raise PairkitError(
             f"--against store {test_name} and store {ref_name} were made by different "
             f"encoders ({encoder_difference(ref_encoder, test_encoder)}): vectors of "
             "different encoders are not comparable"
         )
-
-
-def encoder_difference(a: dict[str, Any], b: dict[str, Any], shown: int = 3) -> str:
-    """The fields two encoder records differ in, ``name 'x' vs 'y'``, at most ``shown``
-    with their values (the records themselves run to hundreds of characters)."""
-    keys = sorted(k for k in set(a) | set(b)
-                  if k not in PROVENANCE_KEYS and json.dumps(a.get(k), sort_keys=True,
-                                                              default=str)
-                  != json.dumps(b.get(k), sort_keys=True, default=str))
-
-    def short(value: Any) -> str:
-        text = json.dumps(value, sort_keys=True, default=str)
-        return text if len(text) <= 40 else text[:37] + "..."
-
-    parts = [f"{k} {short(a.get(k))} vs {short(b.get(k))}" for k in keys[:shown]]
-    more = f", and {len(keys) - shown} more fields" if len(keys) > shown else ""
-    return "; ".join(parts) + more

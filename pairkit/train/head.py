@@ -272,3 +272,21 @@ def read_head_config(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]
 def spec_dict(spec: HeadSpec) -> dict[str, Any]:
     """``spec`` as the JSON object stored under ``head`` in config.json."""
     return asdict(spec)
+
+
+def check_head_encoder(root: str | os.PathLike[str], config: dict[str, Any],
+                       store_encoder: dict[str, Any], store_name: str) -> None:
+    """UsageError when the head at ``root`` (its ``config``) was trained on a store of
+    another encoder than ``store_encoder`` (the store ``store_name``'s), compared as
+    ``eval --against`` compares two stores (:func:`pairkit.core.encoder_match.same_encoder`).
+    A head written before its config recorded the encoder is not checked."""
+    from pairkit.core.encoder_match import encoder_difference, same_encoder
+    from pairkit.errors import UsageError
+
+    trained = config.get("store")
+    encoder = trained.get("encoder") if isinstance(trained, dict) else None
+    if not isinstance(encoder, dict) or same_encoder(encoder, store_encoder):
+        return
+    raise UsageError(f"head {root} was trained on vectors of another encoder than store "
+                     f"{store_name}'s ({encoder_difference(encoder, store_encoder)}): train a "
+                     "head on this store's encoder")

@@ -36,7 +36,7 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
     from pairkit.core.remote import is_url, location
     from pairkit.core.store import Store, sha256_file
     from pairkit.core.store_writer import check_store_dir, write_store
-    from pairkit.train.head import WEIGHTS, load_head, read_head_config
+    from pairkit.train.head import WEIGHTS, check_head_encoder, load_head, read_head_config
     from pairkit.train.output_whitening import FILE as WHITENING_FILE
     from pairkit.train.project import project_vectors
 
@@ -49,8 +49,9 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
     check_output_apart(output, [store, cfg.head])
     if not is_url(output):
         check_store_dir(Path(location(output)), force)  # before torch and every row
-    read_head_config(cfg.head)
+    head_root, head_config, _ = read_head_config(cfg.head)
     st = Store.open(store)
+    check_head_encoder(head_root, head_config, st.encoder, str(store))
     head = load_head(cfg.head)
     dev = resolve_device(cfg.device)
     vectors = project_vectors(st, head, device=dev, batch_size=cfg.batch_size)

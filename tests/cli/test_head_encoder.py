@@ -1,0 +1,67 @@
+"""project and eval --head refuse a head trained on another encoder's store (hunt-u 4):
+the head's config.json records the training store's encoder, compared as eval --against
+compares two stores; heads from before that record load as they did."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from pairkit.core.store import Store
+from pairkit.core.store_writer import write_store
+from tests.conftest import random_store
+
+runner = CliRunner()
+FAST = ["--epochs", "1", "--batch-size", "16", "--head", "mlp", "--out-dim", "8",
+        "--device", "cpu", "-q"]
+
+
+def other_encoder_store(path, encoder):  # noqa: ANN001, ANN201
+    """random_store's rows (dim 12) recorded as made by ``encoder``."""
+    st = random_store(path.with_name(path.name + "-src"), n_sources=10, views=2, dim=12)
+    return write_store(path, st.vectors(), st.items, encoder=encoder)
+
+
+@pytest.fixture
+def head(tmp_path):  # noqa: ANN001, ANN201
+    random_store(tmp_path / "s", n_sources=10, views=2, dim=12)
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", *FAST])
+    assert r.exit_code == 0, r.stderr
+    return tmp_path / "h"
+
+
+@pytest.mark.parametrize("command", ["project", "eval"])
+def test_head_of_another_encoder_is_refused(tmp_path, head, command):
+    other_encoder_store(tmp_path / "t", {"name": "timm/other"})
+    args = (["project", str(tmp_path / "t"), "--head", str(head), "-o", str(tmp_path / "p")]
+            if command == "project" else ["eval", str(tmp_path / "t"), "--head", str(head)])
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert f"head {head} was trained on vectors of another encoder" in lines[0]
+    assert "name \"random\" vs \"timm/other\"" in lines[0]
+    assert "train a head on this store's encoder" in lines[0]
+    assert not (tmp_path / "p").exists()
+
+
+def test_same_encoder_other_provenance_is_accepted(tmp_path, head):
+    other_encoder_store(tmp_path / "t", {"name": "random", "imported_from": "x.npy"})
+    r = runner.invoke(app, ["project", str(tmp_path / "t"), "--head", str(head),
+                            "-o", str(tmp_path / "p"), "-q"])
+    assert r.exit_code == 0, r.stderr
+
+
+def test_head_without_an_encoder_record_still_loads(tmp_path, head):
+    cfg = json.loads((head / "config.json").read_text())
+    del cfg["store"]["encoder"]
+    (head / "config.json").write_text(json.dumps(cfg))
+    other_encoder_store(tmp_path / "t", {"name": "timm/other"})
+    r = runner.invoke(app, ["project", str(tmp_path / "t"), "--head", str(head),
+                            "-o", str(tmp_path / "p"), "-q"])
+    assert r.exit_code == 0, r.stderr
+    assert Store.open(tmp_path / "p").count == 20
