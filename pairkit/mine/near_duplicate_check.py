@@ -348,9 +348,10 @@ def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str 
         from pairkit.core.paths import image_root_problem
 
         problem = image_root_problem(image_root)
-        raise UsageError("--method pixels needs the store's images: its image_root " + (
-            f"is unreadable: {image_root}" if problem is None else problem + (
-                " (--method threshold compares the vectors)" if "://" in problem else "")))
+        why = f"is unreadable: {image_root}" if problem is None else problem
+        if "://" in str(image_root):  # on object storage: the vectors can decide
+            why += " (--method threshold compares the vectors)"
+        raise UsageError(f"--method pixels needs the store's images: its image_root {why}")
     use_pixels = method == "pixels" or (method == "auto" and readable and threshold is None)
     if pixel_threshold is not None and not use_pixels:
         refuse_pixel_threshold(method, threshold)
