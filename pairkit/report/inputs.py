@@ -141,9 +141,36 @@ def _json_object(path: Path) -> Any:
         raise PairkitError(f"can't read {path}: {exc.strerror or exc}") from None
 
 
+# the columns of `pairkit dedup`'s table (docs/dedup.md), for one written with no rows
+DEDUP_COLUMNS = ("group", "id", "path", "keep", "similarity", "match")
+
+
+def _rowless_jsonl(path: Path) -> bool:
+    """True for a local JSON Lines file that holds no row (0 bytes or blank lines), as
+    ``pairkit dedup -o FILE.jsonl`` writes it when there are no duplicates."""
+    from pairkit.core.tables import table_kind
+
+    if table_kind(path) != "jsonl":
+        return False
+    try:
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 16):
+                if block.strip():
+                    return False
+    except OSError:
+        return False  # read_table names the problem
+    return True
+
+
 def _table_input(spec: str, path: Path | None) -> ReportInput:
+    import pandas as pd
+
     from pairkit.core.tables import read_table
 
+    if path is not None and path.is_file() and _rowless_jsonl(path):
+        # no row tells no kind; dedup writes "no duplicates" so (where a CSV keeps its
+        # header and a parquet its schema): 0 groups, as those
+        return ReportInput("dedup", spec, path, table=pd.DataFrame(columns=list(DEDUP_COLUMNS)))
     table = read_table(spec)
     fmt = pair_format(list(table.columns))
     if fmt is None:

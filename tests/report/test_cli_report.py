@@ -558,3 +558,26 @@ def test_old_reports_left_by_a_killed_swap_are_swept_only_when_replaced(pipeline
     os.utime(lone, (old, old))
     assert report(pipeline.eval_json, "-o", tmp_path / "gone").exit_code == 0
     assert lone.exists()
+
+
+def test_an_empty_dedup_result_is_zero_groups_in_every_format(tmp_path):
+    """dedup with no duplicates writes a 0-byte JSON Lines file (a header-only CSV, an
+    empty parquet): each is a dedup tab of 0 groups, not an error."""
+    from pairkit.cli.main import app as pk_app
+
+    image_store(tmp_path / "st", [f"a{i}.png" for i in range(6)], ["x"] * 6, dim=8)
+    lines = {}
+    for name in ("d.csv", "d.parquet", "d.jsonl"):
+        r = runner.invoke(pk_app, ["dedup", str(tmp_path / "st"), "-o", str(tmp_path / name),
+                                   "-q"])
+        assert r.exit_code == 0, r.output
+        r = report(tmp_path / name, "-o", tmp_path / f"rep-{name}", "--store", tmp_path / "st")
+        assert r.exit_code == 0, r.output
+        lines[name] = r.output.splitlines()[0]
+        data, _ = page_data(tmp_path / f"rep-{name}" / "index.html")
+        (sec,) = data["sections"]
+        assert sec["kind"] == "dedup" and sec["groups"] == []
+        assert sec["summary"]["groups"] == 0 and sec["summary"]["members"] == 0
+    assert (tmp_path / "d.jsonl").stat().st_size == 0
+    assert lines["d.jsonl"] == lines["d.csv"].replace("d.csv", "d.jsonl")
+    assert lines["d.jsonl"].endswith("0 of 0 groups, 0 copies to drop")
