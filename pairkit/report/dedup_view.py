@@ -16,6 +16,9 @@ from pairkit.report.summary import histogram, score_stats
 if TYPE_CHECKING:
     import pandas as pd
 
+# per group, besides its kept item; the rest is counted, not shown (nor given a thumbnail)
+MAX_COPIES_SHOWN = 64
+
 
 def _bools(series: Any) -> np.ndarray:
     if series.dtype == bool:
@@ -61,11 +64,15 @@ def summarize_groups(g: pd.DataFrame, labels: np.ndarray | None) -> dict[str, An
                           value_range=_range(dropped["similarity"].to_numpy(dtype=np.float64))),
     }
     if labels is not None and len(g):
-        lab = labels[g["id"].to_numpy()]
-        frame = g[["group"]].assign(label=[None if v is None else str(v) for v in lab])
-        mixed = frame.dropna().groupby("group")["label"].nunique()
-        out["mixed_label_groups"] = int((mixed > 1).sum())
+        out["mixed_label_groups"] = int((label_counts(g, labels) > 1).sum())
     return out
+
+
+def label_counts(g: pd.DataFrame, labels: np.ndarray) -> pd.Series:
+    """Per group, how many different labels its members have (missing labels not counted)."""
+    lab = labels[g["id"].to_numpy()]
+    frame = g[["group"]].assign(label=[None if v is None else str(v) for v in lab])
+    return frame.dropna().groupby("group")["label"].nunique()
 
 
 def _range(values: np.ndarray) -> tuple[float, float]:
@@ -80,7 +87,13 @@ def _range(values: np.ndarray) -> tuple[float, float]:
 def build_dedup_section(name: str, table: pd.DataFrame, *, sample: int,
                         labels: np.ndarray | None, ref: ItemRef) -> dict[str, Any]:
     """The page data of one dedup table: at most ``sample`` groups (0: all), largest first;
-    in each group the kept item first, then the copies by similarity."""
+    in each group the kept item first, then at most :data:`MAX_COPIES_SHOWN` copies, least
+    similar first (the doubtful ones; no similarity last), table order among equals.
+
+    Per group: ``g`` number, ``m`` [[item, keep, similarity, match]] (only the members shown
+    get an item, hence a thumbnail), ``n`` members in all, ``more`` copies not shown, ``x``
+    the match kinds of all its copies and, with labels, ``mixed`` (1: more than one label
+    among all its members), so the page's filters see the whole group."""
     g = normalize_groups(table)
     summary = summarize_groups(g, labels)
     sizes = g.groupby("group").size()
@@ -89,15 +102,28 @@ def build_dedup_section(name: str, table: pd.DataFrame, *, sample: int,
         order = order[:sample]
     summary["groups_shown"] = len(order)
     shown = g[g["group"].isin(order)].sort_values(
-        ["group", "keep", "similarity"], ascending=[True, False, False], kind="stable")
+        ["group", "keep", "similarity"], ascending=[True, False, True], kind="stable",
+        na_position="last")
+    mixed = label_counts(shown, labels) if labels is not None and len(shown) else None
     by_group = {k: f for k, f in shown.groupby("group", sort=False)}
     groups = []
     for k in order:
+        f = by_group[k]
+        keep = f["keep"].to_numpy(dtype=bool)
+        copies = int((~keep).sum())
+        cut = f.iloc[:int(keep.sum()) + min(copies, MAX_COPIES_SHOWN)]
         members = []
-        for item, path, keep, sim, match in by_group[k][
+        for item, path, kept, sim, match in cut[
                 ["id", "path", "keep", "similarity", "match"]].itertuples(index=False, name=None):
             s = float(sim)
-            members.append([ref(int(item), path), 1 if keep else 0,
+            members.append([ref(int(item), path), 1 if kept else 0,
                             round(s, 5) if np.isfinite(s) else None, match])
-        groups.append({"g": int(k), "m": members})
+        group: dict[str, Any] = {
+            "g": int(k), "m": members, "n": int(len(f)),
+            "more": copies - (len(cut) - int(keep.sum())),
+            "x": sorted({str(m) for m in f["match"].to_numpy(dtype=object)[~keep]
+                         if m is not None})}
+        if mixed is not None:
+            group["mixed"] = 1 if int(mixed.get(k, 0)) > 1 else 0
+        groups.append(group)
     return {"kind": "dedup", "name": name, "summary": summary, "groups": groups}

@@ -203,3 +203,33 @@ def test_a_positive_view_of_the_anchors_file_is_shown_as_that_view(browser, pipe
         if view >= 1:
             assert "(shown as embedded: crop, flip, colour)" in p["meta"]
     assert browser.errors == []
+
+
+def test_a_capped_dedup_group_says_how_many_more(browser, tmp_path):
+    """A group of 100 shows 65 cards and 'and 35 more copies'; its size sorts and reads as
+    100, and the exact-copies filter finds it by a copy that is not shown."""
+    import pandas as pd
+
+    n = 100
+    sim = [1.0, *[0.99 - i / 1000 for i in range(n - 1)]]  # id 1 most similar (not shown)
+    match = ["keep", "exact", *["near"] * (n - 2)]
+    small = pd.DataFrame({"group": [1] * 3, "id": [n, n + 1, n + 2],
+                          "path": ["s0.png", "s1.png", "s2.png"], "keep": [True, False, False],
+                          "similarity": [1.0, 0.5, 0.6], "match": ["keep", "near", "near"]})
+    table = pd.concat([pd.DataFrame({"group": 0, "id": range(n),
+                                     "path": [f"p{i}.png" for i in range(n)],
+                                     "keep": [True] + [False] * (n - 1), "similarity": sim,
+                                     "match": match}), small], ignore_index=True)
+    table.to_csv(tmp_path / "d.csv", index=False)
+    load(browser, build(tmp_path / "d.csv", "-o", tmp_path / "rep"))
+    state = visible_state(browser, "dedup")
+    assert state["rows"] == ["0", "1"]
+    text = browser.js("""[...document.querySelectorAll('.pane-dedup .list > .group')].map(
+        g => [g.querySelector('.group-head').textContent, g.querySelectorAll('.card').length,
+              (g.querySelector('.more') || {textContent: ''}).textContent])""")
+    assert text[0][0].endswith("100 members") and text[0][1] == 65
+    assert text[0][2].startswith("and 35 more copies not in the report")
+    assert text[1][1] == 3 and text[1][2] == ""
+    js_set(browser, ".pane-dedup .ctl-match", "exact", "change")
+    assert visible_state(browser, "dedup")["rows"] == ["0"]
+    assert browser.errors == []

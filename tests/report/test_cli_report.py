@@ -581,3 +581,43 @@ def test_an_empty_dedup_result_is_zero_groups_in_every_format(tmp_path):
     assert (tmp_path / "d.jsonl").stat().st_size == 0
     assert lines["d.jsonl"] == lines["d.csv"].replace("d.csv", "d.jsonl")
     assert lines["d.jsonl"].endswith("0 of 0 groups, 0 copies to drop")
+
+
+def test_a_big_dedup_group_shows_the_cap_and_decodes_only_those(tmp_path, monkeypatch):
+    """A group of 500 files: the page holds the kept item and the 64 least similar copies,
+    counts the other 435, and only those 65 images are decoded and written as thumbnails."""
+    import pairkit.report.thumbs as thumbs
+    from pairkit.report.dedup_view import MAX_COPIES_SHOWN
+    from tests.report.kit import image
+
+    n = 500
+    images = tmp_path / "images"
+    paths = [f"c/img{i:03d}.png" for i in range(n)]
+    for i, p in enumerate(paths):
+        image(images / p, i, size=(8, 8))
+    image_store(tmp_path / "st", paths, ["x"] * n, image_root=images)
+    sim = np.round(np.linspace(0.999, 0.9, n - 1), 6)  # id 1 most similar, id 499 least
+    pd.DataFrame({"group": 0, "id": np.arange(n), "path": paths, "keep": [True] + [False] * (n - 1),
+                  "similarity": [1.0, *sim], "match": ["keep"] + ["near"] * (n - 1)}
+                 ).to_csv(tmp_path / "d.csv", index=False)
+    decoded: list[object] = []
+    real = thumbs.make_thumbnail
+
+    def counting(src, dst, size):  # noqa: ANN001, ANN202
+        decoded.append(src)
+        return real(src, dst, size)
+
+    monkeypatch.setattr(thumbs, "make_thumbnail", counting)
+    out = tmp_path / "rep"
+    r = report(tmp_path / "d.csv", "-o", out, "--store", tmp_path / "st")
+    assert r.exit_code == 0, r.output
+    data, _ = page_data(out / "index.html")
+    (group,) = data["sections"][0]["groups"]
+    shown = [data["items"][m[0]]["id"] for m in group["m"]]
+    assert MAX_COPIES_SHOWN == 64
+    assert shown == [0, *range(n - 1, n - 1 - 64, -1)]  # kept, then least similar first
+    assert (group["n"], group["more"]) == (500, 435)
+    assert len(data["items"]) == 65 and len(decoded) == 65
+    assert len(list((out / "t").iterdir())) == 65
+    assert all(it["thumb"] for it in data["items"])
+    assert data["sections"][0]["summary"]["members"] == 500

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pairkit.report.dedup_view import build_dedup_section
+from pairkit.report.dedup_view import MAX_COPIES_SHOWN, build_dedup_section
 from pairkit.report.eval_view import metric_rows
 from pairkit.report.pairs_view import (
     MAX_NEGATIVES_SHOWN,
@@ -157,8 +157,44 @@ def test_dedup_groups_largest_first_kept_first():
     assert (s["groups"], s["members"], s["drop"], s["exact"], s["near"]) == (3, 7, 4, 1, 3)
     assert s["groups_shown"] == 2 and s["mixed_label_groups"] == 1  # group 1: x and y
     assert [grp["g"] for grp in sec["groups"]] == [1, 0]  # 3 members, then the lower number
-    assert [m[0] for m in sec["groups"][0]["m"]] == [3, 4, 2]  # kept, then by similarity
+    assert [m[0] for m in sec["groups"][0]["m"]] == [3, 2, 4]  # kept, least similar first
     assert s["sizes"] == {"2": 2, "3": 1}
+    assert [(grp["n"], grp["more"], grp["x"], grp["mixed"]) for grp in sec["groups"]] == [
+        (3, 0, ["near"], 1), (2, 0, ["near"], 0)]
+
+
+def test_dedup_group_members_are_capped_least_similar_first():
+    """A group of 500: the kept item and the MAX_COPIES_SHOWN least similar copies are
+    shown (only they are looked up, so only they get thumbnails); the rest is counted;
+    the filters' facts (x, mixed) and the size cover the whole group."""
+    rng = np.random.default_rng(3)
+    n = 500
+    sim = rng.uniform(0.9, 1.0, n - 1)
+    sim[10] = np.nan  # no similarity: after every number
+    match = np.where(np.arange(n - 1) == 400, "exact", "near")  # an exact copy, not shown
+    g = pd.DataFrame({
+        "group": [7] * n + [8, 8], "id": np.arange(n + 2), "path": [f"p{i}" for i in range(n + 2)],
+        "keep": [False] * 250 + [True] + [False] * (n - 251) + [True, False],
+        "similarity": [*sim[:250], 1.0, *sim[250:], 1.0, 0.95],
+        "match": [*match[:250], "keep", *match[250:], "keep", "near"],
+    })
+    labels = np.array(["a"] * (n + 2), dtype=object)
+    labels[n - 1] = "b"  # the last member of group 7 (a similar copy, not shown)
+    ref, seen = ref_table()
+    sec = build_dedup_section("d", g, sample=0, labels=labels, ref=ref)
+    big, small = sec["groups"]
+    assert MAX_COPIES_SHOWN == 64
+    assert (big["g"], big["n"], big["more"], len(big["m"])) == (7, 500, 499 - 64, 65)
+    copies = g[(g["group"] == 7) & ~g["keep"]]
+    want = copies.sort_values("similarity", kind="stable")["id"].tolist()[:64]  # NaN last
+    assert big["m"][0][:2] == [250, 1] and [m[0] for m in big["m"][1:]] == want
+    shown_sims = [m[2] for m in big["m"][1:]]
+    assert shown_sims == sorted(shown_sims)
+    assert shown_sims[-1] < float(np.nanmin(copies["similarity"].to_numpy()[
+        ~copies["id"].isin(want)]))  # every hidden copy is more similar
+    assert big["x"] == ["exact", "near"] and big["mixed"] == 1  # from the hidden members too
+    assert (small["n"], small["more"], [m[0] for m in small["m"]]) == (2, 0, [n, n + 1])
+    assert sorted(seen) == sorted([250, *want, n, n + 1])  # no other item looked up
 
 
 def test_metric_rows_follow_the_terminal_table():

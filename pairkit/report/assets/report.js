@@ -421,17 +421,14 @@
     function rowsOf(st) {
       var t = st.text.toLowerCase();
       var out = groups.filter(function (g) {
-        if (st.match && !g.m.some(function (m) { return m[3] === st.match; })) return false;
-        if (st.mixed) {
-          var labs = new Set();
-          g.m.forEach(function (m) { var l = ITEMS[m[0]].label; if (l !== null) labs.add(l); });
-          if (labs.size < 2) return false;
-        }
+        // match kinds and labels of the whole group (g.x, g.mixed), not only the members shown
+        if (st.match && g.x.indexOf(st.match) < 0) return false;
+        if (st.mixed && !g.mixed) return false;
         if (t && !g.m.some(function (m) { var p = ITEMS[m[0]].path; return p !== null && p.toLowerCase().indexOf(t) >= 0; })) return false;
         return true;
       });
       var key = {
-        size: function (g) { return -g.m.length; },
+        size: function (g) { return -g.n; },
         lowest: function (g) { return minSim(g); },
         group: function (g) { return g.g; },
       }[st.sort];
@@ -441,13 +438,17 @@
     function draw(g) {
       var line = el('div', 'group');
       line.dataset.group = String(g.g);
-      line.appendChild(el('div', 'group-head', ['group ' + g.g + ' \u00b7 ' + g.m.length + ' members']));
+      line.appendChild(el('div', 'group-head', ['group ' + g.g + ' \u00b7 ' + num(g.n) + ' members']));
       var row = el('div', 'anchor');
       g.m.forEach(function (m) {
         var role = m[1] ? 'keep' : ('drop \u00b7 ' + (m[3] || 'near') + ' \u00b7 similarity ' + score(m[2]));
         row.appendChild(card(m[0], m[1] ? 'is-keep' : 'is-drop', [el('div', 'role', [role])]));
       });
       line.appendChild(row);
+      if (g.more > 0) {
+        line.appendChild(el('div', 'more muted', ['and ' + num(g.more) +
+          ' more copies not in the report (the least similar are shown)']));
+      }
       return line;
     }
     var refresh = pagedList(root, state, rowsOf, draw, 'groups');
