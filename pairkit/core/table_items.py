@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,22 +47,48 @@ def negative_slots(columns: list[str]) -> list[int]:
     return sorted(int(m.group(1)) for m in found if m)
 
 
-def table_mismatch(table: pd.DataFrame, fmt: str, store: Store) -> str | None:
-    """Why ``table`` does not belong to ``store``, or None when it does."""
+@dataclass(frozen=True)
+class ReadApart:
+    """What :func:`table_mismatch` reads of the columns a narrow read of a table left out
+    (``pairkit report`` reads ids and scores of every row, the rest only where needed):
+    the table's ``columns``, its ``store_id`` values (None: no such column) and its path
+    columns at the rows :func:`path_sample` picks, in that order."""
+
+    columns: list[str]
+    store_ids: list[str] | None
+    sampled_paths: pd.DataFrame
+
+
+def path_sample(n_rows: int) -> np.ndarray:
+    """The rows (of ``n_rows``) whose paths :func:`table_mismatch` compares with the store's:
+    PATH_SAMPLE of them drawn with seed 0, or all."""
+    rng = np.random.default_rng(0)
+    return (rng.choice(n_rows, PATH_SAMPLE, replace=False) if n_rows > PATH_SAMPLE
+            else np.arange(n_rows))
+
+
+def table_mismatch(table: pd.DataFrame, fmt: str, store: Store,
+                   apart: ReadApart | None = None) -> str | None:
+    """Why ``table`` does not belong to ``store``, or None when it does. ``apart``: what a
+    narrow ``table`` (its id columns, every row) left out."""
     import pandas as pd
 
-    if "store_id" in table.columns:
-        ids = {str(v) for v in table["store_id"].dropna().unique()}
+    if apart is not None:
+        named = apart.store_ids
+    else:
+        named = (list(table["store_id"].dropna().unique()) if "store_id" in table.columns
+                 else None)
+    if named is not None:
+        ids = {str(v) for v in named}
         other = sorted(ids - {store.content_id})
         if other:
             return (f"the table came from another store (store_id {other[0]}, "
                     f"store {store.root} is {store.content_id})")
     store_paths = store.items["path"].to_numpy(dtype=object)
     image_root = store.manifest.get("image_root")
-    rng = np.random.default_rng(0)
-    sample = (rng.choice(len(table), PATH_SAMPLE, replace=False) if len(table) > PATH_SAMPLE
-              else np.arange(len(table)))
-    for id_col, path_col in item_columns(fmt, list(table.columns)):
+    sample = path_sample(len(table))
+    columns = apart.columns if apart is not None else list(table.columns)
+    for id_col, path_col in item_columns(fmt, columns):
         ids = item_ids(table, id_col)
         valid = ids[ids >= 0]
         if len(valid) and int(valid.max()) >= store.count:
@@ -71,9 +98,10 @@ def table_mismatch(table: pd.DataFrame, fmt: str, store: Store) -> str | None:
             return f"{id_col} holds negative ids"
         if path_col is None:
             continue
-        for row in sample:
+        for j, row in enumerate(sample):
             i = int(ids[row])
-            got = table[path_col].iat[row]
+            got = (apart.sampled_paths[path_col].iat[j] if apart is not None
+                   else table[path_col].iat[row])
             if i < 0 or pd.isna(got):
                 continue
             want = str(store_paths[i])

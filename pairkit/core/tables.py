@@ -217,10 +217,16 @@ def read_parquet_frame(source: str | Path | IO[bytes]) -> pd.DataFrame:
     (:func:`is_text_column`) as strings, as CSV and JSON Lines give them: integer labels
     with a missing one are "1", not the "1.0" of the float column pandas makes of them
     (integer text columns are made strings by pyarrow, so no digit is lost above 2**53)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(source)
+    return arrow_frame(pq.read_table(source))
+
+
+def arrow_frame(table: Any) -> pd.DataFrame:
+    """A pyarrow table (read from parquet) as :func:`read_parquet_frame` gives it: the text
+    columns as strings."""
+    import pyarrow as pa
+
     for i, field in enumerate(table.schema):
         if is_text_column(field.name) and pa.types.is_integer(field.type):
             table = table.set_column(i, field.name, table.column(i).cast(pa.string()))

@@ -202,11 +202,11 @@ def _store_for(inp: ReportInput, explicit: StoreInfo | None, notes: list[str], o
     assert inp.table is not None
     fmt = inp.fmt or "dedup"
     if explicit is not None:
-        why = table_mismatch(inp.table, fmt, explicit.store)
+        why = table_mismatch(inp.table, fmt, explicit.store, inp.apart)
         if why:
             raise PairkitError(f"{inp.name} does not belong to store {explicit.store.root}: {why}")
         return explicit
-    found = find_store(inp.table, fmt, inp.path)
+    found = find_store(inp.table, fmt, inp.path, inp.apart)
     if found is not None:  # nor into the store found beside the table
         from pairkit.core.paths import check_output_apart
 
@@ -236,7 +236,7 @@ def _build(inputs: list[ReportInput], explicit: StoreInfo | None, cfg: ReportCon
             if inp.kind == "pairs":
                 sec = build_pairs_section(inp.name, inp.table, inp.fmt or "triplet",
                                           sample=cfg.sample, seed=cfg.seed, labels=labels,
-                                          ref=ref)
+                                          ref=ref, rows=inp.rows)
                 s = sec["summary"]
                 result.sections.append(
                     f"{inp.name}: {s['anchors_shown']:,} of {s['anchors']:,} anchors "

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
     import pandas as pd
+
+    from pairkit.core.table_items import ReadApart
 
 KINDS = ("pairs", "dedup", "search", "eval", "plots")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -43,6 +48,10 @@ class ReportInput:
     fmt: str | None = None
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # eval: side -> metrics
     plots: list[Path] = field(default_factory=list)
+    # a pair table read narrow (pair_source): ``table`` holds the summary's columns only,
+    # ``rows`` reads every column of given rows, ``apart`` is what the store check needs
+    rows: Callable[[np.ndarray], pd.DataFrame] | None = None
+    apart: ReadApart | None = None
 
 
 # the columns each kind's view reads (pair_format tells the kinds apart by fewer)
@@ -171,6 +180,10 @@ def _table_input(spec: str, path: Path | None) -> ReportInput:
         # no row tells no kind; dedup writes "no duplicates" so (where a CSV keeps its
         # header and a parquet its schema): 0 groups, as those
         return ReportInput("dedup", spec, path, table=pd.DataFrame(columns=list(DEDUP_COLUMNS)))
+    if path is not None:
+        narrow = _narrow_pairs(spec, path)
+        if narrow is not None:
+            return narrow
     table = read_table(spec)
     fmt = pair_format(list(table.columns))
     if fmt is None:
@@ -190,3 +203,34 @@ def _table_input(spec: str, path: Path | None) -> ReportInput:
         integer_ids(table["id"], "id", allow_missing=False)
     kind = fmt if fmt in ("dedup", "search") else "pairs"
     return ReportInput(kind, spec, path, table=table, fmt=None if kind == "dedup" else fmt)
+
+
+def _narrow_pairs(spec: str, path: Path) -> ReportInput | None:
+    """A local parquet pair table read narrow (:mod:`pairkit.report.pair_source`); None
+    for any other input (read whole)."""
+    from pairkit.core.tables import table_kind
+
+    if table_kind(path) not in ("parquet", "dataset") or not path.exists():
+        return None
+    from pairkit.report.pair_source import parquet_columns, parquet_parts, read_narrow
+    from pairkit.report.pairs_view import summary_columns
+
+    try:
+        parts = parquet_parts(path)
+        columns = parquet_columns(parts, path)
+        fmt = pair_format(columns)
+        if fmt is None or fmt in ("dedup", "search"):
+            return None  # read whole, as before (and refused there when it is neither)
+        missing = [c for c in NEEDED[fmt] if c not in columns]
+        if missing:
+            raise PairkitError(f"{spec}: {fmt} tables need column {', '.join(missing)} "
+                               "(docs/formats.md)")
+        source = read_narrow(parts, columns, summary_columns(columns))
+        apart = source.apart(fmt)
+    except PairkitError:
+        raise
+    except Exception as exc:  # pyarrow raises many types for malformed files
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PairkitError(f"can't read table {spec}: {first}") from exc
+    return ReportInput("pairs", spec, path, table=source.narrow, fmt=fmt, rows=source.rows,
+                       apart=apart)

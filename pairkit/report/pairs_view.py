@@ -1,14 +1,16 @@
 """The pair-table view: per anchor its positives and negatives, with the flags.
 
 Any of the three formats (triplet, n-tuple, labeled-pair; docs/formats.md), with
-or without ``false_negative``/``fn_reason``, is first brought to one long form
-(one row per positive, one row per negative), summarised on the whole table, and
-then cut to ``sample`` random anchors for the page.
+or without ``false_negative``/``fn_reason``, is brought to one long form (one row per
+positive, one row per negative): without paths for the summary of the whole table and
+the draw of ``sample`` random anchors, then with every column for those anchors' rows
+only, for the page (a parquet table is read so: :mod:`pairkit.report.pair_source`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -80,57 +82,84 @@ def _reasons(table: pd.DataFrame) -> np.ndarray:
     return text
 
 
-def to_long(table: pd.DataFrame, fmt: str) -> LongPairs:
-    """One row per positive and one per negative of a pair table in ``fmt``."""
+# the columns to_long reads besides the paths (and all the summary needs)
+SUMMARY_COLUMNS = ("anchor_id", "positive_id", "negative_id", "other_id", "label",
+                   "pos_score", "neg_score", "score", "neg_rank", "false_negative",
+                   "fn_reason")
+
+
+def summary_columns(columns: list[str]) -> list[str]:
+    """The columns of a pair table (of ``columns``) that :func:`to_long` reads with
+    ``paths=False``, in table order."""
+    slots = {f"{c}_{j}" for j in negative_slots(columns) for c in ("negative_id", "neg_score")}
+    return [c for c in columns if c in SUMMARY_COLUMNS or c in slots]
+
+
+def to_long(table: pd.DataFrame, fmt: str, paths: bool = True) -> LongPairs:
+    """One row per positive and one per negative of a pair table in ``fmt``; without
+    ``paths`` no ``path``/``anchor_path`` columns (the summary's form: a table read without
+    its path columns)."""
     import pandas as pd
 
     t = table.reset_index(drop=True)
     anchor = _ids(t["anchor_id"], "anchor_id", required=True)
-    anchor_path = _col(t, "anchor_path", None).to_numpy(dtype=object)
+    anchor_path = _col(t, "anchor_path", None).to_numpy(dtype=object) if paths else None
     flags, reasons = _flags(t), _reasons(t)
     has_flags = "false_negative" in t.columns
+
+    def frame(columns: dict[str, Any], path: str | None, rows: Any = slice(None)
+              ) -> pd.DataFrame:
+        """``columns`` with, when ``paths``, the path column ``path`` and ``anchor_path``
+        (at ``rows``) in their places."""
+        if not paths:
+            return pd.DataFrame({k: v for k, v in columns.items() if k != "path"})
+        out = dict(columns)
+        out["path"] = _col(t, path, None).to_numpy(dtype=object)[rows] if path else None
+        assert anchor_path is not None
+        out["anchor_path"] = anchor_path[rows]
+        return pd.DataFrame(out)
+
     if fmt == "labeled-pair":
         label = _ids(t["label"], "label")
         other = _ids(t["other_id"], "other_id")
-        other_path = _col(t, "other_path", None).to_numpy(dtype=object)
         score = _num(_col(t, "score", np.nan))
         is_pos = (label == 1) & ~flags
-        pos = pd.DataFrame({"anchor_id": anchor[is_pos], "item_id": other[is_pos],
-                            "path": other_path[is_pos], "score": score[is_pos],
-                            "anchor_path": anchor_path[is_pos]})
+        pos = frame({"anchor_id": anchor[is_pos], "item_id": other[is_pos], "path": None,
+                     "score": score[is_pos]}, "other_path", is_pos)
         neg_rows = np.flatnonzero(~is_pos & (other >= 0))
-        neg = pd.DataFrame({"anchor_id": anchor[neg_rows], "item_id": other[neg_rows],
-                            "path": other_path[neg_rows], "score": score[neg_rows],
-                            "flag": flags[neg_rows], "reason": reasons[neg_rows],
-                            "anchor_path": anchor_path[neg_rows]})
+        neg = frame({"anchor_id": anchor[neg_rows], "item_id": other[neg_rows], "path": None,
+                     "score": score[neg_rows], "flag": flags[neg_rows],
+                     "reason": reasons[neg_rows]}, "other_path", neg_rows)
         # rank: order among the anchor's negatives; attracted candidates (label 1) -1
         neg["rank"] = neg.groupby("anchor_id").cumcount().to_numpy()
         neg.loc[label[neg_rows] == 1, "rank"] = -1
         return LongPairs(pos, neg, has_flags, False)
-    pos = pd.DataFrame({"anchor_id": anchor, "item_id": _ids(t["positive_id"], "positive_id"),
-                        "path": _col(t, "positive_path", None).to_numpy(dtype=object),
-                        "score": _num(_col(t, "pos_score", np.nan)),
-                        "anchor_path": anchor_path})
+    pos = frame({"anchor_id": anchor, "item_id": _ids(t["positive_id"], "positive_id"),
+                 "path": None, "score": _num(_col(t, "pos_score", np.nan))}, "positive_path")
     pos = pos[pos["item_id"] >= 0].drop_duplicates(["anchor_id", "item_id"])
     if fmt == "triplet":
         rank = _ids(_col(t, "neg_rank", -1), "neg_rank")
-        neg = pd.DataFrame({"anchor_id": anchor, "item_id": _ids(t["negative_id"], "negative_id"),
-                            "path": _col(t, "negative_path", None).to_numpy(dtype=object),
-                            "score": _num(_col(t, "neg_score", np.nan)), "rank": rank,
-                            "flag": flags, "reason": reasons, "anchor_path": anchor_path})
-        return LongPairs(pos, neg[neg["item_id"] >= 0], has_flags, False)
+        neg = frame({"anchor_id": anchor, "item_id": _ids(t["negative_id"], "negative_id"),
+                     "path": None, "score": _num(_col(t, "neg_score", np.nan)), "rank": rank,
+                     "flag": flags, "reason": reasons}, "negative_path")
+        return LongPairs(pos, _named(neg), has_flags, False)
     parts = []
     for j in negative_slots(list(t.columns)):
-        parts.append(pd.DataFrame({
+        parts.append(frame({
             "anchor_id": anchor, "item_id": _ids(t[f"negative_id_{j}"], f"negative_id_{j}"),
-            "path": _col(t, f"negative_path_{j}", None).to_numpy(dtype=object),
-            "score": _num(_col(t, f"neg_score_{j}", np.nan)),
+            "path": None, "score": _num(_col(t, f"neg_score_{j}", np.nan)),
             "rank": np.full(len(t), j - 1, dtype=np.int64),
-            "flag": flags, "reason": reasons, "anchor_path": anchor_path}))
+            "flag": flags, "reason": reasons}, f"negative_path_{j}"))
+    names = ["anchor_id", "item_id", "path", "score", "rank", "flag", "reason", "anchor_path"]
     neg = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["anchor_id", "item_id", "path", "score", "rank", "flag", "reason",
-                 "anchor_path"])
-    return LongPairs(pos, neg[neg["item_id"] >= 0], has_flags, True)
+        columns=names if paths else [n for n in names if n not in ("path", "anchor_path")])
+    return LongPairs(pos, _named(neg), has_flags, True)
+
+
+def _named(neg: pd.DataFrame) -> pd.DataFrame:
+    """The negatives that name an item (id >= 0); ``neg`` itself, not a copy, when all do."""
+    named = neg["item_id"].to_numpy() >= 0
+    return neg if named.all() else neg[named]
 
 
 def reason_counts(reasons: np.ndarray) -> dict[str, int]:
@@ -249,14 +278,33 @@ def _score(value: Any) -> float | None:
     return round(v, 5) if np.isfinite(v) else None
 
 
+def rows_of_anchors(table: pd.DataFrame, chosen: np.ndarray) -> np.ndarray:
+    """The rows (positions, ascending) of ``table`` whose anchor is one of ``chosen``."""
+    anchor = _ids(table["anchor_id"], "anchor_id", required=True)
+    return np.flatnonzero(np.isin(anchor, chosen))
+
+
+# rows (positions, ascending) -> every column of those rows, in that order
+RowReader = Callable[[np.ndarray], "pd.DataFrame"]
+
+
 def build_pairs_section(name: str, table: pd.DataFrame, fmt: str, *, sample: int, seed: int,
-                        labels: np.ndarray | None, ref: ItemRef) -> dict[str, Any]:
-    """The page data of one pair table (see report.js, ``renderPairs``)."""
-    long = to_long(table, fmt)
+                        labels: np.ndarray | None, ref: ItemRef,
+                        rows: RowReader | None = None) -> dict[str, Any]:
+    """The page data of one pair table (see report.js, ``renderPairs``).
+
+    The summary and the sample come from ``table`` without its paths; the anchors' blocks
+    from every column of the sampled anchors' rows only: ``rows`` reads them (a table read
+    narrow, :mod:`pairkit.report.pair_source`), by default from ``table`` itself."""
+    long = to_long(table, fmt, paths=False)
     summary = summarize(long, fmt, len(table), labels)
     chosen = sample_anchors(long, sample, seed)
+    del long
     summary["anchors_shown"] = int(len(chosen))
     summary["sample"] = sample
     summary["seed"] = seed
+    picked = rows_of_anchors(table, chosen)
+    part = (rows(picked) if rows is not None
+            else table.iloc[picked].reset_index(drop=True))
     return {"kind": "pairs", "name": name, "summary": summary,
-            "anchors": anchor_blocks(long, chosen, ref)}
+            "anchors": anchor_blocks(to_long(part, fmt), chosen, ref)}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pairkit.core.table_items import table_mismatch
+from pairkit.core.table_items import ReadApart, table_mismatch
 from pairkit.errors import PairkitError
 from pairkit.report.thumbs import ViewRecipe, view_recipe
 
@@ -90,8 +90,10 @@ def _subfolders(folder: Path) -> list[Path]:
         return []
 
 
-def find_store(table: pd.DataFrame, fmt: str, near: Path | None) -> StoreInfo | None:
-    """The first store next to the table that matches it, or None."""
+def find_store(table: pd.DataFrame, fmt: str, near: Path | None,
+               apart: ReadApart | None = None) -> StoreInfo | None:
+    """The first store next to the table that matches it, or None (``apart``: see
+    :func:`~pairkit.core.table_items.table_mismatch`)."""
     from pairkit.errors import StoreError
 
     for cand in candidates(near):
@@ -100,7 +102,7 @@ def find_store(table: pd.DataFrame, fmt: str, near: Path | None) -> StoreInfo | 
         except (StoreError, PairkitError, OSError):
             continue
         try:
-            wrong = table_mismatch(table, fmt, info.store)  # a bad table raises PairkitError
+            wrong = table_mismatch(table, fmt, info.store, apart)  # a bad table raises PairkitError
         except StoreError:
             continue  # a damaged store nearby is not this table's (issue 20.14)
         if wrong is None:
