@@ -2,7 +2,14 @@
 
 Queries are searched in blocks; each block's result is handed out before the
 next block is searched, so memory is the index plus one block's result pairs
-(never N x N). Scores are inner products; on L2-normalised rows that is cosine.
+(never N x N). A block's pairs are handed out in pieces of about :data:`MAX_PAIRS`
+(cut between query rows), and a block holds fewer queries than ``batch_size``, down to
+:data:`MIN_QUERIES`, where the previous one found more than :data:`MAX_PAIRS` pairs (the
+first block: as many queries as give :data:`MAX_PAIRS` pairs at most, at least
+:data:`MIN_QUERIES`): so a big group of identical rows costs one block's FAISS result
+(12 bytes a pair) of about ``max(MAX_PAIRS, MIN_QUERIES x group size)`` pairs, and the
+caller's work on its pairs a piece at a time. Scores are inner products; on
+L2-normalised rows that is cosine.
 
 Two methods give the same pairs (within float tolerance):
 
@@ -32,6 +39,12 @@ from pairkit.index.search import as_float32
 
 # FAISS GPU indices answer at most k = 2048 neighbours per query.
 GPU_MAX_K = 2048
+# pairs per piece handed out, and per block searched (about: see the module docstring)
+MAX_PAIRS = 1 << 22
+# queries a block holds at least (or batch_size): FAISS's flat range search took 4-9x the
+# CPU time per query in calls of 419 or 512 queries as in calls of 1,024 or 4,096
+# (50,000 x 128 rows, one thread)
+MIN_QUERIES = 1024
 METHODS = ("auto", "range", "knn")
 
 
@@ -53,6 +66,28 @@ def range_block(
     return rows, ids.astype(np.int64), scores.astype(np.float32)
 
 
+def row_spans(lims: np.ndarray, max_pairs: int) -> list[tuple[int, int]]:
+    """Query rows ``[(r0, r1), ...]`` covering ``len(lims) - 1`` rows whose pairs are
+    ``lims[r]:lims[r + 1]``, each span holding at most ``max_pairs`` pairs plus one row's."""
+    n_rows = len(lims) - 1
+    targets = np.arange(max_pairs, int(lims[-1]), max_pairs)
+    cuts = np.searchsorted(lims, targets, side="right") - 1
+    bounds = np.unique(np.concatenate([[0], cuts, [n_rows]]))
+    return [(int(r0), int(r1)) for r0, r1 in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def pieces(lims: np.ndarray, ids: np.ndarray, scores: np.ndarray, start: int,
+           max_pairs: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A block's pairs (query ``r``'s at ``lims[r]:lims[r + 1]`` of ``ids`` and
+    ``scores``) as ``(start + r, ids, scores)`` pieces of :func:`row_spans`."""
+    for r0, r1 in row_spans(lims, max_pairs):
+        lo, hi = int(lims[r0]), int(lims[r1])
+        counts = np.diff(lims[r0 : r1 + 1]).astype(np.int64)
+        rows = np.repeat(np.arange(start + r0, start + r1, dtype=np.int64), counts)
+        yield rows, ids[lo:hi].astype(np.int64, copy=False), \
+            scores[lo:hi].astype(np.float32, copy=False)
+
+
 def range_search_blocks(
     queries: np.ndarray,
     base: np.ndarray,
@@ -63,14 +98,19 @@ def range_search_blocks(
     device: str = "cpu",
     k: int = 256,
     backend: str = "faiss",
+    max_pairs: int | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Yield the pairs with ``queries[i] . base[j] >= threshold``, one query block at a time.
+    """Yield the pairs with ``queries[i] . base[j] >= threshold``, one piece at a time.
 
     Each yield is ``(query_ids, base_ids, scores)``: int64, int64, float32 arrays of
     equal length m (query ids are global row numbers of ``queries``), sorted by
-    query id; within a query, order is unspecified. ``method``: ``range`` (CPU
-    FAISS range search), ``knn`` (kNN with ``k`` per query plus an exact re-search
-    of saturated queries), or ``auto`` (``knn`` on GPU, ``range`` on CPU).
+    query id; within a query, order is unspecified. A block of at most ``batch_size``
+    queries is yielded in pieces of at most ``max_pairs`` pairs plus one query's
+    (None: :data:`MAX_PAIRS`); the next block's queries are cut to what gave about
+    ``max_pairs`` pairs in the last one, down to :data:`MIN_QUERIES` (module
+    docstring). ``method``: ``range`` (CPU FAISS range search), ``knn`` (kNN with ``k``
+    per query plus an exact re-search of saturated queries), or ``auto`` (``knn`` on
+    GPU, ``range`` on CPU).
     ``device``: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``; ``backend``: ``faiss``,
     ``torch`` or ``auto`` (:func:`pairkit.index.backend.resolve_backend`; ``method`` is
     FAISS's and does not apply to torch).
@@ -111,13 +151,23 @@ def range_search_blocks(
     knn_index = opened.index
     kk = min(k, len(base), GPU_MAX_K if use_gpu else len(base))
 
-    for start in range(0, len(queries), batch_size):
-        block = as_float32(queries[start : start + batch_size])
+    cap = MAX_PAIRS if max_pairs is None else max(1, int(max_pairs))
+    floor = min(batch_size, MIN_QUERIES)
+    step = max(floor, min(batch_size, cap // len(base)))  # <= cap pairs, or floor queries
+    start = 0
+    while start < len(queries):
+        block = as_float32(queries[start : start + step])
         if method == "range":
-            rows, ids, scores = range_block(cpu_index, block, radius)
+            lims, scores, ids = cpu_index.range_search(block, radius)
         else:
             rows, ids, scores = _knn_block(knn_index, cpu_index, block, kk, t32, radius)
-        yield rows + start, ids, scores
+            lims = np.searchsorted(rows, np.arange(len(block) + 1))
+            del rows
+        yield from pieces(lims, ids, scores, start, cap)
+        start += len(block)
+        per_query = int(lims[-1]) / len(block)
+        step = max(floor, min(batch_size, int(cap / per_query) if per_query else batch_size))
+        del lims, ids, scores  # before the next block's search
 
 
 def _knn_block(

@@ -125,3 +125,27 @@ def test_gpu_matches_cpu() -> None:
     cpu = as_dict(*range_search(x, x, 0.7, device="cpu"))
     gpu = as_dict(*range_search(x, x, 0.7, device="cuda", k=64))
     assert_same_pairs(gpu, cpu, 0.7, x @ x.T)
+
+
+@pytest.mark.parametrize("min_queries", [1, 5, 1024])
+@pytest.mark.parametrize("method", ["range", "knn"])
+def test_pieces_are_bounded(method: str, min_queries: int,
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # 60 identical rows among 200 (hunt-r 1): every piece holds at most max_pairs pairs
+    # plus one query's, and the pairs are brute force's, however small the blocks get
+    # (failed before: no max_pairs, a block was one yield)
+    import pairkit.index.range_search as rs
+
+    monkeypatch.setattr(rs, "MIN_QUERIES", min_queries)
+    rng = np.random.default_rng(3)
+    x = l2_normalize(rng.normal(size=(200, 8)))
+    x[20:80] = x[20]
+    got: dict[tuple[int, int], float] = {}
+    for rows, ids, scores in range_search_blocks(x, x, 0.9, batch_size=50, method=method,
+                                                 k=8, max_pairs=100):
+        assert np.all(np.diff(rows) >= 0)
+        assert len(rows) <= 100 + 60
+        got.update(as_dict(rows, ids, scores))
+    ref = brute_force(x, x, 0.9)
+    assert_same_pairs(got, ref, 0.9, x @ x.T)
+    assert len(got) == len(ref)
