@@ -303,7 +303,7 @@ class RemoteStoreWriter(ShardBook):
         return f"embeddings-{self.next_shard_number(offset):05d}-{self.token}.npy"
 
     def add_shard(self, vectors: np.ndarray, items: pd.DataFrame) -> None:
-        from pairkit.core.store import l2_normalize
+        from pairkit.core.store_writer import normalized
 
         vectors = self.checked_vectors(vectors, items)
         if len(vectors) == 0:
@@ -311,7 +311,7 @@ class RemoteStoreWriter(ShardBook):
         name = self.next_shard_name()
         self._pending.add(name)
         record = write_shard_object(self.root, name,
-                                    l2_normalize(vectors).astype(self.manifest["dtype"]))
+                                    normalized(vectors, self.manifest["dtype"]))
         self.add_written_shard(record, items)
 
     def _shard_size(self, name: str) -> int:

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -471,31 +472,77 @@ class StoreWriter(ShardBook):
             remove_index_dir(self.root / INDEX_DIR)
 
 
+# rows normalised at a time when a shard is written: this many bytes of float32 at most
+NORMALIZE_BLOCK_BYTES = 1 << 24
+
+
+def normalized_blocks(vectors: np.ndarray, dtype: str) -> Iterator[np.ndarray]:
+    """``vectors`` (n, dim) L2-normalised and cast to ``dtype``, in blocks of rows (at most
+    :data:`NORMALIZE_BLOCK_BYTES` of float32 each), the same values as normalising the
+    whole at once (each row on its own): memory one block, however large the shard."""
+    rows = max(1, NORMALIZE_BLOCK_BYTES // (4 * max(1, vectors.shape[1])))
+    for start in range(0, len(vectors), rows):
+        yield l2_normalize(np.asarray(vectors[start:start + rows])).astype(dtype, copy=False)
+
+
+def normalized(vectors: np.ndarray, dtype: str) -> np.ndarray:
+    """``vectors`` (n, dim) L2-normalised as one ``dtype`` array, filled block by block
+    (:func:`normalized_blocks`): memory the output and one block."""
+    out = np.empty(vectors.shape, dtype)
+    start = 0
+    for block in normalized_blocks(vectors, dtype):
+        out[start:start + len(block)] = block
+        start += len(block)
+    return out
+
+
+def _non_finite(name: str, rows: int) -> PairkitError:
+    # the embed loop names the images; a last guard
+    return PairkitError(f"{name}: {rows} rows are non-finite (NaN or inf); the shard was "
+                        "not written")
+
+
 def write_shard(root: str | os.PathLike[str], name: str, vectors: np.ndarray,
                 dtype: str) -> dict[str, Any]:
     """Write ``vectors`` (n, dim), L2-normalised, as ``dtype`` into ``root/name``
     atomically (temp file, fsync, rename). Returns ``{file, rows, bytes, sha256,
     blocks}`` (``blocks``: its block checksums, docs/formats.md). The
     file is invisible to readers until a writer adds it to the manifest. ``root`` may be
-    a URL: the shard is put as an object (a Ray worker writing straight to storage)."""
+    a URL: the shard is put as an object (a Ray worker writing straight to storage).
+    Normalised block by block (:func:`normalized_blocks`): a local shard is written as
+    it goes (memory one block); an object is put whole (memory the shard in ``dtype``)."""
     from pairkit.core.remote import is_url
 
-    normed = l2_normalize(np.asarray(vectors)).astype(dtype)
-    if not np.isfinite(normed).all():  # the embed loop names the images; a last guard
-        raise PairkitError(f"{name}: {int((~np.isfinite(normed).all(axis=1)).sum())} rows "
-                           "are non-finite (NaN or inf); the shard was not written")
+    vectors = np.asarray(vectors)
+    bad = 0
     if is_url(root):
         from pairkit.core.remote_store import write_shard_object
 
+        normed = normalized(vectors, dtype)
+        bad = int((~np.isfinite(normed).all(axis=1)).sum())
+        if bad:
+            raise _non_finite(name, bad)
         return write_shard_object(str(root), name, normed)
     with atomic_path(Path(root) / name) as tmp:
         with open(tmp, "wb") as fh:
-            np.save(fh, normed)
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                      "fortran_order": False, "shape": vectors.shape}
+            try:  # the header np.save writes: version 1.0 unless it is too long
+                np.lib.format.write_array_header_1_0(fh, header)
+            except ValueError:
+                fh.seek(0)
+                fh.truncate()
+                np.lib.format.write_array_header_2_0(fh, header)
+            for block in normalized_blocks(vectors, dtype):
+                bad += int((~np.isfinite(block).all(axis=1)).sum())
+                fh.write(np.ascontiguousarray(block).data)
+            if bad:
+                raise _non_finite(name, bad)
             fh.flush()
             os.fsync(fh.fileno())
         with open(tmp, "rb") as fh:
             sums = shard_sums(fh, SHARD_BLOCK_BYTES)
-    return {"file": name, "rows": len(normed), **sums}
+    return {"file": name, "rows": len(vectors), **sums}
 
 
 def _file_record(path: Path) -> dict[str, Any]:

@@ -15,7 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from pairkit.index.search import knn_search
+from pairkit.index.search import knn_search, row_chunks
+
+# the compaction's temporaries per fetched neighbour (masks, the int64 order, the copies)
+COMPACT_BYTES = 48
 
 
 @dataclass(frozen=True)
@@ -60,29 +63,37 @@ def search_excluding(
 
     ``scores`` float32 (b, k) and ``ids`` int64 (b, k) hold the ``k`` nearest
     references that are not excluded; where fewer remain the tail is id -1,
-    score -inf. Memory is O(block_rows x (k + excluded)).
+    score -inf (views of the block's search result when excluded rows were fetched).
+    Memory is the block's result, O(block_rows x (k + excluded)), plus
+    :data:`~pairkit.index.search.ROW_CHUNK_BYTES` of temporaries.
     """
     exclusion = exclusion or Exclusion()
     k_fetch = min(n_ref, k + exclusion.max_excluded())
+    width = min(k, k_fetch)
     for start in range(0, len(queries), block_rows):
         stop = min(start + block_rows, len(queries))
         scores, ids = knn_search(queries[start:stop], index, k_fetch, batch_size=block_rows)
-        keep = ids >= 0
-        if exclusion.self_rows is not None:
-            keep &= ids != exclusion.self_rows[start:stop, None]
-        if exclusion.query_groups is not None and exclusion.ref_groups is not None:
-            qg = exclusion.query_groups[start:stop, None]
-            rg = exclusion.ref_groups[np.maximum(ids, 0)]
-            keep &= ~((rg == qg) & (qg >= 0))
-        # Stable compaction: kept rows first, in their original (best-first) order.
-        order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
-        scores = np.take_along_axis(scores, order, axis=1)
-        ids = np.take_along_axis(ids, order, axis=1)
-        kept = np.take_along_axis(keep, order, axis=1)
-        scores[~kept] = -np.inf
-        ids[~kept] = -1
-        if scores.shape[1] < k:
-            pad = k - scores.shape[1]
+        # Stable compaction, in place and some rows at a time (each row on its own): kept
+        # rows first, in their original (best-first) order.
+        for rows in row_chunks(len(ids), k_fetch * COMPACT_BYTES):
+            keep = ids[rows] >= 0
+            if exclusion.self_rows is not None:
+                keep &= ids[rows] != exclusion.self_rows[start:stop, None][rows]
+            if exclusion.query_groups is not None and exclusion.ref_groups is not None:
+                qg = exclusion.query_groups[start:stop, None][rows]
+                rg = exclusion.ref_groups[np.maximum(ids[rows], 0)]
+                keep &= ~((rg == qg) & (qg >= 0))
+            order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
+            kept = np.take_along_axis(keep, order, axis=1)
+            s_r = np.take_along_axis(scores[rows], order, axis=1)
+            i_r = np.take_along_axis(ids[rows], order, axis=1)
+            s_r[~kept] = -np.inf
+            i_r[~kept] = -1
+            scores[rows, :width], ids[rows, :width] = s_r, i_r
+        scores, ids = scores[:, :width], ids[:, :width]
+        if width < k:
+            pad = k - width
             scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
             ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
         yield start, scores, ids
+        del scores, ids  # not held while the next block is searched

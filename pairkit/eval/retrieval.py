@@ -92,15 +92,17 @@ def retrieval_scores(
     rel = (labels == ql[:, None]) & valid[:, None]
     in_r = np.arange(kk)[None, :] < r_eff[:, None]
     rel_r = rel & in_r
+    del in_r
     denom = np.maximum(r, 1).astype(np.float64)
-    cum = np.cumsum(rel_r, axis=1)
-    prec_at_i = cum / np.arange(1, kk + 1)[None, :]
+    # (b, K) temporaries: the counts in int32 (K < 2**31), P(i) x rel(i) in place
+    prec_at_i = np.cumsum(rel_r, axis=1, dtype=np.int32) / np.arange(1, kk + 1)[None, :]
+    prec_at_i *= rel_r
     out: dict[str, np.ndarray] = {
         "valid": valid,
         "capped": valid & (r > r_eff),
         "precision_at_1": rel[:, 0].astype(np.float64) if kk else np.zeros(b),
         "r_precision": rel_r.sum(axis=1) / denom,
-        "map_at_r": (prec_at_i * rel_r).sum(axis=1) / denom,
+        "map_at_r": prec_at_i.sum(axis=1) / denom,
     }
     for k in recall_ks:
         out[f"recall_at_{k}"] = rel[:, :k].any(axis=1)

@@ -27,10 +27,14 @@ from pairkit.eval.knn import knn_hits, knn_rank_classes
 from pairkit.eval.linear_probe import class_recall
 from pairkit.eval.neighbours import Exclusion, search_excluding
 from pairkit.eval.retrieval import relevant_counts, retrieval_scores
+from pairkit.index.search import row_chunks
 
 METRICS = ("knn", "linear", "retrieval", "geometry")
 DEFAULT_KNN_KS = (20,)
 DEFAULT_RECALL_KS = (1, 5, 10)
+# a search block's per-neighbour temporaries while it is scored (labels int64, the
+# retrieval masks, counts and precisions): it is scored this much at a time
+SCORE_BYTES = 40
 LABEL_METRICS = ("knn", "linear", "retrieval")
 GALLERIES = ("reference", "queries")
 
@@ -429,29 +433,38 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
     mined: list[np.ndarray] = []
     for start, scores, ids in search_excluding(qx, index, n_ref, k_search, excl,
                                                block_rows=cfg.block_rows):
-        stop = start + len(ids)
-        labels = np.where(ids >= 0, rl[np.maximum(ids, 0)], -1)
-        true = ql[start:stop]
-        for k in ks:
-            ranked, _ = knn_rank_classes(labels, scores, k, cfg.knn_temperature)
-            h1, h5 = knn_hits(ranked, true)
-            knn_top1[k] += int(h1.sum())
-            knn_top5[k] += int(h5.sum())
-            class_hits[k] += np.bincount(true[h1], minlength=n_classes)
-        if rks and r_counts is not None:
-            out = retrieval_scores(labels, true, r_counts[start:stop], rks, cfg.max_r)
-            v = out["valid"]
-            n_valid += int(v.sum())
-            n_capped += int(out["capped"].sum())
-            for key in sums:
-                sums[key] += float(out[key][v].sum())
-            for k in rks:
-                recall[k] += int(out[f"recall_at_{k}"][v].sum())
-        if cfg.collect_scores and ks:
-            neg = (labels != true[:, None]) & (ids >= 0)
-            first = np.argmax(neg, axis=1)
-            has = neg[np.arange(len(neg)), first]
-            mined.append(scores[np.arange(len(neg)), first][has])
+        # row by row, some rows at a time: the (b, K) labels and retrieval temporaries
+        # of a large --max-r never whole (per-query values, summed per block as before)
+        parts: dict[str, list[np.ndarray]] = {key: [] for key in sums}
+        for rows in row_chunks(len(ids), ids.shape[1] * SCORE_BYTES):
+            at = slice(start + rows.start, start + rows.stop)
+            labels = rl[np.maximum(ids[rows], 0)]
+            labels[ids[rows] < 0] = -1
+            true = ql[at]
+            for k in ks:
+                ranked, _ = knn_rank_classes(labels, scores[rows], k, cfg.knn_temperature)
+                h1, h5 = knn_hits(ranked, true)
+                knn_top1[k] += int(h1.sum())
+                knn_top5[k] += int(h5.sum())
+                class_hits[k] += np.bincount(true[h1], minlength=n_classes)
+            if rks and r_counts is not None:
+                out = retrieval_scores(labels, true, r_counts[at], rks, cfg.max_r)
+                v = out["valid"]
+                n_valid += int(v.sum())
+                n_capped += int(out["capped"].sum())
+                for key in sums:
+                    parts[key].append(out[key][v])
+                for k in rks:
+                    recall[k] += int(out[f"recall_at_{k}"][v].sum())
+            if cfg.collect_scores and ks:
+                neg = (labels != true[:, None]) & (ids[rows] >= 0)
+                first = np.argmax(neg, axis=1)
+                has = neg[np.arange(len(neg)), first]
+                mined.append(scores[rows][np.arange(len(neg)), first][has])
+        for key, values in parts.items():
+            if values:
+                sums[key] += float(np.concatenate(values).sum())
+        del scores, ids  # not held while the next block is searched
     nq = len(qx)
     if ks:
         queries_of = np.bincount(ql, minlength=n_classes)

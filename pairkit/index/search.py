@@ -10,12 +10,29 @@ search returns the same ids as a brute-force stable sort.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 # FAISS GPU indices answer at most k = 2048 neighbours per query (GPU k-selection limit).
 GPU_MAX_K = 2048
+# row-wise work on a block of results (the sort below; eval's compaction and metrics) is
+# done this many bytes of temporaries at a time: the same result, memory O(chunk) beyond
+# the block's own (scores, ids), however large k is
+ROW_CHUNK_BYTES = 1 << 25
+# sort_results' temporaries per result (float64 keys, order, the sorted copies)
+SORT_BYTES = 64
+
+
+def row_chunks(n_rows: int, row_bytes: int, chunk_bytes: int | None = None,
+               ) -> Iterator[slice]:
+    """Slices of ``range(n_rows)`` in order, each of at most ``chunk_bytes //
+    row_bytes`` rows (at least one; ``chunk_bytes`` None: :data:`ROW_CHUNK_BYTES`)."""
+    budget = ROW_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    step = max(1, budget // max(1, row_bytes))
+    for start in range(0, n_rows, step):
+        yield slice(start, min(start + step, n_rows))
 
 
 def as_float32(x: np.ndarray) -> np.ndarray:
@@ -140,14 +157,17 @@ def knn_search(
     if getattr(index, "exact_ties", False):  # the torch search: exact, ties by id, any k
         return index.search(queries, k)
     nq = len(queries)
-    scores = np.full((nq, k), -np.inf, dtype=np.float32)
-    ids = np.full((nq, k), -1, dtype=np.int64)
+
+    def padding() -> tuple[np.ndarray, np.ndarray]:
+        return (np.full((nq, k), -np.inf, dtype=np.float32),
+                np.full((nq, k), -1, dtype=np.int64))
+
     if nq == 0 or k == 0:
-        return scores, ids
+        return padding()
     ntotal = int(index.ntotal)
     kk = min(k, ntotal)
     if kk == 0:
-        return scores, ids
+        return padding()
     fallback: list[Any] = [cpu_fallback]
 
     def run(block: np.ndarray, kq: int) -> tuple[np.ndarray, np.ndarray]:
@@ -157,15 +177,24 @@ def knn_search(
                 fallback[0] = cpu_copy(index)
             target = fallback[0]
         d, i = target.search(block, kq)
-        d = np.where(i >= 0, d, -np.inf).astype(np.float32)
-        return sort_results(d, i)
+        if not (d.dtype == np.float32 and i.dtype == np.int64 and d.flags.writeable
+                and i.flags.writeable):
+            d, i = d.astype(np.float32), i.astype(np.int64)
+        # sorted in place, some rows at a time (row by row the same as all at once)
+        for rows in row_chunks(len(d), kq * SORT_BYTES):
+            d[rows], i[rows] = sort_results(np.where(i[rows] >= 0, d[rows], -np.inf), i[rows])
+        return d, i
 
     step = int(getattr(index, "query_batch", 0) or batch_size)  # list-major: more at once
+    # the outputs are made after the first search: not beside FAISS's working memory for a
+    # large k (its reservoir, 2k scores and ids per query) when one block is all
     for start in range(0, nq, step):
         block = as_float32(queries[start : start + step])
         kq = min(kk + 1, ntotal)
         d, i = run(block, kq)
-        out_d, out_i = d[:, :kk].copy(), i[:, :kk].copy()
+        if start == 0:
+            scores, ids = padding()
+        out_d, out_i = d[:, :kk], i[:, :kk]  # (d, i are this block's own)
         if kq > kk:
             tied = np.flatnonzero((d[:, kk] == d[:, kk - 1]) & (i[:, kk] >= 0))
             while len(tied):

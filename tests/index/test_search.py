@@ -52,6 +52,22 @@ def test_ties_ordered_by_id_like_a_stable_sort() -> None:
         np.testing.assert_array_equal(scores, ref_s)
 
 
+def test_sorting_a_few_rows_at_a_time_gives_the_whole_sort(monkeypatch) -> None:
+    """hunt-r 7: FAISS's answer is sorted in place some rows at a time (ROW_CHUNK_BYTES):
+    one row at a time gives the brute-force order, ties by id, as one sort did."""
+    rng = np.random.default_rng(3)
+    base = rng.integers(-1, 2, size=(200, 4)).astype(np.float32)  # many exact ties
+    queries = rng.integers(-1, 2, size=(40, 4)).astype(np.float32)
+    whole = knn_search(queries, flat_index(base), 37, batch_size=64)
+    monkeypatch.setattr(search_mod, "ROW_CHUNK_BYTES", 1)
+    assert list(search_mod.row_chunks(3, 10)) == [slice(0, 1), slice(1, 2), slice(2, 3)]
+    rows = knn_search(queries, flat_index(base), 37, batch_size=64)
+    ref_s, ref_i = brute_force(queries, base, 37)
+    for got in (whole, rows):
+        np.testing.assert_array_equal(got[1], ref_i)
+        np.testing.assert_array_equal(got[0], ref_s)
+
+
 def test_float16_store_matches_brute_force(tmp_path: Path) -> None:
     store = random_store(tmp_path / "s", n_sources=60, views=2, dim=16, dtype="float16")
     x = store.vectors(np.float32)
