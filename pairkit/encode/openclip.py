@@ -101,7 +101,7 @@ def _openclip_weights(name: str, req: EncoderRequest) -> tuple[Any, str, dict[st
         if tag is None:
             raise PairkitError(f"open_clip knows no pretrained weights for {name}: "
                                f"{WEIGHT_OPTIONS}")
-    if tag not in known and not Path(tag).is_file():
+    if tag not in known:
         raise UsageError(
             f"open_clip has no pretrained tag {tag!r} for {name} "
             f"(known: {', '.join(known) or 'none'}); {WEIGHT_OPTIONS}"

@@ -100,7 +100,12 @@ def is_random(tag: str | None) -> bool:
 
 def check_weight_options(pretrained: str | None, checkpoint: str | None) -> None:
     """UsageError for ``--pretrained`` beside ``--checkpoint``: the checkpoint gives the
-    weights, so the tag would be ignored (and recorded as if it had counted)."""
+    weights, so the tag would be ignored (and recorded as if it had counted); and for a
+    file named as ``--pretrained``: local weights go through ``--checkpoint`` (their sha256
+    recorded and checked), never as a tag recorded by its path."""
+    if pretrained is not None and not is_random(pretrained) and Path(pretrained).is_file():
+        raise UsageError(f"--pretrained takes a weights tag and {pretrained} is a file: "
+                         f"use --checkpoint {pretrained}")
     if pretrained is not None and checkpoint:
         raise UsageError("--pretrained and --checkpoint exclude each other (the checkpoint "
                          f"gives the weights): drop --pretrained {pretrained}")

@@ -237,8 +237,30 @@ def test_pretrained_file_loads_into_a_meta_model_with_create_models_result(tmp_p
     assert not any(t.is_meta for t in (*visual.parameters(), *visual.buffers()))
     _assert_same_state(visual, want.visual)
     assert cfg == want.visual.preprocess_cfg
-    enc = load_encoder(EncoderRequest(f"openclip/{TINY}", pretrained=str(path)))
+    # the same file through --checkpoint (a file as --pretrained is refused: hunt-u 2)
+    enc = load_encoder(EncoderRequest(f"openclip/{TINY}", checkpoint=str(path)))
     x = torch.rand(3, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(enc.module(x), want.visual(x))
-    assert enc.identity["pretrained"] == str(path)
+    assert len(enc.identity["checkpoint_sha256"]) == 64
+
+
+def test_a_file_given_as_pretrained_tag_is_refused(tmp_path: Path, image_folder: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a bug hunt (hunt-u 2): open_clip took ``--pretrained FILE`` as weights,
+    recorded as a bare relative path without its sha256, so a changed file mixed two
+    encoders in one store. A file goes through --checkpoint (sha256 checked)."""
+    import open_clip
+    from typer.testing import CliRunner
+
+    from pairkit.cli.main import app
+
+    torch.save(open_clip.create_model(TINY, pretrained=None).state_dict(), tmp_path / "w.pt")
+    monkeypatch.chdir(tmp_path)
+    for pretrained in ("w.pt", str(tmp_path / "w.pt")):
+        with pytest.raises(UsageError, match=f"use --checkpoint {pretrained}$"):
+            load_encoder(EncoderRequest(f"openclip/{TINY}", pretrained=pretrained))
+    r = CliRunner().invoke(app, ["embed", str(image_folder), "-o", str(tmp_path / "s"),
+                                 "--model", f"openclip/{TINY}", "--pretrained", "w.pt"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
+    assert "use --checkpoint w.pt" in r.stderr and not (tmp_path / "s").exists()
