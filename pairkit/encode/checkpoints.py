@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,8 @@ class FitReport:
 
     layout: str = "as saved"
     dropped_head: list[str] = field(default_factory=list)
+    # keys the caller allowed to be missing (the text tower when only the image tower is used)
+    missing_optional: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         text = f"checkpoint layout: {self.layout}"
@@ -164,9 +167,14 @@ def _check_tf_padding(model: Any, what: str) -> None:
                      f"1e-3: use --model {twin}")
 
 
-def fit_state_dict(state: dict[str, Any], model: Any, what: str, path: str) -> FitReport:
+def fit_state_dict(state: dict[str, Any], model: Any, what: str, path: str,
+                   optional: Callable[[str], bool] | None = None) -> FitReport:
     """Map ``state``'s keys onto ``model`` (layouts in the module docstring) and load it
-    strictly. Raises PairkitError with one line naming what does not fit."""
+    strictly. Raises PairkitError with one line naming what does not fit.
+
+    ``optional``: the model's keys that may be missing from the file (an open_clip text
+    tower when only the image tower is used); they keep their values and are listed in
+    the report's ``missing_optional``. Every other key must be there."""
     own = model.state_dict()
     wanted = set(own)
     report = FitReport()
@@ -185,6 +193,9 @@ def fit_state_dict(state: dict[str, Any], model: Any, what: str, path: str) -> F
         report.dropped_head = heads
         state = {k: v for k, v in state.items() if k not in heads}
     missing = sorted(wanted - set(state))
+    if optional is not None:
+        report.missing_optional = [k for k in missing if optional(k)]
+        missing = [k for k in missing if not optional(k)]
     unexpected = sorted(set(state) - wanted)
     shapes = [k for k in sorted(wanted & set(state))
               if tuple(state[k].shape) != tuple(own[k].shape)]
@@ -199,7 +210,7 @@ def fit_state_dict(state: dict[str, Any], model: Any, what: str, path: str) -> F
             parts.append(f"{len(shapes)} of other shape (first {k}: "
                          f"{tuple(state[k].shape)} vs {tuple(own[k].shape)})")
         raise PairkitError(f"checkpoint {path} does not fit {what}: {'; '.join(parts)}")
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(state, strict=not report.missing_optional)
     return report
 
 

@@ -110,9 +110,17 @@ def _openclip_weights(name: str, req: EncoderRequest) -> tuple[Any, str, dict[st
     return open_clip, tag, identity
 
 
-def _openclip_model(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any]]:
+def _is_image_tower(key: str) -> bool:
+    return key.startswith("visual.")
+
+
+def _openclip_model(name: str, req: EncoderRequest, text: bool = True
+                    ) -> tuple[Any, dict[str, Any]]:
     """The whole open_clip model (image and text towers) a request names, in eval mode,
-    and its manifest identity (the text side of ``pairkit search --text``)."""
+    and its manifest identity (the text side of ``pairkit search --text``). ``text``
+    False: only the image tower will be used, so a ``--checkpoint`` of the image tower
+    alone (``model.visual.state_dict()``, with or without the ``visual.`` prefix) fits;
+    True: the checkpoint must hold the text tower too (one-line PairkitError)."""
     open_clip, tag, identity = _openclip_weights(name, req)
     what = f"openclip/{name}"
     if tag in ("", "none"):
@@ -120,7 +128,13 @@ def _openclip_model(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any]
         with quiet_third_party():  # open_clip logs "initialized randomly": we asked for it
             model = open_clip.create_model(name, pretrained=None)
         if req.checkpoint:
-            apply_checkpoint(model, req.checkpoint, what, identity)
+            lacking = apply_checkpoint(model, req.checkpoint, what, identity,
+                                       optional=lambda k: not _is_image_tower(k))
+            if text and lacking:
+                raise PairkitError(
+                    f"checkpoint {req.checkpoint} holds the image tower only ({len(lacking)} "
+                    f"keys of {what}'s text tower missing, e.g. {', '.join(lacking[:3])}): "
+                    "text queries need the whole model's weights; query by image or item id")
     else:
         model = load_with_cache_first(
             lambda: open_clip.create_model(name, pretrained=tag, require_pretrained=True),
@@ -134,11 +148,12 @@ def _openclip_visual(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any
     """The image tower alone of the model a request names, in eval mode: (tower, its
     preprocessing config, manifest identity). Random weights build the tower alone
     (:func:`random_visual_tower`), pretrained ones load into a meta-device model
-    (:func:`pretrained_visual_tower`); a checkpoint takes the whole model."""
+    (:func:`pretrained_visual_tower`); a checkpoint (of the whole model or of its image
+    tower alone) is fitted to the whole model, whose text tower is then dropped."""
     open_clip, tag, identity = _openclip_weights(name, req)
     what = f"openclip/{name}"
-    if tag == "":
-        model, identity = _openclip_model(name, req)
+    if tag == "":  # the whole model fitted, its text tower dropped
+        model, identity = _openclip_model(name, req, text=False)
         visual, preprocess_cfg = model.visual, getattr(model.visual, "preprocess_cfg", {})
     elif tag == "none":
         visual, preprocess_cfg = random_visual_tower(open_clip, name, req.seed)

@@ -264,3 +264,41 @@ def test_a_file_given_as_pretrained_tag_is_refused(tmp_path: Path, image_folder:
                                  "--model", f"openclip/{TINY}", "--pretrained", "w.pt"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
     assert "use --checkpoint w.pt" in r.stderr and not (tmp_path / "s").exists()
+
+
+def test_an_image_tower_checkpoint_embeds_and_text_queries_ask_for_the_text_tower(tmp_path):
+    """Found by a bug hunt (hunt-u 7): ``model.visual.state_dict()`` (with or without a
+    ``visual.`` prefix) was refused for missing text-tower keys, though embed uses the
+    image tower alone. Image-only and whole-model files give the same image tower; text
+    queries need the text keys and say so in one line."""
+    import open_clip
+
+    from pairkit.encode.openclip import openclip_text_encoder
+
+    torch.manual_seed(5)
+    full = open_clip.create_model(TINY, pretrained=None).eval()
+    visual = full.visual.state_dict()
+    torch.save(full.state_dict(), tmp_path / "whole.pt")
+    torch.save(visual, tmp_path / "vis.pt")
+    torch.save({f"visual.{k}": v for k, v in visual.items()}, tmp_path / "vis_prefixed.pt")
+    x = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        want = full.visual(x)
+        for name in ("whole.pt", "vis.pt", "vis_prefixed.pt"):
+            enc = load_encoder(EncoderRequest(f"openclip/{TINY}", checkpoint=str(tmp_path / name),
+                                              seed=9))
+            assert torch.equal(enc.module(x), want), name
+            assert not any(k.startswith("text") or k.startswith("transformer")
+                           for k in enc.module.state_dict())
+    with torch.no_grad():
+        got = openclip_text_encoder(TINY, EncoderRequest(
+            f"openclip/{TINY}", checkpoint=str(tmp_path / "whole.pt")))(["a cat"])
+        np.testing.assert_allclose(got, full.encode_text(
+            open_clip.get_tokenizer(TINY)(["a cat"])).numpy(), rtol=1e-5, atol=1e-6)
+    for name in ("vis.pt", "vis_prefixed.pt"):
+        with pytest.raises(PairkitError) as info:
+            openclip_text_encoder(TINY, EncoderRequest(f"openclip/{TINY}",
+                                                       checkpoint=str(tmp_path / name)))
+        message = str(info.value)
+        assert "\n" not in message and "image tower only" in message
+        assert "text queries need the whole model's weights" in message
