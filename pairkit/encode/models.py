@@ -23,7 +23,7 @@ from pairkit.encode.model_loading import (
 )
 from pairkit.encode.openclip import openclip_encoder
 from pairkit.encode.registry import Encoder, EncoderRequest, Preprocess, register_encoder
-from pairkit.encode.weights import check_weight_options, is_random
+from pairkit.encode.weights import check_timm_name, check_weight_options, is_random
 from pairkit.errors import PairkitError, UsageError
 
 # -- timm --------------------------------------------------------------------------
@@ -32,12 +32,9 @@ from pairkit.errors import PairkitError, UsageError
 def _timm(name: str, req: EncoderRequest) -> Encoder:
     import timm
 
-    if not name:
-        raise UsageError("name the timm model: --model timm/resnet50")
-    base = name.split(".")[0]
-    if not timm.list_models(base):
-        raise UsageError(f"timm has no model {base!r} (see timm.list_models())")
     check_weight_options(req.pretrained, req.checkpoint)
+    check_timm_name(name, req.pretrained)
+    base = name.split(".")[0]
     what = f"timm/{name}"
     identity: dict[str, Any] = {"library": "timm", "library_version": timm.__version__}
     tag = req.pretrained
