@@ -142,6 +142,8 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     fit = encoder.identity.get("checkpoint_fit", "")
     if fit and fit != "checkpoint layout: as saved":
         hook.note(fit)
+    for note in encoder.notes:
+        hook.note(note)
     root = sources.root if isinstance(sources.root, str) else str(sources.root.resolve())
     kind = labels_kind(cfg, sources, labels)
     if writer is not None:

@@ -58,6 +58,7 @@ class Encoder:
     preprocess: Preprocess
     module: torch.nn.Module
     identity: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # warnings for the run, not recorded
 
     def describe(self) -> dict[str, Any]:
         """What the manifest records about this encoder."""

@@ -98,14 +98,21 @@ def is_random(tag: str | None) -> bool:
     return tag is not None and tag.lower() in ("none", "random")
 
 
-def check_weight_options(pretrained: str | None, checkpoint: str | None) -> None:
+def check_weight_options(pretrained: str | None, checkpoint: str | None,
+                         tag_for_preprocessing: bool = False) -> None:
     """UsageError for ``--pretrained`` beside ``--checkpoint``: the checkpoint gives the
     weights, so the tag would be ignored (and recorded as if it had counted); and for a
     file named as ``--pretrained``: local weights go through ``--checkpoint`` (their sha256
-    recorded and checked), never as a tag recorded by its path."""
+    recorded and checked), never as a tag recorded by its path.
+
+    ``tag_for_preprocessing`` (open_clip, whose preprocessing belongs to the pretrained
+    tag): a tag beside a checkpoint is allowed and names the preprocessing of the file's
+    weights; ``none`` beside a checkpoint is still refused."""
     if pretrained is not None and not is_random(pretrained) and Path(pretrained).is_file():
         raise UsageError(f"--pretrained takes a weights tag and {pretrained} is a file: "
                          f"use --checkpoint {pretrained}")
+    if tag_for_preprocessing and not is_random(pretrained):
+        return
     if pretrained is not None and checkpoint:
         raise UsageError("--pretrained and --checkpoint exclude each other (the checkpoint "
                          f"gives the weights): drop --pretrained {pretrained}")
