@@ -132,9 +132,12 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     # (a store folder this run created is removed again by the lock when the encoder
     # can't be loaded and nothing was written); on Ray the workers load their own copy,
     # this one only describes the encoder in the manifest
+    recorded = recorded_preprocess(writer.manifest) if writer is not None else None
     encoder = load_encoder(EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint,
                                           "cpu" if executor else device, cfg.seed,
-                                          offline=weights_offline, image_size=cfg.image_size))
+                                          offline=weights_offline, image_size=cfg.image_size,
+                                          recorded_preprocess=recorded))
+
     if "image_size" in identity and "image_size" not in encoder.identity:
         # --image-size was the model's own size (the encoder not resized): the same store as
         # without the option (a resumed store keeps the identity it has)
@@ -258,6 +261,12 @@ def identity_differences(manifest: dict[str, Any], identity: dict[str, Any]) -> 
                 None, own}:
             diff.remove("image_size")
     return diff
+
+
+def recorded_preprocess(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``encoder.preprocess`` a store's manifest records (None when it has none)."""
+    pre = (manifest.get("encoder") or {}).get("preprocess")
+    return pre if isinstance(pre, dict) else None
 
 
 def labels_text(kind: Any) -> str:

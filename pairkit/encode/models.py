@@ -28,6 +28,9 @@ from pairkit.errors import PairkitError, UsageError
 
 # -- timm --------------------------------------------------------------------------
 
+_TIMM_CROP_MODES = {"center": "shortest", "squash": "squash", "border": "border"}
+_TIMM_DEFAULT_CROP_PCT = 0.875  # timm.data.transforms_imagenet_eval's, when a config has none
+
 
 def _timm(name: str, req: EncoderRequest) -> Encoder:
     import timm
@@ -56,11 +59,16 @@ def _timm(name: str, req: EncoderRequest) -> Encoder:
     model.eval()
     cfg = timm.data.resolve_data_config({}, model=model)
     size = int(cfg["input_size"][-1])
+    # timm's eval transform: resize to size / crop_pct, then centre crop (crop_mode center),
+    # squash both sides, or fit the long side and pad (border); timm's defaults when unset
+    crop_mode = str(cfg.get("crop_mode") or "center")
     preprocess = Preprocess(
         size=size,
         mean=tuple(float(v) for v in cfg["mean"]),
         std=tuple(float(v) for v in cfg["std"]),
         interpolation=str(cfg.get("interpolation", "bicubic")),
+        resize=_TIMM_CROP_MODES.get(crop_mode, "shortest"),
+        crop_pct=float(cfg.get("crop_pct") or _TIMM_DEFAULT_CROP_PCT),
     )
     dim = probe_dim(model, size)
     return Encoder(name=f"timm/{full}", dim=dim, preprocess=preprocess, module=model,
