@@ -137,7 +137,6 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
                                           "cpu" if executor else device, cfg.seed,
                                           offline=weights_offline, image_size=cfg.image_size,
                                           recorded_preprocess=recorded))
-
     if "image_size" in identity and "image_size" not in encoder.identity:
         # --image-size was the model's own size (the encoder not resized): the same store as
         # without the option (a resumed store keeps the identity it has)
