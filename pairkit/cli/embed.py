@@ -28,7 +28,8 @@ def embed(
         help="Encoder: openclip/NAME, timm/NAME, or pixels (weight-free, offline).",
     ),
     pretrained: str | None = typer.Option(
-        None, "--pretrained", help="Weights tag (open_clip / timm tag); 'none' = random weights.",
+        None, "--pretrained", help="Weights tag (open_clip / timm tag); 'none' = random weights; "
+        "beside an open_clip --checkpoint: the tag whose preprocessing the file's weights take.",
         show_default="the model's default tag, laion2b_s34b_b79k for ViT-B-32"),
     checkpoint: Path | None = typer.Option(
         None, "--checkpoint", help="Local weights: .safetensors or a torch state dict."

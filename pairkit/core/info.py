@@ -131,8 +131,13 @@ def info_lines(info: dict[str, Any]) -> list[str]:
              f"{vps['min']} per source" if vps["min"] == vps["max"] else
              f"{vps['min']}-{vps['max']} per source")
     details = info["encoder_details"]
-    extra = ", ".join(f"{k} {_shown(str(v))}" for k, v in details.items()
-                      if k in ("pretrained", "checkpoint", "library", "library_version"))
+    shown = {k: v for k, v in details.items()
+             if k in ("pretrained", "checkpoint", "library", "library_version")
+             or (k == "seed" and details.get("pretrained") == "none")}  # random weights' seed
+    pre = details.get("preprocess")
+    if isinstance(pre, dict) and pre.get("size") is not None:
+        shown["image_size"] = pre["size"]  # the side images were fed at
+    extra = ", ".join(f"{k} {_shown(str(v))}" for k, v in shown.items())
     labels = (f"{info['labeled_rows']:,} of {info['rows']:,} rows labelled, "
               f"{info['labels']:,} labels" if info["labeled_rows"] else "none")
     if info["top_labels"]:

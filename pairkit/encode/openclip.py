@@ -88,20 +88,25 @@ def _openclip_weights(name: str, req: EncoderRequest) -> tuple[Any, str, dict[st
         )
     identity: dict[str, Any] = {"library": "open_clip", "library_version": open_clip.__version__}
     tag = req.pretrained
-    check_weight_options(tag, req.checkpoint)
+    check_weight_options(tag, req.checkpoint, tag_for_preprocessing=True)
+    known = open_clip.list_pretrained_tags_by_model(name)
     if req.checkpoint:
+        if tag is not None and tag not in known:
+            raise UsageError(
+                f"open_clip has no pretrained tag {tag!r} for {name} (known: "
+                f"{', '.join(known) or 'none'}): beside --checkpoint, --pretrained names the "
+                "tag whose preprocessing the file's weights take")
         return open_clip, "", identity
     if is_random(tag):
         identity["pretrained"] = "none"
         identity["seed"] = req.seed
         return open_clip, "none", identity
-    known = open_clip.list_pretrained_tags_by_model(name)
     if tag is None:
         tag = DEFAULT_OPENCLIP_TAG.get(name) or (known[0] if known else None)
         if tag is None:
             raise PairkitError(f"open_clip knows no pretrained weights for {name}: "
                                f"{WEIGHT_OPTIONS}")
-    if tag not in known and not Path(tag).is_file():
+    if tag not in known:
         raise UsageError(
             f"open_clip has no pretrained tag {tag!r} for {name} "
             f"(known: {', '.join(known) or 'none'}); {WEIGHT_OPTIONS}"
@@ -110,9 +115,17 @@ def _openclip_weights(name: str, req: EncoderRequest) -> tuple[Any, str, dict[st
     return open_clip, tag, identity
 
 
-def _openclip_model(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any]]:
+def _is_image_tower(key: str) -> bool:
+    return key.startswith("visual.")
+
+
+def _openclip_model(name: str, req: EncoderRequest, text: bool = True
+                    ) -> tuple[Any, dict[str, Any]]:
     """The whole open_clip model (image and text towers) a request names, in eval mode,
-    and its manifest identity (the text side of ``pairkit search --text``)."""
+    and its manifest identity (the text side of ``pairkit search --text``). ``text``
+    False: only the image tower will be used, so a ``--checkpoint`` of the image tower
+    alone (``model.visual.state_dict()``, with or without the ``visual.`` prefix) fits;
+    True: the checkpoint must hold the text tower too (one-line PairkitError)."""
     open_clip, tag, identity = _openclip_weights(name, req)
     what = f"openclip/{name}"
     if tag in ("", "none"):
@@ -120,7 +133,13 @@ def _openclip_model(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any]
         with quiet_third_party():  # open_clip logs "initialized randomly": we asked for it
             model = open_clip.create_model(name, pretrained=None)
         if req.checkpoint:
-            apply_checkpoint(model, req.checkpoint, what, identity)
+            lacking = apply_checkpoint(model, req.checkpoint, what, identity,
+                                       optional=lambda k: not _is_image_tower(k))
+            if text and lacking:
+                raise PairkitError(
+                    f"checkpoint {req.checkpoint} holds the image tower only ({len(lacking)} "
+                    f"keys of {what}'s text tower missing, e.g. {', '.join(lacking[:3])}): "
+                    "text queries need the whole model's weights; query by image or item id")
     else:
         model = load_with_cache_first(
             lambda: open_clip.create_model(name, pretrained=tag, require_pretrained=True),
@@ -130,16 +149,23 @@ def _openclip_model(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any]
     return model, identity
 
 
-def _openclip_visual(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+def _openclip_visual(name: str, req: EncoderRequest, notes: list[str] | None = None
+                     ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """The image tower alone of the model a request names, in eval mode: (tower, its
     preprocessing config, manifest identity). Random weights build the tower alone
     (:func:`random_visual_tower`), pretrained ones load into a meta-device model
-    (:func:`pretrained_visual_tower`); a checkpoint takes the whole model."""
+    (:func:`pretrained_visual_tower`); a checkpoint (of the whole model or of its image
+    tower alone) is fitted to the whole model, whose text tower is then dropped; its
+    preprocessing is that of the tag named beside it (:func:`checkpoint_preprocess`).
+    ``notes`` gets the warnings for the run."""
+    notes = [] if notes is None else notes
     open_clip, tag, identity = _openclip_weights(name, req)
     what = f"openclip/{name}"
-    if tag == "":
-        model, identity = _openclip_model(name, req)
+    if tag == "":  # the whole model fitted, its text tower dropped
+        model, identity = _openclip_model(name, req, text=False)
         visual, preprocess_cfg = model.visual, getattr(model.visual, "preprocess_cfg", {})
+        preprocess_cfg = checkpoint_preprocess(open_clip, name, req.pretrained,
+                                               dict(preprocess_cfg or {}), identity, notes)
     elif tag == "none":
         visual, preprocess_cfg = random_visual_tower(open_clip, name, req.seed)
     else:
@@ -153,7 +179,8 @@ def _openclip_visual(name: str, req: EncoderRequest) -> tuple[Any, dict[str, Any
 def openclip_encoder(name: str, req: EncoderRequest) -> Encoder:
     """The ``openclip/NAME`` encoder: the image tower of the model a request names, its
     preprocessing and output width."""
-    visual, preprocess_cfg, identity = _openclip_visual(name, req)
+    notes: list[str] = []
+    visual, preprocess_cfg, identity = _openclip_visual(name, req, notes)
     what = f"openclip/{name}"
     cfg = dict(preprocess_cfg or {})
     size = cfg.get("size", 224)
@@ -168,7 +195,51 @@ def openclip_encoder(name: str, req: EncoderRequest) -> Encoder:
     module = VisualOnly(visual)
     dim = getattr(visual, "output_dim", None)
     dim = int(dim) if isinstance(dim, int) else probe_dim(module, size)
-    return Encoder(name=what, dim=dim, preprocess=preprocess, module=module, identity=identity)
+    return Encoder(name=what, dim=dim, preprocess=preprocess, module=module, identity=identity,
+                   notes=notes)
+
+
+# the preprocessing fields a pretrained tag's config can set (its size is the model's)
+_TAG_PREPROCESS = ("mean", "std", "interpolation", "resize_mode", "fill_color")
+
+
+def _tag_preprocess(open_clip: Any, name: str, tag: str, base: dict[str, Any]) -> dict[str, Any]:
+    tag_cfg = open_clip.get_pretrained_cfg(name, tag) or {}
+    return {**base, **{k: tag_cfg[k] for k in _TAG_PREPROCESS if tag_cfg.get(k) is not None}}
+
+
+def _same_preprocess(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    def norm(v: Any) -> Any:
+        return [round(float(x), 6) for x in v] if isinstance(v, (tuple, list)) else v
+
+    return all(norm(a.get(k)) == norm(b.get(k)) for k in _TAG_PREPROCESS)
+
+
+def checkpoint_preprocess(open_clip: Any, name: str, tag: str | None, default: dict[str, Any],
+                          identity: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The preprocessing config of ``--checkpoint`` weights for open_clip model ``name``.
+
+    open_clip keeps mean/std/interpolation/resize mode in the pretrained tag's config, not
+    the model's: with ``tag`` (``--pretrained TAG`` beside ``--checkpoint``: the file holds
+    TAG's weights, or a fine-tune of them) its values over ``default`` (the model's), the
+    tag recorded as ``preprocess_tag``; without, ``default``, and a note naming the tags
+    of this model whose preprocessing differs, when there are any."""
+    if tag is not None:
+        identity["preprocess_tag"] = tag
+        return _tag_preprocess(open_clip, name, tag, default)
+    other = [t for t in open_clip.list_pretrained_tags_by_model(name)
+             if not _same_preprocess(_tag_preprocess(open_clip, name, t, default), default)]
+    if other:
+        shown = ", ".join(other[:6]) + (f", ... +{len(other) - 6}" if len(other) > 6 else "")
+        notes.append(f"openclip/{name} --checkpoint: open_clip's default preprocessing is used "
+                     f"(mean {tuple(default.get('mean', ()))}, "
+                     f"{default.get('resize_mode', 'shortest')}); "
+                     + (f"the tags {shown} of this model use another: if the file holds one "
+                        "of their weights" if len(other) > 1 else
+                        f"the tag {shown} of this model uses another: if the file holds its "
+                        "weights")
+                     + ", pass --pretrained TAG beside --checkpoint")
+    return default
 
 
 def _meta_model(open_clip: Any, name: str, **kwargs: Any) -> Any:

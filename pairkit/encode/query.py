@@ -42,7 +42,9 @@ def encoder_request(store: Any, device: str, checkpoint: str | None = None) -> A
     return EncoderRequest(str(ident["model"]),
                           None if pretrained in (None, "default") else str(pretrained),
                           checkpoint, device, int(ident.get("seed", 0)),
-                          image_size=int(ident["image_size"]) if ident.get("image_size") else None)
+                          image_size=int(ident["image_size"]) if ident.get("image_size") else None,
+                          recorded_preprocess=store.encoder.get("preprocess")
+                          if isinstance(store.encoder.get("preprocess"), dict) else None)
 
 
 def encode_images(request: Any, paths: list[str], batch_size: int = 32) -> np.ndarray:

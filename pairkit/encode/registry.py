@@ -26,13 +26,27 @@ DEFAULT_OPENCLIP_TAG = {"ViT-B-32": "laion2b_s34b_b79k"}
 class Preprocess:
     """How an image becomes the encoder's input: square ``size`` pixels, then
     ``(x / 255 - mean) / std`` per channel. ``resize`` is ``shortest`` (resize the
-    short side, centre-crop) or ``squash`` (resize both sides)."""
+    short side, centre-crop), ``squash`` (resize both sides) or ``border`` (resize the
+    long side, pad with the mean colour).
+
+    ``crop_pct`` (timm's eval transform, :func:`pairkit.encode.views.timm_view`): resize
+    to ``floor(size / crop_pct)`` that way, then centre-crop (or pad) to ``size``. None:
+    the resize goes to ``size`` itself (open_clip, pixels, and timm stores of pairkit
+    before crop_pct was applied); not recorded then."""
 
     size: int
     mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
     std: tuple[float, float, float] = (1.0, 1.0, 1.0)
     interpolation: str = "bicubic"
     resize: str = "shortest"
+    crop_pct: float | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The manifest's ``encoder.preprocess`` (``crop_pct`` only when set)."""
+        out = asdict(self)
+        if self.crop_pct is None:
+            del out["crop_pct"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,8 @@ class EncoderRequest:
     seed: int = 0
     offline: bool = False  # load weights from the hub cache only (no download attempt)
     image_size: int | None = None  # None: the model's own input size
+    # the encoder.preprocess of the store resumed or queried (None: a new store)
+    recorded_preprocess: dict[str, Any] | None = None
 
 
 @dataclass
@@ -58,10 +74,11 @@ class Encoder:
     preprocess: Preprocess
     module: torch.nn.Module
     identity: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # warnings for the run, not recorded
 
     def describe(self) -> dict[str, Any]:
         """What the manifest records about this encoder."""
-        return {"name": self.name, **self.identity, "preprocess": asdict(self.preprocess)}
+        return {"name": self.name, **self.identity, "preprocess": self.preprocess.record()}
 
 
 EncoderFactory = Callable[[str, EncoderRequest], Encoder]
@@ -125,7 +142,25 @@ def load_encoder(request: EncoderRequest) -> Encoder:
     encoder = factory(rest, request)
     if request.image_size is not None and request.image_size != encoder.preprocess.size:
         encoder = resized(encoder, request.image_size)
+    if request.recorded_preprocess is not None:
+        encoder = as_recorded(encoder, request.recorded_preprocess)
     return encoder
+
+
+def as_recorded(encoder: Encoder, recorded: dict[str, Any]) -> Encoder:
+    """``encoder`` as the store that recorded preprocessing ``recorded`` was made: a store
+    of a pairkit that did not apply timm's ``crop_pct`` (none recorded) keeps its resize
+    to the input size itself and its resize mode, so one store never mixes two
+    preprocessings (its rows and its image queries alike); a note says so."""
+    pre = encoder.preprocess
+    if pre.crop_pct is None or "crop_pct" in recorded:
+        return encoder
+    old = replace(pre, crop_pct=None, resize=str(recorded.get("resize", "shortest")))
+    note = (f"this store was embedded by an earlier pairkit that did not apply {encoder.name}'s "
+            f"crop_pct {pre.crop_pct} (crop_mode {pre.resize}): it keeps its own preprocessing "
+            "(short side to the input size, centre crop); pass --force to embed it again "
+            "with the model's")
+    return replace(encoder, preprocess=old, notes=[*encoder.notes, note])
 
 
 def resized(encoder: Encoder, size: int) -> Encoder:

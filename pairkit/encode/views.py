@@ -58,13 +58,74 @@ def pil_resample(name: str) -> int:
     }.get(name, Image.Resampling.BICUBIC)
 
 
+def timm_plan(width: int, height: int, pre: Preprocess
+              ) -> tuple[int, int, tuple[int, int, int, int], int, int]:
+    """timm's eval transform (``transforms_imagenet_eval``) of a ``width`` x ``height``
+    picture as sizes: ``(nw, nh, pad, left, top)``: resize to nw x nh, pad (left, top,
+    right, bottom), then crop ``pre.size`` square at (left, top). The resize goes to
+    ``floor(size / crop_pct)``: the short side (``shortest``: torchvision's ``Resize``,
+    the long side truncated), both sides (``squash``) or the long side (``border``:
+    timm's ``ResizeKeepRatio``, rounded); the crop is torchvision's centre crop."""
+    size = pre.size
+    scale = math.floor(size / (pre.crop_pct or 1.0))
+    if pre.resize == "squash":
+        nw = nh = scale
+    elif pre.resize == "border":
+        ratio = max(height / scale, width / scale)
+        nw, nh = round(width / ratio), round(height / ratio)
+    elif width <= height:
+        nw, nh = scale, int(scale * height / width)
+    else:
+        nw, nh = int(scale * width / height), scale
+    pad = ((size - nw) // 2 if size > nw else 0, (size - nh) // 2 if size > nh else 0,
+           (size - nw + 1) // 2 if size > nw else 0, (size - nh + 1) // 2 if size > nh else 0)
+    pw, ph = nw + pad[0] + pad[2], nh + pad[1] + pad[3]
+    return nw, nh, pad, int(round((pw - size) / 2.0)), int(round((ph - size) / 2.0))
+
+
+def pad_fill(pre: Preprocess) -> tuple[int, int, int]:
+    """The colour of timm's padding: the mean for ``border``, black otherwise."""
+    if pre.resize == "border":
+        return tuple(round(255 * v) for v in pre.mean)  # type: ignore[return-value]
+    return (0, 0, 0)
+
+
+def timm_view(img: Image.Image, pre: Preprocess) -> Image.Image:
+    """View 0 with ``pre.crop_pct`` set: timm's eval transform (:func:`timm_plan`), pixel
+    for pixel as ``timm.data.create_transform`` makes it from PIL (no ``reducing_gap``).
+    A picture whose resize would be more than :data:`MAX_WHOLE_RESIZE_ASPECT` times the
+    scale long resamples only the box it keeps."""
+    from PIL import Image as PILImage
+
+    size = pre.size
+    resample = pil_resample(pre.interpolation)
+    w, h = img.size
+    nw, nh, pad, left, top = timm_plan(w, h, pre)
+    scale = math.floor(size / (pre.crop_pct or 1.0))
+    if not any(pad) and max(nw, nh) > MAX_WHOLE_RESIZE_ASPECT * scale:
+        sx, sy = w / nw, h / nh
+        return img.resize((size, size), resample,
+                          box=(left * sx, top * sy, (left + size) * sx, (top + size) * sy))
+    if (nw, nh) != (w, h):
+        img = img.resize((nw, nh), resample)
+    if any(pad):
+        canvas = PILImage.new("RGB", (nw + pad[0] + pad[2], nh + pad[1] + pad[3]),
+                              pad_fill(pre))
+        canvas.paste(img, (pad[0], pad[1]))
+        img = canvas
+    return img.crop((left, top, left + size, top + size))
+
+
 def plain_view(img: Image.Image, pre: Preprocess) -> Image.Image:
-    """Resize (short side to ``pre.size``, centre crop; or squash) to size x size.
+    """Resize (short side to ``pre.size``, centre crop; or squash) to size x size; with
+    ``pre.crop_pct`` set, timm's eval transform (:func:`timm_view`).
 
     A picture more than :data:`MAX_WHOLE_RESIZE_ASPECT` times longer than wide is not
     resized whole (a 2 x 20000 strip scaled to short side 224 would be 500 M pixels): only
     its centre box is resampled, in O(size^2) memory, giving the same pixels up to one or
     two levels at the filter's rounding (and a pixel's shift for ``nearest``)."""
+    if pre.crop_pct is not None:
+        return timm_view(img, pre)
     size = pre.size
     resample = pil_resample(pre.interpolation)
     w, h = img.size

@@ -64,6 +64,22 @@ def test_efficientnet_pytorch_layout_loads_into_timm_lite(tmp_path, lite0_with_h
         torch.testing.assert_close(enc.module(x), want)
 
 
+def test_lukemelas_weights_are_refused_for_a_pytorch_padded_efficientnet(tmp_path,
+                                                                        lite0_with_head):
+    """Found by a bug hunt (hunt-u 5): the lukemelas (TensorFlow-ported) weights were
+    mapped onto timm's efficientnet_lite0 too (same names and shapes, but symmetric padding
+    and BatchNorm eps 1e-5): vectors at cosine 0.6-0.7 to the right ones, no word."""
+    from pairkit.errors import UsageError
+
+    torch.save(as_lukemelas(lite0_with_head.state_dict()), tmp_path / "lite0.pth")
+    with pytest.raises(UsageError) as info:
+        load_encoder(EncoderRequest("timm/efficientnet_lite0",
+                                    checkpoint=str(tmp_path / "lite0.pth")))
+    message = str(info.value)
+    assert "\n" not in message and "TensorFlow" in message
+    assert message.endswith("use --model timm/tf_efficientnet_lite0")
+
+
 def test_prefixes_and_wrappers(tmp_path):
     import timm
 

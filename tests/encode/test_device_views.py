@@ -198,9 +198,14 @@ def test_resample_weights_rows_sum_to_one() -> None:
 
 PRE = [Preprocess(size=224, interpolation="bicubic"), Preprocess(size=64,
                                                                   interpolation="bilinear")]
+# timm's eval transforms (hunt-u 6): crop_pct centre crop, squash, border (mean padding)
+PRE_TIMM = [Preprocess(size=64, interpolation="bicubic", crop_pct=0.875),
+            Preprocess(size=64, interpolation="bilinear", resize="squash", crop_pct=0.9),
+            Preprocess(size=64, mean=(0.5, 0.4, 0.3), resize="border", crop_pct=0.9)]
 
 
-@pytest.mark.parametrize("pre", PRE, ids=["224-bicubic", "64-bilinear"])
+@pytest.mark.parametrize("pre", PRE + PRE_TIMM, ids=["224-bicubic", "64-bilinear", "timm-crop",
+                                                     "timm-squash", "timm-border"])
 @pytest.mark.parametrize("size", [(400, 300), (300, 400), (1200, 900), (230, 225), (90, 60)])
 def test_views_match_the_pil_path(pre: Preprocess, size: tuple[int, int]) -> None:
     data = photo(*size, seed=sum(size))
@@ -299,7 +304,8 @@ def _batch_images(pre: Preprocess) -> tuple[list[torch.Tensor], list[str]]:
     return images, [f"d/{i}.jpg" for i in range(len(sizes))]
 
 
-@pytest.mark.parametrize("pre", PRE, ids=["224-bicubic", "64-bilinear"])
+@pytest.mark.parametrize("pre", PRE + PRE_TIMM, ids=["224-bicubic", "64-bilinear", "timm-crop",
+                                                     "timm-squash", "timm-border"])
 @pytest.mark.parametrize("views", [1, 4])
 def test_batched_views_equal_the_per_image_path(pre: Preprocess, views: int) -> None:
     """Same crops, flips and jitter from the same seed: view 0 bit for bit; views 1.. at

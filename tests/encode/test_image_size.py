@@ -123,3 +123,62 @@ def test_a_cnn_takes_another_size_and_keeps_its_width():
     small = load_encoder(EncoderRequest("timm/resnet10t", pretrained="none", image_size=64))
     assert small.preprocess.size == 64 and small.dim == own.dim
     assert small.preprocess.mean == own.preprocess.mean
+
+
+def _as_old_code_wrote_it(store: Path, image_size: int) -> None:
+    """The manifest an earlier pairkit wrote for ``--image-size`` equal to the model's own
+    size: the size recorded in the embedding identity (the encoder not resized)."""
+    import json
+
+    from pairkit.core.integrity import seal
+
+    path = store / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["embedding"]["image_size"] = image_size
+    path.write_text(json.dumps(seal(manifest), indent=2))
+
+
+def test_the_models_own_size_is_the_same_store_as_no_size(image_folder, tmp_path):
+    """Found by a bug hunt (hunt-u 9): ``--image-size`` equal to the model's own size made
+    another store (refused on resume without it: "image_size differ"), with the same
+    vectors. Stores written that way before still resume, with or without the option."""
+    assert embed(image_folder, tmp_path / "a", "--image-size", "16").exit_code == 0
+    assert "image_size" not in Store.open(tmp_path / "a").manifest["embedding"]
+    for extra in ((), ("--image-size", "16")):
+        again = embed(image_folder, tmp_path / "a", *extra)
+        assert again.exit_code == 0, again.output
+    assert embed(image_folder, tmp_path / "b").exit_code == 0
+    again = embed(image_folder, tmp_path / "b", "--image-size", "16")
+    assert again.exit_code == 0, again.output
+    np.testing.assert_array_equal(Store.open(tmp_path / "a").vectors(),
+                                  Store.open(tmp_path / "b").vectors())
+    # a store of an earlier pairkit, made with --image-size 16 = the model's own
+    _as_old_code_wrote_it(tmp_path / "a", 16)
+    for extra in ((), ("--image-size", "16")):
+        again = embed(image_folder, tmp_path / "a", *extra)
+        assert again.exit_code == 0, again.output
+    for folder in ("a", "b"):  # another size is still another store
+        other = embed(image_folder, tmp_path / folder, "--image-size", "20")
+        assert other.exit_code == 1 and "image_size differ" in other.output
+    # a store at another size keeps its size
+    assert embed(image_folder, tmp_path / "c", "--image-size", "20").exit_code == 0
+    other = embed(image_folder, tmp_path / "c")
+    assert other.exit_code == 1 and "image_size differ" in other.output
+
+
+def test_info_shows_the_image_size_and_the_seed_of_random_weights(image_folder, tmp_path):
+    """Found by a bug hunt (hunt-u 9): ``info``'s encoder line was the same for a 96 px and
+    a 224 px store, and for random weights of seed 0 and seed 1."""
+    from pairkit.core.info import info_lines, store_info
+
+    assert embed(image_folder, tmp_path / "s40", "--image-size", "40").exit_code == 0
+    line = next(x for x in info_lines(store_info(tmp_path / "s40")) if x.startswith("encoder"))
+    assert line == "encoder: probe (image_size 40)"
+    for seed in ("0", "1"):
+        r = runner.invoke(app, ["embed", str(image_folder), "-o", str(tmp_path / seed),
+                                "--model", "timm/test_vit", "--pretrained", "none", "--seed",
+                                seed, "--quiet"])
+        assert r.exit_code == 0, r.output
+        line = next(x for x in info_lines(store_info(tmp_path / seed))
+                    if x.startswith("encoder"))
+        assert line.endswith(f"pretrained none, seed {seed}, image_size 160)"), line

@@ -237,8 +237,142 @@ def test_pretrained_file_loads_into_a_meta_model_with_create_models_result(tmp_p
     assert not any(t.is_meta for t in (*visual.parameters(), *visual.buffers()))
     _assert_same_state(visual, want.visual)
     assert cfg == want.visual.preprocess_cfg
-    enc = load_encoder(EncoderRequest(f"openclip/{TINY}", pretrained=str(path)))
+    # the same file through --checkpoint (a file as --pretrained is refused: hunt-u 2)
+    enc = load_encoder(EncoderRequest(f"openclip/{TINY}", checkpoint=str(path)))
     x = torch.rand(3, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(enc.module(x), want.visual(x))
-    assert enc.identity["pretrained"] == str(path)
+    assert len(enc.identity["checkpoint_sha256"]) == 64
+
+
+def test_a_file_given_as_pretrained_tag_is_refused(tmp_path: Path, image_folder: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a bug hunt (hunt-u 2): open_clip took ``--pretrained FILE`` as weights,
+    recorded as a bare relative path without its sha256, so a changed file mixed two
+    encoders in one store. A file goes through --checkpoint (sha256 checked)."""
+    import open_clip
+    from typer.testing import CliRunner
+
+    from pairkit.cli.main import app
+
+    torch.save(open_clip.create_model(TINY, pretrained=None).state_dict(), tmp_path / "w.pt")
+    monkeypatch.chdir(tmp_path)
+    for pretrained in ("w.pt", str(tmp_path / "w.pt")):
+        with pytest.raises(UsageError, match=f"use --checkpoint {pretrained}$"):
+            load_encoder(EncoderRequest(f"openclip/{TINY}", pretrained=pretrained))
+    r = CliRunner().invoke(app, ["embed", str(image_folder), "-o", str(tmp_path / "s"),
+                                 "--model", f"openclip/{TINY}", "--pretrained", "w.pt"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
+    assert "use --checkpoint w.pt" in r.stderr and not (tmp_path / "s").exists()
+
+
+def test_an_image_tower_checkpoint_embeds_and_text_queries_ask_for_the_text_tower(tmp_path):
+    """Found by a bug hunt (hunt-u 7): ``model.visual.state_dict()`` (with or without a
+    ``visual.`` prefix) was refused for missing text-tower keys, though embed uses the
+    image tower alone. Image-only and whole-model files give the same image tower; text
+    queries need the text keys and say so in one line."""
+    import open_clip
+
+    from pairkit.encode.openclip import openclip_text_encoder
+
+    torch.manual_seed(5)
+    full = open_clip.create_model(TINY, pretrained=None).eval()
+    visual = full.visual.state_dict()
+    torch.save(full.state_dict(), tmp_path / "whole.pt")
+    torch.save(visual, tmp_path / "vis.pt")
+    torch.save({f"visual.{k}": v for k, v in visual.items()}, tmp_path / "vis_prefixed.pt")
+    x = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():
+        want = full.visual(x)
+        for name in ("whole.pt", "vis.pt", "vis_prefixed.pt"):
+            enc = load_encoder(EncoderRequest(f"openclip/{TINY}", checkpoint=str(tmp_path / name),
+                                              seed=9))
+            assert torch.equal(enc.module(x), want), name
+            assert not any(k.startswith("text") or k.startswith("transformer")
+                           for k in enc.module.state_dict())
+    with torch.no_grad():
+        got = openclip_text_encoder(TINY, EncoderRequest(
+            f"openclip/{TINY}", checkpoint=str(tmp_path / "whole.pt")))(["a cat"])
+        np.testing.assert_allclose(got, full.encode_text(
+            open_clip.get_tokenizer(TINY)(["a cat"])).numpy(), rtol=1e-5, atol=1e-6)
+    for name in ("vis.pt", "vis_prefixed.pt"):
+        with pytest.raises(PairkitError) as info:
+            openclip_text_encoder(TINY, EncoderRequest(f"openclip/{TINY}",
+                                                       checkpoint=str(tmp_path / name)))
+        message = str(info.value)
+        assert "\n" not in message and "image tower only" in message
+        assert "text queries need the whole model's weights" in message
+
+
+@pytest.fixture
+def tiny_clip_tags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two pretrained tags of the tiny model, as open_clip's registry holds them: one with
+    open_clip's default preprocessing, one with SigLIP's (mean/std 0.5, squash, bilinear)."""
+    import open_clip.pretrained as oc_pretrained
+
+    clip_cfg = {"url": "", "hf_hub": "nobody/tiny-clip/", "mean": (0.48145466, 0.4578275,
+                0.40821073), "std": (0.26862954, 0.26130258, 0.27577711),
+                "interpolation": "bicubic", "resize_mode": "shortest"}
+    sig_cfg = {"url": "", "hf_hub": "nobody/tiny-siglip/", "mean": (0.5, 0.5, 0.5),
+               "std": (0.5, 0.5, 0.5), "interpolation": "bilinear", "resize_mode": "squash"}
+    monkeypatch.setitem(oc_pretrained._PRETRAINED, TINY, {"clipish": clip_cfg,
+                                                          "siglipish": sig_cfg})
+
+
+def test_a_checkpoint_takes_the_preprocessing_of_the_tag_named_beside_it(
+        tmp_path: Path, tiny_clip_tags: None) -> None:
+    """Found by a bug hunt (hunt-u 3): ``--checkpoint`` gave open_clip's generic default
+    preprocessing whatever the weights, and --pretrained beside it was refused, so SigLIP /
+    MobileCLIP weights from a file were fed CLIP's mean/std and a centre crop. Now
+    ``--pretrained TAG --checkpoint FILE`` takes TAG's preprocessing (and FILE's weights);
+    without a tag, a warning names the tags whose preprocessing differs."""
+    import open_clip
+
+    torch.manual_seed(2)
+    torch.save(open_clip.create_model(TINY, pretrained=None).state_dict(), tmp_path / "w.pt")
+    ck = str(tmp_path / "w.pt")
+    plain = load_encoder(EncoderRequest(f"openclip/{TINY}", checkpoint=ck))
+    assert plain.preprocess.mean == (0.48145466, 0.4578275, 0.40821073)
+    assert plain.preprocess.resize == "shortest"
+    assert len(plain.notes) == 1 and "siglipish" in plain.notes[0]
+    assert "clipish" not in plain.notes[0].replace("siglipish", "")
+    assert "--pretrained TAG" in plain.notes[0]
+    sig = load_encoder(EncoderRequest(f"openclip/{TINY}", pretrained="siglipish", checkpoint=ck))
+    assert sig.preprocess.mean == (0.5, 0.5, 0.5) and sig.preprocess.std == (0.5, 0.5, 0.5)
+    assert (sig.preprocess.interpolation, sig.preprocess.resize) == ("bilinear", "squash")
+    assert sig.preprocess.size == plain.preprocess.size and sig.notes == []
+    assert sig.identity["preprocess_tag"] == "siglipish"
+    x = torch.rand(2, 3, 32, 32)
+    with torch.no_grad():  # the file's weights either way
+        assert torch.equal(sig.module(x), plain.module(x))
+    with pytest.raises(UsageError, match="no pretrained tag 'bogus'"):
+        load_encoder(EncoderRequest(f"openclip/{TINY}", pretrained="bogus", checkpoint=ck))
+    with pytest.raises(UsageError, match="--pretrained and --checkpoint exclude each"):
+        load_encoder(EncoderRequest(f"openclip/{TINY}", pretrained="none", checkpoint=ck))
+
+
+def test_embed_records_the_tag_of_the_checkpoints_preprocessing(
+        tmp_path: Path, image_folder: Path, tiny_clip_tags: None) -> None:
+    """The tag is part of the store's identity (another preprocessing is another store)
+    and image queries rebuild the encoder with it."""
+    import open_clip
+    from typer.testing import CliRunner
+
+    from pairkit.cli.main import app
+    from pairkit.core.store import Store
+    from pairkit.encode.query import encode_images, encoder_request
+
+    torch.save(open_clip.create_model(TINY, pretrained=None).state_dict(), tmp_path / "w.pt")
+    args = ["embed", str(image_folder), "-o", str(tmp_path / "s"), "--model",
+            f"openclip/{TINY}", "--checkpoint", str(tmp_path / "w.pt"), "--dtype", "float32"]
+    r = CliRunner().invoke(app, [*args, "--pretrained", "siglipish"])
+    assert r.exit_code == 0, r.output
+    store = Store.open(tmp_path / "s")
+    assert store.manifest["embedding"]["pretrained"] == "siglipish"
+    assert store.encoder["preprocess"]["resize"] == "squash"
+    r = CliRunner().invoke(app, args)  # no tag: the default preprocessing, another store
+    assert r.exit_code == 1 and "pretrained differ" in r.output
+    request = encoder_request(store, "cpu", str(tmp_path / "w.pt"))
+    assert request.pretrained == "siglipish"
+    paths = [str(image_folder / p) for p in store.items["path"][:2]]
+    np.testing.assert_allclose(encode_images(request, paths), store.vectors()[:2], atol=1e-5)

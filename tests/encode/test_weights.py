@@ -91,6 +91,52 @@ def test_timm_offline(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert check("timm/resnet18") is True  # maybe cached: the library looks, cache only
 
 
+def test_timm_name_and_tag_are_checked_before_the_weights(
+        empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a bug hunt (hunt-u 8): offline, a misspelt timm model or a bad tag was
+    reported as weights missing from the cache, and the advice (--pretrained none) only
+    then revealed the typo. The name and the tag are usage errors, as open_clip's are."""
+    from pairkit.encode.registry import EncoderRequest, load_encoder
+    from pairkit.errors import UsageError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UsageError, match=r"^timm has no model 'notamodel' \(see timm"):
+        check("timm/notamodel")
+    for model, tag in (("timm/resnet18", "bogus"), ("timm/resnet18.bogus", None)):
+        with pytest.raises(UsageError) as err:
+            check(model, tag)
+        text = str(err.value)
+        assert text.startswith("timm has no pretrained tag 'bogus' for resnet18 (known: "
+                               "a1_in1k, a2_in1k, ")
+        assert all(way in text for way in WAYS_OUT) and "\n" not in text
+    # a cached model of other weights: the loader checks the tag before loading
+    fake_snapshot(empty_cache, "models--timm--resnet18.a1_in1k")
+    assert check("timm/resnet18", "bogus") is True
+    with pytest.raises(UsageError, match="timm has no pretrained tag 'bogus' for resnet18"):
+        load_encoder(EncoderRequest("timm/resnet18", pretrained="bogus", offline=True))
+    with pytest.raises(UsageError, match="timm has no pretrained tag 'bogus' for test_vit "
+                                         r"\(known: r160_in1k\)"):
+        load_encoder(EncoderRequest("timm/test_vit.bogus", offline=True))
+    # the name and tag are read from timm's sources first, without importing timm
+    assert weights.timm_source_knows("resnet18", None)
+    assert weights.timm_source_knows("resnet18", "a1_in1k")
+    assert weights.timm_source_knows("resnet18.a1_in1k", None)
+    assert not weights.timm_source_knows("notamodel", None)
+    assert not weights.timm_source_knows("resnet18", "bogus")
+
+
+def test_missing_timm_weights_are_told_before_torch_loads(tmp_path: Path,
+                                                          image_folder: Path) -> None:
+    """The name check of hunt-u 8 costs nothing when the name is right: the weights are
+    still reported missing before torch (or timm) is imported."""
+    env = {"HF_HOME": str(tmp_path / "hf"), "TORCH_HOME": str(tmp_path / "torch"),
+           "HF_HUB_OFFLINE": "1"}
+    code, err, torch_loaded = run_cli(["embed", str(image_folder), "-o", str(tmp_path / "s"),
+                                       "--model", "timm/resnet18"], env)
+    assert (code, torch_loaded) == (1, False)
+    assert err.startswith("error: the weights of timm/resnet18 are not in the Hugging Face")
+
+
 def test_loader_stays_offline_and_quiet(capsys: pytest.CaptureFixture[str]) -> None:
     from pairkit.encode.model_loading import load_with_cache_first
 
