@@ -10,6 +10,7 @@ search returns the same ids as a brute-force stable sort.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -121,6 +122,7 @@ def knn_search(
     *,
     batch_size: int = 8192,
     cpu_fallback: Any = None,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Search ``queries`` (nq, d) against a FAISS ``index`` (or an (N, d) array).
 
@@ -133,12 +135,16 @@ def knn_search(
     extra neighbour is fetched, and rows whose k-th and (k+1)-th scores tie are
     searched again deeper. On a GPU index, k > 2048 is searched on
     ``cpu_fallback`` (a CPU index with the same rows) or on a CPU copy of the
-    index, never passed to the GPU.
+    index, never passed to the GPU. ``progress(m)`` is called after each block of ``m``
+    queries (they add up to ``nq``; the torch search: once, for all of them).
     """
     if isinstance(index, np.ndarray):
         index = ArrayIndex(index)
     if getattr(index, "exact_ties", False):  # the torch search: exact, ties by id, any k
-        return index.search(queries, k)
+        found = index.search(queries, k)
+        if progress is not None:
+            progress(len(queries))
+        return found
     nq = len(queries)
     scores = np.full((nq, k), -np.inf, dtype=np.float32)
     ids = np.full((nq, k), -1, dtype=np.int64)
@@ -178,6 +184,8 @@ def knn_search(
                 tied = tied[(d2[:, -1] == d2[:, kk - 1]) & (i2[:, -1] >= 0)]
         scores[start : start + len(block), :kk] = out_d
         ids[start : start + len(block), :kk] = out_i
+        if progress is not None:
+            progress(len(block))
     return scores, ids
 
 

@@ -49,6 +49,9 @@ class ThresholdCheck:
     backend: str = "faiss"
     pairs: Any = None  # the pair stream (range_search_blocks' signature); None: here
     # (pairkit.index.partitioned_range.pairs_here: by k-means partitions on big stores)
+    # the search's progress hook (range_search_blocks'): on_start(sources), progress(m)
+    progress: Any = None
+    on_start: Any = None
 
     def edges(self, items: np.ndarray) -> Any:
         """Stream of (a, b) index arrays into ``items``, a < b, similar enough. Rows read
@@ -65,7 +68,7 @@ class ThresholdCheck:
             vecs = self.vectors[items]
         for a, b, _ in (self.pairs or pairs_here)(
             vecs, vecs, self.threshold, batch_size=self.batch_size, device=self.device,
-            backend=self.backend,
+            backend=self.backend, progress=self.progress, on_start=self.on_start,
         ):
             upper = b > a
             yield a[upper], b[upper]
@@ -332,8 +335,9 @@ def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str 
     can be read (and no embedding ``threshold`` was asked for), else
     :class:`ThresholdCheck` at ``threshold`` (None: ``pairkit dedup``'s default).
     ``threshold_options`` go to :class:`ThresholdCheck` (batch_size, device, backend,
-    pairs); ``backend`` objects for the kNN searches of the pixel check go in
-    ``knn_backend``. The one decision ``dedup`` and the ``near-duplicate`` rule share."""
+    pairs, and the search's progress hook: progress, on_start); ``backend`` objects for
+    the kNN searches of the pixel check go in ``knn_backend``. The one decision ``dedup``
+    and the ``near-duplicate`` rule share."""
     from pairkit.errors import UsageError
     from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD, check_threshold
 
