@@ -47,10 +47,10 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     FAISS; None: the local one on ``cfg.device``. The command line passes the Ray one for
     ``--ray`` (:class:`pairkit.distributed.dedup.RayPairs`); its ``describe()`` (after
     the search) goes into the summary's ``ray``. ``on_start``/``progress``: the progress
-    hook of the threshold method's local search
-    (:func:`pairkit.index.range_search.range_search_blocks`: ``on_start(sources)``, then
-    ``progress(m)`` per block, adding up to it); not called by the pixels method, the
-    exact-only run or the Ray search.
+    hook, ``on_start(sources)`` then ``progress(m)`` adding up to it: of the threshold
+    method's local search (:func:`pairkit.index.range_search.range_search_blocks`, per
+    block), or of the pixels method's first pass over the images (one per source); not
+    called by the exact-only run or the Ray search.
     """
     import numpy as np
 
@@ -313,8 +313,8 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
     row per leaking source of the store (``id``, ``path``), with its duplicate in
     ``other`` (``other_id``, ``other_path``): the same file when there is one (``match``
     exact, ``similarity`` 1.0), else the most similar (``match`` near, ``similarity`` of
-    the stored vectors); and a summary. ``on_start``/``progress``: the threshold search's
-    progress hook, as in :func:`run_dedup` (over the sources of both stores)."""
+    the stored vectors); and a summary. ``on_start``/``progress``: the progress hook, as
+    in :func:`run_dedup` (over the sources of both stores)."""
     import numpy as np
     import pandas as pd
 
@@ -366,7 +366,8 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
     if cfg.exact_only:
         check = ThresholdCheck(vectors, met)
     elif pixels:
-        check = PixelCheck(vectors, paths, roots, threshold=cfg.pixel_threshold, fallback=met)
+        check = PixelCheck(vectors, paths, roots, threshold=cfg.pixel_threshold, fallback=met,
+                           progress=progress, on_start=on_start)
     else:
         check = choose_check(vectors, None, None, "threshold", met,
                              batch_size=cfg.batch_size, device=cfg.device,

@@ -89,6 +89,21 @@ def test_dedup_against_hook_counts_both_stores(stores, tmp_path):
     assert hook.starts == [5 + 7] and sum(hook.steps) == 12
 
 
+def test_dedup_pixels_hook_counts_the_images_read(stores, tmp_path):
+    """The pixels method (a store whose images can be read): one advance per source's
+    image in its first pass over them, 10 in all; the table is the one without a hook."""
+    from pairkit.mine.dedup import DedupConfig
+    from pairkit.mine.dedup_command import dedup_to_files
+
+    cfg = DedupConfig(method="pixels", device="cpu", backend="faiss")
+    hook = Hook()
+    dedup_to_files(stores["img"], str(tmp_path / "a.csv"), cfg, progress=hook.progress,
+                   on_start=hook.on_start)
+    assert hook.starts == [10] and hook.steps == [1] * 10
+    dedup_to_files(stores["img"], str(tmp_path / "b.csv"), cfg)
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+
+
 def test_issues_hook_counts_the_sources(stores, tmp_path):
     from pairkit.eval.data_issues import IssuesConfig
     from pairkit.eval.issues_command import issues_to_files
