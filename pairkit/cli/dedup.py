@@ -8,6 +8,7 @@ import typer
 
 from pairkit.cli.common import from_environment, reader_gone, say, user_errors, warn
 from pairkit.cli.options import Backend, backend_option, device_option, ray_option
+from pairkit.cli.progress import ProgressBar
 from pairkit.core.devices import where_it_runs
 from pairkit.mine.thresholds import NEAR_DUPLICATE_THRESHOLD
 
@@ -58,7 +59,8 @@ def dedup(
                                 here=False),
     backend: Backend = backend_option(),
     ray: str | None = ray_option(),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",
+                               help="No progress bar or summary on stderr."),
 ) -> None:
     """Find exact duplicates (file hash) and near-duplicates (embedding similarity).
 
@@ -88,8 +90,14 @@ def dedup(
             from pairkit.index.route_files import scratch_beside
 
             pairs = RayPairs(ray, scratch=scratch_beside(output))
-        summary = dedup_to_files(store, output, cfg, against=against, paths_only=paths_only,
-                                 print0=print0, drop=drop, force=force, warn=warn, pairs=pairs)
+        bar = ProgressBar(quiet, unit="sources")
+        try:
+            summary = dedup_to_files(
+                store, output, cfg, against=against, paths_only=paths_only, print0=print0,
+                drop=drop, force=force, warn=bar.note, pairs=pairs, progress=bar.advance,
+                on_start=lambda n: bar.start(n, "searching near-duplicates"))
+        finally:
+            bar.stop()
         say((against_line if against is not None else summary_line)(summary), quiet)
     if summary["stdout_closed"]:
         raise reader_gone()

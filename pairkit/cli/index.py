@@ -8,6 +8,7 @@ import typer
 
 from pairkit.cli.common import say, user_errors
 from pairkit.cli.options import Dtype, IndexKind
+from pairkit.cli.progress import ProgressBar
 
 
 def index(
@@ -30,7 +31,8 @@ def index(
     dtype: Dtype = typer.Option("float32", "--dtype", help="Precision of the index's vectors."),
     seed: int = typer.Option(0, "--seed", help="Seed of the IVF training sample."),
     force: bool = typer.Option(False, "--force", help="Rebuild an index that exists."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary line."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",
+                               help="No progress (bar, phase lines) or summary line."),
 ) -> None:
     """Build the FAISS index of a store and save it as STORE/index/KIND.faiss.
 
@@ -44,8 +46,13 @@ def index(
     from pairkit.index.options import IndexOptions
 
     with user_errors():
-        result = index_to_files(store, IndexOptions(
-            kind=kind, nlist=nlist, nprobe=nprobe, pq_m=pq_m, hnsw_m=hnsw_m,
-            ef_search=ef_search, exact_max_rows=exact_max_rows, float16=dtype == "float16",
-            seed=seed), force=force)
+        bar = ProgressBar(quiet, unit="rows")
+        try:
+            result = index_to_files(store, IndexOptions(
+                kind=kind, nlist=nlist, nprobe=nprobe, pq_m=pq_m, hnsw_m=hnsw_m,
+                ef_search=ef_search, exact_max_rows=exact_max_rows,
+                float16=dtype == "float16", seed=seed), force=force, progress=bar.advance,
+                on_start=lambda n: bar.start(n, "adding rows"), on_phase=bar.phase)
+        finally:
+            bar.stop()
         say(result, quiet)

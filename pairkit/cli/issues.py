@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from pairkit.cli.common import say, user_errors
+from pairkit.cli.progress import ProgressBar
 
 
 def issues(
@@ -26,7 +27,8 @@ def issues(
     output: str = typer.Option("-", "-o", "--output",
                                help="Table (.parquet, .csv, .jsonl); - = stdout."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No summary on stderr."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",
+                               help="No progress bar or summary on stderr."),
 ) -> None:
     """Flag outliers (far from their nearest sources) and likely label errors (labels
     their neighbours' weighted vote disagrees with), with scores and reasons.
@@ -40,7 +42,12 @@ def issues(
         names = (None if checks is None
                  else tuple(c.strip() for c in checks.split(",") if c.strip()))
         cfg = IssuesConfig(k, names, outlier_z, all_rows, knn_graph)
-        summary = issues_to_files(store, output, cfg, force=force)
+        bar = ProgressBar(quiet, unit="sources")
+        try:
+            summary = issues_to_files(store, output, cfg, force=force, progress=bar.advance,
+                                      on_start=lambda n: bar.start(n, "searching neighbours"))
+        finally:
+            bar.stop()
         say(summary_line(summary), quiet)
     if summary["stdout_closed"]:
         raise BrokenPipeError

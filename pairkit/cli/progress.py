@@ -72,6 +72,12 @@ class ProgressBar:
         else:
             say(line)
 
+    def phase(self, line: str) -> None:
+        """A line saying what a long step does now: on the terminal only (nothing when
+        quiet or when stderr is not a terminal, like the bar itself)."""
+        if self.progress is not None:
+            self.progress.console.print(line, markup=False)
+
     def note(self, message: str) -> None:
         if self.progress is not None and self.progress.live.is_started:
             self.progress.console.print(f"warning: {message}", markup=False, style="yellow")

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from pairkit.cli.common import say, user_errors, warn
+from pairkit.cli.progress import ProgressBar
 
 
 def report(
@@ -29,7 +30,8 @@ def report(
     title: str | None = typer.Option(None, "--title", help="Page title."),
     force: bool = typer.Option(False, "--force",
                                help="Replace an existing report folder."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the last line."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",
+                               help="Only the last line (no progress bar)."),
 ) -> None:
     """Write a self-contained HTML report (no server, no network) to look at the pairs,
     the false-negative flags, the duplicates and the scores in a browser.
@@ -41,7 +43,13 @@ def report(
     with user_errors():
         cfg = ReportConfig(inputs=tuple(inputs), output=output, store=store, sample=sample,
                            seed=seed, thumb_size=thumb_size, title=title, force=force)
-        result = build_report(cfg)
+        bar = ProgressBar(quiet, unit="thumbnails")
+        try:
+            result = build_report(
+                cfg, progress=bar.advance,
+                on_start=lambda n: bar.start(n, "making thumbnails") if n else None)
+        finally:
+            bar.stop()
         for line in result.sections:
             say(line, quiet)
         for note in result.notes:

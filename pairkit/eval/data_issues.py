@@ -8,7 +8,7 @@ each other's neighbours. The detectors are :mod:`pairkit.eval.issues`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -54,12 +54,19 @@ class IssuesConfig:
     resolution: float = 0.0
 
 
-def knn_graph(vectors: np.ndarray, k: int, backend: Any = None) -> KnnGraph:
-    """The exact ``k``-nearest-neighbour graph of ``vectors`` (N, d) (one row per source)."""
+def knn_graph(vectors: np.ndarray, k: int, backend: Any = None,
+              progress: Callable[[int], None] | None = None,
+              on_start: Callable[[int], None] | None = None) -> KnnGraph:
+    """The exact ``k``-nearest-neighbour graph of ``vectors`` (N, d) (one row per source).
+    ``on_start(N)`` before the search, ``progress(m)`` after each block of ``m`` rows
+    (they add up to N)."""
     from pairkit.mine.clusters import knn_graph as search
 
+    if on_start is not None:
+        on_start(len(vectors))
     ids, sims = search(np.ascontiguousarray(vectors, dtype=np.float32),
-                       np.arange(len(vectors), dtype=np.int64), k, backend=backend)
+                       np.arange(len(vectors), dtype=np.int64), k, backend=backend,
+                       progress=progress)
     return KnnGraph(ids, sims)
 
 
@@ -83,14 +90,17 @@ def to_csr(graph: KnnGraph) -> Any:
 
 def find_issues(vectors: np.ndarray, labels: np.ndarray | None, *,
                 checks: Sequence[str] = DEFAULT_CHECKS, k: int = DEFAULT_K,
-                outlier_z: float = 3.5, backend: Any = None, stored_as: str | None = None
+                outlier_z: float = 3.5, backend: Any = None, stored_as: str | None = None,
+                progress: Callable[[int], None] | None = None,
+                on_start: Callable[[int], None] | None = None
                 ) -> tuple[dict[str, Any], KnnGraph, np.ndarray | None]:
     """Run the detectors on one row per source.
 
     ``vectors`` (N, d) L2-normalised, ``labels`` (N,) label names (None/NaN missing) or
     None; ``stored_as``: the dtype the vectors were stored in (None: their own), whose
-    rounding sets the outlier scale's floor. Returns ``({check: Detection}, graph, label
-    names by code or None)``.
+    rounding sets the outlier scale's floor; ``on_start``/``progress``: the kNN search's
+    progress hook (:func:`knn_graph`: sources, then sources per block). Returns
+    ``({check: Detection}, graph, label names by code or None)``.
     """
 
     from pairkit.eval.issues import MODULES
@@ -100,7 +110,7 @@ def find_issues(vectors: np.ndarray, labels: np.ndarray | None, *,
     n = len(vectors)
     if n < 2:
         raise PairkitError(f"issues needs at least 2 sources, the store has {n}")
-    graph = knn_graph(vectors, min(k, n - 1), backend)
+    graph = knn_graph(vectors, min(k, n - 1), backend, progress, on_start)
     codes, names = None, None
     if labels is not None:
         from pairkit.core.store import codes_of

@@ -4,6 +4,7 @@ step): :func:`index_to_files`."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,14 +12,21 @@ from pairkit.errors import PairkitError
 from pairkit.index.options import IndexOptions
 
 
-def index_to_files(store: Path, cfg: IndexOptions, *, force: bool = False) -> str:
+def index_to_files(store: Path, cfg: IndexOptions, *, force: bool = False,
+                   progress: Callable[[int], None] | None = None,
+                   on_start: Callable[[int], None] | None = None,
+                   on_phase: Callable[[str], None] | None = None) -> str:
     """Build and save the index of the store at ``store`` beside it (``STORE/index/``);
     return the summary line.
 
     An index of the same kind and options already saved for these rows is kept (a
     no-op); one saved with other options is replaced only with ``force``. ``cfg``'s
     ``exact_max_rows`` (default 50,000) resolves ``auto``; its search-only fields
-    (batch size, backend, device) are not used.
+    (batch size, backend, device) are not used. ``on_phase(line)`` (what starts: the
+    IVF training, the HNSW graph), ``on_start(rows)`` and ``progress(m)`` per block of rows
+    added (adding up to the rows): the build's progress hook
+    (:func:`pairkit.index.faiss_build.build_index`); none is called when the saved index
+    is up to date.
     """
     from pairkit.core.store import Store
     from pairkit.index.options import EXACT_MAX_ROWS_CPU, choose_kind, index_seed
@@ -55,6 +63,7 @@ def index_to_files(store: Path, cfg: IndexOptions, *, force: bool = False) -> st
         reason = "; ".join(filter(None, [reason, f"--nprobe {cfg.nprobe} cut to the "
                                                  f"{spec.nlist:,} cells"]))
     t0 = time.perf_counter()
-    path = build_and_save(st.vectors("float32"), spec, st.root, st.content_id, force=force)
+    path = build_and_save(st.vectors("float32"), spec, st.root, st.content_id, force=force,
+                          progress=progress, on_start=on_start, on_phase=on_phase)
     return (f"built {spec.describe()} over {st.count:,} rows of dim {st.dim} in "
             f"{time.perf_counter() - t0:.1f} s -> {path}" + (f" ({reason})" if reason else ""))

@@ -9,6 +9,7 @@ back to a CPU copy above that).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,10 @@ from pairkit.index.options import IndexOptions
 ADD_BLOCK_ROWS = 65_536  # rows converted to float32 and added to a flat index at a time
 
 
-def build_index(vectors: Any, spec: IndexOptions) -> Any:
+def build_index(vectors: Any, spec: IndexOptions, *,
+                progress: Callable[[int], None] | None = None,
+                on_start: Callable[[int], None] | None = None,
+                on_phase: Callable[[str], None] | None = None) -> Any:
     """Build a CPU FAISS index of ``spec.kind`` over ``vectors`` (N, d) (rows in id order).
 
     ``spec`` must be :meth:`IndexOptions.resolved`. IVF training uses a seeded sample of
@@ -34,30 +38,49 @@ def build_index(vectors: Any, spec: IndexOptions) -> Any:
     long enough for the list-major search (:meth:`pairkit.index.search.IvfListMajor.worthwhile`)
     is a :class:`pairkit.index.half_ivf.HalfIvf`, its lists in the store's dtype (float16:
     half of ``IndexIVFFlat``'s memory). HNSW needs the rows in memory (refused here).
+
+    The progress hook (``pairkit index``): ``on_phase(line)`` says what starts (the IVF
+    training, the HNSW graph's one-step add); ``on_start(N)`` before the rows are added and
+    ``progress(m)`` after each block of ``m`` rows added (they add up to N; an HNSW index
+    and a list-major IVF index add theirs in one step).
     """
     faiss = import_faiss()
     n, d = vectors.shape
     metric = faiss.METRIC_INNER_PRODUCT
     sq16 = faiss.ScalarQuantizer.QT_fp16
     in_memory = isinstance(vectors, np.ndarray)
+    say = on_phase or (lambda _: None)
+
+    def add_blocks(index: Any) -> Any:
+        """Rows added ``ADD_BLOCK_ROWS`` at a time (flat and IVF: the same index as one
+        add: each row is stored, or assigned to its cell and encoded, by itself)."""
+        if on_start is not None:
+            on_start(n)
+        for s in range(0, n, ADD_BLOCK_ROWS):
+            block = np.ascontiguousarray(vectors[s:s + ADD_BLOCK_ROWS], dtype=np.float32)
+            index.add(block)
+            if progress is not None:
+                progress(len(block))
+        return index
+
     if spec.kind == "flat":
-        index = (
+        return add_blocks(
             faiss.IndexScalarQuantizer(d, sq16, metric) if spec.float16 else faiss.IndexFlatIP(d)
         )
-        for s in range(0, n, ADD_BLOCK_ROWS):
-            index.add(np.ascontiguousarray(vectors[s:s + ADD_BLOCK_ROWS], dtype=np.float32))
-        return index
     if spec.kind in ("ivf", "ivfpq"):
+        say(f"training the {spec.kind} index's {spec.nlist:,} cells")
         index, quantizer = trained_ivf(vectors, spec)
-        if not in_memory:
-            if spec.kind == "ivf" and not spec.float16 and n >= 256 * int(spec.nlist):
-                from pairkit.index.half_ivf import build_half_ivf
+        if not in_memory and spec.kind == "ivf" and not spec.float16 \
+                and n >= 256 * int(spec.nlist):
+            from pairkit.index.half_ivf import build_half_ivf
 
-                return build_half_ivf(vectors, quantizer, int(spec.nprobe))
-            for s in range(0, n, ADD_BLOCK_ROWS):
-                index.add(np.ascontiguousarray(vectors[s:s + ADD_BLOCK_ROWS],
-                                               dtype=np.float32))
-            return index
+            if on_start is not None:
+                on_start(n)
+            half = build_half_ivf(vectors, quantizer, int(spec.nprobe))
+            if progress is not None:
+                progress(n)
+            return half
+        return add_blocks(index)
     elif spec.kind == "hnsw":
         if not in_memory:
             raise PairkitError("an hnsw index is built from vectors in memory")
@@ -69,7 +92,13 @@ def build_index(vectors: Any, spec: IndexOptions) -> Any:
         index.hnsw.efSearch = spec.ef_search
     else:  # pragma: no cover - resolved() rejects it
         raise PairkitError(f"unknown index kind {spec.kind}")
+    # one add: the graph is built in one pass over every row (blocks would give another)
+    say(f"linking {n:,} rows into the hnsw graph (one step)")
+    if on_start is not None:
+        on_start(n)
     index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    if progress is not None:
+        progress(n)
     return index
 
 

@@ -46,7 +46,7 @@ if not, the callers search globally. ``map_blocks`` runs steps 2-4 (here:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -402,13 +402,15 @@ def refused() -> Exception:
 
 
 def plan_pairs(rows: Any, plan: Plan, map_blocks: MapBlocks, *, batch_size: int = 4096,
-               routes: Any = None) -> Iterator[Pairs]:
+               routes: Any = None, progress: Callable[[int], None] | None = None
+               ) -> Iterator[Pairs]:
     """Steps 3-4 of ``plan`` (made by :func:`plan_partitions` on the same ``rows``): every
     pair at the plan's threshold, once each as ``(low, high, score)``. The route blocks
     put their routes into ``routes`` (:mod:`pairkit.index.route_files`; None: a
     :class:`~pairkit.index.route_files.RoutesHere`, this process's memory) and return
     their counts only, which must be the plan's, block by block; this process holds the
-    plan's counts, never the routes."""
+    plan's counts, never the routes. ``progress(m)`` after each cluster's pairs (``m``:
+    its members; they add up to the plan's rows)."""
     parts = plan.parts
     k = len(parts.centroids)
     routes = RoutesHere() if routes is None else routes
@@ -422,8 +424,13 @@ def plan_pairs(rows: Any, plan: Plan, map_blocks: MapBlocks, *, batch_size: int 
         members += owned
     if not np.array_equal(members, plan.members):
         raise refused()
-    yield from map_blocks(search_part, SearchShared(rows, routes, plan.threshold,
-                                                    batch_size), plan.work_list())
+    work = plan.work_list()
+    found = map_blocks(search_part, SearchShared(rows, routes, plan.threshold, batch_size),
+                       work)
+    for (j, *_), pairs in zip(work, found, strict=True):
+        yield pairs
+        if progress is not None:  # a cluster's members: in any order, they add up to n
+            progress(int(plan.members[j]))
 
 
 def scratch_pairs(rows: Any, plan: Plan, map_blocks: MapBlocks, *, batch_size: int = 4096,
@@ -443,12 +450,17 @@ def scratch_pairs(rows: Any, plan: Plan, map_blocks: MapBlocks, *, batch_size: i
 
 def pairs_here(queries: Any, base: Any, threshold: float, *, batch_size: int = 4096,
                device: str = "cpu", backend: str = "faiss",
+               progress: Callable[[int], None] | None = None,
+               on_start: Callable[[int], None] | None = None,
                **_: Any) -> Iterator[Pairs]:
     """:func:`pairkit.index.range_search.range_search_blocks` for a search of the rows
     against themselves (``queries is base``) in this process: by partitions when there
     are at least :data:`LOCAL_MIN_ROWS` rows, the search runs on FAISS's CPU search, and
     the plan is :meth:`Plan.worth_it`, else the global search. The pairs are the same
-    (each ``(low, high)`` once here; the global search yields both orders)."""
+    (each ``(low, high)`` once here; the global search yields both orders). The progress
+    hook (``on_start(len(queries))``, then ``progress(m)`` adding up to it) is
+    :func:`~pairkit.index.range_search.range_search_blocks`'; the plan (k-means and the
+    route count) runs before ``on_start``."""
     from pairkit.index.backend import resolve_backend
     from pairkit.index.range_search import range_search_blocks
 
@@ -457,7 +469,11 @@ def pairs_here(queries: Any, base: Any, threshold: float, *, batch_size: int = 4
         if where.name == "faiss" and not where.gpu:
             plan = plan_partitions(base, threshold, map_here, rows_per_part=ROWS_PER_PART)
             if plan.worth_it():
-                yield from plan_pairs(base, plan, map_here, batch_size=batch_size)
+                if on_start is not None:
+                    on_start(len(queries))
+                yield from plan_pairs(base, plan, map_here, batch_size=batch_size,
+                                      progress=progress)
                 return
     yield from range_search_blocks(queries, base, threshold, batch_size=batch_size,
-                                   device=device, backend=backend)
+                                   device=device, backend=backend, progress=progress,
+                                   on_start=on_start)

@@ -29,7 +29,7 @@ every candidate pair re-checked in float32 (same pairs, within float tolerance).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -99,6 +99,8 @@ def range_search_blocks(
     k: int = 256,
     backend: str = "faiss",
     max_pairs: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Yield the pairs with ``queries[i] . base[j] >= threshold``, one piece at a time.
 
@@ -114,6 +116,9 @@ def range_search_blocks(
     ``device``: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``; ``backend``: ``faiss``,
     ``torch`` or ``auto`` (:func:`pairkit.index.backend.resolve_backend`; ``method`` is
     FAISS's and does not apply to torch).
+    ``on_start(len(queries))`` is called once before the search and ``progress(m)``
+    after each block's pairs are handed out (``m``: its queries; they add up to
+    ``len(queries)``): the progress hook of ``pairkit dedup``.
     """
     if method not in METHODS:
         raise PairkitError(f"method must be one of {', '.join(METHODS)}, got {method}")
@@ -128,7 +133,11 @@ def range_search_blocks(
             f"queries and base must be 2-d with the same width, got {queries.shape} "
             f"and {base.shape}"
         )
+    if on_start is not None:
+        on_start(len(queries))
     if len(queries) == 0 or len(base) == 0:
+        if progress is not None and len(queries):
+            progress(len(queries))
         return
     from pairkit.index.backend import resolve_backend
     from pairkit.index.open import exact_searcher
@@ -136,7 +145,7 @@ def range_search_blocks(
     where = resolve_backend(backend, device)
     if where.name == "torch":
         yield from exact_searcher(base, where).index.range_blocks(queries, threshold,
-                                                                  batch_size)
+                                                                  batch_size, progress)
         return
     use_gpu = where.gpu
     if method == "auto":
@@ -164,6 +173,8 @@ def range_search_blocks(
             lims = np.searchsorted(rows, np.arange(len(block) + 1))
             del rows
         yield from pieces(lims, ids, scores, start, cap)
+        if progress is not None:
+            progress(len(block))
         start += len(block)
         per_query = int(lims[-1]) / len(block)
         step = max(floor, min(batch_size, int(cap / per_query) if per_query else batch_size))

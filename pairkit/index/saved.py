@@ -84,12 +84,14 @@ def save_index(
 
 
 def build_and_save(vectors: np.ndarray, spec: IndexOptions, store_root: str | os.PathLike[str],
-                   content_id: str, force: bool = False) -> Path:
+                   content_id: str, force: bool = False, **hooks: Any) -> Path:
     """Build ``spec`` (resolved) over ``vectors`` (N, d) and save it under the store,
-    holding the store's writer lock from the check to the save. Returns the .faiss path."""
+    holding the store's writer lock from the check to the save. Returns the .faiss path.
+    ``hooks``: :func:`~pairkit.index.faiss_build.build_index`'s progress hook (progress,
+    on_start, on_phase)."""
     with writer_lock(store_root, "store"):
         check_saved(store_root, spec.kind, content_id, force)
-        built = build_index(vectors, spec)
+        built = build_index(vectors, spec, **hooks)
         return save_index(built, spec, store_root, content_id, len(vectors), vectors.shape[1],
                           force=force)
 

@@ -10,7 +10,7 @@ search returns the same ids as a brute-force stable sort.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -138,6 +138,7 @@ def knn_search(
     *,
     batch_size: int = 8192,
     cpu_fallback: Any = None,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Search ``queries`` (nq, d) against a FAISS ``index`` (or an (N, d) array).
 
@@ -150,12 +151,16 @@ def knn_search(
     extra neighbour is fetched, and rows whose k-th and (k+1)-th scores tie are
     searched again deeper. On a GPU index, k > 2048 is searched on
     ``cpu_fallback`` (a CPU index with the same rows) or on a CPU copy of the
-    index, never passed to the GPU.
+    index, never passed to the GPU. ``progress(m)`` is called after each block of ``m``
+    queries (they add up to ``nq``; the torch search: once, for all of them).
     """
     if isinstance(index, np.ndarray):
         index = ArrayIndex(index)
     if getattr(index, "exact_ties", False):  # the torch search: exact, ties by id, any k
-        return index.search(queries, k)
+        found = index.search(queries, k)
+        if progress is not None:
+            progress(len(queries))
+        return found
     nq = len(queries)
 
     def padding() -> tuple[np.ndarray, np.ndarray]:
@@ -207,6 +212,8 @@ def knn_search(
                 tied = tied[(d2[:, -1] == d2[:, kk - 1]) & (i2[:, -1] >= 0)]
         scores[start : start + len(block), :kk] = out_d
         ids[start : start + len(block), :kk] = out_i
+        if progress is not None:
+            progress(len(block))
     return scores, ids
 
 

@@ -27,7 +27,7 @@ re-check each candidate pair in fp32, so no pair >= threshold is lost.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -289,10 +289,12 @@ class TorchFlatIndex:
 
     # -- ranges ----------------------------------------------------------------------
     def range_blocks(self, queries: np.ndarray, threshold: float, batch_size: int | None = None,
+                     progress: Callable[[int], None] | None = None,
                      ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Yield ``(query_ids, base_ids, scores)`` of every pair with float32 score >=
         ``threshold``, one block of queries at a time (sorted by query id, then base id).
-        Memory: one score block plus the block's pairs."""
+        Memory: one score block plus the block's pairs. ``progress(m)`` after each block
+        (``m``: its queries)."""
         import torch
 
         t32 = np.float32(threshold)
@@ -330,6 +332,8 @@ class TorchFlatIndex:
                        s.cpu().numpy().astype(np.float32))
             else:
                 yield (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+            if progress is not None:
+                progress(len(block))
 
 
 def block_topk(scores: Any, kp: int, chunk: int) -> tuple[Any, Any]:

@@ -29,13 +29,14 @@ def _exact(vectors: np.ndarray, backend: Any) -> Any:
 
 def knn_graph(
     vectors: np.ndarray, sources: np.ndarray, m: int, *, batch_size: int = 8192,
-    backend: Any = None,
+    backend: Any = None, progress: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's ``m`` nearest rows of *other* sources (exact inner product).
 
     Returns ``(ids, scores)`` of shape (N, m): int64 row ids (-1 padded where
     fewer exist) and float32 similarities, best first. ``backend``: a
-    :class:`pairkit.index.backend.SearchBackend` (None: FAISS on the CPU).
+    :class:`pairkit.index.backend.SearchBackend` (None: FAISS on the CPU); ``progress``:
+    :func:`~pairkit.index.search.knn_search`'s hook (rows searched per block).
     """
     from pairkit.index.search import knn_search
 
@@ -45,7 +46,7 @@ def knn_graph(
     n = len(vectors)
     views = int(np.bincount(sources).max()) if n else 1
     scores, ids = knn_search(vectors, _exact(vectors, backend), min(n, m + views),
-                             batch_size=batch_size)
+                             batch_size=batch_size, progress=progress)
     return other_sources(scores, ids, sources, m)
 
 

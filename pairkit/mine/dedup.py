@@ -35,7 +35,9 @@ class DedupConfig:
 
 
 def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] = lambda _: None,
-              pairs: Any = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+              pairs: Any = None, progress: Callable[[int], None] | None = None,
+              on_start: Callable[[int], None] | None = None
+              ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Open the store at ``store``, group its sources; return the table (with paths) and a
     summary.
 
@@ -44,7 +46,11 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     (:func:`pairkit.mine.near_duplicates.find_near_duplicates`), run on the CPUs with
     FAISS; None: the local one on ``cfg.device``. The command line passes the Ray one for
     ``--ray`` (:class:`pairkit.distributed.dedup.RayPairs`); its ``describe()`` (after
-    the search) goes into the summary's ``ray``.
+    the search) goes into the summary's ``ray``. ``on_start``/``progress``: the progress
+    hook, ``on_start(sources)`` then ``progress(m)`` adding up to it: of the threshold
+    method's local search (:func:`pairkit.index.range_search.range_search_blocks`, per
+    block), or of the pixels method's first pass over the images (one per source); not
+    called by the exact-only run or the Ray search.
     """
     import numpy as np
 
@@ -83,7 +89,7 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     check = choose_check(
         vectors, paths, image_root, cfg.method, None if cfg.threshold is None else met,
         cfg.pixel_threshold, batch_size=cfg.batch_size, device=device, backend=backend,
-        pairs=pairs)
+        pairs=pairs, progress=progress, on_start=on_start)
     result = find_near_duplicates(
         vectors, met, file_sha256=columns.file_sha256, sources=columns.sources,
         views=columns.views, keep=keep, sizes=sizes, near=not cfg.exact_only,
@@ -297,7 +303,9 @@ AGAINST_DTYPES = ("int64", "str", "int64", "str", "float32", "str")
 
 
 def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
-                warn: Callable[[str], None] = lambda _: None
+                warn: Callable[[str], None] = lambda _: None,
+                progress: Callable[[int], None] | None = None,
+                on_start: Callable[[int], None] | None = None
                 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Sources of the store at ``store`` that duplicate a source of ``other`` (train/test leaks):
     exact by file hash, near by the same decision as :func:`run_dedup`, on the two stores
@@ -305,7 +313,8 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
     row per leaking source of the store (``id``, ``path``), with its duplicate in
     ``other`` (``other_id``, ``other_path``): the same file when there is one (``match``
     exact, ``similarity`` 1.0), else the most similar (``match`` near, ``similarity`` of
-    the stored vectors); and a summary."""
+    the stored vectors); and a summary. ``on_start``/``progress``: the progress hook, as
+    in :func:`run_dedup` (over the sources of both stores)."""
     import numpy as np
     import pandas as pd
 
@@ -357,11 +366,12 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
     if cfg.exact_only:
         check = ThresholdCheck(vectors, met)
     elif pixels:
-        check = PixelCheck(vectors, paths, roots, threshold=cfg.pixel_threshold, fallback=met)
+        check = PixelCheck(vectors, paths, roots, threshold=cfg.pixel_threshold, fallback=met,
+                           progress=progress, on_start=on_start)
     else:
         check = choose_check(vectors, None, None, "threshold", met,
                              batch_size=cfg.batch_size, device=cfg.device,
-                             backend=cfg.backend)
+                             backend=cfg.backend, progress=progress, on_start=on_start)
     rows = []
     for i, others, same in cross_links(vectors, n_a, check, file_sha256=hashes,
                                        sources=sources, views=views,

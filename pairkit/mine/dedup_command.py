@@ -16,8 +16,9 @@ from pairkit.mine.dedup import DEFAULT_KEEP, DedupConfig, check_dedup
 def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
                    against: str | Path | None = None, paths_only: bool = False,
                    print0: bool = False, drop: bool = False, force: bool = False,
-                   warn: Callable[[str], None] = lambda _: None, pairs: Any = None
-                   ) -> dict[str, Any]:
+                   warn: Callable[[str], None] = lambda _: None, pairs: Any = None,
+                   progress: Callable[[int], None] | None = None,
+                   on_start: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Group the store at ``store`` (:func:`pairkit.mine.dedup.run_dedup`) or, with
     ``against``, list its sources that duplicate the other store's
     (:func:`pairkit.mine.dedup.run_against`); write the table (``drop``: only the rows to
@@ -25,7 +26,8 @@ def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
     (``-``: stdout). Outputs are checked before any work and written atomically. Returns
     the summary, with ``seconds`` and ``stdout_closed`` (the reader of ``-`` went away:
     not an error). ``pairs``: the Ray pair search (``--ray``), see
-    :func:`~pairkit.mine.dedup.run_dedup`."""
+    :func:`~pairkit.mine.dedup.run_dedup`; ``on_start``/``progress``: the progress hook of
+    its search (``on_start(sources)``, then ``progress(m)`` adding up to it)."""
     from pairkit.core.options import table_output
     from pairkit.core.tables import TABLE_SUFFIXES, reader_gone, write_table
     from pairkit.mine.dedup import run_against, run_dedup
@@ -54,9 +56,9 @@ def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
     if against is not None:
         if pairs is not None:
             raise UsageError("dedup --against runs here: drop --ray")
-        table, summary = run_against(store, cfg, against, warn)
+        table, summary = run_against(store, cfg, against, warn, progress, on_start)
     else:
-        table, summary = run_dedup(store, cfg, warn, pairs)
+        table, summary = run_dedup(store, cfg, warn, pairs, progress, on_start)
     if drop:
         table = table[~table["keep"]].reset_index(drop=True)
     summary["stdout_closed"] = reader_gone(

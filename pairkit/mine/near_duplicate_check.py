@@ -49,6 +49,9 @@ class ThresholdCheck:
     backend: str = "faiss"
     pairs: Any = None  # the pair stream (range_search_blocks' signature); None: here
     # (pairkit.index.partitioned_range.pairs_here: by k-means partitions on big stores)
+    # the search's progress hook (range_search_blocks'): on_start(sources), progress(m)
+    progress: Any = None
+    on_start: Any = None
 
     def edges(self, items: np.ndarray) -> Any:
         """Stream of (a, b) index arrays into ``items``, a < b, similar enough. Rows read
@@ -65,7 +68,7 @@ class ThresholdCheck:
             vecs = self.vectors[items]
         for a, b, _ in (self.pairs or pairs_here)(
             vecs, vecs, self.threshold, batch_size=self.batch_size, device=self.device,
-            backend=self.backend,
+            backend=self.backend, progress=self.progress, on_start=self.on_start,
         ):
             upper = b > a
             yield a[upper], b[upper]
@@ -104,14 +107,19 @@ class PixelCheck:
     sample: int = CALIBRATION_SAMPLE
     seed: int = 0
     backend: Any = None  # pairkit.index.backend.SearchBackend for the kNN searches
+    # the progress hook: on_start(sources), progress(1) per source's image read (the first
+    # pass over the images; the searches, calibration and alignment follow it)
+    progress: Any = None
+    on_start: Any = None
     calibration: dict[str, Any] = field(default_factory=dict)
     _fine: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     # -- thumbnails ---------------------------------------------------------------------
-    def _read(self, items: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    def _read(self, items: np.ndarray, size: int, progress: Any = None
+              ) -> tuple[np.ndarray, np.ndarray]:
         from pairkit.mine.near_duplicate_pixels import read_thumbnails
 
-        return read_thumbnails(self.image_root, self.paths, items, size)
+        return read_thumbnails(self.image_root, self.paths, items, size, progress)
 
     def _fine_thumbs(self, items: np.ndarray) -> np.ndarray:
         """(n, FINE, FINE) thumbnails of rows ``items``, read once each."""
@@ -222,7 +230,9 @@ class PixelCheck:
         n = len(items)
         if n < 2:
             return
-        self._coarse, ok = self._read(items, 32)
+        if self.on_start is not None:
+            self.on_start(n)
+        self._coarse, ok = self._read(items, 32, self.progress)
         self._ok = ok
         k = min(self.candidates, n - 1)
         own = np.arange(n, dtype=np.int64)
@@ -332,14 +342,17 @@ def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str 
     can be read (and no embedding ``threshold`` was asked for), else
     :class:`ThresholdCheck` at ``threshold`` (None: ``pairkit dedup``'s default).
     ``threshold_options`` go to :class:`ThresholdCheck` (batch_size, device, backend,
-    pairs); ``backend`` objects for the kNN searches of the pixel check go in
-    ``knn_backend``. The one decision ``dedup`` and the ``near-duplicate`` rule share."""
+    pairs, and the progress hook: progress, on_start, also :class:`PixelCheck`'s);
+    ``backend`` objects for
+    the kNN searches of the pixel check go in ``knn_backend``. The one decision ``dedup``
+    and the ``near-duplicate`` rule share."""
     from pairkit.errors import UsageError
     from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD, check_threshold
 
     if method not in METHODS:
         raise UsageError(f"--method must be one of {', '.join(METHODS)}, got {method}")
     knn_backend = threshold_options.pop("knn_backend", None)
+    hooks = {k: threshold_options.get(k) for k in ("progress", "on_start")}
     seed = int(threshold_options.pop("seed", 0))
     t = check_threshold(DEFAULT_THRESHOLD if threshold is None else threshold)
     check_pixel_threshold(pixel_threshold)
@@ -358,7 +371,7 @@ def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str 
     if use_pixels:  # it reads every image here: and the vectors (a view read now)
         return PixelCheck(np.asarray(vectors, dtype=np.float32), np.asarray(paths),
                           str(image_root), threshold=pixel_threshold, fallback=t, seed=seed,
-                          backend=knn_backend)
+                          backend=knn_backend, **hooks)
     from pairkit.core.row_view import is_view
 
     rows = vectors if is_view(vectors) else np.asarray(vectors, dtype=np.float32)

@@ -15,6 +15,7 @@ edits pairkit calls near-duplicates.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -64,11 +65,12 @@ def thumbnails_of(img: object, sizes: tuple[int, ...] = (THUMB,)) -> list[np.nda
 
 
 def read_thumbnails(image_root: str | Path | np.ndarray, paths: np.ndarray, ids: np.ndarray,
-                    size: int = THUMB) -> tuple[np.ndarray, np.ndarray]:
+                    size: int = THUMB, progress: Callable[[int], None] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """Thumbnails of the items ``ids``: ``(thumbs (n, size, size) float32, ok (n,) bool)``;
     rows of unreadable images (or of paths that would leave the image root: never opened)
     are zero and not ok. ``image_root``: one folder, or one per item ((N,) array: items
-    of several stores)."""
+    of several stores). ``progress(1)`` after each item."""
     from pairkit.core.paths import resolve_item_path
 
     ids = np.asarray(ids, dtype=np.int64)
@@ -78,11 +80,11 @@ def read_thumbnails(image_root: str | Path | np.ndarray, paths: np.ndarray, ids:
     for k, i in enumerate(ids):
         root = image_root[i] if per_item else image_root
         f = resolve_item_path(root, str(paths[i]))
-        if f is None:
-            continue
-        t = load_thumbnails(f, (size,))
+        t = None if f is None else load_thumbnails(f, (size,))
         if t is not None:
             thumbs[k], ok[k] = t[0], True
+        if progress is not None:
+            progress(1)
     return thumbs, ok
 
 

@@ -16,6 +16,7 @@ import errno
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,8 +126,11 @@ def _is_report(folder: Path) -> bool:
     return f'<meta name="generator" content="{GENERATOR}">' in head
 
 
-def build_report(cfg: ReportConfig) -> ReportResult:
-    """Read the inputs, build the views and thumbnails, write the folder; see module doc."""
+def build_report(cfg: ReportConfig, progress: Callable[[int], None] | None = None,
+                 on_start: Callable[[int], None] | None = None) -> ReportResult:
+    """Read the inputs, build the views and thumbnails, write the folder; see module doc.
+    ``on_start(files)``/``progress(1)`` per thumbnail made: the thumbnails' progress hook
+    (:func:`pairkit.report.thumbs.make_thumbnails`; ``files`` may be 0)."""
     t0 = time.perf_counter()
     check_config(cfg)
     from pairkit.core.paths import check_folder_output
@@ -145,7 +149,8 @@ def build_report(cfg: ReportConfig) -> ReportResult:
     remove_stale_parts(place)  # temp folders of killed runs, a day old
     tmp = temp_folder(place)
     try:
-        data = _build(inputs, explicit, cfg, tmp, result)
+        data = _build(inputs, explicit, cfg, tmp, result, progress=progress,
+                      on_start=on_start)
         title = cfg.title or "pairkit report: " + ", ".join(i.name for i in inputs)
         data["title"] = title
         page = render_page(data, title)
@@ -218,7 +223,7 @@ def _store_for(inp: ReportInput, explicit: StoreInfo | None, notes: list[str], o
 
 
 def _build(inputs: list[ReportInput], explicit: StoreInfo | None, cfg: ReportConfig,
-           tmp: Path, result: ReportResult) -> dict[str, Any]:
+           tmp: Path, result: ReportResult, **hooks: Any) -> dict[str, Any]:
     items = ItemTable()
     sections: list[dict[str, Any]] = []
     notes = result.notes
@@ -271,7 +276,7 @@ def _build(inputs: list[ReportInput], explicit: StoreInfo | None, cfg: ReportCon
             else:  # plots after an eval result (or other plots) join that section
                 eval_section["plots"].extend(entries)
                 result.sections[eval_line] += f" + {len(entries)} plots"
-    result.thumbnails = items.add_thumbnails(tmp, cfg.thumb_size, cfg.workers)
+    result.thumbnails = items.add_thumbnails(tmp, cfg.thumb_size, cfg.workers, **hooks)
     return {
         "generator": f"pairkit {__version__}",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

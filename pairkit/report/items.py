@@ -87,8 +87,10 @@ class ItemTable:
 
         return from_store
 
-    def add_thumbnails(self, out_dir: Path, size: int, workers: int | None = None) -> int:
-        """Make the thumbnails of every item under an image root; returns how many."""
+    def add_thumbnails(self, out_dir: Path, size: int, workers: int | None = None,
+                       **hooks: Any) -> int:
+        """Make the thumbnails of every item under an image root; returns how many.
+        ``hooks``: :func:`~pairkit.report.thumbs.make_thumbnails`' progress hook."""
         real_of: dict[int, Path | ViewOf] = {}
         for k, root in self._roots.items():
             real, problem = resolve_under(root, self.rows[k]["path"] or "")
@@ -99,7 +101,7 @@ class ItemTable:
                 real_of[k] = ViewOf(real, *self._views[k])
             else:
                 real_of[k] = real
-        thumbs = make_thumbnails(real_of.values(), out_dir, size, workers)
+        thumbs = make_thumbnails(real_of.values(), out_dir, size, workers, **hooks)
         for k, real in real_of.items():
             t = thumbs[real]
             self.rows[k]["thumb"], self.rows[k]["why"] = t.file, t.problem

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,11 +182,15 @@ def make_thumbnail(src: Path | ViewOf, dst: Path, size: int) -> str | None:
 
 
 def make_thumbnails(files: Iterable[Path | ViewOf], out_dir: Path, size: int,
-                    workers: int | None = None) -> dict[Path | ViewOf, Thumb]:
+                    workers: int | None = None, progress: Callable[[int], None] | None = None,
+                    on_start: Callable[[int], None] | None = None
+                    ) -> dict[Path | ViewOf, Thumb]:
     """Thumbnails of resolved ``files`` (or views of them) under ``out_dir/t/``; returns
     file -> Thumb.
 
     Decoding and encoding run in a thread pool (PIL releases the GIL while it works).
+    ``on_start(files)`` once (distinct files), then ``progress(1)`` per file done, in
+    this thread.
     """
     todo = sorted(set(files), key=lambda f: (str(f), 0) if isinstance(f, Path)
                   else (str(f.real), f.view))
@@ -198,7 +202,15 @@ def make_thumbnails(files: Iterable[Path | ViewOf], out_dir: Path, size: int,
         problem = make_thumbnail(real, out_dir / name, size)
         return Thumb(None, problem) if problem else Thumb(name, None)
 
+    def counted(made: Iterable[Thumb]) -> Iterator[Thumb]:
+        for thumb in made:
+            if progress is not None:
+                progress(1)
+            yield thumb
+
+    if on_start is not None:
+        on_start(len(todo))
     if workers <= 1 or len(todo) < 8:
-        return {f: one(f) for f in todo}
+        return dict(zip(todo, counted(map(one, todo)), strict=True))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return dict(zip(todo, pool.map(one, todo), strict=True))
+        return dict(zip(todo, counted(pool.map(one, todo)), strict=True))

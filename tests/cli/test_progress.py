@@ -1,0 +1,232 @@
+"""Progress of ``dedup``, ``issues``, ``index`` and ``report`` (hunt-r item 8; before it
+they printed nothing until they ended, even on a terminal).
+
+Their store-to-files functions take the progress hook mine's takes (``on_start(total)``,
+then ``progress(m)``, adding up to the total; ``index`` also ``on_phase(line)``), and
+never print. On a pseudo-terminal each command shows the bar (rich, on stderr); with
+stderr not a terminal (a pipe, CI logs) and with ``--quiet`` its stderr is what it was:
+the summary lines only (no bar, no phase line)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pairkit.cli.main import app
+from tests.cli.test_dedup import dup_store
+from tests.conftest import random_store
+from tests.proc import REPO, child_env
+from tests.report.kit import image, image_store
+
+runner = CliRunner()
+
+
+class Hook:
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.steps: list[int] = []
+        self.phases: list[str] = []
+
+    def on_start(self, n: int) -> None:
+        self.starts.append(n)
+
+    def progress(self, n: int) -> None:
+        assert self.starts, "progress before on_start"
+        self.steps.append(n)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("progress")
+    images = root / "images"
+    paths = [f"p{i}.png" for i in range(10)]
+    for i, p in enumerate(paths):
+        image(images / p, i)
+    image_store(root / "img", paths, [None] * 10, image_root=images)
+    table = root / "dups.csv"  # a dedup table over the image store (two groups)
+    pd.DataFrame({"group": [0, 0, 1, 1, 1], "id": [0, 1, 2, 3, 4], "path": paths[:5],
+                  "keep": [True, False, True, False, False], "similarity": 0.99,
+                  "match": "near"}).to_csv(table, index=False)
+    random_store(root / "rand", n_sources=30, views=2)
+    random_store(root / "rand8", n_sources=7, views=1, dim=8)
+    dup_store(root)  # root / "store": 6 sources, c and d one file
+    return {"dedup": root / "store", "rand": root / "rand", "img": root / "img",
+            "table": table, "rand8": root / "rand8"}
+
+
+# -- the library functions' hooks ---------------------------------------------------------
+def test_dedup_hook_counts_the_searched_sources(stores, tmp_path):
+    """6 sources, c and d the same file (one search unit): 5 searched, in one block; the
+    table is the one without a hook."""
+    from pairkit.mine.dedup import DedupConfig
+    from pairkit.mine.dedup_command import dedup_to_files
+
+    cfg = DedupConfig(threshold=0.95, batch_size=2, device="cpu", backend="faiss")
+    hook = Hook()
+    dedup_to_files(stores["dedup"], str(tmp_path / "a.csv"), cfg, progress=hook.progress,
+                   on_start=hook.on_start)
+    assert hook.starts == [5] and sum(hook.steps) == 5 and hook.steps == [2, 2, 1]
+    dedup_to_files(stores["dedup"], str(tmp_path / "b.csv"), cfg)
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+
+
+def test_dedup_against_hook_counts_both_stores(stores, tmp_path):
+    from pairkit.mine.dedup import DedupConfig
+    from pairkit.mine.dedup_command import dedup_to_files
+
+    hook = Hook()
+    dedup_to_files(stores["dedup"], str(tmp_path / "a.csv"),
+                   DedupConfig(threshold=0.95, device="cpu", backend="faiss"),
+                   against=stores["rand8"], progress=hook.progress, on_start=hook.on_start)
+    assert hook.starts == [5 + 7] and sum(hook.steps) == 12
+
+
+def test_dedup_pixels_hook_counts_the_images_read(stores, tmp_path):
+    """The pixels method (a store whose images can be read): one advance per source's
+    image in its first pass over them, 10 in all; the table is the one without a hook."""
+    from pairkit.mine.dedup import DedupConfig
+    from pairkit.mine.dedup_command import dedup_to_files
+
+    cfg = DedupConfig(method="pixels", device="cpu", backend="faiss")
+    hook = Hook()
+    dedup_to_files(stores["img"], str(tmp_path / "a.csv"), cfg, progress=hook.progress,
+                   on_start=hook.on_start)
+    assert hook.starts == [10] and hook.steps == [1] * 10
+    dedup_to_files(stores["img"], str(tmp_path / "b.csv"), cfg)
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+
+
+def test_issues_hook_counts_the_sources(stores, tmp_path):
+    from pairkit.eval.data_issues import IssuesConfig
+    from pairkit.eval.issues_command import issues_to_files
+
+    hook = Hook()
+    issues_to_files(stores["rand"], str(tmp_path / "a.csv"), IssuesConfig(k=5),
+                    progress=hook.progress, on_start=hook.on_start)
+    assert hook.starts == [30] and sum(hook.steps) == 30
+    issues_to_files(stores["rand"], str(tmp_path / "b.csv"), IssuesConfig(k=5))
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf", "hnsw"])
+def test_index_hook_counts_the_rows(stores, kind):
+    from pairkit.index.command import index_to_files
+    from pairkit.index.options import IndexOptions
+
+    opts = IndexOptions(kind=kind, nlist=4 if kind == "ivf" else None)
+    hook = Hook()
+    line = index_to_files(stores["rand"], opts, force=True,
+                          progress=hook.progress, on_start=hook.on_start,
+                          on_phase=hook.phases.append)
+    assert line.startswith("built ")
+    assert hook.starts == [60] and sum(hook.steps) == 60  # 30 sources x 2 views
+    assert [p.split()[0] for p in hook.phases] == {"flat": [], "ivf": ["training"],
+                                                   "hnsw": ["linking"]}[kind]
+    hook = Hook()  # up to date: nothing to do, no hook called
+    index_to_files(stores["rand"], opts, progress=hook.progress,
+                   on_start=hook.on_start, on_phase=hook.phases.append)
+    assert hook.starts == [] and hook.phases == []
+
+
+def test_report_hook_counts_the_thumbnails(stores, tmp_path):
+    from pairkit.report.build import ReportConfig, build_report
+
+    hook = Hook()
+    result = build_report(ReportConfig(inputs=(str(stores["table"]),), output=tmp_path / "r",
+                                       store=stores["img"]),
+                          progress=hook.progress, on_start=hook.on_start)
+    assert result.thumbnails == 5
+    assert hook.starts == [5] and hook.steps == [1] * 5
+
+
+# -- the command line: a terminal shows the bar, a pipe gets what it got --------------------
+def commands(stores: dict[str, Path], out: Path) -> dict[str, list[str]]:
+    return {
+        "dedup": ["dedup", str(stores["dedup"]), "-t", "0.95", "--method", "threshold",
+                  "-o", str(out / "d.csv"), "--force"],
+        "issues": ["issues", str(stores["rand"]), "--k", "5", "-o", str(out / "i.csv"),
+                   "--force"],
+        "index": ["index", str(stores["rand"]), "--index", "ivf", "--nlist", "4", "--force"],
+        "report": ["report", str(stores["table"]), "--store", str(stores["img"]), "-o",
+                   str(out / "rep"), "--force"],
+    }
+
+
+SHOWN = {"dedup": "searching near-duplicates", "issues": "searching neighbours",
+         "index": "adding rows", "report": "making thumbnails"}
+
+
+def on_a_terminal(runs: list[list[str]]) -> str:
+    """Run each argument list through pairkit's app in one child whose stderr is a
+    pseudo-terminal; what the terminal got."""
+    code = ("import sys\nfrom pairkit.cli.main import app\n"
+            f"for args in {runs!r}:\n"
+            "    try:\n        app(args=args, prog_name='pairkit')\n"
+            "    except SystemExit as exc:\n"
+            "        assert not exc.code, (args, exc.code)\n")
+    master, slave = pty.openpty()
+    env = {**child_env(), "TERM": "xterm", "COLUMNS": "160"}
+    for name in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "CI"):
+        env.pop(name, None)
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the child's side closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, stderr=slave,
+                          stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=300)
+    os.close(slave)
+    reader.join(timeout=10)
+    os.close(master)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    assert proc.returncode == 0, text
+    return text
+
+
+def test_a_terminal_shows_the_bars(stores, tmp_path):
+    runs = commands(stores, tmp_path)
+    shown = on_a_terminal(list(runs.values()) + [runs["index"] + ["--quiet"]])
+    for name, text in SHOWN.items():
+        assert text in shown, (name, shown)
+    assert "training the ivf index's 4 cells" in shown
+    assert "rows/s" in shown and "sources/s" in shown and "thumbnails/s" in shown
+    # the quiet run adds no second bar nor phase line
+    assert shown.count("training the ivf index") == 1
+    assert shown.count("adding rows") >= 1
+
+
+@pytest.mark.parametrize("name", list(SHOWN))
+def test_a_pipe_gets_no_bar(stores, tmp_path, name):
+    """stderr not a terminal (CliRunner's): only the summary lines, as before."""
+    args = commands(stores, tmp_path)[name]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    err = result.stderr
+    assert SHOWN[name] not in err and "/s" not in err and "training" not in err
+    assert "\x1b" not in err  # no terminal control sequence
+    lines = err.splitlines()
+    first = {"dedup": "2 groups: 4 of 6 sources", "index": "built ivf",
+             "issues": "2 outliers, 0 label errors among 30 sources",
+             "report": "dups.csv: 2 of 2 groups"}[name]
+    assert lines and first in lines[0], err
+    assert len(lines) == {"dedup": 1, "issues": 1, "index": 1, "report": 3}[name], err
+    quiet = runner.invoke(app, args + ["--quiet"])
+    assert quiet.exit_code == 0
+    assert quiet.stderr.splitlines() == (lines[-1:] if name == "report" else [])
