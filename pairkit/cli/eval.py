@@ -10,6 +10,7 @@ import typer
 
 from pairkit.cli.common import console, say, user_errors, warn
 from pairkit.cli.options import Backend, backend_option, device_option, ray_option
+from pairkit.cli.progress import ProgressBar
 from pairkit.core.devices import where_it_runs
 
 
@@ -66,7 +67,7 @@ def eval_store(
         "pca,umap."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing PNGs in --plot."),
     json_out: bool = typer.Option(False, "--json", help="Print the metrics as JSON on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No table or notes on stderr."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, table or notes."),
 ) -> None:
     """Measure embeddings: weighted kNN, linear probe, retrieval, alignment/uniformity.
 
@@ -76,7 +77,7 @@ def eval_store(
     from pairkit.errors import UsageError
     from pairkit.eval.command import eval_to_files
     from pairkit.eval.plots import MAP_METHODS, check_map_methods
-    from pairkit.eval.run import METRICS, EvalConfig
+    from pairkit.eval.run import METRICS, EvalConfig, SearchHook
     from pairkit.eval.table import metrics_table
 
     with user_errors():
@@ -110,10 +111,15 @@ def eval_store(
             from pairkit.distributed.search import index_factory
 
             factory = index_factory(ray)
-        results, reports = eval_to_files(
-            store, plot, cfg, against=against, head=head, compare=compare, maps=maps,
-            test_fraction=0.2 if test_fraction is None else test_fraction, force=force,
-            index_factory=factory)
+        bar = ProgressBar(quiet, unit="queries")
+        try:
+            results, reports = eval_to_files(
+                store, plot, cfg, against=against, head=head, compare=compare, maps=maps,
+                test_fraction=0.2 if test_fraction is None else test_fraction, force=force,
+                index_factory=factory, hook=SearchHook(
+                    lambda n: bar.start(n, "searching neighbours"), bar.advance))
+        finally:
+            bar.stop()
         if not quiet:
             # a note every run has is about the data: said once
             shared = [n for n in next(iter(reports.values())).notes

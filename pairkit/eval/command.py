@@ -12,7 +12,7 @@ import numpy as np
 
 from pairkit.core.columns import Coded
 from pairkit.errors import PairkitError
-from pairkit.eval.run import EvalConfig, EvalReport, EvalSide, evaluate
+from pairkit.eval.run import EvalConfig, EvalReport, EvalSide, SearchHook, evaluate
 
 
 @dataclass(frozen=True)
@@ -186,12 +186,12 @@ def plot_names(names: list[str], maps: tuple[str, ...] = ("pca",)) -> list[str]:
 
 def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: bool,
              plot: Path | None, force: bool = False, index_factory: Any = None,
-             maps: tuple[str, ...] = ("pca",),
+             maps: tuple[str, ...] = ("pca",), hook: SearchHook | None = None,
              ) -> tuple[dict[str, dict[str, Any]], dict[str, EvalReport]]:
     """Evaluate raw and/or head vectors. Returns (metrics by name, reports by name);
     names are "raw" and "head". Existing plot files are kept unless ``force``.
-    ``index_factory``: see :func:`pairkit.eval.run.evaluate`. ``maps``: the 2-D maps
-    ``plot`` gets (pca, umap: :func:`pairkit.eval.plots.write_plots`)."""
+    ``index_factory``, ``hook``: see :func:`pairkit.eval.run.evaluate`. ``maps``: the 2-D
+    maps ``plot`` gets (pca, umap: :func:`pairkit.eval.plots.write_plots`)."""
     from pairkit.core.devices import resolve_device
 
     names = (["raw"] if head_path is None or compare else []) + (["head"] if head_path else [])
@@ -226,7 +226,8 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
     results: dict[str, dict[str, Any]] = {}
     reports: dict[str, EvalReport] = {}
     for name, (q, r) in runs.items():
-        report = evaluate(q, r, cfg, self_rows=sides.self_rows, index_factory=index_factory)
+        report = evaluate(q, r, cfg, self_rows=sides.self_rows, index_factory=index_factory,
+                          hook=hook)
         reports[name] = report
         results[name] = report.metrics
     if plot is not None:  # after every run: an interrupted eval leaves no half plot set
@@ -276,12 +277,13 @@ def eval_to_files(store: Path, plot: Path | None, cfg: EvalConfig, *,
                   against: Path | None = None, test_fraction: float = 0.2,
                   head: Path | None = None, compare: bool = False,
                   maps: tuple[str, ...] = ("pca",), force: bool = False,
-                  index_factory: Any = None,
+                  index_factory: Any = None, hook: SearchHook | None = None,
                   ) -> tuple[dict[str, dict[str, Any]], dict[str, EvalReport]]:
     """Evaluate the store at ``store`` (:func:`check_eval`, :func:`load_sides`,
     :func:`run_eval`): queries from ``against`` or a ``test_fraction`` of its sources
     (seeded by ``cfg.seed``), raw and/or ``head`` vectors; the plots go to the folder
-    ``plot`` (None: none). Returns (metrics by name, reports by name)."""
+    ``plot`` (None: none); ``hook``: the searches' progress
+    (:class:`~pairkit.eval.run.SearchHook`). Returns (metrics by name, reports by name)."""
     check_eval(cfg, head)
     if against is None:
         from pairkit.eval.split import check_fraction
@@ -294,4 +296,4 @@ def eval_to_files(store: Path, plot: Path | None, cfg: EvalConfig, *,
         check_output_apart(plot, [store, against, head], "--plot")
     sides = load_sides(store, against, test_fraction, cfg.seed,
                        on_workers=getattr(index_factory, "reads_store", False))
-    return run_eval(sides, cfg, head, compare, plot, force, index_factory, maps)
+    return run_eval(sides, cfg, head, compare, plot, force, index_factory, maps, hook)

@@ -139,16 +139,28 @@ def check_eval_config(cfg: EvalConfig) -> tuple[str, ...]:
 IndexFactory = Callable[[np.ndarray], object]
 
 
+@dataclass(frozen=True)
+class SearchHook:
+    """The progress of :func:`evaluate`'s kNN searches: ``on_start(queries)`` as each
+    search pass begins (one per pass: against the references, among the queries), then
+    ``progress(m)`` after each block of ``m`` queries, adding up to it."""
+
+    on_start: Callable[[int], None]
+    progress: Callable[[int], None]
+
+
 def evaluate(queries: EvalSide, references: EvalSide, cfg: EvalConfig,
              *, self_rows: np.ndarray | None = None,
-             index_factory: IndexFactory | None = None) -> EvalReport:
+             index_factory: IndexFactory | None = None,
+             hook: SearchHook | None = None) -> EvalReport:
     """Every requested (or, by default, every computable) metric of ``queries`` against
     ``references``.
 
     ``index_factory``: builds the exact index a search pass uses from the vectors (n, d)
     it searches (an object with ``search(queries, k)``, like FAISS); None: the local
     index of ``cfg.device`` / ``cfg.backend``. The command line passes the Ray one
-    (:func:`pairkit.distributed.search.sharded_index`) for ``--ray``.
+    (:func:`pairkit.distributed.search.sharded_index`) for ``--ray``. ``hook``: the
+    searches' progress (:class:`SearchHook`).
 
     ``self_rows`` (nq,): the row of each query among the references (-1 if none), for
     when the two sides share rows. A metric that cannot be computed is left out of
@@ -186,10 +198,10 @@ def evaluate(queries: EvalSide, references: EvalSide, cfg: EvalConfig,
 
     if wanted_label:
         _label_metrics(queries, references, qsrc, rsrc, self_rows, wanted_label, cfg, rng,
-                       report, index_factory, explicit=explicit)
+                       report, index_factory, explicit=explicit, hook=hook)
     elif cfg.collect_scores and len(references):
         _mined_unlabeled(queries, references, qsrc, rsrc, self_rows, cfg, report,
-                          index_factory)
+                          index_factory, hook)
     if "geometry" in chosen:
         _geometry(queries, qsrc, cfg, rng, report, explicit)
     return report
@@ -247,7 +259,8 @@ def _subset_self_rows(self_rows: np.ndarray | None, q_keep: np.ndarray,
 def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
                    rsrc: np.ndarray, self_rows: np.ndarray | None, wanted: list[str],
                    cfg: EvalConfig, rng: np.random.Generator, report: EvalReport,
-                   index_factory: IndexFactory | None = None, *, explicit: bool = False) -> None:
+                   index_factory: IndexFactory | None = None, *, explicit: bool = False,
+                   hook: SearchHook | None = None) -> None:
     if references.labels is None:  # retrieval among the queries only
         ql_all, _, classes = _codes(queries.labels, np.empty(0, dtype=object), na_missing=True)
         rl_all = np.full(len(references), -1, dtype=np.int64)
@@ -301,7 +314,7 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
             k_search = _k_search(ks, rks, r_counts, cfg.max_r, len(rx))
             index = _index(rx, cfg, index_factory)
             _search_pass(qx, ql, index, len(rx), rl, k_search, excl, ks, rks, r_counts, cfg,
-                         report)
+                         report, hook)
             del index
     if "retrieval" in wanted and cfg.gallery == "queries":
         # the retrieval gallery is the query side: say so beside the reference count
@@ -319,7 +332,7 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
             k_search = _k_search((), rks, r_counts, cfg.max_r, len(qx))
             index = _index(qx, cfg, index_factory)
             _search_pass(qx, ql, index, len(qx), ql, k_search, excl, (), rks, r_counts,
-                         cfg, report)
+                         cfg, report, hook)
     if "linear" in wanted:
         _probe(queries, references, ql_all, rl_all, q_keep, r_keep, rsrc, cfg, rng, report,
                explicit)
@@ -421,7 +434,7 @@ def _cannot_retrieve(why: str, explicit: bool, report: EvalReport) -> None:
 def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
                  rl: np.ndarray, k_search: int, excl: Exclusion, ks: tuple[int, ...],
                  rks: tuple[int, ...], r_counts: np.ndarray | None, cfg: EvalConfig,
-                 report: EvalReport) -> None:
+                 report: EvalReport, hook: SearchHook | None = None) -> None:
     knn_top1 = dict.fromkeys(ks, 0)
     knn_top5 = dict.fromkeys(ks, 0)
     # top-1 hits and queries per query class (the class-balanced figure of a long tail)
@@ -431,6 +444,8 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
     recall = dict.fromkeys(rks, 0)
     n_valid = n_capped = 0
     mined: list[np.ndarray] = []
+    if hook is not None:
+        hook.on_start(len(qx))
     for start, scores, ids in search_excluding(qx, index, n_ref, k_search, excl,
                                                block_rows=cfg.block_rows):
         # row by row, some rows at a time: the (b, K) labels and retrieval temporaries
@@ -464,6 +479,8 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
         for key, values in parts.items():
             if values:
                 sums[key] += float(np.concatenate(values).sum())
+        if hook is not None:
+            hook.progress(len(ids))
         del scores, ids  # not held while the next block is searched
     nq = len(qx)
     if ks:
@@ -496,15 +513,20 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
 
 def _mined_unlabeled(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
                       rsrc: np.ndarray, self_rows: np.ndarray | None, cfg: EvalConfig,
-                      report: EvalReport, index_factory: IndexFactory | None = None) -> None:
+                      report: EvalReport, index_factory: IndexFactory | None = None,
+                      hook: SearchHook | None = None) -> None:
     """Without labels the hardest negative is the nearest reference of another source."""
     excl = Exclusion(self_rows, qsrc, rsrc)
     rx = references.vectors
     index = _index(rx, cfg, index_factory)
     out = []
+    if hook is not None:
+        hook.on_start(len(queries.vectors))
     for _, scores, _ids in search_excluding(queries.vectors, index, len(rx), 1, excl,
                                             block_rows=cfg.block_rows):
         out.append(scores[:, 0][np.isfinite(scores[:, 0])])
+        if hook is not None:
+            hook.progress(len(scores))
     report.scores["mined_negative"] = np.concatenate(out).astype(np.float64)
 
 

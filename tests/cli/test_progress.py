@@ -1,5 +1,5 @@
-"""Progress of ``dedup``, ``issues``, ``index`` and ``report`` (hunt-r item 8; before it
-they printed nothing until they ended, even on a terminal).
+"""Progress of ``dedup``, ``issues``, ``index``, ``report`` and ``eval`` (hunt-r item 8;
+before it they printed nothing until they ended, even on a terminal).
 
 Their store-to-files functions take the progress hook mine's takes (``on_start(total)``,
 then ``progress(m)``, adding up to the total; ``index`` also ``on_phase(line)``), and
@@ -147,6 +147,26 @@ def test_report_hook_counts_the_thumbnails(stores, tmp_path):
     assert hook.starts == [5] and hook.steps == [1] * 5
 
 
+def test_eval_hook_counts_the_queries_of_each_search_pass(stores):
+    """30 sources x 2 views, a fifth of the sources held out (6 sources, 12 queries): one
+    pass against the references, one among the queries (retrieval's query gallery), each
+    in blocks of --batch-size 5; the metrics are those without a hook."""
+    from pairkit.eval.command import eval_to_files
+    from pairkit.eval.run import EvalConfig, SearchHook
+
+    hook = Hook()
+    both = EvalConfig(metrics=("knn", "retrieval"), block_rows=5, gallery="queries")
+    got, _ = eval_to_files(stores["rand"], None, both,
+                           hook=SearchHook(hook.on_start, hook.progress))
+    assert hook.starts == [12, 12] and hook.steps == [5, 5, 2, 5, 5, 2]
+    assert got == eval_to_files(stores["rand"], None, both)[0]
+    hook = Hook()  # no labelled metric: the unlabelled pass (the hardest negatives' scores)
+    eval_to_files(stores["rand"], None, EvalConfig(metrics=("geometry",), block_rows=5,
+                                                   collect_scores=True),
+                  hook=SearchHook(hook.on_start, hook.progress))
+    assert hook.starts == [12] and sum(hook.steps) == 12
+
+
 # -- the command line: a terminal shows the bar, a pipe gets what it got --------------------
 def commands(stores: dict[str, Path], out: Path) -> dict[str, list[str]]:
     return {
@@ -157,11 +177,12 @@ def commands(stores: dict[str, Path], out: Path) -> dict[str, list[str]]:
         "index": ["index", str(stores["rand"]), "--index", "ivf", "--nlist", "4", "--force"],
         "report": ["report", str(stores["table"]), "--store", str(stores["img"]), "-o",
                    str(out / "rep"), "--force"],
+        "eval": ["eval", str(stores["rand"]), "--metrics", "knn"],
     }
 
 
 SHOWN = {"dedup": "searching near-duplicates", "issues": "searching neighbours",
-         "index": "adding rows", "report": "making thumbnails"}
+         "index": "adding rows", "report": "making thumbnails", "eval": "searching neighbours"}
 
 
 def on_a_terminal(runs: list[list[str]]) -> str:
@@ -207,6 +228,7 @@ def test_a_terminal_shows_the_bars(stores, tmp_path):
         assert text in shown, (name, shown)
     assert "training the ivf index's 4 cells" in shown
     assert "rows/s" in shown and "sources/s" in shown and "thumbnails/s" in shown
+    assert "queries/s" in shown
     # the quiet run adds no second bar nor phase line
     assert shown.count("training the ivf index") == 1
     assert shown.count("adding rows") >= 1
@@ -222,6 +244,11 @@ def test_a_pipe_gets_no_bar(stores, tmp_path, name):
     assert SHOWN[name] not in err and "/s" not in err and "training" not in err
     assert "\x1b" not in err  # no terminal control sequence
     lines = err.splitlines()
+    if name == "eval":  # the notes and the metrics table only
+        assert "kNN top-1" in err and all(line.startswith(("warning:", "┏", "┃", "┡", "│",
+                                                           "└")) for line in lines), err
+        assert runner.invoke(app, args + ["--quiet"]).stderr == ""
+        return
     first = {"dedup": "2 groups: 4 of 6 sources", "index": "built ivf",
              "issues": "2 outliers, 0 label errors among 30 sources",
              "report": "dups.csv: 2 of 2 groups"}[name]
