@@ -35,6 +35,11 @@ def engine_for(options: IndexOptions) -> SearchBackend:
     return for_index_kind(resolve_backend(options.backend, options.device), options.kind)
 
 
+# the torch search skips rows by a mask of one-hot part codes, N x (parts + 1) entries on
+# the device: above this many (256 MB in float16) it fetches the rows and drops them
+TORCH_MASK_CODES = 1 << 27
+
+
 @dataclass
 class Searcher:
     """An index over ``vectors`` ready to search, with where it came from (for summaries).
@@ -79,6 +84,35 @@ class Searcher:
             i = np.pad(i, ((0, 0), (0, pad)), constant_values=-1)
         return s[:, :k], i[:, :k]
 
+    @property
+    def excludes(self) -> bool:
+        """True when :meth:`search_outside` can skip rows exactly: the exact searches (the
+        torch engine; FAISS ``flat`` on the CPU, float32). Approximate and GPU indices
+        can't (their callers over-fetch and drop the rows instead)."""
+        return excludes_exactly(self.options, len(self.vectors), self.engine)
+
+    def search_outside(self, queries: np.ndarray, k: int, own: np.ndarray,
+                       parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` among the rows whose ``parts`` (N,) int64 differs from the
+        query's ``own`` (nq,) (e.g. the rows of other labels): the rows of the query's part
+        are skipped, not fetched, so the cost is that of ``k`` whatever the part's size.
+        The same result as :meth:`search` with those rows filtered out; only when
+        :attr:`excludes` (else :class:`~pairkit.errors.PairkitError`)."""
+        from pairkit.errors import PairkitError
+        from pairkit.index.outside import over_fetched_outside, search_outside_parts
+
+        if not self.excludes:
+            raise PairkitError(f"internal: {self.options.kind} can't skip rows exactly")
+        if self.engine.name == "torch":
+            parts = np.asarray(parts, np.int64)
+            if (int(parts.max(initial=-1)) + 2) * len(parts) > TORCH_MASK_CODES:
+                # the one-hot codes of the mask would be large: fetched and dropped
+                return over_fetched_outside(parts, queries, own, k, self.search)
+            return self.index.search_masked(  # type: ignore[no-any-return]
+                queries, k, np.asarray(own, np.int64) + 1, parts + 1)  # -1 -> 0
+        return search_outside_parts(flat_rows(self.index), parts, queries, own, k,
+                                    self.search)
+
     def describe(self) -> str:
         """E.g. ``flat on CPU, built now (auto: 6,020 rows <= 50,000, exact search)``."""
         where = "GPU" if self.gpu else "CPU"
@@ -87,6 +121,30 @@ class Searcher:
         src = "built now" if self.origin == "built" else f"loaded from {self.origin}"
         text = f"{self.options.describe()} on {where}, {src}"
         return f"{text} ({self.reason})" if self.reason else text
+
+
+def excludes_exactly(options: IndexOptions, n: int,
+                     engine: SearchBackend | None = None) -> bool:
+    """Whether the search ``options`` open over ``n`` rows (on ``engine``, default
+    :func:`engine_for` them) can skip rows exactly (:meth:`Searcher.search_outside`): the
+    torch engine, or FAISS ``flat`` (``auto`` resolved) on the CPU in float32."""
+    where = engine or engine_for(options)
+    if where.name == "torch":
+        return True
+    return not where.gpu and options.cpu_kind(n) == "flat" and not options.float16
+
+
+def flat_rows(index: Any) -> np.ndarray:
+    """The (N, d) float32 rows an ``IndexFlatIP`` holds, as a read-only view (no copy)."""
+    import faiss
+
+    flat = faiss.downcast_index(index)
+    n, d = int(flat.ntotal), int(flat.d)
+    if n == 0:
+        return np.zeros((0, d), np.float32)
+    rows = faiss.rev_swig_ptr(flat.get_xb(), n * d).reshape(n, d)
+    rows.flags.writeable = False
+    return rows
 
 
 def open_searcher(

@@ -523,3 +523,81 @@ def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOption
     text = (f"{kind} per cluster ({n_parts} clusters), built now; the anchor's own cluster "
             "is not searched (cluster rule)")
     return outside.search, text
+
+
+# a part whose queries in one call are fewer than this, and whose rows are at most
+# OVER_FETCH_ROWS, is searched in the whole base with k + its size (one search for all
+# such parts) instead of in a copy of the rows outside it: a copy per part costs O(N x d)
+# whatever the number of its queries
+SMALL_PART_QUERIES = 128
+OVER_FETCH_ROWS = 1024
+
+
+def search_outside_parts(base: np.ndarray, parts: np.ndarray, queries: np.ndarray,
+                         own: np.ndarray, k: int, whole: Any
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact kNN of ``queries`` (nq, d) among the rows of ``base`` (N, d) float32 whose
+    ``parts`` (N,) differs from the query's ``own`` (nq,): the same ``(scores, ids)`` as an
+    exact search of every row with the query's part filtered out (score descending, ties
+    by ascending id), -inf / -1 padded where fewer rows are left. ``whole(queries, k)``:
+    the exact search of every row of ``base``.
+
+    A part with many queries here, or many rows, is searched in a copy of the rows outside
+    it (:func:`pairkit.index.search.knn_search`: BLAS over N - part rows); the others in one
+    search of ``whole`` with k + the largest such part, the part's rows dropped after.
+    Work: one exact search; memory: one copy of ``base`` less a part, and nq x k results
+    (x (k + 1,024) for the small parts), never nq x part size for a big part.
+    """
+    from pairkit.index.search import knn_search
+
+    parts = np.asarray(parts, dtype=np.int64)
+    own = np.asarray(own, dtype=np.int64)
+    nq = len(queries)
+    scores = np.full((nq, k), -np.inf, dtype=np.float32)
+    ids = np.full((nq, k), -1, dtype=np.int64)
+    if nq == 0 or k == 0 or len(base) == 0:
+        return scores, ids
+    values, inverse, counts = np.unique(own, return_inverse=True, return_counts=True)
+    inverse = np.asarray(inverse).ravel()
+    sizes = dict(zip(*np.unique(parts, return_counts=True), strict=True))
+    small: list[np.ndarray] = []
+    for g, p in enumerate(values):
+        sel = np.flatnonzero(inverse == g)
+        size = int(sizes.get(p, 0))
+        if counts[g] < SMALL_PART_QUERIES and size <= OVER_FETCH_ROWS:
+            small.append(sel)
+            continue
+        cols = np.flatnonzero(parts != p)
+        kk = min(k, len(cols))
+        if kk == 0:
+            continue
+        s, i = knn_search(queries[sel], np.ascontiguousarray(base[cols]), kk)
+        scores[sel, :kk] = s
+        ids[sel, :kk] = np.where(i >= 0, cols[np.maximum(i, 0)], -1)
+    if small:
+        sel = np.concatenate(small)
+        scores[sel], ids[sel] = over_fetched_outside(parts, queries[sel], own[sel], k, whole)
+    return scores, ids
+
+
+def over_fetched_outside(parts: np.ndarray, queries: np.ndarray, own: np.ndarray, k: int,
+                         whole: Any) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`search_outside_parts` by one search of every row (``whole(queries, k)``)
+    with k + the largest of the queries' parts, that part's rows dropped after: exact,
+    at the cost of fetching the parts (for small ones)."""
+    parts = np.asarray(parts, dtype=np.int64)
+    own = np.asarray(own, dtype=np.int64)
+    scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+    ids = np.full((len(queries), k), -1, dtype=np.int64)
+    if len(queries) == 0 or k == 0:
+        return scores, ids
+    values, counts = np.unique(parts, return_counts=True)
+    biggest = int(counts[np.isin(values, own)].max(initial=0))
+    s, i = whole(queries, min(len(parts), k + biggest))
+    keep = (i >= 0) & (parts[np.maximum(i, 0)] != own[:, None])
+    first = np.argsort(~keep, axis=1, kind="stable")[:, :k]  # the kept ones, in order
+    kept = np.take_along_axis(keep, first, 1)
+    width = first.shape[1]
+    scores[:, :width] = np.where(kept, np.take_along_axis(s, first, 1), -np.inf)
+    ids[:, :width] = np.where(kept, np.take_along_axis(i, first, 1), -1)
+    return scores, ids

@@ -100,7 +100,26 @@ class StoreSearcher:
         """Seconds this process has spent building the index and searching it."""
         return dict(self.spent)
 
+    def skips_exactly(self, n_items: int) -> bool:
+        """Whether the index built here over the store's ``n_items`` rows can skip rows
+        exactly (:meth:`outside`), decided from the options without building it."""
+        from pairkit.index.open import excludes_exactly
+
+        return excludes_exactly(self.options, n_items)
+
     def __call__(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.timed(queries, k)
+
+    def outside(self, queries: np.ndarray, k: int, own: np.ndarray, parts: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """The search of ``queries`` among the rows whose ``parts`` differ from ``own``
+        (:meth:`pairkit.index.open.Searcher.search_outside`)."""
+        return self.timed(queries, k, own, parts)
+
+    def timed(self, queries: np.ndarray, k: int, own: np.ndarray | None = None,
+              parts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The search (outside ``own``'s parts when given), the index built on first use,
+        the seconds of each counted."""
         import time
 
         t = time.perf_counter()
@@ -112,7 +131,10 @@ class StoreSearcher:
             self.spent["index"] += time.perf_counter() - t
             t = time.perf_counter()
         try:
-            return self.opened.search(queries, k)  # type: ignore[no-any-return]
+            if own is None:
+                return self.opened.search(queries, k)  # type: ignore[no-any-return]
+            return self.opened.search_outside(  # type: ignore[no-any-return]
+                queries, k, own, parts)
         finally:
             self.spent["search"] += time.perf_counter() - t
 
@@ -137,6 +159,10 @@ class MineBlocks:
     rows_from: StoreRows | None = None
     positives_there: bool = False  # positives scored where the blocks run (score_positives)
     pos_start: int = 0  # the anchor row of positives[0] (not 0: scored block by block)
+    # the label relation: each anchor's search skips its class (all positives) rather
+    # than fetching and dropping it: ``searcher.outside`` without an anchor searcher
+    # (pairkit.mine.hard_negatives.skips_class)
+    skip_class: bool = False
 
     def load_rows(self) -> MineBlocks:
         """These blocks with ``ctx.vectors`` read from the store when they were left out
@@ -175,6 +201,10 @@ def fetch_candidates(st: MineBlocks, rows: np.ndarray, k: int
     if cfg.hard:
         if st.anchor_searcher is not None:
             s, i = st.anchor_searcher(a, k)
+        elif st.skip_class:  # the class skipped by the searcher itself
+            group = st.ctx.relation.group
+            s, i = st.searcher.outside(  # type: ignore[union-attr]
+                np.asarray(vectors[a], dtype=np.float32), k, group[a], group)
         else:
             s, i = st.searcher(np.asarray(vectors[a], dtype=np.float32), k)  # type: ignore[misc]
         exhausted = np.full(len(rows), k >= n_items) | (i[:, -1] < 0)

@@ -149,7 +149,9 @@ def plan_blocks(
                            sources, relation, cfg, fn_filter, offsets, pos_ids,
                            positives_share_source=relation.kind == "instance" and same_groups)
     _, hi = cfg.window() if cfg.hard else (0, cfg.num_negatives)
-    k0 = initial_k(cfg, relation, ctx.sources, offsets, n_items, fn_filter is not None)
+    skip_class = skips_class(cfg, relation, searcher, anchor_searcher, n_items)
+    k0 = initial_k(cfg, relation, ctx.sources, offsets, n_items, fn_filter is not None,
+                   skip_class)
     keep_flags = fn_filter is not None and cfg.fn_mode in ("keep", "attract")
     if rows_from is not None and vectors is not None:
         from dataclasses import replace
@@ -157,4 +159,21 @@ def plan_blocks(
         ctx = replace(ctx, vectors=np.zeros((0, dim), np.float32))
     return MineBlocks(ctx, anchors, positives, pos_scores, ref, k0,
                       n_items if cfg.hard else 16 * n_items, hi, keep_flags, searcher,
-                      anchor_searcher, rows_from, positives_there=vectors is None)
+                      anchor_searcher, rows_from, positives_there=vectors is None,
+                      skip_class=skip_class)
+
+
+def skips_class(cfg: MineConfig, relation: Relation, searcher: Searcher | None,
+                anchor_searcher: Searcher | None, n_items: int) -> bool:
+    """Whether each anchor's search skips its class, under the label relation with hard
+    negatives: the ``anchor_searcher`` of the ``label`` rule (it says so: ``skips_label``),
+    or, with none, a ``searcher`` whose index skips rows exactly
+    (``searcher.skips_exactly``: the exact searches), searched by ``searcher.outside``.
+    The class's rows are all positives, so the table is that of a search that fetches
+    them and drops them; otherwise (approximate or GPU indices) they are fetched."""
+    if not (cfg.hard and relation.kind == "label" and relation.group is not None):
+        return False
+    if anchor_searcher is not None:
+        return bool(getattr(anchor_searcher, "skips_label", False))
+    return searcher is not None and bool(
+        getattr(searcher, "skips_exactly", lambda n: False)(n_items))

@@ -150,7 +150,7 @@ def plan_of(st: Any, spec: PlanSpec, white: Any = None) -> tuple[Any, dict[str, 
                 # ranges, so that no worker holds the store (the partitions their lists)
                 blocks = replace(blocks, rows_from=lists_rows(spec.rows_from))
                 reads = "their anchors' and positives' rows read by byte ranges"
-        blocks = replace(blocks, searcher=None, anchor_searcher=ListCandidates(
+        blocks = replace(blocks, searcher=None, skip_class=False, anchor_searcher=ListCandidates(
             lists, lists_rows(spec.rows_from), spec.folder, blocks.anchors,
             spec.config.batch_size, blocks.k0,
             token=spec.remote.token if spec.remote is not None else ""))

@@ -100,10 +100,12 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
 @dataclass
 class TimedSearch:
     """``searcher`` that adds its seconds to ``total[0]`` (the summary's search time); a
-    class, so that it pickles."""
+    class, so that it pickles. ``skipping``: the same index's search that skips rows by
+    part (:meth:`pairkit.index.open.Searcher.search_outside`; None: it can't)."""
 
     searcher: Any
     total: list[float]
+    skipping: Any = None
 
     def __call__(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         import time
@@ -111,6 +113,21 @@ class TimedSearch:
         t = time.perf_counter()
         try:
             return self.searcher(queries, k)  # type: ignore[no-any-return]
+        finally:
+            self.total[0] += time.perf_counter() - t
+
+    def skips_exactly(self, n_items: int) -> bool:
+        """Whether :meth:`outside` can be called (see ``skipping``)."""
+        return self.skipping is not None
+
+    def outside(self, queries: np.ndarray, k: int, own: np.ndarray, parts: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """The search of ``queries`` among the rows whose ``parts`` differ from ``own``."""
+        import time
+
+        t = time.perf_counter()
+        try:
+            return self.skipping(queries, k, own, parts)  # type: ignore[no-any-return]
         finally:
             self.total[0] += time.perf_counter() - t
 
@@ -131,7 +148,9 @@ def open_searchers(store: Any, vectors: np.ndarray, index: IndexOptions, where: 
         opened = open_searcher(index_rows(store, vectors), index,
                                store_root=store.local_root, content_id=store.content_id,
                                engine=where)
-        return TimedSearch(opened.search, search_time), None, opened.describe()
+        return (TimedSearch(opened.search, search_time,
+                            opened.search_outside if opened.excludes else None),
+                None, opened.describe())
     from pairkit.index.outside import outside_searcher
 
     anchor_searcher, text = outside_searcher(
@@ -139,7 +158,22 @@ def open_searchers(store: Any, vectors: np.ndarray, index: IndexOptions, where: 
         content_id=store.content_id, votes=skipped.votes, what=skipped.what,
         rows=index_rows(store, vectors, arrays_too=True), coords=skipped.coords,
         threshold=skipped.threshold)
+    if skipped.what == "label":
+        anchor_searcher = LabelSkipped(anchor_searcher)
     return None, anchor_searcher, text
+
+
+@dataclass
+class LabelSkipped:
+    """An anchor searcher that skips the rows of the anchor's label (the ``label`` rule's
+    search): it says so (``skips_label``), so that the blocks of the label relation don't
+    fetch room for the anchor's class (:func:`pairkit.mine.hard_negatives.skips_class`)."""
+
+    search: Any
+    skips_label: bool = True
+
+    def __call__(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.search(rows, k)  # type: ignore[no-any-return]
 
 
 def index_rows(store: Any, vectors: Any, arrays_too: bool = False) -> Any:

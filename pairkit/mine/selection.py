@@ -260,14 +260,19 @@ def drop_repeats(ids: np.ndarray) -> np.ndarray:
 
 
 def initial_k(cfg: MineConfig, relation: Relation, sources: np.ndarray,
-              pos_offsets: np.ndarray, n_items: int, filtered: bool) -> int:
+              pos_offsets: np.ndarray, n_items: int, filtered: bool,
+              class_skipped: bool = False) -> int:
     """Candidates fetched per anchor at first: the largest exclusion set (own source,
     positives, for the label relation a median class) plus the window, with spare for
-    false-negative flags (``filtered``); anchors still short are searched again."""
+    false-negative flags (``filtered``); anchors still short are searched again.
+    ``class_skipped``: the search skips the anchor's class (the label relation), which
+    holds all of them: no room for an exclusion set."""
     _, hi = cfg.window() if cfg.hard else (0, cfg.num_negatives)
     src_sizes = np.bincount(sources) if n_items else np.zeros(1, np.int64)
     excl = int(src_sizes.max()) + int(np.diff(pos_offsets).max())
-    if relation.group is not None and relation.kind == "label":
+    if class_skipped:
+        excl = 0
+    elif relation.group is not None and relation.kind == "label":
         g = relation.group[relation.group >= 0]
         excl += int(np.median(np.bincount(g))) if len(g) else 0
     extra_fn = hi if filtered else 0
