@@ -314,7 +314,7 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
             k_search = _k_search(ks, rks, r_counts, cfg.max_r, len(rx))
             index = _index(rx, cfg, index_factory)
             _search_pass(qx, ql, index, len(rx), rl, k_search, excl, ks, rks, r_counts, cfg,
-                         report, hook)
+                         report, hook, collect=cfg.collect_scores)
             del index
     if "retrieval" in wanted and cfg.gallery == "queries":
         # the retrieval gallery is the query side: say so beside the reference count
@@ -434,7 +434,12 @@ def _cannot_retrieve(why: str, explicit: bool, report: EvalReport) -> None:
 def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
                  rl: np.ndarray, k_search: int, excl: Exclusion, ks: tuple[int, ...],
                  rks: tuple[int, ...], r_counts: np.ndarray | None, cfg: EvalConfig,
-                 report: EvalReport, hook: SearchHook | None = None) -> None:
+                 report: EvalReport, hook: SearchHook | None = None, *,
+                 collect: bool = False) -> None:
+    """One search pass of ``qx`` (labels ``ql``) against ``index`` (``n_ref`` rows, labels
+    ``rl``): kNN and retrieval metrics into ``report``; with ``collect`` (the pass against
+    the references) also each query's hardest negative, its nearest reference of another
+    class (:func:`_hardest_other_class`)."""
     knn_top1 = dict.fromkeys(ks, 0)
     knn_top5 = dict.fromkeys(ks, 0)
     # top-1 hits and queries per query class (the class-balanced figure of a long tail)
@@ -443,7 +448,8 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
     sums = {"precision_at_1": 0.0, "r_precision": 0.0, "map_at_r": 0.0}
     recall = dict.fromkeys(rks, 0)
     n_valid = n_capped = 0
-    mined: list[np.ndarray] = []
+    # each query's nearest other-class reference among its fetched neighbours (NaN: none)
+    hardest = np.full(len(qx), np.nan, dtype=np.float32) if collect else None
     if hook is not None:
         hook.on_start(len(qx))
     for start, scores, ids in search_excluding(qx, index, n_ref, k_search, excl,
@@ -471,11 +477,11 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
                     parts[key].append(out[key][v])
                 for k in rks:
                     recall[k] += int(out[f"recall_at_{k}"][v].sum())
-            if cfg.collect_scores and ks:
+            if hardest is not None:
                 neg = (labels != true[:, None]) & (ids[rows] >= 0)
                 first = np.argmax(neg, axis=1)
                 has = neg[np.arange(len(neg)), first]
-                mined.append(scores[rows][np.arange(len(neg)), first][has])
+                hardest[at][has] = scores[rows][np.arange(len(neg)), first][has]
         for key, values in parts.items():
             if values:
                 sums[key] += float(np.concatenate(values).sum())
@@ -507,8 +513,41 @@ def _search_pass(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
                                 "R-precision and MAP@R are lower bounds (raise --max-r)")
         report.details["retrieval_queries"] = n_valid
         report.details["retrieval_capped"] = n_capped
-    if mined:
-        report.scores["mined_negative"] = np.concatenate(mined).astype(np.float64)
+    if hardest is not None:
+        _hardest_other_class(qx, ql, index, n_ref, rl, k_search, excl, cfg, hardest)
+        report.scores["mined_negative"] = hardest[np.isfinite(hardest)].astype(np.float64)
+
+
+# the deeper searches of _hardest_other_class hold at most this many neighbours a block
+DEEPEN_NEIGHBOURS = 1 << 22
+
+
+def _hardest_other_class(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: int,
+                         rl: np.ndarray, k_fetched: int, excl: Exclusion, cfg: EvalConfig,
+                         hardest: np.ndarray) -> None:
+    """Fill in ``hardest`` (nq,) where it is NaN: the score of the query's nearest
+    reference of another class (excluded rows left out), searched deeper, twice as deep
+    each round, for the queries whose first ``k_fetched`` neighbours are all of their
+    own class; NaN stays where no reference of another class is left."""
+    other = np.bincount(rl, minlength=int(ql.max(initial=-1)) + 1)
+    has_other = (len(rl) - other[ql]) > 0  # some reference of another class exists
+    todo = np.flatnonzero(np.isnan(hardest) & has_other)
+    k = k_fetched
+    while len(todo) and k < n_ref:
+        k = min(2 * max(k, 1), n_ref)
+        sub = Exclusion(None if excl.self_rows is None else excl.self_rows[todo],
+                        None if excl.query_groups is None else excl.query_groups[todo],
+                        excl.ref_groups)
+        block = max(1, min(cfg.block_rows, DEEPEN_NEIGHBOURS // (k + sub.max_excluded())))
+        for start, scores, ids in search_excluding(qx[todo], index, n_ref, k, sub,
+                                                   block_rows=block):
+            rows = todo[start : start + len(ids)]
+            labels = rl[np.maximum(ids, 0)]
+            neg = (labels != ql[rows][:, None]) & (ids >= 0)
+            first = np.argmax(neg, axis=1)
+            has = neg[np.arange(len(neg)), first]
+            hardest[rows[has]] = scores[np.arange(len(neg)), first][has]
+        todo = todo[np.isnan(hardest[todo])]
 
 
 def _mined_unlabeled(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,

@@ -190,3 +190,48 @@ def test_a_large_max_r_holds_one_block_of_neighbours(monkeypatch) -> None:
     assert 0.5 < report.metrics["map_at_r"] < report.metrics["precision_at_1"] < 1
     # the block's result and FAISS's answer (12 bytes each a neighbour) and 1 MiB chunks
     assert peak < 2400 * 1250 * 30 + (8 << 20)
+
+
+def hardest_by_brute_force(q: EvalSide, r: EvalSide, same_source: bool = True) -> np.ndarray:
+    """Each query's nearest reference of another class (never one of its own source),
+    from the whole score matrix; queries without one left out."""
+    s = q.vectors.astype(np.float64) @ r.vectors.astype(np.float64).T
+    allowed = q.labels[:, None] != r.labels[None, :]
+    if same_source:
+        allowed &= q.sources[:, None] != r.sources[None, :]
+    s[~allowed] = -np.inf
+    best = s.max(axis=1)
+    return best[np.isfinite(best)]
+
+
+@pytest.mark.parametrize("options", [
+    dict(),  # the defaults (k 20 fetched: most queries find one)
+    dict(knn_ks=(1,)),  # one neighbour fetched: most queries see their own class only
+    dict(knn_ks=(1,), metrics=("knn", "geometry"), block_rows=3),
+    dict(metrics=("retrieval", "geometry"), recall_ks=(1,), max_r=2),  # no kNN asked
+])
+def test_mined_negative_scores_are_each_querys_nearest_other_class(options) -> None:
+    """hunt-v F2: the mined-negative scores were taken from the neighbours the kNN pass
+    fetched, so a query whose first neighbours were all its own class fell out of the
+    sample (1 of 12 left with --knn-k 3) and the mean ran high; with retrieval only the
+    row was missing. Tight classes make most first neighbours same-class; the scores
+    must be every query's nearest other-class reference, as a brute-force search."""
+    rng = np.random.default_rng(3)
+    centres = rng.normal(size=(3, 8))
+
+    def side(n: int, prefix: str) -> EvalSide:
+        lab = np.arange(n) % 3
+        x = centres[lab] + 0.05 * rng.normal(size=(n, 8))
+        x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+        return EvalSide(x, np.array([f"c{v}" for v in lab], dtype=object),
+                        np.array([f"{prefix}{i // 2}" for i in range(n)], dtype=object))
+
+    q, r = side(12, "q"), side(60, "r")
+    got = evaluate(q, r, EvalConfig(collect_scores=True, **options)).scores["mined_negative"]
+    want = hardest_by_brute_force(q, r)
+    assert len(got) == 12 == len(want)
+    np.testing.assert_allclose(np.sort(got), np.sort(want), atol=1e-6)
+    # the same store on both sides (eval's split: the query's own rows excluded)
+    one = evaluate(r, r, EvalConfig(collect_scores=True, knn_ks=(1,)),
+                   self_rows=np.arange(60)).scores["mined_negative"]
+    np.testing.assert_allclose(np.sort(one), np.sort(hardest_by_brute_force(r, r)), atol=1e-6)
