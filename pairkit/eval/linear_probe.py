@@ -1,7 +1,8 @@
 """Linear probe: multinomial logistic regression on frozen features, in torch.
 
 Objective (the same as scikit-learn's ``LogisticRegression`` with
-C = 1 / (weight_decay * n))::
+C = 1 / (weight_decay * n); with two classes C = 2 / (weight_decay * n), since scikit-learn
+then fits one weight vector v and the softmax's two, w1 = -w0 = v / 2, share the penalty)::
 
     mean_i CE(W x_i + b, y_i) + weight_decay / 2 * ||W||^2     (b not penalised)
 

@@ -43,6 +43,24 @@ def test_matches_sklearn_logistic_regression(weight_decay: float) -> None:
                                sk_logits - sk_logits.mean(1, keepdims=True), atol=2e-2)
 
 
+def test_two_classes_match_sklearns_binomial_fit_at_twice_the_c() -> None:
+    """hunt-v F1: with two classes scikit-learn fits one weight vector v (binomial), the
+    softmax two, w1 = -w0 = v / 2 at the optimum, whose penalty lambda/2 (|w0|^2 + |w1|^2)
+    = lambda/4 |v|^2: the same objective at C = 2 / (lambda n), not 1 / (lambda n) (the
+    docs said the latter for every class count)."""
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = _blobs(0, 400, classes=2, noise=2.0)
+    xt, _ = _blobs(5, 200, classes=2, noise=2.0)
+    wd = 1e-2
+    w, b = fit_logistic(x, y, 2, wd, max_iter=500, tolerance=1e-10)
+    ours = xt @ w + b
+    sk = LogisticRegression(C=2.0 / (wd * len(x)), max_iter=5000, tol=1e-12).fit(x, y)
+    np.testing.assert_allclose(ours[:, 1] - ours[:, 0], sk.decision_function(xt), atol=2e-3)
+    far = LogisticRegression(C=1.0 / (wd * len(x)), max_iter=5000, tol=1e-12).fit(x, y)
+    assert np.abs(ours[:, 1] - ours[:, 0] - far.decision_function(xt)).max() > 0.05
+
+
 def test_probe_selects_weight_decay_and_handles_absent_classes() -> None:
     x, y = _blobs(1, 400, classes=3, noise=2.5)
     groups = np.arange(400) // 2
