@@ -197,7 +197,8 @@ def linear_probe(
     training side is never predicted (its queries count as wrong). ``train_groups``
     (source codes) keep views of one source on one side of the validation split.
     ``balanced``: every class weighs the same in the fits and in the validation
-    cross-entropy (:func:`balanced_weights` of the training rows).
+    cross-entropy (:func:`balanced_weights` of the rows of each: the fit part, the
+    validation part, all training rows for the last fit).
     """
     from pairkit.eval.split import split_by_source
 
@@ -223,8 +224,9 @@ def linear_probe(
         else:
             x_fit, y_fit = train_x[fit], y_train[fit]  # gathered once for the whole path
             x_val, y_val = train_x[is_val], y_train[is_val]
-            w_fit = None if weights is None else weights[fit]
-            w_val = None if weights is None else weights[is_val]
+            # each part balanced on its own: the split by source moves the class shares
+            w_fit = None if weights is None else balanced_weights(y_fit)
+            w_val = None if weights is None else balanced_weights(y_val)
             # regularisation path: strongest decay first, each fit warm-starts the next
             init = None
             for wd in sorted(decays, reverse=True):

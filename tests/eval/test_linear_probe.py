@@ -193,3 +193,35 @@ def test_probe_without_a_validation_split_says_so() -> None:
         raise AssertionError("no seed put class 1 in the validation part")
     res = linear_probe(x, y, np.arange(40), xt, yt, weight_decays=(1e-3, 1e-2), max_iter=50)
     assert res.unvalidated == "" and set(res.val_loss) == {1e-3, 1e-2}
+
+
+def test_balanced_weights_are_balanced_within_each_part(monkeypatch) -> None:
+    """hunt-v note: the weights were those of all training rows, sliced into the fit and
+    validation parts, where the split by source moves the class shares: classes then
+    weighed only about the same. Each weighted step (the path's fits, the validation
+    cross-entropies, the last fit) must give every class present the same total weight."""
+    import pairkit.eval.linear_probe as lp
+
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+    fit, loss = lp.fit_logistic, lp.top1_and_log_loss
+
+    def fit_spy(x, y, *args, row_weights=None, **kw):  # noqa: ANN001, ANN002, ANN003
+        seen.append((np.asarray(y), row_weights))
+        return fit(x, y, *args, row_weights=row_weights, **kw)
+
+    def loss_spy(x, y, w, b, row_weights=None, **kw):  # noqa: ANN001, ANN003
+        seen.append((np.asarray(y), row_weights))
+        return loss(x, y, w, b, row_weights=row_weights, **kw)
+
+    monkeypatch.setattr(lp, "fit_logistic", fit_spy)
+    monkeypatch.setattr(lp, "top1_and_log_loss", loss_spy)
+    rng = np.random.default_rng(4)
+    y = np.repeat([0, 1, 2], [150, 40, 10])
+    x = (np.eye(6)[y] + 0.8 * rng.normal(size=(200, 6))).astype(np.float32)
+    groups = rng.permutation(200) // 3  # sources of 3 rows, classes mixed across them
+    lp.linear_probe(x, y, groups, x[:20], y[:20], weight_decays=(1e-3, 1e-2),
+                    balanced=True, max_iter=50)
+    assert len(seen) == 5  # two fits and two validations on the path, the last fit
+    for labels, weights in seen:
+        totals = np.bincount(labels, weights=weights)[np.unique(labels)]
+        np.testing.assert_allclose(totals, totals[0], rtol=1e-12)
