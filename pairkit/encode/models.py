@@ -28,8 +28,8 @@ from pairkit.errors import PairkitError, UsageError
 
 # -- timm --------------------------------------------------------------------------
 
-_TIMM_CROP_MODES = {"center": "shortest", "squash": "squash", "border": "border"}
-_TIMM_DEFAULT_CROP_PCT = 0.875  # timm.data.transforms_imagenet_eval's, when a config has none
+TIMM_CROP_MODES = {"center": "shortest", "squash": "squash", "border": "border"}
+TIMM_DEFAULT_CROP_PCT = 0.875  # timm.data.transforms_imagenet_eval's, when a config has none
 
 
 def _timm(name: str, req: EncoderRequest) -> Encoder:
@@ -67,8 +67,8 @@ def _timm(name: str, req: EncoderRequest) -> Encoder:
         mean=tuple(float(v) for v in cfg["mean"]),
         std=tuple(float(v) for v in cfg["std"]),
         interpolation=str(cfg.get("interpolation", "bicubic")),
-        resize=_TIMM_CROP_MODES.get(crop_mode, "shortest"),
-        crop_pct=float(cfg.get("crop_pct") or _TIMM_DEFAULT_CROP_PCT),
+        resize=TIMM_CROP_MODES.get(crop_mode, "shortest"),
+        crop_pct=float(cfg.get("crop_pct") or TIMM_DEFAULT_CROP_PCT),
     )
     dim = probe_dim(model, size)
     return Encoder(name=f"timm/{full}", dim=dim, preprocess=preprocess, module=model,

@@ -41,14 +41,14 @@ def test_view_0_is_timms_eval_transform(crop_mode: str, crop_pct: float,
     but for a strip more than 8 times longer than wide (its kept box alone is resized)."""
     import timm.data
 
-    from pairkit.encode.models import _TIMM_CROP_MODES
+    from pairkit.encode.models import TIMM_CROP_MODES
 
     mean, std = (0.5, 0.4, 0.3), (0.25, 0.2, 0.3)
     cfg = {"input_size": (3, 48, 48), "interpolation": interpolation, "mean": mean,
            "std": std, "crop_pct": crop_pct, "crop_mode": crop_mode}
     reference = timm.data.create_transform(**cfg)
     pre = Preprocess(size=48, mean=mean, std=std, interpolation=interpolation,
-                     resize=_TIMM_CROP_MODES[crop_mode], crop_pct=crop_pct)
+                     resize=TIMM_CROP_MODES[crop_mode], crop_pct=crop_pct)
     for img in _pictures():
         got = np.asarray(plain_view(img, pre), dtype=np.float32).transpose(2, 0, 1)
         got = (got / 255.0 - np.array(mean)[:, None, None]) / np.array(std)[:, None, None]
