@@ -216,13 +216,21 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
     threshold = None
     if fn_config is not None and "near-duplicate" in fn_config.rules:
         threshold = near_duplicate_threshold(fn_config, store.dtype)
+    # the cluster rule's runs give the confidence only where its guard left it on (off:
+    # the runs found no class structure, their agreement says nothing; by rank instead)
+    runs = None if ctx is None or "off" in ctx.cluster_info else ctx.cluster_assign
     mined = mine_positives(anchors, nb_ids, nb_scores, cfg,
                            groups=None if ctx is None else ctx.groups, vectors=vectors,
-                           cluster_assign=None if ctx is None else ctx.cluster_assign,
-                           near_duplicate_threshold=threshold, sources=sources)
-    if (ctx is not None and fn_config is not None and mutual.NAME in fn_config.rules
-            and mutual.is_off(ctx)):  # the rule's guard: no mutual neighbour is a positive
-        mined = mined.subset(mined.codes != REASONS.index(mutual.REASON))
+                           cluster_assign=runs, near_duplicate_threshold=threshold,
+                           sources=sources)
+    if ctx is not None and fn_config is not None and mutual.NAME in fn_config.rules:
+        by_rule = mined.codes != REASONS.index(mutual.REASON)
+        if not mutual.is_off(ctx):
+            # the rule flags from its own lists (whitened: P 0.25 when these are plain
+            # cosine): a mutual neighbour it does not flag may be a negative of the anchor,
+            # so it is not a positive too (with the same lists, every one is flagged)
+            by_rule |= mutual.flags_pairs(ctx, np.asarray(anchors)[mined.rows], mined.ids)
+        mined = mined.subset(by_rule)  # guard off: no mutual neighbour is a positive
     # equal labels, equal codes; -1: missing (no Python objects per mined pair)
     codes = store.label_codes()
     dropped = 0

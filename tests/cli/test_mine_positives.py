@@ -40,6 +40,14 @@ def brute_mutual(store, m: int, whitening: float = 0.25) -> set[tuple[int, int]]
     return {(i, int(j)) for i in range(len(x)) for j in top[i] if i in lists[int(j)]}
 
 
+def flagged_by_rule(store, pairs: set[tuple[int, int]], m: int = 10) -> set[tuple[int, int]]:  # noqa: ANN001
+    """The row pairs among ``pairs`` whose sources the mutual-neighbour rule flags: mutual
+    in its (P 0.25) lists, by brute force. Plain-cosine mined positives are those."""
+    src = store.source_codes()
+    white = {(int(src[a]), int(src[b])) for a, b in brute_mutual(store, m, whitening=0.25)}
+    return {(a, b) for a, b in pairs if (int(src[a]), int(src[b])) in white}
+
+
 def test_default_with_filter_rows_are_mutual_neighbours(store, tmp_path: Path) -> None:
     out, stats = tmp_path / "p.parquet", tmp_path / "s.json"
     r = runner.invoke(app, ["mine", str(store.root), "--hard", *LABEL_FREE, "-o", str(out),
@@ -129,8 +137,8 @@ def test_plain_cosine_when_whitening_is_off(store, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     df = pd.read_parquet(out)
     mined = df[df["positive_kind"] == "mined"]
-    assert set(zip(mined["anchor_id"], mined["positive_id"], strict=True)) == brute_mutual(
-        store, 10, whitening=0)
+    assert set(zip(mined["anchor_id"], mined["positive_id"], strict=True)) == flagged_by_rule(
+        store, brute_mutual(store, 10, whitening=0))
     # the table's score is the plain cosine whatever space the neighbours came from
     x = store.vectors(np.float32)
     x = x / np.linalg.norm(x, axis=1, keepdims=True)
@@ -169,6 +177,8 @@ def test_reduced_search_finds_the_exact_mutual_pairs(tmp_path: Path) -> None:
 
     for name, power in (("white", 0.25), ("cosine", 0.0)):
         want, got = brute_mutual(st, 10, whitening=power), pairs(tmp_path / f"{name}.parquet")
+        if power == 0:  # those the rule flags (from its whitened lists)
+            want = flagged_by_rule(st, want)
         assert len(want) > 100
         assert len(want & got) >= 0.9 * len(want) and len(want & got) >= 0.9 * len(got)
 
@@ -394,3 +404,70 @@ def test_the_guard_leaves_a_real_size_store_as_it_was(tmp_path: Path, monkeypatc
     assert r.exit_code == 0, r.output
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "a.parquet"),
                                   pd.read_parquet(tmp_path / "b.parquet"))
+
+
+def test_plain_cosine_positives_are_never_negatives_of_their_anchor(tmp_path: Path) -> None:
+    """hunt-w F3: with --positive-whitening 0 the mined positives come from plain-cosine
+    lists, the mutual-neighbour rule's flags from its own (P 0.25) lists: a pair mutual
+    in the first and not the second was handed out as a mined positive and kept as a hard
+    negative of the same anchor (44 of 584 mined pairs on an anisotropic store). Now a
+    mined positive is one the rule flags: none is a negative, and they are the
+    brute-force plain-cosine mutual pairs whose sources are mutual in the rule's space."""
+    from pairkit.core.store_writer import write_store
+
+    rng = np.random.default_rng(1)
+    n_src, d = 40, 6
+    centres = rng.normal(size=(4, d))
+    base = centres[rng.integers(0, 4, n_src)] + 0.6 * rng.normal(size=(n_src, d))
+    rows = (np.repeat(base, 2, axis=0) + 0.3 * rng.normal(size=(2 * n_src, d))) \
+        * np.linspace(0.3, 3, d)  # anisotropic: the whitening moves the neighbours
+    items = pd.DataFrame({"path": [f"s{i // 2}.png" for i in range(2 * n_src)],
+                          "source": [f"s{i // 2}.png" for i in range(2 * n_src)],
+                          "view": [i % 2 for i in range(2 * n_src)]})
+    st = write_store(tmp_path / "s", rows.astype(np.float32), items, encoder={"name": "x"},
+                     dtype="float32")
+    out = tmp_path / "p.parquet"
+    r = runner.invoke(app, ["mine", str(st.root), "--hard", "-k", "8",
+                            "--filter-false-negatives", "--fn-rules", "mutual-neighbour",
+                            "--positive-whitening", "0", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    df = pd.read_parquet(out)
+    assert overlap(df) == 0
+    want = flagged_by_rule(st, brute_mutual(st, 10, whitening=0))
+    mined = df[df["positive_kind"] == "mined"]
+    got = set(zip(mined["anchor_id"], mined["positive_id"], strict=True))
+    assert got == want and len(want) < len(brute_mutual(st, 10, whitening=0))
+
+
+def test_confidence_by_rank_when_the_cluster_guard_turns_the_rule_off(tmp_path: Path) -> None:
+    """hunt-w F1: the mined positives took their confidence from the cluster rule's runs
+    even where its guard had found no class structure (the rule flagging nothing): 610 of
+    612 at 1.0 on this store, so --positive-sampling confidence drew uniformly. With the
+    rule off its runs are not used: the confidences are those of a run without the rule
+    (1 - rank / 10)."""
+    from pairkit.core.store_writer import write_store
+
+    rng = np.random.default_rng(11)
+    n_src, d = 40, 5
+    centres = rng.normal(size=(4, d)) * 1.5
+    base = centres[rng.integers(0, 4, n_src)] + 0.5 * rng.normal(size=(n_src, d))
+    rows = np.repeat(base, 2, axis=0) + 0.2 * rng.normal(size=(2 * n_src, d))
+    items = pd.DataFrame({"path": [f"s{i // 2}.png" for i in range(2 * n_src)],
+                          "source": [f"s{i // 2}.png" for i in range(2 * n_src)],
+                          "view": [i % 2 for i in range(2 * n_src)]})
+    st = write_store(tmp_path / "s", rows.astype(np.float32), items, encoder={"name": "x"},
+                     dtype="float32")
+    got = {}
+    for rules in ("mutual-neighbour,cluster", "mutual-neighbour"):
+        out, stats = tmp_path / f"{rules}.parquet", tmp_path / f"{rules}.json"
+        r = runner.invoke(app, ["mine", str(st.root), "--hard", "-k", "3",
+                                "--filter-false-negatives", "--fn-rules", rules, "-o", str(out),
+                                "--stats", str(stats)])
+        assert r.exit_code == 0, r.output
+        df = pd.read_parquet(out)
+        got[rules] = df[df["positive_kind"] == "mined"][
+            ["anchor_id", "positive_id", "positive_confidence"]].reset_index(drop=True)
+        if "cluster" in rules:
+            assert "off" in json.loads(stats.read_text())["clusters"]
+    pd.testing.assert_frame_equal(got["mutual-neighbour,cluster"], got["mutual-neighbour"])
+    assert got["mutual-neighbour"]["positive_confidence"].nunique() > 2

@@ -114,11 +114,18 @@ def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarr
          pos_scores: np.ndarray, config: FalseNegativeConfig,
          positives: np.ndarray | list[np.ndarray] | None) -> np.ndarray:
     """(n, k) bool: the candidate's source is a mutual neighbour of the anchor's."""
+    return flags_pairs(ctx, np.asarray(anchors)[:, None], cand)
+
+
+def flags_pairs(ctx: FnContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Bool, the shape of ``b``: whether the rule flags row ``b`` as a candidate of anchor
+    row ``a`` (broadcast against ``b``; ``b`` -1: no row, False): their sources are mutual
+    neighbours, and the guard left the rule on."""
     keys = mutual_source_keys(ctx)
-    valid = cand >= 0
-    if len(keys) == 0 or cand.size == 0 or is_off(ctx):
-        return np.zeros(cand.shape, dtype=bool)
+    valid = b >= 0
+    if len(keys) == 0 or b.size == 0 or is_off(ctx):
+        return np.zeros(b.shape, dtype=bool)
     n_src = int(ctx.sources.max()) + 1
-    want = ctx.sources[anchors][:, None] * n_src + ctx.sources[np.maximum(cand, 0)]
+    want = ctx.sources[a] * n_src + ctx.sources[np.maximum(b, 0)]
     pos = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
     return valid & (keys[pos] == want)
