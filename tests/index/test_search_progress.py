@@ -11,25 +11,11 @@ import pytest
 from pairkit.core.blocks_here import map_here
 from pairkit.index.range_search import range_search, range_search_blocks
 from pairkit.index.search import knn_search
+from tests.cli.test_progress import Hook  # the on_start / progress recorder
 
 
 def unit(x: np.ndarray) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-class Hook:
-    """on_start / progress recorder."""
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.steps: list[int] = []
-
-    def on_start(self, n: int) -> None:
-        self.starts.append(n)
-
-    def progress(self, n: int) -> None:
-        assert self.starts, "progress before on_start"
-        self.steps.append(n)
 
 
 def concat(parts) -> list[tuple[int, int]]:
