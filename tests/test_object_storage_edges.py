@@ -322,3 +322,23 @@ def test_issues_takes_an_s3_store(store, tmp_path):
     code, lines = run("issues", store, "-o", tmp_path / "i.csv", "-q")
     assert code == 0, lines
     assert (tmp_path / "i.csv").stat().st_size > 0
+
+
+def test_a_non_finite_shard_is_refused_on_object_storage_too(s3) -> None:
+    """The local writer refuses a shard with non-finite rows (a last guard behind embed's
+    and import's checks); the object-storage writer put it (hunt-r 6's notes): now the
+    same refusal, nothing named by a commit."""
+    import numpy as np
+    import pandas as pd
+
+    from pairkit.core.remote_store import RemoteStoreWriter
+
+    vectors = np.ones((6, 4), np.float32)
+    vectors[2] = np.nan
+    items = pd.DataFrame({"path": [f"p{i}.jpg" for i in range(6)]})
+    writer = RemoteStoreWriter.create(f"{s3}/st", dim=4)
+    with pytest.raises(Exception, match="1 rows are non-finite"):
+        writer.add_shard(vectors, items)
+    writer.add_shard(np.ones((6, 4), np.float32), items)
+    writer.commit()
+    assert Store.open(f"{s3}/st").count == 6

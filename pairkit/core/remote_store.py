@@ -303,15 +303,16 @@ class RemoteStoreWriter(ShardBook):
         return f"embeddings-{self.next_shard_number(offset):05d}-{self.token}.npy"
 
     def add_shard(self, vectors: np.ndarray, items: pd.DataFrame) -> None:
-        from pairkit.core.store_writer import normalized
+        """Put one shard (normalised, non-finite rows refused: the local writer's
+        :func:`~pairkit.core.store_writer.write_shard`); named at the next commit."""
+        from pairkit.core.store_writer import write_shard
 
         vectors = self.checked_vectors(vectors, items)
         if len(vectors) == 0:
             return
         name = self.next_shard_name()
         self._pending.add(name)
-        record = write_shard_object(self.root, name,
-                                    normalized(vectors, self.manifest["dtype"]))
+        record = write_shard(self.root, name, vectors, self.manifest["dtype"])
         self.add_written_shard(record, items)
 
     def _shard_size(self, name: str) -> int:
