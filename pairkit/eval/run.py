@@ -535,18 +535,20 @@ def _hardest_other_class(qx: np.ndarray, ql: np.ndarray, index: object, n_ref: i
     k = k_fetched
     while len(todo) and k < n_ref:
         k = min(2 * max(k, 1), n_ref)
-        sub = Exclusion(None if excl.self_rows is None else excl.self_rows[todo],
-                        None if excl.query_groups is None else excl.query_groups[todo],
-                        excl.ref_groups)
-        block = max(1, min(cfg.block_rows, DEEPEN_NEIGHBOURS // (k + sub.max_excluded())))
-        for start, scores, ids in search_excluding(qx[todo], index, n_ref, k, sub,
-                                                   block_rows=block):
-            rows = todo[start : start + len(ids)]
-            labels = rl[np.maximum(ids, 0)]
-            neg = (labels != ql[rows][:, None]) & (ids >= 0)
-            first = np.argmax(neg, axis=1)
-            has = neg[np.arange(len(neg)), first]
-            hardest[rows[has]] = scores[np.arange(len(neg)), first][has]
+        block = max(1, min(cfg.block_rows,
+                           DEEPEN_NEIGHBOURS // (k + excl.max_excluded())))
+        for lo in range(0, len(todo), block):  # the queries read a block at a time
+            rows = todo[lo : lo + block]
+            sub = Exclusion(None if excl.self_rows is None else excl.self_rows[rows],
+                            None if excl.query_groups is None else excl.query_groups[rows],
+                            excl.ref_groups)
+            for _, scores, ids in search_excluding(np.asarray(qx[rows]), index, n_ref, k,
+                                                   sub, block_rows=block):
+                labels = rl[np.maximum(ids, 0)]
+                neg = (labels != ql[rows][:, None]) & (ids >= 0)
+                first = np.argmax(neg, axis=1)
+                has = neg[np.arange(len(neg)), first]
+                hardest[rows[has]] = scores[np.arange(len(neg)), first][has]
         todo = todo[np.isnan(hardest[todo])]
 
 

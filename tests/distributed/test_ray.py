@@ -639,13 +639,15 @@ def test_eval_on_ray_leaves_the_references_to_the_workers(store, cluster, tmp_pa
     for key, value in flat_want.items():
         assert flat_got[key] == pytest.approx(value, abs=1e-6), key
     # per run, the queries a block of --batch-size rows at a time, twice (the search and
-    # the probe's predictions), never all at once; the probe's 60 references once; the
-    # geometry's sampled queries once (the head's queries are read through the head)
+    # the probe's predictions), never all at once, and again, a block at a time, those
+    # whose fetched neighbours were all of their class (the hardest negative's deeper
+    # search); the probe's 60 references once; the geometry's sampled queries once (the
+    # head's queries are read through the head)
     runs = [want["raw"], want["head"]] if on == "s3" else [want]
     n_q = runs[0]["n_queries"]
     assert n_q > 16
     blocks = [t for t in taken if t <= 16]
-    assert sum(blocks) == 2 * n_q * len(runs), taken
+    assert 2 * n_q * len(runs) <= sum(blocks) <= 3 * n_q * len(runs), taken
     assert sorted(t for t in taken if t > 16) == sorted([60, n_q] * len(runs)), taken
 
 
