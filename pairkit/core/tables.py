@@ -171,8 +171,14 @@ def read_table(path: str | Path,
     except PairkitError:
         raise
     except Exception as exc:  # pandas/pyarrow raise many types for malformed files
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PairkitError(f"can't read table {path}: {first}") from exc
+        raise unreadable(path, exc) from exc
+
+
+def unreadable(what: Any, exc: BaseException) -> PairkitError:
+    """``can't read table WHAT: ...`` with the first line of ``exc`` (pandas and pyarrow
+    raise many types for a malformed file)."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return PairkitError(f"can't read table {what}: {first}")
 
 
 def is_text_column(name: Any) -> bool:

@@ -208,7 +208,7 @@ def _table_input(spec: str, path: Path | None) -> ReportInput:
 def _narrow_pairs(spec: str, path: Path) -> ReportInput | None:
     """A local parquet pair table read narrow (:mod:`pairkit.report.pair_source`); None
     for any other input (read whole)."""
-    from pairkit.core.tables import table_kind
+    from pairkit.core.tables import table_kind, unreadable
 
     if table_kind(path) not in ("parquet", "dataset") or not path.exists():
         return None
@@ -230,7 +230,6 @@ def _narrow_pairs(spec: str, path: Path) -> ReportInput | None:
     except PairkitError:
         raise
     except Exception as exc:  # pyarrow raises many types for malformed files
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PairkitError(f"can't read table {spec}: {first}") from exc
+        raise unreadable(spec, exc) from exc
     return ReportInput("pairs", spec, path, table=source.narrow, fmt=fmt, rows=source.rows,
                        apart=apart)

@@ -40,7 +40,7 @@ class ParquetPairs:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from pairkit.core.tables import arrow_frame
+        from pairkit.core.tables import arrow_frame, unreadable
 
         want = list(self.columns if columns is None else columns)
         frames = []
@@ -56,8 +56,7 @@ class ParquetPairs:
                         pieces.append(batch.take(pa.array(positions[lo:hi] - offset)))
                     offset += n
             except Exception as exc:  # pyarrow raises many types for a damaged file
-                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise PairkitError(f"can't read table {part}: {first}") from exc
+                raise unreadable(part, exc) from exc
             if pieces:  # a part's rows converted together, as read_table converts a part
                 frames.append(arrow_frame(pa.Table.from_batches(pieces)))
         release_arrow_memory()  # what the batches took
