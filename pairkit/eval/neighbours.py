@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pairkit.index.search import knn_search, row_chunks
+from pairkit.index.search import kept_first, knn_search, row_chunks
 
 # the compaction's temporaries per fetched neighbour (masks, the int64 order, the copies)
 COMPACT_BYTES = 48
@@ -83,13 +83,8 @@ def search_excluding(
                 qg = exclusion.query_groups[start:stop, None][rows]
                 rg = exclusion.ref_groups[np.maximum(ids[rows], 0)]
                 keep &= ~((rg == qg) & (qg >= 0))
-            order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
-            kept = np.take_along_axis(keep, order, axis=1)
-            s_r = np.take_along_axis(scores[rows], order, axis=1)
-            i_r = np.take_along_axis(ids[rows], order, axis=1)
-            s_r[~kept] = -np.inf
-            i_r[~kept] = -1
-            scores[rows, :width], ids[rows, :width] = s_r, i_r
+            scores[rows, :width], ids[rows, :width] = kept_first(scores[rows], ids[rows],
+                                                                 keep, k)
         scores, ids = scores[:, :width], ids[:, :width]
         if width < k:
             pad = k - width

@@ -585,6 +585,8 @@ def over_fetched_outside(parts: np.ndarray, queries: np.ndarray, own: np.ndarray
     """:func:`search_outside_parts` by one search of every row (``whole(queries, k)``)
     with k + the largest of the queries' parts, that part's rows dropped after: exact,
     at the cost of fetching the parts (for small ones)."""
+    from pairkit.index.search import kept_first
+
     parts = np.asarray(parts, dtype=np.int64)
     own = np.asarray(own, dtype=np.int64)
     scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
@@ -595,9 +597,6 @@ def over_fetched_outside(parts: np.ndarray, queries: np.ndarray, own: np.ndarray
     biggest = int(counts[np.isin(values, own)].max(initial=0))
     s, i = whole(queries, min(len(parts), k + biggest))
     keep = (i >= 0) & (parts[np.maximum(i, 0)] != own[:, None])
-    first = np.argsort(~keep, axis=1, kind="stable")[:, :k]  # the kept ones, in order
-    kept = np.take_along_axis(keep, first, 1)
-    width = first.shape[1]
-    scores[:, :width] = np.where(kept, np.take_along_axis(s, first, 1), -np.inf)
-    ids[:, :width] = np.where(kept, np.take_along_axis(i, first, 1), -1)
+    s, i = kept_first(s, i, keep, k)  # the kept ones, in order
+    scores[:, :s.shape[1]], ids[:, :i.shape[1]] = s, i
     return scores, ids

@@ -131,6 +131,20 @@ def sort_results(scores: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
 
 
+def kept_first(scores: np.ndarray, ids: np.ndarray, keep: np.ndarray, k: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's first ``k`` entries where ``keep`` (a bool array of their shape) holds,
+    in their order (a stable compaction of a best-first result): ``(scores, ids)`` of
+    width ``min(k, width)``, score -inf and id -1 where a row keeps fewer."""
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
+    kept = np.take_along_axis(keep, order, axis=1)
+    s = np.take_along_axis(scores, order, axis=1)
+    i = np.take_along_axis(ids, order, axis=1)
+    s[~kept] = -np.inf
+    i[~kept] = -1
+    return s, i
+
+
 def knn_search(
     queries: np.ndarray,
     index: Any,
