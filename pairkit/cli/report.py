@@ -46,7 +46,7 @@ def report(
         bar = ProgressBar(quiet, unit="thumbnails")
         try:
             result = build_report(
-                cfg, progress=bar.advance,
+                cfg, progress=bar.advance, on_phase=bar.phase,
                 on_start=lambda n: bar.start(n, "making thumbnails") if n else None)
         finally:
             bar.stop()
