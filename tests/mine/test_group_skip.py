@@ -226,3 +226,23 @@ def test_big_groups_and_the_groups_each_anchor_skips() -> None:
     positives = np.array([[1, 6, -1], [7, 8, 9], [4, -1, -1], [6, 2, 10]])
     got = group_skip.skipped_groups(codes, np.array([0, 6, 3, 0]), positives)
     assert got.tolist() == [[0, 1], [-1, 1], [-1, -1], [0, 1]]
+
+
+def test_blocks_run_elsewhere_skip_the_group_too(small, skips_small) -> None:  # noqa: ANN001
+    """Blocks shipped (pickled, as to a cluster's workers) carry the groups they skip:
+    the same table as a run here."""
+    import pickle
+
+    from pairkit.core.blocks_here import map_here
+    from pairkit.mine.command import mine_store
+
+    def elsewhere(fn, shared, spans):  # noqa: ANN001, ANN202
+        assert shared.skip_groups is not None
+        return map_here(fn, pickle.loads(pickle.dumps(shared)), spans)
+
+    cfg = MineConfig(num_negatives=5, batch_size=64)
+    want, _ = mine(small, "label", cfg)
+    got, stats = mine_store(small, "label", cfg, IndexOptions(kind="flat"), NEAR_DUP,
+                            map_blocks=elsewhere)
+    assert stats["retries"] == 0
+    pd.testing.assert_frame_equal(got, want)
