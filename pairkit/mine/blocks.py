@@ -18,6 +18,7 @@ from pairkit.core.pairs import MinedPairs
 from pairkit.core.store_rows import StoreRows
 from pairkit.index.search import row_dots
 from pairkit.mine.config import MineConfig
+from pairkit.mine.group_skip import search_skipping, skipped_groups
 from pairkit.mine.selection import (
     CANDIDATE_CODES,
     CODE,
@@ -25,6 +26,7 @@ from pairkit.mine.selection import (
     SelectionContext,
     drop_repeats,
     easy_candidates,
+    padded_rows,
     select_negatives,
 )
 
@@ -163,6 +165,10 @@ class MineBlocks:
     # than fetching and dropping it: ``searcher.outside`` without an anchor searcher
     # (pairkit.mine.hard_negatives.skips_class)
     skip_class: bool = False
+    # the near-duplicate rule's big groups (pairkit.mine.group_skip.big_groups: a code per
+    # row, -1 none): each anchor's search skips those of the anchor and of its positives
+    # (their rows are flagged and dropped) through ``searcher.outside``; None: fetched
+    skip_groups: np.ndarray | None = None
 
     def load_rows(self) -> MineBlocks:
         """These blocks with ``ctx.vectors`` read from the store when they were left out
@@ -201,6 +207,13 @@ def fetch_candidates(st: MineBlocks, rows: np.ndarray, k: int
     if cfg.hard:
         if st.anchor_searcher is not None:
             s, i = st.anchor_searcher(a, k)
+        elif st.skip_groups is not None:  # big near-duplicate groups (and the class) skipped
+            positives = padded_rows(st.ctx.pos_offsets, st.ctx.pos_ids, rows)
+            group = st.ctx.relation.group if st.skip_class else None
+            s, i = search_skipping(
+                st.searcher, np.asarray(vectors[a], dtype=np.float32), k, st.skip_groups,
+                skipped_groups(st.skip_groups, a, positives),
+                None if group is None else group[a], group)
         elif st.skip_class:  # the class skipped by the searcher itself
             group = st.ctx.relation.group
             s, i = st.searcher.outside(  # type: ignore[union-attr]
