@@ -48,7 +48,7 @@ from pairkit.core.manifest import (
     read_manifest,
     read_manifest_bytes,
 )
-from pairkit.core.store_files import map_shard, open_regular, parquet_rows
+from pairkit.core.store_files import check_mapped, map_shard, open_regular, parquet_rows
 from pairkit.errors import StoreError, UsageError
 
 if TYPE_CHECKING:
@@ -443,7 +443,8 @@ class Store:
         if self._vectors is None or self._vectors.dtype != dtype:
             out = np.empty((self.count, self.dim), dtype=dtype)
             start = 0
-            for arr in self._arrays:
+            for arr, name in zip(self._arrays, self._shard_names(), strict=True):
+                check_mapped(arr, name)
                 out[start : start + len(arr)] = arr
                 start += len(arr)
             out.flags.writeable = False
@@ -458,7 +459,11 @@ class Store:
         the stored dtype): what a pass over the store needs without :meth:`vectors`' copy."""
         from pairkit.core.shard_rows import ShardRows
 
-        return ShardRows(self._arrays, self.dim, self.dtype)
+        return ShardRows(self._arrays, self.dim, self.dtype, self._shard_names())
+
+    def _shard_names(self) -> list[str]:
+        """``store ROOT: shard FILE`` for each array held, for a message."""
+        return [f"store {self.root}: shard {s.file}" for s in self.shards]
 
     @property
     def items_parsed(self) -> bool:
@@ -544,8 +549,9 @@ class Store:
     ) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(start_row, block)`` with blocks of at most ``rows`` rows, in order."""
         start = 0
-        for arr in self._arrays:
+        for arr, name in zip(self._arrays, self._shard_names(), strict=True):
             for i in range(0, len(arr), rows):
+                check_mapped(arr, name)
                 block = np.asarray(arr[i : i + rows], dtype=dtype)
                 yield start + i, block
             start += len(arr)
