@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pairkit.core.relations import Relation
 from pairkit.mine.selection import choose_positives, first_in_window, padded_rows
 
 
@@ -122,3 +123,65 @@ def test_positives_of_the_source_give_the_codes_of_the_relation() -> None:
              for share in (False, True)]
     np.testing.assert_array_equal(codes[0], codes[1])
     assert set(np.unique(codes[0])) >= {0, 1, 2, 3}
+
+
+def pairs_store() -> tuple[np.ndarray, Relation, np.ndarray]:
+    """4 sources x 2 views (the two views of a source share a path); the pairs relation
+    lists only a.jpg -> b.jpg, so a source's other view is no positive under it."""
+    import pandas as pd
+
+    from pairkit.core.relations import build_relation
+
+    rng = np.random.default_rng(11)
+    base = rng.normal(size=(4, 8))
+    base[1] = base[0] + 0.8 * rng.normal(size=8)  # b: near a
+    x = np.repeat(base, 2, axis=0) + 0.05 * rng.normal(size=(8, 8))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    src = np.repeat(["a", "b", "c", "d"], 2)
+    items = pd.DataFrame({"path": [f"{s}.jpg" for s in src], "source": src})
+    rel = build_relation("pairs", items, pd.DataFrame({"anchor": ["a.jpg"],
+                                                       "positive": ["b.jpg"]}))
+    return x, rel, pd.factorize(items["source"])[0].astype(np.int64)
+
+
+def test_pairs_relation_never_hands_out_the_anchors_own_views() -> None:
+    """Under pairs:FILE the relation's positives do not cover the anchor's other views:
+    they are coded same_source, never negatives (they are the most similar rows). Checked
+    on the classification by hand and on a whole hard mining run against brute force."""
+    from pairkit.index.search import knn_search
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.hard_negatives import mine_negatives
+    from pairkit.mine.selection import CODE, SelectionContext, classify_candidates
+
+    x, rel, sources = pairs_store()
+    anchors = rel.anchors()
+    assert anchors.tolist() == [0, 1]
+    offsets, pos_ids = rel.positive_sets(anchors)
+    # candidates of anchor 0 / 1: every row, best first
+    ids = np.argsort(-(x[anchors] @ x.T), axis=1, kind="stable")
+    scores = np.take_along_axis(x[anchors] @ x.T, ids, 1)
+    ctx = SelectionContext(x, sources, rel, MineConfig(), None, offsets, pos_ids)
+    code = classify_candidates(ctx, np.arange(2), anchors, ids, scores,
+                               np.zeros(2, np.float32))[0]
+    want = np.select([ids == anchors[:, None], sources[ids] == 1,
+                      sources[ids] == 0], [CODE["self"], CODE["positive"],
+                                           CODE["same_source"]], 0)
+    np.testing.assert_array_equal(code, want)
+    assert (code == CODE["same_source"]).sum() == 2
+    # the whole run: the other view is each anchor's nearest non-positive
+    for a in (0, 1):
+        s = x @ x[a]
+        s[[a, 2, 3]] = -np.inf
+        assert int(np.argmax(s)) == a ^ 1
+    res = mine_negatives(x, sources, rel, MineConfig(num_negatives=2),
+                         lambda q, k: knn_search(q, x, k))
+    assert res.pairs.anchors.tolist() == [0, 1]
+    for i, a in enumerate(res.pairs.anchors):
+        negs = res.pairs.neg_ids[i]
+        assert (negs >= 0).all() and (sources[negs] != sources[a]).all()
+        # brute force: the best two rows of other sources that are no positives
+        s = (x @ x[a]).astype(np.float64)
+        s[sources <= 1] = -np.inf
+        assert negs.tolist() == np.argsort(-s, kind="stable")[:2].tolist()
+    # each anchor's search fetched its one other view
+    assert res.removed["same_source"] == 2
