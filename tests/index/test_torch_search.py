@@ -110,6 +110,44 @@ def test_error_bound_covers_the_rounding() -> None:
     assert error_bound(128, "float16", True) < error_bound(128, "float16", False)
 
 
+def dense_band(seed: int, d: int = 32, n: int = 64, step: float = 3e-5
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """A query q and a base whose first ``n`` rows score 0.5 + j * ``step`` (j a
+    permutation of 0..n-1) against it in float32, with random directions orthogonal to q
+    (so the low-precision rounding of each row's score differs in sign: the order inside
+    the band is scrambled), then ``n`` rows orthogonal to q (score ~0)."""
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=d)
+    q /= np.linalg.norm(q)
+
+    def orthogonal(m: int) -> np.ndarray:
+        r = rng.normal(size=(m, d))
+        r -= np.outer(r @ q, q)
+        return r / np.linalg.norm(r, axis=1, keepdims=True)
+
+    alpha = 0.5 + step * rng.permutation(n)
+    band = alpha[:, None] * q + np.sqrt(1 - alpha ** 2)[:, None] * orthogonal(n)
+    return q[None].astype(np.float32), np.concatenate([band, orthogonal(n)]).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_certificate_holds_inside_the_rounding_band(dtype: str) -> None:
+    """64 rows within 2e-3 of each other, below the float16 / bfloat16 rounding of a
+    score: the k' = 10 low-precision candidates of k = 8 (margin 0) miss some of the
+    true top 8. The certificate (k-th exact score > k'-th low score + eps) must send
+    those queries back for a wider search: the ids equal the float64 brute force. (A
+    certificate without its eps let 16 of these 20 through wrong.)"""
+    again = 0
+    for seed in range(10):
+        q, base = dense_band(seed)
+        index = TorchFlatIndex(base, dtype=dtype, margin=0)
+        assert index.kprime(8) == 10
+        _, ids = index.search(q, 8)
+        np.testing.assert_array_equal(ids, brute_force(q, base, 8)[1], err_msg=str(seed))
+        again += index.counts["rows_searched_again"]
+    assert again > 0
+
+
 def test_bounded_blocks_and_empty_inputs() -> None:
     base = _unit(50, 8)
     index = TorchFlatIndex(base, query_block=4, base_block=16)
