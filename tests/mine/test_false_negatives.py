@@ -142,6 +142,23 @@ def test_near_duplicate_threshold_fallback(monkeypatch):
     assert flags.tolist() == [[True, True, False]]
 
 
+def test_near_duplicate_fallback_flags_a_score_exactly_at_the_threshold(monkeypatch):
+    """Without groups the rule flags cosine >= threshold (dedup's "at least"): threshold
+    0.5, candidates at exactly 0.5 to the anchor (3) or to the positive (2) are flagged,
+    those at the next float32 below 0.5 (4, 5) are not. Every product is exact."""
+    monkeypatch.setitem(sys.modules, "pairkit.mine.near_duplicates", None)
+    below = float(np.nextafter(np.float32(0.5), np.float32(0)))
+    x = np.array([[0, 1, 0], [1, 0, 0], [0.5, 0, 0.8], [0, 0.5, 0.8], [0, below, 0.8],
+                  [below, 0, 0.8]], np.float32)
+    ctx = ctx_of(x, [0, 0, 1, 2, 3, 4])  # 0 anchor, 1 its other view (the positive)
+    cfg = FalseNegativeConfig(rules=("near-duplicate",), near_duplicate_threshold=0.5)
+    cand = [[2, 3, 4, 5]]
+    scores = [[float(x[0] @ x[c]) for c in cand[0]]]
+    assert scores == [[0.0, 0.5, below, 0.0]]
+    flags, _ = flag(ctx, [0], cand, scores, [0.0], cfg)
+    assert flags.tolist() == [[True, True, False, False]]
+
+
 # -- cluster ------------------------------------------------------------------------
 def test_cluster_rule_counts_votes():
     assign = np.array([[0, 0, 1, 0, 2],   # granularity 1

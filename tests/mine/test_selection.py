@@ -185,3 +185,40 @@ def test_pairs_relation_never_hands_out_the_anchors_own_views() -> None:
         assert negs.tolist() == np.argsort(-s, kind="stable")[:2].tolist()
     # each anchor's search fetched its one other view
     assert res.removed["same_source"] == 2
+
+
+def test_margin_and_score_bounds_keep_a_candidate_exactly_at_the_bound() -> None:
+    """docs/mine.md: keep a negative only if ``score <= pos - m``; drop candidates scoring
+    *below* --min-score / *above* --max-score. ref 0.75, margin 0.25: a candidate at
+    exactly 0.5 is valid and the next float32 above it is not; min-score 0.25 (max-score
+    0.875): exactly 0.25 (0.875) is valid, the next float32 below (above) is not. Every
+    value is exact in float32."""
+    import pandas as pd
+
+    from pairkit.core.relations import build_relation
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.selection import CODE, SelectionContext, classify_candidates
+
+    items = pd.DataFrame({"path": [f"{i}.jpg" for i in range(7)],
+                          "source": [f"s{i}" for i in range(7)]})
+    rel = build_relation("instance", items)
+    up, down = np.float32(np.inf), np.float32(-np.inf)
+    scores = np.array([[0.5, np.nextafter(np.float32(0.5), up), 0.25,
+                        np.nextafter(np.float32(0.25), down)]], np.float32)
+    ids = np.array([[1, 2, 3, 4]])
+    ref = np.array([0.75], np.float32)
+
+    def codes(cfg: MineConfig, s: np.ndarray = scores) -> list[int]:
+        ctx = SelectionContext(np.zeros((7, 2), np.float32), np.arange(7), rel, cfg, None,
+                               np.array([0, 0]), np.zeros(0, np.int64))
+        return classify_candidates(ctx, np.arange(1), np.array([0]), ids, s, ref)[0][0].tolist()
+
+    assert codes(MineConfig(absolute_margin=0.25)) == [0, CODE["absolute_margin"], 0, 0]
+    assert codes(MineConfig(min_score=0.25)) == [0, 0, 0, CODE["min_score"]]
+    # relative: 0.75 - 0.5 * 0.75 = 0.375
+    rel_scores = np.array([[0.375, np.nextafter(np.float32(0.375), up), 0.25, 0.0]],
+                          np.float32)
+    assert codes(MineConfig(relative_margin=0.5), rel_scores) == [
+        0, CODE["relative_margin"], 0, 0]
+    top = np.array([[0.875, np.nextafter(np.float32(0.875), up), 0.5, 0.0]], np.float32)
+    assert codes(MineConfig(max_score=0.875), top) == [0, CODE["max_score"], 0, 0]
