@@ -394,6 +394,21 @@ def test_vectorised_matches_reference_loop(trust, max_share, monkeypatch):
         max_share is not None)
 
 
+def test_mutual_guard_turns_off_above_half_not_at_half(monkeypatch):
+    """The mutual-neighbour rule is off when its source pairs are *more* than MAX_SHARE
+    (50%) of the random pairs: a share of exactly 0.5 (given by hand) leaves it on."""
+    from pairkit.mine.rules import mutual
+
+    assert mutual.MAX_SHARE == 0.5
+    for share, off in ((0.5, False), (0.5001, True), (0.4999, False)):
+        monkeypatch.setattr(mutual, "source_pair_share", lambda ctx, a, b, s=share: s)
+        ctx = ctx_of(np.eye(4, dtype=np.float32), [0, 1, 2, 3])
+        info = mutual.guard(ctx)
+        assert info["random_pair_share"] == share
+        assert ("off" in info) == off, share
+        assert mutual.is_off(ctx) == off
+
+
 # -- mutual-neighbour -----------------------------------------------------------------
 def test_mutual_neighbour_rule_by_hand():
     # 4 sources x 2 views; lists given: rows 0 and 2 are mutual (sources 0 and 1), row 4
