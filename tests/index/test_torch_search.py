@@ -182,6 +182,41 @@ def test_range_pairs_match_faiss(dtype: str) -> None:
     assert set(near_one[0][1].tolist()) == {10, 11}
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_range_pairs_just_above_a_small_threshold_at_high_dimension(dtype: str) -> None:
+    """d = 1024 and t = 0.001, where the lowering by 2u|t| is nearly nothing: 100 rows
+    per query at t + j * 4e-6 and 100 at t - j * 4e-6 (j = 1..100; the rest of each row
+    orthogonal to its query). Only the error bound's lowering keeps every pair >= t;
+    the pairs equal the float64 brute force (those within 2e-6 of t may fall either way).
+    (Without the eps_unit term 5 (float16) / 17 (bfloat16) pairs went missing.)"""
+    rng = np.random.default_rng(0)
+    d, t, n = 1024, 0.001, 100
+    queries, rows = [], []
+    for _ in range(4):
+        q = rng.normal(size=d)
+        q /= np.linalg.norm(q)
+        r = rng.normal(size=(2 * n, d))
+        r -= np.outer(r @ q, q)
+        r /= np.linalg.norm(r, axis=1, keepdims=True)
+        alpha = t + 4e-6 * np.concatenate([np.arange(1, n + 1), -np.arange(1, n + 1)])
+        rows.append(alpha[:, None] * q + np.sqrt(1 - alpha ** 2)[:, None] * r)
+        queries.append(q)
+    q32 = np.array(queries, np.float32)
+    base = np.concatenate(rows).astype(np.float32)
+    index = TorchFlatIndex(base, dtype=dtype)
+    got = tuple(np.concatenate(p) for p in zip(*index.range_blocks(q32, t), strict=True))
+    exact = q32.astype(np.float64) @ base.astype(np.float64).T
+    far = np.abs(exact - t) > 2e-6
+
+    def pairs(r: np.ndarray, c: np.ndarray) -> set[tuple[int, int]]:
+        return {(a, b) for a, b in zip(r.tolist(), c.tolist(), strict=True) if far[a, b]}
+
+    want = np.nonzero(exact >= t)
+    assert len(want[0]) >= 4 * n
+    assert pairs(got[0], got[1]) == pairs(*want)
+    np.testing.assert_allclose(got[2], exact[got[0], got[1]], atol=1e-6)
+
+
 def test_range_search_blocks_torch_backend() -> None:
     x = clustered(600, 16, seed=6)
     ref = range_search(x, x, 0.9, method="range", device="cpu")

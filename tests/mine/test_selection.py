@@ -222,3 +222,38 @@ def test_margin_and_score_bounds_keep_a_candidate_exactly_at_the_bound() -> None
         0, CODE["relative_margin"], 0, 0]
     top = np.array([[0.875, np.nextafter(np.float32(0.875), up), 0.5, 0.0]], np.float32)
     assert codes(MineConfig(max_score=0.875), top) == [0, CODE["max_score"], 0, 0]
+
+
+@pytest.mark.parametrize("sampling", ["random", "softmax"])
+def test_sampled_negatives_follow_the_anchor_not_its_place_in_the_list(sampling: str) -> None:
+    """The draw is keyed by (seed, anchor id, candidate id): an anchor gets the same sampled
+    negatives whatever other anchors the run has (a subset or resumed run). Pairs
+    i -> 20 + i for anchors 0..19, then the same without anchor 0 (every other anchor
+    moves up one place in the list)."""
+    import pandas as pd
+
+    from pairkit.core.relations import build_relation
+    from pairkit.index.search import knn_search
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.hard_negatives import mine_negatives
+
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(60, 8))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    items = pd.DataFrame({"path": [f"{i}.jpg" for i in range(60)],
+                          "source": [f"{i}" for i in range(60)]})
+    cfg = MineConfig(num_negatives=3, sampling=sampling, seed=5, sampling_temperature=1.0)
+
+    def mine(first: int) -> dict[int, list[int]]:
+        pairs = pd.DataFrame({"anchor": [f"{i}.jpg" for i in range(first, 20)],
+                              "positive": [f"{20 + i}.jpg" for i in range(first, 20)]})
+        res = mine_negatives(x, np.arange(60), build_relation("pairs", items, pairs), cfg,
+                             lambda q, k: knn_search(q, x, k))
+        return {int(a): res.pairs.neg_ids[i].tolist() for i, a in enumerate(res.pairs.anchors)}
+
+    every, later = mine(0), mine(1)
+    assert sorted(later) == list(range(1, 20))
+    assert {a: every[a] for a in later} == later
+    # the draw is not simply the top 3 (so the check above compares random draws)
+    top = {a: np.argsort(-(x @ x[a]), kind="stable")[:5].tolist() for a in later}
+    assert any(later[a] != [j for j in top[a] if j not in (a, 20 + a)][:3] for a in later)
