@@ -50,35 +50,47 @@ def encoder_request(store: Any, device: str, checkpoint: str | None = None) -> A
 def encode_images(request: Any, paths: list[str], batch_size: int = 32) -> np.ndarray:
     """Image files -> (n, dim) float32 L2-normalised rows, as ``embed`` makes view 0 of
     each (decoded with the bomb guard, ``--decode cpu``'s pixels, fp32 autocast off).
-    PairkitError naming the first file that can't be decoded."""
+    Decoded and encoded ``batch_size`` images at a time, so that the pixels held are one
+    block's, whatever the number of queries. PairkitError naming the first file that
+    can't be decoded."""
     import torch
 
     from pairkit.core.store import l2_normalize
-    from pairkit.encode.images import DecodeError, load_image
     from pairkit.encode.registry import load_encoder
-    from pairkit.encode.views import render_views
 
     encoder = load_encoder(request)
     pre = encoder.preprocess
-    pixels = []
-    for p in paths:
-        try:
-            img, _ = load_image(Path(p), draft_size=2 * pre.size)
-        except DecodeError as exc:
-            raise PairkitError(f"query image {p}: {exc}") from None
-        pixels.append(render_views(img, Path(p).name, 1, pre, 0))
     device = torch.device(request.device)
     module = encoder.module.to(device).eval()
     mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255.0
     std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255.0
-    out = []
-    batch = np.concatenate(pixels) if pixels else np.zeros((0, 3, pre.size, pre.size), np.uint8)
+    vecs = np.zeros((0, encoder.dim), np.float32)
     with torch.inference_mode():
-        for s in range(0, len(batch), batch_size):
-            x = (torch.from_numpy(batch[s:s + batch_size]).to(device).float() - mean) / std
-            out.append(module(x).float().cpu().numpy())
-    vecs = np.concatenate(out) if out else np.zeros((0, encoder.dim), np.float32)
+        for s in range(0, len(paths), batch_size):
+            block = decoded_block(paths[s:s + batch_size], pre)
+            x = (torch.from_numpy(block).to(device).float() - mean) / std
+            del block
+            rows = module(x).float().cpu().numpy()
+            if s == 0:  # one array for all rows: no small piece kept per block
+                vecs = np.empty((len(paths), rows.shape[1]), np.float32)
+            vecs[s:s + len(rows)] = rows
     return l2_normalize(vecs)
+
+
+def decoded_block(paths: list[str], pre: Any) -> np.ndarray:
+    """View 0 of each image file, (len(paths), 3, size, size) uint8 (PairkitError naming
+    the first file that can't be decoded)."""
+    from pairkit.encode.images import DecodeError, load_image
+    from pairkit.encode.views import render_views
+
+    block = np.empty((len(paths), 3, pre.size, pre.size), np.uint8)
+    for i, p in enumerate(paths):
+        try:
+            img, _ = load_image(Path(p), draft_size=2 * pre.size)
+        except DecodeError as exc:
+            raise PairkitError(f"query image {p}: {exc}") from None
+        block[i] = render_views(img, Path(p).name, 1, pre, 0)[0]
+    return block
 
 
 def encode_texts(request: Any, texts: list[str]) -> np.ndarray:

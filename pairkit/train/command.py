@@ -52,12 +52,14 @@ def train_to_files(store: str | os.PathLike[str] | Any, output: str | os.PathLik
     if isinstance(pairs, (str, os.PathLike)):
         from pairkit.train.data import check_store_id
 
-        # another store's table is refused from its first row, before the rest is read
-        table = read_table(str(pairs), first_row=lambda row: check_store_id(row, st.content_id))
-        name = str(pairs)
-    else:
-        table, name = pairs, None if pairs is None else "DataFrame"
-    return train_head(st, Path(output), cfg, table=table, table_name=name, resume=resume,
+        # another store's table is refused from its first row, before the rest is read;
+        # passed on unnamed, so that the run lets it go after its set-up
+        return train_head(st, Path(output), cfg,
+                          table=read_table(str(pairs), first_row=lambda row: check_store_id(
+                              row, st.content_id)),
+                          table_name=str(pairs), resume=resume, force=force, hook=hook)
+    return train_head(st, Path(output), cfg, table=pairs,
+                      table_name=None if pairs is None else "DataFrame", resume=resume,
                       force=force, hook=hook)
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pairkit.core.unique import unique_rows
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
@@ -204,21 +205,19 @@ def _group_triplets(anchor: np.ndarray, positive: np.ndarray, neg: np.ndarray,
     # keep one padded row for pairs whose negatives are all gone: in-batch negatives apply
     first = np.zeros(len(neg), dtype=bool)
     if len(neg):
-        _, idx = np.unique(np.stack([anchor, positive], axis=1), axis=0, return_index=True)
+        idx = unique_rows(np.stack([anchor, positive], axis=1))[1]
         first[idx] = True
     keep = real | first
     if real.any():  # a (anchor, positive, negative) row repeated counts once (a table
         # concatenated with itself), as a repeated mined positive does
         rows = np.flatnonzero(real)
-        _, once = np.unique(np.stack([anchor[rows], positive[rows], neg[rows]], axis=1),
-                            axis=0, return_index=True)
+        once = unique_rows(np.stack([anchor[rows], positive[rows], neg[rows]], axis=1))[1]
         repeated = np.ones(len(neg), dtype=bool)
         repeated[rows[once]] = False
         keep &= ~(real & repeated)
     anchor, positive, neg, attract = anchor[keep], positive[keep], neg[keep], attract[keep]
     keys = np.stack([anchor, positive], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    uniq, _, inverse = unique_rows(keys)
     order = np.argsort(inverse, kind="stable")
     counts = np.bincount(inverse, minlength=len(uniq))
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])

@@ -66,18 +66,21 @@ def train_head(store: Store, out: Path, cfg: TrainConfig, *,
     lock (a second train into ``out`` stops with the holder's name). Raises PairkitError
     on bad input and on a NaN loss.
     """
+    held = [table]  # no frame of this call keeps the table past the set-up (run_pairs)
+    del table
     with writer_lock(Path(out), "head"):
-        return _train_locked(store, Path(out), cfg, table=table, table_name=table_name,
+        return _train_locked(store, Path(out), cfg, held=held, table_name=table_name,
                              resume=resume, force=force, hook=hook)
 
 
 def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
-                  table: pd.DataFrame | None, table_name: str | None,
+                  held: list[pd.DataFrame | None], table_name: str | None,
                   resume: bool, force: bool, hook: TrainHook | None) -> TrainResult:
     from pairkit.core.threads import import_torch
 
     torch = import_torch()
 
+    table = held.pop()
     cfg.check()
     check_head_dims(cfg, store.dim)
     if table is None and cfg.relation is None:
@@ -92,6 +95,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
             hook.note(message)
 
     pairs = run_pairs(store, cfg, table, table_name, note)
+    del table  # only the pair arrays are used from here on: a large table's memory is freed
     replaced = prepare_head_dir(out, force, resume)  # replaced at the first save
     device = torch.device(resolve_device(cfg.device))
     precision = resolve_precision(cfg.precision, device.type)

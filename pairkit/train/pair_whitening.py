@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pairkit.core.unique import unique_rows
 from pairkit.train.output_whitening import Whitening
 
 SHRINK = 0.3  # of C_S moved to the identity's multiple of the same trace
@@ -148,6 +149,6 @@ def training_pairs(anchor: np.ndarray, positive: np.ndarray, negatives: np.ndarr
     negs = negatives[keep]
     ok = (negs >= 0) & ~attract[keep]
     neg = np.stack([np.repeat(a, ok.sum(axis=1)), negs[ok]], axis=1)
-    both = np.unique(np.concatenate(pos).astype(np.int64), axis=0)
+    both = unique_rows(np.concatenate(pos).astype(np.int64))[0]
     return (sample_pairs(both, seed),
-            sample_pairs(np.unique(neg.astype(np.int64), axis=0), seed))
+            sample_pairs(unique_rows(neg.astype(np.int64))[0], seed))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pairkit.core.unique import unique_rows
 from pairkit.errors import PairkitError
 from pairkit.train.data import PairArrays
 
@@ -97,7 +98,7 @@ def positive_sets(mined: pd.DataFrame, store_count: int, allowed: np.ndarray) ->
     keep = allowed[a] & allowed[p] & (a != p)
     a, p, conf = a[keep], p[keep], conf[keep]
     # one entry per (anchor, positive)
-    key = np.unique(np.stack([a, p], axis=1), axis=0, return_index=True)[1]
+    key = unique_rows(np.stack([a, p], axis=1))[1]
     a, p, conf = a[key], p[key], conf[key]
     order = np.argsort(a, kind="stable")
     a, p, conf = a[order], p[order], conf[order]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pairkit.core.unique import unique_rows
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def has_in_batch_negative(pairs: PairArrays, groups: np.ndarray, excluded: np.nd
     if mined is not None and mined.total:
         parts.append(groups[mined.ids.astype(np.int64)])
     cand = np.unique(np.concatenate(parts))
-    rows = np.unique(np.stack([ga, gp], axis=1), axis=0)
+    rows = unique_rows(np.stack([ga, gp], axis=1))[0]
     ra, rp = rows[:, 0], rows[:, 1]
     # the candidate groups each row can take before the exclusions
     free = len(cand) - np.isin(ra, cand) - (np.isin(rp, cand) & (rp != ra))
@@ -70,7 +71,7 @@ def has_in_batch_negative(pairs: PairArrays, groups: np.ndarray, excluded: np.nd
         + np.arange(int(counts.sum()))
     partner = excluded[at] % n
     keep = np.isin(partner, cand) & (partner != ra[row]) & (partner != rp[row])
-    pairs_out = np.unique(np.stack([row[keep], partner[keep]], axis=1), axis=0)
+    pairs_out = unique_rows(np.stack([row[keep], partner[keep]], axis=1))[0]
     taken = np.bincount(pairs_out[:, 0], minlength=len(rows)) if len(pairs_out) else \
         np.zeros(len(rows), np.int64)
     return bool((taken[left] < free[left]).any())

@@ -711,3 +711,35 @@ def test_a_gap_without_negatives_is_said_not_nan(store, tmp_path):
     result.records[-1]["gap"] = float("nan")
     line = summary_line(result, store.dim, "infonce", tmp_path / "h")
     assert "gap n/a (no negatives) ->" in line and "nan" not in line
+
+
+def test_a_read_table_is_freed_after_the_set_up(store, tmp_path, monkeypatch):
+    """The pair table read from a path is only needed to make the run's pair arrays: no
+    frame keeps it while the epochs run (a mined table of millions of rows is ~0.4 GB)."""
+    import gc
+    import weakref
+
+    from pairkit.core import tables
+    from pairkit.train.command import train_to_files
+
+    path = tmp_path / "pairs.parquet"
+    instance_triplets(store, k=2).to_parquet(path)
+    refs = []
+    read = tables.read_table
+
+    def reading(*args, **kwargs):
+        df = read(*args, **kwargs)
+        refs.append(weakref.ref(df))
+        return df
+
+    alive = []
+
+    class Watch(StopAfter):
+        def epoch_done(self, record):
+            gc.collect()
+            alive.append(refs[0]() is not None)
+
+    monkeypatch.setattr(tables, "read_table", reading)
+    train_to_files(store.root, tmp_path / "h", TrainConfig(**FAST), pairs=str(path),
+                   hook=Watch(0))
+    assert alive == [False, False]
