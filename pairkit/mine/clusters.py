@@ -44,10 +44,38 @@ def knn_graph(
         vectors = np.asarray(vectors, dtype=np.float32)
     sources = np.asarray(sources, dtype=np.int64)
     n = len(vectors)
-    views = int(np.bincount(sources).max()) if n else 1
-    scores, ids = knn_search(vectors, _exact(vectors, backend), min(n, m + views),
-                             batch_size=batch_size, progress=progress)
-    return other_sources(scores, ids, sources, m)
+    widths = own_source_widths(sources, m)
+    index = _exact(vectors, backend)
+    values = np.unique(widths)
+    if len(values) <= 1:  # every row the same width: one search of every row
+        width = int(values[0]) if len(values) else min(n, m + 1)
+        scores, ids = knn_search(vectors, index, width, batch_size=batch_size,
+                                 progress=progress)
+        return other_sources(scores, ids, sources, m)
+    ids = np.full((n, m), -1, dtype=np.int64)
+    out = np.full((n, m), -np.inf, dtype=np.float32)
+    for width in values:  # the rows of one width searched together
+        sel = np.flatnonzero(widths == width)
+        scores, cand = knn_search(np.ascontiguousarray(vectors[sel]), index, int(width),
+                                  batch_size=batch_size, progress=progress)
+        ids[sel], out[sel] = other_sources(scores, cand, sources, m, sources[sel])
+    return ids, out
+
+
+def own_source_widths(sources: np.ndarray, m: int) -> np.ndarray:
+    """(N,) int64: how deep each row is searched for ``m`` rows of other sources: ``m`` +
+    the size of *its own* source (not of the largest: one source of 10,000 views made
+    every row fetch 10,000 more), the size rounded up to a power of two (at most the
+    largest) so that few distinct widths are searched; at most N."""
+    sources = np.asarray(sources, dtype=np.int64)
+    n = len(sources)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    size = np.bincount(sources)[sources].astype(np.int64)
+    top = int(size.max())
+    size = np.minimum(np.where(size > 1, 1 << np.ceil(np.log2(size)).astype(np.int64), size),
+                      top)
+    return np.minimum(n, m + size)
 
 
 def other_sources(scores: np.ndarray, ids: np.ndarray, sources: np.ndarray, m: int,

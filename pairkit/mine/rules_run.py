@@ -371,7 +371,7 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
     is made where a FAISS index on the CPU takes them (an exact, IVF or IVF-PQ one; the
     torch engine and HNSW get the array); the same lists."""
     from pairkit.index.open import open_searcher
-    from pairkit.mine.clusters import other_sources
+    from pairkit.mine.clusters import other_sources, own_source_widths
 
     n = len(vectors)
     views = int(np.bincount(sources).max()) if n else 1
@@ -384,14 +384,20 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
                            store_root=None if store is None else store.local_root,
                            content_id=None if store is None else store.content_id,
                            engine=backend)
-    k = min(n, m + views)
+    # an exact search: each row m + its own source deep (the same lists as m + the largest
+    # source's); an approximate one (whose hits may depend on k): every row alike
+    widths = (own_source_widths(sources, m) if opened.excludes
+              else np.full(n, min(n, m + views), np.int64))
     ids = np.full((n, m), -1, dtype=np.int64)
     scores = np.full((n, m), -np.inf, dtype=np.float32)
-    for lo in range(0, n, LIST_QUERY_BLOCK):
-        hi = min(n, lo + LIST_QUERY_BLOCK)
-        found_s, found_i = opened.search(vectors[lo:hi], k)
-        ids[lo:hi], scores[lo:hi] = other_sources(found_s, found_i, sources, m,
-                                                  query_sources=sources[lo:hi])
+    for width in np.unique(widths):  # the rows of one width searched together
+        group = np.flatnonzero(widths == width)
+        for lo in range(0, len(group), LIST_QUERY_BLOCK):
+            rows: Any = (slice(lo, min(n, lo + LIST_QUERY_BLOCK)) if len(group) == n
+                         else group[lo:lo + LIST_QUERY_BLOCK])
+            found_s, found_i = opened.search(vectors[rows], int(width))
+            ids[rows], scores[rows] = other_sources(found_s, found_i, sources, m,
+                                                    query_sources=sources[rows])
     return ids, scores
 
 

@@ -68,23 +68,25 @@ def knn_graph_approx(reduced: Any, sources: np.ndarray, rows: np.ndarray, m: int
     these similarities). Returns ``(ids, scores)`` (len(rows), m), ids are positions
     in ``rows``, -1 / -inf padded."""
     from pairkit.index.search import knn_search
+    from pairkit.mine.clusters import own_source_widths
 
     z = np.ascontiguousarray(reduced[rows], dtype=np.float32)
     src = np.unique(np.asarray(sources)[rows], return_inverse=True)[1].ravel()
-    views = int(np.bincount(src).max()) if len(rows) else 1
     n = len(rows)
-    width = min(n, m + views)
+    widths = own_source_widths(src, m)  # m + each row's own source, not the largest
     ids_out = np.full((n, m), -1, dtype=np.int64)
     sc_out = np.full((n, m), -np.inf, dtype=np.float32)
-    for s in range(0, n, block):
-        sc, cand = knn_search(z[s : s + block], z, width)
-        here = np.arange(s, min(n, s + block))
-        own = (cand < 0) | (src[np.maximum(cand, 0)] == src[here][:, None])
-        order = np.argsort(own, axis=1, kind="stable")[:, :m]
-        top_i = np.take_along_axis(np.where(own, -1, cand), order, 1)
-        top_s = np.take_along_axis(np.where(own, -np.inf, sc), order, 1)
-        ids_out[here, : top_i.shape[1]] = top_i
-        sc_out[here, : top_s.shape[1]] = top_s
+    for width in np.unique(widths):  # the rows of one width searched together
+        group = np.flatnonzero(widths == width)
+        for s in range(0, len(group), block):
+            here = group[s : s + block]
+            sc, cand = knn_search(np.ascontiguousarray(z[here]), z, int(width))
+            own = (cand < 0) | (src[np.maximum(cand, 0)] == src[here][:, None])
+            order = np.argsort(own, axis=1, kind="stable")[:, :m]
+            top_i = np.take_along_axis(np.where(own, -1, cand), order, 1)
+            top_s = np.take_along_axis(np.where(own, -np.inf, sc), order, 1)
+            ids_out[here, : top_i.shape[1]] = top_i
+            sc_out[here, : top_s.shape[1]] = top_s
     return ids_out, sc_out
 
 
