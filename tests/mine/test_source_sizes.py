@@ -151,12 +151,18 @@ def other_source_brute(x: np.ndarray, sources: np.ndarray, m: int) -> np.ndarray
     return out
 
 
+@pytest.mark.parametrize("big", ["fetched", "skipped"])
 @pytest.mark.parametrize("graph", ["knn_graph", "knn_graph_approx"])
-def test_rule_graphs_search_each_row_to_its_own_source(store, graph: str,  # noqa: ANN001
+def test_rule_graphs_search_each_row_to_its_own_source(store, graph: str, big: str,  # noqa: ANN001
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The rules' kNN graphs of other sources search a row of a two-view source m + 2
-    deep, not m + the big source (failed before: every row m + 200); the lists are the
+    deep, not m + the big source (failed before: every row m + 200), the big source's
+    rows in blocks, or the big source skipped by the exact search; the lists are the
     brute-force ones."""
+    from pairkit.index import outside
+
+    if big == "skipped":
+        monkeypatch.setattr(outside, "OVER_FETCH_ROWS", BIG // 2)
     from pairkit.index import search
     from pairkit.mine import clusters, spectral
 
@@ -170,20 +176,30 @@ def test_rule_graphs_search_each_row_to_its_own_source(store, graph: str,  # noq
         return real(q, index, k, **kw)
 
     monkeypatch.setattr(search, "knn_search", recorded)
+    monkeypatch.setattr(clusters, "WIDTH_BLOCK_ENTRIES", 3000)  # the deep rows in blocks
     m = 5
     if graph == "knn_graph":
         ids, _ = clusters.knn_graph(x, sources, m)
     else:
         ids, _ = spectral.knn_graph_approx(x, sources, np.arange(len(x)), m, block=64)
-    assert sum(n for n, k in calls if k > m + 2) == BIG, calls
+    deep = [(n, k) for n, k in calls if k > m + 2]
+    assert sum(n for n, k in deep) == (0 if big == "skipped" else BIG), calls
+    assert max((n * k for n, k in deep), default=0) <= 3000, calls
     np.testing.assert_array_equal(ids, other_source_brute(x, sources, m))
 
 
-def test_rule_lists_search_each_row_to_its_own_source(store,  # noqa: ANN001
+@pytest.mark.parametrize("big", ["fetched", "skipped"])
+def test_rule_lists_search_each_row_to_its_own_source(store, big: str,  # noqa: ANN001
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The rules' neighbour lists through mine's index (exact here) search a row of a
-    two-view source m + 2 deep (failed before: every row m + 200); brute-force lists."""
+    two-view source m + 2 deep (failed before: every row m + 200), the big source in
+    blocks or skipped; brute-force lists."""
+    from pairkit.index import outside
+
+    if big == "skipped":
+        monkeypatch.setattr(outside, "OVER_FETCH_ROWS", BIG // 2)
     from pairkit.index.open import Searcher
+    from pairkit.mine import clusters
     from pairkit.mine.rules_run import search_neighbour_lists
 
     x = store.vectors(np.float32)
@@ -196,8 +212,11 @@ def test_rule_lists_search_each_row_to_its_own_source(store,  # noqa: ANN001
         return real(self, q, k)
 
     monkeypatch.setattr(Searcher, "search", recorded)
+    monkeypatch.setattr(clusters, "WIDTH_BLOCK_ENTRIES", 3000)  # the deep rows in blocks
     m = 5
     ids, scores = search_neighbour_lists(x, sources, m, IndexOptions(kind="flat"), None, None)
-    assert sum(n for n, k in calls if k > m + 2) == BIG, calls
+    deep = [(n, k) for n, k in calls if k > m + 2]
+    assert sum(n for n, k in deep) == (0 if big == "skipped" else BIG), calls
+    assert max((n * k for n, k in deep), default=0) <= 3000, calls
     np.testing.assert_array_equal(ids, other_source_brute(x, sources, m))
     np.testing.assert_allclose(scores, np.take_along_axis(x @ x.T, ids, 1), atol=1e-5)
