@@ -3,8 +3,9 @@
 A query never counts itself, and (by default) never counts another view of its
 own source: those are the trivial matches. To still return ``k`` neighbours
 after removing them, the search fetches ``k + e`` rows where ``e`` bounds the
-number of excluded rows of any query (largest source group among the
-references, plus one for the query itself).
+number of excluded rows of *that* query (its source group among the references,
+plus one for the query itself; rounded up to a power of two, so that a block's
+queries share few distinct depths), not of the query with the largest source.
 """
 
 from __future__ import annotations
@@ -49,6 +50,22 @@ class Exclusion:
             extra += 1
         return extra
 
+    def excluded_per_query(self, nq: int) -> np.ndarray:
+        """(nq,) int64: an upper bound on the rows excluded for each query (its source's
+        references, plus one where any query is a reference itself, as
+        :meth:`max_excluded`, whose value is their largest)."""
+        extra = np.zeros(nq, dtype=np.int64)
+        if self.query_groups is not None and self.ref_groups is not None:
+            ref = self.ref_groups[self.ref_groups >= 0]
+            if len(ref):
+                counts = np.bincount(ref)
+                q = np.asarray(self.query_groups)
+                ok = (q >= 0) & (q < len(counts))
+                extra[ok] = counts[q[ok]]
+        if self.self_rows is not None and bool((self.self_rows >= 0).any()):
+            extra += 1
+        return extra
+
 
 def search_excluding(
     queries: np.ndarray,
@@ -68,27 +85,53 @@ def search_excluding(
     :data:`~pairkit.index.search.ROW_CHUNK_BYTES` of temporaries.
     """
     exclusion = exclusion or Exclusion()
-    k_fetch = min(n_ref, k + exclusion.max_excluded())
-    width = min(k, k_fetch)
+    extra = exclusion.excluded_per_query(len(queries))
+    top = int(extra.max(initial=0))
+    extra = np.where(extra > 1, np.minimum(
+        1 << np.ceil(np.log2(np.maximum(extra, 1))).astype(np.int64), top), extra)
+    fetch = np.minimum(n_ref, k + extra)  # each query's own depth
+    width = min(k, n_ref)
     for start in range(0, len(queries), block_rows):
         stop = min(start + block_rows, len(queries))
-        scores, ids = knn_search(queries[start:stop], index, k_fetch, batch_size=block_rows)
-        # Stable compaction, in place and some rows at a time (each row on its own): kept
-        # rows first, in their original (best-first) order.
-        for rows in row_chunks(len(ids), k_fetch * COMPACT_BYTES):
-            keep = ids[rows] >= 0
-            if exclusion.self_rows is not None:
-                keep &= ids[rows] != exclusion.self_rows[start:stop, None][rows]
-            if exclusion.query_groups is not None and exclusion.ref_groups is not None:
-                qg = exclusion.query_groups[start:stop, None][rows]
-                rg = exclusion.ref_groups[np.maximum(ids[rows], 0)]
-                keep &= ~((rg == qg) & (qg >= 0))
-            scores[rows, :width], ids[rows, :width] = kept_first(scores[rows], ids[rows],
-                                                                 keep, k)
-        scores, ids = scores[:, :width], ids[:, :width]
+        depths = np.unique(fetch[start:stop])
+        if len(depths) == 1:  # one depth: the block's result compacted in place
+            scores, ids = fetched_kept(queries[start:stop], index, int(depths[0]), k,
+                                       exclusion, start, stop, block_rows)
+        else:
+            scores = np.full((stop - start, width), -np.inf, dtype=np.float32)
+            ids = np.full((stop - start, width), -1, dtype=np.int64)
+            for depth in depths:  # the block's queries of one depth searched together
+                sel = np.flatnonzero(fetch[start:stop] == depth)
+                scores[sel], ids[sel] = fetched_kept(
+                    queries[start:stop][sel], index, int(depth), k,
+                    exclusion, start + sel, None, block_rows)
         if width < k:
             pad = k - width
             scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
             ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
         yield start, scores, ids
         del scores, ids  # not held while the next block is searched
+
+
+def fetched_kept(queries: np.ndarray, index: Any, k_fetch: int, k: int,
+                 exclusion: Exclusion, start: Any, stop: int | None, block_rows: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``min(k, k_fetch)`` kept neighbours (best first, -inf / -1 padded) of
+    ``queries``, searched ``k_fetch`` deep, their rows of ``exclusion`` left out: the
+    queries are its rows ``start:stop`` (``stop`` None: ``start`` is their positions)."""
+    at = slice(start, stop) if stop is not None else start
+    width = min(k, k_fetch)
+    scores, ids = knn_search(queries, index, k_fetch, batch_size=block_rows)
+    # Stable compaction, in place and some rows at a time (each row on its own): kept
+    # rows first, in their original (best-first) order.
+    for rows in row_chunks(len(ids), k_fetch * COMPACT_BYTES):
+        keep = ids[rows] >= 0
+        if exclusion.self_rows is not None:
+            keep &= ids[rows] != exclusion.self_rows[at, None][rows]
+        if exclusion.query_groups is not None and exclusion.ref_groups is not None:
+            qg = exclusion.query_groups[at, None][rows]
+            rg = exclusion.ref_groups[np.maximum(ids[rows], 0)]
+            keep &= ~((rg == qg) & (qg >= 0))
+        scores[rows, :width], ids[rows, :width] = kept_first(scores[rows], ids[rows],
+                                                             keep, k)
+    return scores[:, :width], ids[:, :width]

@@ -56,14 +56,51 @@ def split_queries(queries: list[str]) -> tuple[tuple[str, ...], tuple[int, ...]]
     return tuple(images), tuple(ids)
 
 
-def neighbours(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray,
-                                                                          np.ndarray]:
-    """``(scores, ids)`` (nq, k) of the exact search of ``queries`` in ``vectors``, through
-    the one search entry point (:func:`pairkit.index.open.exact_searcher`: best first,
-    ties by id, -1 padding)."""
+# queries x k entries searched at once (scores and ids: ~100 MB)
+QUERY_BLOCK_ENTRIES = 1 << 23
+# an item query's own source of more rows than this is skipped by the search (exact:
+# pairkit.index.open.Searcher.search_outside) rather than fetched and dropped
+OVER_FETCH_SOURCE = 1024
+
+
+def neighbours(vectors: np.ndarray, queries: np.ndarray, k: int, own: np.ndarray,
+               sources: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(scores, ids)`` of each query: the exact search of ``queries`` in ``vectors``
+    through the one search entry point (:func:`pairkit.index.open.exact_searcher`: best
+    first, ties by id, -1 padding), at least ``k`` rows outside the query's ``own``
+    source (-1: none) among them. A query fetches ``k`` + the size of *its own* source
+    (not of the store's largest), or skips it when it is big; queries are searched in
+    blocks of :data:`QUERY_BLOCK_ENTRIES` results."""
     from pairkit.index.open import exact_searcher
 
-    return exact_searcher(vectors).search(np.ascontiguousarray(queries, dtype=np.float32), k)
+    n = len(vectors)
+    searcher = exact_searcher(vectors)
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    sizes = np.bincount(sources, minlength=1)
+    extra = np.where(own >= 0, sizes[np.maximum(own, 0)], 0)
+    skip = (extra > OVER_FETCH_SOURCE) & searcher.excludes
+    extra = np.where(skip, 0, extra)
+    # own sizes rounded up to a power of two: few distinct k, one search each
+    top = int(extra.max(initial=0))
+    extra = np.where(extra > 1, np.minimum(
+        1 << np.ceil(np.log2(np.maximum(extra, 1))).astype(np.int64), top), extra)
+    ks = np.minimum(n, k + extra)
+    out: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.float32),
+                                                 np.zeros(0, np.int64))] * len(queries)
+    for kk in np.unique(ks):
+        for skipping in (False, True):
+            sel = np.flatnonzero((ks == kk) & (skip == skipping))
+            step = max(1, QUERY_BLOCK_ENTRIES // int(kk))
+            for b in range(0, len(sel), step):
+                rows = sel[b:b + step]
+                if skipping:
+                    sc, ids = searcher.search_outside(queries[rows], int(kk), own[rows],
+                                                      sources)
+                else:
+                    sc, ids = searcher.search(queries[rows], int(kk))
+                for j, q in enumerate(rows):
+                    out[q] = (sc[j], ids[j])
+    return out
 
 
 def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
@@ -117,11 +154,9 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
     sources = store.source_codes()
     own = np.full(len(queries), -1, dtype=np.int64)
     ni = len(req.images)
-    extra = 0
     if req.ids and not req.include_same_source:
         own[ni:ni + len(req.ids)] = sources[np.asarray(req.ids, dtype=np.int64)]
-        extra = int(np.bincount(sources).max())  # at most this many rows share a source
-    scores, ids = neighbours(vectors, queries, min(n, req.k + extra))
+    found = neighbours(vectors, queries, req.k, own, np.asarray(sources, dtype=np.int64))
     items = store.items
     labels = items["label"].to_numpy(dtype=object, na_value=None)
     names = ([str(p) for p in req.images] + [f"id:{i}" for i in req.ids] + list(req.texts))
@@ -130,11 +165,11 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
 
     rows: list[tuple[Any, ...]] = []
     alone: list[str] = []  # item queries whose every candidate is of their own source
-    for q in range(len(queries)):
-        keep = ids[q] >= 0
+    for q, (scores, ids) in enumerate(found):
+        keep = ids >= 0
         if own[q] >= 0:
-            keep &= sources[np.maximum(ids[q], 0)] != own[q]
-        hit_ids, hit_scores = ids[q][keep][:req.k], scores[q][keep][:req.k]
+            keep &= sources[np.maximum(ids, 0)] != own[q]
+        hit_ids, hit_scores = ids[keep][:req.k], scores[keep][:req.k]
         if not len(hit_ids):
             alone.append(names[q])
         for rank, (i, s) in enumerate(zip(hit_ids, hit_scores, strict=True)):

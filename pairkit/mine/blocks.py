@@ -169,6 +169,8 @@ class MineBlocks:
     # row, -1 none): each anchor's search skips those of the anchor and of its positives
     # (their rows are flagged and dropped) through ``searcher.outside``; None: fetched
     skip_groups: np.ndarray | None = None
+    # each anchor's first k (pairkit.mine.selection.initial_k; None: k0 for every one)
+    k_rows: np.ndarray | None = None
 
     def load_rows(self) -> MineBlocks:
         """These blocks with ``ctx.vectors`` read from the store when they were left out
@@ -245,30 +247,47 @@ def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
                         st.pos_scores[b0 - p0:b1 - p0],
                         cfg.num_negatives, st.keep_flags, st.k0)
     attract: list[Attracted] = []
-    bs = cfg.batch_size
     pending = np.arange(b0, b1)
-    k = st.k0
+    ks = np.full(len(pending), st.k0, np.int64) if st.k_rows is None else st.k_rows[pending]
+    first = True
     while len(pending):
-        step = bs if k == st.k0 else max(1, cfg.max_k_entries // max(k, 1))
         still: list[np.ndarray] = []
-        for c0 in range(0, len(pending), step):
-            rows = pending[c0:c0 + step]
-            s, i, exh = fetch_candidates(st, rows, k)
-            block = select_negatives(st.ctx, rows, st.anchors[rows], i, s, st.ref[rows - p0],
-                                     exh | (k >= st.k_cap), cfg.hard)
-            done = ~block.short
-            collect(part, block.take(done), rows[done] - b0, st.hi, cfg, st.keep_flags,
-                    attract)
-            still.append(rows[block.short])
-        pending = np.concatenate(still) if still else np.zeros(0, np.int64)
-        if len(pending):
-            if k == st.k0:
-                part.anchors_retried += len(pending)
+        for k in np.unique(ks):  # the anchors of one k searched together
+            k = int(k)
+            group = pending[ks == k]
+            step = max(1, cfg.max_k_entries // max(k, 1))
+            step = min(cfg.batch_size, step) if first else step
+            for c0 in range(0, len(group), step):
+                rows = group[c0:c0 + step]
+                s, i, exh = fetch_candidates(st, rows, k)
+                block = select_negatives(st.ctx, rows, st.anchors[rows], i, s,
+                                         st.ref[rows - p0], exh | (k >= st.k_cap), cfg.hard)
+                done = ~block.short
+                collect(part, block.take(done), rows[done] - b0, st.hi, cfg, st.keep_flags,
+                        attract)
+                still.append(rows[block.short])
+        short = np.sort(np.concatenate(still)) if still else np.zeros(0, np.int64)
+        if len(short):
+            if first:
+                part.anchors_retried += len(short)
             part.retries += 1
-            k = min(st.k_cap, k * 4)
-            part.k_max = max(part.k_max, k)
+            ks = np.minimum(st.k_cap, ks[np.searchsorted(pending, short)] * 4)
+            part.k_max = max(part.k_max, int(ks.max()))
+        pending, first = short, False
+    attract = in_row_order(attract)
     set_attracted(part.pairs, attract)
     return part
+
+
+def in_row_order(attract: list[Attracted]) -> list[Attracted]:
+    """A block's attracted rows (:func:`collect`) in anchor row order, each anchor's in the
+    order they were collected: the same whatever the anchors' k and search rounds."""
+    if len(attract) < 2:
+        return attract
+    rows = np.concatenate([a[0] for a in attract])
+    order = np.argsort(rows, kind="stable")
+    return [(rows[order], *(np.concatenate([a[j] for a in attract])[order]
+                            for j in (1, 2, 3)))]  # type: ignore[list-item]
 
 
 def add_counts(into: Any, part: Any) -> None:

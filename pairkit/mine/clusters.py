@@ -4,6 +4,7 @@ propagation over it (``community``), PCA, cluster counts. Spherical k-means is
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -38,16 +39,84 @@ def knn_graph(
     :class:`pairkit.index.backend.SearchBackend` (None: FAISS on the CPU); ``progress``:
     :func:`~pairkit.index.search.knn_search`'s hook (rows searched per block).
     """
+    from pairkit.index.outside import search_outside_parts
     from pairkit.index.search import knn_search
 
     if is_view(vectors):  # an exact search of every row against every row: an array
         vectors = np.asarray(vectors, dtype=np.float32)
     sources = np.asarray(sources, dtype=np.int64)
     n = len(vectors)
-    views = int(np.bincount(sources).max()) if n else 1
-    scores, ids = knn_search(vectors, _exact(vectors, backend), min(n, m + views),
-                             batch_size=batch_size, progress=progress)
-    return other_sources(scores, ids, sources, m)
+    widths = own_source_widths(sources, m)
+    index = _exact(vectors, backend)
+    values = np.unique(widths)
+    if len(values) <= 1:  # every row the same width: one search of every row
+        width = int(values[0]) if len(values) else min(n, m + 1)
+        scores, ids = knn_search(vectors, index, width, batch_size=batch_size,
+                                 progress=progress)
+        return other_sources(scores, ids, sources, m)
+    ids = np.full((n, m), -1, dtype=np.int64)
+    out = np.full((n, m), -np.inf, dtype=np.float32)
+    skip = big_source_rows(sources) if isinstance(index, np.ndarray) else None
+    for width, sel in width_blocks(widths, batch_size, skip):  # rows of one width together
+        q = np.ascontiguousarray(vectors[sel])
+        if width == 0:  # a big source: the exact search skips it
+            scores, cand = search_outside_parts(
+                index, sources, q, sources[sel], m,
+                lambda a, b: knn_search(a, index, b, batch_size=batch_size))
+            if progress is not None:
+                progress(len(sel))
+        else:
+            scores, cand = knn_search(q, index, width, batch_size=batch_size,
+                                      progress=progress)
+        ids[sel], out[sel] = other_sources(scores, cand, sources, m, sources[sel])
+    return ids, out
+
+
+def big_source_rows(sources: np.ndarray) -> np.ndarray:
+    """(N,) bool: the rows of sources of more than ``OVER_FETCH_ROWS`` rows (1,024), which
+    an exact search skips (:func:`pairkit.index.outside.search_outside_parts`) rather
+    than fetching them and dropping them."""
+    from pairkit.index.outside import OVER_FETCH_ROWS
+
+    sources = np.asarray(sources, dtype=np.int64)
+    if not len(sources):
+        return np.zeros(0, bool)
+    return np.asarray(np.bincount(sources)[sources] > OVER_FETCH_ROWS)
+
+
+# hits (scores and ids) of one block of rows of a deep width: ~200 MB
+WIDTH_BLOCK_ENTRIES = 1 << 24
+
+
+def width_blocks(widths: np.ndarray, block_rows: int, skip: np.ndarray | None = None
+                 ) -> Iterator[tuple[int, np.ndarray]]:
+    """``(width, rows)`` for the rows of each distinct width (ascending), in blocks of at
+    most ``block_rows`` rows and :data:`WIDTH_BLOCK_ENTRIES` // width (so a deep width
+    holds no more hits at once than a shallow one); width 0 for the rows ``skip`` (N,)
+    bool marks (their own source skipped by the search, not fetched)."""
+    if skip is not None and skip.any():
+        widths = np.where(skip, 0, widths)
+    for width in np.unique(widths):
+        rows = np.flatnonzero(widths == width)
+        step = max(1, min(block_rows, WIDTH_BLOCK_ENTRIES // max(int(width), 1)))
+        for lo in range(0, len(rows), step):
+            yield int(width), rows[lo:lo + step]
+
+
+def own_source_widths(sources: np.ndarray, m: int) -> np.ndarray:
+    """(N,) int64: how deep each row is searched for ``m`` rows of other sources: ``m`` +
+    the size of *its own* source (not of the largest: one source of 10,000 views made
+    every row fetch 10,000 more), the size rounded up to a power of two (at most the
+    largest) so that few distinct widths are searched; at most N."""
+    sources = np.asarray(sources, dtype=np.int64)
+    n = len(sources)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    size = np.bincount(sources)[sources].astype(np.int64)
+    top = int(size.max())
+    size = np.minimum(np.where(size > 1, 1 << np.ceil(np.log2(size)).astype(np.int64), size),
+                      top)
+    return np.minimum(n, m + size)
 
 
 def other_sources(scores: np.ndarray, ids: np.ndarray, sources: np.ndarray, m: int,

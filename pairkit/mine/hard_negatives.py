@@ -18,9 +18,11 @@ For each anchor (an item with at least one positive under the relation):
 3. Window and sampling: valid ranks ``[range_min, range_max)``; ``top`` takes the
    first K, ``random`` K uniformly, ``softmax`` K without replacement with
    probability proportional to ``exp(score / T)`` (Gumbel-top-k).
-4. Headroom: candidates are fetched with enough spare (the largest exclusion
-   set plus the window); anchors that still come up short are searched again
-   with 4x the k until they have the window or the store is exhausted.
+4. Headroom: candidates are fetched with enough spare (the anchor's own exclusion
+   set, rounded up to a power of two, plus the window; a big source of the instance
+   relation is skipped by an exact search instead); anchors that still come up short
+   are searched again with 4x the k until they have the window or the store is
+   exhausted.
    Anchors that end with fewer than K negatives are kept and counted.
 
 Without ``--hard`` (easy negatives) candidates are drawn uniformly from the
@@ -150,8 +152,14 @@ def plan_blocks(
                            positives_share_source=relation.kind == "instance" and same_groups)
     _, hi = cfg.window() if cfg.hard else (0, cfg.num_negatives)
     skip_class = skips_class(cfg, relation, searcher, anchor_searcher, n_items)
-    k0 = initial_k(cfg, relation, ctx.sources, offsets, n_items, fn_filter is not None,
-                   skip_class)
+    skip_groups = skips_groups(cfg, fn_filter, searcher, anchor_searcher, n_items)
+    skipped = None
+    if skip_groups is None and ctx.positives_share_source:
+        skip_groups = skips_sources(cfg, ctx.sources, searcher, anchor_searcher, n_items)
+        skipped = None if skip_groups is None else skip_groups[anchors] >= 0
+    k_rows = initial_k(cfg, relation, ctx.sources, offsets, n_items, fn_filter is not None,
+                       skip_class, anchors, skipped)
+    k0 = int(k_rows.max(initial=0))
     keep_flags = fn_filter is not None and cfg.fn_mode in ("keep", "attract")
     if rows_from is not None and vectors is not None:
         from dataclasses import replace
@@ -161,8 +169,7 @@ def plan_blocks(
                       n_items if cfg.hard else 16 * n_items, hi, keep_flags, searcher,
                       anchor_searcher, rows_from, positives_there=vectors is None,
                       skip_class=skip_class,
-                      skip_groups=skips_groups(cfg, fn_filter, searcher, anchor_searcher,
-                                               n_items))
+                      skip_groups=skip_groups, k_rows=k_rows)
 
 
 def skips_class(cfg: MineConfig, relation: Relation, searcher: Searcher | None,
@@ -198,3 +205,20 @@ def skips_groups(cfg: MineConfig, fn_filter: FnFilter | None, searcher: Searcher
     from pairkit.mine.group_skip import big_groups
 
     return big_groups(groups)
+
+
+def skips_sources(cfg: MineConfig, sources: np.ndarray, searcher: Searcher | None,
+                  anchor_searcher: Searcher | None, n_items: int) -> np.ndarray | None:
+    """The big sources each anchor's search skips under the instance relation (whose
+    positives are the other rows of the anchor's source: every row of it is excluded),
+    as codes per row (:func:`pairkit.mine.group_skip.big_groups` of ``sources``: those of
+    at least ``MIN_SKIPPED_GROUP`` rows), or None: with hard negatives, no
+    ``anchor_searcher`` and a ``searcher`` that skips rows exactly (as
+    :func:`skips_groups`). The anchors of a source of 10,000 views then search past none
+    of them, for the same table."""
+    if not (cfg.hard and anchor_searcher is None and searcher is not None
+            and getattr(searcher, "skips_exactly", lambda n: False)(n_items)):
+        return None
+    from pairkit.mine.group_skip import big_groups
+
+    return big_groups(sources)

@@ -371,7 +371,12 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
     is made where a FAISS index on the CPU takes them (an exact, IVF or IVF-PQ one; the
     torch engine and HNSW get the array); the same lists."""
     from pairkit.index.open import open_searcher
-    from pairkit.mine.clusters import other_sources
+    from pairkit.mine.clusters import (
+        big_source_rows,
+        other_sources,
+        own_source_widths,
+        width_blocks,
+    )
 
     n = len(vectors)
     views = int(np.bincount(sources).max()) if n else 1
@@ -384,14 +389,26 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
                            store_root=None if store is None else store.local_root,
                            content_id=None if store is None else store.content_id,
                            engine=backend)
-    k = min(n, m + views)
+    # an exact search: each row m + its own source deep (the same lists as m + the largest
+    # source's); an approximate one (whose hits may depend on k): every row alike
+    widths = (own_source_widths(sources, m) if opened.excludes
+              else np.full(n, min(n, m + views), np.int64))
     ids = np.full((n, m), -1, dtype=np.int64)
     scores = np.full((n, m), -np.inf, dtype=np.float32)
-    for lo in range(0, n, LIST_QUERY_BLOCK):
-        hi = min(n, lo + LIST_QUERY_BLOCK)
-        found_s, found_i = opened.search(vectors[lo:hi], k)
-        ids[lo:hi], scores[lo:hi] = other_sources(found_s, found_i, sources, m,
-                                                  query_sources=sources[lo:hi])
+    if len(np.unique(widths)) <= 1:  # one width (the usual): blocks of rows in order
+        blocks: Any = [(int(widths[0]), slice(lo, min(n, lo + LIST_QUERY_BLOCK)))
+                       for lo in range(0, n, LIST_QUERY_BLOCK)]
+    else:  # the rows of one width together, a deep one in fewer rows at a time, a big
+        # source skipped by the exact search
+        blocks = width_blocks(widths, LIST_QUERY_BLOCK, big_source_rows(sources))
+    for width, rows in blocks:
+        if width == 0:
+            found_s, found_i = opened.search_outside(vectors[rows], m, sources[rows],
+                                                     sources)
+        else:
+            found_s, found_i = opened.search(vectors[rows], width)
+        ids[rows], scores[rows] = other_sources(found_s, found_i, sources, m,
+                                                query_sources=sources[rows])
     return ids, scores
 
 

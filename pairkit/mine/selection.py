@@ -261,19 +261,36 @@ def drop_repeats(ids: np.ndarray) -> np.ndarray:
 
 def initial_k(cfg: MineConfig, relation: Relation, sources: np.ndarray,
               pos_offsets: np.ndarray, n_items: int, filtered: bool,
-              class_skipped: bool = False) -> int:
-    """Candidates fetched per anchor at first: the largest exclusion set (own source,
-    positives, for the label relation a median class) plus the window, with spare for
-    false-negative flags (``filtered``); anchors still short are searched again.
+              class_skipped: bool = False, anchors: np.ndarray | None = None,
+              skipped: np.ndarray | None = None) -> np.ndarray:
+    """Candidates fetched per anchor at first ((n,) int64 over the anchors of
+    ``pos_offsets``): the anchor's own exclusion set (its source, its positives, for the
+    label relation a median class) plus the window, with spare for false-negative flags
+    (``filtered``); anchors still short are searched again. The own set is rounded up to
+    a power of two (at most the largest anchor's), so that a block's anchors share few
+    distinct k (one search each), and an anchor of a small source does not fetch the
+    largest source's size. ``anchors`` None: every anchor gets the largest.
     ``class_skipped``: the search skips the anchor's class (the label relation), which
-    holds all of them: no room for an exclusion set."""
+    holds all of them: no room for an exclusion set; ``skipped`` (n,) bool: the search
+    skips these anchors' own source (the instance relation's big sources), alike."""
     _, hi = cfg.window() if cfg.hard else (0, cfg.num_negatives)
+    n = len(pos_offsets) - 1
     src_sizes = np.bincount(sources) if n_items else np.zeros(1, np.int64)
-    excl = int(src_sizes.max()) + int(np.diff(pos_offsets).max())
+    npos = np.diff(pos_offsets).astype(np.int64)
+    if anchors is None:
+        own = np.full(n, int(src_sizes.max()) + int(npos.max(initial=0)), np.int64)
+    else:
+        own = src_sizes[sources[anchors]].astype(np.int64) + npos
+    top = int(own.max(initial=0))
+    excl = np.minimum(np.where(own > 1, 1 << np.ceil(np.log2(np.maximum(own, 1))
+                                                    ).astype(np.int64), own), top)
+    if skipped is not None:
+        excl = np.where(skipped, 0, excl)
     if class_skipped:
-        excl = 0
+        excl = np.zeros(n, np.int64)
     elif relation.group is not None and relation.kind == "label":
         g = relation.group[relation.group >= 0]
         excl += int(np.median(np.bincount(g))) if len(g) else 0
     extra_fn = hi if filtered else 0
-    return min(n_items, hi + 1 + excl + extra_fn + (hi if cfg.hard else 3 * cfg.num_negatives))
+    return np.minimum(n_items, hi + 1 + excl + extra_fn
+                      + (hi if cfg.hard else 3 * cfg.num_negatives)).astype(np.int64)

@@ -67,18 +67,22 @@ def knn_graph_approx(reduced: Any, sources: np.ndarray, rows: np.ndarray, m: int
     search in ``reduced`` (the rows' principal components; the graph's weights are
     these similarities). Returns ``(ids, scores)`` (len(rows), m), ids are positions
     in ``rows``, -1 / -inf padded."""
+    from pairkit.index.outside import search_outside_parts
     from pairkit.index.search import knn_search
+    from pairkit.mine.clusters import big_source_rows, own_source_widths, width_blocks
 
     z = np.ascontiguousarray(reduced[rows], dtype=np.float32)
     src = np.unique(np.asarray(sources)[rows], return_inverse=True)[1].ravel()
-    views = int(np.bincount(src).max()) if len(rows) else 1
     n = len(rows)
-    width = min(n, m + views)
+    widths = own_source_widths(src, m)  # m + each row's own source, not the largest
     ids_out = np.full((n, m), -1, dtype=np.int64)
     sc_out = np.full((n, m), -np.inf, dtype=np.float32)
-    for s in range(0, n, block):
-        sc, cand = knn_search(z[s : s + block], z, width)
-        here = np.arange(s, min(n, s + block))
+    for width, here in width_blocks(widths, block, big_source_rows(src)):
+        if width == 0:  # a big source: the exact search skips it
+            sc, cand = search_outside_parts(z, src, np.ascontiguousarray(z[here]), src[here],
+                                            m, lambda a, b: knn_search(a, z, b))
+        else:  # m + the row's own source deep
+            sc, cand = knn_search(np.ascontiguousarray(z[here]), z, width)
         own = (cand < 0) | (src[np.maximum(cand, 0)] == src[here][:, None])
         order = np.argsort(own, axis=1, kind="stable")[:, :m]
         top_i = np.take_along_axis(np.where(own, -1, cand), order, 1)

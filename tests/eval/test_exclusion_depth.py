@@ -1,0 +1,48 @@
+"""eval's search with exclusions on a query side with one big source (hunt-x, eval lead):
+each query fetches k + *its own* excluded rows, not k + the largest source's, and the
+neighbours are the brute-force ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pairkit.eval import neighbours
+from pairkit.eval.neighbours import Exclusion, search_excluding
+from pairkit.index.search import flat_index
+
+BIG = 120
+
+
+@pytest.mark.parametrize("block_rows", [4096, 16])
+def test_each_query_fetches_its_own_excluded_rows(block_rows: int,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queries as gallery (self rows and sources excluded): those of two-view sources ask
+    for k + 4 (two rows of their source, one for themselves, rounded up), the big source's
+    for k + BIG + 1 (failed before: every query k + BIG + 1); brute-force neighbours."""
+    rng = np.random.default_rng(5)
+    n = BIG + 2 * 60
+    x = rng.normal(size=(n, 8)).astype(np.float32)
+    x[BIG + 3] = x[BIG + 10]  # ties across sources
+    groups = np.concatenate([np.zeros(BIG, np.int64), 1 + np.arange(2 * 60) // 2])
+    perm = rng.permutation(n)  # the big source's queries spread over the blocks
+    x, groups = x[perm], groups[perm]
+    excl = Exclusion(np.arange(n), groups, groups)
+    calls: list[tuple[int, int]] = []
+    real = neighbours.knn_search
+
+    def recorded(q, index, k, **kw):  # noqa: ANN001, ANN003, ANN202
+        calls.append((len(q), k))
+        return real(q, index, k, **kw)
+
+    monkeypatch.setattr(neighbours, "knn_search", recorded)
+    k = 5
+    got = np.concatenate([ids for _, _, ids in search_excluding(
+        x, flat_index(x), n, k, excl, block_rows=block_rows)])
+    assert sum(q for q, kk in calls if kk <= k + 4) == n - BIG, calls
+    assert max(kk for _, kk in calls) == k + BIG + 1
+    s = x.astype(np.float64) @ x.astype(np.float64).T
+    for r in range(n):
+        order = np.lexsort((np.arange(n), -s[r]))
+        want = [int(j) for j in order if groups[j] != groups[r]][:k]
+        assert got[r].tolist() == want, r
