@@ -468,7 +468,10 @@ class Store:
         return ShardRows(self._arrays, self.dim, self.dtype, self._shard_names())
 
     def _shard_names(self) -> list[str]:
-        """``store ROOT: shard FILE`` for each array held, for a message."""
+        """``store ROOT: shard FILE`` for each array held, for a message (``shard I`` when
+        the arrays held are not the manifest's shards: a snapshot held without them)."""
+        if len(self._arrays) != len(self.shards):
+            return [f"store {self.root}: shard {i}" for i in range(len(self._arrays))]
         return [f"store {self.root}: shard {s.file}" for s in self.shards]
 
     @property
