@@ -621,3 +621,14 @@ def test_torch_backend_mines_the_faiss_table_with_the_label_free_rules(tmp_path,
     np.testing.assert_allclose(tables[0]["neg_score"], tables[1]["neg_score"], atol=1e-5)
     if mode == "keep":
         assert tables[0]["false_negative"].any()
+
+
+def test_cluster_count_goes_past_the_first_32_eigenvectors() -> None:
+    """40 well-separated groups give 40 clusters: with every one of the first 32
+    eigenvalues above the threshold, more eigenvectors are fetched (up to MAX_CLUSTERS)."""
+    rng = np.random.default_rng(0)
+    directions = np.linalg.qr(rng.standard_normal((64, 64)))[0][:40]  # orthonormal rows
+    x = np.repeat(directions, 10, axis=0) + 0.01 * rng.standard_normal((400, 64))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    emb = spectral_embedding(x, np.arange(len(x)))
+    assert emb.cluster_count() == 40
