@@ -632,3 +632,22 @@ def test_cluster_count_goes_past_the_first_32_eigenvectors() -> None:
     x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
     emb = spectral_embedding(x, np.arange(len(x)))
     assert emb.cluster_count() == 40
+
+
+def test_a_diffusion_cosine_exactly_at_the_threshold_is_flagged():
+    """The rule flags a candidate at a diffusion cosine >= the threshold: exactly at it
+    too (the masked search, :func:`pairkit.index.outside.far_in`, skips those)."""
+    from pairkit.mine.rules import cluster
+
+    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=1, cluster_votes=1)
+    ctx = build_context(blobs(2, 1, 4), None, np.arange(2), cfg, seed=0)
+    ctx.cluster_assign = np.array([[0, 1]])  # never in one cluster: only the cosine flags
+    ctx.diffusion = np.array([[1.0, 0.0], [0.5, 0.8660254]], np.float32)
+    ctx.cluster_info = {"votes_for": (cfg.cluster_votes, cfg.cluster_max_share,
+                                      cfg.cluster_diffusion), "votes": 1, "diffusion": 0.5}
+    assert cluster.diffusion_cosines(ctx.diffusion, np.array([0]), np.array([1]))[0] == 0.5
+    got = cluster.flag(ctx, np.array([0, 1]), np.array([[1], [0]]), None, None, cfg, None)
+    np.testing.assert_array_equal(got, [[True], [True]])
+    ctx.cluster_info["diffusion"] = 0.5001
+    got = cluster.flag(ctx, np.array([0, 1]), np.array([[1], [0]]), None, None, cfg, None)
+    np.testing.assert_array_equal(got, [[False], [False]])
