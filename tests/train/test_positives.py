@@ -47,6 +47,17 @@ def test_split_and_sets() -> None:
     assert positive_sets(mined, 6, allowed).ids.tolist() == [2, 0]
 
 
+def test_an_empty_positive_confidence_reads_as_one() -> None:
+    """A mined row without a confidence (a hand-made or concatenated table) counts as
+    confidence 1, not 0, so ``--positive-sampling confidence`` still draws it."""
+    mined = pd.DataFrame({"anchor_id": [0, 0, 1], "positive_id": [1, 2, 0],
+                          "positive_kind": ["mined"] * 3,
+                          "positive_confidence": [None, 0.5, np.nan]})
+    sets = positive_sets(mined, 3, np.ones(3, bool))
+    assert sets.ids.tolist() == [1, 2, 0]
+    np.testing.assert_array_equal(sets.confidence, np.array([1.0, 0.5, 1.0], np.float32))
+
+
 def test_tables_without_mined_rows_and_bad_kinds() -> None:
     t = _table().drop(columns="positive_kind")
     assert split_mined_rows(t)[1] is None
