@@ -14,10 +14,12 @@ Rand index to the true classes of MNIST under an ImageNet CNN rose from 0.18-0.3
   taken in the rows' 128 leading principal components (the graph only needs
   the neighbourhoods, and the search is 10x cheaper than in 1,280 dims).
 - The number of clusters, when not given: how many eigenvalues of the normalised
-  adjacency are >= 0.9. An eigenvalue near 1 marks a region the graph barely
-  connects to the rest; counting them is the eigengap idea made robust to the
-  absence of a single clear gap (measured: 9 on MNIST and 12 on Fashion-MNIST,
-  10 classes each; 21 on their union, 20 classes).
+  adjacency are >= 0.93 (:data:`EIGEN_THRESHOLD`), between 2 and
+  :data:`MAX_CLUSTERS` (64: 32 eigenvectors first, more while all are above it).
+  An eigenvalue near 1 marks a region the graph barely connects to the rest;
+  counting them is the eigengap idea made robust to the absence of a single clear
+  gap (measured, docs/methods.md: 8 on MNIST and 9 on Fashion-MNIST, 10 classes
+  each; 16 on their union, 20 classes).
 - Large stores: the graph and the embedding are built on a seeded sample of
   ``sample`` rows; every other row takes, per k-means run, the majority cluster of
   the nearest small cell of sampled rows (in the principal components).

@@ -314,3 +314,27 @@ def test_pair_whitening_above_the_heads_dims_is_refused(tmp_path):
     r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
                             "--relation", "instance", "--pair-whitening", "8", *FAST])
     assert r.exit_code == 0, r.output
+
+
+def test_cli_defaults_are_the_config_defaults() -> None:
+    """Every ``pairkit train`` option named like a TrainConfig / LossConfig field defaults to
+    that field's default, so ``pairkit.api.train_head`` and the CLI train alike."""
+    import dataclasses
+
+    import typer
+
+    from pairkit.core.options import parse_all_or_int
+    from pairkit.train.config import TrainConfig
+    from pairkit.train.losses import LossConfig
+
+    command = typer.main.get_command(app).commands["train"]
+    defaults = {p.name: p.default for p in command.params}
+    fields = {f.name: getattr(TrainConfig(), f.name) for f in dataclasses.fields(TrainConfig)}
+    fields.update({("loss" if f.name == "name" else f.name): getattr(LossConfig(), f.name)
+                   for f in dataclasses.fields(LossConfig)})
+    defaults["pair_whitening"] = parse_all_or_int(defaults["pair_whitening"], "")
+    compared = sorted(set(defaults) & set(fields))
+    assert len(compared) >= 25, compared
+    for name in compared:
+        assert defaults[name] == fields[name], name
+    assert TrainConfig().mined_view == "random"

@@ -310,3 +310,19 @@ def test_a_store_or_a_folder_without_parquet_files_is_no_table(tmp_path):
     (only_hidden / "notes.txt").write_bytes(b"")
     with pytest.raises(PairkitError, match=r"table folder .*h holds no \.parquet files"):
         dataset_parts(only_hidden)
+
+
+def test_csv_strings_like_na_are_text_and_only_an_empty_cell_is_missing(tmp_path):
+    """A label "NA" (Namibia), "None" or "null", or a path "NA", is that text: pandas'
+    default missing-value strings are off, only an empty cell is missing."""
+    from pairkit.core.tables import read_csv_frame
+
+    data = b"path,label,note\nNA,NA,N/A\nb.png,None,nan\nc.png,null,x\nd.png,,\n"
+    df = read_csv_frame(io.BytesIO(data))
+    assert df["path"].tolist() == ["NA", "b.png", "c.png", "d.png"]
+    assert df["label"].tolist()[:3] == ["NA", "None", "null"]
+    assert df["note"].tolist()[:3] == ["N/A", "nan", "x"]
+    assert pd.isna(df["label"][3]) and pd.isna(df["note"][3])
+    assert df.isna().sum().tolist() == [0, 1, 1]
+    (tmp_path / "t.csv").write_bytes(data)
+    pd.testing.assert_frame_equal(read_table(tmp_path / "t.csv"), df)

@@ -105,3 +105,29 @@ def test_plain_view_pixels_are_those_of_the_whole_resize() -> None:
                 diff = np.abs(np.asarray(plain_view(_smooth(w, h), pre)).astype(int)
                               - _whole_then_crop(_smooth(w, h), pre))
                 assert diff.max() <= 2 and diff.mean() < 0.3, (interpolation, size, w, h)
+
+
+def test_each_augmented_view_is_its_own_draw() -> None:
+    """View v of a render is augmented_view with view_rng(seed, source, v): views 1, 2 differ."""
+    from pairkit.encode.views import augmented_view
+
+    img = _img()
+    v = render_views(img, "x.jpg", 3, PRE, seed=0)
+    assert not np.array_equal(v[1], v[2])
+    for k in (1, 2):
+        want = np.asarray(augmented_view(img, PRE, view_rng(0, "x.jpg", k))).transpose(2, 0, 1)
+        np.testing.assert_array_equal(v[k], want)
+
+
+def test_crop_box_aspect_ratio_spans_the_range() -> None:
+    """Crop boxes keep w/h inside Augment().ratio (3/4, 4/3), and both ends are reached."""
+    from pairkit.encode.views import Augment
+
+    rng = np.random.default_rng(0)
+    ratios = []
+    for _ in range(500):
+        left, top, right, bottom = crop_box(100, 100, rng, Augment())
+        ratios.append((right - left) / (bottom - top))
+    r = np.array(ratios)
+    assert r.min() >= 3 / 4 - 0.02 and r.max() <= 4 / 3 + 0.02
+    assert r.min() < 0.85 and r.max() > 1.15

@@ -250,3 +250,15 @@ def test_probe_says_each_fit_and_fits_the_same() -> None:
                      "classes)",
                      f"linear probe: fit 3 of 3 (weight decay {said.weight_decay:g}, 300 "
                      "rows x 4 classes)"]
+
+
+def test_equal_validation_losses_choose_the_larger_decay(monkeypatch) -> None:
+    """The lowest validation cross-entropy wins; equal ones go to the larger decay."""
+    import pairkit.eval.linear_probe as lp
+
+    x, y = _blobs(1, 120, classes=3)
+    groups = np.arange(120) // 2
+    decays = (1e-4, 1e-2, 1e-3)
+    monkeypatch.setattr(lp, "top1_and_log_loss", lambda *a, **kw: (0.5, 1.0))
+    res = lp.linear_probe(x, y, groups, x[:10], y[:10], weight_decays=decays, max_iter=20)
+    assert res.val_loss == {d: 1.0 for d in decays} and res.weight_decay == 1e-2

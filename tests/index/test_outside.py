@@ -422,3 +422,14 @@ def test_masked_ivf_search_widening_scans_each_cell_once(monkeypatch):
             np.testing.assert_array_equal(got, cand[top])
             np.testing.assert_allclose(s[n][: len(got)], sc[top], atol=1e-6)
         assert widened > 0  # the case widens
+
+
+def test_far_in_a_cosine_exactly_at_the_threshold_is_not_far() -> None:
+    """The masked search skips what the cluster rule flags (diffusion cosine >= threshold):
+    a cosine exactly at the threshold is not far, so it is not searched."""
+    from pairkit.index.outside import far_in
+
+    coords = np.array([[1.0, 0.0], [0.5, 0.8660254]], np.float32)
+    assert float(coords[0] @ coords[1]) == 0.5  # exactly, in float32
+    np.testing.assert_array_equal(far_in(coords, np.array([0]), 0.5), [[False, False]])
+    np.testing.assert_array_equal(far_in(coords, np.array([0]), 0.5001), [[False, True]])

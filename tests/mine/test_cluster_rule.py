@@ -621,3 +621,33 @@ def test_torch_backend_mines_the_faiss_table_with_the_label_free_rules(tmp_path,
     np.testing.assert_allclose(tables[0]["neg_score"], tables[1]["neg_score"], atol=1e-5)
     if mode == "keep":
         assert tables[0]["false_negative"].any()
+
+
+def test_cluster_count_goes_past_the_first_32_eigenvectors() -> None:
+    """40 well-separated groups give 40 clusters: with every one of the first 32
+    eigenvalues above the threshold, more eigenvectors are fetched (up to MAX_CLUSTERS)."""
+    rng = np.random.default_rng(0)
+    directions = np.linalg.qr(rng.standard_normal((64, 64)))[0][:40]  # orthonormal rows
+    x = np.repeat(directions, 10, axis=0) + 0.01 * rng.standard_normal((400, 64))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    emb = spectral_embedding(x, np.arange(len(x)))
+    assert emb.cluster_count() == 40
+
+
+def test_a_diffusion_cosine_exactly_at_the_threshold_is_flagged():
+    """The rule flags a candidate at a diffusion cosine >= the threshold: exactly at it
+    too (the masked search, :func:`pairkit.index.outside.far_in`, skips those)."""
+    from pairkit.mine.rules import cluster
+
+    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=1, cluster_votes=1)
+    ctx = build_context(blobs(2, 1, 4), None, np.arange(2), cfg, seed=0)
+    ctx.cluster_assign = np.array([[0, 1]])  # never in one cluster: only the cosine flags
+    ctx.diffusion = np.array([[1.0, 0.0], [0.5, 0.8660254]], np.float32)
+    ctx.cluster_info = {"votes_for": (cfg.cluster_votes, cfg.cluster_max_share,
+                                      cfg.cluster_diffusion), "votes": 1, "diffusion": 0.5}
+    assert cluster.diffusion_cosines(ctx.diffusion, np.array([0]), np.array([1]))[0] == 0.5
+    got = cluster.flag(ctx, np.array([0, 1]), np.array([[1], [0]]), None, None, cfg, None)
+    np.testing.assert_array_equal(got, [[True], [True]])
+    ctx.cluster_info["diffusion"] = 0.5001
+    got = cluster.flag(ctx, np.array([0, 1]), np.array([[1], [0]]), None, None, cfg, None)
+    np.testing.assert_array_equal(got, [[False], [False]])

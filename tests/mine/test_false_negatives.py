@@ -227,6 +227,15 @@ def test_propagate_once_matches_loop():
         assert got[i] == (min(best) if best else labels[i]), i
 
 
+def test_propagate_once_keeps_the_label_of_a_row_without_positive_weight():
+    """Negative, zero and padded entries count 0: a row whose neighbours all weigh 0 keeps
+    its own label instead of taking the smallest neighbour label."""
+    labels = np.array([0, 1, 2, 3])
+    nb = np.array([[1, -1], [2, -1], [1, -1], [2, 0]])
+    w = np.array([[-0.5, 0.9], [0.3, 0.0], [0.3, 0.0], [0.0, 0.0]])
+    np.testing.assert_array_equal(propagate_once(labels, nb, w), [0, 2, 1, 3])
+
+
 def test_label_propagation_two_groups():
     # rows 0-3 and 4-7 are two cliques; one weak edge 3 -> 4 joins them
     nb = np.full((8, 3), -1)

@@ -154,3 +154,30 @@ def test_mine_positives_in_chunks_of_anchors_equal_one_pass(monkeypatch, case) -
     for name in ("rows", "ids", "scores", "confidence", "reasons"):
         a, b = getattr(whole, name), getattr(chunked, name)
         assert a.dtype == b.dtype and np.array_equal(a, b), name
+
+
+def test_near_duplicates_past_rank_zero_have_confidence_one() -> None:
+    """A listed neighbour at the near-duplicate threshold is a near_duplicate of
+    confidence 1 at any rank (not 1 - rank / m)."""
+    ids = np.array([[1, 2], [0, 2], [0, 1]])
+    scores = np.array([[0.99, 0.98], [0.99, 0.97], [0.98, 0.97]], np.float32)
+    got = mine_positives(np.array([0, 1, 2]), ids, scores,
+                         PositiveConfig(per_anchor=5, neighbours=2, whitening=0),
+                         near_duplicate_threshold=0.95)
+    assert got.rows.tolist() == [0, 0, 1, 1, 2, 2]
+    assert got.ids.tolist() == [1, 2, 0, 2, 0, 1]
+    assert set(got.reasons) == {"near_duplicate"}
+    np.testing.assert_array_equal(got.confidence, np.ones(6, np.float32))
+
+
+def test_a_score_exactly_at_the_near_duplicate_threshold_is_a_near_duplicate() -> None:
+    ids = np.array([[1, 2], [0, 2], [0, 1]])  # every pair mutual
+    scores = np.array([[0.5, 0.3], [0.5, 0.2], [0.3, 0.2]], np.float32)
+    got = mine_positives(np.array([0, 1, 2]), ids, scores,
+                         PositiveConfig(per_anchor=5, neighbours=2, whitening=0),
+                         near_duplicate_threshold=0.5)
+    assert got.rows.tolist() == [0, 0, 1, 1, 2, 2]
+    assert got.ids.tolist() == [1, 2, 0, 2, 0, 1]
+    assert got.reasons.tolist() == ["near_duplicate", "mutual_neighbour"] * 2 + [
+        "mutual_neighbour"] * 2
+    np.testing.assert_allclose(got.confidence, [1.0, 0.5, 1.0, 0.5, 1.0, 0.5])

@@ -191,3 +191,28 @@ def test_whitened_once_when_small_and_when_read_when_big(monkeypatch):
     big = whitening.whitened_neighbours(x, 5, search, on_demand=True)
     assert seen == [np.ndarray, RowView]
     np.testing.assert_array_equal(small[0], big[0])
+
+
+def test_whitened_neighbours_scores_are_the_plain_cosines() -> None:
+    """The neighbours are found in the whitened space, but their scores are the plain
+    cosines of the input rows (the docstring's promise), not the whitened ones."""
+    from pairkit.mine.whitening import whitened_neighbours
+
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal((60, 8)) * np.array([1, 0.3, 0.1, 0.1, 0.05, 0.05, 0.02, 0.02])
+    v = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+    def search(space, k):  # noqa: ANN001, ANN202 (brute force, one source per row)
+        s = np.asarray(space, np.float64) @ np.asarray(space, np.float64).T
+        np.fill_diagonal(s, -np.inf)
+        ids = np.argsort(-s, axis=1, kind="stable")[:, :k]
+        return ids, np.take_along_axis(s, ids, axis=1).astype(np.float32)
+
+    ids, s = whitened_neighbours(v, 3, search, power=0.25)
+    assert ids.shape == (60, 3) and (ids >= 0).all()
+    plain = np.einsum("ij,ikj->ik", v.astype(np.float64), v[ids].astype(np.float64))
+    np.testing.assert_allclose(s, plain, atol=1e-6)
+    w = fit_whitening(v, power=0.25).apply(v).astype(np.float64)
+    w /= np.linalg.norm(w, axis=1, keepdims=True)
+    whitened = np.einsum("ij,ikj->ik", w, w[ids])
+    assert np.abs(whitened - plain).max() > 1e-3  # the two differ here

@@ -64,6 +64,24 @@ def test_triplet_summary_by_hand():
     assert counts == {"positives": 2, "negatives": 3, "flagged negatives": 2}
 
 
+def test_same_label_share_counts_only_pairs_of_known_labels():
+    """A negative whose label is missing is not counted: neither in n nor in the share."""
+    t = pd.DataFrame({
+        "anchor_id": [0, 0, 0, 2], "positive_id": [4, 4, 4, 5], "negative_id": [1, 2, 3, 0],
+        "anchor_path": ["a0"] * 3 + ["a2"], "positive_path": ["p4"] * 3 + ["p5"],
+        "negative_path": ["n1", "n2", "n3", "a0"],
+        "pos_score": [0.9, 0.9, 0.9, 0.8], "neg_score": [0.5, 0.4, 0.3, 0.6],
+        "neg_rank": [0, 1, 2, 0], "false_negative": [False, False, False, True],
+        "fn_reason": [None, None, None, "label"],
+    })
+    labels = np.array(["x", "x", None, "y", "x", None], dtype=object)
+    s = summarize(to_long(t, "triplet"), "triplet", len(t), labels)
+    # unflagged: (0,1) x x, (0,2) x ?, (0,3) x y -> 1 same of 2 known
+    assert s["same_label"]["unflagged"] == {"n": 2, "same": 1, "share": 0.5}
+    # flagged: (2,0) ? x -> none known
+    assert s["same_label"]["flagged"] == {"n": 0, "same": 0, "share": None}
+
+
 def test_anchor_blocks_order_hardest_first_attracted_last():
     ref, seen = ref_table()
     sec = build_pairs_section("t", TRIPLET, "triplet", sample=0, seed=0, labels=None, ref=ref)

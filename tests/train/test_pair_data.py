@@ -43,6 +43,29 @@ def test_n_tuple_and_labeled_pair_tables() -> None:
         pair_examples(pd.DataFrame({"anchor_id": [0], "other_id": [1], "label": [1]}))
 
 
+def test_n_tuple_rows_flagged_in_any_slot_are_left_out() -> None:
+    """An n-tuple row built from negatives flagged in any slot is flagged as a whole and left
+    out of the examples (kept with ``keep_flagged``)."""
+    from pairkit.core.pairs import MinedPairs, build_pair_table
+
+    mined = MinedPairs(
+        anchors=np.array([0, 1]), positives=np.array([5, 6]),
+        pos_scores=np.array([0.9, 0.8], np.float32),
+        neg_ids=np.array([[2, 3], [4, 7]]),
+        neg_scores=np.array([[0.5, 0.4], [0.3, 0.2]], np.float32),
+        neg_ranks=np.array([[0, 1], [0, 1]]),
+        neg_flags=np.array([[False, False], [True, False]]),
+        neg_reasons=np.array([[None, None], ["label", None]], dtype=object),
+    )
+    paths = np.array([f"{i}.png" for i in range(8)], dtype=object)
+    t = build_pair_table(mined, "n-tuple", "s", paths, flag_columns=True)
+    assert t["false_negative"].tolist() == [False, True]
+    a, p, negs = pair_examples(t)
+    assert a.tolist() == [0] and p.tolist() == [5] and [n.tolist() for n in negs] == [[2, 3]]
+    a, p, negs = pair_examples(t, keep_flagged=True)
+    assert a.tolist() == [0, 1] and [n.tolist() for n in negs] == [[2, 3], [4, 7]]
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     tmp = tmp_path_factory.mktemp("pd")
@@ -320,6 +343,19 @@ def test_loader_takes_a_sampler_a_batch_sampler_or_no_batching(store: Store) -> 
             ({"batch_sampler": batches, "batch_size": 4}, "mutually exclusive")]:
         with pytest.raises(UsageError, match=message):
             pairkit.pair_loader(pairs, store, **options)
+
+
+def test_loader_shuffles_by_default(store: Store) -> None:
+    """``shuffle`` None (the default) is on; False is table order; a given sampler sets the
+    order (no shuffle passed)."""
+    from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler
+
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    assert isinstance(pairkit.pair_loader(pairs, store).sampler, RandomSampler)
+    assert isinstance(pairkit.pair_loader(pairs, store, shuffle=False).sampler,
+                      SequentialSampler)
+    sampler = DistributedSampler(range(store.count), num_replicas=2, rank=0, shuffle=False)
+    assert pairkit.pair_loader(pairs, store, sampler=sampler).sampler is sampler
 
 
 def test_hf_export_with_bytes_of_nullable_nulls_and_of_an_empty_table(store: Store) -> None:

@@ -47,6 +47,17 @@ def test_split_and_sets() -> None:
     assert positive_sets(mined, 6, allowed).ids.tolist() == [2, 0]
 
 
+def test_an_empty_positive_confidence_reads_as_one() -> None:
+    """A mined row without a confidence (a hand-made or concatenated table) counts as
+    confidence 1, not 0, so ``--positive-sampling confidence`` still draws it."""
+    mined = pd.DataFrame({"anchor_id": [0, 0, 1], "positive_id": [1, 2, 0],
+                          "positive_kind": ["mined"] * 3,
+                          "positive_confidence": [None, 0.5, np.nan]})
+    sets = positive_sets(mined, 3, np.ones(3, bool))
+    assert sets.ids.tolist() == [1, 2, 0]
+    np.testing.assert_array_equal(sets.confidence, np.array([1.0, 0.5, 1.0], np.float32))
+
+
 def test_tables_without_mined_rows_and_bad_kinds() -> None:
     t = _table().drop(columns="positive_kind")
     assert split_mined_rows(t)[1] is None
@@ -184,3 +195,42 @@ def test_residual_head_starts_as_identity() -> None:
     torch.testing.assert_close(module(x), x)
     with pytest.raises(PairkitError, match="residual head keeps the input dim"):
         HeadSpec("residual", 6, 3, 4).check()
+
+
+def test_mined_view_random_draws_other_views_and_row_keeps_the_row(tmp_path) -> None:  # noqa: ANN001
+    """``--mined-view row`` swaps in exactly the listed mined rows; ``random`` (the default)
+    any view of their sources, so also rows that are not listed."""
+    import pairkit
+    from pairkit.train.config import TrainConfig
+    from pairkit.train.run_pairs import epoch_pairs, run_pairs
+    from tests.conftest import random_store
+
+    store = random_store(tmp_path / "s", n_sources=30, views=2, dim=12, classes=3)
+    table = pairkit.mine_pairs(store, num_negatives=2, filter_false_negatives=True,
+                               fn_rules="near-duplicate,mutual-neighbour,cluster")
+    assert (table["positive_kind"] == "mined").any()
+    sources = store.source_codes()
+    got = {}
+    for view in ("row", "random"):
+        cfg = TrainConfig(relation=None, positive_share=1.0, mined_view=view)
+        rp = run_pairs(store, cfg, table, "t", lambda _: None)
+        assert (rp.views is None) == (view == "row")
+        m = rp.mined
+        other = swapped = 0
+        expected = 0.0
+        for epoch in range(3):
+            e = epoch_pairs(rp, cfg, epoch)
+            for a, p in zip(e.anchor, e.positive, strict=True):
+                ids = m.ids[m.offsets[a]:m.offsets[a + 1]]
+                if len(ids):
+                    swapped += 1
+                    other += int(p not in ids)
+                    # random: a listed id, then either of its source's 2 views; the other
+                    # view is unlisted for some ids
+                    expected += np.mean([0.5 * (~np.isin(np.flatnonzero(sources == sources[i]),
+                                                         ids)).any() for i in ids])
+        assert swapped > 50
+        got[view] = (other, expected)
+    assert got["row"][0] == 0  # every swapped positive is a listed mined row
+    other, expected = got["random"]
+    assert expected > 10 and abs(other - expected) < 4 * np.sqrt(expected)
