@@ -16,7 +16,7 @@ import numpy as np
 
 from pairkit.core.pairs import MinedPairs
 from pairkit.core.store_rows import StoreRows
-from pairkit.index.search import row_dots
+from pairkit.index.search import pair_scores, row_dots, row_norms, sort_results
 from pairkit.mine.config import MineConfig
 from pairkit.mine.selection import (
     CANDIDATE_CODES,
@@ -31,6 +31,10 @@ from pairkit.mine.selection import (
 Searcher = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 # attracted rows of one block: (anchor rows, item ids, scores, reasons)
 Attracted = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# how far a search's float32 score may be from the pair's own (relative to max(1, |score|)):
+# a block's matrix product, FAISS's kernels, torch's (float32, no TF32) all round within
+# ~1e-6 on unit rows; the margin is wide so that no left-out row can beat a kept one
+SEARCH_ROUNDING = 1e-4
 
 
 @dataclass
@@ -163,6 +167,9 @@ class MineBlocks:
     # than fetching and dropping it: ``searcher.outside`` without an anchor searcher
     # (pairkit.mine.hard_negatives.skips_class)
     skip_class: bool = False
+    # bounds of the rows' norms for the candidates' exact scores (pair_scores), made where
+    # the blocks run on first use (rescored)
+    norms: np.ndarray | None = None
 
     def load_rows(self) -> MineBlocks:
         """These blocks with ``ctx.vectors`` read from the store when they were left out
@@ -207,15 +214,42 @@ def fetch_candidates(st: MineBlocks, rows: np.ndarray, k: int
                 np.asarray(vectors[a], dtype=np.float32), k, group[a], group)
         else:
             s, i = st.searcher(np.asarray(vectors[a], dtype=np.float32), k)  # type: ignore[misc]
-        exhausted = np.full(len(rows), k >= n_items) | (i[:, -1] < 0)
-        if cfg.min_score is not None:
-            exhausted |= s[:, -1] < cfg.min_score  # everything deeper scores lower
-        return s, i, exhausted
+        if st.norms is None or len(st.norms) != n_items:
+            st.norms = row_norms(vectors)
+        return rescored(vectors, st.norms, a, s, i, k >= n_items, cfg.min_score)
     i = drop_repeats(easy_candidates(a, k, n_items, cfg.seed))
     s = np.full(i.shape, -np.inf, dtype=np.float32)
     ok = i >= 0
     s[ok] = row_dots(vectors, np.broadcast_to(a[:, None], i.shape)[ok], i[ok])
     return s, i, np.zeros(len(rows), dtype=bool)
+
+
+def rescored(vectors: np.ndarray, norms: np.ndarray, anchors: np.ndarray, s: np.ndarray,
+             i: np.ndarray, all_rows: bool, min_score: float | None,
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A search's candidates ``(s, i)`` of ``anchors`` scored again pair by pair
+    (:func:`pairkit.index.search.pair_scores` with the rows' ``norms``: the exactly rounded
+    dot products, the same bits whatever the block or the engine that found them) and
+    ordered by those scores, ties by id: ``(scores, ids, exhausted)``.
+
+    The search's own scores (a block's matrix product, rounded by the block's shape)
+    decide only which rows were fetched, so a candidate whose new score is not above the
+    last fetched search score by more than :data:`SEARCH_ROUNDING` could trade places
+    with one left out: unless the anchor's search is exhausted (``all_rows``, the index
+    ran out, or everything left out scores below ``min_score``), such candidates are
+    dropped (id -1), and an anchor whose window needs them is searched again deeper. What
+    is left is the same prefix of the exact order in any block."""
+    found = i >= 0
+    last = np.where(found, s, np.inf).min(axis=1, initial=np.inf)
+    bound = last + SEARCH_ROUNDING * np.maximum(1.0, np.abs(last))
+    exhausted = np.full(len(i), all_rows) | ~found[:, -1]
+    if min_score is not None:
+        exhausted |= bound < min_score  # everything deeper scores lower
+    exact = pair_scores(vectors, anchors, i, norms)
+    keep = found & (exhausted[:, None] | (exact > bound[:, None]))
+    exact = np.where(keep, exact, -np.inf)
+    exact, ids = sort_results(exact, np.where(keep, i, -1))
+    return exact, ids, exhausted
 
 
 def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
