@@ -29,7 +29,7 @@ SORT_BYTES = 64
 PAIR_CHUNK_BYTES = 1 << 20
 # pair_scores from rows read on demand: the distinct rows of a block's pairs copied into one
 # float32 array when they fit in this, else read and scored chunk by chunk
-PAIR_COMPACT_BYTES = 1 << 28
+PAIR_COMPACT_BYTES = 1 << 27
 
 
 def row_chunks(n_rows: int, row_bytes: int, chunk_bytes: int | None = None,
