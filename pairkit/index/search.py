@@ -121,38 +121,34 @@ def _sorted_pair_scores(vectors: Any, rows: np.ndarray, ids: np.ndarray,
     """:func:`pair_scores` from rows read on demand (a
     :class:`~pairkit.core.shard_rows.ShardRows`, which hands the pages it read back after
     each read): the distinct candidates read in id order, 8 ``chunk_bytes`` of them at a
-    time, so that each page is read once, not once per block of pairs. When they and the
-    anchors fit in :data:`PAIR_COMPACT_BYTES` as float32, they are scored as one array
-    (the pairs gathered from memory, not from the shards)."""
+    time, so that each page is read once, not once per block of pairs. When the distinct
+    candidates and anchors fit in :data:`PAIR_COMPACT_BYTES` as float32, they are read
+    (and converted) once into one array and scored from it. ``norms`` None: the bounds
+    are the norms of the rows read (:func:`row_norms`)."""
     d = int(vectors.shape[1])
-    a = np.asarray(vectors[rows])
     r, c = np.nonzero(ids >= 0)
-    uniq, inv = np.unique(ids[r, c], return_inverse=True)
     step = max(1, 8 * chunk_bytes // (4 * max(d, 1)))
-    if (len(uniq) + len(rows)) * d * 4 <= PAIR_COMPACT_BYTES:
-        compact = np.concatenate([*(as_float32(vectors[uniq[lo : lo + step]])
-                                    for lo in range(0, len(uniq), step)), as_float32(a)])
+    both, where = np.unique(np.concatenate([ids[r, c], rows]), return_inverse=True)
+    if len(both) * d * 4 <= PAIR_COMPACT_BYTES:
+        compact = np.concatenate([as_float32(vectors[both[lo : lo + step]])
+                                  for lo in range(0, len(both), step)])
         local = np.full(ids.shape, -1, dtype=np.int64)
-        local[r, c] = inv
-        near = None if norms is None else np.concatenate([norms[uniq], norms[rows]])
-        return pair_scores(compact, len(uniq) + np.arange(len(rows)), local, near,
-                           chunk_bytes)
-    a = as_float32(a)
+        local[r, c] = where[: len(r)]
+        return pair_scores(compact, where[len(r) :], local,
+                           row_norms(compact) if norms is None else norms[both], chunk_bytes)
+    a = as_float32(vectors[rows])
+    na = (row_norms(a) if norms is None else norms[rows]).astype(np.float64)
+    uniq, inv = np.unique(ids[r, c], return_inverse=True)
     pair_step = max(1, chunk_bytes // (4 * max(d, 1)))
     for lo in range(0, len(uniq), step):
         u = as_float32(vectors[uniq[lo : lo + step]])
+        nu = (row_norms(u) if norms is None else norms[uniq[lo : lo + step]]).astype(np.float64)
         mine = np.flatnonzero((inv >= lo) & (inv < lo + step))
         for s in range(0, len(mine), pair_step):
             sel = mine[s : s + pair_step]
             av, bv = a[r[sel]], u[inv[sel] - lo]
             dots = np.einsum("pd,pd->p", av, bv, dtype=np.float64)
-            if norms is None:
-                size = np.sqrt(np.einsum("pd,pd->p", av, av, dtype=np.float64)
-                               * np.einsum("pd,pd->p", bv, bv, dtype=np.float64))
-            else:
-                size = (norms[uniq[inv[sel]]].astype(np.float64)
-                        * norms[rows[r[sel]]].astype(np.float64))
-            out[r[sel], c[sel]] = _rounded(dots, size, d, av, bv)
+            out[r[sel], c[sel]] = _rounded(dots, na[r[sel]] * nu[inv[sel] - lo], d, av, bv)
     return out
 
 

@@ -168,7 +168,7 @@ class MineBlocks:
     # (pairkit.mine.hard_negatives.skips_class)
     skip_class: bool = False
     # bounds of the rows' norms for the candidates' exact scores (pair_scores), made where
-    # the blocks run on first use (rescored)
+    # the blocks run on first use (select_rows); None for rows read on demand
     norms: np.ndarray | None = None
 
     def load_rows(self) -> MineBlocks:
@@ -198,34 +198,78 @@ class MineBlocks:
         self.pos_start = b0
 
 
-def fetch_candidates(st: MineBlocks, rows: np.ndarray, k: int
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Candidates of the anchors ``rows``: ``(scores, ids, exhausted)``."""
+def search_candidates(st: MineBlocks, rows: np.ndarray, k: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """The search's ``(scores, ids)`` (n, k) of the anchors ``rows`` (``--hard``), best
+    first by the search's own scores."""
+    vectors = st.ctx.vectors
+    a = st.anchors[rows]
+    if st.anchor_searcher is not None:
+        return st.anchor_searcher(a, k)  # type: ignore[no-any-return]
+    if st.skip_class:  # the class skipped by the searcher itself
+        group = st.ctx.relation.group
+        return st.searcher.outside(  # type: ignore[no-any-return,union-attr]
+            np.asarray(vectors[a], dtype=np.float32), k, group[a], group)
+    return st.searcher(np.asarray(vectors[a], dtype=np.float32), k)  # type: ignore[misc]
+
+
+def easy_block(st: MineBlocks, rows: np.ndarray, k: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Easy candidates of the anchors ``rows``: ``(scores, ids, exhausted)``."""
     cfg = st.ctx.cfg
     vectors = st.ctx.vectors
-    n_items = len(vectors)
     a = st.anchors[rows]
-    if cfg.hard:
-        if st.anchor_searcher is not None:
-            s, i = st.anchor_searcher(a, k)
-        elif st.skip_class:  # the class skipped by the searcher itself
-            group = st.ctx.relation.group
-            s, i = st.searcher.outside(  # type: ignore[union-attr]
-                np.asarray(vectors[a], dtype=np.float32), k, group[a], group)
-        else:
-            s, i = st.searcher(np.asarray(vectors[a], dtype=np.float32), k)  # type: ignore[misc]
-        if st.norms is None or len(st.norms) != n_items:
-            st.norms = row_norms(vectors)
-        return rescored(vectors, st.norms, a, s, i, k >= n_items, cfg.min_score)
-    i = drop_repeats(easy_candidates(a, k, n_items, cfg.seed))
+    i = drop_repeats(easy_candidates(a, k, len(vectors), cfg.seed))
     s = np.full(i.shape, -np.inf, dtype=np.float32)
     ok = i >= 0
     s[ok] = row_dots(vectors, np.broadcast_to(a[:, None], i.shape)[ok], i[ok])
     return s, i, np.zeros(len(rows), dtype=bool)
 
 
-def rescored(vectors: np.ndarray, norms: np.ndarray, anchors: np.ndarray, s: np.ndarray,
-             i: np.ndarray, all_rows: bool, min_score: float | None,
+def select_rows(st: MineBlocks, rows: np.ndarray, k: int
+                ) -> list[tuple[np.ndarray, Selection]]:
+    """The selections of the anchors ``rows`` with ``k`` candidates fetched, as parts
+    ``(rows, Selection)``. With ``--hard`` on the first search (``k0``, whose last ``hi``
+    columns are spare room) the candidates are scored again (:func:`rescored`) in two
+    steps: the first ``k0 - hi`` columns, then all k for the anchors that those leave
+    short (a prefix of the search is a search of that k: the same selection, counts
+    included, for every anchor it does not leave short)."""
+    cfg = st.ctx.cfg
+    p0 = st.pos_start
+    if not cfg.hard:
+        s, i, exh = easy_block(st, rows, k)
+        return [(rows, select_negatives(st.ctx, rows, st.anchors[rows], i, s,
+                                        st.ref[rows - p0], exh | (k >= st.k_cap), False))]
+    s, i = search_candidates(st, rows, k)
+    vectors = st.ctx.vectors
+    if isinstance(vectors, np.ndarray) and (st.norms is None or len(st.norms) != len(vectors)):
+        st.norms = row_norms(vectors)  # rows read on demand: their norms where they are read
+
+    def scored(at: np.ndarray, width: int) -> Selection:
+        sub = rows[at]
+        ran_out = (width == k and k >= len(vectors)) | (
+            i[at, width] < 0 if width < k else np.zeros(len(sub), bool))
+        e, ids, exh = rescored(vectors, st.norms, st.anchors[sub], s[at, :width],
+                               i[at, :width], ran_out, cfg.min_score)
+        if width == k:
+            exh = exh | (k >= st.k_cap)
+        return select_negatives(st.ctx, sub, st.anchors[sub], ids, e, st.ref[sub - p0], exh,
+                                True)
+
+    width = k - st.hi if k == st.k0 and k - st.hi > st.hi else k
+    first = scored(np.arange(len(rows)), width)
+    if width == k:
+        return [(rows, first)]
+    again = first.short & (i[:, width] >= 0)
+    parts = [(rows[~again], first.take(~again))]
+    if again.any():
+        parts.append((rows[again], scored(np.flatnonzero(again), k)))
+    return parts
+
+
+def rescored(vectors: np.ndarray, norms: np.ndarray | None, anchors: np.ndarray,
+             s: np.ndarray, i: np.ndarray, all_rows: bool | np.ndarray,
+             min_score: float | None,
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A search's candidates ``(s, i)`` of ``anchors`` scored again pair by pair
     (:func:`pairkit.index.search.pair_scores` with the rows' ``norms``: the exactly rounded
@@ -235,14 +279,15 @@ def rescored(vectors: np.ndarray, norms: np.ndarray, anchors: np.ndarray, s: np.
     The search's own scores (a block's matrix product, rounded by the block's shape)
     decide only which rows were fetched, so a candidate whose new score is not above the
     last fetched search score by more than :data:`SEARCH_ROUNDING` could trade places
-    with one left out: unless the anchor's search is exhausted (``all_rows``, the index
-    ran out, or everything left out scores below ``min_score``), such candidates are
-    dropped (id -1), and an anchor whose window needs them is searched again deeper. What
-    is left is the same prefix of the exact order in any block."""
+    with one left out: unless the anchor's search is exhausted (``all_rows``, per anchor or
+    for all: nothing was left out; the index ran out; or everything left out scores below
+    ``min_score``), such candidates are dropped (id -1), and an anchor whose window needs
+    them is searched again deeper. What is left is the same prefix of the exact order in
+    any block."""
     found = i >= 0
     last = np.where(found, s, np.inf).min(axis=1, initial=np.inf)
     bound = last + SEARCH_ROUNDING * np.maximum(1.0, np.abs(last))
-    exhausted = np.full(len(i), all_rows) | ~found[:, -1]
+    exhausted = np.broadcast_to(np.asarray(all_rows, bool), (len(i),)) | ~found[:, -1]
     if min_score is not None:
         exhausted |= bound < min_score  # everything deeper scores lower
     exact = pair_scores(vectors, anchors, i, norms)
@@ -273,14 +318,11 @@ def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
         step = bs if k == st.k0 else max(1, cfg.max_k_entries // max(k, 1))
         still: list[np.ndarray] = []
         for c0 in range(0, len(pending), step):
-            rows = pending[c0:c0 + step]
-            s, i, exh = fetch_candidates(st, rows, k)
-            block = select_negatives(st.ctx, rows, st.anchors[rows], i, s, st.ref[rows - p0],
-                                     exh | (k >= st.k_cap), cfg.hard)
-            done = ~block.short
-            collect(part, block.take(done), rows[done] - b0, st.hi, cfg, st.keep_flags,
-                    attract)
-            still.append(rows[block.short])
+            for rows, block in select_rows(st, pending[c0:c0 + step], k):
+                done = ~block.short
+                collect(part, block.take(done), rows[done] - b0, st.hi, cfg, st.keep_flags,
+                        attract)
+                still.append(rows[block.short])
         pending = np.concatenate(still) if still else np.zeros(0, np.int64)
         if len(pending):
             if k == st.k0:
