@@ -100,3 +100,24 @@ def test_the_epochs_default_is_one_number():
 
     params = {p.name: p for p in get_command(app).commands["demo"].params}
     assert params["epochs"].default == DEMO_EPOCHS
+
+
+
+def test_demo_quiet_prints_nothing_on_success(tmp_path, monkeypatch):
+    """``-q`` is quiet as every command's (docs/development.md): no steps, no summary; each
+    step gets its own ``-q``. The steps are stubbed (the whole run is the test above).
+    Failed before: the summary lines and the last ``open ...`` line were printed."""
+    import pairkit.cli.demo as demo_cli
+
+    ran = []
+
+    def step(args, capture):  # noqa: ANN001, ANN202 - _run_step's stand-in
+        ran.append(args)
+        return 0, "{}" if capture else ""
+
+    monkeypatch.setattr(demo_cli, "_run_step", step)
+    out = tmp_path / "demo"
+    result = runner.invoke(app, ["demo", str(out), "--limit", "100", "-q"])
+    assert (result.exit_code, result.output) == (0, ""), result.output
+    assert ran and all("-q" in args or "--quiet" in args for args in ran)
+    assert [args[0] for args in ran][-1] == "report"

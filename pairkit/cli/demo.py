@@ -44,7 +44,8 @@ def demo(
     ),
     force: bool = typer.Option(
         False, "--force", help="Replace DIRECTORY if an earlier pairkit demo wrote it."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors and the summary."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",
+                               help="Only errors and warnings: no steps or summary."),
 ) -> None:
     """Run embed -> dedup -> mine -> train -> eval on scikit-learn's digits, offline.
 
@@ -97,8 +98,9 @@ def demo(
             if args[0] == "eval":
                 evaluation = json.loads(stdout)
                 (directory / "eval.json").write_text(stdout, encoding="utf-8")
-        if not quiet:
-            console().rule("summary")
+        if quiet:  # -q: nothing on success, as every command (docs/development.md)
+            return
+        console().rule("summary")
         store = directory / "store"
         naive = same_label_share(store, directory / "pairs-naive.parquet")
         unlabelled = same_label_share(store, directory / "pairs-unlabelled.parquet")

@@ -117,7 +117,7 @@ def eval_store(
                 store, plot, cfg, against=against, head=head, compare=compare, maps=maps,
                 test_fraction=0.2 if test_fraction is None else test_fraction, force=force,
                 index_factory=factory, hook=SearchHook(
-                    lambda n: bar.start(n, "searching neighbours"), bar.advance))
+                    lambda n: bar.start(n, "searching neighbours"), bar.advance, bar.phase))
         finally:
             bar.stop()
         if not quiet:

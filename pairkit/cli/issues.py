@@ -45,7 +45,8 @@ def issues(
         bar = ProgressBar(quiet, unit="sources")
         try:
             summary = issues_to_files(store, output, cfg, force=force, progress=bar.advance,
-                                      on_start=lambda n: bar.start(n, "searching neighbours"))
+                                      on_start=lambda n: bar.start(n, "searching neighbours"),
+                                      on_phase=bar.phase)
         finally:
             bar.stop()
         say(summary_line(summary), quiet)

@@ -10,6 +10,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from pairkit.cli import help_labels
+from pairkit.cli.common import fail
 from pairkit.errors import PairkitError, UsageError
 
 IndexKind = Literal["auto", "flat", "ivf", "ivfpq", "hnsw"]
@@ -78,6 +79,18 @@ class Group(TyperGroup):
         help_labels.format_params(ctx, self.get_params(ctx), formatter)
         self.format_commands(ctx, formatter)
 
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:  # Ctrl-C while Click parses: one line, exit 130, as in a command (Typer: none)
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise fail("interrupted", 130) from None
+
+    def invoke(self, ctx: Any) -> Any:
+        try:  # ... or in a command, before or after its handler (user_errors)
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise fail("interrupted", 130) from None
+
 
 class Command(TyperCommand):
     """A subcommand whose "no such option" error names the replacement of an old spelling,
@@ -112,8 +125,6 @@ class Command(TyperCommand):
         except UsageError as exc:
             raise cx.UsageError(str(exc), ctx) from None
         except PairkitError as exc:  # a failure found while parsing (no GPU): exit 1
-            from pairkit.cli.common import fail
-
             raise fail(str(exc)) from None
         except cx.NoSuchOption as exc:
             from pairkit.core.options import old_spelling

@@ -31,7 +31,7 @@ def report(
     force: bool = typer.Option(False, "--force",
                                help="Replace an existing report folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q",
-                               help="Only the last line (no progress bar)."),
+                               help="No progress bar or summary (the report's path)."),
 ) -> None:
     """Write a self-contained HTML report (no server, no network) to look at the pairs,
     the false-negative flags, the duplicates and the scores in a browser.
@@ -46,7 +46,7 @@ def report(
         bar = ProgressBar(quiet, unit="thumbnails")
         try:
             result = build_report(
-                cfg, progress=bar.advance,
+                cfg, progress=bar.advance, on_phase=bar.phase,
                 on_start=lambda n: bar.start(n, "making thumbnails") if n else None)
         finally:
             bar.stop()
@@ -56,4 +56,4 @@ def report(
             warn(note)
         say(f"{result.thumbnails:,} thumbnails, {result.bytes / 1e6:.1f} MB, "
             f"{result.seconds:.1f} s", quiet)
-        say(f"open {result.index}")
+        say(f"open {result.index}", quiet)

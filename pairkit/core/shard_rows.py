@@ -9,6 +9,10 @@ add 2 GB of RSS: after each read the touched shards' pages are handed back
 (``madvise(MADV_DONTNEED)``: the process's mapping only, the page cache keeps them, and the
 next read of those rows maps them again from the cache). Shards held in memory (a store
 read from object storage) are plain arrays and are read as they are.
+
+Before a mapped shard's rows are read its file's size is checked again (one fstat,
+:func:`pairkit.core.store_files.check_mapped`): a shard truncated after the store was
+opened is a StoreError naming it, not a SIGBUS.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.store_files import check_mapped
+
 
 class ShardRows:
     """Rows ``0 .. N - 1`` of the shard ``arrays`` (each (n_i, d), in row order), read
@@ -26,8 +32,14 @@ class ShardRows:
 
     ndim = 2
 
-    def __init__(self, arrays: list[np.ndarray], dim: int, dtype: Any) -> None:
-        self.arrays = [a for a in arrays if len(a)]
+    def __init__(self, arrays: list[np.ndarray], dim: int, dtype: Any,
+                 names: list[str] | None = None) -> None:
+        """``names``: what each of ``arrays`` is, for a message (``store ROOT: shard
+        FILE``; default ``shard I``)."""
+        names = names if names is not None else [f"shard {i}" for i in range(len(arrays))]
+        kept = [(a, n) for a, n in zip(arrays, names, strict=True) if len(a)]
+        self.arrays = [a for a, _ in kept]
+        self.names = [n for _, n in kept]
         self.starts = np.cumsum([0] + [len(a) for a in self.arrays]).astype(np.int64)
         self.shape = (int(self.starts[-1]), int(dim))
         self.dtype = np.dtype(dtype)
@@ -66,11 +78,13 @@ class ShardRows:
         shard = np.searchsorted(self.starts, ids, side="right") - 1
         lo, hi = int(shard.min()), int(shard.max())
         if lo == hi:  # one shard (a block of consecutive rows, mostly)
+            check_mapped(self.arrays[lo], self.names[lo])
             out[:] = self.arrays[lo][ids - self.starts[lo]]
             self.release([lo])
             return out
         for s in np.unique(shard):
             sel = shard == s
+            check_mapped(self.arrays[s], self.names[s])
             out[sel] = self.arrays[s][ids[sel] - self.starts[s]]
             # each shard handed back before the next is read: scattered rows fault in
             # their neighbours too (the kernel maps 64 kB around each), so a sample

@@ -48,7 +48,7 @@ from pairkit.core.manifest import (
     read_manifest,
     read_manifest_bytes,
 )
-from pairkit.core.store_files import map_shard, open_regular, parquet_rows
+from pairkit.core.store_files import check_mapped, map_shard, open_regular, parquet_rows
 from pairkit.errors import StoreError, UsageError
 
 if TYPE_CHECKING:
@@ -339,7 +339,13 @@ class Store:
         Each access gives a new DataFrame, so a caller's edits never reach the table the
         store object caches (and every later call reads): with pandas' copy-on-write (always
         on from pandas 3) a shallow copy, which costs nothing until it is changed; on pandas
-        2 without it, a copy of the table."""
+        2 without it, a copy of the table (the store's own column reads, :meth:`labels`,
+        :meth:`source_codes` ..., read the cached table: no copy)."""
+        return self._table().copy(deep=not _copy_on_write())
+
+    def _table(self) -> pd.DataFrame:
+        """The cached item table itself (parsed on first use): for reads that change
+        nothing; what leaves the store is :attr:`items`' copy."""
         import pandas as pd
 
         if self._items is None:
@@ -350,7 +356,7 @@ class Store:
                     self._read_items_bytes()
                 self._items_raw = None
                 self._items = self._parse_items(raw)
-        return self._items.copy(deep=not _copy_on_write())
+        return self._items
 
     def _parse_items(self, raw: bytes) -> pd.DataFrame:
         import pandas as pd
@@ -376,22 +382,22 @@ class Store:
 
     @property
     def has_labels(self) -> bool:
-        return bool(self.items["label"].notna().any()) if self.count else False
+        return bool(self._table()["label"].notna().any()) if self.count else False
 
     def labels(self) -> np.ndarray | None:
-        """Label of each item as an object array (None where missing), or None."""
+        """Label of each item as a new object array (None where missing), or None."""
         if not self.has_labels:
             return None
-        return self.items["label"].to_numpy(dtype=object, na_value=None)
+        return self._table()["label"].to_numpy(dtype=object, na_value=None)
 
     def source_codes(self) -> np.ndarray:
         """int64 code per item; items with equal codes share a source. Shape (N,)."""
-        return codes_of(self.items["source"])[0]
+        return codes_of(self._table()["source"])[0]
 
     def label_codes(self) -> np.ndarray | None:
         """int64 code per item, -1 where the label is missing (:func:`codes_of`); None
         without labels. Shape (N,)."""
-        return codes_of(self.items["label"])[0] if self.has_labels else None
+        return codes_of(self._table()["label"])[0] if self.has_labels else None
 
     def read_errors(self) -> list[dict[str, Any]]:
         """The records of the error list that the manifest committed (``errors.jsonl`` or
@@ -443,7 +449,8 @@ class Store:
         if self._vectors is None or self._vectors.dtype != dtype:
             out = np.empty((self.count, self.dim), dtype=dtype)
             start = 0
-            for arr in self._arrays:
+            for arr, name in zip(self._arrays, self._shard_names(), strict=True):
+                check_mapped(arr, name)
                 out[start : start + len(arr)] = arr
                 start += len(arr)
             out.flags.writeable = False
@@ -458,7 +465,11 @@ class Store:
         the stored dtype): what a pass over the store needs without :meth:`vectors`' copy."""
         from pairkit.core.shard_rows import ShardRows
 
-        return ShardRows(self._arrays, self.dim, self.dtype)
+        return ShardRows(self._arrays, self.dim, self.dtype, self._shard_names())
+
+    def _shard_names(self) -> list[str]:
+        """``store ROOT: shard FILE`` for each array held, for a message."""
+        return [f"store {self.root}: shard {s.file}" for s in self.shards]
 
     @property
     def items_parsed(self) -> bool:
@@ -473,7 +484,7 @@ class Store:
         import pyarrow as pa
 
         if self._items is not None or self.count == 0:
-            return [pa.array(self.items[name]) for name in names]
+            return [pa.array(self._table()[name]) for name in names]
         import pyarrow.parquet as pq
 
         raw = self.items_bytes()  # kept for the whole table, if it is asked for later
@@ -496,7 +507,7 @@ class Store:
         import pyarrow as pa
 
         if self._items is not None or self.count == 0:
-            whole = pa.array(self.items[name])
+            whole = pa.array(self._table()[name])
             for s in range(0, len(whole), rows):
                 yield whole.slice(s, rows)
             return
@@ -544,8 +555,9 @@ class Store:
     ) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(start_row, block)`` with blocks of at most ``rows`` rows, in order."""
         start = 0
-        for arr in self._arrays:
+        for arr, name in zip(self._arrays, self._shard_names(), strict=True):
             for i in range(0, len(arr), rows):
+                check_mapped(arr, name)
                 block = np.asarray(arr[i : i + rows], dtype=dtype)
                 yield start + i, block
             start += len(arr)

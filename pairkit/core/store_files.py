@@ -1,9 +1,11 @@
 """A store's files opened for reading, by the reader and the writers alike: regular files
-only, a shard's ``.npy`` header checked against the manifest before it is memory-mapped,
-the row count of an item table."""
+only, a shard's ``.npy`` header checked against the manifest before it is memory-mapped
+(and its size again before its rows are read: :func:`check_mapped`), the row count of an
+item table."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import stat
 from pathlib import Path
@@ -64,6 +66,25 @@ def map_shard(fh: IO[bytes], root: Path, shard: Shard, dim: int, dtype: str) -> 
         return np.empty((0, dim), dtype=dt)
     return np.memmap(fh, dtype=dt, mode="r", shape=(shard.rows, dim), offset=offset,
                      order="F" if fortran else "C")
+
+
+def check_mapped(array: np.ndarray, what: str) -> None:
+    """StoreError when the file behind the memory-mapped shard ``array`` (from
+    :func:`map_shard`; ``what``: ``store ROOT: shard FILE``) is now shorter than its rows
+    need: it was truncated after it was opened, and reading the rows past its end would
+    kill the process with SIGBUS. One fstat; nothing for an array held in memory. A file
+    truncated between this check and the read still does (docs/formats.md)."""
+    base = array.base if isinstance(array, np.memmap) else None
+    if not isinstance(base, mmap.mmap):
+        return
+    try:
+        size = base.size()
+    except (OSError, ValueError):  # closed: nothing of it is read again
+        return
+    expected = int(array.offset) + array.nbytes
+    if size < expected:
+        raise StoreError(f"{what} is {size} bytes, its header says {expected} (truncated "
+                         "while the store was open; open it again to check it)")
 
 
 def parquet_rows(fh: IO[bytes], path: Path) -> int:

@@ -88,18 +88,24 @@ def to_csr(graph: KnnGraph) -> Any:
     return csr_matrix((data, indices, indptr), shape=(n, n))
 
 
+# what each detector looks for, as the phase line says it
+CHECK_NAMES = {"outlier": "outliers", "label-error": "label errors"}
+
+
 def find_issues(vectors: np.ndarray, labels: np.ndarray | None, *,
                 checks: Sequence[str] = DEFAULT_CHECKS, k: int = DEFAULT_K,
                 outlier_z: float = 3.5, backend: Any = None, stored_as: str | None = None,
                 progress: Callable[[int], None] | None = None,
-                on_start: Callable[[int], None] | None = None
+                on_start: Callable[[int], None] | None = None,
+                on_phase: Callable[[str], None] | None = None
                 ) -> tuple[dict[str, Any], KnnGraph, np.ndarray | None]:
     """Run the detectors on one row per source.
 
     ``vectors`` (N, d) L2-normalised, ``labels`` (N,) label names (None/NaN missing) or
     None; ``stored_as``: the dtype the vectors were stored in (None: their own), whose
     rounding sets the outlier scale's floor; ``on_start``/``progress``: the kNN search's
-    progress hook (:func:`knn_graph`: sources, then sources per block). Returns
+    progress hook (:func:`knn_graph`: sources, then sources per block); ``on_phase(line)``
+    as each detector starts (after the search). Returns
     ``({check: Detection}, graph, label names by code or None)``.
     """
 
@@ -119,7 +125,11 @@ def find_issues(vectors: np.ndarray, labels: np.ndarray | None, *,
     dtype = str(np.dtype(vectors.dtype) if stored_as is None else stored_as)
     cfg = IssuesConfig(k=k, checks=tuple(checks), outlier_z=outlier_z,
                        resolution=SELF_SIMILARITY_SLACK.get(dtype, 2e-3))
-    found = {c: MODULES[c].detect(graph, codes, cfg) for c in checks}
+    found = {}
+    for c in checks:
+        if on_phase is not None:
+            on_phase(f"checking {CHECK_NAMES.get(c, c)} among {n:,} sources")
+        found[c] = MODULES[c].detect(graph, codes, cfg)
     return found, graph, names
 
 

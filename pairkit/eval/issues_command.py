@@ -28,14 +28,16 @@ if TYPE_CHECKING:
 
 def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
                     force: bool = False, progress: Callable[[int], None] | None = None,
-                    on_start: Callable[[int], None] | None = None) -> dict[str, Any]:
+                    on_start: Callable[[int], None] | None = None,
+                    on_phase: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the checks on one row per source (its lowest view) of the store at ``store``,
     write the kNN graph when ``cfg.knn_graph`` names a file, and the table (flagged rows,
     or all with ``cfg.all_rows``) to ``output`` (``-``: stdout). Outputs are checked before
     any work and written atomically. Returns the summary, with ``seconds`` and
     ``stdout_closed`` (the reader of ``-`` went away: not an error). ``on_start``/
     ``progress``: the kNN search's progress hook (``on_start(sources)``, then
-    ``progress(m)`` per block of sources, adding up to it)."""
+    ``progress(m)`` per block of sources, adding up to it); ``on_phase(line)`` as each
+    detector starts."""
     from pairkit.core.options import table_output
     from pairkit.core.paths import check_output_apart
     from pairkit.core.tables import check_table_output
@@ -57,7 +59,7 @@ def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
     t0 = time.perf_counter()
     from pairkit.core.tables import reader_gone, write_table
 
-    table, summary, graph, rows = issues_table(store, cfg, progress, on_start)
+    table, summary, graph, rows = issues_table(store, cfg, progress, on_start, on_phase)
     if graph_files is not None:
         write_graph(graph, rows, cfg.knn_graph, force)
     summary["stdout_closed"] = reader_gone(lambda: write_table(table, output, force))
@@ -67,13 +69,14 @@ def issues_to_files(store: str | Path, output: str, cfg: IssuesConfig, *,
 
 def issues_table(store: str | Path, cfg: IssuesConfig,
                  progress: Callable[[int], None] | None = None,
-                 on_start: Callable[[int], None] | None = None
+                 on_start: Callable[[int], None] | None = None,
+                 on_phase: Callable[[str], None] | None = None
                  ) -> tuple[pd.DataFrame, dict[str, Any], KnnGraph, np.ndarray]:
     """The checks of ``cfg`` on one row per source (its lowest view) of the store at
     ``store``: ``(table, summary, knn graph, the graph's store rows)``; the table holds
     the flagged rows (every row with ``cfg.all_rows``), by issue, score descending, id
     (:data:`~pairkit.eval.data_issues.COLUMNS`); ``progress``/``on_start``: the kNN
-    search's progress hook (:func:`~pairkit.eval.data_issues.find_issues`)."""
+    search's progress hook and ``on_phase`` (:func:`~pairkit.eval.data_issues.find_issues`)."""
     import pandas as pd
 
     from pairkit.core.store import Store
@@ -93,7 +96,8 @@ def issues_table(store: str | Path, cfg: IssuesConfig,
     labels = None if labels_all is None else np.asarray(labels_all, dtype=object)[rows]
     found, graph, names = find_issues(vectors, labels, checks=checks, k=cfg.k,
                                       outlier_z=cfg.outlier_z, stored_as=st.dtype,
-                                      progress=progress, on_start=on_start)
+                                      progress=progress, on_start=on_start,
+                                      on_phase=on_phase)
     paths = items["path"].to_numpy(dtype=object)[rows]
     parts = []
     for check, det in found.items():

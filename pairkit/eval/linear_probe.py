@@ -25,6 +25,7 @@ smoothly with the decay and picks the same one across validation splits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -185,6 +186,7 @@ def linear_probe(
     max_iter: int = 300,
     test_block: int = 65536,
     balanced: bool = False,
+    on_fit: Callable[[str], None] | None = None,
 ) -> ProbeResult:
     """Train on (train_x, train_y), choose the weight decay by the cross-entropy of a
     validation part, test. Without a validation part (one decay, fewer than 2 sources,
@@ -198,7 +200,8 @@ def linear_probe(
     (source codes) keep views of one source on one side of the validation split.
     ``balanced``: every class weighs the same in the fits and in the validation
     cross-entropy (:func:`balanced_weights` of the rows of each: the fit part, the
-    validation part, all training rows for the last fit).
+    validation part, all training rows for the last fit). ``on_fit(line)``: as each fit
+    starts (one per decay of the validated path, then the last on all training rows).
     """
     from pairkit.eval.split import split_by_source
 
@@ -229,7 +232,10 @@ def linear_probe(
             w_val = None if weights is None else balanced_weights(y_val)
             # regularisation path: strongest decay first, each fit warm-starts the next
             init = None
-            for wd in sorted(decays, reverse=True):
+            for i, wd in enumerate(sorted(decays, reverse=True)):
+                if on_fit is not None:
+                    on_fit(f"linear probe: fit {i + 1} of {len(decays) + 1} (weight decay "
+                           f"{wd:g}, {len(y_fit):,} rows x {n_classes:,} classes)")
                 init = fit_logistic(x_fit, y_fit, n_classes, wd, device=device,
                                     max_iter=max_iter, init=init, row_weights=w_fit)
                 solutions[wd] = init
@@ -237,6 +243,10 @@ def linear_probe(
                                                                row_weights=w_val)
     # the lowest validation cross-entropy; equal ones: the larger decay
     best = min(val_loss, key=lambda wd: (val_loss[wd], -wd)) if val_loss else decays[0]
+    if on_fit is not None:
+        fits = len(decays) + 1 if val_loss else 1
+        on_fit(f"linear probe: fit {fits} of {fits} (weight decay {best:g}, "
+               f"{len(y_train):,} rows x {n_classes:,} classes)")
     w, b = fit_logistic(train_x, y_train, n_classes, best, device=device, max_iter=max_iter,
                         init=solutions.get(best), row_weights=weights)
     pred = classes[predict_logistic(test_x, w, b, chunk=test_block)]

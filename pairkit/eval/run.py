@@ -143,10 +143,12 @@ IndexFactory = Callable[[np.ndarray], object]
 class SearchHook:
     """The progress of :func:`evaluate`'s kNN searches: ``on_start(queries)`` as each
     search pass begins (one per pass: against the references, among the queries), then
-    ``progress(m)`` after each block of ``m`` queries, adding up to it."""
+    ``progress(m)`` after each block of ``m`` queries, adding up to it; ``on_phase(line)``
+    as each fit of the linear probe starts."""
 
     on_start: Callable[[int], None]
     progress: Callable[[int], None]
+    on_phase: Callable[[str], None] | None = None
 
 
 def evaluate(queries: EvalSide, references: EvalSide, cfg: EvalConfig,
@@ -335,7 +337,7 @@ def _label_metrics(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
                          cfg, report, hook)
     if "linear" in wanted:
         _probe(queries, references, ql_all, rl_all, q_keep, r_keep, rsrc, cfg, rng, report,
-               explicit)
+               explicit, None if hook is None else hook.on_phase)
 
 
 # query classes whose sizes differ this much get a note: top-1 is then mostly the large
@@ -573,10 +575,11 @@ def _mined_unlabeled(queries: EvalSide, references: EvalSide, qsrc: np.ndarray,
 
 def _probe(queries: EvalSide, references: EvalSide, ql_all: np.ndarray, rl_all: np.ndarray,
            q_keep: np.ndarray, r_keep: np.ndarray, rsrc: np.ndarray, cfg: EvalConfig,
-           rng: np.random.Generator, report: EvalReport, explicit: bool = False) -> None:
+           rng: np.random.Generator, report: EvalReport, explicit: bool = False,
+           on_phase: Callable[[str], None] | None = None) -> None:
     """The linear probe, on at most ``cfg.probe_max_train`` random references. A draw
     that leaves fewer than 2 classes is refused when the probe was asked for
-    (``explicit``), else the probe is left out, said."""
+    (``explicit``), else the probe is left out, said. ``on_phase``: a line per fit."""
     from pairkit.core.devices import resolve_device
     from pairkit.eval.linear_probe import linear_probe
 
@@ -601,7 +604,7 @@ def _probe(queries: EvalSide, references: EvalSide, ql_all: np.ndarray, rl_all: 
         weight_decays=cfg.probe_weight_decays, seed=cfg.seed,
         device=resolve_device(cfg.device), max_iter=cfg.probe_max_iter,
         balanced=cfg.probe_balanced,
-        test_block=cfg.block_rows)
+        test_block=cfg.block_rows, on_fit=on_phase)
     report.metrics["linear_top1"] = res.top1
     report.metrics["linear_mean_per_class_recall"] = res.mean_per_class_recall
     # how the probe was fitted, in the JSON beside its figures

@@ -18,6 +18,7 @@ from pairkit.core.pairs import MinedPairs
 from pairkit.core.store_rows import StoreRows
 from pairkit.index.search import pair_scores, row_dots, row_norms, sort_results
 from pairkit.mine.config import MineConfig
+from pairkit.mine.group_skip import search_skipping, skipped_groups
 from pairkit.mine.selection import (
     CANDIDATE_CODES,
     CODE,
@@ -25,6 +26,7 @@ from pairkit.mine.selection import (
     SelectionContext,
     drop_repeats,
     easy_candidates,
+    padded_rows,
     select_negatives,
 )
 
@@ -167,6 +169,10 @@ class MineBlocks:
     # than fetching and dropping it: ``searcher.outside`` without an anchor searcher
     # (pairkit.mine.hard_negatives.skips_class)
     skip_class: bool = False
+    # the near-duplicate rule's big groups (pairkit.mine.group_skip.big_groups: a code per
+    # row, -1 none): each anchor's search skips those of the anchor and of its positives
+    # (their rows are flagged and dropped) through ``searcher.outside``; None: fetched
+    skip_groups: np.ndarray | None = None
     # bounds of the rows' norms for the candidates' exact scores (pair_scores), made where
     # the blocks run on first use (select_rows); None for rows read on demand
     norms: np.ndarray | None = None
@@ -206,6 +212,13 @@ def search_candidates(st: MineBlocks, rows: np.ndarray, k: int
     a = st.anchors[rows]
     if st.anchor_searcher is not None:
         return st.anchor_searcher(a, k)  # type: ignore[no-any-return]
+    if st.skip_groups is not None:  # big near-duplicate groups (and the class) skipped
+        positives = padded_rows(st.ctx.pos_offsets, st.ctx.pos_ids, rows)
+        group = st.ctx.relation.group if st.skip_class else None
+        return search_skipping(  # type: ignore[no-any-return]
+            st.searcher, np.asarray(vectors[a], dtype=np.float32), k, st.skip_groups,
+            skipped_groups(st.skip_groups, a, positives),
+            None if group is None else group[a], group)
     if st.skip_class:  # the class skipped by the searcher itself
         group = st.ctx.relation.group
         return st.searcher.outside(  # type: ignore[no-any-return,union-attr]

@@ -160,7 +160,9 @@ def plan_blocks(
     return MineBlocks(ctx, anchors, positives, pos_scores, ref, k0,
                       n_items if cfg.hard else 16 * n_items, hi, keep_flags, searcher,
                       anchor_searcher, rows_from, positives_there=vectors is None,
-                      skip_class=skip_class)
+                      skip_class=skip_class,
+                      skip_groups=skips_groups(cfg, fn_filter, searcher, anchor_searcher,
+                                               n_items))
 
 
 def skips_class(cfg: MineConfig, relation: Relation, searcher: Searcher | None,
@@ -177,3 +179,22 @@ def skips_class(cfg: MineConfig, relation: Relation, searcher: Searcher | None,
         return bool(getattr(anchor_searcher, "skips_label", False))
     return searcher is not None and bool(
         getattr(searcher, "skips_exactly", lambda n: False)(n_items))
+
+
+def skips_groups(cfg: MineConfig, fn_filter: FnFilter | None, searcher: Searcher | None,
+                 anchor_searcher: Searcher | None, n_items: int) -> np.ndarray | None:
+    """The near-duplicate rule's big groups each anchor's search skips
+    (:func:`pairkit.mine.group_skip.big_groups`), or None: with hard negatives and no
+    ``anchor_searcher``, a ``searcher`` that skips rows exactly (``skips_exactly``) and a
+    filter that flags and drops every row of the groups of the anchor and its positives
+    (``fn_filter.flagged_groups``: the near-duplicate rule, flagged candidates
+    eliminated). The table is that of a search that fetches those rows and drops them."""
+    if not (cfg.hard and anchor_searcher is None and searcher is not None
+            and getattr(searcher, "skips_exactly", lambda n: False)(n_items)):
+        return None
+    groups = getattr(fn_filter, "flagged_groups", lambda c: None)(cfg)
+    if groups is None:
+        return None
+    from pairkit.mine.group_skip import big_groups
+
+    return big_groups(groups)

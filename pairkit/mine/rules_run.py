@@ -39,6 +39,19 @@ class RuleFilter:
         return flag_false_negatives(self.ctx, anchors, cand, scores, ref, self.config,
                                     positives=positives)
 
+    def flagged_groups(self, cfg: MineConfig) -> np.ndarray | None:
+        """The near-duplicate group of every row ((N,) int64, -1 none) when this filter
+        flags every candidate in the group of the anchor or of one of its positives and
+        ``cfg`` drops it (the ``near-duplicate`` rule with store-wide groups; hard
+        negatives, flagged candidates eliminated), so a search may skip those rows
+        (:func:`pairkit.mine.hard_negatives.skips_groups`); else None."""
+        from pairkit.mine.fn_context import near_duplicate_group_ids
+
+        if not (cfg.hard and cfg.fn_mode == "eliminate" and not cfg.keep_flagged
+                and "near-duplicate" in self.config.rules):
+            return None
+        return near_duplicate_group_ids(self.ctx, self.config)
+
 
 def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
                   fn_config: FalseNegativeConfig, config: MineConfig,

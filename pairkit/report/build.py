@@ -127,10 +127,12 @@ def _is_report(folder: Path) -> bool:
 
 
 def build_report(cfg: ReportConfig, progress: Callable[[int], None] | None = None,
-                 on_start: Callable[[int], None] | None = None) -> ReportResult:
+                 on_start: Callable[[int], None] | None = None,
+                 on_phase: Callable[[str], None] | None = None) -> ReportResult:
     """Read the inputs, build the views and thumbnails, write the folder; see module doc.
     ``on_start(files)``/``progress(1)`` per thumbnail made: the thumbnails' progress hook
-    (:func:`pairkit.report.thumbs.make_thumbnails`; ``files`` may be 0)."""
+    (:func:`pairkit.report.thumbs.make_thumbnails`; ``files`` may be 0); ``on_phase(line)``
+    as each input is read (a large table takes a while)."""
     t0 = time.perf_counter()
     check_config(cfg)
     from pairkit.core.paths import check_folder_output
@@ -141,7 +143,11 @@ def build_report(cfg: ReportConfig, progress: Callable[[int], None] | None = Non
     out = Path(cfg.output)
     _check_not_inside(out, [*cfg.inputs, *([str(cfg.store)] if cfg.store else [])])
     check_output_dir(out, cfg.force)
-    inputs = [read_input(s) for s in cfg.inputs]
+    inputs = []
+    for spec in cfg.inputs:
+        if on_phase is not None:
+            on_phase(f"reading {'stdin' if spec == '-' else spec}")
+        inputs.append(read_input(spec))
     explicit = open_for_report(cfg.store) if cfg.store is not None else None
     result = ReportResult(index=out / INDEX)
     place = Path(os.path.realpath(out)) if out.is_symlink() else out  # a link: its folder

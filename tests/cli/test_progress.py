@@ -110,8 +110,12 @@ def test_issues_hook_counts_the_sources(stores, tmp_path):
 
     hook = Hook()
     issues_to_files(stores["rand"], str(tmp_path / "a.csv"), IssuesConfig(k=5),
-                    progress=hook.progress, on_start=hook.on_start)
+                    progress=hook.progress, on_start=hook.on_start,
+                    on_phase=hook.phases.append)
     assert hook.starts == [30] and sum(hook.steps) == 30
+    # a line as each detector starts, after the search (hunt-r 8: they were silent)
+    assert hook.phases == ["checking outliers among 30 sources",
+                           "checking label errors among 30 sources"]
     issues_to_files(stores["rand"], str(tmp_path / "b.csv"), IssuesConfig(k=5))
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
 
@@ -142,9 +146,11 @@ def test_report_hook_counts_the_thumbnails(stores, tmp_path):
     hook = Hook()
     result = build_report(ReportConfig(inputs=(str(stores["table"]),), output=tmp_path / "r",
                                        store=stores["img"]),
-                          progress=hook.progress, on_start=hook.on_start)
+                          progress=hook.progress, on_start=hook.on_start,
+                          on_phase=hook.phases.append)
     assert result.thumbnails == 5
     assert hook.starts == [5] and hook.steps == [1] * 5
+    assert hook.phases == [f"reading {stores['table']}"]  # a large table takes a while
 
 
 def test_eval_hook_counts_the_queries_of_each_search_pass(stores):
@@ -165,6 +171,33 @@ def test_eval_hook_counts_the_queries_of_each_search_pass(stores):
                                                    collect_scores=True),
                   hook=SearchHook(hook.on_start, hook.progress))
     assert hook.starts == [12] and sum(hook.steps) == 12
+
+
+def test_eval_hook_says_each_fit_of_the_linear_probe(stores):
+    """The probe (hunt-r 8: minutes with many classes, silent): a line per fit, the five
+    weight decays of the validated path then the last fit on all training rows; the
+    metrics are those without a hook."""
+    from pairkit.eval.command import eval_to_files
+    from pairkit.eval.linear_probe import DEFAULT_WEIGHT_DECAYS
+    from pairkit.eval.run import EvalConfig, SearchHook
+
+    hook = Hook()
+    cfg = EvalConfig(metrics=("linear",))
+    got, _ = eval_to_files(stores["rand"], None, cfg,
+                           hook=SearchHook(hook.on_start, hook.progress, hook.phases.append))
+    fits = len(DEFAULT_WEIGHT_DECAYS) + 1
+    assert [p.split(" (")[0] for p in hook.phases] == [
+        f"linear probe: fit {i} of {fits}" for i in range(1, fits + 1)]
+    decays = [f"weight decay {wd:g}," for wd in sorted(DEFAULT_WEIGHT_DECAYS, reverse=True)]
+    assert all(d in p for d, p in zip(decays, hook.phases, strict=False))
+    (metrics,) = got.values()
+    assert f"weight decay {metrics['linear_probe']['weight_decay']:g}," in hook.phases[-1]
+    assert got == eval_to_files(stores["rand"], None, cfg)[0]
+    one = Hook()  # one decay given: no validation path, one fit
+    eval_to_files(stores["rand"], None, EvalConfig(metrics=("linear",),
+                                                   probe_weight_decays=(1e-4,)),
+                  hook=SearchHook(one.on_start, one.progress, one.phases.append))
+    assert [p.split(" (")[0] for p in one.phases] == ["linear probe: fit 1 of 1"]
 
 
 # -- the command line: a terminal shows the bar, a pipe gets what it got --------------------
@@ -223,10 +256,15 @@ def on_a_terminal(runs: list[list[str]]) -> str:
 
 def test_a_terminal_shows_the_bars(stores, tmp_path):
     runs = commands(stores, tmp_path)
-    shown = on_a_terminal(list(runs.values()) + [runs["index"] + ["--quiet"]])
+    probe = ["eval", str(stores["rand"]), "--metrics", "linear"]
+    shown = on_a_terminal(list(runs.values()) + [runs["index"] + ["--quiet"], probe,
+                                                 probe + ["--quiet"]])
     for name, text in SHOWN.items():
         assert text in shown, (name, shown)
     assert "training the ivf index's 4 cells" in shown
+    assert "checking outliers among 30 sources" in shown  # issues' detectors
+    assert f"reading {stores['table']}" in shown  # report's tables
+    assert shown.count("linear probe: fit 1 of 6") == 1  # eval's probe (not when quiet)
     assert "rows/s" in shown and "sources/s" in shown and "thumbnails/s" in shown
     assert "queries/s" in shown
     # the quiet run adds no second bar nor phase line
@@ -242,6 +280,7 @@ def test_a_pipe_gets_no_bar(stores, tmp_path, name):
     assert result.exit_code == 0, result.output
     err = result.stderr
     assert SHOWN[name] not in err and "/s" not in err and "training" not in err
+    assert "checking" not in err and "reading" not in err  # nor a phase line
     assert "\x1b" not in err  # no terminal control sequence
     lines = err.splitlines()
     if name == "eval":  # the notes and the metrics table only
@@ -256,4 +295,4 @@ def test_a_pipe_gets_no_bar(stores, tmp_path, name):
     assert len(lines) == {"dedup": 1, "issues": 1, "index": 1, "report": 3}[name], err
     quiet = runner.invoke(app, args + ["--quiet"])
     assert quiet.exit_code == 0
-    assert quiet.stderr.splitlines() == (lines[-1:] if name == "report" else [])
+    assert quiet.stderr == ""  # report's last line too (docs/development.md)

@@ -113,6 +113,37 @@ def test_callers_can_not_change_the_cached_items_or_vectors(tmp_path):
     np.testing.assert_array_equal(store.vectors(), want_vectors)
 
 
+def test_the_stores_own_column_reads_copy_no_table_on_pandas_2(tmp_path, monkeypatch):
+    """Failed before: without copy-on-write (pandas 2's default) ``labels()``,
+    ``label_codes()``, ``source_codes()`` and ``has_labels`` each read ``Store.items``,
+    a deep copy of the whole item table (two for ``labels()``); they read the cached table
+    now, and what they return is new (a caller's edit changes nothing later)."""
+    import pairkit.core.store as store_module
+
+    items = _items(6).assign(label=["a", "b", None, "a", "b", "a"],
+                             source=["s0", "s0", "s1", "s2", "s2", "s3"])
+    store = write_store(tmp_path / "s", np.eye(6, dtype=np.float32), items)
+    monkeypatch.setattr(store_module, "_copy_on_write", lambda: False)  # pandas 2's way
+    copies = []
+    real = pd.DataFrame.copy
+
+    def counted(self, deep=True):  # noqa: ANN001, ANN202 - DataFrame.copy's spy
+        copies.append(deep)
+        return real(self, deep=deep)
+
+    monkeypatch.setattr(pd.DataFrame, "copy", counted)
+    assert store.has_labels
+    labels = store.labels()
+    assert labels.tolist() == ["a", "b", None, "a", "b", "a"]
+    assert store.label_codes().tolist() == [0, 1, -1, 0, 1, 0]
+    assert store.source_codes().tolist() == [0, 0, 1, 2, 2, 3]
+    assert [c.to_pylist() for c in store.item_columns("view")] == [[0] * 6]
+    assert copies == []  # no copy of the table
+    labels[0] = "changed"
+    assert store.labels()[0] == "a" and store.items["label"][0] == "a"
+    assert copies == [True]  # Store.items: still the table's deep copy here
+
+
 def test_content_id_stable_across_manifest_rewrites(tmp_path):
     x = np.eye(3, dtype=np.float32)
     store = write_store(tmp_path / "s", x, _items(3))

@@ -115,6 +115,31 @@ def test_outlier_scores_by_hand() -> None:
     np.testing.assert_array_equal(robust_z(x, floor=0.002), robust_z(x))
 
 
+def test_outlier_flag_is_one_sided_and_means_over_present_neighbours() -> None:
+    """Mean distances 0.25, 0.26, ..., 0.34 (ten rows), 0.0 (a tight pair) and 0.95:
+    median 0.295, MAD 0.03, scale 1.4826 * 0.03; z(0.95) = +14.7 is flagged, z(0.0) =
+    -6.6 (unusually close) is not. A row with two of three neighbours (distances 0.2,
+    0.4, padding) scores their mean 0.3, not 0.6 / 3."""
+    spread = 0.25 + 0.01 * np.arange(10)
+    dist = np.concatenate([spread, [0.0, 0.95]])
+    sims = np.repeat(1.0 - dist[:, None], 2, axis=1).astype(np.float32)
+    n = len(dist)
+    ids = np.array([[(i + 1) % n, (i + 2) % n] for i in range(n)])
+    det = outlier.detect(KnnGraph(ids, sims), None, IssuesConfig(outlier_z=3.5))
+    np.testing.assert_allclose(det.score, dist, atol=1e-6)
+    z = robust_z(det.score)
+    assert z[10] == pytest.approx(-0.295 / (1.4826 * 0.03), rel=1e-3)
+    assert z[11] == pytest.approx(0.655 / (1.4826 * 0.03), rel=1e-3)
+    assert det.flag.tolist() == [False] * 11 + [True]
+    # padding: -1 ids, -inf similarities
+    ids3 = np.concatenate([ids, ids[:, :1]], axis=1)
+    sims3 = np.concatenate([sims, sims[:, :1]], axis=1)
+    ids3[0, 2], sims3[0] = -1, [0.8, 0.6, -np.inf]
+    det3 = outlier.detect(KnnGraph(ids3, sims3), None, IssuesConfig(outlier_z=3.5))
+    assert det3.score[0] == pytest.approx(0.3, abs=1e-6)
+    np.testing.assert_allclose(det3.score[1:], dist[1:], atol=1e-6)
+
+
 def test_outlier_scale_has_the_store_dtypes_floor() -> None:
     """Found by a bug hunt (hunt-q 5): 29 of 40 scores 0 and 11 at 5.5e-5 (float16
     rounding): MAD 0, mean absolute deviation 11 * 5.5e-5 / 40 = 1.5125e-5, scale

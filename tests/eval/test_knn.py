@@ -132,3 +132,38 @@ def test_ranking_with_many_ties_matches_brute_force(weighting: str) -> None:
         n_ties += len(set(score.values())) < len(score)
         assert [c for c in classes[qi] if c >= 0] == want, qi
     assert n_ties > 20  # the case exercises ties
+
+
+@pytest.mark.parametrize("weighting", ["exp", "uniform"])
+def test_only_the_first_k_of_wider_neighbour_lists_count(weighting: str) -> None:
+    """Eval passes as many neighbour columns as its widest list needs (K > k): the
+    ranking uses the first k only. By hand (uniform counts), then against the slice."""
+    labels = np.array([[1, 1, 0, 0, 0, 0, 0, 0, 0, 0],
+                       [1, 2, 2, 5, 5, 5, 5, 5, 5, 5]])
+    sims = np.tile(np.linspace(0.9, 0.0, 10), (2, 1))
+    classes, _ = knn_rank_classes(labels, sims, 3, weighting="uniform")
+    # first 3: row 0 two 1s and a 0 -> [1, 0] (with 4 it would tie and 0 would win);
+    # row 1: 2 twice, 1 once; class 5 is not among them
+    assert classes.tolist() == [[1, 0, -1, -1, -1], [2, 1, -1, -1, -1]]
+    rng = np.random.default_rng(5)
+    labels = rng.integers(-1, 8, size=(50, 10))
+    sims = -np.sort(-rng.random((50, 10)), axis=1)
+    for k in (1, 3, 7):
+        wide = knn_rank_classes(labels, sims, k, 0.1, weighting=weighting)
+        narrow = knn_rank_classes(labels[:, :k].copy(), sims[:, :k].copy(), k, 0.1,
+                                  weighting=weighting)
+        np.testing.assert_array_equal(wide[0], narrow[0])
+        np.testing.assert_array_equal(wide[1], narrow[1])
+
+
+def test_top5_hit_is_a_true_class_ranked_fifth_not_sixth() -> None:
+    """Six classes with 6, 5, 4, 3, 2, 1 neighbours: ranked 0..5. The true class at rank
+    1 is a top-1 hit; at rank 5 (the 5th) a top-5 hit only; at rank 6 neither."""
+    row = np.repeat([0, 1, 2, 3, 4, 5], [6, 5, 4, 3, 2, 1])
+    labels = np.tile(row, (3, 1))
+    sims = np.full(labels.shape, 0.5)
+    classes, _ = knn_rank_classes(labels, sims, labels.shape[1], weighting="uniform")
+    assert classes.tolist() == [[0, 1, 2, 3, 4]] * 3
+    top1, top5 = knn_hits(classes, np.array([0, 4, 5]))
+    assert top1.tolist() == [True, False, False]
+    assert top5.tolist() == [True, True, False]

@@ -225,3 +225,28 @@ def test_balanced_weights_are_balanced_within_each_part(monkeypatch) -> None:
     for labels, weights in seen:
         totals = np.bincount(labels, weights=weights)[np.unique(labels)]
         np.testing.assert_allclose(totals, totals[0], rtol=1e-12)
+
+
+def test_probe_says_each_fit_and_fits_the_same() -> None:
+    """``on_fit`` (eval's progress on a terminal, hunt-r 8): one line per fit of the
+    validated path, strongest decay first, then the last fit at the chosen decay on all
+    training rows; the result is the one without it."""
+    from pairkit.eval.split import split_by_source
+
+    x, y = _blobs(0, 300)
+    groups = np.arange(300) // 2
+    xt, yt = _blobs(1, 60)
+    lines: list[str] = []
+    said = linear_probe(x, y, groups, xt, yt, weight_decays=(1e-4, 1e-2), max_iter=50,
+                        on_fit=lines.append)
+    plain = linear_probe(x, y, groups, xt, yt, weight_decays=(1e-4, 1e-2), max_iter=50)
+    assert (said.top1, said.weight_decay, said.val_loss) == (plain.top1, plain.weight_decay,
+                                                              plain.val_loss)
+    np.testing.assert_array_equal(said.predictions, plain.predictions)
+    n_fit = int((~split_by_source(groups, 0.2, 0)).sum())
+    assert lines == [f"linear probe: fit 1 of 3 (weight decay 0.01, {n_fit:,} rows x 4 "
+                     "classes)",
+                     f"linear probe: fit 2 of 3 (weight decay 0.0001, {n_fit:,} rows x 4 "
+                     "classes)",
+                     f"linear probe: fit 3 of 3 (weight decay {said.weight_decay:g}, 300 "
+                     "rows x 4 classes)"]

@@ -90,6 +90,20 @@ def test_capped_r_gives_lower_bounds() -> None:
     assert capped["r_precision"] == pytest.approx(lb)
 
 
+def test_capped_only_when_r_exceeds_the_ranks_looked_at() -> None:
+    """max_r 3, six neighbour columns, the same list (relevant at ranks 1, 3, 4) twice:
+    R = 3 = max_r is looked at whole (exact, not capped): R-precision 2/3, MAP@R
+    (1 + 2/3) / 3; R = 4 is capped (lower bounds over R = 4): 2/4 and (1 + 2/3) / 4."""
+    labels = np.array([[1, 0, 1, 1, 0, 0]] * 2)
+    out = retrieval_scores(labels, np.array([1, 1]), np.array([3, 4]), (1,), max_r=3)
+    assert out["capped"].tolist() == [False, True]
+    np.testing.assert_allclose(out["r_precision"], [2 / 3, 2 / 4])
+    np.testing.assert_allclose(out["map_at_r"], [(1 + 2 / 3) / 3, (1 + 2 / 3) / 4])
+    # the ranks looked at are also capped by the columns given: R = 6 with 6 is exact
+    out = retrieval_scores(labels, np.array([1, 1]), np.array([6, 7]), (1,), max_r=100)
+    assert out["capped"].tolist() == [False, True]
+
+
 def test_same_source_exclusion_and_recall_match_brute_force() -> None:
     q, ql, _, _ = _data(3, 200, 1, 5)
     groups = np.arange(200) // 2  # pairs of views

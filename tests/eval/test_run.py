@@ -235,3 +235,57 @@ def test_mined_negative_scores_are_each_querys_nearest_other_class(options) -> N
     one = evaluate(r, r, EvalConfig(collect_scores=True, knn_ks=(1,)),
                    self_rows=np.arange(60)).scores["mined_negative"]
     np.testing.assert_allclose(np.sort(one), np.sort(hardest_by_brute_force(r, r)), atol=1e-6)
+
+
+def knn_by_brute_force(q: EvalSide, r: EvalSide, k: int, temperature: float = 0.07
+                       ) -> tuple[float, float]:
+    """Top-1 and top-5 of the weighted kNN, one query at a time in float64 (references
+    of other sources; classes by exp(sim / T) summed over the k nearest)."""
+    sims = q.vectors.astype(np.float64) @ r.vectors.astype(np.float64).T
+    sims[q.sources[:, None] == r.sources[None, :]] = -np.inf
+    top1 = top5 = 0
+    for i in range(len(q)):
+        score: dict[str, float] = {}
+        for j in np.argsort(-sims[i], kind="stable")[:k]:
+            score[r.labels[j]] = score.get(r.labels[j], 0.0) + np.exp(sims[i, j] / temperature)
+        ranked = sorted(score, key=lambda c: -score[c])
+        top1 += ranked[0] == q.labels[i]
+        top5 += q.labels[i] in ranked[:5]
+    return top1 / len(q), top5 / len(q)
+
+
+def test_knn_top1_and_top5_of_every_k_match_brute_force() -> None:
+    """Eight classes, k = 10, 3, 1 in one search of 10 neighbours (the smaller ks get
+    wider lists than they use): each k's top-1 and top-5, and the headline knn_top1 /
+    knn_top5 (the first k's), against a direct float64 kNN."""
+    q, r = eval_side(11, 120, classes=8, prefix="q"), eval_side(12, 320, classes=8,
+                                                                prefix="r")
+    m = evaluate(q, r, EvalConfig(metrics=("knn",), knn_ks=(10, 3, 1), block_rows=50)).metrics
+    for k in (10, 3, 1):
+        top1, top5 = knn_by_brute_force(q, r, k)
+        assert m["knn"][str(k)]["top1"] == pytest.approx(top1), k
+        assert m["knn"][str(k)]["top5"] == pytest.approx(top5), k
+    top1, top5 = knn_by_brute_force(q, r, 10)
+    assert top1 < top5 < 1.0  # the two differ here, so a swap would show
+    assert m["knn_top1"] == pytest.approx(top1)
+    assert m["knn_top5"] == pytest.approx(top5)
+    # the ks differ from each other too
+    assert len({m["knn"][str(k)]["top1"] for k in (10, 3, 1)}) > 1
+
+
+def test_queries_without_a_relevant_reference_are_left_out_of_retrieval() -> None:
+    """Ten queries of a class no reference has (R = 0): every retrieval mean is that of
+    the other queries alone (not deflated by the ten), and a note says so."""
+    q, r = eval_side(13, 80, prefix="q"), eval_side(14, 200, prefix="r")
+    labels = q.labels.copy()
+    labels[:10] = "nowhere"
+    cfg = EvalConfig(metrics=("retrieval",), recall_ks=(1, 4))
+    rep = evaluate(EvalSide(q.vectors, labels, q.sources), r, cfg)
+    keep = slice(10, None)
+    ref = evaluate(EvalSide(q.vectors[keep], labels[keep], q.sources[keep]), r, cfg)
+    assert "retrieval: 10 queries without a relevant reference left out" in rep.notes
+    assert rep.details["retrieval_queries"] == 70
+    for key in ("precision_at_1", "r_precision", "map_at_r"):
+        assert rep.metrics[key] == pytest.approx(ref.metrics[key]), key
+    assert rep.metrics["recall_at_k"] == pytest.approx(ref.metrics["recall_at_k"])
+    assert ref.metrics["precision_at_1"] > 0.3 and ref.metrics["recall_at_k"]["4"] > 0.3

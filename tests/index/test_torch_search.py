@@ -110,6 +110,44 @@ def test_error_bound_covers_the_rounding() -> None:
     assert error_bound(128, "float16", True) < error_bound(128, "float16", False)
 
 
+def dense_band(seed: int, d: int = 32, n: int = 64, step: float = 3e-5
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """A query q and a base whose first ``n`` rows score 0.5 + j * ``step`` (j a
+    permutation of 0..n-1) against it in float32, with random directions orthogonal to q
+    (so the low-precision rounding of each row's score differs in sign: the order inside
+    the band is scrambled), then ``n`` rows orthogonal to q (score ~0)."""
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=d)
+    q /= np.linalg.norm(q)
+
+    def orthogonal(m: int) -> np.ndarray:
+        r = rng.normal(size=(m, d))
+        r -= np.outer(r @ q, q)
+        return r / np.linalg.norm(r, axis=1, keepdims=True)
+
+    alpha = 0.5 + step * rng.permutation(n)
+    band = alpha[:, None] * q + np.sqrt(1 - alpha ** 2)[:, None] * orthogonal(n)
+    return q[None].astype(np.float32), np.concatenate([band, orthogonal(n)]).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_certificate_holds_inside_the_rounding_band(dtype: str) -> None:
+    """64 rows within 2e-3 of each other, below the float16 / bfloat16 rounding of a
+    score: the k' = 10 low-precision candidates of k = 8 (margin 0) miss some of the
+    true top 8. The certificate (k-th exact score > k'-th low score + eps) must send
+    those queries back for a wider search: the ids equal the float64 brute force. (A
+    certificate without its eps let 16 of these 20 through wrong.)"""
+    again = 0
+    for seed in range(10):
+        q, base = dense_band(seed)
+        index = TorchFlatIndex(base, dtype=dtype, margin=0)
+        assert index.kprime(8) == 10
+        _, ids = index.search(q, 8)
+        np.testing.assert_array_equal(ids, brute_force(q, base, 8)[1], err_msg=str(seed))
+        again += index.counts["rows_searched_again"]
+    assert again > 0
+
+
 def test_bounded_blocks_and_empty_inputs() -> None:
     base = _unit(50, 8)
     index = TorchFlatIndex(base, query_block=4, base_block=16)
@@ -142,6 +180,41 @@ def test_range_pairs_match_faiss(dtype: str) -> None:
     assert (np.diff(got[0]) >= 0).all()
     near_one = list(index.range_blocks(x[10:11], 0.99999))
     assert set(near_one[0][1].tolist()) == {10, 11}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_range_pairs_just_above_a_small_threshold_at_high_dimension(dtype: str) -> None:
+    """d = 1024 and t = 0.001, where the lowering by 2u|t| is nearly nothing: 100 rows
+    per query at t + j * 4e-6 and 100 at t - j * 4e-6 (j = 1..100; the rest of each row
+    orthogonal to its query). Only the error bound's lowering keeps every pair >= t;
+    the pairs equal the float64 brute force (those within 2e-6 of t may fall either way).
+    (Without the eps_unit term 5 (float16) / 17 (bfloat16) pairs went missing.)"""
+    rng = np.random.default_rng(0)
+    d, t, n = 1024, 0.001, 100
+    queries, rows = [], []
+    for _ in range(4):
+        q = rng.normal(size=d)
+        q /= np.linalg.norm(q)
+        r = rng.normal(size=(2 * n, d))
+        r -= np.outer(r @ q, q)
+        r /= np.linalg.norm(r, axis=1, keepdims=True)
+        alpha = t + 4e-6 * np.concatenate([np.arange(1, n + 1), -np.arange(1, n + 1)])
+        rows.append(alpha[:, None] * q + np.sqrt(1 - alpha ** 2)[:, None] * r)
+        queries.append(q)
+    q32 = np.array(queries, np.float32)
+    base = np.concatenate(rows).astype(np.float32)
+    index = TorchFlatIndex(base, dtype=dtype)
+    got = tuple(np.concatenate(p) for p in zip(*index.range_blocks(q32, t), strict=True))
+    exact = q32.astype(np.float64) @ base.astype(np.float64).T
+    far = np.abs(exact - t) > 2e-6
+
+    def pairs(r: np.ndarray, c: np.ndarray) -> set[tuple[int, int]]:
+        return {(a, b) for a, b in zip(r.tolist(), c.tolist(), strict=True) if far[a, b]}
+
+    want = np.nonzero(exact >= t)
+    assert len(want[0]) >= 4 * n
+    assert pairs(got[0], got[1]) == pairs(*want)
+    np.testing.assert_allclose(got[2], exact[got[0], got[1]], atol=1e-6)
 
 
 def test_range_search_blocks_torch_backend() -> None:

@@ -233,6 +233,31 @@ def test_votes_go_up_until_the_rule_flags_at_most_the_cap_then_off():
     assert "no class structure found" in ctx.cluster_info["off"]
 
 
+def test_a_share_of_exactly_the_cap_keeps_the_rule_on(monkeypatch):
+    """The rule is off when its votes flag *more* than cluster_max_share (> 50%) of the
+    random pairs: a sample of which exactly half share a cluster leaves it on with one
+    vote; a sample a hair above half turns it off. The sample is given by hand."""
+    from pairkit.mine.rules import cluster
+
+    x = blobs(2, 2, 4)
+    ctx = build_context(x, None, np.arange(4), FalseNegativeConfig(rules=("cluster",),
+                                                                  cluster_runs=1), seed=0)
+    ctx.cluster_assign = np.array([[0, 0, 1, 1]])
+    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=1, cluster_votes=1,
+                              cluster_max_share=0.5)
+    for shared, want in (([1, 1, 0, 0], 1), ([1, 1, 1, 0, 0], 0),
+                         ([1] * 1001 + [0] * 999, 0)):
+        def sample(assign, sources, *, pairs=0, seed=0, shared=shared):
+            n = len(shared)
+            return np.zeros(n, np.int64), np.ones(n, np.int64), np.array(shared)
+
+        monkeypatch.setattr(cluster, "pair_runs", sample)
+        ctx.cluster_info = {}
+        assert cluster.choose_votes(ctx, cfg) == want, shared
+        assert ("off" in ctx.cluster_info) == (want == 0)
+        assert ctx.cluster_info["random_pair_share"] == round(float(np.mean(shared)), 4)
+
+
 def test_off_line_reads_above_the_limit_with_its_counts_in_words():
     """A share just above the cap was printed "50% ... (> 50%)"; one run "all 1 runs"."""
     from pairkit.mine.rules import cluster

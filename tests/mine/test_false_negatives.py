@@ -142,6 +142,23 @@ def test_near_duplicate_threshold_fallback(monkeypatch):
     assert flags.tolist() == [[True, True, False]]
 
 
+def test_near_duplicate_fallback_flags_a_score_exactly_at_the_threshold(monkeypatch):
+    """Without groups the rule flags cosine >= threshold (dedup's "at least"): threshold
+    0.5, candidates at exactly 0.5 to the anchor (3) or to the positive (2) are flagged,
+    those at the next float32 below 0.5 (4, 5) are not. Every product is exact."""
+    monkeypatch.setitem(sys.modules, "pairkit.mine.near_duplicates", None)
+    below = float(np.nextafter(np.float32(0.5), np.float32(0)))
+    x = np.array([[0, 1, 0], [1, 0, 0], [0.5, 0, 0.8], [0, 0.5, 0.8], [0, below, 0.8],
+                  [below, 0, 0.8]], np.float32)
+    ctx = ctx_of(x, [0, 0, 1, 2, 3, 4])  # 0 anchor, 1 its other view (the positive)
+    cfg = FalseNegativeConfig(rules=("near-duplicate",), near_duplicate_threshold=0.5)
+    cand = [[2, 3, 4, 5]]
+    scores = [[float(x[0] @ x[c]) for c in cand[0]]]
+    assert scores == [[0.0, 0.5, below, 0.0]]
+    flags, _ = flag(ctx, [0], cand, scores, [0.0], cfg)
+    assert flags.tolist() == [[True, True, False, False]]
+
+
 # -- cluster ------------------------------------------------------------------------
 def test_cluster_rule_counts_votes():
     assign = np.array([[0, 0, 1, 0, 2],   # granularity 1
@@ -375,6 +392,21 @@ def test_vectorised_matches_reference_loop(trust, max_share, monkeypatch):
     assert ("off" in ctx.mutual_info) == (max_share is None)
     assert ("mutual_neighbour" in "".join(r for r in reasons.ravel() if r)) == (
         max_share is not None)
+
+
+def test_mutual_guard_turns_off_above_half_not_at_half(monkeypatch):
+    """The mutual-neighbour rule is off when its source pairs are *more* than MAX_SHARE
+    (50%) of the random pairs: a share of exactly 0.5 (given by hand) leaves it on."""
+    from pairkit.mine.rules import mutual
+
+    assert mutual.MAX_SHARE == 0.5
+    for share, off in ((0.5, False), (0.5001, True), (0.4999, False)):
+        monkeypatch.setattr(mutual, "source_pair_share", lambda ctx, a, b, s=share: s)
+        ctx = ctx_of(np.eye(4, dtype=np.float32), [0, 1, 2, 3])
+        info = mutual.guard(ctx)
+        assert info["random_pair_share"] == share
+        assert ("off" in info) == off, share
+        assert mutual.is_off(ctx) == off
 
 
 # -- mutual-neighbour -----------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pairkit.core.relations import Relation
 from pairkit.mine.selection import choose_positives, first_in_window, padded_rows
 
 
@@ -122,3 +123,137 @@ def test_positives_of_the_source_give_the_codes_of_the_relation() -> None:
              for share in (False, True)]
     np.testing.assert_array_equal(codes[0], codes[1])
     assert set(np.unique(codes[0])) >= {0, 1, 2, 3}
+
+
+def pairs_store() -> tuple[np.ndarray, Relation, np.ndarray]:
+    """4 sources x 2 views (the two views of a source share a path); the pairs relation
+    lists only a.jpg -> b.jpg, so a source's other view is no positive under it."""
+    import pandas as pd
+
+    from pairkit.core.relations import build_relation
+
+    rng = np.random.default_rng(11)
+    base = rng.normal(size=(4, 8))
+    base[1] = base[0] + 0.8 * rng.normal(size=8)  # b: near a
+    x = np.repeat(base, 2, axis=0) + 0.05 * rng.normal(size=(8, 8))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    src = np.repeat(["a", "b", "c", "d"], 2)
+    items = pd.DataFrame({"path": [f"{s}.jpg" for s in src], "source": src})
+    rel = build_relation("pairs", items, pd.DataFrame({"anchor": ["a.jpg"],
+                                                       "positive": ["b.jpg"]}))
+    return x, rel, pd.factorize(items["source"])[0].astype(np.int64)
+
+
+def test_pairs_relation_never_hands_out_the_anchors_own_views() -> None:
+    """Under pairs:FILE the relation's positives do not cover the anchor's other views:
+    they are coded same_source, never negatives (they are the most similar rows). Checked
+    on the classification by hand and on a whole hard mining run against brute force."""
+    from pairkit.index.search import knn_search
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.hard_negatives import mine_negatives
+    from pairkit.mine.selection import CODE, SelectionContext, classify_candidates
+
+    x, rel, sources = pairs_store()
+    anchors = rel.anchors()
+    assert anchors.tolist() == [0, 1]
+    offsets, pos_ids = rel.positive_sets(anchors)
+    # candidates of anchor 0 / 1: every row, best first
+    ids = np.argsort(-(x[anchors] @ x.T), axis=1, kind="stable")
+    scores = np.take_along_axis(x[anchors] @ x.T, ids, 1)
+    ctx = SelectionContext(x, sources, rel, MineConfig(), None, offsets, pos_ids)
+    code = classify_candidates(ctx, np.arange(2), anchors, ids, scores,
+                               np.zeros(2, np.float32))[0]
+    want = np.select([ids == anchors[:, None], sources[ids] == 1,
+                      sources[ids] == 0], [CODE["self"], CODE["positive"],
+                                           CODE["same_source"]], 0)
+    np.testing.assert_array_equal(code, want)
+    assert (code == CODE["same_source"]).sum() == 2
+    # the whole run: the other view is each anchor's nearest non-positive
+    for a in (0, 1):
+        s = x @ x[a]
+        s[[a, 2, 3]] = -np.inf
+        assert int(np.argmax(s)) == a ^ 1
+    res = mine_negatives(x, sources, rel, MineConfig(num_negatives=2),
+                         lambda q, k: knn_search(q, x, k))
+    assert res.pairs.anchors.tolist() == [0, 1]
+    for i, a in enumerate(res.pairs.anchors):
+        negs = res.pairs.neg_ids[i]
+        assert (negs >= 0).all() and (sources[negs] != sources[a]).all()
+        # brute force: the best two rows of other sources that are no positives
+        s = (x @ x[a]).astype(np.float64)
+        s[sources <= 1] = -np.inf
+        assert negs.tolist() == np.argsort(-s, kind="stable")[:2].tolist()
+    # each anchor's search fetched its one other view
+    assert res.removed["same_source"] == 2
+
+
+def test_margin_and_score_bounds_keep_a_candidate_exactly_at_the_bound() -> None:
+    """docs/mine.md: keep a negative only if ``score <= pos - m``; drop candidates scoring
+    *below* --min-score / *above* --max-score. ref 0.75, margin 0.25: a candidate at
+    exactly 0.5 is valid and the next float32 above it is not; min-score 0.25 (max-score
+    0.875): exactly 0.25 (0.875) is valid, the next float32 below (above) is not. Every
+    value is exact in float32."""
+    import pandas as pd
+
+    from pairkit.core.relations import build_relation
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.selection import CODE, SelectionContext, classify_candidates
+
+    items = pd.DataFrame({"path": [f"{i}.jpg" for i in range(7)],
+                          "source": [f"s{i}" for i in range(7)]})
+    rel = build_relation("instance", items)
+    up, down = np.float32(np.inf), np.float32(-np.inf)
+    scores = np.array([[0.5, np.nextafter(np.float32(0.5), up), 0.25,
+                        np.nextafter(np.float32(0.25), down)]], np.float32)
+    ids = np.array([[1, 2, 3, 4]])
+    ref = np.array([0.75], np.float32)
+
+    def codes(cfg: MineConfig, s: np.ndarray = scores) -> list[int]:
+        ctx = SelectionContext(np.zeros((7, 2), np.float32), np.arange(7), rel, cfg, None,
+                               np.array([0, 0]), np.zeros(0, np.int64))
+        return classify_candidates(ctx, np.arange(1), np.array([0]), ids, s, ref)[0][0].tolist()
+
+    assert codes(MineConfig(absolute_margin=0.25)) == [0, CODE["absolute_margin"], 0, 0]
+    assert codes(MineConfig(min_score=0.25)) == [0, 0, 0, CODE["min_score"]]
+    # relative: 0.75 - 0.5 * 0.75 = 0.375
+    rel_scores = np.array([[0.375, np.nextafter(np.float32(0.375), up), 0.25, 0.0]],
+                          np.float32)
+    assert codes(MineConfig(relative_margin=0.5), rel_scores) == [
+        0, CODE["relative_margin"], 0, 0]
+    top = np.array([[0.875, np.nextafter(np.float32(0.875), up), 0.5, 0.0]], np.float32)
+    assert codes(MineConfig(max_score=0.875), top) == [0, CODE["max_score"], 0, 0]
+
+
+@pytest.mark.parametrize("sampling", ["random", "softmax"])
+def test_sampled_negatives_follow_the_anchor_not_its_place_in_the_list(sampling: str) -> None:
+    """The draw is keyed by (seed, anchor id, candidate id): an anchor gets the same sampled
+    negatives whatever other anchors the run has (a subset or resumed run). Pairs
+    i -> 20 + i for anchors 0..19, then the same without anchor 0 (every other anchor
+    moves up one place in the list)."""
+    import pandas as pd
+
+    from pairkit.core.relations import build_relation
+    from pairkit.index.search import knn_search
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.hard_negatives import mine_negatives
+
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(60, 8))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    items = pd.DataFrame({"path": [f"{i}.jpg" for i in range(60)],
+                          "source": [f"{i}" for i in range(60)]})
+    cfg = MineConfig(num_negatives=3, sampling=sampling, seed=5, sampling_temperature=1.0)
+
+    def mine(first: int) -> dict[int, list[int]]:
+        pairs = pd.DataFrame({"anchor": [f"{i}.jpg" for i in range(first, 20)],
+                              "positive": [f"{20 + i}.jpg" for i in range(first, 20)]})
+        res = mine_negatives(x, np.arange(60), build_relation("pairs", items, pairs), cfg,
+                             lambda q, k: knn_search(q, x, k))
+        return {int(a): res.pairs.neg_ids[i].tolist() for i, a in enumerate(res.pairs.anchors)}
+
+    every, later = mine(0), mine(1)
+    assert sorted(later) == list(range(1, 20))
+    assert {a: every[a] for a in later} == later
+    # the draw is not simply the top 3 (so the check above compares random draws)
+    top = {a: np.argsort(-(x @ x[a]), kind="stable")[:5].tolist() for a in later}
+    assert any(later[a] != [j for j in top[a] if j not in (a, 20 + a)][:3] for a in later)

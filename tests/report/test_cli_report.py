@@ -560,6 +560,22 @@ def test_old_reports_left_by_a_killed_swap_are_swept_only_when_replaced(pipeline
     assert lone.exists()
 
 
+def test_quiet_prints_nothing_on_success(tmp_path):
+    """``-q`` is quiet as every command's (docs/development.md). Failed before: the last
+    line (``open .../index.html``) was printed."""
+    from pairkit.cli.main import app as pk_app
+
+    image_store(tmp_path / "st", [f"a{i}.png" for i in range(6)], ["x"] * 6, dim=8)
+    r = runner.invoke(pk_app, ["dedup", str(tmp_path / "st"), "-o", str(tmp_path / "d.csv"),
+                               "-q"])
+    assert (r.exit_code, r.output) == (0, "")
+    r = report(tmp_path / "d.csv", "-o", tmp_path / "rep", "--store", tmp_path / "st", "-q")
+    assert r.exit_code == 0, r.output
+    # only the warning (never silenced): this store has no image folder for thumbnails
+    assert [x.split(":")[0] for x in r.output.splitlines()] == ["warning"], r.output
+    assert (tmp_path / "rep" / "index.html").is_file()
+
+
 def test_an_empty_dedup_result_is_zero_groups_in_every_format(tmp_path):
     """dedup with no duplicates writes a 0-byte JSON Lines file (a header-only CSV, an
     empty parquet): each is a dedup tab of 0 groups, not an error."""

@@ -74,6 +74,23 @@ def test_draws_follow_uniform_and_confidence_weights() -> None:
     assert none.tolist() == [-1, -1]
 
 
+def test_confidence_draw_for_an_anchor_whose_list_does_not_start_at_zero() -> None:
+    """Anchor 1's positives sit at CSR offsets 2 and 3 (after anchor 0's two): drawn by
+    confidence 0.2 / 0.8, interleaved with anchor 0 (0.5 / 0.5) in one call. Expected
+    shares within 4 sigma of 20,000 draws (sigma = sqrt(p(1 - p) / n) <= 0.0036)."""
+    sets = PositiveSets(np.array([0, 2, 4, 4]), np.array([10, 11, 20, 21]),
+                        np.array([0.5, 0.5, 0.2, 0.8], np.float32))
+    rng = np.random.default_rng(1)
+    n = 20_000
+    anchors = np.tile([0, 1, 2], n)
+    got = draw_positives(sets, anchors, rng, "confidence")
+    one, zero = got[anchors == 1], got[anchors == 0]
+    assert set(np.unique(one)) == {20, 21} and set(np.unique(zero)) == {10, 11}
+    assert (got[anchors == 2] == -1).all()
+    assert abs((one == 20).mean() - 0.2) < 4 * np.sqrt(0.2 * 0.8 / n)
+    assert abs((zero == 10).mean() - 0.5) < 4 * np.sqrt(0.25 / n)
+
+
 def _swap_case(n: int = 10_000) -> tuple[PositiveSets, PairArrays]:
     """The table's mined positives and ``n`` examples alternating anchor 0 (mined
     positives 2 and 3) and anchor 4 (none)."""
