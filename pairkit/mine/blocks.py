@@ -263,7 +263,7 @@ def select_rows(st: MineBlocks, rows: np.ndarray, k: int
         ran_out = (width == k and k >= len(vectors)) | (
             i[at, width] < 0 if width < k else np.zeros(len(sub), bool))
         e, ids, exh = rescored(vectors, st.norms, st.anchors[sub], s[at, :width],
-                               i[at, :width], ran_out, cfg.min_score)
+                               i[at, :width], ran_out, cfg.min_score, settle=k > st.k0)
         if width == k:
             exh = exh | (k >= st.k_cap)
         return select_negatives(st.ctx, sub, st.anchors[sub], ids, e, st.ref[sub - p0], exh,
@@ -282,7 +282,7 @@ def select_rows(st: MineBlocks, rows: np.ndarray, k: int
 
 def rescored(vectors: np.ndarray, norms: np.ndarray | None, anchors: np.ndarray,
              s: np.ndarray, i: np.ndarray, all_rows: bool | np.ndarray,
-             min_score: float | None,
+             min_score: float | None, settle: bool = False,
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A search's candidates ``(s, i)`` of ``anchors`` scored again pair by pair
     (:func:`pairkit.index.search.pair_scores` with the rows' ``norms``: the exactly rounded
@@ -296,7 +296,13 @@ def rescored(vectors: np.ndarray, norms: np.ndarray | None, anchors: np.ndarray,
     for all: nothing was left out; the index ran out; or everything left out scores below
     ``min_score``), such candidates are dropped (id -1), and an anchor whose window needs
     them is searched again deeper. What is left is the same prefix of the exact order in
-    any block."""
+    any block; except where those candidates hold an exact tie (:func:`tied`): the tie's
+    fetched rows and those above it are kept, not searched through; and in a search
+    deeper than the first (``settle``), where all are kept: at most one deeper search for
+    them. A band of rows whose scores are that close (thousands of near-identical
+    rows: re-encoded images) could otherwise take a deeper search per 4x the k until it
+    was fetched whole; what is kept is then the exact order but for a row left out within
+    the search's rounding of the last fetched score."""
     found = i >= 0
     last = np.where(found, s, np.inf).min(axis=1, initial=np.inf)
     bound = last + SEARCH_ROUNDING * np.maximum(1.0, np.abs(last))
@@ -304,10 +310,34 @@ def rescored(vectors: np.ndarray, norms: np.ndarray | None, anchors: np.ndarray,
     if min_score is not None:
         exhausted |= bound < min_score  # everything deeper scores lower
     exact = pair_scores(vectors, anchors, i, norms)
-    keep = found & (exhausted[:, None] | (exact > bound[:, None]))
+    keep = found & (exhausted[:, None] | settle | (exact > bound[:, None]) | (exact >= tied(
+        np.where(found & (exact <= bound[:, None]), exact, -np.inf))[:, None]))
     exact = np.where(keep, exact, -np.inf)
     exact, ids = sort_results(exact, np.where(keep, i, -1))
     return exact, ids, exhausted
+
+
+def tied(untrusted: np.ndarray) -> np.ndarray:
+    """Per row of ``untrusted`` (n, k) (the exact scores of the candidates that
+    :func:`rescored` cannot place against the rows left out, -inf elsewhere): the highest
+    score that two or more of them share exactly (identical rows, typically), +inf where
+    none does.
+
+    Fetched rows of that score show the search reached it (up to its rounding); the
+    tie may go on among the rows left out, and then no deeper search
+    places it until every row of it has been fetched (thousands, for a big group of
+    identical rows: each retry 4x the k). Its fetched rows, and any candidate scored above
+    it, are taken as they are, ties by id: what the rows left out could change is which rows
+    of the tie come first, and the order against a row left out within the search's
+    rounding above it."""
+    out = np.full(len(untrusted), np.inf, dtype=np.float32)
+    if untrusted.shape[1] < 2:
+        return out
+    s = -np.sort(-untrusted, axis=1)  # descending
+    same = (s[:, 1:] == s[:, :-1]) & np.isfinite(s[:, 1:])
+    has = same.any(axis=1)
+    out[has] = s[has, np.argmax(same[has], axis=1)]
+    return out
 
 
 def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:

@@ -158,3 +158,122 @@ def test_pair_scores_rows_on_demand_chunk_by_chunk(monkeypatch):
     monkeypatch.setattr(search, "PAIR_COMPACT_BYTES", 0)
     for chunk in (1, 500, 1 << 20):
         np.testing.assert_array_equal(pair_scores(OnDemand(v), rows, ids, None, chunk), want)
+
+
+def tied_store(path, dtype: str = "float32", eps: float = 0.0, tie: int = 500,
+               near: int = 300, other: int = 400, dim: int = 32):
+    """``tie`` identical rows (one vector ``v``, each its own source; ``eps``: each moved
+    that far at random, near-identical), ``near`` sources of two views close to ``v``
+    (their nearest rows are all the tie's: an exact tie of 500 scores at the end of every
+    k they fetch) and ``other`` sources of two views at random."""
+    rng = np.random.default_rng(5)
+    v = rng.normal(size=dim)
+    v /= np.linalg.norm(v)
+    near_base = v + 0.3 * rng.normal(size=(near, dim)) / np.sqrt(dim)
+    other_base = rng.normal(size=(other, dim))
+    x = np.concatenate([np.repeat(v[None], tie, axis=0), np.repeat(near_base, 2, axis=0),
+                        np.repeat(other_base, 2, axis=0)])
+    x[:tie] += eps * rng.normal(size=(tie, dim))
+    x[tie:] += 0.05 * rng.normal(size=(len(x) - tie, dim)) / np.sqrt(dim)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    sources = [f"t{i}" for i in range(tie)] + [f"s{s}" for s in range(near + other)
+                                                for _ in range(2)]
+    views = [0] * tie + [0, 1] * (near + other)
+    items = pd.DataFrame({"path": [f"{s}#{v_}" for s, v_ in zip(sources, views, strict=True)],
+                          "source": sources, "view": views})
+    return write_store(path, x.astype(np.float32), items, dtype=dtype, shard_rows=700)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_an_exact_tie_past_the_fetched_rows_is_not_searched_through(tmp_path, dtype,
+                                                                    monkeypatch):
+    """500 identical rows nearest to 600 anchors (k = 5): the fetched candidates end in an
+    exact tie whose scores the search cannot place against the rows it left out. The tie's
+    rows are taken (ties by id), not searched again 4x deeper until the whole tie is
+    fetched (failed before: 3 retries per block, k up to 1,216 for every anchor near the
+    tie), and the table is the same at every batch size."""
+    from pairkit.mine import blocks
+    from pairkit.mine.command import mine_store
+
+    store = tied_store(tmp_path / "st", dtype)
+    asked: list[int] = []
+    search = blocks.search_candidates
+
+    def counted(st, rows, k):
+        asked.append(k)
+        return search(st, rows, k)
+
+    monkeypatch.setattr(blocks, "search_candidates", counted)
+    got = {}
+    for size in (7, 64, 5000):
+        asked.clear()
+        got[size], stats = mine_store(store, "instance", MineConfig(num_negatives=5,
+                                                                    batch_size=size),
+                                      IndexOptions(kind="flat"))
+        assert stats["retries"] == 0 and stats["k_max"] == stats["k_initial"], stats
+        assert max(asked) == stats["k_initial"], (max(asked), stats)
+    table = got[64]
+    near = table[table["anchor_id"].between(500, 1099)]
+    tie = near[near["negative_id"] < 500].groupby("anchor_id")["negative_id"]
+    # most anchors near the tie take rows of it, its lowest ids (ties by id), best first
+    assert tie.ngroups > 300 and (tie.size() == 5).sum() > 100
+    assert tie.apply(lambda ids: list(ids) == list(range(len(ids)))).all()
+    for size in (7, 5000):
+        pd.testing.assert_frame_equal(got[size], got[64], check_exact=True)
+
+
+def test_tied_by_hand():
+    """The highest exact score shared by two or more untrusted candidates, +inf without."""
+    from pairkit.mine.blocks import tied
+
+    inf = np.inf
+    got = tied(np.array([[0.5, 0.5, 0.4, -inf], [0.3, 0.2, 0.1, -inf],
+                         [0.6, 0.7, 0.6, 0.6], [-inf, -inf, -inf, -inf],
+                         [0.1, 0.2, 0.1, 0.2]], dtype=np.float32))
+    np.testing.assert_array_equal(got, np.array([0.5, inf, 0.6, inf, 0.2], np.float32))
+    assert tied(np.zeros((3, 1), np.float32)).tolist() == [inf] * 3
+
+
+def test_rescored_takes_a_tie_at_the_end_by_hand():
+    """Rows 1-4 one vector (an exact tie, 0.6 with the anchor, row 0), row 5 a little
+    closer (0.6 + 2e-5, within the 1e-4 of the search's last score): the search fetched
+    rows 5, 4, 2 (its last score 0.6). Not trusted alone; with the tie all are kept: row
+    5, then the tie's rows by id; only one row of the tie fetched: all dropped."""
+    from pairkit.mine.blocks import rescored
+
+    x = np.zeros((6, 2))
+    x[0] = [1, 0]
+    x[1:5] = [0.6, 0.8]
+    c = 0.6 + 2e-5
+    x[5] = [c, np.sqrt(1 - c * c)]
+    s = np.array([[c, 0.6, 0.6], [c, 0.6, -np.inf]], np.float32)
+    i = np.array([[5, 4, 2], [5, 4, -1]])
+    e, ids, exh = rescored(x, None, np.array([0, 0]), s, i, False, None)
+    assert ids.tolist() == [[5, 2, 4], [5, 4, -1]] and exh.tolist() == [False, True]
+    np.testing.assert_array_equal(e[0], np.array([c, 0.6, 0.6], np.float32))
+    e, ids, _ = rescored(x, None, np.array([0]), s[:1, :2], i[:1, :2], False, None)
+    assert ids.tolist() == [[-1, -1]]
+
+
+def test_a_band_of_near_identical_rows_is_searched_through_once(tmp_path, monkeypatch):
+    """The 500 rows moved by 1e-6 each (re-encoded copies, say): no exact tie, but every
+    score within 1e-4 of the search's last one. The anchors near them are searched again
+    once, 4x deeper, and take what that fetched (failed before: 3 retries per block, k up
+    to 896, 138 anchors), and the table is the same at every batch size."""
+    from pairkit.mine import blocks
+    from pairkit.mine.command import mine_store
+
+    store = tied_store(tmp_path / "st", "float32", eps=1e-6)
+    asked: list[int] = []
+    search = blocks.search_candidates
+    monkeypatch.setattr(blocks, "search_candidates",
+                        lambda st, rows, k: asked.append(k) or search(st, rows, k))
+    got = {}
+    for size in (7, 64, 5000):
+        got[size], stats = mine_store(store, "instance", MineConfig(num_negatives=5,
+                                                                    batch_size=size),
+                                      IndexOptions(kind="flat"))
+        assert stats["anchors_retried"] > 100, stats
+        assert stats["k_max"] == max(asked) == 4 * stats["k_initial"], (max(asked), stats)
+    for size in (7, 5000):
+        pd.testing.assert_frame_equal(got[size], got[64], check_exact=True)
