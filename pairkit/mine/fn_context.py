@@ -196,7 +196,7 @@ def similarity_to_rows(vectors: np.ndarray, rows: np.ndarray, cand: np.ndarray,
     if n == 0 or k == 0 or m == 0:
         return out
     d = vectors.shape[1]
-    step = max(1, block_bytes // max(1, 4 * k * d))
+    step = max(1, block_bytes // max(1, 4 * max(k, m) * d))  # gathered rows or candidates
     for s in range(0, n, step):
         e = min(n, s + step)
         r = rows[s:e]

@@ -20,10 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pairkit.mine.fn_context import FnContext, label_codes, source_views
+from pairkit.mine.fn_context import FnContext, label_codes
 
 if TYPE_CHECKING:
     from pairkit.mine.false_negatives import FalseNegativeConfig
+
+HIDDEN_POSITIVES_CAP = 64  # other views offered per anchor; more: drawn at random
+SCORE_BLOCK_BYTES = 1 << 26  # gathered candidate vectors per block of anchors
 
 
 def estimate_quality(ctx: FnContext, config: FalseNegativeConfig, *, sample: int = 2000,
@@ -48,12 +51,14 @@ def estimate_quality(ctx: FnContext, config: FalseNegativeConfig, *, sample: int
     if not judged:
         return out
     cfg = replace(config, rules=judged)
-    views = source_views(ctx)[ctx.sources]  # (N, v): every row's source's rows
-    multi = np.flatnonzero((views >= 0).sum(axis=1) > 1)
+    order = np.argsort(ctx.sources, kind="stable")  # rows by source, CSR with starts
+    counts = np.bincount(ctx.sources)
+    starts = np.cumsum(counts) - counts
+    multi = np.flatnonzero(counts[ctx.sources] > 1)
     if len(multi):
         anchors = np.sort(rng.choice(multi, size=min(sample, len(multi)), replace=False))
-        others = views[anchors]
-        cand = np.where(others == anchors[:, None], -1, others)
+        cand = _hidden_positives(ctx.sources, order, starts, counts, anchors,
+                                 np.random.default_rng([seed, 17, HIDDEN_POSITIVES_CAP]))
         hidden = _hidden(ctx)
         scores = _scores(ctx.vectors, anchors, cand)
         empty = [np.zeros(0, np.int64)] * len(anchors)
@@ -82,11 +87,45 @@ def estimate_quality(ctx: FnContext, config: FalseNegativeConfig, *, sample: int
     return out
 
 
+def _hidden_positives(sources: np.ndarray, order: np.ndarray, starts: np.ndarray,
+                      counts: np.ndarray, anchors: np.ndarray,
+                      rng: np.random.Generator) -> np.ndarray:
+    """(n, v) the other views of each anchor's source, -1 padded (the anchor's own slot
+    too), in row order; only for the anchors, from the rows sorted by source (``order``,
+    ``starts``, ``counts``). A source with more than :data:`HIDDEN_POSITIVES_CAP` other
+    views offers that many, drawn with ``rng`` (an anchor of one 10,000-view source
+    would otherwise be scored against all of them)."""
+    cap = HIDDEN_POSITIVES_CAP
+    src = sources[anchors]
+    c = counts[src]
+    width = int(min(c.max(), cap + 1))
+    col = np.arange(width)
+    at = np.minimum(starts[src][:, None] + col, len(order) - 1)
+    cand = np.where(col < c[:, None], order[at], -1)
+    cand[cand == anchors[:, None]] = -1
+    for i in np.flatnonzero(c - 1 > cap):
+        rows = order[starts[src[i]]: starts[src[i]] + c[i]]
+        rows = rows[rows != anchors[i]]
+        cand[i, :cap] = rows[np.sort(rng.choice(len(rows), size=cap, replace=False))]
+        cand[i, cap:] = -1
+    return cand
+
+
 def _scores(vectors: np.ndarray, anchors: np.ndarray, cand: np.ndarray) -> np.ndarray:
-    x = vectors[anchors]
-    rows = vectors[np.maximum(cand, 0).ravel()].reshape(*cand.shape, -1)  # arrays and views
-    sims = np.einsum("nd,nkd->nk", x, rows).astype(np.float32)
-    return np.where(cand >= 0, sims, -np.inf).astype(np.float32)
+    """(n, k) float32 inner products of each anchor with its candidates (-inf: -1),
+    in blocks of anchors of about :data:`SCORE_BLOCK_BYTES` gathered vectors."""
+    out = np.full(cand.shape, -np.inf, dtype=np.float32)
+    if cand.size == 0:
+        return out
+    per_anchor = cand.shape[1] * vectors.shape[1] * vectors.dtype.itemsize
+    step = max(1, SCORE_BLOCK_BYTES // max(1, per_anchor))
+    for s in range(0, len(anchors), step):
+        c = cand[s: s + step]
+        x = vectors[anchors[s: s + step]]
+        rows = vectors[np.maximum(c, 0).ravel()].reshape(*c.shape, -1)  # arrays and views
+        sims = np.einsum("nd,nkd->nk", x, rows).astype(np.float32)
+        out[s: s + step] = np.where(c >= 0, sims, -np.inf)
+    return out
 
 
 def _hidden(ctx: FnContext) -> FnContext:

@@ -310,6 +310,28 @@ def test_similarity_to_rows_blocks_match_one_block():
     np.testing.assert_allclose(one, ref, atol=1e-6)
 
 
+
+def test_similarity_to_rows_blocks_by_the_longer_of_rows_and_candidates():
+    """Many rows per anchor, one candidate (the estimate's random pairs, an anchor of one
+    10,000-view source): the block used to be sized by the candidates alone, so every
+    anchor's rows were gathered at once (2,000 x 10,000 x 128 float32: 10 GB)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2000, 16)).astype(np.float32)
+    rows = np.tile(np.arange(2000), (200, 1))  # 200 anchors x 2,000 rows
+    cand = rng.integers(0, 2000, size=(200, 1))
+    tracemalloc.start()
+    try:
+        got = similarity_to_rows(x, rows, cand, block_bytes=1 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # out (1.6 MB) + about a block; one block of all anchors' rows was 25.6 MB
+    assert peak < 6 << 20, peak
+    ref = np.einsum("nmd,nkd->nmk", x[rows], x[cand])
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+
 # -- all rules against a per-anchor reference loop ----------------------------------
 def reference_flags(x, labels, sources, groups, assign, comm, anchors, cand, scores, pos, cfg,
                     white=None):
