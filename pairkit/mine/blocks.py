@@ -273,11 +273,11 @@ def select_rows(st: MineBlocks, rows: np.ndarray, k: int, first: bool = True
                                 True)
 
     width = k - st.hi if first and k - st.hi > st.hi else k
-    narrow = scored(np.arange(len(rows)), width)
+    first = scored(np.arange(len(rows)), width)
     if width == k:
-        return [(rows, narrow)]
-    again = narrow.short & (i[:, width] >= 0)
-    parts = [(rows[~again], narrow.take(~again))]
+        return [(rows, first)]
+    again = first.short & (i[:, width] >= 0)
+    parts = [(rows[~again], first.take(~again))]
     if again.any():
         parts.append((rows[again], scored(np.flatnonzero(again), k)))
     return parts
