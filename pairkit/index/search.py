@@ -10,7 +10,6 @@ search returns the same ids as a brute-force stable sort.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,12 +23,6 @@ GPU_MAX_K = 2048
 ROW_CHUNK_BYTES = 1 << 25
 # sort_results' temporaries per result (float64 keys, order, the sorted copies)
 SORT_BYTES = 64
-# pair_scores gathers this many bytes of float32 rows at a time (measured, 2026-12-07:
-# 0.5-1 MB fastest, 30,000 x 14 pairs of 128 dims and 8,000 x 19 of 1,280)
-PAIR_CHUNK_BYTES = 1 << 20
-# pair_scores from rows read on demand: the distinct rows of a block's pairs copied into one
-# float32 array when they fit in this, else read and scored chunk by chunk
-PAIR_COMPACT_BYTES = 1 << 27
 
 
 def row_chunks(n_rows: int, row_bytes: int, chunk_bytes: int | None = None,
@@ -67,130 +60,6 @@ def row_dots(
         va = _rows(vectors, a[s : s + chunk], dtype)
         vb = _rows(vectors, b[s : s + chunk], dtype)
         out[s : s + chunk] = np.einsum("nd,nd->n", va, vb)
-    return out
-
-
-def pair_scores(vectors: Any, rows: np.ndarray, ids: np.ndarray,
-                norms: np.ndarray | None = None, chunk_bytes: int = PAIR_CHUNK_BYTES,
-                ) -> np.ndarray:
-    """float32 (n, k): ``vectors[rows[r]] . vectors[ids[r, j]]``, -inf where ``ids`` is -1,
-    each the exactly rounded float32 of the pair's dot product: the same bits for a pair
-    in any block of any shape, on any search engine (a matrix product's rounding depends
-    on the block's shape and the kernel).
-
-    The products of float16/float32 rows are exact in float64; their sum is accumulated in
-    float64 (a BLAS product, in any order: error at most ``(d + 2) 2**-53 |a| |b|``) and
-    rounded to float32; a sum so close to a float32 rounding point that the error could
-    cross it (about one pair in a million) is summed exactly instead
-    (:func:`rounded_sum`). ``vectors``: an (N, d) array or anything that gathers rows by
-    an id array (read in id order: :func:`_sorted_pair_scores`); ``norms``: (N,) upper
-    bounds of the rows' norms (:func:`row_norms`; None: computed from the rows gathered,
-    more work); the rows are gathered ``chunk_bytes`` of float32 at a time."""
-    ids = np.asarray(ids, dtype=np.int64)
-    rows = np.asarray(rows, dtype=np.int64)
-    out = np.full(ids.shape, -np.inf, dtype=np.float32)
-    if ids.size == 0 or not (ids >= 0).any():
-        return out
-    if not isinstance(vectors, np.ndarray):
-        return _sorted_pair_scores(vectors, rows, ids, norms, chunk_bytes, out)
-    d = int(vectors.shape[1])
-    for part in row_chunks(len(ids), 4 * ids.shape[1] * max(d, 1), chunk_bytes):
-        blk = ids[part]
-        ok = blk >= 0
-        if not ok.any():
-            continue
-        a = np.asarray(vectors[rows[part]], dtype=np.float32)
-        b = np.asarray(vectors[np.where(ok, blk, 0).ravel()], dtype=np.float32)
-        b = b.reshape(*blk.shape, d)
-        # any order of summation will do: the rounding is checked against its error
-        dots = np.einsum("nkd,nd->nk", b, a, dtype=np.float64)
-        if norms is None:
-            size = np.sqrt(np.einsum("nkd,nkd->nk", b, b, dtype=np.float64)
-                           * np.einsum("nd,nd->n", a, a, dtype=np.float64)[:, None])
-        else:
-            size = (norms[np.where(ok, blk, 0)].astype(np.float64)
-                    * norms[rows[part]].astype(np.float64)[:, None])
-        got = _rounded(dots, size, d, np.broadcast_to(a[:, None, :], b.shape), b)
-        out[part] = np.where(ok, got, -np.inf)
-    return out
-
-
-def _sorted_pair_scores(vectors: Any, rows: np.ndarray, ids: np.ndarray,
-                        norms: np.ndarray | None, chunk_bytes: int, out: np.ndarray,
-                        ) -> np.ndarray:
-    """:func:`pair_scores` from rows read on demand (a
-    :class:`~pairkit.core.shard_rows.ShardRows`, which hands the pages it read back after
-    each read): the distinct candidates read in id order, 8 ``chunk_bytes`` of them at a
-    time, so that each page is read once, not once per block of pairs. When the distinct
-    candidates and anchors fit in :data:`PAIR_COMPACT_BYTES` as float32, they are read
-    (and converted) once into one array and scored from it. ``norms`` None: the bounds
-    are the norms of the rows read (:func:`row_norms`)."""
-    d = int(vectors.shape[1])
-    r, c = np.nonzero(ids >= 0)
-    step = max(1, 8 * chunk_bytes // (4 * max(d, 1)))
-    both, where = np.unique(np.concatenate([ids[r, c], rows]), return_inverse=True)
-    if len(both) * d * 4 <= PAIR_COMPACT_BYTES:
-        compact = np.concatenate([as_float32(vectors[both[lo : lo + step]])
-                                  for lo in range(0, len(both), step)])
-        local = np.full(ids.shape, -1, dtype=np.int64)
-        local[r, c] = where[: len(r)]
-        return pair_scores(compact, where[len(r) :], local,
-                           row_norms(compact) if norms is None else norms[both], chunk_bytes)
-    a = as_float32(vectors[rows])
-    na = (row_norms(a) if norms is None else norms[rows]).astype(np.float64)
-    uniq, inv = np.unique(ids[r, c], return_inverse=True)
-    pair_step = max(1, chunk_bytes // (4 * max(d, 1)))
-    for lo in range(0, len(uniq), step):
-        u = as_float32(vectors[uniq[lo : lo + step]])
-        nu = (row_norms(u) if norms is None else norms[uniq[lo : lo + step]]).astype(np.float64)
-        mine = np.flatnonzero((inv >= lo) & (inv < lo + step))
-        for s in range(0, len(mine), pair_step):
-            sel = mine[s : s + pair_step]
-            av, bv = a[r[sel]], u[inv[sel] - lo]
-            dots = np.einsum("pd,pd->p", av, bv, dtype=np.float64)
-            out[r[sel], c[sel]] = _rounded(dots, na[r[sel]] * nu[inv[sel] - lo], d, av, bv)
-    return out
-
-
-def _rounded(dots: np.ndarray, size: np.ndarray, d: int, a: np.ndarray, b: np.ndarray
-             ) -> np.ndarray:
-    """float32 ``dots`` (float64 sums of d exact products ``a[i] * b[i]``, ``a`` and ``b``
-    of shape ``dots.shape + (d,)``, summed in any order), each the exactly rounded float32
-    of its exact sum: ``size`` bounds the sum of the products' magnitudes (|a| |b|), so the
-    float64 error is at most ``(d + 2) 2**-53 size``; where the two ends of that interval
-    round differently, the products are summed exactly (:func:`rounded_sum`)."""
-    err = 1.01 * (d + 2) * 2.0**-53 * size + 4 * 2.0**-53 * np.abs(dots)
-    got = (dots - err).astype(np.float32)
-    for at in zip(*np.nonzero(got != (dots + err).astype(np.float32)), strict=True):
-        got[at] = rounded_sum(a[at].astype(np.float64) * b[at].astype(np.float64))
-    return got
-
-
-def rounded_sum(products: np.ndarray) -> np.float32:
-    """The exactly rounded float32 (ties to even) of the exact sum of float64
-    ``products``: :func:`math.fsum` (the nearest float64), and where that lands on a
-    float32 tie, the sign of the exact remainder decides."""
-    terms = [float(x) for x in products]
-    near = math.fsum(terms)
-    out = np.float32(near)
-    if float(out) != near and np.isfinite(out):
-        other = np.nextafter(out, np.float32(np.inf if float(out) < near else -np.inf))
-        if (float(out) + float(other)) / 2 == near:  # a tie: what the float64 rounding hid
-            rest = math.fsum([*terms, -near])
-            if rest != 0:
-                out = max(out, other) if rest > 0 else min(out, other)
-    return out
-
-
-def row_norms(vectors: Any, block_rows: int = 8192) -> np.ndarray:
-    """(N,) float32 upper bounds of the rows' L2 norms (for :func:`pair_scores`): each
-    computed in float64 and raised by 1e-6 relative (more than float32's rounding), read
-    ``block_rows`` rows at a time."""
-    out = np.empty(len(vectors), dtype=np.float32)
-    for start in range(0, len(vectors), block_rows):
-        x = as_float32(vectors[start : start + block_rows])
-        out[start : start + len(x)] = np.sqrt(np.einsum("nd,nd->n", x, x, dtype=np.float64)
-                                              ) * (1 + 1e-6)
     return out
 
 

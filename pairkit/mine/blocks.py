@@ -16,7 +16,7 @@ import numpy as np
 
 from pairkit.core.pairs import MinedPairs
 from pairkit.core.store_rows import StoreRows
-from pairkit.index.search import pair_scores, row_dots, row_norms, sort_results
+from pairkit.index.search import row_dots
 from pairkit.mine.config import MineConfig
 from pairkit.mine.group_skip import search_skipping, skipped_groups
 from pairkit.mine.selection import (
@@ -33,10 +33,6 @@ from pairkit.mine.selection import (
 Searcher = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 # attracted rows of one block: (anchor rows, item ids, scores, reasons)
 Attracted = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-# how far a search's float32 score may be from the pair's own (relative to max(1, |score|)):
-# a block's matrix product, FAISS's kernels, torch's (float32, no TF32) all round within
-# ~1e-6 on unit rows; the margin is wide so that no left-out row can beat a kept one
-SEARCH_ROUNDING = 1e-4
 
 
 @dataclass
@@ -175,9 +171,6 @@ class MineBlocks:
     skip_groups: np.ndarray | None = None
     # each anchor's first k (pairkit.mine.selection.initial_k; None: k0 for every one)
     k_rows: np.ndarray | None = None
-    # bounds of the rows' norms for the candidates' exact scores (pair_scores), made where
-    # the blocks run on first use (select_rows); None for rows read on demand
-    norms: np.ndarray | None = None
 
     def load_rows(self) -> MineBlocks:
         """These blocks with ``ctx.vectors`` read from the store when they were left out
@@ -206,141 +199,38 @@ class MineBlocks:
         self.pos_start = b0
 
 
-def search_candidates(st: MineBlocks, rows: np.ndarray, k: int
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """The search's ``(scores, ids)`` (n, k) of the anchors ``rows`` (``--hard``), best
-    first by the search's own scores."""
-    vectors = st.ctx.vectors
-    a = st.anchors[rows]
-    if st.anchor_searcher is not None:
-        return st.anchor_searcher(a, k)  # type: ignore[no-any-return]
-    if st.skip_groups is not None:  # big near-duplicate groups (and the class) skipped
-        positives = padded_rows(st.ctx.pos_offsets, st.ctx.pos_ids, rows)
-        group = st.ctx.relation.group if st.skip_class else None
-        return search_skipping(  # type: ignore[no-any-return]
-            st.searcher, np.asarray(vectors[a], dtype=np.float32), k, st.skip_groups,
-            skipped_groups(st.skip_groups, a, positives),
-            None if group is None else group[a], group)
-    if st.skip_class:  # the class skipped by the searcher itself
-        group = st.ctx.relation.group
-        return st.searcher.outside(  # type: ignore[no-any-return,union-attr]
-            np.asarray(vectors[a], dtype=np.float32), k, group[a], group)
-    return st.searcher(np.asarray(vectors[a], dtype=np.float32), k)  # type: ignore[misc]
-
-
-def easy_block(st: MineBlocks, rows: np.ndarray, k: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Easy candidates of the anchors ``rows``: ``(scores, ids, exhausted)``."""
+def fetch_candidates(st: MineBlocks, rows: np.ndarray, k: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Candidates of the anchors ``rows``: ``(scores, ids, exhausted)``."""
     cfg = st.ctx.cfg
     vectors = st.ctx.vectors
+    n_items = len(vectors)
     a = st.anchors[rows]
-    i = drop_repeats(easy_candidates(a, k, len(vectors), cfg.seed))
+    if cfg.hard:
+        if st.anchor_searcher is not None:
+            s, i = st.anchor_searcher(a, k)
+        elif st.skip_groups is not None:  # big near-duplicate groups (and the class) skipped
+            positives = padded_rows(st.ctx.pos_offsets, st.ctx.pos_ids, rows)
+            group = st.ctx.relation.group if st.skip_class else None
+            s, i = search_skipping(
+                st.searcher, np.asarray(vectors[a], dtype=np.float32), k, st.skip_groups,
+                skipped_groups(st.skip_groups, a, positives),
+                None if group is None else group[a], group)
+        elif st.skip_class:  # the class skipped by the searcher itself
+            group = st.ctx.relation.group
+            s, i = st.searcher.outside(  # type: ignore[union-attr]
+                np.asarray(vectors[a], dtype=np.float32), k, group[a], group)
+        else:
+            s, i = st.searcher(np.asarray(vectors[a], dtype=np.float32), k)  # type: ignore[misc]
+        exhausted = np.full(len(rows), k >= n_items) | (i[:, -1] < 0)
+        if cfg.min_score is not None:
+            exhausted |= s[:, -1] < cfg.min_score  # everything deeper scores lower
+        return s, i, exhausted
+    i = drop_repeats(easy_candidates(a, k, n_items, cfg.seed))
     s = np.full(i.shape, -np.inf, dtype=np.float32)
     ok = i >= 0
     s[ok] = row_dots(vectors, np.broadcast_to(a[:, None], i.shape)[ok], i[ok])
     return s, i, np.zeros(len(rows), dtype=bool)
-
-
-def select_rows(st: MineBlocks, rows: np.ndarray, k: int, first: bool = True
-                ) -> list[tuple[np.ndarray, Selection]]:
-    """The selections of the anchors ``rows`` with ``k`` candidates fetched, as parts
-    ``(rows, Selection)``. With ``--hard`` on the anchors' first search (``first``: their
-    own k of :func:`pairkit.mine.selection.initial_k`, whose last ``hi`` columns are
-    spare room) the candidates are scored again (:func:`rescored`) in two
-    steps: the first ``k - hi`` columns, then all k for the anchors that those leave
-    short (a prefix of the search is a search of that k: the same selection, counts
-    included, for every anchor it does not leave short)."""
-    cfg = st.ctx.cfg
-    p0 = st.pos_start
-    if not cfg.hard:
-        s, i, exh = easy_block(st, rows, k)
-        return [(rows, select_negatives(st.ctx, rows, st.anchors[rows], i, s,
-                                        st.ref[rows - p0], exh | (k >= st.k_cap), False))]
-    s, i = search_candidates(st, rows, k)
-    vectors = st.ctx.vectors
-    if isinstance(vectors, np.ndarray) and (st.norms is None or len(st.norms) != len(vectors)):
-        st.norms = row_norms(vectors)  # rows read on demand: their norms where they are read
-
-    def scored(at: np.ndarray, width: int) -> Selection:
-        sub = rows[at]
-        ran_out = (width == k and k >= len(vectors)) | (
-            i[at, width] < 0 if width < k else np.zeros(len(sub), bool))
-        e, ids, exh = rescored(vectors, st.norms, st.anchors[sub], s[at, :width],
-                               i[at, :width], ran_out, cfg.min_score, settle=not first)
-        if width == k:
-            exh = exh | (k >= st.k_cap)
-        return select_negatives(st.ctx, sub, st.anchors[sub], ids, e, st.ref[sub - p0], exh,
-                                True)
-
-    width = k - st.hi if first and k - st.hi > st.hi else k
-    first = scored(np.arange(len(rows)), width)
-    if width == k:
-        return [(rows, first)]
-    again = first.short & (i[:, width] >= 0)
-    parts = [(rows[~again], first.take(~again))]
-    if again.any():
-        parts.append((rows[again], scored(np.flatnonzero(again), k)))
-    return parts
-
-
-def rescored(vectors: np.ndarray, norms: np.ndarray | None, anchors: np.ndarray,
-             s: np.ndarray, i: np.ndarray, all_rows: bool | np.ndarray,
-             min_score: float | None, settle: bool = False,
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A search's candidates ``(s, i)`` of ``anchors`` scored again pair by pair
-    (:func:`pairkit.index.search.pair_scores` with the rows' ``norms``: the exactly rounded
-    dot products, the same bits whatever the block or the engine that found them) and
-    ordered by those scores, ties by id: ``(scores, ids, exhausted)``.
-
-    The search's own scores (a block's matrix product, rounded by the block's shape)
-    decide only which rows were fetched, so a candidate whose new score is not above the
-    last fetched search score by more than :data:`SEARCH_ROUNDING` could trade places
-    with one left out: unless the anchor's search is exhausted (``all_rows``, per anchor or
-    for all: nothing was left out; the index ran out; or everything left out scores below
-    ``min_score``), such candidates are dropped (id -1), and an anchor whose window needs
-    them is searched again deeper. What is left is the same prefix of the exact order in
-    any block; except where those candidates hold an exact tie (:func:`tied`): the tie's
-    fetched rows and those above it are kept, not searched through; and in a search
-    deeper than the first (``settle``), where all are kept: at most one deeper search for
-    them. A band of rows whose scores are that close (thousands of near-identical
-    rows: re-encoded images) could otherwise take a deeper search per 4x the k until it
-    was fetched whole; what is kept is then the exact order but for a row left out within
-    the search's rounding of the last fetched score."""
-    found = i >= 0
-    last = np.where(found, s, np.inf).min(axis=1, initial=np.inf)
-    bound = last + SEARCH_ROUNDING * np.maximum(1.0, np.abs(last))
-    exhausted = np.broadcast_to(np.asarray(all_rows, bool), (len(i),)) | ~found[:, -1]
-    if min_score is not None:
-        exhausted |= bound < min_score  # everything deeper scores lower
-    exact = pair_scores(vectors, anchors, i, norms)
-    keep = found & (exhausted[:, None] | settle | (exact > bound[:, None]) | (exact >= tied(
-        np.where(found & (exact <= bound[:, None]), exact, -np.inf))[:, None]))
-    exact = np.where(keep, exact, -np.inf)
-    exact, ids = sort_results(exact, np.where(keep, i, -1))
-    return exact, ids, exhausted
-
-
-def tied(untrusted: np.ndarray) -> np.ndarray:
-    """Per row of ``untrusted`` (n, k) (the exact scores of the candidates that
-    :func:`rescored` cannot place against the rows left out, -inf elsewhere): the highest
-    score that two or more of them share exactly (identical rows, typically), +inf where
-    none does.
-
-    Fetched rows of that score show the search reached it (up to its rounding); the
-    tie may go on among the rows left out, and then no deeper search
-    places it until every row of it has been fetched (thousands, for a big group of
-    identical rows: each retry 4x the k). Its fetched rows, and any candidate scored above
-    it, are taken as they are, ties by id: what the rows left out could change is which rows
-    of the tie come first, and the order against a row left out within the search's
-    rounding above it."""
-    out = np.full(len(untrusted), np.inf, dtype=np.float32)
-    if untrusted.shape[1] < 2:
-        return out
-    s = -np.sort(-untrusted, axis=1)  # descending
-    same = (s[:, 1:] == s[:, :-1]) & np.isfinite(s[:, 1:])
-    has = same.any(axis=1)
-    out[has] = s[has, np.argmax(same[has], axis=1)]
-    return out
 
 
 def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
@@ -368,11 +258,14 @@ def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
             step = max(1, cfg.max_k_entries // max(k, 1))
             step = min(cfg.batch_size, step) if first else step
             for c0 in range(0, len(group), step):
-                for rows, block in select_rows(st, group[c0:c0 + step], k, first):
-                    done = ~block.short
-                    collect(part, block.take(done), rows[done] - b0, st.hi, cfg,
-                            st.keep_flags, attract)
-                    still.append(rows[block.short])
+                rows = group[c0:c0 + step]
+                s, i, exh = fetch_candidates(st, rows, k)
+                block = select_negatives(st.ctx, rows, st.anchors[rows], i, s,
+                                         st.ref[rows - p0], exh | (k >= st.k_cap), cfg.hard)
+                done = ~block.short
+                collect(part, block.take(done), rows[done] - b0, st.hi, cfg, st.keep_flags,
+                        attract)
+                still.append(rows[block.short])
         short = np.sort(np.concatenate(still)) if still else np.zeros(0, np.int64)
         if len(short):
             if first:
