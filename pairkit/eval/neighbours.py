@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pairkit.index.search import kept_first, knn_search, row_chunks
+from pairkit.index.search import kept_first, knn_search, rounded_depths, row_chunks
 
 # the compaction's temporaries per fetched neighbour (masks, the int64 order, the copies)
 COMPACT_BYTES = 48
@@ -86,10 +86,7 @@ def search_excluding(
     """
     exclusion = exclusion or Exclusion()
     extra = exclusion.excluded_per_query(len(queries))
-    top = int(extra.max(initial=0))
-    extra = np.where(extra > 1, np.minimum(
-        1 << np.ceil(np.log2(np.maximum(extra, 1))).astype(np.int64), top), extra)
-    fetch = np.minimum(n_ref, k + extra)  # each query's own depth
+    fetch = np.minimum(n_ref, k + rounded_depths(extra))  # each query's own depth
     width = min(k, n_ref)
     for start in range(0, len(queries), block_rows):
         stop = min(start + block_rows, len(queries))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pairkit.errors import PairkitError, UsageError
+from pairkit.index.search import rounded_depths
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,11 +81,7 @@ def neighbours(vectors: np.ndarray, queries: np.ndarray, k: int, own: np.ndarray
     extra = np.where(own >= 0, sizes[np.maximum(own, 0)], 0)
     skip = (extra > OVER_FETCH_SOURCE) & searcher.excludes
     extra = np.where(skip, 0, extra)
-    # own sizes rounded up to a power of two: few distinct k, one search each
-    top = int(extra.max(initial=0))
-    extra = np.where(extra > 1, np.minimum(
-        1 << np.ceil(np.log2(np.maximum(extra, 1))).astype(np.int64), top), extra)
-    ks = np.minimum(n, k + extra)
+    ks = np.minimum(n, k + rounded_depths(extra))
     out: list[tuple[np.ndarray, np.ndarray]] = [(np.zeros(0, np.float32),
                                                  np.zeros(0, np.int64))] * len(queries)
     for kk in np.unique(ks):

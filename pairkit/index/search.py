@@ -131,6 +131,18 @@ def sort_results(scores: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
 
 
+def rounded_depths(extra: np.ndarray) -> np.ndarray:
+    """Each query's extra search depth (its own excluded rows: its source, its positives)
+    rounded up to a power of two, at most the largest of them (int64): a block's queries
+    then share a few distinct k, one search each, and a query of a small source does not
+    fetch the largest source's size."""
+    extra = np.asarray(extra, dtype=np.int64)
+    if not extra.size:
+        return extra.copy()
+    up = 1 << np.ceil(np.log2(np.maximum(extra, 1))).astype(np.int64)
+    return np.minimum(np.where(extra > 1, up, extra), int(extra.max()))
+
+
 def kept_first(scores: np.ndarray, ids: np.ndarray, keep: np.ndarray, k: int
                ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's first ``k`` entries where ``keep`` (a bool array of their shape) holds,

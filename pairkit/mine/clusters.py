@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from pairkit.core.row_view import RowView, is_view
+from pairkit.index.search import rounded_depths
 
 
 def cluster_counts(n: int, sizes: tuple[int, ...]) -> tuple[int, ...]:
@@ -112,11 +113,7 @@ def own_source_widths(sources: np.ndarray, m: int) -> np.ndarray:
     n = len(sources)
     if n == 0:
         return np.zeros(0, np.int64)
-    size = np.bincount(sources)[sources].astype(np.int64)
-    top = int(size.max())
-    size = np.minimum(np.where(size > 1, 1 << np.ceil(np.log2(size)).astype(np.int64), size),
-                      top)
-    return np.minimum(n, m + size)
+    return np.minimum(n, m + rounded_depths(np.bincount(sources)[sources]))
 
 
 def other_sources(scores: np.ndarray, ids: np.ndarray, sources: np.ndarray, m: int,

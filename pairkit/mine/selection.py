@@ -16,7 +16,7 @@ import numpy as np
 
 from pairkit.core.relations import Relation
 from pairkit.errors import PairkitError
-from pairkit.index.search import row_dots
+from pairkit.index.search import rounded_depths, row_dots
 from pairkit.mine.config import MineConfig
 from pairkit.mine.randomness import hash_uniform
 
@@ -281,9 +281,7 @@ def initial_k(cfg: MineConfig, relation: Relation, sources: np.ndarray,
         own = np.full(n, int(src_sizes.max()) + int(npos.max(initial=0)), np.int64)
     else:
         own = src_sizes[sources[anchors]].astype(np.int64) + npos
-    top = int(own.max(initial=0))
-    excl = np.minimum(np.where(own > 1, 1 << np.ceil(np.log2(np.maximum(own, 1))
-                                                    ).astype(np.int64), own), top)
+    excl = rounded_depths(own)
     if skipped is not None:
         excl = np.where(skipped, 0, excl)
     if class_skipped:

@@ -254,3 +254,15 @@ def test_ivf_list_major_reads_the_lists_in_place_and_searches_as_faiss() -> None
     d_ref, i_ref = index.search(x[:300], 7)
     d, i = lists.search(x[:300], 7)
     assert np.array_equal(i, i_ref) and np.allclose(d, d_ref, atol=1e-5)
+
+
+def test_rounded_depths_round_up_to_a_power_of_two_at_most_the_largest() -> None:
+    """Each extra depth rounded up to a power of two (0 and 1 kept), never above the
+    largest one (hand-computed)."""
+    from pairkit.index.search import rounded_depths
+
+    got = rounded_depths(np.array([0, 1, 2, 3, 5, 8, 9, 100]))
+    np.testing.assert_array_equal(got, [0, 1, 2, 4, 8, 8, 16, 100])
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(rounded_depths(np.array([3, 3])), [3, 3])
+    assert rounded_depths(np.zeros(0, np.int64)).shape == (0,)
