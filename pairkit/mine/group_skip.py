@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from pairkit.core.unique import unique_rows
+
 # groups of at least this many rows are skipped by the search (smaller ones are fetched
 # and flagged): the size up to which an exclusion is fetched rather than copied around
 # (pairkit.index.outside.OVER_FETCH_ROWS)
@@ -92,8 +94,7 @@ def search_skipping(searcher: Any, queries: np.ndarray, k: int, codes: np.ndarra
     if not len(rest):
         return scores, ids
     key = skipped[rest] if own is None else np.column_stack([own[rest], skipped[rest]])
-    sets, which = np.unique(key, axis=0, return_inverse=True)
-    which = np.asarray(which).ravel()
+    sets, _, which = unique_rows(key)
     for g, row in enumerate(sets):
         sel = rest[which == g]
         groups = row if own is None else row[1:]
