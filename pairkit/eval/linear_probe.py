@@ -12,7 +12,11 @@ as if the rows of the smaller classes were repeated until every class had as man
 probe's class prior then no longer follows a long-tailed reference set).
 
 Minimised with full-batch L-BFGS (strong Wolfe line search), the loss and its
-gradient accumulated over row chunks so memory stays O(chunk x classes). The
+gradient accumulated over row chunks so memory stays O(chunk x classes), a chunk being
+:func:`chunk_rows` rows: about a million logits (4 MiB in float32) whatever the class
+count (65,536 rows before, whose logits at 100 classes took 26 MB a buffer, four of them
+alive in the backward pass, and left the allocator's heap ever larger fit after fit:
+docs/benchmarks.md, "The linear probe's memory"). The
 weight decay is chosen by the cross-entropy of a validation part of the training
 rows (split by source), then the probe is refitted on all training rows.
 
@@ -31,6 +35,14 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_WEIGHT_DECAYS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
+# logits (rows x classes) computed at once by the fits and the validation pass
+LOGITS_PER_CHUNK = 1 << 20
+
+
+def chunk_rows(n_classes: int) -> int:
+    """Rows per chunk of the fits and the validation pass: ``LOGITS_PER_CHUNK`` logits
+    (at least one row)."""
+    return max(1, LOGITS_PER_CHUNK // max(n_classes, 1))
 
 
 @dataclass(frozen=True)
@@ -58,12 +70,13 @@ def fit_logistic(
     device: str = "cpu",
     max_iter: int = 300,
     tolerance: float = 1e-7,
-    chunk: int = 65536,
+    chunk: int | None = None,
     init: tuple[np.ndarray, np.ndarray] | None = None,
     row_weights: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fit the objective above. ``x`` (n, d), ``y`` int codes in [0, n_classes);
-    ``row_weights`` (n,): each row's weight in the mean cross-entropy (None: 1 each).
+    ``row_weights`` (n,): each row's weight in the mean cross-entropy (None: 1 each);
+    ``chunk``: rows per chunk (None: :func:`chunk_rows`).
 
     Stops after ``max_iter`` L-BFGS iterations or when the gradient's largest entry
     falls below ``tolerance``.
@@ -78,6 +91,7 @@ def fit_logistic(
     xt = torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32), device=dev)
     yt = torch.as_tensor(np.asarray(y, dtype=np.int64), device=dev)
     n, d = xt.shape
+    chunk = chunk_rows(n_classes) if chunk is None else chunk
     weights = None if row_weights is None else torch.as_tensor(
         np.asarray(row_weights, dtype=np.float32), device=dev)
     total_weight = float(n) if row_weights is None else float(np.sum(row_weights))
@@ -123,11 +137,13 @@ def predict_logistic(x: np.ndarray, w: np.ndarray, b: np.ndarray,
 
 
 def top1_and_log_loss(x: np.ndarray, y: np.ndarray, w: np.ndarray, b: np.ndarray,
-                      chunk: int = 65536, row_weights: np.ndarray | None = None
+                      chunk: int | None = None, row_weights: np.ndarray | None = None
                       ) -> tuple[float, float]:
     """``(top-1, mean cross-entropy -log softmax(x @ w + b)[y])`` over the rows, from one
     pass of logits in chunks (the top-1 is :func:`predict_logistic`'s arg-max; the
-    cross-entropy summed in float64; with ``row_weights`` its weighted mean)."""
+    cross-entropy summed in float64; with ``row_weights`` its weighted mean); ``chunk``
+    rows at a time (None: :func:`chunk_rows`)."""
+    chunk = chunk_rows(len(b)) if chunk is None else chunk
     hits, total = 0, 0.0
     for s in range(0, len(x), chunk):
         z = np.asarray(x[s : s + chunk], np.float32) @ w + b
@@ -203,6 +219,7 @@ def linear_probe(
     validation part, all training rows for the last fit). ``on_fit(line)``: as each fit
     starts (one per decay of the validated path, then the last on all training rows).
     """
+    from pairkit.core.heap import return_free_memory
     from pairkit.eval.split import split_by_source
 
     classes, y_train = np.unique(train_y, return_inverse=True)
@@ -241,6 +258,7 @@ def linear_probe(
                 solutions[wd] = init
                 val_top1[wd], val_loss[wd] = top1_and_log_loss(x_val, y_val, *init,
                                                                row_weights=w_val)
+                return_free_memory()  # the fit's chunks, freed into holes of the heap
     # the lowest validation cross-entropy; equal ones: the larger decay
     best = min(val_loss, key=lambda wd: (val_loss[wd], -wd)) if val_loss else decays[0]
     if on_fit is not None:

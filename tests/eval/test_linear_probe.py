@@ -262,3 +262,57 @@ def test_equal_validation_losses_choose_the_larger_decay(monkeypatch) -> None:
     monkeypatch.setattr(lp, "top1_and_log_loss", lambda *a, **kw: (0.5, 1.0))
     res = lp.linear_probe(x, y, groups, x[:10], y[:10], weight_decays=decays, max_iter=20)
     assert res.val_loss == {d: 1.0 for d in decays} and res.weight_decay == 1e-2
+
+
+def test_fit_chunks_hold_a_bounded_number_of_logits(monkeypatch) -> None:
+    """fix-small: the fits took 65,536 rows a chunk whatever the class count (at 100
+    classes 26 MB a logits buffer, four alive in the backward pass; the heap grew fit
+    after fit: `eval --metrics linear` peaked at 1.46 GB on 80,000 x 256 references,
+    docs/benchmarks.md). A chunk holds at most LOGITS_PER_CHUNK logits."""
+    import torch
+
+    import pairkit.eval.linear_probe as lp
+
+    sizes: list[int] = []
+    ce = torch.nn.functional.cross_entropy
+
+    def spy(logits, *args, **kw):  # noqa: ANN001, ANN002, ANN003
+        sizes.append(logits.numel())
+        return ce(logits, *args, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", spy)
+    x, y = _blobs(0, 2000, classes=4)
+    n_classes = 1100  # codes 0-3 used, the rest never seen: 953 rows a chunk
+    lp.fit_logistic(x, y, n_classes, 1e-2, max_iter=2)
+    assert lp.chunk_rows(n_classes) == lp.LOGITS_PER_CHUNK // n_classes == 953
+    assert sizes and max(sizes) <= lp.LOGITS_PER_CHUNK
+    assert sorted(set(sizes)) == [(2000 - 2 * 953) * n_classes, 953 * n_classes]
+
+
+@pytest.mark.parametrize("balanced", [False, True])
+def test_probe_in_small_chunks_matches_the_one_chunk_reference(monkeypatch,
+                                                               balanced: bool) -> None:
+    """The probe with its rows in many chunks (LOGITS_PER_CHUNK made tiny) against the
+    unchanged computation (one chunk for these sizes, as with 65,536 rows a chunk before):
+    the same decay, predictions and figures, the weights within float tolerance."""
+    import pairkit.eval.linear_probe as lp
+
+    x, y = _blobs(1, 600, classes=4, noise=2.5)
+    groups = np.arange(600) // 2
+    xt, yt = _blobs(2, 300, classes=4, noise=2.5)
+    args = (x, y, groups, xt, yt)
+    kw = {"weight_decays": (1e-4, 1e-2), "max_iter": 300, "balanced": balanced}
+    monkeypatch.setattr(lp, "LOGITS_PER_CHUNK", 65536 * 4)
+    assert lp.chunk_rows(4) == 65536
+    reference = lp.linear_probe(*args, **kw)
+    w_ref, b_ref = lp.fit_logistic(x, y, 4, 1e-3, max_iter=300, tolerance=1e-9)
+    monkeypatch.setattr(lp, "LOGITS_PER_CHUNK", 4 * 37)  # 37 rows a chunk
+    chunked = lp.linear_probe(*args, **kw)
+    w, b = lp.fit_logistic(x, y, 4, 1e-3, max_iter=300, tolerance=1e-9)
+    np.testing.assert_allclose(xt @ w + b, xt @ w_ref + b_ref, atol=5e-3)  # L-BFGS stop
+    assert chunked.weight_decay == reference.weight_decay
+    np.testing.assert_array_equal(chunked.predictions, reference.predictions)
+    assert (chunked.top1, chunked.mean_per_class_recall) == (reference.top1,
+                                                              reference.mean_per_class_recall)
+    for wd, loss in reference.val_loss.items():
+        assert chunked.val_loss[wd] == pytest.approx(loss, rel=1e-4)  # the same stop
