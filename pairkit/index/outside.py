@@ -136,6 +136,7 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
     -inf / -1 padded. Work: about one exact search (nq x N x d); memory O(N x d) for the
     largest allowed set.
     """
+    from pairkit.core.unique import unique_rows
     from pairkit.index.search import knn_search
 
     x = np.asarray(vectors, dtype=np.float32)
@@ -149,8 +150,8 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
     ids = np.full((nq, k), -1, dtype=np.int64)
     if nq == 0 or k == 0 or n == 0:
         return scores, ids
-    sigs, group = np.unique(assign[:, query_rows].T, axis=0, return_inverse=True)
-    group = np.asarray(group).ravel()
+    # np.unique(axis=0, return_inverse=True)'s signatures and groups, bit for bit
+    sigs, _, group = unique_rows(assign[:, query_rows].T)
     if coords is not None:  # a mask per query, not per signature: every group is scored
         big_group = nq + 1  # by the blocks below
     small: list[np.ndarray] = []

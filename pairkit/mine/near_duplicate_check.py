@@ -243,13 +243,7 @@ class PixelCheck:
         cand = np.concatenate([ids_e, ids_d], axis=1)
         self.prefilter = PREFILTER_MAX
         self._calibrate(items, ok)
-        a = np.repeat(own, cand.shape[1])
-        b = cand.ravel()
-        keep = b >= 0
-        a, b = np.minimum(a[keep], b[keep]), np.maximum(a[keep], b[keep])
-        pairs = np.unique(np.stack([a, b], axis=1), axis=0)
-        pairs = pairs[pairs[:, 0] != pairs[:, 1]]
-        a, b = pairs[:, 0], pairs[:, 1]
+        a, b = candidate_pairs(cand)
         both = ok[a] & ok[b]
         found = np.zeros(len(a), dtype=bool)
         if (~both).any():  # an unreadable image: the vectors decide
@@ -296,6 +290,23 @@ class PixelCheck:
     def describe(self) -> dict[str, Any]:
         return {"method": "pixels", **self.calibration,
                 "threshold": float(self.threshold or 0.0), "fallback_threshold": self.fallback}
+
+
+def candidate_pairs(cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct pairs ``(a, b)``, ``a < b``, of each row ``a`` of ``cand`` (n, m) with
+    its entries ``b`` (-1: none; ``b == a`` left out), as two int64 arrays ascending by
+    ``a`` then ``b``: ``np.unique(pairs, axis=0)``'s rows, from
+    :func:`pairkit.core.unique.unique_rows` (one int64 key a pair)."""
+    from pairkit.core.unique import unique_rows
+
+    cand = np.asarray(cand, dtype=np.int64)
+    a = np.repeat(np.arange(len(cand), dtype=np.int64), cand.shape[1])
+    b = cand.ravel()
+    keep = b >= 0
+    a, b = np.minimum(a[keep], b[keep]), np.maximum(a[keep], b[keep])
+    pairs = unique_rows(np.stack([a, b], axis=1))[0]
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    return pairs[:, 0], pairs[:, 1]
 
 
 def images_readable(image_root: str | None, paths: np.ndarray, probe: int = 16) -> bool:

@@ -433,3 +433,31 @@ def test_far_in_a_cosine_exactly_at_the_threshold_is_not_far() -> None:
     assert float(coords[0] @ coords[1]) == 0.5  # exactly, in float32
     np.testing.assert_array_equal(far_in(coords, np.array([0]), 0.5), [[False, False]])
     np.testing.assert_array_equal(far_in(coords, np.array([0]), 0.5001), [[False, True]])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int64])
+def test_masked_exact_search_groups_as_np_unique_axis0(monkeypatch, dtype):
+    """The queries' cluster signatures come from core/unique.unique_rows (fix-small), not
+    np.unique(axis=0): the same results as with the latter, in the dtypes the cluster rule
+    keeps its runs in (-1 among the signed ones)."""
+    import pairkit.core.unique as unique
+
+    x = unit(300, 5, seed=3)
+    rng = np.random.default_rng(4)
+    low = 0 if np.dtype(dtype).kind == "u" else -1
+    assign = rng.integers(low, 4, (3, 300)).astype(dtype)
+    rows = np.arange(0, 300, 3)
+    got = [masked_exact_search(x, assign, rows, 6, votes=v, big_group=b)
+           for v in (1, 2) for b in (5, 10_000)]
+
+    def numpy_rows(rows: np.ndarray):  # noqa: ANN202 - the code before
+        uniq, index, inverse = np.unique(rows, axis=0, return_index=True,
+                                         return_inverse=True)
+        return uniq, index, np.asarray(inverse).ravel()
+
+    monkeypatch.setattr(unique, "unique_rows", numpy_rows)
+    want = [masked_exact_search(x, assign, rows, 6, votes=v, big_group=b)
+            for v in (1, 2) for b in (5, 10_000)]
+    for (gs, gi), (ws, wi) in zip(got, want, strict=True):
+        np.testing.assert_array_equal(gi, wi)
+        np.testing.assert_array_equal(gs, ws)
