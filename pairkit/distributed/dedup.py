@@ -18,7 +18,7 @@ are the ones of a local run.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -91,10 +91,17 @@ class RayPairs:
         self.plan: str | None = None  # the partitions' plan, described
 
     def __call__(self, queries: Any, base: Any, threshold: float, *,
-                 batch_size: int = 4096, **_: Any) -> Iterator[Pairs]:
+                 batch_size: int = 4096, progress: Callable[[int], None] | None = None,
+                 on_start: Callable[[int], None] | None = None,
+                 **_: Any) -> Iterator[Pairs]:
         """The pairs, block by block in order. ``queries`` and ``base``: arrays (shipped
         to the workers) or rows read on demand (:class:`~pairkit.core.row_view.RowView`:
-        each worker reads them from the store; this process never holds them)."""
+        each worker reads them from the store; this process never holds them).
+        The progress hook of the local search
+        (:func:`pairkit.index.partitioned_range.pairs_here`): ``on_start(len(queries))``
+        once the plan is made, then ``progress(m)`` as the blocks come back, adding up to
+        it (by partitions a cluster's members; by tiles :func:`~pairkit.index.tiled_range.
+        task_rows`; by blocks of queries their rows)."""
         from pairkit.distributed import connect
         from pairkit.distributed.pool import ray_map_blocks
 
@@ -132,21 +139,30 @@ class RayPairs:
                     self.plan += (f"; not by partitions: their routes need a folder all "
                                   f"{cluster.nodes} machines see (give -o a shared folder "
                                   "or URL)")
+                if on_start is not None:
+                    on_start(n)
                 if by_parts:  # the routes in files beside the output, never here
                     yield from scratch_pairs(base, plan, on_cluster, batch_size=batch_size,
-                                             where=self.scratch)
+                                             where=self.scratch, progress=progress)
                 else:  # the global search, by tiles: no worker holds every row
                     tasks = cluster.workers * self.blocks_per_worker
                     self.plan = f"{self.plan}; {tiles_line(n, base.shape[1], tasks, batch_size)}"
                     yield from tiled_pairs(base, threshold, on_cluster, tasks=tasks,
-                                           batch_size=batch_size, min_rows=batch_size)
+                                           batch_size=batch_size, min_rows=batch_size,
+                                           progress=progress)
                 return
             finally:
                 pool.close()
         spans = block_spans(n, step)
         shared = PairSearch(queries, base, float(threshold), batch_size)
-        yield from ray_map_blocks(_span_pairs, shared, spans, cluster,
-                                  "a near-duplicate search block")
+        if on_start is not None:
+            on_start(n)
+        found = ray_map_blocks(_span_pairs, shared, spans, cluster,
+                               "a near-duplicate search block")
+        for (b0, b1), pairs in zip(spans, found, strict=True):
+            yield pairs
+            if progress is not None:
+                progress(b1 - b0)
 
     def describe(self) -> str | None:
         """The cluster the search ran on, and its partitions (None before the first

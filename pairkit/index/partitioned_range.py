@@ -434,16 +434,18 @@ def plan_pairs(rows: Any, plan: Plan, map_blocks: MapBlocks, *, batch_size: int 
 
 
 def scratch_pairs(rows: Any, plan: Plan, map_blocks: MapBlocks, *, batch_size: int = 4096,
-                  where: str | None = None) -> Iterator[Pairs]:
+                  where: str | None = None,
+                  progress: Callable[[int], None] | None = None) -> Iterator[Pairs]:
     """:func:`plan_pairs` with the routes in files of a new scratch folder under
     ``where`` (a folder or URL every block's process sees; None: the temp folder:
     :func:`pairkit.index.route_files.scratch_routes`), removed at the end: after the last
-    pair, when a block fails, or when the caller stops early."""
+    pair, when a block fails, or when the caller stops early. ``progress``: plan_pairs'."""
     from pairkit.index.route_files import scratch_routes
 
     routes = scratch_routes(where)
     try:
-        yield from plan_pairs(rows, plan, map_blocks, batch_size=batch_size, routes=routes)
+        yield from plan_pairs(rows, plan, map_blocks, batch_size=batch_size, routes=routes,
+                              progress=progress)
     finally:
         routes.remove()
 

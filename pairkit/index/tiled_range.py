@@ -30,7 +30,7 @@ storage).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,16 +122,35 @@ def tile_row(shared: TileShared, task: tuple[int, tuple[int, ...]]) -> Pairs:
     return tuple(np.concatenate(c) for c in zip(*out, strict=True))  # type: ignore[return-value]
 
 
+def task_rows(spans: list[tuple[int, int]], work: list[tuple[int, tuple[int, ...]]]
+              ) -> list[int]:
+    """The rows each task of ``work`` (:func:`tile_tasks` over the blocks ``spans``)
+    counts for in a progress count that adds up to the rows: block ``i``'s rows spread
+    evenly over its tiles ``(i, j >= i)``, a task's share that of its tiles (integers, the
+    shares of one block summing to its rows)."""
+    out = []
+    for i, js in work:
+        rows, tiles = spans[i][1] - spans[i][0], len(spans) - i
+        lo, hi = js[0] - i, js[-1] + 1 - i
+        out.append(rows * hi // tiles - rows * lo // tiles)
+    return out
+
+
 def tiled_pairs(rows: Any, threshold: float, map_blocks: MapBlocks, *, tasks: int = 1,
                 batch_size: int = 4096, min_rows: int = 4096,
-                tile_bytes: int = TILE_BYTES) -> Iterator[Pairs]:
+                tile_bytes: int = TILE_BYTES,
+                progress: Callable[[int], None] | None = None) -> Iterator[Pairs]:
     """Every pair of ``rows`` (an (n, d) array or row view) with inner product >=
     ``threshold``, once each as ``(low, high, score)``, task by task (about ``tasks``
     of them) as ``map_blocks`` runs them: the pairs of the global search
     (:func:`pairkit.index.range_search.range_search_blocks` of the rows against
-    themselves, with ``low < high``)."""
+    themselves, with ``low < high``). ``progress(m)`` after each task's pairs, adding up
+    to the rows (:func:`task_rows`)."""
     spans = tile_spans(len(rows), rows.shape[1], tasks=tasks, min_rows=min_rows,
                        tile_bytes=tile_bytes)
     work = tile_tasks(len(spans), tasks)
-    yield from map_blocks(tile_row, TileShared(rows, spans, float(threshold), batch_size),
-                          work)
+    found = map_blocks(tile_row, TileShared(rows, spans, float(threshold), batch_size), work)
+    for pairs, m in zip(found, task_rows(spans, work), strict=True):
+        yield pairs
+        if progress is not None:
+            progress(m)

@@ -48,9 +48,10 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     ``--ray`` (:class:`pairkit.distributed.dedup.RayPairs`); its ``describe()`` (after
     the search) goes into the summary's ``ray``. ``on_start``/``progress``: the progress
     hook, ``on_start(sources)`` then ``progress(m)`` adding up to it: of the threshold
-    method's local search (:func:`pairkit.index.range_search.range_search_blocks`, per
-    block), or of the pixels method's first pass over the images (one per source); not
-    called by the exact-only run or the Ray search.
+    method's search (:func:`pairkit.index.range_search.range_search_blocks`, per
+    block; the Ray one's as its blocks come back: :class:`pairkit.distributed.dedup.
+    RayPairs`), or of the pixels method's first pass over the images (one per source);
+    not called by the exact-only run.
     """
     import numpy as np
 

@@ -876,3 +876,49 @@ def test_a_pool_on_a_busy_cluster_says_why_it_waits(cluster, monkeypatch, capsys
     err = capsys.readouterr().err
     assert err.count("waiting for the Ray cluster") == 1, err
     assert "no worker has started in 1 s" in err and "0 of 2 CPUs are free" in err
+
+
+@pytest.mark.parametrize("how", ["partitions", "tiles"])
+def test_dedup_on_ray_reports_progress_as_here(tmp_path, cluster, monkeypatch, how):
+    """fix-small: ``dedup --ray`` took the progress hook and dropped it (no bar on a
+    terminal, unlike ``dedup`` on one machine). The hook is called as here:
+    ``on_start(sources)`` once, then ``progress(m)`` adding up to it, by partitions and by
+    tiles; the table is the one without a hook."""
+    from pairkit.distributed.dedup import RayPairs
+    from pairkit.mine.dedup import DedupConfig, run_dedup
+
+    st = planted_dups(tmp_path, str(tmp_path / "st"))
+    cfg = DedupConfig(threshold=0.9, keep="first", batch_size=64)
+    starts: list[int] = []
+    steps: list[int] = []
+    here_starts: list[int] = []
+    want, _ = run_dedup(str(st.root), cfg, on_start=here_starts.append,
+                        progress=lambda m: None)
+    if how == "partitions":
+        monkeypatch.setattr("pairkit.index.partitioned_range.WORK_GAIN", 0.0)
+    got, summary = run_dedup(str(st.root), cfg, pairs=RayPairs("local", rows_per_part=25),
+                             on_start=starts.append, progress=steps.append)
+    pd.testing.assert_frame_equal(got, want)
+    assert ("searched by partitions" in summary["ray"]) == (how == "partitions")
+    assert starts == here_starts == [200]
+    assert sum(steps) == 200 and len(steps) > 1 and min(steps) >= 0
+
+
+def test_ray_pairs_of_arrays_report_each_block(cluster):
+    """RayPairs given arrays (blocks of queries shipped to the workers): ``on_start(n)``,
+    then each block's rows as it comes back, in order; the pairs are the same."""
+    from pairkit.distributed.dedup import RayPairs
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(300, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    starts: list[int] = []
+    steps: list[int] = []
+    search = RayPairs("local", blocks_per_worker=3)
+    said = list(search(x, x.copy(), 0.8, batch_size=64, on_start=starts.append,
+                       progress=steps.append))
+    plain = list(search(x, x.copy(), 0.8, batch_size=64))
+    assert starts == [300] and sum(steps) == 300 and len(steps) == len(said) > 1
+    for a, b in zip(said, plain, strict=True):
+        for u, v in zip(a, b, strict=True):
+            np.testing.assert_array_equal(u, v)

@@ -15,6 +15,7 @@ from pairkit.index.range_search import range_search_blocks
 from pairkit.index.tiled_range import (
     TILE_BYTES,
     TileShared,
+    task_rows,
     tile_row,
     tile_spans,
     tile_tasks,
@@ -192,3 +193,31 @@ def test_a_tile_task_reads_its_blocks_from_the_store(tmp_path, monkeypatch):
         i, js = task
         want = sorted({r for b in {i, *js} for r in range(*spans[b])})
         assert sorted(np.concatenate(taken).tolist()) == want
+
+
+def test_task_rows_by_hand_and_adding_up():
+    """fix-small (``dedup --ray`` showed no progress): each tile task counts for a share
+    of its block row's rows, the shares adding up to the rows."""
+    spans = [(0, 10), (10, 20), (20, 27)]  # tiles: row 0 has 3, row 1 2, row 2 1
+    work = [(0, (0, 1)), (0, (2,)), (1, (1,)), (1, (2,)), (2, (2,))]
+    # row 0: 10 * 2 // 3 = 6, then 10 - 6 = 4; row 1: 5 and 5; row 2: 7
+    assert task_rows(spans, work) == [6, 4, 5, 5, 7]
+    for n, budget in ((1500, 128 * 333), (1000, 128 * 700), (37, 16)):
+        spans = tile_spans(n, 4, tasks=5, min_rows=1, tile_bytes=budget)
+        for tasks in (1, 2, 5, 40):
+            work = tile_tasks(len(spans), tasks)
+            shares = task_rows(spans, work)
+            assert sum(shares) == n and min(shares) >= 0
+            for i, (a, b) in enumerate(spans):  # each block row's rows exactly
+                assert sum(m for m, (r, _) in zip(shares, work, strict=True) if r == i) == b - a
+
+
+def test_tiled_pairs_progress_adds_up_and_changes_nothing():
+    rows = planted(1500, 32, seed=1)
+    steps: list[int] = []
+    kw = {"tasks": 5, "batch_size": 128, "min_rows": 100, "tile_bytes": 128 * 333}
+    got = tile_dict(tiled_pairs(rows, 0.85, map_here, progress=steps.append, **kw))
+    same(got, tile_dict(tiled_pairs(rows, 0.85, map_here, **kw)))
+    spans = tile_spans(1500, 32, tasks=5, min_rows=100, tile_bytes=128 * 333)
+    assert len(spans) > 1 and steps == task_rows(spans, tile_tasks(len(spans), 5))
+    assert sum(steps) == 1500
