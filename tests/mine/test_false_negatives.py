@@ -538,6 +538,10 @@ def test_community_rule_ignores_a_flooded_community():
                                   [[False, False], [False, False]])
     np.testing.assert_array_equal(community.flag(ctx, anchors, cand, None, None, high, None),
                                   [[True, False], [False, False]])
+    # "more than" the share: a community holding exactly 3/4 (0.75 * 4 = 3 rows) flags
+    at = fnm.FalseNegativeConfig(rules=("community",), community_max_share=0.75)
+    np.testing.assert_array_equal(community.flag(ctx, anchors, cand, None, None, at, None),
+                                  [[True, False], [False, False]])
 
 
 def test_default_cluster_votes_every_run_with_diffusion_else_two_capped() -> None:
