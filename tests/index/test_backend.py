@@ -74,6 +74,8 @@ def test_no_gpu_check_without_nvidia_devices(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert cuda_possible() is False
     assert backend_mod.torch_cuda_devices() == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")  # the other spelling of "none"
+    assert cuda_possible() is False
 
 
 def test_prepare_index_torch_backend_is_exact() -> None:
