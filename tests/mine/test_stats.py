@@ -92,3 +92,36 @@ def test_summary_stats_by_hand() -> None:
     labels = np.array(["a", "b", None, "a", None, "a", None, "b", "a", None], dtype=object)
     assert same_label_record(pairs, labels) == {"negatives_same_label": 0.6667,
                                                 "negatives_labelled": 3}
+
+
+def test_summary_lines_by_hand() -> None:
+    """The person's summary of a stats dict: each figure in its place (the quantiles by
+    name, the rank bins and removed counts that are not zero, the short anchors, the
+    retries)."""
+    from pairkit.mine.summary import summary_lines
+
+    q = {"q00": 0.1, "q05": 0.15, "q25": 0.2, "q50": 0.3, "q75": 0.4, "q95": 0.45,
+         "q100": 0.5}
+    stats = {"rows": 1234, "format": "triplet", "anchors": 1000, "relation": "instance",
+             "index": "flat", "negatives_per_anchor": {"mean": 4.5, "min": 0, "max": 5},
+             "anchors_short": 7, "anchors_without_negatives": 2, "pos_score": q,
+             "neg_score": {k: v - 0.1 for k, v in q.items()},
+             "rank_histogram": {"0": 3, "1": 0, "2-4": 9},
+             "removed": {"self": 1000, "same_source": 0, "positive": 12},
+             "retries": 2, "anchors_retried": 5, "k_max": 64}
+    assert summary_lines(stats, "out.csv") == [
+        "mined 1,234 rows (triplet) for 1,000 anchors -> out.csv",
+        "relation: instance; index: flat",
+        "negatives per anchor: mean 4.50, min 0, max 5; 7 anchors with fewer than K",
+        "positive scores: min 0.100  q25 0.200  median 0.300  q75 0.400  max 0.500",
+        "negative scores: min 0.000  q25 0.100  median 0.200  q75 0.300  max 0.400",
+        "negative rank histogram: 0: 3, 2-4: 9",
+        "candidates removed: self 1,000, positive 12",
+        "5 anchors searched again with a larger k (up to 64)",
+    ]
+    none = {**stats, "removed": {"self": 0}, "retries": 0, "rank_histogram": None,
+            "pos_score": None}
+    lines = summary_lines(none, "-")
+    assert lines[0].endswith("-> stdout") and "candidates removed: none" in lines
+    assert not any(x.startswith(("positive scores", "negative rank", "5 anchors"))
+                   for x in lines)
