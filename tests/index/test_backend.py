@@ -51,7 +51,7 @@ def test_resolution(monkeypatch: pytest.MonkeyPatch, faiss: int, torch: int, bac
         (0, 1, "auto", "cuda:3", "--device cuda:3: only 1 GPU(s) visible"),
         # cuda:N names the (N+1)-th GPU: cuda:1 with one GPU is refused, not used
         (0, 1, "auto", "cuda:1", "--device cuda:1: only 1 GPU(s) visible"),
-        (1, 0, "faiss", "cuda:1", "--backend faiss --device cuda:1: FAISS sees no GPU"),
+        (1, 0, "faiss", "cuda:1", "--backend faiss --device cuda:1: FAISS sees only 1 GPU(s)"),
     ],
 )
 def test_impossible_requests(monkeypatch: pytest.MonkeyPatch, faiss: int, torch: int,
