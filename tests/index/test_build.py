@@ -168,6 +168,9 @@ def test_save_load_tied_to_store_rows(tmp_path: Path) -> None:
     p = open_searcher(x, IndexOptions(kind="hnsw", ef_search=64, device="cpu"),
                       store_root=store.root, content_id=store.content_id)
     assert p.origin == str(path) and p.options.ef_search == 64
+    import faiss
+
+    assert faiss.downcast_index(p.cpu_index).hnsw.efSearch == 64  # applied, not only said
     # other rows: never reused
     assert load_index(store.root, "hnsw", "0" * 16, store.count) is None
     with pytest.raises(PairkitError, match="exists; pass --force"):
