@@ -73,15 +73,11 @@ def test_sharpness_leaves_out_both_sides_of_every_block_edge():
     assert sharpness(g) == pytest.approx(np.mean(kept) / g.var(), rel=1e-12)
 
 
-def test_clipped_counts_channel_values():
+def test_clipped_counts_channel_values(tmp_path):
     a = np.full((10, 10, 3), 128, np.uint8)
     a[..., 0] = 255  # one channel of every pixel at 255: a third of the values
-    from pathlib import Path
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        Image.fromarray(a).save(Path(tmp) / "a.png")
-        assert copy_facts(Path(tmp) / "a.png").clipped == pytest.approx(1 / 3)
+    Image.fromarray(a).save(tmp_path / "a.png")
+    assert copy_facts(tmp_path / "a.png").clipped == pytest.approx(1 / 3)
 
 
 def facts(**kw):  # noqa: ANN003, ANN201
