@@ -74,8 +74,12 @@ def test_no_gpu_check_without_nvidia_devices(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert cuda_possible() is False
     assert backend_mod.torch_cuda_devices() == 0
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")  # the other spelling of "none"
+    # on a host with NVIDIA device files: "-1" (the other spelling of "none") hides them too
+    monkeypatch.setattr(backend_mod.os.path, "exists", lambda p: True)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
     assert cuda_possible() is False
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert cuda_possible() is True
 
 
 def test_prepare_index_torch_backend_is_exact() -> None:
