@@ -142,6 +142,9 @@ def _resolve(backend: str, device: str) -> SearchBackend:
         if backend == "faiss":
             if device == "auto":
                 return SearchBackend("faiss", "cpu", "FAISS sees no GPU")
+            if n > 0:  # cuda:N past the GPUs FAISS sees
+                raise PairkitError(f"--backend faiss --device {device}: FAISS sees only "
+                                   f"{n} GPU(s) (use cuda:0 .. cuda:{n - 1})")
             raise PairkitError(
                 f"--backend faiss --device {device}: FAISS sees no GPU (faiss-cpu, or "
                 "faiss-gpu without its CUDA runtime); use --backend torch for an exact "

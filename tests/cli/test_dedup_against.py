@@ -44,6 +44,16 @@ def test_against_finds_planted_train_test_copies(tmp_path: Path) -> None:
     rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     assert {row["path"]: row["other_path"] for row in rows} == leaks
     assert {row["path"]: row["match"] for row in rows}["te-exact.png"] == "exact"
+    # a near copy's similarity is its stored vectors' cosine (the byte copy's is 1)
+    from pairkit.core.store import Store
+
+    va = Store.open(str(test) + "-store").vectors(np.float32)
+    vb = Store.open(str(train) + "-store").vectors(np.float32)
+    near = [row for row in rows if row["match"] == "near"]
+    assert len(near) == 3
+    for row in near:
+        want = float(va[row["id"]] @ vb[row["other_id"]])
+        assert want < 0.9999 and abs(row["similarity"] - want) < 1e-5
     assert "4 of 16 sources duplicate one of the other store's 16" in r.stderr
     # exact only: the byte copy alone
     r = runner.invoke(app, ["dedup", str(test) + "-store", "--against", str(train) + "-store",

@@ -49,6 +49,9 @@ def test_resolution(monkeypatch: pytest.MonkeyPatch, faiss: int, torch: int, bac
         (0, 0, "auto", "cuda", "--device cuda: FAISS sees no GPU and torch sees none"),
         (0, 1, "faiss", "cuda", "--backend faiss --device cuda: FAISS sees no GPU"),
         (0, 1, "auto", "cuda:3", "--device cuda:3: only 1 GPU(s) visible"),
+        # cuda:N names the (N+1)-th GPU: cuda:1 with one GPU is refused, not used
+        (0, 1, "auto", "cuda:1", "--device cuda:1: only 1 GPU(s) visible"),
+        (1, 0, "faiss", "cuda:1", "--backend faiss --device cuda:1: FAISS sees only 1 GPU(s)"),
     ],
 )
 def test_impossible_requests(monkeypatch: pytest.MonkeyPatch, faiss: int, torch: int,
@@ -71,6 +74,12 @@ def test_no_gpu_check_without_nvidia_devices(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert cuda_possible() is False
     assert backend_mod.torch_cuda_devices() == 0
+    # on a host with NVIDIA device files: "-1" (the other spelling of "none") hides them too
+    monkeypatch.setattr(backend_mod.os.path, "exists", lambda p: True)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert cuda_possible() is False
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert cuda_possible() is True
 
 
 def test_prepare_index_torch_backend_is_exact() -> None:

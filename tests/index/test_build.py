@@ -168,6 +168,15 @@ def test_save_load_tied_to_store_rows(tmp_path: Path) -> None:
     p = open_searcher(x, IndexOptions(kind="hnsw", ef_search=64, device="cpu"),
                       store_root=store.root, content_id=store.content_id)
     assert p.origin == str(path) and p.options.ef_search == 64
+    import faiss
+
+    assert faiss.downcast_index(p.cpu_index).hnsw.efSearch == 64  # applied, not only said
+    ivf = IndexOptions(kind="ivf", nlist=4, nprobe=1).resolved(store.count, store.dim)
+    save_index(build_index(x, ivf), ivf, store.root, store.content_id, store.count, store.dim)
+    p = open_searcher(x, IndexOptions(kind="ivf", nprobe=3, device="cpu"),
+                      store_root=store.root, content_id=store.content_id)
+    assert p.origin.endswith(index_paths(store.root, "ivf")[0].name)
+    assert faiss.extract_index_ivf(p.cpu_index).nprobe == 3
     # other rows: never reused
     assert load_index(store.root, "hnsw", "0" * 16, store.count) is None
     with pytest.raises(PairkitError, match="exists; pass --force"):

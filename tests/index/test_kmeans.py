@@ -86,3 +86,25 @@ def test_small_inputs() -> None:
     assert c.shape == (5, 4) and sorted(a.tolist()) == [0, 1, 2, 3, 4]
     a, c = spherical_kmeans(x[:0], 3, backend=TORCH_CPU)
     assert a.shape == (0,)
+
+
+def test_numpy_kmeans_ends_at_a_lloyd_fixed_point() -> None:
+    """The numpy path's result is converged Lloyd: every row on its centroid of highest
+    cosine, every centroid the normalised mean of its rows (run to convergence within
+    niter), and the cluster ids cover 0..k-1."""
+    x = _clusters(600, 8, 6, 11)
+    a, c = spherical_kmeans(x, 6, seed=2, niter=100)
+    np.testing.assert_array_equal(a, np.argmax(x @ c.T, axis=1))
+    assert sorted(set(a.tolist())) == list(range(6))
+    for j in range(6):
+        mean = x[a == j].astype(np.float64).sum(axis=0)
+        np.testing.assert_allclose(c[j], mean / np.linalg.norm(mean), atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", [None, TORCH_CPU])
+def test_one_cluster_is_the_normalised_mean(backend) -> None:  # noqa: ANN001
+    x = _clusters(50, 4, 3, 1)
+    a, c = spherical_kmeans(x, 1, seed=0, backend=backend)
+    mean = x.astype(np.float64).mean(axis=0)
+    assert a.tolist() == [0] * 50 and c.shape == (1, 4)
+    np.testing.assert_allclose(c[0], mean / np.linalg.norm(mean), atol=1e-6)

@@ -119,6 +119,11 @@ def test_radii_and_reach_are_hand_checked():
     shared = RouteShared(near, parts.centroids, bounds)
     assert route_block(shared, (0, 1)).parts.tolist() == [first]
     assert route_block(RouteShared(far, parts.centroids, bounds), (0, 1)).parts.tolist() == []
+    # rows of norm 2 (M = 2): a pair at t = 3.92 has cosine >= t / M^2 = 0.98, so phi is
+    # arccos(0.98) again (not arccos(t / M), which would route nothing outside a cluster)
+    scaled = partition(2 * x, 2, map_here, block_rows=2)
+    assert scaled.max_norm == pytest.approx(2.0, abs=1e-6)
+    assert scaled.reach(3.92) == pytest.approx(np.arccos(0.98) + SLACK, abs=1e-6)
 
 
 def test_unclustered_rows_are_searched_globally(monkeypatch):

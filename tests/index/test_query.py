@@ -114,6 +114,7 @@ def test_cli_table_outputs(image_store: Store, tmp_path: Path) -> None:
 @pytest.mark.parametrize("args, message", [
     (["no-such-file.jpg"], "neither an image file nor an item id"),
     (["99999"], "item id 99999 is not in store"),
+    (["75"], "item id 75 is not in store"),  # the store's 75 rows are ids 0..74
     ([], "give at least one query"),
     (["1", "-k", "0"], "-k must be >= 1"),
     (["1", "-o", "x.txt"], ""),

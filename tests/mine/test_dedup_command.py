@@ -43,3 +43,37 @@ def test_a_closed_stdout_is_reported_not_raised(store, monkeypatch) -> None:
     monkeypatch.setattr("sys.stdout", ClosedStdout())
     summary = dedup_to_files(store.root, "-", CFG, paths_only=True)
     assert summary["stdout_closed"] is True and summary["groups"] > 0
+
+
+def test_summary_counts_a_group_of_three_by_hand(tmp_path) -> None:  # noqa: ANN001
+    """One-view store: rows 0, 1, 2 the same vector, row 3 alone: one group of three
+    sources, one kept and two to drop (both near copies: no file hashes)."""
+    import numpy as np
+    import pandas as pd
+
+    from pairkit.core.store_writer import write_store
+
+    e = np.eye(4, dtype=np.float32)
+    paths = [f"{i}.jpg" for i in range(4)]
+    items = pd.DataFrame({"path": paths, "source": paths, "view": 0})
+    write_store(tmp_path / "s", e[[0, 0, 0, 1]], items, encoder={"name": "test"},
+                dtype="float32")
+    table, s = run_dedup(tmp_path / "s", DedupConfig(threshold=0.99, keep="first",
+                                                     method="threshold"))
+    assert table["id"].tolist() == [0, 1, 2] and table["keep"].tolist() == [True, False, False]
+    assert (s["groups"], s["sources_in_groups"], s["items_in_groups"], s["drop"],
+            s["exact"], s["near"]) == (1, 3, 3, 2, 0, 2)
+
+
+def test_summary_line_share_is_of_the_items() -> None:
+    """With views, the share of the store is items in groups over items (9 of 12), not
+    sources (4 of 6)."""
+    from pairkit.mine.dedup import summary_line
+
+    s = {"groups": 2, "sources_in_groups": 4, "sources": 6, "items_in_groups": 9,
+         "items": 12, "drop": 2, "exact": 1, "near": 1, "split": 0, "threshold": 0.9,
+         "decision": None, "keep": "first", "exact_only": False, "seconds": 1.31}
+    assert summary_line(s) == (
+        "2 groups: 4 of 6 sources in groups (9 items with views), 75.0% of the store; "
+        "2 to drop (1 exact, 1 near copies), keep first, threshold 0.9, 0 chains split, "
+        "1.3 s")

@@ -505,6 +505,10 @@ def test_bad_shapes_are_usage_errors():
         flag(ctx, [0], [[1, 2]], [[0.1]], [0.5], cfg)
     with pytest.raises(UsageError, match="row ids must be < 3"):
         flag(ctx, [0], [[1, 5]], [[0.1, 0.2]], [0.5], cfg)
+    with pytest.raises(UsageError, match="row ids must be < 3"):  # the count itself
+        flag(ctx, [0], [[1, 3]], [[0.1, 0.2]], [0.5], cfg)
+    with pytest.raises(UsageError, match="row ids must be < 3"):
+        flag(ctx, [3], [[1, 2]], [[0.1, 0.2]], [0.5], cfg)
     with pytest.raises(UsageError, match="unknown false-negative rule"):
         parse_rules("label,foo")
 
@@ -537,6 +541,10 @@ def test_community_rule_ignores_a_flooded_community():
     np.testing.assert_array_equal(community.flag(ctx, anchors, cand, None, None, low, None),
                                   [[False, False], [False, False]])
     np.testing.assert_array_equal(community.flag(ctx, anchors, cand, None, None, high, None),
+                                  [[True, False], [False, False]])
+    # "more than" the share: a community holding exactly 3/4 (0.75 * 4 = 3 rows) flags
+    at = fnm.FalseNegativeConfig(rules=("community",), community_max_share=0.75)
+    np.testing.assert_array_equal(community.flag(ctx, anchors, cand, None, None, at, None),
                                   [[True, False], [False, False]])
 
 
@@ -601,3 +609,21 @@ def test_cluster_runs_set_by_hand_take_the_votes_of_the_rule_without_threshold()
                           cluster_assign=assign)
         np.testing.assert_array_equal(cluster.flag(fresh, anchors, cand, None, None, again,
                                                    None), want)
+
+
+def test_knn_neighbours_reuses_a_deep_enough_graph_only():
+    """The caller's neighbour lists are cut to m when they hold at least m columns; lists
+    shallower than m are searched again (exactly, other sources only), not handed out
+    short."""
+    from pairkit.mine.fn_context import knn_neighbours
+
+    x = angles(0, 10, 25, 45, 70, 100)
+    given = (np.array([[1], [0], [1], [2], [3], [4]]), np.ones((6, 1), np.float32))
+    ctx = ctx_of(x, [0, 1, 2, 3, 4, 5], neighbours=given)
+    ids, _ = knn_neighbours(ctx, 1)
+    assert ids.tolist() == given[0].tolist()
+    ids, scores = knn_neighbours(ctx, 2)
+    assert ids.shape == (6, 2)
+    assert ids[0].tolist() == [1, 2] and ids[3].tolist() == [2, 4]  # 45: 25 and 70 (20, 25)
+    np.testing.assert_allclose(scores[0], [np.cos(np.radians(10)), np.cos(np.radians(25))],
+                               atol=1e-6)

@@ -180,3 +180,16 @@ def test_one_huge_source_offers_at_most_the_cap_and_builds_no_dense_table(monkey
     finally:
         tracemalloc.stop()
     assert peak < 8 << 20, peak
+
+
+def test_random_pair_label_share_is_over_pairs_of_two_sources_only():
+    """A one-source store: every random pair is of one source, none is a pair to judge,
+    so neither the flag rate nor the label share is given (the share was 1.0 over the
+    anchors paired with padding). Two sources, labels a / b, every row of its own label:
+    the share is 0 whatever pairs are drawn."""
+    one = context([0] * 6, [0] * 6, labels=["a"] * 6)
+    est = estimate_quality(one, CLUSTER, sample=6)
+    assert est["random_pair_flag_rate"] is None and "random_pair_same_label" not in est
+    two = context([0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1], labels=list("aaabbb"))
+    est = estimate_quality(two, CLUSTER, sample=6)
+    assert est["random_pair_same_label"] == 0.0

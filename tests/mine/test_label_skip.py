@@ -190,3 +190,35 @@ def test_approximate_indexes_and_other_relations_fetch_as_before(store) -> None:
     assert not hard_negatives.skips_class(MineConfig(hard=False),
                                           build_relation("label", store.items), Exact(),
                                           None, n)
+
+
+def test_only_a_fully_labelled_store_skips_by_label() -> None:
+    """skippable_rows by hand: every row labelled (two labels) skips the anchor's label;
+    a partially labelled store skips nothing, not even with the cluster rule's runs set
+    (the unlabelled anchors' unlabelled candidates are not the label rule's to drop, and a
+    labelled pair is the labels' to decide, not the clusters'), while the same runs on an
+    unlabelled store skip by cluster; one label, or flags kept or attracted, skip
+    nothing."""
+    from pairkit.mine.fn_context import FnContext
+    from pairkit.mine.skip import skippable_rows
+
+    x = np.eye(8, dtype=np.float32)
+    sources = np.arange(8, dtype=np.int64)
+    assign = np.array([[0, 0, 1, 1, 2, 2, 3, 3]] * 2, dtype=np.int16)
+
+    def ctx(labels: list) -> FnContext:  # noqa: ANN001
+        return FnContext(vectors=x, labels=np.array(labels, dtype=object), sources=sources,
+                         cluster_assign=assign.copy())
+
+    fn = FalseNegativeConfig(rules=("label", "cluster"), cluster_diffusion=0.0)
+    full = skippable_rows(ctx(list("aabbaabb")), fn, MineConfig())
+    assert full is not None and full.what == "label" and full.votes == 1
+    assert full.parts.tolist() == [[0, 0, 1, 1, 0, 0, 1, 1]]
+    assert skippable_rows(ctx(["a", "a", "b", "b", None, None, "b", "b"]), fn,
+                          MineConfig()) is None
+    assert skippable_rows(ctx(list("aaaaaaaa")), fn, MineConfig()) is None
+    unlabelled = FnContext(vectors=x, labels=None, sources=sources, cluster_assign=assign)
+    by_cluster = skippable_rows(unlabelled, fn, MineConfig())
+    assert by_cluster is not None and by_cluster.what == "cluster"
+    assert skippable_rows(ctx(list("aabbaabb")), fn, MineConfig(fn_mode="keep")) is None
+    assert skippable_rows(ctx(list("aabbaabb")), fn, MineConfig(fn_mode="attract")) is None

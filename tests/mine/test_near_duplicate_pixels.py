@@ -234,6 +234,18 @@ def test_nearly_blank_images_do_not_collapse_the_calibrated_threshold(tmp_path: 
         assert all(paths[i].startswith("logo") for i in extra)
 
 
+def test_a_shift_of_a_small_image_moves_it_at_least_a_pixel() -> None:
+    """At 20 px, 1-2 % of the side rounds to 0: the shift is still a pixel (docs), so the
+    copy is never the image itself, and its content sits a pixel or two off."""
+    img = Image.fromarray((texture(7, 20) * 255).astype(np.uint8)).convert("RGB")
+    a = np.asarray(img)
+    for seed in range(5):
+        out = np.asarray(edited_copy(img, "shift", np.random.default_rng(seed)))
+        assert out.shape == a.shape and not np.array_equal(out, a)
+        assert any(np.array_equal(np.roll(a, (dy, dx), (0, 1))[2:-2, 2:-2], out[2:-2, 2:-2])
+                   for dy in (-1, 1) for dx in (-1, 1))
+
+
 def test_a_crop_never_takes_a_whole_side() -> None:
     rng = np.random.default_rng(0)
     for size in ((1, 600), (600, 1), (2, 2), (1, 1)):

@@ -86,6 +86,14 @@ def test_a_store_of_duplicates_and_an_empty_one() -> None:
     with pytest.raises(ValueError, match="at least one copy score"):
         choose_threshold(np.zeros(0), nearest)
 
+def test_copies_at_the_threshold_count_as_found() -> None:
+    """Copies scoring exactly the threshold reach it (>=): every copy of a calibration
+    whose scores are all 0.9 is at the 0.9 threshold (recall 1), and two of the four
+    images whose nearest score is 0.9 are above the start."""
+    c = choose_threshold(np.full(10, 0.9), np.array([0.9, 0.9, 0.5, 0.1]))
+    assert c.threshold == pytest.approx(0.9) and c.expected_recall == 1.0
+    assert c.above_copies_threshold == 0.5 and c.above_threshold == 0.5
+
 
 def lookalike_folder(root: Path, amp: float) -> tuple[list[str], set[frozenset[int]]]:
     """4 families of 10 sharp-edged shapes at 24 px (one base shape, each member with

@@ -62,3 +62,66 @@ def test_summary_stats_is_the_plain_form(n: int, short: float) -> None:
     # the scores themselves are left as they were (the quantiles partition a copy)
     np.testing.assert_array_equal(pairs.pos_scores, kept[0])
     np.testing.assert_array_equal(pairs.neg_scores, kept[1])
+
+
+def test_summary_stats_by_hand() -> None:
+    """Four anchors with 2, 2, 1 and 0 of K = 2 negatives: every count, the per-anchor
+    mean/min/max, the score quantiles, the rank histogram's bins and their names, and the
+    same-label share over the negatives whose two ends are labelled, worked out by hand."""
+    from pairkit.mine.stats import same_label_record
+
+    ids = np.array([[5, 6], [7, 8], [9, -1], [-1, -1]])
+    scores = np.array([[0.9, 0.5], [0.8, 0.7], [0.6, np.nan], [np.nan, np.nan]], np.float32)
+    ranks = np.array([[0, 3], [1, 12_000], [4, -1], [-1, -1]])
+    pairs = MinedPairs(np.arange(4), np.array([4, 4, 4, 4]),
+                       np.array([0.95, 0.85, 0.75, 0.65], np.float32), ids, scores, ranks)
+    got = summary_stats(MineResult(pairs, {}, {}), 2, True)
+    assert (got["anchors"], got["anchors_short"], got["anchors_without_negatives"],
+            got["negatives"]) == (4, 2, 1, 5)
+    assert got["negatives_per_anchor"] == {"mean": 1.25, "min": 0, "max": 2,
+                                           "histogram": {"0": 1, "1": 1, "2": 2}}
+    # sorted 0.5 0.6 0.7 0.8 0.9: numpy's linear quantiles
+    assert got["neg_score"] == {"q00": 0.5, "q05": 0.52, "q25": 0.6, "q50": 0.7,
+                                "q75": 0.8, "q95": 0.88, "q100": 0.9}
+    hist = got["rank_histogram"]
+    assert list(hist)[:3] == ["0", "1", "2-4"] and list(hist)[-2:] == ["1000-9999",
+                                                                       "10000-12000"]
+    assert {k: v for k, v in hist.items() if v} == {"0": 1, "1": 1, "2-4": 2,
+                                                    "10000-12000": 1}
+    # negatives (0,5) a-a, (0,6) a-?, (1,7) b-b, (1,8) b-a, (2,9) ?-?: 2 of 3 labelled
+    labels = np.array(["a", "b", None, "a", None, "a", None, "b", "a", None], dtype=object)
+    assert same_label_record(pairs, labels) == {"negatives_same_label": 0.6667,
+                                                "negatives_labelled": 3}
+
+
+def test_summary_lines_by_hand() -> None:
+    """The person's summary of a stats dict: each figure in its place (the quantiles by
+    name, the rank bins and removed counts that are not zero, the short anchors, the
+    retries)."""
+    from pairkit.mine.summary import summary_lines
+
+    q = {"q00": 0.1, "q05": 0.15, "q25": 0.2, "q50": 0.3, "q75": 0.4, "q95": 0.45,
+         "q100": 0.5}
+    stats = {"rows": 1234, "format": "triplet", "anchors": 1000, "relation": "instance",
+             "index": "flat", "negatives_per_anchor": {"mean": 4.5, "min": 0, "max": 5},
+             "anchors_short": 7, "anchors_without_negatives": 2, "pos_score": q,
+             "neg_score": {k: v - 0.1 for k, v in q.items()},
+             "rank_histogram": {"0": 3, "1": 0, "2-4": 9},
+             "removed": {"self": 1000, "same_source": 0, "positive": 12},
+             "retries": 2, "anchors_retried": 5, "k_max": 64}
+    assert summary_lines(stats, "out.csv") == [
+        "mined 1,234 rows (triplet) for 1,000 anchors -> out.csv",
+        "relation: instance; index: flat",
+        "negatives per anchor: mean 4.50, min 0, max 5; 7 anchors with fewer than K",
+        "positive scores: min 0.100  q25 0.200  median 0.300  q75 0.400  max 0.500",
+        "negative scores: min 0.000  q25 0.100  median 0.200  q75 0.300  max 0.400",
+        "negative rank histogram: 0: 3, 2-4: 9",
+        "candidates removed: self 1,000, positive 12",
+        "5 anchors searched again with a larger k (up to 64)",
+    ]
+    none = {**stats, "removed": {"self": 0}, "retries": 0, "rank_histogram": None,
+            "pos_score": None}
+    lines = summary_lines(none, "-")
+    assert lines[0].endswith("-> stdout") and "candidates removed: none" in lines
+    assert not any(x.startswith(("positive scores", "negative rank", "5 anchors"))
+                   for x in lines)
