@@ -188,6 +188,12 @@ class LabelSkipped:
     def __call__(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         return self.search(rows, k)  # type: ignore[no-any-return]
 
+    def skipping_sources(self, codes: np.ndarray) -> LabelSkipped | None:
+        """This search, also skipping the rows of the anchor's own big source ``codes``
+        (:meth:`pairkit.index.outside.AnchorSearch.skipping_sources`), or None."""
+        inner = getattr(self.search, "skipping_sources", lambda c: None)(codes)
+        return None if inner is None else LabelSkipped(inner, self.skips_label)
+
 
 def index_rows(store: Any, vectors: Any, arrays_too: bool = False) -> Any:
     """The rows a plan's index is built from: the view itself when it is marked

@@ -23,9 +23,11 @@ BIG = 200  # views of the big source
 SMALL = 150  # sources of two views
 
 
-def big_source_store(path: Path, big: int = BIG, seed: int = 0):  # noqa: ANN201
+def big_source_store(path: Path, big: int = BIG, seed: int = 0,  # noqa: ANN201
+                     mixed: bool = False):
     """A store of ``big`` views of one source and :data:`SMALL` sources of two views,
-    four classes, 16-d clustered vectors."""
+    four classes, 16-d clustered vectors; ``mixed``: the big source's views of all four
+    classes (else all of class 0)."""
     from pairkit.core.store_writer import write_store
 
     rng = np.random.default_rng(seed)
@@ -33,7 +35,8 @@ def big_source_store(path: Path, big: int = BIG, seed: int = 0):  # noqa: ANN201
     rows, items = [], []
     for v in range(big):
         rows.append(centers[0] + 0.6 * rng.normal(size=16))
-        items.append({"path": f"big/{v}.jpg", "source": "big", "view": v, "label": "c0"})
+        items.append({"path": f"big/{v}.jpg", "source": "big", "view": v,
+                      "label": f"c{v % 4}" if mixed else "c0"})
     for s in range(SMALL):
         c = s % 4
         base = centers[c] + 0.5 * rng.normal(size=16)
@@ -48,6 +51,11 @@ def big_source_store(path: Path, big: int = BIG, seed: int = 0):  # noqa: ANN201
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     return big_source_store(tmp_path_factory.mktemp("big") / "s")
+
+
+@pytest.fixture(scope="module")
+def mixed_store(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    return big_source_store(tmp_path_factory.mktemp("mixed") / "s", mixed=True)
 
 
 @pytest.mark.parametrize("cfg", [MineConfig(num_negatives=5),
@@ -111,21 +119,25 @@ def big_source(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     return str(request.param)
 
 
+@pytest.mark.parametrize("labels", ["one", "mixed"])
 @pytest.mark.parametrize(("relation", "cfg", "fn_config"), CASES)
-def test_the_table_is_the_one_of_the_largest_k(store, relation: str, cfg: MineConfig,  # noqa: ANN001
-                                              fn_config, big_source: str,
+def test_the_table_is_the_one_of_the_largest_k(store, mixed_store, relation: str,  # noqa: ANN001
+                                              cfg: MineConfig, fn_config, big_source: str,
+                                              labels: str,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The same table (rows, ids, ranks, flags; scores to float rounding) as when every
     anchor fetches k + the largest source (the code before), for both relations, false-
-    negative rules off and on (attracted rows too), easy negatives and small blocks; with
-    the big source skipped by the search, no anchor fetches it (instance relation, no
-    rule searching by itself)."""
+    negative rules off and on (attracted rows too), easy negatives and small blocks, the
+    big source of one label or of all four; with the big source skipped by the search, no
+    anchor fetches it (instance relation), the ``label`` rule's own search (which skips
+    the anchor's label) included (failed before: its anchors fetched k + 256)."""
+    store = store if labels == "one" else mixed_store
     got, stats = mine(store, relation, cfg, fn_config)
-    if big_source == "skipped" and relation == "instance" and cfg.hard and (
-            fn_config is None or "label" not in fn_config.rules):  # no rule's own search
+    if big_source == "skipped" and relation == "instance" and cfg.hard:
         assert stats["k_initial"] < BIG, stats
         assert stats["retries"] == 0 or fn_config is not None, stats  # flags need more
     monkeypatch.setattr(hard_negatives, "skips_sources", lambda *a: None)
+    monkeypatch.setattr(hard_negatives, "sources_skipped_by", lambda c, s, a, r: (a, None))
 
     def largest(*args) -> np.ndarray:  # noqa: ANN002
         return selection.initial_k(*args[:7])  # no anchors: every one the largest k
