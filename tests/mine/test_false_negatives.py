@@ -400,6 +400,43 @@ def test_near_duplicate_rule_flags_in_blocks():
     assert peak < 300 * 64 * 50 * 4, peak  # less than one (n, m, k) float32 array
 
 
+def test_other_views_without_a_table_as_wide_as_the_largest_source():
+    """The near-duplicate rule's other views of an anchor's source come from the rows
+    sorted by source, as wide as *these* anchors' largest source: the rule no longer
+    prepares a (sources x largest source) table (1,001 sources, one of 500 rows: 4 MB
+    here; 7,500 sources and one of 10,000 views: 600 MB; failed before: the table was
+    made and the rows of two-view anchors were 500 wide)."""
+    import tracemalloc
+
+    from pairkit.mine.fn_context import other_views
+    from pairkit.mine.rules import near_duplicate
+
+    rng = np.random.default_rng(4)
+    sources = np.concatenate([np.zeros(500, np.int64), np.repeat(np.arange(1, 1001), 2)])
+    sources = sources[rng.permutation(len(sources))]
+    x = rng.normal(size=(len(sources), 4)).astype(np.float32)
+    ctx = FnContext(x, None, sources)
+    tracemalloc.start()
+    try:
+        near_duplicate.prepare(ctx, FalseNegativeConfig(rules=("near-duplicate",)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1001 * 500 * 8 // 4, peak
+    small = np.flatnonzero(sources != 0)[:50]
+    got = other_views(ctx, small)
+    assert got.shape == (50, 2)
+    for row, a in zip(got, small, strict=True):
+        want = [int(j) for j in np.flatnonzero(sources == sources[a])]
+        assert [int(j) if j != a else -1 for j in want] == [int(v) for v in row]
+    mixed = np.array([small[0], int(np.flatnonzero(sources == 0)[3])])
+    got = other_views(ctx, mixed)
+    assert got.shape == (2, 500)
+    big_rows = np.flatnonzero(sources == 0)
+    np.testing.assert_array_equal(got[1], np.where(big_rows == mixed[1], -1, big_rows))
+    assert (got[0, 2:] == -1).all()
+
+
 # -- all rules against a per-anchor reference loop ----------------------------------
 def reference_flags(x, labels, sources, groups, assign, comm, anchors, cand, scores, pos, cfg,
                     white=None):

@@ -232,3 +232,35 @@ def test_rule_lists_search_each_row_to_its_own_source(store, big: str,  # noqa: 
     assert max((n * k for n, k in deep), default=0) <= 3000, calls
     np.testing.assert_array_equal(ids, other_source_brute(x, sources, m))
     np.testing.assert_allclose(scores, np.take_along_axis(x @ x.T, ids, 1), atol=1e-5)
+
+
+@pytest.mark.parametrize("big", ["fetched", "deep"])
+def test_approximate_rule_lists_search_the_big_source_alone_deep(store, big: str,  # noqa: ANN001
+                                                                 monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    """Through an approximate index (IVF, every cell probed: the exact lists) the rules'
+    neighbour lists search every row m + the largest source while no source is big (as
+    before); with a source over ``OVER_FETCH_ROWS`` rows only its rows are searched that
+    deep, the others m + the largest of the rest (failed before: every row m + 200)."""
+    from pairkit.index import outside
+    from pairkit.index.open import Searcher
+    from pairkit.mine.rules_run import search_neighbour_lists
+
+    if big == "deep":
+        monkeypatch.setattr(outside, "OVER_FETCH_ROWS", BIG // 2)
+    x = store.vectors(np.float32)
+    sources = pd.factorize(store.items["source"])[0].astype(np.int64)
+    calls: list[tuple[int, int]] = []
+    real = Searcher.search
+
+    def recorded(self, q, k):  # noqa: ANN001, ANN202
+        calls.append((len(q), k))
+        return real(self, q, k)
+
+    monkeypatch.setattr(Searcher, "search", recorded)
+    m = 5
+    ids, _ = search_neighbour_lists(x, sources, m, IndexOptions(kind="ivf", nlist=4, nprobe=4),
+                                    None, None)
+    deep = sum(n for n, k in calls if k > m + 2)
+    assert deep == (BIG if big == "deep" else len(x)), calls
+    np.testing.assert_array_equal(ids, other_source_brute(x, sources, m))

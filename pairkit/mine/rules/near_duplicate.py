@@ -14,7 +14,7 @@ from pairkit.mine.fn_context import (
     near_duplicate_group_ids,
     near_duplicate_threshold,
     other_views,
-    source_views,
+    source_rows,
 )
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ SIMILARITY = False
 
 
 def prepare(ctx: FnContext, config: FalseNegativeConfig) -> None:
-    source_views(ctx)
+    source_rows(ctx)
 
 
 def positive_rows(ctx: FnContext, anchors: np.ndarray,
