@@ -100,6 +100,8 @@ CASES = [
     ("instance", MineConfig(num_negatives=5, fn_mode="attract"), FalseNegativeConfig()),
     ("instance", MineConfig(num_negatives=5),
      FalseNegativeConfig(rules=("near-duplicate", "mutual-neighbour"))),
+    ("instance", MineConfig(num_negatives=5),
+     FalseNegativeConfig(rules=("near-duplicate", "mutual-neighbour", "cluster"))),
     ("instance", MineConfig(num_negatives=5, sampling="softmax", sampling_temperature=0.1,
                             batch_size=64), None),
     ("instance", MineConfig(num_negatives=4, hard=False), None),
@@ -129,8 +131,9 @@ def test_the_table_is_the_one_of_the_largest_k(store, mixed_store, relation: str
     anchor fetches k + the largest source (the code before), for both relations, false-
     negative rules off and on (attracted rows too), easy negatives and small blocks, the
     big source of one label or of all four; with the big source skipped by the search, no
-    anchor fetches it (instance relation), the ``label`` rule's own search (which skips
-    the anchor's label) included (failed before: its anchors fetched k + 256)."""
+    anchor fetches it (instance relation), the ``label`` and ``cluster`` rules' own
+    searches (which skip the anchor's label, its clusters) included (failed before: their
+    anchors fetched k + 256)."""
     store = store if labels == "one" else mixed_store
     got, stats = mine(store, relation, cfg, fn_config)
     if big_source == "skipped" and relation == "instance" and cfg.hard:
