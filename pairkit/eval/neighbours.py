@@ -87,11 +87,14 @@ def search_excluding(
     exclusion = exclusion or Exclusion()
     extra = exclusion.excluded_per_query(len(queries))
     fetch = np.minimum(n_ref, k + rounded_depths(extra))  # each query's own depth
+    skipped = skips_own_group(index, exclusion, extra)
+    if skipped is not None:
+        fetch[skipped] = SKIPPED  # a big source skipped by the exact search, not fetched
     width = min(k, n_ref)
     for start in range(0, len(queries), block_rows):
         stop = min(start + block_rows, len(queries))
         depths = np.unique(fetch[start:stop])
-        if len(depths) == 1:  # one depth: the block's result compacted in place
+        if len(depths) == 1 and depths[0] != SKIPPED:  # one depth: compacted in place
             scores, ids = fetched_kept(queries[start:stop], index, int(depths[0]), k,
                                        exclusion, start, stop, block_rows)
         else:
@@ -99,6 +102,10 @@ def search_excluding(
             ids = np.full((stop - start, width), -1, dtype=np.int64)
             for depth in depths:  # the block's queries of one depth searched together
                 sel = np.flatnonzero(fetch[start:stop] == depth)
+                if depth == SKIPPED:
+                    scores[sel], ids[sel] = outside_kept(queries[start:stop][sel], index,
+                                                         n_ref, k, exclusion, start + sel)
+                    continue
                 scores[sel], ids[sel] = fetched_kept(
                     queries[start:stop][sel], index, int(depth), k,
                     exclusion, start + sel, None, block_rows)
@@ -108,6 +115,61 @@ def search_excluding(
             ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
         yield start, scores, ids
         del scores, ids  # not held while the next block is searched
+
+
+SKIPPED = -1  # the depth of a query whose excluded source the exact search skips
+
+
+def skips_own_group(index: Any, exclusion: Exclusion, extra: np.ndarray
+                    ) -> np.ndarray | None:
+    """(nq,) bool: the queries whose own source has more than ``OVER_FETCH_ROWS`` (1,024)
+    references, which an exact search of ``index`` (a FAISS flat inner-product index on
+    the CPU, whose rows are read in place) skips rather than fetching and dropping them
+    (:func:`pairkit.index.outside.search_outside_parts`: a query of a 10,000-view source
+    otherwise fetched k + 16,384 rows); None where there is none or the index can't."""
+    from pairkit.index.outside import OVER_FETCH_ROWS
+
+    if exclusion.query_groups is None or exclusion.ref_groups is None:
+        return None
+    big = (extra > OVER_FETCH_ROWS) & (np.asarray(exclusion.query_groups) >= 0)
+    if not big.any() or flat_array(index) is None:
+        return None
+    return big
+
+
+def flat_array(index: Any) -> np.ndarray | None:
+    """The (N, d) float32 rows of a CPU ``IndexFlatIP`` (read in place), else None."""
+    try:
+        import faiss
+
+        flat = faiss.downcast_index(index)
+    except Exception:  # noqa: BLE001 - not a FAISS index (torch, a GPU index, an array)
+        return None
+    if not isinstance(flat, faiss.IndexFlatIP):
+        return None
+    from pairkit.index.open import flat_rows
+
+    return flat_rows(flat)
+
+
+def outside_kept(queries: np.ndarray, index: Any, n_ref: int, k: int, exclusion: Exclusion,
+                 at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`fetched_kept` for queries (rows ``at`` of ``exclusion``) whose source's rows
+    the exact search skips: searched among the references of other sources
+    (:func:`pairkit.index.outside.search_outside_parts`), one deeper for the query's own
+    row when it is a reference outside its source; ``(scores, ids)`` (nq, min(k, n_ref))."""
+    from pairkit.index.outside import search_outside_parts
+
+    width = min(k, n_ref)
+    own = np.asarray(exclusion.query_groups)[at]
+    s, i = search_outside_parts(flat_array(index), np.asarray(exclusion.ref_groups),  # type: ignore[arg-type]
+                                queries, own, min(n_ref, k + 1),
+                                lambda q, kk: knn_search(q, index, kk))
+    keep = i >= 0
+    if exclusion.self_rows is not None:
+        keep &= i != exclusion.self_rows[at][:, None]
+    s, i = kept_first(s, i, keep, k)
+    return s[:, :width], i[:, :width]
 
 
 def fetched_kept(queries: np.ndarray, index: Any, k_fetch: int, k: int,

@@ -120,12 +120,15 @@ def integer_rows(assign: Any) -> np.ndarray:
 def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.ndarray,
                         k: int, *, votes: int = 1, big_group: int = 128,
                         block_bytes: int = 1 << 27, coords: Coords | None = None,
-                        threshold: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+                        threshold: float = 1.0, skip: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """Exact kNN of ``vectors[query_rows]`` among the rows that share fewer than
     ``votes`` of the query's clusters: row j is allowed for query q when
     ``assign[r, j] == assign[r, q]`` in fewer than ``votes`` runs r of ``assign`` (R, N)
     (``votes`` 1: in none), and, with ``coords`` (N, c) unit rows, when the cosine of
-    their rows there is below ``threshold`` (the cluster rule's diffusion cosine).
+    their rows there is below ``threshold`` (the cluster rule's diffusion cosine); with
+    ``skip`` (N,) codes (-1: none), not when ``skip[j] == skip[q] >= 0`` either (mine's
+    big sources under the instance relation: every row of the anchor's own is excluded).
 
     Queries are grouped by their cluster signature (one allowed set per group). A group
     of at least ``big_group`` queries gets an exact FAISS index of its allowed rows
@@ -150,8 +153,12 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
     ids = np.full((nq, k), -1, dtype=np.int64)
     if nq == 0 or k == 0 or n == 0:
         return scores, ids
+    key = assign[:, query_rows].T
+    if skip is not None:  # the query's skipped code is part of its allowed set
+        skip = np.asarray(skip, dtype=np.int64)
+        key = np.column_stack([key.astype(np.int64), skip[query_rows]])
     # np.unique(axis=0, return_inverse=True)'s signatures and groups, bit for bit
-    sigs, _, group = unique_rows(assign[:, query_rows].T)
+    sigs, _, group = unique_rows(key)
     if coords is not None:  # a mask per query, not per signature: every group is scored
         big_group = nq + 1  # by the blocks below
     small: list[np.ndarray] = []
@@ -162,7 +169,7 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
             small.append(members)
             small_groups.append(np.full(len(members), g))
             continue
-        cols = np.flatnonzero((assign == sig[:, None]).sum(axis=0) < votes)
+        cols = np.flatnonzero(_allowed(assign, sig, votes, skip))
         kk = min(k, len(cols))
         if kk == 0:
             continue
@@ -177,8 +184,7 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
             sel = members[s0 : s0 + step]
             # one allowed row set per signature (its queries share it), not one per query
             here, which = np.unique(member_group[s0 : s0 + step], return_inverse=True)
-            table = np.stack([(assign == sigs[g][:, None]).sum(axis=0) < votes
-                              for g in here])
+            table = np.stack([_allowed(assign, sigs[g], votes, skip) for g in here])
             allowed = table[np.asarray(which).ravel()]
             if coords is not None:
                 allowed &= far_in(coords, query_rows[sel], threshold)
@@ -186,6 +192,19 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
             scores[sel] = top_s
             ids[sel] = top_i
     return scores, ids
+
+
+def _allowed(assign: np.ndarray, sig: np.ndarray, votes: int,
+             skip: np.ndarray | None) -> np.ndarray:
+    """(N,) bool: the rows a query of signature ``sig`` may get (:func:`masked_exact_search`:
+    the runs' parts, then with ``skip`` the query's skipped code, ``sig``'s last value)."""
+    if skip is None:
+        return (assign == sig[:, None]).sum(axis=0) < votes  # type: ignore[no-any-return]
+    runs = sig[:-1].astype(assign.dtype)
+    allowed = (assign == runs[:, None]).sum(axis=0) < votes
+    if sig[-1] >= 0:
+        allowed &= skip != sig[-1]
+    return allowed  # type: ignore[no-any-return]
 
 
 def far_in(coords: Coords, rows: np.ndarray, threshold: float,
@@ -432,6 +451,20 @@ class AnchorSearch:
     inner: Any = None
     coords: Coords | None = None  # the exact and torch searches' second mask (far_in)
     threshold: float = 1.0
+    # (N,) codes of the big sources the exact search skips too (each anchor its own; -1:
+    # none): :meth:`skipping_sources`
+    skip: np.ndarray | None = None
+
+    def skipping_sources(self, codes: np.ndarray) -> AnchorSearch | None:
+        """This search, also skipping the rows of the anchor's own ``codes`` (N,) (mine's
+        big sources under the instance relation, whose rows are all excluded: an anchor of
+        a source of 10,000 views then fetches no room for them); None where it can't
+        (only the exact search can)."""
+        if self.how != "exact":
+            return None
+        from dataclasses import replace
+
+        return replace(self, skip=np.asarray(codes, dtype=np.int64))
 
     def __call__(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.how == "torch":
@@ -441,7 +474,8 @@ class AnchorSearch:
                 base_coords=self.coords, threshold=self.threshold)
         if self.how == "exact":
             return masked_exact_search(self.vectors, self.assign, rows, k, votes=self.votes,
-                                       coords=self.coords, threshold=self.threshold)
+                                       coords=self.coords, threshold=self.threshold,
+                                       skip=self.skip)
         if self.how == "ivf":
             return self.inner.search(rows, k, self.vectors[rows])  # type: ignore[no-any-return]
         return self.inner(self.vectors[rows], k)  # type: ignore[no-any-return]

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 
 
+# gathered rows (or candidates) per block of anchors of the near-duplicate rule's products
+SIMILARITY_BLOCK_BYTES = 1 << 26
+
+
 @dataclass
 class FnContext:
     """What the rules need about the whole store; build once per mining run.
@@ -55,6 +59,9 @@ class FnContext:
     cluster_assign: np.ndarray | CodedRuns | None = None
     cluster_info: dict[str, Any] = field(default_factory=dict)  # k chosen, stability table
     source_views: np.ndarray | None = None  # (n_sources, max_views) int64, -1 padded
+    # the rows by source: (order, starts, counts), :func:`source_rows` (no table as wide as
+    # the largest source)
+    source_index: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     neighbours: tuple[np.ndarray, np.ndarray] | None = None  # (ids, scores), each (N, m)
     communities: np.ndarray | None = None  # (N,) int64
     cluster_key: tuple[tuple[int, ...], int, int] | None = None
@@ -112,9 +119,30 @@ def source_views(ctx: FnContext) -> np.ndarray:
     return ctx.source_views
 
 
+def source_rows(ctx: FnContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(order, starts, counts)``: the rows sorted by source (stable), where each source
+    starts in ``order`` and its row count; O(N), where the :func:`source_views` table is
+    (sources x the largest source): 7,500 sources and one of 10,000 views made 600 MB."""
+    if ctx.source_index is None:
+        src = np.asarray(ctx.sources, dtype=np.int64)
+        order = np.argsort(src, kind="stable")
+        counts = np.bincount(src) if len(src) else np.zeros(0, np.int64)
+        starts = np.cumsum(counts) - counts
+        ctx.source_index = (order, starts, counts)
+    return ctx.source_index
+
+
 def other_views(ctx: FnContext, anchors: np.ndarray) -> np.ndarray:
-    """(n, v) the other views of each anchor's source, -1 padded."""
-    views = source_views(ctx)[ctx.sources[anchors]]
+    """(n, v) the other views of each anchor's source, -1 padded (in row order, the
+    anchor's own place -1 too); v the largest of *these* anchors' sources."""
+    order, starts, counts = source_rows(ctx)
+    src = ctx.sources[anchors]
+    c = counts[src] if len(anchors) else np.zeros(0, np.int64)
+    width = max(int(c.max(initial=0)), 1)
+    col = np.arange(width)
+    at = np.minimum(starts[src][:, None] + col, max(len(order) - 1, 0))
+    views = np.where(col < c[:, None], order[at], -1) if len(order) else \
+        np.full((len(anchors), width), -1, np.int64)
     return np.where(views == anchors[:, None], -1, views)
 
 
@@ -183,19 +211,48 @@ def similarity_to_rows(vectors: np.ndarray, rows: np.ndarray, cand: np.ndarray,
     row 0's similarity: callers mask padding).
 
     Per block of anchors: short candidate lists are scored by id, one row column at a
-    time (:func:`pairkit.index.search.exact_scores`, in place for a float32 store); long
-    ones (k in the hundreds or thousands, which share most candidates) multiply the
-    block's rows once by its distinct candidates and look the products up, which costs
-    one matrix product instead of k x d multiply-adds per anchor.
+    time (:func:`pairkit.index.search.exact_scores`, in place for a float32 store), or,
+    where the rows outnumber the candidates (an anchor of a source of thousands of views
+    and one candidate: the estimate's random pairs), one candidate column at a time
+    against the rows (the same kernel, the same products); long ones (k in the hundreds
+    or thousands, which share most candidates) multiply the block's rows once by its
+    distinct candidates and look the products up, which costs one matrix product instead
+    of k x d multiply-adds per anchor.
     """
+    n, m = rows.shape
+    k = cand.shape[1]
+    out = np.empty((n, m, k), dtype=np.float32)
+    for s, e, block in similarity_blocks(vectors, rows, cand, block_bytes):
+        out[s:e] = block
+    return out
+
+
+def any_similar(vectors: np.ndarray, rows: np.ndarray, cand: np.ndarray, threshold: float,
+                block_bytes: int | None = None) -> np.ndarray:
+    """(n, k) bool: some row of ``rows`` (n, m) (-1: none) has an inner product of at least
+    ``threshold`` with the candidate; the products of :func:`similarity_to_rows`, block by
+    block, never all (n, m, k) of them at once (``block_bytes``: default
+    :data:`SIMILARITY_BLOCK_BYTES`)."""
+    out = np.zeros(cand.shape, dtype=bool)
+    size = SIMILARITY_BLOCK_BYTES if block_bytes is None else block_bytes
+    for s, e, block in similarity_blocks(vectors, rows, cand, size):
+        out[s:e] = (block >= threshold).any(axis=1)  # NaN (padding) never is
+    return out
+
+
+def similarity_blocks(vectors: np.ndarray, rows: np.ndarray, cand: np.ndarray,
+                      block_bytes: int = 1 << 26) -> Any:
+    """``(start, end, block)`` over the anchors: ``block`` (end - start, m, k) of
+    :func:`similarity_to_rows`."""
     from pairkit.index.search import exact_scores
 
     n, m = rows.shape
     k = cand.shape[1]
-    out = np.empty((n, m, k), dtype=np.float32)
     if n == 0 or k == 0 or m == 0:
-        return out
+        return
     d = vectors.shape[1]
+    in_place = (isinstance(vectors, np.ndarray) and vectors.dtype == np.float32
+                and vectors.flags.c_contiguous and vectors.ndim == 2)
     step = max(1, block_bytes // max(1, 4 * max(k, m) * d))  # gathered rows or candidates
     for s in range(0, n, step):
         e = min(n, s + step)
@@ -203,15 +260,22 @@ def similarity_to_rows(vectors: np.ndarray, rows: np.ndarray, cand: np.ndarray,
         c = np.maximum(cand[s:e], 0)
         uniq, inv = np.unique(c, return_inverse=True)
         inv = inv.reshape(c.shape)
-        left = np.asarray(vectors[np.maximum(r, 0).ravel()], dtype=np.float32)
-        left = left.reshape(e - s, m, d)
-        if m * len(uniq) < 8 * k:  # long lists: one product with the distinct candidates
-            right = np.asarray(vectors[uniq], dtype=np.float32)
-            sims = (left.reshape(-1, d) @ right.T).reshape(e - s, m, len(uniq))
-            block = np.take_along_axis(sims, inv[:, None, :], axis=2)
+        if not m * len(uniq) < 8 * k and m > k and in_place:
+            # more rows than candidates: each candidate against the rows by id (FAISS's
+            # kernel is symmetric in its two vectors: the same float32 products)
+            safe = np.ascontiguousarray(np.maximum(r, 0))
+            block = np.stack([exact_scores(vectors[c[:, j]], vectors, safe)
+                              for j in range(k)], axis=2)
         else:
-            block = np.stack([exact_scores(left[:, j], vectors, c) for j in range(m)], axis=1)
+            left = np.asarray(vectors[np.maximum(r, 0).ravel()], dtype=np.float32)
+            left = left.reshape(e - s, m, d)
+            if m * len(uniq) < 8 * k:  # long lists: one product with the distinct candidates
+                right = np.asarray(vectors[uniq], dtype=np.float32)
+                sims = (left.reshape(-1, d) @ right.T).reshape(e - s, m, len(uniq))
+                block = np.take_along_axis(sims, inv[:, None, :], axis=2)
+            else:
+                block = np.stack([exact_scores(left[:, j], vectors, c) for j in range(m)],
+                                 axis=1)
         block = block.astype(np.float32, copy=False)
         block[np.broadcast_to((r < 0)[:, :, None], block.shape)] = np.nan
-        out[s:e] = block
-    return out
+        yield s, e, block

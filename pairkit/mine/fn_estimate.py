@@ -139,5 +139,6 @@ def _hidden(ctx: FnContext) -> FnContext:
     are keyed by its source codes and looked up by row here they matched unrelated
     pairs."""
     return replace(ctx, sources=np.arange(ctx.count, dtype=np.int64), source_views=None,
+                   source_index=None,
                    groups=None, pairwise_near_duplicates=True, paths=None,
                    mutual_source_keys=np.zeros(0, dtype=np.int64))

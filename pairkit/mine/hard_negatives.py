@@ -157,6 +157,9 @@ def plan_blocks(
     if skip_groups is None and ctx.positives_share_source:
         skip_groups = skips_sources(cfg, ctx.sources, searcher, anchor_searcher, n_items)
         skipped = None if skip_groups is None else skip_groups[anchors] >= 0
+        if skip_groups is None and anchor_searcher is not None:  # a rule's own search
+            anchor_searcher, skipped = sources_skipped_by(cfg, ctx.sources, anchor_searcher,
+                                                          anchors)
     k_rows = initial_k(cfg, relation, ctx.sources, offsets, n_items, fn_filter is not None,
                        skip_class, anchors, skipped)
     k0 = int(k_rows.max(initial=0))
@@ -205,6 +208,25 @@ def skips_groups(cfg: MineConfig, fn_filter: FnFilter | None, searcher: Searcher
     from pairkit.mine.group_skip import big_groups
 
     return big_groups(groups)
+
+
+def sources_skipped_by(cfg: MineConfig, sources: np.ndarray, anchor_searcher: Searcher,
+                       anchors: np.ndarray) -> tuple[Searcher, np.ndarray | None]:
+    """``(anchor searcher, skipped)``: under the instance relation, a rule's own search
+    (the ``label`` or ``cluster`` rule's, :func:`pairkit.index.outside.outside_searcher`)
+    that can also skip the anchor's own big source (``skipping_sources``: the exact one),
+    made to, and which anchors it skips for (as :func:`skips_sources`); else the searcher
+    as given and None (the big source's rows fetched and dropped)."""
+    if not cfg.hard:
+        return anchor_searcher, None
+    from pairkit.mine.group_skip import big_groups
+
+    codes = big_groups(sources)
+    make = getattr(anchor_searcher, "skipping_sources", None)
+    skipping = None if codes is None or make is None else make(codes)
+    if skipping is None:
+        return anchor_searcher, None
+    return skipping, codes[anchors] >= 0
 
 
 def skips_sources(cfg: MineConfig, sources: np.ndarray, searcher: Searcher | None,

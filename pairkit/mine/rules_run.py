@@ -188,6 +188,12 @@ class LabelSkipped:
     def __call__(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         return self.search(rows, k)  # type: ignore[no-any-return]
 
+    def skipping_sources(self, codes: np.ndarray) -> LabelSkipped | None:
+        """This search, also skipping the rows of the anchor's own big source ``codes``
+        (:meth:`pairkit.index.outside.AnchorSearch.skipping_sources`), or None."""
+        inner = getattr(self.search, "skipping_sources", lambda c: None)(codes)
+        return None if inner is None else LabelSkipped(inner, self.skips_label)
+
 
 def index_rows(store: Any, vectors: Any, arrays_too: bool = False) -> Any:
     """The rows a plan's index is built from: the view itself when it is marked
@@ -372,6 +378,7 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
     torch engine and HNSW get the array); the same lists."""
     from pairkit.index.open import open_searcher
     from pairkit.mine.clusters import (
+        approximate_widths,
         big_source_rows,
         other_sources,
         own_source_widths,
@@ -379,7 +386,6 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
     )
 
     n = len(vectors)
-    views = int(np.bincount(sources).max()) if n else 1
     if not isinstance(vectors, np.ndarray) and (
             (backend is not None and backend.name == "torch") or index.cpu_kind(n) == "hnsw"):
         vectors = vectors[:]
@@ -390,9 +396,10 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
                            content_id=None if store is None else store.content_id,
                            engine=backend)
     # an exact search: each row m + its own source deep (the same lists as m + the largest
-    # source's); an approximate one (whose hits may depend on k): every row alike
+    # source's); an approximate one (whose hits may depend on k): every row alike, but
+    # for the rows of a big source (approximate_widths)
     widths = (own_source_widths(sources, m) if opened.excludes
-              else np.full(n, min(n, m + views), np.int64))
+              else approximate_widths(sources, m))
     ids = np.full((n, m), -1, dtype=np.int64)
     scores = np.full((n, m), -np.inf, dtype=np.float32)
     if len(np.unique(widths)) <= 1:  # one width (the usual): blocks of rows in order
@@ -400,7 +407,8 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
                        for lo in range(0, n, LIST_QUERY_BLOCK)]
     else:  # the rows of one width together, a deep one in fewer rows at a time, a big
         # source skipped by the exact search
-        blocks = width_blocks(widths, LIST_QUERY_BLOCK, big_source_rows(sources))
+        blocks = width_blocks(widths, LIST_QUERY_BLOCK,
+                              big_source_rows(sources) if opened.excludes else None)
     for width, rows in blocks:
         if width == 0:
             found_s, found_i = opened.search_outside(vectors[rows], m, sources[rows],

@@ -24,7 +24,10 @@ collection in time (every row's probes scanned in one process). Here it is cut b
    time; each block's exact top of the partition is written beside the run's parts
    (``.white-BBBBB-PPPPP.npz``). Every ``P``-th block of rows (``P`` partitions) also
    gets its rows' nearest cells (``.cells-BBBBB.npz``): the assignment that extends the
-   rule's runs and coordinates from the sample to every row.
+   rule's runs and coordinates from the sample to every row. The rows of a source of
+   more than ``OVER_FETCH_ROWS`` rows are searched deeper (m + its size) into files of
+   their own (``.whitedeep-BBBBB-PPPPP.npz``), every other row m + the largest of the
+   rest (:func:`list_depths`).
 3. **Merge** (:class:`SplitWhiteSearch`, the search the plan's
    :func:`pairkit.mine.whitening.whitened_neighbours` calls): each block's files merged
    (:func:`pairkit.mine.ivf_parts.merge_top`: the whole index's top) and cut to the rows
@@ -108,6 +111,10 @@ class WhiteLists:
     folder: str
     token: str = ""
     cells: CellsPlan | None = None
+    # the rows of the big sources (pairkit.mine.clusters.big_source_rows), searched
+    # ``deep`` deep into files of their own (deep_path); every other row ``k`` deep
+    deep: int = 0
+    deep_rows: np.ndarray | None = None
 
     @property
     def parts(self) -> int:
@@ -171,16 +178,53 @@ def plan_white(spec: Any, workers: int, partitions: int
     if lspec is None:
         return None, {"parts": 0, "seconds": round(time.perf_counter() - t0, 3)}
     sources = st.source_codes()
-    views = int(np.bincount(sources).max()) if n else 1
     depth = 3 * cfg.neighbours if rerank else cfg.neighbours
     count = partitions or lists_partitions(n, space.dims, lspec, workers)
     count = max(1, min(count, int(lspec.nlist or 1)))
     lists = plan_lists(rows.mapped(space, space.dims), lspec, count)
-    job = WhiteLists(space, lists, min(n, depth + views), reads,
+    k, deep, deep_rows = list_depths(sources, depth)
+    job = WhiteLists(space, lists, k, reads,
                      spec.folder, spec.remote.token if spec.remote is not None else "",
-                     cells_plan(rows, sources, rules.fn_config, spec.config.seed))
+                     cells_plan(rows, sources, rules.fn_config, spec.config.seed),
+                     deep, deep_rows)
+    deep_blocks = ([] if deep_rows is None
+                   else [int(b) for b in np.unique(deep_rows // QUERY_BLOCK)])
     return job, {"parts": job.parts, "blocks": job.blocks, "cells": job.cells is not None,
-                 "seconds": round(time.perf_counter() - t0, 3)}
+                 "deep_blocks": deep_blocks, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def list_depths(sources: np.ndarray, m: int) -> tuple[int, int, np.ndarray | None]:
+    """``(k, deep, deep_rows)``: how deep the rows are searched for ``m`` rows of other
+    sources (:func:`pairkit.mine.clusters.approximate_widths`): every row ``k`` (m + the
+    largest source, as before, without a source over ``OVER_FETCH_ROWS`` rows), else the
+    rows of such sources ``deep`` (m + the largest of them) and every other row ``k``
+    (m + the largest of the rest): one source of 10,000 views made every row of every
+    block fetch 10,000 more from every partition."""
+    from pairkit.mine.clusters import approximate_widths, big_source_rows
+
+    n = len(sources)
+    widths = approximate_widths(sources, m)
+    big = big_source_rows(sources)
+    if not big.any():
+        return int(widths.max(initial=min(n, m + 1))), 0, None
+    return (int(widths[~big].max(initial=min(n, m + 1))), int(widths[big].max()),
+            np.flatnonzero(big))
+
+
+def deep_path(folder: str, block: int, part: int, token: str = "") -> Path | str:
+    """The file of partition ``part``'s candidates of the big sources' rows of block
+    ``block`` (``.whitedeep-BBBBB-PPPPP.npz``; its rows: positions among those rows)."""
+    from pairkit.core.side_files import side_path
+
+    return side_path(folder, f"whitedeep-{block:05d}-{part:05d}", ".npz", token)
+
+
+def block_deep_rows(job: WhiteLists, lo: int, hi: int) -> np.ndarray:
+    """The big sources' rows of the block of rows ``lo .. hi - 1`` (ascending)."""
+    if job.deep_rows is None:
+        return np.zeros(0, np.int64)
+    a, b = np.searchsorted(job.deep_rows, [lo, hi])
+    return job.deep_rows[a:b]
 
 
 def cells_plan(rows: Any, sources: np.ndarray, fn_config: Any, seed: int
@@ -232,6 +276,10 @@ def search_white_partition(job: WhiteLists, part: int) -> int:
         hi = min(job.lists.n, lo + QUERY_BLOCK)
         s, i = partial_search(index, view[lo:hi], k)
         write_top(white_path(job.folder, number, part, job.token), s, i)
+        deep = block_deep_rows(job, lo, hi)
+        if len(deep):  # the big sources' rows, deeper, into a file of their own
+            s, i = partial_search(index, view[deep], min(job.deep, job.lists.n))
+            write_top(deep_path(job.folder, number, part, job.token), s, i)
         if job.cells is not None and number % job.parts == part:
             emb = job.cells.spectral
             nearest = nearest_cells(emb.reduced, outside_sample(emb, np.arange(lo, hi)),
@@ -270,7 +318,9 @@ def remove_white(folder: str, token: str, info: dict[str, Any]) -> None:
     remove_objects([*(white_path(folder, b, p, token)
                       for b in range(info["blocks"]) for p in range(info["parts"])),
                     *(cells_path(folder, b, token) for b in range(info["blocks"])
-                      if info.get("cells"))])
+                      if info.get("cells")),
+                    *(deep_path(folder, b, p, token) for b in info.get("deep_blocks", [])
+                      for p in range(info["parts"]))])
 
 
 class SplitWhiteSearch:
@@ -288,12 +338,16 @@ class SplitWhiteSearch:
         from pairkit.mine.ivf_parts import merged_top
 
         job, n = self.job, self.job.lists.n
-        views = int(np.bincount(self.sources).max()) if n else 1
-        if space.shape != (n, job.space.dims) or min(n, k + views) > job.k:
+        kk, deep, deep_rows = list_depths(self.sources, k)
+        same_rows = (deep_rows is None and job.deep_rows is None) or (
+            deep_rows is not None and job.deep_rows is not None
+            and np.array_equal(deep_rows, job.deep_rows))
+        if space.shape != (n, job.space.dims) or kk > job.k or deep > job.deep \
+                or not same_rows:
             raise PairkitError(  # a plan made for another search: never merged silently
                 f"the whitened lists were searched for ({n}, {job.space.dims}) rows to "
-                f"{job.k}, not {tuple(space.shape)} to {min(n, k + views)}")
-        kk = min(n, k + views)
+                f"{job.k} (big sources' rows {job.deep}), not {tuple(space.shape)} to "
+                f"{kk} ({deep})")
         ids = np.full((n, k), -1, dtype=np.int64)
         scores = np.full((n, k), -np.inf, dtype=np.float32)
         for number, lo in enumerate(range(0, n, QUERY_BLOCK)):
@@ -303,6 +357,13 @@ class SplitWhiteSearch:
                 hi - lo, job.k, kk)
             ids[lo:hi], scores[lo:hi] = other_sources(found_s, found_i, self.sources, k,
                                                       query_sources=self.sources[lo:hi])
+            rows = block_deep_rows(job, lo, hi)
+            if len(rows):
+                found_s, found_i = merged_top(
+                    [deep_path(job.folder, number, p, job.token) for p in range(job.parts)],
+                    len(rows), job.deep, deep)
+                ids[rows], scores[rows] = other_sources(found_s, found_i, self.sources, k,
+                                                        query_sources=self.sources[rows])
         return ids, scores
 
 

@@ -46,3 +46,40 @@ def test_each_query_fetches_its_own_excluded_rows(block_rows: int,
         order = np.lexsort((np.arange(n), -s[r]))
         want = [int(j) for j in order if groups[j] != groups[r]][:k]
         assert got[r].tolist() == want, r
+
+
+@pytest.mark.parametrize("block_rows", [4096, 16])
+@pytest.mark.parametrize("self_rows", [True, False])
+def test_a_big_source_is_skipped_by_the_exact_search(block_rows: int, self_rows: bool,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source of more than ``OVER_FETCH_ROWS`` references is skipped by the exact search
+    (its queries searched among the other sources' rows), not fetched: no query asks for
+    more than k + 4 (failed before: the big source's queries asked for k + BIG + 1);
+    the neighbours are the brute-force ones, the query's own row left out too."""
+    from pairkit.index import outside
+
+    monkeypatch.setattr(outside, "OVER_FETCH_ROWS", BIG // 2)
+    rng = np.random.default_rng(6)
+    n = BIG + 2 * 60
+    x = rng.normal(size=(n, 8)).astype(np.float32)
+    groups = np.concatenate([np.zeros(BIG, np.int64), 1 + np.arange(2 * 60) // 2])
+    perm = rng.permutation(n)
+    x, groups = x[perm], groups[perm]
+    excl = Exclusion(np.arange(n) if self_rows else None, groups, groups)
+    calls: list[tuple[int, int]] = []
+    real = neighbours.knn_search
+
+    def recorded(q, index, k, **kw):  # noqa: ANN001, ANN003, ANN202
+        calls.append((len(q), k))
+        return real(q, index, k, **kw)
+
+    monkeypatch.setattr(neighbours, "knn_search", recorded)
+    k = 5
+    got = np.concatenate([ids for _, _, ids in search_excluding(
+        x, flat_index(x), n, k, excl, block_rows=block_rows)])
+    assert max(kk for _, kk in calls) <= k + 4, calls
+    s = x.astype(np.float64) @ x.astype(np.float64).T
+    for r in range(n):
+        order = np.lexsort((np.arange(n), -s[r]))
+        want = [int(j) for j in order if groups[j] != groups[r]][:k]
+        assert got[r].tolist() == want, r

@@ -332,6 +332,111 @@ def test_similarity_to_rows_blocks_by_the_longer_of_rows_and_candidates():
     ref = np.einsum("nmd,nkd->nmk", x[rows], x[cand])
     np.testing.assert_allclose(got, ref, atol=1e-5)
 
+def test_similarity_to_rows_many_rows_few_candidates_same_products():
+    """More rows than candidates (an anchor of a big source and one candidate, the
+    estimate's random pairs): each candidate is scored against the rows by id, one call
+    per candidate column, not one per row column (3,000 calls per block before); the
+    products are the ones scored row by row, bit for bit (FAISS's kernel is symmetric)."""
+    from pairkit.index import search
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(300, 24)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    rows = rng.integers(-1, 300, size=(40, 120))
+    cand = rng.integers(0, 300, size=(40, 2))
+    calls = []
+    real = search.exact_scores
+
+    def counted(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        return real(*a, **kw)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(search, "exact_scores", counted)
+    try:
+        got = similarity_to_rows(x, rows, cand)
+    finally:
+        mp.undo()
+    assert len(calls) == 2, len(calls)  # one per candidate column (120 before)
+    want = np.stack([real(x[np.maximum(rows[:, j], 0)], x, cand) for j in range(120)], axis=1)
+    want[np.broadcast_to((rows < 0)[:, :, None], want.shape)] = np.nan
+    np.testing.assert_array_equal(got, want)
+
+
+def test_near_duplicate_rule_flags_in_blocks():
+    """The near-duplicate rule compares each candidate with the anchor's positives block
+    by block: same flags as the whole (n, m, k) products compared at once, without
+    holding them (with their NaN-cleaned copy: 3x (n, m, k) floats before)."""
+    import tracemalloc
+
+    from pairkit.mine.fn_context import any_similar
+    from pairkit.mine.rules import near_duplicate
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(400, 8)).astype(np.float32)
+    x[200:] = x[:200] + 0.02 * rng.normal(size=(200, 8)).astype(np.float32)  # near copies
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    pos = rng.integers(-1, 400, size=(300, 64))
+    cand = rng.integers(0, 400, size=(300, 50))
+    thr = 0.98
+    want = (np.nan_to_num(similarity_to_rows(x, pos, cand), nan=-np.inf) >= thr).any(axis=1)
+    assert want.any() and not want.all()
+    np.testing.assert_array_equal(any_similar(x, pos, cand, thr, block_bytes=1 << 14), want)
+    ctx = FnContext(x, None, np.arange(400, dtype=np.int64), pairwise_near_duplicates=True)
+    cfg = FalseNegativeConfig(rules=("near-duplicate",), near_duplicate_threshold=thr)
+    scores = np.einsum("nd,nkd->nk", x[:300], x[cand])
+    from pairkit.mine import fn_context
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(fn_context, "SIMILARITY_BLOCK_BYTES", 1 << 14, raising=False)
+    tracemalloc.start()
+    try:
+        flags = near_duplicate.flag(ctx, np.arange(300), cand, scores, scores[:, 0], cfg, pos)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        mp.undo()
+    np.testing.assert_array_equal(flags, (want | (scores >= thr)))
+    assert peak < 300 * 64 * 50 * 4, peak  # less than one (n, m, k) float32 array
+
+
+def test_other_views_without_a_table_as_wide_as_the_largest_source():
+    """The near-duplicate rule's other views of an anchor's source come from the rows
+    sorted by source, as wide as *these* anchors' largest source: the rule no longer
+    prepares a (sources x largest source) table (1,001 sources, one of 500 rows: 4 MB
+    here; 7,500 sources and one of 10,000 views: 600 MB; failed before: the table was
+    made and the rows of two-view anchors were 500 wide)."""
+    import tracemalloc
+
+    from pairkit.mine.fn_context import other_views
+    from pairkit.mine.rules import near_duplicate
+
+    rng = np.random.default_rng(4)
+    sources = np.concatenate([np.zeros(500, np.int64), np.repeat(np.arange(1, 1001), 2)])
+    sources = sources[rng.permutation(len(sources))]
+    x = rng.normal(size=(len(sources), 4)).astype(np.float32)
+    ctx = FnContext(x, None, sources)
+    tracemalloc.start()
+    try:
+        near_duplicate.prepare(ctx, FalseNegativeConfig(rules=("near-duplicate",)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1001 * 500 * 8 // 4, peak
+    small = np.flatnonzero(sources != 0)[:50]
+    got = other_views(ctx, small)
+    assert got.shape == (50, 2)
+    for row, a in zip(got, small, strict=True):
+        want = [int(j) for j in np.flatnonzero(sources == sources[a])]
+        assert [int(j) if j != a else -1 for j in want] == [int(v) for v in row]
+    mixed = np.array([small[0], int(np.flatnonzero(sources == 0)[3])])
+    got = other_views(ctx, mixed)
+    assert got.shape == (2, 500)
+    big_rows = np.flatnonzero(sources == 0)
+    np.testing.assert_array_equal(got[1], np.where(big_rows == mixed[1], -1, big_rows))
+    assert (got[0, 2:] == -1).all()
+
+
 # -- all rules against a per-anchor reference loop ----------------------------------
 def reference_flags(x, labels, sources, groups, assign, comm, anchors, cand, scores, pos, cfg,
                     white=None):

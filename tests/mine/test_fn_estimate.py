@@ -94,6 +94,7 @@ def old_estimate_recall(ctx: FnContext, config: FalseNegativeConfig, sample: int
     others = views[anchors]
     cand = np.where(others == anchors[:, None], -1, others)
     hidden = replace(ctx, sources=np.arange(ctx.count, dtype=np.int64), source_views=None,
+                     source_index=None,
                      groups=None, pairwise_near_duplicates=True, paths=None,
                      mutual_source_keys=np.zeros(0, dtype=np.int64))
     x = ctx.vectors[anchors]

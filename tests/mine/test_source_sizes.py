@@ -23,9 +23,11 @@ BIG = 200  # views of the big source
 SMALL = 150  # sources of two views
 
 
-def big_source_store(path: Path, big: int = BIG, seed: int = 0):  # noqa: ANN201
+def big_source_store(path: Path, big: int = BIG, seed: int = 0,  # noqa: ANN201
+                     mixed: bool = False):
     """A store of ``big`` views of one source and :data:`SMALL` sources of two views,
-    four classes, 16-d clustered vectors."""
+    four classes, 16-d clustered vectors; ``mixed``: the big source's views of all four
+    classes (else all of class 0)."""
     from pairkit.core.store_writer import write_store
 
     rng = np.random.default_rng(seed)
@@ -33,7 +35,8 @@ def big_source_store(path: Path, big: int = BIG, seed: int = 0):  # noqa: ANN201
     rows, items = [], []
     for v in range(big):
         rows.append(centers[0] + 0.6 * rng.normal(size=16))
-        items.append({"path": f"big/{v}.jpg", "source": "big", "view": v, "label": "c0"})
+        items.append({"path": f"big/{v}.jpg", "source": "big", "view": v,
+                      "label": f"c{v % 4}" if mixed else "c0"})
     for s in range(SMALL):
         c = s % 4
         base = centers[c] + 0.5 * rng.normal(size=16)
@@ -48,6 +51,11 @@ def big_source_store(path: Path, big: int = BIG, seed: int = 0):  # noqa: ANN201
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     return big_source_store(tmp_path_factory.mktemp("big") / "s")
+
+
+@pytest.fixture(scope="module")
+def mixed_store(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    return big_source_store(tmp_path_factory.mktemp("mixed") / "s", mixed=True)
 
 
 @pytest.mark.parametrize("cfg", [MineConfig(num_negatives=5),
@@ -92,6 +100,8 @@ CASES = [
     ("instance", MineConfig(num_negatives=5, fn_mode="attract"), FalseNegativeConfig()),
     ("instance", MineConfig(num_negatives=5),
      FalseNegativeConfig(rules=("near-duplicate", "mutual-neighbour"))),
+    ("instance", MineConfig(num_negatives=5),
+     FalseNegativeConfig(rules=("near-duplicate", "mutual-neighbour", "cluster"))),
     ("instance", MineConfig(num_negatives=5, sampling="softmax", sampling_temperature=0.1,
                             batch_size=64), None),
     ("instance", MineConfig(num_negatives=4, hard=False), None),
@@ -111,21 +121,26 @@ def big_source(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     return str(request.param)
 
 
+@pytest.mark.parametrize("labels", ["one", "mixed"])
 @pytest.mark.parametrize(("relation", "cfg", "fn_config"), CASES)
-def test_the_table_is_the_one_of_the_largest_k(store, relation: str, cfg: MineConfig,  # noqa: ANN001
-                                              fn_config, big_source: str,
+def test_the_table_is_the_one_of_the_largest_k(store, mixed_store, relation: str,  # noqa: ANN001
+                                              cfg: MineConfig, fn_config, big_source: str,
+                                              labels: str,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The same table (rows, ids, ranks, flags; scores to float rounding) as when every
     anchor fetches k + the largest source (the code before), for both relations, false-
-    negative rules off and on (attracted rows too), easy negatives and small blocks; with
-    the big source skipped by the search, no anchor fetches it (instance relation, no
-    rule searching by itself)."""
+    negative rules off and on (attracted rows too), easy negatives and small blocks, the
+    big source of one label or of all four; with the big source skipped by the search, no
+    anchor fetches it (instance relation), the ``label`` and ``cluster`` rules' own
+    searches (which skip the anchor's label, its clusters) included (failed before: their
+    anchors fetched k + 256)."""
+    store = store if labels == "one" else mixed_store
     got, stats = mine(store, relation, cfg, fn_config)
-    if big_source == "skipped" and relation == "instance" and cfg.hard and (
-            fn_config is None or "label" not in fn_config.rules):  # no rule's own search
+    if big_source == "skipped" and relation == "instance" and cfg.hard:
         assert stats["k_initial"] < BIG, stats
         assert stats["retries"] == 0 or fn_config is not None, stats  # flags need more
     monkeypatch.setattr(hard_negatives, "skips_sources", lambda *a: None)
+    monkeypatch.setattr(hard_negatives, "sources_skipped_by", lambda c, s, a, r: (a, None))
 
     def largest(*args) -> np.ndarray:  # noqa: ANN002
         return selection.initial_k(*args[:7])  # no anchors: every one the largest k
@@ -220,3 +235,35 @@ def test_rule_lists_search_each_row_to_its_own_source(store, big: str,  # noqa: 
     assert max((n * k for n, k in deep), default=0) <= 3000, calls
     np.testing.assert_array_equal(ids, other_source_brute(x, sources, m))
     np.testing.assert_allclose(scores, np.take_along_axis(x @ x.T, ids, 1), atol=1e-5)
+
+
+@pytest.mark.parametrize("big", ["fetched", "deep"])
+def test_approximate_rule_lists_search_the_big_source_alone_deep(store, big: str,  # noqa: ANN001
+                                                                 monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    """Through an approximate index (IVF, every cell probed: the exact lists) the rules'
+    neighbour lists search every row m + the largest source while no source is big (as
+    before); with a source over ``OVER_FETCH_ROWS`` rows only its rows are searched that
+    deep, the others m + the largest of the rest (failed before: every row m + 200)."""
+    from pairkit.index import outside
+    from pairkit.index.open import Searcher
+    from pairkit.mine.rules_run import search_neighbour_lists
+
+    if big == "deep":
+        monkeypatch.setattr(outside, "OVER_FETCH_ROWS", BIG // 2)
+    x = store.vectors(np.float32)
+    sources = pd.factorize(store.items["source"])[0].astype(np.int64)
+    calls: list[tuple[int, int]] = []
+    real = Searcher.search
+
+    def recorded(self, q, k):  # noqa: ANN001, ANN202
+        calls.append((len(q), k))
+        return real(self, q, k)
+
+    monkeypatch.setattr(Searcher, "search", recorded)
+    m = 5
+    ids, _ = search_neighbour_lists(x, sources, m, IndexOptions(kind="ivf", nlist=4, nprobe=4),
+                                    None, None)
+    deep = sum(n for n, k in calls if k > m + 2)
+    assert deep == (BIG if big == "deep" else len(x)), calls
+    np.testing.assert_array_equal(ids, other_source_brute(x, sources, m))

@@ -199,3 +199,47 @@ def test_cluster_cells_found_by_the_workers(store16, tmp_path, monkeypatch, sear
     assert len(sizes) == 4 and sum(sizes) == store16.count - 500 and max(sizes) <= 600
     assert sa["clusters"] == sb["clusters"] and sa["clusters"]
     same(a, sa, b, sb)
+
+
+def test_split_lists_search_only_the_big_source_deep(tmp_path, monkeypatch):
+    """A store with one source over ``OVER_FETCH_ROWS`` rows: the partitions search its
+    rows m + its size deep into files of their own, every other row m + the largest of
+    the rest (failed before: every row of every block m + 300 in every partition); the
+    table and stats equal the search's here (the same depths, through the whole index)."""
+    from pairkit.core.store_writer import write_store
+    from pairkit.index import outside
+    from pairkit.mine import ivf_parts
+
+    big = 300
+    monkeypatch.setattr(outside, "OVER_FETCH_ROWS", big // 2)
+    monkeypatch.setattr(white_parts, "QUERY_BLOCK", 1000)  # blocks with and without it
+    rng = np.random.default_rng(7)
+    n_sources = 950
+    centers = rng.normal(size=(5, 16))
+    base = centers[np.arange(n_sources) % 5] + 0.5 * rng.normal(size=(n_sources, 16))
+    x = np.concatenate([centers[0] + 0.5 * rng.normal(size=(big, 16)),
+                        np.repeat(base, 2, axis=0) + 0.1 * rng.normal(size=(2 * n_sources, 16))])
+    sources = np.concatenate([np.zeros(big, np.int64), 1 + np.repeat(np.arange(n_sources), 2)])
+    items = pd.DataFrame({"path": [f"r{r}.jpg" for r in range(len(x))],
+                          "source": [f"s{s}" for s in sources],
+                          "view": np.concatenate([np.arange(big), np.tile([0, 1], n_sources)]),
+                          "label": [f"c{(s - 1) % 5 if s else 0}" for s in sources]})
+    store = write_store(tmp_path / "st", x.astype(np.float32), items, dtype="float16",
+                        shard_rows=700)
+    calls: list[tuple[int, int]] = []
+    real = ivf_parts.partial_search
+
+    def recorded(index, queries, k):  # noqa: ANN001, ANN202
+        calls.append((len(queries), k))
+        return real(index, queries, k)
+
+    monkeypatch.setattr(ivf_parts, "partial_search", recorded)
+    cfg, fn, pos = MineConfig(batch_size=300), FalseNegativeConfig(), PositiveConfig()
+    index = IndexOptions(kind="ivf", nlist=8, nprobe=3, **CPU)
+    a, sa = run(store, tmp_path, cfg, index, fn, pos, 0, "here")
+    calls.clear()
+    b, sb = run(store, tmp_path, cfg, index, fn, pos, 3, "split")
+    deep = [(n, k) for n, k in calls if k > 100]
+    assert sum(n for n, _ in deep) == 3 * big, calls  # once per partition
+    assert (a["positive_kind"] == "mined").sum() > 50
+    same(a, sa, b, sb)

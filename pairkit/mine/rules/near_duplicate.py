@@ -10,11 +10,11 @@ import numpy as np
 
 from pairkit.mine.fn_context import (
     FnContext,
+    any_similar,
     near_duplicate_group_ids,
     near_duplicate_threshold,
     other_views,
-    similarity_to_rows,
-    source_views,
+    source_rows,
 )
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ SIMILARITY = False
 
 
 def prepare(ctx: FnContext, config: FalseNegativeConfig) -> None:
-    source_views(ctx)
+    source_rows(ctx)
 
 
 def positive_rows(ctx: FnContext, anchors: np.ndarray,
@@ -73,6 +73,5 @@ def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarr
     thr = near_duplicate_threshold(config, ctx.dtype)
     flags = scores >= thr
     if pos.shape[1] and (pos >= 0).any():
-        sim = similarity_to_rows(ctx.vectors, pos, cand)
-        flags |= (np.nan_to_num(sim, nan=-np.inf) >= thr).any(axis=1)
+        flags |= any_similar(ctx.vectors, pos, cand, thr)
     return valid & flags
