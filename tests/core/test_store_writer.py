@@ -108,3 +108,19 @@ def test_a_written_shard_that_changed_before_its_commit_is_refused(tmp_path) -> 
         writer.add_written_shard(record, items)
         writer.commit()
     assert Store.open(root).count == 4
+
+
+def test_the_next_shard_number_is_past_the_highest_not_the_count() -> None:
+    """Shards numbered with gaps (a cluster's partitions, numbered by offset, one of them
+    empty): the next shard takes the number after the highest, never one a committed
+    shard has (hunt 3b: numbering by the count survived; it names embeddings-00002.npy
+    again here, which write_shard would replace)."""
+    from pairkit.core.shard_book import ShardBook
+
+    book = ShardBook()
+    book.manifest = {"shards": [{"file": "embeddings-00000.npy"},
+                                {"file": "embeddings-00002.npy"}]}
+    assert book.next_shard_number() == 3
+    assert book.next_shard_number(offset=4) == 7
+    book.manifest = {"shards": []}
+    assert book.next_shard_number() == 0
