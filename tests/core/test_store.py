@@ -322,6 +322,24 @@ def test_item_ids_out_of_row_order_are_refused(tmp_path):
         _ = Store.open(root).items
 
 
+def test_a_shard_of_another_dtype_than_the_manifest_is_refused(tmp_path):
+    """A format-1 store (no shard sizes in its manifest) whose shard holds float32 where
+    the manifest says float16, its checksum matching: refused at open by the .npy
+    header, not read as the manifest's dtype (hunt 3b: dropping the check survived)."""
+    from pairkit.core.store import sha256_file
+
+    root = tmp_path / "old"
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    _v1_store(root, x, _items(3))
+    np.save(root / "embeddings-00000.npy", l2_normalize(x))
+    m = json.loads((root / MANIFEST).read_text())
+    m["shards"][0]["sha256"] = sha256_file(root / "embeddings-00000.npy")
+    (root / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(StoreError, match="embeddings-00000.npy is float32, manifest says "
+                                         "float16"):
+        Store.open(root)
+
+
 def test_format_1_is_read_and_upgraded_on_write(tmp_path):
     root = tmp_path / "old"
     x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
