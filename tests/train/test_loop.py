@@ -743,3 +743,29 @@ def test_a_read_table_is_freed_after_the_set_up(store, tmp_path, monkeypatch):
     train_to_files(store.root, tmp_path / "h", TrainConfig(**FAST), pairs=str(path),
                    hook=Watch(0))
     assert alive == [False, False]
+
+
+def test_the_epoch_geometry_is_measured_on_the_validation_items():
+    """With --val-fraction the uniformity and dim std are measured on the validation
+    sources' rows (of 8 or more positive groups), else on the training rows, said in a
+    note (hunt 3b: measuring on the training rows always survived)."""
+    from pairkit.train.epoch_end import EVAL_ITEMS, MIN_GEOMETRY_GROUPS, eval_items
+
+    groups = np.repeat(np.arange(40), 2)
+    val = groups < MIN_GEOMETRY_GROUPS  # the first 8 groups held out
+    cfg = TrainConfig(val_fraction=0.2)
+    notes: list[str] = []
+    items, side = eval_items(val, cfg, groups, notes.append)
+    assert items.tolist() == np.flatnonzero(val).tolist() and side == "val" and not notes
+    few = groups < MIN_GEOMETRY_GROUPS - 1
+    items, side = eval_items(few, cfg, groups, notes.append)
+    assert items.tolist() == np.flatnonzero(~few).tolist() and side == "val"
+    assert len(notes) == 1 and "measured on the training items" in notes[0]
+    items, side = eval_items(np.zeros(80, bool), TrainConfig(), groups)
+    assert items.tolist() == list(range(80)) and side == "train"
+    # a large validation side: a seeded sample of it
+    big = np.zeros(3 * EVAL_ITEMS, bool)
+    big[::2] = True
+    items, _ = eval_items(big, cfg, np.arange(3 * EVAL_ITEMS))
+    assert len(items) == EVAL_ITEMS and big[items].all()
+    assert np.array_equal(items, np.sort(items))
