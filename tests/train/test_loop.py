@@ -769,3 +769,25 @@ def test_the_epoch_geometry_is_measured_on_the_validation_items():
     items, _ = eval_items(big, cfg, np.arange(3 * EVAL_ITEMS))
     assert len(items) == EVAL_ITEMS and big[items].all()
     assert np.array_equal(items, np.sort(items))
+
+
+def test_the_logged_epoch_loss_is_the_mean_over_pairs(store, tmp_path, monkeypatch):
+    """An epoch's ``loss`` is each batch's mean loss weighted by its pairs, over the
+    epoch's pairs: batches of 20 and a last smaller one (hunt 3b: an unweighted sum over
+    the pairs count survived, a loss about 20 times too small)."""
+    seen: list[tuple[float, int]] = []
+    real = epoch.batch_loss
+
+    def recorded(cfg, za, *rest):
+        loss = real(cfg, za, *rest)
+        seen.append((float(loss.detach()), len(za)))
+        return loss
+
+    monkeypatch.setattr(epoch, "batch_loss", recorded)
+    cfg = TrainConfig(relation="instance", **{**FAST, "epochs": 1, "batch_size": 20})
+    result = train_head(store, tmp_path / "h", cfg)
+    (record,) = result.records
+    assert len(seen) > 2 and len({b for _, b in seen}) == 2  # one batch of another size
+    want = sum(v * b for v, b in seen) / sum(b for _, b in seen)
+    assert sum(b for _, b in seen) == record["pairs"]
+    assert record["loss"] == pytest.approx(want, rel=1e-6)

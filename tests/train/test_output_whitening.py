@@ -207,3 +207,18 @@ def test_the_pair_whitening_needs_rows_to_centre_on_not_rows_per_dim(tmp_path):
                                                             **{**FAST, "out_dim": 64}))
     assert result.whitened and result.whitening_skipped is None
     assert load_head(tmp_path / "h").whitening is not None
+
+
+def test_the_fitting_rows_are_a_seeded_sample_of_all_the_training_rows():
+    """Above FIT_ROWS training rows the whitening is fitted on a seeded sample spread over
+    all of them (sorted), not on the first ones (a store in folder order: the first
+    classes only); at most FIT_ROWS rows are taken as they are (hunt 3b: taking the first
+    FIT_ROWS survived)."""
+    from pairkit.train.output_whitening import FIT_ROWS
+
+    rows = np.arange(1, 5 * FIT_ROWS, 2)  # the training rows: every other row
+    a, b = fit_rows(rows, seed=0), fit_rows(rows, seed=1)
+    assert len(a) == FIT_ROWS and np.isin(a, rows).all() and (np.diff(a) > 0).all()
+    assert np.array_equal(a, fit_rows(rows, seed=0)) and not np.array_equal(a, b)
+    assert a.max() > rows[-FIT_ROWS // 2]  # rows from the far end too
+    assert np.array_equal(fit_rows(rows[:FIT_ROWS], seed=0), rows[:FIT_ROWS])
