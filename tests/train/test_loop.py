@@ -791,3 +791,39 @@ def test_the_logged_epoch_loss_is_the_mean_over_pairs(store, tmp_path, monkeypat
     want = sum(v * b for v, b in seen) / sum(b for _, b in seen)
     assert sum(b for _, b in seen) == record["pairs"]
     assert record["loss"] == pytest.approx(want, rel=1e-6)
+
+
+def test_resume_keeps_only_the_log_records_of_the_epochs_in_its_checkpoint(store, tmp_path):
+    """A log line of an epoch whose checkpoint was never written (a kill between the
+    two) is dropped on resume: that epoch is trained again and logged once (hunt 3b:
+    keeping every line of the log survived, epoch 3 logged twice)."""
+    cfg = TrainConfig(relation="instance", **{**FAST, "epochs": 2})
+    train_head(store, tmp_path / "h", cfg)
+    log = read_log(tmp_path / "h")
+    stale = {**log[-1], "epoch": 3, "loss": 999.0}
+    with open(tmp_path / "h" / "train_log.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(stale) + "\n")
+    result = train_head(store, tmp_path / "h", TrainConfig(
+        relation="instance", **{**FAST, "epochs": 3}), resume=True)
+    assert [r["epoch"] for r in result.records] == [1, 2, 3]
+    logged = read_log(tmp_path / "h")
+    assert [r["epoch"] for r in logged] == [1, 2, 3] and logged[2]["loss"] != 999.0
+
+
+def test_a_config_left_complete_behind_its_checkpoint_is_not_finished(store, tmp_path):
+    """config.json says complete at 2 epochs, the checkpoint has 3 (a kill between the
+    checkpoint and the config of a resumed run): resuming with --epochs 3 finishes the run
+    at 3 (its whitening fitted on epoch 3's weights), not "nothing to do" with epoch 2's
+    (hunt 3b: trusting config's complete alone survived)."""
+    two = TrainConfig(relation="instance", whiten=0.25, **{**FAST, "epochs": 2})
+    train_head(store, tmp_path / "h", two)
+    config_at_two = (tmp_path / "h" / "config.json").read_bytes()
+    four = TrainConfig(relation="instance", whiten=0.25, **{**FAST, "epochs": 4})
+    with pytest.raises(KeyboardInterrupt):
+        train_head(store, tmp_path / "h", four, resume=True, hook=StopAfter(3))
+    (tmp_path / "h" / "config.json").write_bytes(config_at_two)
+    three = TrainConfig(relation="instance", whiten=0.25, **{**FAST, "epochs": 3})
+    result = train_head(store, tmp_path / "h", three, resume=True)
+    assert not any("nothing to do" in n for n in result.notes), result.notes
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert config["complete"] is True and config["epochs_done"] == 3
