@@ -222,3 +222,26 @@ def test_the_fitting_rows_are_a_seeded_sample_of_all_the_training_rows():
     assert np.array_equal(a, fit_rows(rows, seed=0)) and not np.array_equal(a, b)
     assert a.max() > rows[-FIT_ROWS // 2]  # rows from the far end too
     assert np.array_equal(fit_rows(rows[:FIT_ROWS], seed=0), rows[:FIT_ROWS])
+
+
+def test_a_head_whose_output_row_is_zero_or_not_finite_is_refused(tmp_path):
+    """Head.apply refuses rows with no direction (all zeros: a damaged weight or
+    whitening) and non-finite rows, in one line, rather than writing them (hunt 3b:
+    dropping the zero-row check survived: no test had a zero row)."""
+    from pathlib import Path
+
+    import torch
+
+    from pairkit.train.head import Head, HeadSpec
+
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2, bias=False))
+    with torch.no_grad():
+        module[0].weight.copy_(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
+    head = Head(Path(tmp_path / "h"), HeadSpec("linear", 3, 2), module, {})
+    np.testing.assert_allclose(head.apply(np.array([[2.0, 0.0, 1.0]])), [[1.0, 0.0]])
+    with pytest.raises(PairkitError, match="produces zero outputs"):
+        head.apply(np.array([[2.0, 0.0, 1.0], [0.0, 0.0, 1.0]]))
+    with torch.no_grad():
+        module[0].weight[0, 0] = float("inf")
+    with pytest.raises(PairkitError, match="produces non-finite outputs"):
+        head.apply(np.array([[2.0, 0.0, 1.0]]))
