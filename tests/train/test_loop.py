@@ -827,3 +827,12 @@ def test_a_config_left_complete_behind_its_checkpoint_is_not_finished(store, tmp
     assert not any("nothing to do" in n for n in result.notes), result.notes
     config = json.loads((tmp_path / "h" / "config.json").read_text())
     assert config["complete"] is True and config["epochs_done"] == 3
+
+
+def test_a_last_batch_of_one_pair_joins_the_one_before():
+    """A batch of one pair has no in-batch negative: a last batch of one joins the one
+    before it; a last batch of two stays (hunt 3b: never joining survived)."""
+    assert epoch.batches(33, 16) == [(0, 16), (16, 33)]
+    assert epoch.batches(34, 16) == [(0, 16), (16, 32), (32, 34)]
+    assert epoch.batches(17, 16) == [(0, 17)]
+    assert epoch.batches(1, 16) == [(0, 1)] and epoch.batches(0, 16) == []
