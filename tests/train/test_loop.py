@@ -836,3 +836,31 @@ def test_a_last_batch_of_one_pair_joins_the_one_before():
     assert epoch.batches(34, 16) == [(0, 16), (16, 32), (32, 34)]
     assert epoch.batches(17, 16) == [(0, 17)]
     assert epoch.batches(1, 16) == [(0, 1)] and epoch.batches(0, 16) == []
+
+
+def test_evaluate_scores_by_hand():
+    """The epoch's pos_score and neg_score: the mean cosine of each pair's positive and of
+    its in-batch negatives (the other pairs' positives, here), by hand on an identity
+    head; gap their difference (hunt 3b: the negatives' mean taken over the positives'
+    scores survived: only gap == pos - neg was checked)."""
+    import torch
+
+    from pairkit.train.data import PairArrays
+    from pairkit.train.epoch import device_data, make_autocast
+    from pairkit.train.epoch_end import evaluate
+
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(6, 4)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    data, _ = device_data(v, np.arange(6), torch.device("cpu"))
+    pairs = PairArrays(np.array([0, 2, 4]), np.array([1, 3, 5]), np.zeros((3, 0), np.int64),
+                       np.zeros((3, 0), bool))
+    cfg = TrainConfig(loss=LossConfig("infonce", keep_input=0.0), batch_size=16)
+    got = evaluate(torch.nn.Identity(), data, pairs, np.arange(6), cfg,
+                   make_autocast(torch.device("cpu"), None))
+    s = v.astype(np.float64) @ v.T.astype(np.float64)
+    pos = [s[0, 1], s[2, 3], s[4, 5]]
+    neg = [s[a, p] for a in (0, 2, 4) for p in (1, 3, 5) if p != a + 1]
+    assert got["pos_score"] == pytest.approx(np.mean(pos), abs=1e-6)
+    assert got["neg_score"] == pytest.approx(np.mean(neg), abs=1e-6)
+    assert got["gap"] == pytest.approx(np.mean(pos) - np.mean(neg), abs=1e-6)
