@@ -245,3 +245,22 @@ def test_a_head_whose_output_row_is_zero_or_not_finite_is_refused(tmp_path):
         module[0].weight[0, 0] = float("inf")
     with pytest.raises(PairkitError, match="produces non-finite outputs"):
         head.apply(np.array([[2.0, 0.0, 1.0]]))
+
+
+def test_a_whitening_short_of_full_rank_by_one_direction_is_refused(tmp_path):
+    """A stored projection of 3 dims whose third column repeats the first (rank 2), or is
+    zero: damaged, refused; a full-rank one loads as stored (hunt 3b: a check that let
+    one missing direction through survived)."""
+    from pairkit.train.output_whitening import load_output_whitening, save_output_whitening
+
+    mean = np.zeros(4, np.float32)
+    good = np.eye(4, 3, dtype=np.float32) * np.float32(2.0)
+    save_output_whitening(tmp_path, mean, good)
+    m, p = load_output_whitening(tmp_path, 4, 3)
+    assert np.array_equal(m, mean) and np.array_equal(p, good)
+    for third in (good[:, 0], np.zeros(4, np.float32)):
+        bad = good.copy()
+        bad[:, 2] = third
+        save_output_whitening(tmp_path, mean, bad)
+        with pytest.raises(PairkitError, match="projection has rank 2 for its 3 dims"):
+            load_output_whitening(tmp_path, 4, 3)
