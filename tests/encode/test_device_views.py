@@ -372,3 +372,15 @@ def test_an_adobe_rgb_jpeg_keeps_the_pil_path() -> None:
     info = inspect_jpeg(rgb)
     assert not info.plain and info.why == "Adobe RGB transform"
     assert inspect_jpeg(ycc).plain
+
+
+def test_an_exif_block_too_short_to_read_keeps_the_pil_path() -> None:
+    """An EXIF block whose IFD0 is cut short (the orientation can't be read): the file
+    keeps the PIL path, which decides, not the device decoder, which would ignore it
+    (hunt 3b: taking the unreadable orientation as none survived)."""
+    tiff = b"II*\x00" + (8).to_bytes(4, "little") + (3).to_bytes(2, "little") + b"\x12\x01"
+    seg = b"Exif\x00\x00" + tiff
+    data = photo(40, 30)
+    cut = data[:2] + b"\xff\xe1" + (len(seg) + 2).to_bytes(2, "big") + seg + data[2:]
+    info = inspect_jpeg(cut)
+    assert not info.plain and info.why == "EXIF orientation 0"
