@@ -145,6 +145,44 @@ def test_a_file_size_limit_is_one_line(tmp_path):
     with pytest.raises(PairkitError, match="file too large while writing"), atomic_path(target):
         raise OSError("Error writing bytes to file. Detail: [errno 27] File too large")
 
+def test_an_atomic_output_has_the_mode_of_any_new_file(tmp_path):
+    """mkstemp makes 0600 files; an output written through atomic_path has the mode a
+    plain new file gets under the umask (hunt 3b: dropping the chmod survived)."""
+    mask = os.umask(0o022)
+    try:
+        with atomic_path(tmp_path / "out.csv") as tmp:
+            tmp.write_text("a")
+        with atomic_path(tmp_path / "new.csv", replace=False) as tmp:
+            tmp.write_text("a")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "out.csv").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "new.csv").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_commit_stopped_by_a_taken_name_takes_back_what_it_placed(tmp_path):
+    """commit_files without replace: a name taken meanwhile stops the commit, and the
+    files it had already put in place are removed, so none of this run's files stay
+    (hunt 3b: keeping them survived)."""
+    from pairkit.core.atomic import commit_files
+
+    src, out = tmp_path / "tmp", tmp_path / "out"
+    src.mkdir()
+    out.mkdir()
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (src / name).write_text("new " + name)
+    (out / "b.txt").write_text("theirs")
+    with pytest.raises(PairkitError, match="written by another run meanwhile"):
+        commit_files(src, ["a.txt", "b.txt", "c.txt"], out, replace=False)
+    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]
+    assert (out / "b.txt").read_text() == "theirs"
+    # with replace, every file is put in place over what is there
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (src / name).write_text("new " + name)
+    commit_files(src, ["a.txt", "b.txt", "c.txt"], out, replace=True)
+    assert [(out / n).read_text() for n in ("a.txt", "b.txt", "c.txt")] == [
+        "new a.txt", "new b.txt", "new c.txt"]
+
 
 def test_killed_table_writers_temps_are_swept_when_stale(tmp_path):
     """hunt-n 10: a killed `mine -o x.jsonl` (or dedup, search, issues) left

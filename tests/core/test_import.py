@@ -32,6 +32,8 @@ def test_import_normalises_and_keeps_columns(tmp_path):
     np.testing.assert_allclose(store.vectors(), [[0.6, 0.8], [0, 1], [1, 0]], atol=1e-6)
     assert store.labels().tolist() == ["cat", "cat", "dog"]
     assert store.items["view"].tolist() == [0, 1, 0]
+    # the views per source the manifest records, as embed's (hunt 3b: one less survived)
+    assert store.manifest["views"] == 2
 
 
 def test_import_rejects_nan_rows(tmp_path):
@@ -271,3 +273,16 @@ def test_import_force_keeps_the_old_store_when_the_new_one_fails(tmp_path, monke
     monkeypatch.setattr(store_writer, "write_shard", real)
     assert runner.invoke(app, [*args, "--force"]).exit_code == 0
     assert Store.open(tmp_path / "s").dim == 5
+
+
+def test_bad_rows_are_numbered_in_the_whole_array_past_the_first_block():
+    """bad_rows streams blocks; the rows it names are the array's, not the block's
+    (hunt 3b: zero rows numbered within their block survived; every test array fitted
+    one block of 8,192)."""
+    from pairkit.core.importer import bad_rows
+
+    x = np.ones((7, 2))
+    x[[1, 5], :] = 0.0
+    x[4, 1] = np.nan
+    nonfinite, zero = bad_rows(x, block=3)
+    assert nonfinite.tolist() == [4] and zero.tolist() == [1, 5]

@@ -112,6 +112,18 @@ def test_swapped_shard_entries_are_refused(pristine, tmp_path):
         Store.open(tmp_path / "s")
 
 
+def test_a_shard_entry_dropped_from_a_resealed_manifest_is_refused(pristine, tmp_path):
+    """The last shard's entry removed and the manifest re-sealed (count and item table
+    unchanged): the shards hold 6 rows where the manifest says 12; refused, never opened
+    with rows nobody wrote (hunt 3b: dropping the check survived)."""
+    def drop(m):
+        m["shards"] = m["shards"][:1]
+
+    _resealed(pristine, tmp_path / "s", drop)
+    with pytest.raises(StoreError, match="shards hold 6 rows, manifest says 12"):
+        Store.open(tmp_path / "s")
+
+
 @pytest.mark.parametrize(("change", "message"), [
     (lambda m: m.update(dim="8"), "field 'dim' must be an integer >= 1, got \"8\""),
     (lambda m: m.update(shards=None), "field 'shards' must be a list, got null"),

@@ -126,3 +126,19 @@ def test_view_of_an_array():
     np.testing.assert_array_equal(np.asarray(view.subset(slice(1, 3))), x[1:3])
     with pytest.raises(ValueError):
         RowView(object(), dim=3)  # a store's rows need their ids or the opened rows
+
+
+def test_a_store_replaced_after_the_run_took_its_rows_is_refused(tmp_path):
+    """A worker opens the store by its location and checks it is still the one the
+    driver read (its content id): a store replaced meanwhile (--force, other rows) is
+    refused in one line, never read as the run's (hunt 3b: dropping the check survived)."""
+    from pairkit.core.store_rows import StoreRows
+    from pairkit.errors import PairkitError
+
+    items = pd.DataFrame({"path": [f"{i}.jpg" for i in range(4)]})
+    st = write_store(tmp_path / "st", np.eye(4, dtype=np.float32), items)
+    rows = StoreRows.of(st)
+    assert rows.open(verify=True).content_id == st.content_id
+    write_store(tmp_path / "st", np.eye(4, dtype=np.float32)[::-1].copy(), items, force=True)
+    with pytest.raises(PairkitError, match="changed while it was being read"):
+        rows.open(verify=True)

@@ -153,6 +153,18 @@ def test_content_id_stable_across_manifest_rewrites(tmp_path):
     assert Store.open(tmp_path / "s").content_id == before
 
 
+def test_content_id_tells_stores_of_other_rows_apart(tmp_path):
+    """Two stores of as many rows but other vectors have other content ids (a pair table
+    of one is refused on the other); the same rows written again have the same one
+    (hunt 3b: an id of the row count alone survived)."""
+    x = np.eye(3, dtype=np.float32)
+    a = write_store(tmp_path / "a", x, _items(3))
+    b = write_store(tmp_path / "b", x[::-1].copy(), _items(3))
+    again = write_store(tmp_path / "c", x, _items(3))
+    assert a.content_id != b.content_id
+    assert a.content_id == again.content_id
+
+
 def test_missing_store_and_not_a_store(tmp_path):
     with pytest.raises(StoreError, match="not found"):
         Store.open(tmp_path / "nope")
@@ -293,6 +305,39 @@ def _v1_store(root, x, items):
                     "file": "embeddings-00000.npy", "rows": len(x),
                     "sha256": sha256_file(root / "embeddings-00000.npy")}]}
     (root / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_item_ids_out_of_row_order_are_refused(tmp_path):
+    """A format-1 store (no item checksum) whose item table's ids are not 0..N-1 in row
+    order is refused: its rows would be read as other items (hunt 3b: dropping the check
+    survived)."""
+    from pairkit.core.items import normalize_items
+
+    root = tmp_path / "old"
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    _v1_store(root, x, _items(3))
+    normalize_items(_items(3)).assign(id=[1, 0, 2]).to_parquet(root / "items.parquet",
+                                                                 index=False)
+    with pytest.raises(StoreError, match=r"ids are not 0\.\.2"):
+        _ = Store.open(root).items
+
+
+def test_a_shard_of_another_dtype_than_the_manifest_is_refused(tmp_path):
+    """A format-1 store (no shard sizes in its manifest) whose shard holds float32 where
+    the manifest says float16, its checksum matching: refused at open by the .npy
+    header, not read as the manifest's dtype (hunt 3b: dropping the check survived)."""
+    from pairkit.core.store import sha256_file
+
+    root = tmp_path / "old"
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    _v1_store(root, x, _items(3))
+    np.save(root / "embeddings-00000.npy", l2_normalize(x))
+    m = json.loads((root / MANIFEST).read_text())
+    m["shards"][0]["sha256"] = sha256_file(root / "embeddings-00000.npy")
+    (root / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(StoreError, match="embeddings-00000.npy is float32, manifest says "
+                                         "float16"):
+        Store.open(root)
 
 
 def test_format_1_is_read_and_upgraded_on_write(tmp_path):

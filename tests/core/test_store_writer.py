@@ -82,3 +82,45 @@ def test_a_non_finite_row_still_stops_the_shard(tmp_path, monkeypatch) -> None:
     with pytest.raises(Exception, match="2 rows are non-finite"):
         write_shard(tmp_path, "embeddings-00000.npy", vectors, "float16")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_written_shard_that_changed_before_its_commit_is_refused(tmp_path) -> None:
+    """A shard written apart (a Ray worker's) whose file is not the size its record says
+    when it is added is refused, not committed as a store that fails at every open
+    (hunt 3b: dropping the size check survived)."""
+    from pairkit.core.store import Store
+    from pairkit.core.store_writer import StoreWriter, prepare_store_dir
+    from pairkit.errors import PairkitError
+
+    root = prepare_store_dir(tmp_path / "s", False)
+    items = pd.DataFrame({"path": [f"{i}.jpg" for i in range(4)]})
+    with StoreWriter.create(root, 4, "float16") as writer:
+        name = writer.next_shard_name()
+        record = write_shard(root, name, np.eye(4, dtype=np.float32), "float16")
+        with open(root / name, "ab") as fh:
+            fh.write(b"\0" * 8)
+        with pytest.raises(PairkitError, match=f"shard {name} does not match its record"):
+            writer.add_written_shard(record, items)
+        with pytest.raises(PairkitError, match="does not match its record"):
+            writer.add_written_shard({**record, "rows": 3}, items)
+        (root / name).unlink()
+        record = write_shard(root, name, np.eye(4, dtype=np.float32), "float16")
+        writer.add_written_shard(record, items)
+        writer.commit()
+    assert Store.open(root).count == 4
+
+
+def test_the_next_shard_number_is_past_the_highest_not_the_count() -> None:
+    """Shards numbered with gaps (a cluster's partitions, numbered by offset, one of them
+    empty): the next shard takes the number after the highest, never one a committed
+    shard has (hunt 3b: numbering by the count survived; it names embeddings-00002.npy
+    again here, which write_shard would replace)."""
+    from pairkit.core.shard_book import ShardBook
+
+    book = ShardBook()
+    book.manifest = {"shards": [{"file": "embeddings-00000.npy"},
+                                {"file": "embeddings-00002.npy"}]}
+    assert book.next_shard_number() == 3
+    assert book.next_shard_number(offset=4) == 7
+    book.manifest = {"shards": []}
+    assert book.next_shard_number() == 0

@@ -87,3 +87,25 @@ def test_rows_of_an_intact_shard_read_as_before(tmp_path: Path) -> None:
     whole = store.vectors(np.float32)
     assert np.array_equal(store.rows()[:], whole)
     assert np.array_equal(np.concatenate([b for _, b in store.iter_blocks(rows=64)]), whole)
+
+
+def test_a_shard_cut_by_one_row_while_open_is_an_error_not_zeros(tmp_path: Path) -> None:
+    """A cut inside the mapping's last page raises no SIGBUS: the rows past the end read
+    as zeros. The size check refuses it all the same, for any cut (hunt 3b: a check that
+    let a cut of less than a page through survived)."""
+    import os
+
+    from pairkit.core.store import Store
+    from pairkit.errors import StoreError
+
+    root = random_store(tmp_path / "store", n_sources=SOURCES, dim=DIM).root
+    store = Store.open(root, verify=False)
+    rows = store.rows()
+    size = SOURCES * 2 * DIM * 4 + 128
+    os.truncate(root / store.shards[0].file, size - DIM * 4)  # the last row
+    expected = (f"store {root}: shard embeddings-00000.npy is {size - DIM * 4} bytes, its "
+                f"header says {size} (truncated while the store was open")
+    for read in (lambda: rows[SOURCES * 2 - 2:], store.vectors):
+        with pytest.raises(StoreError) as exc:
+            read()
+        assert str(exc.value).startswith(expected)

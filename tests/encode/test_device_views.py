@@ -350,3 +350,37 @@ def test_pipeline_batches_equal_one_prepare_per_batch(tmp_path: Path) -> None:
         assert a.ok == b.ok and a.errors == b.errors and a.on_device == b.on_device
         assert torch.equal(a.pixels, b.pixels)
     assert sum(len(p.ok) for p in ahead) == 8 and sum(len(p.errors) for p in ahead) == 3
+
+
+def _adobe_jpeg(transform: int) -> bytes:
+    """photo() with its JFIF segment (which says YCbCr) replaced by an Adobe APP14 one:
+    ``transform`` 0 says the samples are RGB, 1 that they are YCbCr."""
+    seg = b"Adobe" + b"\x00\x64" + b"\x00\x00" + b"\x00\x00" + bytes([transform])
+    data = photo(40, 30)
+    assert data[2:4] == b"\xff\xe0"  # JFIF APP0 first, as PIL writes it
+    rest = data[4 + int.from_bytes(data[4:6], "big"):]
+    return data[:2] + b"\xff\xee" + (len(seg) + 2).to_bytes(2, "big") + seg + rest
+
+
+def test_an_adobe_rgb_jpeg_keeps_the_pil_path() -> None:
+    """Samples stored as RGB (Adobe transform 0): PIL reads them without the YCbCr
+    conversion, the device decoder would convert them; such a file keeps the PIL path
+    (hunt 3b: dropping the check survived: no test had an Adobe segment)."""
+    rgb, ycc = _adobe_jpeg(0), _adobe_jpeg(1)
+    assert not np.array_equal(np.asarray(Image.open(io.BytesIO(rgb))),
+                              np.asarray(Image.open(io.BytesIO(ycc))))
+    info = inspect_jpeg(rgb)
+    assert not info.plain and info.why == "Adobe RGB transform"
+    assert inspect_jpeg(ycc).plain
+
+
+def test_an_exif_block_too_short_to_read_keeps_the_pil_path() -> None:
+    """An EXIF block whose IFD0 is cut short (the orientation can't be read): the file
+    keeps the PIL path, which decides, not the device decoder, which would ignore it
+    (hunt 3b: taking the unreadable orientation as none survived)."""
+    tiff = b"II*\x00" + (8).to_bytes(4, "little") + (3).to_bytes(2, "little") + b"\x12\x01"
+    seg = b"Exif\x00\x00" + tiff
+    data = photo(40, 30)
+    cut = data[:2] + b"\xff\xe1" + (len(seg) + 2).to_bytes(2, "big") + seg + data[2:]
+    info = inspect_jpeg(cut)
+    assert not info.plain and info.why == "EXIF orientation 0"

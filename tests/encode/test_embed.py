@@ -595,3 +595,17 @@ def test_workers_above_the_cpus_are_capped_in_one_warning(image_folder, tmp_path
     assert proc.stderr.splitlines() == [
         f"warning: --workers 64 capped at {min(cpus, batches)}: at most one decoding process "
         f"per CPU this process may use ({cpus}) and per batch ({batches})"], proc.stderr
+
+
+def test_folder_labels_are_the_first_sub_folder():
+    """``--labels folder``: an image's label is its first sub-folder under the root (the
+    ImageFolder convention), also for images deeper down; one at the root has none
+    (hunt 3b: the innermost folder survived; every test image sat one level deep)."""
+    from pairkit.encode.images import ImageFile
+    from pairkit.encode.sources import resolve_labels
+
+    root = Path("/photos")
+    files = [ImageFile(p, root / p) for p in ("cat/indoor/1.jpg", "dog/2.jpg", "3.jpg")]
+    labels, missing = resolve_labels("folder", files, root)
+    assert labels == {"cat/indoor/1.jpg": "cat", "dog/2.jpg": "dog", "3.jpg": None}
+    assert missing == 1

@@ -223,3 +223,30 @@ def test_a_row_naming_a_missing_file_says_so(folder: Path, tmp_path: Path) -> No
     errors = Store.open(tmp_path / "s").read_errors()
     assert len(errors) == 1 and "vanished" not in errors[0]["reason"]
     assert "missing.jpg" in errors[0]["reason"] and "does not exist" in errors[0]["reason"]
+
+
+def test_class_label_numbers_out_of_its_names(folder: Path, tmp_path: Path) -> None:
+    """A ClassLabel column's -1 is no label; a number past its names is kept as the
+    number it is (a file written by another tool), never an IndexError; the others
+    are their names (hunt 3b: -1 read as the label "-1", which made every unlabelled
+    row one class, and an off-by-one bound, both survived)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pairkit.encode.hf_datasets import discover_hf_dataset
+
+    files = _files(folder)[:4]
+    data = datasets.Dataset.from_dict(
+        {"image": [{"bytes": p.read_bytes(), "path": None} for p in files],
+         "label": [0, 1, -1, 0]},
+        features=datasets.Features({"image": datasets.Image(),
+                                    "label": datasets.ClassLabel(names=["cat", "dog"])}))
+    data.to_parquet(str(tmp_path / "d.parquet"))
+    table = pq.read_table(tmp_path / "d.parquet")
+    at = table.schema.get_field_index("label")
+    table = table.set_column(at, table.schema.field(at), pa.array([0, 1, -1, 2], pa.int64()))
+    assert b"huggingface" in table.schema.metadata
+    pq.write_table(table, tmp_path / "d.parquet")
+    _, found, problems, labels = discover_hf_dataset(tmp_path / "d.parquet")
+    assert not problems and len(found) == 4
+    assert [labels[f.path] for f in found] == ["cat", "dog", None, "2"]

@@ -243,3 +243,15 @@ def test_docs_list_the_image_extensions():
     text = " ".join((Path(__file__).parents[2] / "docs" / "embed.md").read_text().split())
     listed = re.search(r"the image extensions are `([^`]+)`", text)
     assert listed and set(listed[1].split()) == IMAGE_EXTENSIONS
+
+
+def test_twelve_bit_and_unit_float_images_at_their_bounds():
+    """A 12-bit grey image (at most 4,095) is scaled by its own top, not as 16-bit (which
+    made it near black); a float image whose top is exactly 1.0 is a [0, 1] image
+    (hunt 3b: both bounds moved survived: every test image was far from them). Values by
+    hand: 4000 -> 255, 1000 -> 1000 / 4000 * 255 = 63.75 -> 63; 0.5 -> 127.5 -> 127."""
+    twelve = Image.fromarray(np.array([[0, 1000, 4000]], dtype=np.uint16))
+    got = np.asarray(decode_image(_png_bytes(twelve)))[..., 0].tolist()
+    assert got == [[0, 63, 255]]
+    unit = np.array([[0.0, 0.5, 1.0]], dtype=np.float32)
+    assert np.asarray(decode_image(_tiff(unit)))[..., 0].tolist() == [[0, 127, 255]]

@@ -48,3 +48,13 @@ def test_take_all() -> None:
     vectors, items = buf.take()
     assert vectors.dtype == np.float32 and vectors.shape == (2, 3) and len(items) == 2
     assert len(buf.errors) == 2 and buf.pending() == 0
+
+
+def test_a_full_shard_holds_whole_images() -> None:
+    """The local loop's full shard: --shard-rows rounded down to whole images (a multiple
+    of --views), at least one image (hunt 3b: --shard-rows as given survived; a shard of
+    10 rows at 3 views would end inside an image)."""
+    from pairkit.encode.shards import shard_unit
+
+    assert shard_unit(10, 3) == 9 and shard_unit(12, 3) == 12
+    assert shard_unit(2, 3) == 3 and shard_unit(7, 1) == 7

@@ -187,6 +187,11 @@ def test_relation_groups():
     labels = np.array(["a", None, "b", "a"], dtype=object)
     g = relation_groups(sources, labels, "label")
     assert g[0] == g[3] and len({g[0], g[1], g[2]}) == 3
+    # every unlabelled item is a group of its own: two of them are no positives of each
+    # other (hunt 3b: all unlabelled items in one group survived)
+    g = relation_groups(np.arange(5), np.array(["a", None, "b", None, None], dtype=object),
+                        "label")
+    assert len(set(g.tolist())) == 5
     with pytest.raises(PairkitError, match="needs a store with labels"):
         relation_groups(sources, None, "label")
     with pytest.raises(PairkitError, match="--relation must be one of"):
@@ -208,6 +213,30 @@ def test_split_by_source_keeps_views_together_and_restrict():
     allowed[3:6] = False
     kept = restrict(pairs, allowed)
     assert kept.anchor.tolist() == [0] and kept.negatives.tolist() == [[-1]]
+
+
+def test_restrict_drops_an_example_whose_positive_is_held_out():
+    """An allowed anchor whose positive is held out (a validation item) is no training
+    example: its positive would leak into training (hunt 3b: only the anchor checked
+    survived)."""
+    pairs, _ = pairs_from_table(triplets([(0, 4, 1), (2, 1, 0)]), 10, "abc")
+    allowed = np.ones(10, dtype=bool)
+    allowed[4] = False
+    kept = restrict(pairs, allowed)
+    assert kept.anchor.tolist() == [2] and kept.positive.tolist() == [1]
+    assert kept.negatives.tolist() == [[0]]
+
+
+@pytest.mark.parametrize("mode, flagged", [
+    ("eliminate", [[0, 5]]), ("attract", [[0, 5]]), ("keep", [])])
+def test_flagged_pairs_are_kept_for_the_in_batch_exclusions(mode, flagged):
+    """The (anchor, negative) pairs flagged false_negative are known same-thing pairs
+    under eliminate and attract (no in-batch negative of that anchor either), none under
+    keep (hunt 3b: attract returning none survived)."""
+    df = triplets([(0, 1, 5), (0, 1, 7), (2, 3, 6)])
+    df["false_negative"] = [True, False, False]
+    _, info = pairs_from_table(df, 10, "abc", fn_mode=mode)
+    assert info.flagged_pairs.tolist() == flagged
 
 
 def test_unknown_table_names_at_most_twelve_columns():

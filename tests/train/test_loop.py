@@ -743,3 +743,124 @@ def test_a_read_table_is_freed_after_the_set_up(store, tmp_path, monkeypatch):
     train_to_files(store.root, tmp_path / "h", TrainConfig(**FAST), pairs=str(path),
                    hook=Watch(0))
     assert alive == [False, False]
+
+
+def test_the_epoch_geometry_is_measured_on_the_validation_items():
+    """With --val-fraction the uniformity and dim std are measured on the validation
+    sources' rows (of 8 or more positive groups), else on the training rows, said in a
+    note (hunt 3b: measuring on the training rows always survived)."""
+    from pairkit.train.epoch_end import EVAL_ITEMS, MIN_GEOMETRY_GROUPS, eval_items
+
+    groups = np.repeat(np.arange(40), 2)
+    val = groups < MIN_GEOMETRY_GROUPS  # the first 8 groups held out
+    cfg = TrainConfig(val_fraction=0.2)
+    notes: list[str] = []
+    items, side = eval_items(val, cfg, groups, notes.append)
+    assert items.tolist() == np.flatnonzero(val).tolist() and side == "val" and not notes
+    few = groups < MIN_GEOMETRY_GROUPS - 1
+    items, side = eval_items(few, cfg, groups, notes.append)
+    assert items.tolist() == np.flatnonzero(~few).tolist() and side == "val"
+    assert len(notes) == 1 and "measured on the training items" in notes[0]
+    items, side = eval_items(np.zeros(80, bool), TrainConfig(), groups)
+    assert items.tolist() == list(range(80)) and side == "train"
+    # a large validation side: a seeded sample of it
+    big = np.zeros(3 * EVAL_ITEMS, bool)
+    big[::2] = True
+    items, _ = eval_items(big, cfg, np.arange(3 * EVAL_ITEMS))
+    assert len(items) == EVAL_ITEMS and big[items].all()
+    assert np.array_equal(items, np.sort(items))
+
+
+def test_the_logged_epoch_loss_is_the_mean_over_pairs(store, tmp_path, monkeypatch):
+    """An epoch's ``loss`` is each batch's mean loss weighted by its pairs, over the
+    epoch's pairs: batches of 20 and a last smaller one (hunt 3b: an unweighted sum over
+    the pairs count survived, a loss about 20 times too small)."""
+    seen: list[tuple[float, int]] = []
+    real = epoch.batch_loss
+
+    def recorded(cfg, za, *rest):
+        loss = real(cfg, za, *rest)
+        seen.append((float(loss.detach()), len(za)))
+        return loss
+
+    monkeypatch.setattr(epoch, "batch_loss", recorded)
+    cfg = TrainConfig(relation="instance", **{**FAST, "epochs": 1, "batch_size": 20})
+    result = train_head(store, tmp_path / "h", cfg)
+    (record,) = result.records
+    assert len(seen) > 2 and len({b for _, b in seen}) == 2  # one batch of another size
+    want = sum(v * b for v, b in seen) / sum(b for _, b in seen)
+    assert sum(b for _, b in seen) == record["pairs"]
+    assert record["loss"] == pytest.approx(want, rel=1e-6)
+
+
+def test_resume_keeps_only_the_log_records_of_the_epochs_in_its_checkpoint(store, tmp_path):
+    """A log line of an epoch whose checkpoint was never written (a kill between the
+    two) is dropped on resume: that epoch is trained again and logged once (hunt 3b:
+    keeping every line of the log survived, epoch 3 logged twice)."""
+    cfg = TrainConfig(relation="instance", **{**FAST, "epochs": 2})
+    train_head(store, tmp_path / "h", cfg)
+    log = read_log(tmp_path / "h")
+    stale = {**log[-1], "epoch": 3, "loss": 999.0}
+    with open(tmp_path / "h" / "train_log.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(stale) + "\n")
+    result = train_head(store, tmp_path / "h", TrainConfig(
+        relation="instance", **{**FAST, "epochs": 3}), resume=True)
+    assert [r["epoch"] for r in result.records] == [1, 2, 3]
+    logged = read_log(tmp_path / "h")
+    assert [r["epoch"] for r in logged] == [1, 2, 3] and logged[2]["loss"] != 999.0
+
+
+def test_a_config_left_complete_behind_its_checkpoint_is_not_finished(store, tmp_path):
+    """config.json says complete at 2 epochs, the checkpoint has 3 (a kill between the
+    checkpoint and the config of a resumed run): resuming with --epochs 3 finishes the run
+    at 3 (its whitening fitted on epoch 3's weights), not "nothing to do" with epoch 2's
+    (hunt 3b: trusting config's complete alone survived)."""
+    two = TrainConfig(relation="instance", whiten=0.25, **{**FAST, "epochs": 2})
+    train_head(store, tmp_path / "h", two)
+    config_at_two = (tmp_path / "h" / "config.json").read_bytes()
+    four = TrainConfig(relation="instance", whiten=0.25, **{**FAST, "epochs": 4})
+    with pytest.raises(KeyboardInterrupt):
+        train_head(store, tmp_path / "h", four, resume=True, hook=StopAfter(3))
+    (tmp_path / "h" / "config.json").write_bytes(config_at_two)
+    three = TrainConfig(relation="instance", whiten=0.25, **{**FAST, "epochs": 3})
+    result = train_head(store, tmp_path / "h", three, resume=True)
+    assert not any("nothing to do" in n for n in result.notes), result.notes
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert config["complete"] is True and config["epochs_done"] == 3
+
+
+def test_a_last_batch_of_one_pair_joins_the_one_before():
+    """A batch of one pair has no in-batch negative: a last batch of one joins the one
+    before it; a last batch of two stays (hunt 3b: never joining survived)."""
+    assert epoch.batches(33, 16) == [(0, 16), (16, 33)]
+    assert epoch.batches(34, 16) == [(0, 16), (16, 32), (32, 34)]
+    assert epoch.batches(17, 16) == [(0, 17)]
+    assert epoch.batches(1, 16) == [(0, 1)] and epoch.batches(0, 16) == []
+
+
+def test_evaluate_scores_by_hand():
+    """The epoch's pos_score and neg_score: the mean cosine of each pair's positive and of
+    its in-batch negatives (the other pairs' positives, here), by hand on an identity
+    head; gap their difference (hunt 3b: the negatives' mean taken over the positives'
+    scores survived: only gap == pos - neg was checked)."""
+    import torch
+
+    from pairkit.train.data import PairArrays
+    from pairkit.train.epoch import device_data, make_autocast
+    from pairkit.train.epoch_end import evaluate
+
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(6, 4)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    data, _ = device_data(v, np.arange(6), torch.device("cpu"))
+    pairs = PairArrays(np.array([0, 2, 4]), np.array([1, 3, 5]), np.zeros((3, 0), np.int64),
+                       np.zeros((3, 0), bool))
+    cfg = TrainConfig(loss=LossConfig("infonce", keep_input=0.0), batch_size=16)
+    got = evaluate(torch.nn.Identity(), data, pairs, np.arange(6), cfg,
+                   make_autocast(torch.device("cpu"), None))
+    s = v.astype(np.float64) @ v.T.astype(np.float64)
+    pos = [s[0, 1], s[2, 3], s[4, 5]]
+    neg = [s[a, p] for a in (0, 2, 4) for p in (1, 3, 5) if p != a + 1]
+    assert got["pos_score"] == pytest.approx(np.mean(pos), abs=1e-6)
+    assert got["neg_score"] == pytest.approx(np.mean(neg), abs=1e-6)
+    assert got["gap"] == pytest.approx(np.mean(pos) - np.mean(neg), abs=1e-6)

@@ -207,3 +207,60 @@ def test_the_pair_whitening_needs_rows_to_centre_on_not_rows_per_dim(tmp_path):
                                                             **{**FAST, "out_dim": 64}))
     assert result.whitened and result.whitening_skipped is None
     assert load_head(tmp_path / "h").whitening is not None
+
+
+def test_the_fitting_rows_are_a_seeded_sample_of_all_the_training_rows():
+    """Above FIT_ROWS training rows the whitening is fitted on a seeded sample spread over
+    all of them (sorted), not on the first ones (a store in folder order: the first
+    classes only); at most FIT_ROWS rows are taken as they are (hunt 3b: taking the first
+    FIT_ROWS survived)."""
+    from pairkit.train.output_whitening import FIT_ROWS
+
+    rows = np.arange(1, 5 * FIT_ROWS, 2)  # the training rows: every other row
+    a, b = fit_rows(rows, seed=0), fit_rows(rows, seed=1)
+    assert len(a) == FIT_ROWS and np.isin(a, rows).all() and (np.diff(a) > 0).all()
+    assert np.array_equal(a, fit_rows(rows, seed=0)) and not np.array_equal(a, b)
+    assert a.max() > rows[-FIT_ROWS // 2]  # rows from the far end too
+    assert np.array_equal(fit_rows(rows[:FIT_ROWS], seed=0), rows[:FIT_ROWS])
+
+
+def test_a_head_whose_output_row_is_zero_or_not_finite_is_refused(tmp_path):
+    """Head.apply refuses rows with no direction (all zeros: a damaged weight or
+    whitening) and non-finite rows, in one line, rather than writing them (hunt 3b:
+    dropping the zero-row check survived: no test had a zero row)."""
+    from pathlib import Path
+
+    import torch
+
+    from pairkit.train.head import Head, HeadSpec
+
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2, bias=False))
+    with torch.no_grad():
+        module[0].weight.copy_(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
+    head = Head(Path(tmp_path / "h"), HeadSpec("linear", 3, 2), module, {})
+    np.testing.assert_allclose(head.apply(np.array([[2.0, 0.0, 1.0]])), [[1.0, 0.0]])
+    with pytest.raises(PairkitError, match="produces zero outputs"):
+        head.apply(np.array([[2.0, 0.0, 1.0], [0.0, 0.0, 1.0]]))
+    with torch.no_grad():
+        module[0].weight[0, 0] = float("inf")
+    with pytest.raises(PairkitError, match="produces non-finite outputs"):
+        head.apply(np.array([[2.0, 0.0, 1.0]]))
+
+
+def test_a_whitening_short_of_full_rank_by_one_direction_is_refused(tmp_path):
+    """A stored projection of 3 dims whose third column repeats the first (rank 2), or is
+    zero: damaged, refused; a full-rank one loads as stored (hunt 3b: a check that let
+    one missing direction through survived)."""
+    from pairkit.train.output_whitening import load_output_whitening, save_output_whitening
+
+    mean = np.zeros(4, np.float32)
+    good = np.eye(4, 3, dtype=np.float32) * np.float32(2.0)
+    save_output_whitening(tmp_path, mean, good)
+    m, p = load_output_whitening(tmp_path, 4, 3)
+    assert np.array_equal(m, mean) and np.array_equal(p, good)
+    for third in (good[:, 0], np.zeros(4, np.float32)):
+        bad = good.copy()
+        bad[:, 2] = third
+        save_output_whitening(tmp_path, mean, bad)
+        with pytest.raises(PairkitError, match="projection has rank 2 for its 3 dims"):
+            load_output_whitening(tmp_path, 4, 3)

@@ -43,6 +43,20 @@ def test_in_batch_negatives_by_hand() -> None:
     assert has_in_batch_negative(three, GROUPS, keys((0, 1), (0, 2)), None, False)
 
 
+def test_a_pairs_own_groups_excluded_with_each_other_leave_the_others_free() -> None:
+    """Pairs (0 -> 2) and (4 -> 6) of groups (0, 1) and (2, 3), each pair's own two groups
+    known to be the same thing (a mined positive across groups): group 3 is still a
+    negative of the first pair. An exclusion with the pair's own group takes no candidate
+    away (hunt 3b: counting it refused this run)."""
+    groups = np.repeat(np.arange(4), 2)
+    own = np.unique([0 * 4 + 1, 1 * 4 + 0, 2 * 4 + 3, 3 * 4 + 2])
+    pairs = pairs_of([(0, 2), (4, 6)])
+    assert has_in_batch_negative(pairs, groups, own, None, symmetric=False)
+    # group 3 excluded with group 0, and group 1 with group 2: none left
+    both = np.unique(np.concatenate([own, [0 * 4 + 3, 3 * 4 + 0, 1 * 4 + 2, 2 * 4 + 1]]))
+    assert not has_in_batch_negative(pairs, groups, both, None, symmetric=False)
+
+
 def test_symmetric_candidates_include_the_anchors() -> None:
     """Anchor 2 (group 1) with positive 0 (group 0), anchor 1 with positive 0: the
     positives are all of group 0, so only the symmetric loss, whose candidates are every
