@@ -10,8 +10,10 @@ pairkit train "$work/store" --pairs "$work/pairs.parquet" -o "$work/head" --epoc
 pairkit project "$work/store" --head "$work/head" -o "$work/projected" --quiet
 # mine again in the head's space: the next round of hard negatives
 pairkit mine "$work/projected" --hard --filter-false-negatives -o "$work/pairs-2.parquet" --quiet
-pairkit eval "$work/store" --test-fraction 0.3 --json > "$work/eval-raw.json"
-pairkit eval "$work/projected" --test-fraction 0.3 --json > "$work/eval-projected.json"
+# the metrics printed below: the kNN classifier and retrieval (the linear probe and the
+# geometry, eval's other metrics, are left out: add them to --metrics to see them too)
+pairkit eval "$work/store" --test-fraction 0.3 --metrics knn,retrieval --json > "$work/eval-raw.json"
+pairkit eval "$work/projected" --test-fraction 0.3 --metrics knn,retrieval --json > "$work/eval-projected.json"
 python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]

@@ -82,15 +82,15 @@ def main() -> None:
     if args.part:
         run_part(args)
         return
+    asked = [p for p in args.parts.split(",") if p]
+    unknown = sorted(set(asked) - set(PARTS))
+    if unknown:  # refused before environment() imports torch and the rest (seconds)
+        ap.error(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
     t0 = time.time()
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"smoke": args.smoke, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                               "budget_s": args.budget, "env": environment(), "parts": {}}
-    asked = [p for p in args.parts.split(",") if p]
-    unknown = sorted(set(asked) - set(PARTS))
-    if unknown:
-        ap.error(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}")
     wanted = [p for p in PARTS if p in asked]
     if args.dry_run:
         result["dry_run"] = True
