@@ -113,3 +113,26 @@ def test_against_table_has_the_documented_types_even_when_empty(tmp_path: Path) 
         assert types["similarity"] == pa.float32(), types
         for col in ("path", "other_path", "match"):
             assert pa.types.is_string(types[col]) or pa.types.is_large_string(types[col]), types
+
+
+def test_against_counts_sources_not_rows_of_a_store_with_views(tmp_path: Path) -> None:
+    """The summary's "of N sources" are sources: a store of 2 views each has twice the rows."""
+    train, test = tmp_path / "train", tmp_path / "test"
+    train.mkdir()
+    test.mkdir()
+    for i in range(6):
+        Image.fromarray((texture(200 + i, 64) * 255).astype(np.uint8)).convert("RGB").save(
+            train / f"tr{i:02d}.png")
+    for i in range(5):
+        Image.fromarray((texture(400 + i, 64) * 255).astype(np.uint8)).convert("RGB").save(
+            test / f"te{i:02d}.png")
+    shutil.copy(train / "tr02.png", test / "te-exact.png")
+    for folder in (train, test):
+        r = runner.invoke(app, ["embed", str(folder), "-o", str(folder) + "-store", "--model",
+                                "pixels", "--views", "2", "-q"])
+        assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["dedup", str(test) + "-store", "--against", str(train) + "-store"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert {row["path"] for row in rows} == {"te-exact.png"}
+    assert "1 of 6 sources duplicate one of the other store's 6" in r.stderr, r.stderr
