@@ -30,6 +30,16 @@ def test_json_for_script_cannot_close_the_block_and_round_trips():
     assert back["nan"] is None and back["inf"] is None and back["flag"] is True
 
 
+def test_json_for_script_numpy_nan_and_arrays():
+    """A numpy float32 NaN/inf (no float subclass: json's default hook) becomes null, as a
+    Python one does; a numpy array becomes a list, its non-finite values null."""
+    text = json_for_script({"a": np.float32("nan"), "b": np.float32("-inf"),
+                            "c": np.array([1.5, np.nan, np.inf], dtype=np.float32),
+                            "d": np.array([[1, 2], [3, 4]], dtype=np.int64)})
+    assert json.loads(text) == {"a": None, "b": None, "c": [1.5, None, None],
+                                "d": [[1, 2], [3, 4]]}
+
+
 def test_html_text_escapes_markup_and_quotes():
     assert html_text("<a href=\"x\">'&'</a>") == (
         "&lt;a href=&quot;x&quot;&gt;&#x27;&amp;&#x27;&lt;/a&gt;")
