@@ -9,8 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
-from pairkit.core.paths import path_problem, resolve_item_path
+from pairkit.core.paths import check_output_apart, path_problem, resolve_item_path
 from pairkit.core.store_writer import write_store
+from pairkit.errors import UsageError
 
 runner = CliRunner()
 
@@ -78,3 +79,18 @@ def test_paths_only_refuses_newlines_and_points_to_print0(tmp_path):
     assert "use -0 (--print0)" in r.output
     r = runner.invoke(app, ["dedup", str(store), "--paths-only", "-0"])
     assert r.exit_code == 0 and r.stdout == "a.jpg\0evil\n/etc/passwd\0"
+
+
+def test_an_output_folder_that_holds_an_input_is_refused(tmp_path):
+    """`-o DIR` (replaced with --force) must not hold an input: the input would be lost;
+    an output beside the input, or a missing one, is fine."""
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    table = out / "sub" / "pairs.parquet"
+    table.write_bytes(b"x")
+    with pytest.raises(UsageError, match=f"the input {table} is inside -o {out}"):
+        check_output_apart(out, [None, "-", table])
+    with pytest.raises(UsageError, match="is inside the input"):
+        check_output_apart(out / "sub" / "new.parquet", [out / "sub"])
+    check_output_apart(tmp_path / "other", [table])
+    check_output_apart(out / "new", [table])
