@@ -243,3 +243,30 @@ def test_docs_list_the_image_extensions():
     text = " ".join((Path(__file__).parents[2] / "docs" / "embed.md").read_text().split())
     listed = re.search(r"the image extensions are `([^`]+)`", text)
     assert listed and set(listed[1].split()) == IMAGE_EXTENSIONS
+
+
+def test_an_item_path_out_of_the_image_root_is_never_opened(tmp_path) -> None:
+    """read_item_bytes (report thumbnails, train's pair images) refuses absolute and '..'
+    paths before touching the file system, and applies --max-file-bytes to plain files
+    and tar members alike."""
+    import tarfile
+
+    from pairkit.encode.item_images import read_item_bytes
+    from pairkit.errors import PairkitError
+
+    root = tmp_path / "images"
+    root.mkdir()
+    (tmp_path / "secret.bin").write_bytes(b"secret")
+    (root / "a.png").write_bytes(b"0123456789")
+    with tarfile.open(root / "s.tar", "w") as tf:
+        tf.add(root / "a.png", arcname="m.png")
+    assert read_item_bytes(root, "a.png") == b"0123456789"
+    assert read_item_bytes(root, "s.tar/m.png") == b"0123456789"
+    for bad, why in (("../secret.bin", "holds '..'"),
+                     (str(tmp_path / "secret.bin"), "is absolute")):
+        with pytest.raises(PairkitError, match=f"item path .* {why}.*: not opened"):
+            read_item_bytes(root, bad)
+    assert read_item_bytes(root, "a.png", max_bytes=10) == b"0123456789"
+    for item in ("a.png", "s.tar/m.png"):
+        with pytest.raises(PairkitError, match="too large"):
+            read_item_bytes(root, item, max_bytes=9)
