@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from pairkit.cli.main import app
 from pairkit.core.store import l2_normalize
 from pairkit.core.store_writer import write_store
-from pairkit.errors import UsageError
+from pairkit.errors import PairkitError, UsageError
 from pairkit.eval.data_issues import IssuesConfig, KnnGraph, find_issues, knn_graph, to_csr
 from pairkit.eval.issues import label_error, outlier
 from pairkit.eval.issues.outlier import robust_z
@@ -280,3 +280,18 @@ def test_outlier_reason_reads_above_its_threshold() -> None:
     assert shown_above(3.5000001, 3.5) == "3.5000001"
     assert shown_above(4.04, 3.5) == "4.0"
     assert shown(3.5) == "3.5" and shown(1 / 3) == repr(1 / 3)
+
+
+def test_csr_graph_by_hand_and_rows_with_fewer_neighbours_refused() -> None:
+    """Distances 1 - s, ascending per row, clipped at 0 (s a hair above 1 from rounding);
+    a padded row (-1) can't be one of cleanlab's k-neighbour rows."""
+    g = KnnGraph(np.array([[2, 1], [0, 2], [1, 0]]),
+                 np.array([[1.0005, 0.25], [0.5, -0.5], [0.75, 0.5]], np.float32))
+    m = to_csr(g).toarray()
+    np.testing.assert_allclose(m, [[0.0, 0.75, 0.0], [0.5, 0.0, 1.5], [0.5, 0.25, 0.0]],
+                               atol=1e-6)
+    assert to_csr(g).indices.tolist() == [2, 1, 0, 2, 1, 0]
+    padded = KnnGraph(np.array([[1, 2], [0, -1], [1, 0]]),
+                      np.array([[0.5, 0.2], [0.5, -np.inf], [0.3, 0.2]], np.float32))
+    with pytest.raises(PairkitError, match="needs 2 neighbours per row; some rows have fewer"):
+        to_csr(padded)
