@@ -295,3 +295,29 @@ def test_csr_graph_by_hand_and_rows_with_fewer_neighbours_refused() -> None:
                       np.array([[0.5, 0.2], [0.5, -np.inf], [0.3, 0.2]], np.float32))
     with pytest.raises(PairkitError, match="needs 2 neighbours per row; some rows have fewer"):
         to_csr(padded)
+
+
+def test_a_float32_store_resolves_small_outliers(tmp_path: Path) -> None:
+    """The outlier scale's floor is the stored dtype's rounding: 2e-6 on float32, so a row
+    at mean distance ~2e-4 among rows at ~1e-6 is an outlier there (the float16 floor, 2e-3,
+    would hide it)."""
+    import pandas as pd
+
+    from pairkit.eval.issues_command import issues_table
+
+    x = same_rows(41)
+    x[40] = 1.0 + 2e-2 * np.random.default_rng(3).normal(size=16)
+    write_store(tmp_path / "s", l2_normalize(x), pd.DataFrame(
+        {"path": [f"i{i}.png" for i in range(41)]}), dtype="float32")
+    table, summary, _, _ = issues_table(tmp_path / "s", IssuesConfig())
+    assert table["id"].tolist() == [40] and summary["outlier"] == 1
+
+
+def test_issue_options_and_too_few_sources_are_refused() -> None:
+    x = l2_normalize(np.eye(3, dtype=np.float32))
+    with pytest.raises(UsageError, match="--outlier-z must be > 0, got 0"):
+        find_issues(x, None, checks=("outlier",), outlier_z=0.0)
+    with pytest.raises(PairkitError, match="issues needs at least 2 sources, the store has 1"):
+        find_issues(x[:1], None, checks=("outlier",))
+    found, graph, _ = find_issues(x[:2], None, checks=("outlier",))
+    assert graph.ids.tolist() == [[1], [0]]
