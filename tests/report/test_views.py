@@ -264,3 +264,28 @@ def test_metric_rows_of_a_gallery_of_queries_in_the_terminal_order(tmp_path):
     assert [t for t in report if t in terminal] == terminal
     assert report[report.index("references") + 1] == "retrieval gallery (the queries)"
     assert not [t for t in report if "." in t or "_" in t]  # no raw key names
+
+
+def test_terminal_table_cells_by_hand():
+    """Each k's kNN cell is that k's top-1 / top-5; recall@k and the score rows of each run
+    in its own column (values made up)."""
+    import numpy as np
+
+    from pairkit.eval.run import EvalReport
+    from pairkit.eval.table import table_rows
+
+    raw = {"knn_top1": 0.5, "knn": {"1": {"top1": 0.5, "top5": 0.875},
+                                    "5": {"top1": 0.25, "top5": 0.75}},
+           "knn_mean_per_class_recall": 0.4, "map_at_r": 0.125,
+           "recall_at_k": {"1": 0.5, "10": 1.0}}
+    head = {**raw, "knn": {"1": {"top1": 0.625, "top5": 1.0}, "5": {"top1": 0.0625}},
+            "map_at_r": None}
+    rows = dict(table_rows({"raw": raw, "head": head},
+                           {"raw": EvalReport(scores={"positive": np.array([0.5, 0.7])}),
+                            "head": EvalReport()}))
+    assert rows["kNN top-1 (first k)"] == ["0.5000", "0.5000"]
+    assert rows["kNN k=1 top-1 / top-5"] == ["0.5000 / 0.8750", "0.6250 / 1.0000"]
+    assert rows["kNN k=5 top-1 / top-5"] == ["0.2500 / 0.7500", "0.0625 / -"]
+    assert rows["MAP@R"] == ["0.1250", "-"]
+    assert rows["recall@10"] == ["1.0000", "1.0000"]
+    assert rows["score: positive pairs, mean +- sd"] == ["0.600 +- 0.100", "-"]
