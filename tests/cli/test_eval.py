@@ -198,6 +198,29 @@ def test_plots(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.stderr
 
 
+def test_plot_outputs_are_checked_before_the_work(tmp_path: Path, monkeypatch) -> None:
+    """--plot naming a file, and a plot of another --map method already there, are refused
+    before the store is evaluated (the evaluation faked to fail if it ran)."""
+    import pairkit.eval.command as command
+
+    noisy_store(tmp_path / "s", n_sources=10)
+
+    def no_work(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("evaluated before the plot outputs were checked")
+
+    monkeypatch.setattr(command, "evaluate", no_work)
+    (tmp_path / "file.png").write_bytes(b"x")
+    res = _run(str(tmp_path / "s"), "--plot", str(tmp_path / "file.png"), "--metrics", "knn")
+    assert res.exit_code == 1
+    assert f"--plot {tmp_path / 'file.png'} is a file, expected a folder" in res.stderr
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "umap.png").write_bytes(b"x")
+    res = _run(str(tmp_path / "s"), "--plot", str(tmp_path / "plots"), "--map", "pca,umap",
+               "--metrics", "knn")
+    assert res.exit_code == 1 and "umap.png exists; pass --force" in res.stderr, res.stderr
+    assert (tmp_path / "plots" / "umap.png").read_bytes() == b"x"
+
+
 def write_head(folder: Path, weight: np.ndarray) -> None:
     head_mod = pytest.importorskip("pairkit.train.head",
                                    reason="pairkit/train/head.py (load_head) not available")
