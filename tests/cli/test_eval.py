@@ -450,3 +450,22 @@ def test_probe_max_train_leaving_one_class_is_refused_or_left_out(tmp_path):
     assert r.exit_code == 0, r.output
     assert "linear_top1" not in json.loads(r.stdout) and "knn_top1" in json.loads(r.stdout)
     assert "linear probe left out" in r.stderr
+
+
+def test_a_held_out_part_without_any_label_has_no_labels(tmp_path: Path) -> None:
+    """When every held-out source is unlabelled the query side has no labels (None, so the
+    label metrics say "the queries have none"), while the references keep theirs."""
+    from pairkit.eval.command import load_sides
+    from pairkit.eval.split import split_by_source
+
+    noisy_store(tmp_path / "all", n_sources=10)
+    st = Store.open(tmp_path / "all")
+    held = split_by_source(st.source_codes(), 0.3, 7)
+    items = st.items.copy()
+    items["label"] = items["label"].where(~held, None)
+    write_store(tmp_path / "part", st.vectors(np.float32), items, encoder={"name": "random"},
+                dtype="float32")
+    sides = load_sides(tmp_path / "part", None, 0.3, 7)
+    assert len(sides.queries.vectors) == int(held.sum()) == 6
+    assert sides.queries.labels is None
+    assert sides.references.labels is not None and None not in list(sides.references.labels)
