@@ -132,6 +132,25 @@ def test_bomb_png_is_refused_as_a_plot(tmp_path):
     assert check_png(tmp_path / "ok.png") is None
 
 
+def test_a_plot_past_the_pixel_warning_or_the_size_bound_is_refused(tmp_path, monkeypatch):
+    """PIL only warns between MAX_IMAGE_PIXELS and twice that; check_png turns the warning
+    into a refusal. Files over MAX_PLOT_BYTES are not opened. (Both bounds lowered here.)"""
+    from PIL import Image
+
+    import pairkit.report.eval_view as eval_view
+
+    Image.new("RGB", (40, 40)).save(tmp_path / "p.png")  # 1,600 pixels
+    assert eval_view.check_png(tmp_path / "p.png") is None
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 1,600 > 1,000, < 2,000: a warning
+    assert eval_view.check_png(tmp_path / "p.png") == "decompression bomb refused"
+    monkeypatch.undo()
+    size = (tmp_path / "p.png").stat().st_size
+    monkeypatch.setattr(eval_view, "MAX_PLOT_BYTES", size - 1)
+    assert eval_view.check_png(tmp_path / "p.png").startswith("larger than ")
+    monkeypatch.setattr(eval_view, "MAX_PLOT_BYTES", size)
+    assert eval_view.check_png(tmp_path / "p.png") is None
+
+
 def test_read_input_takes_a_folder_of_spark_or_pyarrow_parts_for_a_table(tmp_path):
     """Found by a bug hunt (hunt-l 8): only ``part-NNNNN.parquet`` made a folder a table;
     one of pyarrow's ``part-0.parquet`` or Spark's parts was taken for a folder of plots."""
