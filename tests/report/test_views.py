@@ -289,3 +289,18 @@ def test_terminal_table_cells_by_hand():
     assert rows["MAP@R"] == ["0.1250", "-"]
     assert rows["recall@10"] == ["1.0000", "1.0000"]
     assert rows["score: positive pairs, mean +- sd"] == ["0.600 +- 0.100", "-"]
+
+
+def test_the_page_policy_allows_its_own_script_and_style_and_local_images_only():
+    import base64
+    import hashlib
+
+    from pairkit.report.page import content_security_policy
+
+    def sha(text: str) -> str:
+        return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+    script, style = "draw();", "body { margin: 0 }"
+    assert content_security_policy(script, style) == (
+        f"default-src 'none'; script-src {sha(script)}; style-src {sha(style)}; "
+        "img-src 'self' file:; base-uri 'none'; form-action 'none'")
