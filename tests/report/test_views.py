@@ -304,3 +304,28 @@ def test_the_page_policy_allows_its_own_script_and_style_and_local_images_only()
     assert content_security_policy(script, style) == (
         f"default-src 'none'; script-src {sha(script)}; style-src {sha(style)}; "
         "img-src 'self' file:; base-uri 'none'; form-action 'none'")
+
+
+def test_items_of_two_stores_and_the_store_found_beside_a_table(tmp_path):
+    """Row 0 of one store is not row 0 of another (one report, two tables, two stores);
+    a store beside a table is taken only when the table's ids fit it."""
+    from pairkit.core.store_writer import write_store
+    from pairkit.report.items import ItemTable
+    from pairkit.report.stores import find_store, open_for_report
+
+    for name in ("a", "b"):
+        write_store(tmp_path / name / "store", np.eye(3, dtype=np.float32),
+                    pd.DataFrame({"path": [f"{name}{i}.png" for i in range(3)],
+                                  "label": [f"L{name}"] * 3}))
+    items = ItemTable()
+    ref_a = items.ref(open_for_report(tmp_path / "a" / "store"))
+    ref_b = items.ref(open_for_report(tmp_path / "b" / "store"))
+    assert [ref_a(0, None), ref_b(0, None), ref_a(0, None), ref_b(2, None)] == [0, 1, 0, 2]
+    assert [(r["path"], r["label"]) for r in items.rows] == [
+        ("a0.png", "La"), ("b0.png", "Lb"), ("b2.png", "Lb")]
+    fits = pd.DataFrame({"anchor_id": [0, 1], "positive_id": [1, 2], "negative_id": [2, 0]})
+    near = tmp_path / "a" / "pairs.csv"
+    found = find_store(fits, "triplet", near)
+    assert found is not None and found.store.root.resolve() == (tmp_path / "a" / "store").resolve()
+    too_big = fits.assign(negative_id=[2, 7])  # row 7: not a row of a 3-row store
+    assert find_store(too_big, "triplet", near) is None
