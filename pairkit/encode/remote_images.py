@@ -9,6 +9,7 @@ at most ``--max-file-bytes`` (its size is checked first, from the listing).
 
 from __future__ import annotations
 
+import re
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -68,9 +69,11 @@ def read_remote_image(url: str, max_bytes: int) -> bytes:
         raise DecodeError("object vanished during the run") from None
     except PairkitError as exc:
         text = str(exc)
-        if "more than" in text:
-            raise DecodeError(f"file too large ({text.split(' is ', 1)[-1].split(',')[0]}"
-                              f" bytes > --max-file-bytes {max_bytes:,})") from None
+        if "more than" in text:  # "URL is 2,000 bytes, more than 1,000" (the URL may hold " is ")
+            sizes = re.findall(r" is ([\d,]+) bytes, more than ", text)
+            size = f"{sizes[-1]} bytes > " if sizes else "> "
+            raise DecodeError(f"file too large ({size}--max-file-bytes {max_bytes:,})"
+                              ) from None
         raise DecodeError(f"unreadable: {text}") from None
     if not data:
         raise DecodeError("empty file (0 bytes)")

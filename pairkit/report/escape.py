@@ -38,7 +38,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.bool_):
         return bool(value)
     if isinstance(value, np.ndarray):
-        return [_plain(v) for v in value.tolist()]
+        return _finite(value.tolist())  # Python numbers: NaN/inf -> None
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 

@@ -252,3 +252,31 @@ def test_docs_index_names_the_build_options_mine_has() -> None:
     named = re.findall(r"`(--[a-z0-9-]+)", listed.group(1))
     mine = {opt for param in COMMANDS["mine"].params for opt in getattr(param, "opts", [])}
     assert named and set(named) <= mine, sorted(set(named) - mine)
+
+
+@pytest.mark.parametrize(("raised", "code", "line"), [
+    (ValueError("bad value\nsecond line"), 1,
+     "error: internal error: ValueError: bad value (rerun with PAIRKIT_DEBUG=1 for the "
+     "traceback and report it)"),
+    (KeyboardInterrupt(), 130, "error: interrupted"),
+    (MemoryError(), 1, "error: out of memory: try a smaller --batch-size or a smaller input"),
+    (RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"), 1,
+     "error: CUDA out of memory: try a smaller --batch-size"),
+])
+def test_unexpected_failures_are_one_line_with_their_exit_code(raised, code, line, capsys,
+                                                               monkeypatch) -> None:
+    """user_errors(): one line on stderr and the exit code, no traceback; an unexpected
+    exception raises as it is only with PAIRKIT_DEBUG set."""
+    import typer
+
+    from pairkit.cli.common import user_errors
+
+    monkeypatch.delenv("PAIRKIT_DEBUG", raising=False)
+    with pytest.raises(typer.Exit) as info, user_errors():
+        raise raised
+    assert info.value.exit_code == code
+    assert capsys.readouterr().err == line + "\n"
+    if isinstance(raised, ValueError):
+        monkeypatch.setenv("PAIRKIT_DEBUG", "1")
+        with pytest.raises(ValueError, match="bad value"), user_errors():
+            raise raised

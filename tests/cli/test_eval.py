@@ -198,6 +198,29 @@ def test_plots(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.stderr
 
 
+def test_plot_outputs_are_checked_before_the_work(tmp_path: Path, monkeypatch) -> None:
+    """--plot naming a file, and a plot of another --map method already there, are refused
+    before the store is evaluated (the evaluation faked to fail if it ran)."""
+    import pairkit.eval.command as command
+
+    noisy_store(tmp_path / "s", n_sources=10)
+
+    def no_work(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("evaluated before the plot outputs were checked")
+
+    monkeypatch.setattr(command, "evaluate", no_work)
+    (tmp_path / "file.png").write_bytes(b"x")
+    res = _run(str(tmp_path / "s"), "--plot", str(tmp_path / "file.png"), "--metrics", "knn")
+    assert res.exit_code == 1
+    assert f"--plot {tmp_path / 'file.png'} is a file, expected a folder" in res.stderr
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "umap.png").write_bytes(b"x")
+    res = _run(str(tmp_path / "s"), "--plot", str(tmp_path / "plots"), "--map", "pca,umap",
+               "--metrics", "knn")
+    assert res.exit_code == 1 and "umap.png exists; pass --force" in res.stderr, res.stderr
+    assert (tmp_path / "plots" / "umap.png").read_bytes() == b"x"
+
+
 def write_head(folder: Path, weight: np.ndarray) -> None:
     head_mod = pytest.importorskip("pairkit.train.head",
                                    reason="pairkit/train/head.py (load_head) not available")
@@ -427,3 +450,22 @@ def test_probe_max_train_leaving_one_class_is_refused_or_left_out(tmp_path):
     assert r.exit_code == 0, r.output
     assert "linear_top1" not in json.loads(r.stdout) and "knn_top1" in json.loads(r.stdout)
     assert "linear probe left out" in r.stderr
+
+
+def test_a_held_out_part_without_any_label_has_no_labels(tmp_path: Path) -> None:
+    """When every held-out source is unlabelled the query side has no labels (None, so the
+    label metrics say "the queries have none"), while the references keep theirs."""
+    from pairkit.eval.command import load_sides
+    from pairkit.eval.split import split_by_source
+
+    noisy_store(tmp_path / "all", n_sources=10)
+    st = Store.open(tmp_path / "all")
+    held = split_by_source(st.source_codes(), 0.3, 7)
+    items = st.items.copy()
+    items["label"] = items["label"].where(~held, None)
+    write_store(tmp_path / "part", st.vectors(np.float32), items, encoder={"name": "random"},
+                dtype="float32")
+    sides = load_sides(tmp_path / "part", None, 0.3, 7)
+    assert len(sides.queries.vectors) == int(held.sum()) == 6
+    assert sides.queries.labels is None
+    assert sides.references.labels is not None and None not in list(sides.references.labels)

@@ -3,14 +3,17 @@ them again; line-oriented output refuses names with newlines and points to -0.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
-from pairkit.core.paths import path_problem, resolve_item_path
+from pairkit.core.paths import check_output_apart, path_problem, resolve_item_path, same_file
 from pairkit.core.store_writer import write_store
+from pairkit.errors import PairkitError, UsageError
 
 runner = CliRunner()
 
@@ -78,3 +81,39 @@ def test_paths_only_refuses_newlines_and_points_to_print0(tmp_path):
     assert "use -0 (--print0)" in r.output
     r = runner.invoke(app, ["dedup", str(store), "--paths-only", "-0"])
     assert r.exit_code == 0 and r.stdout == "a.jpg\0evil\n/etc/passwd\0"
+
+
+def test_an_output_folder_that_holds_an_input_is_refused(tmp_path):
+    """`-o DIR` (replaced with --force) must not hold an input: the input would be lost;
+    an output beside the input, or a missing one, is fine."""
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    table = out / "sub" / "pairs.parquet"
+    table.write_bytes(b"x")
+    with pytest.raises(UsageError, match=f"the input {table} is inside -o {out}"):
+        check_output_apart(out, [None, "-", table])
+    with pytest.raises(UsageError, match="is inside the input"):
+        check_output_apart(out / "sub" / "new.parquet", [out / "sub"])
+    check_output_apart(tmp_path / "other", [table])
+    check_output_apart(out / "new", [table])
+
+
+def test_an_output_in_a_folder_this_user_cannot_write_is_a_failure(tmp_path, monkeypatch):
+    """Checked with os.access on the nearest existing folder (faked: root may write
+    anywhere); exit 1 (PairkitError), not usage."""
+    import pairkit.core.paths as paths
+
+    denied = tmp_path / "ro"
+    denied.mkdir()
+    real_access = paths.os.access
+    monkeypatch.setattr(paths.os, "access",
+                        lambda p, mode: Path(p) != denied and real_access(p, mode))
+    with pytest.raises(PairkitError, match=f"can't write in {denied} .permission denied"):
+        check_output_apart(denied / "new" / "t.parquet", [])
+    check_output_apart(tmp_path / "t.parquet", [])
+
+
+def test_stdout_is_never_the_same_file_as_a_file_named_dash(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert not same_file("-", "./-") and not same_file("./-", "-")
+    assert same_file("./x.json", "x.json")

@@ -139,3 +139,34 @@ def test_a_file_that_is_no_torch_checkpoint_says_what_it_is(tmp_path):
                _use_new_zipfile_serialization=False)
     assert set(load_state_dict(tmp_path / "ok.pt")) == {"w"}
     assert set(load_state_dict(tmp_path / "legacy.pt")) == {"w"}
+
+
+class _Touch:
+    """Unpickling it would create the file ``path`` (pickled code running)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):  # noqa: ANN204
+        return (open, (self.path, "w"))
+
+
+def test_pickled_code_in_a_checkpoint_never_runs(tmp_path):
+    """--checkpoint is read with weights_only: a file whose unpickling would run code is
+    refused in one line and the code does not run; a damaged archive is no torch file."""
+    marker = tmp_path / "ran"
+    torch.save({"state_dict": {"w": torch.zeros(2)}, "x": _Touch(str(marker))},
+               tmp_path / "evil.pt")
+    with pytest.raises(PairkitError) as info:
+        load_state_dict(tmp_path / "evil.pt")
+    assert str(info.value) == (
+        f"checkpoint {tmp_path / 'evil.pt'} is unreadable: it holds pickled Python objects, "
+        "not only weights; pairkit loads tensors only (save a plain state dict or "
+        ".safetensors)")
+    assert not marker.exists()
+    torch.save({"module.w": torch.ones(2)}, tmp_path / "ddp.pt")
+    torch.save({"_orig_mod.w": torch.ones(2)}, tmp_path / "compiled.pt")
+    assert set(load_state_dict(tmp_path / "ddp.pt")) == {"w"}
+    assert set(load_state_dict(tmp_path / "compiled.pt")) == {"w"}  # torch.compile's prefix
+    torch.save({"model": {"state_dict": {"ema": {"w": torch.ones(2)}}}}, tmp_path / "deep.pt")
+    assert set(load_state_dict(tmp_path / "deep.pt")) == {"w"}  # three wrappers deep

@@ -255,3 +255,62 @@ def test_twelve_bit_and_unit_float_images_at_their_bounds():
     assert got == [[0, 63, 255]]
     unit = np.array([[0.0, 0.5, 1.0]], dtype=np.float32)
     assert np.asarray(decode_image(_tiff(unit)))[..., 0].tolist() == [[0, 127, 255]]
+
+
+def test_an_item_path_out_of_the_image_root_is_never_opened(tmp_path) -> None:
+    """read_item_bytes (report thumbnails, train's pair images) refuses absolute and '..'
+    paths before touching the file system, and applies --max-file-bytes to plain files
+    and tar members alike."""
+    import tarfile
+
+    from pairkit.encode.item_images import read_item_bytes
+    from pairkit.errors import PairkitError
+
+    root = tmp_path / "images"
+    root.mkdir()
+    (tmp_path / "secret.bin").write_bytes(b"secret")
+    (root / "a.png").write_bytes(b"0123456789")
+    with tarfile.open(root / "s.tar", "w") as tf:
+        tf.add(root / "a.png", arcname="m.png")
+    assert read_item_bytes(root, "a.png") == b"0123456789"
+    assert read_item_bytes(root, "s.tar/m.png") == b"0123456789"
+    for bad, why in (("../secret.bin", "holds '..'"),
+                     (str(tmp_path / "secret.bin"), "is absolute")):
+        with pytest.raises(PairkitError, match=f"item path .* {why}.*: not opened"):
+            read_item_bytes(root, bad)
+    assert read_item_bytes(root, "a.png", max_bytes=10) == b"0123456789"
+    for item in ("a.png", "s.tar/m.png"):
+        with pytest.raises(PairkitError, match="too large"):
+            read_item_bytes(root, item, max_bytes=9)
+
+
+def test_remote_image_reasons_match_the_local_reader(monkeypatch) -> None:
+    """An object on object storage that is empty, too large, gone or unreadable gets the
+    reason a local file would (the object store's read faked)."""
+    import pairkit.core.remote as remote
+    from pairkit.encode.remote_images import read_remote_image
+    from pairkit.errors import PairkitError
+
+    answers = {
+        "s3://b/empty.png": b"",
+        "s3://b/big.png": PairkitError("s3://b/big.png is 2,000 bytes, more than 1,000"),
+        "s3://b/gone.png": FileNotFoundError("gone"),
+        "s3://b/denied.png": PairkitError("access denied"),
+        "s3://b/ok.png": b"png bytes",
+    }
+
+    def fake(url, max_bytes):  # noqa: ANN001, ANN202
+        got = answers[url]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    monkeypatch.setattr(remote, "read_bytes", fake)
+    assert read_remote_image("s3://b/ok.png", 1000) == b"png bytes"
+    for url, why in (("s3://b/empty.png", "empty file (0 bytes)"),
+                     ("s3://b/big.png", "file too large (2,000 bytes > --max-file-bytes 1,000)"),
+                     ("s3://b/gone.png", "object vanished during the run"),
+                     ("s3://b/denied.png", "unreadable: access denied")):
+        with pytest.raises(DecodeError) as info:
+            read_remote_image(url, 1000)
+        assert str(info.value) == why

@@ -77,3 +77,35 @@ def test_at_most_one_block_is_decoded_ahead_of_the_encoder(queried) -> None:
     encode_images(encoder_request(store, "cpu"), paths, batch_size=2)
     assert COUNT["decoded"] == COUNT["encoded"] == len(paths)
     assert COUNT["ahead"] == 2  # a block of 2, encoded before the next one is decoded
+
+
+def test_a_store_made_with_a_checkpoint_needs_that_file_again(tmp_path) -> None:
+    """Queries must go through the encoder the store was embedded with: the checkpoint's
+    sha256 is compared (a manifest faked here; the file's bytes decide, not its name)."""
+    from types import SimpleNamespace
+
+    from pairkit.core.integrity import sha256_file
+    from pairkit.errors import PairkitError, UsageError
+
+    (tmp_path / "a.pt").write_bytes(b"weights A")
+    (tmp_path / "b.pt").write_bytes(b"weights B")
+    (tmp_path / "a_copy.pt").write_bytes(b"weights A")
+
+    def store(sha):  # noqa: ANN001, ANN202
+        ident = {"model": "timm/test_vit", "pretrained": "default", "seed": 3,
+                 **({"checkpoint_sha256": sha} if sha else {})}
+        return SimpleNamespace(root=tmp_path / "st", manifest={"embedding": ident},
+                               encoder={"name": "timm/test_vit", "checkpoint": "a.pt"})
+
+    made = store(sha256_file(tmp_path / "a.pt"))
+    req = encoder_request(made, "cpu", str(tmp_path / "a_copy.pt"))
+    assert (req.checkpoint, req.pretrained, req.seed) == (str(tmp_path / "a_copy.pt"), None, 3)
+    with pytest.raises(UsageError, match="is not the one store .* embedded with .sha256 diff"):
+        encoder_request(made, "cpu", str(tmp_path / "b.pt"))
+    with pytest.raises(UsageError, match="embedded with --checkpoint a.pt: pass the same"):
+        encoder_request(made, "cpu")
+    with pytest.raises(PairkitError, match="not found"):
+        encoder_request(made, "cpu", str(tmp_path / "gone.pt"))
+    with pytest.raises(UsageError, match="not embedded with a checkpoint: drop --checkpoint"):
+        encoder_request(store(None), "cpu", str(tmp_path / "a.pt"))
+    assert encoder_request(store(None), "cpu").checkpoint is None

@@ -52,3 +52,31 @@ def test_hf_text_tower_config_asks_for_transformers() -> None:
     assert open_clip_needs("ViT-B-32") == set()
     assert "transformers" in open_clip_needs("xlm-roberta-base-ViT-B-32")
     assert open_clip_needs("no-such-config") == {"transformers", "timm"}
+
+
+@pytest.mark.parametrize("variable", ["HF_HUB_OFFLINE", "PAIRKIT_OFFLINE"])
+def test_an_offline_environment_never_tries_the_download(variable, monkeypatch) -> None:
+    """Weights not in the cache: with HF_HUB_OFFLINE (or PAIRKIT_OFFLINE) set the build is
+    tried once, from the cache, and the error is one line; without it, a second try may
+    download."""
+    from pairkit.encode.model_loading import load_with_cache_first
+    from pairkit.encode.weights import OFFLINE_VARIABLES
+    from pairkit.errors import PairkitError
+
+    for v in OFFLINE_VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    calls = []
+
+    def build():  # noqa: ANN202
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("not in cache")
+        return "model"
+
+    monkeypatch.setenv(variable, "1")
+    with pytest.raises(PairkitError, match="not in the Hugging Face cache and the hub is out"):
+        load_with_cache_first(build, "timm/x")
+    assert len(calls) == 1
+    monkeypatch.delenv(variable)
+    calls.clear()
+    assert load_with_cache_first(build, "timm/x") == "model" and len(calls) == 2

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from pairkit.cli.main import app
 from pairkit.core.store import l2_normalize
 from pairkit.core.store_writer import write_store
-from pairkit.errors import UsageError
+from pairkit.errors import PairkitError, UsageError
 from pairkit.eval.data_issues import IssuesConfig, KnnGraph, find_issues, knn_graph, to_csr
 from pairkit.eval.issues import label_error, outlier
 from pairkit.eval.issues.outlier import robust_z
@@ -280,3 +280,44 @@ def test_outlier_reason_reads_above_its_threshold() -> None:
     assert shown_above(3.5000001, 3.5) == "3.5000001"
     assert shown_above(4.04, 3.5) == "4.0"
     assert shown(3.5) == "3.5" and shown(1 / 3) == repr(1 / 3)
+
+
+def test_csr_graph_by_hand_and_rows_with_fewer_neighbours_refused() -> None:
+    """Distances 1 - s, ascending per row, clipped at 0 (s a hair above 1 from rounding);
+    a padded row (-1) can't be one of cleanlab's k-neighbour rows."""
+    g = KnnGraph(np.array([[2, 1], [0, 2], [1, 0]]),
+                 np.array([[1.0005, 0.25], [0.5, -0.5], [0.75, 0.5]], np.float32))
+    m = to_csr(g).toarray()
+    np.testing.assert_allclose(m, [[0.0, 0.75, 0.0], [0.5, 0.0, 1.5], [0.5, 0.25, 0.0]],
+                               atol=1e-6)
+    assert to_csr(g).indices.tolist() == [2, 1, 0, 2, 1, 0]
+    padded = KnnGraph(np.array([[1, 2], [0, -1], [1, 0]]),
+                      np.array([[0.5, 0.2], [0.5, -np.inf], [0.3, 0.2]], np.float32))
+    with pytest.raises(PairkitError, match="needs 2 neighbours per row; some rows have fewer"):
+        to_csr(padded)
+
+
+def test_a_float32_store_resolves_small_outliers(tmp_path: Path) -> None:
+    """The outlier scale's floor is the stored dtype's rounding: 2e-6 on float32, so a row
+    at mean distance ~2e-4 among rows at ~1e-6 is an outlier there (the float16 floor, 2e-3,
+    would hide it)."""
+    import pandas as pd
+
+    from pairkit.eval.issues_command import issues_table
+
+    x = same_rows(41)
+    x[40] = 1.0 + 2e-2 * np.random.default_rng(3).normal(size=16)
+    write_store(tmp_path / "s", l2_normalize(x), pd.DataFrame(
+        {"path": [f"i{i}.png" for i in range(41)]}), dtype="float32")
+    table, summary, _, _ = issues_table(tmp_path / "s", IssuesConfig())
+    assert table["id"].tolist() == [40] and summary["outlier"] == 1
+
+
+def test_issue_options_and_too_few_sources_are_refused() -> None:
+    x = l2_normalize(np.eye(3, dtype=np.float32))
+    with pytest.raises(UsageError, match="--outlier-z must be > 0, got 0"):
+        find_issues(x, None, checks=("outlier",), outlier_z=0.0)
+    with pytest.raises(PairkitError, match="issues needs at least 2 sources, the store has 1"):
+        find_issues(x[:1], None, checks=("outlier",))
+    found, graph, _ = find_issues(x[:2], None, checks=("outlier",))
+    assert graph.ids.tolist() == [[1], [0]]

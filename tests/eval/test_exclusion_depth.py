@@ -83,3 +83,21 @@ def test_a_big_source_is_skipped_by_the_exact_search(block_rows: int, self_rows:
         order = np.lexsort((np.arange(n), -s[r]))
         want = [int(j) for j in order if groups[j] != groups[r]][:k]
         assert got[r].tolist() == want, r
+
+
+def test_rows_without_a_source_code_exclude_nothing_but_themselves() -> None:
+    """Codes < 0 (no source) never match: two rows without a source see each other,
+    rows of one source don't (brute force over a handful of rows)."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(7, 4)).astype(np.float32)
+    groups = np.array([-1, -1, 0, 0, 1, -1, 1], dtype=np.int64)
+    n, k = len(x), 6
+    got = np.concatenate([ids for _, _, ids in search_excluding(
+        x, flat_index(x), n, k, Exclusion(np.arange(n), groups, groups))])
+    s = x.astype(np.float64) @ x.astype(np.float64).T
+    for r in range(n):
+        order = np.lexsort((np.arange(n), -s[r]))
+        want = [int(j) for j in order
+                if j != r and not (groups[r] >= 0 and groups[j] == groups[r])][:k]
+        assert got[r].tolist() == want + [-1] * (k - len(want)), r
+    assert set(got[0]) >= {1, 5}  # the two other rows without a source

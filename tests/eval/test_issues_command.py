@@ -35,6 +35,11 @@ def test_table_is_the_detectors_verdict_on_view_0(store, tmp_path) -> None:
         assert part["flagged"].tolist() == det.flag.tolist()
         assert summary[check] == int(det.flag.sum())
     assert summary["sources"] == len(view0) and summary["stdout_closed"] is False
+    # by issue, then score descending, then id (docs: the worst first)
+    want = table.sort_values(["issue", "score", "id"], ascending=[True, False, True])
+    assert table["issue"].tolist() == want["issue"].tolist()
+    assert table["id"].tolist() == want["id"].tolist()
+    assert (np.diff(table[table["issue"] == "outlier"]["score"].to_numpy()) <= 0).all()
 
 
 def test_a_closed_stdout_is_reported_not_raised(store, monkeypatch) -> None:
@@ -48,6 +53,21 @@ def test_outputs_are_checked_before_any_work(store, tmp_path) -> None:
     pd.DataFrame({"a": [1]}).to_csv(out)
     with pytest.raises(Exception, match="exists"):
         issues_to_files(store.root, str(out), IssuesConfig(k=5))
+
+
+def test_an_existing_output_is_refused_before_the_store_is_read(store, tmp_path,
+                                                                monkeypatch) -> None:
+    import pairkit.eval.issues_command as command
+
+    def no_work(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the store was read before the output was checked")
+
+    monkeypatch.setattr(command, "issues_table", no_work)
+    out = tmp_path / "taken.csv"
+    out.write_text("a\n1\n")
+    with pytest.raises(PairkitError, match="taken.csv exists"):
+        issues_to_files(store.root, str(out), IssuesConfig(k=5))
+    assert out.read_text() == "a\n1\n"
 
 
 def test_label_error_asked_for_on_an_unlabeled_store_is_refused(tmp_path) -> None:

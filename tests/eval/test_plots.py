@@ -150,3 +150,24 @@ def test_plots_written_meanwhile_are_not_replaced(tmp_path: Path, store_and_head
     assert png_title(plots / "head_map.png") == "PCA of the query embeddings through head myhead"
     assert sorted(p.name for p in plots.iterdir()) == [
         "head_map.png", "head_scores.png", "raw_map.png", "raw_scores.png"]
+
+
+def test_pca_map_centres_and_samples_across_the_queries(tmp_path: Path, monkeypatch) -> None:
+    """The PCA map is scikit-learn's PCA (up to sign) of rows far from the origin; over
+    max_points the map draws a seeded sample from all the queries, not the first ones."""
+    from sklearn.decomposition import PCA
+
+    import pairkit.eval.plots as plots
+
+    rng = np.random.default_rng(0)
+    x = 5.0 + rng.normal(size=(30, 4)) * np.array([3.0, 1.0, 0.3, 0.1])
+    want = PCA(n_components=2).fit_transform(x)
+    np.testing.assert_allclose(np.abs(plots.pca_2d(x)), np.abs(want), atol=1e-9)
+    drawn = []
+    monkeypatch.setattr(plots, "map_figure",
+                        lambda xy, labels, title: drawn.append(labels) or map_figure(
+                            xy, labels, title))
+    labels = np.array(["first"] * 50 + ["second"] * 50, dtype=object)
+    plots.write_plots(tmp_path, {}, rng.normal(size=(100, 4)).astype(np.float32), labels,
+                      max_points=10, seed=3)
+    assert len(drawn[0]) == 10 and set(drawn[0]) == {"first", "second"}

@@ -26,6 +26,28 @@ def test_bad_splits() -> None:
     assert split_by_source(np.arange(2), 0.01, 0).sum() == 1
 
 
+def test_held_out_sources_are_rounded_and_kept_between_one_and_all_but_one() -> None:
+    """round(fraction x sources), at least 1 and at most all but one: a high fraction
+    never leaves the references (or train's training part) empty."""
+    codes = np.repeat(np.array([7, 3, 9]), 2)  # 3 sources, 2 views each
+    for fraction, held in ((0.99, 2), (0.9, 2), (0.5, 2), (0.4, 1), (0.01, 1)):
+        mask = split_by_source(codes, fraction, seed=1)
+        assert len(np.unique(codes[mask])) == held, fraction
+        assert mask.sum() == 2 * held
+    assert split_by_source(np.arange(2), 0.99, 0).sum() == 1
+
+
+def test_a_zero_fraction_is_refused_unless_allowed() -> None:
+    with pytest.raises(UsageError, match="--test-fraction must be > 0 and < 1, got 0"):
+        split_by_source(np.arange(5), 0.0, 0)
+    with pytest.raises(UsageError, match=r"--val must be in \[0, 1\), got 1.0"):
+        split_by_source(np.arange(5), 1.0, 0, option="--val", allow_zero=True)
+    held = split_by_source(np.arange(5), 0.0, 0, option="--val", allow_zero=True)
+    assert held.dtype == bool and held.shape == (5,) and not held.any()
+    # a zero fraction holds nothing out even where a split would fail (one source)
+    assert not split_by_source(np.zeros(3, dtype=np.int64), 0.0, 0, allow_zero=True).any()
+
+
 def test_check_compatible() -> None:
     check_compatible(8, {"name": "a"}, 8, {"name": "a"}, "s", "t")
     with pytest.raises(PairkitError, match="has dim 4, store s has dim 8"):

@@ -498,6 +498,35 @@ def test_a_report_written_meanwhile_is_not_replaced(pipeline, tmp_path, monkeypa
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
+def test_force_never_replaces_a_folder_that_appeared_meanwhile_and_is_no_report(
+        pipeline, tmp_path, monkeypatch):
+    """--force replaces only an earlier report: a folder of other files made while this
+    run built its report is checked again before the swap and kept."""
+    import pairkit.report.build as build
+
+    out = tmp_path / "made-meanwhile"
+    real = build.render_page
+
+    def render(data: dict, page_title: str) -> str:
+        out.mkdir(exist_ok=True)
+        (out / "notes.txt").write_text("keep me")
+        return real(data, page_title)
+
+    monkeypatch.setattr(build, "render_page", render)
+    r = report(pipeline.eval_json, "-o", out, "--force")
+    assert r.exit_code == 1 and "not a pairkit report folder" in r.output, r.output
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_a_report_is_not_written_into_the_store_found_beside_its_table(pipeline, tmp_path):
+    """Without --store the store is found next to the table; -o inside it is refused as
+    with --store (a report folder in a store's folder)."""
+    r = report(pipeline.pairs, "-o", pipeline.store / "rep")
+    assert r.exit_code == 2 and "is inside the input" in r.output, r.output
+    assert not (pipeline.store / "rep").exists()
+
+
 def test_force_through_a_link_replaces_the_report_it_names(pipeline, tmp_path):
     """hunt-n 10: -o LINK --force (LINK -> an older report) renamed the link to
     .LINK.old-PID and left it there, and put a new folder in the link's place."""

@@ -30,6 +30,16 @@ def test_json_for_script_cannot_close_the_block_and_round_trips():
     assert back["nan"] is None and back["inf"] is None and back["flag"] is True
 
 
+def test_json_for_script_numpy_nan_and_arrays():
+    """A numpy float32 NaN/inf (no float subclass: json's default hook) becomes null, as a
+    Python one does; a numpy array becomes a list, its non-finite values null."""
+    text = json_for_script({"a": np.float32("nan"), "b": np.float32("-inf"),
+                            "c": np.array([1.5, np.nan, np.inf], dtype=np.float32),
+                            "d": np.array([[1, 2], [3, 4]], dtype=np.int64)})
+    assert json.loads(text) == {"a": None, "b": None, "c": [1.5, None, None],
+                                "d": [[1, 2], [3, 4]]}
+
+
 def test_html_text_escapes_markup_and_quotes():
     assert html_text("<a href=\"x\">'&'</a>") == (
         "&lt;a href=&quot;x&quot;&gt;&#x27;&amp;&#x27;&lt;/a&gt;")
@@ -120,6 +130,25 @@ def test_bomb_png_is_refused_as_a_plot(tmp_path):
     assert check_png(tmp_path / "fake.png") == "not a PNG file"
     image(tmp_path / "ok.png", 1)
     assert check_png(tmp_path / "ok.png") is None
+
+
+def test_a_plot_past_the_pixel_warning_or_the_size_bound_is_refused(tmp_path, monkeypatch):
+    """PIL only warns between MAX_IMAGE_PIXELS and twice that; check_png turns the warning
+    into a refusal. Files over MAX_PLOT_BYTES are not opened. (Both bounds lowered here.)"""
+    from PIL import Image
+
+    import pairkit.report.eval_view as eval_view
+
+    Image.new("RGB", (40, 40)).save(tmp_path / "p.png")  # 1,600 pixels
+    assert eval_view.check_png(tmp_path / "p.png") is None
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 1,600 > 1,000, < 2,000: a warning
+    assert eval_view.check_png(tmp_path / "p.png") == "decompression bomb refused"
+    monkeypatch.undo()
+    size = (tmp_path / "p.png").stat().st_size
+    monkeypatch.setattr(eval_view, "MAX_PLOT_BYTES", size - 1)
+    assert eval_view.check_png(tmp_path / "p.png").startswith("larger than ")
+    monkeypatch.setattr(eval_view, "MAX_PLOT_BYTES", size)
+    assert eval_view.check_png(tmp_path / "p.png") is None
 
 
 def test_read_input_takes_a_folder_of_spark_or_pyarrow_parts_for_a_table(tmp_path):

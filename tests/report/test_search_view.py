@@ -111,3 +111,18 @@ def test_items_inside_tar_shards_and_dataset_files_get_thumbnails(tmp_path: Path
 
     real, why = resolve_under((tmp_path / "ds").resolve(), "../00000.tar/k0.jpg")
     assert real is None and "outside the image root" in why
+
+
+def test_padding_rows_and_an_unknown_query_id() -> None:
+    """A padding row (id -1, score -inf: fewer neighbours than asked) is no hit; it must
+    not show the store's last item. An item query past the labels has no label to
+    compare (None), not an IndexError."""
+    t = pd.DataFrame({
+        "store_id": "s", "query": ["id:1", "id:1", "id:9", "id:9"],
+        "query_kind": ["item"] * 4, "rank": [0, 1, 0, 1], "id": [2, -1, 3, -1],
+        "score": [0.5, -np.inf, 0.25, -np.inf], "path": ["p2", None, "p3", None]})
+    ref, seen = ref_table()
+    labels = np.array(["x", "x", "y", "x"], dtype=object)
+    sec = build_search_section("hits", t, sample=0, labels=labels, ref=ref)
+    assert [q["hits"] for q in sec["queries"]] == [[[2, 0, 0.5, False]], [[3, 0, 0.25, None]]]
+    assert seen == {2: "p2", 3: "p3"}

@@ -85,3 +85,38 @@ def test_thumbnails_in_parallel_match_one_by_one(tmp_path):
             assert (tmp_path / "par" / t.file).read_bytes() == (
                 tmp_path / "seq" / t.file).read_bytes()
     assert "not an image" in many[files[-1]].problem
+
+
+def test_a_container_reached_through_a_link_out_of_the_root_is_refused(tmp_path):
+    """A tar shard under the root is read member by member (``SHARD.tar/MEMBER``); a link
+    named like a shard that points to a tar outside the root is refused as any file is."""
+    import tarfile
+
+    r = tmp_path / "images"
+    r.mkdir()
+    image(tmp_path / "m.png", 2)
+    for tar in (r / "in.tar", tmp_path / "out.tar"):
+        with tarfile.open(tar, "w") as tf:
+            tf.add(tmp_path / "m.png", arcname="m.png")
+    (r / "link.tar").symlink_to(tmp_path / "out.tar")
+    (r / "a").mkdir()
+    root = r.resolve()
+    assert resolve_under(root, "in.tar/m.png") == (root / "in.tar" / "m.png", None)
+    for rel in ("link.tar/m.png", "a/../../out.tar/m.png"):
+        real, problem = resolve_under(root, rel)
+        assert real is None and "outside the image root" in problem, rel
+
+
+def test_a_file_over_the_size_bound_gets_no_thumbnail(tmp_path, monkeypatch):
+    """Files larger than MAX_FILE_BYTES are not opened (the bound lowered to 1 KiB here)."""
+    import pairkit.report.thumbs as thumbs
+
+    image(tmp_path / "x.png", 3, size=(300, 200))
+    size = (tmp_path / "x.png").stat().st_size
+    assert size > 1024
+    monkeypatch.setattr(thumbs, "MAX_FILE_BYTES", size)
+    assert make_thumbnail(tmp_path / "x.png", tmp_path / "ok.jpg", 32) is None
+    monkeypatch.setattr(thumbs, "MAX_FILE_BYTES", size - 1)
+    problem = make_thumbnail(tmp_path / "x.png", tmp_path / "t.jpg", 32)
+    assert problem is not None and problem.startswith("file larger than")
+    assert not (tmp_path / "t.jpg").exists()

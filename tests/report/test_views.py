@@ -264,3 +264,68 @@ def test_metric_rows_of_a_gallery_of_queries_in_the_terminal_order(tmp_path):
     assert [t for t in report if t in terminal] == terminal
     assert report[report.index("references") + 1] == "retrieval gallery (the queries)"
     assert not [t for t in report if "." in t or "_" in t]  # no raw key names
+
+
+def test_terminal_table_cells_by_hand():
+    """Each k's kNN cell is that k's top-1 / top-5; recall@k and the score rows of each run
+    in its own column (values made up)."""
+    import numpy as np
+
+    from pairkit.eval.run import EvalReport
+    from pairkit.eval.table import table_rows
+
+    raw = {"knn_top1": 0.5, "knn": {"1": {"top1": 0.5, "top5": 0.875},
+                                    "5": {"top1": 0.25, "top5": 0.75}},
+           "knn_mean_per_class_recall": 0.4, "map_at_r": 0.125,
+           "recall_at_k": {"1": 0.5, "10": 1.0}}
+    head = {**raw, "knn": {"1": {"top1": 0.625, "top5": 1.0}, "5": {"top1": 0.0625}},
+            "map_at_r": None}
+    rows = dict(table_rows({"raw": raw, "head": head},
+                           {"raw": EvalReport(scores={"positive": np.array([0.5, 0.7])}),
+                            "head": EvalReport()}))
+    assert rows["kNN top-1 (first k)"] == ["0.5000", "0.5000"]
+    assert rows["kNN k=1 top-1 / top-5"] == ["0.5000 / 0.8750", "0.6250 / 1.0000"]
+    assert rows["kNN k=5 top-1 / top-5"] == ["0.2500 / 0.7500", "0.0625 / -"]
+    assert rows["MAP@R"] == ["0.1250", "-"]
+    assert rows["recall@10"] == ["1.0000", "1.0000"]
+    assert rows["score: positive pairs, mean +- sd"] == ["0.600 +- 0.100", "-"]
+
+
+def test_the_page_policy_allows_its_own_script_and_style_and_local_images_only():
+    import base64
+    import hashlib
+
+    from pairkit.report.page import content_security_policy
+
+    def sha(text: str) -> str:
+        return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+    script, style = "draw();", "body { margin: 0 }"
+    assert content_security_policy(script, style) == (
+        f"default-src 'none'; script-src {sha(script)}; style-src {sha(style)}; "
+        "img-src 'self' file:; base-uri 'none'; form-action 'none'")
+
+
+def test_items_of_two_stores_and_the_store_found_beside_a_table(tmp_path):
+    """Row 0 of one store is not row 0 of another (one report, two tables, two stores);
+    a store beside a table is taken only when the table's ids fit it."""
+    from pairkit.core.store_writer import write_store
+    from pairkit.report.items import ItemTable
+    from pairkit.report.stores import find_store, open_for_report
+
+    for name in ("a", "b"):
+        write_store(tmp_path / name / "store", np.eye(3, dtype=np.float32),
+                    pd.DataFrame({"path": [f"{name}{i}.png" for i in range(3)],
+                                  "label": [f"L{name}"] * 3}))
+    items = ItemTable()
+    ref_a = items.ref(open_for_report(tmp_path / "a" / "store"))
+    ref_b = items.ref(open_for_report(tmp_path / "b" / "store"))
+    assert [ref_a(0, None), ref_b(0, None), ref_a(0, None), ref_b(2, None)] == [0, 1, 0, 2]
+    assert [(r["path"], r["label"]) for r in items.rows] == [
+        ("a0.png", "La"), ("b0.png", "Lb"), ("b2.png", "Lb")]
+    fits = pd.DataFrame({"anchor_id": [0, 1], "positive_id": [1, 2], "negative_id": [2, 0]})
+    near = tmp_path / "a" / "pairs.csv"
+    found = find_store(fits, "triplet", near)
+    assert found is not None and found.store.root.resolve() == (tmp_path / "a" / "store").resolve()
+    too_big = fits.assign(negative_id=[2, 7])  # row 7: not a row of a 3-row store
+    assert find_store(too_big, "triplet", near) is None
