@@ -166,6 +166,21 @@ def other_source_brute(x: np.ndarray, sources: np.ndarray, m: int) -> np.ndarray
     return out
 
 
+def recorded_searches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Each ``Searcher.search`` call's (queries, k) from now on, in a list that grows."""
+    from pairkit.index.open import Searcher
+
+    calls: list[tuple[int, int]] = []
+    real = Searcher.search
+
+    def recorded(self, q, k):  # noqa: ANN001, ANN202
+        calls.append((len(q), k))
+        return real(self, q, k)
+
+    monkeypatch.setattr(Searcher, "search", recorded)
+    return calls
+
+
 @pytest.mark.parametrize("big", ["fetched", "skipped"])
 @pytest.mark.parametrize("graph", ["knn_graph", "knn_graph_approx"])
 def test_rule_graphs_search_each_row_to_its_own_source(store, graph: str, big: str,  # noqa: ANN001
@@ -213,20 +228,12 @@ def test_rule_lists_search_each_row_to_its_own_source(store, big: str,  # noqa: 
 
     if big == "skipped":
         monkeypatch.setattr(outside, "OVER_FETCH_ROWS", BIG // 2)
-    from pairkit.index.open import Searcher
     from pairkit.mine import clusters
     from pairkit.mine.rules_run import search_neighbour_lists
 
     x = store.vectors(np.float32)
     sources = pd.factorize(store.items["source"])[0].astype(np.int64)
-    calls: list[tuple[int, int]] = []
-    real = Searcher.search
-
-    def recorded(self, q, k):  # noqa: ANN001, ANN202
-        calls.append((len(q), k))
-        return real(self, q, k)
-
-    monkeypatch.setattr(Searcher, "search", recorded)
+    calls = recorded_searches(monkeypatch)
     monkeypatch.setattr(clusters, "WIDTH_BLOCK_ENTRIES", 3000)  # the deep rows in blocks
     m = 5
     ids, scores = search_neighbour_lists(x, sources, m, IndexOptions(kind="flat"), None, None)
@@ -246,21 +253,13 @@ def test_approximate_rule_lists_search_the_big_source_alone_deep(store, big: str
     before); with a source over ``OVER_FETCH_ROWS`` rows only its rows are searched that
     deep, the others m + the largest of the rest (failed before: every row m + 200)."""
     from pairkit.index import outside
-    from pairkit.index.open import Searcher
     from pairkit.mine.rules_run import search_neighbour_lists
 
     if big == "deep":
         monkeypatch.setattr(outside, "OVER_FETCH_ROWS", BIG // 2)
     x = store.vectors(np.float32)
     sources = pd.factorize(store.items["source"])[0].astype(np.int64)
-    calls: list[tuple[int, int]] = []
-    real = Searcher.search
-
-    def recorded(self, q, k):  # noqa: ANN001, ANN202
-        calls.append((len(q), k))
-        return real(self, q, k)
-
-    monkeypatch.setattr(Searcher, "search", recorded)
+    calls = recorded_searches(monkeypatch)
     m = 5
     ids, _ = search_neighbour_lists(x, sources, m, IndexOptions(kind="ivf", nlist=4, nprobe=4),
                                     None, None)
