@@ -170,3 +170,38 @@ def test_pickled_code_in_a_checkpoint_never_runs(tmp_path):
     assert set(load_state_dict(tmp_path / "compiled.pt")) == {"w"}  # torch.compile's prefix
     torch.save({"model": {"state_dict": {"ema": {"w": torch.ones(2)}}}}, tmp_path / "deep.pt")
     assert set(load_state_dict(tmp_path / "deep.pt")) == {"w"}  # three wrappers deep
+
+
+class _Net(torch.nn.Module):
+    """A model whose keys are ``net.weight``, ``net.bias``, ``module.weight``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(3, 2)
+        self.module = torch.nn.Linear(2, 1, bias=False)
+
+
+def test_only_unexpected_keys_a_partial_prefix_and_empty_wrappers_are_told_or_kept(tmp_path):
+    """A file that fits but for one extra (non-head) key is one line naming it, not torch's
+    traceback; a ``module.`` prefix on only some keys is a module's name, not DDP's; an
+    empty wrapper is passed over for the one that holds the weights; a missing key under a
+    prefix the model shares is named with it."""
+    torch.manual_seed(0)
+    model = _Net()
+    state = dict(model.state_dict())
+    with pytest.raises(PairkitError) as info:
+        fit_state_dict({**state, "extra.weight": torch.zeros(1)}, _Net(), "tiny", "w.pt")
+    assert "1 unexpected (extra.weight)" in str(info.value)
+    assert "missing" not in str(info.value)
+    # only module.weight starts with 'module.': nothing is stripped
+    torch.save({"state_dict": {}, "model": state}, tmp_path / "w.pt")
+    loaded = load_state_dict(tmp_path / "w.pt")
+    assert sorted(loaded) == ["module.weight", "net.bias", "net.weight"]
+    target = _Net()
+    report = fit_state_dict(loaded, target, "tiny", "w.pt")
+    assert report.layout == "as saved"
+    for k, v in state.items():
+        torch.testing.assert_close(target.state_dict()[k], v)
+    # every key of the file starts with 'net.' as the model's do: the missing one is named
+    with pytest.raises(PairkitError, match=r"2 of 3 keys missing \(module\.weight, net\.bias\)"):
+        fit_state_dict({"net.weight": state["net.weight"]}, _Net(), "tiny", "w.pt")
