@@ -159,6 +159,10 @@ def test_histogram_and_stats_by_hand():
     assert h["series"][0]["counts"] == [2, 0, 2, 2]  # out-of-range values clip to the ends
     s = score_stats(np.array([1.0, 2.0, 3.0, 4.0, np.inf]))
     assert (s["n"], s["min"], s["median"], s["max"], s["mean"]) == (4, 1.0, 2.5, 4.0, 2.5)
+    # skewed values: the quartiles (numpy's linear rule, by hand) and the mean apart from the median
+    s = score_stats(np.array([10.0, 0.0, np.nan, 2.0, 1.0]))
+    assert s == {"n": 4, "min": 0.0, "q25": 0.75, "median": 1.5, "q75": 4.0, "max": 10.0,
+                 "mean": 3.25}
 
 
 def test_dedup_groups_largest_first_kept_first():
