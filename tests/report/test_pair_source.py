@@ -15,6 +15,7 @@ import pairkit.report.build as build_module
 import pairkit.report.inputs as inputs_module
 import pairkit.report.pair_source as pair_source
 from pairkit.cli.main import app
+from pairkit.errors import PairkitError
 from pairkit.report.pairs_view import (
     MAX_NEGATIVES_SHOWN,
     anchor_blocks,
@@ -172,3 +173,38 @@ def test_an_empty_parquet_pair_table_and_one_without_paths(mined, tmp_path, monk
         assert r.exit_code == r_old.exit_code == 0, (r.output, r_old.output)
         assert page(tmp_path / f"new-{name}") == page(tmp_path / f"old-{name}")
     assert page(tmp_path / "new-empty.parquet")["sections"][0]["summary"]["rows"] == 0
+
+
+def test_a_kept_index_and_a_missing_store_id_read_narrow_as_whole(mined, tmp_path,
+                                                                  monkeypatch):
+    """A table pandas wrote with its (filtered) index holds ``__index_level_0__``, which
+    is no column of the table; a row without a store_id names no other store: the narrow
+    read gives the page the whole table gives."""
+    t = pd.read_parquet(mined["triplet"])
+    t = t[t.index % 2 == 0].astype({"store_id": object})
+    t.index = pd.Index(np.arange(len(t))[::-1] * 2)  # no range index: written as a column
+    t.loc[t.index[0], "store_id"] = None
+    t.to_parquet(tmp_path / "kept.parquet")  # the index kept as a column
+    import pyarrow.parquet as pq
+
+    assert "__index_level_0__" in pq.read_schema(tmp_path / "kept.parquet").names
+    args = ["--store", mined["store"], "--sample", "10", "--seed", "1"]
+    r = run("report", tmp_path / "kept.parquet", "-o", tmp_path / "new", *args)
+    assert r.exit_code == 0, r.output
+    with monkeypatch.context() as m:
+        the_old_way(m)
+        r_old = run("report", tmp_path / "kept.parquet", "-o", tmp_path / "old", *args)
+    assert r_old.exit_code == 0, r_old.output
+    assert page(tmp_path / "new") == page(tmp_path / "old")
+
+
+def test_parts_with_other_columns_are_refused_by_name(tmp_path):
+    folder = tmp_path / "t"
+    folder.mkdir()
+    a = pd.DataFrame({"anchor_id": [0], "positive_id": [1], "negative_id": [2],
+                      "score": [0.5]})
+    a.to_parquet(folder / "part-0.parquet", index=False)
+    a.rename(columns={"score": "margin"}).to_parquet(folder / "part-1.parquet", index=False)
+    with pytest.raises(PairkitError, match="part-1.parquet has other columns than "
+                                           "part-0.parquet"):
+        inputs_module.read_input(str(folder))

@@ -333,3 +333,14 @@ def test_items_of_two_stores_and_the_store_found_beside_a_table(tmp_path):
     assert found is not None and found.store.root.resolve() == (tmp_path / "a" / "store").resolve()
     too_big = fits.assign(negative_id=[2, 7])  # row 7: not a row of a 3-row store
     assert find_store(too_big, "triplet", near) is None
+
+
+def test_items_of_tables_without_a_store_are_told_apart_by_path():
+    """Without a store, one id with two paths (tables of two stores) is two items."""
+    from pairkit.report.items import ItemTable
+
+    items = ItemTable()
+    ref = items.ref(None)
+    assert [ref(3, "a.png"), ref(3, "b.png"), ref(3, "a.png"), ref(4, None)] == [0, 1, 0, 2]
+    assert [(r["id"], r["path"]) for r in items.rows] == [(3, "a.png"), (3, "b.png"),
+                                                          (4, None)]
