@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pairkit.encode.images import DecodeError, decode_image, discover_images, load_image
+from pairkit.encode.images import (
+    DecodeError,
+    decode_image,
+    discover_images,
+    load_image,
+    read_bytes,
+)
 
 
 def _jpeg_bytes(arr: np.ndarray, **kw) -> bytes:
@@ -314,3 +320,11 @@ def test_remote_image_reasons_match_the_local_reader(monkeypatch) -> None:
         with pytest.raises(DecodeError) as info:
             read_remote_image(url, 1000)
         assert str(info.value) == why
+
+
+def test_a_file_one_byte_past_max_file_bytes_is_refused_by_its_size(tmp_path):
+    f = tmp_path / "a.png"
+    f.write_bytes(b"x" * 6)
+    assert read_bytes(f, max_bytes=6) == b"x" * 6
+    with pytest.raises(DecodeError, match=r"^file too large \(6 bytes > --max-file-bytes 5\)$"):
+        read_bytes(f, max_bytes=5)

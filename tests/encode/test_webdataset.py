@@ -172,3 +172,18 @@ def test_webdataset_usage_errors(tmp_path: Path) -> None:
     r = runner.invoke(app, ["embed", str(tmp_path / "x.tar"), "-o", str(tmp_path / "s"),
                             "--model", "fake"])
     assert r.exit_code == 1 and "no tar shard found" in r.output
+
+
+def test_read_member_reads_its_bytes_and_refuses_one_byte_past_the_limit(tmp_path):
+    """A member of exactly --max-file-bytes is read (its bytes at its offset); one byte
+    more is refused before a byte is read, as a file is."""
+    from pairkit.encode.images import DecodeError
+    from pairkit.encode.webdataset import read_member
+
+    shard = tmp_path / "s.tar"
+    shard.write_bytes(b"0123456789")
+    assert read_member(shard, 2, 5, max_bytes=5) == b"23456"
+    with pytest.raises(DecodeError, match=r"^file too large \(6 bytes > --max-file-bytes 5\)$"):
+        read_member(shard, 2, 6, max_bytes=5)
+    with pytest.raises(DecodeError, match="truncated tar member"):
+        read_member(shard, 8, 4, max_bytes=5)
