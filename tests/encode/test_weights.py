@@ -227,3 +227,24 @@ def test_failed_encoder_leaves_no_store_folder(tmp_path: Path, image_folder: Pat
         unregister_encoder("broken")
     assert r.exit_code == 1 and "weights unavailable" in r.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_hub_cache_dir_resolves_as_huggingface_hub_does(tmp_path: Path) -> None:
+    """HF_HUB_CACHE (or its old name) first, then HF_HOME/hub, then
+    XDG_CACHE_HOME/huggingface/hub: a cache set by HF_HUB_CACHE is where the weights are
+    looked for (else a cached model would be refused offline)."""
+    env = {"HF_HUB_CACHE": "/c/hub", "HUGGINGFACE_HUB_CACHE": "/old", "HF_HOME": "/h",
+           "XDG_CACHE_HOME": "/x"}
+    assert weights.hub_cache_dir(env) == Path("/c/hub")
+    assert weights.hub_cache_dir({**env, "HF_HUB_CACHE": ""}) == Path("/old")
+    assert weights.hub_cache_dir({"HF_HOME": "/h", "XDG_CACHE_HOME": "/x"}) == Path("/h/hub")
+    assert weights.hub_cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/huggingface/hub")
+
+
+def test_a_snapshot_folder_without_a_file_is_not_cached(tmp_path: Path) -> None:
+    """An interrupted download leaves the snapshot's folders and no file: not cached."""
+    snap = tmp_path / "models--org--name" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    assert not weights.repo_cached("org/name", tmp_path)
+    (snap / "open_clip_model.safetensors").write_bytes(b"w")
+    assert weights.repo_cached("org/name", tmp_path)
