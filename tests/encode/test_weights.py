@@ -248,3 +248,22 @@ def test_a_snapshot_folder_without_a_file_is_not_cached(tmp_path: Path) -> None:
     assert not weights.repo_cached("org/name", tmp_path)
     (snap / "open_clip_model.safetensors").write_bytes(b"w")
     assert weights.repo_cached("org/name", tmp_path)
+
+
+def test_random_weight_tags_and_a_tag_beside_a_checkpoint(tmp_path: Path) -> None:
+    """``none`` and ``random`` (any case) mean random weights; beside --checkpoint an
+    open_clip tag names the file's preprocessing and is allowed, ``none`` is not, and for
+    timm no tag is."""
+    from pairkit.errors import UsageError
+
+    assert all(weights.is_random(t) for t in ("none", "random", "None", "RANDOM"))
+    assert not any(weights.is_random(t) for t in (None, "openai", "laion2b_s34b_b79k"))
+    weights.check_weight_options("openai", "w.pt", tag_for_preprocessing=True)
+    for tag in ("none", "random"):
+        with pytest.raises(UsageError, match="exclude each other"):
+            weights.check_weight_options(tag, "w.pt", tag_for_preprocessing=True)
+    with pytest.raises(UsageError, match="exclude each other"):
+        weights.check_weight_options("openai", "w.pt")
+    (tmp_path / "w.pt").write_bytes(b"x")
+    with pytest.raises(UsageError, match="is a file: use --checkpoint"):
+        weights.check_weight_options(str(tmp_path / "w.pt"), None)
