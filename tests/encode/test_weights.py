@@ -267,3 +267,25 @@ def test_random_weight_tags_and_a_tag_beside_a_checkpoint(tmp_path: Path) -> Non
     (tmp_path / "w.pt").write_bytes(b"x")
     with pytest.raises(UsageError, match="is a file: use --checkpoint"):
         weights.check_weight_options(str(tmp_path / "w.pt"), None)
+
+
+def test_timm_weights_of_a_tagged_name_are_found_under_its_base(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``resnet50.a1_in1k``: a hub folder of resnet50's (timm/resnet50.*) or a file in
+    torch's hub checkpoints named after resnet50 may hold its weights; a cache without
+    either can't."""
+    hub, torch_home = tmp_path / "hub", tmp_path / "torch"
+    hub.mkdir()
+    monkeypatch.setenv("TORCH_HOME", str(torch_home))
+    assert weights.timm_weights_absent("resnet50.a1_in1k", hub)
+    ckpt = torch_home / "hub" / "checkpoints"
+    ckpt.mkdir(parents=True)
+    (ckpt / "resnet50_a1_0-14fe96d1.pth").write_bytes(b"w")
+    assert not weights.timm_weights_absent("resnet50.a1_in1k", hub)
+    (ckpt / "resnet50_a1_0-14fe96d1.pth").unlink()
+    snap = hub / "models--timm--resnet50.tv_in1k" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    assert weights.timm_weights_absent("resnet50.a1_in1k", hub)  # no file yet
+    (snap / "model.safetensors").write_bytes(b"w")
+    assert not weights.timm_weights_absent("resnet50.a1_in1k", hub)
+    assert weights.timm_weights_absent("vit_small_patch16_224.augreg_in21k", hub)
