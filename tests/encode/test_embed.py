@@ -85,6 +85,14 @@ def test_rerun_embeds_nothing_and_new_files_only(image_folder, tmp_path):
     assert "embedded 1 images" in result.output and "already in store 12" in result.output
     store = Store.open(out)
     assert store.count == 13 and store.items["path"].iloc[-1] == "class1/new.png"
+    # stored images gone from the folder: told, kept, nothing embedded again
+    (image_folder / "class0" / "img0.jpg").unlink()
+    (image_folder / "class1" / "new.png").unlink()
+    result = runner.invoke(app, ["embed", str(image_folder), "-o", str(out), "--model", "fake"])
+    assert result.exit_code == 0, result.output
+    assert f"2 images in the store are no longer in {image_folder}" in result.output
+    assert "nothing to embed: all 11 images are already in" in result.output
+    assert Store.open(out).count == 13
 
 
 def test_changed_options_refuse_without_force(image_folder, tmp_path):
