@@ -617,3 +617,19 @@ def test_folder_labels_are_the_first_sub_folder():
     labels, missing = resolve_labels("folder", files, root)
     assert labels == {"cat/indoor/1.jpg": "cat", "dog/2.jpg": "dog", "3.jpg": None}
     assert missing == 1
+
+
+def test_a_moved_folder_that_lacks_stored_images_is_another_folder(image_folder, tmp_path):
+    """The old folder gone and the new one without every stored image: not the same
+    folder moved, refused (its rows would be relative to another folder)."""
+    out = tmp_path / "store"
+    assert embed(image_folder, "-o", out).exit_code == 0
+    old_root = str(image_folder.resolve())
+    before = (out / "manifest.json").read_bytes()
+    moved = tmp_path / "moved"
+    image_folder.rename(moved)
+    (moved / "class0" / "img0.jpg").unlink()
+    result = embed(moved, "-o", out)
+    assert result.exit_code == 1, result.output
+    assert f"holds images of {old_root}, not {moved.resolve()}" in result.output
+    assert (out / "manifest.json").read_bytes() == before
