@@ -633,3 +633,20 @@ def test_a_moved_folder_that_lacks_stored_images_is_another_folder(image_folder,
     assert result.exit_code == 1, result.output
     assert f"holds images of {old_root}, not {moved.resolve()}" in result.output
     assert (out / "manifest.json").read_bytes() == before
+
+
+def test_resume_with_a_labels_table_of_the_new_images_only(image_folder, tmp_path):
+    """An image already in the store that this run's labels table does not name is not
+    labelled otherwise: a table of the new images alone resumes, the stored labels kept."""
+    out = tmp_path / "s"
+    (image_folder / "class0" / "img2.jpg").rename(tmp_path / "later.jpg")
+    (tmp_path / "a.csv").write_text("path,label\nclass0/img0.jpg,cat\nclass1/img0.jpg,dog\n")
+    assert embed(image_folder, "-o", out, "--labels", tmp_path / "a.csv").exit_code == 0
+    (tmp_path / "later.jpg").rename(image_folder / "class0" / "img2.jpg")
+    (tmp_path / "new.csv").write_text("path,label\nclass0/img2.jpg,cat\n")
+    result = embed(image_folder, "-o", out, "--labels", tmp_path / "new.csv")
+    assert result.exit_code == 0, result.output
+    items = Store.open(out).items.set_index("path")
+    assert items.loc["class0/img2.jpg", "label"] == "cat"
+    assert items.loc["class0/img0.jpg", "label"] == "cat"
+    assert items.loc["class1/img0.jpg", "label"] == "dog"
