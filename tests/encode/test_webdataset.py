@@ -187,3 +187,16 @@ def test_read_member_reads_its_bytes_and_refuses_one_byte_past_the_limit(tmp_pat
         read_member(shard, 2, 6, max_bytes=5)
     with pytest.raises(DecodeError, match="truncated tar member"):
         read_member(shard, 8, 4, max_bytes=5)
+
+
+def test_shards_without_any_label_count_no_image_as_unlabelled(tmp_path):
+    """Members' own labels: shards that carry none are unlabelled (0 told missing, no
+    warning for every image); where some carry one, those without are counted."""
+    from pairkit.encode.images import ImageFile
+    from pairkit.encode.sources import resolve_labels
+
+    files = [ImageFile(p, tmp_path / "s.tar", (0, 1)) for p in ("a.jpg", "b.jpg", "c.jpg")]
+    labels, missing = resolve_labels(None, files, tmp_path, {"a.jpg": None, "b.jpg": None})
+    assert labels == {"a.jpg": None, "b.jpg": None, "c.jpg": None} and missing == 0
+    labels, missing = resolve_labels(None, files, tmp_path, {"a.jpg": "cat", "b.jpg": None})
+    assert labels == {"a.jpg": "cat", "b.jpg": None, "c.jpg": None} and missing == 2
