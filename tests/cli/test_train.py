@@ -46,6 +46,12 @@ def test_train_then_project(tmp_path):
     assert out.encoder["head"]["head"]["out_dim"] == 8
     want = load_head(tmp_path / "h").apply(store.vectors())
     np.testing.assert_allclose(out.vectors(), want, atol=1e-6)
+    # blocks of 7 rows (the last one short): each block's rows where they belong
+    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(tmp_path / "h"),
+                            "-o", str(tmp_path / "p7"), "--batch-size", "7"])
+    assert r.exit_code == 0, r.stderr
+    np.testing.assert_allclose(Store.open(tmp_path / "p7").vectors(), want, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(want, axis=1), 1.0, atol=1e-5)
     # an existing store or file at -o: refused before the head loads or a row is read
     import pairkit.train.head as head_module
 
