@@ -82,3 +82,16 @@ def test_a_failed_first_save_leaves_no_folder(store, tmp_path, monkeypatch):
     monkeypatch.undo()
     train_head(store, head, TrainConfig(epochs=1, **FAST))
     assert load_head(head).complete
+
+
+def test_force_replacing_a_whitened_head_leaves_none_of_its_files(store, tmp_path):
+    """docs/train.md: --force replaces the old head whole; a new run without an output
+    whitening leaves no whitening.safetensors of the old one in the folder."""
+    head = tmp_path / "head"
+    train_head(store, head, TrainConfig(epochs=1, whiten=0.25, **FAST))
+    assert (head / "whitening.safetensors").is_file()
+    train_head(store, head, TrainConfig(epochs=1, pair_whitening=0, **FAST), force=True)
+    assert load_head(head).whitening is None
+    assert sorted(p.name for p in head.iterdir()) == sorted(
+        ["checkpoint.pt", "config.json", "head.safetensors", "train_log.jsonl"]
+        + (["train_plot.png"] if (head / "train_plot.png").exists() else []))
