@@ -6,6 +6,8 @@ resume."""
 from __future__ import annotations
 
 import errno
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from pairkit.cli.main import app
 from pairkit.errors import PairkitError
 from pairkit.train.config import TrainConfig
 from pairkit.train.head import load_head
-from pairkit.train.head_folder import check_head_output
+from pairkit.train.head_folder import check_head_output, json_record
 from pairkit.train.loop import train_head
 from tests.conftest import random_store
 
@@ -92,6 +94,15 @@ def test_force_replacing_a_whitened_head_leaves_none_of_its_files(store, tmp_pat
     assert (head / "whitening.safetensors").is_file()
     train_head(store, head, TrainConfig(epochs=1, pair_whitening=0, **FAST), force=True)
     assert load_head(head).whitening is None
+    # no whitening: format version 1, which pairkits before the output whitening read
+    assert json.loads((head / "config.json").read_text())["format_version"] == 1
     assert sorted(p.name for p in head.iterdir()) == sorted(
         ["checkpoint.pt", "config.json", "head.safetensors", "train_log.jsonl"]
         + (["train_plot.png"] if (head / "train_plot.png").exists() else []))
+
+
+def test_a_log_record_holds_no_nan_or_inf() -> None:
+    """A diverged epoch's inf or NaN metric is null in train_log.jsonl (strict JSON)."""
+    line = json_record({"epoch": 3, "loss": math.inf, "val": -math.inf, "gap": math.nan,
+                        "lr": 0.5})
+    assert json.loads(line) == {"epoch": 3, "loss": None, "val": None, "gap": None, "lr": 0.5}
