@@ -245,7 +245,8 @@ def test_project_keeps_the_image_root_and_labels_spec(tmp_path):
                           "label": [f"c{i % 3}" for i in range(24)]})
     write_store(tmp_path / "s", rng.normal(size=(24, 6)).astype(np.float32), items,
                 encoder={"name": "x"},
-                extra={"image_root": str(tmp_path / "images"), "labels": "folder"})
+                extra={"image_root": str(tmp_path / "images"), "labels": "folder"},
+                dtype="float16")
     r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
                             "--relation", "instance", "--epochs", "1", "--device", "cpu"])
     assert r.exit_code == 0, r.output
@@ -254,6 +255,10 @@ def test_project_keeps_the_image_root_and_labels_spec(tmp_path):
     assert r.exit_code == 0, r.output
     m = Store.open(tmp_path / "p").manifest
     assert m["image_root"] == str(tmp_path / "images") and m["labels"] == "folder"
+    # the input's precision kept (no --dtype), and the store the head was trained on named
+    assert Store.open(tmp_path / "p").dtype == "float16"
+    trained_on = Store.open(tmp_path / "s").content_id
+    assert m["projected"]["trained_on"] == m["encoder"]["head"]["trained_on"] == trained_on
 
 
 def test_a_head_with_non_finite_or_zero_outputs_is_refused_in_one_line(tmp_path):
