@@ -344,3 +344,19 @@ def test_items_of_tables_without_a_store_are_told_apart_by_path():
     assert [ref(3, "a.png"), ref(3, "b.png"), ref(3, "a.png"), ref(4, None)] == [0, 1, 0, 2]
     assert [(r["id"], r["path"]) for r in items.rows] == [(3, "a.png"), (3, "b.png"),
                                                           (4, None)]
+
+
+def test_dedup_groups_without_match_bad_groups_and_unlabelled_members():
+    """A dedup table without ``match`` (an older pairkit's): copies are ``near``; a row
+    without a group number is no group's; a group of one labelled and one unlabelled
+    member is not mixed (missing labels are not counted)."""
+    from pairkit.report.dedup_view import label_counts, normalize_groups
+
+    t = pd.DataFrame({"group": [0, 0, None, 1, 1], "id": [0, 1, 2, 3, 4],
+                      "keep": [True, False, True, "true", "false"],
+                      "similarity": [1.0, 0.98, 1.0, 1.0, 0.97]})
+    g = normalize_groups(t)
+    assert g["id"].tolist() == [0, 1, 3, 4] and g["group"].tolist() == [0, 0, 1, 1]
+    assert g["match"].tolist() == ["keep", "near", "keep", "near"]
+    labels = np.array(["x", None, "y", "y", "z"], dtype=object)
+    assert label_counts(g, labels).to_dict() == {0: 1, 1: 2}
