@@ -384,3 +384,22 @@ def test_an_exif_block_too_short_to_read_keeps_the_pil_path() -> None:
     cut = data[:2] + b"\xff\xe1" + (len(seg) + 2).to_bytes(2, "big") + seg + data[2:]
     info = inspect_jpeg(cut)
     assert not info.plain and info.why == "EXIF orientation 0"
+
+
+def test_pipeline_refuses_files_over_max_file_bytes(tmp_path: Path) -> None:
+    """--max-file-bytes holds on the device path: a larger file is an error with the
+    reader's reason, a smaller one is embedded."""
+    from pairkit.encode.device_pipeline import DevicePipeline
+    from pairkit.encode.images import discover_images
+
+    (tmp_path / "img").mkdir()
+    small, big = photo(16, 16, seed=1), photo(400, 300, seed=2)
+    assert len(small) < 2000 < len(big)
+    (tmp_path / "img" / "a.jpg").write_bytes(small)
+    (tmp_path / "img" / "b.jpg").write_bytes(big)
+    files, _ = discover_images(tmp_path / "img")
+    pre = Preprocess(size=16, interpolation="bicubic")
+    with DevicePipeline(files, 1, pre, 0, "cpu", readers=1, max_bytes=2000) as pipe:
+        got = pipe.prepare([0, 1])
+    assert [i for i, _ in got.ok] == [0]
+    assert got.errors == [(1, f"file too large ({len(big):,} bytes > --max-file-bytes 2,000)")]
