@@ -403,3 +403,24 @@ def test_pipeline_refuses_files_over_max_file_bytes(tmp_path: Path) -> None:
         got = pipe.prepare([0, 1])
     assert [i for i, _ in got.ok] == [0]
     assert got.errors == [(1, f"file too large ({len(big):,} bytes > --max-file-bytes 2,000)")]
+
+
+def test_pipeline_keeps_the_bomb_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JPEG over PIL's pixel limit goes the PIL path on the device pipeline too, and is
+    refused there as a decompression bomb (not decoded on the device)."""
+    from PIL import Image as PILImage
+
+    from pairkit.encode.device_pipeline import DevicePipeline
+    from pairkit.encode.images import discover_images
+
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "a.jpg").write_bytes(photo(16, 16, seed=1))
+    (tmp_path / "img" / "b.jpg").write_bytes(photo(64, 48, seed=2))
+    files, _ = discover_images(tmp_path / "img")
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", 1000)  # 64 x 48 is over twice this
+    pre = Preprocess(size=16, interpolation="bicubic")
+    with DevicePipeline(files, 1, pre, 0, "cpu", readers=1) as pipe:
+        got = pipe.prepare([0, 1])
+    assert [i for i, _ in got.ok] == [0] and got.on_device == 1
+    assert len(got.errors) == 1 and got.errors[0][0] == 1
+    assert got.errors[0][1].startswith("decompression bomb refused")
