@@ -424,3 +424,27 @@ def test_pipeline_keeps_the_bomb_limit(tmp_path: Path, monkeypatch: pytest.Monke
     assert [i for i, _ in got.ok] == [0] and got.on_device == 1
     assert len(got.errors) == 1 and got.errors[0][0] == 1
     assert got.errors[0][1].startswith("decompression bomb refused")
+
+
+def test_a_jpeg_the_device_decoder_rejects_is_tried_by_pil_not_lost(tmp_path: Path) -> None:
+    """A plain-looking JPEG whose scan holds a second SOF marker fails torchvision's
+    decoder (the whole batch, then alone): it goes the PIL path, so it is a row or an
+    error, never silently dropped; the good file of its batch is decoded on the device."""
+    from pairkit.encode.device_pipeline import DevicePipeline
+    from pairkit.encode.images import discover_images
+    from pairkit.encode.jpeg import inspect_jpeg
+
+    good = photo(64, 48, seed=2)
+    sos = good.index(b"\xff\xda")
+    start = sos + 2 + int.from_bytes(good[sos + 2:sos + 4], "big")
+    bad = good[:start + 5] + b"\xff\xff\xff\xff\xc9" + good[start + 10:]
+    assert inspect_jpeg(bad).plain
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "a.jpg").write_bytes(good)
+    (tmp_path / "img" / "b.jpg").write_bytes(bad)
+    files, _ = discover_images(tmp_path / "img")
+    pre = Preprocess(size=16, interpolation="bicubic")
+    with DevicePipeline(files, 1, pre, 0, "cpu", readers=1) as pipe:
+        got = pipe.prepare([0, 1])
+    assert got.on_device == 1 and got.ok[0][0] == 0
+    assert sorted([i for i, _ in got.ok] + [i for i, _ in got.errors]) == [0, 1]
