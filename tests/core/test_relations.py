@@ -181,3 +181,13 @@ def test_a_pairs_row_of_one_item_is_no_pair(tmp_path: Path) -> None:
     off, ids = rel.positive_sets(rel.anchors())
     assert off.tolist() == [0, 1, 2] and ids.tolist() == [1, 0]
     assert rel.pair_keys.tolist() == [1, 6]  # 0 * 6 + 1 and 1 * 6 + 0
+
+
+def test_unknown_examples_name_the_path_not_found(tmp_path: Path) -> None:
+    """Mutation audit 4a (RL9): the example of an unknown row is its path that is not in
+    the store, the positive's when the anchor is found."""
+    f = tmp_path / "p.csv"
+    pd.DataFrame({"anchor": ["a/2.jpg", "gone.jpg"],
+                  "positive": ["lost.jpg", "b/4.jpg"]}).to_csv(f, index=False)
+    with pytest.raises(PairkitError, match=r"\(e\.g\. 'lost\.jpg', 'gone\.jpg'\)"):
+        load_relation(f"pairs:{f}", items_table())
