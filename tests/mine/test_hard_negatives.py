@@ -357,6 +357,11 @@ def test_bad_options() -> None:
         (MineConfig(sampling_temperature=0), "--sampling-temperature must be > 0"),
         (MineConfig(min_score=0.5, max_score=0.1), "--min-score must be <= --max-score"),
         (MineConfig(absolute_margin=-1), "--absolute-margin must be >= 0"),
+        (MineConfig(relative_margin=-0.5), "--relative-margin must be >= 0"),
+        (MineConfig(max_positives=0), "--max-positives must be >= 1, got 0"),  # 4a CF10
+        (MineConfig(batch_size=0), "--batch-size must be >= 1, got 0"),
+        (MineConfig(positive="strongest"), "--positive must be one of"),
+        (MineConfig(fn_mode="drop"), "--fn-mode must be one of"),
     ]
     for cfg, msg in cases:
         with pytest.raises(UsageError, match=msg):
