@@ -142,7 +142,9 @@ def test_rules_and_mined_positives_parts_equal_local(store, tmp_path, case, monk
         index = IndexOptions(kind="hnsw", device="cpu", backend="faiss")
     index = index or IndexOptions(kind="auto", device="cpu", backend="faiss")
     kw = {"fmt": fmt, "index": index, "fn_config": fn, "positives": pos}
-    sa = mine_to_files(store.root, str(tmp_path / "a.parquet"), cfg, **kw)
+    # in memory (mine_store), not streamed: the streamed run adds its blocks' summaries as
+    # the parts do (mutation audit 4a, BP4: both kept the last block's count only)
+    sa = mine_to_files(store.root, str(tmp_path / "a.parquet"), cfg, streamed=False, **kw)
     ex = Here(pickled_blocks)
     monkeypatch.setattr(command, "mine_store", None)  # the parts path, or a TypeError
     sb = mine_to_files(store.root, str(tmp_path / "b.parquet"), cfg, executor=ex, **kw)
