@@ -179,6 +179,28 @@ def test_label_relation_parts_equal_local(store, tmp_path):
     same_stats(sa, sb)
 
 
+def test_pairs_relation_parts_equal_local_with_its_stats_and_progress(store, tmp_path):
+    """Mutation audit 4a (PR5, PR6, PR8): a ``pairs:FILE`` run by blocks keeps the
+    relation's stats (rows, unknown rows, their examples: hand-counted) and reports its
+    progress block by block (anchors per block, not the running total)."""
+    paths = store.items["path"].drop_duplicates().tolist()
+    f = tmp_path / "pairs.csv"
+    pd.DataFrame({"anchor": paths[0:20:2] + ["nope.jpg"],
+                  "positive": paths[1:21:2] + [paths[0]]}).to_csv(f, index=False)
+    cfg, rel = MineConfig(batch_size=7), f"pairs:{f}"
+    sa = mine_to_files(store.root, str(tmp_path / "a.parquet"), cfg, relation=rel,
+                       streamed=False)
+    seen, started = [], []
+    sb = mine_to_files(store.root, str(tmp_path / "b.parquet"), cfg, relation=rel,
+                       executor=Here(), progress=seen.append, on_start=started.append)
+    pd.testing.assert_frame_equal(read_table(tmp_path / "a.parquet"),
+                                  read_table(tmp_path / "b.parquet"))
+    same_stats(sa, sb)
+    assert (sb["pairs_rows"], sb["pairs_rows_unknown"]) == (11, 1)
+    assert sb["pairs_unknown_examples"] == ["nope.jpg"]
+    assert started == [20] and seen == [7, 7, 6]  # 10 anchor paths of 2 views each
+
+
 def test_dataset_output_one_part_per_block(store, tmp_path):
     a, sa, b, sb, a_out, b_out = both(store, tmp_path, MineConfig(batch_size=50), "pairs/")
     names = sorted(p.name for p in b_out.iterdir())
