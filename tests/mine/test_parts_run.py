@@ -75,7 +75,7 @@ def same_stats(sa: dict, sb: dict) -> None:
     assert sb["index"] == sa["index"].replace("built now", "built on each worker")
 
 
-@pytest.mark.parametrize("case", ["triplet", "n-tuple", "labeled-pair", "ivf", "easy",
+@pytest.mark.parametrize("case", ["triplet", "n-tuple", "labeled-pair", "ivf", "ivf-seed", "easy",
                                   "short", "empty-blocks", "random-positive"])
 def test_parts_equal_local(store, tmp_path, case):
     cfg, fmt, index = MineConfig(batch_size=40), "triplet", None
@@ -83,6 +83,9 @@ def test_parts_equal_local(store, tmp_path, case):
         fmt = case
     elif case == "ivf":
         index = IndexOptions(kind="ivf", device="cpu", backend="faiss", nlist=8)
+    elif case == "ivf-seed":  # one list probed: the k-means seed (--seed) shapes the table
+        cfg = MineConfig(batch_size=40, seed=3)  # (mutation audit 4a, PR1)
+        index = IndexOptions(kind="ivf", device="cpu", backend="faiss", nlist=8, nprobe=1)
     elif case == "easy":
         cfg = MineConfig(hard=False, batch_size=40, num_negatives=3)
     elif case == "short":  # anchors with few or no negatives: columns all null in a block
