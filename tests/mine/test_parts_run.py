@@ -368,3 +368,34 @@ def test_parts_time_the_index_and_the_search(store, tmp_path, blocks):
         assert s["seconds"]["index"] > 0 and s["seconds"]["search"] > 0, s["seconds"]
     # the blocks (and each pickled block's own index) ran within "mine", one at a time
     assert sb["seconds"]["index"] + sb["seconds"]["search"] <= sb["seconds"]["mine"]
+
+
+def test_summary_counts_add_every_block():
+    """Mutation audit 4a (BP3, BP4, BP5): two blocks' summaries added by hand: sums, the
+    larger rank and k, and the files of both blocks' scores."""
+    from pairkit.mine.block_parts import BlockSummary
+    from pairkit.mine.stats import RANK_BINS
+
+    class Files:
+        def __init__(self):
+            self.added = []
+
+        def add_file(self, *args):
+            self.added.append(args[0])
+
+    def block(n, rank_max, attracted, same, k_max, removed):
+        return BlockSummary(
+            rows=n, per_anchor=np.array([0, n]), pos_keys=(f"pos{n}", np.zeros(1), 0),
+            neg_keys=(f"neg{n}", np.zeros(1), 0),
+            rank_counts=np.eye(len(RANK_BINS), dtype=np.int64)[-1] * n, rank_max=rank_max,
+            removed=removed, fn_flagged={}, retries=1, anchors_retried=1, k_max=k_max,
+            same_label=same, attracted=attracted)
+
+    counts = SummaryCounts(1, True, 2, Files(), Files())
+    counts.add(block(3, 12_000, 5, (1, 3), 4, {"self": 3}))
+    counts.add(block(2, 10_500, 2, (2, 2), 3, {"self": 2, "positive": 1}))
+    assert counts.rows == 5 and counts.per_anchor.tolist() == [0, 5]
+    assert counts.rank_max == 12_000 and counts.attracted == 7 and counts.k_max == 4
+    assert (counts.same, counts.both) == (3, 5) and counts.removed == {"self": 5, "positive": 1}
+    assert counts.retries == 2 and counts.pos.added == ["pos3", "pos2"]
+    assert counts.neg.added == ["neg3", "neg2"]
