@@ -80,6 +80,18 @@ def test_existing_store_needs_force_and_force_removes_the_old_objects(s3):
     assert len(new) == 3 and Store.open(f"{s3}/st").count == 10
 
 
+def test_a_prefix_of_other_objects_is_refused(s3):
+    """Mutation audit 4a (RS2): a new store is not written among objects that are not a
+    pairkit store's (nothing is put there, even with --force)."""
+    fs().pipe_file(f"{s3[len('s3://'):]}/mixed/notes.txt", b"mine")
+    x, items = rows(10)
+    for force in (False, True):
+        with pytest.raises(PairkitError, match=r"output s3://.*/mixed holds objects that are "
+                                               r"not a pairkit store \(notes\.txt\)"):
+            write_store(f"{s3}/mixed", x, items, force=force)
+    assert names(f"{s3}/mixed") == ["notes.txt"]
+
+
 @pytest.mark.parametrize("target", ["shard", "items", "manifest"])
 def test_a_flipped_byte_is_refused(s3, target):
     x, items = rows()
