@@ -244,3 +244,20 @@ def test_urls_never_become_local_folders(s3, tmp_path, monkeypatch):
     with pytest.raises(PairkitError, match=r"^gs://b/st.*: Please install gcsfs"):
         Store.open("gs://b/st")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_removes_only_stale_unnamed_objects(s3, monkeypatch):
+    """Mutation audit 4a (RS5): an unnamed object of a live writer (put just now, not yet
+    committed) survives another writer's resume; one older than STALE_SECONDS goes."""
+    from pairkit.core import remote_store
+    from pairkit.core.remote_store import RemoteStoreWriter
+
+    x, items = rows(10)
+    write_store(f"{s3}/st", x, items)
+    live = "embeddings-00007-0badcafe.npy"
+    fs().pipe_file(f"{s3[len('s3://'):]}/st/{live}", b"pending")
+    RemoteStoreWriter.resume(f"{s3}/st").close()
+    assert live in names(f"{s3}/st")
+    monkeypatch.setattr(remote_store, "STALE_SECONDS", -60)  # everything unnamed is old
+    RemoteStoreWriter.resume(f"{s3}/st").close()
+    assert live not in names(f"{s3}/st") and Store.open(f"{s3}/st").count == 10
