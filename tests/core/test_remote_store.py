@@ -193,6 +193,15 @@ def test_errors_list_on_s3(s3):
     w.commit()
     assert len(Store.open(url).read_errors()) == 2
     assert sum(n.startswith("errors-") for n in names(url)) == 1  # the old list removed
+    # mutation audit 4a (RS6, RS4): a list of as many records but other content is new; the
+    # same list again is not; two lists put before one commit leave one object
+    assert not w.set_errors([{"path": "bad.jpg", "reason": "x"}, {"path": "b2.jpg", "reason": "y"}])
+    assert w.set_errors([{"path": "bad.jpg", "reason": "x"}, {"path": "b3.jpg", "reason": "z"}])
+    assert w.set_errors([{"path": "c.jpg", "reason": "x"}, {"path": "b3.jpg", "reason": "z"}])
+    w.commit()
+    assert Store.open(url).read_errors() == [{"path": "c.jpg", "reason": "x"},
+                                             {"path": "b3.jpg", "reason": "z"}]
+    assert sum(n.startswith("errors-") for n in names(url)) == 1
 
 
 def test_half_written_and_missing_stores(s3):
