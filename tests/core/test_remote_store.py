@@ -270,3 +270,26 @@ def test_resume_removes_only_stale_unnamed_objects(s3, monkeypatch):
     monkeypatch.setattr(remote_store, "STALE_SECONDS", -60)  # everything unnamed is old
     RemoteStoreWriter.resume(f"{s3}/st").close()
     assert live not in names(f"{s3}/st") and Store.open(f"{s3}/st").count == 10
+
+
+def test_open_retries_when_a_writer_commits_during_the_read(s3, monkeypatch):
+    """Mutation audit 4a (RS7): a shard that fails to read because a writer replaced the
+    store meanwhile (new manifest): the open takes the new snapshot instead of failing."""
+    from pairkit.core import remote_store
+
+    x, items = rows(20)
+    url = f"{s3}/st"
+    write_store(url, x, items)
+    real, calls = remote_store.shard_array, []
+
+    def replaced_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:  # the writer commits a new store as the first shard is read
+            write_store(url, x[:7], items[:7], force=True)
+            raise StoreError("shard missing")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(remote_store, "shard_array", replaced_once)
+    st = Store.open(url)
+    assert st.count == 7 and len(calls) >= 2
+    np.testing.assert_allclose(st.vectors(), Store.open(url).vectors())
