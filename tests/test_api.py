@@ -166,6 +166,11 @@ def test_store_info_and_vectors(store) -> None:
     (lambda s: pairkit.mine_pairs(s, hard=False, nprobe=4), "nprobe needs hard"),
     (lambda s: pairkit.mine_pairs(s, filter_false_negatives=True, fn_options={"bogus": 1}),
      "unknown option 'bogus'"),
+    # mutation audit 4a (AP1, AP2): options mine refuses as doing nothing
+    (lambda s: pairkit.mine_pairs(s, fn_mode="keep"),
+     "fn_mode='keep' needs filter_false_negatives=True"),
+    (lambda s: pairkit.mine_pairs(s, sampling_temperature=0.1),
+     "sampling_temperature applies to sampling='softmax'"),
     (lambda s: pairkit.search(s, ids=[True]), "ids must be a list of int"),
     (lambda s: pairkit.search(s, ids=[3.7]), "ids must be a list of int"),
     (lambda s: pairkit.vectors(s, "int8"), "dtype must be float16, float32 or float64"),

@@ -65,3 +65,20 @@ def test_head_without_an_encoder_record_still_loads(tmp_path, head):
                             "-o", str(tmp_path / "p"), "-q"])
     assert r.exit_code == 0, r.stderr
     assert Store.open(tmp_path / "p").count == 20
+
+
+def test_encoder_records_compared_without_their_provenance():
+    """Mutation audit 4a (EM2, EM3): two .npy imports of one encoder differ in file name
+    and hash, and are still one encoder; a record differing in more fields than shown
+    names the first three (sorted) and counts the rest."""
+    from pairkit.core.encoder_match import encoder_difference, same_encoder
+
+    a = {"name": "clip", "imported_from": "train.npy", "sha256": "aa"}
+    b = {"name": "clip", "imported_from": "test.npy", "sha256": "bb"}
+    assert same_encoder(a, b)
+    assert encoder_difference(a, b) == ""
+    assert not same_encoder(a, {**b, "name": "dino"})
+    c = {"name": "x", "dim": 1, "a": 1, "b": 2, "sha256": "1"}
+    d = {"name": "y", "dim": 2, "a": 3, "b": 4, "sha256": "2"}
+    assert encoder_difference(c, d) == "a 1 vs 3; b 2 vs 4; dim 1 vs 2, and 1 more fields"
+    assert encoder_difference(c, d, shown=4) == 'a 1 vs 3; b 2 vs 4; dim 1 vs 2; name "x" vs "y"'

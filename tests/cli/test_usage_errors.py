@@ -34,6 +34,11 @@ def cases(store: str, out: str) -> list[tuple[list[str], str]]:
         (["demo", out + "/d", "--limit", "5"], "--limit must be >= 100, got 5"),
         (["mine", store, "--hard", "--min-score", "nan"], "--min-score must be a number, got nan"),
         (["mine", store, "--hard", "--max-score", "nan"], "--max-score must be a number, got nan"),
+        # mutation audit 4a (OP5): an infinite bound is no number either (min-score inf: no
+        # negative at all, every anchor "short")
+        (["mine", store, "--hard", "--min-score", "inf"], "--min-score must be a number, got inf"),
+        (["mine", store, "--hard", "--max-score", "-inf"],
+         "--max-score must be a number, got -inf"),
         (["mine", store, "--hard", "--absolute-margin", "nan"],
          "--absolute-margin must be a number, got nan"),
         (["mine", store, "--hard", "--exact-max-rows", "-5"],

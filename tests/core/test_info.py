@@ -220,3 +220,30 @@ def test_info_counts_the_skipped_files_embed_counts(tmp_path: Path) -> None:
     assert store_info(store)["errors"] == 2
     assert "files that could not be embedded: 2 (errors-" in runner.invoke(
         app, ["info", store]).output
+
+
+def test_sources_sizes_and_an_index_of_other_rows(tmp_path: Path) -> None:
+    """Mutation audit 4a (IF1, IF3, IF4): sources are counted by the source column (two
+    paths of one source are one source); sizes in powers of 1,000; a saved index whose
+    sealed record names another content id is stale even with the same row count."""
+    import numpy as np
+    import pandas as pd
+
+    from pairkit.core.info import info_lines
+    from pairkit.core.integrity import seal
+    from pairkit.core.store_writer import write_store
+
+    items = pd.DataFrame({"path": ["a.png", "b.png", "c.png"], "source": ["s", "s", "t"]})
+    st = write_store(tmp_path / "s", np.eye(3, 4, dtype=np.float32), items)
+    info = store_info(st.root)
+    assert info["rows"] == 3 and info["sources"] == 2
+    text = "\n".join(info_lines({**info, "bytes": 1000, "vector_bytes": 999}))
+    assert "1.0 KB (999 B of vectors)" in text
+    r = runner.invoke(app, ["index", str(st.root), "--index", "flat"])
+    assert r.exit_code == 0, r.output
+    assert store_info(st.root)["stale_indexes"] == []
+    meta = next((st.root / "index").glob("*.json"))
+    record = json.loads(meta.read_text())
+    assert record["content_id"] == st.content_id and record["count"] == 3
+    meta.write_text(json.dumps(seal({**record, "content_id": "other"})))  # sealed anew
+    assert store_info(st.root)["stale_indexes"] == ["flat.faiss"]

@@ -213,3 +213,17 @@ def test_threads_racing_for_one_lock_never_share_it(tmp_path):
     [t.join(timeout=60) for t in threads]
     assert most == 1
     assert not folder.exists() or not any(folder.iterdir())  # no lock file left behind
+
+
+def test_a_folder_made_for_the_lock_goes_and_one_that_was_there_stays(tmp_path):
+    """Mutation audit 4a (LK7): a run that leaves nothing removes only the folder its lock
+    created, never an empty folder the user made beforehand."""
+    from pairkit.core.lock import LOCK_NAME, writer_lock
+
+    made, mine = tmp_path / "new", tmp_path / "mine"
+    mine.mkdir()
+    for folder in (made, mine):
+        with writer_lock(folder):
+            assert (folder / LOCK_NAME).exists()
+    assert not made.exists()
+    assert mine.is_dir() and list(mine.iterdir()) == []

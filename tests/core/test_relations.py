@@ -165,3 +165,29 @@ def test_pairs_file_paths_are_text_as_written(tmp_path: Path, names) -> None:
     assert rel.anchors().tolist() == [0]  # '001' and '007', not the items '1' and '7'
     off, ids = rel.positive_sets(rel.anchors())
     assert ids.tolist() == [2]
+
+
+def test_a_pairs_row_of_one_item_is_no_pair(tmp_path: Path) -> None:
+    """Mutation audit 4a (RL5): a row naming one path twice pairs that path's views with
+    each other, never an item with itself (a triplet whose anchor is its positive)."""
+    f = tmp_path / "same.csv"
+    pd.DataFrame({"anchor": ["a/2.jpg"], "positive": ["a/2.jpg"]}).to_csv(f, index=False)
+    with pytest.raises(PairkitError, match="give a pair of two different store items"):
+        load_relation(f"pairs:{f}", items_table())
+    pd.DataFrame({"anchor": ["a/1.jpg", "a/2.jpg"],
+                  "positive": ["a/1.jpg", "a/2.jpg"]}).to_csv(f, index=False)
+    rel = load_relation(f"pairs:{f}", items_table())  # a/1.jpg: views 0 and 1
+    assert rel.anchors().tolist() == [0, 1]
+    off, ids = rel.positive_sets(rel.anchors())
+    assert off.tolist() == [0, 1, 2] and ids.tolist() == [1, 0]
+    assert rel.pair_keys.tolist() == [1, 6]  # 0 * 6 + 1 and 1 * 6 + 0
+
+
+def test_unknown_examples_name_the_path_not_found(tmp_path: Path) -> None:
+    """Mutation audit 4a (RL9): the example of an unknown row is its path that is not in
+    the store, the positive's when the anchor is found."""
+    f = tmp_path / "p.csv"
+    pd.DataFrame({"anchor": ["a/2.jpg", "gone.jpg"],
+                  "positive": ["lost.jpg", "b/4.jpg"]}).to_csv(f, index=False)
+    with pytest.raises(PairkitError, match=r"\(e\.g\. 'lost\.jpg', 'gone\.jpg'\)"):
+        load_relation(f"pairs:{f}", items_table())

@@ -80,6 +80,18 @@ def test_existing_store_needs_force_and_force_removes_the_old_objects(s3):
     assert len(new) == 3 and Store.open(f"{s3}/st").count == 10
 
 
+def test_a_prefix_of_other_objects_is_refused(s3):
+    """Mutation audit 4a (RS2): a new store is not written among objects that are not a
+    pairkit store's (nothing is put there, even with --force)."""
+    fs().pipe_file(f"{s3[len('s3://'):]}/mixed/notes.txt", b"mine")
+    x, items = rows(10)
+    for force in (False, True):
+        with pytest.raises(PairkitError, match=r"output s3://.*/mixed holds objects that are "
+                                               r"not a pairkit store \(notes\.txt\)"):
+            write_store(f"{s3}/mixed", x, items, force=force)
+    assert names(f"{s3}/mixed") == ["notes.txt"]
+
+
 @pytest.mark.parametrize("target", ["shard", "items", "manifest"])
 def test_a_flipped_byte_is_refused(s3, target):
     x, items = rows()
@@ -181,6 +193,15 @@ def test_errors_list_on_s3(s3):
     w.commit()
     assert len(Store.open(url).read_errors()) == 2
     assert sum(n.startswith("errors-") for n in names(url)) == 1  # the old list removed
+    # mutation audit 4a (RS6, RS4): a list of as many records but other content is new; the
+    # same list again is not; two lists put before one commit leave one object
+    assert not w.set_errors([{"path": "bad.jpg", "reason": "x"}, {"path": "b2.jpg", "reason": "y"}])
+    assert w.set_errors([{"path": "bad.jpg", "reason": "x"}, {"path": "b3.jpg", "reason": "z"}])
+    assert w.set_errors([{"path": "c.jpg", "reason": "x"}, {"path": "b3.jpg", "reason": "z"}])
+    w.commit()
+    assert Store.open(url).read_errors() == [{"path": "c.jpg", "reason": "x"},
+                                             {"path": "b3.jpg", "reason": "z"}]
+    assert sum(n.startswith("errors-") for n in names(url)) == 1
 
 
 def test_half_written_and_missing_stores(s3):
@@ -232,3 +253,43 @@ def test_urls_never_become_local_folders(s3, tmp_path, monkeypatch):
     with pytest.raises(PairkitError, match=r"^gs://b/st.*: Please install gcsfs"):
         Store.open("gs://b/st")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_removes_only_stale_unnamed_objects(s3, monkeypatch):
+    """Mutation audit 4a (RS5): an unnamed object of a live writer (put just now, not yet
+    committed) survives another writer's resume; one older than STALE_SECONDS goes."""
+    from pairkit.core import remote_store
+    from pairkit.core.remote_store import RemoteStoreWriter
+
+    x, items = rows(10)
+    write_store(f"{s3}/st", x, items)
+    live = "embeddings-00007-0badcafe.npy"
+    fs().pipe_file(f"{s3[len('s3://'):]}/st/{live}", b"pending")
+    RemoteStoreWriter.resume(f"{s3}/st").close()
+    assert live in names(f"{s3}/st")
+    monkeypatch.setattr(remote_store, "STALE_SECONDS", -60)  # everything unnamed is old
+    RemoteStoreWriter.resume(f"{s3}/st").close()
+    assert live not in names(f"{s3}/st") and Store.open(f"{s3}/st").count == 10
+
+
+def test_open_retries_when_a_writer_commits_during_the_read(s3, monkeypatch):
+    """Mutation audit 4a (RS7): a shard that fails to read because a writer replaced the
+    store meanwhile (new manifest): the open takes the new snapshot instead of failing."""
+    from pairkit.core import remote_store
+
+    x, items = rows(20)
+    url = f"{s3}/st"
+    write_store(url, x, items)
+    real, calls = remote_store.shard_array, []
+
+    def replaced_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:  # the writer commits a new store as the first shard is read
+            write_store(url, x[:7], items[:7], force=True)
+            raise StoreError("shard missing")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(remote_store, "shard_array", replaced_once)
+    st = Store.open(url)
+    assert st.count == 7 and len(calls) >= 2
+    np.testing.assert_allclose(st.vectors(), Store.open(url).vectors())

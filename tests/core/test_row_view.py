@@ -126,6 +126,13 @@ def test_view_of_an_array():
     np.testing.assert_array_equal(np.asarray(view.subset(slice(1, 3))), x[1:3])
     with pytest.raises(ValueError):
         RowView(object(), dim=3)  # a store's rows need their ids or the opened rows
+    # mutation audit 4a (RV1): a negative position counts from the end, as numpy's, also
+    # in the ids a subset keeps (the store rows a search or a table names)
+    assert view.positions(np.array([-1, 0, -4])).tolist() == [3, 0, 0]
+    tail = view.subset(np.array([-1, -3]))
+    assert tail.store_ids().tolist() == [3, 1]
+    np.testing.assert_array_equal(np.asarray(tail.subset(np.array([-1]))), x[[1]])
+    assert tail.subset(np.array([-1])).store_ids().tolist() == [1]
 
 
 def test_a_store_replaced_after_the_run_took_its_rows_is_refused(tmp_path):

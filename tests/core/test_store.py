@@ -11,7 +11,7 @@ import pytest
 
 from pairkit.core.store import MANIFEST, Store, l2_normalize
 from pairkit.core.store_writer import StoreWriter, write_store
-from pairkit.errors import StoreError
+from pairkit.errors import PairkitError, StoreError
 
 
 def _items(n: int) -> pd.DataFrame:
@@ -468,3 +468,23 @@ def test_force_keeps_the_old_store_until_the_new_one_commits(tmp_path, monkeypat
     # a reader of the old snapshot still reads it whole
     np.testing.assert_allclose(old.vectors(), np.eye(4), atol=1e-3)
     assert old.items["path"].tolist() == [f"img{i}.jpg" for i in range(4)]
+
+
+def test_normalize_items_fills_sources_views_and_text_cells() -> None:
+    """Mutation audit 4a (IT1-IT4): a missing or empty source is the path (else every such
+    item is one source: positives of each other under ``instance``); ids start at
+    ``start_id``; a negative view is refused; an empty label or hash cell is null."""
+    from pairkit.core.items import normalize_items
+
+    items = pd.DataFrame({"path": ["a.jpg", "b.jpg", "c.jpg"], "source": ["s", "", None],
+                          "view": [0, 1, 2], "label": ["x", "", None],
+                          "file_sha256": ["", "ff", None]})
+    out = normalize_items(items, start_id=5)
+    assert out["id"].tolist() == [5, 6, 7]
+    assert out["source"].tolist() == ["s", "b.jpg", "c.jpg"]
+    assert out["view"].tolist() == [0, 1, 2]
+    assert out["label"].isna().tolist() == [False, True, True]
+    assert out["file_sha256"].isna().tolist() == [True, False, True]
+    with pytest.raises(PairkitError, match=r"'view' must hold whole numbers 0-32767: row 1 "
+                                           r"holds '-1'"):
+        normalize_items(items.assign(view=[0, -1, 2]))

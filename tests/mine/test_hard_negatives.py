@@ -357,6 +357,11 @@ def test_bad_options() -> None:
         (MineConfig(sampling_temperature=0), "--sampling-temperature must be > 0"),
         (MineConfig(min_score=0.5, max_score=0.1), "--min-score must be <= --max-score"),
         (MineConfig(absolute_margin=-1), "--absolute-margin must be >= 0"),
+        (MineConfig(relative_margin=-0.5), "--relative-margin must be >= 0"),
+        (MineConfig(max_positives=0), "--max-positives must be >= 1, got 0"),  # 4a CF10
+        (MineConfig(batch_size=0), "--batch-size must be >= 1, got 0"),
+        (MineConfig(positive="strongest"), "--positive must be one of"),
+        (MineConfig(fn_mode="drop"), "--fn-mode must be one of"),
     ]
     for cfg, msg in cases:
         with pytest.raises(UsageError, match=msg):
@@ -379,3 +384,26 @@ def test_hash_uniform_is_uniform_and_deterministic() -> None:
     assert abs(u.mean() - 0.5) < 0.01 and abs(u.var() - 1 / 12) < 0.005
     np.testing.assert_array_equal(u, hash_uniform(3, np.arange(20000), np.arange(20000) * 7))
     assert (u != hash_uniform(4, np.arange(20000), np.arange(20000) * 7)).mean() > 0.99
+
+
+def test_hash_uniform_is_splitmix_of_the_whole_seed() -> None:
+    """Mutation audit 4a (RN1): every bit of a 64-bit seed counts (seed 2**32 is not seed
+    0: ``--seed`` takes up to 2**63 - 1), checked against splitmix64 in Python integers."""
+    mask, g = 2**64 - 1, 0x9E3779B97F4A7C15
+    m1, m2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+    def mix(x: int) -> int:
+        x = (x + g) & mask
+        x = ((x ^ (x >> 30)) * m1) & mask
+        x = ((x ^ (x >> 27)) * m2) & mask
+        return x ^ (x >> 31)
+
+    def plain(seed: int, a: int, b: int) -> float:
+        x = mix(((a & mask) * g + seed * m2) & mask) ^ (b & mask)
+        return ((mix((x + g) & mask) >> 11) + 0.5) / 2**53
+
+    a, b = np.array([0, 1, 7, -1, 2**40]), np.array([0, 5, 3, 9, -2])
+    for seed in (0, 3, 2**32, 2**32 + 3, 2**63 - 1):
+        got = hash_uniform(seed, a, b)
+        assert got.tolist() == [plain(seed, int(x), int(y)) for x, y in zip(a, b, strict=True)]
+    assert (hash_uniform(2**32, a, b) != hash_uniform(0, a, b)).all()

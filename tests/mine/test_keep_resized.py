@@ -198,3 +198,23 @@ def test_keep_largest_says_what_decided(tmp_path: Path) -> None:
     assert reasons == {"a.png": "largest image (most pixels)",
                        "d.png": "largest file (same pixels)",
                        "e.png": "same pixels and file size: lowest id"}
+
+
+def test_a_stretched_copy_or_another_picture_changes_no_keeper(tmp_path: Path) -> None:
+    """Mutation audit 4a (KR1, KR2): a copy resized to another aspect is not a resize pair
+    (shrinking the original to its size gives it back exactly: only the aspect check
+    tells), and a larger file that is no resize of the kept one does not replace it."""
+    from pairkit.mine.keep_resized import resized_keeper
+
+    img = digits(1, seed=5)[0]
+    w, h = img.size
+    o, stretched, other = tmp_path / "o.png", tmp_path / "s.png", tmp_path / "x.png"
+    img.save(o)
+    img.resize((w * 7 // 10, h * 6 // 10), Image.Resampling.BILINEAR).save(stretched)
+    digits(1, seed=105)[0].resize((w * 3 // 2, h * 3 // 2)).save(other)
+    assert resize_verdict(o, stretched) is None
+    assert resize_verdict(other, o) is None
+    files = {0: o, 1: other, 2: stretched}
+    pixels = {0: float(w * h), 1: float(w * h * 9 / 4), 2: float(w * h * 0.42)}
+    assert resized_keeper(0, [1], pixels.get, files.get) == (0, None)
+    assert resized_keeper(2, [0], pixels.get, files.get) == (2, None)

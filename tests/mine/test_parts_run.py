@@ -75,7 +75,7 @@ def same_stats(sa: dict, sb: dict) -> None:
     assert sb["index"] == sa["index"].replace("built now", "built on each worker")
 
 
-@pytest.mark.parametrize("case", ["triplet", "n-tuple", "labeled-pair", "ivf", "easy",
+@pytest.mark.parametrize("case", ["triplet", "n-tuple", "labeled-pair", "ivf", "ivf-seed", "easy",
                                   "short", "empty-blocks", "random-positive"])
 def test_parts_equal_local(store, tmp_path, case):
     cfg, fmt, index = MineConfig(batch_size=40), "triplet", None
@@ -83,6 +83,9 @@ def test_parts_equal_local(store, tmp_path, case):
         fmt = case
     elif case == "ivf":
         index = IndexOptions(kind="ivf", device="cpu", backend="faiss", nlist=8)
+    elif case == "ivf-seed":  # one list probed: the k-means seed (--seed) shapes the table
+        cfg = MineConfig(batch_size=40, seed=3)  # (mutation audit 4a, PR1)
+        index = IndexOptions(kind="ivf", device="cpu", backend="faiss", nlist=8, nprobe=1)
     elif case == "easy":
         cfg = MineConfig(hard=False, batch_size=40, num_negatives=3)
     elif case == "short":  # anchors with few or no negatives: columns all null in a block
@@ -142,7 +145,9 @@ def test_rules_and_mined_positives_parts_equal_local(store, tmp_path, case, monk
         index = IndexOptions(kind="hnsw", device="cpu", backend="faiss")
     index = index or IndexOptions(kind="auto", device="cpu", backend="faiss")
     kw = {"fmt": fmt, "index": index, "fn_config": fn, "positives": pos}
-    sa = mine_to_files(store.root, str(tmp_path / "a.parquet"), cfg, **kw)
+    # in memory (mine_store), not streamed: the streamed run adds its blocks' summaries as
+    # the parts do (mutation audit 4a, BP4: both kept the last block's count only)
+    sa = mine_to_files(store.root, str(tmp_path / "a.parquet"), cfg, streamed=False, **kw)
     ex = Here(pickled_blocks)
     monkeypatch.setattr(command, "mine_store", None)  # the parts path, or a TypeError
     sb = mine_to_files(store.root, str(tmp_path / "b.parquet"), cfg, executor=ex, **kw)
@@ -175,6 +180,28 @@ def test_label_relation_parts_equal_local(store, tmp_path):
     pd.testing.assert_frame_equal(read_table(tmp_path / "a.parquet"),
                                   read_table(tmp_path / "b.parquet"))
     same_stats(sa, sb)
+
+
+def test_pairs_relation_parts_equal_local_with_its_stats_and_progress(store, tmp_path):
+    """Mutation audit 4a (PR5, PR6, PR8): a ``pairs:FILE`` run by blocks keeps the
+    relation's stats (rows, unknown rows, their examples: hand-counted) and reports its
+    progress block by block (anchors per block, not the running total)."""
+    paths = store.items["path"].drop_duplicates().tolist()
+    f = tmp_path / "pairs.csv"
+    pd.DataFrame({"anchor": paths[0:20:2] + ["nope.jpg"],
+                  "positive": paths[1:21:2] + [paths[0]]}).to_csv(f, index=False)
+    cfg, rel = MineConfig(batch_size=7), f"pairs:{f}"
+    sa = mine_to_files(store.root, str(tmp_path / "a.parquet"), cfg, relation=rel,
+                       streamed=False)
+    seen, started = [], []
+    sb = mine_to_files(store.root, str(tmp_path / "b.parquet"), cfg, relation=rel,
+                       executor=Here(), progress=seen.append, on_start=started.append)
+    pd.testing.assert_frame_equal(read_table(tmp_path / "a.parquet"),
+                                  read_table(tmp_path / "b.parquet"))
+    same_stats(sa, sb)
+    assert (sb["pairs_rows"], sb["pairs_rows_unknown"]) == (11, 1)
+    assert sb["pairs_unknown_examples"] == ["nope.jpg"]
+    assert started == [20] and seen == [7, 7, 6]  # 10 anchor paths of 2 views each
 
 
 def test_dataset_output_one_part_per_block(store, tmp_path):
@@ -341,3 +368,34 @@ def test_parts_time_the_index_and_the_search(store, tmp_path, blocks):
         assert s["seconds"]["index"] > 0 and s["seconds"]["search"] > 0, s["seconds"]
     # the blocks (and each pickled block's own index) ran within "mine", one at a time
     assert sb["seconds"]["index"] + sb["seconds"]["search"] <= sb["seconds"]["mine"]
+
+
+def test_summary_counts_add_every_block():
+    """Mutation audit 4a (BP3, BP4, BP5): two blocks' summaries added by hand: sums, the
+    larger rank and k, and the files of both blocks' scores."""
+    from pairkit.mine.block_parts import BlockSummary
+    from pairkit.mine.stats import RANK_BINS
+
+    class Files:
+        def __init__(self):
+            self.added = []
+
+        def add_file(self, *args):
+            self.added.append(args[0])
+
+    def block(n, rank_max, attracted, same, k_max, removed):
+        return BlockSummary(
+            rows=n, per_anchor=np.array([0, n]), pos_keys=(f"pos{n}", np.zeros(1), 0),
+            neg_keys=(f"neg{n}", np.zeros(1), 0),
+            rank_counts=np.eye(len(RANK_BINS), dtype=np.int64)[-1] * n, rank_max=rank_max,
+            removed=removed, fn_flagged={}, retries=1, anchors_retried=1, k_max=k_max,
+            same_label=same, attracted=attracted)
+
+    counts = SummaryCounts(1, True, 2, Files(), Files())
+    counts.add(block(3, 12_000, 5, (1, 3), 4, {"self": 3}))
+    counts.add(block(2, 10_500, 2, (2, 2), 3, {"self": 2, "positive": 1}))
+    assert counts.rows == 5 and counts.per_anchor.tolist() == [0, 5]
+    assert counts.rank_max == 12_000 and counts.attracted == 7 and counts.k_max == 4
+    assert (counts.same, counts.both) == (3, 5) and counts.removed == {"self": 5, "positive": 1}
+    assert counts.retries == 2 and counts.pos.added == ["pos3", "pos2"]
+    assert counts.neg.added == ["neg3", "neg2"]

@@ -148,6 +148,18 @@ def test_refusals(store: Store, tmp_path: Path) -> None:
     t = pd.DataFrame({"anchor_id": [0], "positive_id": [2], "negative_id": [99]})
     with pytest.raises(PairkitError, match="negative_id 99 is not a row of store"):
         PairImages(t, other)
+    # mutation audit 4a (TI2, TI3): the first id past the rows, and an id below -1
+    t = pd.DataFrame({"anchor_id": [0], "positive_id": [2], "negative_id": [4]})
+    with pytest.raises(PairkitError, match=r"negative_id 4 is not a row of store .*\(4 rows\)"):
+        PairImages(t, other)
+    t = pd.DataFrame({"anchor_id": [0], "positive_id": [-2], "negative_id": [3]})
+    with pytest.raises(PairkitError, match="positive_id holds negative ids"):
+        PairImages(t, other)
+    # (TI5) every negative slot of an n-tuple table, not only the first
+    t = pd.DataFrame({"anchor_id": [0], "positive_id": [2], "negative_id_1": [3],
+                      "negative_id_2": [7]})
+    with pytest.raises(PairkitError, match="negative_id_2 7 is not a row of store"):
+        PairImages(t, other)
 
 
 def test_hf_export_with_paths_and_bytes(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
