@@ -399,3 +399,24 @@ def test_summary_counts_add_every_block():
     assert (counts.same, counts.both) == (3, 5) and counts.removed == {"self": 5, "positive": 1}
     assert counts.retries == 2 and counts.pos.added == ["pos3", "pos2"]
     assert counts.neg.added == ["neg3", "neg2"]
+
+
+@pytest.mark.parametrize("rules", [("mutual-neighbour", "cluster"), ("cluster",)])
+def test_the_plan_keeps_the_mutual_rules_source_pairs_when_it_drops_the_lists(rules):
+    """drop_plan_only makes the mutual-neighbour rule's sorted source pairs from the plan's
+    whitened lists before it forgets them (else every block or worker would search all rows
+    again for them, and with an approximate index not the plan's lists); hand-computed
+    keys a * n_sources + b of the mutual pairs (0,1), (0,2), (1,3), (2,3) of four sources."""
+    from types import SimpleNamespace
+
+    from pairkit.mine.rules_plan import drop_plan_only
+
+    ids = np.array([[1, 2], [0, 3], [3, 0], [2, 1]], dtype=np.int64)
+    ctx = SimpleNamespace(spectral=None, whitened_neighbours=(ids, np.ones(ids.shape, np.float32)),
+                          mutual_source_keys=None, sources=np.arange(4, dtype=np.int64))
+    drop_plan_only(ctx, SimpleNamespace(rules=rules))
+    assert ctx.whitened_neighbours is None
+    if "mutual-neighbour" in rules:
+        assert ctx.mutual_source_keys.tolist() == [1, 2, 4, 7, 8, 11, 13, 14]
+    else:
+        assert ctx.mutual_source_keys is None
