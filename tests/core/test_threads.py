@@ -53,6 +53,19 @@ def test_plan_shares_the_budget() -> None:
     assert small.interop == 1 and big.interop == 4
 
 
+def test_plan_boundaries_and_caps() -> None:
+    """Mutation audit 5a: the edges of the budget's split. A budget of exactly 4 gives a
+    quarter (1) to decoding on the CPU; beside a GPU decoding gets at most 8 and the
+    encoder keeps the whole budget; the inter-op pool is at most 4 (16 // 2 = 8 capped)."""
+    three, four, sixteen = threads.plan(3), threads.plan(4), threads.plan(16)
+    assert three.decode_workers("cpu") == 0 and three.encoder_threads("cpu") == 3
+    assert four.decode_workers("cpu") == 1 and four.encoder_threads("cpu") == 3
+    assert sixteen.decode_workers("cpu") == 4 and sixteen.encoder_threads("cpu") == 12
+    assert sixteen.decode_workers("cuda") == 8 and sixteen.decode_workers("cuda:1") == 8
+    assert sixteen.encoder_threads("cuda") == 16 and four.encoder_threads("cuda:0") == 4
+    assert [threads.plan(n).interop for n in (1, 2, 3, 4, 8, 9, 16)] == [1, 1, 1, 2, 4, 4, 4]
+
+
 def run(code: str, env: dict[str, str]) -> dict:
     clean = {k: v for k, v in os.environ.items()
              if k not in (threads.ENV, *threads.LIBRARY_ENV, "OMP_WAIT_POLICY")}
@@ -85,3 +98,19 @@ def test_configure_reaches_torch_faiss_and_blas() -> None:
         "print(json.dumps([torch.get_num_threads(), faiss.omp_get_max_threads()]))\n"
     )
     assert run(code, {"PAIRKIT_THREADS": "2"}) == [2, 2]
+
+
+def test_configure_overrides_library_variables_already_set() -> None:
+    """Mutation audit 5a: ``--threads 3`` wins over a BLAS/OpenMP variable the shell
+    already set (a child process would otherwise run with the shell's 5 and 7); an
+    ``OMP_WAIT_POLICY`` the user chose is kept."""
+    code = (
+        "import json, os\n"
+        "from pairkit.core import threads\n"
+        "threads.configure(3)\n"
+        "print(json.dumps([os.environ[v] for v in (threads.ENV, *threads.LIBRARY_ENV,\n"
+        "  'OMP_WAIT_POLICY')]))\n"
+    )
+    env = {"PAIRKIT_THREADS": "2", "OMP_NUM_THREADS": "5", "MKL_NUM_THREADS": "7",
+           "OPENBLAS_NUM_THREADS": "7", "NUMEXPR_NUM_THREADS": "7", "OMP_WAIT_POLICY": "ACTIVE"}
+    assert run(code, env) == ["3", "3", "3", "3", "3", "ACTIVE"]
