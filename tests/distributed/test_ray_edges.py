@@ -152,3 +152,49 @@ def test_a_refusal_names_the_variable_that_set_the_address(tmp_path: Path) -> No
     r = runner.invoke(app, ["mine", str(store.root), "--hard", "--device", "cuda", "-o",
                             str(tmp_path / "m.csv")], env={"PAIRKIT_RAY_ADDRESS": "local"})
     assert r.exit_code == 2 and "PAIRKIT_RAY_ADDRESS is set" in r.output, r.output
+
+
+def test_a_shard_answers_with_global_ids_and_keeps_the_padding() -> None:
+    """Mutation audit 5a: a shard's ids are its rows' global ids (its start added), and
+    a place it can't fill (k above its rows) stays -1/-inf, so the driver's merge of the
+    shards (score, then id) is the single exact search's list. Checked without Ray: the
+    worker's index is set as a first search would set it."""
+    import numpy as np
+
+    from pairkit.distributed.search import ShardWorker
+    from pairkit.index.open import exact_searcher
+
+    rows = np.array([[1, 0], [0, 1], [0.6, 0.8]], np.float32)  # global rows 10, 11, 12
+    worker = ShardWorker.__new__(ShardWorker)
+    worker.crash, worker.index = None, exact_searcher(rows).index
+    queries = np.array([[1, 0], [0, 1]], np.float32)
+    scores, ids = worker.search([], 10, queries, 4)
+    assert ids.tolist() == [[10, 12, 11, -1], [11, 12, 10, -1]]
+    np.testing.assert_allclose(scores[:, :3], [[1.0, 0.6, 0.0], [1.0, 0.8, 0.0]], atol=1e-6)
+    assert np.isneginf(scores[:, 3]).all()
+
+
+def test_the_dedup_summary_counts_blocks_and_tiles() -> None:
+    """Mutation audit 5a: ``R`` blocks make ``R (R + 1) / 2`` tiles (the upper triangle),
+    and the widest block is named. 10 rows, 6 tasks, blocks of at least 2 rows: 3 blocks
+    (3 * 4 / 2 = 6 tiles >= 6 tasks) of 4, 4 and 2 rows; 3 rows under a 4096-row minimum:
+    one block, one tile."""
+    from pairkit.distributed.dedup import tiles_line
+
+    assert tiles_line(10, 4, 6, 2) == "3 blocks of at most 4 sources, 6 tiles"
+    assert tiles_line(3, 4, 6, 4096) == "1 block of at most 3 sources, 1 tile"
+    assert tiles_line(0, 4, 6, 2) == "0 blocks of at most 0 sources, 0 tiles"
+
+
+def test_mine_on_ray_fits_the_index_to_the_workers_cpus() -> None:
+    """Mutation audit 5a: ``mine --ray`` with ``--device auto`` searches on the workers'
+    CPUs with FAISS: the options the blocks receive say ``cpu`` and ``faiss`` (``auto``
+    would let a worker beside a GPU build its own GPU index); a GPU device is refused."""
+    from pairkit.distributed.mine import RayMine
+    from pairkit.errors import UsageError
+    from pairkit.index.options import IndexOptions
+
+    fitted = RayMine("local").search_options(IndexOptions(kind="flat", device="auto"))
+    assert (fitted.device, fitted.backend, fitted.kind) == ("cpu", "faiss", "flat")
+    with pytest.raises(UsageError, match="mine --ray searches on the workers' CPUs"):
+        RayMine("local").search_options(IndexOptions(kind="flat", device="cuda"))
