@@ -358,3 +358,34 @@ def test_the_routes_scratch_folder_is_made_under_an_output_folder_yet_to_exist(t
     where = scratch_beside(str(tmp_path / "new" / "dir" / "out.parquet"))
     files = scratch_routes(where)
     assert (tmp_path / "new" / "dir").is_dir() and str(tmp_path / "new" / "dir") in files.folder
+
+
+def test_a_relative_output_gives_an_absolute_scratch_folder(tmp_path, monkeypatch) -> None:
+    """Mutation audit 5a: the routes' folder is handed to Ray workers, whose working
+    folder is not this one: ``-o out/groups.parquet`` gives the absolute folder."""
+    from pairkit.index.route_files import scratch_beside
+
+    monkeypatch.chdir(tmp_path)
+    assert scratch_beside("out/groups.parquet") == str(tmp_path.resolve() / "out")
+    assert scratch_beside("groups.parquet") == str(tmp_path.resolve())
+
+
+def test_a_route_file_shorter_than_its_counts_is_an_error(tmp_path) -> None:
+    """Mutation audit 5a: ranged reads of route files give records ``start .. start +
+    count - 1`` of each block, in the order asked; a file cut short (a worker's write
+    lost) is one error line, never fewer routes read as if complete."""
+    from pairkit.errors import PairkitError
+    from pairkit.index.route_files import ROUTE, RouteFiles
+
+    files = RouteFiles(str(tmp_path))
+    recs = [np.zeros(5, ROUTE), np.zeros(3, ROUTE)]
+    for b, r in enumerate(recs):
+        r.view(np.uint8)[:] = np.arange(r.nbytes, dtype=np.uint8) + 100 * b
+        files.put(b, r)
+    got = files.read(np.array([1, 0]), np.array([1, 2]), np.array([2, 3]))
+    assert got.tobytes() == recs[1][1:3].tobytes() + recs[0][2:5].tobytes()
+    name = files.name(0)
+    with open(name, "r+b") as fh:
+        fh.truncate(4 * ROUTE.itemsize)
+    with pytest.raises(PairkitError, match="shorter than its counted routes"):
+        files.read(np.array([0]), np.array([2]), np.array([3]))

@@ -183,3 +183,24 @@ def test_a_refused_rebuild_names_the_options(indexed) -> None:
     saved = IndexOptions(kind="hnsw", hnsw_m=32)
     assert IndexOptions(kind="hnsw", hnsw_m=8, float16=True).asked_otherwise(saved, 120, 8) \
         == "--hnsw-m 32, asked for 8; --dtype float32, asked for float16"
+
+
+def test_an_index_of_other_rows_is_rebuilt_not_called_up_to_date(indexed) -> None:
+    """Mutation audit 5a: a saved index whose sealed, intact description names other rows
+    (the store was rebuilt since) is neither "up to date" for ``pairkit index`` nor a
+    reason to ask for ``--force``: it is replaced by one of these rows."""
+    from pairkit.core.integrity import dump_sealed
+    from pairkit.index.saved import read_index_meta, saved_spec
+
+    _, jpath = index_paths(indexed.root, "flat")
+    meta = read_index_meta(jpath) | {"content_id": "0" * 16}  # resealed below
+    with open(jpath, "w") as fh:
+        dump_sealed(meta, fh)
+    assert read_index_meta(jpath)["content_id"] == "0" * 16  # still sealed, bytes intact
+    assert saved_spec(indexed.root, "flat", indexed.content_id) is None
+    assert saved_spec(indexed.root, "flat", "0" * 16) is not None
+    assert load_index(indexed.root, "flat", indexed.content_id, indexed.count) is None
+    r = runner.invoke(app, ["index", str(indexed.root), "--index", "flat"])
+    assert r.exit_code == 0 and "up to date" not in r.output, r.output
+    assert read_index_meta(jpath)["content_id"] == indexed.content_id
+    assert load_index(indexed.root, "flat", indexed.content_id, indexed.count) is not None
