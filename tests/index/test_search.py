@@ -266,3 +266,32 @@ def test_rounded_depths_round_up_to_a_power_of_two_at_most_the_largest() -> None
     assert got.dtype == np.int64
     np.testing.assert_array_equal(rounded_depths(np.array([3, 3])), [3, 3])
     assert rounded_depths(np.zeros(0, np.int64)).shape == (0,)
+
+
+def test_rows_are_skipped_exactly_only_by_a_flat_float32_cpu_index_or_torch() -> None:
+    """Mutation audit 5a: ``search_outside`` reads a FAISS index's rows as float32 flat
+    rows: only a CPU ``flat`` index in float32 allows it (a float16 one holds codes, a GPU
+    one holds its rows on the GPU); the torch engine masks rows itself."""
+    from pairkit.index.backend import SearchBackend
+    from pairkit.index.open import excludes_exactly
+    from pairkit.index.options import IndexOptions
+
+    flat = IndexOptions(kind="flat")
+    assert excludes_exactly(flat, 50)
+    assert not excludes_exactly(IndexOptions(kind="flat", float16=True), 50)
+    assert not excludes_exactly(flat, 50, SearchBackend("faiss", "cuda:0"))
+    assert not excludes_exactly(IndexOptions(kind="hnsw"), 50)
+    assert excludes_exactly(IndexOptions(kind="flat", float16=True), 50,
+                            SearchBackend("torch", "cpu"))
+
+
+def test_a_searcher_pads_k_above_its_rows() -> None:
+    """Mutation audit 5a: k above the rows gives k columns, the missing places -1/-inf
+    (callers index the columns by rank); 3 rows, k = 5, hand-computed scores."""
+    from pairkit.index.open import exact_searcher
+
+    rows = np.array([[1, 0], [0, 1], [0.6, 0.8]], np.float32)
+    s, i = exact_searcher(rows).search(np.array([[0, 1]], np.float32), 5)
+    assert i.tolist() == [[1, 2, 0, -1, -1]]
+    np.testing.assert_allclose(s[0, :3], [1.0, 0.8, 0.0], atol=1e-6)
+    assert np.isneginf(s[0, 3:]).all()
