@@ -41,6 +41,9 @@ def test_omp_num_threads_is_a_fallback_read_as_openmp_reads_it() -> None:
     assert threads.resolve_threads(None, {"OMP_NUM_THREADS": "0"})[1] == "default"
     with pytest.raises(UsageError, match="PAIRKIT_THREADS must be an integer >= 1"):
         threads.resolve_threads(None, {"PAIRKIT_THREADS": "4,2"})  # pairkit's own: strict
+    # an empty or blank PAIRKIT_THREADS (``PAIRKIT_THREADS= cmd``) is unset, not bad usage
+    assert threads.resolve_threads(None, {"PAIRKIT_THREADS": "  ", "OMP_NUM_THREADS": "5"}
+                                   ) == (5, "OMP_NUM_THREADS")
 
 
 def test_plan_shares_the_budget() -> None:

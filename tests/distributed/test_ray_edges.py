@@ -198,3 +198,15 @@ def test_mine_on_ray_fits_the_index_to_the_workers_cpus() -> None:
     assert (fitted.device, fitted.backend, fitted.kind) == ("cpu", "faiss", "flat")
     with pytest.raises(UsageError, match="mine --ray searches on the workers' CPUs"):
         RayMine("local").search_options(IndexOptions(kind="flat", device="cuda"))
+
+
+def test_a_block_mapper_counts_the_clusters_workers() -> None:
+    """Mutation audit 5a: the mapper reports the cluster's workers (processes at a time,
+    CPUs // threads), which sizes the blocks of the parts' passes
+    (``pairkit.mine.parts_run``), not its threads; no actor starts without ``warm``."""
+    from pairkit.distributed import Cluster
+    from pairkit.distributed.pool import BlockMapper
+
+    mapper = BlockMapper(Cluster("local", cpus=12, gpus=0, threads=2), "a block")
+    assert mapper.workers == 6 and mapper.pool is None
+    assert BlockMapper(Cluster("local", cpus=1, gpus=0, threads=4), "a block").workers == 1

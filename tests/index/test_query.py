@@ -208,3 +208,23 @@ def test_an_item_query_left_without_neighbours_is_said(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert "note: 1 item query has no neighbours (id:0)" in r.stderr
     assert "id:0" in search(one.root, 0, "--include-same-source").stdout
+
+
+def test_an_existing_output_is_refused_before_the_search(store: Store, tmp_path: Path,
+                                                          monkeypatch) -> None:
+    """Mutation audit 5a: ``pairkit search -o EXISTING`` without ``--force`` stops before
+    any work (the search of a big store is not run to be thrown away)."""
+    from pairkit.errors import PairkitError
+    from pairkit.index import query
+    from pairkit.index.search_command import search_to_files
+
+    out = tmp_path / "near.csv"
+    out.write_text("kept\n")
+
+    def no_search(*_a, **_k):
+        raise AssertionError("searched before the output was checked")
+
+    monkeypatch.setattr(query, "search_store", no_search)
+    with pytest.raises(PairkitError, match="exists; pass --force to overwrite it"):
+        search_to_files(store.root, str(out), QueryRequest(ids=(0,), k=2))
+    assert out.read_text() == "kept\n"
