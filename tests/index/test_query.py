@@ -228,3 +228,19 @@ def test_an_existing_output_is_refused_before_the_search(store: Store, tmp_path:
     with pytest.raises(PairkitError, match="exists; pass --force to overwrite it"):
         search_to_files(store.root, str(out), QueryRequest(ids=(0,), k=2))
     assert out.read_text() == "kept\n"
+
+
+def test_an_output_inside_the_store_is_refused(store: Store, monkeypatch) -> None:
+    """Mutation audit 5a: ``pairkit search STORE -o STORE/near.csv`` is bad usage (an
+    output written into the store it reads), refused before the search."""
+    from pairkit.errors import UsageError
+    from pairkit.index import query
+    from pairkit.index.search_command import search_to_files
+
+    def no_search(*_a, **_k):
+        raise AssertionError("searched before the output was checked")
+
+    monkeypatch.setattr(query, "search_store", no_search)
+    with pytest.raises(UsageError, match="choose another"):
+        search_to_files(store.root, str(store.root / "near.csv"), QueryRequest(ids=(0,), k=2))
+    assert not (store.root / "near.csv").exists()
