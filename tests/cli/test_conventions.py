@@ -330,3 +330,25 @@ def test_index_passes_its_dtype_on(store, monkeypatch) -> None:
         r = runner.invoke(app, ["index", str(store.root), "--dtype", dtype])
         assert r.exit_code == 1 and "stopped by the test" in r.stderr, r.output
         assert seen[-1].float16 is half
+
+
+def test_embed_passes_its_shard_rows_on(tmp_path: Path, monkeypatch) -> None:
+    """Mutation audit 5b (ED1): ``embed --shard-rows`` reached the library unseen; 0 is
+    a usage error."""
+    import pairkit.encode.embedder as embedder
+    from pairkit.errors import PairkitError
+
+    seen = []
+
+    def fake(cfg, hook=None, executor=None):
+        seen.append(cfg)
+        raise PairkitError("stopped by the test")
+
+    monkeypatch.setattr(embedder, "embed_folder", fake)
+    args = ["embed", str(tmp_path), "-o", str(tmp_path / "s"), "--model", "pixels",
+            "--device", "cpu", "--shard-rows"]
+    r = runner.invoke(app, [*args, "7"])
+    assert r.exit_code == 1 and "stopped by the test" in r.stderr, r.output
+    assert [c.shard_rows for c in seen] == [7]
+    r = runner.invoke(app, [*args, "0"])
+    assert r.exit_code == 2 and "--shard-rows must be >= 1, got 0" in r.stderr, r.output
