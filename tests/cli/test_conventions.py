@@ -280,3 +280,75 @@ def test_unexpected_failures_are_one_line_with_their_exit_code(raised, code, lin
         monkeypatch.setenv("PAIRKIT_DEBUG", "1")
         with pytest.raises(ValueError, match="bad value"), user_errors():
             raise raised
+
+
+def test_command_defaults_are_the_librarys() -> None:
+    """Mutation audit 5b (SE1, IX2, RP1, RP2, IM1, PJ2): a default changed on its way from
+    the command line to the library went unseen; each is the library's own default."""
+    import dataclasses
+    import inspect
+
+    from pairkit.core.importer import import_embeddings
+    from pairkit.index.options import EXACT_MAX_ROWS_CPU, IndexOptions
+    from pairkit.index.query import QueryRequest
+    from pairkit.report.build import ReportConfig
+    from pairkit.train.project_command import ProjectConfig
+
+    def cli(name: str) -> dict:
+        return {p.name: p.default for p in get_command(app).commands[name].params}
+
+    def lib(config) -> dict:
+        return {f.name: f.default for f in dataclasses.fields(config)}
+
+    imp = {k: p.default for k, p in inspect.signature(import_embeddings).parameters.items()}
+    for command, ref, names in (
+            ("search", lib(QueryRequest), ("k", "include_same_source", "device")),
+            ("index", lib(IndexOptions), ("kind", "hnsw_m", "seed")),
+            ("report", lib(ReportConfig), ("sample", "seed", "thumb_size")),
+            ("project", lib(ProjectConfig), ("batch_size", "dtype", "device")),
+            ("import", imp, ("dtype", "encoder"))):
+        defaults = cli(command)
+        for name in names:
+            assert defaults[name] == ref[name], (command, name)
+    index = cli("index")
+    assert index["exact_max_rows"] == EXACT_MAX_ROWS_CPU and index["dtype"] == "float32"
+
+
+def test_index_passes_its_dtype_on(store, monkeypatch) -> None:
+    """Mutation audit 5b (IX1): ``index --dtype float16`` built a float32 index unseen."""
+    import pairkit.index.command as command
+    from pairkit.errors import PairkitError
+
+    seen = []
+
+    def fake(store, options, **kw):
+        seen.append(options)
+        raise PairkitError("stopped by the test")
+
+    monkeypatch.setattr(command, "index_to_files", fake)
+    for dtype, half in (("float16", True), ("float32", False)):
+        r = runner.invoke(app, ["index", str(store.root), "--dtype", dtype])
+        assert r.exit_code == 1 and "stopped by the test" in r.stderr, r.output
+        assert seen[-1].float16 is half
+
+
+def test_embed_passes_its_shard_rows_on(tmp_path: Path, monkeypatch) -> None:
+    """Mutation audit 5b (ED1): ``embed --shard-rows`` reached the library unseen; 0 is
+    a usage error."""
+    import pairkit.encode.embedder as embedder
+    from pairkit.errors import PairkitError
+
+    seen = []
+
+    def fake(cfg, hook=None, executor=None):
+        seen.append(cfg)
+        raise PairkitError("stopped by the test")
+
+    monkeypatch.setattr(embedder, "embed_folder", fake)
+    args = ["embed", str(tmp_path), "-o", str(tmp_path / "s"), "--model", "pixels",
+            "--device", "cpu", "--shard-rows"]
+    r = runner.invoke(app, [*args, "7"])
+    assert r.exit_code == 1 and "stopped by the test" in r.stderr, r.output
+    assert [c.shard_rows for c in seen] == [7]
+    r = runner.invoke(app, [*args, "0"])
+    assert r.exit_code == 2 and "--shard-rows must be >= 1, got 0" in r.stderr, r.output

@@ -469,3 +469,35 @@ def test_a_held_out_part_without_any_label_has_no_labels(tmp_path: Path) -> None
     assert len(sides.queries.vectors) == int(held.sum()) == 6
     assert sides.queries.labels is None
     assert sides.references.labels is not None and None not in list(sides.references.labels)
+
+
+def _eval_config(monkeypatch, tmp_path: Path, *args: str):
+    """The EvalConfig and test fraction ``pairkit eval`` hands to the library (no work)."""
+    import pairkit.eval.command as command
+    from pairkit.errors import PairkitError
+
+    seen = {}
+
+    def fake(store, plot, cfg, **kw):
+        seen.update(cfg=cfg, **kw)
+        raise PairkitError("stopped by the test")
+
+    monkeypatch.setattr(command, "eval_to_files", fake)
+    r = _run(str(tmp_path), *args)
+    assert r.exit_code == 1 and "stopped by the test" in r.stderr, r.output
+    return seen
+
+
+def test_cli_defaults_and_flags_reach_the_eval_config(tmp_path: Path, monkeypatch) -> None:
+    """Mutation audit 5b (EV5, EV7-EV9): eval's defaults are EvalConfig's (so
+    ``pairkit.api`` and the CLI agree) and --include-same-source is passed on."""
+    from pairkit.eval.run import EvalConfig
+
+    seen = _eval_config(monkeypatch, tmp_path)
+    cfg, ref = seen["cfg"], EvalConfig()
+    for name in ("knn_temperature", "max_r", "pair_sample", "probe_max_train", "seed",
+                 "exclude_same_source", "gallery", "probe_balanced", "block_rows"):
+        assert getattr(cfg, name) == getattr(ref, name), name
+    assert seen["test_fraction"] == 0.2
+    assert _eval_config(monkeypatch, tmp_path, "--include-same-source")[
+        "cfg"].exclude_same_source is False

@@ -296,3 +296,15 @@ def test_a_pipe_gets_no_bar(stores, tmp_path, name):
     quiet = runner.invoke(app, args + ["--quiet"])
     assert quiet.exit_code == 0
     assert quiet.stderr == ""  # report's last line too (docs/development.md)
+
+
+def test_the_epoch_line_names_its_loss_and_gap() -> None:
+    """Mutation audit 5b (PL1, PL2): the epoch line says which loss it reports (validation
+    or the train pairs') and a gap only when there is a finite one."""
+    from pairkit.train.plot import eval_loss_name, gap_text
+
+    assert eval_loss_name("val") == "validation loss"
+    assert eval_loss_name("train") == "train-pair loss after the epoch"
+    assert gap_text(0.12345) == "0.123" and gap_text(0) == "0.000"
+    for none in (None, float("nan"), float("inf")):
+        assert gap_text(none) == "n/a (no negatives)"

@@ -349,3 +349,18 @@ def test_cli_defaults_are_the_config_defaults() -> None:
     for name in compared:
         assert defaults[name] == fields[name], name
     assert TrainConfig().mined_view == "random"
+
+
+def test_a_collapse_stop_is_a_failure_naming_the_epoch(tmp_path, monkeypatch):
+    """Mutation audit 5b (TR2): a run that ``--stop-on-collapse`` stopped must exit 1 with
+    the epoch, not end as a success."""
+    from types import SimpleNamespace
+
+    import pairkit.train.command as command
+
+    monkeypatch.setattr(command, "train_to_files", lambda *a, **kw: SimpleNamespace(
+        records=[{"epoch": 3}], stopped="collapse"))
+    r = runner.invoke(app, ["train", str(tmp_path), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "--stop-on-collapse", "-q"])
+    assert r.exit_code == 1, r.output
+    assert "stopped at epoch 3: the embeddings collapsed (--stop-on-collapse)" in r.stderr

@@ -29,6 +29,11 @@ def cases(store: str, out: str) -> list[tuple[list[str], str]]:
         ([*train, "--out-dim", "0"], "--out-dim must be >= 1, got 0"),
         ([*train, "--hidden", "0"], "--hidden must be >= 1, got 0"),
         (["eval", store, "--knn-k", "0"], "--knn-k values must be >= 1, got 0"),
+        # mutation audit 5b (EV4): 0 queries per search block
+        (["eval", store, "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+        # mutation audit 5b: project's 0 rows per forward pass was a failure (exit 1)
+        (["project", store, "--head", out + "/h", "-o", out + "/p", "--batch-size", "0"],
+         "--batch-size must be >= 1, got 0"),
         (["demo", out + "/d", "--limit", "0"], "--limit must be >= 100, got 0"),
         (["demo", out + "/d", "--limit", "-3"], "--limit must be >= 100, got -3"),
         (["demo", out + "/d", "--limit", "5"], "--limit must be >= 100, got 5"),

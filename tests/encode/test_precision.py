@@ -85,3 +85,26 @@ def test_runner_under_dataparallel_matches_plain():
     runner.module = replicate(runner.module, "cuda", 2)
     assert isinstance(runner.module, torch.nn.DataParallel)
     np.testing.assert_allclose(runner(pixels), want, atol=1e-6)
+
+
+def test_runner_normalises_uint8_pixels_and_returns_float32():
+    """Mutation audit 5b (RU1, RU3): the runner's input is ``(x / 255 - mean) / std`` per
+    channel, checked by hand through an identity module; under bf16 autocast the
+    embeddings come back float32."""
+    import dataclasses
+
+    enc = load_encoder(EncoderRequest("pixels"))
+    enc = dataclasses.replace(enc, preprocess=dataclasses.replace(
+        enc.preprocess, mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3)))  # not the identity
+    mean = np.asarray(enc.preprocess.mean, dtype=np.float64).reshape(1, 3, 1, 1)
+    std = np.asarray(enc.preprocess.std, dtype=np.float64).reshape(1, 3, 1, 1)
+    pixels = np.random.default_rng(1).integers(0, 256, (2, 3, 4, 4), dtype=np.uint8)
+    flat = dataclasses.replace(enc, module=torch.nn.Flatten())
+    got = Runner(flat, "cpu", "fp32")(pixels)
+    want = ((pixels / 255.0 - mean) / std).reshape(2, -1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    torch.manual_seed(0)
+    linear = dataclasses.replace(enc, module=torch.nn.Sequential(torch.nn.Flatten(),
+                                                                 torch.nn.Linear(48, 5)))
+    out = Runner(linear, "cpu", "bf16")(pixels)
+    assert out.dtype == np.float32 and out.shape == (2, 5)
