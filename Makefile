@@ -1,7 +1,8 @@
 # The two commands of pairkit (README "The two commands", docs/development.md):
 #   make demo   set up .venv if needed, then run the whole pipeline on sample data
 #   make test   set up .venv if needed, then ruff and the test suite (what .ci/run runs),
-#               in TEST_WORKERS processes (2)
+#               in TEST_WORKERS processes (2), idle ones taking queued tests from busy
+#               ones (--dist worksteal: the suite's long tests don't leave one waiting)
 # The environment is reused: it is (re)installed only when pyproject.toml or this
 # Makefile changed since the last install (a hash kept in .venv/.pairkit-installed).
 
@@ -24,7 +25,7 @@ demo: env
 
 test: env
 	$(BIN)/ruff check pairkit tests
-	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 env:
 	@want="$$(cat pyproject.toml Makefile | sha256sum | cut -c1-16) $(TORCH) $(EXTRAS)"; \
