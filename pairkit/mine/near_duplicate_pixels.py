@@ -214,7 +214,6 @@ def refine_correlation(a: np.ndarray, b: np.ndarray, scale: np.ndarray, shift: n
     centres = (torch.arange(w, dtype=torch.float32) + m + 0.5) - size / 2.0
     gy, gx = torch.meshgrid(centres, centres, indexing="ij")
     gx, gy = gx.reshape(-1), gy.reshape(-1)
-    kx = torch.tensor([[[[-0.5, 0.0, 0.5]]]])
     r = torch.zeros(p)
     with torch.no_grad():
         for it in range(iterations + 1):
@@ -226,9 +225,11 @@ def refine_correlation(a: np.ndarray, b: np.ndarray, scale: np.ndarray, shift: n
             r = (xz * bz).sum(dim=1)
             if it == iterations:
                 break
-            ix = F.conv2d(F.pad(x, (1, 1, 0, 0), mode="replicate"), kx).reshape(p, -1)
-            iy = F.conv2d(F.pad(x, (0, 0, 1, 1), mode="replicate"),
-                          kx.transpose(2, 3)).reshape(p, -1)
+            # central differences, edges replicated (a 3-tap conv2d did the same 10x slower)
+            px = F.pad(x, (1, 1, 0, 0), mode="replicate")
+            py = F.pad(x, (0, 0, 1, 1), mode="replicate")
+            ix = (0.5 * px[..., 2:] - 0.5 * px[..., :-2]).reshape(p, -1)
+            iy = (0.5 * py[..., 2:, :] - 0.5 * py[..., :-2, :]).reshape(p, -1)
             # d x_sampled / d params: zoom (about the centre), shift x, shift y
             jac = torch.stack([ix * gx + iy * gy, ix, iy], dim=-1)  # (p, n, 3)
             jac = jac - jac.mean(dim=1, keepdim=True)
