@@ -79,6 +79,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     from pairkit.core.threads import import_torch
 
     torch = import_torch()
+    from pairkit.train.adamw import AdamW
 
     table = held.pop()
     cfg.check()
@@ -109,7 +110,7 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     spec.check()
     torch.manual_seed(cfg.seed)
     module = build_module(spec).to(device)
-    optimizer = torch.optim.AdamW(module.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = AdamW(module.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
     total_steps = len(batches(pairs.examples, cfg.batch_size)) * cfg.epochs
