@@ -107,25 +107,34 @@ def descriptors(thumbs: np.ndarray, side: int = DESCRIPTOR) -> np.ndarray:
 def _grids(scales: np.ndarray, shifts: np.ndarray, size: int, margin: int) -> object:
     """Sampling grids (P, T, w, w, 2) in grid_sample coordinates: the central window of
     side ``size - 2 * margin`` of an image scaled by ``scales`` (P, T) about its centre
-    and shifted by ``shifts`` (P, T, 2) thumbnail pixels."""
+    and shifted by ``shifts`` (P, T, 2) thumbnail pixels. Built from its x and y rows
+    (the grid is separable), not by scaling a (w, w, 2) base per transform."""
     import torch
 
     w = size - 2 * margin
     centres = (torch.arange(w, dtype=torch.float32) + margin + 0.5) * 2.0 / size - 1.0
-    gy, gx = torch.meshgrid(centres, centres, indexing="ij")
-    base = torch.stack([gx, gy], dim=-1)  # (w, w, 2)
-    s = torch.as_tensor(scales, dtype=torch.float32)[..., None, None, None]
-    d = torch.as_tensor(shifts, dtype=torch.float32)[..., None, None, :] * (2.0 / size)
-    return base * s + d
+    s = torch.as_tensor(scales, dtype=torch.float32)[..., None]
+    d = torch.as_tensor(shifts, dtype=torch.float32) * (2.0 / size)
+    gx = centres * s + d[..., 0:1]  # (P, T, w): x of each column
+    gy = centres * s + d[..., 1:2]  # y of each row
+    lead = gx.shape[:-1]
+    return torch.stack([gx[..., None, :].expand(*lead, w, w),
+                        gy[..., :, None].expand(*lead, w, w)], dim=-1)
 
 
 def _standardise(x: object) -> tuple[object, object]:
     """Rows of ``x`` (..., m) minus their mean over unit norm, and whether each is flat."""
+    z, flat, _ = _standardise_norm(x)
+    return z, flat
 
+
+def _standardise_norm(x: object) -> tuple[object, object, object]:
+    """:func:`_standardise` and the norm (..., 1) each row was divided by."""
     x = x - x.mean(dim=-1, keepdim=True)
     norm = x.norm(dim=-1, keepdim=True)
     flat = norm[..., 0] < FLAT * (x.shape[-1] ** 0.5)
-    return x / norm.clamp_min(1e-12), flat
+    norm = norm.clamp_min(1e-12)
+    return x / norm, flat, norm
 
 
 def aligned_correlation(a: np.ndarray, b: np.ndarray, block: int = 256,
@@ -218,10 +227,9 @@ def refine_correlation(a: np.ndarray, b: np.ndarray, scale: np.ndarray, shift: n
     with torch.no_grad():
         for it in range(iterations + 1):
             grid = _grids(s[:, None], d[:, None, :], size, m).reshape(p, w, w, 2)
-            # sample a one pixel wider window for the gradients
             x = F.grid_sample(ta, grid, mode="bilinear", padding_mode="border",
                               align_corners=False)
-            xz, a_flat = _standardise(x.reshape(p, -1))
+            xz, a_flat, norm = _standardise_norm(x.reshape(p, -1))
             r = (xz * bz).sum(dim=1)
             if it == iterations:
                 break
@@ -230,16 +238,13 @@ def refine_correlation(a: np.ndarray, b: np.ndarray, scale: np.ndarray, shift: n
             py = F.pad(x, (0, 0, 1, 1), mode="replicate")
             ix = (0.5 * px[..., 2:] - 0.5 * px[..., :-2]).reshape(p, -1)
             iy = (0.5 * py[..., 2:, :] - 0.5 * py[..., :-2, :]).reshape(p, -1)
-            # d x_sampled / d params: zoom (about the centre), shift x, shift y
-            jac = torch.stack([ix * gx + iy * gy, ix, iy], dim=-1)  # (p, n, 3)
-            jac = jac - jac.mean(dim=1, keepdim=True)
-            norm = (x.reshape(p, -1) - x.reshape(p, -1).mean(1, keepdim=True)).norm(
-                dim=1).clamp_min(1e-12)
-            jac = jac / norm[:, None, None]
+            # d x_sampled / d params, (p, 3, n): zoom (about the centre), shift x, shift y
+            jac = torch.stack([ix * gx + iy * gy, ix, iy], dim=1)
+            jac = (jac - jac.mean(dim=2, keepdim=True)) / norm[:, :, None]
             # maximise <xz(p), bz>: Gauss-Newton on || r * bz - xz(p) ||, the ECC step
             resid = bz - xz
-            h = jac.transpose(1, 2) @ jac + 1e-6 * torch.eye(3)
-            g = (jac.transpose(1, 2) @ resid[..., None])[..., 0]
+            h = torch.bmm(jac, jac.transpose(1, 2)) + 1e-6 * torch.eye(3)
+            g = torch.bmm(jac, resid[:, :, None])[..., 0]
             step = torch.linalg.solve(h, g)
             s = (s + step[:, 0]).clamp(1.0 - max_zoom, 1.0 + max_zoom)
             d = d + step[:, 1:].clamp(-1.0, 1.0)
