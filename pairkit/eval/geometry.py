@@ -107,8 +107,15 @@ def pair_alignment(za: np.ndarray, zp: np.ndarray) -> float:
     """:func:`alignment` of row ``r`` of ``za`` with row ``r`` of ``zp`` (each (n, d));
     NaN without rows."""
     n = len(za)
-    got = alignment(np.concatenate([za, zp]), np.arange(n), np.arange(n) + n)
-    return float("nan") if got is None else got
+    if n == 0:
+        return float("nan")
+    d2 = np.empty(n, dtype=np.float64)
+    chunk = 65536  # as pair_sq_dists, without gathering both sides into one copy first
+    for s in range(0, n, chunk):
+        diff = np.asarray(za[s : s + chunk], np.float64) - np.asarray(zp[s : s + chunk],
+                                                                      np.float64)
+        d2[s : s + chunk] = np.einsum("ij,ij->i", diff, diff)
+    return float(np.mean(np.maximum(d2, 0.0)))
 
 
 GRAM_MAX_ROWS = 4096  # all_pairs_uniformity: every pair from one Gram matrix up to here

@@ -7,7 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from pairkit.eval.geometry import alignment, positive_pairs, random_pairs, uniformity
+from pairkit.eval.geometry import (
+    alignment,
+    pair_alignment,
+    positive_pairs,
+    random_pairs,
+    uniformity,
+)
 
 
 def test_hand_made_square() -> None:
@@ -50,3 +56,18 @@ def test_sampled_pairs_are_valid_and_close_to_exact() -> None:
     ri, rj = random_pairs(400, 20000, rng)
     assert (ri != rj).all()
     assert uniformity(x, ri, rj) == pytest.approx(uniformity(x, ei, ej), abs=0.03)
+
+
+def test_pair_alignment_row_by_row_over_its_chunks() -> None:
+    """Row r of za with row r of zp, over more rows than one 65,536-row chunk: the mean
+    squared distance, as the formula over explicit pairs gives it."""
+    rng = np.random.default_rng(3)
+    za = rng.normal(size=(65_537, 3)).astype(np.float32)
+    zp = rng.normal(size=(65_537, 3)).astype(np.float32)
+    want = float(np.mean(np.sum((za.astype(np.float64) - zp) ** 2, axis=1)))
+    assert pair_alignment(za, zp) == pytest.approx(want, rel=1e-12)
+    n = len(za)
+    assert pair_alignment(za, zp) == alignment(np.concatenate([za, zp]), np.arange(n),
+                                               np.arange(n) + n)
+    assert pair_alignment(za[:1], za[:1]) == 0.0
+    assert math.isnan(pair_alignment(za[:0], zp[:0]))
