@@ -112,11 +112,14 @@ class SelectionContext:
 
 def classify_candidates(
     ctx: SelectionContext, rows: np.ndarray, anchors: np.ndarray, ids: np.ndarray,
-    scores: np.ndarray, ref: np.ndarray,
+    scores: np.ndarray, ref: np.ndarray, need: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Code per candidate (0 = valid; see :data:`CANDIDATE_CODES`), FN flags and reasons.
 
-    ``rows`` index into the run's anchor list (for the positive sets).
+    ``rows`` index into the run's anchor list (for the positive sets). ``need``: the
+    valid candidates a row's selection reads (the window's end); the false-negative
+    rules then judge each row's candidates only up to the one that completes it
+    (:func:`flags_until`; later ones are never examined), else all.
     Returns ``(code int8 (n, k), flags bool (n, k) or None, reasons (n, k) or None)``.
     """
     cfg = ctx.cfg
@@ -142,10 +145,11 @@ def classify_candidates(
     excluded = pad | is_self | is_pos | same_src
     flags = reasons = None
     if ctx.fn_filter is not None:
-        cand = np.where(excluded, -1, ids)
         positives = padded_rows(ctx.pos_offsets, ctx.pos_ids, rows)
-        flags, reasons = ctx.fn_filter(anchors, cand, scores, ref, positives)
-        flags = np.asarray(flags, dtype=bool) & ~excluded
+        flags, reasons = flags_until(ctx.fn_filter, anchors, ids, scores, ref, positives,
+                                     excluded, (code == 0) & ~excluded,
+                                     ids.shape[1] if need is None else need,
+                                     cfg.fn_mode != "keep")
         if cfg.fn_mode != "keep":
             code[flags] = CODE["false_negative"]
     code[same_src] = CODE["same_source"]
@@ -153,6 +157,76 @@ def classify_candidates(
     code[is_self] = CODE["self"]
     code[pad] = CODE["padding"]
     return code, flags, reasons
+
+
+FIRST_COLUMNS = 64  # flags_until: columns judged at first (at least; 2x the need)
+
+
+def flags_until(fn_filter: FnFilter, anchors: np.ndarray, ids: np.ndarray,
+                scores: np.ndarray, ref: np.ndarray, positives: np.ndarray,
+                excluded: np.ndarray, usable: np.ndarray, need: int, invalidates: bool
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`filter_kept` over the leading columns each row reads: the rules judge the
+    first ``max(FIRST_COLUMNS, 2 need)`` columns, then 4x as many more for the rows
+    that have fewer than ``need`` ``usable`` candidates left unflagged (flags make a
+    candidate unusable when ``invalidates``), and so on. A row's later columns are past
+    the candidate that completes its window: never selected nor counted (mine's counts
+    and attracted candidates are over the examined ones), so the flags left False there
+    give the same table as judging them. A search fetches far more than that where an
+    anchor's k grew with its exclusions (a big source, a deep retry) while the rows it
+    fetched were valid: thousands of candidates per anchor judged by every rule."""
+    n, k = ids.shape
+    width = max(FIRST_COLUMNS, 2 * need)
+    if k <= width:
+        return filter_kept(fn_filter, anchors, ids, scores, ref, positives, excluded)
+    flags = np.zeros(ids.shape, dtype=bool)
+    reasons = None
+    todo = np.arange(n)
+    start = 0
+    while len(todo) and start < k:
+        end = min(k, start + width)
+        got, why = filter_kept(fn_filter, anchors[todo], ids[todo, start:end],
+                               scores[todo, start:end], ref[todo], positives[todo],
+                               excluded[todo, start:end])
+        flags[todo, start:end] = got
+        if why is not None:
+            if reasons is None:
+                reasons = np.full(ids.shape, None, dtype=object)
+            reasons[todo, start:end] = why
+        left = usable[todo, :end] & ~(flags[todo, :end] if invalidates else False)
+        todo = todo[left.sum(axis=1) < need]
+        start, width = end, 4 * width
+    return flags, reasons
+
+
+def filter_kept(fn_filter: FnFilter, anchors: np.ndarray, ids: np.ndarray,
+                scores: np.ndarray, ref: np.ndarray, positives: np.ndarray,
+                excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """``fn_filter``'s flags and reasons (n, k) for the candidates ``ids`` (n, k) not
+    ``excluded`` (those are never flagged: False / None).
+
+    Every rule judges each (anchor, candidate) pair on its own, so where most columns
+    are excluded (an approximate search fetches an anchor's big source, thousands of
+    rows, and drops them: they are its positives) the rules see only each row's other
+    candidates, moved to the front in their order, instead of the whole width: the
+    same flags, for a fraction of the rules' time and memory."""
+    keep = ~excluded
+    width = int(keep.sum(axis=1).max(initial=0))
+    if 2 * width > ids.shape[1]:
+        flags, reasons = fn_filter(anchors, np.where(excluded, -1, ids), scores, ref,
+                                   positives)
+        return np.asarray(flags, dtype=bool) & keep, reasons
+    order = np.argsort(excluded, axis=1, kind="stable")[:, :width]  # kept columns first
+    ok = np.take_along_axis(keep, order, 1)
+    cand = np.where(ok, np.take_along_axis(ids, order, 1), -1)
+    got, why = fn_filter(anchors, cand, np.take_along_axis(scores, order, 1), ref, positives)
+    flags = np.zeros(ids.shape, dtype=bool)
+    np.put_along_axis(flags, order, np.asarray(got, dtype=bool) & ok, 1)
+    if why is None:
+        return flags, None
+    reasons = np.full(ids.shape, None, dtype=object)
+    np.put_along_axis(reasons, order, np.where(ok, why, None), 1)
+    return flags, reasons
 
 
 @dataclass
@@ -189,7 +263,7 @@ def select_negatives(
     cfg = ctx.cfg
     K = cfg.num_negatives
     lo, hi = cfg.window() if hard else (0, K)
-    code, flags, reasons = classify_candidates(ctx, rows, anchors, ids, scores, ref)
+    code, flags, reasons = classify_candidates(ctx, rows, anchors, ids, scores, ref, hi)
     valid = code == 0
     vrank = np.cumsum(valid, axis=1, dtype=np.int32) - 1
     nvalid = vrank[:, -1] + 1 if vrank.shape[1] else np.zeros(len(vrank), np.int32)

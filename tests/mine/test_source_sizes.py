@@ -266,3 +266,47 @@ def test_approximate_rule_lists_search_the_big_source_alone_deep(store, big: str
     deep = sum(n for n, k in calls if k > m + 2)
     assert deep == (BIG if big == "deep" else len(x)), calls
     np.testing.assert_array_equal(ids, other_source_brute(x, sources, m))
+
+
+JUDGED_CASES = [
+    (MineConfig(num_negatives=5), FalseNegativeConfig()),
+    (MineConfig(num_negatives=5, fn_mode="attract"), FalseNegativeConfig()),
+    (MineConfig(num_negatives=5, fn_mode="keep"), FalseNegativeConfig()),
+    (MineConfig(num_negatives=3, range_min=2, range_max=8, sampling="softmax",
+                sampling_temperature=0.1), FalseNegativeConfig()),
+]
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+@pytest.mark.parametrize(("cfg", "fn_config"), JUDGED_CASES)
+def test_rules_judge_each_row_up_to_its_window(mixed_store, kind: str, cfg: MineConfig,  # noqa: ANN001
+                                               fn_config: FalseNegativeConfig,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The false-negative rules judge each row's candidates in growing column chunks,
+    up to the one completing its window (selection.flags_until): the same table (rows,
+    ids, ranks, flags, reasons, attracted rows, scores) as judging every fetched
+    candidate, with far fewer judged where an anchor fetched thousands (the big source's
+    anchors with the IVF index: their k grows with the source; failed before: every
+    candidate of every row was judged)."""
+    from pairkit.mine.command import mine_store
+
+    index = IndexOptions(kind=kind, nlist=8 if kind == "ivf" else None,
+                         nprobe=2 if kind == "ivf" else None)
+    judged: list[int] = []
+    real = selection.filter_kept
+
+    def counting(fn, anchors, ids, *rest):  # noqa: ANN001, ANN002, ANN202
+        judged.append(int(ids.size))
+        return real(fn, anchors, ids, *rest)
+
+    monkeypatch.setattr(selection, "filter_kept", counting)
+    monkeypatch.setattr(selection, "FIRST_COLUMNS", 1)  # many chunks: 2 x the need first
+    got, _ = mine_store(mixed_store, "instance", cfg, index, fn_config)
+    chunked = sum(judged)
+    judged.clear()
+    monkeypatch.setattr(selection, "FIRST_COLUMNS", 10**9)  # every column at once
+    want, _ = mine_store(mixed_store, "instance", cfg, index, fn_config)
+    pd.testing.assert_frame_equal(got, want)
+    assert chunked <= sum(judged)
+    if kind == "ivf":  # the big source's anchors fetch past it: columns left unjudged
+        assert chunked < sum(judged), (chunked, sum(judged))
