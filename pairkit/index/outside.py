@@ -279,7 +279,15 @@ class MaskedIvfSearch:
     scanned, so a short result means the store has no more (a caller reads it so).
     Returns the same ``(scores, ids)`` as an IVF search of the allowed rows with those
     probes.
+
+    ``skip`` (N,) codes, -1 none (set by :meth:`AnchorSearch.skipping_sources`: mine's big
+    sources): a query's rows of its own code are masked out too, and it probes the cells
+    it would have probed fetching them (its k plus its code's rows, ``skip_sizes``): the
+    same cells, the same result, without a heap of the source's size per query.
     """
+
+    skip: np.ndarray | None = None
+    skip_sizes: np.ndarray | None = None
 
     def __init__(self, index: Any, assign: np.ndarray, nprobe: int,
                  own_share: float = 1.0, votes: int = 1, coords: Coords | None = None,
@@ -351,6 +359,19 @@ class MaskedIvfSearch:
 
         query_rows = np.asarray(query_rows, dtype=np.int64)
         queries = np.asarray(queries)
+        if nprobe is None and self.skip is not None and self.skip_sizes is not None:
+            code = self.skip[query_rows]
+            depth = k + np.where(code >= 0, self.skip_sizes[np.maximum(code, 0)], 0)
+            probes = np.minimum(self.nlist, self.nprobe * np.maximum(1, -(-depth // 32)))
+            if len(np.unique(probes)) > 1:  # one search per depth
+                scores = np.full((len(query_rows), k), -np.inf, dtype=np.float32)
+                ids = np.full((len(query_rows), k), -1, dtype=np.int64)
+                for value in np.unique(probes):
+                    at = np.flatnonzero(probes == value)
+                    scores[at], ids[at] = self.search(query_rows[at], k, queries[at], block,
+                                                      int(value))
+                return scores, ids
+            nprobe = int(probes[0]) if len(probes) else 1
         if nprobe is None:
             nprobe = int(min(self.nlist, self.nprobe * max(1, -(-k // 32))))
         nprobe = min(self.nlist, nprobe)
@@ -426,6 +447,9 @@ class MaskedIvfSearch:
                     blocked = shared >= self.votes
                     if self.coords is not None:
                         blocked |= ~far_in(self.coords, rows[sub], self.threshold, lid_ids)
+                if self.skip is not None:  # the query's own big source
+                    own = self.skip[rows[sub]][:, None]
+                    blocked |= (own >= 0) & (own == self.skip[lid_ids][None, :])
                 np.putmask(sims, blocked, -np.inf)
                 heap.add_result_subset(sub, sims, lid_ids)
             heap.finalize()
@@ -458,13 +482,22 @@ class AnchorSearch:
     def skipping_sources(self, codes: np.ndarray) -> AnchorSearch | None:
         """This search, also skipping the rows of the anchor's own ``codes`` (N,) (mine's
         big sources under the instance relation, whose rows are all excluded: an anchor of
-        a source of 10,000 views then fetches no room for them); None where it can't
-        (only the exact search can)."""
-        if self.how != "exact":
-            return None
+        a source of 10,000 views then fetches no room for them); None where it can't (the
+        exact and IVF searches can; the torch one fetches them). The IVF search probes as
+        many cells as fetching the source's rows would have (:class:`MaskedIvfSearch`)."""
         from dataclasses import replace
 
-        return replace(self, skip=np.asarray(codes, dtype=np.int64))
+        skip = np.asarray(codes, dtype=np.int64)
+        if self.how == "exact":
+            return replace(self, skip=skip)
+        if self.how == "ivf":
+            import copy
+
+            inner = copy.copy(self.inner)
+            inner.skip = skip
+            inner.skip_sizes = np.bincount(skip[skip >= 0])
+            return replace(self, inner=inner)
+        return None
 
     def __call__(self, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.how == "torch":

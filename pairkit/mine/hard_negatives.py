@@ -214,7 +214,7 @@ def sources_skipped_by(cfg: MineConfig, sources: np.ndarray, anchor_searcher: Se
                        anchors: np.ndarray) -> tuple[Searcher, np.ndarray | None]:
     """``(anchor searcher, skipped)``: under the instance relation, a rule's own search
     (the ``label`` or ``cluster`` rule's, :func:`pairkit.index.outside.outside_searcher`)
-    that can also skip the anchor's own big source (``skipping_sources``: the exact one),
+    that can also skip the anchor's own big source (``skipping_sources``: exact, IVF),
     made to, and which anchors it skips for (as :func:`skips_sources`); else the searcher
     as given and None (the big source's rows fetched and dropped)."""
     if not cfg.hard:

@@ -56,7 +56,7 @@ def make_store(rows: int, big: int, dim: int, folder: Path, python: str, code: s
     subprocess.run(
         [python, "-m", "pairkit", "import", str(folder / "emb.npy"), "--items",
          str(folder / "items.parquet"), "-o", str(store), "--dtype", "float32", "-q", "--force"],
-        check=True, env=env,
+        check=True, env=env, cwd=folder,  # not a checkout's folder: `-m` would import it
     )
     return store
 
@@ -68,7 +68,9 @@ def timed_mine(store: Path, out: Path, python: str, code: str, timeout: int,
     cmd = ["/usr/bin/time", "-v", "timeout", str(timeout), python, "-m", "pairkit", "mine",
            str(store), "--hard", "-k", "10", "--filter-false-negatives", "-q", "-o", str(out),
            "--force", *extra]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    # run from the store's folder: `python -m` puts the working folder first on sys.path,
+    # so a run started inside another checkout would import that one, not ``code``
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=store.parent)
     err = run.stderr
 
     def field(name: str) -> str:

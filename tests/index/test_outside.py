@@ -461,3 +461,49 @@ def test_masked_exact_search_groups_as_np_unique_axis0(monkeypatch, dtype):
     for (gs, gi), (ws, wi) in zip(got, want, strict=True):
         np.testing.assert_array_equal(gi, wi)
         np.testing.assert_array_equal(gs, ws)
+
+
+@pytest.mark.parametrize("nprobe", [1, 2, 16])
+def test_masked_ivf_search_skipping_big_sources_is_the_fetch_without_them(nprobe):
+    """The IVF search made to skip the anchor's own big source (mine, instance relation,
+    ``AnchorSearch.skipping_sources``) gives what the search fetching k + the source's
+    rows gives once those are dropped: the same cells probed (its k counts the source's
+    rows), the same top k of the rest (failed before: the IVF search could not skip, so
+    such anchors fetched and held the whole source; the torch search still can't)."""
+    import faiss
+
+    from pairkit.index.outside import AnchorSearch, MaskedIvfSearch
+
+    rng = np.random.default_rng(4)
+    n, d = 2400, 12
+    x = unit(n, d, seed=5)
+    x[:700] = x[0] + 0.2 * rng.normal(size=(700, d)).astype(np.float32)  # a big source
+    x[700:900] = x[800] + 0.2 * rng.normal(size=(200, d)).astype(np.float32)  # another
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    codes = np.full(n, -1, dtype=np.int64)
+    codes[:700], codes[700:900] = 0, 1
+    assign = rng.integers(0, 40, (2, n))
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, 16, faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add(x)
+    plain = AnchorSearch("ivf", x, assign, 1, MaskedIvfSearch(index, assign, nprobe=nprobe))
+    skipping = plain.skipping_sources(codes)
+    assert skipping is not None and plain.inner.skip is None  # the original is untouched
+    rows = np.r_[np.arange(0, 700, 9), np.arange(700, 900, 7), np.arange(900, n, 11)]
+    k = 6
+    s, i = skipping(rows, k)
+    sizes = np.bincount(codes[codes >= 0])
+    for r, (got_s, got_i) in enumerate(zip(s, i, strict=True)):
+        own = codes[rows[r]]
+        deep = k + (int(sizes[own]) if own >= 0 else 0)
+        ws, wi = plain(rows[r : r + 1], deep)
+        keep = (wi[0] >= 0) & ((codes[np.maximum(wi[0], 0)] != own) | (own < 0))
+        want_i, want_s = wi[0][keep][:k], ws[0][keep][:k]
+        np.testing.assert_array_equal(got_i[: len(want_i)], want_i)
+        # one query against a block of them: BLAS may round the products differently
+        np.testing.assert_allclose(got_s[: len(want_s)], want_s, atol=1e-6)
+        assert (got_i[len(want_i):] == -1).all()
+        if own >= 0:
+            assert not (codes[np.maximum(got_i, 0)][got_i >= 0] == own).any()
+    torch_search = AnchorSearch("torch", x, assign, 1)
+    assert torch_search.skipping_sources(codes) is None
