@@ -106,22 +106,31 @@ def fit_logistic(
                             line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
-        opt.zero_grad()
-        total = torch.zeros((), dtype=torch.float32, device=dev)
-        for s in range(0, n, chunk):
-            logits = xt[s : s + chunk] @ w + b
-            if weights is None:
-                loss = torch.nn.functional.cross_entropy(logits, yt[s : s + chunk],
-                                                         reduction="sum") / total_weight
-            else:
-                per_row = torch.nn.functional.cross_entropy(logits, yt[s : s + chunk],
-                                                            reduction="none")
-                loss = (per_row * weights[s : s + chunk]).sum() / total_weight
-            loss.backward()
-            total = total + loss.detach()
-        reg = 0.5 * weight_decay * (w * w).sum()
-        reg.backward()
-        return total + reg.detach()
+        # the loss and its gradient by hand (autograd's backward took 2.2x as long per
+        # evaluation on the CPU: it forms x^T g in a layout MKL is slow at):
+        # d/dlogits of the mean cross-entropy is (softmax - onehot) x the row's weight
+        with torch.no_grad():
+            # sums over the chunks in float64: the same whatever the chunk size, to
+            # float32's rounding of each chunk's part
+            total = torch.zeros((), dtype=torch.float64, device=dev)
+            grad_wt = torch.zeros(n_classes, d, dtype=torch.float64, device=dev)
+            grad_b = torch.zeros(n_classes, dtype=torch.float64, device=dev)
+            for s in range(0, n, chunk):
+                xc, yc = xt[s : s + chunk], yt[s : s + chunk]
+                logits = torch.addmm(b, xc, w)
+                lse = torch.logsumexp(logits, dim=1)
+                per_row = lse - logits.gather(1, yc[:, None])[:, 0]
+                g = torch.exp(logits - lse[:, None])
+                g[torch.arange(len(yc), device=dev), yc] -= 1.0
+                if weights is not None:
+                    per_row = per_row * weights[s : s + chunk]
+                    g *= weights[s : s + chunk, None]
+                total += per_row.sum(dtype=torch.float64)
+                grad_wt += g.T @ xc
+                grad_b += g.sum(dim=0, dtype=torch.float64)
+            w.grad = (grad_wt.T / total_weight).float().contiguous() + weight_decay * w
+            b.grad = (grad_b / total_weight).float()
+            return (total / total_weight).float() + 0.5 * weight_decay * (w * w).sum()
 
     opt.step(closure)
     return w.detach().cpu().numpy(), b.detach().cpu().numpy()
