@@ -91,6 +91,17 @@ class Searcher:
         can't (their callers over-fetch and drop the rows instead)."""
         return excludes_exactly(self.options, len(self.vectors), self.engine)
 
+    @property
+    def hits_independent_of_k(self) -> bool:
+        """True when a search's first m hits are the same whatever its k >= m: the exact
+        searches, and FAISS IVF-Flat on the CPU in float32 (the cells scanned depend on
+        ``nprobe``, not k). Not IVF-PQ or float16 indices (a deeper k re-scores more
+        candidates exactly), HNSW (its search list grows with k) or GPU indices."""
+        if self.excludes:
+            return True
+        return (not self.gpu and self.engine.name != "torch" and self.options.kind == "ivf"
+                and not self.options.lossy)
+
     def search_outside(self, queries: np.ndarray, k: int, own: np.ndarray,
                        parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`search` among the rows whose ``parts`` (N,) int64 differs from the

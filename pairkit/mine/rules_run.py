@@ -396,10 +396,15 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
                            content_id=None if store is None else store.content_id,
                            engine=backend)
     # an exact search: each row m + its own source deep (the same lists as m + the largest
-    # source's); an approximate one (whose hits may depend on k): every row alike, but
-    # for the rows of a big source (approximate_widths)
-    widths = (own_source_widths(sources, m) if opened.excludes
-              else approximate_widths(sources, m))
+    # source's); an approximate one whose first hits don't depend on k (IVF-Flat): every
+    # row alike, but for the rows of a big source (approximate_widths); any other (IVF-PQ,
+    # float16, HNSW: a deeper search re-ranks more): every row m + the largest source
+    if opened.excludes:
+        widths = own_source_widths(sources, m)
+    elif opened.hits_independent_of_k:
+        widths = approximate_widths(sources, m)
+    else:
+        widths = np.full(n, min(n, m + int(np.bincount(sources).max(initial=0))), np.int64)
     ids = np.full((n, m), -1, dtype=np.int64)
     scores = np.full((n, m), -np.inf, dtype=np.float32)
     if len(np.unique(widths)) <= 1:  # one width (the usual): blocks of rows in order

@@ -268,6 +268,31 @@ def test_approximate_rule_lists_search_the_big_source_alone_deep(store, big: str
     np.testing.assert_array_equal(ids, other_source_brute(x, sources, m))
 
 
+@pytest.mark.parametrize("options", [IndexOptions(kind="ivfpq", nlist=4, nprobe=2, pq_m=4),
+                                     IndexOptions(kind="ivf", nlist=4, nprobe=2, float16=True),
+                                     IndexOptions(kind="hnsw", ef_search=16)])
+def test_rule_lists_of_k_dependent_indices_search_every_row_as_deep(tmp_path: Path, options,  # noqa: ANN001
+                                                                    monkeypatch) -> None:  # noqa: ANN001
+    """Where an approximate search's first hits depend on its k (IVF-PQ and float16
+    indices re-score a deeper k's candidates exactly, HNSW's search list grows with k),
+    every row is searched m + the largest source deep whatever the big sources, as before
+    the big-source change (helper-75's D1: an IVF-PQ table of 40,000 rows became 63,864,
+    the mutual-neighbour rule's random-pair guard decided otherwise)."""
+    from pairkit.index import outside
+    from pairkit.mine.rules_run import search_neighbour_lists
+
+    big = 800  # IVF-PQ wants 1,000 rows: 800 views of one source and 150 two-view ones
+    store = big_source_store(tmp_path / "s", big=big)
+    monkeypatch.setattr(outside, "OVER_FETCH_ROWS", big // 2)  # the big source is big
+    x = store.vectors(np.float32)
+    sources = pd.factorize(store.items["source"])[0].astype(np.int64)
+    calls = recorded_searches(monkeypatch)
+    m = 5
+    search_neighbour_lists(x, sources, m, options, None, None)
+    assert {k for _, k in calls} == {m + big}, calls
+    assert sum(n for n, _ in calls) == len(x)
+
+
 JUDGED_CASES = [
     (MineConfig(num_negatives=5), FalseNegativeConfig()),
     (MineConfig(num_negatives=5, fn_mode="attract"), FalseNegativeConfig()),
