@@ -10,6 +10,7 @@ import pytest
 from pairkit.eval.geometry import (
     alignment,
     pair_alignment,
+    pair_sq_dists,
     positive_pairs,
     random_pairs,
     uniformity,
@@ -71,3 +72,17 @@ def test_pair_alignment_row_by_row_over_its_chunks() -> None:
                                                np.arange(n) + n)
     assert pair_alignment(za[:1], za[:1]) == 0.0
     assert math.isnan(pair_alignment(za[:0], zp[:0]))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_pair_sq_dists_with_more_pairs_than_rows(dtype) -> None:  # noqa: ANN001
+    """More pairs than rows (the rows made float64 once, smaller chunks) and fewer: each
+    pair's squared distance as the formula gives it from the float64 rows, bit for bit."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(50, 7)).astype(dtype)
+    x64 = x.astype(np.float64)
+    for n_pairs in (20, 20_000):
+        i, j = rng.integers(0, 50, n_pairs), rng.integers(0, 50, n_pairs)
+        want = np.einsum("ij,ij->i", x64[i] - x64[j], x64[i] - x64[j])
+        np.testing.assert_array_equal(pair_sq_dists(x, i, j), want)
+        np.testing.assert_array_equal(pair_sq_dists(x, i, j, chunk=7), want)
