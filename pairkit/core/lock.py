@@ -84,8 +84,13 @@ class WriterLock:
             try:
                 folder.mkdir(parents=True, exist_ok=True)
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-            except FileNotFoundError:
-                continue  # a holder that created the folder removed it as we opened it
+            except (FileNotFoundError, FileExistsError):
+                # a holder that created the folder removed it as we opened it; or as we
+                # made it (mkdir found it there, then it was gone: "File exists")
+                if folder.exists() and not folder.is_dir():
+                    raise PairkitError(f"output {folder} is an existing file, expected a "
+                                       "folder") from None
+                continue
             except OSError as exc:
                 raise PairkitError(f"can't write in {what} {folder} ({exc.strerror})") from None
             try:
