@@ -1,7 +1,7 @@
 # The two commands of pairkit (README "The two commands", docs/development.md):
 #   make demo   set up .venv if needed, then run the whole pipeline on sample data
 #   make test   set up .venv if needed, then ruff and the test suite (what .ci/run runs),
-#               in TEST_WORKERS processes (3), idle ones taking queued tests from busy
+#               in TEST_WORKERS processes (2), idle ones taking queued tests from busy
 #               ones (--dist worksteal: the suite's long tests don't leave one waiting)
 # The environment is reused: it is (re)installed only when pyproject.toml or this
 # Makefile changed since the last install (a hash kept in .venv/.pairkit-installed).
@@ -13,7 +13,7 @@ DEMO_DIR ?= demo-run
 TORCH ?= torch==2.14.1 torchvision==0.29.1
 EXTRAS ?= dev
 # test processes (pytest-xdist); 0 runs the suite in this process, one test at a time
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pairkit-installed

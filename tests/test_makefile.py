@@ -64,7 +64,7 @@ def test_demo_and_test_targets(tmp_path: Path) -> None:
     assert make("test", f"VENV={venv}").returncode == 0
     assert make("demo", f"VENV={venv}").returncode == 0
     calls = log.read_text().splitlines()[2:]  # after the two installs
-    assert calls == ["ruff check pairkit tests", "python -m pytest -n 3 --dist worksteal",
+    assert calls == ["ruff check pairkit tests", "python -m pytest -n 2 --dist worksteal",
                      "pairkit demo demo-run --force"]
 
 
