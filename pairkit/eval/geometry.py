@@ -83,8 +83,17 @@ def pair_sq_dists(x: np.ndarray, i: np.ndarray, j: np.ndarray, chunk: int = 6553
         x = np.asarray(x, dtype=np.float64)
         chunk = min(chunk, 8192)
     for s in range(0, len(i), chunk):
-        diff = np.asarray(x[i[s : s + chunk]], np.float64) - np.asarray(x[j[s : s + chunk]],
-                                                                        np.float64)
+        out[s : s + chunk] = row_sq_dists(x[i[s : s + chunk]], x[j[s : s + chunk]])
+    return out
+
+
+def row_sq_dists(a: np.ndarray, b: np.ndarray, chunk: int = 65536) -> np.ndarray:
+    """Squared distances ||a[r] - b[r]||^2 (float64 (len(a),)) of row r of ``a`` and of
+    ``b`` (each (n, d)), in float64, ``chunk`` rows at a time."""
+    out = np.empty(len(a), dtype=np.float64)
+    for s in range(0, len(a), chunk):
+        diff = np.asarray(a[s : s + chunk], np.float64) - np.asarray(b[s : s + chunk],
+                                                                     np.float64)
         out[s : s + chunk] = np.einsum("ij,ij->i", diff, diff)
     return out
 
@@ -112,16 +121,9 @@ UNIFORMITY_MAX_PAIRS = 2_000_000
 def pair_alignment(za: np.ndarray, zp: np.ndarray) -> float:
     """:func:`alignment` of row ``r`` of ``za`` with row ``r`` of ``zp`` (each (n, d));
     NaN without rows."""
-    n = len(za)
-    if n == 0:
+    if len(za) == 0:
         return float("nan")
-    d2 = np.empty(n, dtype=np.float64)
-    chunk = 65536  # as pair_sq_dists, without gathering both sides into one copy first
-    for s in range(0, n, chunk):
-        diff = np.asarray(za[s : s + chunk], np.float64) - np.asarray(zp[s : s + chunk],
-                                                                      np.float64)
-        d2[s : s + chunk] = np.einsum("ij,ij->i", diff, diff)
-    return float(np.mean(np.maximum(d2, 0.0)))
+    return float(np.mean(np.maximum(row_sq_dists(za, zp), 0.0)))
 
 
 GRAM_MAX_ROWS = 4096  # all_pairs_uniformity: every pair from one Gram matrix up to here
