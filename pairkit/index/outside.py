@@ -320,6 +320,11 @@ class MaskedIvfSearch:
                 if counts.max() >= own_share * len(ids):
                     self.dominant[lid] = values[np.argmax(counts)]
 
+    def probes_for(self, depth: np.ndarray) -> np.ndarray:
+        """Cells a search of ``depth`` rows probes (elementwise): ``nprobe`` per 32 rows
+        of depth (a retry for a deeper list scans more cells), at most every cell."""
+        return np.minimum(self.nlist, self.nprobe * np.maximum(1, -(-depth // 32)))
+
     def runs_of(self, rows: np.ndarray) -> np.ndarray:
         """(G, len(rows)): the labels of rows ``rows`` in every run."""
         return self.assign[:, rows if self.codes is None else self.codes[rows]]
@@ -361,8 +366,8 @@ class MaskedIvfSearch:
         queries = np.asarray(queries)
         if nprobe is None and self.skip is not None and self.skip_sizes is not None:
             code = self.skip[query_rows]
-            depth = k + np.where(code >= 0, self.skip_sizes[np.maximum(code, 0)], 0)
-            probes = np.minimum(self.nlist, self.nprobe * np.maximum(1, -(-depth // 32)))
+            probes = self.probes_for(
+                k + np.where(code >= 0, self.skip_sizes[np.maximum(code, 0)], 0))
             if len(np.unique(probes)) > 1:  # one search per depth
                 scores = np.full((len(query_rows), k), -np.inf, dtype=np.float32)
                 ids = np.full((len(query_rows), k), -1, dtype=np.int64)
@@ -373,7 +378,7 @@ class MaskedIvfSearch:
                 return scores, ids
             nprobe = int(probes[0]) if len(probes) else 1
         if nprobe is None:
-            nprobe = int(min(self.nlist, self.nprobe * max(1, -(-k // 32))))
+            nprobe = int(self.probes_for(np.asarray(k)))
         nprobe = min(self.nlist, nprobe)
         scores, ids, done = self._probe(query_rows, k, queries, block, nprobe)
         short = np.flatnonzero(ids[:, -1] < 0) if k else np.zeros(0, np.int64)
