@@ -117,12 +117,13 @@ def own_source_widths(sources: np.ndarray, m: int) -> np.ndarray:
 
 
 def approximate_widths(sources: np.ndarray, m: int) -> np.ndarray:
-    """(N,) int64: how deep an approximate search (whose hits may depend on k) searches
-    each row for ``m`` rows of other sources: every row ``m`` + the largest source, as
-    before, except where a source has more than ``OVER_FETCH_ROWS`` rows (1,024): its rows
-    ``m`` + its size, every other row ``m`` + the largest of the *other* sources (one
-    source of 10,000 views made every row fetch 10,000 more); at most N. A store without
-    such a source is searched exactly as before."""
+    """(N,) int64: how deep an approximate search whose first hits don't depend on k
+    (IVF-Flat; others: :func:`largest_source_widths`) searches each row for ``m`` rows
+    of other sources: every row ``m`` + the largest source, as before, except where a
+    source has more than ``OVER_FETCH_ROWS`` rows (1,024): its rows ``m`` + its size,
+    every other row ``m`` + the largest of the *other* sources (one source of 10,000
+    views made every row fetch 10,000 more); at most N. A store without such a source is
+    searched exactly as before."""
     sources = np.asarray(sources, dtype=np.int64)
     n = len(sources)
     if n == 0:
@@ -130,9 +131,17 @@ def approximate_widths(sources: np.ndarray, m: int) -> np.ndarray:
     counts = np.bincount(sources)
     big = big_source_rows(sources)
     if not big.any():
-        return np.full(n, min(n, m + int(counts.max())), np.int64)
+        return largest_source_widths(sources, m)
     small = int(counts[sources[~big]].max(initial=1))
     return np.minimum(n, m + np.where(big, counts[sources], small)).astype(np.int64)
+
+
+def largest_source_widths(sources: np.ndarray, m: int) -> np.ndarray:
+    """(N,) int64: every row ``m`` + the largest source deep (at most N), how a search
+    whose hits depend on k searches each row for ``m`` rows of other sources."""
+    n = len(sources)
+    largest = int(np.bincount(np.asarray(sources, dtype=np.int64)).max(initial=0))
+    return np.full(n, min(n, m + largest), np.int64)
 
 
 def other_sources(scores: np.ndarray, ids: np.ndarray, sources: np.ndarray, m: int,

@@ -380,6 +380,7 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
     from pairkit.mine.clusters import (
         approximate_widths,
         big_source_rows,
+        largest_source_widths,
         other_sources,
         own_source_widths,
         width_blocks,
@@ -404,7 +405,7 @@ def search_neighbour_lists(vectors: Any, sources: np.ndarray, m: int, index: Ind
     elif opened.hits_independent_of_k:
         widths = approximate_widths(sources, m)
     else:
-        widths = np.full(n, min(n, m + int(np.bincount(sources).max(initial=0))), np.int64)
+        widths = largest_source_widths(sources, m)
     ids = np.full((n, m), -1, dtype=np.int64)
     scores = np.full((n, m), -np.inf, dtype=np.float32)
     if len(np.unique(widths)) <= 1:  # one width (the usual): blocks of rows in order

@@ -193,7 +193,9 @@ def flags_until(fn_filter: FnFilter, anchors: np.ndarray, ids: np.ndarray,
             if reasons is None:
                 reasons = np.full(ids.shape, None, dtype=object)
             reasons[todo, start:end] = why
-        left = usable[todo, :end] & ~(flags[todo, :end] if invalidates else False)
+        left = usable[todo, :end]
+        if invalidates:
+            left = left & ~flags[todo, :end]
         todo = todo[left.sum(axis=1) < need]
         start, width = end, 4 * width
     return flags, reasons
