@@ -76,9 +76,13 @@ class WriterLock:
     def acquire(cls, folder: Path, what: str) -> WriterLock:
         import fcntl
 
+        def refuse_a_file() -> None:
+            if folder.exists() and not folder.is_dir():
+                raise PairkitError(f"output {folder} is an existing file, expected a "
+                                   "folder") from None
+
         created = not folder.exists()
-        if folder.exists() and not folder.is_dir():
-            raise PairkitError(f"output {folder} is an existing file, expected a folder")
+        refuse_a_file()
         path = folder / LOCK_NAME
         for _ in range(20):
             try:
@@ -87,9 +91,7 @@ class WriterLock:
             except (FileNotFoundError, FileExistsError):
                 # a holder that created the folder removed it as we opened it; or as we
                 # made it (mkdir found it there, then it was gone: "File exists")
-                if folder.exists() and not folder.is_dir():
-                    raise PairkitError(f"output {folder} is an existing file, expected a "
-                                       "folder") from None
+                refuse_a_file()
                 continue
             except OSError as exc:
                 raise PairkitError(f"can't write in {what} {folder} ({exc.strerror})") from None
