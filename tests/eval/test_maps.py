@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
-from pairkit.eval.plots import UMAP_HINT, pca_2d, umap_2d
+from pairkit.eval.plots import UMAP_HINT, cosine_knn, pca_2d, umap_2d
 from tests.conftest import random_store
 
 runner = CliRunner()
@@ -42,6 +42,26 @@ def test_umap_keeps_separate_clusters_apart_and_is_seeded() -> None:
     assert _nn_agreement(xy, labels) == 1.0  # every point's 2-D neighbour is of its cluster
     np.testing.assert_allclose(umap_2d(x, seed=0), xy)
     assert _nn_agreement(pca_2d(x), labels) == 1.0  # the reference map agrees
+
+
+def test_umaps_neighbours_are_the_brute_force_cosine_ones() -> None:
+    """The kNN handed to umap-learn: each row's k nearest by cosine, itself first, as a
+    full sort of the cosine distances gives them (a zero row at distance 1 from all)."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(60, 8)).astype(np.float32) * rng.uniform(0.1, 5, size=(60, 1))
+    x[7] = 0
+    ids, dist, index = cosine_knn(x, 6)
+    assert index is None and ids.shape == dist.shape == (60, 6) and ids.dtype == np.int64
+    unit = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
+    full = 1 - unit.astype(np.float64) @ unit.T.astype(np.float64)
+    np.fill_diagonal(full, 0)
+    full[7, :] = full[:, 7] = 1.0
+    full[7, 7] = 1.0
+    for r in range(60):
+        np.testing.assert_allclose(dist[r], np.sort(full[r])[:6], atol=1e-5)
+        if r != 7:
+            assert ids[r, 0] == r
+            assert set(ids[r]) == set(np.argsort(full[r], kind="stable")[:6])
 
 
 def test_eval_writes_both_maps(tmp_path: Path) -> None:
