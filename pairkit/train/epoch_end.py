@@ -48,7 +48,9 @@ if TYPE_CHECKING:
 COLLAPSE_STD = 0.02
 COLLAPSE_UNIFORMITY = -0.1
 EVAL_ITEMS = 2048
-EVAL_PAIRS = 8192
+# pairs of the metrics without --val-fraction: one more forward pass each (anchor, positive,
+# negatives); at 8,192 it cost a quarter of a run on an 8,000-row store (docs/benchmarks.md)
+EVAL_PAIRS = 2048
 
 
 def dim_std(z: np.ndarray) -> float:
