@@ -102,7 +102,7 @@ def embed(
             dtype=dtype,
             decode=decode,
             force=force,
-            shard_rows=max(1, shard_rows),
+            shard_rows=shard_rows,
             max_file_bytes=max_file_bytes,
             image_column=image_column,
             label_column=label_column,
