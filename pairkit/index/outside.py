@@ -480,20 +480,20 @@ class AnchorSearch:
     inner: Any = None
     coords: Coords | None = None  # the exact and torch searches' second mask (far_in)
     threshold: float = 1.0
-    # (N,) codes of the big sources the exact search skips too (each anchor its own; -1:
-    # none): :meth:`skipping_sources`
+    # (N,) codes of the big sources the exact and torch searches skip too (each anchor its
+    # own; -1: none): :meth:`skipping_sources`
     skip: np.ndarray | None = None
 
     def skipping_sources(self, codes: np.ndarray) -> AnchorSearch | None:
         """This search, also skipping the rows of the anchor's own ``codes`` (N,) (mine's
         big sources under the instance relation, whose rows are all excluded: an anchor of
         a source of 10,000 views then fetches no room for them); None where it can't (the
-        exact and IVF searches can; the torch one fetches them). The IVF search probes as
-        many cells as fetching the source's rows would have (:class:`MaskedIvfSearch`)."""
+        plain index's search, ``full``). The IVF search probes as many cells as fetching
+        the source's rows would have (:class:`MaskedIvfSearch`)."""
         from dataclasses import replace
 
         skip = np.asarray(codes, dtype=np.int64)
-        if self.how == "exact":
+        if self.how in ("exact", "torch"):
             return replace(self, skip=skip)
         if self.how == "ivf":
             import copy
@@ -509,7 +509,9 @@ class AnchorSearch:
             return self.inner.search_masked(  # type: ignore[no-any-return]
                 self.vectors[rows], k, self.assign[:, rows], self.assign, votes=self.votes,
                 query_coords=None if self.coords is None else self.coords[rows],
-                base_coords=self.coords, threshold=self.threshold)
+                base_coords=self.coords, threshold=self.threshold,
+                query_skip=None if self.skip is None else self.skip[rows],
+                base_skip=self.skip)
         if self.how == "exact":
             return masked_exact_search(self.vectors, self.assign, rows, k, votes=self.votes,
                                        coords=self.coords, threshold=self.threshold,

@@ -145,15 +145,19 @@ class TorchFlatIndex:
                       base_assign: Any, votes: int = 1, *,
                       query_coords: np.ndarray | None = None,
                       base_coords: Any = None,  # an array or CodedRows
-                      threshold: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+                      threshold: float = 1.0, query_skip: np.ndarray | None = None,
+                      base_skip: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Like :meth:`search`, among the base rows that share fewer than ``votes``
         labels with the query: row j is allowed for query q when ``base_assign[r, j] ==
         query_assign[r, q]`` for fewer than ``votes`` r (``query_assign`` (R, nq),
         ``base_assign`` (R, N): cluster ids of R runs), and, with ``base_coords`` (N, c)
         and ``query_coords`` (nq, c) unit rows, when their cosine there is below
-        ``threshold`` (the cluster rule's diffusion cosine). Padded with -inf / -1 where
-        fewer rows are allowed. The base's one-hot codes (and coordinates) are kept on
-        the device between calls with the same arrays."""
+        ``threshold`` (the cluster rule's diffusion cosine), and, with ``base_skip`` (N,)
+        and ``query_skip`` (nq,) codes (-1: none), unless ``base_skip[j] == query_skip[q]
+        >= 0`` (mine's big sources: an anchor's own are all excluded, so skipped rather
+        than fetched and dropped). Padded with -inf / -1 where fewer rows are allowed.
+        The base's one-hot codes (coordinates, skip codes) are kept on the device between
+        calls with the same arrays."""
 
         nq = len(queries)
         scores = np.full((nq, k), -np.inf, dtype=np.float32)
@@ -183,6 +187,10 @@ class TorchFlatIndex:
             self._base_coords = host_tensor(
                 np.ascontiguousarray(base_coords, dtype=np.float32)).to(self.device)
             self._coords_key = base_coords  # the same array object (held here)
+        skipping = base_skip is not None and query_skip is not None
+        if skipping and getattr(self, "_skip_key", None) is not base_skip:
+            self._base_skip = self._codes(base_skip)
+            self._skip_key = base_skip  # the same array object (held here)
         for start in range(0, nq, self.query_block):
             block = np.asarray(queries[start : start + self.query_block])
             q = host_tensor(np.ascontiguousarray(block, dtype=np.float32)).to(
@@ -191,12 +199,20 @@ class TorchFlatIndex:
                               width)
             qc = None if not near else host_tensor(np.ascontiguousarray(
                 query_coords[start : start + len(block)], dtype=np.float32)).to(self.device)
-            s, i = self._search_rows(q, kk, qa, qc)
+            qs = None if not skipping else self._codes(
+                np.asarray(query_skip)[start : start + len(block)])
+            s, i = self._search_rows(q, kk, qa, qc, qs)
             s, i = s.cpu().numpy(), i.cpu().numpy()
             i = np.where(np.isfinite(s), i, -1)
             scores[start : start + len(block), :kk] = s
             ids[start : start + len(block), :kk] = i
         return scores, ids
+
+    def _codes(self, codes: np.ndarray) -> Any:
+        """int64 ``codes`` (n,) on the device."""
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64)).to(self.device)
 
     def _onehot(self, assign: np.ndarray, width: int) -> Any:
         """(n, R x width) one-hot codes of the labels ``assign`` (R, n), in the GEMM's
@@ -211,11 +227,12 @@ class TorchFlatIndex:
         code.scatter_(1, cols, 1.0)
         return code
 
-    def _search_rows(self, q32: Any, k: int, qa: Any = None, qc: Any = None
-                     ) -> tuple[Any, Any]:
+    def _search_rows(self, q32: Any, k: int, qa: Any = None, qc: Any = None,
+                     qs: Any = None) -> tuple[Any, Any]:
         """Exact top-k of a block of float32 queries (on the device): (scores, ids).
         ``qa`` (n, R x L): the queries' one-hot labels for :meth:`search_masked` (None:
-        no mask); ``qc`` (n, c): their coordinates for its second mask (None: none)."""
+        no mask); ``qc`` (n, c): their coordinates for its second mask (None: none);
+        ``qs`` (n,): their skip codes for its third (None: none)."""
         import torch
 
         n = len(q32)
@@ -231,7 +248,8 @@ class TorchFlatIndex:
             for c0 in range(0, len(rows), step):
                 sub = rows[c0 : c0 + step]
                 s, i, ok = self._candidates(q32[sub], k, kp, None if qa is None else qa[sub],
-                                            None if qc is None else qc[sub])
+                                            None if qc is None else qc[sub],
+                                            None if qs is None else qs[sub])
                 out_s[sub[ok]], out_i[sub[ok]] = s[ok], i[ok]
                 undecided.append(sub[~ok])
             rows = torch.cat(undecided)
@@ -239,11 +257,12 @@ class TorchFlatIndex:
             kp = min(self.ntotal, kp * 4)
         return out_s, out_i
 
-    def _candidates(self, q32: Any, k: int, kp: int, qa: Any = None, qc: Any = None
-                    ) -> tuple[Any, Any, Any]:
+    def _candidates(self, q32: Any, k: int, kp: int, qa: Any = None, qc: Any = None,
+                    qs: Any = None) -> tuple[Any, Any, Any]:
         """Top-k of each query from a k'-candidate pass: (scores, ids, certified).
         With ``qa``, base rows sharing a label with the query score -inf; with ``qc``, so
-        do those at a coordinate cosine >= the threshold."""
+        do those at a coordinate cosine >= the threshold; with ``qs``, those of the
+        query's skip code (>= 0)."""
         import torch
 
         q_low = q32.to(self.base_low.dtype)
@@ -259,6 +278,9 @@ class TorchFlatIndex:
                     if qc is not None:  # and the rows at a diffusion cosine >= the threshold
                         cos = qc @ self._base_coords[c0 : c0 + len(block)].T
                         scores.masked_fill_(cos >= self._threshold, float("-inf"))
+                    if qs is not None:  # and the rows of the query's own big source
+                        own = qs[:, None] == self._base_skip[None, c0 : c0 + len(block)]
+                        scores.masked_fill_(own & (qs[:, None] >= 0), float("-inf"))
                 s, i = block_topk(scores, min(kp, len(block)), self.chunk)
                 i = i + c0
                 if run_s is None:

@@ -469,7 +469,7 @@ def test_masked_ivf_search_skipping_big_sources_is_the_fetch_without_them(nprobe
     ``AnchorSearch.skipping_sources``) gives what the search fetching k + the source's
     rows gives once those are dropped: the same cells probed (its k counts the source's
     rows), the same top k of the rest (failed before: the IVF search could not skip, so
-    such anchors fetched and held the whole source; the torch search still can't)."""
+    such anchors fetched and held the whole source)."""
     import faiss
 
     from pairkit.index.outside import AnchorSearch, MaskedIvfSearch
@@ -505,5 +505,46 @@ def test_masked_ivf_search_skipping_big_sources_is_the_fetch_without_them(nprobe
         assert (got_i[len(want_i):] == -1).all()
         if own >= 0:
             assert not (codes[np.maximum(got_i, 0)][got_i >= 0] == own).any()
-    torch_search = AnchorSearch("torch", x, assign, 1)
-    assert torch_search.skipping_sources(codes) is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("votes", [1, 2])
+def test_torch_masked_search_skipping_big_sources_equals_the_exact_one(dtype, votes):
+    """The torch search (the GPU's, no FAISS there) made to skip the anchor's own big
+    source gives the exact search's skipping result, and what fetching k + the source's
+    rows gives once those are dropped (failed before: it could not skip, so each anchor
+    of a big source fetched and held all of its rows: `mine --backend torch
+    --filter-false-negatives` on 8,000 rows with a 3,000-row source peaked at 5.2 GB)."""
+    from pairkit.index.outside import AnchorSearch
+    from pairkit.index.torch_search import TorchFlatIndex
+
+    rng = np.random.default_rng(7)
+    n, d = 900, 12
+    x = unit(n, d, seed=8)
+    x[:300] = x[0] + 0.2 * rng.normal(size=(300, d)).astype(np.float32)  # a big source
+    x[300:380] = x[320] + 0.2 * rng.normal(size=(80, d)).astype(np.float32)  # another
+    x[500] = x[501]  # a tie
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    codes = np.full(n, -1, dtype=np.int64)
+    codes[:300], codes[300:380] = 0, 1
+    assign = rng.integers(0, 12, (2, n))
+    coords = unit(n, 4, seed=9)
+    index = TorchFlatIndex(x, device="cpu", dtype=dtype, query_block=17, base_block=64)
+    plain = AnchorSearch("torch", x, assign, votes, index, coords=coords, threshold=0.8)
+    skipping = plain.skipping_sources(codes)
+    assert skipping is not None and plain.skip is None  # the original is untouched
+    rows = np.r_[np.arange(0, 300, 7), np.arange(300, 380, 3), np.arange(380, n, 5)]
+    k = 6
+    s, i = skipping(rows, k)
+    ref_s, ref_i = masked_exact_search(x, assign, rows, k, votes=votes, coords=coords,
+                                       threshold=0.8, skip=codes)
+    np.testing.assert_array_equal(i, ref_i)
+    np.testing.assert_allclose(s, ref_s, atol=1e-5)
+    sizes = np.bincount(codes[codes >= 0])
+    for r in range(0, len(rows), 4):
+        own = codes[rows[r]]
+        ws, wi = plain(rows[r : r + 1], k + (int(sizes[own]) if own >= 0 else 0))
+        keep = (wi[0] >= 0) & ((codes[np.maximum(wi[0], 0)] != own) | (own < 0))
+        np.testing.assert_array_equal(i[r][: keep.sum()], wi[0][keep][:k])
+        if own >= 0:
+            assert not (codes[np.maximum(i[r], 0)][i[r] >= 0] == own).any()
