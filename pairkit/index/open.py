@@ -35,11 +35,6 @@ def engine_for(options: IndexOptions) -> SearchBackend:
     return for_index_kind(resolve_backend(options.backend, options.device), options.kind)
 
 
-# the torch search skips rows by a mask of one-hot part codes, N x (parts + 1) entries on
-# the device: above this many (256 MB in float16) it fetches the rows and drops them
-TORCH_MASK_CODES = 1 << 27
-
-
 @dataclass
 class Searcher:
     """An index over ``vectors`` ready to search, with where it came from (for summaries).
@@ -110,17 +105,14 @@ class Searcher:
         The same result as :meth:`search` with those rows filtered out; only when
         :attr:`excludes` (else :class:`~pairkit.errors.PairkitError`)."""
         from pairkit.errors import PairkitError
-        from pairkit.index.outside import over_fetched_outside, search_outside_parts
+        from pairkit.index.outside import search_outside_parts
 
         if not self.excludes:
             raise PairkitError(f"internal: {self.options.kind} can't skip rows exactly")
-        if self.engine.name == "torch":
-            parts = np.asarray(parts, np.int64)
-            if (int(parts.max(initial=-1)) + 2) * len(parts) > TORCH_MASK_CODES:
-                # the one-hot codes of the mask would be large: fetched and dropped
-                return over_fetched_outside(parts, queries, own, k, self.search)
+        if self.engine.name == "torch":  # the query's part masked in each score block
             return self.index.search_masked(  # type: ignore[no-any-return]
-                queries, k, np.asarray(own, np.int64) + 1, parts + 1)  # -1 -> 0
+                queries, k, None, None, query_skip=np.asarray(own, np.int64) + 1,
+                base_skip=np.asarray(parts, np.int64) + 1)  # -1 -> 0: a part of its own
         return search_outside_parts(flat_rows(self.index), parts, queries, own, k,
                                     self.search)
 

@@ -141,7 +141,7 @@ class TorchFlatIndex:
             ids[start : start + len(block), :kk] = i.cpu().numpy()
         return scores, ids
 
-    def search_masked(self, queries: np.ndarray, k: int, query_assign: np.ndarray,
+    def search_masked(self, queries: np.ndarray, k: int, query_assign: np.ndarray | None,
                       base_assign: Any, votes: int = 1, *,
                       query_coords: np.ndarray | None = None,
                       base_coords: Any = None,  # an array or CodedRows
@@ -150,7 +150,8 @@ class TorchFlatIndex:
         """Like :meth:`search`, among the base rows that share fewer than ``votes``
         labels with the query: row j is allowed for query q when ``base_assign[r, j] ==
         query_assign[r, q]`` for fewer than ``votes`` r (``query_assign`` (R, nq),
-        ``base_assign`` (R, N): cluster ids of R runs), and, with ``base_coords`` (N, c)
+        ``base_assign`` (R, N): cluster ids of R runs; both None: no such mask), and, with
+        ``base_coords`` (N, c)
         and ``query_coords`` (nq, c) unit rows, when their cosine there is below
         ``threshold`` (the cluster rule's diffusion cosine), and, with ``base_skip`` (N,)
         and ``query_skip`` (nq,) codes (-1: none), unless ``base_skip[j] == query_skip[q]
@@ -165,21 +166,23 @@ class TorchFlatIndex:
         kk = min(k, self.ntotal)
         if nq == 0 or kk == 0:
             return scores, ids
-        # "shares a label in some run" as a product of one-hot codes: one narrow GEMM per
-        # score block (R x L columns) instead of R comparison passes over it
-        given = base_assign  # the caller's object (an array, or runs stored by code)
-        base_assign = np.asarray(base_assign)  # its own integer dtype: the same object
-        if base_assign.dtype.kind not in "iu":  # for the cache below
-            base_assign = base_assign.astype(np.int64)
-        if base_assign.ndim == 1:
-            base_assign = base_assign[None, :]
-            query_assign = np.asarray(query_assign)[None, :]
-        width = int(max(base_assign.max(), np.asarray(query_assign).max())) + 1
-        # the same array object (held here, so its id can't be reused) and width
-        cached = getattr(self, "_base_key", None)
-        if cached is None or cached[0] is not given or cached[1] != width:
-            self._base_assign = self._onehot(base_assign, width)
-            self._base_key = (given, width)
+        labelled = base_assign is not None and query_assign is not None
+        if labelled:
+            # "shares a label in some run" as a product of one-hot codes: one narrow GEMM
+            # per score block (R x L columns) instead of R comparison passes over it
+            given = base_assign  # the caller's object (an array, or runs stored by code)
+            base_assign = np.asarray(base_assign)  # its own integer dtype: the same object
+            if base_assign.dtype.kind not in "iu":  # for the cache below
+                base_assign = base_assign.astype(np.int64)
+            if base_assign.ndim == 1:
+                base_assign = base_assign[None, :]
+                query_assign = np.asarray(query_assign)[None, :]
+            width = int(max(base_assign.max(), np.asarray(query_assign).max())) + 1
+            # the same array object (held here, so its id can't be reused) and width
+            cached = getattr(self, "_base_key", None)
+            if cached is None or cached[0] is not given or cached[1] != width:
+                self._base_assign = self._onehot(base_assign, width)
+                self._base_key = (given, width)
         self._votes = max(1, int(votes))
         self._threshold = float(threshold)
         near = base_coords is not None and query_coords is not None
@@ -195,8 +198,8 @@ class TorchFlatIndex:
             block = np.asarray(queries[start : start + self.query_block])
             q = host_tensor(np.ascontiguousarray(block, dtype=np.float32)).to(
                 self.device)
-            qa = self._onehot(np.asarray(query_assign)[:, start : start + len(block)],
-                              width)
+            qa = None if not labelled else self._onehot(
+                np.asarray(query_assign)[:, start : start + len(block)], width)
             qc = None if not near else host_tensor(np.ascontiguousarray(
                 query_coords[start : start + len(block)], dtype=np.float32)).to(self.device)
             qs = None if not skipping else self._codes(
@@ -275,12 +278,12 @@ class TorchFlatIndex:
                 if qa is not None:  # runs in which query and row share a label
                     shared = qa @ self._base_assign[c0 : c0 + len(block)].T
                     scores.masked_fill_(shared > self._votes - 0.5, float("-inf"))
-                    if qc is not None:  # and the rows at a diffusion cosine >= the threshold
-                        cos = qc @ self._base_coords[c0 : c0 + len(block)].T
-                        scores.masked_fill_(cos >= self._threshold, float("-inf"))
-                    if qs is not None:  # and the rows of the query's own big source
-                        own = qs[:, None] == self._base_skip[None, c0 : c0 + len(block)]
-                        scores.masked_fill_(own & (qs[:, None] >= 0), float("-inf"))
+                if qc is not None:  # the rows at a diffusion cosine >= the threshold
+                    cos = qc @ self._base_coords[c0 : c0 + len(block)].T
+                    scores.masked_fill_(cos >= self._threshold, float("-inf"))
+                if qs is not None:  # the rows of the query's skip code (its big source)
+                    own = qs[:, None] == self._base_skip[None, c0 : c0 + len(block)]
+                    scores.masked_fill_(own & (qs[:, None] >= 0), float("-inf"))
                 s, i = block_topk(scores, min(kp, len(block)), self.chunk)
                 i = i + c0
                 if run_s is None:
@@ -294,7 +297,7 @@ class TorchFlatIndex:
                     run_s, run_i = s, i
         assert run_s is not None and run_i is not None
         exact = rescore(q32, self.base32, run_i)
-        if qa is not None:  # masked rows stay out, whatever their exact score
+        if qa is not None or qc is not None or qs is not None:  # masked rows stay out
             exact = exact.masked_fill(torch.isinf(run_s) & (run_s < 0), float("-inf"))
         s, i = sort_by_score_then_id(exact, run_i)
         if kp >= self.ntotal:

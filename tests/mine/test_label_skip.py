@@ -93,15 +93,9 @@ def test_negatives_are_the_nearest_rows_of_other_labels(store, part_path, k) -> 
     assert table["anchor_id"].nunique() == sum(n for n in SIZES if n > 1)
 
 
-@pytest.mark.parametrize("mask_codes", [1 << 27, 0])
-def test_torch_engine_skips_the_class_too(store, mask_codes,  # noqa: ANN001
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """The exact torch search masks the class's scores (or, when the mask's one-hot codes
-    would be large, fetches the class and drops it): the same negatives."""
+def test_torch_engine_skips_the_class_too(store) -> None:  # noqa: ANN001
+    """The exact torch search masks the class's scores: the same negatives."""
     pytest.importorskip("torch")
-    from pairkit.index import open as index_open
-
-    monkeypatch.setattr(index_open, "TORCH_MASK_CODES", mask_codes)
     cfg = MineConfig(num_negatives=5)
     want, _ = mine(store, cfg)
     got, stats = mine(store, cfg, index=IndexOptions(kind="flat", backend="torch",
@@ -162,6 +156,35 @@ def test_search_outside_parts_equals_a_filtered_exact_search(part_path) -> None:
         order = other[np.lexsort((other, -sims))]
         assert i[r, : len(order)].tolist() == order.tolist()
         assert (i[r, len(order):] == -1).all() and np.isneginf(s[r, len(order):]).all()
+
+
+def test_torch_search_outside_many_parts_skips_without_fetching(monkeypatch) -> None:  # noqa: ANN001
+    """The torch engine's :meth:`Searcher.search_outside` with as many parts as rows (the
+    rules' lists outside each row's source) equals numpy's, and asks the search for k
+    only: the query's part masked in the score blocks (failed before: past 2^27 one-hot
+    codes it fetched k + the largest part and dropped it, 6.6 GB for the lists of 25,000
+    rows with a 10,000-view source)."""
+    pytest.importorskip("torch")
+    from pairkit.index import outside
+    from pairkit.index.open import open_searcher
+
+    rng = np.random.default_rng(5)
+    n = 13_000  # (parts + 2) x n above 2^27: the one-hot mask the search had used
+    x = rng.normal(size=(n, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x[10] = x[11]  # a tie
+    parts = np.r_[np.zeros(1000, np.int64), np.arange(1, n - 999)]  # one big part, singles
+    parts[[3, 7000]] = -1
+    searcher = open_searcher(x, IndexOptions(kind="flat", backend="torch", device="cpu"))
+    monkeypatch.setattr(outside, "over_fetched_outside", None)  # must not be called
+    q = np.r_[0:n:211, 3, 7000]
+    s, i = searcher.search_outside(x[q], 9, parts[q], parts)
+    for r, a in enumerate(q):
+        other = np.flatnonzero(parts != parts[a])
+        sims = x[other].astype(np.float64) @ x[a]
+        order = other[np.lexsort((other, -sims))][:9]
+        assert i[r].tolist() == order.tolist()
+        np.testing.assert_allclose(s[r], sims[np.argsort(-sims, kind="stable")][:9], atol=1e-6)
 
 
 def test_approximate_indexes_and_other_relations_fetch_as_before(store) -> None:  # noqa: ANN001
