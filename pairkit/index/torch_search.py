@@ -283,7 +283,8 @@ class TorchFlatIndex:
                     scores.masked_fill_(cos >= self._threshold, float("-inf"))
                 if qs is not None:  # the rows of the query's skip code (its big source)
                     own = qs[:, None] == self._base_skip[None, c0 : c0 + len(block)]
-                    scores.masked_fill_(own & (qs[:, None] >= 0), float("-inf"))
+                    own &= qs[:, None] >= 0  # in place: one bool block, not two
+                    scores.masked_fill_(own, float("-inf"))
                 s, i = block_topk(scores, min(kp, len(block)), self.chunk)
                 i = i + c0
                 if run_s is None:
