@@ -150,15 +150,14 @@ class TorchFlatIndex:
         """Like :meth:`search`, among the base rows that share fewer than ``votes``
         labels with the query: row j is allowed for query q when ``base_assign[r, j] ==
         query_assign[r, q]`` for fewer than ``votes`` r (``query_assign`` (R, nq),
-        ``base_assign`` (R, N): cluster ids of R runs; both None: no such mask), and, with
-        ``base_coords`` (N, c)
-        and ``query_coords`` (nq, c) unit rows, when their cosine there is below
-        ``threshold`` (the cluster rule's diffusion cosine), and, with ``base_skip`` (N,)
-        and ``query_skip`` (nq,) codes (-1: none), unless ``base_skip[j] == query_skip[q]
-        >= 0`` (mine's big sources: an anchor's own are all excluded, so skipped rather
-        than fetched and dropped). Padded with -inf / -1 where fewer rows are allowed.
-        The base's one-hot codes (coordinates, skip codes) are kept on the device between
-        calls with the same arrays."""
+        ``base_assign`` (R, N): cluster ids of R runs; both None: no such mask), and,
+        with ``base_coords`` (N, c) and ``query_coords`` (nq, c) unit rows, when their
+        cosine there is below ``threshold`` (the cluster rule's diffusion cosine), and,
+        with ``base_skip`` (N,) and ``query_skip`` (nq,) codes (-1: none), unless
+        ``base_skip[j] == query_skip[q] >= 0`` (mine's big sources, or the parts of
+        ``Searcher.search_outside``: skipped rather than fetched and dropped). Padded with
+        -inf / -1 where fewer rows are allowed. The base's one-hot codes (coordinates,
+        skip codes) are kept on the device between calls with the same arrays."""
 
         nq = len(queries)
         scores = np.full((nq, k), -np.inf, dtype=np.float32)
