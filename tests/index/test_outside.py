@@ -507,9 +507,11 @@ def test_masked_ivf_search_skipping_big_sources_is_the_fetch_without_them(nprobe
             assert not (codes[np.maximum(got_i, 0)][got_i >= 0] == own).any()
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not _cuda(), reason="no CUDA GPU (the GPU suite runs this)"))])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("votes", [1, 2])
-def test_torch_masked_search_skipping_big_sources_equals_the_exact_one(dtype, votes):
+def test_torch_masked_search_skipping_big_sources_equals_the_exact_one(dtype, votes, device):
     """The torch search (the GPU's, no FAISS there) made to skip the anchor's own big
     source gives the exact search's skipping result, and what fetching k + the source's
     rows gives once those are dropped (failed before: it could not skip, so each anchor
@@ -529,7 +531,7 @@ def test_torch_masked_search_skipping_big_sources_equals_the_exact_one(dtype, vo
     codes[:300], codes[300:380] = 0, 1
     assign = rng.integers(0, 12, (2, n))
     coords = unit(n, 4, seed=9)
-    index = TorchFlatIndex(x, device="cpu", dtype=dtype, query_block=17, base_block=64)
+    index = TorchFlatIndex(x, device=device, dtype=dtype, query_block=17, base_block=64)
     plain = AnchorSearch("torch", x, assign, votes, index, coords=coords, threshold=0.8)
     skipping = plain.skipping_sources(codes)
     assert skipping is not None and plain.skip is None  # the original is untouched
