@@ -139,11 +139,18 @@ def atomic_path(target: str | os.PathLike[str], replace: bool = True) -> Iterato
     except (FileExistsError, NotADirectoryError):
         raise PairkitError(f"can't make the folder of {target}: a file is on the way "
                            f"({target.parent})") from None
+    # named before it exists, and made inside the try: an interrupt at any point after
+    # the name is taken (as the file is made, as its descriptor is closed) removes it
     with naming_target(target):
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+        tmp_path = temp_name(target)
+    ours = True  # False when another writer took the name first: theirs to keep
     try:
+        with naming_target(target):
+            try:
+                os.close(os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:
+                ours = False
+                raise
         yield tmp_path
         # mkstemp makes 0600 files; outputs should be readable as any new file would be
         os.chmod(tmp_path, 0o666 & ~_umask())
@@ -156,8 +163,9 @@ def atomic_path(target: str | os.PathLike[str], replace: bool = True) -> Iterato
         # what made the disk full, and a short write without errno looked like a bug)
         mine = isinstance(exc, Exception) and not isinstance(exc, PairkitError)
         full = mine and is_disk_full(exc, target.parent)
-        with contextlib.suppress(FileNotFoundError):
-            tmp_path.unlink()
+        if ours:
+            with contextlib.suppress(FileNotFoundError):
+                tmp_path.unlink()
         if full:
             raise PairkitError(f"disk full while writing {target}: free space and rerun; "
                                "nothing was lost") from exc
@@ -177,6 +185,27 @@ def naming_target(target: Path) -> Iterator[None]:
         yield
     except OSError as exc:
         raise type(exc)(exc.errno, exc.strerror, str(target)) from None
+
+
+def temp_name(target: Path, suffix: str = ".tmp") -> Path:
+    """A name beside ``target`` that is free now (``.NAME.XXXXXXXX.tmp``, the names
+    stale-temp cleaning knows), not made: a caller that makes it inside its own
+    try/finally can't be interrupted between making it and being ready to remove it."""
+    for _ in range(100):
+        path = target.parent / f".{target.name}.{_token()}{suffix}"
+        if not os.path.lexists(path):
+            return path
+    raise FileExistsError(errno.EEXIST, "no free temp name", str(target))
+
+
+def _token() -> str:
+    """8 random characters of ``[a-z0-9_]`` (as :mod:`tempfile`'s names)."""
+    import secrets
+
+    return "".join(secrets.choice(_TOKEN_CHARS) for _ in range(8))
+
+
+_TOKEN_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 
 
 def temp_folder(target: Path, suffix: str = ".tmp") -> Path:

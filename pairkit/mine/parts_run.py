@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pairkit.core.atomic import temp_folder
+from pairkit.core.atomic import naming_target, temp_name
 from pairkit.core.remote import is_url
 from pairkit.index.options import IndexOptions, index_seed
 from pairkit.mine.config import MineConfig
@@ -337,6 +337,12 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                 "partitions, each searched by one worker")
     counts = None
     try:
+        if folder is not None:  # made inside the try: an interrupt from here removes it
+            try:
+                folder.mkdir(mode=0o700)
+            except FileExistsError:  # another writer took the name meanwhile: theirs
+                folder = None
+                raise
         spec = PlanSpec(relation, config, searcher, rows_from,
                         put_parts.url if folder is None else str(folder), fmt, rules,
                         put_parts, split, lists if split else None)
@@ -442,15 +448,17 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
 def parts_folder(output: str) -> tuple[Any, Path | None]:
     """Where the blocks put their parts: ``(RemoteParts, None)`` for a dataset on object
     storage (:mod:`pairkit.core.remote_parts`: straight into it, under this writer's
-    token), else ``(None, a new temp folder beside the output)``. (The stale ones of
-    killed drivers went when the command checked its output: ``check_table_output``.)"""
+    token), else ``(None, a free temp folder name beside the output)``, which the caller
+    makes inside the try that removes it. (The stale ones of killed drivers went when
+    the command checked its output: ``check_table_output``.)"""
     if is_url(output):
         from pairkit.core.remote_parts import start_parts
 
         return start_parts(output), None
     target = Path(output.rstrip("/")) if output.endswith("/") else Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
-    return None, temp_folder(target).resolve()
+    with naming_target(target):
+        return None, temp_name(target).resolve()
 
 
 STREAMED = "built now from the store's shards"  # the index text's origin, streamed here

@@ -106,15 +106,20 @@ def test_no_replace_commit_refuses_a_file_that_appeared(tmp_path):
 
 
 def test_a_folder_made_read_only_names_the_target_not_the_temp(tmp_path, monkeypatch):
-    def refuse(prefix: str, suffix: str, dir: object) -> None:
-        name = os.path.join(str(dir), f"{prefix}abc123{suffix}")
-        raise PermissionError(errno.EACCES, "Permission denied", name)
+    real_open = os.open
 
-    monkeypatch.setattr("tempfile.mkstemp", refuse)
+    def refuse(path: object, *a: object, **k: object) -> int:
+        if os.path.basename(str(path)).startswith(".t.parquet."):  # the temp, as root can
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(os, "open", refuse)
     target = tmp_path / "t.parquet"
     with pytest.raises(PermissionError) as info, atomic_path(target):
         pass
+    monkeypatch.undo()
     assert info.value.filename == str(target)
+    assert os.listdir(tmp_path) == []
 
 
 def test_free_space_is_judged_before_the_failed_temp_is_removed(tmp_path, monkeypatch):
@@ -211,3 +216,23 @@ def test_killed_table_writers_temps_are_swept_when_stale(tmp_path):
     os.utime(parts, (old, old))
     write_table(pd.DataFrame({"a": [1, 2]}), str(tmp_path / "ds") + "/")
     assert not parts.exists() and (tmp_path / "ds").is_dir()
+
+
+def test_ctrl_c_right_after_the_temp_is_made_leaves_none(tmp_path, monkeypatch):
+    """An interrupt between making the temp file and the write's own try (here: as its
+    descriptor is closed) leaves no temp beside the target (failed before: the temp was
+    made and closed before the try that removes it)."""
+    real_close = os.close
+    closed: list[int] = []
+
+    def close(fd: int) -> None:
+        real_close(fd)
+        if not closed:
+            closed.append(fd)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "close", close)
+    with pytest.raises(KeyboardInterrupt), atomic_path(tmp_path / "pairs.parquet"):
+        pass
+    monkeypatch.undo()
+    assert closed and os.listdir(tmp_path) == []

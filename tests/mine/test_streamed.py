@@ -179,6 +179,23 @@ def test_failure_mid_run_leaves_no_output_and_no_temp_folder(store16, tmp_path, 
     assert len(read_table(out)) == stats["rows"] > 0
 
 
+@pytest.mark.parametrize("where", ["pairkit.mine.ivf_parts.lists_spec",
+                                   "pairkit.mine.parts_run.PlanSpec"])
+def test_ctrl_c_as_the_run_starts_leaves_no_parts_folder(store16, tmp_path, monkeypatch, where):
+    """Ctrl-C just after the parts folder is named (before the blocks' plan, and as it
+    starts) leaves nothing beside the output (failed before: the folder was made before
+    the run's try, and a SIGINT as `mine` opened the store left `.pairs.parquet.X.tmp`,
+    seen once in tests/cli/test_interrupt.py)."""
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(where, interrupted)
+    out = tmp_path / "out" / "pairs.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        mine_to_files(store16.root, str(out), MineConfig(batch_size=500))
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def test_damaged_shard_refused_in_one_line_nothing_written(tmp_path):
     st = make_store(tmp_path / "st", "float16", n_sources=200, shard_rows=150)
     shard = tmp_path / "st" / st.shards[1].file
