@@ -15,7 +15,6 @@ import errno
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -152,7 +151,7 @@ def atomic_path(target: str | os.PathLike[str], replace: bool = True) -> Iterato
                 ours = False
                 raise
         yield tmp_path
-        # mkstemp makes 0600 files; outputs should be readable as any new file would be
+        # the temp was made 0600; outputs should be readable as any new file would be
         os.chmod(tmp_path, 0o666 & ~_umask())
         if replace:
             os.replace(tmp_path, target)
@@ -187,6 +186,9 @@ def naming_target(target: Path) -> Iterator[None]:
         raise type(exc)(exc.errno, exc.strerror, str(target)) from None
 
 
+_TOKEN_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+
 def temp_name(target: Path, suffix: str = ".tmp") -> Path:
     """A name beside ``target`` that is free now (``.NAME.XXXXXXXX.tmp``, the names
     stale-temp cleaning knows), not made: a caller that makes it inside its own
@@ -205,15 +207,18 @@ def _token() -> str:
     return "".join(secrets.choice(_TOKEN_CHARS) for _ in range(8))
 
 
-_TOKEN_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
-
-
 def temp_folder(target: Path, suffix: str = ".tmp") -> Path:
-    """A new folder beside ``target`` (``.NAME.XXXXXXXX.tmp``, the names stale-temp
-    cleaning knows) for an output written as a folder."""
+    """A new folder beside ``target`` (a :func:`temp_name`, made 0700) for an output
+    written as a folder."""
     with naming_target(target):
-        return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=suffix,
-                                     dir=target.parent))
+        for _ in range(100):
+            path = temp_name(target, suffix)
+            try:
+                path.mkdir(mode=0o700)
+            except FileExistsError:  # another writer took the name meanwhile
+                continue
+            return path
+        raise FileExistsError(errno.EEXIST, "no free temp name", str(target))
 
 
 @contextlib.contextmanager
