@@ -207,18 +207,49 @@ def _token() -> str:
     return "".join(secrets.choice(_TOKEN_CHARS) for _ in range(8))
 
 
-def temp_folder(target: Path, suffix: str = ".tmp") -> Path:
+@contextlib.contextmanager
+def scratch_folder(target: Path, suffix: str = ".tmp") -> Iterator[Path]:
     """A new folder beside ``target`` (a :func:`temp_name`, made 0700) for an output
-    written as a folder."""
-    with naming_target(target):
-        for _ in range(100):
-            path = temp_name(target, suffix)
-            try:
-                path.mkdir(mode=0o700)
-            except FileExistsError:  # another writer took the name meanwhile
-                continue
-            return path
-        raise FileExistsError(errno.EEXIST, "no free temp name", str(target))
+    written as a folder. Whatever is left of it when the body ends, by an error or not,
+    is removed (a body that renamed it into place leaves nothing to remove). It is made
+    inside the try that removes it: an interrupt at any point after its name is taken
+    leaves no folder behind."""
+    path: Path | None = None
+    try:
+        with naming_target(target):
+            for _ in range(100):
+                path = temp_name(target, suffix)
+                try:
+                    path.mkdir(mode=0o700)
+                except FileExistsError:  # another writer took the name meanwhile
+                    path = None
+                    continue
+                break
+            else:
+                raise FileExistsError(errno.EEXIST, "no free temp name", str(target))
+        yield path
+    finally:
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def swap_folder(new: Path, place: Path) -> None:
+    """Put the finished folder ``new`` (beside ``place``) in place of ``place``. A folder
+    already there is renamed into a ``.NAME.XXXXXXXX.old`` folder first and removed
+    after; when the swap fails or is interrupted between the two renames, it is put back,
+    so ``place`` always holds the old folder or the new one."""
+    if not os.path.lexists(place):
+        os.replace(new, place)
+        return
+    with scratch_folder(place, ".old") as old:
+        aside = old / place.name
+        try:
+            os.replace(place, aside)
+            os.replace(new, place)
+        except BaseException:
+            if not os.path.lexists(place) and os.path.lexists(aside):
+                os.replace(aside, place)
+            raise
 
 
 @contextlib.contextmanager

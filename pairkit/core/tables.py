@@ -21,7 +21,6 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,8 @@ from pairkit.core.atomic import (
     atomic_path,
     check_output,
     remove_stale_output_temps,
-    temp_folder,
+    scratch_folder,
+    swap_folder,
 )
 from pairkit.core.remote import check_local, is_url
 from pairkit.errors import PairkitError, UsageError
@@ -520,8 +520,7 @@ def _write_dataset(df: pd.DataFrame, target: Path, part_rows: list[int]) -> None
     if sum(part_rows) != len(df):
         raise PairkitError(f"internal: parts of {sum(part_rows)} rows for {len(df)} rows")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_folder(target)
-    try:
+    with scratch_folder(target) as tmp:
         start = 0
         for i, rows in enumerate(r for r in part_rows if r > 0 or len(df) == 0):
             part = df.iloc[start:start + rows]
@@ -529,20 +528,10 @@ def _write_dataset(df: pd.DataFrame, target: Path, part_rows: list[int]) -> None
                 part.to_parquet(f, index=False)
             start += rows
         commit_dataset_folder(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(tmp)
-        raise
 
 
 def commit_dataset_folder(tmp: Path, target: Path) -> None:
     """Put the folder of parts ``tmp`` (beside ``target``) in place of ``target``: an old
-    folder of parts is renamed away first and removed after."""
+    folder of parts is renamed away first and removed after (:func:`swap_folder`)."""
     os.chmod(tmp, 0o755)
-    old = None
-    if target.exists():
-        old = temp_folder(target, ".old")
-        os.replace(target, old / target.name)
-    os.replace(tmp, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    swap_folder(tmp, target)

@@ -244,9 +244,13 @@ def _write_plot_set(plot: Path, queries: dict[str, EvalSide], reports: dict[str,
     line) and none of this run's plots stay; a ``plot`` folder made here and left empty
     is removed again."""
     import contextlib
-    import shutil
 
-    from pairkit.core.atomic import commit_files, naming_target, remove_stale_parts, temp_folder
+    from pairkit.core.atomic import (
+        commit_files,
+        naming_target,
+        remove_stale_parts,
+        scratch_folder,
+    )
     from pairkit.eval.plots import write_plots
 
     created = not plot.exists()
@@ -254,23 +258,22 @@ def _write_plot_set(plot: Path, queries: dict[str, EvalSide], reports: dict[str,
         plot.mkdir(parents=True, exist_ok=True)
     scratch = plot / "plots"  # temp folders .plots.XXXXXXXX.tmp; a killed run's go in a day
     remove_stale_parts(scratch)
-    tmp = temp_folder(scratch)
     done = False
     try:
-        written: list[Path] = []
-        for name, q in queries.items():
-            labels = q.labels.objects() if isinstance(q.labels, Coded) else q.labels
-            written += write_plots(
-                tmp, reports[name].scores, q.vectors, labels,
-                prefix=f"{name}_" if len(queries) > 1 else "", seed=seed, maps=maps,
-                head_name=Path(head_path).name if name == "head" and head_path else None)
-        commit_files(tmp, [p.name for p in written], plot, replace=force)
-        done = True
+        with scratch_folder(scratch) as tmp:
+            written: list[Path] = []
+            for name, q in queries.items():
+                labels = q.labels.objects() if isinstance(q.labels, Coded) else q.labels
+                written += write_plots(
+                    tmp, reports[name].scores, q.vectors, labels,
+                    prefix=f"{name}_" if len(queries) > 1 else "", seed=seed, maps=maps,
+                    head_name=Path(head_path).name if name == "head" and head_path else None)
+            commit_files(tmp, [p.name for p in written], plot, replace=force)
+            done = True
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
         if created and not done:
             with contextlib.suppress(OSError):
-                plot.rmdir()  # only when empty
+                plot.rmdir()  # only when empty (after the temp folder's removal)
 
 
 def eval_to_files(store: Path, plot: Path | None, cfg: EvalConfig, *,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pairkit import __version__
-from pairkit.core.atomic import remove_stale_parts, temp_folder
+from pairkit.core.atomic import remove_stale_parts, scratch_folder, swap_folder
 from pairkit.core.table_items import table_mismatch
 from pairkit.errors import PairkitError, UsageError
 from pairkit.report.dedup_view import build_dedup_section
@@ -153,8 +152,7 @@ def build_report(cfg: ReportConfig, progress: Callable[[int], None] | None = Non
     place = Path(os.path.realpath(out)) if out.is_symlink() else out  # a link: its folder
     place.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_parts(place)  # temp folders of killed runs, a day old
-    tmp = temp_folder(place)
-    try:
+    with scratch_folder(place) as tmp:
         data = _build(inputs, explicit, cfg, tmp, result, progress=progress,
                       on_start=on_start)
         title = cfg.title or "pairkit report: " + ", ".join(i.name for i in inputs)
@@ -163,9 +161,6 @@ def build_report(cfg: ReportConfig, progress: Callable[[int], None] | None = Non
         (tmp / INDEX).write_text(page, encoding="utf-8")
         os.chmod(tmp, 0o777 & ~_umask())
         _swap_into_place(tmp, place, cfg.force, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     result.bytes = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     result.seconds = time.perf_counter() - t0
     return result
@@ -193,19 +188,7 @@ def _swap_into_place(tmp: Path, place: Path, force: bool, out: Path) -> None:
                                ) from None
         return
     check_output_dir(place, force)  # what appeared meanwhile: only a report is replaced
-    old = None
-    if place.exists():
-        old = temp_folder(place, ".old")
-        os.replace(place, old / place.name)
-    try:
-        os.replace(tmp, place)
-    except BaseException:
-        if old is not None:
-            os.replace(old / place.name, place)
-            old.rmdir()
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    swap_folder(tmp, place)
 
 
 def _store_for(inp: ReportInput, explicit: StoreInfo | None, notes: list[str], out: Path

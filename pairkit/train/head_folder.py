@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pairkit import __version__
-from pairkit.core.atomic import TEMP_RE, atomic_open, remove_stale_temps, temp_folder
+from pairkit.core.atomic import TEMP_RE, atomic_open, remove_stale_temps, scratch_folder
 from pairkit.core.integrity import read_json_file
 from pairkit.core.lock import LOCK_NAME
 from pairkit.errors import PairkitError
@@ -117,8 +117,7 @@ def save_replacing(out: Path, old: set[str], save: Callable[..., None], *args: A
     removed first and put back last (a folder without it is no finished head), and the
     old head's other files go. A save that fails (a full disk, Ctrl-C) leaves the old
     head as it was, and its error names the head's own file."""
-    stage = temp_folder(out / STAGE)
-    try:
+    with scratch_folder(out / STAGE) as stage:
         try:
             save(stage, *args)
         except PairkitError as exc:  # "disk full while writing HEAD/checkpoint.pt"
@@ -130,8 +129,6 @@ def save_replacing(out: Path, old: set[str], save: Callable[..., None], *args: A
         clear_head_files(out, old - new)
         if CONFIG in new:
             os.replace(stage / CONFIG, out / CONFIG)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def json_record(record: dict[str, Any]) -> str:

@@ -14,8 +14,16 @@ import pytest
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
-from pairkit.core.atomic import atomic_path, is_disk_full, remove_stale_temps
+from pairkit.core.atomic import (
+    TEMP_RE,
+    atomic_path,
+    is_disk_full,
+    remove_stale_temps,
+    scratch_folder,
+    swap_folder,
+)
 from pairkit.core.store import Store
+from pairkit.core.tables import read_table, write_table
 from pairkit.errors import PairkitError
 
 runner = CliRunner()
@@ -236,3 +244,78 @@ def test_ctrl_c_right_after_the_temp_is_made_leaves_none(tmp_path, monkeypatch):
         pass
     monkeypatch.undo()
     assert closed and os.listdir(tmp_path) == []
+
+
+def test_ctrl_c_right_after_a_dataset_folder_is_made_leaves_none(tmp_path, monkeypatch):
+    """An interrupt as the temp folder of a dataset output is made (after mkdir, before
+    the write's try) leaves no folder beside the target (failed before: the folder was
+    made before the try that removes it)."""
+    from pathlib import Path
+
+    real_mkdir = Path.mkdir
+    made: list[Path] = []
+
+    def mkdir(self: Path, *args, **kwargs) -> None:
+        real_mkdir(self, *args, **kwargs)
+        if self.name.endswith(".tmp") and not made:
+            made.append(self)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    with pytest.raises(KeyboardInterrupt):
+        write_table(pd.DataFrame({"a": [1, 2]}), str(tmp_path / "ds") + "/")
+    monkeypatch.undo()
+    assert made and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("signal", [KeyboardInterrupt, OSError])
+def test_a_replaced_dataset_stays_when_the_swap_is_interrupted(tmp_path, monkeypatch, signal):
+    """Replacing a dataset folder renames the old one aside, then the new one into place;
+    an interrupt (or a failure) between the two renames puts the old one back (failed
+    before: the old table was left in a hidden .old folder and the output was gone)."""
+    target = str(tmp_path / "ds") + "/"
+    write_table(pd.DataFrame({"a": [1, 2]}), target)
+    real_replace = os.replace
+    calls: list[tuple[str, str]] = []
+    folder = str(tmp_path / "ds")
+
+    def replace(src, dst) -> None:
+        if folder in (str(src), str(dst)):
+            calls.append((str(src), str(dst)))
+            if len(calls) == 2:  # the new folder into place, the old one gone aside
+                raise signal("interrupted")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(signal):
+        write_table(pd.DataFrame({"a": [3, 4, 5]}), target, force=True)
+    monkeypatch.undo()
+    assert calls[0][0] == folder and calls[1][1] == folder  # aside, then the new one
+    assert read_table(target)["a"].tolist() == [1, 2]
+    assert os.listdir(tmp_path) == ["ds"]  # no temp or .old folder left either
+
+
+def test_swap_folder_replaces_and_leaves_nothing_beside(tmp_path):
+    place, new = tmp_path / "out", tmp_path / ".out.abcdefgh.tmp"
+    place.mkdir()
+    (place / "old.txt").write_text("old")
+    new.mkdir()
+    (new / "new.txt").write_text("new")
+    swap_folder(new, place)
+    assert os.listdir(place) == ["new.txt"] and os.listdir(tmp_path) == ["out"]
+    again = tmp_path / ".out.zzzzzzzz.tmp"
+    again.mkdir()
+    shutil.rmtree(place)
+    swap_folder(again, place)  # nothing there: one rename
+    assert os.listdir(tmp_path) == ["out"] and os.listdir(place) == []
+
+
+def test_scratch_folder_is_removed_with_its_contents_and_private(tmp_path):
+    with scratch_folder(tmp_path / "out") as tmp:
+        assert tmp.parent == tmp_path and TEMP_RE.match(tmp.name)
+        assert (tmp.stat().st_mode & 0o777) == 0o700
+        (tmp / "part").write_text("x")
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(RuntimeError), scratch_folder(tmp_path / "out") as tmp:
+        raise RuntimeError
+    assert os.listdir(tmp_path) == []
