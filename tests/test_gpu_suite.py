@@ -51,3 +51,15 @@ def test_smoke_runs_the_start_up_data_and_mine_parts_on_the_cpu(tmp_path: Path) 
                - (startup["embed_4_jpegs_s"] - startup["import_torch_s"])) < 2e-3
     assert parts["data"]["reference_store"]["rows"] == 6_000
     assert parts["mine"]["whole_command"]["rc"] == 0
+
+
+def test_smoke_runs_the_big_source_case_of_the_fn_part_without_the_data_part(tmp_path: Path
+                                                                             ) -> None:
+    proc, result = _run(tmp_path, "--smoke", "--parts", "fn", "--budget", "150")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    fn = result["parts"]["fn"]
+    assert fn["rc"] == 0 and not fn["timed_out"], fn
+    assert fn["skipped"].startswith("no data")
+    big = fn["big_source"]
+    assert big["rc"] == 0 and big["rows"] == 3_000 and big["big_source_rows"] == 1_000, big
+    assert big["index"] and big["seconds"]

@@ -23,7 +23,9 @@ part can't eat the rest; what a part measured before its guard fired is kept):
   blocks of 16,384 queries);
 - ``eval``: ``eval REF --against QUERIES --metrics knn,retrieval`` (100,000 x 1,000,000);
 - ``fn``: ``mine --filter-false-negatives``, label-free rules and default rules, against
-  plain mining of the same store (run here when the ``mine`` part did not run).
+  plain mining of the same store (run here when the ``mine`` part did not run); then the
+  label-free rules with the torch search on a 60,000-row store whose first 20,000 rows
+  are one source (big_source_mine.py's), whose rows the searches skip, not fetch.
 
 ``--smoke``: tiny sizes on the CPU (seconds to a minute a part), to check the script itself;
 ``--dry-run``: the plan (parts, time guards, budget, the packages each part needs) in the
@@ -56,9 +58,11 @@ NEEDS = {"tests": ("torch", "pytest", "xdist", "faiss", "open_clip"),
          "embed": ("torch", "torchvision", "open_clip"), "data": ("torch", "pandas"),
          "mine": ("torch", "faiss"), "eval": ("torch", "faiss"), "fn": ("torch", "faiss")}
 FULL = {"images": 50_000, "cpu_images": 10_000, "pipeline_images": 10_000,
-        "batch": 256, "n": 1_000_000, "queries": 100_000, "dim": 512, "encoder_s": 8.0}
+        "batch": 256, "n": 1_000_000, "queries": 100_000, "dim": 512, "encoder_s": 8.0,
+        "big_rows": 60_000, "big_source": 20_000, "big_dim": 128}
 SMOKE = {"images": 48, "cpu_images": 24, "pipeline_images": 24, "batch": 16,
-         "n": 6_000, "queries": 1_000, "dim": 64, "encoder_s": 1.0}
+         "n": 6_000, "queries": 1_000, "dim": 64, "encoder_s": 1.0,
+         "big_rows": 3_000, "big_source": 1_000, "big_dim": 32}
 MODEL = "openclip/ViT-B-32"
 CLASSES = 16  # the generated stores' labels (see part_data)
 
@@ -646,16 +650,21 @@ def part_eval(part: Part, work: Path, size: dict, smoke: bool) -> None:
 
 
 def part_fn(part: Part, work: Path, size: dict, smoke: bool) -> None:
-    """``mine --filter-false-negatives`` against plain mining: the default rules (the store
-    has labels, so the label rule decides) and the label-free ones (near-duplicate,
-    cluster: spectral clustering, the masked torch search)."""
+    """``mine --filter-false-negatives``, label-free rules and default rules, against
+    plain mining of the same store (the default rules read the labels; the label-free
+    ones: near-duplicate, cluster: spectral clustering, the masked torch search); then
+    the label-free rules on a store with one big source (:func:`big_source`)."""
     ref = work / "ref"
-    if not (ref / "manifest.json").exists():
-        part.set("skipped", "no data")
-        return
     out = work / "fn"
     out.mkdir(exist_ok=True)
-    naive = work / "mine.json"
+    if (ref / "manifest.json").exists():
+        versus_naive(part, ref, out, work / "mine.json")
+    else:
+        part.set("skipped", "no data (the data part did not finish)")
+    big_source(part, work, size)
+
+
+def versus_naive(part: Part, ref: Path, out: Path, naive: Path) -> None:
     nw = None
     if naive.exists():
         nw = json.loads(naive.read_text()).get("whole_command", {}).get("wall_s")
@@ -681,6 +690,34 @@ def part_fn(part: Part, work: Path, size: dict, smoke: bool) -> None:
             if nw:
                 row["ratio_to_naive_mining"] = round(wall / nw, 2)
         part.set(name, row)
+
+
+def big_source(part: Part, work: Path, size: dict) -> None:
+    """The label-free rules (near-duplicate, mutual-neighbour, cluster) with the torch
+    search on a store whose first rows are one source (a video's frames): the searches
+    skip that source's rows by their source codes instead of fetching and dropping them
+    (tests/benchmarks/big_source_mine.py's store, generated here on the CPU)."""
+    rows, big, dim = size["big_rows"], size["big_source"], size["big_dim"]
+    if part.left() < 30:
+        part.set("big_source", {"skipped": "time guard"})
+        return
+    from big_source_mine import make_store  # tests/benchmarks/, this script's folder
+
+    folder = work / "big-source"
+    folder.mkdir(exist_ok=True)
+    store = folder / "store"
+    t = time.perf_counter()
+    if not (store / "manifest.json").exists():
+        make_store(rows, big, dim, folder, sys.executable, str(ROOT))
+    made = time.perf_counter() - t
+    wall, row, st = mine_with_stats(
+        store, folder, "big", "--filter-false-negatives", "--fn-rules",
+        "near-duplicate,mutual-neighbour,cluster", timeout=part.left() - 2)
+    row.update(rows=rows, big_source_rows=big, dim=dim, store_made_s=round(made, 1))
+    if st is not None:
+        row.update(seconds=st["seconds"], index=st["index"], clusters=st.get("clusters"),
+                   negatives_same_label=st.get("negatives_same_label"))
+    part.set("big_source", row)
 
 
 if __name__ == "__main__":
