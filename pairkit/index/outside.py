@@ -194,6 +194,15 @@ def masked_exact_search(vectors: np.ndarray, assign: np.ndarray, query_rows: np.
     return scores, ids
 
 
+def same_skip_code(query_codes: Any, row_codes: Any) -> Any:
+    """(nq, n) bool block: row ``j`` has query ``i``'s skip code, which is one (>= 0; -1:
+    none). numpy arrays or torch tensors alike (the IVF scan's and the torch search's
+    masks)."""
+    own = query_codes[:, None] == row_codes[None, :]
+    own &= query_codes[:, None] >= 0  # in place: one bool block, not two
+    return own
+
+
 def _allowed(assign: np.ndarray, sig: np.ndarray, votes: int,
              skip: np.ndarray | None) -> np.ndarray:
     """(N,) bool: the rows a query of signature ``sig`` may get (:func:`masked_exact_search`:
@@ -453,8 +462,7 @@ class MaskedIvfSearch:
                     if self.coords is not None:
                         blocked |= ~far_in(self.coords, rows[sub], self.threshold, lid_ids)
                 if self.skip is not None:  # the query's own big source
-                    own = self.skip[rows[sub]][:, None]
-                    blocked |= (own >= 0) & (own == self.skip[lid_ids][None, :])
+                    blocked |= same_skip_code(self.skip[rows[sub]], self.skip[lid_ids])
                 np.putmask(sims, blocked, -np.inf)
                 heap.add_result_subset(sub, sims, lid_ids)
             heap.finalize()

@@ -34,6 +34,7 @@ import numpy as np
 
 from pairkit.core.devices import host_tensor
 from pairkit.errors import PairkitError
+from pairkit.index.outside import same_skip_code
 
 DTYPES = ("float16", "bfloat16", "float32")
 # unit roundoff (half an ulp at 1) of each compute dtype
@@ -281,8 +282,7 @@ class TorchFlatIndex:
                     cos = qc @ self._base_coords[c0 : c0 + len(block)].T
                     scores.masked_fill_(cos >= self._threshold, float("-inf"))
                 if qs is not None:  # the rows of the query's skip code (its big source)
-                    own = qs[:, None] == self._base_skip[None, c0 : c0 + len(block)]
-                    own &= qs[:, None] >= 0  # in place: one bool block, not two
+                    own = same_skip_code(qs, self._base_skip[c0 : c0 + len(block)])
                     scores.masked_fill_(own, float("-inf"))
                 s, i = block_topk(scores, min(kp, len(block)), self.chunk)
                 i = i + c0
