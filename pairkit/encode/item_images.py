@@ -37,8 +37,10 @@ def read_item_bytes(image_root: str | Path, path: str,
 
 
 def image_column_of(store: object) -> str | None:
-    """The image column a dataset store was embedded from (None: the default pick)."""
-    ident = getattr(store, "manifest", {}).get("embedding") or {}
+    """The image column a dataset store was embedded from (None: the default pick); a
+    projected store's is its input's (``projected.image_column``)."""
+    manifest = getattr(store, "manifest", {})
+    ident = manifest.get("embedding") or manifest.get("projected") or {}
     return ident.get("image_column") if isinstance(ident, dict) else None
 
 

@@ -36,6 +36,7 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
     from pairkit.core.remote import is_url, location
     from pairkit.core.store import Store, sha256_file
     from pairkit.core.store_writer import check_store_dir, write_store
+    from pairkit.encode.item_images import image_column_of
     from pairkit.train.head import WEIGHTS, check_head_encoder, load_head, read_head_config
     from pairkit.train.output_whitening import FILE as WHITENING_FILE
     from pairkit.train.project import project_vectors
@@ -67,11 +68,15 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
         "complete": head.complete,
     }
     encoder = dict(st.encoder)
+    column = image_column_of(st)
     encoder["head"] = head_record
     write_store(output, vectors, st.items, encoder=encoder, dtype=cfg.dtype or st.dtype,
                 force=force,
                 extra={"projected": {"from_store": str(st.root),
-                                     "from_content_id": st.content_id, **head_record},
+                                     "from_content_id": st.content_id, **head_record,
+                                     # a dataset store's --image-column: pair_loader reads
+                                     # the items' images from it (embedding is not kept)
+                                     **({"image_column": column} if column else {})},
                        "views": st.manifest.get("views"), "seed": st.manifest.get("seed"),
                        # the same items: their images and labels are where they were
                        **{k: st.manifest[k] for k in ("image_root", "labels")

@@ -364,3 +364,55 @@ def test_a_collapse_stop_is_a_failure_naming_the_epoch(tmp_path, monkeypatch):
                             "--relation", "instance", "--stop-on-collapse", "-q"])
     assert r.exit_code == 1, r.output
     assert "stopped at epoch 3: the embeddings collapsed (--stop-on-collapse)" in r.stderr
+
+
+def test_project_keeps_the_image_column_of_a_dataset_store(tmp_path):
+    """Found by a bug hunt (2026-12-07): a store embedded from a Hugging Face dataset with
+    ``--image-column pic`` lost the column when projected (``project`` drops the input's
+    ``embedding`` record, where it is kept), so pair_loader on the projected store's
+    pairs read the default pick, the dataset's ``image`` column: other pictures, no
+    error."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from pairkit.api import pair_loader
+    from pairkit.core.store_writer import write_store
+
+    def png(seed: int) -> bytes:
+        pixels = np.random.default_rng(seed).integers(0, 255, (8, 8, 3), dtype=np.uint8)
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, format="PNG")
+        return out.getvalue()
+
+    n = 24
+    (tmp_path / "images").mkdir()
+    pq.write_table(pa.table({"image": [png(100 + i) for i in range(n)],
+                             "pic": [png(i) for i in range(n)]}),
+                   tmp_path / "images" / "t.parquet")
+    import pandas as pd
+
+    items = pd.DataFrame({"path": [f"t.parquet/{i:08d}" for i in range(n)],
+                          "source": [f"s{i // 2}" for i in range(n)],
+                          "view": [i % 2 for i in range(n)]})
+    write_store(tmp_path / "s", np.random.default_rng(0).normal(size=(n, 6)).astype(
+        np.float32), items, encoder={"name": "x"},
+        extra={"image_root": str(tmp_path / "images"),
+               "embedding": {"model": "x", "image_column": "pic"}})
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "--epochs", "1", "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(tmp_path / "h"),
+                            "-o", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    p = Store.open(tmp_path / "p")
+    assert "embedding" not in p.manifest  # image queries would skip the head
+    assert p.manifest["projected"]["image_column"] == "pic"
+    table = pd.DataFrame({"store_id": p.content_id, "anchor_id": [0], "positive_id": [1],
+                          "negative_id": [5]})
+    anchor, positive, negative = next(iter(pair_loader(
+        table, p, transform=np.asarray, batch_size=None, shuffle=False)))
+    want = np.asarray(Image.open(io.BytesIO(png(0))).convert("RGB"))
+    np.testing.assert_array_equal(np.asarray(anchor), want)
