@@ -242,14 +242,23 @@ def arrow_frame(table: Any) -> pd.DataFrame:
 def text_columns_as_text(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with each text column (:func:`is_text_column`) that holds other values
     than strings made strings (a number is its own text, a whole float without its
-    ``.0``; missing stays missing)."""
+    ``.0``, bytes (a parquet binary column) their UTF-8 text; missing stays missing).
+    PairkitError for bytes that are not UTF-8 and for lists or objects (a JSON array),
+    which are no text: their Python repr would become a path or a label."""
     import pandas as pd
 
     for col in frame.columns:
         if not is_text_column(col) or pd.api.types.is_string_dtype(frame[col]):
             continue  # strings (and missing values) already
-        frame[col] = pd.Series([_as_text(v) for v in frame[col].to_numpy(dtype=object)],
-                               index=frame.index, dtype=object)
+        values = frame[col].to_numpy(dtype=object)
+        try:
+            text = [_as_text(v) for v in values]
+        except UnicodeDecodeError:
+            raise PairkitError(f"table column {col!a} holds bytes that are not UTF-8 "
+                               "text") from None
+        except TypeError as exc:
+            raise PairkitError(f"table column {col!a} holds {exc}, not text") from None
+        frame[col] = pd.Series(text, index=frame.index, dtype=object)
     return frame
 
 
@@ -258,6 +267,10 @@ def _as_text(value: Any) -> str | None:
         return None
     if isinstance(value, str):
         return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if hasattr(value, "__len__"):  # a list, an object, a parquet list cell (an array)
+        raise TypeError("objects" if isinstance(value, dict) else "lists")
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)

@@ -286,3 +286,39 @@ def test_bad_rows_are_numbered_in_the_whole_array_past_the_first_block():
     x[4, 1] = np.nan
     nonfinite, zero = bad_rows(x, block=3)
     assert nonfinite.tolist() == [4] and zero.tolist() == [1, 5]
+
+
+def test_import_reads_a_binary_path_column_as_its_text_and_refuses_nested_values(tmp_path):
+    """Found by a bug hunt (2026-12-07): a parquet item table whose path column is binary
+    (UTF-8 bytes, as some writers store strings) was imported with the paths
+    ``b'a.png'`` (the bytes' Python repr), and a JSON Lines path that is an array as
+    ``['a', 0]``: exit 0, every item path changed."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    np.save(tmp_path / "emb.npy", np.eye(3, dtype=np.float32))
+    pq.write_table(pa.table({"path": pa.array([b"a.png", b"b/c.png", "\u00e9.png".encode()],
+                                              pa.binary()),
+                             "label": pa.array([b"cat", None, b"dog"], pa.binary())}),
+                   tmp_path / "items.parquet")
+
+    def run(items: str, out: str):  # noqa: ANN202
+        return runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                                   str(tmp_path / items), "-o", str(tmp_path / out)])
+
+    r = run("items.parquet", "s")
+    assert r.exit_code == 0, r.output
+    store = Store.open(tmp_path / "s")
+    assert store.items["path"].tolist() == ["a.png", "b/c.png", "\u00e9.png"]
+    assert store.labels().tolist() == ["cat", None, "dog"]
+    pq.write_table(pa.table({"path": pa.array([b"a.png", b"\xff.png", b"c"], pa.binary())}),
+                   tmp_path / "bad.parquet")
+    r = run("bad.parquet", "s2")
+    assert r.exit_code == 1 and "column 'path' holds bytes that are not UTF-8 text" in r.output
+    (tmp_path / "nested.jsonl").write_text("".join(
+        json.dumps({"path": p}) + "\n" for p in ["a.png", ["b", 1], "c.png"]))
+    r = run("nested.jsonl", "s3")
+    assert r.exit_code == 1 and "column 'path' holds lists, not text" in r.output
+    assert not (tmp_path / "s2").exists() and not (tmp_path / "s3").exists()
