@@ -22,17 +22,23 @@ class ProjectResult:
     head_complete: bool
 
 
+def check_head_dim(head_path: object, in_dim: int, store: Store) -> None:
+    """PairkitError when a head taking vectors of ``in_dim`` (its config's, known before
+    its weights load) can't project ``store``'s vectors."""
+    if in_dim != store.dim:
+        raise PairkitError(
+            f"head {head_path} takes vectors of dim {in_dim}, store {store.root} has dim "
+            f"{store.dim}: train a head on this store's encoder"
+        )
+
+
 def project_vectors(store: Store, head: Head, device: str = "cpu",
                     batch_size: int = 65536) -> np.ndarray:
     """The store's vectors through ``head``: float32 (N, out_dim), rows L2-normalised.
 
     Streams the store block by block; raises PairkitError when dims differ.
     """
-    if head.in_dim != store.dim:
-        raise PairkitError(
-            f"head {head.path} takes vectors of dim {head.in_dim}, store {store.root} has dim "
-            f"{store.dim}: train a head on this store's encoder"
-        )
+    check_head_dim(head.path, head.in_dim, store)
     out = np.empty((store.count, head.out_dim), dtype=np.float32)
     for start, block in store.iter_blocks(rows=batch_size):
         out[start : start + len(block)] = head.apply(block, device=device, batch_size=batch_size)

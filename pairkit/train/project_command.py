@@ -39,7 +39,7 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
     from pairkit.encode.item_images import image_column_of
     from pairkit.train.head import WEIGHTS, check_head_encoder, load_head, read_head_config
     from pairkit.train.output_whitening import FILE as WHITENING_FILE
-    from pairkit.train.project import project_vectors
+    from pairkit.train.project import check_head_dim, project_vectors
 
     if cfg.batch_size < 1:
         raise PairkitError(f"--batch-size must be >= 1, got {cfg.batch_size}")
@@ -50,9 +50,10 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
     check_output_apart(output, [store, cfg.head])
     if not is_url(output):
         check_store_dir(Path(location(output)), force)  # before torch and every row
-    head_root, head_config, _ = read_head_config(cfg.head)
+    head_root, head_config, spec = read_head_config(cfg.head)
     st = Store.open(store)
     check_head_encoder(head_root, head_config, st.encoder, str(store))
+    check_head_dim(head_root, spec.in_dim, st)  # before torch loads the weights
     head = load_head(cfg.head)
     dev = resolve_device(cfg.device)
     vectors = project_vectors(st, head, device=dev, batch_size=cfg.batch_size)

@@ -416,3 +416,24 @@ def test_project_keeps_the_image_column_of_a_dataset_store(tmp_path):
         table, p, transform=np.asarray, batch_size=None, shuffle=False)))
     want = np.asarray(Image.open(io.BytesIO(png(0))).convert("RGB"))
     np.testing.assert_array_equal(np.asarray(anchor), want)
+
+
+def test_project_refuses_a_head_of_another_dim_before_loading_it(tmp_path, monkeypatch):
+    """Found by a bug hunt (2026-12-07): the dim check ran only after the head's weights
+    were loaded with torch (2 s of imports to say the dims differ, which config.json
+    tells): a wrong --head is refused before anything heavy (read_head_config)."""
+    random_store(tmp_path / "s", n_sources=10, views=2, dim=12)
+    random_store(tmp_path / "t", n_sources=10, views=2, dim=6)
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "-q", *FAST])
+    assert r.exit_code == 0, r.stderr
+
+    def no_load(path):  # noqa: ANN001, ANN202
+        raise AssertionError("the head was loaded")
+
+    monkeypatch.setattr("pairkit.train.head.load_head", no_load)
+    r = runner.invoke(app, ["project", str(tmp_path / "t"), "--head", str(tmp_path / "h"),
+                            "-o", str(tmp_path / "p")])
+    assert r.exit_code == 1, r.output
+    assert "head" in r.stderr and "takes vectors of dim 12, store" in r.stderr
+    assert not (tmp_path / "p").exists()
