@@ -320,6 +320,8 @@ def read_jsonl(stream: IO[bytes], name: str,
         if not line:
             break
         number += 1
+        if number == 1 and line.startswith(b"\xef\xbb\xbf"):
+            line = line[3:]  # a UTF-8 byte order mark (Windows tools), as CSV reads it
         if len(line) > MAX_LINE_BYTES:
             raise PairkitError(f"table {name} line {number} is longer than "
                                f"{MAX_LINE_BYTES:,} bytes: not a pairkit table")

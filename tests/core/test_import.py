@@ -322,3 +322,20 @@ def test_import_reads_a_binary_path_column_as_its_text_and_refuses_nested_values
     r = run("nested.jsonl", "s3")
     assert r.exit_code == 1 and "column 'path' holds lists, not text" in r.output
     assert not (tmp_path / "s2").exists() and not (tmp_path / "s3").exists()
+
+
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])
+def test_import_an_item_table_with_a_utf8_bom(tmp_path, suffix):
+    """Found by a bug hunt (2026-12-07): an item table saved with a UTF-8 byte order mark
+    (Windows editors, PowerShell's UTF8 encoding) was read as CSV but refused as JSON
+    Lines with pandas' "Expected object or value at position 0"."""
+    np.save(tmp_path / "emb.npy", np.eye(2, dtype=np.float32))
+    text = ("path,label\na.png,cat\nb.png,dog\n" if suffix == "csv" else
+            '{"path": "a.png", "label": "cat"}\n{"path": "b.png", "label": "dog"}\n')
+    (tmp_path / f"items.{suffix}").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    r = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                            str(tmp_path / f"items.{suffix}"), "-o", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    store = Store.open(tmp_path / "s")
+    assert store.items["path"].tolist() == ["a.png", "b.png"]
+    assert store.labels().tolist() == ["cat", "dog"]
