@@ -11,14 +11,15 @@ the rows of its class; the weighted mean replaces the mean): each class weighs t
 as if the rows of the smaller classes were repeated until every class had as many (the
 probe's class prior then no longer follows a long-tailed reference set).
 
-Minimised with full-batch L-BFGS (strong Wolfe line search), the loss and its
-gradient accumulated over row chunks so memory stays O(chunk x classes), a chunk being
-:func:`chunk_rows` rows: about a million logits (4 MiB in float32) whatever the class
-count (65,536 rows before, whose logits at 100 classes took 26 MB a buffer, four of them
-alive in the backward pass, and left the allocator's heap ever larger fit after fit:
-docs/benchmarks.md, "The linear probe's memory"). The
-weight decay is chosen by the cross-entropy of a validation part of the training
-rows (split by source), then the probe is refitted on all training rows.
+Minimised with full-batch L-BFGS (strong Wolfe line search; pairkit's own,
+:mod:`pairkit.eval.lbfgs`, since ``torch.optim``'s imports ``torch._dynamo``, about 2 s
+of a small ``eval``), the loss and its gradient accumulated over row chunks so memory
+stays O(chunk x classes), a chunk being :func:`chunk_rows` rows: about a million logits
+(4 MiB in float32) whatever the class count (65,536 rows before, whose logits at 100
+classes took 26 MB a buffer, four of them alive in the backward pass, and left the
+allocator's heap ever larger fit after fit: docs/benchmarks.md, "The linear probe's
+memory"). The weight decay is chosen by the cross-entropy of a validation part of the
+training rows (split by source), then the probe is refitted on all training rows.
 
 Why the cross-entropy and not the validation top-1: on a validation part of about a
 thousand rows the decays' top-1 differ by a handful of rows, and the choice followed
@@ -33,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from pairkit.eval.lbfgs import minimize_lbfgs
 
 DEFAULT_WEIGHT_DECAYS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
 # logits (rows x classes) computed at once by the fits and the validation pass
@@ -78,8 +81,11 @@ def fit_logistic(
     ``row_weights`` (n,): each row's weight in the mean cross-entropy (None: 1 each);
     ``chunk``: rows per chunk (None: :func:`chunk_rows`).
 
-    Stops after ``max_iter`` L-BFGS iterations or when the gradient's largest entry
-    falls below ``tolerance``.
+    Minimised by :func:`~pairkit.eval.lbfgs.minimize_lbfgs` (20 pairs of history), from
+    zero or from ``init`` ``(W, b)`` (a warm start). Stops after ``max_iter`` L-BFGS
+    iterations (or ``max_iter * 5 // 4`` evaluations of the loss), when the gradient's
+    largest entry falls below ``tolerance``, or when an iteration changes the loss or
+    moves every weight by less than ``tolerance * 1e-3``.
 
     Returns ``(W, b)``: float32 (d, n_classes) and (n_classes,).
     """
@@ -95,45 +101,51 @@ def fit_logistic(
     weights = None if row_weights is None else torch.as_tensor(
         np.asarray(row_weights, dtype=np.float32), device=dev)
     total_weight = float(n) if row_weights is None else float(np.sum(row_weights))
-    if init is None:
-        w = torch.zeros(d, n_classes, dtype=torch.float32, device=dev, requires_grad=True)
-        b = torch.zeros(n_classes, dtype=torch.float32, device=dev, requires_grad=True)
-    else:
-        w = torch.tensor(init[0], dtype=torch.float32, device=dev, requires_grad=True)
-        b = torch.tensor(init[1], dtype=torch.float32, device=dev, requires_grad=True)
-    opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=max_iter, history_size=20,
-                            tolerance_grad=tolerance, tolerance_change=tolerance * 1e-3,
-                            line_search_fn="strong_wolfe")
+    # W (d x classes, row-major) and b, one flat vector for the minimiser
+    size = d * n_classes
+    theta = torch.zeros(size + n_classes, dtype=torch.float32, device=dev)
+    if init is not None:
+        theta[:size] = torch.as_tensor(np.asarray(init[0], dtype=np.float32).reshape(-1),
+                                       device=dev)
+        theta[size:] = torch.as_tensor(np.asarray(init[1], dtype=np.float32), device=dev)
 
-    def closure() -> torch.Tensor:
+    def objective(flat: torch.Tensor) -> tuple[float, torch.Tensor]:
         # the loss and its gradient by hand (autograd's backward took 2.2x as long per
         # evaluation on the CPU: it forms x^T g in a layout MKL is slow at):
         # d/dlogits of the mean cross-entropy is (softmax - onehot) x the row's weight
-        with torch.no_grad():
-            # sums over the chunks in float64: the same whatever the chunk size, to
-            # float32's rounding of each chunk's part
-            total = torch.zeros((), dtype=torch.float64, device=dev)
-            grad_wt = torch.zeros(n_classes, d, dtype=torch.float64, device=dev)
-            grad_b = torch.zeros(n_classes, dtype=torch.float64, device=dev)
-            for s in range(0, n, chunk):
-                xc, yc = xt[s : s + chunk], yt[s : s + chunk]
-                logits = torch.addmm(b, xc, w)
-                lse = torch.logsumexp(logits, dim=1)
-                per_row = lse - logits.gather(1, yc[:, None])[:, 0]
-                g = torch.exp(logits - lse[:, None])
-                g[torch.arange(len(yc), device=dev), yc] -= 1.0
-                if weights is not None:
-                    per_row = per_row * weights[s : s + chunk]
-                    g *= weights[s : s + chunk, None]
-                total += per_row.sum(dtype=torch.float64)
-                grad_wt += g.T @ xc
-                grad_b += g.sum(dim=0, dtype=torch.float64)
-            w.grad = (grad_wt.T / total_weight).float().contiguous() + weight_decay * w
-            b.grad = (grad_b / total_weight).float()
-            return (total / total_weight).float() + 0.5 * weight_decay * (w * w).sum()
+        w, b = flat[:size].view(d, n_classes), flat[size:]
+        # sums over the chunks in float64: the same whatever the chunk size, to
+        # float32's rounding of each chunk's part
+        total = torch.zeros((), dtype=torch.float64, device=dev)
+        grad_wt = torch.zeros(n_classes, d, dtype=torch.float64, device=dev)
+        grad_b = torch.zeros(n_classes, dtype=torch.float64, device=dev)
+        for s in range(0, n, chunk):
+            xc, yc = xt[s : s + chunk], yt[s : s + chunk]
+            logits = torch.addmm(b, xc, w)
+            lse = torch.logsumexp(logits, dim=1)
+            per_row = lse - logits.gather(1, yc[:, None])[:, 0]
+            g = torch.exp(logits - lse[:, None])
+            g[torch.arange(len(yc), device=dev), yc] -= 1.0
+            if weights is not None:
+                per_row = per_row * weights[s : s + chunk]
+                g *= weights[s : s + chunk, None]
+            total += per_row.sum(dtype=torch.float64)
+            grad_wt += g.T @ xc
+            grad_b += g.sum(dim=0, dtype=torch.float64)
+        grad = torch.empty_like(flat)
+        grad[:size].view(d, n_classes).copy_((grad_wt.T / total_weight).float()
+                                             + weight_decay * w)
+        grad[size:] = (grad_b / total_weight).float()
+        # the value in float32, as the fits before (its changes below tolerance_change
+        # stop the fit)
+        loss = (total / total_weight).float() + 0.5 * weight_decay * (w * w).sum()
+        return float(loss), grad
 
-    opt.step(closure)
-    return w.detach().cpu().numpy(), b.detach().cpu().numpy()
+    with torch.no_grad():
+        res = minimize_lbfgs(objective, theta, max_iter=max_iter, history_size=20,
+                             tolerance_grad=tolerance, tolerance_change=tolerance * 1e-3)
+    out = res.x.cpu().numpy()
+    return out[:size].reshape(d, n_classes).copy(), out[size:].copy()
 
 
 def predict_logistic(x: np.ndarray, w: np.ndarray, b: np.ndarray,
