@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 from typer.testing import CliRunner
@@ -230,6 +231,17 @@ def test_train_whiten_then_project(tmp_path):
     assert r.exit_code == 2 and "--whiten must be in [0, 0.5]" in r.stderr
 
 
+def train_and_project(tmp_path: Path) -> None:
+    """A one-epoch head on the store ``tmp_path/s`` (``h``), and the store projected
+    through it (``p``)."""
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "--epochs", "1", "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(tmp_path / "h"),
+                            "-o", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+
+
 def test_project_keeps_the_image_root_and_labels_spec(tmp_path):
     """Found by a bug hunt (2026-12-06): the projected store's manifest lost image_root
     (and the labels spec), so pairs mined from it could not be loaded as images
@@ -247,12 +259,7 @@ def test_project_keeps_the_image_root_and_labels_spec(tmp_path):
                 encoder={"name": "x"},
                 extra={"image_root": str(tmp_path / "images"), "labels": "folder"},
                 dtype="float16")
-    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
-                            "--relation", "instance", "--epochs", "1", "--device", "cpu"])
-    assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(tmp_path / "h"),
-                            "-o", str(tmp_path / "p")])
-    assert r.exit_code == 0, r.output
+    train_and_project(tmp_path)
     m = Store.open(tmp_path / "p").manifest
     assert m["image_root"] == str(tmp_path / "images") and m["labels"] == "folder"
     # the input's precision kept (no --dtype), and the store the head was trained on named
@@ -401,12 +408,7 @@ def test_project_keeps_the_image_column_of_a_dataset_store(tmp_path):
         np.float32), items, encoder={"name": "x"},
         extra={"image_root": str(tmp_path / "images"),
                "embedding": {"model": "x", "image_column": "pic"}})
-    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
-                            "--relation", "instance", "--epochs", "1", "--device", "cpu"])
-    assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(tmp_path / "h"),
-                            "-o", str(tmp_path / "p")])
-    assert r.exit_code == 0, r.output
+    train_and_project(tmp_path)
     p = Store.open(tmp_path / "p")
     assert "embedding" not in p.manifest  # image queries would skip the head
     assert p.manifest["projected"]["image_column"] == "pic"
