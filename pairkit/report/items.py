@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pairkit.report.thumbs import ViewOf, ViewRecipe, make_thumbnails, resolve_under
+from pairkit.report.thumbs import ColumnRow, ViewOf, ViewRecipe, make_thumbnails, resolve_under
 
 if TYPE_CHECKING:
     from pairkit.report.stores import StoreInfo
@@ -44,9 +44,11 @@ class ItemTable:
         self._index: dict[tuple[Any, ...], int] = {}
         self._roots: dict[int, Path] = {}  # row -> image root its path is under
         self._views: dict[int, tuple[str, int, ViewRecipe]] = {}  # row -> its view's recipe
+        self._columns: dict[int, str] = {}  # row -> its dataset store's --image-column
 
     def _add(self, key: tuple[Any, ...], row: dict[str, Any], root: Path | None,
-             view: tuple[str, int, ViewRecipe] | None = None) -> int:
+             view: tuple[str, int, ViewRecipe] | None = None, column: str | None = None
+             ) -> int:
         k = self._index.get(key)
         if k is None:
             k = len(self.rows)
@@ -57,6 +59,8 @@ class ItemTable:
                 self._roots[k] = root
                 if view is not None:
                     self._views[k] = view
+                if column:
+                    self._columns[k] = column
         return k
 
     def ref(self, info: StoreInfo | None) -> ItemRef:
@@ -68,6 +72,9 @@ class ItemTable:
                 return self._add((None, int(item_id), text), row, None)
 
             return from_table
+        from pairkit.encode.item_images import image_column_of
+
+        column = image_column_of(info.store)
         items = info.store.items
         paths = items["path"].to_numpy(dtype=object)
         labels = items["label"].to_numpy(dtype=object, na_value=None)
@@ -83,7 +90,7 @@ class ItemTable:
                    "view": int(views[i])}
             view = ((str(sources[i]), int(views[i]), recipe)
                     if recipe is not None and views[i] >= 1 else None)
-            return self._add((store_key, i), row, info.image_root, view)
+            return self._add((store_key, i), row, info.image_root, view, column)
 
         return from_store
 
@@ -91,16 +98,15 @@ class ItemTable:
                        **hooks: Any) -> int:
         """Make the thumbnails of every item under an image root; returns how many.
         ``hooks``: :func:`~pairkit.report.thumbs.make_thumbnails`' progress hook."""
-        real_of: dict[int, Path | ViewOf] = {}
+        real_of: dict[int, Path | ColumnRow | ViewOf] = {}
         for k, root in self._roots.items():
-            real, problem = resolve_under(root, self.rows[k]["path"] or "")
-            if real is None:
+            found, problem = resolve_under(root, self.rows[k]["path"] or "")
+            if found is None:
                 self.rows[k]["why"] = problem
                 self.rows[k]["view_thumb"] = False
-            elif k in self._views:
-                real_of[k] = ViewOf(real, *self._views[k])
-            else:
-                real_of[k] = real
+                continue
+            real = ColumnRow(found, self._columns[k]) if k in self._columns else found
+            real_of[k] = ViewOf(real, *self._views[k]) if k in self._views else real
         thumbs = make_thumbnails(real_of.values(), out_dir, size, workers, **hooks)
         for k, real in real_of.items():
             t = thumbs[real]

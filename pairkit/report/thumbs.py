@@ -8,7 +8,8 @@ so PIL's decompression-bomb guard stays on. Thumbnail files are named by a hash
 of the resolved path: no name from the data reaches the file system. An item inside a
 container file (a webdataset tar member ``SHARD.tar/MEMBER``, a Hugging Face dataset row
 ``FILE.arrow/ROW``) resolves to the container's real path joined with the rest, and is
-read from the container (:mod:`pairkit.encode.item_images`).
+read from the container (:mod:`pairkit.encode.item_images`); a row of a dataset store
+embedded with ``--image-column`` from that column (:class:`ColumnRow`).
 
 A row that is an augmented view (view >= 1) of a store made by ``embed`` is shown as that
 view, rendered as embed rendered it (:mod:`pairkit.encode.views`: the same decode, crop,
@@ -46,10 +47,20 @@ class ViewRecipe:
 
 
 @dataclass(frozen=True)
+class ColumnRow:
+    """The item ``real`` of a dataset store embedded with ``embed --image-column column``
+    (:func:`pairkit.encode.item_images.image_column_of`): a row's image is read from that
+    column, not the default pick."""
+
+    real: Path
+    column: str
+
+
+@dataclass(frozen=True)
 class ViewOf:
     """View ``view`` (>= 1) of the file ``real``, whose store ``source`` seeds its edits."""
 
-    real: Path
+    real: Path | ColumnRow
     source: str
     view: int
     recipe: ViewRecipe
@@ -135,16 +146,22 @@ def _container_of(src: Path) -> Path | None:
     return None
 
 
-def thumb_name(real: Path | ViewOf) -> str:
+def _path_key(real: Path | ColumnRow) -> bytes:
+    if isinstance(real, ColumnRow):
+        return os.fsencode(real.real) + b"\0" + real.column.encode(errors="surrogateescape")
+    return os.fsencode(real)
+
+
+def thumb_name(real: Path | ColumnRow | ViewOf) -> str:
     """Report-relative file name of the thumbnail of ``real`` (a file, or a view of one)."""
-    key = os.fsencode(real) if isinstance(real, Path) else b"\0".join(
-        (os.fsencode(real.real), real.source.encode(errors="surrogateescape"),
+    key = _path_key(real) if not isinstance(real, ViewOf) else b"\0".join(
+        (_path_key(real.real), real.source.encode(errors="surrogateescape"),
          repr((real.view, real.recipe)).encode()))
     digest = hashlib.sha256(key).hexdigest()[:24]
     return f"{THUMB_DIR}/{digest}{THUMB_SUFFIX}"
 
 
-def make_thumbnail(src: Path | ViewOf, dst: Path, size: int) -> str | None:
+def make_thumbnail(src: Path | ColumnRow | ViewOf, dst: Path, size: int) -> str | None:
     """Write a JPEG thumbnail (longest side <= ``size``) of ``src`` to ``dst``; of a
     :class:`ViewOf`, the view (:func:`view_image`, ``size`` x ``size``).
 
@@ -157,6 +174,8 @@ def make_thumbnail(src: Path | ViewOf, dst: Path, size: int) -> str | None:
 
     view = src if isinstance(src, ViewOf) else None
     src = src.real if isinstance(src, ViewOf) else src
+    column = src.column if isinstance(src, ColumnRow) else None
+    src = src.real if isinstance(src, ColumnRow) else src
 
     try:
         container = None if src.is_file() else _container_of(src)
@@ -164,7 +183,7 @@ def make_thumbnail(src: Path | ViewOf, dst: Path, size: int) -> str | None:
             from pairkit.encode.item_images import read_item_bytes
 
             rel = src.relative_to(container.parent).as_posix()
-            data = read_item_bytes(container.parent, rel, MAX_FILE_BYTES)
+            data = read_item_bytes(container.parent, rel, MAX_FILE_BYTES, column)
         elif src.stat().st_size > MAX_FILE_BYTES:
             return f"file larger than {MAX_FILE_BYTES >> 20} MB"
         else:
@@ -181,10 +200,10 @@ def make_thumbnail(src: Path | ViewOf, dst: Path, size: int) -> str | None:
     return None
 
 
-def make_thumbnails(files: Iterable[Path | ViewOf], out_dir: Path, size: int,
+def make_thumbnails(files: Iterable[Path | ColumnRow | ViewOf], out_dir: Path, size: int,
                     workers: int | None = None, progress: Callable[[int], None] | None = None,
                     on_start: Callable[[int], None] | None = None
-                    ) -> dict[Path | ViewOf, Thumb]:
+                    ) -> dict[Path | ColumnRow | ViewOf, Thumb]:
     """Thumbnails of resolved ``files`` (or views of them) under ``out_dir/t/``; returns
     file -> Thumb.
 
@@ -192,12 +211,12 @@ def make_thumbnails(files: Iterable[Path | ViewOf], out_dir: Path, size: int,
     ``on_start(files)`` once (distinct files), then ``progress(1)`` per file done, in
     this thread.
     """
-    todo = sorted(set(files), key=lambda f: (str(f), 0) if isinstance(f, Path)
+    todo = sorted(set(files), key=lambda f: (str(f), 0) if not isinstance(f, ViewOf)
                   else (str(f.real), f.view))
     (out_dir / THUMB_DIR).mkdir(parents=True, exist_ok=True)
     workers = workers or min(8, os.cpu_count() or 1)
 
-    def one(real: Path | ViewOf) -> Thumb:
+    def one(real: Path | ColumnRow | ViewOf) -> Thumb:
         name = thumb_name(real)
         problem = make_thumbnail(real, out_dir / name, size)
         return Thumb(None, problem) if problem else Thumb(name, None)

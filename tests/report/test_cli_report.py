@@ -666,3 +666,52 @@ def test_a_big_dedup_group_shows_the_cap_and_decodes_only_those(tmp_path, monkey
     assert len(list((out / "t").iterdir())) == 65
     assert all(it["thumb"] for it in data["items"])
     assert data["sections"][0]["summary"]["members"] == 500
+
+
+@pytest.mark.parametrize("record", ["embedding", "projected"])
+def test_thumbnails_of_a_dataset_store_come_from_its_image_column(tmp_path, record):
+    """Found by a bug hunt (2026-12-07): a store embedded from a parquet table with
+    ``embed --image-column pic`` (or projected from one) showed the thumbnails of the
+    default pick, the table's ``image`` column: other pictures, no word said. Two stores of
+    the one table, by different columns, get thumbnails of their own."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from pairkit.core.store_writer import write_store
+
+    def png(colour: tuple[int, int, int]) -> bytes:
+        out = io.BytesIO()
+        Image.new("RGB", (16, 16), colour).save(out, format="PNG")
+        return out.getvalue()
+
+    n = 4
+    images = tmp_path / "images"
+    images.mkdir()
+    pq.write_table(pa.table({"image": [png((255, 0, 0))] * n, "pic": [png((0, 0, 255))] * n}),
+                   images / "t.parquet")
+    paths = [f"t.parquet/{i:08d}" for i in range(n)]
+    items = pd.DataFrame({"path": paths, "source": paths, "view": 0})
+    vectors = np.random.default_rng(0).normal(size=(n, 6)).astype(np.float32)
+    for name, column in (("s", "pic"), ("d", None)):  # each table beside its store
+        ident = {"model": "x", **({"image_column": column} if column else {})}
+        write_store(tmp_path / name / "store", vectors, items, encoder={"name": "x"},
+                    extra={"image_root": str(images), record: ident})
+        pd.DataFrame({"group": 0, "id": range(n), "path": paths,
+                      "keep": [True] + [False] * (n - 1), "similarity": 1.0}
+                     ).to_csv(tmp_path / name / "d.csv", index=False)
+    r = report(tmp_path / "s" / "d.csv", "-o", tmp_path / "rep",
+               "--store", tmp_path / "s" / "store")
+    assert r.exit_code == 0, r.output
+    r = report(tmp_path / "s" / "d.csv", tmp_path / "d" / "d.csv", "-o", tmp_path / "both")
+    assert r.exit_code == 0, r.output
+    for out, want in (("rep", [(0, 0, 255)]), ("both", [(0, 0, 255), (255, 0, 0)])):
+        data, _ = page_data(tmp_path / out / "index.html")
+        seen = []
+        for row in data["items"]:
+            assert row["thumb"], row
+            r_, g, b = Image.open(tmp_path / out / row["thumb"]).convert("RGB").getpixel((4, 4))
+            seen.append((round(r_ / 255) * 255, round(g / 255) * 255, round(b / 255) * 255))
+        assert sorted(set(seen)) == want, out
