@@ -91,6 +91,7 @@ def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
         "encoder": encoder.get("name"),
         "encoder_details": {k: v for k, v in encoder.items() if k != "name"},
         "embedding": m.get("embedding"),
+        "projected": m.get("projected"),  # pairkit project: the head and the input store
         "image_root": m.get("image_root"),
         "labeled_rows": int(len(labels)),
         "labels": int(labels.nunique()),
@@ -124,6 +125,30 @@ def _shown(text: str) -> str:
     return text if text.isprintable() else ascii(text)
 
 
+def _projected_line(projected: Any) -> str | None:
+    """The line of a store written by ``pairkit project``: the head its vectors went
+    through and the store they came from; None for any other store."""
+    if not isinstance(projected, dict):
+        return None
+    head = projected.get("head") if isinstance(projected.get("head"), dict) else {}
+    loss = projected.get("loss") if isinstance(projected.get("loss"), dict) else {}
+    facts = []
+    if head.get("kind") is not None:
+        facts.append(_shown(str(head["kind"])) + (
+            f" {head['in_dim']}->{head['out_dim']}"
+            if head.get("in_dim") is not None and head.get("out_dim") is not None else ""))
+    if loss.get("name") is not None:
+        facts.append(f"loss {_shown(str(loss['name']))}")
+    if projected.get("complete") is False:
+        facts.append("training did not finish")
+    line = f"projected: by head {_shown(str(projected.get('path')))}"
+    line += f" ({', '.join(facts)})" if facts else ""
+    line += f", from store {_shown(str(projected.get('from_store')))}"
+    if projected.get("from_content_id"):
+        line += f" (content id {_shown(str(projected['from_content_id']))})"
+    return line
+
+
 def info_lines(info: dict[str, Any]) -> list[str]:
     """``pairkit info``'s lines for a person."""
     vps = info["views_per_source"]
@@ -151,6 +176,7 @@ def info_lines(info: dict[str, Any]) -> list[str]:
         f"vectors: dim {info['dim']}, {info['dtype']}"
         + (", L2-normalised" if info["normalized"] else ""),
         f"encoder: {_shown(str(info['encoder']))}" + (f" ({extra})" if extra else ""),
+        *filter(None, [_projected_line(info.get("projected"))]),
         f"labels: {labels}",
         f"files: {info['shards']} shard{'s' if info['shards'] != 1 else ''}, "
         f"{_size(info['bytes'])} ({_size(info['vector_bytes'])} of vectors)"

@@ -247,3 +247,32 @@ def test_sources_sizes_and_an_index_of_other_rows(tmp_path: Path) -> None:
     assert record["content_id"] == st.content_id and record["count"] == 3
     meta.write_text(json.dumps(seal({**record, "content_id": "other"})))  # sealed anew
     assert store_info(st.root)["stale_indexes"] == ["flat.faiss"]
+
+
+def test_a_projected_store_names_its_head_and_input_store(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-07): the text of ``info`` on a store written by
+    ``pairkit project`` said ``encoder: random`` and nothing of the head its vectors went
+    through (only ``--json`` had it, under ``encoder_details.head``): it read as the input
+    store. One line names the head and the store it was projected from."""
+    st = random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                            "--relation", "instance", "-q", "--epochs", "1",
+                            "--batch-size", "16", "--head", "mlp", "--out-dim", "4",
+                            "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(tmp_path / "h"),
+                            "-o", str(tmp_path / "p"), "-q"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["info", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    want = (f"projected: by head {tmp_path / 'h'} (mlp 8->4, loss infonce), from store "
+            f"{tmp_path / 's'} (content id {st.content_id})")
+    assert want in lines, r.output
+    assert lines.index(want) == 1 + next(i for i, x in enumerate(lines)
+                                         if x.startswith("encoder: "))
+    info = json.loads(runner.invoke(app, ["info", str(tmp_path / "p"), "--json"]).stdout)
+    assert info["projected"]["from_content_id"] == st.content_id
+    r = runner.invoke(app, ["info", str(tmp_path / "s")])  # an unprojected store: no line
+    assert not [x for x in r.output.splitlines() if x.startswith("projected:")]
+    assert store_info(tmp_path / "s")["projected"] is None
