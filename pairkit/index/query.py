@@ -113,6 +113,7 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
     n = store.count
     if n == 0:
         raise PairkitError(f"store {store.root} is empty: nothing to search")
+    k = min(req.k, n)  # never more rows than the store holds (a k past 2**63 overflowed)
     bad = [i for i in req.ids if not 0 <= i < n]
     if bad:
         raise UsageError(f"item id {bad[0]} is not in store {store.root} (ids 0..{n - 1})")
@@ -153,7 +154,7 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
     ni = len(req.images)
     if req.ids and not req.include_same_source:
         own[ni:ni + len(req.ids)] = sources[np.asarray(req.ids, dtype=np.int64)]
-    found = neighbours(vectors, queries, req.k, own, np.asarray(sources, dtype=np.int64))
+    found = neighbours(vectors, queries, k, own, np.asarray(sources, dtype=np.int64))
     items = store.items
     labels = items["label"].to_numpy(dtype=object, na_value=None)
     names = ([str(p) for p in req.images] + [f"id:{i}" for i in req.ids] + list(req.texts))
@@ -166,7 +167,7 @@ def search_store(store: Any, req: QueryRequest) -> pd.DataFrame:
         keep = ids >= 0
         if own[q] >= 0:
             keep &= sources[np.maximum(ids, 0)] != own[q]
-        hit_ids, hit_scores = ids[keep][:req.k], scores[keep][:req.k]
+        hit_ids, hit_scores = ids[keep][:k], scores[keep][:k]
         if not len(hit_ids):
             alone.append(names[q])
         for rank, (i, s) in enumerate(zip(hit_ids, hit_scores, strict=True)):

@@ -62,6 +62,16 @@ def test_k_larger_than_the_store_gives_every_other_item(store: Store) -> None:
     assert len(table) == store.count - 3  # all but the 3 views of its source
 
 
+@pytest.mark.parametrize("k", ["9223372036854775807", "99999999999999999999"])
+def test_a_huge_k_is_every_other_item_too(store: Store, k: str) -> None:
+    """Found by a bug hunt (2026-12-07): ``-k`` near or past 2**63 was an internal error
+    (OverflowError adding the query's own source to k, AssertionError from faiss on the
+    wrapped k), not the documented "fewer when the store holds fewer"."""
+    r = search(store.root, 0, "-k", k, "-o", "-")
+    assert r.exit_code == 0, r.output
+    assert len(r.stdout.splitlines()) == store.count - 3
+
+
 @pytest.fixture(scope="module")
 def image_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     from tests.conftest import make_images
