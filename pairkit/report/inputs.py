@@ -197,10 +197,12 @@ def _table_input(spec: str, path: Path | None) -> ReportInput:
     if missing:  # classified by some columns; the views read these too
         raise PairkitError(f"{name}: {fmt} tables need column {', '.join(missing)} "
                            "(docs/formats.md)")
-    if fmt == "dedup":  # an empty id would index the store's last row
+    if fmt in ("dedup", "search"):  # an empty dedup id would index the store's last row
         from pairkit.core.pairs import integer_ids
 
-        integer_ids(table["id"], "id", allow_missing=False)
+        # a search table's empty id is a padding row (no hit); 7.5 or 'abc' is refused,
+        # with a store or without, as a pair table's (not cut to 7, nor dropped)
+        integer_ids(table["id"], "id", allow_missing=fmt == "search")
     kind = fmt if fmt in ("dedup", "search") else "pairs"
     return ReportInput(kind, spec, path, table=table, fmt=None if kind == "dedup" else fmt)
 

@@ -126,3 +126,28 @@ def test_padding_rows_and_an_unknown_query_id() -> None:
     sec = build_search_section("hits", t, sample=0, labels=labels, ref=ref)
     assert [q["hits"] for q in sec["queries"]] == [[[2, 0, 0.5, False]], [[3, 0, 0.25, None]]]
     assert seen == {2: "p2", 3: "p3"}
+
+
+def test_an_id_that_is_no_whole_number_is_refused_without_a_store_too(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-07): with no store beside it, a search table's id 7.5
+    was shown as item 7 and an id ``abc`` dropped its row without a word (pair tables and
+    dedup groups refuse both, with a store or without). An empty cell stays a padding row."""
+    t = pd.DataFrame({
+        "store_id": "s", "query": ["id:0"] * 3, "query_kind": ["item"] * 3,
+        "rank": [0, 1, 2], "id": ["6", "", "1"], "score": [0.5, 0.4, 0.3],
+        "path": ["a.png", None, "c.png"]})
+    (tmp_path / "t").mkdir()
+    t.to_csv(tmp_path / "t" / "ok.csv", index=False)
+    r = runner.invoke(app, ["report", str(tmp_path / "t" / "ok.csv"), "-o", str(tmp_path / "r")])
+    assert r.exit_code == 0, r.output
+    data, _ = page_data(tmp_path / "r" / "index.html")
+    assert [h[1] for h in data["sections"][0]["queries"][0]["hits"]] == [0, 2]
+    for bad in ("7.5", "abc"):
+        t.loc[1, "id"] = bad
+        t.to_csv(tmp_path / "t" / "bad.csv", index=False)
+        r = runner.invoke(app, ["report", str(tmp_path / "t" / "bad.csv"), "-o",
+                                str(tmp_path / "r2")])
+        assert r.exit_code == 1, r.output
+        assert "column id must hold integer ids, got " in r.output, r.output
+        assert f"{bad}" in r.output and "(row 1)" in r.output
+        assert not (tmp_path / "r2").exists()
