@@ -3,6 +3,7 @@ first (docs/search.md: store_id, query, query_kind, rank, id, score, path, ...).
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,8 +28,9 @@ def build_search_section(name: str, table: pd.DataFrame, *, sample: int,
     ids = pd.to_numeric(t["id"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
     ranks = pd.to_numeric(t["rank"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
     paths = t["path"].to_numpy(dtype=object) if "path" in t.columns else [None] * len(t)
-    kinds = t["query_kind"].astype(str).to_numpy()
-    text = t["query"].astype(str).to_numpy()
+    # an empty cell is the empty text (a CSV reads ``search --text ""`` back as missing)
+    kinds = t["query_kind"].astype(object).fillna("").astype(str).to_numpy()
+    text = t["query"].astype(object).fillna("").astype(str).to_numpy()
     # a query is its text and, when the same text comes again (search 5 5), the block
     # after a rank its current block has seen: each search keeps its own hits
     rows_of: dict[tuple[str, int], list[int]] = {}
@@ -48,8 +50,9 @@ def build_search_section(name: str, table: pd.DataFrame, *, sample: int,
         q = key[0]
         rows = sorted(rows_of[key], key=lambda r: (ranks[r], r))
         own = None
-        if kinds[rows[0]] == "item" and labels is not None and q.startswith("id:"):
-            own = labels[int(q[3:])] if q[3:].isdigit() and int(q[3:]) < len(labels) else None
+        item = re.fullmatch(r"id:([0-9]+)", q, flags=re.ASCII)  # not "id:²" (isdigit)
+        if kinds[rows[0]] == "item" and labels is not None and item:
+            own = labels[int(item[1])] if int(item[1]) < len(labels) else None
         hits = []
         for r in rows:
             if ids[r] < 0:

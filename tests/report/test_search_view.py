@@ -151,3 +151,30 @@ def test_an_id_that_is_no_whole_number_is_refused_without_a_store_too(tmp_path: 
         assert "column id must hold integer ids, got " in r.output, r.output
         assert f"{bad}" in r.output and "(row 1)" in r.output
         assert not (tmp_path / "r2").exists()
+
+
+def test_an_empty_query_cell_and_an_id_of_other_digits_are_no_internal_error(
+        tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-07): a search table whose query cell is empty (a CSV
+    of ``search --text ""``: pandas reads the empty text back as missing) or whose item
+    query is ``id:²`` (``str.isdigit`` holds, ``int`` refuses) stopped the report with an
+    internal error (AttributeError on a float, ValueError) when the store's labels were
+    known. The empty query is the empty text; ``id:²`` names no item: no label compared."""
+    t = pd.DataFrame({
+        "store_id": "s", "query": ["", "", "id:\u00b2", "id:1"],
+        "query_kind": ["text", "text", "item", "item"],
+        "rank": [0, 1, 0, 0], "id": [2, 1, 0, 3], "score": [0.5, 0.4, 0.3, 0.2],
+        "path": ["p2", "p1", "p0", "p3"]})
+    t.to_csv(tmp_path / "hits.csv", index=False)
+    from pairkit.core.tables import read_table
+
+    table = read_table(tmp_path / "hits.csv")
+    assert table["query"].isna().iloc[0]  # as the report reads it
+    ref, _ = ref_table()
+    labels = np.array(["x", "x", "y", "x"], dtype=object)
+    sec = build_search_section("hits", table, sample=0, labels=labels, ref=ref)
+    assert [q["q"] for q in sec["queries"]] == ["", "id:\u00b2", "id:1"]
+    assert [q["kind"] for q in sec["queries"]] == ["text", "item", "item"]
+    assert sec["queries"][1]["hits"] == [[0, 0, 0.3, None]]
+    assert sec["queries"][2]["hits"] == [[3, 0, 0.2, True]]
+    assert sec["summary"]["kinds"] == {"text": 1, "item": 2}
