@@ -502,4 +502,12 @@ def integer_ids(raw: pd.Series, column: str, allow_missing: bool) -> np.ndarray:
         value = value.item() if isinstance(value, np.generic) else value
         raise PairkitError(f"pair table: column {column} must hold integer ids, got "
                            f"{value!a} (row {row})")
+    # past int64 (or infinite) the cast would wrap to -2**63 with numpy's warning
+    huge = values.abs() >= 2.0**63
+    if bool(huge.any()):
+        row = int(np.flatnonzero(huge.to_numpy())[0])
+        value = raw.iloc[row]
+        value = value.item() if isinstance(value, np.generic) else value
+        raise PairkitError(f"pair table: column {column} holds {value!a} (row {row}), not a "
+                           "store row id")
     return values.to_numpy(dtype=np.int64)

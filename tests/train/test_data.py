@@ -146,6 +146,24 @@ def test_bogus_values_are_refused_not_dropped(column, values, message):
         pairs_from_table(df, 10, "abc")
 
 
+@pytest.mark.parametrize("values, shown", [
+    (["5", "99999999999999999999999"], "'99999999999999999999999'"),
+    ([5.0, 1e30], "1e\\+30"),
+    ([5.0, float("inf")], "inf"),
+    (["5", "-inf"], "'-inf'"),
+])
+def test_ids_beyond_int64_are_refused_as_written(values, shown, recwarn):
+    """Found by a bug hunt (2026-12-07): an id past int64 (or infinite) was cast as it came,
+    numpy's 'invalid value encountered in cast' warning printed, and the refusal named
+    -9223372036854775808, a value the table does not hold."""
+    df = triplets([(0, 1, 5), (2, 3, 6)]).astype({"negative_id": object})
+    df["negative_id"] = values
+    with pytest.raises(PairkitError, match=f"column negative_id holds {shown} .row 1., "
+                                           "not a store row"):
+        pairs_from_table(df, 10, "abc")
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
 def test_empty_negative_cells_still_mean_none_and_self_pairs_are_refused():
     df = triplets([(0, 1, 5), (2, 3, 6)]).astype({"negative_id": object})
     df.loc[1, "negative_id"] = ""
