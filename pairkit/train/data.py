@@ -119,12 +119,15 @@ def pairs_from_table(df: pd.DataFrame, store_count: int, content_id: str,
     if len(df) == 0:
         raise PairkitError("pair table is empty")
     notes: list[str] = []
-    if "store_id" in df.columns:
-        ids = {str(v) for v in df["store_id"].dropna().unique()}
-        for other in sorted(ids - {content_id})[:1]:
-            check_store_id({"store_id": other}, content_id)
-    else:
-        notes.append("pair table has no store_id column: can't check it belongs to this store")
+    ids = {str(v) for v in df["store_id"].dropna().unique()} if "store_id" in df.columns \
+        else set()
+    for other in sorted(ids - {content_id})[:1]:
+        check_store_id({"store_id": other}, content_id)
+    if not ids:  # no column, or one of empty cells
+        notes.append("pair table has no store_id column: can't check it belongs to this store"
+                     if "store_id" not in df.columns else
+                     "pair table has no store_id (its column is empty): can't check it "
+                     "belongs to this store")
     kind = table_kind(df)
     if kind == "labeled-pair":
         raise PairkitError(

@@ -107,6 +107,15 @@ def test_table_without_store_id_is_accepted_with_a_note():
     assert "no store_id" in info.notes[0]
 
 
+def test_table_with_an_empty_store_id_column_is_accepted_with_a_note():
+    """Found by a bug hunt (2026-12-07): a store_id column of empty cells (a CSV whose
+    store_id was blanked) skipped the check without the note a table without the column
+    gets."""
+    df = triplets([(0, 1, 2), (3, 4, 5)], store_id=None)
+    _, info = pairs_from_table(df, 10, "abc")
+    assert any("no store_id" in note for note in info.notes), info.notes
+
+
 @pytest.mark.parametrize("row, message", [
     ((0, 12, 2), "positive_id 12 is out of range for a store of 10 items"),
     ((-1, 1, 2), "anchor_id -1 is out of range"),
