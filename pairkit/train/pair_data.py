@@ -50,10 +50,12 @@ def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
     flagged = (table["false_negative"].fillna(False).astype(bool).to_numpy()
                if "false_negative" in cols and not keep_flagged
                else np.zeros(len(table), dtype=bool))
+    from pairkit.core.pairs import integer_ids
+
     if {"anchor_id", "positive_id", "negative_id"} <= cols:
-        a = table["anchor_id"].to_numpy(np.int64)
-        p = table["positive_id"].to_numpy(np.int64)
-        n = np.where(flagged, -1, table["negative_id"].to_numpy(np.int64))
+        a = integer_ids(table["anchor_id"], "anchor_id", allow_missing=False)
+        p = integer_ids(table["positive_id"], "positive_id", allow_missing=False)
+        n = np.where(flagged, -1, integer_ids(table["negative_id"], "negative_id", True))
         if len(a) == 0:
             return a, p, []
         # an example's rows together (in its first row's place), its negatives by rank:
@@ -74,8 +76,11 @@ def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
                       key=lambda c: int(str(c).rsplit("_", 1)[1]))
     if {"anchor_id", "positive_id"} <= cols and neg_cols:
         table = table[~flagged]
-        m = table[neg_cols].to_numpy(np.int64)
-        return (table["anchor_id"].to_numpy(np.int64), table["positive_id"].to_numpy(np.int64),
+        # an empty slot (a blank CSV cell) is no negative, as train reads it
+        m = np.stack([integer_ids(table[c], str(c), allow_missing=True) for c in neg_cols],
+                     axis=1)
+        return (integer_ids(table["anchor_id"], "anchor_id", allow_missing=False),
+                integer_ids(table["positive_id"], "positive_id", allow_missing=False),
                 [row[row >= 0] for row in m])
     raise UsageError("the pair table needs anchor_id, positive_id and negative_id (triplet) "
                      "or negative_id_1.. (n-tuple) columns; labeled-pair tables have no "

@@ -43,6 +43,23 @@ def test_n_tuple_and_labeled_pair_tables() -> None:
         pair_examples(pd.DataFrame({"anchor_id": [0], "other_id": [1], "label": [1]}))
 
 
+def test_empty_negative_cells_are_no_negative_without_a_cast_warning(
+        recwarn: pytest.WarningsRecorder) -> None:
+    """Found by a bug hunt (2026-12-07): an empty negative cell (a CSV n-tuple table with
+    blank slots: pandas reads the column as floats) was cast to int64 as it came, numpy's
+    'invalid value encountered in cast' warning printed by pair_loader; it is no negative,
+    as train reads it."""
+    t = pd.DataFrame({"anchor_id": [0, 1], "positive_id": [2, 3],
+                      "negative_id_1": [4, 5], "negative_id_2": [6, np.nan]})
+    _, _, negs = pair_examples(t)
+    assert [n.tolist() for n in negs] == [[4, 6], [5]]
+    t = pd.DataFrame({"anchor_id": [0, 0, 1], "positive_id": [2, 2, 3],
+                      "negative_id": [4, np.nan, 5]})
+    _, _, negs = pair_examples(t)
+    assert [n.tolist() for n in negs] == [[4], [5]]
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
 def test_n_tuple_rows_flagged_in_any_slot_are_left_out() -> None:
     """An n-tuple row built from negatives flagged in any slot is flagged as a whole and left
     out of the examples (kept with ``keep_flagged``)."""
