@@ -34,8 +34,10 @@ _BRACE = re.compile(r"\{([^{}]*)\}")
 
 
 def is_webdataset(spec: str | os.PathLike[str]) -> bool:
-    """True when ``spec`` names tar shards (a ``.tar`` path or a brace pattern of them)."""
-    return str(spec).lower().endswith(".tar")
+    """True when ``spec`` names tar shards (a ``.tar`` path or a brace pattern of them); a
+    local folder named ``photos.tar`` is an image folder."""
+    text = str(spec)
+    return text.lower().endswith(".tar") and ("://" in text or not os.path.isdir(text))
 
 
 def expand_braces(text: str) -> list[str]:

@@ -200,3 +200,17 @@ def test_shards_without_any_label_count_no_image_as_unlabelled(tmp_path):
     assert labels == {"a.jpg": None, "b.jpg": None, "c.jpg": None} and missing == 0
     labels, missing = resolve_labels(None, files, tmp_path, {"a.jpg": "cat", "b.jpg": None})
     assert labels == {"a.jpg": "cat", "b.jpg": None, "c.jpg": None} and missing == 2
+
+
+def test_a_folder_named_like_a_shard_is_an_image_folder(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-07): a folder of images whose name ends in .tar
+    (``photos.tar/``, a folder unpacked from an archive) was taken for tar shards, 'no tar
+    shard found for photos.tar' (exit 1), and --labels folder was refused; it is embedded as
+    the folder it is, as a folder named ``x.parquet`` is."""
+    folder = tmp_path / "photos.TAR"
+    make_images(folder, n_per_class=2, classes=2)
+    r = runner.invoke(app, ["embed", str(folder), "-o", str(tmp_path / "s"), "--model",
+                            "pixels", "--labels", "folder", "-q"])
+    assert r.exit_code == 0, r.output
+    st = Store.open(tmp_path / "s")
+    assert st.count == 4 and set(st.items["label"]) == {"class0", "class1"}
