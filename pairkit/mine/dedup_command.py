@@ -59,8 +59,10 @@ def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
         table, summary = run_against(store, cfg, against, warn, progress, on_start)
     else:
         table, summary = run_dedup(store, cfg, warn, pairs, progress, on_start)
-    if drop:
-        table = table[~table["keep"]].reset_index(drop=True)
+    if drop:  # the copies whose files are still as embedded, their kept files too
+        from pairkit.mine.dedup_drop import safe_drops
+
+        table = safe_drops(table, store, warn)
     summary["stdout_closed"] = reader_gone(
         (lambda: write_paths(table["path"].tolist(), output, force,
                              "\0" if print0 else "\n")) if paths_only

@@ -77,3 +77,53 @@ def test_summary_line_share_is_of_the_items() -> None:
         "2 groups: 4 of 6 sources in groups (9 items with views), 75.0% of the store; "
         "2 to drop (1 exact, 1 near copies), keep first, threshold 0.9, 0 chains split, "
         "1.3 s")
+
+
+def image_store(tmp_path):  # noqa: ANN001, ANN201
+    """An image folder of 6 random PNGs, two of them copied byte for byte, embedded."""
+    import shutil
+
+    import numpy as np
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from pairkit.cli.main import app
+
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "img"
+    folder.mkdir()
+    for i in range(6):
+        Image.fromarray((rng.random((24, 24, 3)) * 255).astype("uint8")).save(folder / f"{i}.png")
+    shutil.copy(folder / "0.png", folder / "0copy.png")
+    shutil.copy(folder / "1.png", folder / "1copy.png")
+    r = CliRunner().invoke(app, ["embed", str(folder), "-o", str(tmp_path / "st"), "--model",
+                                 "pixels", "-q"])
+    assert r.exit_code == 0, r.output
+    return folder, tmp_path / "st"
+
+
+def test_drop_leaves_out_copies_whose_files_changed_since_embed(tmp_path) -> None:  # noqa: ANN001
+    """A listed copy overwritten since embed (another image now), and the copies of a
+    kept file deleted since, are not listed for removal (failed before: both listed, so
+    `xargs rm` deleted an image that had no other copy); one line says so."""
+    import numpy as np
+    from PIL import Image
+
+    folder, st = image_store(tmp_path)
+    cfg = DedupConfig(exact_only=True, keep="first")  # kept: the lowest id, 0.png, 1.png
+    out = tmp_path / "drop.txt"
+    dedup_to_files(st, str(out), cfg, paths_only=True, drop=True)
+    assert out.read_text().split() == ["0copy.png", "1copy.png"]
+    Image.fromarray(np.zeros((24, 24, 3), "uint8")).save(folder / "0copy.png")  # changed
+    (folder / "1.png").unlink()  # the kept file of 1copy.png's group: gone
+    notes: list[str] = []
+    dedup_to_files(st, str(out), cfg, paths_only=True, drop=True, force=True,
+                   warn=notes.append)
+    assert out.read_text() == ""
+    assert notes == ["--drop: 2 of 2 copies left out, their files no longer as embedded "
+                     "(1 changed, 1 kept file changed or missing): rerun embed to refresh "
+                     "the store, then dedup again"]
+    (folder / "0copy.png").unlink()  # gone: nothing to remove
+    dedup_to_files(st, str(out), cfg, paths_only=True, drop=True, force=True,
+                   warn=notes.append)
+    assert out.read_text() == "" and "1 missing" in notes[-1]
