@@ -126,9 +126,11 @@ class PairImages:
 
         table = _read(table)
         if "store_id" in table.columns and len(table):
-            ids = set(table["store_id"].astype(str).unique())
-            if ids != {store.content_id}:
-                raise PairkitError(f"the pair table was mined from store {sorted(ids)[0]}, not "
+            # empty cells are no store's id (train reads them so: a blanked column)
+            ids = {str(v) for v in table["store_id"].dropna().unique()}
+            if ids - {store.content_id}:
+                other = sorted(ids - {store.content_id})[0]
+                raise PairkitError(f"the pair table was mined from store {other}, not "
                                    f"{store.root} ({store.content_id})")
         if len(table):  # its paths must be this store's too (one content id, two item tables)
             _check_fits(table, store)

@@ -134,6 +134,20 @@ def test_items_are_the_table_s_images_through_the_transform(store: Store) -> Non
     assert np.array_equal(a[0].numpy(), data[0][0].numpy())
 
 
+def test_a_store_id_column_of_empty_cells_is_read_as_train_reads_it(store: Store) -> None:
+    """Found by a bug hunt (2026-12-07): a table whose store_id cells are empty (a CSV
+    with the column blanked) was refused as "mined from store nan"; train accepts it (with
+    a note), and so does the loader now, as it accepts a table without the column (its
+    paths still checked against the store's). Another store's id is still refused."""
+    pairs = pairkit.mine_pairs(store, num_negatives=2)
+    blank = pairs.assign(store_id=np.nan)
+    assert len(PairImages(blank, store, transform=_resize)) == len(PairImages(
+        pairs, store, transform=_resize))
+    mixed = pairs.assign(store_id=[np.nan, "other"] + [store.content_id] * (len(pairs) - 2))
+    with pytest.raises(PairkitError, match="mined from store other"):
+        PairImages(mixed, store, transform=_resize)
+
+
 def test_negatives_per_example_and_skipped(store: Store) -> None:
     pairs = pairkit.mine_pairs(store, num_negatives=3)
     short = pairs.drop(index=pairs.index[pairs["anchor_id"] == 0][:2])  # anchor 0: 1 left
