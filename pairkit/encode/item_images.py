@@ -4,6 +4,7 @@ file (``FILE.arrow/ROW``), never a path outside the image root."""
 
 from __future__ import annotations
 
+import io
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +35,41 @@ def read_item_bytes(image_root: str | Path, path: str,
         return _read_item_bytes(image_root, path, max_bytes, image_column)
     except DecodeError as exc:
         raise PairkitError(f"image {path!a} under {image_root}: {exc}") from None
+
+
+def item_image(image_root: str | Path, path: str,
+               max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+               image_column: str | None = None) -> tuple[Path | io.BytesIO, int] | None:
+    """The item ``path``'s image as something PIL opens, and its size in bytes: a plain
+    file under ``image_root`` as its :class:`~pathlib.Path` (nothing read: a reader of its
+    header reads only that) and the file's size; a tar member or a dataset row
+    (:func:`read_item_bytes`, at most ``max_bytes``) as an :class:`io.BytesIO` of its bytes
+    and their count. None for a path that would leave the image root (never opened) and for
+    an item that can't be read (missing, too large, no such member, row or column)."""
+    from pairkit.core.paths import resolve_item_path
+
+    f = resolve_item_path(image_root, path)
+    if f is None:
+        return None
+    try:
+        if f.is_file():
+            return f, f.stat().st_size
+        data = read_item_bytes(image_root, path, max_bytes, image_column)
+    except (PairkitError, DecodeError, OSError, ValueError):
+        return None
+    return io.BytesIO(data), len(data)
+
+
+def load_item_source(source: Path | io.BytesIO, draft_size: int | None = None,
+                     max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Image.Image:
+    """An :func:`item_image` source decoded by ``embed``'s decoder (8-bit RGB, the bomb
+    guard): a file read with the ``max_bytes`` cap, bytes in memory as they are (read
+    under it); DecodeError with the reason."""
+    from pairkit.encode.images import load_image
+
+    if isinstance(source, io.BytesIO):
+        return decode_image(source.getvalue(), draft_size)
+    return load_image(source, draft_size, max_bytes)[0]
 
 
 def image_column_of(store: object) -> str | None:

@@ -58,6 +58,7 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     from pairkit.core.remote import is_url
     from pairkit.core.row_view import is_view, store_view
     from pairkit.core.store import Store
+    from pairkit.encode.item_images import image_column_of
     from pairkit.mine.keep_readers import rekeep_resized
     from pairkit.mine.near_duplicate_check import choose_check
     from pairkit.mine.near_duplicates import find_near_duplicates
@@ -74,6 +75,7 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     # on Ray the workers read the store: the manifest only, here, for one on object storage
     st = Store.open(store, verify=not (pairs is not None and is_url(store)))
     image_root = st.manifest.get("image_root")
+    column = image_column_of(st)  # a dataset store's rows: read from the column embedded
     if cfg.absolute and not image_root:
         raise UsageError(f"--absolute needs the store's image_root, and {store} has none "
                          "(made by import?)")
@@ -81,7 +83,7 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     if cfg.exact_only:
         refuse_without_hashes(columns.file_sha256, store)
     paths = columns.paths
-    keep, sizes = keep_sizes(cfg.keep, image_root, paths, warn)
+    keep, sizes = keep_sizes(cfg.keep, image_root, paths, warn, column)
     # on Ray: rows read where they lie (the search's on the workers, here only the
     # candidates' rows: find_near_duplicates), never the store's float32 copy
     vectors = store_view(st) if pairs is not None else st.vectors(np.float32)
@@ -89,8 +91,8 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     met = reachable(threshold, st.dtype)  # -t 1: identical rows, as stored
     check = choose_check(
         vectors, paths, image_root, cfg.method, None if cfg.threshold is None else met,
-        cfg.pixel_threshold, batch_size=cfg.batch_size, device=device, backend=backend,
-        pairs=pairs, progress=progress, on_start=on_start)
+        cfg.pixel_threshold, image_column=column, batch_size=cfg.batch_size, device=device,
+        backend=backend, pairs=pairs, progress=progress, on_start=on_start)
     result = find_near_duplicates(
         vectors, met, file_sha256=columns.file_sha256, sources=columns.sources,
         views=columns.views, keep=keep, sizes=sizes, near=not cfg.exact_only,
@@ -100,7 +102,7 @@ def run_dedup(store: str | Path, cfg: DedupConfig, warn: Callable[[str], None] =
     if keep == "best" and getattr(sizes, "facts", None) and image_root:
         grouped = vectors.gather(table["id"].to_numpy()) if is_view(vectors) else vectors
         table, resized = rekeep_resized(table, grouped, paths, columns.sha_of, image_root,
-                                        sizes.facts)
+                                        sizes.facts, column)
     table.insert(2, "path", listed_paths(table, paths, store, image_root, cfg.absolute))
     if getattr(sizes, "fell_back", False):
         keep = "first"
@@ -211,16 +213,18 @@ def check_dedup(cfg: DedupConfig) -> float:
 
 
 def keep_sizes(keep: str, image_root: str | None, paths: np.ndarray,
-               warn: Callable[[str], None]) -> tuple[str, Any]:
+               warn: Callable[[str], None], image_column: str | None = None
+               ) -> tuple[str, Any]:
     """``(keep rule, sizes)`` for :func:`~pairkit.mine.near_duplicates.find_near_duplicates`:
     the image-reading rules' goodness per item (:mod:`pairkit.mine.keep_readers`), None for
-    the others; ``largest`` becomes ``first`` (warned) when the images can't be found."""
+    the others; ``largest`` becomes ``first`` (warned) when the images can't be found.
+    ``image_column``: a dataset store's (:func:`pairkit.encode.item_images.image_column_of`)."""
     from pairkit.mine.keep_readers import best_reader, largest_reader
 
     if keep == "best":
-        return keep, best_reader(image_root, paths, warn)
+        return keep, best_reader(image_root, paths, warn, image_column)
     if keep == "largest":
-        sizes = largest_reader(image_root, paths, warn)
+        sizes = largest_reader(image_root, paths, warn, image_column)
         return ("first", None) if sizes is None else (keep, sizes)
     return keep, None
 
@@ -320,6 +324,7 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
     import pandas as pd
 
     from pairkit.core.store import Store
+    from pairkit.encode.item_images import image_column_of
     from pairkit.mine.near_duplicate_check import (
         PixelCheck,
         ThresholdCheck,
@@ -348,6 +353,8 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
         raise UsageError(f"--absolute needs both stores' image_root, and "
                          f"{store if not ra else other} has none (made by import?)")
     roots = np.array([ra] * n_a + [rb] * len(ib), dtype=object)
+    ca, cb = image_column_of(a), image_column_of(b)  # dataset stores' image columns
+    columns = np.array([ca] * n_a + [cb] * len(ib), dtype=object)
     sources = np.array(["a\0" + s for s in ia["source"].astype(str)] +
                        ["b\0" + s for s in ib["source"].astype(str)], dtype=object)
     hashes = np.concatenate([ia["file_sha256"].to_numpy(dtype=object, na_value=None),
@@ -356,7 +363,8 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
         refuse_without_hashes(hashes[:n_a], store)
         refuse_without_hashes(hashes[n_a:], other)
     views = np.concatenate([ia["view"].to_numpy(), ib["view"].to_numpy()])
-    both = images_readable(ra, paths[:n_a]) and images_readable(rb, paths[n_a:])
+    both = images_readable(ra, paths[:n_a], image_column=ca) and \
+        images_readable(rb, paths[n_a:], image_column=cb)
     if cfg.method == "pixels" and not both:
         raise UsageError("--method pixels needs both stores' images (image_root)")
     pixels = both and cfg.method != "threshold" and (cfg.threshold is None or
@@ -368,7 +376,7 @@ def run_against(store: str | Path, cfg: DedupConfig, other: str | Path,
         check = ThresholdCheck(vectors, met)
     elif pixels:
         check = PixelCheck(vectors, paths, roots, threshold=cfg.pixel_threshold, fallback=met,
-                           progress=progress, on_start=on_start)
+                           progress=progress, on_start=on_start, image_column=columns)
     else:
         check = choose_check(vectors, None, None, "threshold", met,
                              batch_size=cfg.batch_size, device=cfg.device,

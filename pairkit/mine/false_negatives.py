@@ -206,6 +206,7 @@ def build_context(
     backend: Any = None,
     paths: np.ndarray | None = None,
     image_root: str | None = None,
+    image_column: str | None = None,
     whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None,
     spectral: Any = None,
     dtype: str = "float32",
@@ -214,7 +215,8 @@ def build_context(
     ``prepare``); near-duplicate groups are computed on first use unless given.
     ``backend`` (a :class:`pairkit.index.backend.SearchBackend`; None: FAISS on the CPU)
     runs the rules' searches and k-means. ``paths`` (N,) and ``image_root``: the store's
-    images, for the near-duplicate decision's pixel check. ``whitened_neighbours``: the
+    images, for the near-duplicate decision's pixel check (``image_column``: a dataset
+    store's, :func:`pairkit.encode.item_images.image_column_of`). ``whitened_neighbours``: the
     mutual-neighbour rule's lists (:func:`pairkit.mine.whitening.whitened_neighbours`)
     when the caller searched them already; ``spectral``: the ``cluster`` rule's spectral
     embedding when the caller made it (:mod:`pairkit.mine.white_parts`). ``vectors`` may
@@ -248,7 +250,8 @@ def build_context(
                     file_sha256=file_sha256, views=None if views is None else np.asarray(views),
                     seed=seed, neighbours=neighbours, backend=backend,
                     paths=None if paths is None else np.asarray(paths, dtype=object),
-                    image_root=image_root, whitened_neighbours=whitened_neighbours,
+                    image_root=image_root, image_column=image_column,
+                    whitened_neighbours=whitened_neighbours,
                     spectral=spectral, dtype=str(dtype))
     for rule in config.rules:
         prepare = getattr(MODULES[rule], "prepare", None)

@@ -70,6 +70,7 @@ class FnContext:
     backend: SearchBackend | None = None  # engine of the rules' searches; None: FAISS CPU
     paths: np.ndarray | None = None  # (N,) item paths under image_root (the pixel check)
     image_root: str | None = None
+    image_column: str | None = None  # a dataset store's embed --image-column (pixel check)
     near_duplicate_decision: dict[str, Any] | None = None  # how the groups were decided
     # (ids, cosine scores) (N, m): nearest other-source rows in the partial whitening
     # (pairkit.mine.whitening), shared by the mutual-neighbour rule and mined positives
@@ -172,7 +173,7 @@ def near_duplicate_group_ids(ctx: FnContext, config: FalseNegativeConfig) -> np.
         ctx.vectors, ctx.paths, ctx.image_root, config.near_duplicate_method,
         None if config.near_duplicate_threshold is None
         else near_duplicate_threshold(config, ctx.dtype),
-        knn_backend=ctx.backend, seed=ctx.seed,
+        knn_backend=ctx.backend, seed=ctx.seed, image_column=ctx.image_column,
         **({} if ctx.backend is None else
            {"device": ctx.backend.device, "backend": ctx.backend.name}))
     if ctx.pairwise_near_duplicates and not isinstance(check, PixelCheck):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -174,14 +175,17 @@ def native_scale(grey: np.ndarray) -> float:
     return best
 
 
-def copy_facts(path: Path, native: bool = False) -> CopyFacts | None:
-    """:class:`CopyFacts` of the image at ``path``; None when it can't be read.
-    ``native_scale`` is measured only with ``native`` (the benchmark's; :func:`best_key`
-    does not use it: it picked the original in under 30 % of planted pairs), else 1."""
+def copy_facts(path: Path | BinaryIO, native: bool = False,
+               size: float | None = None) -> CopyFacts | None:
+    """:class:`CopyFacts` of the image at ``path`` (or in a file object: a tar member's or
+    dataset row's bytes, :func:`pairkit.encode.item_images.item_image`); None when it
+    can't be read. ``size``: its bytes (None: the file's size). ``native_scale`` is
+    measured only with ``native`` (the benchmark's; :func:`best_key` does not use it: it
+    picked the original in under 30 % of planted pairs), else 1."""
     from PIL import Image
 
     try:
-        size = float(path.stat().st_size)
+        size = float(path.stat().st_size if size is None else size)  # type: ignore[union-attr]
         with Image.open(path) as im:
             lossy, quality = _lossy(im), jpeg_quality(im)
             w, h = im.size

@@ -6,48 +6,55 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
 
-def image_facts(root: Path, paths: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, ...]:
-    """``(pixels, file bytes)`` float arrays for the items ``ids``; NaN where a file is
+def image_facts(root: Path, paths: np.ndarray, ids: np.ndarray,
+                image_column: str | None = None) -> tuple[np.ndarray, ...]:
+    """``(pixels, file bytes)`` float arrays for the items ``ids``; NaN where an image is
     missing, unreadable or outside the image root (never opened; the header is read, not
-    the pixels)."""
+    the pixels). A tar member's or dataset row's bytes are its size
+    (:func:`pairkit.encode.item_images.item_image`; ``image_column``: the store's,
+    :func:`pairkit.encode.item_images.image_column_of`)."""
     import numpy as np
     from PIL import Image
 
-    from pairkit.core.paths import resolve_item_path
+    from pairkit.encode.item_images import item_image
 
     pixels = np.full(len(ids), np.nan)
     size = np.full(len(ids), np.nan)
     for k, i in enumerate(ids):
-        f = resolve_item_path(root, str(paths[i]))
-        if f is None:
-            continue  # a path outside the image root is never opened
+        got = item_image(root, str(paths[i]), image_column=image_column)
+        if got is None:
+            continue  # unreadable, or a path outside the image root: never opened
+        source, nbytes = got
         try:
-            with Image.open(f) as im:
+            with Image.open(source) as im:
                 w, h = im.size
-            pixels[k], size[k] = float(w * h), float(f.stat().st_size)
+            pixels[k], size[k] = float(w * h), float(nbytes)
         except (OSError, ValueError, Image.DecompressionBombError):
             continue
     return pixels, size
 
 
-def best_reader(image_root: str | None, paths: np.ndarray,
-                warn: Callable[[str], None]) -> Callable[[np.ndarray], np.ndarray]:
+def best_reader(image_root: str | None, paths: np.ndarray, warn: Callable[[str], None],
+                image_column: str | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """The ``best`` keep rule as a goodness per item (higher is kept): the copy that lost
     least (:func:`pairkit.mine.keep_best.best_key`: JPEG quality band, then detail from
     sharpness, pixels and clipping, then file size), then the shortest path, then path
     order. Items whose image can't be read rank below every readable one (a warning says
     how many); without an image root (an imported store) only the path decides. The
-    returned function keeps the facts it read in ``.facts`` (id -> CopyFacts or None)."""
+    returned function keeps the facts it read in ``.facts`` (id -> CopyFacts or None).
+    Tar members and dataset rows are read as ``embed`` read them (``image_column``: the
+    store's, :func:`pairkit.encode.item_images.image_column_of`)."""
     import numpy as np
 
-    from pairkit.core.paths import image_root_problem, resolve_item_path
+    from pairkit.core.paths import image_root_problem
+    from pairkit.encode.item_images import item_image
     from pairkit.mine.keep_best import best_key, copy_facts
 
     problem = image_root_problem(image_root)
@@ -60,8 +67,10 @@ def best_reader(image_root: str | None, paths: np.ndarray,
         ids = np.asarray(ids, dtype=np.int64)
         readable = root is not None and root.is_dir()
         for i in ids.tolist():
-            f = resolve_item_path(root, str(paths[i])) if readable else None
-            goodness.facts[i] = copy_facts(f) if f is not None else None  # type: ignore[attr-defined]
+            got = item_image(root, str(paths[i]), image_column=image_column) \
+                if root is not None and readable else None
+            facts = None if got is None else copy_facts(got[0], size=got[1])
+            goodness.facts[i] = facts  # type: ignore[attr-defined]
         bad = sum(goodness.facts[i] is None for i in ids.tolist())  # type: ignore[attr-defined]
         if readable and bad:
             warn(f"--keep best: {bad} images unreadable under {root}; they are kept only "
@@ -141,10 +150,11 @@ def _largest_reason(sizes: dict[int, tuple[float, float]], mine: int,
     return "same pixels and file size: lowest id"
 
 
-def largest_reader(image_root: str | None, paths: np.ndarray,
-                   warn: Callable[[str], None]) -> Any:
+def largest_reader(image_root: str | None, paths: np.ndarray, warn: Callable[[str], None],
+                   image_column: str | None = None) -> Any:
     """The ``largest`` keep rule: image area, file size as tie-break; None (warned) when
-    the images can't be found. Falls back to ``first`` when some are unreadable."""
+    the images can't be found. Falls back to ``first`` when some are unreadable.
+    ``image_column``: a dataset store's (:func:`image_facts`)."""
     import numpy as np
 
     from pairkit.core.paths import image_root_problem
@@ -156,7 +166,7 @@ def largest_reader(image_root: str | None, paths: np.ndarray,
     root = Path(image_root)
 
     def checked(ids: np.ndarray) -> np.ndarray:
-        pixels, size = image_facts(root, paths, ids)
+        pixels, size = image_facts(root, paths, ids, image_column)
         checked.sizes.update(zip(np.asarray(ids).tolist(),  # type: ignore[attr-defined]
                                  zip(pixels.tolist(), size.tolist(), strict=True), strict=True))
         bad = int(np.isnan(pixels).sum())
@@ -172,12 +182,14 @@ def largest_reader(image_root: str | None, paths: np.ndarray,
 
 
 def rekeep_resized(table: pd.DataFrame, vectors: np.ndarray, paths: Any, file_sha256: Any,
-                   image_root: str, facts: dict[int, Any]) -> tuple[pd.DataFrame, dict[int, str]]:
+                   image_root: str, facts: dict[int, Any], image_column: str | None = None
+                   ) -> tuple[pd.DataFrame, dict[int, str]]:
     """``--keep best`` between resized copies (:mod:`pairkit.mine.keep_resized`): each
     group's kept copy compared with its members of other pixel counts; returns the table
     with the kept rows changed where that decides otherwise, and {new kept id: reason}.
-    ``paths`` and ``file_sha256`` (None: no hashes): the items' by row id."""
-    from pairkit.core.paths import resolve_item_path
+    ``paths`` and ``file_sha256`` (None: no hashes): the items' by row id;
+    ``image_column``: a dataset store's (tar members and rows are read from memory)."""
+    from pairkit.encode.item_images import item_image
     from pairkit.mine.keep_best import best_key
     from pairkit.mine.keep_resized import rekeep_groups, resized_keeper
 
@@ -187,8 +199,9 @@ def rekeep_resized(table: pd.DataFrame, vectors: np.ndarray, paths: Any, file_sh
         f = facts.get(i)
         return None if f is None else f.pixels
 
-    def file_of(i: int) -> Path | None:
-        return resolve_item_path(root, str(paths[i]))
+    def file_of(i: int) -> Path | BinaryIO | None:  # a fresh one each call: read whole
+        got = item_image(root, str(paths[i]), image_column=image_column)
+        return None if got is None else got[0]
 
     new_keeper: dict[int, int] = {}
     reasons: dict[int, str] = {}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -37,9 +37,10 @@ REASON_SHRUNK = "more pixels: the other copy is a shrunk copy of this one"
 REASON_ENLARGED = "native size: the other copy is an enlargement of this one"
 
 
-def _grey(path: Path) -> np.ndarray | None:
+def _grey(path: Path | BinaryIO) -> np.ndarray | None:
     """The image's grey levels as shown (its EXIF orientation applied, as embed reads it:
-    a camera original stored sideways is compared upright with its copies)."""
+    a camera original stored sideways is compared upright with its copies). ``path``: a
+    file, or a file object of a tar member's or dataset row's bytes."""
     from PIL import Image, ImageOps
 
     try:
@@ -81,7 +82,7 @@ def resize_losses(big: np.ndarray, small: np.ndarray) -> tuple[float, float]:
     return e_down, e_up
 
 
-def resize_verdict(big: Path, small: Path) -> bool | None:
+def resize_verdict(big: Path | BinaryIO, small: Path | BinaryIO) -> bool | None:
     """True when ``small`` is a shrunk copy of ``big`` (``big`` holds detail it lacks),
     False when ``big`` is an enlarged copy of ``small``, None when the two files are not a
     resize of each other (pixel counts within :data:`MIN_PIXEL_RATIO`, another aspect, other
@@ -101,11 +102,13 @@ def resize_verdict(big: Path, small: Path) -> bool | None:
 
 
 def resized_keeper(kept: int, others: list[int], pixels: Callable[[int], float | None],
-                   file_of: Callable[[int], Path | None]) -> tuple[int, str | None]:
+                   file_of: Callable[[int], Path | BinaryIO | None]
+                   ) -> tuple[int, str | None]:
     """The member of a group to keep once resized copies are compared with the kept one:
     ``(kept, None)`` when no comparison changes it, else ``(new id, reason)``. ``others``
     in the per-file rule's order (best first); ``pixels(id)`` (None: unreadable) and
-    ``file_of(id)`` (None: outside the image root) per member."""
+    ``file_of(id)`` (None: outside the image root or unreadable; a file object, a new one
+    each call, for a tar member or dataset row) per member."""
     reason = None
     seen = {kept}  # never switch back: the order is not circular
     changed = True

@@ -94,8 +94,10 @@ class PixelCheck:
     """Near-duplicates by aligned pixels, threshold calibrated on the store (module doc).
 
     ``vectors`` (N, d) float32 rows of the store, ``paths`` (N,) item paths under
-    ``image_root``. ``threshold`` None: calibrated; ``fallback`` decides pairs with an
-    unreadable image by the vectors' inner product.
+    ``image_root`` (plain files, tar members, dataset rows: ``image_column`` is a dataset
+    store's ``embed --image-column``, one or (N,) one per item). ``threshold`` None:
+    calibrated; ``fallback`` decides pairs with an unreadable image by the vectors' inner
+    product.
     """
 
     vectors: np.ndarray
@@ -111,6 +113,7 @@ class PixelCheck:
     # pass over the images; the searches, calibration and alignment follow it)
     progress: Any = None
     on_start: Any = None
+    image_column: str | np.ndarray | None = None  # one, or (N,) one per item
     calibration: dict[str, Any] = field(default_factory=dict)
     _fine: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
@@ -119,7 +122,8 @@ class PixelCheck:
               ) -> tuple[np.ndarray, np.ndarray]:
         from pairkit.mine.near_duplicate_pixels import read_thumbnails
 
-        return read_thumbnails(self.image_root, self.paths, items, size, progress)
+        return read_thumbnails(self.image_root, self.paths, items, size, progress,
+                               self.image_column)
 
     def _fine_thumbs(self, items: np.ndarray) -> np.ndarray:
         """(n, FINE, FINE) thumbnails of rows ``items``, read once each."""
@@ -152,8 +156,8 @@ class PixelCheck:
     def _calibrate(self, items: np.ndarray, ok: np.ndarray) -> None:
         """Score copies of a sample of ``items`` against their originals (the threshold
         is set from them once the store's own pairs are scored) and set the prefilter."""
-        from pairkit.core.paths import resolve_item_path
-        from pairkit.encode.images import DecodeError, load_image
+        from pairkit.encode.images import DecodeError
+        from pairkit.encode.item_images import item_image, load_item_source
         from pairkit.mine.near_duplicate_copies import EDITS, edited_copy
         from pairkit.mine.near_duplicate_pixels import THUMB, thumbnails_of
 
@@ -162,12 +166,16 @@ class PixelCheck:
         chosen = np.sort(rng.choice(readable, size=min(self.sample, len(readable)),
                                     replace=False))
         oc, of, cc, cf, owner = [], [], [], [], []
-        roots = self.image_root
+        roots, columns = self.image_root, self.image_column
         for pos in chosen:
-            root = roots[items[pos]] if isinstance(roots, np.ndarray) else roots
-            f = resolve_item_path(root, str(self.paths[items[pos]]))
+            i = items[pos]
+            root = roots[i] if isinstance(roots, np.ndarray) else roots
+            column = columns[i] if isinstance(columns, np.ndarray) else columns
+            got = item_image(root, str(self.paths[i]), image_column=column)
+            if got is None:
+                continue
             try:
-                img, _ = load_image(f, draft_size=2 * FINE)  # type: ignore[arg-type]
+                img = load_item_source(got[0], draft_size=2 * FINE)
             except (DecodeError, OSError, ValueError, TypeError):
                 continue
             small, big = thumbnails_of(img, (THUMB, FINE))
@@ -309,10 +317,14 @@ def candidate_pairs(cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pairs[:, 0], pairs[:, 1]
 
 
-def images_readable(image_root: str | None, paths: np.ndarray, probe: int = 16) -> bool:
+def images_readable(image_root: str | None, paths: np.ndarray, probe: int = 16,
+                    image_column: str | None = None) -> bool:
     """True when the store has an image root and the first ``probe`` paths are mostly
-    files there (the pixel check then runs; else the vectors decide)."""
-    from pairkit.core.paths import image_root_problem, resolve_item_path
+    images there: files, or tar members and dataset rows that read
+    (:func:`pairkit.encode.item_images.item_image`; ``image_column``: a dataset store's).
+    The pixel check then runs; else the vectors decide."""
+    from pairkit.core.paths import image_root_problem
+    from pairkit.encode.item_images import item_image
 
     if image_root_problem(image_root) is not None or len(paths) == 0:
         return False
@@ -320,8 +332,8 @@ def images_readable(image_root: str | None, paths: np.ndarray, probe: int = 16) 
     probe_paths = paths[: min(probe, len(paths))]
     found = 0
     for p in probe_paths:
-        f = resolve_item_path(image_root, str(p))
-        found += bool(f is not None and f.is_file())
+        got = item_image(str(image_root), str(p), image_column=image_column)
+        found += got is not None
     return found * 2 >= len(probe_paths)
 
 
@@ -348,15 +360,17 @@ def check_pixel_threshold(value: float | None) -> None:
 
 def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str | None,
                  method: str = "auto", threshold: float | None = None,
-                 pixel_threshold: float | None = None, **threshold_options: Any) -> Any:
+                 pixel_threshold: float | None = None, image_column: str | None = None,
+                 **threshold_options: Any) -> Any:
     """The near-duplicate check of a store: ``auto`` = :class:`PixelCheck` when its images
     can be read (and no embedding ``threshold`` was asked for), else
     :class:`ThresholdCheck` at ``threshold`` (None: ``pairkit dedup``'s default).
     ``threshold_options`` go to :class:`ThresholdCheck` (batch_size, device, backend,
     pairs, and the progress hook: progress, on_start, also :class:`PixelCheck`'s);
     ``backend`` objects for
-    the kNN searches of the pixel check go in ``knn_backend``. The one decision ``dedup``
-    and the ``near-duplicate`` rule share."""
+    the kNN searches of the pixel check go in ``knn_backend``; ``image_column``: a dataset
+    store's (:func:`pairkit.encode.item_images.image_column_of`). The one decision
+    ``dedup`` and the ``near-duplicate`` rule share."""
     from pairkit.errors import UsageError
     from pairkit.mine.near_duplicates import DEFAULT_THRESHOLD, check_threshold
 
@@ -367,7 +381,8 @@ def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str 
     seed = int(threshold_options.pop("seed", 0))
     t = check_threshold(DEFAULT_THRESHOLD if threshold is None else threshold)
     check_pixel_threshold(pixel_threshold)
-    readable = paths is not None and images_readable(image_root, paths)
+    readable = paths is not None and images_readable(image_root, paths,
+                                                     image_column=image_column)
     if method == "pixels" and not readable:
         from pairkit.core.paths import image_root_problem
 
@@ -382,7 +397,7 @@ def choose_check(vectors: np.ndarray, paths: np.ndarray | None, image_root: str 
     if use_pixels:  # it reads every image here: and the vectors (a view read now)
         return PixelCheck(np.asarray(vectors, dtype=np.float32), np.asarray(paths),
                           str(image_root), threshold=pixel_threshold, fallback=t, seed=seed,
-                          backend=knn_backend, **hooks)
+                          backend=knn_backend, image_column=image_column, **hooks)
     from pairkit.core.row_view import is_view
 
     rows = vectors if is_view(vectors) else np.asarray(vectors, dtype=np.float32)

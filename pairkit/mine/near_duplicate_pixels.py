@@ -15,6 +15,7 @@ edits pairkit calls near-duplicates.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,14 +37,17 @@ MAX_ZOOM = 0.05  # crops up to about 5% of the side
 FLAT = 1e-3  # a window whose grey levels vary less than this (0..1 scale) is flat
 
 
-def load_thumbnails(path: Path, sizes: tuple[int, ...] = (THUMB,)) -> list[np.ndarray] | None:
-    """Grey thumbnails of one image file, one (side, side) float32 array in [0, 1] per
-    side in ``sizes``, or None when the file can't be read (missing, not a regular file,
-    too large, a decompression bomb: the decoder of ``embed``)."""
-    from pairkit.encode.images import DecodeError, load_image
+def load_thumbnails(path: Path | io.BytesIO, sizes: tuple[int, ...] = (THUMB,)
+                    ) -> list[np.ndarray] | None:
+    """Grey thumbnails of one image file (or of a tar member's or dataset row's bytes:
+    :func:`pairkit.encode.item_images.item_image`), one (side, side) float32 array in
+    [0, 1] per side in ``sizes``, or None when the file can't be read (missing, not a
+    regular file, too large, a decompression bomb: the decoder of ``embed``)."""
+    from pairkit.encode.images import DecodeError
+    from pairkit.encode.item_images import load_item_source
 
     try:
-        img, _ = load_image(path, draft_size=2 * max(sizes))
+        img = load_item_source(path, draft_size=2 * max(sizes))
     except (DecodeError, OSError, ValueError):
         return None
     return thumbnails_of(img, sizes)
@@ -65,22 +69,26 @@ def thumbnails_of(img: object, sizes: tuple[int, ...] = (THUMB,)) -> list[np.nda
 
 
 def read_thumbnails(image_root: str | Path | np.ndarray, paths: np.ndarray, ids: np.ndarray,
-                    size: int = THUMB, progress: Callable[[int], None] | None = None
+                    size: int = THUMB, progress: Callable[[int], None] | None = None,
+                    image_column: str | np.ndarray | None = None
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Thumbnails of the items ``ids``: ``(thumbs (n, size, size) float32, ok (n,) bool)``;
     rows of unreadable images (or of paths that would leave the image root: never opened)
     are zero and not ok. ``image_root``: one folder, or one per item ((N,) array: items
-    of several stores). ``progress(1)`` after each item."""
-    from pairkit.core.paths import resolve_item_path
+    of several stores); ``image_column`` alike (a dataset store's ``embed
+    --image-column``: :func:`pairkit.encode.item_images.image_column_of`). Plain files, tar
+    members and dataset rows are read as ``embed`` read them. ``progress(1)`` after each
+    item."""
+    from pairkit.encode.item_images import item_image
 
     ids = np.asarray(ids, dtype=np.int64)
     thumbs = np.zeros((len(ids), size, size), dtype=np.float32)
     ok = np.zeros(len(ids), dtype=bool)
-    per_item = isinstance(image_root, np.ndarray)
     for k, i in enumerate(ids):
-        root = image_root[i] if per_item else image_root
-        f = resolve_item_path(root, str(paths[i]))
-        t = None if f is None else load_thumbnails(f, (size,))
+        root = image_root[i] if isinstance(image_root, np.ndarray) else image_root
+        column = image_column[i] if isinstance(image_column, np.ndarray) else image_column
+        got = item_image(root, str(paths[i]), image_column=column)
+        t = None if got is None else load_thumbnails(got[0], (size,))
         if t is not None:
             thumbs[k], ok[k] = t[0], True
         if progress is not None:

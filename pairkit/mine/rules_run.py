@@ -78,6 +78,8 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
     used = capped_neighbours(lists_cfg, sources)
     if "mutual-neighbour" in fn_config.rules:  # searched here with mine's index options
         white = positive_neighbour_lists(None, vectors, sources, used, index, where, split)
+    from pairkit.encode.item_images import image_column_of
+
     image_root = store.manifest.get("image_root")
     spectral = None
     if split is not None:  # the cluster rule's sample, its rows' cells found by the workers
@@ -90,7 +92,8 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
                             # for the pixel check only: without images, no Python string
                             # per row kept (and shipped to the workers with the context)
                             paths=items["path"].to_numpy(dtype=object) if image_root else None,
-                            image_root=image_root, whitened_neighbours=white,
+                            image_root=image_root, image_column=image_column_of(store),
+                            whitened_neighbours=white,
                             spectral=spectral, dtype=store.dtype)
     if "mutual-neighbour" in fn_config.rules and used.neighbours < lists_cfg.neighbours:
         ctx.mutual_info["neighbours"] = {"asked": lists_cfg.neighbours,
