@@ -90,10 +90,14 @@ def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
 def _check_fits(table: pd.DataFrame, store: Any) -> None:
     """PairkitError when ``table`` is not ``store``'s: its store_id, its ids, and its paths
     equal to the store's for those ids (:func:`pairkit.core.table_items.table_mismatch`)."""
-    from pairkit.core.table_items import table_mismatch
+    from pairkit.core.table_items import item_columns, table_mismatch
     from pairkit.train.data import table_kind
 
-    why = table_mismatch(table, table_kind(table), store)
+    kind = table_kind(table)
+    for col, _ in item_columns(kind, list(table.columns)):  # as train says it, not a KeyError
+        if col not in table.columns:
+            raise PairkitError(f"pair table lacks column {col}")
+    why = table_mismatch(table, kind, store)
     if why is not None:
         raise PairkitError(f"the pair table doesn't fit store {store.root}: {why}")
 

@@ -426,3 +426,21 @@ def test_zero_negatives_come_as_an_empty_stacked_tensor(store: Store) -> None:
     a, _, neg = next(iter(pairkit.pair_loader(pairs, store, negatives=0, transform=_resize,
                                               batch_size=2)))
     assert a.shape == (2, 3, 12, 12) and neg.shape == (2, 0, 3, 12, 12)
+
+
+@pytest.mark.parametrize("column", ["anchor_id", "positive_id"])
+def test_a_table_without_an_id_column_is_refused_as_train_refuses_it(store: Store,
+                                                                     column: str) -> None:
+    """Found by a bug hunt (2026-12-08): pair_loader and pairs_to_dataset(images="bytes")
+    of a triplet table without anchor_id or positive_id raised pandas' ``KeyError:
+    'anchor_id'`` from the check that the table fits the store; train says
+    ``pair table lacks column anchor_id``."""
+    pytest.importorskip("datasets")
+    pairs = pairkit.mine_pairs(store, num_negatives=2).drop(columns=column)
+    with pytest.raises(PairkitError, match=f"pair table lacks column {column}"):
+        pairkit.pair_loader(pairs, store)
+    with pytest.raises(PairkitError, match=f"pair table lacks column {column}"):
+        pairkit.pairs_to_dataset(pairs, store, images="bytes")
+    ntuple = pd.DataFrame({"anchor_id": [0], "positive_id": [2], "negative_id_1": [3]})
+    with pytest.raises(PairkitError, match=f"pair table lacks column {column}"):
+        pairkit.pair_loader(ntuple.drop(columns=column), store)
