@@ -174,6 +174,17 @@ def test_store_info_and_vectors(store) -> None:
     (lambda s: pairkit.search(s, ids=[True]), "ids must be a list of int"),
     (lambda s: pairkit.search(s, ids=[3.7]), "ids must be a list of int"),
     (lambda s: pairkit.vectors(s, "int8"), "dtype must be float16, float32 or float64"),
+    # found by a bug hunt (2026-12-08): the probe's fields (no option of the command) were
+    # taken as given: an empty list ended in IndexError, a negative or NaN decay was fitted
+    # (an unbounded objective) and reported, 0 iterations scored an unfitted probe
+    (lambda s: pairkit.evaluate(s, probe_weight_decays=(), metrics="linear"),
+     "probe_weight_decays must not be empty"),
+    (lambda s: pairkit.evaluate(s, probe_weight_decays=(1e-4, -1.0), metrics="linear"),
+     "probe_weight_decays must be >= 0, got -1.0"),
+    (lambda s: pairkit.evaluate(s, probe_weight_decays=(float("nan"),), metrics="linear"),
+     "probe_weight_decays must be numbers, got nan"),
+    (lambda s: pairkit.evaluate(s, probe_max_iter=0, metrics="linear"),
+     "probe_max_iter must be >= 1, got 0"),
 ])
 def test_bad_api_values_are_usage_errors(store, call, message) -> None:
     from pairkit.errors import UsageError

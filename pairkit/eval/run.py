@@ -133,6 +133,16 @@ def check_eval_config(cfg: EvalConfig) -> tuple[str, ...]:
         raise UsageError(f"--max-r must be >= 1, got {cfg.max_r}")
     if cfg.pair_sample < 1:
         raise UsageError(f"--pair-sample must be >= 1, got {cfg.pair_sample}")
+    # the probe's fields, no option of the command (the Python API's)
+    if not cfg.probe_weight_decays:
+        raise UsageError("probe_weight_decays must not be empty")
+    for decay in cfg.probe_weight_decays:
+        if not np.isfinite(decay):
+            raise UsageError(f"probe_weight_decays must be numbers, got {decay}")
+        if decay < 0:  # the objective would have no minimum
+            raise UsageError(f"probe_weight_decays must be >= 0, got {decay}")
+    if cfg.probe_max_iter < 1:
+        raise UsageError(f"probe_max_iter must be >= 1, got {cfg.probe_max_iter}")
     return chosen
 
 
