@@ -278,12 +278,13 @@ def mine_pairs(store: Store | str | os.PathLike[str], *, hard: bool = True,
         fn_rules = ",".join(fn_rules)
     options = dict(options)
     if "dtype" in options:  # the command's --dtype float16|float32: the field float16
+        if "float16" in options:
+            raise UsageError("dtype and float16 are one option: give one")
         dtype = options.pop("dtype")
         if dtype not in ("float16", "float32"):
             raise UsageError(f"dtype must be float16 or float32, got {dtype!r}")
         options["float16"] = dtype == "float16"
-    given_as = {MINE_NAMES.get(k, k): k for k in options}
-    options = {MINE_NAMES.get(k, k): v for k, v in options.items()}
+    options, given_as = _by_field(options, MINE_NAMES)
     mine_kw, index_kw = _split_options(options, MineConfig, IndexOptions, given_as=given_as)
     if not hard:
         for key in HARD_ONLY:
@@ -321,6 +322,21 @@ def mine_pairs(store: Store | str | os.PathLike[str], *, hard: bool = True,
 HARD_ONLY = ("range_min", "range_max", "sampling", "sampling_temperature", "kind", "nlist",
              "nprobe", "pq_m", "hnsw_m", "ef_construction", "ef_search", "exact_max_rows",
              "float16")
+
+
+def _by_field(options: dict[str, Any], names: dict[str, str]
+              ) -> tuple[dict[str, Any], dict[str, str]]:
+    """``options`` keyed by the config's field names (``names``: the command's name ->
+    the field), and each field -> the name it was given as. UsageError for a field given
+    by both its names (one of them would have been dropped)."""
+    out: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
+    for key, value in options.items():
+        field = names.get(key, key)
+        if field in out:
+            raise UsageError(f"{given_as[field]} and {key} are one option: give one")
+        out[field], given_as[field] = value, key
+    return out, given_as
 
 
 # mine's options by the command's names -> MineConfig's / IndexOptions' fields (--dtype
@@ -443,6 +459,8 @@ def train_head(store: Store | str | os.PathLike[str], output: str | os.PathLike[
 
     options = dict(options)
     if "loss" in options:
+        if "name" in options:
+            raise UsageError("name and loss are one option: give one")
         options["name"] = options.pop("loss")
     if isinstance(options.get("pair_whitening"), str):  # the command's --pair-whitening all
         if options["pair_whitening"] != "all":
@@ -494,8 +512,7 @@ def evaluate(store: Store | str | os.PathLike[str], *,
         raise UsageError("compare needs head")
     if against is not None and test_fraction is not None:
         raise UsageError("test_fraction splits the store; against gives the queries: pick one")
-    given_as = {EVAL_NAMES.get(k, k): k for k in options}
-    options = {EVAL_NAMES.get(k, k): v for k, v in options.items()}
+    options, given_as = _by_field(options, EVAL_NAMES)
     if include_same_source is not None:  # the command's flag, the config's inverse
         if "exclude_same_source" in options:
             raise UsageError("include_same_source and exclude_same_source are one option: "

@@ -185,6 +185,18 @@ def test_store_info_and_vectors(store) -> None:
      "probe_weight_decays must be numbers, got nan"),
     (lambda s: pairkit.evaluate(s, probe_max_iter=0, metrics="linear"),
      "probe_max_iter must be >= 1, got 0"),
+    # (2026-12-08) one option by both its names: the last one given was used, silently
+    (lambda s: pairkit.evaluate(s, knn_ks=(5,), knn_k=(10,), metrics="knn"),
+     "knn_ks and knn_k are one option: give one"),
+    (lambda s: pairkit.evaluate(s, batch_size=64, block_rows=128, metrics="knn"),
+     "batch_size and block_rows are one option: give one"),
+    (lambda s: pairkit.mine_pairs(s, index="flat", kind="ivf"),
+     "index and kind are one option: give one"),
+    (lambda s: pairkit.mine_pairs(s, dtype="float32", float16=True),
+     "dtype and float16 are one option: give one"),
+    (lambda s: pairkit.train_head(s, s.root.parent / "h", relation="label", name="triplet",
+                                  loss="infonce"),
+     "name and loss are one option: give one"),
 ])
 def test_bad_api_values_are_usage_errors(store, call, message) -> None:
     from pairkit.errors import UsageError
