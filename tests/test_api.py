@@ -192,6 +192,13 @@ def test_store_info_and_vectors(store) -> None:
      "batch_size and block_rows are one option: give one"),
     (lambda s: pairkit.mine_pairs(s, index="flat", kind="ivf"),
      "index and kind are one option: give one"),
+    # (2026-12-08) maps checked as the command checks --map: an empty list drew no map
+    # and maps without plot were dropped, where the command refuses both
+    (lambda s: pairkit.evaluate(s, maps=[], plot=s.root.parent / "p"),
+     "maps must not be empty"),
+    (lambda s: pairkit.evaluate(s, maps="", plot=s.root.parent / "p"),
+     "maps must not be empty"),
+    (lambda s: pairkit.evaluate(s, maps="umap"), "maps needs plot"),
     (lambda s: pairkit.mine_pairs(s, dtype="float32", float16=True),
      "dtype and float16 are one option: give one"),
     (lambda s: pairkit.train_head(s, s.root.parent / "h", relation="label", name="triplet",
