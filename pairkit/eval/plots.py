@@ -38,15 +38,20 @@ UMAP_HINT = "--map umap needs umap-learn: pip install umap-learn (or pip install
 
 
 def check_map_methods(methods: tuple[str, ...]) -> None:
-    """UsageError for an unknown map method, PairkitError with the install hint when
-    ``umap`` is asked for and umap-learn is missing (checked without importing it)."""
+    """UsageError for an unknown map method or one listed twice, PairkitError with the
+    install hint when ``umap`` is asked for and umap-learn is missing (checked without
+    importing it)."""
     import importlib.util
 
+    from pairkit.core.options import first_repeated
     from pairkit.errors import PairkitError, UsageError
 
     for m in methods:
         if m not in MAP_METHODS:
             raise UsageError(f"--map must be a comma list of {', '.join(MAP_METHODS)}, got {m}")
+    twice = first_repeated(methods)
+    if twice is not None:  # its file would be drawn twice, and moved in twice
+        raise UsageError(f"--map lists {twice} twice")
     if "umap" in methods and importlib.util.find_spec("umap") is None:
         raise PairkitError(UMAP_HINT)
 

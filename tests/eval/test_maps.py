@@ -102,6 +102,9 @@ def test_without_umap_learn_the_hint(tmp_path: Path, monkeypatch: pytest.MonkeyP
 @pytest.mark.parametrize("args, message", [
     (["--map", "tsne", "--plot", "p"], "--map must be a comma list of pca, umap"),
     (["--map", "umap"], "--map needs --plot"),
+    # found by a bug hunt (2026-12-08): the map was drawn twice into the temp folder and
+    # the second move ended in 'internal error: FileNotFoundError' (exit 1)
+    (["--map", "pca,pca", "--plot", "p"], "--map lists pca twice"),
 ])
 def test_bad_map_options(tmp_path: Path, args: list[str], message: str) -> None:
     st = random_store(tmp_path / "s")
