@@ -158,13 +158,27 @@ def _check_value(key: str, kind: str, value: Any) -> Any:
             if all(any(_matches(i, v) is not False for i in inner) for v in items):
                 return tuple(_plain(next(i for i in inner if _matches(i, v) is not False), v)
                              for v in items)
-        raise UsageError(f"{key} must be {_describe(lists[0])}, got {list(items)!r}")
+        raise UsageError(f"{key} must be {_describe(lists[0])}, got {_brief(list(items))}")
     if lists and (not singles or singles == ["None"]):
-        raise UsageError(f"{key} must be a list, got {value!r}")
+        raise UsageError(f"{key} must be a list, got {_brief(value)}")
     last = singles[-1:] if singles[-1:] == ["None"] else []  # "... or None" comes last
     named = [_describe(k) for k in (*singles[:len(singles) - len(last)], *lists, *last)]
     wanted = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} or {named[-1]}"
-    raise UsageError(f"{key} must be {wanted}, got {value!r}")
+    raise UsageError(f"{key} must be {wanted}, got {_brief(value)}")
+
+
+def _brief(value: Any) -> str:
+    """``value`` for a one-line message: its repr when that is short and one line, else
+    what it is (a DataFrame or an array is not printed whole)."""
+    text = repr(value)
+    if len(text) <= 80 and "\n" not in text:
+        return text
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple):
+        return f"a {type(value).__name__} of shape {shape}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} values"
+    return f"a {type(value).__name__}"
 
 
 def _checked(func: Callable[..., Any]) -> Callable[..., Any]:

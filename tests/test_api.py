@@ -553,3 +553,21 @@ def test_a_bad_dtype_is_a_usage_error(store, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="^--dtype must be one of float16, float32, got int8"):
         pairkit.project_store(store, tmp_path / "h", tmp_path / "p", dtype="int8")
     assert not (tmp_path / "s").exists() and not (tmp_path / "p").exists()
+
+
+def test_a_wrong_type_is_named_in_one_line_not_printed_whole(store, tmp_path) -> None:
+    """Found by a bug hunt (2026-12-07): a DataFrame or an array given where a path was
+    wanted was printed whole in the UsageError (dozens of lines); the message names its
+    type and shape in one line. A short value is still shown as it is."""
+    from pairkit.errors import UsageError
+
+    items = pd.DataFrame({"path": [f"{i}.png" for i in range(100)]})
+    with pytest.raises(UsageError) as info:
+        pairkit.import_embeddings(tmp_path / "e.npy", items, tmp_path / "out")
+    assert "\n" not in str(info.value)
+    assert str(info.value).endswith("got a DataFrame of shape (100, 1)")
+    with pytest.raises(UsageError) as info:
+        pairkit.evaluate(store, knn_ks=np.zeros((40, 40)))
+    assert "\n" not in str(info.value) and "got a list of 40 values" in str(info.value)
+    with pytest.raises(UsageError, match=r"got 'no'"):
+        pairkit.evaluate(store, seed="no")
