@@ -68,7 +68,7 @@ def mine_to_files(
     the IVF lists' partitions of such a run (:func:`pairkit.mine.parts_run.mine_parts`;
     None: one per worker with an executor)."""
     from pairkit.core.atomic import atomic_open, check_output
-    from pairkit.core.paths import check_output_apart, same_file
+    from pairkit.core.paths import check_output_apart, is_within, same_file
     from pairkit.core.relations import parse_relation
     from pairkit.core.store import Store
     from pairkit.core.tables import check_table_output, table_kind, write_table
@@ -83,6 +83,12 @@ def mine_to_files(
     if stats_out is not None and (stats_out == output == "-"
                                   or same_file(stats_out, output)):
         raise UsageError("--stats and -o must be different files")
+    if stats_out not in (None, "-") and output != "-" and "://" not in stats_out + output:
+        for inner, outer, a, b in ((stats_out, output, "--stats", "-o"),
+                                   (output, stats_out, "-o", "--stats")):
+            if is_within(inner, outer):  # written after the table, or into its folder
+                raise UsageError(f"{a} {inner} is inside {b} {outer}: --stats and -o must "
+                                 "be apart")
     # the store, and a pairs:FILE relation's table (None for the others: skipped)
     inputs = [store, None if relation is None else parse_relation(relation)[1]]
     check_output_apart(output, inputs)

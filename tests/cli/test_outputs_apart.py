@@ -143,3 +143,21 @@ def test_an_output_that_is_a_link_to_nothing_is_refused_before_the_work(made, tm
         assert len(lines) == 1 and "is a link to" in lines[0] and "does not exist" in lines[0], \
             (args, lines)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.csv"]
+
+
+def test_mine_stats_inside_the_table_or_the_table_inside_the_stats_is_refused(made, tmp_path,
+                                                                             monkeypatch):
+    """Found by a mine bug hunt (2026-12-07): ``-o p.csv --stats p.csv/s.json`` and
+    ``-o s.json/p.csv --stats s.json`` mined the whole table, wrote it and then failed
+    (exit 1, 'a file is on the way' / 'written by another run meanwhile'); ``-o d/ --stats
+    d/s.json`` put the stats into the table's dataset folder, whose ``--force`` rerun was
+    then refused ('a folder that holds other files')."""
+    monkeypatch.chdir(tmp_path)
+    st = str(made["st"])
+    for out, stats in (("p.csv", "p.csv/s.json"), ("s.json/p.csv", "s.json"),
+                       ("d/", "d/s.json"), ("d/", "./d/sub/s.json")):
+        r = runner.invoke(app, ["mine", st, "--hard", "-o", out, "--stats", stats, "-q"])
+        lines = error_lines(r.stderr)
+        assert r.exit_code == 2, (out, stats, r.output)
+        assert len(lines) == 1 and "--stats and -o must be apart" in lines[0], lines
+        assert list(tmp_path.iterdir()) == [], (out, stats)
