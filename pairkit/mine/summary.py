@@ -23,8 +23,9 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
         if q:
             lines.append(f"{label} scores: min {q['q00']:.3f}  q25 {q['q25']:.3f}  median "
                          f"{q['q50']:.3f}  q75 {q['q75']:.3f}  max {q['q100']:.3f}")
-    if stats.get("rank_histogram"):
-        hist = ", ".join(f"{k}: {v}" for k, v in stats["rank_histogram"].items() if v)
+    hist = ", ".join(f"{k}: {v}" for k, v in (stats.get("rank_histogram") or {}).items()
+                     if v)
+    if hist:  # (no line when no anchor got a negative)
         lines.append(f"negative rank histogram: {hist}")
     removed = ", ".join(f"{k} {v:,}" for k, v in stats["removed"].items() if v)
     lines.append(f"candidates removed: {removed or 'none'}")

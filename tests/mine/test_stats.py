@@ -125,3 +125,18 @@ def test_summary_lines_by_hand() -> None:
     assert lines[0].endswith("-> stdout") and "candidates removed: none" in lines
     assert not any(x.startswith(("positive scores", "negative rank", "5 anchors"))
                    for x in lines)
+
+
+def test_summary_has_no_empty_rank_histogram_line() -> None:
+    """Found by a mine bug hunt (2026-12-07): a hard run whose anchors got no negative (a
+    one-source store, one huge class, a filter nothing passes) printed the line
+    ``negative rank histogram: `` with nothing after it (every bin 0): no line now, as
+    for the score quantiles."""
+    from pairkit.mine.summary import summary_lines
+
+    stats = {"rows": 0, "format": "triplet", "anchors": 2, "relation": "instance",
+             "index": "flat", "negatives_per_anchor": {"mean": 0.0, "min": 0, "max": 0},
+             "anchors_short": 2, "pos_score": None, "neg_score": None,
+             "rank_histogram": {"0": 0, "1": 0, "2-4": 0}, "removed": {"self": 2}}
+    lines = summary_lines(stats, "-")
+    assert not any(x.startswith("negative rank histogram") for x in lines), lines
