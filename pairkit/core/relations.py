@@ -51,6 +51,7 @@ class Relation:
     rows_total: int = 0
     rows_unknown: int = 0
     unknown_examples: tuple[str, ...] = ()
+    rows_empty: int = 0  # of rows_unknown: an empty anchor or positive cell
 
     # -- anchors --------------------------------------------------------------------
     def anchors(self) -> np.ndarray:
@@ -234,13 +235,13 @@ def _pairs_relation(items: pd.DataFrame, pairs: pd.DataFrame) -> Relation:
         index.setdefault(posixpath.normpath(str(p).replace("\\", "/")), []).append(i)
     anchors: list[int] = []
     positives: list[int] = []
-    unknown = 0
+    unknown = empty = 0
     examples: list[str] = []
     for a_raw, p_raw in zip(pairs[a_col].to_numpy(dtype=object),
                             pairs[p_col].to_numpy(dtype=object), strict=True):
-        if a_raw is None or p_raw is None or (isinstance(a_raw, float)) or isinstance(
-                p_raw, float):
-            unknown += 1
+        if any(v is None or isinstance(v, float) or str(v) == "" for v in (a_raw, p_raw)):
+            unknown += 1  # an empty cell (None, NaN or ""): no path
+            empty += 1
             continue
         a_ids = index.get(normalize_rel_path(a_raw))
         p_ids = index.get(normalize_rel_path(p_raw))
@@ -258,9 +259,11 @@ def _pairs_relation(items: pd.DataFrame, pairs: pd.DataFrame) -> Relation:
     if not anchors:
         if total == 0:
             raise PairkitError("pairs file is empty")
+        said = [f"e.g. {', '.join(repr(e) for e in examples)}"] if examples else []
+        said += [empty_cells(empty)] if empty else []
         raise PairkitError(
-            f"pairs file: none of its {total} rows match store paths "
-            f"(e.g. {', '.join(repr(e) for e in examples)})" if examples else
+            f"pairs file: none of its {total} rows match store paths ({', '.join(said)})"
+            if said else
             f"pairs file: none of its {total} rows give a pair of two different store items"
         )
     pa = np.asarray(anchors, dtype=np.int64)
@@ -269,8 +272,15 @@ def _pairs_relation(items: pd.DataFrame, pairs: pd.DataFrame) -> Relation:
     return Relation(
         "pairs", n, f"pairs ({total - unknown} of {total} rows matched)",
         pair_anchors=pa, pair_positives=pp, pair_keys=keys, rows_total=total,
-        rows_unknown=unknown, unknown_examples=tuple(examples),
+        rows_unknown=unknown, unknown_examples=tuple(examples), rows_empty=empty,
     )
+
+
+def empty_cells(rows: int, total: int | None = None) -> str:
+    """``2 have an empty anchor or positive cell`` (``2 of 9 rows have ...`` with
+    ``total``): the pairs rows without a path."""
+    of = f" of {total:,} rows" if total is not None else ""
+    return f"{rows:,}{of} {'has' if rows == 1 else 'have'} an empty anchor or positive cell"
 
 
 def load_relation(text: str | None, items: pd.DataFrame) -> Relation:

@@ -477,4 +477,5 @@ def relation_stats(rel: Any) -> dict[str, Any]:
     if rel.kind != "pairs":
         return {}
     return {"pairs_rows": rel.rows_total, "pairs_rows_unknown": rel.rows_unknown,
-            "pairs_unknown_examples": list(rel.unknown_examples)}
+            "pairs_unknown_examples": list(rel.unknown_examples),
+            "pairs_rows_empty": rel.rows_empty}

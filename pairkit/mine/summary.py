@@ -113,8 +113,13 @@ def over_labelled(labelled: int | None, total: int | None, what: str) -> str:
 
 def unknown_pairs_warning(stats: dict[str, Any]) -> str | None:
     """The warning for a pairs file naming paths the store lacks (None when all are known)."""
+    from pairkit.core.relations import empty_cells
+
     if not stats.get("pairs_rows_unknown"):
         return None
-    return (f"pairs file: {stats['pairs_rows_unknown']} of {stats['pairs_rows']} rows name "
-            f"paths not in the store (e.g. {', '.join(stats['pairs_unknown_examples'])}); "
-            "mined the rest")
+    empty = stats.get("pairs_rows_empty", 0)
+    named = stats["pairs_rows_unknown"] - empty
+    said = [f"{named:,} of {stats['pairs_rows']:,} rows name paths not in the store (e.g. "
+            f"{', '.join(map(repr, stats['pairs_unknown_examples']))})"] if named else []
+    said += [empty_cells(empty, None if named else stats["pairs_rows"])] if empty else []
+    return f"pairs file: {', '.join(said)}; mined the rest"

@@ -132,6 +132,28 @@ def test_pairs_relation_cli(store, tmp_path: Path) -> None:
     assert not (tmp_path / "q.csv").exists()
 
 
+def test_pairs_file_rows_with_an_empty_cell_are_said_so(store, tmp_path: Path) -> None:
+    """Found by a mine bug hunt (2026-12-07): a pairs row with an empty anchor or positive
+    cell was counted as naming a path not in the store, with an empty example ('rows name
+    paths not in the store (e.g. ); mined the rest'), and a file whose positive cells were
+    all empty was refused as 'none of its 2 rows give a pair of two different store
+    items'."""
+    paths = store.items["path"].drop_duplicates().tolist()
+    f = tmp_path / "pairs.csv"
+    f.write_text(f"anchor,positive\n{paths[0]},{paths[1]}\n{paths[2]},\nnope.jpg,{paths[3]}\n")
+    r = mine(store.root, "--hard", "--relation", f"pairs:{f}", "-o", tmp_path / "p.csv")
+    assert r.exit_code == 0, r.output
+    assert ("warning: pairs file: 1 of 3 rows name paths not in the store (e.g. "
+            "'nope.jpg'), 1 has an empty anchor or positive cell; mined the rest") in r.output
+    g = tmp_path / "empty.csv"
+    g.write_text(f"anchor,positive\n{paths[0]},\n{paths[1]},\n")
+    r = mine(store.root, "--hard", "--relation", f"pairs:{g}", "-o", tmp_path / "q.csv")
+    assert r.exit_code == 1, r.output
+    assert last_line(r) == ("error: pairs file: none of its 2 rows match store paths "
+                            "(2 have an empty anchor or positive cell)")
+    assert not (tmp_path / "q.csv").exists()
+
+
 def test_saved_index_is_reused(store, tmp_path: Path) -> None:
     assert runner.invoke(app, ["index", str(store.root), "--index", "hnsw", "--force",
                                "-q"]).exit_code == 0
