@@ -196,9 +196,12 @@ def open_searcher(
                                                      "not used"]))
         elif loaded is not None:
             index, saved = loaded
-            # search-time knobs from the command line win over the saved ones
-            spec = replace(saved, nprobe=options.nprobe or saved.nprobe,
-                           ef_search=options.ef_search or saved.ef_search)
+            # search-time knobs from the command line win over the saved ones (an nprobe
+            # cut to the cells, as for an index built now)
+            nprobe = options.nprobe or saved.nprobe
+            if nprobe and saved.nlist:
+                nprobe = min(nprobe, saved.nlist)
+            spec = replace(saved, nprobe=nprobe, ef_search=options.ef_search or saved.ef_search)
             set_search_params(index, spec)
             origin = str(index_paths(store_root, kind)[0])
     if index is None:

@@ -177,6 +177,23 @@ def test_a_saved_index_built_otherwise_than_asked_is_not_used(store, tmp_path: P
     assert "ivf(nlist=2" in r.output and "loaded from" in r.output  # nothing asked otherwise
 
 
+def test_an_nprobe_above_a_saved_index_cells_is_cut_as_for_one_built_now(tmp_path) -> None:
+    """Found by a mine bug hunt (2026-12-07): `mine --nprobe 100` over a saved index of 2
+    cells said `ivf(nlist=2, nprobe=100) ... loaded from` (and so did --stats' index),
+    where FAISS scans the 2 cells and an index built now says `nprobe=2`."""
+    st = random_store(tmp_path / "st", n_sources=40, views=2, dim=8)
+    assert runner.invoke(app, ["index", str(st.root), "--index", "ivf", "--nlist", "2",
+                               "-q"]).exit_code == 0
+    for extra in ([], ["--nlist", "3"]):  # loaded, built now
+        r = mine(st.root, "--hard", "--index", "ivf", "--nprobe", "100", *extra, "-o", "-",
+                 "-q", "--stats", tmp_path / f"s{len(extra)}.json")
+        assert r.exit_code == 0, r.output
+        text = json.loads((tmp_path / f"s{len(extra)}.json").read_text())["index"]
+        cells = 3 if extra else 2
+        assert f"ivf(nlist={cells}, nprobe={cells})" in text, text
+        assert ("loaded from" in text) == (not extra), text
+
+
 def _broken_stores(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     out = {}
     s = random_store(tmp_path / "nomanifest", n_sources=10)
