@@ -206,6 +206,7 @@ def open_searcher(
             origin = str(index_paths(store_root, kind)[0])
     if index is None:
         spec = spec.resolved(n, dim)
+        reason = "; ".join(filter(None, [reason, nlist_cut(options, spec, n)]))
         # float16 on GPU is done by the cloner; the CPU index stays float32 then
         index = build_index(vectors, replace(spec, float16=spec.float16 and not on_gpu))
     cpu_index = index
@@ -226,8 +227,17 @@ def planned_description(n: int, dim: int, options: IndexOptions, engine: SearchB
         limit = options.exact_max_rows
         kind, reason = choose_kind(n, EXACT_MAX_ROWS_CPU if limit is None else limit)
     spec = replace(options, kind=kind).resolved(n, dim)
+    reason = "; ".join(filter(None, [reason, nlist_cut(options, spec, n)]))
     text = f"{spec.describe()} on {'GPU' if engine.gpu else 'CPU'}, {origin}"
     return f"{text} ({reason})" if reason else text
+
+
+def nlist_cut(options: IndexOptions, spec: IndexOptions, n: int) -> str:
+    """``--nlist 500 cut to the 80 rows`` when ``spec`` (``options`` resolved over ``n``
+    rows) has fewer cells than asked, as ``pairkit index`` says it; else empty."""
+    if options.nlist and spec.nlist is not None and options.nlist > spec.nlist:
+        return f"--nlist {options.nlist} cut to the {n:,} rows"
+    return ""
 
 
 def exact_searcher(vectors: np.ndarray, engine: SearchBackend | None = None) -> Searcher:

@@ -194,6 +194,18 @@ def test_an_nprobe_above_a_saved_index_cells_is_cut_as_for_one_built_now(tmp_pat
         assert ("loaded from" in text) == (not extra), text
 
 
+def test_an_nlist_above_the_rows_is_said_cut_as_pairkit_index_says_it(tmp_path) -> None:
+    """Found by a mine bug hunt (2026-12-07): `mine --index ivf --nlist 500` on 80 rows
+    built 80 cells silently (`pairkit index` says `--nlist 500 cut to the 80 rows`), and
+    beside a saved index said `the saved index has --nlist 2, asked for 80`."""
+    st = random_store(tmp_path / "st", n_sources=40, views=2, dim=8)
+    r = mine(st.root, "--hard", "--index", "ivf", "--nlist", "500", "-o", "-", "-q",
+             "--stats", tmp_path / "a.json")
+    assert r.exit_code == 0, r.output
+    text = json.loads((tmp_path / "a.json").read_text())["index"]
+    assert "ivf(nlist=80" in text and "--nlist 500 cut to the 80 rows" in text, text
+
+
 def _broken_stores(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     out = {}
     s = random_store(tmp_path / "nomanifest", n_sources=10)
