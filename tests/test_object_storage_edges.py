@@ -342,3 +342,30 @@ def test_a_non_finite_shard_is_refused_on_object_storage_too(s3) -> None:
     writer.add_shard(np.ones((6, 4), np.float32), items)
     writer.commit()
     assert Store.open(f"{s3}/st").count == 6
+
+
+@pytest.mark.parametrize(("under", "force"), [
+    ("other", False), ("other", True),  # another store's prefix (manifest.json, shards ...)
+    ("spark/part-00000-c0ffee-c000.snappy.parquet", True),  # Spark's, beside _SUCCESS
+])
+def test_a_dataset_output_on_s3_holding_other_objects_is_refused(store, s3, tmp_path,
+                                                                  under, force):
+    """As locally (formats.md: a folder of other files is refused, with --force too): an
+    s3 prefix holding objects other than pairkit's parts is no place for a table."""
+    fs = s3fs_()
+    bucket = s3.removeprefix("s3://")
+    if under == "other":
+        assert run("import", tmp_path / "emb.npy", "--items", tmp_path / "items.parquet",
+                   "-o", f"{s3}/other", "-q")[0] == 0
+    else:
+        fs.pipe(f"{bucket}/{under}", b"x")
+        fs.pipe(f"{bucket}/spark/_SUCCESS", b"")
+    prefix = under.split("/", 1)[0]
+    before = sorted(fs.find(f"{bucket}/{prefix}/"))
+    code, lines = run("mine", store, "--hard", "-o", f"{s3}/{prefix}/", "-q",
+                      *(["--force"] if force else []))
+    assert code == 1, lines
+    assert len(lines) == 1 and "holds other objects" in lines[0], lines
+    assert "--force" not in lines[0]
+    fs.invalidate_cache()
+    assert sorted(fs.find(f"{bucket}/{prefix}/")) == before

@@ -34,7 +34,12 @@ from pairkit.core.remote import (
     read_bytes,
     scheme,
 )
-from pairkit.core.remote_parts import MAX_PARTS_BYTES, PARTS, uncommitted_only
+from pairkit.core.remote_parts import (
+    MAX_PARTS_BYTES,
+    PARTS,
+    TOKEN_NAME_RE,
+    uncommitted_only,
+)
 from pairkit.errors import PairkitError
 
 if TYPE_CHECKING:
@@ -62,10 +67,19 @@ def is_remote_dataset(url: str) -> bool:
 def check_remote_output(url: str, force: bool) -> str:
     """Refuse an existing table (or dataset) at ``url`` unless ``force``, and one in a
     bucket that does not exist (before the work, not when it is written). A prefix of
-    only uncommitted parts (a killed writer's) is no table: the commit removes them."""
+    only uncommitted parts (a killed writer's) is no table: the commit removes them. A
+    prefix holding other objects (a store, a Spark dataset) is refused, ``force`` or not,
+    as a local folder of other files is."""
+    from pairkit.core.tables import PART_RE
+
     check_bucket(url)
     if is_remote_dataset(url):
         names = list_names(url.rstrip("/"))
+        others = [n for n in names
+                  if n != PARTS and not PART_RE.match(n) and not TOKEN_NAME_RE.match(n)]
+        if others:
+            raise PairkitError(f"output {url} is a prefix that holds other objects "
+                               f"({others[0]}): choose another path")
         if names and not force and not uncommitted_only(names):
             raise PairkitError(f"output {url} exists; pass --force to overwrite it")
         return url
