@@ -369,3 +369,18 @@ def test_a_dataset_output_on_s3_holding_other_objects_is_refused(store, s3, tmp_
     assert "--force" not in lines[0]
     fs.invalidate_cache()
     assert sorted(fs.find(f"{bucket}/{prefix}/")) == before
+
+
+@pytest.mark.parametrize("doc", [b'{"format": "pairkit-parts", "parts": []}',
+                                 b'{"format": "pairkit-parts", "parts": {"file": "x"}}'])
+def test_a_part_list_naming_no_part_is_damaged(store, s3, tmp_path, doc):
+    """A commit names at least one part: a part list naming none (or not a list) is
+    damaged, said in one line (failed before: 'list index out of range')."""
+    assert run("mine", store, "--hard", "-o", f"{s3}/t/", "-q")[0] == 0
+    s3fs_().pipe(f"{s3.removeprefix('s3://')}/t/_pairkit_parts.json", doc)
+    for command in (["train", store, "--pairs", f"{s3}/t/", "-o", tmp_path / "h",
+                     "--epochs", "1"],
+                    ["report", f"{s3}/t/", "--store", store, "-o", tmp_path / "r"]):
+        code, lines = run(*command, "-q")
+        assert code == 1, lines
+        assert lines == [f"error: table {s3}/t/: _pairkit_parts.json is damaged"], lines

@@ -185,6 +185,8 @@ def _read_dataset(url: str) -> pd.DataFrame:
     if raw is not None:
         try:
             parts = json.loads(raw)["parts"]
+            if not isinstance(parts, list) or not parts:  # a commit names at least one
+                raise ValueError(parts)
             names = [(p["file"], p) for p in parts]
         except (ValueError, KeyError, TypeError):
             raise PairkitError(f"table {url}/: {PARTS} is damaged") from None
