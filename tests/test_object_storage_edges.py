@@ -384,3 +384,25 @@ def test_a_part_list_naming_no_part_is_damaged(store, s3, tmp_path, doc):
         code, lines = run(*command, "-q")
         assert code == 1, lines
         assert lines == [f"error: table {s3}/t/: _pairkit_parts.json is damaged"], lines
+
+
+def test_a_key_with_a_leading_slash_is_listed_as_itself(store, s3, tmp_path):
+    """``s3://b//k`` is the key ``/k`` (distributed.md), but s3fs lists it as ``k/``: a
+    second write of a table there took the committed one for no output and replaced it
+    without --force, and an empty ``s3://b//store`` was 'half-written' (the listing of
+    ``store/`` has shards)."""
+    out = f"{s3}//dbl/"
+    assert run("mine", store, "--hard", "-o", out, "-q")[0] == 0
+    fs = s3fs_()
+    bucket = s3.removeprefix("s3://")
+    parts = f"{bucket}//dbl/_pairkit_parts.json"
+    before = fs.cat(parts)
+    code, lines = run("mine", store, "--hard", "-o", out, "-q", "--seed", "3")
+    assert code == 1, lines
+    assert lines == [f"error: output {out} exists; pass --force to overwrite it"], lines
+    fs.invalidate_cache()
+    assert fs.cat(parts) == before
+    assert len([n for n in fs.find(bucket) if "dbl/" in n]) == 2  # its part, its list
+    code, lines = run("info", f"{s3}//store")
+    assert code == 1, lines
+    assert lines == [f"error: {s3}//store is not a pairkit store: no manifest.json"], lines

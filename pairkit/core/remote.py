@@ -284,11 +284,49 @@ def put_if(url: str, data: bytes, tag: str | None) -> str | None:
     return out.get("ETag")
 
 
+def _slash_key(url: str, path: str) -> bool:
+    """True for an s3:// key that starts with ``/`` (``s3://b//k``: the key ``/k``), which
+    s3fs lists as ``k/``, another prefix: such a key is listed by :func:`_listed` instead."""
+    return scheme(url) in CONDITIONAL and _bucket_key(path)[1].startswith("/")
+
+
+def _listed(fs: Any, path: str) -> dict[str, dict[str, Any]]:
+    """The objects directly under the key ``path`` + ``/``, listed by exactly that prefix
+    (ListObjectsV2, page by page)."""
+    bucket, key = _bucket_key(path)
+    prefix = key.rstrip("/") + "/"
+    out: dict[str, dict[str, Any]] = {}
+    ask: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+    while True:
+        page = fs.call_s3("list_objects_v2", **ask)
+        for obj in page.get("Contents", []):
+            name = obj["Key"][len(prefix):]
+            if name:
+                out[name] = {"name": f"{bucket}/{obj['Key']}", "size": obj.get("Size"),
+                             "LastModified": obj.get("LastModified"), "type": "file"}
+        if not page.get("IsTruncated") or not page.get("NextContinuationToken"):
+            return out
+        ask["ContinuationToken"] = page["NextContinuationToken"]
+
+
+def _any_under(fs: Any, path: str) -> bool:
+    """True when an object's key starts with exactly ``path`` + ``/``."""
+    bucket, key = _bucket_key(path)
+    try:
+        page = fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=key.rstrip("/") + "/",
+                          MaxKeys=1)
+    except FileNotFoundError:  # no bucket
+        return False
+    return bool(page.get("Contents"))
+
+
 def _looked_up(url: str, question: str) -> bool:
     """The filesystem's answer to ``question`` (``exists``, ``isdir``, ``isfile``) about
     ``url``, its listing cache dropped first (another writer may have changed it)."""
     fs, path = filesystem(url)
     try:
+        if question == "isdir" and _slash_key(url, path):
+            return _any_under(fs, path)
         fs.invalidate_cache(path)
         return bool(getattr(fs, question)(path))
     except Exception as exc:
@@ -332,6 +370,8 @@ def list_names(url: str) -> dict[str, dict[str, Any]]:
     """The objects directly under ``url/``: name -> info (``size``, ``LastModified``)."""
     fs, path = filesystem(url)
     try:
+        if _slash_key(url, path):
+            return _listed(fs, path)
         fs.invalidate_cache(path)
         entries = fs.ls(path, detail=True)
     except FileNotFoundError:
