@@ -406,3 +406,25 @@ def test_a_key_with_a_leading_slash_is_listed_as_itself(store, s3, tmp_path):
     code, lines = run("info", f"{s3}//store")
     assert code == 1, lines
     assert lines == [f"error: {s3}//store is not a pairkit store: no manifest.json"], lines
+
+
+def test_a_trailing_slash_after_an_object_names_no_objects_under_it(store, s3, tmp_path):
+    """``s3://b/p.parquet/`` where ``p.parquet`` is an object and nothing lies under it:
+    one line that says so, as locally ('an existing file, expected a table folder'), not
+    that objects under it exist (failed before: 'both an object ... and objects under
+    s3://b/p.parquet/ exist')."""
+    assert run("mine", store, "--hard", "-o", f"{s3}/p.parquet", "-q")[0] == 0
+    key = f"{s3.removeprefix('s3://')}/p.parquet"
+    before = s3fs_().cat(key)
+    for command in (["mine", store, "--hard", "-o", f"{s3}/p.parquet/", "--force"],
+                    ["train", store, "--pairs", f"{s3}/p.parquet/", "-o", tmp_path / "h",
+                     "--epochs", "1"]):
+        code, lines = run(*command, "-q")
+        assert code == 1, lines
+        assert lines == [f"error: {s3}/p.parquet/: {s3}/p.parquet is an object, not a "
+                         "prefix of table parts: drop the trailing / or name another "
+                         "path"], lines
+    fs = s3fs_()
+    fs.invalidate_cache()
+    assert fs.cat(key) == before
+    assert not [n for n in fs.find(s3.removeprefix("s3://")) if n.startswith(f"{key}/")]

@@ -59,6 +59,9 @@ def is_remote_dataset(url: str) -> bool:
     base = url.rstrip("/")
     dataset = url.endswith("/") or is_dir(base)
     if dataset and base.partition("://")[2].strip("/").count("/") and is_file(base):
+        if not is_dir(base):  # a trailing / after an object, nothing under it
+            raise PairkitError(f"{url}: {base} is an object, not a prefix of table parts: "
+                               "drop the trailing / or name another path")
         raise PairkitError(f"{url}: both an object {base} and objects under {base}/ exist: "
                            "remove one of them or name another path")
     return dataset
