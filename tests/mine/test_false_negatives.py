@@ -321,6 +321,9 @@ def test_similarity_to_rows_blocks_by_the_longer_of_rows_and_candidates():
     x = rng.normal(size=(2000, 16)).astype(np.float32)
     rows = np.tile(np.arange(2000), (200, 1))  # 200 anchors x 2,000 rows
     cand = rng.integers(0, 2000, size=(200, 1))
+    # its imports made first: a module imported inside the traced call (this test run
+    # first in its process) counted its code objects as the call's memory (flaky)
+    similarity_to_rows(x, rows[:1], cand[:1], block_bytes=1 << 20)
     tracemalloc.start()
     try:
         got = similarity_to_rows(x, rows, cand, block_bytes=1 << 20)
