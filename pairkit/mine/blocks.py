@@ -22,10 +22,12 @@ from pairkit.mine.group_skip import search_skipping, skipped_groups
 from pairkit.mine.selection import (
     CANDIDATE_CODES,
     CODE,
+    FewOutside,
     Selection,
     SelectionContext,
     drop_repeats,
     easy_candidates,
+    enumerated_candidates,
     padded_rows,
     select_negatives,
 )
@@ -171,6 +173,9 @@ class MineBlocks:
     skip_groups: np.ndarray | None = None
     # each anchor's first k (pairkit.mine.selection.initial_k; None: k0 for every one)
     k_rows: np.ndarray | None = None
+    # easy negatives: the part of the relation holding all but a few rows, whose anchors
+    # take those few as their candidates, not draws (pairkit.mine.selection.few_outside)
+    few: FewOutside | None = None
 
     def load_rows(self) -> MineBlocks:
         """These blocks with ``ctx.vectors`` read from the store when they were left out
@@ -227,10 +232,16 @@ def fetch_candidates(st: MineBlocks, rows: np.ndarray, k: int
             exhausted |= s[:, -1] < cfg.min_score  # everything deeper scores lower
         return s, i, exhausted
     i = drop_repeats(easy_candidates(a, k, n_items, cfg.seed))
+    exhausted = np.zeros(len(rows), dtype=bool)
+    if st.few is not None:  # every valid candidate of these anchors at once
+        inside = st.few.parts[a] == st.few.part
+        if inside.any():
+            i[inside] = enumerated_candidates(a[inside], st.few, st.ctx.sources, k, cfg.seed)
+            exhausted[inside] = True
     s = np.full(i.shape, -np.inf, dtype=np.float32)
     ok = i >= 0
     s[ok] = row_dots(vectors, np.broadcast_to(a[:, None], i.shape)[ok], i[ok])
-    return s, i, np.zeros(len(rows), dtype=bool)
+    return s, i, exhausted
 
 
 def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:

@@ -54,7 +54,13 @@ from pairkit.mine.blocks import (
     set_attracted,
 )
 from pairkit.mine.config import MineConfig, validate_config
-from pairkit.mine.selection import FnFilter, SelectionContext, choose_positives, initial_k
+from pairkit.mine.selection import (
+    FnFilter,
+    SelectionContext,
+    choose_positives,
+    few_outside,
+    initial_k,
+)
 
 
 def mine_negatives(
@@ -168,11 +174,16 @@ def plan_blocks(
         from dataclasses import replace
 
         ctx = replace(ctx, vectors=np.zeros((0, dim), np.float32))
+    few = None
+    if not cfg.hard:  # a class or source of all but a few rows: those few, not draws
+        parts = (relation.group if relation.kind == "label" else
+                 ctx.sources if relation.kind == "instance" else None)
+        few = few_outside(parts, min(4 * hi, int(k_rows.min(initial=k0))))
     return MineBlocks(ctx, anchors, positives, pos_scores, ref, k0,
                       n_items if cfg.hard else 16 * n_items, hi, keep_flags, searcher,
                       anchor_searcher, rows_from, positives_there=vectors is None,
                       skip_class=skip_class,
-                      skip_groups=skip_groups, k_rows=k_rows)
+                      skip_groups=skip_groups, k_rows=k_rows, few=few)
 
 
 def skips_class(cfg: MineConfig, relation: Relation, searcher: Searcher | None,

@@ -324,6 +324,55 @@ def easy_candidates(anchors: np.ndarray, m: int, n_items: int, seed: int) -> np.
     return ids
 
 
+@dataclass(frozen=True)
+class FewOutside:
+    """Easy negatives where one part of the relation (a class of the label relation, a
+    source of the instance relation) holds all but a few rows: its anchors' valid
+    candidates are among those few ``rest`` rows, which uniform draws over the whole
+    store would take up to ``16 x rows`` draws per anchor to find (minutes, then hours,
+    on a store of one class or of one big source). ``parts`` (N,) codes, ``part`` the
+    big one."""
+
+    parts: np.ndarray
+    part: int
+    rest: np.ndarray
+
+
+def few_outside(parts: np.ndarray | None, limit: int) -> FewOutside | None:
+    """The :class:`FewOutside` of ``parts`` (N,) codes (-1: none) when one code holds
+    more than ``N - limit`` rows, else None."""
+    if parts is None or len(parts) == 0:
+        return None
+    codes = parts[parts >= 0]
+    if len(codes) == 0:
+        return None
+    counts = np.bincount(codes)
+    big = int(np.argmax(counts))
+    if counts[big] <= len(parts) - limit:
+        return None
+    return FewOutside(parts, big, np.flatnonzero(parts != big))
+
+
+def enumerated_candidates(anchors: np.ndarray, few: FewOutside, sources: np.ndarray,
+                          width: int, seed: int) -> np.ndarray:
+    """(n, width) int64: for each anchor (all in ``few.part``), every row of ``few.rest``
+    not of its own source, in an order drawn per anchor from the seed (uniform: the order
+    in which uniform draws would first meet them is as random), -1 padded. Every valid
+    easy candidate of the anchor is among them."""
+    out = np.full((len(anchors), width), -1, dtype=np.int64)
+    rest = few.rest
+    if len(rest) == 0 or len(anchors) == 0:
+        return out
+    keys = np.asarray(hash_uniform(seed + 3, anchors[:, None], rest[None, :]), np.float64)
+    own = sources[rest][None, :] == sources[anchors][:, None]
+    order = np.argsort(np.where(own, np.inf, keys), axis=1, kind="stable")  # own ones last
+    ids = np.take_along_axis(np.broadcast_to(rest, keys.shape), order, axis=1)
+    ids = np.where(np.take_along_axis(own, order, axis=1), -1, ids)
+    width = min(width, ids.shape[1])
+    out[:, :width] = ids[:, :width]
+    return out
+
+
 def drop_repeats(ids: np.ndarray) -> np.ndarray:
     """Replace later repeats of an id within a row by -1 (order kept)."""
     order = np.argsort(ids, axis=1, kind="stable")

@@ -268,6 +268,35 @@ def test_easy_negatives_when_almost_everything_is_a_positive() -> None:
     assert (res.pairs.neg_ids[:, 1:] == -1).all()
 
 
+@pytest.mark.parametrize("odd", [3, 0])
+def test_easy_negatives_of_a_class_of_all_but_a_few_rows_come_without_draws(odd: int) -> None:
+    """Found 2026-12-07: with the label relation and a class of all but a few rows (or
+    of every row), each of its anchors drew up to 16 x N candidates to find the few valid
+    ones or none (6,000 rows: 170-200 s and 1.2 GB for `mine --relation label`); those few
+    are its candidates at once now, the same sets the draws found, in an order drawn
+    from the seed."""
+    n = 400
+    x = np.random.default_rng(0).normal(size=(n, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    labels = np.array(["b"] * odd + ["a"] * (n - odd), dtype=object)
+    items = pd.DataFrame({"path": [f"{i}" for i in range(n)],
+                          "source": [f"s{i // 2}" for i in range(n)], "label": labels})
+    rel = build_relation("label", items)
+    src = np.arange(n) // 2
+    cfg = MineConfig(hard=False, num_negatives=5, seed=1)
+    res = mine_negatives(x, src, rel, cfg)
+    assert res.anchors_retried == 0  # 400 - odd before: every big-class anchor drew again
+    again = mine_negatives(x, src, rel, MineConfig(**{**cfg.__dict__, "batch_size": 7}))
+    np.testing.assert_array_equal(res.pairs.neg_ids, again.pairs.neg_ids)
+    p = res.pairs
+    for i, a in enumerate(p.anchors):
+        got = {int(v) for v in p.neg_ids[i] if v >= 0}
+        if labels[a] == "a":
+            assert got == {j for j in range(odd) if src[j] != src[a]}
+        else:
+            assert len(got) == 5 and all(labels[v] == "a" for v in got)
+
+
 def test_fn_filter_hook_eliminate_keep_attract(store) -> None:
     x = store.vectors(np.float32)
     rel = build_relation("instance", store.items)
