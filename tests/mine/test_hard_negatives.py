@@ -297,6 +297,37 @@ def test_easy_negatives_of_a_class_of_all_but_a_few_rows_come_without_draws(odd:
             assert len(got) == 5 and all(labels[v] == "a" for v in got)
 
 
+def test_easy_negatives_under_the_label_relation_draw_what_they_need(monkeypatch) -> None:
+    """Found 2026-12-07: easy negatives under the label relation fetched a class-sized k
+    of draws first (a search's depth: its class fetched then dropped), 13,000 draws an
+    anchor on 20,000 rows of four classes (55 s, 1.2 GB); uniform draws meet the class
+    only as often as its share, so the first k is the window over the valid share. The
+    draws come in the same order whatever their number: the table is the one the
+    class-sized k gave."""
+    n = 2000
+    x = np.random.default_rng(0).normal(size=(n, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    items = pd.DataFrame({"path": [f"{i}" for i in range(n)],
+                          "source": [f"s{i // 2}" for i in range(n)],
+                          "label": [f"c{(i // 2) % 4}" for i in range(n)]})
+    rel = build_relation("label", items)
+    src = np.arange(n) // 2
+    cfg = MineConfig(hard=False, num_negatives=5, seed=2)
+    res = mine_negatives(x, src, rel, cfg)
+    assert res.k_initial <= 64  # 1,024 + 500 before: the class and the median class
+    real = selection.initial_k
+    monkeypatch.setattr(selection, "initial_k", lambda *a, **k: np.full(
+        len(a[3]) - 1, 1600, np.int64))
+    import pairkit.mine.hard_negatives as hn
+
+    monkeypatch.setattr(hn, "initial_k", selection.initial_k)
+    deep = mine_negatives(x, src, rel, cfg)
+    monkeypatch.setattr(hn, "initial_k", real)
+    assert deep.k_initial == 1600
+    for name in ("neg_ids", "neg_scores", "positives"):
+        np.testing.assert_array_equal(getattr(res.pairs, name), getattr(deep.pairs, name))
+
+
 def test_fn_filter_hook_eliminate_keep_attract(store) -> None:
     x = store.vectors(np.float32)
     rel = build_relation("instance", store.items)
