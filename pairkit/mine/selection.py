@@ -415,15 +415,14 @@ def initial_k(cfg: MineConfig, relation: Relation, sources: np.ndarray,
         g = relation.group[relation.group >= 0]
         excl += int(np.median(np.bincount(g))) if len(g) else 0
     extra_fn = hi if filtered else 0
-    if not cfg.hard and relation.kind == "label" and relation.group is not None:
+    if not cfg.hard:
         # easy negatives are uniform draws over the whole store, not the nearest rows: an
-        # anchor's class is not fetched first but drawn as often as its share, so the
-        # draws it needs are the window over the share of rows that can be valid (a
-        # class-sized k, as a search needs, drew 13,000 candidates an anchor on a store of
-        # four classes of 5,000: 55 s where 4 s do; the draws come in the same order
-        # whatever their number, so the table is the same)
+        # anchor's class or big source is not fetched first but drawn as often as its
+        # share, so the draws it needs are the window over the share of rows that can be
+        # valid (a class-sized k, as a search needs, drew 13,000 candidates an anchor on a
+        # store of four classes of 5,000: 55 s where 3 s do; the draws come in the same
+        # order whatever their number, so the table is the same)
         valid = np.maximum(n_items - own, 1) / max(n_items, 1)
         want = (hi + 1 + extra_fn + 3 * cfg.num_negatives) / np.maximum(valid, 1 / 16)
         return np.minimum(n_items, rounded_depths(np.ceil(want).astype(np.int64)))
-    return np.minimum(n_items, hi + 1 + excl + extra_fn
-                      + (hi if cfg.hard else 3 * cfg.num_negatives)).astype(np.int64)
+    return np.minimum(n_items, hi + 1 + excl + extra_fn + hi).astype(np.int64)
