@@ -94,7 +94,9 @@ def table_mismatch(table: pd.DataFrame, fmt: str, store: Store,
         if len(valid) and int(valid.max()) >= store.count:
             return (f"{id_col} {int(valid.max())} is not a row of store {store.root} "
                     f"({store.count} rows)")
-        if (ids < -1).any():
+        # -1 is "none" only where a table may leave an item out (a negative, a positive,
+        # a search padding row); an anchor or a dedup member is always a store row
+        if (ids < (0 if id_col in ("anchor_id", "id") and fmt != "search" else -1)).any():
             return f"{id_col} holds negative ids"
         if path_col is None:
             continue

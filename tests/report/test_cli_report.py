@@ -262,6 +262,38 @@ def test_a_table_from_another_store_is_refused_with_store(pipeline, tmp_path):
     assert r.exit_code == 1 and "is not a row of store" in r.output
 
 
+def test_an_anchor_or_dedup_id_of_minus_one_is_no_store_row(tmp_path):
+    """Found by a bug hunt (2026-12-07): -1 (no negative) was taken as an id anywhere, so
+    with the store an anchor_id -1 or a dedup id -1 showed the store's last row (its path,
+    label and thumbnail) as that item; train refuses such a table."""
+    import shutil
+
+    store = image_store(tmp_path / "store", ["a.png", "b.png", "c.png"], ["x", "y", "z"])
+    t = pd.DataFrame({"store_id": store.content_id, "anchor_id": [0, -1],
+                      "positive_id": [1, 0], "negative_id": [2, 1]})
+    t.to_csv(tmp_path / "p.csv", index=False)
+    g = pd.DataFrame({"group": [0, 0], "id": [0, -1], "keep": [True, False],
+                      "similarity": [1.0, 0.99]})
+    g.to_csv(tmp_path / "g.csv", index=False)
+    for table, column in ((tmp_path / "p.csv", "anchor_id"), (tmp_path / "g.csv", "id")):
+        r = report(table, "-o", tmp_path / "rep", "--store", store.root)
+        assert r.exit_code == 1, r.output
+        assert f"does not belong to store {store.root}: {column} holds negative ids" in r.output
+        assert not (tmp_path / "rep").exists()
+        r = report(table, "-o", tmp_path / "rep")  # nor is the store found beside it taken
+        assert r.exit_code == 0 and "no store found" in r.output, r.output
+        data, _ = page_data(tmp_path / "rep" / "index.html")
+        assert {it["id"]: it["label"] for it in data["items"]}[-1] is None
+        shutil.rmtree(tmp_path / "rep")
+    # a search table's id -1 is a padding row (no hit), as before
+    s = pd.DataFrame({"store_id": store.content_id, "query": ["id:0", "id:0"],
+                      "query_kind": "item", "rank": [0, 1], "id": [1, -1],
+                      "score": [0.5, None]})
+    s.to_csv(tmp_path / "s.csv", index=False)
+    assert report(tmp_path / "s.csv", "-o", tmp_path / "rep", "--store", store.root
+                  ).exit_code == 0
+
+
 def test_output_folder_rules(pipeline, tmp_path):
     out = tmp_path / "rep"
     assert report(pipeline.eval_json, "-o", out).exit_code == 0
