@@ -20,7 +20,7 @@ def build_search_section(name: str, table: pd.DataFrame, *, sample: int,
     """The page data of one search table: at most ``sample`` queries (0: all) in table
     order, each ``{"q": query, "kind": image|item|text, "hits": [[item, rank, score,
     same_label]]}`` (``same_label``: whether the hit shares the query item's label, None
-    when unknown)."""
+    when unknown: a query that is no item, or either label missing)."""
     import pandas as pd
 
     t = table.reset_index(drop=True)
@@ -58,8 +58,8 @@ def build_search_section(name: str, table: pd.DataFrame, *, sample: int,
             if ids[r] < 0:
                 continue
             same = None
-            if own is not None and labels is not None:
-                same = bool(labels[ids[r]] == own)
+            if own is not None and labels is not None and labels[ids[r]] is not None:
+                same = bool(labels[ids[r]] == own)  # a hit without a label: unknown
             s = scores[r]
             hits.append([ref(int(ids[r]), paths[r]), int(ranks[r]),
                          round(float(s), 5) if np.isfinite(s) else None, same])

@@ -39,6 +39,21 @@ def test_section_by_hand() -> None:
     assert [q["q"] for q in one["queries"]] == ["id:0"] and one["summary"]["queries_shown"] == 1
 
 
+def test_a_neighbour_without_a_label_is_not_of_another_label() -> None:
+    """Found by a bug hunt (2026-12-07): a neighbour with no label was compared as a label
+    (None != "x") and marked "other label" on the page; its label is unknown (None), as a
+    query item's missing label makes every mark unknown."""
+    t = pd.DataFrame({
+        "store_id": "s", "query": ["id:0"] * 3 + ["id:2"], "query_kind": "item",
+        "rank": [0, 1, 2, 0], "id": [1, 2, 3, 0], "score": [0.9, 0.8, 0.7, 0.6],
+        "path": ["p1", "p2", "p3", "p0"]})
+    ref, _ = ref_table()
+    labels = np.array(["x", "x", None, "y"], dtype=object)
+    sec = build_search_section("hits", t, sample=0, labels=labels, ref=ref)
+    assert [h[3] for h in sec["queries"][0]["hits"]] == [True, None, False]
+    assert [h[3] for h in sec["queries"][1]["hits"]] == [None]  # the query has no label
+
+
 def test_a_repeated_query_is_two_queries() -> None:
     """Found by a bug hunt (2026-12-06): ``search store 5 5`` writes the query twice; the
     view grouped rows by the query's text, so it showed one query with every hit twice
