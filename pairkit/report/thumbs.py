@@ -107,7 +107,7 @@ def resolve_under(root: Path, rel: str) -> tuple[Path | None, str | None]:
     refused."""
     if not rel:
         return None, "no path"
-    if rel.startswith(("/", "\\")) or Path(rel).is_absolute() or (len(rel) > 1 and rel[1] == ":"):
+    if rel.startswith(("/", "\\")) or Path(rel).is_absolute() or _drive(rel):
         return None, "absolute path refused (outside the image root)"
     try:
         real = (root / rel).resolve(strict=True)
@@ -120,6 +120,13 @@ def resolve_under(root: Path, rel: str) -> tuple[Path | None, str | None]:
     if not real.is_file():
         return None, "not a file"
     return real, None
+
+
+def _drive(rel: str) -> bool:
+    """Whether ``rel`` starts with a Windows drive (``C:/``, ``C:\\``, ``C:``); a name like
+    ``e:1/a.png`` (a folder ``e:1``) does not."""
+    return (len(rel) >= 2 and rel[0].isascii() and rel[0].isalpha() and rel[1] == ":"
+            and rel[2:3] in ("", "/", "\\"))
 
 
 def _in_container(root: Path, rel: str) -> tuple[Path | None, str | None]:

@@ -40,6 +40,12 @@ def test_resolve_under_refuses(root, rel, reason):
 
 def test_resolve_under_accepts_files_and_links_inside(root):
     assert resolve_under(root, "a/ok.png") == (root / "a/ok.png", None)
+    # Found by a bug hunt (2026-12-07): any path whose second character is ':' was
+    # refused as a Windows drive ("absolute path refused"), so a class folder 'e:1' or
+    # '0:cats' under the root got no thumbnail, though import, dedup and train take it
+    for rel in ("e:1/b.png", "0:cats/b.png", "c:x.png"):
+        image(root / rel, 2)
+        assert resolve_under(root, rel) == (root / rel, None), rel
     assert resolve_under(root, "./a/../a/ok.png") == (root / "a/ok.png", None)
     assert resolve_under(root, "inside.png") == (root / "a/ok.png", None)
 
