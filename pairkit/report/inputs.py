@@ -203,6 +203,8 @@ def _table_input(spec: str, path: Path | None) -> ReportInput:
         # a search table's empty id is a padding row (no hit); 7.5 or 'abc' is refused,
         # with a store or without, as a pair table's (not cut to 7, nor dropped)
         integer_ids(table["id"], "id", allow_missing=fmt == "search")
+        if fmt == "dedup":  # nor is a group 1.5 cut to group 1, nor 'x' dropped
+            integer_ids(table["group"], "group", allow_missing=False)
     kind = fmt if fmt in ("dedup", "search") else "pairs"
     return ReportInput(kind, spec, path, table=table, fmt=None if kind == "dedup" else fmt)
 

@@ -110,6 +110,16 @@ def test_read_input_kinds(tmp_path, small_store):
     # ... and an empty id of dedup groups showed the store's last row as the copy
     (lambda p: (p / "d.csv").write_text("group,id,path,keep\n0,3,a.png,True\n0,,b.png,False\n")
      and p / "d.csv", "column id must hold integer ids"),
+    # found by a bug hunt (2026-12-07): a group that is no whole number was cut (1.5 joined
+    # group 1), and 'x', an empty cell or 1e30 (wrapped below 0) dropped its row from the
+    # page and the counts, silently
+    *[(lambda p, g=g: (p / "g.csv").write_text(
+        f"group,id,path,keep\n0,3,a.png,True\n{g},4,b.png,False\n") and p / "g.csv",
+       message) for g, message in (
+        ("1.5", "column group must hold integer ids, got 1.5 .row 1."),
+        ("x", "column group must hold integer ids, got 'x' .row 1."),
+        ("", "column group must hold integer ids, got nan .row 1."),
+        ("1e30", "column group holds 1e.30 .row 1., not"))],
 ])
 def test_read_input_refuses_what_it_cannot_show(tmp_path, make, message):
     with pytest.raises(PairkitError, match=message):
