@@ -219,6 +219,10 @@ def decode_image(data: bytes, draft_size: int | None = None) -> Image.Image:
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         try:
             img = Image.open(io.BytesIO(data))
+            # PIL only warns between 1x and 2x its limit, and the filter above is
+            # process-wide: a thread pool's other decodes can drop it, so the size is
+            # checked here too (before any pixel is decoded)
+            check_pixels(img.size)
             if draft_size and img.format == "JPEG":
                 w, h = img.size
                 short = min(w, h)
@@ -235,6 +239,19 @@ def decode_image(data: bytes, draft_size: int | None = None) -> Image.Image:
         with contextlib.suppress(Exception):  # broken EXIF must not lose the image
             img = ImageOps.exif_transpose(img) or img
         return to_rgb8(img)
+
+
+def check_pixels(size: tuple[int, int]) -> None:
+    """DecompressionBombError when an image of ``size`` (width, height) has more pixels
+    than PIL's ``Image.MAX_IMAGE_PIXELS`` (None: no limit), as PIL's own warning says."""
+    from PIL import Image
+
+    limit = Image.MAX_IMAGE_PIXELS
+    pixels = int(size[0]) * int(size[1])
+    if limit is not None and pixels > limit:
+        raise Image.DecompressionBombError(
+            f"Image size ({pixels} pixels) exceeds limit of {limit} pixels, could be "
+            "decompression bomb DOS attack.")
 
 
 def to_rgb8(img: Image.Image) -> Image.Image:

@@ -184,9 +184,12 @@ def copy_facts(path: Path | BinaryIO, native: bool = False,
     picked the original in under 30 % of planted pairs), else 1."""
     from PIL import Image
 
+    from pairkit.encode.images import check_pixels
+
     try:
         size = float(path.stat().st_size if size is None else size)  # type: ignore[union-attr]
         with Image.open(path) as im:
+            check_pixels(im.size)  # the bomb guard's 1-2x range too, as embed refuses it
             lossy, quality = _lossy(im), jpeg_quality(im)
             w, h = im.size
             if max(w, h) > MAX_SIDE:

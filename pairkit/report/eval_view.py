@@ -122,6 +122,8 @@ def check_png(path: Path) -> str | None:
     """None when ``path`` is a PNG that PIL reads within its bomb limit, else why not."""
     from PIL import Image
 
+    from pairkit.encode.images import check_pixels
+
     try:
         if path.stat().st_size > MAX_PLOT_BYTES:
             return f"larger than {MAX_PLOT_BYTES >> 20} MB"
@@ -131,6 +133,7 @@ def check_png(path: Path) -> str | None:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as im:
+                check_pixels(im.size)  # whatever another thread did to the filters
                 im.verify()
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         return "decompression bomb refused"

@@ -65,6 +65,23 @@ def test_decompression_bomb_refused(monkeypatch):
         decode_image(data)
 
 
+def test_the_bomb_guard_holds_whatever_the_warnings_filters(monkeypatch):
+    """Found by a bug hunt (2026-12-07): the guard made PIL's DecompressionBombWarning an
+    error with warnings.catch_warnings, which is process-wide and not thread-safe; the
+    report decodes thumbnails in a thread pool, where one thread leaving the block can
+    drop another's filter, and an image of 1-2x the limit was decoded. Simulated: the
+    filter never set (as another thread's exit would remove it)."""
+    import warnings
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10_000)
+    data = _png_bytes(Image.new("RGB", (120, 120)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        monkeypatch.setattr(warnings, "simplefilter", lambda *a, **k: None)
+        with pytest.raises(DecodeError, match="decompression bomb"):
+            decode_image(data)
+
+
 def test_cmyk_16bit_palette_alpha_become_rgb():
     cmyk = Image.new("CMYK", (8, 8), (0, 255, 255, 0))  # pure red in CMYK
     buf = io.BytesIO()
