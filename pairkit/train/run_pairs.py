@@ -33,7 +33,11 @@ from pairkit.train.positives import (
     split_mined_rows,
     swap_positives,
 )
-from pairkit.train.train_negatives import check_train_negatives
+from pairkit.train.train_negatives import (
+    check_train_negatives,
+    has_in_batch_negative,
+    has_mined_negative,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -171,6 +175,7 @@ def run_pairs(store: Store, cfg: TrainConfig, table: pd.DataFrame | None,
         from pairkit.train.exclusions import excluded_keys
 
         excluded = excluded_keys(groups, mined, info.flagged_pairs)
+    check_val_negatives(val_pairs, groups, excluded, sources, val_mask, cfg, relation)
     check_train_negatives(probe if train_pairs is None else train_pairs, groups, excluded,
                           mined, cfg, relation, table is not None)
     return RunPairs(groups=groups, val_mask=val_mask, train=train_pairs, val=val_pairs,
@@ -194,6 +199,25 @@ def check_val_groups(groups: np.ndarray, sources: np.ndarray, val_mask: np.ndarr
         f"{'' if n_sources == 1 else 's'} ({n_groups} {relation} group): validation needs "
         "2 or more, else its pairs have no negative and the uniformity of one thing's views "
         "reads as collapse: raise it")
+
+
+def check_val_negatives(val: PairArrays, groups: np.ndarray, excluded: np.ndarray | None,
+                        sources: np.ndarray, val_mask: np.ndarray, cfg: TrainConfig,
+                        relation: str) -> None:
+    """PairkitError when no validation pair can have a negative, though the validation
+    sources hold 2 or more groups (:func:`check_val_groups`): held-out items without a
+    positive there (under ``label``, a label's only item or an unlabelled one) form
+    groups of no pair, and a loss of 0 and no gap would be reported each epoch."""
+    if not val_mask.any() or has_mined_negative(val) or has_in_batch_negative(
+            val, groups, excluded, None, False):
+        return
+    n_sources = len(np.unique(sources[val_mask]))
+    g = len(np.unique(groups[np.concatenate([val.anchor, val.positive])]))
+    raise PairkitError(
+        f"--val-fraction {cfg.val_fraction:g} holds out {n_sources} source"
+        f"{'' if n_sources == 1 else 's'} whose validation pairs have no negative ({g} "
+        f"{relation} group{'' if g == 1 else 's'} with pairs): validation needs 2 or more, "
+        "else its loss is 0 and its gap undefined: raise it")
 
 
 def epoch_pairs(pairs: RunPairs, cfg: TrainConfig, epoch: int) -> PairArrays:

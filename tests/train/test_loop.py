@@ -564,6 +564,34 @@ def test_val_fraction_holding_out_one_source_is_refused(store, tmp_path):
     assert any("holds out 2 positive groups, under the 8" in n for n in result.notes)
 
 
+def test_a_validation_side_whose_pairs_have_no_negative_is_refused(tmp_path):
+    """Found by a bug hunt (hunt7 1): under --relation label the validation check counted
+    the groups of every held-out item, and an item without a positive there (a one-view
+    source alone with its label, an unlabelled item: a group of its own) counted, so a
+    split whose pairs were all of one label passed: every epoch said "validation loss
+    0.0000, gap n/a (no negatives)" and the run exited 0. Refused as a split of one
+    group is; a split holding pairs of two labels trains. (--val-fraction 0.3 holds out
+    s5, s6 and s9 of these ten sources.)"""
+    cfg = {**FAST, "out_dim": 4, "head": "residual", "val_fraction": 0.3}
+    sources = [f"s{i}" for i in range(10)]
+    one_view = tiny_store(tmp_path, "one", sources, list("abcabaabab"))
+    with pytest.raises(PairkitError, match=r"--val-fraction 0.3 holds out 3 sources whose "
+                                           r"validation pairs have no negative \(1 label "
+                                           r"group with pairs\)"):
+        train_head(one_view, tmp_path / "h1", TrainConfig(relation="label", **cfg))
+    two_views = [s for s in sources for _ in range(2)]
+    labels = [x for x in "abcababcab" for _ in range(2)]
+    labels[12:14] = labels[18:20] = [None, None]  # s6 and s9: s5's views the only pairs
+    part = tiny_store(tmp_path, "part", two_views, labels)
+    with pytest.raises(PairkitError, match="validation pairs have no negative"):
+        train_head(part, tmp_path / "h2", TrainConfig(relation="label", **cfg))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("h")]
+    labels[12:14] = ["b", "b"]
+    whole = tiny_store(tmp_path, "whole", two_views, labels)
+    result = train_head(whole, tmp_path / "h3", TrainConfig(relation="label", **cfg))
+    assert math.isfinite(result.records[-1]["gap"])
+
+
 def test_relation_label_says_how_many_unlabelled_items_it_leaves_out(tmp_path):
     """Found by a bug hunt (2026-12-06): --relation label on a partly labelled store
     trained on the labelled items only and said nothing of the rest (a third of the
