@@ -109,7 +109,15 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     spec = head_spec(cfg, store.dim)
     spec.check()
     torch.manual_seed(cfg.seed)
-    module = build_module(spec).to(device)
+    try:
+        module = build_module(spec).to(device)
+    except (MemoryError, RuntimeError) as exc:
+        if not allocation_failed(exc):
+            raise
+        raise PairkitError(f"a {spec.kind} head {spec.in_dim}->{spec.out_dim}"
+                           + (f" (hidden {spec.hidden})" if spec.hidden else "")
+                           + f" of {head_parameters(spec):,} parameters does not fit in "
+                           "memory: lower --hidden or --out-dim") from None
     optimizer = AdamW(module.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
@@ -196,6 +204,22 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
     return result(records, stopped=stopped, head_kind=spec.kind,
                   **dims_out(spec.out_dim, whitening, cfg, len(white_rows)),
                   mined_positives=0 if pairs.mined is None else pairs.mined.total)
+
+
+def allocation_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation that failed: a MemoryError, CUDA's out of memory,
+    or torch's CPU allocator (a RuntimeError)."""
+    text = str(exc)
+    return (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+            or "can't allocate memory" in text or "out of memory" in text)
+
+
+def head_parameters(spec: Any) -> int:
+    """The number of weights of the head ``spec`` (a :class:`HeadSpec`)."""
+    i, o, h = spec.in_dim, spec.out_dim, spec.hidden or 0
+    if spec.kind == "linear":
+        return i * o
+    return i * h + h + h * o + o  # mlp, residual (down and up, with biases)
 
 
 def dims_out(module_dim: int, whitening: Any, cfg: Any, rows: int) -> dict[str, Any]:

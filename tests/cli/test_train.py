@@ -439,3 +439,23 @@ def test_project_refuses_a_head_of_another_dim_before_loading_it(tmp_path, monke
     assert r.exit_code == 1, r.output
     assert "head" in r.stderr and "takes vectors of dim 12, store" in r.stderr
     assert not (tmp_path / "p").exists()
+
+
+def test_a_head_too_large_for_memory_is_one_line_naming_it(tmp_path):
+    """Found by a bug hunt (hunt7 2): train --hidden 10**12 (or --out-dim) ended in
+    "error: internal error: RuntimeError: [enforce fail at alloc_cpu.cpp:127] ...
+    DefaultCPUAllocator: can't allocate memory ... report it": torch's allocator failing
+    is a RuntimeError, not a MemoryError. The head that does not fit is named, exit 1,
+    no head folder."""
+    random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
+    for args, head in ((["--hidden", str(10**12)], "residual head 8->8 (hidden 10^12)"),
+                       (["--head", "linear", "--out-dim", str(10**12)],
+                        "linear head 8->10^12")):
+        r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                                "--relation", "instance", "--device", "cpu", *args])
+        assert r.exit_code == 1, r.stderr
+        assert r.stderr.startswith(f"error: a {head.replace('10^12', str(10**12))} of "), \
+            r.stderr
+        assert "does not fit in memory: lower --hidden or --out-dim" in r.stderr
+        assert "internal error" not in r.stderr and len(r.stderr.splitlines()) == 1
+        assert not (tmp_path / "h").exists()
