@@ -185,7 +185,7 @@ def resume_state(out: Path, cfg: TrainConfig, fingerprint: dict[str, Any],
                            "(and with --force)")
     epoch, step = load_state(out, ckpt, module, optimizer, scaler)
     state = ResumeState(epoch=epoch, step=step,
-                        records=[r for r in read_log(out) if r["epoch"] <= epoch],
+                        records=resume_records(out, epoch),
                         config_epochs_done=old.get("epochs_done"))
     was = ckpt.get("epochs", old.get("training", {}).get("epochs"))
     state.planned = was
@@ -209,6 +209,25 @@ def resume_state(out: Path, cfg: TrainConfig, fingerprint: dict[str, Any],
         note(f"resuming with --epochs {cfg.epochs} (was {was}): the cosine schedule is "
              "stretched")
     return state, False
+
+
+def resume_records(out: Path, epoch: int) -> list[dict[str, Any]]:
+    """The records of ``out``'s log of epochs 1 to ``epoch`` (those of the checkpoint; a
+    later one, of an epoch killed before its checkpoint, is dropped). PairkitError, in
+    one line, when the log is missing, a line is no record, or an epoch's is missing:
+    every checkpoint is written after the log that holds its epochs."""
+    try:
+        records = read_log(out)
+    except ValueError:  # no JSON, no UTF-8
+        records = []
+    whole = all(isinstance(r, dict) and isinstance(r.get("epoch"), int)
+                and not isinstance(r.get("epoch"), bool) for r in records)
+    kept = [r for r in records if r["epoch"] <= epoch] if whole else []
+    if [r["epoch"] for r in kept] != list(range(1, epoch + 1)):
+        raise PairkitError(f"--resume: {out / LOG} is missing or damaged (it should hold the "
+                           f"records of the {epoch} epochs of {out / CHECKPOINT}): rerun "
+                           "without --resume (and with --force)")
+    return kept
 
 
 def _note_kept_whitening(out: Path, training: Any, cfg: TrainConfig,

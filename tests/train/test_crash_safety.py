@@ -181,3 +181,29 @@ def test_a_damaged_checkpoint_or_head_config_is_refused_in_one_line(store, tmp_p
         with pytest.raises(PairkitError, match="config.json") as info:
             load_head(head)
         assert "\n" not in str(info.value), field
+
+
+def test_a_missing_or_damaged_log_is_refused_by_resume_in_one_line(store, tmp_path):
+    """Found by a bug hunt (hunt7 3): train --resume over a head whose train_log.jsonl was
+    removed ended in "internal error: IndexError: list index out of range" (a complete
+    run) or trained on with a log of the new epochs only (an unfinished one), and a log
+    line that is no JSON in "internal error: JSONDecodeError". A log that lacks records
+    of the checkpoint's epochs is refused in one line, as a damaged checkpoint is."""
+    cfg = TrainConfig(epochs=2, **FAST)
+    head = tmp_path / "head"
+    train_head(store, head, cfg)
+    log = (head / "train_log.jsonl").read_text()
+    lines = log.splitlines(keepends=True)
+    for damaged, more in ((None, 0), ("", 0), ("garbage{\n", 0), (lines[1], 1),
+                          (lines[0] + "[1, 2]\n", 1), (log + "{\"loss\": 1}\n", 1)):
+        if damaged is None:
+            (head / "train_log.jsonl").unlink()
+        else:
+            (head / "train_log.jsonl").write_text(damaged)
+        with pytest.raises(PairkitError, match=r"--resume: .*train_log.jsonl is missing or "
+                                               r"damaged") as info:
+            train_head(store, head, TrainConfig(epochs=2 + more, **FAST), resume=True)
+        assert "\n" not in str(info.value)
+    (head / "train_log.jsonl").write_text(log)
+    result = train_head(store, head, TrainConfig(epochs=3, **FAST), resume=True)
+    assert [r["epoch"] for r in result.records] == [1, 2, 3]
