@@ -119,7 +119,9 @@ def test_read_input_kinds(tmp_path, small_store):
         ("1.5", "column group must hold integer ids, got 1.5 .row 1."),
         ("x", "column group must hold integer ids, got 'x' .row 1."),
         ("", "column group must hold integer ids, got nan .row 1."),
-        ("1e30", "column group holds 1e.30 .row 1., not"))],
+        ("1e30", "column group holds 1e.30 .row 1., not"),
+        # ... and a negative group dropped its row the same way
+        ("-3", "column group holds a negative number, -3 .row 1.: groups are 0, 1, ..."))],
 ])
 def test_read_input_refuses_what_it_cannot_show(tmp_path, make, message):
     with pytest.raises(PairkitError, match=message):
