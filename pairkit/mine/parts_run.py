@@ -32,14 +32,14 @@ blocks write their parts: the vectors are held, the table is not.
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pairkit.core.atomic import naming_target, temp_name
+from pairkit.core.atomic import scratch_folder
 from pairkit.core.remote import is_url
 from pairkit.index.options import IndexOptions, index_seed
 from pairkit.mine.config import MineConfig
@@ -321,7 +321,9 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                                                     backend=where.name))
         index_text = planned_description(store.count, store.dim, index, where,
                                          STREAMED if here else "built on each worker")
-    put_parts, folder = parts_folder(output)
+    put_parts, target = parts_folder(output)
+    folder: Path | None = None  # the local parts folder, made inside the try
+    scratch = contextlib.ExitStack()  # and removed with whatever it holds by its finally
     split, lists = 0, None
     if searcher is not None and partitions != 0:
         from pairkit.mine.ivf_parts import lists_partitions, lists_spec
@@ -337,12 +339,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
                 "partitions, each searched by one worker")
     counts = None
     try:
-        if folder is not None:  # made inside the try: an interrupt from here removes it
-            try:
-                folder.mkdir(mode=0o700)
-            except FileExistsError:  # another writer took the name meanwhile: theirs
-                folder = None
-                raise
+        if target is not None:  # an interrupt from here removes it
+            folder = scratch.enter_context(scratch_folder(target))
         spec = PlanSpec(relation, config, searcher, rows_from,
                         put_parts.url if folder is None else str(folder), fmt, rules,
                         put_parts, split, lists if split else None)
@@ -418,9 +416,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         if counts is not None:
             counts.pos.close()
             counts.neg.close()
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
-        elif put_parts is not None:
+        scratch.close()
+        if put_parts is not None:
             put_parts.abort()
         if here:  # this process's copies of the store's rows and paths
             forget_loaded()
@@ -448,8 +445,9 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
 def parts_folder(output: str) -> tuple[Any, Path | None]:
     """Where the blocks put their parts: ``(RemoteParts, None)`` for a dataset on object
     storage (:mod:`pairkit.core.remote_parts`: straight into it, under this writer's
-    token), else ``(None, a free temp folder name beside the output)``, which the caller
-    makes inside the try that removes it. (The stale ones of killed drivers went when
+    token), else ``(None, the output's path, its folder resolved)``, beside which the
+    caller makes its parts folder (:func:`~pairkit.core.atomic.scratch_folder`, an
+    absolute path the workers can open). (The stale ones of killed drivers went when
     the command checked its output: ``check_table_output``.)"""
     if is_url(output):
         from pairkit.core.remote_parts import start_parts
@@ -457,8 +455,7 @@ def parts_folder(output: str) -> tuple[Any, Path | None]:
         return start_parts(output), None
     target = Path(output.rstrip("/")) if output.endswith("/") else Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with naming_target(target):
-        return None, temp_name(target).resolve()
+    return None, target.parent.resolve() / target.name
 
 
 STREAMED = "built now from the store's shards"  # the index text's origin, streamed here
