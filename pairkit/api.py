@@ -538,14 +538,11 @@ def evaluate(store: Store | str | os.PathLike[str], *,
         metrics = ",".join(metrics)
     cfg = EvalConfig(metrics=parse_choices(metrics, METRICS, "metrics"), **kw)
     # as the command reads --map: a str is its comma list ("pca,umap", "all"), a list
-    # the same names; empty, or other than the default without plot, refused alike
-    from pairkit.eval.plots import MAP_METHODS
+    # the same names
+    from pairkit.eval.plots import parse_maps
 
-    text = maps if isinstance(maps, str) else ",".join(maps)
-    maps = parse_choices(text, MAP_METHODS, "maps") or (
-        MAP_METHODS if text.strip() == "all" else ("pca",))
-    if plot is None and text != "pca":
-        raise UsageError("maps needs plot")
+    maps = parse_maps(maps if isinstance(maps, str) else ",".join(maps), plot is not None,
+                      "maps", "plot")
     results, _ = eval_to_files(
         _root(store), None if plot is None else Path(plot), cfg,
         against=None if against is None else _root(against),

@@ -76,7 +76,7 @@ def eval_store(
     from pairkit.core.options import parse_choices, parse_int_list
     from pairkit.errors import UsageError
     from pairkit.eval.command import eval_to_files
-    from pairkit.eval.plots import MAP_METHODS, check_map_methods
+    from pairkit.eval.plots import check_map_methods, parse_maps
     from pairkit.eval.run import METRICS, EvalConfig, SearchHook
     from pairkit.eval.table import metrics_table
 
@@ -86,10 +86,7 @@ def eval_store(
             raise UsageError("--against and --test-fraction exclude each other")
         if compare and head is None:
             raise UsageError("--compare needs --head")
-        maps = parse_choices(map_methods, MAP_METHODS, "--map") or (
-            MAP_METHODS if map_methods.strip() == "all" else ("pca",))
-        if plot is None and map_methods != "pca":
-            raise UsageError("--map needs --plot")
+        maps = parse_maps(map_methods, plot is not None)
         check_map_methods(maps)
         if batch_size < 1:
             raise UsageError(f"--batch-size must be >= 1, got {batch_size}")

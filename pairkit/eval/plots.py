@@ -37,6 +37,23 @@ MAP_METHODS = ("pca", "umap")
 UMAP_HINT = "--map umap needs umap-learn: pip install umap-learn (or pip install 'pairkit[umap]')"
 
 
+def parse_maps(text: str, plot_given: bool, option: str = "--map",
+               plot_option: str = "--plot") -> tuple[str, ...]:
+    """The maps ``text`` asks for: a comma list of :data:`MAP_METHODS`, ``all`` every one
+    (``auto``: the default, pca). UsageError for an empty list, an unknown map, or maps
+    other than the default without a plot folder (``plot_given``); the messages name
+    ``option`` and ``plot_option`` (the command's, or the Python API's ``maps`` and
+    ``plot``)."""
+    from pairkit.core.options import parse_choices
+    from pairkit.errors import UsageError
+
+    maps = parse_choices(text, MAP_METHODS, option) or (
+        MAP_METHODS if text.strip() == "all" else ("pca",))
+    if not plot_given and text != "pca":
+        raise UsageError(f"{option} needs {plot_option}")
+    return maps
+
+
 def check_map_methods(methods: tuple[str, ...]) -> None:
     """UsageError for an unknown map method or one listed twice, PairkitError with the
     install hint when ``umap`` is asked for and umap-learn is missing (checked without
