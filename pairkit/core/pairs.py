@@ -495,19 +495,21 @@ def integer_ids(raw: pd.Series, column: str, allow_missing: bool) -> np.ndarray:
         empty = raw.isna() | (raw.astype(str).str.strip() == "") if raw.dtype == object \
             else raw.isna()
         values = values.where(~empty, -1)
+
+    def first(mask: pd.Series) -> tuple[int, Any]:  # the first row flagged, its cell
+        row = int(np.flatnonzero(mask.to_numpy())[0])
+        value = raw.iloc[row]
+        return row, value.item() if isinstance(value, np.generic) else value
+
     bad = values.isna() | (values != values.round())
     if bool(bad.any()):
-        row = int(np.flatnonzero(bad.to_numpy())[0])
-        value = raw.iloc[row]
-        value = value.item() if isinstance(value, np.generic) else value
+        row, value = first(bad)
         raise PairkitError(f"pair table: column {column} must hold integer ids, got "
                            f"{value!a} (row {row})")
     # past int64 (or infinite) the cast would wrap to -2**63 with numpy's warning
     huge = values.abs() >= 2.0**63
     if bool(huge.any()):
-        row = int(np.flatnonzero(huge.to_numpy())[0])
-        value = raw.iloc[row]
-        value = value.item() if isinstance(value, np.generic) else value
+        row, value = first(huge)
         raise PairkitError(f"pair table: column {column} holds {value!a} (row {row}), not a "
                            "store row id")
     return values.to_numpy(dtype=np.int64)
