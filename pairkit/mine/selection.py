@@ -406,14 +406,6 @@ def initial_k(cfg: MineConfig, relation: Relation, sources: np.ndarray,
         own = np.full(n, int(src_sizes.max()) + int(npos.max(initial=0)), np.int64)
     else:
         own = src_sizes[sources[anchors]].astype(np.int64) + npos
-    excl = rounded_depths(own)
-    if skipped is not None:
-        excl = np.where(skipped, 0, excl)
-    if class_skipped:
-        excl = np.zeros(n, np.int64)
-    elif relation.group is not None and relation.kind == "label":
-        g = relation.group[relation.group >= 0]
-        excl += int(np.median(np.bincount(g))) if len(g) else 0
     extra_fn = hi if filtered else 0
     if not cfg.hard:
         # easy negatives are uniform draws over the whole store, not the nearest rows: an
@@ -425,4 +417,12 @@ def initial_k(cfg: MineConfig, relation: Relation, sources: np.ndarray,
         valid = np.maximum(n_items - own, 1) / max(n_items, 1)
         want = (hi + 1 + extra_fn + 3 * cfg.num_negatives) / np.maximum(valid, 1 / 16)
         return np.minimum(n_items, rounded_depths(np.ceil(want).astype(np.int64)))
+    excl = rounded_depths(own)
+    if skipped is not None:
+        excl = np.where(skipped, 0, excl)
+    if class_skipped:
+        excl = np.zeros(n, np.int64)
+    elif relation.group is not None and relation.kind == "label":
+        g = relation.group[relation.group >= 0]
+        excl += int(np.median(np.bincount(g))) if len(g) else 0
     return np.minimum(n_items, hi + 1 + excl + extra_fn + hi).astype(np.int64)
