@@ -29,4 +29,4 @@ def fn_cluster_diffusion_option() -> Any:
     return typer.Option(
         None, "--fn-cluster-diffusion", help="cluster rule: also flag a candidate whose cosine "
         "to the anchor in the spectral embedding's diffusion coordinates is at least this "
-        "(0: off; raised while > 50% of random pairs would be flagged).", show_default="0.5")
+        "(0: off; raised while > 50% of random pairs would be flagged).", show_default="0.4")

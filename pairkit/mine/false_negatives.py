@@ -62,8 +62,10 @@ REMOVED_RULES: dict[str, str] = {
 DEFAULT_CLUSTER_VOTES = 2
 # the cluster rule's diffusion-cosine threshold (docs/benchmarks.md, 2026-12-05: on six
 # long-tailed real sets it kept 1.15-1.29x the useful hard negatives of 2 of 8 votes, the
-# false-negative share at most 0.48x naive's)
-DEFAULT_CLUSTER_DIFFUSION = 0.5
+# false-negative share at most 0.48x naive's; 0.4 since the graph is built in
+# view-whitened components, 2026-12-07: "The cluster rule's graph in view-whitened
+# components")
+DEFAULT_CLUSTER_DIFFUSION = 0.4
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ Rand index to the true classes of MNIST under an ImageNet CNN rose from 0.18-0.3
 
 - The graph: each row's ``m`` nearest rows of other sources, weights
   ``max(cos, 0)``, symmetrised (``max(W, W^T)``). Neighbours and cosines are
-  taken in the rows' 128 leading principal components (the graph only needs
-  the neighbourhoods, and the search is 10x cheaper than in 1,280 dims).
+  taken in 128 components of the rows whitened by what their views differ by
+  (:mod:`pairkit.mine.view_whitening`; the plain principal components for a
+  store of one view per source): the graph only needs the neighbourhoods, and
+  the search is 10x cheaper than in 1,280 dims.
 - The number of clusters, when not given: how many eigenvalues of the normalised
   adjacency are >= 0.93 (:data:`EIGEN_THRESHOLD`), between 2 and
   :data:`MAX_CLUSTERS` (64: 32 eigenvectors first, more while all are above it).
@@ -104,10 +106,10 @@ def spectral_embedding(vectors: np.ndarray, sources: np.ndarray, *, m: int = 15,
     """
     from scipy import sparse
 
-    from pairkit.mine.clusters import pca_rows
+    from pairkit.mine.view_whitening import view_whitened_rows
 
     n = len(vectors)
-    reduced = pca_rows(vectors, pca_dims, sample=5_000, seed=seed)
+    reduced = view_whitened_rows(vectors, sources, pca_dims, sample=5_000, seed=seed)
     rng = np.random.default_rng([seed, 23])
     rows = (np.arange(n) if n <= sample
             else np.sort(rng.choice(n, size=sample, replace=False)))

@@ -513,7 +513,7 @@ def test_diffusion_flags_by_the_threshold_or_every_run():
     assert cfg.cluster_votes == 4  # every run, with the threshold on
     ctx = build_context(x, None, np.arange(len(x)), cfg, seed=0)
     assert cluster.votes_needed(ctx, cfg) == 4
-    assert cluster.diffusion_threshold(ctx, cfg) == 0.5
+    assert cluster.diffusion_threshold(ctx, cfg) == 0.4
     rng = np.random.default_rng(1)
     anchors = rng.integers(0, len(x), 30)
     cand = rng.integers(0, len(x), (30, 12))
@@ -526,7 +526,7 @@ def test_diffusion_flags_by_the_threshold_or_every_run():
                 assert not flags[i, j]
                 continue
             every = (ctx.cluster_assign[:, a] == ctx.cluster_assign[:, c]).all()
-            near = float(coords[a] @ coords[c]) >= 0.5
+            near = float(coords[a] @ coords[c]) >= 0.4
             assert flags[i, j] == (every or near), (a, c)
     assert flags.any() and not flags.all()
     # without the threshold: the votes alone, two of the runs by default
@@ -577,9 +577,9 @@ def test_summary_names_the_diffusion_threshold(tmp_path):
                                cluster_runs=3)
     _, stats = mine_store(store, "instance", MineConfig(num_negatives=4, hard=True),
                           IndexOptions(kind="flat"), fcfg)
-    assert "or at a diffusion cosine >= 0.502 to it not searched" in stats["index"]  # + margin
+    assert "or at a diffusion cosine >= 0.402 to it not searched" in stats["index"]  # + margin
     line = next(x for x in summary_lines(stats, "p.parquet") if x.startswith("cluster rule"))
-    assert "3 must agree, or a diffusion cosine >= 0.5" in line
+    assert "3 must agree, or a diffusion cosine >= 0.4" in line
     # the rows the rule flags although its rows were skipped: the skip's margin, said so
     margin = "but for those within 0.002 of the diffusion threshold"
     for flags, said in (({"cluster": 7, "near_duplicate": 1}, True),

@@ -663,7 +663,7 @@ def test_default_cluster_votes_every_run_with_diffusion_else_two_capped() -> Non
         FalseNegativeConfig,
     )
 
-    assert DEFAULT_CLUSTER_DIFFUSION == 0.5 and FalseNegativeConfig().cluster_diffusion == 0.5
+    assert DEFAULT_CLUSTER_DIFFUSION == 0.4 and FalseNegativeConfig().cluster_diffusion == 0.4
     assert FalseNegativeConfig().cluster_votes == 8  # every run: the threshold does the rest
     assert FalseNegativeConfig(cluster_runs=3, cluster_ks=(4, 8)).cluster_votes == 6
     off = {"cluster_diffusion": 0.0}
