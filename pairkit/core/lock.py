@@ -140,6 +140,32 @@ def is_held(folder: str | os.PathLike[str]) -> bool:
         return lock is not None and lock.thread == threading.get_ident()
 
 
+def writer_holder(folder: str | os.PathLike[str]) -> str | None:
+    """Who is writing ``folder`` now ("pid N on HOST since T (COMMAND)"), read from its
+    lock file, when another process (or another thread of this one) holds its writer
+    lock; None when nobody does (no lock file, or one a killed writer left) or this thread
+    does. Probes with a shared, non-blocking flock released at once."""
+    import fcntl
+
+    if is_held(folder):
+        return None
+    try:
+        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder_text(os.pread(fd, 4096, 0))
+        except OSError:
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def writer_lock(folder: str | os.PathLike[str], what: str = "folder") -> Iterator[WriterLock]:
     """Hold the exclusive writer lock of ``folder`` (created if missing) for the block.

@@ -57,6 +57,12 @@ def read_manifest_bytes(root: Path) -> bytes:
     try:
         return read_regular_file(mpath, MAX_MANIFEST_BYTES, "store manifest")
     except FileNotFoundError:
+        from pairkit.core.lock import writer_holder
+
+        holder = writer_holder(root) if root.is_dir() else None
+        if holder is not None:  # an import or embed in progress: nothing committed yet
+            raise StoreError(f"store {root} is being written by {holder}: no {MANIFEST} "
+                             "yet (wait for it to finish)") from None
         if any(root.glob("embeddings-*.npy")):
             raise StoreError(
                 f"store {root} is half-written: no {MANIFEST} (rerun the command that made it)"

@@ -276,3 +276,51 @@ def test_a_projected_store_names_its_head_and_input_store(tmp_path: Path) -> Non
     r = runner.invoke(app, ["info", str(tmp_path / "s")])  # an unprojected store: no line
     assert not [x for x in r.output.splitlines() if x.startswith("projected:")]
     assert store_info(tmp_path / "s")["projected"] is None
+
+
+HOLD = """
+import sys
+from pairkit.core.lock import writer_lock
+with writer_lock(sys.argv[1], "store"):
+    print("locked", flush=True)
+    sys.stdin.read()   # hold until the test closes stdin
+"""
+
+
+def test_info_on_a_store_being_written_names_the_writer(tmp_path: Path) -> None:
+    """An import in progress (its writer holds the lock; a shard, or only a temp file, and
+    no manifest yet) is 'being written', not 'half-written'; once the writer is gone
+    without a manifest, it is half-written."""
+    import numpy as np
+    import pandas as pd
+
+    from pairkit.core.manifest import MANIFEST
+    from pairkit.core.store_writer import write_store
+    from tests.proc import start_python
+
+    folder = tmp_path / "s"
+    write_store(folder, np.eye(3, dtype=np.float32), pd.DataFrame({"path": list("abc")}))
+    (folder / MANIFEST).unlink()  # the shard and item table are there, the commit is not
+    empty = tmp_path / "t"
+    empty.mkdir()
+    (empty / ".embeddings-00000.npy.abcd1234.tmp").write_bytes(b"")  # the first shard's temp
+    procs = [start_python(HOLD.replace("sys.argv[1]", repr(str(f)))) for f in (folder, empty)]
+    try:
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "locked", proc.stderr.read()
+        for f, proc in zip((folder, empty), procs, strict=True):
+            r = runner.invoke(app, ["info", str(f)])
+            assert r.exit_code == 1, r.output
+            lines = [line for line in r.output.splitlines() if line.strip()]
+            assert len(lines) == 1, r.output
+            assert lines[0].startswith(f"error: store {f} is being written by pid {proc.pid} "
+                                       "on "), lines[0]
+            assert lines[0].endswith(": no manifest.json yet (wait for it to finish)")
+    finally:
+        for proc in procs:
+            proc.stdin.close()
+            assert proc.wait(timeout=30) == 0
+    r = runner.invoke(app, ["info", str(folder)])
+    assert r.exit_code == 1 and r.output.strip() == (
+        f"error: store {folder} is half-written: no manifest.json (rerun the command that "
+        "made it)")
