@@ -46,16 +46,28 @@ def load_npy(path: str | Path) -> np.ndarray:
     return arr
 
 
-def bad_rows(vectors: np.ndarray, block: int = 8192) -> tuple[np.ndarray, np.ndarray]:
-    """Row numbers holding NaN or inf, and row numbers that are all zeros: two int64
-    arrays, found in one streamed pass (memory O(block x dim))."""
-    nonfinite, zero = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+def bad_rows(vectors: np.ndarray, block: int = 8192
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Row numbers holding NaN or inf; rows of finite values beyond float64's range; rows
+    whose nonzero values are all below it; rows that are all zeros: four int64 arrays,
+    found in one streamed pass (memory O(block x dim)). Only a longdouble input has
+    values float64 can't hold (they overflow to inf or underflow to 0 when cast)."""
+    found: list[list[np.ndarray]] = [[np.zeros(0, dtype=np.int64)] for _ in range(4)]
+    wide = np.dtype(vectors.dtype).itemsize > 8 and np.issubdtype(vectors.dtype, np.floating)
     for start in range(0, len(vectors), block):
+        raw = np.asarray(vectors[start : start + block])
         # float64 keeps values beyond float32's range finite (normalisation rescales them)
-        chunk = np.asarray(vectors[start : start + block], dtype=np.float64)
-        nonfinite.append(np.flatnonzero(~np.isfinite(chunk).all(axis=1)) + start)
-        zero.append(np.flatnonzero(~chunk.any(axis=1)) + start)
-    return np.concatenate(nonfinite), np.concatenate(zero)
+        with np.errstate(over="ignore", under="ignore"):
+            chunk = raw.astype(np.float64)
+        finite, nonzero = np.isfinite(chunk).all(axis=1), chunk.any(axis=1)
+        raw_finite, raw_nonzero = (np.isfinite(raw).all(axis=1), raw.any(axis=1)) if wide \
+            else (finite, nonzero)
+        found[0].append(np.flatnonzero(~raw_finite) + start)
+        found[1].append(np.flatnonzero(raw_finite & ~finite) + start)
+        found[2].append(np.flatnonzero(finite & raw_nonzero & ~nonzero) + start)
+        found[3].append(np.flatnonzero(~raw_nonzero) + start)
+    nonfinite, overflow, underflow, zero = (np.concatenate(rows) for rows in found)
+    return nonfinite, overflow, underflow, zero
 
 
 def row_list(rows: np.ndarray, shown: int = 5) -> str:
@@ -99,10 +111,17 @@ def import_embeddings(
         raise PairkitError(f"{embeddings} has {len(vectors)} rows but {items} has {len(table)}")
     if len(vectors) == 0:
         raise PairkitError(f"{embeddings} has no rows")
-    bad, zero = bad_rows(vectors)
+    bad, overflow, underflow, zero = bad_rows(vectors)
     if len(bad):
         rows = "1 row contains" if len(bad) == 1 else f"{len(bad):,} rows contain"
         raise PairkitError(f"{rows} NaN or inf ({row_list(bad)}); fix or drop them")
+    for odd, what, becomes in ((overflow, "values beyond", "overflow to inf"),
+                               (underflow, "only values below", "underflow to zeros")):
+        if len(odd):
+            rows = "1 row holds" if len(odd) == 1 else f"{len(odd):,} rows hold"
+            raise PairkitError(f"{rows} {what} float64's range ({row_list(odd)}), which "
+                               f"{becomes} in pairkit's float32/float64 arithmetic; "
+                               "rescale or drop them")
     if len(zero):
         rows = "1 row is" if len(zero) == 1 else f"{len(zero):,} rows are"
         raise PairkitError(f"{rows} all zeros ({row_list(zero)}): no direction")

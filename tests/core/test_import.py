@@ -284,8 +284,9 @@ def test_bad_rows_are_numbered_in_the_whole_array_past_the_first_block():
     x = np.ones((7, 2))
     x[[1, 5], :] = 0.0
     x[4, 1] = np.nan
-    nonfinite, zero = bad_rows(x, block=3)
+    nonfinite, overflow, underflow, zero = bad_rows(x, block=3)
     assert nonfinite.tolist() == [4] and zero.tolist() == [1, 5]
+    assert overflow.tolist() == [] and underflow.tolist() == []
 
 
 def test_import_reads_a_binary_path_column_as_its_text_and_refuses_nested_values(tmp_path):
@@ -339,3 +340,34 @@ def test_import_an_item_table_with_a_utf8_bom(tmp_path, suffix):
     store = Store.open(tmp_path / "s")
     assert store.items["path"].tolist() == ["a.png", "b.png"]
     assert store.labels().tolist() == ["cat", "dog"]
+
+
+def test_import_says_longdouble_values_overflow_float64_not_nan_or_inf(tmp_path):
+    """Found by a bug hunt: a longdouble .npy whose values lie beyond float64's range was
+    refused as holding 'NaN or inf' (the file holds neither: the values became inf when
+    cast to float64); rows of values below float64's range were 'all zeros'."""
+    x = np.ones((5, 2), dtype=np.longdouble)
+    x[1, 0] = np.longdouble("1e400")
+    x[3, 1] = np.longdouble("-1e4000")
+    x[2] = np.longdouble("1e-400")
+    items = pd.DataFrame({"path": [f"{i}.jpg" for i in range(5)]})
+    _write(tmp_path, x, items)
+    args = ["import", str(tmp_path / "emb.npy"), "--items", str(tmp_path / "items.csv"),
+            "-o", str(tmp_path / "s")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: 2 rows hold values beyond float64's range (rows 1, 3), which overflow to "
+        "inf in pairkit's float32/float64 arithmetic; rescale or drop them")
+    x[[1, 3]] = 1.0
+    _write(tmp_path, x, items)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: 1 row holds only values below float64's range (row 2), which underflow to "
+        "zeros in pairkit's float32/float64 arithmetic; rescale or drop them")
+    x[1, 0] = np.nan  # a real NaN in the file is still named as one
+    _write(tmp_path, x, items)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and "error: 1 row contains NaN or inf (row 1);" in result.output
+    assert not (tmp_path / "s").exists()
