@@ -29,8 +29,10 @@ def import_store(
     Example: pairkit import emb.npy --items items.csv -o store
     """
     from pairkit.core.importer import import_embeddings
+    from pairkit.core.shown import shown_text
 
     with user_errors():
         store = import_embeddings(embeddings, items, output, dtype=dtype, encoder=encoder,
                                   force=force)
-        say(f"imported {store.count} rows of dim {store.dim} (L2-normalised) -> {output}", quiet)
+        say(f"imported {store.count} rows of dim {store.dim} (L2-normalised) -> "
+            f"{shown_text(output)}", quiet)

@@ -25,6 +25,7 @@ def project(
 
     Example: pairkit project store --head head -o store-projected
     """
+    from pairkit.core.shown import shown_text
     from pairkit.train.project_command import ProjectConfig, project_to_files
 
     with user_errors():
@@ -33,6 +34,7 @@ def project(
         if not result.head_complete:
             from pairkit.cli.common import warn
 
-            warn(f"head {head} did not finish training (its last completed epoch is used)")
-        say(f"projected {result.count} rows {result.in_dim}->{result.out_dim} with head {head} "
-            f"-> {output}", quiet)
+            warn(f"head {shown_text(str(head))} did not finish training (its last completed "
+                 "epoch is used)")
+        say(f"projected {result.count} rows {result.in_dim}->{result.out_dim} with head "
+            f"{shown_text(str(head))} -> {shown_text(output)}", quiet)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pairkit.core.shown import shown_text
 from pairkit.errors import StoreError
 
 
@@ -28,8 +29,8 @@ def skipped_files(errors: list[dict[str, Any]]) -> int:
 
 def _index_names(info: dict[str, Any]) -> list[str]:
     stale = set(info.get("stale_indexes") or ())
-    return [f"{_shown(n)} (stale: built for other rows, not used; pairkit index rebuilds it)"
-            if n in stale else _shown(n) for n in info["indexes"]]
+    return [f"{shown_text(n)} (stale: built for other rows, not used; pairkit index rebuilds "
+            "it)" if n in stale else shown_text(n) for n in info["indexes"]]
 
 
 def store_info(root: Any, verify: bool = True) -> dict[str, Any]:
@@ -117,14 +118,6 @@ def _size(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def _shown(text: str) -> str:
-    """A store's text as printed: as it is when printable, else quoted with its control
-    characters escaped (a line break in a label, the encoder's name, the image root, the
-    store's path, the manifest's version or dates or an index file's name must not make a
-    line of its own)."""
-    return text if text.isprintable() else ascii(text)
-
-
 def _projected_line(projected: Any) -> str | None:
     """The line of a store written by ``pairkit project``: the head its vectors went
     through and the store they came from; None for any other store."""
@@ -134,18 +127,18 @@ def _projected_line(projected: Any) -> str | None:
     loss = projected.get("loss") if isinstance(projected.get("loss"), dict) else {}
     facts = []
     if head.get("kind") is not None:
-        facts.append(_shown(str(head["kind"])) + (
+        facts.append(shown_text(str(head["kind"])) + (
             f" {head['in_dim']}->{head['out_dim']}"
             if head.get("in_dim") is not None and head.get("out_dim") is not None else ""))
     if loss.get("name") is not None:
-        facts.append(f"loss {_shown(str(loss['name']))}")
+        facts.append(f"loss {shown_text(str(loss['name']))}")
     if projected.get("complete") is False:
         facts.append("training did not finish")
-    line = f"projected: by head {_shown(str(projected.get('path')))}"
+    line = f"projected: by head {shown_text(str(projected.get('path')))}"
     line += f" ({', '.join(facts)})" if facts else ""
-    line += f", from store {_shown(str(projected.get('from_store')))}"
+    line += f", from store {shown_text(str(projected.get('from_store')))}"
     if projected.get("from_content_id"):
-        line += f" (content id {_shown(str(projected['from_content_id']))})"
+        line += f" (content id {shown_text(str(projected['from_content_id']))})"
     return line
 
 
@@ -162,20 +155,20 @@ def info_lines(info: dict[str, Any]) -> list[str]:
     pre = details.get("preprocess")
     if isinstance(pre, dict) and pre.get("size") is not None:
         shown["image_size"] = pre["size"]  # the side images were fed at
-    extra = ", ".join(f"{k} {_shown(str(v))}" for k, v in shown.items())
+    extra = ", ".join(f"{k} {shown_text(str(v))}" for k, v in shown.items())
     labels = (f"{info['labeled_rows']:,} of {info['rows']:,} rows labelled, "
               f"{info['labels']:,} labels" if info["labeled_rows"] else "none")
     if info["top_labels"]:
-        labels += " (most: " + ", ".join(f"{_shown(k)} {v:,}"
+        labels += " (most: " + ", ".join(f"{shown_text(k)} {v:,}"
                                          for k, v in info["top_labels"].items()) + ")"
     lines = [
-        f"store {_shown(info['store'])}: {_shown(str(info['format']))} format "
-        f"{info['format_version']} (written by pairkit {_shown(str(info['pairkit_version']))}"
+        f"store {shown_text(info['store'])}: {shown_text(str(info['format']))} format "
+        f"{info['format_version']} (written by pairkit {shown_text(str(info['pairkit_version']))}"
         f"), content id {info['content_id']}",
         f"rows {info['rows']:,}: {info['sources']:,} sources, views {views}",
         f"vectors: dim {info['dim']}, {info['dtype']}"
         + (", L2-normalised" if info["normalized"] else ""),
-        f"encoder: {_shown(str(info['encoder']))}" + (f" ({extra})" if extra else ""),
+        f"encoder: {shown_text(str(info['encoder']))}" + (f" ({extra})" if extra else ""),
         *filter(None, [_projected_line(info.get("projected"))]),
         f"labels: {labels}",
         f"files: {info['shards']} shard{'s' if info['shards'] != 1 else ''}, "
@@ -183,12 +176,12 @@ def info_lines(info: dict[str, Any]) -> list[str]:
         + (f"; saved indexes: {', '.join(_index_names(info))}" if info["indexes"] else ""),
     ]
     if info["image_root"]:
-        lines.append(f"image root: {_shown(info['image_root'])}")
+        lines.append(f"image root: {shown_text(info['image_root'])}")
     if info["errors"]:
         lines.append(f"files that could not be embedded: {info['errors']:,} "
-                     f"({_shown(str(info['errors_file']))})")
-    lines.append(f"created {_shown(str(info['created']))}, "
-                 f"updated {_shown(str(info['updated']))}")
+                     f"({shown_text(str(info['errors_file']))})")
+    lines.append(f"created {shown_text(str(info['created']))}, "
+                 f"updated {shown_text(str(info['updated']))}")
     lines.append(f"checksums: {info['checksums']}")
     return lines
 

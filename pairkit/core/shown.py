@@ -1,5 +1,6 @@
-"""Numbers written for a person next to the limit they passed: never "3.5 > 3.5" or
-"50% ... (> 50%)" for a value a hair above its limit."""
+"""Values written for a person: numbers next to the limit they passed (never "3.5 > 3.5"
+or "50% ... (> 50%)" for a value a hair above its limit), and text from outside (a path, a
+label) with its control characters escaped."""
 
 from __future__ import annotations
 
@@ -34,3 +35,10 @@ def percent_above(share: float, limit: float) -> str:
         if float(text) > bound:
             return text + "%"
     return f"{share * 100!r}%"
+
+
+def shown_text(text: str) -> str:
+    """``text`` as printed for a person: as it is when printable, else quoted with its
+    control characters escaped (``ascii``), so a line break or an ESC in a path, a label
+    or a name never makes a line of its own or a terminal escape."""
+    return text if text.isprintable() else ascii(text)

@@ -459,3 +459,19 @@ def test_a_head_too_large_for_memory_is_one_line_naming_it(tmp_path):
         assert "does not fit in memory: lower --hidden or --out-dim" in r.stderr
         assert "internal error" not in r.stderr and len(r.stderr.splitlines()) == 1
         assert not (tmp_path / "h").exists()
+
+
+def test_project_summary_escapes_control_characters_in_its_paths(tmp_path):
+    """Found by a bug hunt: project's summary printed ``-o`` (and the head's path) as
+    typed, so a newline or ESC in them made lines of their own or terminal escapes."""
+    random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
+    head = tmp_path / "h\x1b[31m"
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(head),
+                            "--relation", "instance", "-q", *FAST])
+    assert r.exit_code == 0, r.stderr
+    out = tmp_path / "p\nerror: forged"
+    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(head),
+                            "-o", str(out)])
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr == (f"projected 20 rows 8->8 with head {ascii(str(head))} -> "
+                        f"{ascii(str(out))}\n")

@@ -371,3 +371,19 @@ def test_import_says_longdouble_values_overflow_float64_not_nan_or_inf(tmp_path)
     result = runner.invoke(app, args)
     assert result.exit_code == 1 and "error: 1 row contains NaN or inf (row 1);" in result.output
     assert not (tmp_path / "s").exists()
+
+
+def test_import_summary_escapes_control_characters_in_the_output_path(tmp_path):
+    """Found by a bug hunt: the summary printed ``-o`` as typed, so a path holding a
+    newline or ESC made lines of its own (``error: ...``) or terminal escapes."""
+    _write(tmp_path, np.eye(3, dtype=np.float32), pd.DataFrame({"path": list("abc")}))
+    out = tmp_path / "s\nerror: forged \x1b[2J"
+    result = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                                 str(tmp_path / "items.csv"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"imported 3 rows of dim 3 (L2-normalised) -> {ascii(str(out))}\n"
+    assert Store.open(out).count == 3
+    plain = tmp_path / "plain é"  # printable text stays as it is
+    result = runner.invoke(app, ["import", str(tmp_path / "emb.npy"), "--items",
+                                 str(tmp_path / "items.csv"), "-o", str(plain)])
+    assert result.stderr == f"imported 3 rows of dim 3 (L2-normalised) -> {plain}\n"
