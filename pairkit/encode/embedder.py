@@ -78,9 +78,7 @@ def embed_folder(cfg: EmbedConfig, hook: ProgressHook | None = None,
             f"{', '.join(sorted(IMAGE_EXTENSIONS))}){skipped}"
         )
     cfg_store = location(cfg.store)
-    labels, unlabeled = resolve_labels(cfg.labels, files, sources.root, sources.member_labels)
-    if (cfg.labels or sources.member_labels is not None) and unlabeled:
-        hook.note(f"{unlabeled} of {len(files)} images have no label")
+    labels, _ = resolve_labels(cfg.labels, files, sources.root, sources.member_labels)
     identity = embedding_identity(cfg)
     # torch loads (and the device resolves) only once there is something to embed: a rerun
     # with nothing to do, or another store's options, is told before (_embed_locked)
@@ -122,6 +120,8 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
         summary.skipped = skipped_files(errors)
         if writer is not None and writer.set_errors(errors):
             writer.commit()
+        if writer is not None:
+            _note_unlabelled(cfg, sources, labels, writer.items, hook)
         return summary
     from pairkit.core.threads import import_torch
 
@@ -177,7 +177,24 @@ def _embed_locked(cfg: EmbedConfig, hook: ProgressHook, sources: Sources,
     summary.seconds = time.perf_counter() - t0
     summary.store_rows = writer.count
     writer.update(last_run=run_record(cfg, summary))
+    _note_unlabelled(cfg, sources, labels, writer.items, hook)
     return summary
+
+
+def _note_unlabelled(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | None],
+                    items: Any, hook: ProgressHook) -> None:
+    """Note ``N of M images have no label`` when labels were asked for (``--labels``, or
+    the shards' own when some have one): M counts the images of this listing that are in
+    the store (``items``, its item table: embedded now or before), not the files that
+    failed to decode."""
+    if not (cfg.labels or sources.member_labels is not None):
+        return
+    stored = set(items["path"])
+    kept = [path for path in labels if path in stored]
+    missing = sum(labels[path] is None for path in kept)
+    # the shards' own labels: a listing without any label at all is not a labelled one
+    if missing and (cfg.labels is not None or missing < len(kept)):
+        hook.note(f"{missing} of {len(kept)} images have no label")
 
 
 class StoreOpener:

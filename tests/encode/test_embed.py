@@ -650,3 +650,23 @@ def test_resume_with_a_labels_table_of_the_new_images_only(image_folder, tmp_pat
     assert items.loc["class0/img2.jpg", "label"] == "cat"
     assert items.loc["class0/img0.jpg", "label"] == "cat"
     assert items.loc["class1/img0.jpg", "label"] == "dog"
+
+
+def test_no_label_warning_counts_only_the_images_embedded(image_folder, tmp_path):
+    """Found by a bug hunt: 'N of M images have no label' was counted over every file
+    listed, before decoding, so files that then failed to decode (skipped, not in the
+    store) were counted in both N and M."""
+    import shutil
+
+    shutil.copy(image_folder / "class0" / "img0.jpg", image_folder / "top.jpg")
+    (image_folder / "broken.png").write_bytes(b"not a png")  # unlabelled, then skipped
+    (image_folder / "class1" / "broken.jpg").write_bytes(b"not a jpeg")  # labelled, skipped
+    result = embed(image_folder, "-o", tmp_path / "s", "--labels", "folder")
+    assert result.exit_code == 0, result.output
+    assert "warning: 1 of 13 images have no label" in result.output, result.output
+    items = Store.open(tmp_path / "s").items
+    assert len(items) == 13 and int(items["label"].isna().sum()) == 1
+    # a rerun with nothing left to embed counts the store's images of the listing
+    result = embed(image_folder, "-o", tmp_path / "s", "--labels", "folder")
+    assert result.exit_code == 0, result.output
+    assert "1 of 13 images have no label" in result.output, result.output
