@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,11 +104,13 @@ def resolve_labels(
                 continue
         if is_missing_text(label):  # pandas' NA and "" too: no label, as in CSV
             continue
-        key, text = p.as_posix(), str(label)
+        key, text = _normal(p.as_posix()), str(label)
+        if key is None:  # leaves the image root (even to come back in by name)
+            continue
         if mapping.setdefault(key, text) != text:
             raise PairkitError(f"--labels {spec}: {key!a} is listed twice, labelled "
                                f"{mapping[key]!a} and {text!a}")
-    out = {f.path: mapping.get(f.path) for f in images}
+    out = {f.path: mapping.get(_normal(f.path) or f.path) for f in images}
     missing = sum(v is None for v in out.values())
     if images and missing == len(images) and len(table):
         first = str(table["path"].iloc[0])
@@ -116,6 +119,16 @@ def resolve_labels(
             f"are relative to {root}, e.g. {sorted(out)[0]!a}; the table's first is "
             f"{first!a})")
     return out, missing
+
+
+def _normal(path: str) -> str | None:
+    """``path`` (relative, '/'-separated) as ``posixpath.normpath`` spells it (``b/../b/x``,
+    ``./b//x``: ``b/x``), the one spelling a labels table's path and an image's are
+    matched by; None for a path that leaves the root (a leading ``..`` left) or names it."""
+    normal = posixpath.normpath(path)
+    if normal in (".", "..") or normal.startswith(("../", "/")):
+        return None
+    return normal
 
 
 def labels_kind(cfg: EmbedConfig, sources: Sources, labels: dict[str, str | None]) -> Any:

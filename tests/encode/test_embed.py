@@ -670,3 +670,28 @@ def test_no_label_warning_counts_only_the_images_embedded(image_folder, tmp_path
     result = embed(image_folder, "-o", tmp_path / "s", "--labels", "folder")
     assert result.exit_code == 0, result.output
     assert "1 of 13 images have no label" in result.output, result.output
+
+
+def test_labels_table_paths_are_normalised_and_kept_under_the_root(image_folder, tmp_path):
+    """Found by a bug hunt: a labels table's 'class0/../class0/img0.jpg' labelled nothing
+    (matched as written against the listing's 'class0/img0.jpg'). Both sides are now
+    normalised as posix paths; a path that leaves the image root labels nothing, even one
+    that comes back into it by name."""
+    table = pd.DataFrame({"path": ["class0/../class0/img0.jpg", "./class1//img1.png",
+                                   "class2/../../images/class2/img0.jpg"],
+                          "label": ["zero", "one", "two"]})
+    table.to_csv(tmp_path / "labels.csv", index=False)
+    result = embed(image_folder, "-o", tmp_path / "s", "--labels", tmp_path / "labels.csv")
+    assert result.exit_code == 0, result.output
+    assert "10 of 12 images have no label" in result.output
+    items = Store.open(tmp_path / "s").items.set_index("path")
+    assert items.loc["class0/img0.jpg", "label"] == "zero"
+    assert items.loc["class1/img1.png", "label"] == "one"
+    assert pd.isna(items.loc["class2/img0.jpg", "label"])
+    # one image under two spellings with two labels is listed twice
+    table = pd.DataFrame({"path": ["class0/img0.jpg", "class0/x/../img0.jpg"],
+                          "label": ["zero", "nought"]})
+    table.to_csv(tmp_path / "labels2.csv", index=False)
+    result = embed(image_folder, "-o", tmp_path / "s2", "--labels", tmp_path / "labels2.csv")
+    assert result.exit_code == 1
+    assert "'class0/img0.jpg' is listed twice, labelled 'zero' and 'nought'" in result.output
