@@ -20,6 +20,19 @@ if TYPE_CHECKING:
 PATH_SAMPLE = 256  # rows whose paths are compared with the store's
 
 
+def check_negative_columns(columns: list[str]) -> None:
+    """UsageError for a pair table holding both ``negative_id`` (triplet) and
+    ``negative_id_1..`` (n-tuple) columns: which negatives it means is ambiguous, so no
+    reader (train, report, PairImages) picks one of the two."""
+    cols = [str(c) for c in columns]
+    if "negative_id" in cols and any(re.fullmatch(r"negative_id_\d+", c) for c in cols):
+        from pairkit.errors import UsageError
+
+        raise UsageError("pair table has both negative_id (triplet) and negative_id_1.. "
+                         "(n-tuple) columns, so which negatives it means is ambiguous: keep "
+                         "one of the two")
+
+
 def item_columns(fmt: str, columns: list[str]) -> list[tuple[str, str | None]]:
     """(id column, path column or None) of every item a table names, anchor first."""
     cols = set(map(str, columns))

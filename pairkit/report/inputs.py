@@ -64,7 +64,10 @@ NEEDED = {"triplet": ("anchor_id", "positive_id", "negative_id"),
 
 def pair_format(columns: list[str]) -> str | None:
     """``triplet``, ``n-tuple``, ``labeled-pair``, ``dedup``, ``search`` or None from column
-    names."""
+    names; UsageError for one with both triplet and n-tuple negatives (ambiguous)."""
+    from pairkit.core.table_items import check_negative_columns
+
+    check_negative_columns(columns)
     cols = set(map(str, columns))
     if {"query", "query_kind", "rank", "id"} <= cols:
         return "search"

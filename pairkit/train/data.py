@@ -76,6 +76,9 @@ def _bool_column(df: pd.DataFrame, col: str) -> np.ndarray:
 
 def table_kind(df: pd.DataFrame) -> str:
     """``triplet``, ``n-tuple`` or ``labeled-pair`` from a table's columns."""
+    from pairkit.core.table_items import check_negative_columns
+
+    check_negative_columns(list(df.columns))
     cols = set(df.columns)
     if "negative_id" in cols:
         return "triplet"

@@ -44,6 +44,9 @@ def pair_examples(table: pd.DataFrame, keep_flagged: bool = False
     negatives may all go), an n-tuple row flagged in any slot is flagged as a whole. The
     mined positives' rows (``positive_kind`` ``mined``: extra positives of an anchor, with
     no negatives of their own) are left out."""
+    from pairkit.core.table_items import check_negative_columns
+
+    check_negative_columns(list(table.columns))
     cols = set(table.columns)
     if "positive_kind" in cols:
         table = table[table["positive_kind"].astype(str) != "mined"]

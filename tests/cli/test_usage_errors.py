@@ -340,3 +340,37 @@ def test_a_bad_device_names_the_option_once_in_every_command(store, tmp_path: Pa
     # a message that does not name its option still gets it
     r = runner.invoke(app, ["dedup", s, "--keep", "biggest"])
     assert error_lines(r.stderr)[0].startswith("error: --keep: 'biggest' is not one of")
+
+
+def test_a_pair_table_with_triplet_and_n_tuple_negatives_is_refused_as_ambiguous(
+        store, tmp_path: Path) -> None:
+    """Found by a bug hunt: a table with both a negative_id column and negative_id_1..N
+    columns was read as a triplet table (the n-tuple columns silently ignored) by train,
+    report and PairImages; it is refused in one line (exit 2) wherever pair tables are
+    read."""
+    import pandas as pd
+
+    from pairkit.errors import UsageError
+    from pairkit.train.pair_data import pair_examples
+    from tests.train.helpers import instance_triplets
+
+    table = instance_triplets(store, k=2)
+    table["negative_id_1"] = table["negative_id"]
+    table["negative_id_2"] = -1
+    table.to_csv(tmp_path / "mixed.csv", index=False)
+    table.to_parquet(tmp_path / "mixed.parquet", index=False)
+    want = ("error: pair table has both negative_id (triplet) and negative_id_1.. (n-tuple) "
+            "columns, so which negatives it means is ambiguous: keep one of the two")
+    runs = [["train", str(store.root), "--pairs", str(tmp_path / "mixed.csv"), "-o",
+             str(tmp_path / "h"), "--epochs", "1", "--device", "cpu"],
+            ["report", str(tmp_path / "mixed.csv"), "--store", str(store.root), "-o",
+             str(tmp_path / "r1")],
+            ["report", str(tmp_path / "mixed.parquet"), "--store", str(store.root), "-o",
+             str(tmp_path / "r2")]]
+    for args in runs:
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert [line for line in r.output.splitlines() if line.strip()] == [want], args
+    assert not any((tmp_path / name).exists() for name in ("h", "r1", "r2"))
+    with pytest.raises(UsageError, match="ambiguous"):
+        pair_examples(pd.read_csv(tmp_path / "mixed.csv"))
