@@ -154,14 +154,20 @@ def read_log(out: Path) -> list[dict[str, Any]]:
 
 
 def read_config(out: Path) -> dict[str, Any]:
-    """config.json of a head folder ({} when missing); PairkitError when unreadable."""
+    """config.json of a head folder ({} when missing); PairkitError when unreadable or
+    when it holds JSON that is no object (malformed: not a config lost to a kill)."""
     if not (out / CONFIG).is_file():
         return {}
     try:
         old = read_json_file(out / CONFIG, 16 << 20, "head config")
     except (OSError, PairkitError) as exc:
         raise PairkitError(f"--resume: {out / CONFIG} is unreadable ({exc})") from None
-    return old if isinstance(old, dict) else {}
+    if not isinstance(old, dict):
+        held = ("JSON null" if old is None else "a JSON " + {
+            list: "array", str: "string", bool: "boolean"}.get(type(old), "number"))
+        raise PairkitError(f"--resume: {out / CONFIG} is malformed: it holds {held}, not a "
+                           "JSON object: rerun without --resume (and with --force)")
+    return old
 
 
 def _now() -> str:

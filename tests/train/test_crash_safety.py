@@ -207,3 +207,23 @@ def test_a_missing_or_damaged_log_is_refused_by_resume_in_one_line(store, tmp_pa
     (head / "train_log.jsonl").write_text(log)
     result = train_head(store, head, TrainConfig(epochs=3, **FAST), resume=True)
     assert [r["epoch"] for r in result.records] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("text, held", [("[]", "a JSON array"), ("7", "a JSON number"),
+                                        ('"x"', "a JSON string"), ("null", "JSON null")])
+def test_a_config_that_is_no_object_is_refused_by_resume_not_taken_as_lost(
+        store, tmp_path, text, held):
+    """Found by a bug hunt: a head whose config.json held ``[]`` (not an object) was taken
+    by --resume as one whose config was lost (a kill while writing it): 'written now', the
+    file replaced. It is refused as malformed, in one line, exit 1 (a damaged file)."""
+    head = tmp_path / "head"
+    train_head(store, head, TrainConfig(epochs=1, **FAST))
+    (head / "config.json").write_text(text)
+    r = runner.invoke(app, ["train", str(store.root), "--relation", "instance", "-o", str(head),
+                            "--epochs", "1", "--batch-size", "16", "--head", "mlp",
+                            "--out-dim", "8", "--device", "cpu", "--resume", "-q"])
+    assert r.exit_code == 1, r.output
+    assert r.output.strip() == (
+        f"error: --resume: {head / 'config.json'} is malformed: it holds {held}, not a "
+        "JSON object: rerun without --resume (and with --force)")
+    assert (head / "config.json").read_text() == text
