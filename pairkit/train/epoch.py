@@ -96,8 +96,9 @@ def forward(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, rows: 
             autocast: Autocast) -> tuple[torch.Tensor, ...]:
     """Projected, normalised anchors (B, d), positives (B, d), negatives (B, K, d), their
     masks (a negative equal to its example's anchor or positive is not valid), the pairs'
-    groups (B, 2: the anchor's, the positive's) and the negatives' (B, K), and the
-    anchors' input rows normalised (B, d_in)."""
+    groups (B, 2: the anchor's, the positive's) and the negatives' (B, K), the
+    anchors' input rows normalised (B, d_in), and the store row of every output (2B + B K,:
+    anchors, positives, negatives; -1 for padding)."""
     import torch
 
     a_id = data.ids(pairs.anchor[rows])
@@ -124,7 +125,8 @@ def forward(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, rows: 
                             torch.from_numpy(index).to(data.device))
     neg_groups = data.groups[n_id.clamp(min=0)].to(data.device)
     xa = torch.nn.functional.normalize(x[:b].float(), dim=1)
-    return za, zp, zn, valid, attract & valid, groups, neg_groups, xa
+    rows_out = torch.cat([a_id, p_id, n_id.reshape(-1)])
+    return za, zp, zn, valid, attract & valid, groups, neg_groups, xa, rows_out
 
 
 def batches(n: int, batch_size: int) -> list[tuple[int, int]]:
@@ -172,9 +174,9 @@ def train_epoch(module: torch.nn.Module, optimizer: Any, scaler: Any, data: Devi
         lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        za, zp, zn, valid, attract, g, ng, xa = forward(module, data, pairs,
-                                                        np.arange(start, stop), autocast)
-        loss = batch_loss(cfg.loss, za, zp, zn, valid, attract, g, ng, xa)
+        za, zp, zn, valid, attract, g, ng, xa, ids = forward(module, data, pairs,
+                                                             np.arange(start, stop), autocast)
+        loss = batch_loss(cfg.loss, za, zp, zn, valid, attract, g, ng, xa, rows=ids)
         value = float(loss.detach())
         if not math.isfinite(value):
             raise PairkitError(

@@ -110,9 +110,10 @@ def evaluate(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, items
     with torch.no_grad():
         for start, stop in batches(len(pairs), cfg.batch_size):
             rows = np.arange(start, stop)
-            za, zp, zn, valid, attract, groups, neg_groups, xa = forward(
+            za, zp, zn, valid, attract, groups, neg_groups, xa, ids = forward(
                 module, data, pairs, rows, autocast)
-            loss = batch_loss(cfg.loss, za, zp, zn, valid, attract, groups, neg_groups, xa)
+            loss = batch_loss(cfg.loss, za, zp, zn, valid, attract, groups, neg_groups, xa,
+                              rows=ids)
             losses.append(float(loss))
             weights.append(stop - start)
             scores, pos, neg = build_candidates(za, zp, zn, valid, attract, groups)

@@ -109,8 +109,8 @@ def test_an_epoch_pushes_away_no_known_same_thing(tmp_path) -> None:
         e = epoch_pairs(rp, cfg, epoch)
         for start, stop in batches(len(e), cfg.batch_size):
             rows = np.arange(start, stop)
-            za, zp, zn, valid, attract, g, _, _ = forward(torch.nn.Identity(), data, e, rows,
-                                                          autocast)
+            za, zp, zn, valid, attract, g, *_ = forward(torch.nn.Identity(), data, e, rows,
+                                                        autocast)
             _, _, neg = build_candidates(za, zp, zn, valid, attract, g)
             b = len(rows)
             ga, gp = groups[e.anchor[rows]], groups[e.positive[rows]]

@@ -806,8 +806,8 @@ def test_the_logged_epoch_loss_is_the_mean_over_pairs(store, tmp_path, monkeypat
     seen: list[tuple[float, int]] = []
     real = epoch.batch_loss
 
-    def recorded(cfg, za, *rest):
-        loss = real(cfg, za, *rest)
+    def recorded(cfg, za, *rest, **more):
+        loss = real(cfg, za, *rest, **more)
         seen.append((float(loss.detach()), len(za)))
         return loss
 

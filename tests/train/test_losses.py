@@ -328,6 +328,65 @@ def test_batch_loss_supcon_uses_negatives_labels_and_flags():
     assert float(got) == pytest.approx(ref_supcon(z, y, 0.2, v), rel=1e-5)
 
 
+def test_supcon_a_row_twice_under_two_labels_is_no_negative_of_itself():
+    # views a (row 0, 0 deg) and v (row 1, 90 deg) of one unlabelled source under
+    # --relation label: groups of their own, 0 and 1; the pairs (a, v) and (v, a) put each
+    # row in the batch twice, once under each group. Before: a's copy under group 1 was a
+    # negative of a (its score 1/t in a's denominator). Now one row is one class: all four
+    # features are positives of each other. t = 1, L = log(2 + e) (every denominator:
+    # two at 90 deg, one copy):
+    a, v = unit(0), unit(90)
+    groups = torch.tensor([[0, 1], [1, 0]])
+    rows = torch.tensor([0, 1, 1, 0])               # anchors a, v; positives v, a
+    none = torch.zeros(2, 0, dtype=torch.bool)
+    got = batch_loss(LossConfig(name="supcon", temperature=1.0), torch.cat([a, v]),
+                     torch.cat([v, a]), torch.zeros(2, 0, 2), none, none, groups,
+                     torch.zeros(2, 0, dtype=torch.long), rows=rows)
+    log_den = math.log(2 + math.e)
+    # each row: -1/3 [(0 - L) + (0 - L) + (1 - L)]
+    assert float(got) == pytest.approx(log_den - 1 / 3, abs=1e-6)
+    # labels alone (no rows): the defect's value, each row's one positive at 90 deg
+    old = batch_loss(LossConfig(name="supcon", temperature=1.0), torch.cat([a, v]),
+                     torch.cat([v, a]), torch.zeros(2, 0, 2), none, none, groups,
+                     torch.zeros(2, 0, dtype=torch.long))
+    assert float(old) == pytest.approx(log_den, abs=1e-6)
+
+
+def test_supcon_row_classes_join_labels_through_shared_rows():
+    labels = torch.tensor([0, 1, 0, 1, 2, 2, 3, 4, 5])
+    rows = torch.tensor([0, 2, 2, 3, 4, 5, 7, 8, 0])
+    valid = torch.tensor([True] * 8 + [False])      # an invalid copy of row 0 joins nothing
+    got = supcon.row_classes(labels, rows, valid)
+    # 0 and 1 joined through row 2; 2, 3, 4 and 5 apart (5: only by an invalid feature)
+    assert got[:4].unique().numel() == 1
+    assert len({int(got[4]), int(got[6]), int(got[7]), int(got[8]), int(got[0])}) == 5
+    assert int(got[4]) == int(got[5])
+
+
+def test_supcon_of_a_batch_with_a_mined_positive_that_is_also_an_anchor():
+    # the training forward pass passes each feature's row: pairs (0 -> 2, a mined
+    # positive of another group), (2 -> 3, its view), (4 -> 5); row 2 comes twice,
+    # under groups 0 and 1, so {0, 2, 3} is one class and {4, 5} another
+    from pairkit.train.data import PairArrays
+    from pairkit.train.epoch import DeviceData, forward, make_autocast
+
+    vectors = unit(0, 200, 60, 90, 180, 150).numpy()
+    groups = np.array([0, 9, 1, 1, 2, 2])
+    data = DeviceData(vectors, groups, torch.device("cpu"), streaming=False)
+    pairs = PairArrays(np.array([0, 2, 4]), np.array([2, 3, 5]), np.full((3, 0), -1),
+                       np.zeros((3, 0), bool))
+    out = forward(torch.nn.Identity(), data, pairs, np.arange(3),
+                  make_autocast(torch.device("cpu"), None))
+    za, zp, zn, valid, attract, g, ng, xa, rows = out
+    assert rows.tolist() == [0, 2, 4, 2, 3, 5]
+    got = batch_loss(LossConfig(name="supcon", temperature=0.5, keep_input=0.0), za, zp, zn,
+                     valid, attract, g, ng, xa, rows=rows)
+    z = torch.cat([za, zp])
+    assert float(got) == pytest.approx(ref_supcon(z, [0, 0, 2, 0, 0, 2], 0.5), rel=1e-5)
+    # before: labels by the pairs' anchors, [0, 1, 2, 0, 1, 2]: row 2's copy a negative
+    assert float(got) != pytest.approx(ref_supcon(z, [0, 1, 2, 0, 1, 2], 0.5), rel=1e-3)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"name": "nope"}, "--loss must be one of"),
     ({"temperature": 0.0}, "--temperature must be > 0, got 0.0"),

@@ -84,6 +84,7 @@ def batch_loss(
     groups: torch.Tensor,
     neg_groups: torch.Tensor,
     inputs: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The loss of one batch: anchors/positives (B, d), negatives (B, K, d), masks (B, K).
 
@@ -92,7 +93,9 @@ def batch_loss(
     K): of each negative (used by supcon, where features of one group are positives). The chosen
     contrastive loss, plus, with ``cfg.keep_input`` > 0, that weight times the term that
     keeps the input's neighbourhoods (:mod:`pairkit.train.losses.keep_input`; ``inputs``:
-    the anchors' input rows, (B, d_in) L2-normalised).
+    the anchors' input rows, (B, d_in) L2-normalised). ``rows`` (2B + B K,): the store row
+    of each anchor, positive and negative (supcon: a row in the batch twice under two
+    groups is one class, never a negative of itself).
     """
     import torch
 
@@ -128,7 +131,7 @@ def batch_loss(
         valid = torch.cat([torch.ones(2 * b, dtype=torch.bool, device=anchors.device),
                            neg_valid.reshape(-1)])
         loss = supcon.compute_loss_from_embeddings(features, labels, valid,
-                                                   temperature=cfg.temperature)
+                                                   temperature=cfg.temperature, rows=rows)
     if cfg.keep_input > 0 and inputs is not None:
         loss = loss + cfg.keep_input * keep_input.compute_loss_from_embeddings(
             inputs, anchors, input_temperature=cfg.keep_input_temperature,
