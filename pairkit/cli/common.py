@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, allocation_failed, is_cuda_oom, out_of_memory_message
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -76,8 +76,8 @@ def user_errors() -> Iterator[None]:
         yield
     except PairkitError as exc:
         raise fail(str(exc), getattr(exc, "exit_code", 1)) from None
-    except MemoryError:
-        raise fail("out of memory: try a smaller --batch-size or a smaller input") from None
+    except MemoryError as exc:
+        raise fail(out_of_memory_message(exc)) from None
     except KeyboardInterrupt:
         raise fail("interrupted", 130) from None
     except BrokenPipeError:
@@ -88,8 +88,10 @@ def user_errors() -> Iterator[None]:
         message = os_error_message(exc)
         raise (fail(message) if message else _internal(exc)) from None
     except Exception as exc:
-        if _is_cuda_oom(exc):
+        if is_cuda_oom(exc):
             raise fail("CUDA out of memory: try a smaller --batch-size") from None
+        if allocation_failed(exc):  # torch's CPU allocator raises a RuntimeError
+            raise fail(out_of_memory_message(exc)) from None
         raise _internal(exc) from None
 
 
@@ -110,9 +112,6 @@ def _internal(exc: Exception) -> typer.Exit:
         "(rerun with PAIRKIT_DEBUG=1 for the traceback and report it)"
     )
 
-
-def _is_cuda_oom(exc: BaseException) -> bool:
-    return type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(exc)
 
 
 def one_line(exc: Any) -> str:

@@ -131,6 +131,30 @@ def check_head_dims(cfg: TrainConfig, in_dim: int) -> None:
                          f"{spec.out_dim} output dims: give {spec.out_dim} or fewer, or all")
 
 
+def check_whitening_memory(cfg: TrainConfig, out_dim: int) -> None:
+    """UsageError when the pair whitening ``cfg`` asks for (on by default) of the head's
+    ``out_dim`` outputs needs more memory than the host has available
+    (:func:`pairkit.train.pair_whitening.fit_memory`, :func:`pairkit.core.memory
+    .available_memory`): it is fitted after the last epoch, and running out there would
+    come after the whole training."""
+    from pairkit.core.memory import available_memory
+    from pairkit.train.pair_whitening import fit_memory
+
+    dims = cfg.pair_dims()
+    if not dims:
+        return
+    need = fit_memory(out_dim, dims)
+    available = available_memory()
+    if available is None or need <= available:
+        return
+    flag = ("--pair-whitening all (the default)" if cfg.pair_whitening is None else
+            f"--pair-whitening {cfg.pair_whitening}")
+    raise UsageError(f"{flag} of the head's {out_dim:,} output dims needs about "
+                     f"{need / 2**30:,.1f} GiB of memory ({out_dim:,} x {out_dim:,} matrices) "
+                     f"and {available / 2**30:,.1f} GiB is available: lower --out-dim, or "
+                     "pass --pair-whitening 0 (none)")
+
+
 def head_spec(cfg: TrainConfig, in_dim: int) -> HeadSpec:
     """The head architecture ``cfg`` asks for on ``in_dim``-dim vectors (defaults filled in)."""
     kind = cfg.head or ("residual" if cfg.out_dim in (None, in_dim) else "mlp")

@@ -19,12 +19,13 @@ import numpy as np
 
 from pairkit.core.devices import autocast_dtype, resolve_device, resolve_precision
 from pairkit.core.lock import writer_lock
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, allocation_failed
 from pairkit.train.config import (
     TrainConfig,
     TrainHook,
     TrainResult,
     check_head_dims,
+    check_whitening_memory,
     head_spec,
 )
 from pairkit.train.epoch import batches, device_data, lr_at, make_autocast, train_epoch
@@ -118,6 +119,8 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
                            + (f" (hidden {spec.hidden})" if spec.hidden else "")
                            + f" of {head_parameters(spec):,} parameters does not fit in "
                            "memory: lower --hidden or --out-dim") from None
+    if (~pairs.val_mask).sum() >= MIN_CENTRED_ROWS:  # else no whitening is fitted
+        check_whitening_memory(cfg, spec.out_dim)  # refused now, not after the epochs
     optimizer = AdamW(module.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
 
@@ -185,17 +188,21 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
             stopped = "collapse" if cfg.stop_on_collapse else None
             note(collapse_note(record, cfg.stop_on_collapse))
         last = epoch + 1 == cfg.epochs
+        saved = (module, optimizer, scaler, records, step, run_id, cfg.epochs)
         # fitted once, on the last epoch's outputs (an eigen solve of the output dim's
         # covariance: seconds at 1,280 dims; an unfinished head has none)
-        whitening = (fitted_whitening(module, data, pairs, white_rows, cfg, spec.out_dim)
-                     if last else None)
-        saved = (module, optimizer, scaler, records, step, run_id, cfg.epochs,
-                 config(epoch + 1, last, stopped, whitening), whitening)
-        if replaced:  # the old head stays until this first save is whole
-            save_replacing(out, replaced, save_epoch, *saved)
-            replaced = set()
-        else:
-            save_epoch(out, *saved)
+        try:
+            whitening = (fitted_whitening(module, data, pairs, white_rows, cfg, spec.out_dim)
+                         if last else None)
+        except (MemoryError, RuntimeError) as exc:
+            if not allocation_failed(exc):
+                raise
+            # the epochs are kept, unfinished: --resume fits another whitening (or none)
+            save_run_epoch(out, replaced, *saved, config(epoch + 1, False, stopped, None),
+                           None)
+            raise PairkitError(whitening_oom(cfg, spec.out_dim, epoch + 1, out)) from None
+        replaced = save_run_epoch(out, replaced, *saved,
+                                  config(epoch + 1, last, stopped, whitening), whitening)
         if hook is not None:
             hook.epoch_done(record)
         if last or stopped is not None:
@@ -206,12 +213,31 @@ def _train_locked(store: Store, out: Path, cfg: TrainConfig, *,
                   mined_positives=0 if pairs.mined is None else pairs.mined.total)
 
 
-def allocation_failed(exc: BaseException) -> bool:
-    """Whether ``exc`` is an allocation that failed: a MemoryError, CUDA's out of memory,
-    or torch's CPU allocator (a RuntimeError)."""
-    text = str(exc)
-    return (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
-            or "can't allocate memory" in text or "out of memory" in text)
+def save_run_epoch(out: Path, replaced: set[str], *saved: Any) -> set[str]:
+    """:func:`save_epoch` of ``saved``; the first save over an old head (``replaced``:
+    its files) through :func:`save_replacing`, so the old head stays until it is whole.
+    Returns what is left to replace (nothing after a save)."""
+    if replaced:
+        save_replacing(out, replaced, save_epoch, *saved)
+    else:
+        save_epoch(out, *saved)
+    return set()
+
+
+def whitening_oom(cfg: TrainConfig, out_dim: int, epochs: int, out: Path) -> str:
+    """The message of a whitening that ran out of memory after ``epochs`` were trained and
+    saved: which whitening, and how to finish the head without training again."""
+    if cfg.pair_dims():
+        what = ("pair whitening (--pair-whitening "
+                f"{'all' if cfg.pair_whitening is None else cfg.pair_whitening})")
+        instead = "--pair-whitening 0 (none) or fewer dims"
+    else:
+        what = f"output whitening (--whiten {cfg.whiten:g})"
+        instead = "--whiten 0 --pair-whitening 0 (none)"
+    trained = f"{epochs} trained epoch{'s are' if epochs != 1 else ' is'}"
+    return (f"out of memory fitting the {what} of the head's {out_dim:,} output dims: its "
+            f"{trained} saved in {out}; finish the head without training again: rerun with "
+            f"--resume and {instead}")
 
 
 def head_parameters(spec: Any) -> int:

@@ -45,6 +45,17 @@ DIMS = 128  # components kept (all when the head's outputs have no more)
 MAX_PAIRS = 200_000  # pairs of each kind the covariances are computed on (seeded sample)
 BLOCK = 8192  # pairs per block of a covariance sum
 SAMPLE_STREAM = (53, 9)  # the sample's random stream, after the run's seed
+# d x d float64 matrices held at once at the peak of fit_pair_whitening (C_S, its shrunk
+# copy, eigh's copy, workspace and vectors): peak RSS measured at d = 2,000 and 4,000,
+# 5.1-5.2 of them with every direction kept, 8.1-8.8 rotated onto fewer dims
+PEAK_MATRICES = 5
+PEAK_MATRICES_ROTATED = 8
+
+
+def fit_memory(d: int, dims: int) -> int:
+    """Bytes that :func:`fit_pair_whitening` of ``d``-dim outputs onto ``dims`` holds at
+    its peak (the outputs themselves not counted)."""
+    return (PEAK_MATRICES if dims >= d else PEAK_MATRICES_ROTATED) * 8 * d * d
 
 
 def difference_covariance(z: np.ndarray, pairs: np.ndarray,

@@ -262,6 +262,15 @@ def test_docs_index_names_the_build_options_mine_has() -> None:
     (MemoryError(), 1, "error: out of memory: try a smaller --batch-size or a smaller input"),
     (RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"), 1,
      "error: CUDA out of memory: try a smaller --batch-size"),
+    (MemoryError("Unable to allocate 11.9 GiB for an array with shape (40000, 40000) and "
+                 "data type float64"), 1,
+     "error: out of memory: can't allocate 11.9 GiB: try a smaller --batch-size or a "
+     "smaller input"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                  "allocate memory: you tried to allocate 1073741824 bytes. Error code 12 "
+                  "(Cannot allocate memory)"), 1,
+     "error: out of memory: can't allocate 1.0 GiB: try a smaller --batch-size or a "
+     "smaller input"),
 ])
 def test_unexpected_failures_are_one_line_with_their_exit_code(raised, code, line, capsys,
                                                                monkeypatch) -> None:

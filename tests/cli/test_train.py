@@ -475,3 +475,75 @@ def test_project_summary_escapes_control_characters_in_its_paths(tmp_path):
     assert r.exit_code == 0, r.stderr
     assert r.stderr == (f"projected 20 rows 8->8 with head {ascii(str(head))} -> "
                         f"{ascii(str(out))}\n")
+
+
+def test_a_pair_whitening_too_large_for_memory_is_refused_before_training(tmp_path,
+                                                                          monkeypatch):
+    """Found by reading the code (2026-12-07): train --head mlp --out-dim 40000 trained
+    every epoch, then the default pair whitening built 40,000 x 40,000 float64 matrices
+    (about 5 of them at its peak, 64 GB) and ran out of memory: the run was lost. Now
+    refused before the first epoch (exit 2, one line, no head folder), naming the option
+    and the memory needed against the memory available (8 GiB here, monkeypatched)."""
+    import pairkit.core.memory as memory
+
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**30)
+    random_store(tmp_path / "s", n_sources=20, views=2, dim=8)  # 40 rows: whitened
+    base = ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"), "--relation",
+            "instance", "--device", "cpu", "--epochs", "1"]
+    # 5 x 8 x 40,000^2 bytes = 59.6 GiB; rotated onto 128 dims, 8 matrices: 95.4 GiB
+    for args, want in (
+            (["--head", "mlp", "--out-dim", "40000"],
+             "error: --pair-whitening all (the default) of the head's 40,000 output dims "
+             "needs about 59.6 GiB of memory (40,000 x 40,000 matrices) and 8.0 GiB is "
+             "available: lower --out-dim, or pass --pair-whitening 0 (none)"),
+            (["--head", "linear", "--out-dim", "40000", "--pair-whitening", "128"],
+             "error: --pair-whitening 128 of the head's 40,000 output dims needs about "
+             "95.4 GiB of memory (40,000 x 40,000 matrices) and 8.0 GiB is available: "
+             "lower --out-dim, or pass --pair-whitening 0 (none)")):
+        r = runner.invoke(app, [*base, *args])
+        assert r.exit_code == 2, r.stderr
+        assert r.stderr == want + "\n"
+        assert not (tmp_path / "h").exists()
+    # without the whitening the same head trains; a small head is not refused either
+    r = runner.invoke(app, [*base, "--head", "mlp", "--out-dim", "40000",
+                            "--pair-whitening", "0"])
+    assert r.exit_code == 0, r.stderr
+    r = runner.invoke(app, [*base, "-o", str(tmp_path / "h2"), "--head", "mlp",
+                            "--out-dim", "1000"])    # 38 MB
+    assert r.exit_code == 0, r.stderr
+    # under 32 training rows no whitening is fitted (it centres on their mean): no check
+    random_store(tmp_path / "s16", n_sources=8, views=2, dim=8)
+    r = runner.invoke(app, ["train", str(tmp_path / "s16"), "-o", str(tmp_path / "h3"),
+                            *base[4:], "--head", "mlp", "--out-dim", "40000"])
+    assert r.exit_code == 0, r.stderr
+
+
+def test_an_allocation_failure_in_torch_is_out_of_memory_in_one_line(tmp_path, monkeypatch):
+    """Found by reading the code (2026-12-07): torch's CPU allocator failing raises a
+    RuntimeError ("DefaultCPUAllocator: can't allocate memory"), which ended in "error:
+    internal error: RuntimeError: [enforce fail at alloc_cpu.cpp:127] ... (rerun with
+    PAIRKIT_DEBUG=1 ... and report it)"; a torch.OutOfMemoryError of no CUDA allocation
+    was called "CUDA out of memory". Now one "out of memory" line, exit 1."""
+    import torch
+
+    import pairkit.train.loop as loop
+
+    random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
+    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
+                       "can't allocate memory: you tried to allocate 12884901888 bytes. "
+                       "Error code 12 (Cannot allocate memory)")
+    for raised, want in (
+            (cpu, "error: out of memory: can't allocate 12.0 GiB: try a smaller "
+                  "--batch-size or a smaller input"),
+            (torch.OutOfMemoryError("out of memory"),
+             "error: out of memory: try a smaller --batch-size or a smaller input"),
+            (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+             "error: CUDA out of memory: try a smaller --batch-size")):
+        def fails(*args, raised=raised, **kwargs):
+            raise raised
+
+        monkeypatch.setattr(loop, "train_head", fails)
+        r = runner.invoke(app, ["train", str(tmp_path / "s"), "-o", str(tmp_path / "h"),
+                                "--relation", "instance", "--device", "cpu"])
+        assert r.exit_code == 1, r.stderr
+        assert r.stderr == want + "\n"

@@ -892,3 +892,41 @@ def test_evaluate_scores_by_hand():
     assert got["pos_score"] == pytest.approx(np.mean(pos), abs=1e-6)
     assert got["neg_score"] == pytest.approx(np.mean(neg), abs=1e-6)
     assert got["gap"] == pytest.approx(np.mean(pos) - np.mean(neg), abs=1e-6)
+
+
+def test_the_trained_epochs_are_saved_when_the_whitening_runs_out_of_memory(store, tmp_path,
+                                                                          monkeypatch):
+    """Found by reading the code (2026-12-07): the whitening is fitted after the last
+    epoch, before that epoch is saved, so running out of memory there lost the epoch (all
+    of a one-epoch run). Now the trained epochs are saved (config.json: not complete, no
+    whitening), the error says so in one line, and --resume with another
+    --pair-whitening (not in the run's fingerprint) finishes the head without training."""
+    import pairkit.train.loop as loop
+
+    real = loop.fitted_whitening
+    cfg = TrainConfig(relation="instance", **FAST)
+    want = train_head(store, tmp_path / "ref", cfg)
+
+    def fails(*args, **kwargs):
+        raise MemoryError("Unable to allocate 11.9 GiB for an array with shape "
+                          "(40000, 40000) and data type float64")
+
+    monkeypatch.setattr(loop, "fitted_whitening", fails)
+    with pytest.raises(PairkitError) as info:
+        train_head(store, tmp_path / "h", cfg)
+    assert str(info.value) == (
+        f"out of memory fitting the pair whitening (--pair-whitening all) of the head's 8 "
+        f"output dims: its 2 trained epochs are saved in {tmp_path / 'h'}; finish the head "
+        "without training again: rerun with --resume and --pair-whitening 0 (none) or "
+        "fewer dims")
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert config["epochs_done"] == 2 and config["complete"] is False
+    assert config["whitening"] is None and not (tmp_path / "h" / "whitening.safetensors").exists()
+    assert same_weights(tmp_path / "h", tmp_path / "ref")
+    monkeypatch.setattr(loop, "fitted_whitening", real)
+    done = train_head(store, tmp_path / "h", TrainConfig(relation="instance", pair_whitening=0,
+                                                          **FAST), resume=True)
+    assert len(done.records) == 2 and not done.whitened
+    assert json.loads((tmp_path / "h" / "config.json").read_text())["complete"] is True
+    assert same_weights(tmp_path / "h", tmp_path / "ref")
+    assert want.whitened  # the reference, with its memory, was whitened
