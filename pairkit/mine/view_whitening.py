@@ -89,9 +89,9 @@ def view_whitened_rows(vectors: Any, sources: np.ndarray, dims: int = 128, *,
     for s in range(0, len(pairs), BLOCK):
         p = pairs[s : s + BLOCK]
         rows, at = np.unique(p, return_inverse=True)
-        block = np.asarray(x[rows], dtype=np.float32) @ comps  # the mean cancels
+        block = np.asarray(x[rows], dtype=np.float32)
         at = at.reshape(p.shape)
-        diff[s : s + len(p)] = block[at[:, 0]].astype(np.float64) - block[at[:, 1]]
+        diff[s : s + len(p)] = (block[at[:, 0]] - block[at[:, 1]]) @ comps  # the mean cancels
     shrink = ledoit_wolf_shrinkage(diff)
     cov = diff.T @ diff / len(diff)
     scale = float(np.trace(cov)) / len(cov)
@@ -103,7 +103,7 @@ def view_whitened_rows(vectors: Any, sources: np.ndarray, dims: int = 128, *,
     white = (vecs * values ** -0.5) @ vecs.T  # C_S^(-1/2), (width, width)
     z = fit.astype(np.float64) @ white
     z -= z.mean(axis=0)
-    _, _, vt = np.linalg.svd(z, full_matrices=False)
-    keep = min(dims, vt.shape[0])
-    projection = comps.astype(np.float64) @ white @ vt[:keep].T  # (d, dims)
+    spread, axes = np.linalg.eigh(z.T @ z)  # the whitened sample's principal axes
+    keep = axes[:, np.argsort(spread)[::-1][: min(dims, len(spread))]]
+    projection = comps.astype(np.float64) @ white @ keep  # (d, dims)
     return projected_rows(x, mean, np.ascontiguousarray(projection, dtype=np.float32))
