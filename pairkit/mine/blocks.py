@@ -18,6 +18,7 @@ from pairkit.core.pairs import MinedPairs
 from pairkit.core.store_rows import StoreRows
 from pairkit.index.search import row_dots
 from pairkit.mine.config import MineConfig
+from pairkit.mine.easy_left import nothing_left
 from pairkit.mine.group_skip import search_skipping, skipped_groups
 from pairkit.mine.selection import (
     CANDIDATE_CODES,
@@ -273,6 +274,10 @@ def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
                 s, i, exh = fetch_candidates(st, rows, k)
                 block = select_negatives(st.ctx, rows, st.anchors[rows], i, s,
                                          st.ref[rows - p0], exh | (k >= st.k_cap), cfg.hard)
+                if (not cfg.hard and block.short.any() and k < st.k_cap
+                        and 4 * k >= len(st.ctx.vectors)):  # next: more draws than rows
+                    block.short &= ~nothing_left(st.ctx, rows, st.anchors[rows], block,
+                                                 st.ref[rows - p0], cfg.max_k_entries)
                 done = ~block.short
                 collect(part, block.take(done), rows[done] - b0, st.hi, cfg, st.keep_flags,
                         attract)

@@ -328,6 +328,47 @@ def test_easy_negatives_under_the_label_relation_draw_what_they_need(monkeypatch
         np.testing.assert_array_equal(getattr(res.pairs, name), getattr(deep.pairs, name))
 
 
+@pytest.mark.parametrize("mode", ["eliminate", "attract"])
+@pytest.mark.parametrize("passing", [(), (7, 100, 101, 250)])
+def test_easy_negatives_stop_drawing_once_no_undrawn_row_could_pass(
+        mode: str, passing: tuple[int, ...]) -> None:
+    """Found by a mine bug hunt (2026-12-07): under a false-negative filter that nothing
+    (or almost nothing) passes, every easy anchor drew again 4x as many until 16 x N
+    draws (k 6,400 on 400 rows; 75 s on 2,000 rows). Once the next draws would be more
+    than the rows, an anchor whose unmet rows are all invalid stops: its later draws
+    could only meet those rows. The negatives (and attracted rows) are still the first
+    valid (flagged) rows of its 16 x N draws, in the order they are met."""
+    n, K = 400, 5
+    x = np.random.default_rng(0).normal(size=(n, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    items = pd.DataFrame({"path": [f"{i}" for i in range(n)],
+                          "source": [f"s{i // 2}" for i in range(n)]})
+    rel = build_relation("instance", items)
+    src = np.arange(n) // 2
+    seen = {"judged": 0}
+
+    def flag_all_but(anchors, cand, scores, ref, positives):  # noqa: ANN001, ANN202
+        seen["judged"] += int((cand >= 0).sum())
+        flags = (cand >= 0) & ~np.isin(cand, passing)
+        return flags, np.where(flags, "all", None)
+
+    cfg = MineConfig(hard=False, num_negatives=K, seed=1, fn_mode=mode)
+    res = mine_negatives(x, src, rel, cfg, fn_filter=flag_all_but)
+    if not passing:  # (a row that passes, not met yet, is still drawn for)
+        assert res.k_max <= n  # 16 x 400 = 6,400 before
+        assert seen["judged"] < 2 * n * n  # 7,600 x 400 = 3.0 M before
+    p = res.pairs
+    for i, a in enumerate(p.anchors):
+        draws = selection.drop_repeats(selection.easy_candidates(
+            np.array([a]), 16 * n, n, cfg.seed))[0]
+        met = [int(j) for j in draws if j >= 0]
+        want = [j for j in met if j in passing and src[j] != src[a]][:K]
+        assert [int(v) for v in p.neg_ids[i] if v >= 0] == want
+        if mode == "attract":  # the first K flagged rows its draws met are attracted
+            flagged = [j for j in met if j not in passing and src[j] != src[a]][:K]
+            assert [int(v) for v in p.fn_ids[p.fn_rows == i]] == flagged
+
+
 def test_fn_filter_hook_eliminate_keep_attract(store) -> None:
     x = store.vectors(np.float32)
     rel = build_relation("instance", store.items)
