@@ -481,11 +481,13 @@ def add_mined_positives(table: pd.DataFrame, fmt: str, anchors: np.ndarray,
     return out.iloc[order].reset_index(drop=True)
 
 
-def integer_ids(raw: pd.Series, column: str, allow_missing: bool) -> np.ndarray:
+def integer_ids(raw: pd.Series, column: str, allow_missing: bool,
+                table: str = "pair table") -> np.ndarray:
     """A pair-table id column as int64 (n,): with ``allow_missing`` an empty cell is -1 (no
     negative there). A value that is not a whole number (``'oops'``, ``1.5``, or an empty
     cell where an id is required) is a PairkitError naming the column and row, the same in
-    train and report."""
+    train and report; ``table`` is the kind of table the message names (``dedup table``,
+    ``search table``)."""
     import pandas as pd
 
     values = pd.to_numeric(raw, errors="coerce")
@@ -504,12 +506,12 @@ def integer_ids(raw: pd.Series, column: str, allow_missing: bool) -> np.ndarray:
     bad = values.isna() | (values != values.round())
     if bool(bad.any()):
         row, value = first(bad)
-        raise PairkitError(f"pair table: column {column} must hold integer ids, got "
+        raise PairkitError(f"{table}: column {column} must hold integer ids, got "
                            f"{value!a} (row {row})")
     # past int64 (or infinite) the cast would wrap to -2**63 with numpy's warning
     huge = values.abs() >= 2.0**63
     if bool(huge.any()):
         row, value = first(huge)
-        raise PairkitError(f"pair table: column {column} holds {value!a} (row {row}), not a "
+        raise PairkitError(f"{table}: column {column} holds {value!a} (row {row}), not a "
                            "store row id")
     return values.to_numpy(dtype=np.int64)

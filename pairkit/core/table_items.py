@@ -102,7 +102,7 @@ def table_mismatch(table: pd.DataFrame, fmt: str, store: Store,
     sample = path_sample(len(table))
     columns = apart.columns if apart is not None else list(table.columns)
     for id_col, path_col in item_columns(fmt, columns):
-        ids = item_ids(table, id_col)
+        ids = item_ids(table, id_col, fmt)
         valid = ids[ids >= 0]
         if len(valid) and int(valid.max()) >= store.count:
             return (f"{id_col} {int(valid.max())} is not a row of store {store.root} "
@@ -127,9 +127,11 @@ def table_mismatch(table: pd.DataFrame, fmt: str, store: Store,
     return None
 
 
-def item_ids(table: pd.DataFrame, column: str) -> np.ndarray:
-    """Integer ids of a column; empty cells (a missing negative) are -1; a value that is
-    not a whole number is refused as ``train`` refuses it (not cut to one)."""
+def item_ids(table: pd.DataFrame, column: str, fmt: str) -> np.ndarray:
+    """Integer ids of a column of a ``fmt`` table; empty cells (a missing negative) are -1;
+    a value that is not a whole number is refused as ``train`` refuses it (not cut to one),
+    naming the kind of table (``dedup table``, ``search table``, else ``pair table``)."""
     from pairkit.core.pairs import integer_ids
 
-    return integer_ids(table[column], column, allow_missing=True)
+    kind = f"{fmt} table" if fmt in ("dedup", "search") else "pair table"
+    return integer_ids(table[column], column, allow_missing=True, table=kind)

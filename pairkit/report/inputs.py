@@ -205,9 +205,10 @@ def _table_input(spec: str, path: Path | None) -> ReportInput:
 
         # a search table's empty id is a padding row (no hit); 7.5 or 'abc' is refused,
         # with a store or without, as a pair table's (not cut to 7, nor dropped)
-        integer_ids(table["id"], "id", allow_missing=fmt == "search")
+        kind = f"{fmt} table"
+        integer_ids(table["id"], "id", allow_missing=fmt == "search", table=kind)
         if fmt == "dedup":  # nor is a group 1.5 cut to group 1, nor 'x' or -3 dropped
-            groups = integer_ids(table["group"], "group", allow_missing=False)
+            groups = integer_ids(table["group"], "group", allow_missing=False, table=kind)
             if (groups < 0).any():
                 row = int((groups < 0).argmax())
                 raise PairkitError(f"{name}: column group holds a negative number, "

@@ -109,17 +109,22 @@ def test_read_input_kinds(tmp_path, small_store):
      and p / "s.csv", "search tables need column score"),
     # ... and an empty id of dedup groups showed the store's last row as the copy
     (lambda p: (p / "d.csv").write_text("group,id,path,keep\n0,3,a.png,True\n0,,b.png,False\n")
-     and p / "d.csv", "column id must hold integer ids"),
+     and p / "d.csv", "^dedup table: column id must hold integer ids, got nan .row 1.$"),
+    # found by a bug hunt (2026-12-07): the refusals of dedup and search tables said
+    # "pair table: column id ..."; they name the kind of table read
+    (lambda p: (p / "s.csv").write_text(
+        "query,query_kind,rank,id,score\nid:5,item,0,abc,0.5\n") and p / "s.csv",
+     "^search table: column id must hold integer ids, got 'abc' .row 0.$"),
     # found by a bug hunt (2026-12-07): a group that is no whole number was cut (1.5 joined
     # group 1), and 'x', an empty cell or 1e30 (wrapped below 0) dropped its row from the
     # page and the counts, silently
     *[(lambda p, g=g: (p / "g.csv").write_text(
         f"group,id,path,keep\n0,3,a.png,True\n{g},4,b.png,False\n") and p / "g.csv",
        message) for g, message in (
-        ("1.5", "column group must hold integer ids, got 1.5 .row 1."),
-        ("x", "column group must hold integer ids, got 'x' .row 1."),
-        ("", "column group must hold integer ids, got nan .row 1."),
-        ("1e30", "column group holds 1e.30 .row 1., not"),
+        ("1.5", "dedup table: column group must hold integer ids, got 1.5 .row 1."),
+        ("x", "dedup table: column group must hold integer ids, got 'x' .row 1."),
+        ("", "dedup table: column group must hold integer ids, got nan .row 1."),
+        ("1e30", "dedup table: column group holds 1e.30 .row 1., not"),
         # ... and a negative group dropped its row the same way
         ("-3", "column group holds a negative number, -3 .row 1.: groups are 0, 1, ..."))],
 ])
