@@ -207,12 +207,14 @@ def _table_input(spec: str, path: Path | None) -> ReportInput:
         # with a store or without, as a pair table's (not cut to 7, nor dropped)
         kind = f"{fmt} table"
         integer_ids(table["id"], "id", allow_missing=fmt == "search", table=kind)
-        if fmt == "dedup":  # nor is a group 1.5 cut to group 1, nor 'x' or -3 dropped
-            groups = integer_ids(table["group"], "group", allow_missing=False, table=kind)
-            if (groups < 0).any():
-                row = int((groups < 0).argmax())
-                raise PairkitError(f"{name}: column group holds a negative number, "
-                                   f"{int(groups[row])} (row {row}): groups are 0, 1, ...")
+        # nor is a group or rank 1.5 cut to 1, nor 'x' or -3 dropped (a group) or shown
+        column, numbers = (("group", "groups are 0, 1, ...") if fmt == "dedup" else
+                           ("rank", "ranks are 0, 1, ... (0 = nearest)"))
+        values = integer_ids(table[column], column, allow_missing=False, table=kind)
+        if (values < 0).any():
+            row = int((values < 0).argmax())
+            raise PairkitError(f"{name}: column {column} holds a negative number, "
+                               f"{int(values[row])} (row {row}): {numbers}")
     kind = fmt if fmt in ("dedup", "search") else "pairs"
     return ReportInput(kind, spec, path, table=table, fmt=None if kind == "dedup" else fmt)
 

@@ -127,6 +127,17 @@ def test_read_input_kinds(tmp_path, small_store):
         ("1e30", "dedup table: column group holds 1e.30 .row 1., not"),
         # ... and a negative group dropped its row the same way
         ("-3", "column group holds a negative number, -3 .row 1.: groups are 0, 1, ..."))],
+    # found by a bug hunt (2026-12-07): a search table's rank was not checked: 'x', an
+    # empty cell or -2 was shown as rank -1 or -2 (and split a query's hits into two
+    # searches), 1.5 was cut to rank 1
+    *[(lambda p, r=r: (p / "s.csv").write_text(
+        f"query,query_kind,rank,id,score\nid:5,item,0,1,0.5\nid:5,item,{r},2,0.4\n")
+       and p / "s.csv", message) for r, message in (
+        ("1.5", "^search table: column rank must hold integer ids, got 1.5 .row 1.$"),
+        ("x", "^search table: column rank must hold integer ids, got 'x' .row 1.$"),
+        ("", "^search table: column rank must hold integer ids, got nan .row 1.$"),
+        ("-2", "s.csv: column rank holds a negative number, -2 .row 1.: ranks are 0, 1, "
+               "... .0 = nearest.$"))],
 ])
 def test_read_input_refuses_what_it_cannot_show(tmp_path, make, message):
     with pytest.raises(PairkitError, match=message):
