@@ -122,7 +122,7 @@ class Searcher:
         if self.engine.name == "torch":
             where = f"{self.engine.device} (torch)"
         src = "built now" if self.origin == "built" else f"loaded from {self.origin}"
-        text = f"{self.options.describe()} on {where}, {src}"
+        text = f"{self.options.describe(self.gpu)} on {where}, {src}"
         return f"{text} ({self.reason})" if self.reason else text
 
 
@@ -228,7 +228,7 @@ def planned_description(n: int, dim: int, options: IndexOptions, engine: SearchB
         kind, reason = choose_kind(n, EXACT_MAX_ROWS_CPU if limit is None else limit)
     spec = replace(options, kind=kind).resolved(n, dim)
     reason = "; ".join(filter(None, [reason, nlist_cut(options, spec, n)]))
-    text = f"{spec.describe()} on {'GPU' if engine.gpu else 'CPU'}, {origin}"
+    text = f"{spec.describe(engine.gpu)} on {'GPU' if engine.gpu else 'CPU'}, {origin}"
     return f"{text} ({reason})" if reason else text
 
 

@@ -152,8 +152,11 @@ class IndexOptions:
                 out.append(field_difference(name, getattr(saved, name), getattr(asked, name)))
         return "; ".join(out)
 
-    def describe(self) -> str:
-        """Short human description, e.g. ``ivf(nlist=447, nprobe=28)``."""
+    def describe(self, on_gpu: bool | None = None) -> str:
+        """Short human description, e.g. ``ivf(nlist=447, nprobe=28)``; ``on_gpu``: where
+        the index searches (None: not known, a saved index). ``ivfpq`` stores PQ codes
+        whatever the dtype: float16 is only its GPU copy's lookup tables (FAISS's
+        ``useFloat16``), so it is said so, and not at all on the CPU."""
         parts = []
         if self.kind in ("ivf", "ivfpq"):
             parts += [f"nlist={self.nlist}", f"nprobe={self.nprobe}"]
@@ -161,7 +164,10 @@ class IndexOptions:
             parts.append(f"m={self.pq_m}")
         if self.kind == "hnsw":
             parts += [f"M={self.hnsw_m}", f"ef_search={self.ef_search}"]
-        if self.float16:
+        if self.float16 and self.kind == "ivfpq":
+            if on_gpu is not False:
+                parts.append("float16 lookup tables" + ("" if on_gpu else " on the GPU"))
+        elif self.float16:
             parts.append("float16")
         return f"{self.kind}({', '.join(parts)})" if parts else self.kind
 

@@ -294,3 +294,33 @@ def test_a_small_ivf_trains_without_faiss_raw_warning(capfd) -> None:
         index = build_index(x[:n], IndexOptions(kind="ivf", nlist=100).resolved(n, 8))
         assert index.ntotal == n
     assert "WARNING" not in capfd.readouterr().err
+
+
+def test_an_ivfpq_float16_index_is_described_as_what_it_stores(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, data) -> None:  # noqa: ANN001
+    """Found by a bug hunt (2026-12-07): ``index --index ivfpq --dtype float16`` and a
+    search over it on the CPU said ``ivfpq(..., float16)``, but the CPU index holds the
+    same PQ codes (m bytes a row, float32 lookup tables) with either dtype: float16 is
+    only the GPU copy's lookup tables (FAISS's ``useFloat16`` for IVFPQ)."""
+    x, _ = data
+    opts = IndexOptions(kind="ivfpq", float16=True, device="cpu")
+    cpu = open_searcher(x, opts)
+    assert type(cpu.index).__name__ == "IndexIVFPQ"
+    assert "float16" not in cpu.describe()  # 'ivfpq(nlist=39, nprobe=8, m=4, float16)'
+    assert cpu.describe().startswith("ivfpq(nlist=")
+    assert "float16" in open_searcher(x, IndexOptions(kind="flat", float16=True,
+                                                      device="cpu")).describe()
+    store = random_store(tmp_path / "s", n_sources=600, views=2)
+    r = CliRunner().invoke(app, ["index", str(store.root), "--index", "ivfpq",
+                                 "--dtype", "float16"])
+    assert r.exit_code == 0, r.output
+    assert ", float16 lookup tables on the GPU)" in r.output, r.output
+    from pairkit.index import backend as backend_mod
+    from pairkit.index import faiss_build as build_mod
+    from tests.index.test_search import GpuFakeIndex
+
+    monkeypatch.setattr(backend_mod, "faiss_gpus", lambda: 1)
+    monkeypatch.setattr(build_mod, "to_gpu", lambda index, float16=False, device="cuda":
+                        GpuFakeIndex(index))
+    gpu = open_searcher(x, IndexOptions(kind="ivfpq", float16=True))
+    assert gpu.gpu and ", float16 lookup tables) on GPU" in gpu.describe()
