@@ -98,6 +98,15 @@ def mine_to_files(
         check_table_output(output, force)
     if stats_out not in (None, "-"):
         check_output(stats_out, force, what="stats file")
+    from pairkit.core.manifest import read_manifest
+    from pairkit.mine.config import validate_config
+
+    try:  # the manifest alone: no shard opened yet
+        rows = int(read_manifest(store)["count"])
+    except PairkitError:
+        rows = 0  # the store's own open below says what is wrong with it
+    if rows:  # -k (and the window) against the rows: bad usage, before any work
+        validate_config(cfg, rows)
     from pairkit.mine.parts_run import mine_parts, streams_parts
 
     parts = streams_parts(output, fn_config, positives, executor, index)

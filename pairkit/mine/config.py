@@ -55,8 +55,9 @@ class MineConfig:
 
 
 def validate_config(cfg: MineConfig, n_items: int) -> None:
-    """Raise a one-line :class:`UsageError` (contradicting options) or
-    :class:`PairkitError` (options that don't fit this store)."""
+    """Raise a one-line :class:`UsageError` (contradicting options, a ``-k`` at or above
+    the store's ``n_items`` rows) or :class:`PairkitError` (a window past every
+    candidate of this store)."""
     k = cfg.num_negatives
     if k < 1:
         raise UsageError(f"--num-negatives must be >= 1, got {k}")
@@ -90,8 +91,8 @@ def validate_config(cfg: MineConfig, n_items: int) -> None:
         raise UsageError(f"--max-positives must be >= 1, got {cfg.max_positives}")
     if cfg.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {cfg.batch_size}")
-    if k >= n_items:
-        raise PairkitError(
+    if k >= n_items:  # a bad value for this store: bad usage, as a bad value is anywhere
+        raise UsageError(
             f"--num-negatives must be < the store's row count ({n_items}), got {k}")
     if cfg.hard and cfg.range_min >= n_items - 1:  # an anchor has at most N - 1 candidates
         raise PairkitError(f"--range-min {cfg.range_min} leaves no candidate: the store has "

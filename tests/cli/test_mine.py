@@ -223,6 +223,26 @@ def _broken_stores(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     return out
 
 
+@pytest.mark.parametrize("out", ["p.jsonl", "p.parquet", "d/"])
+@pytest.mark.parametrize("hard", [True, False])
+def test_a_k_at_the_row_count_is_bad_usage_before_the_store_is_read(
+        tmp_path: Path, out: str, hard: bool) -> None:
+    """Found by a bug hunt (2026-12-07): ``-k`` at or above the store's rows was exit 1
+    (a failure), after the store's shards were read and checked (a damaged shard was
+    reported instead); it is a bad option value: exit 2, one line, refused before (from
+    the manifest's row count)."""
+    s = random_store(tmp_path / "st", n_sources=10)  # 20 rows
+    arr = np.load(s.root / "embeddings-00000.npy")
+    arr[0, 0] += 1  # read and checked: 'checksum mismatch', exit 1
+    np.save(s.root / "embeddings-00000.npy", arr)
+    for k in ("20", "25"):
+        r = mine(s.root, *(["--hard"] if hard else []), "-k", k, "-o", f"{tmp_path}/{out}")
+        assert r.exit_code == 2, r.output
+        assert r.output.strip().splitlines() == [
+            f"error: --num-negatives must be < the store's row count (20), got {k}"]
+        assert not (tmp_path / out).exists()
+
+
 def test_bad_stores(tmp_path: Path) -> None:
     for name, (path, msg) in _broken_stores(tmp_path).items():
         r = mine(path, "--hard", "-o", tmp_path / f"{name}.csv")
@@ -234,7 +254,7 @@ def test_bad_stores(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "msg"),
     [
-        (["-k", "80"], 1, "--num-negatives must be < the store's row count (80), got 80"),
+        (["-k", "80"], 2, "--num-negatives must be < the store's row count (80), got 80"),
         (["--range-min", "5", "--range-max", "5"], 2,
          "--range-min must be < --range-max, got 5 >= 5"),
         (["--range-min", "2", "--range-max", "12", "-k", "12"], 2,
