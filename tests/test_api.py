@@ -152,6 +152,10 @@ def test_store_info_and_vectors(store) -> None:
     # found by an API bug hunt (2026-12-06): each was accepted (a metric above 1, NaN
     # taken, an option ignored) or ended in a raw TypeError / ValueError
     (lambda s: pairkit.evaluate(s, knn_ks=(5, 5)), "--knn-k lists 5 twice"),
+    # found by a bug hunt (2026-12-07): a metric listed twice was accepted
+    (lambda s: pairkit.evaluate(s, metrics=("knn", "knn")), "^metrics lists knn twice$"),
+    (lambda s: pairkit.evaluate(s, metrics="geometry,geometry"),
+     "^metrics lists geometry twice$"),
     (lambda s: pairkit.evaluate(s, recall_ks=(), metrics="retrieval"), "--recall-k must not"),
     (lambda s: pairkit.evaluate(s, knn_temperature=float("nan")), "--knn-temperature must be"),
     (lambda s: pairkit.evaluate(s, seed=None), "seed must be an int, got None"),

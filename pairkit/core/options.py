@@ -57,7 +57,7 @@ def first_repeated(values: Any) -> Any:
 
 def parse_choices(text: str | None, choices: tuple[str, ...], option: str
                   ) -> tuple[str, ...] | None:
-    """``"a,b"`` -> ``("a", "b")`` when each is one of ``choices``; None for None,
+    """``"a,b"`` -> ``("a", "b")`` when each is one of ``choices``, once; None for None,
     ``auto`` or ``all``; an empty list (an unset shell variable) is refused."""
     if text is None or text.strip() in ("auto", "all"):
         return None
@@ -68,6 +68,9 @@ def parse_choices(text: str | None, choices: tuple[str, ...], option: str
     if unknown:
         raise UsageError(f"{option} must be a comma list of {', '.join(choices)}, got "
                          f"{unknown[0]!r}")
+    twice = first_repeated(values)
+    if twice is not None:  # as --knn-k 5,5: eval's metric or map would be run twice
+        raise UsageError(f"{option} lists {twice} twice")
     return values
 
 

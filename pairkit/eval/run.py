@@ -114,6 +114,9 @@ def check_eval_config(cfg: EvalConfig) -> tuple[str, ...]:
     bad = [m for m in chosen if m not in METRICS]
     if bad:
         raise UsageError(f"--metrics must be among {', '.join(METRICS)}, got {', '.join(bad)}")
+    twice = first_repeated(chosen)
+    if twice is not None:  # an EvalConfig made in Python (parse_choices refuses it already)
+        raise UsageError(f"--metrics lists {twice} twice")
     if cfg.gallery not in GALLERIES:
         raise UsageError(f"--retrieval-gallery must be one of {', '.join(GALLERIES)}, "
                            f"got {cfg.gallery}")

@@ -168,6 +168,9 @@ def test_bad_input_messages(tmp_path: Path) -> None:
         (["--metrics", "knn,foo"], 2, "--metrics must be a comma list of knn, linear, "
          "retrieval, geometry, got 'foo'"),
         (["--metrics", "foo"], 2, "got 'foo'"),
+        # found by a bug hunt (2026-12-07): accepted, as --knn-k 5,5 and --map pca,pca are not
+        (["--metrics", "knn,knn"], 2, "error: --metrics lists knn twice\n"),
+        (["--metrics", "geometry,knn,geometry"], 2, "error: --metrics lists geometry twice\n"),
         (["--retrieval-gallery", "all"], 2, "'all' is not one of 'reference', 'queries'"),
         (["--gpu"], 2, "--gpu was replaced: use --device cuda"),
         (["--no-gpu"], 2, "--no-gpu was replaced: use --device cpu"),
