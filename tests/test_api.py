@@ -178,6 +178,10 @@ def test_store_info_and_vectors(store) -> None:
     (lambda s: pairkit.search(s, ids=[True]), "ids must be a list of int"),
     (lambda s: pairkit.search(s, ids=[3.7]), "ids must be a list of int"),
     (lambda s: pairkit.vectors(s, "int8"), "dtype must be float16, float32 or float64"),
+    # found by a bug hunt (2026-12-07): None was numpy's default dtype, float64
+    (lambda s: pairkit.vectors(s, dtype=None),
+     "^dtype must be float16, float32 or float64, got None$"),
+    (lambda s: s.vectors(None), "^dtype must be float16, float32 or float64, got None$"),
     # found by a bug hunt (2026-12-08): the probe's fields (no option of the command) were
     # taken as given: an empty list ended in IndexError, a negative or NaN decay was fitted
     # (an unbounded objective) and reported, 0 iterations scored an unfitted probe

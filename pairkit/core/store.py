@@ -441,6 +441,8 @@ class Store:
         float16, float32 or float64. Use :meth:`iter_blocks` to stream instead.
         """
         try:
+            if dtype is None:  # numpy reads None as float64: not a choice made
+                raise TypeError
             dtype = np.dtype(dtype)
         except TypeError:
             raise UsageError(f"dtype must be float16, float32 or float64, got {dtype!r}") from None
