@@ -215,11 +215,11 @@ def run_eval(sides: Sides, cfg: EvalConfig, head_path: Path | None, compare: boo
         from pairkit.train.head import check_head_encoder, load_head
 
         head = load_head(head_path)
-        if sides.encoder is not None:
-            check_head_encoder(head_path, head.config, sides.encoder, sides.name)
-        if head.in_dim != sides.dim:
+        if head.in_dim != sides.dim:  # first: whatever the encoder records say
             raise PairkitError(f"head {head_path} takes vectors of dim {head.in_dim}, the "
                                f"store has dim {sides.dim}")
+        if sides.encoder is not None:
+            check_head_encoder(head_path, head.config, sides.encoder, sides.name)
         device = resolve_device(cfg.device)
         runs["head"] = (_with_head(sides.queries, head, device),
                         _with_head(sides.references, head, device))

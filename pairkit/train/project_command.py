@@ -52,8 +52,9 @@ def project_to_files(store: str | os.PathLike[str], output: str | os.PathLike[st
         check_store_dir(Path(location(output)), force)  # before torch and every row
     head_root, head_config, spec = read_head_config(cfg.head)
     st = Store.open(store)
-    check_head_encoder(head_root, head_config, st.encoder, str(store))
+    # the dims first: a head of another dim can't apply, whatever the encoder records say
     check_head_dim(head_root, spec.in_dim, st)  # before torch loads the weights
+    check_head_encoder(head_root, head_config, st.encoder, str(store))
     head = load_head(cfg.head)
     dev = resolve_device(cfg.device)
     vectors = project_vectors(st, head, device=dev, batch_size=cfg.batch_size)

@@ -82,3 +82,22 @@ def test_encoder_records_compared_without_their_provenance():
     d = {"name": "y", "dim": 2, "a": 3, "b": 4, "sha256": "2"}
     assert encoder_difference(c, d) == "a 1 vs 3; b 2 vs 4; dim 1 vs 2, and 1 more fields"
     assert encoder_difference(c, d, shown=4) == 'a 1 vs 3; b 2 vs 4; dim 1 vs 2; name "x" vs "y"'
+
+
+@pytest.mark.parametrize("command", ["project", "eval"])
+def test_a_head_of_another_dim_is_told_by_its_dim_first(tmp_path, head, command):
+    """docs/project.md's seen example: a head (12 -> 8) applied to the store it projected
+    (dim 8, whose encoder record carries the head) is refused by the dims, exit 1, not by
+    the encoder records' 'head null vs {...}' (exit 2) that the encoder check found first."""
+    r = runner.invoke(app, ["project", str(tmp_path / "s"), "--head", str(head),
+                            "-o", str(tmp_path / "p"), "-q"])
+    assert r.exit_code == 0, r.stderr
+    args = (["project", str(tmp_path / "p"), "--head", str(head), "-o", str(tmp_path / "x")]
+            if command == "project" else ["eval", str(tmp_path / "p"), "--head", str(head)])
+    r = runner.invoke(app, args)
+    assert r.exit_code == 1, r.output
+    want = (f"error: head {head} takes vectors of dim 12, store {tmp_path / 'p'} has dim 8: "
+            "train a head on this store's encoder" if command == "project"
+            else f"error: head {head} takes vectors of dim 12, the store has dim 8")
+    assert r.stderr.strip().splitlines() == [want]
+    assert not (tmp_path / "x").exists()
