@@ -86,13 +86,15 @@ def table_mismatch(table: pd.DataFrame, fmt: str, store: Store,
     narrow ``table`` (its id columns, every row) left out."""
     import pandas as pd
 
+    from pairkit.core.tables import named_store_ids
+
     if apart is not None:
         named = apart.store_ids
     else:
         named = (list(table["store_id"].dropna().unique()) if "store_id" in table.columns
                  else None)
     if named is not None:
-        ids = {str(v) for v in named}
+        ids = named_store_ids(named)
         other = sorted(ids - {store.content_id})
         if other:
             return (f"the table came from another store (store_id {other[0]}, "

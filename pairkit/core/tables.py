@@ -64,6 +64,13 @@ PART_RE = re.compile(r"^part-\d{5,}(?:-[0-9a-f]{8})?\.parquet$")
 STORE_MANIFEST = "manifest.json"  # a folder holding it is a store (core/manifest.py)
 
 
+def named_store_ids(values: Any) -> set[str]:
+    """The store ids that a pair table's ``store_id`` cells name, as text. A null, NaN or
+    blank cell names none: a blanked column is null read back from CSV but ``""`` from JSON
+    Lines or parquet, and is no store's id in any of them."""
+    return {str(v) for v in values if v is not None and v == v and str(v).strip()}
+
+
 def is_part_name(name: str) -> bool:
     """True for a file name that is a part of a parquet dataset folder: ``*.parquet``, not
     starting with ``.`` or ``_`` (hidden and metadata files by Spark's and Hive's rule,

@@ -100,8 +100,10 @@ def check_store_id(row: dict[str, Any], content_id: str) -> None:
     """Refuse a pair-table row whose ``store_id`` is not ``content_id`` (a row without one
     passes): the check :func:`pairkit.core.tables.read_table` runs on a table's first row
     before reading the rest."""
+    from pairkit.core.tables import named_store_ids
+
     value = row.get("store_id")
-    if value is not None and value == value and str(value) != content_id:
+    if named_store_ids([value]) - {content_id}:
         raise PairkitError(
             f"pair table came from another store (store_id {value}, this store is "
             f"{content_id}): mine pairs on this store")
@@ -121,9 +123,10 @@ def pairs_from_table(df: pd.DataFrame, store_count: int, content_id: str,
         raise PairkitError(f"--fn-mode must be one of {', '.join(FN_MODES)}, got {fn_mode}")
     if len(df) == 0:
         raise PairkitError("pair table is empty")
+    from pairkit.core.tables import named_store_ids
+
     notes: list[str] = []
-    ids = {str(v) for v in df["store_id"].dropna().unique()} if "store_id" in df.columns \
-        else set()
+    ids = named_store_ids(df["store_id"].unique()) if "store_id" in df.columns else set()
     for other in sorted(ids - {content_id})[:1]:
         check_store_id({"store_id": other}, content_id)
     if not ids:  # no column, or one of empty cells

@@ -130,11 +130,12 @@ class PairImages:
                  transform: Callable[[Any], Any] | None = None, negatives: int | None = None,
                  keep_flagged: bool = False) -> None:
         from pairkit.core.paths import first_bad_path
+        from pairkit.core.tables import named_store_ids
 
         table = _read(table)
         if "store_id" in table.columns and len(table):
             # empty cells are no store's id (train reads them so: a blanked column)
-            ids = {str(v) for v in table["store_id"].dropna().unique()}
+            ids = named_store_ids(table["store_id"].unique())
             if ids - {store.content_id}:
                 other = sorted(ids - {store.content_id})[0]
                 raise PairkitError(f"the pair table was mined from store {other}, not "

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from pairkit.cli.main import app
@@ -121,6 +122,27 @@ def test_train_refuses_a_table_from_another_store(tmp_path):
                             "-o", str(tmp_path / "h"), "-q", *FAST])
     assert r.exit_code == 0, r.stderr
     assert "warning: pair table has no store_id column" in r.stderr
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_a_table_of_blank_store_id_cells_is_accepted_with_a_warning(tmp_path, suffix):
+    """docs/train.md step 1: a table whose store_id cells are all empty is accepted with
+    a warning. A blanked column read back from CSV is null, but from JSON Lines or parquet
+    it is "": that was refused as another store's table, 'error: pair table came from
+    another store (store_id , this store is ...)'."""
+    a = random_store(tmp_path / "a", n_sources=10, views=2, dim=8, seed=0)
+    table = instance_triplets(a, k=2).assign(store_id="")
+    path = tmp_path / f"pairs{suffix}"
+    if suffix == ".jsonl":
+        table.to_json(path, orient="records", lines=True)
+    else:
+        table.to_parquet(path)
+    r = runner.invoke(app, ["train", str(tmp_path / "a"), "--pairs", str(path),
+                            "-o", str(tmp_path / "h"), "-q", *FAST])
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "warning: pair table has no store_id (its column is empty): can't check it belongs "
+        "to this store"]
 
 
 def test_train_refuses_a_table_of_the_same_vectors_with_other_items(tmp_path):
