@@ -158,10 +158,11 @@ def run_pairs(store: Store, cfg: TrainConfig, table: pd.DataFrame | None,
     if table is None:
         probe = sample_relation_pairs(groups, ~val_mask, np.random.default_rng(0))
         if len(probe) < 2:
-            raise PairkitError(
-                f"--relation {relation}: fewer than 2 items have a positive in the store "
-                "(instance needs 2+ views per source: embed --views 2; or use --relation label "
-                "or a pair table)")
+            need = ("instance needs 2+ views per source: embed --views 2; or use --relation "
+                    "label" if relation == "instance" else "label needs 2+ items of a label: "
+                    "embed with --labels; or use --relation instance")
+            raise PairkitError(f"--relation {relation}: fewer than 2 items have a positive in "
+                               f"the store ({need} or a pair table)")
         n_examples = len(probe)
     else:
         assert train_pairs is not None

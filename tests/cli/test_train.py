@@ -569,3 +569,21 @@ def test_an_allocation_failure_in_torch_is_out_of_memory_in_one_line(tmp_path, m
                                 "--relation", "instance", "--device", "cpu"])
         assert r.exit_code == 1, r.stderr
         assert r.stderr == want + "\n"
+
+
+@pytest.mark.parametrize(("relation", "hint"), [
+    ("instance", "(instance needs 2+ views per source: embed --views 2; or use --relation "
+                 "label or a pair table)"),
+    ("label", "(label needs 2+ items of a label: embed with --labels; or use --relation "
+              "instance or a pair table)")])
+def test_a_relation_without_positives_is_told_what_it_needs(tmp_path, relation, hint):
+    """Five one-view sources of five labels: no positive under either relation. The hint
+    was the instance relation's for both, so --relation label was told to 'use --relation
+    label'."""
+    random_store(tmp_path / "s", n_sources=5, views=1, classes=5)
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "--relation", relation,
+                            "-o", str(tmp_path / "h"), *FAST])
+    assert r.exit_code == 1, r.output
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"error: --relation {relation}: fewer than 2 items have a positive in the store {hint}")
+    assert not (tmp_path / "h").exists()
