@@ -126,8 +126,10 @@ def check_reachable(address: str, timeout: float = 10.0) -> None:
     import socket
 
     host, sep, port = address.rpartition(":")
-    if not sep or "://" in address or not port.isdigit() or not host:
+    if not sep or "://" in address or not port.isdigit():
         return
+    if not host:  # Ray logged a traceback for it ("Malformed host") above the refusal
+        raise PairkitError(f"can't reach the Ray cluster at {address}: no host before the port")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as exc:

@@ -42,6 +42,20 @@ def test_an_unreachable_address_is_refused_at_once() -> None:
         check_reachable(address)  # left to Ray
 
 
+def test_an_address_without_a_host_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Found by the pipes-and-Ray hunt (2026-12-07): ``--ray :6379`` (an unset variable in
+    ``--ray "$HEAD:6379"``) printed Ray's logged traceback ("Failed to convert :6379 to
+    host:port ... ValueError: Malformed host") above pairkit's line."""
+    with pytest.raises(PairkitError, match="^can't reach the Ray cluster at :6379: no host "
+                       "before the port$"):
+        check_reachable(":6379")
+    pytest.importorskip("ray")
+    store = random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "-k", "2", "--ray", ":6379"])
+    assert r.exit_code == 1, r.output
+    assert r.output == "error: can't reach the Ray cluster at :6379: no host before the port\n"
+
+
 def test_rays_printed_worker_errors_go_to_stderr(monkeypatch, capsys) -> None:
     ray_worker = pytest.importorskip("ray._private.worker")
     from pairkit.distributed import keep_prints_off_stdout
