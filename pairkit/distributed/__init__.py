@@ -120,8 +120,9 @@ def worker_threads(wanted: int, node_cpus: list[int]) -> int:
 
 
 def check_reachable(address: str, timeout: float = 10.0) -> None:
-    """PairkitError within ``timeout`` seconds when ``HOST:PORT`` does not answer (Ray's
-    own connect retried for ~14 minutes and printed its C++ warnings); ``local``,
+    """PairkitError within ``timeout`` seconds when ``HOST:PORT`` does not answer, or
+    answers but not as a gRPC server (Ray's own connect retried for ~14 minutes and
+    printed its C++ warnings); ``local``,
     ``auto`` and ``ray://`` addresses are left to Ray."""
     import socket
 
@@ -131,10 +132,39 @@ def check_reachable(address: str, timeout: float = 10.0) -> None:
     if not host:  # Ray logged a traceback for it ("Malformed host") above the refusal
         raise PairkitError(f"can't reach the Ray cluster at {address}: no host before the port")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise PairkitError(f"can't reach the Ray cluster at {address}: {reason}") from None
+    with conn:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("0", "", "false"):
+            speaks = speaks_grpc(conn)
+        else:  # a TLS cluster's GCS answers in TLS: left to Ray
+            speaks = True
+    if not speaks:  # Ray's connect to it retried for ~14 minutes too
+        raise PairkitError(
+            f"can't reach the Ray cluster at {address}: it answers, but not as a Ray cluster "
+            "(no gRPC); give the head's GCS port (ray start --head --port, 6379 by default), "
+            "not the dashboard's (8265)")
+
+
+def speaks_grpc(conn: Any) -> bool:
+    """Whether the server on the connected socket ``conn`` (its timeout set) is a gRPC
+    server, as a Ray cluster's GCS is: HTTP/2 without TLS answers the client's connection
+    preface with a SETTINGS frame (RFC 9113, 3.4); a web server answers in HTTP/1 or
+    closes, a silent one times out."""
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+    head = b""
+    try:
+        conn.sendall(preface)
+        while len(head) < 9:  # a frame header: length (3 bytes), type, flags, stream id
+            chunk = conn.recv(9 - len(head))
+            if not chunk:
+                return False
+            head += chunk
+    except OSError:
+        return False
+    return head[3] == 4  # SETTINGS
 
 
 def keep_prints_off_stdout() -> None:

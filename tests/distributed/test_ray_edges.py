@@ -6,6 +6,7 @@ paths are absolute before they reach a worker, an empty ``--ray`` is bad usage a
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +41,60 @@ def test_an_unreachable_address_is_refused_at_once() -> None:
     assert time.perf_counter() - t0 < 5
     for address in ("local", "auto", "ray://head:10001"):
         check_reachable(address)  # left to Ray
+
+
+def serve_once(reply: bytes | None) -> tuple[int, threading.Thread]:
+    """A TCP server on a free port that accepts one connection and sends ``reply`` (None:
+    says nothing, holds the connection 3 s); returns the port and its thread."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def answer() -> None:
+        with server:
+            conn, _ = server.accept()
+            with conn:
+                if reply is None:
+                    time.sleep(3)
+                else:
+                    conn.recv(1024)
+                    conn.sendall(reply)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    return server.getsockname()[1], thread
+
+
+def test_an_address_that_answers_but_is_no_ray_cluster_is_refused(monkeypatch) -> None:
+    """Found by the pipes-and-Ray hunt (2026-12-07): a HOST:PORT that accepts connections
+    but is no Ray cluster (the dashboard's port 8265, a web server) passed the check, and
+    ray.init then retried for about 14 minutes, printing C++ warnings every few seconds.
+    A Ray cluster's address is its GCS, a gRPC server: it answers HTTP/2's connection
+    preface with a SETTINGS frame at once."""
+    monkeypatch.delenv("RAY_USE_TLS", raising=False)
+    port, thread = serve_once(b"HTTP/1.0 400 Bad Request\r\n\r\n")  # a web server
+    with pytest.raises(PairkitError, match=(
+            f"^can't reach the Ray cluster at 127.0.0.1:{port}: it answers, but not as a Ray "
+            r"cluster \(no gRPC\); give the head's GCS port \(ray start --head --port, 6379 "
+            r"by default\), not the dashboard's \(8265\)$")):
+        check_reachable(f"127.0.0.1:{port}", timeout=5)
+    thread.join()
+    port, thread = serve_once(None)  # accepts, never answers: refused after the timeout
+    t0 = time.perf_counter()
+    with pytest.raises(PairkitError, match="it answers, but not as a Ray cluster"):
+        check_reachable(f"127.0.0.1:{port}", timeout=1)
+    assert time.perf_counter() - t0 < 2.5
+    thread.join()
+    settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # a gRPC server's first frame
+    port, thread = serve_once(settings)
+    check_reachable(f"127.0.0.1:{port}", timeout=5)  # passed on to Ray
+    thread.join()
+    monkeypatch.setenv("RAY_USE_TLS", "1")  # a TLS cluster answers in TLS: left to Ray
+    port, thread = serve_once(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+    check_reachable(f"127.0.0.1:{port}", timeout=5)
+    thread.join()
 
 
 def test_an_address_without_a_host_is_refused_in_one_line(tmp_path: Path) -> None:
