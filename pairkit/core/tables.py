@@ -1,9 +1,10 @@
 """Reading and writing tables (pair tables, item lists, dedup groups).
 
-The file type comes from the extension: ``.parquet``, ``.csv``, ``.jsonl``
-(or ``.ndjson``/``.json``). ``-`` means JSON Lines on stdin/stdout. A folder (a path
-ending in ``/``, or an existing folder) is a parquet dataset, read as one table: its
-parts are its ``.parquet`` files whose names start with neither ``.`` nor ``_``
+The file type comes from the extension: ``.parquet``, ``.csv``, ``.jsonl`` (or
+``.ndjson``/``.json``). ``-`` means JSON Lines on stdout; on stdin a table of any of the
+three formats, told by its content (:func:`read_stdin`). A folder (a path ending in
+``/``, or an existing folder) is a parquet dataset, read as one table: its parts are its
+``.parquet`` files whose names start with neither ``.`` nor ``_``
 (:func:`is_part_name`), in name order with numbers compared as numbers
 (:func:`part_order`): ``part-00000.parquet`` ... as ``mine`` writes them (one block of
 anchors per file), and what Spark (``part-00000-UUID-c000.snappy.parquet``), pyarrow
@@ -129,7 +130,8 @@ def table_kind(path: str | Path) -> str:
 
 def read_table(path: str | Path,
                first_row: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
-    """Read a table from a file, a URL (object storage) or ``-`` (JSON Lines on stdin).
+    """Read a table from a file, a URL (object storage) or ``-`` (stdin:
+    :func:`read_stdin`).
     ``first_row`` gets the first row as a dict before the rest is read, so a cheap check
     (a store id) can refuse a large table early. JSON Lines are streamed with a bound: no
     line over MAX_LINE_BYTES, no row over MAX_COLUMNS keys."""
@@ -141,13 +143,7 @@ def read_table(path: str | Path,
 
             return read_remote_table(str(path), kind)
         if str(path) == "-":
-            stream = getattr(sys.stdin, "buffer", None)
-            if stream is None:  # a text stream without bytes underneath (tests)
-                stream = io.BytesIO(sys.stdin.read().encode("utf-8"))
-            table = read_jsonl(stream, "stdin", first_row)
-            if table is None:
-                raise PairkitError("no table on stdin (expected JSON Lines)")
-            return table
+            return read_stdin(first_row)
         check_local(path, "table")
         p = Path(path)
         if kind == "dataset":
@@ -179,6 +175,40 @@ def read_table(path: str | Path,
         raise
     except Exception as exc:  # pandas/pyarrow raise many types for malformed files
         raise unreadable(path, exc) from exc
+
+
+def read_stdin(first_row: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
+    """The table on stdin, its format told by its content: parquet (its magic bytes
+    ``PAR1``, read whole: its footer is at the end), JSON Lines (a ``{`` or ``[`` first,
+    streamed as a file is) or else CSV (read whole)."""
+    from pairkit.core.remote_tables import parse_table
+
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text stream without bytes underneath (tests)
+        stream = io.BytesIO(sys.stdin.read().encode("utf-8"))
+    if not hasattr(stream, "peek"):
+        stream = io.BufferedReader(stream)
+    head = stream.peek(4)
+    start = head[3:] if head.startswith(b"\xef\xbb\xbf") else head  # a byte order mark
+    if head.startswith(b"PAR1"):
+        kind = "parquet"
+    elif start.strip() and start.lstrip()[:1] not in (b"{", b"["):
+        kind = "csv"
+    else:
+        table = read_jsonl(stream, "stdin", first_row)
+        if table is None:
+            raise PairkitError("no table on stdin (expected JSON Lines, CSV or parquet)")
+        return table
+    data = stream.read()
+    try:
+        table = parse_table(data, kind, f"stdin ({kind})")
+    except PairkitError:
+        raise
+    except Exception as exc:  # pandas/pyarrow raise many types for malformed input
+        raise unreadable(f"stdin ({kind})", exc) from exc
+    if first_row is not None and len(table):
+        first_row(_row_dict(table))
+    return table
 
 
 def unreadable(what: Any, exc: BaseException) -> PairkitError:

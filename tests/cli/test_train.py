@@ -107,6 +107,18 @@ def test_train_from_a_table_on_stdin(tmp_path):
     assert config["training"]["fn_mode"] == "attract"
 
 
+def test_train_from_a_parquet_table_on_stdin(tmp_path):
+    """``cat pairs.parquet | pairkit train --pairs -``: stdin's format is told by its
+    content (found by the pipes-and-Ray hunt, 2026-12-07: refused as broken JSON)."""
+    store = random_store(tmp_path / "s", n_sources=16, views=2, dim=12)
+    instance_triplets(store, k=2).to_parquet(tmp_path / "p.parquet")
+    r = runner.invoke(app, ["train", str(tmp_path / "s"), "--pairs", "-", "-o",
+                            str(tmp_path / "h"), "-q", "--json", *FAST],
+                      input=(tmp_path / "p.parquet").read_bytes())
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["epoch"] == 2
+
+
 def test_train_refuses_a_table_from_another_store(tmp_path):
     a = random_store(tmp_path / "a", n_sources=10, views=2, dim=8, seed=0)
     random_store(tmp_path / "b", n_sources=10, views=2, dim=8, seed=1)

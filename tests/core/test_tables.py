@@ -59,6 +59,38 @@ def test_stdout_and_stdin(monkeypatch, capsys):
     assert read_table("-")["a"].tolist() == [1, 2]
 
 
+def piped(monkeypatch, data: bytes) -> None:
+    """``data`` as the bytes on stdin, as a pipe gives them (``sys.stdin.buffer``)."""
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(data))))
+
+
+def test_stdin_takes_csv_and_parquet_as_well_as_json_lines(tmp_path, monkeypatch):
+    """Found by the pipes-and-Ray hunt (2026-12-07): ``cat pairs.parquet | pairkit train
+    --pairs -`` (or a CSV, ``aws s3 cp s3://b/pairs.csv -``) was refused with a JSON error
+    that did not say why ("line 1 is not JSON ('utf-8' codec can't decode byte 0xe0 ...)").
+    Stdin's format is told by its content: parquet's magic bytes, a JSON object's brace,
+    else CSV; each reads as the file of that format does."""
+    df = pd.DataFrame({"anchor_id": [0, 1], "anchor_path": ["007", "a b.png"],
+                       "label": ["01", None], "neg_score": [0.25, np.nan]})
+    seen = []
+    for name in ("t.parquet", "t.csv", "t.jsonl"):
+        write_table(df, tmp_path / name)
+        want = read_table(tmp_path / name)
+        piped(monkeypatch, (tmp_path / name).read_bytes())
+        got = read_table("-", first_row=seen.append)
+        pd.testing.assert_frame_equal(got, want)
+        assert got["anchor_path"].tolist() == ["007", "a b.png"]  # text stays text
+    assert [row["anchor_id"] for row in seen] == [0, 0, 0]  # the early check ran on each
+    piped(monkeypatch, b"\xef\xbb\xbf" + (tmp_path / "t.csv").read_bytes())  # a BOM
+    assert read_table("-")["label"].tolist()[0] == "01"
+    piped(monkeypatch, b"PAR1 but cut short")
+    with pytest.raises(PairkitError, match="^can't read table stdin \\(parquet\\): "):
+        read_table("-")
+    piped(monkeypatch, b"[1, 2]\n")  # a JSON array is still refused as JSON Lines
+    with pytest.raises(PairkitError, match="line 1 is a JSON array"):
+        read_table("-")
+
+
 def test_errors(tmp_path, monkeypatch):
     with pytest.raises(PairkitError, match="can't tell the table format"):
         read_table(tmp_path / "t.xlsx")
