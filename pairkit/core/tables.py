@@ -350,6 +350,7 @@ def read_jsonl(stream: IO[bytes], name: str,
 
     frames: list[pd.DataFrame] = []
     chunk: list[bytes] = []
+    numbers: list[int] = []  # the chunk's line numbers, to name a line pandas can't parse
     number = 0
     first = True
     while True:
@@ -382,14 +383,31 @@ def read_jsonl(stream: IO[bytes], name: str,
                 first_row(record)
             first = False
         chunk.append(line if line.endswith(b"\n") else line + b"\n")
+        numbers.append(number)
         if len(chunk) >= JSONL_CHUNK_ROWS:
-            frames.append(read_jsonl_frame(b"".join(chunk)))
-            chunk = []
+            frames.append(_jsonl_chunk(chunk, numbers, name))
+            chunk, numbers = [], []
     if chunk:
-        frames.append(read_jsonl_frame(b"".join(chunk)))
+        frames.append(_jsonl_chunk(chunk, numbers, name))
     if not frames:
         return None
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+def _jsonl_chunk(chunk: list[bytes], numbers: list[int], name: str) -> pd.DataFrame:
+    """:func:`read_jsonl_frame` of ``chunk``; a line it can't parse (a row cut short by a
+    writer that stopped) is named by its number, as the first line is, not by pandas'
+    offset inside the chunk."""
+    try:
+        return read_jsonl_frame(b"".join(chunk))
+    except ValueError:
+        for line, number in zip(chunk, numbers, strict=True):
+            try:
+                json.loads(line.strip())  # the newline added to a cut row
+            except ValueError as exc:
+                raise PairkitError(f"can't read table {name}: line {number} is not JSON "
+                                   f"({exc})") from None
+        raise
 
 
 def dataset_parts(folder: Path) -> list[Path]:

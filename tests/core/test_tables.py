@@ -91,6 +91,26 @@ def test_stdin_takes_csv_and_parquet_as_well_as_json_lines(tmp_path, monkeypatch
         read_table("-")
 
 
+def test_a_json_lines_row_cut_short_is_named_by_its_line(tmp_path, monkeypatch):
+    """Found by the pipes-and-Ray hunt (2026-12-07): a JSON Lines table whose writer
+    stopped mid-row (``head -c``, a producer killed in a pipeline) was refused with
+    pandas' words for its chunk, naming stdin ``-`` and a byte offset inside the chunk
+    ("can't read table -: No ':' found when decoding object value at position 301"); only
+    a bad first line was named by its number. Every line is now."""
+    rows = [json.dumps({"anchor_id": i, "anchor_path": f"p{i}.png"}) for i in range(4)]
+    text = "\n".join(rows[:3]) + "\n" + rows[3][:20]  # the 4th row cut short
+    (tmp_path / "t.jsonl").write_text(text)
+    with pytest.raises(PairkitError, match=r"^can't read table \S+t.jsonl: line 4 is not JSON "
+                       r"\(Unterminated string starting at: line 1 column 18 \(char 17\)\)$"):
+        read_table(tmp_path / "t.jsonl")
+    piped(monkeypatch, text.encode())
+    with pytest.raises(PairkitError, match=r"^can't read table stdin: line 4 is not JSON "):
+        read_table("-")
+    piped(monkeypatch, ("\n".join([rows[0], "{oops}", rows[1]]) + "\n").encode())
+    with pytest.raises(PairkitError, match=r"^can't read table stdin: line 2 is not JSON "):
+        read_table("-")
+
+
 def test_errors(tmp_path, monkeypatch):
     with pytest.raises(PairkitError, match="can't tell the table format"):
         read_table(tmp_path / "t.xlsx")
