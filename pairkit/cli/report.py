@@ -14,7 +14,7 @@ def report(
     inputs: list[str] = typer.Argument(
         ..., metavar="INPUT",
         help="Pair tables (mine), dedup groups (dedup), eval JSON (eval --json) or PNG plots "
-        "(eval --plot: files or their folder); - reads a table from stdin."),
+        "(eval --plot: files or their folder); - reads a table or eval JSON from stdin."),
     output: Path = typer.Option(..., "-o", "--output",
                                 help="Report folder to write (index.html + thumbnails)."),
     store: str | None = typer.Option(

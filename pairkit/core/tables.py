@@ -177,13 +177,16 @@ def read_table(path: str | Path,
         raise unreadable(path, exc) from exc
 
 
-def read_stdin(first_row: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
-    """The table on stdin, its format told by its content: parquet (its magic bytes
-    ``PAR1``, read whole: its footer is at the end), JSON Lines (a ``{`` or ``[`` first,
-    streamed as a file is) or else CSV (read whole)."""
+def read_stdin(first_row: Callable[[dict[str, Any]], None] | None = None,
+               stream: IO[bytes] | None = None) -> pd.DataFrame:
+    """The table on stdin (or in ``stream``, bytes read from it already), its format told
+    by its content: parquet (its magic bytes ``PAR1``, read whole: its footer is at the
+    end), JSON Lines (a ``{`` or ``[`` first, streamed as a file is) or else CSV (read
+    whole)."""
     from pairkit.core.remote_tables import parse_table
 
-    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        stream = getattr(sys.stdin, "buffer", None)
     if stream is None:  # a text stream without bytes underneath (tests)
         stream = io.BytesIO(sys.stdin.read().encode("utf-8"))
     if not hasattr(stream, "peek"):

@@ -96,7 +96,7 @@ def eval_results(obj: Any) -> dict[str, dict[str, Any]] | None:
 def read_input(spec: str) -> ReportInput:
     """Read and classify one input; raise PairkitError naming what it could not use."""
     if spec == "-":
-        return _table_input(spec, None)
+        return _stdin_input()
     from pairkit.core.remote import is_url
 
     if is_url(spec):  # object storage: tables only (a store is given with --store)
@@ -174,10 +174,30 @@ def _rowless_jsonl(path: Path) -> bool:
     return True
 
 
-def _table_input(spec: str, path: Path | None) -> ReportInput:
+def _stdin_input() -> ReportInput:
+    """stdin: an eval result (one JSON object, ``pairkit eval --json | pairkit report -``,
+    pretty-printed too) or a table. Read whole, as a table on stdin is for the page."""
+    import sys
+
+    stream = getattr(sys.stdin, "buffer", None)
+    data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
+    if data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{":
+        try:
+            results = eval_results(json.loads(data))
+        except ValueError:  # JSON Lines: more than one value
+            results = None
+        if results is not None:
+            return ReportInput("eval", "-", None, results=results)
+    return _table_input("-", None, data)
+
+
+def _table_input(spec: str, path: Path | None, data: bytes | None = None) -> ReportInput:
+    """A table input; ``data``: stdin's bytes, read already."""
+    import io
+
     import pandas as pd
 
-    from pairkit.core.tables import read_table
+    from pairkit.core.tables import read_stdin, read_table
 
     if path is not None and path.is_file() and _rowless_jsonl(path):
         # no row tells no kind; dedup writes "no duplicates" so (where a CSV keeps its
@@ -187,7 +207,7 @@ def _table_input(spec: str, path: Path | None) -> ReportInput:
         narrow = _narrow_pairs(spec, path)
         if narrow is not None:
             return narrow
-    table = read_table(spec)
+    table = read_table(spec) if data is None else read_stdin(stream=io.BytesIO(data))
     fmt = pair_format(list(table.columns))
     if fmt is None:
         cols = ", ".join(map(str, list(table.columns)[:12])) or "none"

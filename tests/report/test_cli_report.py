@@ -353,6 +353,29 @@ def test_table_from_stdin(pipeline, tmp_path):
     assert np.all([it["thumb"] for it in data["items"]])
 
 
+def test_eval_json_from_stdin(pipeline, tmp_path):
+    """``pairkit eval --json | pairkit report -``: found by the pipes-and-Ray hunt
+    (2026-12-07), refused as 'stdin is neither a pair table nor dedup groups ... (columns:
+    n_queries, ...)' though the same JSON in a file is an eval tab; so was ``--compare``'s
+    and a pretty-printed one (``| jq .``)."""
+    metrics = json.loads(pipeline.eval_json.read_text())
+    r = report(pipeline.eval_json, "-o", tmp_path / "from-file")  # the file's count
+    count = r.stderr.splitlines()[0].split(": ")[1]
+    assert count.endswith(" metrics")
+    for text, columns in ((pipeline.eval_json.read_text(), ["result"]),
+                          (json.dumps({"raw": metrics, "head": metrics}), ["raw", "head"]),
+                          (json.dumps(metrics, indent=2) + "\n", ["result"])):
+        out = tmp_path / f"rep{len(text)}"
+        r = runner.invoke(app, ["report", "-", "-o", str(out)], input=text)
+        assert r.exit_code == 0, r.output
+        assert r.stderr.startswith(f"-: {count}\n")
+        data, _ = page_data(out / "index.html")
+        (ev,) = data["sections"]
+        assert ev["kind"] == "eval"
+        assert ev["columns"] == columns
+        assert ["MAP@R", *[f"{metrics['map_at_r']:.4f}"] * len(ev["columns"])] in ev["rows"]
+
+
 def _run_as_nobody(args: list[str], cwd: Path):  # noqa: ANN202
     """``pairkit ARGS`` as an unprivileged user (root reads any folder, so a folder
     another user keeps closed can only be met without root): in-process when this test
