@@ -86,7 +86,13 @@ def connect(address: str) -> Cluster:
     if not ray.is_initialized():
         quiet = {"logging_level": logging.ERROR, "log_to_driver": False,
                  "include_dashboard": False}
-        check_reachable(address)
+        # with the address from the environment, the user may not know Ray was asked for
+        said = (" (PAIRKIT_RAY_ADDRESS is set: it gives --ray when not typed)"
+                if os.environ.get(ENV) else "")
+        try:
+            check_reachable(address)
+        except PairkitError as exc:
+            raise PairkitError(f"{exc}{said}") from None
         try:
             if address == "local":
                 # "local": a new instance even where RAY_ADDRESS or a `ray start` on this
@@ -96,7 +102,8 @@ def connect(address: str) -> Cluster:
                 ray.init(address=address, **quiet)
         except Exception as exc:  # ConnectionError, ValueError, RuntimeError ...
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise PairkitError(f"can't reach the Ray cluster at {address}: {first}") from None
+            raise PairkitError(f"can't reach the Ray cluster at {address}: {first}{said}"
+                               ) from None
     keep_prints_off_stdout()
     resources = ray.cluster_resources()
     cpus = int(resources.get("CPU", 0))

@@ -111,6 +111,25 @@ def test_an_address_without_a_host_is_refused_in_one_line(tmp_path: Path) -> Non
     assert r.output == "error: can't reach the Ray cluster at :6379: no host before the port\n"
 
 
+def test_an_unreachable_address_from_the_environment_says_where_it_came_from(tmp_path: Path
+                                                                            ) -> None:
+    """Found by the pipes-and-Ray hunt (2026-12-07): with PAIRKIT_RAY_ADDRESS left set, a
+    plain ``pairkit mine`` failed with "can't reach the Ray cluster at ...", naming no
+    option or variable the user had given this time (the GPU refusal already named it)."""
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = random_store(tmp_path / "s", n_sources=10, views=2, dim=8)
+    r = runner.invoke(app, ["mine", str(store.root), "--hard", "-k", "2", "-q"],
+                      env={"PAIRKIT_RAY_ADDRESS": f"127.0.0.1:{port}"})
+    assert r.exit_code == 1, r.output
+    assert r.output == (f"error: can't reach the Ray cluster at 127.0.0.1:{port}: Connection "
+                        "refused (PAIRKIT_RAY_ADDRESS is set: it gives --ray when not typed)\n")
+
+
 def test_rays_printed_worker_errors_go_to_stderr(monkeypatch, capsys) -> None:
     ray_worker = pytest.importorskip("ray._private.worker")
     from pairkit.distributed import keep_prints_off_stdout
