@@ -233,5 +233,7 @@ def gain_verdict(raw: float | None, head: float | None) -> str:
     if diff < -GAIN_NOISE:
         return (f"no gain: the head is worse than the raw embeddings on held-out kNN top-1 "
                 f"({raw:.3f} -> {head:.3f}, {diff:+.3f}); use the raw embeddings")
+    # at 3 decimals a difference just under the bound reads as the bound: show the 4th
+    shown = f"{diff:+.3f}" if abs(round(diff, 3)) < GAIN_NOISE else f"{diff:+.4f}"
     return (f"no gain: the head ties the raw embeddings on held-out kNN top-1 ({raw:.3f} -> "
-            f"{head:.3f}, {diff:+.3f}, within {GAIN_NOISE})")
+            f"{head:.3f}, {shown}, within {GAIN_NOISE})")

@@ -80,6 +80,10 @@ def test_gain_verdict_says_plainly_whether_the_head_helped() -> None:
     assert gain_verdict(0.929, 0.910).startswith("no gain: the head is worse")
     assert "-0.019" in gain_verdict(0.929, 0.910)
     assert gain_verdict(0.80, 0.803).startswith("no gain: the head ties")
+    # a tie that rounds to the noise bound at 3 decimals shows the 4th: the demo printed
+    # "(0.929 -> 0.933, +0.005, within 0.005)", a gain of 0.0046 that read as its bound
+    assert gain_verdict(0.9286, 0.9332).endswith("(0.929 -> 0.933, +0.0046, within 0.005)")
+    assert gain_verdict(0.9332, 0.9286).endswith("(0.933 -> 0.929, -0.0046, within 0.005)")
     assert gain_verdict(None, 0.8).startswith("no held-out kNN top-1")
 
 
