@@ -573,7 +573,7 @@ def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOption
 
     which = "any" if votes == 1 else f"at least {votes}"
     near = ("" if coords is None
-            else f" or at a diffusion cosine >= {threshold:g} to it")
+            else f" or at a diffusion cosine >= {round(threshold, 3):g} to it")
     skipped = (f"rows sharing a cluster with the anchor in {which} of {len(assign)} k-means "
                f"runs{near} not searched (cluster rule)" if what == "cluster" else
                "rows of the anchor's label not searched (label rule)")

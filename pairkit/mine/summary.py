@@ -57,7 +57,7 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
             if clusters.get("votes"):
                 line += f", {clusters['votes']} must agree"
             if clusters.get("diffusion") is not None:
-                line += f", or a diffusion cosine >= {clusters['diffusion']:g}"
+                line += f", or a diffusion cosine >= {round(clusters['diffusion'], 3):g}"
             for key in ("raised", "diffusion_raised"):
                 if clusters.get(key):
                     line += f"; {clusters[key]}"

@@ -580,6 +580,12 @@ def test_summary_names_the_diffusion_threshold(tmp_path):
     assert "or at a diffusion cosine >= 0.402 to it not searched" in stats["index"]  # + margin
     line = next(x for x in summary_lines(stats, "p.parquet") if x.startswith("cluster rule"))
     assert "3 must agree, or a diffusion cosine >= 0.4" in line
+    # a threshold the random-pair guard raised is shown to 3 decimals, as its own note is
+    # (the demo printed "or a diffusion cosine >= 0.634755; diffusion cosine >= 0.635
+    # needed")
+    raised = {**stats, "clusters": {**stats["clusters"], "diffusion": 0.634755}}
+    line = next(x for x in summary_lines(raised, "p.parquet") if x.startswith("cluster rule"))
+    assert "or a diffusion cosine >= 0.635" in line and "0.634755" not in line
     # the rows the rule flags although its rows were skipped: the skip's margin, said so
     margin = "but for those within 0.002 of the diffusion threshold"
     for flags, said in (({"cluster": 7, "near_duplicate": 1}, True),
