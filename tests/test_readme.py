@@ -41,8 +41,11 @@ def tour_steps() -> list[tuple[str, list[str] | None]]:
 
 
 def key(line: str) -> str:
-    """A printed line without its numbers: its first three words, digits as #."""
-    return " ".join(re.sub(r"\d[\d,.]*", "#", line).split()[:3])
+    """A printed line without its numbers: its first three words, digits as #; mine's
+    "candidates removed:" line by its first two (which reasons removed some depends on
+    the data: the tour's 300 digits remove no positive where the README's 1,797 did)."""
+    words = re.sub(r"\d[\d,.]*", "#", line).split()
+    return " ".join(words[:2] if words[:2] == ["candidates", "removed:"] else words[:3])
 
 
 def test_the_tour_is_parsed() -> None:

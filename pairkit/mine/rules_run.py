@@ -356,11 +356,17 @@ def _cosine_neighbour_lists(vectors: np.ndarray, sources: np.ndarray, store: Any
     if given is not None and given[0].shape[1] >= cfg.neighbours:
         return given
     if ctx is not None and ctx.spectral is not None:
-        # the cluster rule's principal components of every row: a search in 128 dims
-        # instead of d, twice as deep, re-scored exactly and cut back to the best (98% of
-        # the exact lists' mutual pairs on fm0; the lists only choose who is compared)
-        nb_ids, _ = search_neighbour_lists(ctx.spectral.reduced, sources,
-                                           2 * cfg.neighbours, index, backend, None)
+        # every row's 128 principal components (those of the cluster rule's fit): a search
+        # in 128 dims instead of d, twice as deep, re-scored exactly and cut back to the
+        # best (98% of the exact lists' mutual pairs on fm0; the lists only choose who is
+        # compared). Not the rule's graph space: that one is whitened by the views'
+        # differences (pairkit.mine.view_whitening), no proxy for plain cosines
+        from pairkit.mine.clusters import pca_rows
+
+        reduced = pca_rows(vectors, ctx.spectral.reduced.shape[1], sample=5_000,
+                           seed=ctx.seed)
+        nb_ids, _ = search_neighbour_lists(reduced, sources, 2 * cfg.neighbours, index,
+                                           backend, None)
         nb_scores = exact_scores(vectors, vectors, nb_ids)
         order = np.argsort(-nb_scores, axis=1, kind="stable")[:, :cfg.neighbours]
         return (np.take_along_axis(nb_ids, order, axis=1),
