@@ -266,10 +266,10 @@ def pca_rows(vectors: Any, dims: int = 32, *, sample: int = 20_000,
 
 def pca_fit(x: Any, dims: int, *, sample: int = 20_000, seed: int = 0
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(mean (d,), comps (d, dims), fit (S, dims))``: the ``dims`` leading principal
+    """``(mean (d,), comps (d, dims), fit (S, d))``: the ``dims`` leading principal
     components of a seeded sample of at most ``sample`` rows of ``x`` (``d > dims``, at
     least 3 rows), by a randomized SVD with two power iterations, and the sample's
-    centred rows projected on them."""
+    centred rows (project them with ``fit @ comps``)."""
     n, d = x.shape
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(n, size=sample, replace=False)) if n > sample else slice(None)
@@ -284,7 +284,7 @@ def pca_fit(x: Any, dims: int, *, sample: int = 20_000, seed: int = 0
     q, _ = np.linalg.qr(y)
     _, _, vt = np.linalg.svd(q.T @ fit, full_matrices=False)
     comps = np.ascontiguousarray(vt[:dims].T, dtype=np.float32)  # (d, dims)
-    return mean, comps, fit @ comps
+    return mean, comps, fit
 
 
 def projected_rows(x: Any, mean: np.ndarray, comps: np.ndarray) -> RowView:

@@ -101,7 +101,7 @@ def view_whitened_rows(vectors: Any, sources: np.ndarray, dims: int = 128, *,
     values, vecs = np.linalg.eigh(cov)
     values = np.maximum(values, values.max() * 1e-12)
     white = (vecs * values ** -0.5) @ vecs.T  # C_S^(-1/2), (width, width)
-    z = fit.astype(np.float64) @ white
+    z = (fit @ comps).astype(np.float64) @ white
     z -= z.mean(axis=0)
     spread, axes = np.linalg.eigh(z.T @ z)  # the whitened sample's principal axes
     keep = axes[:, np.argsort(spread)[::-1][: min(dims, len(spread))]]

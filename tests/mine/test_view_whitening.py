@@ -63,7 +63,7 @@ def test_view_whitened_rows_equal_the_formula() -> None:
     cov = (1 - s) * cov + s * np.trace(cov) / width * np.eye(width)
     vals, vecs = np.linalg.eigh(cov)
     white = vecs @ np.diag(vals ** -0.5) @ vecs.T
-    z = fit @ white
+    z = (fit @ comps) @ white
     _, _, vt = np.linalg.svd(z - z.mean(0), full_matrices=False)
     want = (x - mean).astype(np.float64) @ comps @ white @ vt[:8].T
     want /= np.linalg.norm(want, axis=1, keepdims=True)
