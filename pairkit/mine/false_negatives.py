@@ -210,6 +210,7 @@ def build_context(
     image_root: str | None = None,
     image_column: str | None = None,
     whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None,
+    principal: Any = None,
     spectral: Any = None,
     dtype: str = "float32",
 ) -> FnContext:
@@ -220,7 +221,9 @@ def build_context(
     images, for the near-duplicate decision's pixel check (``image_column``: a dataset
     store's, :func:`pairkit.encode.item_images.image_column_of`). ``whitened_neighbours``: the
     mutual-neighbour rule's lists (:func:`pairkit.mine.whitening.whitened_neighbours`)
-    when the caller searched them already; ``spectral``: the ``cluster`` rule's spectral
+    when the caller searched them already, ``principal`` their whitening's fit
+    (:class:`pairkit.mine.whitening.Whitening`: the principal components the ``cluster``
+    rule's graph starts from too); ``spectral``: the ``cluster`` rule's spectral
     embedding when the caller made it (:mod:`pairkit.mine.white_parts`). ``vectors`` may
     be rows read as float32 when used (a :class:`~pairkit.core.row_view.RowView`: kept as
     it is); ``dtype`` the store's, as its rows were stored (``float16`` identical rows
@@ -253,7 +256,7 @@ def build_context(
                     seed=seed, neighbours=neighbours, backend=backend,
                     paths=None if paths is None else np.asarray(paths, dtype=object),
                     image_root=image_root, image_column=image_column,
-                    whitened_neighbours=whitened_neighbours,
+                    whitened_neighbours=whitened_neighbours, principal=principal,
                     spectral=spectral, dtype=str(dtype))
     for rule in config.rules:
         prepare = getattr(MODULES[rule], "prepare", None)

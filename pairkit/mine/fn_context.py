@@ -75,6 +75,9 @@ class FnContext:
     # (ids, cosine scores) (N, m): nearest other-source rows in the partial whitening
     # (pairkit.mine.whitening), shared by the mutual-neighbour rule and mined positives
     whitened_neighbours: tuple[np.ndarray, np.ndarray] | None = None
+    # that whitening's fit (pairkit.mine.whitening.Whitening): the principal components
+    # the cluster rule's graph starts from too (None: the rule fits them)
+    principal: Any = None
     mutual_source_keys: np.ndarray | None = None  # sorted src_a * n_sources + src_b
     # the mutual-neighbour rule's guard (random_pair_share, off) and its lists' depth when
     # cut to the sources less one (neighbours): pairkit.mine.rules.mutual.guard

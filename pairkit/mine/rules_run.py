@@ -74,10 +74,17 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
     sha = items["file_sha256"].to_numpy(dtype=object, na_value=None)
     from pairkit.mine.positives import capped_neighbours
 
-    white, lists_cfg = None, rule_lists_config(positives)
+    white, principal, lists_cfg = None, None, rule_lists_config(positives)
     used = capped_neighbours(lists_cfg, sources)
     if "mutual-neighbour" in fn_config.rules:  # searched here with mine's index options
-        white = positive_neighbour_lists(None, vectors, sources, used, index, where, split)
+        from pairkit.mine.whitening import fit_whitening
+
+        # fitted once: the lists' whitening, and the principal components the cluster
+        # rule's graph starts from (pairkit.mine.view_whitening)
+        principal = (split.space.white if split is not None
+                     else fit_whitening(vectors, power=used.whitening, seed=index.seed))
+        white = positive_neighbour_lists(None, vectors, sources, used, index, where, split,
+                                         white=principal)
     from pairkit.encode.item_images import image_column_of
 
     image_root = store.manifest.get("image_root")
@@ -93,7 +100,7 @@ def rules_context(store: Any, vectors: np.ndarray, sources: np.ndarray,
                             # per row kept (and shipped to the workers with the context)
                             paths=items["path"].to_numpy(dtype=object) if image_root else None,
                             image_root=image_root, image_column=image_column_of(store),
-                            whitened_neighbours=white,
+                            whitened_neighbours=white, principal=principal,
                             spectral=spectral, dtype=store.dtype)
     if "mutual-neighbour" in fn_config.rules and used.neighbours < lists_cfg.neighbours:
         ctx.mutual_info["neighbours"] = {"asked": lists_cfg.neighbours,
@@ -315,12 +322,15 @@ def rule_lists_config(positives: PositiveConfig | None) -> PositiveConfig:
 
 def positive_neighbour_lists(ctx: FnContext | None, vectors: np.ndarray, sources: np.ndarray,
                              cfg: PositiveConfig, index: IndexOptions, backend: Any,
-                             split: Any = None) -> tuple[np.ndarray, np.ndarray]:
+                             split: Any = None, white: Any = None
+                             ) -> tuple[np.ndarray, np.ndarray]:
     """The whitened mutual-neighbour lists (:func:`pairkit.mine.whitening.whitened_neighbours`)
     searched with mine's index options; kept on ``ctx`` (the ``mutual-neighbour`` rule
     and the mined positives share them). ``split``: searched by partition on a
     cluster's workers (:class:`pairkit.mine.white_parts.WhiteLists`, planned for ``cfg``):
-    merged from their files, the same lists."""
+    merged from their files, the same lists. ``white``: the whitening, when fitted
+    already (:func:`pairkit.mine.whitening.fit_whitening` with ``cfg.whitening`` and
+    ``index.seed``)."""
     from pairkit.mine.whitening import whitened_neighbours
 
     if ctx is not None and ctx.whitened_neighbours is not None and (
@@ -332,7 +342,6 @@ def positive_neighbour_lists(ctx: FnContext | None, vectors: np.ndarray, sources
         return search_neighbour_lists(space, sources, k, index, backend, None)
 
     search: Any = search_here
-    white = None
     if split is not None:
         from pairkit.mine.white_parts import SplitWhiteSearch
 

@@ -98,18 +98,21 @@ def knn_graph_approx(reduced: Any, sources: np.ndarray, rows: np.ndarray, m: int
 
 def spectral_embedding(vectors: np.ndarray, sources: np.ndarray, *, m: int = 15,
                        sample: int = 20_000, pca_dims: int = 128, n_eigen: int = MAX_CLUSTERS,
-                       seed: int = 0) -> SpectralEmbedding:
+                       seed: int = 0, principal: Any = None) -> SpectralEmbedding:
     """The normalised-adjacency embedding of the kNN graph of (a sample of) the rows.
 
     Returns a :class:`SpectralEmbedding` with the ``n_eigen`` leading eigenvectors
-    (fewer for tiny stores), rows normalised to unit length (NJW).
+    (fewer for tiny stores), rows normalised to unit length (NJW). The graph's space:
+    :func:`pairkit.mine.view_whitening.view_whitened_rows` (``principal``: the rows'
+    principal components, when already fitted).
     """
     from scipy import sparse
 
     from pairkit.mine.view_whitening import view_whitened_rows
 
     n = len(vectors)
-    reduced = view_whitened_rows(vectors, sources, pca_dims, sample=5_000, seed=seed)
+    reduced = view_whitened_rows(vectors, sources, pca_dims, sample=5_000, seed=seed,
+                                 principal=principal)
     rng = np.random.default_rng([seed, 23])
     rows = (np.arange(n) if n <= sample
             else np.sort(rng.choice(n, size=sample, replace=False)))

@@ -12,7 +12,9 @@ the same to the head's outputs with the pair table's pairs
 (:mod:`pairkit.train.pair_whitening`). Here the pairs are the store's own views, known
 without labels:
 
-1. the :data:`WIDTH` leading principal components of a seeded sample (:func:`pca_fit`);
+1. the :data:`WIDTH` leading principal components of a seeded sample, those of the
+   ``mutual-neighbour`` rule's partial whitening (:func:`fit_whitening`: the fewest
+   holding 99% of the variance, if fewer), fitted once for both;
 2. ``C_S`` of at most :data:`MAX_PAIRS` view pairs (each source's rows in id order, each
    with the next, a seeded sample), in those components, shrunk towards a multiple of
    the identity by the Ledoit-Wolf estimate of the best shrinkage (Ledoit & Wolf 2004,
@@ -20,7 +22,8 @@ without labels:
    Multivariate Analysis): 1,200 pairs in 256 dims need more than 8,000 do, and the
    data say how much;
 3. the components whitened by ``C_S^(-1/2)``, then rotated onto the sample's
-   ``dims`` leading principal components in the whitened space;
+   ``dims`` leading principal components in the whitened space (the eigenvectors of
+   ``C_S^(-1/2) diag(variances) C_S^(-1/2)``: no row read for them);
 4. every row mapped by the one linear map and normalised, computed when read
    (:func:`projected_rows`).
 
@@ -36,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from pairkit.core.row_view import RowView, is_view
-from pairkit.mine.clusters import pca_fit, pca_rows, projected_rows
+from pairkit.mine.clusters import pca_rows, projected_rows
+from pairkit.mine.whitening import Whitening, fit_whitening
 
 WIDTH = 256  # principal components the views' differences are whitened in
 MAX_PAIRS = 20_000  # view pairs C_S is computed on (a seeded sample)
@@ -75,17 +79,26 @@ def ledoit_wolf_shrinkage(diff: np.ndarray) -> float:
 
 
 def view_whitened_rows(vectors: Any, sources: np.ndarray, dims: int = 128, *,
-                       sample: int = 5_000, seed: int = 0) -> RowView:
+                       sample: int = 5_000, seed: int = 0,
+                       principal: Whitening | None = None) -> RowView:
     """Every row in the view-whitened components (module docstring), unit length,
-    computed when read: a :class:`~pairkit.core.row_view.RowView` of ``vectors``."""
+    computed when read: a :class:`~pairkit.core.row_view.RowView` of ``vectors``.
+
+    ``principal``: the rows' principal components as the ``mutual-neighbour`` rule's
+    whitening fitted them (:func:`pairkit.mine.whitening.fit_whitening`; its components
+    and their variances, not its scaling), so they are not fitted twice; None: fitted
+    here the same way. ``sample``: the plain components' sample where there are too few
+    view pairs (:func:`pca_rows`)."""
     x = vectors if is_view(vectors) else np.asarray(vectors)
     n, d = x.shape
     pairs = view_pairs(sources, seed)
     if d <= dims or n < 3 or len(pairs) < MIN_PAIRS:
         return pca_rows(x, dims, sample=sample, seed=seed)
-    width = min(WIDTH, d)
-    mean, comps, fit = pca_fit(x, width, sample=sample, seed=seed)
-    diff = np.empty((len(pairs), comps.shape[1]), np.float64)
+    if principal is None:
+        principal = fit_whitening(x, power=0.0, seed=seed)
+    width = min(WIDTH, principal.dims)
+    comps = np.ascontiguousarray(principal.components[:, :width], dtype=np.float32)
+    diff = np.empty((len(pairs), width), np.float64)
     for s in range(0, len(pairs), BLOCK):
         p = pairs[s : s + BLOCK]
         rows, at = np.unique(p, return_inverse=True)
@@ -101,9 +114,10 @@ def view_whitened_rows(vectors: Any, sources: np.ndarray, dims: int = 128, *,
     values, vecs = np.linalg.eigh(cov)
     values = np.maximum(values, values.max() * 1e-12)
     white = (vecs * values ** -0.5) @ vecs.T  # C_S^(-1/2), (width, width)
-    z = (fit @ comps).astype(np.float64) @ white
-    z -= z.mean(axis=0)
-    spread, axes = np.linalg.eigh(z.T @ z)  # the whitened sample's principal axes
+    # the sample's covariance in the whitened components: diagonal (the variances) in the
+    # principal ones, so C_S^(-1/2) diag(variances) C_S^(-1/2), no row read again
+    spread, axes = np.linalg.eigh((white * principal.variances[:width]) @ white)
     keep = axes[:, np.argsort(spread)[::-1][: min(dims, len(spread))]]
     projection = comps.astype(np.float64) @ white @ keep  # (d, dims)
-    return projected_rows(x, mean, np.ascontiguousarray(projection, dtype=np.float32))
+    return projected_rows(x, principal.mean,
+                          np.ascontiguousarray(projection, dtype=np.float32))

@@ -185,7 +185,7 @@ def plan_white(spec: Any, workers: int, partitions: int
     k, deep, deep_rows = list_depths(sources, depth)
     job = WhiteLists(space, lists, k, reads,
                      spec.folder, spec.remote.token if spec.remote is not None else "",
-                     cells_plan(rows, sources, rules.fn_config, spec.config.seed),
+                     cells_plan(rows, sources, rules.fn_config, spec.config.seed, white),
                      deep, deep_rows)
     deep_blocks = ([] if deep_rows is None
                    else [int(b) for b in np.unique(deep_rows // QUERY_BLOCK)])
@@ -227,16 +227,19 @@ def block_deep_rows(job: WhiteLists, lo: int, hi: int) -> np.ndarray:
     return job.deep_rows[a:b]
 
 
-def cells_plan(rows: Any, sources: np.ndarray, fn_config: Any, seed: int
-               ) -> CellsPlan | None:
+def cells_plan(rows: Any, sources: np.ndarray, fn_config: Any, seed: int,
+               principal: Any = None) -> CellsPlan | None:
     """The :class:`CellsPlan` of ``rows`` (the store's, read as float32) when the run's
-    rules have the ``cluster`` rule and the store is larger than its spectral sample."""
+    rules have the ``cluster`` rule and the store is larger than its spectral sample.
+    ``principal``: the lists' whitening, whose principal components the rule's graph
+    starts from (:func:`pairkit.mine.view_whitening.view_whitened_rows`)."""
     from pairkit.mine.rules.cluster import NAME
     from pairkit.mine.spectral import sample_cells, spectral_embedding
 
     if fn_config is None or NAME not in fn_config.rules:
         return None
-    emb = spectral_embedding(rows, sources, m=fn_config.cluster_neighbours, seed=seed)
+    emb = spectral_embedding(rows, sources, m=fn_config.cluster_neighbours, seed=seed,
+                             principal=principal)
     if len(emb.rows) == len(rows):
         return None
     return CellsPlan(emb, seed, *sample_cells(emb, seed=seed))

@@ -38,11 +38,15 @@ Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 @dataclass(frozen=True)
 class Whitening:
     """``mean`` (d,), ``components`` (d, D) orthonormal columns, leading first, ``scale``
-    (D,) the per-component factor ``eigenvalue ** -power``."""
+    (D,) the per-component factor ``eigenvalue ** -power``, ``variances`` (D,) float64
+    the eigenvalues themselves (the sample's variance along each component): the
+    principal components, which the ``cluster`` rule's graph also starts from
+    (:func:`pairkit.mine.view_whitening.view_whitened_rows`)."""
 
     mean: np.ndarray
     components: np.ndarray
     scale: np.ndarray
+    variances: np.ndarray
 
     @property
     def dims(self) -> int:
@@ -97,10 +101,10 @@ def fit_whitening(vectors: np.ndarray, *, power: float = DEFAULT_POWER,
         dims = _kept_dims(vals, variance, max_dims)
     if dims == 0:  # all rows equal: no direction to scale
         return Whitening(mean.astype(np.float32), np.eye(d, 1, dtype=np.float32),
-                         np.ones(1, np.float32))
+                         np.ones(1, np.float32), np.zeros(1))
     scale = vals[:dims] ** -power
     return Whitening(mean.astype(np.float32), vecs[:, :dims].astype(np.float32),
-                     (scale / scale[0]).astype(np.float32))
+                     (scale / scale[0]).astype(np.float32), vals[:dims].copy())
 
 
 FLOAT32_FLOOR = 1e-4  # the smallest kept eigenvalue (of the largest) float32 solves

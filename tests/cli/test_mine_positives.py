@@ -471,3 +471,38 @@ def test_confidence_by_rank_when_the_cluster_guard_turns_the_rule_off(tmp_path: 
             assert "off" in json.loads(stats.read_text())["clusters"]
     pd.testing.assert_frame_equal(got["mutual-neighbour,cluster"], got["mutual-neighbour"])
     assert got["mutual-neighbour"]["positive_confidence"].nunique() > 2
+
+
+def test_the_whitening_is_fitted_once_for_the_lists_and_the_cluster_graph(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutual-neighbour lists' whitening and the cluster rule's graph share one fit
+    of the principal components (pairkit.mine.view_whitening); the rule alone fits it."""
+    import pairkit.mine.view_whitening as view_whitening
+    import pairkit.mine.whitening as whitening
+
+    wide = random_store(tmp_path / "wide", n_sources=150, views=2, dim=160, classes=4)
+    fits: list[object] = []
+    given: list[object] = []
+    real_fit, real_rows = whitening.fit_whitening, view_whitening.view_whitened_rows
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        fits.append(real_fit(*args, **kwargs))
+        return fits[-1]
+
+    def rows_spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        given.append(kwargs.get("principal"))
+        return real_rows(*args, **kwargs)
+
+    monkeypatch.setattr(whitening, "fit_whitening", counted)
+    monkeypatch.setattr(view_whitening, "fit_whitening", counted)
+    monkeypatch.setattr(view_whitening, "view_whitened_rows", rows_spy)
+    out = tmp_path / "p.parquet"
+    r = runner.invoke(app, ["mine", str(wide.root), "--hard", *LABEL_FREE, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert len(fits) == 1 and len(given) == 1 and given[0] is fits[0]
+    fits.clear()
+    given.clear()
+    r = runner.invoke(app, ["mine", str(wide.root), "--hard", "--filter-false-negatives",
+                            "--fn-rules", "cluster", "-o", str(out), "--force"])
+    assert r.exit_code == 0, r.output
+    assert len(fits) == 1 and given == [None]  # fitted by the graph itself

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pairkit.mine.clusters import pca_fit, pca_rows
+from pairkit.mine.clusters import pca_rows
 from pairkit.mine.view_whitening import (
     MIN_PAIRS,
     WIDTH,
@@ -38,10 +38,11 @@ def test_ledoit_wolf_shrinkage_matches_scikit_learn() -> None:
 
 def _views(n_sources: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Two views per source in 40 dims: the class (two of them) on a weak direction, the
-    views differing strongly on 10 others (the augmentation), noise elsewhere."""
+    views differing strongly on 10 others (the augmentation), each source its own
+    smaller spread on all (what tells two images of one class apart)."""
     rng = np.random.default_rng(seed)
     cls = rng.integers(0, 2, n_sources)
-    base = rng.standard_normal((n_sources, 40)) * 0.05
+    base = rng.standard_normal((n_sources, 40)) * 0.1
     base[:, 0] += np.where(cls == 1, 0.4, -0.4)
     rows = np.concatenate([base + np.pad(rng.standard_normal((n_sources, 10)), ((0, 0), (1, 29)))
                            for _ in range(2)])
@@ -53,24 +54,42 @@ def _views(n_sources: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def test_view_whitened_rows_equal_the_formula() -> None:
     x, sources, _ = _views(300, seed=1)
     got = np.asarray(view_whitened_rows(x, sources, 8, sample=500, seed=3)[np.arange(len(x))])
-    # the reference, step by step (module docstring), float64
-    width = min(WIDTH, x.shape[1])  # 40: every direction
-    mean, comps, fit = pca_fit(x, width, sample=500, seed=3)
+    # the reference, step by step (module docstring), float64, from the rows themselves:
+    # the principal components of all 600 rows (under fit_whitening's 20,000-row sample),
+    # the fewest holding 99% of the variance
+    xd = x.astype(np.float64)
+    mean = xd.mean(axis=0)
+    vals, vecs = np.linalg.eigh(np.cov(xd, rowvar=False))
+    vals, vecs = vals[::-1], vecs[:, ::-1]
+    width = min(WIDTH, int(np.searchsorted(np.cumsum(vals) / vals.sum(), 0.99) + 1))
+    assert 8 < width < x.shape[1]  # the variance cut is in play
+    comps = vecs[:, :width]
     pairs = view_pairs(sources, 3)
-    diff = (x[pairs[:, 0]].astype(np.float64) - x[pairs[:, 1]]) @ comps
+    diff = (xd[pairs[:, 0]] - xd[pairs[:, 1]]) @ comps
     s = ledoit_wolf_shrinkage(diff)
     cov = diff.T @ diff / len(diff)
     cov = (1 - s) * cov + s * np.trace(cov) / width * np.eye(width)
-    vals, vecs = np.linalg.eigh(cov)
-    white = vecs @ np.diag(vals ** -0.5) @ vecs.T
-    z = (fit @ comps) @ white
+    cvals, cvecs = np.linalg.eigh(cov)
+    white = cvecs @ np.diag(cvals ** -0.5) @ cvecs.T
+    z = (xd - mean) @ comps @ white  # every row whitened: its principal axes by an SVD
     _, _, vt = np.linalg.svd(z - z.mean(0), full_matrices=False)
-    want = (x - mean).astype(np.float64) @ comps @ white @ vt[:8].T
+    want = z @ vt[:8].T
     want /= np.linalg.norm(want, axis=1, keepdims=True)
     assert got.shape == (600, 8)
     # an eigenvector's sign is free: compare per component up to it
     signs = np.sign((got * want).sum(axis=0))
     np.testing.assert_allclose(got, want * signs, atol=2e-4)
+
+
+def test_view_whitened_rows_from_a_given_fit_equal_their_own() -> None:
+    from pairkit.mine.whitening import fit_whitening
+
+    x, sources, _ = _views(300, seed=5)
+    own = view_whitened_rows(x, sources, 8, seed=2)
+    # the mutual-neighbour rule's fit (power 1/4): the same components and variances
+    given = view_whitened_rows(x, sources, 8, seed=2, principal=fit_whitening(x, seed=2))
+    np.testing.assert_array_equal(np.asarray(own[np.arange(len(x))]),
+                                  np.asarray(given[np.arange(len(x))]))
 
 
 def test_view_whitening_finds_the_class_the_augmentation_hides() -> None:

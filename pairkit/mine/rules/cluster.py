@@ -46,7 +46,8 @@ def embedding(ctx: FnContext, config: FalseNegativeConfig) -> Any:
 
     if ctx.spectral is None:
         ctx.spectral = spectral_embedding(
-            ctx.vectors, ctx.sources, m=config.cluster_neighbours, seed=ctx.seed)
+            ctx.vectors, ctx.sources, m=config.cluster_neighbours, seed=ctx.seed,
+            principal=ctx.principal)
     return ctx.spectral
 
 

@@ -40,13 +40,15 @@ def neighbour_lists(ctx: FnContext) -> tuple[np.ndarray, np.ndarray]:
     if ctx.whitened_neighbours is None:
         from pairkit.mine.clusters import knn_graph
         from pairkit.mine.positives import DEFAULT_NEIGHBOURS
-        from pairkit.mine.whitening import whitened_neighbours
+        from pairkit.mine.whitening import fit_whitening, whitened_neighbours
 
         def search(space: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
             return knn_graph(space, ctx.sources, k, backend=ctx.backend)
 
+        if ctx.principal is None:  # the cluster rule's graph starts from the same fit
+            ctx.principal = fit_whitening(ctx.vectors, seed=ctx.seed)
         ctx.whitened_neighbours = whitened_neighbours(ctx.vectors, DEFAULT_NEIGHBOURS, search,
-                                                      seed=ctx.seed)
+                                                      seed=ctx.seed, white=ctx.principal)
     return ctx.whitened_neighbours
 
 
