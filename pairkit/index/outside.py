@@ -577,6 +577,9 @@ def outside_searcher(vectors: np.ndarray, assign: np.ndarray, index: IndexOption
     skipped = (f"rows sharing a cluster with the anchor in {which} of {len(assign)} k-means "
                f"runs{near} not searched (cluster rule)" if what == "cluster" else
                "rows of the anchor's label not searched (label rule)")
+    if what == "cluster" and coords is not None and votes > len(assign):  # the threshold alone
+        skipped = (f"rows at a diffusion cosine >= {round(threshold, 3):g} to the anchor not "
+                   "searched (cluster rule)")
     if engine.name == "torch":
         tindex = open_searcher(vectors, IndexOptions(kind="flat"), engine=engine).index
         return AnchorSearch("torch", vectors, assign, votes, tindex, coords=coords,

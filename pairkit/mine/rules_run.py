@@ -245,9 +245,11 @@ def mined_positives(anchors: np.ndarray, vectors: np.ndarray, sources: np.ndarra
     threshold = None
     if fn_config is not None and "near-duplicate" in fn_config.rules:
         threshold = near_duplicate_threshold(fn_config, store.dtype)
-    # the cluster rule's runs give the confidence only where its guard left it on (off:
-    # the runs found no class structure, their agreement says nothing; by rank instead)
-    runs = None if ctx is None or "off" in ctx.cluster_info else ctx.cluster_assign
+    # the cluster rule's runs give the confidence only where its guard left them on (off,
+    # or cut_off: the runs found no class structure, their agreement says nothing; by
+    # rank instead)
+    runs = (None if ctx is None or {"off", "cut_off"} & ctx.cluster_info.keys()
+            else ctx.cluster_assign)
     mined = mine_positives(anchors, nb_ids, nb_scores, cfg,
                            groups=None if ctx is None else ctx.groups, vectors=vectors,
                            cluster_assign=runs, near_duplicate_threshold=threshold,

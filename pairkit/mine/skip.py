@@ -73,9 +73,10 @@ def skippable_rows(ctx: FnContext, fn_config: FalseNegativeConfig,
     from pairkit.mine.rules.cluster import diffusion_threshold, votes_needed
 
     votes = votes_needed(ctx, fn_config)
-    if votes == 0:
-        return None
     threshold = diffusion_threshold(ctx, fn_config)
     if threshold is None or ctx.diffusion is None:
-        return SkippedRows(assign, votes, "cluster")
-    return SkippedRows(assign, votes, "cluster", ctx.diffusion, threshold + SKIP_MARGIN)
+        return SkippedRows(assign, votes, "cluster") if votes else None
+    # votes 0: the threshold flags alone, and no row shares a cluster in more runs than
+    # there are
+    return SkippedRows(assign, votes or len(assign) + 1, "cluster", ctx.diffusion,
+                       threshold + SKIP_MARGIN)

@@ -34,7 +34,10 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
         if stats.get("cluster_rows_not_searched"):
             from pairkit.mine.skip import SKIP_MARGIN
 
-            flagged += (" (cluster: rows sharing a cluster with the anchor were not searched"
+            near = ("rows near the anchor in the diffusion coordinates"
+                    if (stats.get("clusters") or {}).get("cut_off")
+                    else "rows sharing a cluster with the anchor")
+            flagged += (f" (cluster: {near} were not searched"
                         + (f", but for those within {SKIP_MARGIN:g} of the diffusion threshold"
                            if stats["fn_flagged"].get("cluster") else "") + ")")
         if stats.get("label_rows_not_searched"):
@@ -53,6 +56,11 @@ def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
                 f"{'run' if runs == 1 else 'runs'}")
         if clusters.get("off"):
             line += f"; off: {clusters['off']}"
+        elif clusters.get("cut_off"):
+            line += (f", a diffusion cosine >= {round(clusters['diffusion'], 3):g} alone: "
+                     f"{clusters['cut_off']}")
+            if clusters.get("diffusion_raised"):
+                line += f"; {clusters['diffusion_raised']}"
         else:
             if clusters.get("votes"):
                 line += f", {clusters['votes']} must agree"

@@ -444,7 +444,8 @@ def test_confidence_by_rank_when_the_cluster_guard_turns_the_rule_off(tmp_path: 
     even where its guard had found no class structure (the rule flagging nothing): 610 of
     612 at 1.0 on this store, so --positive-sampling confidence drew uniformly. With the
     rule off its runs are not used: the confidences are those of a run without the rule
-    (1 - rank / 10)."""
+    (1 - rank / 10). The same where only the runs are off (two clusters that fail the
+    guard; the diffusion threshold flags alone)."""
     from pairkit.core.store_writer import write_store
 
     rng = np.random.default_rng(11)
@@ -467,8 +468,8 @@ def test_confidence_by_rank_when_the_cluster_guard_turns_the_rule_off(tmp_path: 
         df = pd.read_parquet(out)
         got[rules] = df[df["positive_kind"] == "mined"][
             ["anchor_id", "positive_id", "positive_confidence"]].reset_index(drop=True)
-        if "cluster" in rules:
-            assert "off" in json.loads(stats.read_text())["clusters"]
+        if "cluster" in rules:  # off, or its two clusters' runs (the threshold alone)
+            assert {"off", "cut_off"} & json.loads(stats.read_text())["clusters"].keys()
     pd.testing.assert_frame_equal(got["mutual-neighbour,cluster"], got["mutual-neighbour"])
     assert got["mutual-neighbour"]["positive_confidence"].nunique() > 2
 

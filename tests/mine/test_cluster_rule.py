@@ -220,8 +220,10 @@ def test_votes_go_up_until_the_rule_flags_at_most_the_cap_then_off():
     share = cluster.vote_shares(ctx.cluster_assign, ctx.sources)
     for cap, want in ((0.95, 1), (0.6, 2), (0.2, 3), (0.05, 0)):
         ctx.cluster_info = {}
+        # the votes alone: two-cluster runs that fail the guard leave the diffusion
+        # threshold to flag alone (test_two_clusters_that_fail_the_guard_...)
         cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=3, cluster_votes=1,
-                                  cluster_max_share=cap)
+                                  cluster_max_share=cap, cluster_diffusion=0.0)
         assert cluster.choose_votes(ctx, cfg) == want, (cap, share)
         info = ctx.cluster_info
         assert info["votes"] == want
@@ -244,7 +246,7 @@ def test_a_share_of_exactly_the_cap_keeps_the_rule_on(monkeypatch):
                                                                   cluster_runs=1), seed=0)
     ctx.cluster_assign = np.array([[0, 0, 1, 1]])
     cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=1, cluster_votes=1,
-                              cluster_max_share=0.5)
+                              cluster_max_share=0.5, cluster_diffusion=0.0)  # votes alone
     for shared, want in (([1, 1, 0, 0], 1), ([1, 1, 1, 0, 0], 0),
                          ([1] * 1001 + [0] * 999, 0)):
         def sample(assign, sources, *, pairs=0, seed=0, shared=shared):
@@ -271,7 +273,8 @@ def test_off_line_reads_above_the_limit_with_its_counts_in_words():
     ctx.cluster_assign = np.array([[0, 0, 0, 1]])
     share = float(cluster.vote_shares(ctx.cluster_assign, ctx.sources)[0])
     assert 0.5 < share < 0.505 and f"{share:.0%}" == "50%"
-    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=1, cluster_votes=1)
+    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=1, cluster_votes=1,
+                              cluster_diffusion=0.0)  # the votes alone
     assert cluster.choose_votes(ctx, cfg) == 0
     assert ctx.cluster_info["off"].startswith(
         "its clusters put 50.1% of random pairs together even in its one run (> 50%)")
@@ -279,7 +282,7 @@ def test_off_line_reads_above_the_limit_with_its_counts_in_words():
     ctx.cluster_info = {}
     ctx.cluster_assign = np.array([[0, 0, 0, 1], [0, 0, 0, 1]])
     cfg2 = FalseNegativeConfig(rules=("cluster",), cluster_runs=2, cluster_votes=1,
-                               cluster_max_share=0.5004)
+                               cluster_max_share=0.5004, cluster_diffusion=0.0)
     assert cluster.choose_votes(ctx, cfg2) == 0
     assert "put 50.1% of random pairs together even in all 2 runs (> 50.04%)" in (
         ctx.cluster_info["off"])
@@ -657,3 +660,87 @@ def test_a_diffusion_cosine_exactly_at_the_threshold_is_flagged():
     ctx.cluster_info["diffusion"] = 0.5001
     got = cluster.flag(ctx, np.array([0, 1]), np.array([[1], [0]]), None, None, cfg, None)
     np.testing.assert_array_equal(got, [[False], [False]])
+
+
+def test_two_clusters_that_fail_the_guard_leave_the_diffusion_threshold_alone():
+    """Two clusters put p^2 + (1 - p)^2 >= 1/2 of random pairs together whatever the
+    store holds: when every run has two and they fail the guard, the diffusion threshold
+    flags alone, raised to the cap; without a threshold the rule is off, as before."""
+    from pairkit.mine.rules import cluster
+
+    x = blobs(2, 80, 12, spread=0.3, seed=2)[:120]  # 80 and 40 rows: 0.56 together
+    sources = np.arange(len(x))
+    base = dict(rules=("cluster",), cluster_ks=(2,), cluster_runs=4, cluster_neighbours=8)
+    cfg = FalseNegativeConfig(**base)
+    ctx = build_context(x, None, sources, cfg, seed=0)
+    info = ctx.cluster_info
+    assert cluster.vote_shares(ctx.cluster_assign, sources)[-1] > 0.5
+    assert "cut_off" in info and "off" not in info, info
+    assert "as two clusters always do" in info["cut_off"]
+    assert cluster.votes_needed(ctx, cfg) == 0
+    threshold = cluster.diffusion_threshold(ctx, cfg)
+    assert threshold is not None and threshold > 0.4 and "diffusion_raised" in info
+    a, b = cluster.random_pairs(len(x), sources, seed=0)
+    cos = cluster.diffusion_cosines(ctx.diffusion, a, b)
+    share = float((cos >= threshold).mean())
+    assert share <= 0.5 and info["random_pair_share"] == round(share, 4)
+    rng = np.random.default_rng(0)
+    anchors = rng.integers(0, len(x), 40)
+    cand = rng.integers(0, len(x), (40, 10))
+    flags = cluster.flag(ctx, anchors, cand, np.zeros(cand.shape), np.zeros(40), cfg, None)
+    coords = ctx.diffusion.astype(np.float32)
+    want = np.einsum("ij,ikj->ik", coords[anchors], coords[cand]) >= threshold
+    np.testing.assert_array_equal(flags, want)
+    assert flags.any() and not flags.all()
+    # the votes alone (no threshold): off, nothing flagged
+    votes_only = FalseNegativeConfig(**base, cluster_diffusion=0.0)
+    ctx2 = build_context(x, None, sources, votes_only, seed=0)
+    assert "off" in ctx2.cluster_info and "cut_off" not in ctx2.cluster_info
+    assert not cluster.flag(ctx2, anchors, cand, np.zeros(cand.shape), np.zeros(40),
+                            votes_only, None).any()
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_skipping_by_the_threshold_alone_equals_full_search(tmp_path, monkeypatch, kind):
+    """Two clusters that fail the guard: the search skips the rows at the diffusion
+    threshold only, and the table is that of a full search and the flags."""
+    from pairkit.index.options import IndexOptions
+    from pairkit.mine.command import mine_store
+    from pairkit.mine.config import MineConfig
+    from pairkit.mine.rules import cluster
+    from pairkit.mine.summary import summary_lines
+
+    store = _store_with_blobs(tmp_path, labels=False)
+    cfg = MineConfig(num_negatives=4, hard=True)
+    base = dict(rules=("near-duplicate", "cluster"), cluster_ks=(2,), cluster_runs=4)
+    probe = build_context(store.vectors(np.float32), None, store.source_codes(),
+                          FalseNegativeConfig(**base, cluster_max_share=1.0), seed=0)
+    every = cluster.vote_shares(probe.cluster_assign, probe.sources)[-1]
+    fcfg = FalseNegativeConfig(**base, cluster_max_share=float(every) - 0.02)
+    idx = IndexOptions(kind=kind, nlist=4 if kind == "ivf" else None,
+                       nprobe=4 if kind == "ivf" else None)
+    fast, stats = mine_store(store, "instance", cfg, idx, fcfg)
+    clusters = stats["clusters"]
+    assert "cut_off" in clusters and clusters["votes"] == 0, clusters
+    assert "rows at a diffusion cosine >=" in stats["index"]
+    text = "\n".join(summary_lines(stats, "p.parquet"))
+    assert "alone: its clusters put" in text and "must agree" not in text
+    _full_search_gives(fast, monkeypatch, store, cfg, idx, fcfg)
+
+
+def test_two_clusters_with_a_few_rows_cut_off_stay_off():
+    """Two clusters of which one holds under a quarter of the rows (a few rows cut off,
+    not a split) fail the guard as before: the rule is off."""
+    from pairkit.mine.rules import cluster
+
+    x = blobs(2, 80, 12, spread=0.3, seed=2)
+    sources = np.arange(len(x))
+    cfg = FalseNegativeConfig(rules=("cluster",), cluster_runs=2, cluster_votes=1)
+    ctx = build_context(x, None, sources, cfg, seed=0)
+    for part, off in ((0.2, True), (0.3, False)):
+        ctx.cluster_info = {}
+        ctx.cluster_assign = np.tile((np.arange(len(x)) < part * len(x)).astype(np.int64), (2, 1))
+        share = float(cluster.vote_shares(ctx.cluster_assign, sources)[-1])
+        assert abs(share - (part ** 2 + (1 - part) ** 2)) < 0.01
+        assert cluster.choose_votes(ctx, cfg) == 0
+        assert ("off" in ctx.cluster_info) == off and ("cut_off" in ctx.cluster_info) != off

@@ -182,25 +182,45 @@ def choose_votes(ctx: FnContext, config: FalseNegativeConfig) -> int:
     votes = next((v for v in range(asked, runs + 1)
                   if share[v - 1] <= config.cluster_max_share), 0)
     info = ctx.cluster_info
-    for key in ("off", "raised", "diffusion", "diffusion_raised"):
+    for key in ("off", "cut_off", "raised", "diffusion", "diffusion_raised"):
         info.pop(key, None)
     info["votes"] = votes
     info["votes_for"] = (config.cluster_votes, config.cluster_max_share,
                          config.cluster_diffusion)
     info["random_pair_share"] = round(float(share[(votes or runs) - 1]), 4)
     cap = config.cluster_max_share
+    diffusion = config.cluster_diffusion > 0 and ctx.cluster_key is not None
     if votes == 0:
         every = "its one run" if runs == 1 else f"all {runs} runs"
-        info["off"] = (f"its clusters put {percent_above(share[runs - 1], cap)} of random "
-                       f"pairs together even in {every} (> {percent(cap)}): no class "
-                       "structure found, the rule flags nothing")
+        together = (f"its clusters put {percent_above(share[runs - 1], cap)} of random "
+                    f"pairs together even in {every} (> {percent(cap)})")
+        if diffusion and two_clusters(assign) and share[runs - 1] <= TWO_CLUSTER_SHARE:
+            # a cut in two of shares p and 1 - p puts p^2 + (1 - p)^2 >= 1/2 of random
+            # pairs together whatever the store holds, so it can't pass the guard: with
+            # both parts at least a quarter of the rows (a real split, not a few rows cut
+            # off), the threshold, which reads the same embedding pair by pair, flags
+            # alone (raised to the cap)
+            info["cut_off"] = f"{together}, as two clusters always do"
+            choose_diffusion(ctx, config, (a, b, np.zeros(len(a), dtype=bool)))
+            return 0
+        info["off"] = f"{together}: no class structure found, the rule flags nothing"
     elif votes != asked:
         info["raised"] = (f"{votes} of {runs} runs needed: with {asked} the rule would flag "
                           f"{percent_above(share[asked - 1], cap)} of random pairs (> "
                           f"{percent(cap)})")
-    if votes and config.cluster_diffusion > 0 and ctx.cluster_key is not None:
+    if votes and diffusion:
         choose_diffusion(ctx, config, (a, b, shared >= votes))
     return votes
+
+
+# the most random pairs two clusters that agree may put together for the diffusion
+# threshold to flag alone: p^2 + (1 - p)^2 at p = 1/4 (choose_votes)
+TWO_CLUSTER_SHARE = 0.625
+
+
+def two_clusters(assign: np.ndarray) -> bool:
+    """Whether every run of ``assign`` (G, N) cut the rows into at most two clusters."""
+    return all(len(np.unique(np.asarray(assign[g]))) <= 2 for g in range(assign.shape[0]))
 
 
 def coordinates(ctx: FnContext, config: FalseNegativeConfig) -> Any:
@@ -256,7 +276,9 @@ def choose_diffusion(ctx: FnContext, config: FalseNegativeConfig,
 
 
 def votes_needed(ctx: FnContext, config: FalseNegativeConfig) -> int:
-    """The votes a candidate needs (after :func:`assignments`); 0: the rule is off."""
+    """The votes a candidate needs (after :func:`assignments`); 0: the runs' clusters
+    flag nothing (the rule is off, or its diffusion threshold flags alone:
+    :func:`diffusion_threshold`)."""
     assignments(ctx, config)
     if ctx.cluster_info.get("votes_for") != (config.cluster_votes, config.cluster_max_share,
                                              config.cluster_diffusion):
@@ -282,14 +304,16 @@ def flag(ctx: FnContext, anchors: np.ndarray, cand: np.ndarray, scores: np.ndarr
     diffusion cosine >= the threshold (:func:`diffusion_threshold`)."""
     assign = assignments(ctx, config)
     need = votes_needed(ctx, config)
-    if need == 0:
+    threshold = diffusion_threshold(ctx, config)
+    if need == 0 and (threshold is None or ctx.diffusion is None):
         return np.zeros(cand.shape, dtype=bool)
     safe = np.maximum(cand, 0)
-    votes = np.zeros(cand.shape, dtype=np.int32)
-    for g in range(assign.shape[0]):
-        votes += assign[g][anchors][:, None] == assign[g][safe]
-    flagged = votes >= need
-    threshold = diffusion_threshold(ctx, config)
+    flagged = np.zeros(cand.shape, dtype=bool)
+    if need:
+        votes = np.zeros(cand.shape, dtype=np.int32)
+        for g in range(assign.shape[0]):
+            votes += assign[g][anchors][:, None] == assign[g][safe]
+        flagged = votes >= need
     if threshold is not None and ctx.diffusion is not None:
         pair_a = np.broadcast_to(np.asarray(anchors)[:, None], cand.shape)
         flagged |= diffusion_cosines(ctx.diffusion, pair_a, safe) >= threshold
