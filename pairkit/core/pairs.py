@@ -423,8 +423,10 @@ def add_mined_positives(table: pd.DataFrame, fmt: str, anchors: np.ndarray,
     ``positive_kind`` (``view``: the other view of the anchor's source, ``mined``),
     ``positive_reason`` and ``positive_confidence`` (null for view rows). A mined row has
     no negative (triplet: ``negative_id`` -1 and null path/score; n-tuple: every slot
-    empty; labeled-pair: ``label`` 1 with ``other_id`` the positive). Rows stay grouped by
-    anchor: its view rows first, then its mined positives.
+    empty; labeled-pair: ``label`` 1 with ``other_id`` the positive). Labeled-pair rows
+    whose other is no positive of the relation (negatives, and attracted rows: a flagged
+    candidate, ``false_negative`` true, as triplet marks it) get a null ``positive_kind``.
+    Rows stay grouped by anchor: its view rows first, then its mined positives.
     """
     import pandas as pd
 
@@ -463,6 +465,8 @@ def add_mined_positives(table: pd.DataFrame, fmt: str, anchors: np.ndarray,
     base = table.copy()
     if fmt == "labeled-pair":
         is_pos = base["label"].to_numpy() == 1
+        if "false_negative" in base.columns:  # attracted rows: the other is a candidate
+            is_pos &= ~base["false_negative"].to_numpy(dtype=bool)
         base["positive_kind"] = _nullable(np.where(is_pos, "view", None))
     else:
         base["positive_kind"] = "view"
