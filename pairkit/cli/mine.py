@@ -47,9 +47,10 @@ def mine(
     index: o.IndexKind = typer.Option(
         "auto", "--index", help="Index kind; auto: exact up to --exact-max-rows rows."),
     device: str = o.device_option("Where the search runs; auto: a GPU, else CPU.", False),
-    dtype: o.Dtype = typer.Option(
-        "float32", "--dtype", help="Precision of the index's vectors (float16: candidates "
-        "are re-scored exactly)."),
+    dtype: o.Dtype | None = typer.Option(
+        None, "--dtype", help="Precision of the index's vectors (float16: candidates "
+        "are re-scored exactly; without it a saved float16 index is used).",
+        show_default="float32"),
     nprobe: int | None = typer.Option(None, "--nprobe", help="IVF cells scanned per query.",
                                       show_default="the saved index's, else max(8, nlist/32)"),
     ef_search: int | None = typer.Option(None, "--ef-search", help="HNSW search beam.",
@@ -110,7 +111,7 @@ def mine(
             "--range-min": range_min, "--range-max": range_max, "--sampling": sampling,
             "--sampling-temperature": temperature, "--index": None if index == "auto" else index,
             "--nprobe": nprobe, "--ef-search": ef_search, "--nlist": nlist,
-            "--exact-max-rows": exact_max_rows, "--dtype": None if dtype == "float32" else dtype,
+            "--exact-max-rows": exact_max_rows, "--dtype": dtype if dtype == "float16" else None,
             "--fn-rules": fn_rules, "--fn-mode": None if fn_mode == "eliminate" else fn_mode,
             "--fn-margin": fn_margin, "--fn-near-dup-threshold": fn_near_dup_threshold,
             "--fn-cluster-k": fn_cluster_k, "--fn-cluster-runs": fn_cluster_runs,
@@ -124,7 +125,8 @@ def mine(
             positive=positive, max_positives=max_positives, batch_size=batch_size)
         idx = IndexOptions(kind=index, nprobe=nprobe, ef_search=ef_search, nlist=nlist,
                            exact_max_rows=exact_max_rows, device=device,
-                           float16=dtype == "float16", backend=backend)
+                           float16=None if dtype is None else dtype == "float16",
+                           backend=backend)
         fn = fn_config(filter_fn, fn_rules, fn_cluster_k, margin=fn_margin,
                        near_duplicate_threshold=fn_near_dup_threshold, cluster_runs=fn_cluster_runs,
                        cluster_votes=fn_cluster_votes, cluster_diffusion=fn_cluster_diffusion,

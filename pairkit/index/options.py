@@ -54,7 +54,9 @@ class IndexOptions:
     ``exact_max_rows``: ``auto`` is exact up to this many rows (None: by device).
     ``batch_size``: queries per search call. ``backend``: ``auto``, ``faiss`` or
     ``torch`` (:mod:`pairkit.index.backend`); ``device``: ``auto``, ``cpu``, ``cuda``,
-    ``cuda:N``.
+    ``cuda:N``. ``float16``: the index's vectors in float16 (``--dtype float16``), False:
+    float32 as asked (``--dtype float32``: a saved float16 index is not used), None: not
+    asked (float32 when built; a saved float16 index is used as it is).
     """
 
     kind: str = "auto"
@@ -64,7 +66,7 @@ class IndexOptions:
     hnsw_m: int = 32
     ef_construction: int = 80
     ef_search: int | None = None
-    float16: bool = False
+    float16: bool | None = None
     seed: int = 0
     exact_max_rows: int | None = None
     batch_size: int = 8192
@@ -109,7 +111,7 @@ class IndexOptions:
         # the knobs of other kinds back to their defaults: they build nothing here, so a
         # saved index neither records nor compares them
         default = IndexOptions()
-        spec = self
+        spec = replace(self, float16=bool(self.float16))
         if self.kind not in ("ivf", "ivfpq"):
             spec = replace(spec, nlist=None, nprobe=None, seed=default.seed)
         if self.kind != "ivfpq":
@@ -174,7 +176,7 @@ class IndexOptions:
     @property
     def lossy(self) -> bool:
         """True when the index returns approximate scores (callers re-score)."""
-        return self.kind == "ivfpq" or self.float16
+        return self.kind == "ivfpq" or bool(self.float16)
 
     def build_fields(self) -> dict[str, Any]:
         """The :data:`BUILD_FIELDS` (what a saved index records as its ``spec``)."""

@@ -177,6 +177,28 @@ def test_a_saved_index_built_otherwise_than_asked_is_not_used(store, tmp_path: P
     assert "ivf(nlist=2" in r.output and "loaded from" in r.output  # nothing asked otherwise
 
 
+def test_an_explicit_dtype_float32_does_not_search_a_saved_float16_index(tmp_path) -> None:
+    """`mine --dtype float32` searched the float16 index `pairkit index --dtype float16`
+    saved (the explicit float32 was taken for the default): it builds a float32 index in
+    memory and says why, as for another --nlist; without --dtype the saved one is used."""
+    st = random_store(tmp_path / "st", n_sources=40, views=2, dim=8)
+    exact = mine(st.root, "--hard", "-o", tmp_path / "exact.csv", "-q")  # no saved index
+    assert exact.exit_code == 0, exact.output
+    assert runner.invoke(app, ["index", str(st.root), "--dtype", "float16",
+                               "-q"]).exit_code == 0
+    r = mine(st.root, "--hard", "--dtype", "float32", "-o", tmp_path / "p.csv", "-q",
+             "--stats", tmp_path / "s.json")
+    assert r.exit_code == 0, r.output
+    text = json.loads((tmp_path / "s.json").read_text())["index"]
+    assert text == ("flat on CPU, built now (auto: 80 rows <= 50,000, exact search; the saved "
+                    "index has --dtype float16, asked for float32: not used)"), text
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "p.csv"),
+                                  pd.read_csv(tmp_path / "exact.csv"))
+    r = mine(st.root, "--hard", "-o", "-", "-q", "--stats", tmp_path / "d.json")
+    text = json.loads((tmp_path / "d.json").read_text())["index"]
+    assert r.exit_code == 0 and text.startswith("flat(float16) on CPU, loaded from"), text
+
+
 def test_an_nprobe_above_a_saved_index_cells_is_cut_as_for_one_built_now(tmp_path) -> None:
     """Found by a mine bug hunt (2026-12-07): `mine --nprobe 100` over a saved index of 2
     cells said `ivf(nlist=2, nprobe=100) ... loaded from` (and so did --stats' index),
