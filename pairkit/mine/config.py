@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pairkit.core.options import parse_int_list
-from pairkit.errors import PairkitError, UsageError
+from pairkit.errors import UsageError
 
 if TYPE_CHECKING:
     from pairkit.mine.false_negatives import FalseNegativeConfig
@@ -55,9 +55,9 @@ class MineConfig:
 
 
 def validate_config(cfg: MineConfig, n_items: int) -> None:
-    """Raise a one-line :class:`UsageError` (contradicting options, a ``-k`` at or above
-    the store's ``n_items`` rows) or :class:`PairkitError` (a window past every
-    candidate of this store)."""
+    """Raise a one-line :class:`UsageError`: contradicting options, or values that don't
+    fit the store's ``n_items`` rows (a ``-k`` at or above them, a ``--range-min`` past
+    every candidate)."""
     k = cfg.num_negatives
     if k < 1:
         raise UsageError(f"--num-negatives must be >= 1, got {k}")
@@ -95,8 +95,9 @@ def validate_config(cfg: MineConfig, n_items: int) -> None:
         raise UsageError(
             f"--num-negatives must be < the store's row count ({n_items}), got {k}")
     if cfg.hard and cfg.range_min >= n_items - 1:  # an anchor has at most N - 1 candidates
-        raise PairkitError(f"--range-min {cfg.range_min} leaves no candidate: the store has "
-                           f"{n_items} rows (ranks 0 to {max(n_items - 2, 0)})")
+        raise UsageError(f"--range-min must be <= {max(n_items - 2, 0)}, the last rank a "
+                         f"candidate can have (the store has {n_items} rows), got "
+                         f"{cfg.range_min}")
 
 
 # options read only by a hard search, or only with the false-negative filter

@@ -451,17 +451,20 @@ def test_the_label_rule_alone_on_a_store_without_labels_is_refused(tmp_path: Pat
 
 def test_a_window_past_every_candidate_is_refused(tmp_path) -> None:
     """Found by a mine bug hunt (2026-12-06): ``--range-min`` at or above the store's rows
-    wrote an empty table, exit 0, an empty histogram line in the summary (as ``-k`` at
-    the row count, it doesn't fit the store: exit 1, nothing written)."""
+    wrote an empty table, exit 0, an empty histogram line in the summary. It doesn't fit
+    the store: bad usage, exit 2, as ``-k`` at the row count (it was exit 1 until
+    2026-12-07), one line, nothing written."""
     from tests.conftest import random_store
 
     st = random_store(tmp_path / "st", n_sources=20, views=2)  # 40 rows: ranks 0..38
     out = tmp_path / "p.jsonl"
-    r = runner.invoke(app, ["mine", str(st.root), "--hard", "-k", "2", "--range-min", "39",
-                            "--range-max", "50", "-o", str(out)])
-    assert r.exit_code == 1, r.output
-    assert "--range-min 39 leaves no candidate: the store has 40 rows (ranks 0 to 38)" in r.output
-    assert not out.exists()
+    for first in ("39", "1000"):
+        r = runner.invoke(app, ["mine", str(st.root), "--hard", "-k", "2", "--range-min",
+                                first, "--range-max", "2000", "-o", str(out)])
+        assert r.exit_code == 2, r.output
+        assert r.output == (f"error: --range-min must be <= 38, the last rank a candidate "
+                            f"can have (the store has 40 rows), got {first}\n")
+        assert not out.exists()
     r = runner.invoke(app, ["mine", str(st.root), "--hard", "-k", "1", "--range-min", "38",
                             "-o", str(out), "-q"])
     assert r.exit_code == 0, r.output
