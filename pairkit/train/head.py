@@ -279,14 +279,38 @@ def check_head_encoder(root: str | os.PathLike[str], config: dict[str, Any],
     """UsageError when the head at ``root`` (its ``config``) was trained on a store of
     another encoder than ``store_encoder`` (the store ``store_name``'s), compared as
     ``eval --against`` compares two stores (:func:`pairkit.core.encoder_match.same_encoder`).
-    A head written before its config recorded the encoder is not checked."""
-    from pairkit.core.encoder_match import encoder_difference, same_encoder
+    A head written before its config recorded the encoder is not checked. Records that
+    differ only in the head that projected the vectors (``pairkit project``: a projected
+    store has the dim of a head whose output dim is its input's) are said so."""
+    from pairkit.core.encoder_match import (
+        encoder_difference,
+        projecting_head,
+        projection_difference,
+        same_encoder,
+    )
     from pairkit.errors import UsageError
 
     trained = config.get("store")
     encoder = trained.get("encoder") if isinstance(trained, dict) else None
     if not isinstance(encoder, dict) or same_encoder(encoder, store_encoder):
         return
+    heads = projection_difference(encoder, store_encoder)
+    if heads is not None:
+        names = [projecting_head(h) for h in heads]
+        if names[0] == names[1] and all(isinstance(h, dict) for h in heads):
+            # one path, other weights (a head trained again in place)
+            names = [f"{n} (weights sha256 {str(h.get('weights_sha256'))[:12]})"
+                     for n, h in zip(names, heads, strict=True)]
+
+        def vectors(n: int) -> str:
+            return ("unprojected vectors" if heads[n] is None
+                    else f"vectors projected by head {names[n]}")
+
+        where = ("the store they were projected from" if heads[0] is None
+                 else f"a store projected by head {names[0]}")
+        raise UsageError(f"head {root} was trained on {vectors(0)}, but store "
+                         f"{store_name} holds {vectors(1)} (pairkit project): apply "
+                         f"it to {where}")
     raise UsageError(f"head {root} was trained on vectors of another encoder than store "
                      f"{store_name}'s ({encoder_difference(encoder, store_encoder)}): train a "
                      "head on this store's encoder")

@@ -101,3 +101,43 @@ def test_a_head_of_another_dim_is_told_by_its_dim_first(tmp_path, head, command)
             else f"error: head {head} takes vectors of dim 12, the store has dim 8")
     assert r.stderr.strip().splitlines() == [want]
     assert not (tmp_path / "x").exists()
+
+
+def test_a_head_and_a_projected_store_of_its_dim_are_refused_in_one_complete_line(tmp_path):
+    """A head applied to a store that a head projected (same dim, so the dims pass) was
+    refused with the projecting head's record as JSON cut at 40 characters: `head null vs
+    {"complete": true, "head": {"hidden":...)`. One complete line names both heads."""
+    random_store(tmp_path / "s", n_sources=10, views=2, dim=12)
+    same_dim = [*FAST[:-4], "12", *FAST[-3:]]  # --out-dim 12: the input's dim
+    h, h2, s, p = (str(tmp_path / n) for n in ("h", "h2", "s", "p"))
+    r = runner.invoke(app, ["train", s, "-o", h, "--relation", "instance", *same_dim])
+    assert r.exit_code == 0, r.stderr
+    assert runner.invoke(app, ["project", s, "--head", h, "-o", p, "-q"]).exit_code == 0
+    for args in (["project", p, "--head", h, "-o", str(tmp_path / "pp")],
+                 ["eval", p, "--head", h]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, r.output
+        assert r.stderr == (
+            f"error: head {h} was trained on unprojected vectors, but store {p} holds "
+            f"vectors projected by head {h} (pairkit project): apply it to the store they "
+            "were projected from\n")
+    assert not (tmp_path / "pp").exists()
+    # the other way round: a head trained on the projected store, applied to the raw one
+    r = runner.invoke(app, ["train", p, "-o", h2, "--relation", "instance", *same_dim])
+    assert r.exit_code == 0, r.stderr
+    r = runner.invoke(app, ["project", s, "--head", h2, "-o", str(tmp_path / "p2")])
+    assert r.exit_code == 2, r.output
+    assert r.stderr == (
+        f"error: head {h2} was trained on vectors projected by head {h}, but store {s} "
+        f"holds unprojected vectors (pairkit project): apply it to a store projected by "
+        f"head {h}\n")
+
+
+def test_a_projecting_head_is_named_by_its_path_in_an_encoder_difference():
+    """The head record of a projected store ran to hundreds of characters and was cut at
+    40 (`{"complete": true, "head": {"hidden":...`): it is named by its path."""
+    from pairkit.core.encoder_match import encoder_difference
+
+    record = {"path": "/heads/h", "weights_sha256": "ab" * 32, "head": {"hidden": 64}}
+    assert encoder_difference({"name": "a"}, {"name": "b", "head": record}) == (
+        'head null vs projected by head /heads/h; name "a" vs "b"')
