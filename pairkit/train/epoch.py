@@ -93,10 +93,12 @@ def make_autocast(device: torch.device, amp_dtype: Any) -> Autocast:
 
 
 def forward(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, rows: np.ndarray,
-            autocast: Autocast) -> tuple[torch.Tensor, ...]:
+            autocast: Autocast, with_negatives: bool = False) -> tuple[torch.Tensor, ...]:
     """Projected, normalised anchors (B, d), positives (B, d), negatives (B, K, d), their
     masks (a negative equal to its example's anchor or positive is not valid), the pairs'
-    groups (B, 2: the anchor's, the positive's) and the negatives' (B, K), the
+    groups (B, 2: the anchor's, the positive's; a :class:`PairGroups` with the batch's
+    known same-thing table when the run has one, holding the negatives' groups too with
+    ``with_negatives``, which supcon needs) and the negatives' (B, K), the
     anchors' input rows normalised (B, d_in), and the store row of every output (2B + B K,:
     anchors, positives, negatives; -1 for padding)."""
     import torch
@@ -118,9 +120,12 @@ def forward(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, rows: 
     # each pair's groups: its anchor's and its positive's (a mined positive's differs)
     groups: Any = torch.stack([data.groups[a_id], data.groups[p_id]], dim=1).to(data.device)
     if data.excluded is not None:
+        # padding takes row 0's group: it is no feature of the loss (valid False)
+        negative_groups = (data.groups_host[pairs.negatives[rows].clip(min=0)].reshape(-1)
+                           if with_negatives else None)
         table, index = batch_table(data.excluded, data.groups_host,
                                    data.groups_host[pairs.anchor[rows]],
-                                   data.groups_host[pairs.positive[rows]])
+                                   data.groups_host[pairs.positive[rows]], negative_groups)
         groups = PairGroups(groups, torch.from_numpy(table).to(data.device),
                             torch.from_numpy(index).to(data.device))
     neg_groups = data.groups[n_id.clamp(min=0)].to(data.device)
@@ -174,8 +179,9 @@ def train_epoch(module: torch.nn.Module, optimizer: Any, scaler: Any, data: Devi
         lr = lr_at(step, total_steps, warmup_steps, cfg.lr)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        za, zp, zn, valid, attract, g, ng, xa, ids = forward(module, data, pairs,
-                                                             np.arange(start, stop), autocast)
+        za, zp, zn, valid, attract, g, ng, xa, ids = forward(
+            module, data, pairs, np.arange(start, stop), autocast,
+            with_negatives=cfg.loss.name == "supcon")
         loss = batch_loss(cfg.loss, za, zp, zn, valid, attract, g, ng, xa, rows=ids)
         value = float(loss.detach())
         if not math.isfinite(value):

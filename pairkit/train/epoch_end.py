@@ -111,7 +111,7 @@ def evaluate(module: torch.nn.Module, data: DeviceData, pairs: PairArrays, items
         for start, stop in batches(len(pairs), cfg.batch_size):
             rows = np.arange(start, stop)
             za, zp, zn, valid, attract, groups, neg_groups, xa, ids = forward(
-                module, data, pairs, rows, autocast)
+                module, data, pairs, rows, autocast, with_negatives=cfg.loss.name == "supcon")
             loss = batch_loss(cfg.loss, za, zp, zn, valid, attract, groups, neg_groups, xa,
                               rows=ids)
             losses.append(float(loss))

@@ -35,15 +35,20 @@ def excluded_keys(groups: np.ndarray, mined: PositiveSets | None,
 
 
 def batch_table(keys: np.ndarray, groups: np.ndarray, anchor_groups: np.ndarray,
-                positive_groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                positive_groups: np.ndarray, negative_groups: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
     """``(table, index)`` of a batch of B pairs: its U distinct groups' (U, U) table of
     known same-thing pairs, and the (2B,) index into it of every view (the anchors, then
-    the positives). Looks up only those groups' key ranges: a batch of 4,096 pairs costs
-    a few thousand searches, not one per cell
-    (:meth:`pairkit.train.losses.candidates.PairGroups.excluded` expands it on the
+    the positives), then, given ``negative_groups`` (B K,) (supcon: every feature is a
+    candidate of every other), of every mined negative: (2B + B K,). Looks up only those
+    groups' key ranges: a batch of 4,096 pairs costs a few thousand searches, not one per
+    cell (:meth:`pairkit.train.losses.candidates.PairGroups.excluded` expands it on the
     device)."""
     n = int(groups.max()) + 1
-    views = np.concatenate([anchor_groups, positive_groups]).astype(np.int64)
+    parts = [anchor_groups, positive_groups]
+    if negative_groups is not None:
+        parts.append(negative_groups)
+    views = np.concatenate(parts).astype(np.int64)
     present, index = np.unique(views, return_inverse=True)
     lo = np.searchsorted(keys, present * n)
     counts = np.searchsorted(keys, (present + 1) * n) - lo

@@ -5,6 +5,7 @@ negatives and 1,615 (anchor, own mined positive) pairs through the in-batch path
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from pairkit.train.config import TrainConfig
@@ -121,3 +122,48 @@ def test_an_epoch_pushes_away_no_known_same_thing(tmp_path) -> None:
                     pushed += (int(ga[i]), int(gp[j])) in known or \
                         (int(gp[i]), int(gp[j])) in known
     assert checked > 1000 and pushed == 0
+
+
+def test_supcon_leaves_known_same_things_out_of_each_others_denominators() -> None:
+    """SupCon by hand (t = 1): rows at 0, 90, 0, 90, 180, 270 and 90 degrees; pairs
+    (0 -> 1), (2 -> 3), (4 -> 5), each a source with its view (groups 0, 1, 2), pair 2
+    with mined negative row 6 (group 3; pairs 0 and 1 padding). The table flagged rows 2
+    and 6 as false negatives of row 0: groups 0 ~ 1 and 0 ~ 3. As in InfoNCE, a feature
+    known to be the same thing as another pair's is left out of that pair's denominators
+    (both ways); a pair's own mined negative stays its negative."""
+    import math
+
+    from pairkit.train.data import PairArrays
+    from pairkit.train.losses import LossConfig, batch_loss
+    from tests.train.test_losses import unit
+
+    groups = np.array([0, 0, 1, 1, 2, 2, 3])
+    data, _ = device_data(unit(0, 90, 0, 90, 180, 270, 90).numpy(), groups,
+                          torch.device("cpu"))
+    data.excluded = excluded_keys(groups, None, np.array([[0, 2], [0, 6]]))
+    pairs = PairArrays(np.array([0, 2, 4]), np.array([1, 3, 5]), np.array([[-1], [-1], [6]]),
+                       np.zeros((3, 1), bool))
+    autocast = make_autocast(torch.device("cpu"), None)
+    out = forward(torch.nn.Identity(), data, pairs, np.arange(3), autocast,
+                  with_negatives=True)
+    cfg = LossConfig(name="supcon", temperature=1.0, keep_input=0.0)
+    got = batch_loss(cfg, *out[:8], rows=out[8])
+    e = math.e
+    # features a0 a1 a2 p0 p1 p2 n2 at 0 0 180 90 90 270 90; each row's positive at 90 deg
+    # (cosine 0); n2 (group 3) has no positive. Denominators, cosines of the rest:
+    want = [math.log(2 + 1 / e),      # a0: p0 0, a2 -1, p2 0 (a1, p1, n2 known)
+            math.log(3 + 1 / e),      # a1: p1 0, a2 -1, p2 0, n2 0 (a0, p0 known)
+            math.log(4 + 2 / e),      # a2: a0 -1, a1 -1, p0 0, p1 0, p2 0, n2 0
+            math.log(2 + 1 / e),      # p0: a0 0, a2 0, p2 -1
+            math.log(2 + e + 1 / e),  # p1: a1 0, a2 0, p2 -1, n2 1
+            math.log(3 + 3 / e)]      # p2: a0 0, a1 0, a2 0, p0 -1, p1 -1, n2 -1
+    assert float(got) == pytest.approx(sum(want) / 6, abs=1e-6)
+    # the defect's value: every other feature in every denominator
+    # (a0 and a1: 4 + e + 1/e; a2: 4 + 2/e; p0 and p1: 3 + 2e + 1/e; p2: 3 + 3/e)
+    before = (2 * math.log(4 + e + 1 / e) + math.log(4 + 2 / e) + 2 * math.log(3 + 2 * e + 1 / e)
+              + math.log(3 + 3 / e)) / 6
+    assert float(got) != pytest.approx(before, abs=1e-3)
+    # InfoNCE reads the same batch table whether or not it holds the negatives' groups
+    plain = forward(torch.nn.Identity(), data, pairs, np.arange(3), autocast)
+    infonce = LossConfig(keep_input=0.0)
+    assert torch.equal(batch_loss(infonce, *out[:8]), batch_loss(infonce, *plain[:8]))

@@ -95,7 +95,9 @@ def batch_loss(
     keeps the input's neighbourhoods (:mod:`pairkit.train.losses.keep_input`; ``inputs``:
     the anchors' input rows, (B, d_in) L2-normalised). ``rows`` (2B + B K,): the store row
     of each anchor, positive and negative (supcon: a row in the batch twice under two
-    groups is one class, never a negative of itself).
+    groups is one class, never a negative of itself). Supcon reads a :class:`PairGroups`'
+    table over all its features (``forward(with_negatives=True)``): a feature known to be
+    the same thing as another pair's is in neither's denominator.
     """
     import torch
 
@@ -121,8 +123,9 @@ def batch_loss(
         # supcon: anchors and positives share the anchor's group; mined negatives keep
         # their own group unless attracted (then the anchor's); eliminated ones are dropped.
         b, k = neg_valid.shape
-        if isinstance(groups, PairGroups):
-            groups = groups.pairs
+        known = None
+        if isinstance(groups, PairGroups):  # features known to be the same thing: no negatives
+            known, groups = groups.features_excluded(k), groups.pairs
         groups = groups[:, 0] if groups.ndim == 2 else groups  # a pair is its anchor's group
         features = torch.cat([anchors, positives, negatives.reshape(b * k, anchors.shape[1])],
                              dim=0)
@@ -131,7 +134,8 @@ def batch_loss(
         valid = torch.cat([torch.ones(2 * b, dtype=torch.bool, device=anchors.device),
                            neg_valid.reshape(-1)])
         loss = supcon.compute_loss_from_embeddings(features, labels, valid,
-                                                   temperature=cfg.temperature, rows=rows)
+                                                   temperature=cfg.temperature, rows=rows,
+                                                   excluded=known)
     if cfg.keep_input > 0 and inputs is not None:
         loss = loss + cfg.keep_input * keep_input.compute_loss_from_embeddings(
             inputs, anchors, input_temperature=cfg.keep_input_temperature,

@@ -19,7 +19,8 @@ class PairGroups(NamedTuple):
     """A batch's groups with what else is known: ``pairs`` (B, 2) the groups of each
     pair's anchor and positive; ``table`` (U, U) bool over the batch's U distinct groups,
     which are known to be the same thing, and ``index`` (2B,) the row of that table of
-    every view (anchors, then positives): :func:`pairkit.train.exclusions.batch_table`.
+    every view (anchors, then positives), or (2B + B K,) with the pairs' mined negatives
+    after them (for supcon): :func:`pairkit.train.exclusions.batch_table`.
     A view known to be the same thing as a row's pair is no negative of that row."""
 
     pairs: torch.Tensor
@@ -30,13 +31,33 @@ class PairGroups(NamedTuple):
         """(R, C) bool over the in-batch block: (2B, 2B) symmetric, else (B, B) anchors
         against positives."""
         b = self.pairs.shape[0]
-        ia, ip = self.index[:b], self.index[b:]
+        ia, ip = self.index[:b], self.index[b:2 * b]
         if symmetric:
-            cols = self.index
+            cols = self.index[:2 * b]
             rows_a, rows_p = ia.repeat(2), ip.repeat(2)
         else:
             cols, rows_a, rows_p = ip, ia, ip
         return self.table[rows_a][:, cols] | self.table[rows_p][:, cols]
+
+    def features_excluded(self, k: int) -> torch.Tensor:
+        """(M, M) bool over supcon's M = 2B + B K features (anchors, positives, then each
+        pair's K mined negatives): column c is known to be the same thing as row r's pair
+        (the groups of its anchor and positive; a mined negative's own group), as
+        :meth:`excluded` reads InfoNCE's rows, and belongs to another pair (a pair's own
+        mined negatives stay its negatives, as in InfoNCE). Needs ``index`` with the
+        negatives (:func:`pairkit.train.exclusions.batch_table` given their groups)."""
+        import torch
+
+        b = self.pairs.shape[0]
+        if self.index.shape[0] != (2 + k) * b:
+            raise ValueError(f"the batch table indexes {self.index.shape[0]} views, not the "
+                             f"{(2 + k) * b} features of {b} pairs with {k} negatives each")
+        ia, ip, ineg = self.index[:b], self.index[b:2 * b], self.index[2 * b:]
+        rows_a, rows_p = torch.cat([ia, ia, ineg]), torch.cat([ip, ip, ineg])
+        known = self.table[rows_a][:, self.index] | self.table[rows_p][:, self.index]
+        pair = torch.arange(b, device=self.index.device)
+        pair = torch.cat([pair, pair, pair.repeat_interleave(k)])
+        return known & (pair[:, None] != pair[None, :])
 
 
 def build_candidates(

@@ -12,6 +12,11 @@ views of an unlabelled item under ``--relation label``). Given each feature's ``
 labels joined by a shared row are one class (:func:`row_classes`): a row is never a
 negative of its own copy, and copies are positives of each other, as SupCon's views of
 one sample are.
+
+Given ``excluded``, pairs of features known from the pair table to be the same thing
+(mined positives, flagged false negatives: :mod:`pairkit.train.exclusions`) are left out
+of each other's A(i) unless they share a class, as InfoNCE leaves them out of its
+denominators (:meth:`pairkit.train.losses.candidates.PairGroups.features_excluded`).
 """
 
 from __future__ import annotations
@@ -47,12 +52,15 @@ def row_classes(labels: torch.Tensor, rows: torch.Tensor,
 def compute_loss_from_embeddings(features: torch.Tensor, labels: torch.Tensor,
                                  valid: torch.Tensor | None = None, *,
                                  temperature: float = 0.1,
-                                 rows: torch.Tensor | None = None) -> torch.Tensor:
+                                 rows: torch.Tensor | None = None,
+                                 excluded: torch.Tensor | None = None) -> torch.Tensor:
     """SupCon L_out of ``features`` (M, d) normalised, ``labels`` (M,) int. Scalar.
 
     ``valid`` (M,) bool drops features (padding, eliminated false negatives)
     from anchors and denominators alike. ``rows`` (M,) int, the store row of each
     feature: labels that share a row are joined into one class (:func:`row_classes`).
+    ``excluded`` (M, M) bool: column j is known to be the same thing as row i; it is
+    left out of A(i) unless it is in P(i).
     """
     import torch
 
@@ -65,6 +73,8 @@ def compute_loss_from_embeddings(features: torch.Tensor, labels: torch.Tensor,
     eye = torch.eye(m, dtype=torch.bool, device=features.device)
     others = valid[:, None] & valid[None, :] & ~eye
     same = (labels[:, None] == labels[None, :]) & others
+    if excluded is not None:
+        others = others & (same | ~excluded)
     masked = torch.where(others, logits, torch.full_like(logits, float("-inf")))
     log_den = torch.logsumexp(masked, dim=1, keepdim=True)
     log_prob = torch.where(same, logits - log_den, torch.zeros_like(logits))
