@@ -6,12 +6,17 @@ from __future__ import annotations
 def entry() -> None:
     """The ``pairkit`` console script: :func:`pairkit.cli.main.main`, with Ctrl-C while
     the command line loads (typer and the commands import) one line, exit 130, as in a
-    command."""
+    command; SIGTERM from here on stops it as Ctrl-C does (:mod:`pairkit.core.terminate`:
+    ``error: terminated``, exit 143)."""
     import sys
 
+    from pairkit.core.terminate import raise_on_sigterm, stop_line
+
     try:
+        raise_on_sigterm()
         from pairkit.cli.main import main
-    except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted\n")
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        message, code = stop_line(exc)
+        sys.stderr.write(f"error: {message}\n")
+        sys.exit(code)
     main()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from pairkit.core.terminate import stop_line
 from pairkit.errors import PairkitError, allocation_failed, is_cuda_oom, out_of_memory_message
 
 if TYPE_CHECKING:
@@ -78,8 +79,8 @@ def user_errors() -> Iterator[None]:
         raise fail(str(exc), getattr(exc, "exit_code", 1)) from None
     except MemoryError as exc:
         raise fail(out_of_memory_message(exc)) from None
-    except KeyboardInterrupt:
-        raise fail("interrupted", 130) from None
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (pairkit.core.terminate)
+        raise fail(*stop_line(exc)) from None
     except BrokenPipeError:
         raise reader_gone() from None
     except OSError as exc:

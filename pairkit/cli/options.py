@@ -11,6 +11,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from pairkit.cli import help_labels
 from pairkit.cli.common import fail
+from pairkit.core.terminate import stop_line
 from pairkit.errors import PairkitError, UsageError
 
 IndexKind = Literal["auto", "flat", "ivf", "ivfpq", "hnsw"]
@@ -82,14 +83,14 @@ class Group(TyperGroup):
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         try:  # Ctrl-C while Click parses: one line, exit 130, as in a command (Typer: none)
             return super().make_context(*args, **kwargs)
-        except KeyboardInterrupt:
-            raise fail("interrupted", 130) from None
+        except KeyboardInterrupt as exc:  # SIGTERM too: "terminated", 143
+            raise fail(*stop_line(exc)) from None
 
     def invoke(self, ctx: Any) -> Any:
         try:  # ... or in a command, before or after its handler (user_errors)
             return super().invoke(ctx)
-        except KeyboardInterrupt:
-            raise fail("interrupted", 130) from None
+        except KeyboardInterrupt as exc:
+            raise fail(*stop_line(exc)) from None
 
 
 class Command(TyperCommand):

@@ -192,6 +192,8 @@ def test_ctrl_c_while_the_command_line_loads_or_parses_is_one_line(monkeypatch, 
             raise KeyboardInterrupt
         return real(name, *args, **kwargs)
 
+    # entry() would hand this test process's SIGTERM to pairkit (pairkit.core.terminate)
+    monkeypatch.setattr("pairkit.core.terminate.raise_on_sigterm", lambda: None)
     monkeypatch.setattr(builtins, "__import__", interrupted)
     with pytest.raises(SystemExit) as info:
         cli.entry()

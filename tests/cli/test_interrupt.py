@@ -79,3 +79,49 @@ def test_sigint_to_a_running_mine_exits_130_with_one_line_and_no_file(
     assert proc.returncode == 130, (after, proc.returncode, stderr)
     assert stderr == "error: interrupted\n" and stdout == "", (after, stderr)
     assert os.listdir(out) == []
+
+
+# a pairkit whose atomic writes of pairs.csv wait two minutes once the temp file is made
+SLOW_WRITE = """
+import contextlib, pathlib, time
+import pairkit.core.atomic as atomic
+plain = atomic.atomic_path
+
+@contextlib.contextmanager
+def slow(target, *args, **kwargs):
+    with plain(target, *args, **kwargs) as tmp:
+        if pathlib.Path(target).name == "pairs.csv":
+            time.sleep(120)
+        yield tmp
+
+atomic.atomic_path = slow
+from pairkit.cli import entry
+entry()
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or os.name != "posix", reason="POSIX")
+def test_sigterm_while_writing_removes_the_temp_file_and_exits_143(tmp_path: Path) -> None:
+    """SIGTERM (``timeout``, a scheduler) as the output's temp file is written. Before, the
+    process died by the signal (-15) and left ``.pairs.csv.XXXXXXXX.tmp`` beside ``-o``;
+    now it stops as Ctrl-C does: one line, exit 128 + 15, nothing left."""
+    store = random_store(tmp_path / "store", n_sources=10)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_WRITE, "mine", str(store.root),
+                             "--hard", "-o", str(out / "pairs.csv")],
+                            cwd=REPO, env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not os.listdir(out):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.returncode
+            time.sleep(0.02)
+        [temp] = os.listdir(out)
+        assert temp.startswith(".pairs.csv.") and temp.endswith(".tmp")
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (proc.returncode, stderr, stdout) == (143, "error: terminated\n", "")
+    assert os.listdir(out) == []
