@@ -81,6 +81,7 @@ def embed(
 
     Example: pairkit embed photos/ -o store --model pixels --views 2 --labels folder
     """
+    from pairkit.core.shown import shown_text
     from pairkit.encode.embedder import EmbedConfig, embed_folder, summary_dict
 
     with user_errors():
@@ -117,31 +118,30 @@ def embed(
             summary = embed_folder(cfg, hook, executor)
         finally:
             hook.stop()
+        shown = shown_text(output)  # a newline or ESC in it makes no line or escape
         if summary.images == 0 and summary.already:
-            say(
-                f"nothing to embed: all {summary.already} images are already in {output}"
+            say(f"nothing to embed: all {summary.already} images are already in {shown}"
                 + (f"; {summary.skipped} file{'s' if summary.skipped > 1 else ''} still can't "
-                   "be embedded" if summary.skipped else ""),
-                quiet,
-            )
+                   "be embedded" if summary.skipped else ""), quiet)
         else:
             say(
                 f"embedded {summary.images} images ({summary.views} views), "
                 f"skipped {summary.skipped}, already in store {summary.already}, "
                 f"{summary.seconds:.1f} s, {summary.images_per_second:.1f} images/s "
                 f"on {summary.device}{' on ' + summary.cluster if summary.cluster else ''} "
-                f"-> {output} ({summary.store_rows} rows)",
+                f"-> {shown} ({summary.store_rows} rows)",
                 quiet,
             )
         if summary.skipped:
             from pairkit.core.manifest import errors_file
             from pairkit.core.options import plural
 
-            where = (f"the errors object its manifest names in {output}" if "://" in output
-                     else Path(output) / errors_file(output))
+            where = (f"the errors object its manifest names in {shown}" if "://" in output
+                     else shown_text(str(Path(output) / errors_file(output))))
             say(f"{plural(summary.skipped, 'file')} skipped: see {where}", quiet)
         if summary.missing_from_folder:
-            warn(f"{summary.missing_from_folder} images in the store are no longer in {images}")
+            warn(f"{summary.missing_from_folder} images in the store are no longer in "
+                 f"{shown_text(images)}")
         if json_out:
             typer.echo(json.dumps(summary_dict(summary)))
 

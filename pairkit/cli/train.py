@@ -137,12 +137,8 @@ def train(
         last = result.records[-1]
         if json_out:
             typer.echo(json_record(last))
-        if result.stopped == "collapse":
-            from pairkit.errors import PairkitError
-
-            raise PairkitError(f"stopped at epoch {last['epoch']}: the embeddings collapsed "
-                               f"(--stop-on-collapse); weights of that epoch are in {output}")
         from pairkit.core.manifest import read_manifest
-        from pairkit.train.command import summary_line
+        from pairkit.train.command import check_collapse, summary_line
 
+        check_collapse(result, output)
         say(summary_line(result, read_manifest(store)["dim"], loss, output), quiet)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pairkit.core.shown import shown_text
+
 
 def summary_lines(stats: dict[str, Any], output: str) -> list[str]:
     """Lines for a person: rows, relation and index, negatives per anchor, score
     quantiles, rank histogram, removed candidates, false-negative flags, retries."""
     per = stats["negatives_per_anchor"]
-    where = "stdout" if output == "-" else output
+    where = "stdout" if output == "-" else shown_text(output)
     lines = [
         f"mined {stats['rows']:,} rows ({stats['format']}) for {stats['anchors']:,} anchors "
         f"-> {where}",

@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pairkit.errors import UsageError
+from pairkit.core.shown import shown_text
+from pairkit.errors import PairkitError, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,6 +64,15 @@ def train_to_files(store: str | os.PathLike[str] | Any, output: str | os.PathLik
                       force=force, hook=hook)
 
 
+def check_collapse(result: TrainResult, output: str | os.PathLike[str]) -> None:
+    """PairkitError naming the epoch and the head folder when the run stopped because the
+    embeddings collapsed (``--stop-on-collapse``)."""
+    if result.stopped == "collapse":
+        raise PairkitError(f"stopped at epoch {result.records[-1]['epoch']}: the embeddings "
+                           "collapsed (--stop-on-collapse); weights of that epoch are in "
+                           f"{shown_text(str(output))}")
+
+
 def summary_line(result: TrainResult, in_dim: int, loss: str, output: str | os.PathLike[str]
                  ) -> str:
     """The command's last line: the head, its dims (and whitening), the loss, the epochs,
@@ -70,6 +80,7 @@ def summary_line(result: TrainResult, in_dim: int, loss: str, output: str | os.P
     (``nothing trained: ...`` for a complete run that ``--resume`` left as it was)."""
     from pairkit.train.plot import gap_text
 
+    output = shown_text(str(output))  # a newline or ESC in it makes no line or escape
     last = result.records[-1]
     gap = gap_text(last.get("gap"))  # NaN in the log is null
     dims = f"{in_dim}->{result.module_dim}" + (

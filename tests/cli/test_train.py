@@ -599,3 +599,26 @@ def test_a_relation_without_positives_is_told_what_it_needs(tmp_path, relation, 
     assert r.stderr.strip().splitlines()[-1] == (
         f"error: --relation {relation}: fewer than 2 items have a positive in the store {hint}")
     assert not (tmp_path / "h").exists()
+
+
+def test_embed_mine_and_train_summaries_escape_control_characters_in_their_paths(tmp_path):
+    """Found by reading the code (2026-12-07): the summaries of embed, mine and train
+    printed ``-o`` as typed (project's and import's escape it), so a newline or ESC in a
+    path made a line of its own (``error: forged``) or a terminal escape."""
+    from tests.conftest import make_images
+
+    make_images(tmp_path / "images", n_per_class=3, classes=2)
+    store = tmp_path / "s\x1b[31m"
+    r = runner.invoke(app, ["embed", str(tmp_path / "images"), "-o", str(store),
+                            "--model", "fake", "--views", "2"])
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.splitlines()[-1].endswith(f"-> {ascii(str(store))} (12 rows)"), r.stderr
+    pairs = tmp_path / "p\nerror: forged.csv"
+    r = runner.invoke(app, ["mine", str(store), "--hard", "-k", "2", "-o", str(pairs)])
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.splitlines()[0].endswith(f"-> {ascii(str(pairs))}"), r.stderr
+    head = tmp_path / "h\nerror: forged"
+    r = runner.invoke(app, ["train", str(store), "--pairs", str(pairs), "-o", str(head),
+                            *FAST])
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.splitlines()[-1].endswith(f"-> {ascii(str(head))}"), r.stderr
