@@ -39,7 +39,8 @@ def dedup(
         "to the others. The table's keep_reason says why."),
     output: str = typer.Option(
         "-", "-o", "--output",
-        help="Table (.parquet, .csv, .jsonl) or, with --paths-only, any file; - = stdout."),
+        help="Table (.parquet, .csv, .jsonl; .ndjson, .json: JSON Lines too; a folder ending "
+        "in /: parquet parts) or, with --paths-only, a text file; - = stdout."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file."),
     paths_only: bool = typer.Option(
         False, "--paths-only", help="Print only paths, one a line, instead of the table."),

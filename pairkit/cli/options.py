@@ -63,7 +63,8 @@ def ray_option() -> Any:
 def table_output_option(default: Any = "-") -> Any:
     """The ``-o`` option of a command that writes a table."""
     return typer.Option(default, "-o", "--output", parser=table_output,
-                        help="Table: .parquet, .csv, .jsonl, or - (JSON Lines on stdout).")
+                        help="Table: .parquet, .csv, .jsonl (.ndjson, .json: JSON Lines too), "
+                        "a folder ending in / (parquet parts), or - (JSON Lines on stdout).")
 
 
 def table_output(text: str) -> str:
