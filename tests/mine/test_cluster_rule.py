@@ -744,3 +744,13 @@ def test_two_clusters_with_a_few_rows_cut_off_stay_off():
         assert abs(share - (part ** 2 + (1 - part) ** 2)) < 0.01
         assert cluster.choose_votes(ctx, cfg) == 0
         assert ("off" in ctx.cluster_info) == off and ("cut_off" in ctx.cluster_info) != off
+
+
+def test_two_clusters_reads_runs_by_code_from_their_table():
+    from pairkit.core.coded_rows import CodedRuns
+    from pairkit.mine.rules.cluster import two_clusters
+
+    codes = np.array([0, 1, 1, 2, 0])
+    assert two_clusters(CodedRuns(codes, np.array([[0, 1, 1], [1, 1, 0]])))
+    assert not two_clusters(CodedRuns(codes, np.array([[0, 1, 1], [0, 1, 2]])))
+    assert two_clusters(np.array([[0, 1, 1, 0, 0]])) and not two_clusters(np.array([[0, 1, 2]]))

@@ -218,9 +218,12 @@ def choose_votes(ctx: FnContext, config: FalseNegativeConfig) -> int:
 TWO_CLUSTER_SHARE = 0.625
 
 
-def two_clusters(assign: np.ndarray) -> bool:
-    """Whether every run of ``assign`` (G, N) cut the rows into at most two clusters."""
-    return all(len(np.unique(np.asarray(assign[g]))) <= 2 for g in range(assign.shape[0]))
+def two_clusters(assign: Any) -> bool:
+    """Whether every run of ``assign`` (G, N; an array or by code,
+    :class:`~pairkit.core.coded_rows.CodedRuns`: its table's values, not a row each) cut
+    the rows into at most two clusters."""
+    return all(len(np.unique(np.asarray(getattr(run, "values", run)))) <= 2
+               for run in (assign[g] for g in range(assign.shape[0])))
 
 
 def coordinates(ctx: FnContext, config: FalseNegativeConfig) -> Any:
