@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from pairkit.errors import PairkitError
+from pairkit.errors import PairkitError, UsageError
 
 TEMP_RE = re.compile(r"^\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp$")
 # where a folder output replaced with --force puts the old one until it is removed
@@ -301,6 +301,8 @@ def check_output(path: str | os.PathLike[str], force: bool, what: str = "output"
         raise PairkitError(f"{what} {path}: object storage is not supported for this "
                            "output; give a local path")
     check_local(path, what)
+    if str(path).endswith(("/", os.sep)):  # Path() would drop the slash and write a file
+        raise UsageError(f"{what} {path} ends in /, a folder: expected a file path")
     p = Path(path)
     if p.is_dir():
         raise PairkitError(f"{what} {p} is a folder, expected a file path")

@@ -3,6 +3,7 @@ command's store-to-files step): :func:`dedup_to_files`."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -48,6 +49,9 @@ def dedup_to_files(store: str | Path, output: str, cfg: DedupConfig, *,
         from pairkit.core.tables import check_table_output
 
         check_output_apart(output, [store] if against is None else [store, against])
+        if paths_only and str(output).endswith(("/", os.sep)):  # Path() drops the slash
+            raise UsageError(f"output {output} ends in /, a folder: --paths-only writes a "
+                             "text file; give a file name (paths.txt)")
         if paths_only and Path(str(output)).suffix.lower() in TABLE_SUFFIXES:
             raise UsageError(f"--paths-only writes plain lines, not a table: -o {output} "
                              "names a table file; choose another name (paths.txt)")

@@ -153,6 +153,22 @@ def test_output_inside_the_store_is_refused(tmp_path: Path) -> None:
     assert (store / "manifest.json").read_bytes() == before
 
 
+def test_paths_only_to_a_folder_is_refused_before_the_work(tmp_path: Path) -> None:
+    """Found by a bug hunt (2026-12-08): ``--paths-only -o DIR/`` with no DIR wrote a plain
+    file named DIR (the slash dropped); an existing DIR was refused. A path ending in / is a
+    folder either way: refused by name, exit 2, before the search, nothing written."""
+    store = dup_store(tmp_path)
+    (tmp_path / "there").mkdir()
+    for name in ("new", "there"):
+        out = f"{tmp_path / name}/"
+        r = runner.invoke(app, ["dedup", str(store), "-t", "0.9", "--paths-only", "-o", out])
+        assert r.exit_code == 2, r.output
+        assert r.stderr == (f"error: output {out} ends in /, a folder: --paths-only writes "
+                            "a text file; give a file name (paths.txt)\n")
+        assert "groups" not in r.output  # the summary of a finished search
+    assert not (tmp_path / "new").exists() and not any((tmp_path / "there").iterdir())
+
+
 def test_keep_largest_reads_image_sizes(tmp_path: Path) -> None:
     from PIL import Image
 

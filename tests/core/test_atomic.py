@@ -319,3 +319,17 @@ def test_scratch_folder_is_removed_with_its_contents_and_private(tmp_path):
     with pytest.raises(RuntimeError), scratch_folder(tmp_path / "out") as tmp:
         raise RuntimeError
     assert os.listdir(tmp_path) == []
+
+
+def test_a_file_output_ending_in_a_slash_is_refused_not_written_as_a_file(tmp_path):
+    """Found by a bug hunt (2026-12-08): ``Path("DIR/")`` drops the slash, so a file output
+    named as a folder that did not exist (``mine --stats DIR/``, ``dedup --paths-only -o
+    DIR/``) was written as a plain file DIR. A usage error (exit 2) for every file output."""
+    from pairkit.core.atomic import check_output
+    from pairkit.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^stats file .*/new/ ends in /, a folder: "
+                       r"expected a file path$"):
+        check_output(f"{tmp_path / 'new'}/", False, what="stats file")
+    assert not (tmp_path / "new").exists()
+    assert check_output(tmp_path / "new", False) == tmp_path / "new"
