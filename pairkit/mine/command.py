@@ -72,7 +72,7 @@ def mine_to_files(
     from pairkit.core.relations import parse_relation
     from pairkit.core.store import Store
     from pairkit.core.tables import check_table_output, table_kind, write_table
-    from pairkit.mine.summary import unknown_pairs_warning
+    from pairkit.mine.summary import no_negatives_error, unknown_pairs_warning
 
     index = IndexOptions() if index is None else index
     index.check_knobs()
@@ -129,6 +129,8 @@ def mine_to_files(
         table, stats = executor(run)
     else:
         table, stats = run()
+    if (empty := no_negatives_error(stats, cfg)) is not None:  # (parts: raised before)
+        raise PairkitError(empty)
     warning = unknown_pairs_warning(stats)
     if warning and on_warning is not None:
         on_warning(warning)

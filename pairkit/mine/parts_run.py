@@ -293,6 +293,7 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
     from pairkit.mine.command import run_stats, saved_index, workers_rows
     from pairkit.mine.rules_plan import RulesSpec, has_rules
     from pairkit.mine.stream_quantiles import StreamQuantiles
+    from pairkit.mine.summary import no_negatives_error
 
     t0 = time.perf_counter()
     if fmt not in FORMATS:
@@ -404,6 +405,8 @@ def mine_parts(store_path: Any, relation: str | None, config: MineConfig,
         if searcher is not None:
             searcher.release()  # built here when streamed: freed before the commit
         summary_stats = counts.stats()
+        if (empty := no_negatives_error(summary_stats, config)) is not None:
+            raise PairkitError(empty)  # nothing committed: the parts go with the folder
         counts.pos.close()
         counts.neg.close()
         if folder is None:

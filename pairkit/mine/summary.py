@@ -121,6 +121,26 @@ def over_labelled(labelled: int | None, total: int | None, what: str) -> str:
     return f" of the {labelled:,}{what} with both labels known"
 
 
+def no_negatives_error(stats: dict[str, Any], config: Any) -> str | None:
+    """The error of a run in which no anchor got a negative (None when one did, or when
+    there is no anchor): its table would hold no negative (triplet: no row), which looks
+    like success and trains nothing, so the command writes nothing. ``stats``: a run's
+    (or its blocks' summed) :func:`pairkit.mine.stats.run_record`; ``config``: its
+    :class:`~pairkit.mine.config.MineConfig`, whose narrowing options the line names."""
+    if stats["negatives"] or not stats["anchors"]:
+        return None
+    given = [f"--range-min {config.range_min}" if config.hard and config.range_min else ""]
+    given += [f"{name} {value:g}" for name, value in (
+        ("--min-score", config.min_score), ("--max-score", config.max_score),
+        ("--absolute-margin", config.absolute_margin),
+        ("--relative-margin", config.relative_margin)) if value is not None]
+    given = [g for g in given if g]
+    return (f"no negative for any of the {stats['anchors']:,} anchors"
+            + (f" with {', '.join(given)}" if given else "")
+            + " (an anchor's own source and its positives are never its candidates): "
+            "nothing written")
+
+
 def unknown_pairs_warning(stats: dict[str, Any]) -> str | None:
     """The warning for a pairs file naming paths the store lacks (None when all are known)."""
     from pairkit.core.relations import empty_cells

@@ -75,11 +75,12 @@ def test_stdout_json_lines_and_formats(store) -> None:
     assert set(rows[0]) == {"store_id", "anchor_id", "other_id", "anchor_path", "other_path",
                             "label", "score"}
     r = runner.invoke(app, ["mine", str(store.root), "--hard", "-o", "-", "-q",
-                            "--format", "n-tuple", "-k", "3", "--min-score", "0.97"])
+                            "--format", "n-tuple", "-k", "3", "--min-score", "0.9"])
     assert r.exit_code == 0
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert len(rows) == 80
-    short = [x for x in rows if x["negative_id_3"] == -1]
+    short = [x for x in rows if x["negative_id_3"] == -1]  # 70 (35 got at least one: at
+    # 0.97 none did, now an error: tests/cli/test_mine.py::test_a_run_in_which_no_anchor...)
     assert short and all(x["negative_path_3"] is None and x["neg_score_3"] is None
                           for x in short)
 
@@ -456,7 +457,7 @@ def test_a_window_past_every_candidate_is_refused(tmp_path) -> None:
     2026-12-07), one line, nothing written."""
     from tests.conftest import random_store
 
-    st = random_store(tmp_path / "st", n_sources=20, views=2)  # 40 rows: ranks 0..38
+    st = random_store(tmp_path / "st", n_sources=20, views=2)  # 40 rows: ranks 0..37
     out = tmp_path / "p.jsonl"
     for first in ("39", "1000"):
         r = runner.invoke(app, ["mine", str(st.root), "--hard", "-k", "2", "--range-min",
@@ -465,9 +466,45 @@ def test_a_window_past_every_candidate_is_refused(tmp_path) -> None:
         assert r.output == (f"error: --range-min must be <= 38, the last rank a candidate "
                             f"can have (the store has 40 rows), got {first}\n")
         assert not out.exists()
+    # 38 passes this check (an anchor's other view is no candidate either): the run gives
+    # no anchor a negative, exit 1 (test_a_run_in_which_no_anchor_got_a_negative_...)
     r = runner.invoke(app, ["mine", str(st.root), "--hard", "-k", "1", "--range-min", "38",
                             "-o", str(out), "-q"])
+    assert r.exit_code == 1 and "no negative for any of the 40 anchors" in r.output
+    assert not out.exists()
+    r = runner.invoke(app, ["mine", str(st.root), "--hard", "-k", "1", "--range-min", "37",
+                            "-o", str(out), "-q"])
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("out", ["p.parquet", "p.jsonl", "-"])
+def test_a_run_in_which_no_anchor_got_a_negative_fails_and_writes_nothing(
+        store, tmp_path: Path, out: str) -> None:
+    """Found by a bug hunt (2026-12-08): the check before the work knows only that an
+    anchor has at most N - 1 candidates; on 80 rows of two views, its other view is no
+    candidate either (ranks 0..77), and under --relation label its 20 label-mates are none
+    (ranks 0..59). ``--range-min 78`` (label: 60) passed the check, then wrote an empty
+    table, exit 0. As a relation with no positive: exit 1, one line, nothing written
+    (streamed parts, the table in memory, stdout); one rank lower mines every anchor."""
+    target = out if out == "-" else tmp_path / out
+    for relation, first in (("instance", 78), ("label", 60)):
+        args = ["--hard", "-k", "1", "--relation", relation, "-o", target,
+                "--stats", tmp_path / "s.json"]
+        r = mine(store.root, *args, "--range-min", first)
+        assert r.exit_code == 1, r.output
+        assert r.stderr == (f"error: no negative for any of the 80 anchors with --range-min "
+                            f"{first} (an anchor's own source and its positives are never its "
+                            "candidates): nothing written\n")
+        assert r.stdout == "" and not (tmp_path / "s.json").exists()
+        assert out == "-" or not any(tmp_path.iterdir())
+        r = mine(store.root, *args, "--range-min", first - 1, "-q")
+        assert r.exit_code == 0, r.output
+        s = json.loads((tmp_path / "s.json").read_text())
+        assert (s["rows"], s["negatives"], s["rank_histogram"]["50-99"]) == (80, 80, 80)
+        if out == "p.jsonl":  # each anchor's last candidate, at the window's first rank
+            assert set(pd.read_json(target, lines=True)["neg_rank"]) == {first - 1}
+        for p in tmp_path.iterdir():
+            p.unlink()
 
 
 def test_api_refuses_what_the_command_refuses(tmp_path) -> None:
@@ -503,17 +540,20 @@ def test_a_store_without_random_pairs_of_two_sources_mines_and_says_so(tmp_path)
     """Found by a conventions hunt (2026-12-06): on one source of two views (or two
     sources whose random sample drew no pair of both), the label-free estimate had no
     random pair; the summary formatted None: the table written, then exit 1 with an
-    internal error (with -q too)."""
-    np.save(tmp_path / "v.npy", np.random.default_rng(1).normal(size=(2, 8)).astype("f4"))
-    pd.DataFrame({"path": ["a.png", "a.png"], "source": ["a", "a"], "view": [0, 1]}).to_csv(
-        tmp_path / "i.csv", index=False)
+    internal error (with -q too). Two sources, four views of one and one of the other,
+    whose sample at --seed 38 drew no pair of both: the summary says so. (One source alone
+    gives no anchor a negative: since 2026-12-08 an error before any summary.)"""
+    layout = ["a", "a", "a", "a", "b"]
+    np.save(tmp_path / "v.npy", np.random.default_rng(1).normal(size=(5, 8)).astype("f4"))
+    pd.DataFrame({"path": [f"{s}.png" for s in layout], "source": layout,
+                  "view": [0, 1, 2, 3, 0]}).to_csv(tmp_path / "i.csv", index=False)
     r = runner.invoke(app, ["import", str(tmp_path / "v.npy"), "--items", str(tmp_path / "i.csv"),
                             "-o", str(tmp_path / "st"), "-q"])
     assert r.exit_code == 0, r.output
     for quiet in ([], ["-q"]):
         out = tmp_path / f"p{len(quiet)}.parquet"
-        r = runner.invoke(app, ["mine", str(tmp_path / "st"), "--hard", "-k", "1",
-                                "--filter-false-negatives", "-o", str(out), *quiet])
+        r = runner.invoke(app, ["mine", str(tmp_path / "st"), "--hard", "-k", "1", "--seed",
+                                "38", "--filter-false-negatives", "-o", str(out), *quiet])
         assert r.exit_code == 0, r.output
         assert out.exists()
         assert (r.output == "") if quiet else ("no random pair of two sources to sample"
