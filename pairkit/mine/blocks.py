@@ -18,7 +18,7 @@ from pairkit.core.pairs import MinedPairs
 from pairkit.core.store_rows import StoreRows
 from pairkit.index.search import row_dots
 from pairkit.mine.config import MineConfig
-from pairkit.mine.easy_left import nothing_left
+from pairkit.mine.easy_left import draw_for_unmet
 from pairkit.mine.group_skip import search_skipping, skipped_groups
 from pairkit.mine.selection import (
     CANDIDATE_CODES,
@@ -264,6 +264,7 @@ def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
     first = True
     while len(pending):
         still: list[np.ndarray] = []
+        drew_on = 0  # anchors drawing on for their unmet rows (draw_for_unmet)
         for k in np.unique(ks):  # the anchors of one k searched together
             k = int(k)
             group = pending[ks == k]
@@ -276,23 +277,47 @@ def mine_block(st: MineBlocks, span: tuple[int, int]) -> MineResult:
                                          st.ref[rows - p0], exh | (k >= st.k_cap), cfg.hard)
                 if (not cfg.hard and block.short.any() and k < st.k_cap
                         and 4 * k >= len(st.ctx.vectors)):  # next: more draws than rows
-                    block.short &= ~nothing_left(st.ctx, rows, st.anchors[rows], block,
-                                                 st.ref[rows - p0], cfg.max_k_entries)
+                    drew_on += finish_late(st, part, block, rows, k, b0, attract)
+                    rows = rows[~block.short]
+                    block = block.take(~block.short)
                 done = ~block.short
                 collect(part, block.take(done), rows[done] - b0, st.hi, cfg, st.keep_flags,
                         attract)
                 still.append(rows[block.short])
         short = np.sort(np.concatenate(still)) if still else np.zeros(0, np.int64)
-        if len(short):
+        if len(short) or drew_on:
             if first:
-                part.anchors_retried += len(short)
+                part.anchors_retried += len(short) + drew_on
             part.retries += 1
+        if len(short):
             ks = np.minimum(st.k_cap, ks[np.searchsorted(pending, short)] * 4)
             part.k_max = max(part.k_max, int(ks.max()))
         pending, first = short, False
     attract = in_row_order(attract)
     set_attracted(part.pairs, attract)
     return part
+
+
+def finish_late(st: MineBlocks, part: MineResult, block: Selection, rows: np.ndarray,
+                k: int, b0: int, attract: list[Attracted]) -> int:
+    """Collect into ``part`` the final selection of the anchors of ``block.short`` (easy
+    negatives short after ``k`` draws, ``4 k >= N``): :func:`draw_for_unmet`, a few
+    anchors at a time (its arrays are k + N wide). Returns how many drew on."""
+    cfg = st.ctx.cfg
+    late = np.flatnonzero(block.short)
+    per = max(1, cfg.max_k_entries // 8 // (k + 1))
+    drew_on = 0
+    for c0 in range(0, len(late), per):
+        these = np.zeros(len(rows), dtype=bool)
+        these[late[c0:c0 + per]] = True
+        r = rows[these]
+        final, drawn, drew = draw_for_unmet(st.ctx, r, st.anchors[r], block.take(these),
+                                            st.ref[r - st.pos_start], k, st.k_cap,
+                                            cfg.max_k_entries)
+        collect(part, final, r - b0, st.hi, cfg, st.keep_flags, attract)
+        drew_on += drew
+        part.k_max = max(part.k_max, drawn)
+    return drew_on
 
 
 def in_row_order(attract: list[Attracted]) -> list[Attracted]:

@@ -315,10 +315,11 @@ def first_in_window(in_win: np.ndarray, slot: np.ndarray, K: int) -> np.ndarray:
     return out
 
 
-def easy_candidates(anchors: np.ndarray, m: int, n_items: int, seed: int) -> np.ndarray:
-    """(n, m) int64 uniform draws (with replacement) of items, draws 0..m-1 of each anchor
-    (a longer retry repeats the same first draws)."""
-    j = np.arange(m, dtype=np.int64)
+def easy_candidates(anchors: np.ndarray, m: int, n_items: int, seed: int,
+                    start: int = 0) -> np.ndarray:
+    """(n, m - start) int64 uniform draws (with replacement) of items, draws
+    start..m-1 of each anchor (a longer retry repeats the same first draws)."""
+    j = np.arange(start, m, dtype=np.int64)
     u = hash_uniform(seed + 2, anchors[:, None], j[None, :])
     ids = np.minimum((u * n_items).astype(np.int64), n_items - 1)
     return ids

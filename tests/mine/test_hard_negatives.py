@@ -369,6 +369,60 @@ def test_easy_negatives_stop_drawing_once_no_undrawn_row_could_pass(
             assert [int(v) for v in p.fn_ids[p.fn_rows == i]] == flagged
 
 
+@pytest.mark.parametrize("mode", ["eliminate", "attract", "keep"])
+def test_easy_negatives_that_a_filter_passes_few_of_are_drawn_for_alone(
+        monkeypatch, mode: str) -> None:
+    """Found by a bug hunt (2026-12-08): under a false-negative filter that passes a few
+    rows (fewer than K), an anchor that had not met them all when the next draws would
+    outnumber the rows drew 4x as many again, up to 16 x N, each round sorted and judged
+    whole (400 rows, these four passing: 2,375 draws and 1,166 candidates judged an
+    anchor, k up to 6,400; 4,000 rows: 29 s). Now the rows not met yet are judged once
+    and the later draws are only looked up for those that could still be taken, until
+    they are met: the same table (the first valid rows of the 16 x N draws, in the order
+    they are met; attracted rows too), far fewer draws and judgements."""
+    import pairkit.mine.blocks as blocks
+    import pairkit.mine.easy_left as easy_left
+
+    n, K, passing = 400, 5, (7, 100, 101, 250)
+    x = np.random.default_rng(0).normal(size=(n, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    items = pd.DataFrame({"path": [f"{i}" for i in range(n)],
+                          "source": [f"s{i // 2}" for i in range(n)]})
+    rel = build_relation("instance", items)
+    src = np.arange(n) // 2
+    seen = {"judged": 0, "draws": 0}
+    real = selection.easy_candidates
+
+    def counted(anchors, m, *args, **kwargs):  # noqa: ANN001, ANN202
+        out = real(anchors, m, *args, **kwargs)
+        seen["draws"] += out.size
+        return out
+
+    for module in (blocks, easy_left):
+        if hasattr(module, "easy_candidates"):
+            monkeypatch.setattr(module, "easy_candidates", counted)
+
+    def flag_all_but(anchors, cand, scores, ref, positives):  # noqa: ANN001, ANN202
+        seen["judged"] += int((cand >= 0).sum())
+        flags = (cand >= 0) & ~np.isin(cand, passing)
+        return flags, np.where(flags, "all", None)
+
+    cfg = MineConfig(hard=False, num_negatives=K, seed=1, fn_mode=mode)
+    res = mine_negatives(x, src, rel, cfg, fn_filter=flag_all_but)
+    assert seen["draws"] < 4 * n * n  # 2,375 x 400 = 950,000 before (keep: 2,034 x 400)
+    assert seen["judged"] < 2 * n * n  # 1,166 x 400 = 466,535 before
+    assert res.k_max < 16 * n  # 6,400 before
+    p = res.pairs
+    for i, a in enumerate(p.anchors):
+        draws = selection.drop_repeats(real(np.array([a]), 16 * n, n, cfg.seed))[0]
+        met = [int(j) for j in draws if j >= 0 and src[j] != src[a]]
+        want = [j for j in met if mode == "keep" or j in passing][:K]
+        assert [int(v) for v in p.neg_ids[i] if v >= 0] == want
+        if mode == "attract":  # the first K flagged rows its draws met are attracted
+            flagged = [j for j in met if j not in passing][:K]
+            assert [int(v) for v in p.fn_ids[p.fn_rows == i]] == flagged
+
+
 def test_fn_filter_hook_eliminate_keep_attract(store) -> None:
     x = store.vectors(np.float32)
     rel = build_relation("instance", store.items)
