@@ -252,25 +252,13 @@ def pca_rows(vectors: Any, dims: int = 32, *, sample: int = 20_000,
     and for the runs' extension, and the mined positives' candidate lists once more).
 
     The components come from a randomized SVD (Halko, Martinsson & Tropp 2011, two power
-    iterations) of a seeded sample of at most ``sample`` centred rows
-    (:func:`pca_fit`); with ``d <= dims`` (or under 3 rows) the rows themselves,
-    normalised.
+    iterations) of a seeded sample of at most ``sample`` centred rows; with ``d <= dims``
+    (or under 3 rows) the rows themselves, normalised.
     """
     x = vectors if is_view(vectors) else np.asarray(vectors)  # a view: the sample read
     n, d = x.shape
     if d <= dims or n < 3:
         return _mapped(x, _normalised, d)
-    mean, comps, _ = pca_fit(x, dims, sample=sample, seed=seed)
-    return projected_rows(x, mean, comps)
-
-
-def pca_fit(x: Any, dims: int, *, sample: int = 20_000, seed: int = 0
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(mean (d,), comps (d, dims), fit (S, d))``: the ``dims`` leading principal
-    components of a seeded sample of at most ``sample`` rows of ``x`` (``d > dims``, at
-    least 3 rows), by a randomized SVD with two power iterations, and the sample's
-    centred rows (project them with ``fit @ comps``)."""
-    n, d = x.shape
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(n, size=sample, replace=False)) if n > sample else slice(None)
     fit = np.asarray(x[rows], dtype=np.float32)
@@ -284,7 +272,7 @@ def pca_fit(x: Any, dims: int, *, sample: int = 20_000, seed: int = 0
     q, _ = np.linalg.qr(y)
     _, _, vt = np.linalg.svd(q.T @ fit, full_matrices=False)
     comps = np.ascontiguousarray(vt[:dims].T, dtype=np.float32)  # (d, dims)
-    return mean, comps, fit
+    return projected_rows(x, mean, comps)
 
 
 def projected_rows(x: Any, mean: np.ndarray, comps: np.ndarray) -> RowView:

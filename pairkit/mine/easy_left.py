@@ -34,9 +34,7 @@ def unmet_wanted(ctx: SelectionContext, rows: np.ndarray, anchors: np.ndarray,
     for c0 in range(0, len(short), step):
         sel = short[c0:c0 + step]
         drawn = block.ids[sel]
-        met = np.zeros((len(sel), n_items), dtype=bool)
-        r, c = np.nonzero(drawn >= 0)
-        met[r, drawn[r, c]] = True
+        met = as_rows(drawn, drawn >= 0, n_items)
         width = int((~met).sum(axis=1).max(initial=0))
         order = np.argsort(met, axis=1, kind="stable")[:, :width]  # unmet rows first
         ids = np.where(np.take_along_axis(~met, order, 1), order, -1)

@@ -62,13 +62,14 @@ def view_pairs(sources: np.ndarray, seed: int, max_pairs: int = MAX_PAIRS) -> np
     return pairs
 
 
-def ledoit_wolf_shrinkage(diff: np.ndarray) -> float:
+def ledoit_wolf_shrinkage(diff: np.ndarray, moment: np.ndarray | None = None) -> float:
     """The Ledoit-Wolf estimate of the shrinkage ``s`` in ``(1 - s) S + s mu I`` for the
     second-moment matrix ``S = diff^T diff / n`` of the rows of ``diff`` (n, p), taken as
-    zero-mean (differences of pairs are), ``mu = tr(S) / p``; in [0, 1]."""
+    zero-mean (differences of pairs are), ``mu = tr(S) / p``; in [0, 1]. ``moment``: that
+    ``S`` (float64), when the caller has it."""
     n, p = diff.shape
     x = np.asarray(diff, np.float64)
-    s = x.T @ x / n
+    s = x.T @ x / n if moment is None else moment
     mu = float(np.trace(s)) / p
     delta = float(((s - mu * np.eye(p)) ** 2).sum())
     if delta <= 0.0:
@@ -105,8 +106,8 @@ def view_whitened_rows(vectors: Any, sources: np.ndarray, dims: int = 128, *,
         block = np.asarray(x[rows], dtype=np.float32)
         at = at.reshape(p.shape)
         diff[s : s + len(p)] = (block[at[:, 0]] - block[at[:, 1]]) @ comps  # the mean cancels
-    shrink = ledoit_wolf_shrinkage(diff)
     cov = diff.T @ diff / len(diff)
+    shrink = ledoit_wolf_shrinkage(diff, cov)
     scale = float(np.trace(cov)) / len(cov)
     if not np.isfinite(cov).all() or scale <= 1e-12:  # the views do not differ
         return pca_rows(x, dims, sample=sample, seed=seed)

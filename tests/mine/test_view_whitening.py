@@ -32,6 +32,7 @@ def test_ledoit_wolf_shrinkage_matches_scikit_learn() -> None:
         x = rng.standard_normal((n, p)) * np.linspace(0.2, 3.0, p)
         assert ledoit_wolf_shrinkage(x) == pytest.approx(
             reference(x, assume_centered=True), rel=1e-9, abs=1e-12)
+        assert ledoit_wolf_shrinkage(x, x.T @ x / n) == ledoit_wolf_shrinkage(x)  # S given
     assert ledoit_wolf_shrinkage(np.ones((5, 3))) == pytest.approx(
         reference(np.ones((5, 3)), assume_centered=True))
 
