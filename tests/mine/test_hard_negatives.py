@@ -328,6 +328,41 @@ def test_easy_negatives_under_the_label_relation_draw_what_they_need(monkeypatch
         np.testing.assert_array_equal(getattr(res.pairs, name), getattr(deep.pairs, name))
 
 
+def few_passing_case(passing: tuple[int, ...], seen: dict[str, int], n: int = 400
+                     ) -> tuple[np.ndarray, np.ndarray, object, object]:
+    """``(x, sources, relation, filter)``: ``n`` random rows, two views a source, and a
+    false-negative filter that flags every row but ``passing``, adding the candidates
+    it judges to ``seen["judged"]``."""
+    x = np.random.default_rng(0).normal(size=(n, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    items = pd.DataFrame({"path": [f"{i}" for i in range(n)],
+                          "source": [f"s{i // 2}" for i in range(n)]})
+
+    def flag_all_but(anchors, cand, scores, ref, positives):  # noqa: ANN001, ANN202
+        seen["judged"] += int((cand >= 0).sum())
+        flags = (cand >= 0) & ~np.isin(cand, passing)
+        return flags, np.where(flags, "all", None)
+
+    return x, np.arange(n) // 2, build_relation("instance", items), flag_all_but
+
+
+def assert_first_met(res, src: np.ndarray, passing: tuple[int, ...], cfg: MineConfig,  # noqa: ANN001
+                     n: int) -> None:
+    """Each anchor's negatives are the first valid rows its 16 x N draws meet, in that
+    order (every row met with ``--fn-mode keep``), and under attract its attracted rows
+    the first K flagged ones."""
+    K, p = cfg.num_negatives, res.pairs
+    for i, a in enumerate(p.anchors):
+        draws = selection.drop_repeats(selection.easy_candidates(
+            np.array([a]), 16 * n, n, cfg.seed))[0]
+        met = [int(j) for j in draws if j >= 0 and src[j] != src[a]]
+        want = [j for j in met if cfg.fn_mode == "keep" or j in passing][:K]
+        assert [int(v) for v in p.neg_ids[i] if v >= 0] == want
+        if cfg.fn_mode == "attract":
+            flagged = [j for j in met if j not in passing][:K]
+            assert [int(v) for v in p.fn_ids[p.fn_rows == i]] == flagged
+
+
 @pytest.mark.parametrize("mode", ["eliminate", "attract"])
 @pytest.mark.parametrize("passing", [(), (7, 100, 101, 250)])
 def test_easy_negatives_stop_drawing_once_no_undrawn_row_could_pass(
@@ -339,34 +374,14 @@ def test_easy_negatives_stop_drawing_once_no_undrawn_row_could_pass(
     could only meet those rows. The negatives (and attracted rows) are still the first
     valid (flagged) rows of its 16 x N draws, in the order they are met."""
     n, K = 400, 5
-    x = np.random.default_rng(0).normal(size=(n, 8)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    items = pd.DataFrame({"path": [f"{i}" for i in range(n)],
-                          "source": [f"s{i // 2}" for i in range(n)]})
-    rel = build_relation("instance", items)
-    src = np.arange(n) // 2
     seen = {"judged": 0}
-
-    def flag_all_but(anchors, cand, scores, ref, positives):  # noqa: ANN001, ANN202
-        seen["judged"] += int((cand >= 0).sum())
-        flags = (cand >= 0) & ~np.isin(cand, passing)
-        return flags, np.where(flags, "all", None)
-
+    x, src, rel, flag_all_but = few_passing_case(passing, seen, n)
     cfg = MineConfig(hard=False, num_negatives=K, seed=1, fn_mode=mode)
     res = mine_negatives(x, src, rel, cfg, fn_filter=flag_all_but)
     if not passing:  # (a row that passes, not met yet, is still drawn for)
         assert res.k_max <= n  # 16 x 400 = 6,400 before
         assert seen["judged"] < 2 * n * n  # 7,600 x 400 = 3.0 M before
-    p = res.pairs
-    for i, a in enumerate(p.anchors):
-        draws = selection.drop_repeats(selection.easy_candidates(
-            np.array([a]), 16 * n, n, cfg.seed))[0]
-        met = [int(j) for j in draws if j >= 0]
-        want = [j for j in met if j in passing and src[j] != src[a]][:K]
-        assert [int(v) for v in p.neg_ids[i] if v >= 0] == want
-        if mode == "attract":  # the first K flagged rows its draws met are attracted
-            flagged = [j for j in met if j not in passing and src[j] != src[a]][:K]
-            assert [int(v) for v in p.fn_ids[p.fn_rows == i]] == flagged
+    assert_first_met(res, src, passing, cfg, n)
 
 
 @pytest.mark.parametrize("mode", ["eliminate", "attract", "keep"])
@@ -384,13 +399,8 @@ def test_easy_negatives_that_a_filter_passes_few_of_are_drawn_for_alone(
     import pairkit.mine.easy_left as easy_left
 
     n, K, passing = 400, 5, (7, 100, 101, 250)
-    x = np.random.default_rng(0).normal(size=(n, 8)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    items = pd.DataFrame({"path": [f"{i}" for i in range(n)],
-                          "source": [f"s{i // 2}" for i in range(n)]})
-    rel = build_relation("instance", items)
-    src = np.arange(n) // 2
     seen = {"judged": 0, "draws": 0}
+    x, src, rel, flag_all_but = few_passing_case(passing, seen, n)
     real = selection.easy_candidates
 
     def counted(anchors, m, *args, **kwargs):  # noqa: ANN001, ANN202
@@ -402,25 +412,12 @@ def test_easy_negatives_that_a_filter_passes_few_of_are_drawn_for_alone(
         if hasattr(module, "easy_candidates"):
             monkeypatch.setattr(module, "easy_candidates", counted)
 
-    def flag_all_but(anchors, cand, scores, ref, positives):  # noqa: ANN001, ANN202
-        seen["judged"] += int((cand >= 0).sum())
-        flags = (cand >= 0) & ~np.isin(cand, passing)
-        return flags, np.where(flags, "all", None)
-
     cfg = MineConfig(hard=False, num_negatives=K, seed=1, fn_mode=mode)
     res = mine_negatives(x, src, rel, cfg, fn_filter=flag_all_but)
     assert seen["draws"] < 4 * n * n  # 2,375 x 400 = 950,000 before (keep: 2,034 x 400)
     assert seen["judged"] < 2 * n * n  # 1,166 x 400 = 466,535 before
     assert res.k_max < 16 * n  # 6,400 before
-    p = res.pairs
-    for i, a in enumerate(p.anchors):
-        draws = selection.drop_repeats(real(np.array([a]), 16 * n, n, cfg.seed))[0]
-        met = [int(j) for j in draws if j >= 0 and src[j] != src[a]]
-        want = [j for j in met if mode == "keep" or j in passing][:K]
-        assert [int(v) for v in p.neg_ids[i] if v >= 0] == want
-        if mode == "attract":  # the first K flagged rows its draws met are attracted
-            flagged = [j for j in met if j not in passing][:K]
-            assert [int(v) for v in p.fn_ids[p.fn_rows == i]] == flagged
+    assert_first_met(res, src, passing, cfg, n)
 
 
 def test_fn_filter_hook_eliminate_keep_attract(store) -> None:
