@@ -8,15 +8,11 @@ def entry() -> None:
     the command line loads (typer and the commands import) one line, exit 130, as in a
     command; SIGTERM from here on stops it as Ctrl-C does (:mod:`pairkit.core.terminate`:
     ``error: terminated``, exit 143)."""
-    import sys
-
-    from pairkit.core.terminate import raise_on_sigterm, stop_line
+    from pairkit.core.terminate import exit_stopped, raise_on_sigterm
 
     try:
         raise_on_sigterm()
         from pairkit.cli.main import main
     except KeyboardInterrupt as exc:
-        message, code = stop_line(exc)
-        sys.stderr.write(f"error: {message}\n")
-        sys.exit(code)
+        exit_stopped(exc)
     main()

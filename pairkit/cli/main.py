@@ -27,7 +27,7 @@ from pairkit.cli import search as search_cmd
 from pairkit.cli import train as train_cmd
 from pairkit.cli.common import show_one_line, to_devnull
 from pairkit.cli.options import Command, Group, click_exceptions
-from pairkit.core.terminate import stop_line
+from pairkit.core.terminate import exit_stopped
 
 # usage errors in pairkit's one-line style (`error: ...`, exit 2), like every other error
 click_exceptions().UsageError.show = show_one_line
@@ -91,9 +91,7 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt as exc:  # outside a command's handler: while parsing, or after it
-        message, code = stop_line(exc)
-        sys.stderr.write(f"error: {message}\n")
-        sys.exit(code)
+        exit_stopped(exc)
     except BrokenPipeError:
         # The reader of stdout went away (e.g. `| head`): not an error.
         to_devnull(1)

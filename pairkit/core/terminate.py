@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 TERMINATED_EXIT = 128 + int(signal.SIGTERM)
 
@@ -42,3 +43,11 @@ def stop_line(exc: KeyboardInterrupt) -> tuple[str, int]:
     if isinstance(exc, Terminated):
         return "terminated", TERMINATED_EXIT
     return "interrupted", 130
+
+
+def exit_stopped(exc: KeyboardInterrupt) -> NoReturn:
+    """Write the stop's one line (:func:`stop_line`) on stderr and exit with its code: a
+    stop outside a command's handler (while the command line loads or parses)."""
+    message, code = stop_line(exc)
+    sys.stderr.write(f"error: {message}\n")
+    sys.exit(code)
